@@ -1,0 +1,59 @@
+import type { CapacityType, Cloud, Offering } from './catalog.ts';
+import type { GpuDevice } from './gpu.ts';
+
+/**
+ * A node group is a set of machines the cloud scales for us (an EC2 Auto Scaling group, a GCP
+ * managed instance group, a simulated group). gpu-fleet decides its desired size; the cloud picks
+ * among the group's offerings.
+ */
+export interface NodeGroup {
+  readonly id: string;
+  readonly cloud: Cloud;
+  readonly region: string;
+  /** The offerings the group may launch: instance types × zones × capacity type. */
+  readonly offerings: readonly Offering[];
+  readonly minSize: number;
+  readonly maxSize: number;
+  readonly desiredCapacity: number;
+}
+
+/** Instance states as the cloud reports them, in gpu-fleet's words. */
+export type InstanceState = 'pending' | 'running' | 'stopping' | 'terminated';
+
+/** A machine as the cloud reports it. */
+export interface Instance {
+  readonly id: string;
+  readonly groupId: string;
+  readonly cloud: Cloud;
+  readonly region: string;
+  readonly zone: string;
+  readonly instanceType: string;
+  readonly capacityType: CapacityType;
+  readonly state: InstanceState;
+  readonly launchedAtMs: number;
+  /** Protected from the group's own scale-in (because it runs work). */
+  readonly scaleInProtected?: boolean;
+}
+
+/** What the node agent on a machine has told the state store. */
+export interface NodeRecord {
+  readonly instanceId: string;
+  readonly groupId: string;
+  readonly registeredAtMs: number;
+  readonly lastHeartbeatAtMs: number;
+  readonly gpus: readonly GpuDevice[];
+  readonly healthy: boolean;
+  readonly healthProblem?: string;
+  /** Set once: the node takes no new work and its jobs are being checkpointed and requeued. */
+  readonly draining?: { readonly sinceMs: number; readonly reason: string; readonly deadlineMs: number };
+  /** Since when the node has had no job placed on it (undefined while it has work). */
+  readonly idleSinceMs?: number;
+}
+
+/** A node as the planner sees it: the cloud's instance joined with its agent's record. */
+export interface FleetNode {
+  readonly instance: Instance;
+  readonly record?: NodeRecord;
+  /** Running, registered, healthy and not draining: new work may go here. */
+  readonly schedulable: boolean;
+}

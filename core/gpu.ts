@@ -1,0 +1,83 @@
+/**
+ * GPU models and the shapes of GPU a job can ask for.
+ *
+ * Model names are canonical short names ("A100-80GB", "L4"). A job that asks for a family
+ * ("A100") accepts every variant of it ("A100-40GB", "A100-80GB").
+ */
+
+export const GPU_MODELS = [
+  'K80', 'T4', 'V100', 'V100-32GB', 'A10G', 'L4', 'L40S', 'A100-40GB', 'A100-80GB', 'H100', 'H200', 'B200',
+] as const;
+export type GpuModel = (typeof GPU_MODELS)[number];
+
+/** Families accepted in job specs in addition to the exact model names. */
+export const GPU_FAMILIES = ['V100', 'A100'] as const;
+
+export function isGpuModel(name: string): name is GpuModel {
+  return (GPU_MODELS as readonly string[]).includes(name);
+}
+
+/** True when a node with `actual` GPUs satisfies a request for `wanted` (exact model or family). */
+export function gpuModelMatches(wanted: string, actual: GpuModel): boolean {
+  return wanted === actual || actual.startsWith(`${wanted}-`);
+}
+
+/**
+ * Maps a vendor's GPU description ("NVIDIA A100", 80 GiB; "NVIDIA T4 Tensor Core"; "nvidia-l4")
+ * to a canonical model, or undefined when it is not one gpu-fleet knows.
+ */
+export function normalizeGpuModel(description: string, memoryGiBPerGpu?: number): GpuModel | undefined {
+  const d = description.toUpperCase().replace(/^NVIDIA[\s-]+/, '').replace(/^TESLA[\s-]+/, '');
+  if (/\bH200\b/.test(d)) return 'H200';
+  if (/\bH100\b/.test(d)) return 'H100';
+  if (/\bB200\b/.test(d)) return 'B200';
+  if (/\bA100\b/.test(d)) {
+    if (/80\s*GB/.test(d) || (memoryGiBPerGpu !== undefined && memoryGiBPerGpu >= 60)) return 'A100-80GB';
+    return 'A100-40GB';
+  }
+  if (/\bL40S\b/.test(d)) return 'L40S';
+  if (/\bL4\b/.test(d)) return 'L4';
+  if (/\bA10G\b/.test(d)) return 'A10G';
+  if (/\bV100\b/.test(d)) {
+    if (/32\s*GB/.test(d) || (memoryGiBPerGpu !== undefined && memoryGiBPerGpu >= 30)) return 'V100-32GB';
+    return 'V100';
+  }
+  if (/\bT4\b/.test(d)) return 'T4';
+  if (/\bK80\b/.test(d)) return 'K80';
+  return undefined;
+}
+
+/** What a job asks of each node it runs on (a gang asks this of every node). */
+export type GpuRequest =
+  /** N whole GPUs on one node. */
+  | { readonly kind: 'whole'; readonly count: number; readonly models?: readonly string[]; readonly minMemoryMiB?: number }
+  /** A time-sliced share of one GPU: a fraction of its time (in thousandths) and GPU memory. */
+  | { readonly kind: 'fraction'; readonly milliGpu: number; readonly memoryMiB: number; readonly models?: readonly string[] }
+  /** One MIG instance of a named profile such as "1g.10gb" or "3g.40gb". */
+  | { readonly kind: 'mig'; readonly profile: string; readonly models?: readonly string[] };
+
+/** GPUs a request occupies on one node, counting a fraction or MIG slice as a whole GPU it touches. */
+export function gpusTouched(request: GpuRequest): number {
+  return request.kind === 'whole' ? request.count : 1;
+}
+
+/** The GPU-equivalents a request uses, in thousandths of a GPU (for fair share and accounting). */
+export function milliGpusUsed(request: GpuRequest, migComputeSlices?: number): number {
+  switch (request.kind) {
+    case 'whole':
+      return request.count * 1000;
+    case 'fraction':
+      return request.milliGpu;
+    case 'mig':
+      return Math.round(((migComputeSlices ?? 1) * 1000) / 7);
+  }
+}
+
+/** A GPU on a node as the node agent reports it or the catalogue promises it. */
+export interface GpuDevice {
+  readonly index: number;
+  readonly model: GpuModel;
+  readonly memoryMiB: number;
+  readonly uuid?: string;
+  readonly migEnabled?: boolean;
+}

@@ -1,0 +1,163 @@
+import { z } from 'zod';
+import { GPU_FAMILIES, GPU_MODELS } from './gpu.ts';
+
+/**
+ * The job spec: what a person submits to a team queue. One schema, used by intake, by
+ * `gpu-fleet submit` and by the simulator, so that a spec accepted in one is accepted in all.
+ *
+ * The team is never part of the spec: it comes from the queue the message arrived on.
+ * The command is an argv array, never a shell string: no shell ever stands between a spec and a process.
+ */
+
+const ACCEPTED_MODELS: readonly string[] = [...new Set<string>([...GPU_MODELS, ...GPU_FAMILIES])];
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+// registry/repository[:tag][@sha256:digest] — no spaces, no shell metacharacters.
+const IMAGE_RE = /^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::\d+)?(?:\/[a-z0-9]+(?:[._-]{1,2}[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(?:@sha256:[a-f0-9]{64})?$/;
+const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+const LABEL_KEY_RE = /^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$/;
+const LABEL_VALUE_RE = /^[A-Za-z0-9._:/@ -]{0,128}$/;
+const MIG_PROFILE_RE = /^[1-8]g\.\d{1,3}gb(\+me|\+gfx)?$/;
+const ZONE_RE = /^[a-z]{2,}-[a-z0-9-]+$/;
+
+const modelList = z
+  .array(z.string().refine((m) => ACCEPTED_MODELS.includes(m), { error: `unknown GPU model; allowed: ${ACCEPTED_MODELS.join(', ')}` }))
+  .min(1, { error: 'give at least one GPU model, or leave the field out to accept any' })
+  .max(ACCEPTED_MODELS.length)
+  .optional();
+
+const int = (min: number, max: number, unit = '') =>
+  z
+    .number({ error: `must be a number from ${min} to ${max}${unit}` })
+    .int({ error: `must be a whole number from ${min} to ${max}${unit}` })
+    .min(min, { error: `must be at least ${min}${unit}` })
+    .max(max, { error: `must be at most ${max}${unit}` });
+
+export const GpuRequestSchema = z.discriminatedUnion(
+  'kind',
+  [
+    z.strictObject({
+      kind: z.literal('whole'),
+      count: int(1, 16),
+      models: modelList,
+      minMemoryMiB: int(1, 1_048_576).optional(),
+    }),
+    z.strictObject({
+      kind: z.literal('fraction'),
+      milliGpu: int(1, 999, ' thousandths of one GPU'),
+      memoryMiB: int(1, 1_048_576),
+      models: modelList,
+    }),
+    z.strictObject({
+      kind: z.literal('mig'),
+      profile: z.string().regex(MIG_PROFILE_RE, { error: 'must be a MIG profile such as "1g.10gb", "3g.40gb" or "1g.10gb+me"' }),
+      models: modelList,
+    }),
+  ],
+  { error: 'must be "whole", "fraction" or "mig"' },
+);
+
+export const CheckpointSpecSchema = z.strictObject({
+  intervalSec: int(60, 86_400),
+  signal: z.enum(['SIGUSR1', 'SIGUSR2', 'SIGTERM', 'SIGINT'], { error: 'must be SIGUSR1, SIGUSR2, SIGTERM or SIGINT' }).default('SIGUSR1'),
+  gracePeriodSec: int(5, 900).default(90),
+});
+
+const JobSpecObject = z.strictObject({
+  name: z.string().regex(NAME_RE, { error: 'must be 1-128 letters, digits, ".", "_" or "-", starting with a letter or digit' }).optional(),
+  image: z
+    .string({ error: 'must be a container image reference such as "pytorch/pytorch:2.3.0-cuda12.1"' })
+    .max(512)
+    .regex(IMAGE_RE, { error: 'must be a container image reference ([registry/]repository[:tag][@sha256:digest]) without spaces or shell characters' }),
+  command: z
+    .array(z.string().max(8192, { error: 'each command argument is at most 8192 characters' }), {
+      error: 'must be an array of arguments (argv), e.g. ["python", "train.py"]; a shell string is not accepted',
+    })
+    .min(1, { error: 'command needs at least the program to run' })
+    .max(256, { error: 'command has at most 256 arguments' })
+    .refine((argv) => argv.every((a) => !a.includes('\u0000')), { error: 'command arguments may not contain NUL characters' }),
+  env: z
+    .record(
+      z.string().regex(ENV_NAME_RE, { error: 'environment variable names are letters, digits and "_", not starting with a digit' })
+        .refine((k) => !k.startsWith('GPU_FLEET_'), { error: 'GPU_FLEET_* variables are set by gpu-fleet and cannot be given' }),
+      z.string().max(32_768).refine((v) => !v.includes('\u0000'), { error: 'environment values may not contain NUL characters' }),
+    )
+    .refine((e) => Object.keys(e).length <= 128, { error: 'at most 128 environment variables' })
+    .default({}),
+  gpu: GpuRequestSchema,
+  nodes: int(1, 64).default(1),
+  priority: int(0, 1000).default(100),
+  interruptible: z.boolean({ error: 'must be true or false' }).default(true),
+  checkpoint: CheckpointSpecSchema.optional(),
+  expectedRuntimeSec: int(1, 90 * 86_400).optional(),
+  deadline: z.iso.datetime({ error: 'must be an ISO 8601 date-time with a zone, e.g. "2026-12-04T17:00:00Z"', offset: true }).optional(),
+  labels: z
+    .record(
+      z.string().regex(LABEL_KEY_RE, { error: 'label keys are lower-case letters, digits, ".", "_", "/" or "-", at most 63 characters' }),
+      z.string().regex(LABEL_VALUE_RE, { error: 'label values are at most 128 letters, digits, spaces or ._:/@-' }),
+    )
+    .refine((l) => Object.keys(l).length <= 32, { error: 'at most 32 labels' })
+    .default({}),
+  placement: z
+    .strictObject({
+      clouds: z.array(z.enum(['aws', 'gcp'], { error: 'entries must be "aws" or "gcp"' })).min(1).optional(),
+      regions: z.array(z.string().regex(ZONE_RE, { error: 'entries look like "us-east-1" or "europe-west4"' })).min(1).max(32).optional(),
+      zones: z.array(z.string().regex(ZONE_RE, { error: 'entries look like "us-east-1a" or "europe-west4-a"' })).min(1).max(64).optional(),
+    })
+    .optional(),
+});
+
+/** The field names a spec may have, for messages about unknown fields. */
+export const JOB_SPEC_FIELDS: readonly string[] = Object.keys(JobSpecObject.shape);
+
+export const JobSpecSchema = JobSpecObject.superRefine((spec, ctx) => {
+  if (spec.nodes > 1 && spec.gpu.kind !== 'whole') {
+    ctx.addIssue({ code: 'custom', path: ['nodes'], message: 'a multi-node gang needs whole GPUs (gpu.kind "whole")', input: spec.nodes });
+  }
+});
+
+export type JobSpecInput = z.input<typeof JobSpecSchema>;
+export type JobSpec = z.output<typeof JobSpecSchema>;
+export type CheckpointSpec = z.output<typeof CheckpointSpecSchema>;
+
+export type SpecCheck = { ok: true; spec: JobSpec } | { ok: false; errors: string[] };
+
+/**
+ * Validates an untrusted value as a job spec. Never throws: a bad spec gives a list of
+ * messages, each naming the field, what was wrong and what is allowed.
+ */
+export function checkJobSpec(input: unknown): SpecCheck {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    return { ok: false, errors: [`(spec): must be a JSON object with at least image, command and gpu; got ${shortJson(input)}`] };
+  }
+  if ('team' in input) {
+    return { ok: false, errors: ['team: a job spec cannot name its team; the team is the queue the job is sent to'] };
+  }
+  const result = JobSpecSchema.safeParse(input, { reportInput: true });
+  if (result.success) return { ok: true, spec: result.data };
+  return { ok: false, errors: result.error.issues.map(describeIssue) };
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const where = issue.path.length > 0 ? issue.path.map(String).join('.') : '(spec)';
+  let message = issue.message;
+  if (issue.code === 'unrecognized_keys') {
+    const allowed = issue.path.length === 0 ? `; allowed: ${JOB_SPEC_FIELDS.join(', ')}` : '';
+    message = `unknown field(s) ${issue.keys.map((k) => JSON.stringify(k)).join(', ')}${allowed}`;
+  } else if (issue.code === 'invalid_key' && issue.issues[0]) {
+    message = issue.issues[0].message;
+  } else if (issue.code === 'invalid_type' && issue.input === undefined) {
+    message = `is required; ${issue.message}`;
+  }
+  const got = 'input' in issue && issue.input !== undefined && issue.code !== 'unrecognized_keys' ? `; got ${shortJson(issue.input)}` : '';
+  return `${where}: ${message}${got}`;
+}
+
+function shortJson(value: unknown): string {
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? String(value);
+  } catch {
+    text = String(value);
+  }
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}

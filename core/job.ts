@@ -1,0 +1,264 @@
+import type { JobSpec } from './job-spec.ts';
+import type { Reason } from './reason.ts';
+
+/**
+ * A job's life: pending → placed → running → succeeded | failed | cancelled, with
+ * running → checkpointing → pending (attempt + 1) on interruption or preemption, and
+ * rejected for a spec that failed validation. A held job is pending with a `hold` reason.
+ * Exactly one attempt runs at a time: every transition names the attempt it acts on, and a
+ * transition for an older attempt is refused, so late or repeated events change nothing.
+ */
+export const JOB_STATES = ['pending', 'placed', 'running', 'checkpointing', 'succeeded', 'failed', 'cancelled', 'rejected'] as const;
+export type JobState = (typeof JOB_STATES)[number];
+export const TERMINAL_STATES: readonly JobState[] = ['succeeded', 'failed', 'cancelled', 'rejected'];
+export const ACTIVE_STATES: readonly JobState[] = ['placed', 'running', 'checkpointing'];
+
+export function isTerminal(state: JobState): boolean {
+  return TERMINAL_STATES.includes(state);
+}
+
+/** Where one attempt of a job runs: one entry per node of its gang. */
+export interface NodeAssignment {
+  readonly nodeId: string;
+  /** Whole GPUs, or the one GPU that holds the MIG slice or time-slice share. */
+  readonly gpuIndices: readonly number[];
+  readonly mig?: { readonly profile: string; readonly startSlice: number };
+  readonly share?: { readonly milliGpu: number; readonly memoryMiB: number };
+}
+
+export interface Placement {
+  readonly nodes: readonly NodeAssignment[];
+  /** Capacity type of the nodes, for accounting and the spot rules. */
+  readonly capacityType: 'spot' | 'on-demand';
+}
+
+/** The newest complete checkpoint of a job. */
+export interface CheckpointRef {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly location: string;
+  readonly completedAtMs: number;
+  /** Seconds of work the checkpoint holds (progress to resume from). */
+  readonly progressSec: number;
+}
+
+export interface Job {
+  readonly id: string;
+  readonly team: string;
+  /** The validated spec; for a rejected job, absent (the raw body is in `rejected.body`). */
+  readonly spec: JobSpec;
+  readonly state: JobState;
+  /** Bumped on every write; stores compare it so racing writers cannot both win. */
+  readonly version: number;
+  /** 1 for the first run; + 1 each time the job goes back to pending after it was placed. */
+  readonly attempt: number;
+  readonly submittedAtMs: number;
+  readonly updatedAtMs: number;
+  /** When the job last entered pending: the clock for its current wait. */
+  readonly queuedAtMs: number;
+  /** Total time spent pending so far, excluding the current wait. */
+  readonly waitedMs: number;
+  readonly placement?: Placement;
+  readonly placedAtMs?: number;
+  readonly startedAtMs?: number;
+  readonly firstStartedAtMs?: number;
+  readonly checkpoint?: CheckpointRef;
+  /** Set while pending when a budget or limit keeps the job waiting. */
+  readonly hold?: Reason;
+  /** Why the job went back to pending the last time (interrupted, node lost, preempted). */
+  readonly requeueReason?: Reason;
+  readonly interruptions: number;
+  readonly rejection?: { readonly errors: readonly string[]; readonly body: string };
+  readonly exitCode?: number;
+  readonly endedAtMs?: number;
+  readonly cancelRequested?: boolean;
+}
+
+export type JobEvent =
+  | { readonly type: 'place'; readonly attempt: number; readonly placement: Placement }
+  | { readonly type: 'start'; readonly attempt: number }
+  | { readonly type: 'checkpoint-requested'; readonly attempt: number }
+  | { readonly type: 'checkpoint-done'; readonly checkpoint: CheckpointRef }
+  /** Back to pending (attempt + 1) from placed, running or checkpointing: interruption, node lost, preemption. */
+  | { readonly type: 'requeue'; readonly attempt: number; readonly reason: Reason }
+  | { readonly type: 'succeed'; readonly attempt: number }
+  | { readonly type: 'fail'; readonly attempt: number; readonly exitCode: number }
+  | { readonly type: 'cancel' }
+  | { readonly type: 'hold'; readonly reason: Reason | undefined };
+
+export type TransitionResult =
+  | { readonly ok: true; readonly job: Job; readonly changed: boolean }
+  | { readonly ok: false; readonly error: string };
+
+const ALLOWED: Record<JobEvent['type'], readonly JobState[]> = {
+  place: ['pending'],
+  start: ['placed'],
+  'checkpoint-requested': ['running', 'placed'],
+  'checkpoint-done': ['running', 'checkpointing', 'placed', 'pending'],
+  requeue: ['placed', 'running', 'checkpointing'],
+  succeed: ['placed', 'running', 'checkpointing'],
+  fail: ['placed', 'running', 'checkpointing'],
+  cancel: ['pending', 'placed', 'running', 'checkpointing'],
+  hold: ['pending'],
+};
+
+/**
+ * Applies one event to a job at `nowMs`. Pure. An event for another attempt, or one that has
+ * already been applied, returns `changed: false` with the job as it is (idempotent); an
+ * event that makes no sense in the current state returns an error.
+ */
+export function transition(job: Job, event: JobEvent, nowMs: number): TransitionResult {
+  if ('attempt' in event && event.attempt !== job.attempt) {
+    return { ok: true, job, changed: false };
+  }
+  if (event.type === 'checkpoint-done' && event.checkpoint.jobId !== job.id) {
+    return { ok: false, error: `checkpoint of job ${event.checkpoint.jobId} given to job ${job.id}` };
+  }
+  if (!ALLOWED[event.type].includes(job.state)) {
+    if (isTerminal(job.state) || alreadyApplied(job, event)) return { ok: true, job, changed: false };
+    return { ok: false, error: `job ${job.id} is ${job.state}; "${event.type}" is allowed only when ${ALLOWED[event.type].join(' or ')}` };
+  }
+  const base = { ...job, version: job.version + 1, updatedAtMs: nowMs };
+  switch (event.type) {
+    case 'place':
+      return changed({ ...base, state: 'placed', placement: event.placement, placedAtMs: nowMs, waitedMs: job.waitedMs + (nowMs - job.queuedAtMs), hold: undefined });
+    case 'start':
+      return changed({ ...base, state: 'running', startedAtMs: nowMs, firstStartedAtMs: job.firstStartedAtMs ?? nowMs });
+    case 'checkpoint-requested':
+      if (job.state === 'placed') return { ok: true, job, changed: false };
+      return changed({ ...base, state: 'checkpointing' });
+    case 'checkpoint-done': {
+      const cp = event.checkpoint;
+      if (job.checkpoint && (job.checkpoint.completedAtMs > cp.completedAtMs || (job.checkpoint.completedAtMs === cp.completedAtMs && job.checkpoint.progressSec >= cp.progressSec))) {
+        return { ok: true, job, changed: false };
+      }
+      return changed({ ...base, checkpoint: cp });
+    }
+    case 'requeue':
+      return changed({
+        ...base,
+        state: 'pending',
+        attempt: job.attempt + 1,
+        placement: undefined,
+        placedAtMs: undefined,
+        startedAtMs: undefined,
+        queuedAtMs: nowMs,
+        requeueReason: event.reason,
+        interruptions: job.interruptions + 1,
+        cancelRequested: undefined,
+      });
+    case 'succeed':
+      return changed({ ...base, state: 'succeeded', exitCode: 0, endedAtMs: nowMs });
+    case 'fail':
+      return changed({ ...base, state: 'failed', exitCode: event.exitCode, endedAtMs: nowMs });
+    case 'cancel':
+      if (job.state === 'pending') {
+        return changed({ ...base, state: 'cancelled', endedAtMs: nowMs, waitedMs: job.waitedMs + (nowMs - job.queuedAtMs) });
+      }
+      if (job.cancelRequested) return { ok: true, job, changed: false };
+      // A placed or running job is stopped by its node agent, which then reports it cancelled.
+      return changed({ ...base, cancelRequested: true });
+    case 'hold':
+      if (sameReason(job.hold, event.reason)) return { ok: true, job, changed: false };
+      return changed({ ...base, hold: event.reason });
+  }
+}
+
+function changed(job: Job): TransitionResult {
+  return { ok: true, job, changed: true };
+}
+
+function sameReason(a: Reason | undefined, b: Reason | undefined): boolean {
+  return a?.code === b?.code && a?.message === b?.message;
+}
+
+function alreadyApplied(job: Job, event: JobEvent): boolean {
+  switch (event.type) {
+    case 'start':
+      return job.state === 'running' || job.state === 'checkpointing';
+    case 'checkpoint-requested':
+      return job.state === 'checkpointing';
+    default:
+      return false;
+  }
+}
+
+/** Marks a stopped job (after cancelRequested) as cancelled; the agent calls this once the process is gone. */
+export function finishCancel(job: Job, nowMs: number): TransitionResult {
+  if (job.state === 'cancelled') return { ok: true, job, changed: false };
+  if (!job.cancelRequested || isTerminal(job.state)) {
+    return { ok: false, error: `job ${job.id} is ${job.state} without a pending cancel` };
+  }
+  return changed({ ...job, state: 'cancelled', version: job.version + 1, updatedAtMs: nowMs, endedAtMs: nowMs });
+}
+
+export interface NewJob {
+  readonly id: string;
+  readonly team: string;
+  readonly spec: JobSpec;
+  readonly submittedAtMs: number;
+}
+
+export function newPendingJob(input: NewJob): Job {
+  return {
+    id: input.id,
+    team: input.team,
+    spec: input.spec,
+    state: 'pending',
+    version: 1,
+    attempt: 1,
+    submittedAtMs: input.submittedAtMs,
+    updatedAtMs: input.submittedAtMs,
+    queuedAtMs: input.submittedAtMs,
+    waitedMs: 0,
+    interruptions: 0,
+  };
+}
+
+/** A rejected job keeps the raw body and every reason, so nothing submitted is lost. */
+export function newRejectedJob(input: Omit<NewJob, 'spec'> & { errors: readonly string[]; body: string }): Job {
+  return {
+    id: input.id,
+    team: input.team,
+    spec: REJECTED_PLACEHOLDER_SPEC,
+    state: 'rejected',
+    version: 1,
+    attempt: 0,
+    submittedAtMs: input.submittedAtMs,
+    updatedAtMs: input.submittedAtMs,
+    queuedAtMs: input.submittedAtMs,
+    waitedMs: 0,
+    interruptions: 0,
+    rejection: { errors: input.errors, body: input.body.length > 16_384 ? `${input.body.slice(0, 16_384)}…` : input.body },
+    endedAtMs: input.submittedAtMs,
+  };
+}
+
+/** Stands in for the spec of a rejected job, which has none; never scheduled (the state is terminal). */
+const REJECTED_PLACEHOLDER_SPEC: JobSpec = {
+  image: 'rejected',
+  command: ['false'],
+  env: {},
+  gpu: { kind: 'whole', count: 1 },
+  nodes: 1,
+  priority: 0,
+  interruptible: true,
+  labels: {},
+};
+
+/**
+ * Deterministic job id from the team and the submitter's idempotency token (or the queue
+ * message id): the same message delivered twice makes the same id, and two teams can never
+ * collide. Characters outside [A-Za-z0-9_-] are escaped as ~XX, so distinct tokens stay distinct.
+ */
+export function jobIdFor(team: string, token: string): string {
+  const safe = token.replace(/[^A-Za-z0-9_-]/g, (c) => `~${c.codePointAt(0)!.toString(16).padStart(2, '0')}`);
+  return `${team}.${safe}`;
+}
+
+export const MAX_IDEMPOTENCY_TOKEN_LENGTH = 128;
+
+/** The time a job has waited so far, for reports. */
+export function waitMsSoFar(job: Job, nowMs: number): number {
+  return job.waitedMs + (job.state === 'pending' ? nowMs - job.queuedAtMs : 0);
+}

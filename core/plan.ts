@@ -1,0 +1,47 @@
+import type { Placement } from './job.ts';
+import type { Reason } from './reason.ts';
+
+/** One thing the reconciler will do. Every action says why. */
+export type PlanAction =
+  | { readonly kind: 'place'; readonly jobId: string; readonly attempt: number; readonly placement: Placement; readonly reason: Reason }
+  | {
+      readonly kind: 'scale-up';
+      readonly groupId: string;
+      readonly fromDesired: number;
+      readonly toDesired: number;
+      /** The offerings the planner expects the group to launch, and how many of each. */
+      readonly expected: readonly { readonly offeringId: string; readonly count: number }[];
+      readonly reason: Reason;
+    }
+  | { readonly kind: 'scale-in'; readonly groupId: string; readonly instanceId: string; readonly reason: Reason }
+  | { readonly kind: 'preempt'; readonly jobId: string; readonly attempt: number; readonly reason: Reason }
+  | { readonly kind: 'hold'; readonly jobId: string; readonly reason: Reason | undefined };
+
+export interface WaitingJob {
+  readonly jobId: string;
+  readonly reason: Reason;
+}
+
+export interface Plan {
+  readonly actions: readonly PlanAction[];
+  /** Every pending job the plan does not place, with why. */
+  readonly waiting: readonly WaitingJob[];
+  /** Expected hourly cost of the capacity this plan adds, under the snapshot's prices (µUSD/h). */
+  readonly addedCostMicroUsdPerHour: number;
+}
+
+/** A short human line for an action, for logs, `explain` and the decision record. */
+export function describeAction(action: PlanAction): string {
+  switch (action.kind) {
+    case 'place':
+      return `place ${action.jobId} (attempt ${action.attempt}) on ${action.placement.nodes.map((n) => `${n.nodeId}[${n.gpuIndices.join(',')}]`).join(' + ')}: ${action.reason.message}`;
+    case 'scale-up':
+      return `scale ${action.groupId} ${action.fromDesired} → ${action.toDesired}: ${action.reason.message}`;
+    case 'scale-in':
+      return `remove ${action.instanceId} from ${action.groupId}: ${action.reason.message}`;
+    case 'preempt':
+      return `preempt ${action.jobId} (attempt ${action.attempt}): ${action.reason.message}`;
+    case 'hold':
+      return action.reason ? `hold ${action.jobId}: ${action.reason.message}` : `release hold on ${action.jobId}`;
+  }
+}

@@ -1,0 +1,251 @@
+import type { Cloud, InstanceType, Offering, PriceQuote } from './catalog.ts';
+import type { Instance, NodeGroup, NodeRecord } from './fleet.ts';
+import type { CheckpointRef, Job, JobState } from './job.ts';
+import type { MicroUsd } from './money.ts';
+import type { Plan } from './plan.ts';
+
+/**
+ * The ports: what gpu-fleet needs from the outside world. core/ calls these and nothing else;
+ * cloud/aws, cloud/gcp and cloud/sim implement them. test/contract/ holds one suite per port
+ * that every implementation must pass.
+ *
+ * Conventions for all ports:
+ * - Methods that change the world are idempotent: calling twice with the same arguments has
+ *   the effect of calling once, and the second call does not fail because of the first.
+ * - "Not found" is a value (undefined, `alreadyGone`) where the caller expects it, and a
+ *   `CloudError('not-found')` only where the thing named must exist (a node group).
+ * - Failures of the outside world are `CloudError`s with a code from the port vocabulary.
+ */
+
+/** The time. The only clock core/ ever reads. */
+export interface Clock {
+  /** Milliseconds since the Unix epoch. Never goes backwards within one process. */
+  nowMs(): number;
+}
+
+/** A failed attempt to launch capacity, as the cloud reports it. */
+export interface LaunchFailure {
+  readonly groupId: string;
+  /** The offering that failed, when the cloud says which (instance type and zone). */
+  readonly offeringId?: string;
+  readonly atMs: number;
+  /** Cloud's code, e.g. InsufficientInstanceCapacity, ZONE_RESOURCE_POOL_EXHAUSTED. */
+  readonly code: string;
+  readonly message: string;
+}
+
+/** The machines: node groups and their instances. */
+export interface NodeGroupProvider {
+  readonly cloud: Cloud;
+  /** Every group gpu-fleet manages (found by its managed tag or label); [] when there are none. */
+  listGroups(): Promise<NodeGroup[]>;
+  /** Instances of the managed groups in every state the cloud still reports, terminated included while it does. */
+  listInstances(): Promise<Instance[]>;
+  /**
+   * Sets a group's desired size. Idempotent. Rejects with `invalid-request` when the size is
+   * outside [min, max] and with `not-found` when the group does not exist.
+   */
+  setDesiredCapacity(groupId: string, desired: number): Promise<void>;
+  /**
+   * Terminates one instance and lowers the group's desired size by one, so the group does not
+   * replace it. Idempotent: an instance that is already gone (or terminating) resolves with
+   * `alreadyGone: true` and changes nothing else.
+   */
+  terminateInstance(groupId: string, instanceId: string): Promise<{ alreadyGone: boolean }>;
+  /**
+   * Protects instances that run work from the group's own scale-in (or lifts the protection).
+   * Idempotent; instances that no longer exist are skipped.
+   */
+  setScaleInProtection(groupId: string, instanceIds: readonly string[], protect: boolean): Promise<void>;
+  /** Launch failures reported since `sinceMs`, oldest first. */
+  launchFailures(sinceMs: number): Promise<LaunchFailure[]>;
+  /**
+   * Lets a terminating instance held by a lifecycle hook go. Idempotent: an expired or
+   * already completed action resolves.
+   */
+  completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void>;
+}
+
+/** The machine types a cloud offers, and their GPU facts. */
+export interface CatalogSource {
+  /** Facts for the named instance types; names the cloud does not know are left out of the map. */
+  instanceTypes(names: readonly string[]): Promise<Map<string, InstanceType>>;
+}
+
+/** Prices of offerings. */
+export interface PriceSource {
+  /**
+   * The current price of each offering, by offering id. An offering with no known price is
+   * left out (the planner then never buys it). On-demand prices come from the shipped
+   * catalogue; spot prices from the cloud where it publishes them.
+   */
+  prices(offerings: readonly Offering[]): Promise<Map<string, PriceQuote>>;
+}
+
+/** Per-job outcome of a state-store write that may lose a race. */
+export type WriteResult = { readonly ok: true; readonly job: Job } | { readonly ok: false; readonly current: Job | undefined };
+
+/** Jobs, by id; by state and team. */
+export interface JobStore {
+  /**
+   * Stores a new job unless one with the same id exists. Idempotent by id: the second call
+   * returns `created: false` and the stored job, unchanged.
+   */
+  create(job: Job): Promise<{ created: boolean; job: Job }>;
+  /** The job, or undefined when there is none with that id. */
+  get(id: string): Promise<Job | undefined>;
+  /**
+   * Replaces the stored job with `next` only if the stored version is `expectedVersion`
+   * (a conditional write). On a lost race returns the current job so the caller can re-decide.
+   * `next.version` must be `expectedVersion + 1`.
+   */
+  update(next: Job, expectedVersion: number): Promise<WriteResult>;
+  /** Jobs in any of the given states (optionally of one team), in submission order. */
+  listByState(states: readonly JobState[], team?: string): Promise<Job[]>;
+}
+
+/** What node agents report, and the node's draining mark. */
+export interface NodeStore {
+  /** Records a node's agent. Idempotent: registering again refreshes GPUs and heartbeat. */
+  register(record: NodeRecord): Promise<void>;
+  /** Records a heartbeat. A heartbeat for an unknown node is ignored (returns false). */
+  heartbeat(instanceId: string, atMs: number, health?: { healthy: boolean; problem?: string }): Promise<boolean>;
+  /** The node's record, or undefined when its agent never registered (or it was removed). */
+  get(instanceId: string): Promise<NodeRecord | undefined>;
+  list(): Promise<NodeRecord[]>;
+  /**
+   * Marks a node draining. Idempotent: the first mark wins and later calls return it unchanged.
+   * Marking an unknown node creates a minimal record so the mark is not lost.
+   */
+  markDraining(instanceId: string, drain: { sinceMs: number; reason: string; deadlineMs: number; groupId?: string }): Promise<NodeRecord>;
+  /** Sets or clears the time since which the node has had no work. */
+  setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void>;
+  /** Forgets a node that is gone. Idempotent. */
+  remove(instanceId: string): Promise<void>;
+}
+
+export interface QueueDepth {
+  readonly visible: number;
+  readonly inFlight: number;
+  readonly delayed: number;
+}
+
+/** The team job queues. */
+export interface JobQueue {
+  /**
+   * Sends a job spec to a team's queue. `token` is the submitter's idempotency token: sending
+   * the same token twice makes one job. Rejects with `not-found` for a team without a queue.
+   */
+  send(team: string, body: string, token: string): Promise<{ messageId: string }>;
+  /** Messages waiting in the team's queue. Rejects with `not-found` for a team without a queue. */
+  depth(team: string): Promise<QueueDepth>;
+  /** The teams that have queues. */
+  teams(): Promise<string[]>;
+}
+
+export interface GpuSample {
+  readonly instanceId: string;
+  readonly gpuIndex: number;
+  /** Mean utilisation over the window, 0–100. */
+  readonly utilizationPct: number;
+  readonly memoryUsedMiB: number;
+  readonly atMs: number;
+}
+
+/** GPU utilisation of nodes. */
+export interface GpuMetricsSource {
+  /** The newest sample per GPU of each instance within the last `windowSec`; instances without data are absent. */
+  gpuSamples(instanceIds: readonly string[], windowSec: number): Promise<GpuSample[]>;
+}
+
+/** A team's budget tags as found on its resources (its queue first of all). */
+export interface TeamTagSet {
+  readonly team: string;
+  readonly resource: string;
+  readonly tags: Readonly<Record<string, string>>;
+}
+
+/** Budget tags, read live (no redeploy to change a budget). */
+export interface BudgetTagSource {
+  /** Every resource carrying `gpu-fleet:team`, with all its `gpu-fleet:*` tags. */
+  readTeamTags(): Promise<TeamTagSet[]>;
+}
+
+/** Where checkpoints live, and which one is newest. */
+export interface CheckpointStore {
+  /** Where attempt `attempt` of a job writes its checkpoints. Pure: same input, same answer. */
+  locationFor(jobId: string, attempt: number): string;
+  /** Records a checkpoint as complete. Idempotent by (job, attempt, location). */
+  markComplete(ref: CheckpointRef): Promise<void>;
+  /** The newest complete checkpoint of the job, over all attempts; undefined when there is none. */
+  latest(jobId: string): Promise<CheckpointRef | undefined>;
+}
+
+/** One reconcile's record: what it saw, did, and why. `gpu-fleet explain` reads these. */
+export interface DecisionRecord {
+  readonly id: string;
+  readonly atMs: number;
+  readonly dryRun: boolean;
+  readonly inputs: {
+    readonly pendingJobs: number;
+    readonly activeJobs: number;
+    readonly nodes: number;
+    readonly groups: readonly { readonly id: string; readonly desired: number; readonly min: number; readonly max: number }[];
+  };
+  readonly plan: Plan;
+  readonly applied: number;
+  readonly errors: readonly string[];
+  readonly planMs: number;
+}
+
+export interface DecisionLog {
+  /** Stores a record. Idempotent by id. */
+  record(decision: DecisionRecord): Promise<void>;
+  get(id: string): Promise<DecisionRecord | undefined>;
+  /** The newest records first, at most `limit`. */
+  recent(limit: number): Promise<DecisionRecord[]>;
+}
+
+/** The team's spend in one budget period, and how far in time it has been counted. */
+export interface SpendCursor {
+  readonly spentMicroUsd: MicroUsd;
+  /** Spend is counted up to this time; undefined when nothing was counted yet in the period. */
+  readonly accruedUntilMs: number | undefined;
+}
+
+export interface SpendAccrual {
+  readonly team: string;
+  readonly period: string;
+  /** The window counted: [fromMs, toMs). `fromMs` must be the cursor's `accruedUntilMs` (or any time when unset). */
+  readonly fromMs: number;
+  readonly toMs: number;
+  readonly amountMicroUsd: MicroUsd;
+}
+
+/**
+ * Spend per team and budget period. Each (team, period) has a cursor; an accrual moves it
+ * forward with one conditional write, so a window is counted exactly once even when two
+ * writers race or a crashed run is repeated.
+ */
+export interface SpendLedger {
+  read(team: string, period: string): Promise<SpendCursor>;
+  /**
+   * Adds the amount and moves the cursor to `toMs` if the cursor is at `fromMs` (or unset).
+   * Returns true when counted now or already counted for exactly this window (a repeat);
+   * false when the cursor is elsewhere (another writer counted): re-read and recompute.
+   */
+  accrue(entry: SpendAccrual): Promise<boolean>;
+  /** Every (team, period) cursor, for reports. */
+  list(): Promise<(SpendCursor & { team: string; period: string })[]>;
+}
+
+/** A mutual-exclusion lease with expiry, so one reconciler acts at a time. */
+export interface LeaseStore {
+  /**
+   * Takes the lease for `holder` until `nowMs + ttlMs` if it is free, expired, or already held
+   * by `holder` (renewal). Returns false when someone else holds it.
+   */
+  acquire(name: string, holder: string, nowMs: number, ttlMs: number): Promise<boolean>;
+  /** Gives the lease up if `holder` holds it; otherwise does nothing. */
+  release(name: string, holder: string): Promise<void>;
+}

@@ -1,0 +1,39 @@
+/**
+ * Every decision carries a reason: a machine-readable code and a sentence a person can read.
+ * Codes are stable (scripts and dashboards key on them); messages may improve over time.
+ */
+export type ReasonCode =
+  // placements and waiting
+  | 'placed-on-free-capacity'
+  | 'placed-on-new-capacity'
+  | 'waiting-for-capacity'
+  | 'waiting-for-boot'
+  | 'no-offering-fits'
+  | 'group-at-max'
+  | 'offering-unavailable'
+  | 'budget-hold'
+  | 'budget-spot-only'
+  | 'team-gpu-cap'
+  | 'fair-share'
+  | 'lower-priority'
+  // scaling
+  | 'scale-up-for-pending'
+  | 'scale-up-to-min'
+  | 'scale-in-idle'
+  | 'scale-in-consolidate'
+  | 'scale-in-above-max'
+  // interruptions and preemption
+  | 'preempt-for-priority'
+  | 'interrupted'
+  | 'node-lost'
+  | 'deadline-on-demand'
+  | 'deadline-spot-safe';
+
+export interface Reason {
+  readonly code: ReasonCode;
+  readonly message: string;
+}
+
+export function reason(code: ReasonCode, message: string): Reason {
+  return { code, message };
+}

@@ -1,0 +1,53 @@
+import { isValidTeamId } from '../budget.ts';
+import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
+import { checkJobSpec } from '../job-spec.ts';
+import type { Clock, JobStore } from '../ports.ts';
+
+export interface IntakeMessage {
+  /** The team whose queue the message arrived on. Never taken from the body. */
+  readonly team: string;
+  readonly body: string;
+  /** The submitter's idempotency token, or the queue's message id. */
+  readonly token: string;
+}
+
+export type IntakeOutcome =
+  | { readonly outcome: 'accepted'; readonly job: Job }
+  | { readonly outcome: 'duplicate'; readonly job: Job }
+  | { readonly outcome: 'rejected'; readonly job: Job; readonly errors: readonly string[] }
+  /** Cannot be attributed to a team or given an id: the caller sends it to the dead-letter queue. */
+  | { readonly outcome: 'unattributable'; readonly error: string };
+
+/**
+ * Takes one submitted job. A valid spec becomes a pending job; a bad one a rejected job that
+ * keeps the body and says what was wrong and what is allowed. Idempotent: the same token from
+ * the same team makes one job, and a repeat returns `duplicate` with the stored job.
+ * Store failures propagate (the caller retries them); nothing else throws.
+ */
+export async function intake(ports: { jobs: JobStore; clock: Clock }, message: IntakeMessage): Promise<IntakeOutcome> {
+  if (!isValidTeamId(message.team)) {
+    return { outcome: 'unattributable', error: `queue team "${message.team}" is not a valid team id (lower-case letters, digits and "-", at most 32 characters)` };
+  }
+  if (message.token.length === 0 || message.token.length > MAX_IDEMPOTENCY_TOKEN_LENGTH) {
+    return { outcome: 'unattributable', error: `idempotency token must be 1 to ${MAX_IDEMPOTENCY_TOKEN_LENGTH} characters, got ${message.token.length}` };
+  }
+  const id = jobIdFor(message.team, message.token);
+  const nowMs = ports.clock.nowMs();
+  let parsed: unknown;
+  let errors: string[] | undefined;
+  try {
+    parsed = JSON.parse(message.body);
+  } catch (error) {
+    errors = [`(body): not valid JSON (${error instanceof Error ? error.message : String(error)}); a job spec is a JSON object`];
+  }
+  if (!errors) {
+    const check = checkJobSpec(parsed);
+    if (check.ok) {
+      const { created, job } = await ports.jobs.create(newPendingJob({ id, team: message.team, spec: check.spec, submittedAtMs: nowMs }));
+      return created ? { outcome: 'accepted', job } : { outcome: 'duplicate', job };
+    }
+    errors = check.errors;
+  }
+  const { created, job } = await ports.jobs.create(newRejectedJob({ id, team: message.team, submittedAtMs: nowMs, errors, body: message.body }));
+  return created ? { outcome: 'rejected', job, errors } : { outcome: 'duplicate', job };
+}

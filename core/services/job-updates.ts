@@ -1,0 +1,29 @@
+import { ConflictError } from '../errors.ts';
+import { transition, type Job, type JobEvent } from '../job.ts';
+import type { JobStore } from '../ports.ts';
+
+export type UpdateOutcome =
+  | { readonly status: 'changed'; readonly job: Job }
+  | { readonly status: 'unchanged'; readonly job: Job }
+  | { readonly status: 'not-found' }
+  | { readonly status: 'refused'; readonly job: Job; readonly error: string };
+
+/**
+ * Applies an event to a stored job with a conditional write, re-reading and re-deciding when
+ * another writer got there first. Idempotent: an event already applied (or for an older
+ * attempt) leaves the job unchanged. Throws ConflictError only if the job keeps moving under it.
+ */
+export async function applyJobEvent(jobs: JobStore, jobId: string, event: JobEvent | ((job: Job) => JobEvent | undefined), nowMs: number, maxTries = 5): Promise<UpdateOutcome> {
+  for (let attempt = 0; attempt < maxTries; attempt++) {
+    const job = await jobs.get(jobId);
+    if (!job) return { status: 'not-found' };
+    const ev = typeof event === 'function' ? event(job) : event;
+    if (ev === undefined) return { status: 'unchanged', job };
+    const result = transition(job, ev, nowMs);
+    if (!result.ok) return { status: 'refused', job, error: result.error };
+    if (!result.changed) return { status: 'unchanged', job };
+    const written = await jobs.update(result.job, job.version);
+    if (written.ok) return { status: 'changed', job: written.job };
+  }
+  throw new ConflictError(`job ${jobId} kept changing during ${maxTries} attempts to apply an update`);
+}

@@ -1,0 +1,229 @@
+import type { Instance, NodeRecord } from '../fleet.ts';
+import { ACTIVE_STATES, type Job } from '../job.ts';
+import type { Plan, PlanAction } from '../plan.ts';
+import { describeAction } from '../plan.ts';
+import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore } from '../ports.ts';
+import { reason, type Reason } from '../reason.ts';
+import type { Policy, Snapshot } from '../snapshot.ts';
+import { accrueSpend, nodeShares } from './accrual.ts';
+import { applyJobEvent } from './job-updates.ts';
+import { jobsOnInstance, requeueAttempt } from './requeue.ts';
+import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from './snapshot-reader.ts';
+
+export type Planner = (snapshot: Snapshot) => Plan;
+
+export interface ReconcilePorts extends SnapshotPorts {
+  readonly clock: Clock;
+  readonly checkpoints: CheckpointStore;
+  readonly decisions: DecisionLog;
+  readonly lease?: LeaseStore;
+}
+
+export interface ReconcileOptions {
+  readonly planner: Planner;
+  readonly policy: Policy;
+  readonly dryRun?: boolean;
+  /** Who takes the lease (a Lambda request id, a host name). */
+  readonly holder?: string;
+  /** Last valid budget tags per team, carried between runs of one process. */
+  readonly teamMemory?: TeamMemory;
+  readonly poolRiskPerHour?: ReadonlyMap<string, number>;
+  /** Measures plan time; core has no clock of its own for that. */
+  readonly stopwatch?: () => number;
+}
+
+export type ReconcileOutcome =
+  | { readonly status: 'skipped'; readonly reason: string }
+  | {
+      readonly status: 'done';
+      readonly decision: DecisionRecord;
+      readonly snapshot: Snapshot;
+      readonly lostJobsRequeued: number;
+    };
+
+export const RECONCILE_LEASE = 'reconcile';
+
+/**
+ * One turn of the control loop: take the lease; requeue the work of lost nodes; count spend;
+ * read a snapshot; plan; record the decision; apply it (unless dry run); mark idle nodes.
+ * Every step is idempotent, so a run that crashed half-way is repaired by the next one.
+ */
+export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions): Promise<ReconcileOutcome> {
+  const holder = options.holder ?? 'reconciler';
+  const startMs = ports.clock.nowMs();
+  const ttlMs = Math.max(2 * options.policy.reconcileIntervalSec * 1000, 60_000);
+  if (ports.lease && !(await ports.lease.acquire(RECONCILE_LEASE, holder, startMs, ttlMs))) {
+    return { status: 'skipped', reason: 'another reconciler holds the lease' };
+  }
+  try {
+    let world = await readWorld(ports);
+    const nowMs = ports.clock.nowMs();
+    let lostJobsRequeued = 0;
+    if (!options.dryRun) {
+      lostJobsRequeued = await requeueLostWork(ports, world, nowMs, options.policy);
+      if (lostJobsRequeued > 0) world = await readWorld(ports);
+    }
+    const snapshot = await buildSnapshot(ports, world, {
+      nowMs,
+      policy: options.policy,
+      ...(options.teamMemory ? { teamMemory: options.teamMemory } : {}),
+      ...(options.poolRiskPerHour ? { poolRiskPerHour: options.poolRiskPerHour } : {}),
+    });
+    if (!options.dryRun) {
+      const shares = nodeShares(world.instances, world.activeJobs, snapshot.prices, (t) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1);
+      await accrueSpend(ports.ledger, { teams: [...snapshot.teams.values()], shares, nowMs, maxWindowMs: 2 * options.policy.reconcileIntervalSec * 1000 });
+    }
+    const t0 = options.stopwatch?.() ?? 0;
+    const plan = options.planner(snapshot);
+    const planMs = (options.stopwatch?.() ?? 0) - t0;
+    const base: DecisionRecord = {
+      id: `decision-${String(nowMs).padStart(15, '0')}`,
+      atMs: nowMs,
+      dryRun: options.dryRun ?? false,
+      inputs: {
+        pendingJobs: snapshot.pendingJobs.length,
+        activeJobs: snapshot.activeJobs.length,
+        nodes: snapshot.nodes.length,
+        groups: snapshot.groups.map((g) => ({ id: g.id, desired: g.desiredCapacity, min: g.minSize, max: g.maxSize })),
+      },
+      plan,
+      applied: 0,
+      errors: [],
+      planMs,
+    };
+    if (options.dryRun) {
+      await ports.decisions.record(base);
+      return { status: 'done', decision: base, snapshot, lostJobsRequeued };
+    }
+    await ports.decisions.record(base);
+    const { applied, errors } = await applyPlan(ports, plan, snapshot, nowMs);
+    await trackIdleAndProtection(ports, world, plan, nowMs);
+    const decision: DecisionRecord = { ...base, applied, errors };
+    await ports.decisions.record(decision);
+    return { status: 'done', decision, snapshot, lostJobsRequeued };
+  } finally {
+    if (ports.lease) await ports.lease.release(RECONCILE_LEASE, holder);
+  }
+}
+
+/** Applies each action on its own; one failure is recorded and does not stop the rest. */
+export async function applyPlan(ports: ReconcilePorts, plan: Plan, snapshot: Snapshot, nowMs: number): Promise<{ applied: number; errors: string[] }> {
+  const providerOf = new Map(snapshot.groups.map((g) => [g.id, ports.providers.find((p) => p.cloud === g.cloud)]));
+  let applied = 0;
+  const errors: string[] = [];
+  for (const action of plan.actions) {
+    try {
+      await applyAction(ports, action, providerOf, nowMs);
+      applied++;
+    } catch (error) {
+      errors.push(`${describeAction(action)} failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+  return { applied, errors };
+}
+
+async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf: Map<string, ReconcilePorts['providers'][number] | undefined>, nowMs: number): Promise<void> {
+  switch (action.kind) {
+    case 'place': {
+      const out = await applyJobEvent(ports.jobs, action.jobId, { type: 'place', attempt: action.attempt, placement: action.placement }, nowMs);
+      if (out.status === 'refused') throw new Error(out.error);
+      return;
+    }
+    case 'hold': {
+      await applyJobEvent(ports.jobs, action.jobId, { type: 'hold', reason: action.reason }, nowMs);
+      return;
+    }
+    case 'preempt': {
+      await applyJobEvent(ports.jobs, action.jobId, { type: 'checkpoint-requested', attempt: action.attempt }, nowMs);
+      return;
+    }
+    case 'scale-up': {
+      const provider = providerOf.get(action.groupId);
+      if (!provider) throw new Error(`no provider for group ${action.groupId}`);
+      await provider.setDesiredCapacity(action.groupId, action.toDesired);
+      return;
+    }
+    case 'scale-in': {
+      const provider = providerOf.get(action.groupId);
+      if (!provider) throw new Error(`no provider for group ${action.groupId}`);
+      await provider.terminateInstance(action.groupId, action.instanceId);
+      await ports.nodes.remove(action.instanceId);
+      return;
+    }
+  }
+}
+
+/**
+ * Finds nodes that are gone or silent and requeues the attempts that ran there, from their
+ * newest checkpoint. Lost means: the cloud says the machine is stopping or terminated; or its
+ * agent's heartbeats stopped for longer than the timeout; or it was draining and its notice ran out.
+ */
+export async function requeueLostWork(ports: Pick<ReconcilePorts, 'jobs' | 'checkpoints'>, world: WorldView, nowMs: number, policy: Policy): Promise<number> {
+  const instances = new Map(world.instances.map((i) => [i.id, i]));
+  const records = new Map(world.records.map((r) => [r.instanceId, r]));
+  const nodeIds = new Set(world.activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));
+  let requeued = 0;
+  for (const nodeId of [...nodeIds].sort()) {
+    const why = lostReason(instances.get(nodeId), records.get(nodeId), nowMs, policy);
+    if (!why) continue;
+    for (const job of jobsOnInstance(world.activeJobs, nodeId)) {
+      const out = await requeueAttempt(ports, { jobId: job.id, attempt: job.attempt, reason: why, nowMs });
+      if (out.status === 'changed') requeued++;
+    }
+  }
+  return requeued;
+}
+
+export function lostReason(instance: Instance | undefined, record: NodeRecord | undefined, nowMs: number, policy: Policy): Reason | undefined {
+  if (instance && (instance.state === 'terminated' || instance.state === 'stopping')) {
+    return reason('node-lost', `machine ${instance.id} is ${instance.state}`);
+  }
+  if (record?.draining && nowMs >= record.draining.deadlineMs) {
+    return reason('interrupted', `machine ${record.instanceId} was draining (${record.draining.reason}) and its notice ran out`);
+  }
+  if (record && nowMs - record.lastHeartbeatAtMs > policy.heartbeatTimeoutSec * 1000) {
+    const silentSec = Math.round((nowMs - record.lastHeartbeatAtMs) / 1000);
+    return reason('node-lost', `the agent on ${record.instanceId} has sent no heartbeat for ${silentSec} s (timeout ${policy.heartbeatTimeoutSec} s)`);
+  }
+  if (!instance && !record) {
+    return reason('node-lost', 'the machine is no longer reported by its cloud and its agent never registered');
+  }
+  return undefined;
+}
+
+/** Marks when each node became empty (for the idle cool-down) and protects busy nodes from the group's own scale-in. */
+async function trackIdleAndProtection(ports: ReconcilePorts, world: WorldView, plan: Plan, nowMs: number): Promise<void> {
+  const busy = new Set<string>();
+  for (const job of world.activeJobs) if (ACTIVE_STATES.includes(job.state)) job.placement?.nodes.forEach((n) => busy.add(n.nodeId));
+  for (const action of plan.actions) if (action.kind === 'place') action.placement.nodes.forEach((n) => busy.add(n.nodeId));
+  const removed = new Set(plan.actions.flatMap((a) => (a.kind === 'scale-in' ? [a.instanceId] : [])));
+  const records = new Map(world.records.map((r) => [r.instanceId, r]));
+  const toProtect = new Map<string, { on: string[]; off: string[] }>();
+  for (const instance of world.instances) {
+    if (instance.state !== 'running' || removed.has(instance.id)) continue;
+    const record = records.get(instance.id);
+    const isBusy = busy.has(instance.id);
+    if (record) {
+      if (isBusy && record.idleSinceMs !== undefined) await ports.nodes.setIdleSince(instance.id, undefined);
+      if (!isBusy && record.idleSinceMs === undefined) await ports.nodes.setIdleSince(instance.id, nowMs);
+    }
+    if (isBusy !== (instance.scaleInProtected ?? false)) {
+      const entry = toProtect.get(instance.groupId) ?? { on: [], off: [] };
+      (isBusy ? entry.on : entry.off).push(instance.id);
+      toProtect.set(instance.groupId, entry);
+    }
+  }
+  for (const [groupId, { on, off }] of toProtect) {
+    const provider = ports.providers.find((p) => world.groups.some((g) => g.id === groupId && g.cloud === p.cloud));
+    if (!provider) continue;
+    if (on.length > 0) await provider.setScaleInProtection(groupId, on, true);
+    if (off.length > 0) await provider.setScaleInProtection(groupId, off, false);
+  }
+}
+
+/** Counts jobs by state, for summaries. */
+export function countByState(jobs: readonly Job[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const j of jobs) out[j.state] = (out[j.state] ?? 0) + 1;
+  return out;
+}

@@ -1,0 +1,150 @@
+import { periodKey, teamFromTags } from '../budget.ts';
+import type { InstanceType, Offering, PriceQuote } from '../catalog.ts';
+import type { FleetNode, Instance, NodeGroup, NodeRecord } from '../fleet.ts';
+import { ACTIVE_STATES, type Job } from '../job.ts';
+import type { MicroUsd } from '../money.ts';
+import type { BudgetTagSource, CatalogSource, JobStore, NodeGroupProvider, NodeStore, PriceSource, SpendLedger } from '../ports.ts';
+import type { Policy, Snapshot } from '../snapshot.ts';
+import type { Team } from '../team.ts';
+
+export interface SnapshotPorts {
+  readonly providers: readonly NodeGroupProvider[];
+  readonly catalog: CatalogSource;
+  readonly prices: PriceSource;
+  readonly jobs: JobStore;
+  readonly nodes: NodeStore;
+  readonly budgets: BudgetTagSource;
+  readonly ledger: SpendLedger;
+}
+
+/** Budget tags are read with the last valid values carried from one read to the next. */
+export type TeamMemory = Map<string, Team>;
+
+export interface WorldView {
+  readonly groups: NodeGroup[];
+  readonly instances: Instance[];
+  readonly records: NodeRecord[];
+  readonly pendingJobs: Job[];
+  readonly activeJobs: Job[];
+}
+
+/** Reads what the clouds and the state store say right now. */
+export async function readWorld(ports: SnapshotPorts): Promise<WorldView> {
+  const [groupLists, instanceLists, records, pendingJobs, activeJobs] = await Promise.all([
+    Promise.all(ports.providers.map((p) => p.listGroups())),
+    Promise.all(ports.providers.map((p) => p.listInstances())),
+    ports.nodes.list(),
+    ports.jobs.listByState(['pending']),
+    ports.jobs.listByState(ACTIVE_STATES),
+  ]);
+  return { groups: groupLists.flat(), instances: instanceLists.flat(), records, pendingJobs, activeJobs };
+}
+
+/** A node may take new work when its machine runs, its agent is registered, healthy, fresh and not draining. */
+export function isSchedulable(instance: Instance, record: NodeRecord | undefined, nowMs: number, policy: Policy): boolean {
+  return (
+    instance.state === 'running' &&
+    record !== undefined &&
+    record.healthy &&
+    record.draining === undefined &&
+    nowMs - record.lastHeartbeatAtMs <= policy.heartbeatTimeoutSec * 1000
+  );
+}
+
+export function joinNodes(world: Pick<WorldView, 'instances' | 'records'>, nowMs: number, policy: Policy): FleetNode[] {
+  const records = new Map(world.records.map((r) => [r.instanceId, r]));
+  return world.instances.map((instance) => {
+    const record = records.get(instance.id);
+    return { instance, ...(record ? { record } : {}), schedulable: isSchedulable(instance, record, nowMs, policy) };
+  });
+}
+
+/** Builds the planner's snapshot from a world view plus catalogue, prices, budgets and spend. */
+export async function buildSnapshot(
+  ports: SnapshotPorts,
+  world: WorldView,
+  input: { nowMs: number; policy: Policy; teamMemory?: TeamMemory; poolRiskPerHour?: ReadonlyMap<string, number> },
+): Promise<Snapshot> {
+  const { nowMs, policy } = input;
+  const offerings = uniqueOfferings(world.groups);
+  const typeNames = [...new Set([...offerings.map((o) => o.instanceType), ...world.instances.map((i) => i.instanceType)])].sort();
+  const nodeOfferings = world.instances.map<Offering>((i) => ({
+    id: `${i.cloud}/${i.zone}/${i.instanceType}/${i.capacityType}`,
+    cloud: i.cloud,
+    region: i.region,
+    zone: i.zone,
+    instanceType: i.instanceType,
+    capacityType: i.capacityType,
+  }));
+  const [instanceTypes, prices, tagSets, failures] = await Promise.all([
+    ports.catalog.instanceTypes(typeNames),
+    ports.prices.prices(uniqueById([...offerings, ...nodeOfferings])),
+    ports.budgets.readTeamTags(),
+    Promise.all(ports.providers.map((p) => p.launchFailures(nowMs - policy.unavailableForSec * 1000))),
+  ]);
+
+  const teams = readTeams(tagSets, world, input.teamMemory);
+  const spend = new Map<string, MicroUsd>();
+  await Promise.all(
+    [...teams.values()].map(async (team) => {
+      const cursor = await ports.ledger.read(team.id, periodKey(team.budget?.period ?? 'monthly', nowMs));
+      spend.set(team.id, cursor.spentMicroUsd);
+    }),
+  );
+
+  const unavailableUntilMs = new Map<string, number>();
+  for (const f of failures.flat()) {
+    if (!f.offeringId) continue;
+    const until = f.atMs + policy.unavailableForSec * 1000;
+    if (until > nowMs && until > (unavailableUntilMs.get(f.offeringId) ?? 0)) unavailableUntilMs.set(f.offeringId, until);
+  }
+
+  return {
+    nowMs,
+    pendingJobs: world.pendingJobs,
+    activeJobs: world.activeJobs,
+    groups: world.groups,
+    nodes: joinNodes(world, nowMs, policy),
+    instanceTypes: instanceTypes as ReadonlyMap<string, InstanceType>,
+    prices: prices as ReadonlyMap<string, PriceQuote>,
+    poolRiskPerHour: input.poolRiskPerHour ?? new Map(),
+    unavailableUntilMs,
+    teams,
+    spendMicroUsd: spend,
+    policy,
+  };
+}
+
+/**
+ * Teams from their budget tags. A team seen only through its jobs (no tags at all) has no
+ * budget and is therefore held: a missing tag never means "unlimited". When a team carries
+ * tags on several resources, its queue's tags are read first and later ones fill gaps only.
+ */
+function readTeams(tagSets: Awaited<ReturnType<BudgetTagSource['readTeamTags']>>, world: WorldView, memory: TeamMemory | undefined): Map<string, Team> {
+  const merged = new Map<string, Record<string, string>>();
+  for (const set of tagSets) {
+    const tags = merged.get(set.team) ?? {};
+    for (const [k, v] of Object.entries(set.tags)) if (!(k in tags)) tags[k] = v;
+    merged.set(set.team, tags);
+  }
+  const teams = new Map<string, Team>();
+  for (const [id, tags] of [...merged.entries()].sort(([a], [b]) => a.localeCompare(b))) {
+    const team = teamFromTags(id, tags, memory?.get(id));
+    teams.set(id, team);
+    if (memory && team.budget) memory.set(id, team);
+  }
+  for (const job of [...world.pendingJobs, ...world.activeJobs]) {
+    if (!teams.has(job.team)) teams.set(job.team, memory?.get(job.team) ?? { id: job.team, weight: 1, tagProblems: ['no gpu-fleet budget tags found for this team'] });
+  }
+  return teams;
+}
+
+function uniqueOfferings(groups: readonly NodeGroup[]): Offering[] {
+  return uniqueById(groups.flatMap((g) => g.offerings));
+}
+
+function uniqueById<T extends { id: string }>(items: readonly T[]): T[] {
+  const seen = new Map<string, T>();
+  for (const item of items) if (!seen.has(item.id)) seen.set(item.id, item);
+  return [...seen.values()];
+}
