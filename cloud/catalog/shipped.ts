@@ -1,0 +1,224 @@
+import { readFileSync } from 'node:fs';
+import type { Cloud, InstanceType, Offering, PriceQuote } from '../../core/catalog.ts';
+import { normalizeGpuModel } from '../../core/gpu.ts';
+import { microUsdFromUsd } from '../../core/money.ts';
+import type { CatalogSource, PriceSource } from '../../core/ports.ts';
+import awsCatalogJson from '../../data/catalog/aws-gpu-instances.json' with { type: 'json' };
+import gcpCatalogJson from '../../data/catalog/gcp-gpu-machines.json' with { type: 'json' };
+
+/**
+ * The GPU catalogues shipped in data/catalog (see data/PROVENANCE.md): instance types with
+ * their GPU facts, on-demand prices per region, and spot prices (per zone on GCP; the regional
+ * average on AWS, or the on-demand price less the Spot Advisor's published saving where no
+ * average was published). Prices are converted to integer µUSD here, once.
+ */
+export interface ShippedCatalog {
+  readonly instanceTypes: ReadonlyMap<string, InstanceType>;
+  /** `${cloud}/${region}/${type}` → µUSD per hour. */
+  readonly onDemand: ReadonlyMap<string, number>;
+  /** `${cloud}/${region or zone}/${type}` → µUSD per hour; zone keys win over region keys. */
+  readonly spot: ReadonlyMap<string, number>;
+  /** `${region}/${type}` → Spot Advisor interruption band, e.g. "10-15%". */
+  readonly advisorBand: ReadonlyMap<string, string>;
+  /** Zones each GCP machine type is priced in. */
+  readonly gcpZones: ReadonlyMap<string, readonly string[]>;
+}
+
+interface AwsPricing {
+  ondemand_usd_per_hour?: number | null;
+  snapshot_2024_04?: { ondemand_usd_per_hour?: number | null; spot_avg_usd_per_hour?: number | null };
+  spot_advisor_2025_06?: { savings_vs_ondemand_pct?: number | null; interruption_freq_bucket?: string | null };
+}
+
+interface GcpZonePrice {
+  region: string;
+  total_ondemand_usd_per_hour?: number | null;
+  total_spot_usd_per_hour?: number | null;
+}
+
+interface AwsCatalogFile {
+  instances: {
+    instance_type: string;
+    gpu_count: number;
+    gpu_model: string;
+    gpu_memory_gib_per_gpu: number;
+    vcpus: number;
+    memory_gib: number;
+    pricing: Record<string, AwsPricing>;
+  }[];
+}
+
+interface GcpCatalogFile {
+  machines: {
+    machine_type: string;
+    gpu_model: string;
+    gpu_count: number;
+    gpu_memory_mib_per_gpu: number;
+    vcpus: number;
+    memory_gib: number;
+    zones: Record<string, GcpZonePrice>;
+  }[];
+}
+
+const awsCatalog = awsCatalogJson as unknown as AwsCatalogFile;
+const gcpCatalog = gcpCatalogJson as unknown as GcpCatalogFile;
+
+let cached: ShippedCatalog | undefined;
+
+export function shippedCatalog(): ShippedCatalog {
+  cached ??= build();
+  return cached;
+}
+
+function build(): ShippedCatalog {
+  const instanceTypes = new Map<string, InstanceType>();
+  const onDemand = new Map<string, number>();
+  const spot = new Map<string, number>();
+  const advisorBand = new Map<string, string>();
+  const gcpZones = new Map<string, string[]>();
+
+  for (const it of awsCatalog.instances) {
+    const model = normalizeGpuModel(it.gpu_model, it.gpu_memory_gib_per_gpu);
+    if (!model) continue;
+    instanceTypes.set(it.instance_type, {
+      name: it.instance_type,
+      cloud: 'aws',
+      gpuModel: model,
+      gpuCount: it.gpu_count,
+      gpuMemoryMiB: Math.round(it.gpu_memory_gib_per_gpu * 1024),
+      vcpus: it.vcpus,
+      memoryMiB: Math.round(it.memory_gib * 1024),
+    });
+    for (const [region, raw] of Object.entries(it.pricing)) {
+      const od = raw.ondemand_usd_per_hour ?? raw.snapshot_2024_04?.ondemand_usd_per_hour ?? undefined;
+      if (od === undefined || od === null) continue;
+      const odMicro = microUsdFromUsd(od);
+      onDemand.set(`aws/${region}/${it.instance_type}`, odMicro);
+      const avg = raw.snapshot_2024_04?.spot_avg_usd_per_hour;
+      const saving = raw.spot_advisor_2025_06?.savings_vs_ondemand_pct;
+      if (avg !== undefined && avg !== null) spot.set(`aws/${region}/${it.instance_type}`, microUsdFromUsd(avg));
+      else if (saving !== undefined && saving !== null) spot.set(`aws/${region}/${it.instance_type}`, Math.round((odMicro * (100 - saving)) / 100));
+      const band = raw.spot_advisor_2025_06?.interruption_freq_bucket;
+      if (band) advisorBand.set(`${region}/${it.instance_type}`, band);
+    }
+  }
+
+  for (const m of gcpCatalog.machines) {
+    const model = normalizeGpuModel(m.gpu_model === 'H100-MEGA' ? 'H100' : m.gpu_model, m.gpu_memory_mib_per_gpu / 1024);
+    if (!model) continue;
+    instanceTypes.set(m.machine_type, {
+      name: m.machine_type,
+      cloud: 'gcp',
+      gpuModel: model,
+      gpuCount: m.gpu_count,
+      gpuMemoryMiB: m.gpu_memory_mib_per_gpu,
+      vcpus: m.vcpus,
+      memoryMiB: Math.round(m.memory_gib * 1024),
+    });
+    const zones: string[] = [];
+    for (const [zone, raw] of Object.entries(m.zones)) {
+      const od = raw.total_ondemand_usd_per_hour;
+      const sp = raw.total_spot_usd_per_hour;
+      if (od === undefined || od === null) continue;
+      zones.push(zone);
+      onDemand.set(`gcp/${zone}/${m.machine_type}`, microUsdFromUsd(od));
+      if (!onDemand.has(`gcp/${raw.region}/${m.machine_type}`)) onDemand.set(`gcp/${raw.region}/${m.machine_type}`, microUsdFromUsd(od));
+      if (sp !== undefined && sp !== null) spot.set(`gcp/${zone}/${m.machine_type}`, microUsdFromUsd(sp));
+    }
+    gcpZones.set(m.machine_type, zones.sort());
+  }
+  return { instanceTypes, onDemand, spot, advisorBand, gcpZones };
+}
+
+/** The region of a zone: "us-west-2a" → "us-west-2", "europe-west4-a" → "europe-west4". */
+export function regionOfZone(cloud: Cloud, zone: string): string {
+  if (cloud === 'gcp') return zone.replace(/-[a-z]$/, '');
+  return zone.replace(/[a-z]$/, '');
+}
+
+/** On-demand price of a type in a region (or GCP zone), in µUSD per hour. */
+export function onDemandPrice(catalog: ShippedCatalog, o: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType'>): number | undefined {
+  return catalog.onDemand.get(`${o.cloud}/${o.zone}/${o.instanceType}`) ?? catalog.onDemand.get(`${o.cloud}/${o.region}/${o.instanceType}`);
+}
+
+/** Shipped spot price of a type (zone first, then region), in µUSD per hour. */
+export function spotPrice(catalog: ShippedCatalog, o: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType'>): number | undefined {
+  return catalog.spot.get(`${o.cloud}/${o.zone}/${o.instanceType}`) ?? catalog.spot.get(`${o.cloud}/${o.region}/${o.instanceType}`);
+}
+
+/** Catalogue facts from the shipped data (any cloud). */
+export class ShippedCatalogSource implements CatalogSource {
+  constructor(private readonly catalog: ShippedCatalog = shippedCatalog()) {}
+  async instanceTypes(names: readonly string[]): Promise<Map<string, InstanceType>> {
+    const out = new Map<string, InstanceType>();
+    for (const n of names) {
+      const t = this.catalog.instanceTypes.get(n);
+      if (t) out.set(n, t);
+    }
+    return out;
+  }
+}
+
+/** Prices from the shipped catalogue, optionally overridden per offering id (config). */
+export class ShippedPriceSource implements PriceSource {
+  constructor(
+    private readonly catalog: ShippedCatalog = shippedCatalog(),
+    private readonly overrides: ReadonlyMap<string, number> = new Map(),
+  ) {}
+  async prices(offerings: readonly Offering[]): Promise<Map<string, PriceQuote>> {
+    const out = new Map<string, PriceQuote>();
+    for (const o of offerings) {
+      const od = onDemandPrice(this.catalog, o);
+      if (od === undefined) continue;
+      const override = this.overrides.get(o.id);
+      const price = override ?? (o.capacityType === 'spot' ? spotPrice(this.catalog, o) : od);
+      if (price === undefined) continue;
+      out.set(o.id, {
+        offeringId: o.id,
+        priceMicroUsdPerHour: price,
+        onDemandMicroUsdPerHour: od,
+        source: override !== undefined ? 'config override' : o.capacityType === 'spot' ? 'shipped catalogue (spot)' : 'shipped catalogue (on-demand)',
+      });
+    }
+    return out;
+  }
+}
+
+/** Reads a CSV shipped in data/ (simple RFC 4180 subset: quoted fields, no embedded newlines). */
+export function readShippedCsv(relativePath: string): Record<string, string>[] {
+  const text = readFileSync(new URL(`../../data/${relativePath}`, import.meta.url), 'utf8');
+  return parseCsv(text);
+}
+
+export function parseCsv(text: string): Record<string, string>[] {
+  const lines = text.split(/\r?\n/).filter((l) => l.length > 0);
+  const header = splitCsvLine(lines[0] ?? '');
+  return lines.slice(1).map((line) => {
+    const cells = splitCsvLine(line);
+    const row: Record<string, string> = {};
+    header.forEach((h, i) => (row[h] = cells[i] ?? ''));
+    return row;
+  });
+}
+
+function splitCsvLine(line: string): string[] {
+  const out: string[] = [];
+  let cur = '';
+  let quoted = false;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i]!;
+    if (quoted) {
+      if (c === '"' && line[i + 1] === '"') {
+        cur += '"';
+        i++;
+      } else if (c === '"') quoted = false;
+      else cur += c;
+    } else if (c === '"') quoted = true;
+    else if (c === ',') {
+      out.push(cur);
+      cur = '';
+    } else cur += c;
+  }
+  out.push(cur);
+  return out;
+}

@@ -1,0 +1,89 @@
+import type { Offering } from '../../core/catalog.ts';
+import type { TeamTagSet } from '../../core/ports.ts';
+import type { ReconcilePorts } from '../../core/services/reconcile.ts';
+import { ShippedCatalogSource, ShippedPriceSource, onDemandPrice, shippedCatalog, spotPrice, type ShippedCatalog } from '../catalog/shipped.ts';
+import { SeededRandom, VirtualClock } from './clock.ts';
+import {
+  MemoryCheckpointStore,
+  MemoryDecisionLog,
+  MemoryJobQueue,
+  MemoryJobStore,
+  MemoryLeaseStore,
+  MemoryNodeStore,
+  MemorySpendLedger,
+  StaticBudgetTags,
+} from './memory-stores.ts';
+import { SimCloud, type CapacityModel, type SimGroupConfig } from './sim-cloud.ts';
+
+export interface SimEnvironmentOptions {
+  readonly startMs: number;
+  readonly seed: number;
+  readonly groups: readonly SimGroupConfig[];
+  readonly teams: readonly string[];
+  readonly teamTags: readonly TeamTagSet[];
+  readonly bootSec?: number;
+  readonly capacity?: CapacityModel;
+  readonly catalog?: ShippedCatalog;
+}
+
+/** Every port of gpu-fleet, simulated and wired together on one virtual clock. */
+export interface SimEnvironment {
+  readonly clock: VirtualClock;
+  readonly random: SeededRandom;
+  readonly cloud: SimCloud;
+  readonly jobs: MemoryJobStore;
+  readonly nodes: MemoryNodeStore;
+  readonly queue: MemoryJobQueue;
+  readonly ledger: MemorySpendLedger;
+  readonly decisions: MemoryDecisionLog;
+  readonly checkpoints: MemoryCheckpointStore;
+  readonly budgets: StaticBudgetTags;
+  readonly lease: MemoryLeaseStore;
+  readonly catalog: ShippedCatalog;
+  /** The ports as the reconcile service takes them. */
+  readonly ports: ReconcilePorts;
+  /** Price of an offering from the shipped catalogue (µUSD/h), and its on-demand price. */
+  priceOf(offering: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'>): { price: number; onDemand: number } | undefined;
+}
+
+export function createSimEnvironment(options: SimEnvironmentOptions): SimEnvironment {
+  const clock = new VirtualClock(options.startMs);
+  const random = new SeededRandom(options.seed);
+  const catalog = options.catalog ?? shippedCatalog();
+  const priceOf = (o: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'>) => {
+    const od = onDemandPrice(catalog, o);
+    if (od === undefined) return undefined;
+    const price = o.capacityType === 'spot' ? spotPrice(catalog, o) : od;
+    return price === undefined ? undefined : { price, onDemand: od };
+  };
+  const cloud = new SimCloud({
+    clock,
+    random,
+    groups: options.groups,
+    ...(options.bootSec !== undefined ? { bootSec: options.bootSec } : {}),
+    ...(options.capacity ? { capacity: options.capacity } : {}),
+    priceOf: (o) => priceOf(o)?.price,
+  });
+  const jobs = new MemoryJobStore();
+  const nodes = new MemoryNodeStore();
+  const queue = new MemoryJobQueue(options.teams);
+  const ledger = new MemorySpendLedger();
+  const decisions = new MemoryDecisionLog();
+  const checkpoints = new MemoryCheckpointStore();
+  const budgets = new StaticBudgetTags(options.teamTags);
+  const lease = new MemoryLeaseStore();
+  const ports: ReconcilePorts = {
+    clock,
+    providers: [cloud],
+    catalog: new ShippedCatalogSource(catalog),
+    prices: new ShippedPriceSource(catalog),
+    jobs,
+    nodes,
+    budgets,
+    ledger,
+    decisions,
+    checkpoints,
+    lease,
+  };
+  return { clock, random, cloud, jobs, nodes, queue, ledger, decisions, checkpoints, budgets, lease, catalog, ports, priceOf };
+}

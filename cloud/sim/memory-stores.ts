@@ -1,0 +1,262 @@
+import { CloudError } from '../../core/errors.ts';
+import type { NodeRecord } from '../../core/fleet.ts';
+import type { CheckpointRef, Job, JobState } from '../../core/job.ts';
+import type {
+  BudgetTagSource,
+  CheckpointStore,
+  DecisionLog,
+  DecisionRecord,
+  JobQueue,
+  JobStore,
+  LeaseStore,
+  NodeStore,
+  QueueDepth,
+  SpendAccrual,
+  SpendCursor,
+  SpendLedger,
+  TeamTagSet,
+  WriteResult,
+} from '../../core/ports.ts';
+
+/**
+ * In-memory implementations of the state-store ports, for the simulator, the CLI's local mode
+ * and tests. They keep the contracts of the real stores (conditional writes, idempotency) so
+ * that code which passes against them passes against DynamoDB too (test/contract/ checks both).
+ * Stored values are frozen: callers get the stored object and cannot change it behind the store.
+ */
+export class MemoryJobStore implements JobStore {
+  private readonly byId = new Map<string, Job>();
+  private readonly byState = new Map<JobState, Map<string, Job>>();
+
+  async create(job: Job): Promise<{ created: boolean; job: Job }> {
+    const existing = this.byId.get(job.id);
+    if (existing) return { created: false, job: existing };
+    this.put(Object.freeze({ ...job }));
+    return { created: true, job: this.byId.get(job.id)! };
+  }
+
+  async get(id: string): Promise<Job | undefined> {
+    return this.byId.get(id);
+  }
+
+  async update(next: Job, expectedVersion: number): Promise<WriteResult> {
+    const current = this.byId.get(next.id);
+    if (!current || current.version !== expectedVersion || next.version !== expectedVersion + 1) return { ok: false, current };
+    this.byState.get(current.state)?.delete(current.id);
+    this.put(Object.freeze({ ...next }));
+    return { ok: true, job: this.byId.get(next.id)! };
+  }
+
+  async listByState(states: readonly JobState[], team?: string): Promise<Job[]> {
+    const out: Job[] = [];
+    for (const s of states) for (const j of this.byState.get(s)?.values() ?? []) if (team === undefined || j.team === team) out.push(j);
+    return out.sort((a, b) => a.submittedAtMs - b.submittedAtMs || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
+  /** Every job, for reports. */
+  all(): Job[] {
+    return [...this.byId.values()];
+  }
+
+  private put(job: Job): void {
+    this.byId.set(job.id, job);
+    let m = this.byState.get(job.state);
+    if (!m) {
+      m = new Map();
+      this.byState.set(job.state, m);
+    }
+    m.set(job.id, job);
+  }
+}
+
+export class MemoryNodeStore implements NodeStore {
+  private readonly records = new Map<string, NodeRecord>();
+
+  async register(record: NodeRecord): Promise<void> {
+    const existing = this.records.get(record.instanceId);
+    this.records.set(
+      record.instanceId,
+      Object.freeze({ ...record, ...(existing?.draining ? { draining: existing.draining } : {}), registeredAtMs: existing?.registeredAtMs ?? record.registeredAtMs }),
+    );
+  }
+
+  async heartbeat(instanceId: string, atMs: number, health?: { healthy: boolean; problem?: string }): Promise<boolean> {
+    const r = this.records.get(instanceId);
+    if (!r) return false;
+    const next: NodeRecord = { ...r, lastHeartbeatAtMs: Math.max(r.lastHeartbeatAtMs, atMs), ...(health ? { healthy: health.healthy, healthProblem: health.problem } : {}) };
+    this.records.set(instanceId, Object.freeze(next));
+    return true;
+  }
+
+  async get(instanceId: string): Promise<NodeRecord | undefined> {
+    return this.records.get(instanceId);
+  }
+
+  async list(): Promise<NodeRecord[]> {
+    return [...this.records.values()].sort((a, b) => (a.instanceId < b.instanceId ? -1 : 1));
+  }
+
+  async markDraining(instanceId: string, drain: { sinceMs: number; reason: string; deadlineMs: number; groupId?: string }): Promise<NodeRecord> {
+    const r = this.records.get(instanceId);
+    if (r?.draining) return r;
+    const base: NodeRecord = r ?? { instanceId, groupId: drain.groupId ?? 'unknown', registeredAtMs: drain.sinceMs, lastHeartbeatAtMs: drain.sinceMs, gpus: [], healthy: true };
+    const next = Object.freeze({ ...base, draining: { sinceMs: drain.sinceMs, reason: drain.reason, deadlineMs: drain.deadlineMs } });
+    this.records.set(instanceId, next);
+    return next;
+  }
+
+  async setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void> {
+    const r = this.records.get(instanceId);
+    if (!r) return;
+    const { idleSinceMs: _old, ...rest } = r;
+    this.records.set(instanceId, Object.freeze(idleSinceMs === undefined ? rest : { ...rest, idleSinceMs }));
+  }
+
+  async remove(instanceId: string): Promise<void> {
+    this.records.delete(instanceId);
+  }
+}
+
+export class MemoryDecisionLog implements DecisionLog {
+  private readonly byId = new Map<string, DecisionRecord>();
+  constructor(private readonly keep = 2_000) {}
+
+  async record(decision: DecisionRecord): Promise<void> {
+    this.byId.set(decision.id, decision);
+    if (this.byId.size > this.keep) {
+      const oldest = [...this.byId.keys()].sort()[0]!;
+      this.byId.delete(oldest);
+    }
+  }
+  async get(id: string): Promise<DecisionRecord | undefined> {
+    return this.byId.get(id);
+  }
+  async recent(limit: number): Promise<DecisionRecord[]> {
+    return [...this.byId.values()].sort((a, b) => b.atMs - a.atMs || (a.id < b.id ? 1 : -1)).slice(0, limit);
+  }
+}
+
+interface LedgerRow {
+  spentMicroUsd: number;
+  accruedUntilMs: number | undefined;
+  lastFromMs: number | undefined;
+}
+
+export class MemorySpendLedger implements SpendLedger {
+  private readonly rows = new Map<string, LedgerRow>();
+
+  async read(team: string, period: string): Promise<SpendCursor> {
+    const r = this.rows.get(`${team}\u0000${period}`);
+    return { spentMicroUsd: r?.spentMicroUsd ?? 0, accruedUntilMs: r?.accruedUntilMs };
+  }
+
+  async accrue(entry: SpendAccrual): Promise<boolean> {
+    const key = `${entry.team}\u0000${entry.period}`;
+    const r = this.rows.get(key) ?? { spentMicroUsd: 0, accruedUntilMs: undefined, lastFromMs: undefined };
+    if (r.accruedUntilMs === entry.toMs && r.lastFromMs === entry.fromMs) return true; // a repeat of the last window
+    if (r.accruedUntilMs !== undefined && r.accruedUntilMs !== entry.fromMs) return false;
+    if (entry.toMs <= entry.fromMs) return false;
+    this.rows.set(key, { spentMicroUsd: r.spentMicroUsd + entry.amountMicroUsd, accruedUntilMs: entry.toMs, lastFromMs: entry.fromMs });
+    return true;
+  }
+
+  async list(): Promise<(SpendCursor & { team: string; period: string })[]> {
+    return [...this.rows.entries()].map(([k, r]) => {
+      const [team, period] = k.split('\u0000') as [string, string];
+      return { team, period, spentMicroUsd: r.spentMicroUsd, accruedUntilMs: r.accruedUntilMs };
+    });
+  }
+}
+
+export class MemoryLeaseStore implements LeaseStore {
+  private readonly leases = new Map<string, { holder: string; untilMs: number }>();
+  async acquire(name: string, holder: string, nowMs: number, ttlMs: number): Promise<boolean> {
+    const l = this.leases.get(name);
+    if (l && l.holder !== holder && l.untilMs > nowMs) return false;
+    this.leases.set(name, { holder, untilMs: nowMs + ttlMs });
+    return true;
+  }
+  async release(name: string, holder: string): Promise<void> {
+    if (this.leases.get(name)?.holder === holder) this.leases.delete(name);
+  }
+}
+
+export class MemoryCheckpointStore implements CheckpointStore {
+  private readonly newest = new Map<string, CheckpointRef>();
+  constructor(private readonly root = 'sim://checkpoints') {}
+
+  locationFor(jobId: string, attempt: number): string {
+    return `${this.root}/${encodeURIComponent(jobId)}/attempt-${attempt}/`;
+  }
+  async markComplete(ref: CheckpointRef): Promise<void> {
+    const cur = this.newest.get(ref.jobId);
+    if (!cur || ref.completedAtMs > cur.completedAtMs || (ref.completedAtMs === cur.completedAtMs && ref.progressSec > cur.progressSec)) {
+      this.newest.set(ref.jobId, Object.freeze({ ...ref }));
+    }
+  }
+  async latest(jobId: string): Promise<CheckpointRef | undefined> {
+    return this.newest.get(jobId);
+  }
+}
+
+export interface QueuedMessage {
+  readonly team: string;
+  readonly body: string;
+  readonly token: string;
+  readonly messageId: string;
+}
+
+/** Team queues. `receive` hands messages to intake; an unacknowledged message is not redelivered here (the simulator acknowledges at once). */
+export class MemoryJobQueue implements JobQueue {
+  private readonly queues = new Map<string, QueuedMessage[]>();
+  private readonly seenTokens = new Map<string, Set<string>>();
+  private counter = 0;
+
+  constructor(teams: readonly string[]) {
+    for (const t of teams) {
+      this.queues.set(t, []);
+      this.seenTokens.set(t, new Set());
+    }
+  }
+
+  async send(team: string, body: string, token: string): Promise<{ messageId: string }> {
+    const q = this.queues.get(team);
+    if (!q) throw new CloudError('not-found', `team "${team}" has no queue; known teams: ${[...this.queues.keys()].join(', ')}`, { operation: 'send', resource: team });
+    const seen = this.seenTokens.get(team)!;
+    const messageId = `m-${(++this.counter).toString(16).padStart(8, '0')}`;
+    if (seen.has(token)) return { messageId }; // deduplicated, like an SQS FIFO deduplication id
+    seen.add(token);
+    q.push({ team, body, token, messageId });
+    return { messageId };
+  }
+
+  async depth(team: string): Promise<QueueDepth> {
+    const q = this.queues.get(team);
+    if (!q) throw new CloudError('not-found', `team "${team}" has no queue`, { operation: 'depth', resource: team });
+    return { visible: q.length, inFlight: 0, delayed: 0 };
+  }
+
+  async teams(): Promise<string[]> {
+    return [...this.queues.keys()].sort();
+  }
+
+  /** Takes up to `max` messages from a team's queue (the simulated SQS event source). */
+  receive(team: string, max = 10): QueuedMessage[] {
+    const q = this.queues.get(team) ?? [];
+    return q.splice(0, max);
+  }
+}
+
+/** Budget tags held in memory; `setTags` changes them live, like re-tagging a queue. */
+export class StaticBudgetTags implements BudgetTagSource {
+  private sets: TeamTagSet[];
+  constructor(sets: readonly TeamTagSet[]) {
+    this.sets = [...sets];
+  }
+  async readTeamTags(): Promise<TeamTagSet[]> {
+    return this.sets.map((s) => ({ ...s, tags: { ...s.tags } }));
+  }
+  setTags(team: string, tags: Record<string, string>): void {
+    this.sets = [...this.sets.filter((s) => s.team !== team), { team, resource: `sim:queue/${team}`, tags }];
+  }
+}

@@ -1,0 +1,139 @@
+import type { InstanceType } from '../../core/catalog.ts';
+import type { Instance } from '../../core/fleet.ts';
+import { ACTIVE_STATES, finishCancel, type Job } from '../../core/job.ts';
+import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
+import { reason } from '../../core/reason.ts';
+import { applyJobEvent } from '../../core/services/job-updates.ts';
+import { requeueAttempt } from '../../core/services/requeue.ts';
+
+export interface SimAgentOptions {
+  readonly clock: Clock;
+  readonly jobs: JobStore;
+  readonly nodes: NodeStore;
+  readonly checkpoints: CheckpointStore;
+  readonly instanceTypes: ReadonlyMap<string, InstanceType>;
+  /** How many seconds of work the job really needs (the simulated process knows; the planner only has estimates). */
+  readonly workSecOf: (job: Job) => number;
+  /** Seconds a resumed job spends restoring before it makes progress again (default 0). */
+  readonly restoreSec?: number;
+}
+
+interface RunningAttempt {
+  readonly startedAtMs: number;
+  readonly baseProgressSec: number;
+  lastCheckpointAtMs: number;
+}
+
+export interface AgentTickResult {
+  readonly started: number;
+  readonly succeeded: number;
+  readonly checkpoints: number;
+  /** Seconds of work done per job attempt that finished or was lost this tick (for rework figures). */
+}
+
+/**
+ * The node agents of every simulated machine, in one object: each tick, a booted machine
+ * registers, every live agent sends a heartbeat, placed jobs start (resuming from their newest
+ * checkpoint), running jobs checkpoint at their interval and finish when their work is done,
+ * and jobs asked to checkpoint do so and go back to the queue. An agent on a machine that is
+ * gone does nothing, so its jobs are found by the control plane's node-lost check.
+ */
+export class SimAgents {
+  private readonly running = new Map<string, RunningAttempt>();
+  readonly stats = { started: 0, succeeded: 0, checkpoints: 0, cancelled: 0, preempted: 0 };
+
+  constructor(private readonly options: SimAgentOptions) {}
+
+  /** Work done so far by the running attempt of a job, in seconds (0 when it is not running). */
+  progressSec(job: Job, nowMs: number): number {
+    const r = this.running.get(key(job));
+    if (!r) return job.checkpoint?.progressSec ?? 0;
+    const restoreMs = (r.baseProgressSec > 0 ? this.options.restoreSec ?? 0 : 0) * 1000;
+    return r.baseProgressSec + Math.max(0, nowMs - r.startedAtMs - restoreMs) / 1000;
+  }
+
+  async tick(instances: readonly Instance[]): Promise<void> {
+    const now = this.options.clock.nowMs();
+    const live = new Map<string, Instance>();
+    for (const inst of instances) if (inst.state === 'running') live.set(inst.id, inst);
+
+    for (const inst of live.values()) {
+      const ok = await this.options.nodes.heartbeat(inst.id, now);
+      if (!ok) {
+        const type = this.options.instanceTypes.get(inst.instanceType);
+        await this.options.nodes.register({
+          instanceId: inst.id,
+          groupId: inst.groupId,
+          registeredAtMs: now,
+          lastHeartbeatAtMs: now,
+          healthy: true,
+          gpus: Array.from({ length: type?.gpuCount ?? 0 }, (_, index) => ({ index, model: type!.gpuModel, memoryMiB: type!.gpuMemoryMiB })),
+        });
+      }
+    }
+
+    const active = await this.options.jobs.listByState(ACTIVE_STATES);
+    const stillActive = new Set<string>();
+    for (const job of active) {
+      const nodes = job.placement?.nodes ?? [];
+      if (nodes.length === 0 || !nodes.every((n) => live.has(n.nodeId))) continue; // its machine is gone: the control plane will notice
+      stillActive.add(key(job));
+      await this.step(job, now);
+    }
+    for (const k of this.running.keys()) if (!stillActive.has(k)) this.running.delete(k);
+  }
+
+  private async step(job: Job, now: number): Promise<void> {
+    const { jobs, checkpoints } = this.options;
+    if (job.cancelRequested) {
+      const out = finishCancel(job, now);
+      if (out.ok && out.changed) {
+        await jobs.update(out.job, job.version);
+        this.running.delete(key(job));
+        this.stats.cancelled++;
+      }
+      return;
+    }
+    if (job.state === 'placed') {
+      const started = await applyJobEvent(jobs, job.id, { type: 'start', attempt: job.attempt }, now);
+      if (started.status === 'changed') {
+        this.running.set(key(job), { startedAtMs: now, baseProgressSec: job.checkpoint?.progressSec ?? 0, lastCheckpointAtMs: now });
+        this.stats.started++;
+      }
+      return;
+    }
+    const r = this.running.get(key(job));
+    if (!r) {
+      // The agent lost track (it restarted): resume the attempt from where the store says it is.
+      this.running.set(key(job), { startedAtMs: now, baseProgressSec: job.checkpoint?.progressSec ?? 0, lastCheckpointAtMs: now });
+      return;
+    }
+    const progress = this.progressSec(job, now);
+    if (progress >= this.options.workSecOf(job)) {
+      const done = await applyJobEvent(jobs, job.id, { type: 'succeed', attempt: job.attempt }, now);
+      if (done.status === 'changed') this.stats.succeeded++;
+      this.running.delete(key(job));
+      return;
+    }
+    const cp = job.spec.checkpoint;
+    const due = cp !== undefined && now - r.lastCheckpointAtMs >= cp.intervalSec * 1000;
+    if (job.state === 'checkpointing' || due) {
+      if (cp !== undefined) {
+        const ref = { jobId: job.id, attempt: job.attempt, location: checkpoints.locationFor(job.id, job.attempt), completedAtMs: now, progressSec: Math.floor(progress) };
+        await checkpoints.markComplete(ref);
+        await applyJobEvent(jobs, job.id, { type: 'checkpoint-done', checkpoint: ref }, now);
+        r.lastCheckpointAtMs = now;
+        this.stats.checkpoints++;
+      }
+      if (job.state === 'checkpointing') {
+        const out = await requeueAttempt({ jobs, checkpoints }, { jobId: job.id, attempt: job.attempt, reason: reason('preempt-for-priority', 'checkpointed on request and returned to the queue'), nowMs: now });
+        if (out.status === 'changed') this.stats.preempted++;
+        this.running.delete(key(job));
+      }
+    }
+  }
+}
+
+function key(job: Job): string {
+  return `${job.id}#${job.attempt}`;
+}

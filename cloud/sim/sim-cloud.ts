@@ -1,0 +1,255 @@
+import { makeOffering, type CapacityType, type Cloud, type Offering } from '../../core/catalog.ts';
+import { CloudError } from '../../core/errors.ts';
+import type { Instance, NodeGroup } from '../../core/fleet.ts';
+import type { Clock, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
+import { regionOfZone } from '../catalog/shipped.ts';
+import type { SeededRandom } from './clock.ts';
+
+export interface SimGroupConfig {
+  readonly id: string;
+  readonly cloud?: Cloud;
+  readonly instanceTypes: readonly string[];
+  readonly zones: readonly string[];
+  readonly capacityType: CapacityType;
+  readonly minSize: number;
+  readonly maxSize: number;
+  readonly desiredCapacity?: number;
+}
+
+/** Whether a pool (offering) can give a machine right now. The spot market plugs in here. */
+export interface CapacityModel {
+  obtainable(offering: Offering, atMs: number): boolean;
+}
+
+export const ALWAYS_OBTAINABLE: CapacityModel = { obtainable: () => true };
+
+export interface SimInstance {
+  id: string;
+  groupId: string;
+  offering: Offering;
+  state: Instance['state'];
+  launchedAtMs: number;
+  readyAtMs: number;
+  endedAtMs?: number;
+  scaleInProtected: boolean;
+  /** Why it ended: scaled in, interrupted, failed. */
+  endReason?: string;
+}
+
+interface SimGroup {
+  config: SimGroupConfig;
+  offerings: Offering[];
+  desired: number;
+  nextZone: number;
+  lastFailureAtMs: Map<string, number>;
+}
+
+export interface SimCloudOptions {
+  readonly clock: Clock;
+  readonly random: SeededRandom;
+  readonly groups: readonly SimGroupConfig[];
+  /** Mean boot time of a machine until its agent can register (default 180 s). */
+  readonly bootSec?: number;
+  /** Boot time varies by ±this share (default 0.2), drawn from the seeded random source. */
+  readonly bootJitter?: number;
+  readonly capacity?: CapacityModel;
+  /** Cheaper zones first for spot launches (price-capacity-optimized); by offering id → µUSD/h. */
+  readonly priceOf?: (offering: Offering) => number | undefined;
+  /** How long terminated instances stay listed (default 10 min), as clouds keep them for a while. */
+  readonly keepTerminatedSec?: number;
+}
+
+/**
+ * A simulated cloud of node groups, in the manner of EC2 Auto Scaling: a group holds its desired
+ * size by launching machines (which boot for a while) in the zones it spans, skips pools without
+ * capacity and records the failure, and lets specific machines be terminated with the desired
+ * size lowered. Time moves only when {@link tick} is called.
+ */
+export class SimCloud implements NodeGroupProvider {
+  readonly cloud: Cloud;
+  private readonly groups = new Map<string, SimGroup>();
+  private readonly instances = new Map<string, SimInstance>();
+  private readonly failures: LaunchFailure[] = [];
+  private counter = 0;
+  /** Every call made to the provider, for tests (method and arguments). */
+  readonly calls: { method: string; args: unknown[] }[] = [];
+  /** Fail the next N launches with this code, whatever the pool (a fake that can be told to fail). */
+  private forcedFailures: { count: number; code: string } | undefined;
+
+  constructor(private readonly options: SimCloudOptions) {
+    this.cloud = options.groups[0]?.cloud ?? 'aws';
+    for (const g of options.groups) {
+      const cloud = g.cloud ?? 'aws';
+      const offerings = g.instanceTypes.flatMap((t) =>
+        g.zones.map((zone) => makeOffering({ cloud, region: regionOfZone(cloud, zone), zone, instanceType: t, capacityType: g.capacityType })),
+      );
+      this.groups.set(g.id, { config: g, offerings, desired: g.desiredCapacity ?? g.minSize, nextZone: 0, lastFailureAtMs: new Map() });
+    }
+  }
+
+  async listGroups(): Promise<NodeGroup[]> {
+    return [...this.groups.values()].map((g) => ({
+      id: g.config.id,
+      cloud: g.config.cloud ?? 'aws',
+      region: g.offerings[0]?.region ?? '',
+      offerings: g.offerings,
+      minSize: g.config.minSize,
+      maxSize: g.config.maxSize,
+      desiredCapacity: g.desired,
+    }));
+  }
+
+  async listInstances(): Promise<Instance[]> {
+    return [...this.instances.values()].map((i) => toInstance(i));
+  }
+
+  async setDesiredCapacity(groupId: string, desired: number): Promise<void> {
+    this.calls.push({ method: 'setDesiredCapacity', args: [groupId, desired] });
+    const g = this.group(groupId, 'setDesiredCapacity');
+    if (!Number.isInteger(desired) || desired < g.config.minSize || desired > g.config.maxSize) {
+      throw new CloudError('invalid-request', `desired capacity ${desired} for ${groupId} is outside its limits [${g.config.minSize}, ${g.config.maxSize}]`, { operation: 'setDesiredCapacity', resource: groupId, cloud: this.cloud });
+    }
+    g.desired = desired;
+    this.fill(g);
+  }
+
+  async terminateInstance(groupId: string, instanceId: string): Promise<{ alreadyGone: boolean }> {
+    this.calls.push({ method: 'terminateInstance', args: [groupId, instanceId] });
+    const g = this.group(groupId, 'terminateInstance');
+    const inst = this.instances.get(instanceId);
+    if (!inst || inst.groupId !== groupId || inst.state === 'terminated' || inst.state === 'stopping') return { alreadyGone: true };
+    this.end(inst, 'scaled in');
+    g.desired = Math.max(g.config.minSize, g.desired - 1);
+    return { alreadyGone: false };
+  }
+
+  async setScaleInProtection(groupId: string, instanceIds: readonly string[], protect: boolean): Promise<void> {
+    this.calls.push({ method: 'setScaleInProtection', args: [groupId, [...instanceIds], protect] });
+    this.group(groupId, 'setScaleInProtection');
+    for (const id of instanceIds) {
+      const inst = this.instances.get(id);
+      if (inst && inst.groupId === groupId) inst.scaleInProtected = protect;
+    }
+  }
+
+  async launchFailures(sinceMs: number): Promise<LaunchFailure[]> {
+    return this.failures.filter((f) => f.atMs >= sinceMs);
+  }
+
+  async completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
+    this.calls.push({ method: 'completeLifecycleAction', args: [input] });
+  }
+
+  /** Makes the next `count` launches fail with `code` (for tests of failure handling). */
+  failNextLaunches(count: number, code = 'InsufficientInstanceCapacity'): void {
+    this.forcedFailures = { count, code };
+  }
+
+  /** Advances the simulated cloud to the clock's time: boots finish, groups refill, old records go. */
+  tick(): void {
+    const now = this.options.clock.nowMs();
+    for (const inst of this.instances.values()) {
+      if (inst.state === 'pending' && now >= inst.readyAtMs) inst.state = 'running';
+    }
+    for (const g of this.groups.values()) this.fill(g);
+    const keepMs = (this.options.keepTerminatedSec ?? 600) * 1000;
+    for (const [id, inst] of this.instances) {
+      if (inst.state === 'terminated' && inst.endedAtMs !== undefined && now - inst.endedAtMs > keepMs) this.instances.delete(id);
+    }
+  }
+
+  /** Takes a machine away (a spot interruption or a hardware failure): it stops at once. */
+  reclaim(instanceId: string, why: string): void {
+    const inst = this.instances.get(instanceId);
+    if (!inst || inst.state === 'terminated') return;
+    this.end(inst, why);
+  }
+
+  /** All machines ever launched, including ended ones still remembered, for accounting. */
+  allInstances(): readonly SimInstance[] {
+    return [...this.instances.values()];
+  }
+
+  /** Listener told about each machine when it ends, for exact cost accounting. */
+  onEnded: ((inst: SimInstance) => void) | undefined;
+
+  private end(inst: SimInstance, why: string): void {
+    inst.state = 'terminated';
+    inst.endedAtMs = this.options.clock.nowMs();
+    inst.endReason = why;
+    this.onEnded?.(inst);
+  }
+
+  private group(groupId: string, operation: string): SimGroup {
+    const g = this.groups.get(groupId);
+    if (!g) throw new CloudError('not-found', `node group ${groupId} does not exist`, { operation, resource: groupId, cloud: this.cloud });
+    return g;
+  }
+
+  /** Launches machines until the group has its desired number alive, skipping pools without capacity. */
+  private fill(g: SimGroup): void {
+    const now = this.options.clock.nowMs();
+    const alive = () => [...this.instances.values()].filter((i) => i.groupId === g.config.id && (i.state === 'pending' || i.state === 'running')).length;
+    let missing = g.desired - alive();
+    while (missing > 0) {
+      const offering = this.pickOffering(g, now);
+      if (!offering) break;
+      this.launch(g, offering, now);
+      missing--;
+    }
+  }
+
+  private pickOffering(g: SimGroup, now: number): Offering | undefined {
+    const capacity = this.options.capacity ?? ALWAYS_OBTAINABLE;
+    let candidates = g.offerings;
+    if (g.config.capacityType === 'spot' && this.options.priceOf) {
+      const priceOf = this.options.priceOf;
+      candidates = [...candidates].sort((a, b) => (priceOf(a) ?? Infinity) - (priceOf(b) ?? Infinity) || (a.id < b.id ? -1 : 1));
+    } else {
+      // Balance across zones, as an Auto Scaling group does for on-demand.
+      const start = g.nextZone++ % Math.max(1, candidates.length);
+      candidates = [...candidates.slice(start), ...candidates.slice(0, start)];
+    }
+    for (const o of candidates) {
+      if (this.forcedFailures && this.forcedFailures.count > 0) {
+        this.forcedFailures.count--;
+        this.recordFailure(g, o, now, this.forcedFailures.code);
+        continue;
+      }
+      if (capacity.obtainable(o, now)) return o;
+      this.recordFailure(g, o, now, g.config.capacityType === 'spot' ? 'InsufficientInstanceCapacity' : 'InsufficientInstanceCapacity');
+    }
+    return undefined;
+  }
+
+  private recordFailure(g: SimGroup, o: Offering, now: number, code: string): void {
+    const last = g.lastFailureAtMs.get(o.id);
+    if (last !== undefined && now - last < 60_000) return; // the group retries; one record a minute per pool
+    g.lastFailureAtMs.set(o.id, now);
+    this.failures.push({ groupId: g.config.id, offeringId: o.id, atMs: now, code, message: `There is no ${o.capacityType} capacity for ${o.instanceType} in ${o.zone} right now (simulated).` });
+    if (this.failures.length > 10_000) this.failures.splice(0, this.failures.length - 10_000);
+  }
+
+  private launch(g: SimGroup, offering: Offering, now: number): void {
+    const bootMs = (this.options.bootSec ?? 180) * 1000;
+    const jitter = this.options.bootJitter ?? 0.2;
+    const readyAtMs = now + Math.round(bootMs * (1 - jitter + 2 * jitter * this.options.random.next()));
+    const id = `i-${(++this.counter).toString(16).padStart(17, '0')}`;
+    this.instances.set(id, { id, groupId: g.config.id, offering, state: 'pending', launchedAtMs: now, readyAtMs, scaleInProtected: false });
+  }
+}
+
+function toInstance(i: SimInstance): Instance {
+  return {
+    id: i.id,
+    groupId: i.groupId,
+    cloud: i.offering.cloud,
+    region: i.offering.region,
+    zone: i.offering.zone,
+    instanceType: i.offering.instanceType,
+    capacityType: i.offering.capacityType,
+    state: i.state,
+    launchedAtMs: i.launchedAtMs,
+    scaleInProtected: i.scaleInProtected,
+  };
+}
