@@ -1,0 +1,51 @@
+import { Command, CommanderError } from 'commander';
+import { simulateCommand } from './simulate.ts';
+import { UsageError } from './errors.ts';
+
+/** Builds the `gpu-fleet` command. Exported so tests can run it in-process as well as as a child process. */
+export function buildProgram(io = { stdout: process.stdout, stderr: process.stderr }): Command {
+  const program = new Command('gpu-fleet')
+    .description('Serverless control plane for GPU work on spot and on-demand capacity')
+    .showHelpAfterError()
+    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) })
+    .exitOverride();
+
+  program
+    .command('simulate')
+    .description('Replay a GPU cluster trace through the real control loop on the simulated cloud and print a summary')
+    .option('--trace <file>', 'trace CSV (job_id, submit_s, duration_s, gpus[, gpu_type, team, status]); default: the built-in Philly sample')
+    .option('--hours <n>', 'virtual hours to simulate at most (arrivals after this are left out)', '72')
+    .option('--seed <n>', 'seed for the simulated cloud; the same seed gives the same run', '1')
+    .option('--max-jobs <n>', 'replay at most this many jobs (the earliest)')
+    .option('--json', 'print the summary as JSON')
+    .option('--no-progress', 'no progress bar')
+    .addHelpText('after', '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --trace ./my-trace.csv --hours 24')
+    .action(async (flags) => {
+      await simulateCommand(flags, io);
+    });
+
+  return program;
+}
+
+export async function main(argv: readonly string[]): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv as string[], { from: 'user' });
+    return 0;
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      return error.exitCode === 0 ? 0 : 2;
+    }
+    if (error instanceof UsageError) {
+      process.stderr.write(`gpu-fleet: ${error.message}\n`);
+      return 2;
+    }
+    process.stderr.write(`gpu-fleet: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    return 1;
+  }
+}
+
+const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+if (invokedDirectly || process.env.GPU_FLEET_CLI === '1') {
+  process.exitCode = await main(process.argv.slice(2));
+}
