@@ -1,0 +1,54 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const bin = fileURLToPath(new URL('../../bin/gpu-fleet.js', import.meta.url));
+
+async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { cwd: root, timeout: 60_000 });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe('gpu-fleet command', () => {
+  it('simulates the built-in trace and prints a JSON summary', async () => {
+    const { code, stdout } = await cli(['simulate', '--hours', '2', '--max-jobs', '40', '--seed', '3', '--json']);
+    expect(code).toBe(0);
+    const summary = JSON.parse(stdout);
+    expect(summary).toMatchObject({ policy: 'gpu-fleet', seed: 3, jobs: 40, lost: 0 });
+    for (const key of ['completed', 'gpuHoursUsed', 'gpuHoursPaid', 'costMicroUsd', 'onDemandCostMicroUsd', 'p50WaitSec', 'p95WaitSec']) expect(summary).toHaveProperty(key);
+  });
+
+  it('prints a table for people', async () => {
+    const { code, stdout } = await cli(['simulate', '--hours', '1', '--max-jobs', '10']);
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/GPU-hours paid\s+[\d.]+ GPU-h/);
+    expect(stdout).toMatch(/had everything run on-demand\s+\$[\d,]+\.\d\d/);
+    expect(stdout).toMatch(/queue wait p95/);
+  });
+
+  it('exits 2 with a message that names the problem for bad flags', async () => {
+    const bad = await cli(['simulate', '--seed', 'abc']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--seed must be a whole number from 0 to 2147483647, got "abc"');
+    const missing = await cli(['simulate', '--trace', '/no/such.csv']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('--trace: no such file /no/such.csv');
+    const unknown = await cli(['simulate', '--frobnicate']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain("unknown option '--frobnicate'");
+  });
+
+  it('lists every command with --help', async () => {
+    const { code, stdout } = await cli(['--help']);
+    expect(code).toBe(0);
+    expect(stdout).toContain('simulate');
+  });
+});

@@ -1,0 +1,53 @@
+import { describe, expect, it } from 'vitest';
+import { newPendingJob, transition, type Job } from '../../core/job.ts';
+import type { JobStore } from '../../core/ports.ts';
+import { aSpec, T0 } from '../builders.ts';
+
+/** The JobStore contract. Every implementation (memory, DynamoDB) runs this suite. */
+export function jobStoreContract(name: string, make: () => Promise<JobStore>): void {
+  const job = (id: string, team = 'nlp', at = T0): Job => newPendingJob({ id, team, spec: aSpec(), submittedAtMs: at });
+
+  describe(`JobStore contract: ${name}`, () => {
+    it('creates a job once; a second create returns the stored job unchanged', async () => {
+      const store = await make();
+      expect(await store.create(job('nlp.a'))).toEqual({ created: true, job: job('nlp.a') });
+      const again = await store.create({ ...job('nlp.a'), spec: aSpec({ priority: 999 }) });
+      expect(again.created).toBe(false);
+      expect(again.job.spec.priority).toBe(100);
+    });
+
+    it('returns undefined for a job that does not exist', async () => {
+      expect(await (await make()).get('nlp.nope')).toBeUndefined();
+    });
+
+    it('updates only when the expected version matches (conditional write)', async () => {
+      const store = await make();
+      await store.create(job('nlp.a'));
+      const placed = transition(job('nlp.a'), { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: 'i-1', gpuIndices: [0] }], capacityType: 'spot' } }, T0 + 1);
+      if (!placed.ok) throw new Error(placed.error);
+      expect(await store.update(placed.job, 1)).toEqual({ ok: true, job: placed.job });
+      const stale = await store.update({ ...placed.job, version: 2 }, 1);
+      expect(stale).toEqual({ ok: false, current: placed.job });
+      expect(await store.update({ ...job('nlp.zzz'), version: 2 }, 1)).toEqual({ ok: false, current: undefined });
+    });
+
+    it('lets exactly one of two racing writers win', async () => {
+      const store = await make();
+      await store.create(job('nlp.a'));
+      const a = { ...job('nlp.a'), version: 2, hold: { code: 'budget-hold' as const, message: 'a' } };
+      const b = { ...job('nlp.a'), version: 2, hold: { code: 'budget-hold' as const, message: 'b' } };
+      const results = await Promise.all([store.update(a, 1), store.update(b, 1)]);
+      expect(results.filter((r) => r.ok)).toHaveLength(1);
+    });
+
+    it('lists by state and team in submission order', async () => {
+      const store = await make();
+      await store.create(job('nlp.b', 'nlp', T0 + 2));
+      await store.create(job('vision.a', 'vision', T0 + 1));
+      await store.create(job('nlp.a', 'nlp', T0 + 3));
+      expect((await store.listByState(['pending'])).map((j) => j.id)).toEqual(['vision.a', 'nlp.b', 'nlp.a']);
+      expect((await store.listByState(['pending'], 'nlp')).map((j) => j.id)).toEqual(['nlp.b', 'nlp.a']);
+      expect(await store.listByState(['running'])).toEqual([]);
+    });
+  });
+}

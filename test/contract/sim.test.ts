@@ -1,0 +1,54 @@
+import { makeOffering } from '../../core/catalog.ts';
+import { ShippedCatalogSource, ShippedPriceSource } from '../../cloud/catalog/shipped.ts';
+import { SeededRandom, VirtualClock } from '../../cloud/sim/clock.ts';
+import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
+import {
+  MemoryCheckpointStore,
+  MemoryDecisionLog,
+  MemoryJobQueue,
+  MemoryJobStore,
+  MemoryLeaseStore,
+  MemoryNodeStore,
+  MemorySpendLedger,
+  StaticBudgetTags,
+} from '../../cloud/sim/memory-stores.ts';
+import { SimCloud } from '../../cloud/sim/sim-cloud.ts';
+import { T0 } from '../builders.ts';
+import { jobStoreContract } from './job-store.contract.ts';
+import { nodeGroupProviderContract } from './node-group-provider.contract.ts';
+import { budgetTagSourceContract, catalogAndPricesContract, clockContract, jobQueueContract } from './sources.contract.ts';
+import { checkpointStoreContract, decisionLogContract, leaseStoreContract, nodeStoreContract, spendLedgerContract } from './state-store.contract.ts';
+
+/** Every port contract, run against the simulated cloud. The AWS and GCP adapters run the same suites. */
+jobStoreContract('sim (memory)', async () => new MemoryJobStore());
+nodeStoreContract('sim (memory)', async () => new MemoryNodeStore());
+spendLedgerContract('sim (memory)', async () => new MemorySpendLedger());
+leaseStoreContract('sim (memory)', async () => new MemoryLeaseStore());
+decisionLogContract('sim (memory)', async () => new MemoryDecisionLog());
+checkpointStoreContract('sim (memory)', async () => new MemoryCheckpointStore());
+jobQueueContract('sim (memory)', async () => ({ queue: new MemoryJobQueue(['nlp']), team: 'nlp' }));
+budgetTagSourceContract('sim (static tags)', async () => ({ source: new StaticBudgetTags(defaultTeamTags(['nlp'])), team: 'nlp' }));
+catalogAndPricesContract('shipped catalogue', async () => ({
+  catalog: new ShippedCatalogSource(),
+  prices: new ShippedPriceSource(),
+  known: makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'p3.2xlarge', capacityType: 'spot' }),
+  unknown: makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'x9.huge', capacityType: 'spot' }),
+}));
+clockContract('virtual clock', async () => new VirtualClock(T0));
+nodeGroupProviderContract('sim cloud', async () => {
+  const clock = new VirtualClock(T0);
+  const provider = new SimCloud({
+    clock,
+    random: new SeededRandom(1),
+    bootSec: 60,
+    groups: [{ id: 'g5-od', instanceTypes: ['g5.xlarge'], zones: ['us-east-1a', 'us-east-1b'], capacityType: 'on-demand', minSize: 0, maxSize: 4 }],
+  });
+  return {
+    provider,
+    groupId: 'g5-od',
+    settle: async () => {
+      clock.advanceBy(120_000);
+      provider.tick();
+    },
+  };
+});

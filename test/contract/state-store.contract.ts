@@ -1,0 +1,153 @@
+import { describe, expect, it } from 'vitest';
+import type { NodeRecord } from '../../core/fleet.ts';
+import type { CheckpointStore, DecisionLog, DecisionRecord, LeaseStore, NodeStore, SpendLedger } from '../../core/ports.ts';
+import { T0 } from '../builders.ts';
+
+const record = (id: string, at = T0): NodeRecord => ({ instanceId: id, groupId: 'g', registeredAtMs: at, lastHeartbeatAtMs: at, healthy: true, gpus: [{ index: 0, model: 'A10G', memoryMiB: 24_576 }] });
+
+export function nodeStoreContract(name: string, make: () => Promise<NodeStore>): void {
+  describe(`NodeStore contract: ${name}`, () => {
+    it('registers idempotently and keeps the first registration time', async () => {
+      const s = await make();
+      await s.register(record('i-1'));
+      await s.register(record('i-1', T0 + 5000));
+      expect(await s.get('i-1')).toMatchObject({ registeredAtMs: T0, lastHeartbeatAtMs: T0 + 5000 });
+      expect(await s.get('i-2')).toBeUndefined();
+    });
+
+    it('takes heartbeats for known nodes only and never moves them backwards', async () => {
+      const s = await make();
+      expect(await s.heartbeat('i-1', T0)).toBe(false);
+      await s.register(record('i-1'));
+      expect(await s.heartbeat('i-1', T0 + 15_000, { healthy: false, problem: 'nvidia-smi failed' })).toBe(true);
+      await s.heartbeat('i-1', T0 + 5_000);
+      expect(await s.get('i-1')).toMatchObject({ lastHeartbeatAtMs: T0 + 15_000, healthy: false, healthProblem: 'nvidia-smi failed' });
+    });
+
+    it('marks draining once: the first mark wins, even for a node it has not seen', async () => {
+      const s = await make();
+      await s.register(record('i-1'));
+      const first = await s.markDraining('i-1', { sinceMs: T0, reason: 'spot interruption', deadlineMs: T0 + 120_000 });
+      const second = await s.markDraining('i-1', { sinceMs: T0 + 10, reason: 'rebalance', deadlineMs: T0 + 999_999 });
+      expect(second.draining).toEqual(first.draining);
+      await s.register(record('i-1', T0 + 20_000));
+      expect((await s.get('i-1'))!.draining).toEqual(first.draining);
+      const unknown = await s.markDraining('i-9', { sinceMs: T0, reason: 'terminated', deadlineMs: T0, groupId: 'g' });
+      expect(unknown.draining?.reason).toBe('terminated');
+      expect((await s.get('i-9'))!.draining?.reason).toBe('terminated');
+    });
+
+    it('sets and clears idle time, lists, and forgets nodes idempotently', async () => {
+      const s = await make();
+      await s.register(record('i-2'));
+      await s.register(record('i-1'));
+      await s.setIdleSince('i-1', T0 + 1);
+      expect((await s.get('i-1'))!.idleSinceMs).toBe(T0 + 1);
+      await s.setIdleSince('i-1', undefined);
+      expect((await s.get('i-1'))!.idleSinceMs).toBeUndefined();
+      expect((await s.list()).map((r) => r.instanceId)).toEqual(['i-1', 'i-2']);
+      await s.remove('i-1');
+      await s.remove('i-1');
+      expect((await s.list()).map((r) => r.instanceId)).toEqual(['i-2']);
+    });
+  });
+}
+
+export function spendLedgerContract(name: string, make: () => Promise<SpendLedger>): void {
+  describe(`SpendLedger contract: ${name}`, () => {
+    it('counts each window exactly once and moves the cursor', async () => {
+      const l = await make();
+      expect(await l.read('nlp', '2026-11')).toEqual({ spentMicroUsd: 0, accruedUntilMs: undefined });
+      expect(await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0, toMs: T0 + 60_000, amountMicroUsd: 500 })).toBe(true);
+      expect(await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0, toMs: T0 + 60_000, amountMicroUsd: 500 })).toBe(true); // a repeat
+      expect(await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0 + 60_000, toMs: T0 + 120_000, amountMicroUsd: 700 })).toBe(true);
+      expect(await l.read('nlp', '2026-11')).toEqual({ spentMicroUsd: 1200, accruedUntilMs: T0 + 120_000 });
+    });
+
+    it('refuses a window that does not start at the cursor', async () => {
+      const l = await make();
+      await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0, toMs: T0 + 60_000, amountMicroUsd: 500 });
+      expect(await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0 + 30_000, toMs: T0 + 90_000, amountMicroUsd: 500 })).toBe(false);
+      expect((await l.read('nlp', '2026-11')).spentMicroUsd).toBe(500);
+    });
+
+    it('lets one of two racing writers count a window', async () => {
+      const l = await make();
+      await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0, toMs: T0 + 1, amountMicroUsd: 1 });
+      await Promise.all([
+        l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0 + 1, toMs: T0 + 60_000, amountMicroUsd: 10 }),
+        l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0 + 1, toMs: T0 + 61_000, amountMicroUsd: 10 }),
+      ]);
+      expect((await l.read('nlp', '2026-11')).spentMicroUsd).toBe(11);
+    });
+
+    it('keeps teams and periods apart and lists them', async () => {
+      const l = await make();
+      await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0, toMs: T0 + 1, amountMicroUsd: 3 });
+      await l.accrue({ team: 'nlp', period: '2026-12', fromMs: T0, toMs: T0 + 1, amountMicroUsd: 4 });
+      await l.accrue({ team: 'vision', period: '2026-11', fromMs: T0, toMs: T0 + 1, amountMicroUsd: 5 });
+      const rows = (await l.list()).map((r) => `${r.team}/${r.period}=${r.spentMicroUsd}`).sort();
+      expect(rows).toEqual(['nlp/2026-11=3', 'nlp/2026-12=4', 'vision/2026-11=5']);
+    });
+  });
+}
+
+export function leaseStoreContract(name: string, make: () => Promise<LeaseStore>): void {
+  describe(`LeaseStore contract: ${name}`, () => {
+    it('gives the lease to one holder until it expires or is released', async () => {
+      const s = await make();
+      expect(await s.acquire('reconcile', 'a', T0, 60_000)).toBe(true);
+      expect(await s.acquire('reconcile', 'b', T0 + 1000, 60_000)).toBe(false);
+      expect(await s.acquire('reconcile', 'a', T0 + 2000, 60_000)).toBe(true); // renewal
+      expect(await s.acquire('reconcile', 'b', T0 + 62_001, 60_000)).toBe(true); // expired
+      await s.release('reconcile', 'a'); // not a's any more: nothing happens
+      expect(await s.acquire('reconcile', 'a', T0 + 63_000, 60_000)).toBe(false);
+      await s.release('reconcile', 'b');
+      expect(await s.acquire('reconcile', 'a', T0 + 64_000, 60_000)).toBe(true);
+    });
+
+    it('lets exactly one of two racing holders win', async () => {
+      const s = await make();
+      const won = await Promise.all(['a', 'b', 'c'].map((h) => s.acquire('race', h, T0, 60_000)));
+      expect(won.filter(Boolean)).toHaveLength(1);
+    });
+  });
+}
+
+export function decisionLogContract(name: string, make: () => Promise<DecisionLog>): void {
+  const d = (id: string, atMs: number): DecisionRecord => ({ id, atMs, dryRun: false, inputs: { pendingJobs: 1, activeJobs: 0, nodes: 0, groups: [] }, plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0 }, applied: 0, errors: [], planMs: 1 });
+  describe(`DecisionLog contract: ${name}`, () => {
+    it('stores records idempotently by id and returns the newest first', async () => {
+      const log = await make();
+      await log.record(d('decision-1', T0));
+      await log.record(d('decision-2', T0 + 60_000));
+      await log.record({ ...d('decision-1', T0), applied: 3 });
+      expect((await log.get('decision-1'))!.applied).toBe(3);
+      expect((await log.recent(5)).map((r) => r.id)).toEqual(['decision-2', 'decision-1']);
+      expect(await log.get('decision-9')).toBeUndefined();
+    });
+  });
+}
+
+export function checkpointStoreContract(name: string, make: () => Promise<CheckpointStore>): void {
+  describe(`CheckpointStore contract: ${name}`, () => {
+    it('gives each attempt its own location and keeps only the newest complete checkpoint', async () => {
+      const s = await make();
+      expect(s.locationFor('nlp.a', 1)).not.toBe(s.locationFor('nlp.a', 2));
+      expect(s.locationFor('nlp.a', 1)).toBe(s.locationFor('nlp.a', 1));
+      expect(await s.latest('nlp.a')).toBeUndefined();
+      const first = { jobId: 'nlp.a', attempt: 1, location: s.locationFor('nlp.a', 1), completedAtMs: T0 + 10, progressSec: 600 };
+      const older = { ...first, completedAtMs: T0 + 5, progressSec: 300 };
+      await s.markComplete(first);
+      await s.markComplete(first);
+      await s.markComplete(older);
+      expect(await s.latest('nlp.a')).toEqual(first);
+    });
+
+    it('keeps a location under the job, whatever its id holds', async () => {
+      const s = await make();
+      const loc = s.locationFor('nlp.../../etc', 1);
+      expect(loc).not.toContain('/../');
+    });
+  });
+}

@@ -1,0 +1,114 @@
+import { describe, expect, it } from 'vitest';
+import { planSimple } from '../../core/planner/simple-planner.ts';
+import { intake } from '../../core/services/intake.ts';
+import { reconcile } from '../../core/services/reconcile.ts';
+import { DEFAULT_POLICY } from '../../core/snapshot.ts';
+import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
+import { createSimEnvironment } from '../../cloud/sim/environment.ts';
+import { T0 } from '../builders.ts';
+
+const spec = { image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1, models: ['V100'] }, checkpoint: { intervalSec: 600 } };
+
+function env() {
+  return createSimEnvironment({
+    startMs: T0,
+    seed: 1,
+    teams: ['nlp'],
+    teamTags: defaultTeamTags(['nlp']),
+    bootSec: 120,
+    groups: [{ id: 'v100-spot', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 5 }],
+  });
+}
+
+describe('intake', () => {
+  it('stores a valid spec as pending once, however often it is delivered', async () => {
+    const e = env();
+    const msg = { team: 'nlp', body: JSON.stringify(spec), token: 'msg-1' };
+    expect(await intake(e, msg)).toMatchObject({ outcome: 'accepted', job: { id: 'nlp.msg-1', state: 'pending', team: 'nlp' } });
+    expect(await intake(e, msg)).toMatchObject({ outcome: 'duplicate' });
+    expect(await e.jobs.listByState(['pending'])).toHaveLength(1);
+  });
+
+  it('records a bad spec as rejected with the reasons and the body', async () => {
+    const e = env();
+    const out = await intake(e, { team: 'nlp', body: JSON.stringify({ ...spec, gpu: { kind: 'whole', count: 99 } }), token: 'bad' });
+    expect(out).toMatchObject({ outcome: 'rejected', job: { state: 'rejected', rejection: { errors: ['gpu.count: must be at most 16; got 99'] } } });
+    const notJson = await intake(e, { team: 'nlp', body: '{oops', token: 'bad2' });
+    expect(notJson.outcome === 'rejected' && notJson.errors[0]).toContain('(body): not valid JSON');
+  });
+
+  it('takes the team from the queue, never from the body', async () => {
+    const e = env();
+    const out = await intake(e, { team: 'nlp', body: JSON.stringify({ ...spec, team: 'vision' }), token: 't' });
+    expect(out).toMatchObject({ outcome: 'rejected', job: { team: 'nlp' } });
+    expect(await intake(e, { team: 'Not A Team!', body: JSON.stringify(spec), token: 't' })).toMatchObject({ outcome: 'unattributable' });
+  });
+});
+
+describe('reconcile', () => {
+  it('scales up for pending work, places it once the machine has booted, and scales in when idle', async () => {
+    const e = env();
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'a' });
+    const run = () => reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    const first = await run();
+    expect(first.status === 'done' && first.decision.plan.actions.map((a) => a.kind)).toEqual(['scale-up']);
+    expect((await e.cloud.listGroups())[0]!.desiredCapacity).toBe(1);
+
+    e.clock.advanceBy(150_000);
+    e.cloud.tick();
+    const [inst] = await e.cloud.listInstances();
+    await e.nodes.register({ instanceId: inst!.id, groupId: inst!.groupId, registeredAtMs: e.clock.nowMs(), lastHeartbeatAtMs: e.clock.nowMs(), healthy: true, gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }] });
+    const second = await run();
+    expect(second.status === 'done' && second.decision.plan.actions.map((a) => a.kind)).toEqual(['place']);
+    expect((await e.jobs.get('nlp.a'))?.state).toBe('placed');
+
+    // The job finishes; after the cool-down the node goes.
+    const job = (await e.jobs.get('nlp.a'))!;
+    await e.jobs.update({ ...job, state: 'succeeded', version: job.version + 1 }, job.version);
+    await run(); // marks the node idle
+    e.clock.advanceBy(DEFAULT_POLICY.idleCooldownSec * 1000 + 1000);
+    await e.nodes.heartbeat(inst!.id, e.clock.nowMs());
+    const third = await run();
+    expect(third.status === 'done' && third.decision.plan.actions).toEqual([expect.objectContaining({ kind: 'scale-in', instanceId: inst!.id })]);
+    expect((await e.cloud.listInstances())[0]!.state).toBe('terminated');
+  });
+
+  it('requeues the work of a node whose agent went silent, from its newest checkpoint', async () => {
+    const e = env();
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'a' });
+    await e.cloud.setDesiredCapacity('v100-spot', 1);
+    e.clock.advanceBy(150_000);
+    e.cloud.tick();
+    const [inst] = await e.cloud.listInstances();
+    await e.nodes.register({ instanceId: inst!.id, groupId: 'v100-spot', registeredAtMs: e.clock.nowMs(), lastHeartbeatAtMs: e.clock.nowMs(), healthy: true, gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }] });
+    await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    const placed = (await e.jobs.get('nlp.a'))!;
+    await e.jobs.update({ ...placed, state: 'running', version: placed.version + 1 }, placed.version);
+    const cp = { jobId: 'nlp.a', attempt: 1, location: e.checkpoints.locationFor('nlp.a', 1), completedAtMs: e.clock.nowMs(), progressSec: 300 };
+    await e.checkpoints.markComplete(cp);
+
+    e.clock.advanceBy((DEFAULT_POLICY.heartbeatTimeoutSec + 5) * 1000);
+    const out = await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    expect(out.status === 'done' && out.lostJobsRequeued).toBe(1);
+    const job = (await e.jobs.get('nlp.a'))!;
+    expect(job).toMatchObject({ state: 'pending', attempt: 2, checkpoint: cp, requeueReason: { code: 'node-lost' } });
+    // A second look changes nothing: the attempt was already requeued.
+    const again = await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    expect(again.status === 'done' && again.lostJobsRequeued).toBe(0);
+  });
+
+  it('plans without acting in a dry run, and records the decision', async () => {
+    const e = env();
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'a' });
+    const out = await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY, dryRun: true });
+    expect(out.status === 'done' && out.decision).toMatchObject({ dryRun: true, applied: 0, plan: { actions: [expect.objectContaining({ kind: 'scale-up' })] } });
+    expect((await e.cloud.listGroups())[0]!.desiredCapacity).toBe(0);
+    expect(await e.decisions.recent(1)).toHaveLength(1);
+  });
+
+  it('lets only one reconciler act at a time', async () => {
+    const e = env();
+    await e.lease.acquire('reconcile', 'someone-else', e.clock.nowMs(), 60_000);
+    expect(await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY, holder: 'me' })).toEqual({ status: 'skipped', reason: 'another reconciler holds the lease' });
+  });
+});
