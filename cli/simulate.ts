@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import cliProgress from 'cli-progress';
-import { planSimple } from '../core/planner/simple-planner.ts';
+import { plan } from '../core/planner/planner.ts';
 import { BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { runSimulation, type SimulationSummary } from '../cloud/sim/simulation.ts';
 import { loadWorkload } from '../cloud/sim/workload.ts';
@@ -34,7 +34,7 @@ export async function simulateCommand(flags: SimulateFlags, io: { stdout: NodeJS
     workload,
     groups: DEFAULT_SIM_GROUPS,
     teamTags: defaultTeamTags(workload.teams),
-    planner: planSimple,
+    planner: plan,
     policyName: 'gpu-fleet',
     seed,
     hours,

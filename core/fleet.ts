@@ -15,6 +15,8 @@ export interface NodeGroup {
   readonly minSize: number;
   readonly maxSize: number;
   readonly desiredCapacity: number;
+  /** Its machines boot with MIG mode on (A100/H100/H200/B200): they take MIG requests only. */
+  readonly migEnabled?: boolean;
 }
 
 /** Instance states as the cloud reports them, in gpu-fleet's words. */

@@ -26,8 +26,13 @@ export interface Plan {
   readonly actions: readonly PlanAction[];
   /** Every pending job the plan does not place, with why. */
   readonly waiting: readonly WaitingJob[];
-  /** Expected hourly cost of the capacity this plan adds, under the snapshot's prices (µUSD/h). */
+  /** Hourly price of the capacity this plan adds, under the snapshot's prices (µUSD/h). */
   readonly addedCostMicroUsdPerHour: number;
+  /**
+   * Expected hourly cost of that capacity under the cost model: its price plus, on spot, the
+   * expected rework of the jobs it is bought for (µUSD/h). The measure benchmarks compare.
+   */
+  readonly addedExpectedCostMicroUsdPerHour: number;
 }
 
 /** A short human line for an action, for logs, `explain` and the decision record. */

@@ -17,6 +17,14 @@ export interface Policy {
   readonly noticeMarginSec: number;
   /** How long an offering stays unavailable after a failed launch or an interruption. */
   readonly unavailableForSec: number;
+  /** Runtime assumed for a job that gives no estimate, for the cost model. */
+  readonly defaultRuntimeSec: number;
+  /** Seconds a resumed job spends restoring its checkpoint before it makes progress. */
+  readonly restoreSec: number;
+  /** Work a deadline job keeps in reserve beyond its remaining work and a changeover, before it must go on-demand. */
+  readonly deadlineMarginSec: number;
+  /** Move checkpointable work off an underused node when the saving beats the restart cost. */
+  readonly consolidate: boolean;
 }
 
 export const DEFAULT_POLICY: Policy = {
@@ -26,6 +34,10 @@ export const DEFAULT_POLICY: Policy = {
   heartbeatTimeoutSec: 90,
   noticeMarginSec: 20,
   unavailableForSec: 900,
+  defaultRuntimeSec: 3600,
+  restoreSec: 60,
+  deadlineMarginSec: 1800,
+  consolidate: true,
 };
 
 /** One consistent view of the world, read at the start of a reconcile. Everything the planner knows. */

@@ -42,6 +42,7 @@ export function anOffering(instanceType: string, capacityType: CapacityType = 'o
 }
 
 export function aGroup(overrides: Partial<NodeGroup> & { instanceType?: string; capacityType?: CapacityType; zones?: string[] } = {}): NodeGroup {
+  const mig = overrides.migEnabled ? { migEnabled: true } : {};
   const type = overrides.instanceType ?? 'g5.xlarge';
   const capacityType = overrides.capacityType ?? 'on-demand';
   const zones = overrides.zones ?? ['us-east-1a'];
@@ -53,6 +54,7 @@ export function aGroup(overrides: Partial<NodeGroup> & { instanceType?: string; 
     minSize: overrides.minSize ?? 0,
     maxSize: overrides.maxSize ?? 10,
     desiredCapacity: overrides.desiredCapacity ?? 0,
+    ...mig,
   };
 }
 

@@ -1,22 +1,29 @@
 import type { CapacityType, Cloud, InstanceType } from '../catalog.ts';
 import { gpuModelMatches, type GpuModel, type GpuRequest } from '../gpu.ts';
 import type { NodeAssignment } from '../job.ts';
+import { bestStart, MIG_GPUS, migProfile, placementMask, type MigState } from '../mig.ts';
 
-/** Free capacity of one GPU. A whole GPU is free when nothing at all is on it. */
+/**
+ * Free capacity of one GPU. A GPU is in one of three modes: whole (free, or held by one job),
+ * time-sliced (shares of its time and memory given to several jobs), or MIG (GPU instances at
+ * fixed placements). A GPU in MIG mode takes only MIG requests; a GPU with shares takes only shares.
+ */
 export interface GpuSlot {
   readonly index: number;
   readonly model: GpuModel;
   readonly memoryMiB: number;
-  /** Thousandths of the GPU's time not yet given out (1000 = untouched). */
+  /** Thousandths of the GPU's time not given out (1000 = untouched). */
   freeMilli: number;
   freeMemoryMiB: number;
   /** Held whole by one job. */
   whole: boolean;
+  /** Present when the GPU is in MIG mode. */
+  readonly mig?: MigState;
 }
 
 export type NodeKind = 'ready' | 'booting' | 'planned';
 
-/** A node as the planner packs it: ready (schedulable now), booting, or planned (to be bought). */
+/** A node as the planner packs it: ready (schedulable now), booting (or launching), or planned (to be bought). */
 export interface NodeCapacity {
   readonly id: string;
   readonly groupId: string;
@@ -29,9 +36,16 @@ export interface NodeCapacity {
   readonly kind: NodeKind;
   readonly priceMicroUsdPerHour: number;
   readonly gpus: GpuSlot[];
+  /** GPUs with nothing at all on them (and not in MIG mode). Kept in step by {@link commitFit}. */
+  freeWhole: number;
 }
 
-export function emptyGpus(type: InstanceType): GpuSlot[] {
+export function isMigModel(model: GpuModel): boolean {
+  return MIG_GPUS[model] !== undefined;
+}
+
+export function makeGpus(type: InstanceType, migMode: boolean): GpuSlot[] {
+  const mig = migMode && isMigModel(type.gpuModel);
   return Array.from({ length: type.gpuCount }, (_, index) => ({
     index,
     model: type.gpuModel,
@@ -39,60 +53,91 @@ export function emptyGpus(type: InstanceType): GpuSlot[] {
     freeMilli: 1000,
     freeMemoryMiB: type.gpuMemoryMiB,
     whole: false,
+    ...(mig ? { mig: { mask: 0, counts: new Map<string, number>() } } : {}),
   }));
+}
+
+export function countFreeWhole(gpus: readonly GpuSlot[]): number {
+  let n = 0;
+  for (const g of gpus) if (!g.mig && !g.whole && g.freeMilli === 1000) n++;
+  return n;
 }
 
 function modelOk(models: readonly string[] | undefined, model: GpuModel): boolean {
   return models === undefined || models.some((m) => gpuModelMatches(m, model));
 }
 
-/** True when the machine type could ever hold the request (ignoring what is already on it). */
-export function typeCanHold(type: InstanceType, request: GpuRequest): boolean {
+/** True when a machine type (in MIG mode or not) could ever hold the request, ignoring what is on it. */
+export function typeCanHold(type: InstanceType, request: GpuRequest, migMode: boolean): boolean {
   if (!modelOk(request.models, type.gpuModel)) return false;
+  const mig = migMode && isMigModel(type.gpuModel);
   switch (request.kind) {
     case 'whole':
-      return type.gpuCount >= request.count && (request.minMemoryMiB === undefined || type.gpuMemoryMiB >= request.minMemoryMiB);
+      return !mig && type.gpuCount >= request.count && (request.minMemoryMiB === undefined || type.gpuMemoryMiB >= request.minMemoryMiB);
     case 'fraction':
-      return type.gpuCount >= 1 && type.gpuMemoryMiB >= request.memoryMiB;
+      return !mig && type.gpuCount >= 1 && type.gpuMemoryMiB >= request.memoryMiB;
     case 'mig':
-      return false; // MIG placement arrives with the full planner.
+      return mig && migProfile(type.gpuModel, request.profile) !== undefined;
   }
 }
 
 /**
- * Would the request fit on this node now? Returns the assignment it would get, without
- * changing the node (the "can this fit?" check); {@link commitFit} applies it.
- * Whole GPUs take the lowest free indices; a share takes the GPU it fills best.
+ * Would the request fit on this node now? Returns the assignment it would get without changing
+ * the node (the "can this fit?" check); {@link commitFit} applies it. Whole GPUs take the lowest
+ * free indices; a share takes the GPU it fills best; a MIG slice takes the GPU already most used,
+ * at the placement that keeps the most room for later slices.
  */
 export function tryFit(node: NodeCapacity, request: GpuRequest): NodeAssignment | undefined {
   switch (request.kind) {
     case 'whole': {
-      const free = node.gpus.filter(
-        (g) => g.freeMilli === 1000 && !g.whole && modelOk(request.models, g.model) && (request.minMemoryMiB === undefined || g.memoryMiB >= request.minMemoryMiB),
-      );
-      if (free.length < request.count) return undefined;
-      return { nodeId: node.id, gpuIndices: free.slice(0, request.count).map((g) => g.index) };
+      if (node.freeWhole < request.count) return undefined;
+      const picked: number[] = [];
+      for (const g of node.gpus) {
+        if (g.mig || g.whole || g.freeMilli !== 1000) continue;
+        if (!modelOk(request.models, g.model) || (request.minMemoryMiB !== undefined && g.memoryMiB < request.minMemoryMiB)) return undefined;
+        picked.push(g.index);
+        if (picked.length === request.count) return { nodeId: node.id, gpuIndices: picked };
+      }
+      return undefined;
     }
     case 'fraction': {
       let best: GpuSlot | undefined;
       for (const g of node.gpus) {
-        if (g.whole || g.freeMilli < request.milliGpu || g.freeMemoryMiB < request.memoryMiB || !modelOk(request.models, g.model)) continue;
-        if (!best || g.freeMilli < best.freeMilli) best = g;
+        if (g.mig || g.whole || g.freeMilli < request.milliGpu || g.freeMemoryMiB < request.memoryMiB || !modelOk(request.models, g.model)) continue;
+        if (!best || g.freeMilli < best.freeMilli || (g.freeMilli === best.freeMilli && g.freeMemoryMiB < best.freeMemoryMiB)) best = g;
       }
       if (!best) return undefined;
       return { nodeId: node.id, gpuIndices: [best.index], share: { milliGpu: request.milliGpu, memoryMiB: request.memoryMiB } };
     }
-    case 'mig':
-      return undefined;
+    case 'mig': {
+      let best: { gpu: GpuSlot; start: number; used: number } | undefined;
+      for (const g of node.gpus) {
+        if (!g.mig || !modelOk(request.models, g.model)) continue;
+        const profile = migProfile(g.model, request.profile);
+        if (!profile) continue;
+        const start = bestStart(g.model, g.mig, profile);
+        if (start === undefined) continue;
+        const used = popcount(g.mig.mask);
+        if (!best || used > best.used) best = { gpu: g, start, used };
+      }
+      if (!best) return undefined;
+      return { nodeId: node.id, gpuIndices: [best.gpu.index], mig: { profile: request.profile, startSlice: best.start } };
+    }
   }
 }
 
 /** Takes the capacity an assignment from {@link tryFit} (or an existing placement) uses. */
 export function commitFit(node: NodeCapacity, assignment: NodeAssignment): void {
   for (const index of assignment.gpuIndices) {
-    const g = node.gpus.find((s) => s.index === index);
+    const g = node.gpus[index]?.index === index ? node.gpus[index] : node.gpus.find((s) => s.index === index);
     if (!g) continue;
-    if (assignment.share) {
+    if (assignment.mig) {
+      if (!g.mig) continue;
+      const profile = migProfile(g.model, assignment.mig.profile);
+      if (!profile) continue;
+      g.mig.mask |= placementMask(assignment.mig.startSlice, profile.memorySlices);
+      g.mig.counts.set(profile.name, (g.mig.counts.get(profile.name) ?? 0) + 1);
+    } else if (assignment.share) {
       g.freeMilli -= assignment.share.milliGpu;
       g.freeMemoryMiB -= assignment.share.memoryMiB;
     } else {
@@ -101,9 +146,147 @@ export function commitFit(node: NodeCapacity, assignment: NodeAssignment): void 
       g.freeMemoryMiB = 0;
     }
   }
+  node.freeWhole = countFreeWhole(node.gpus);
 }
 
 /** No GPU of the node is in use. */
 export function isEmpty(node: NodeCapacity): boolean {
-  return node.gpus.every((g) => g.freeMilli === 1000 && !g.whole);
+  return node.gpus.every((g) => (g.mig ? g.mig.mask === 0 : !g.whole && g.freeMilli === 1000));
+}
+
+/** GPU-equivalents in use on a node, in thousandths (a MIG slice counts its share of compute slices). */
+export function usedMilli(node: NodeCapacity): number {
+  let used = 0;
+  for (const g of node.gpus) {
+    if (g.mig) used += Math.round((popcount(g.mig.mask) * 1000) / 8);
+    else used += g.whole ? 1000 : 1000 - g.freeMilli;
+  }
+  return used;
+}
+
+/** Whether the node has room for shares or MIG slices (partly used GPUs). */
+export function hasPartialRoom(node: NodeCapacity): boolean {
+  for (const g of node.gpus) {
+    if (g.mig) {
+      if (g.mig.mask !== 0xff) return true;
+    } else if (!g.whole && g.freeMilli > 0 && g.freeMilli < 1000) return true;
+  }
+  return false;
+}
+
+export function popcount(x: number): number {
+  let n = 0;
+  for (let v = x; v !== 0; v &= v - 1) n++;
+  return n;
+}
+
+/**
+ * An index of nodes for best-fit search. Nodes are grouped by pool (offering); within a pool,
+ * nodes with free whole GPUs sit in buckets by how many they have, so that "the fullest node
+ * with at least N free GPUs" is a few bucket lookups, not a scan. Nodes with partly used GPUs
+ * (shares, MIG) are listed apart for the fractional requests.
+ */
+export class CapacityIndex {
+  private readonly pools = new Map<string, PoolNodes>();
+
+  add(node: NodeCapacity): void {
+    let pool = this.pools.get(node.offeringId);
+    if (!pool) {
+      pool = new PoolNodes(node.offeringId, node.zone, node.gpus.length);
+      this.pools.set(node.offeringId, pool);
+    }
+    pool.add(node);
+  }
+
+  /** Re-files a node after its free capacity changed. */
+  update(node: NodeCapacity): void {
+    this.pools.get(node.offeringId)?.update(node);
+  }
+
+  remove(node: NodeCapacity): void {
+    this.pools.get(node.offeringId)?.remove(node);
+  }
+
+  poolIds(): IterableIterator<string> {
+    return this.pools.keys();
+  }
+
+  pool(offeringId: string): PoolNodes | undefined {
+    return this.pools.get(offeringId);
+  }
+
+  allNodes(): NodeCapacity[] {
+    return [...this.pools.values()].flatMap((p) => p.nodes());
+  }
+}
+
+export class PoolNodes {
+  private readonly byFree: Set<NodeCapacity>[];
+  private readonly partial = new Set<NodeCapacity>();
+  private readonly where = new Map<NodeCapacity, number>();
+  private readonly all: NodeCapacity[] = [];
+
+  constructor(
+    readonly offeringId: string,
+    readonly zone: string,
+    readonly gpusPerNode: number,
+  ) {
+    this.byFree = Array.from({ length: gpusPerNode + 1 }, () => new Set<NodeCapacity>());
+  }
+
+  add(node: NodeCapacity): void {
+    this.all.push(node);
+    this.file(node);
+  }
+
+  /** Re-files a node of this pool; a node the pool does not hold is ignored. */
+  update(node: NodeCapacity): void {
+    const was = this.where.get(node);
+    if (was === undefined) return;
+    this.byFree[was]?.delete(node);
+    this.partial.delete(node);
+    this.file(node);
+  }
+
+  remove(node: NodeCapacity): void {
+    const was = this.where.get(node);
+    if (was !== undefined) this.byFree[was]?.delete(node);
+    this.partial.delete(node);
+    this.where.delete(node);
+    const i = this.all.indexOf(node);
+    if (i >= 0) this.all.splice(i, 1);
+  }
+
+  private file(node: NodeCapacity): void {
+    const free = Math.min(node.freeWhole, this.byFree.length - 1);
+    this.byFree[free]!.add(node);
+    this.where.set(node, free);
+    if (hasPartialRoom(node)) this.partial.add(node);
+  }
+
+  /** The node with the fewest free whole GPUs that still has at least `n` (first filed wins ties). */
+  fullestWithFree(n: number, accept?: (node: NodeCapacity) => boolean): NodeCapacity | undefined {
+    for (let k = Math.max(n, 1); k < this.byFree.length; k++) {
+      for (const node of this.byFree[k]!) if (!accept || accept(node)) return node;
+    }
+    return undefined;
+  }
+
+  /** Nodes with at least `n` free whole GPUs, fullest first. */
+  *withFree(n: number): Generator<NodeCapacity> {
+    for (let k = Math.max(n, 1); k < this.byFree.length; k++) yield* this.byFree[k]!;
+  }
+
+  partialNodes(): ReadonlySet<NodeCapacity> {
+    return this.partial;
+  }
+
+  nodes(): readonly NodeCapacity[] {
+    return this.all;
+  }
+
+  hasFree(): boolean {
+    for (let k = 1; k < this.byFree.length; k++) if (this.byFree[k]!.size > 0) return true;
+    return this.partial.size > 0;
+  }
 }

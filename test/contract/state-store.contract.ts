@@ -115,7 +115,7 @@ export function leaseStoreContract(name: string, make: () => Promise<LeaseStore>
 }
 
 export function decisionLogContract(name: string, make: () => Promise<DecisionLog>): void {
-  const d = (id: string, atMs: number): DecisionRecord => ({ id, atMs, dryRun: false, inputs: { pendingJobs: 1, activeJobs: 0, nodes: 0, groups: [] }, plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0 }, applied: 0, errors: [], planMs: 1 });
+  const d = (id: string, atMs: number): DecisionRecord => ({ id, atMs, dryRun: false, inputs: { pendingJobs: 1, activeJobs: 0, nodes: 0, groups: [] }, plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 }, applied: 0, errors: [], planMs: 1 });
   describe(`DecisionLog contract: ${name}`, () => {
     it('stores records idempotently by id and returns the newest first', async () => {
       const log = await make();

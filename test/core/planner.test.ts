@@ -1,98 +1,414 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { Job } from '../../core/job.ts';
+import type { InstanceType } from '../../core/catalog.ts';
+import type { NodeAssignment } from '../../core/job.ts';
+import { validateMigLayout } from '../../core/mig.ts';
 import type { Plan, PlanAction } from '../../core/plan.ts';
-import { planSimple } from '../../core/planner/simple-planner.ts';
-import { aGroup, aJob, aNode, aSnapshot, aTeam, T0 } from '../builders.ts';
+import { plan } from '../../core/planner/planner.ts';
+import type { Snapshot } from '../../core/snapshot.ts';
+import { aGroup, aJob, aNode, anOffering, aSnapshot, aTeam, INSTANCE_TYPES, PRICES, T0 } from '../builders.ts';
 
-const placements = (plan: Plan) => plan.actions.filter((a): a is Extract<PlanAction, { kind: 'place' }> => a.kind === 'place');
-const scaleUps = (plan: Plan) => plan.actions.filter((a): a is Extract<PlanAction, { kind: 'scale-up' }> => a.kind === 'scale-up');
+const placements = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { kind: 'place' }> => a.kind === 'place');
+const scaleUps = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { kind: 'scale-up' }> => a.kind === 'scale-up');
+const preempts = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { kind: 'preempt' }> => a.kind === 'preempt');
+const waitingCode = (p: Plan, id: string) => p.waiting.find((w) => w.jobId === id)?.reason.code;
+const placedOn = (p: Plan, id: string) => placements(p).find((a) => a.jobId === id)?.placement.nodes;
+const running = (id: string, nodeId: string, a: Omit<NodeAssignment, 'nodeId'>, extra: Parameters<typeof aJob>[0] = {}) =>
+  aJob({ id, state: 'running', startedAtMs: T0 - 3_600_000, placement: { nodes: [{ nodeId, ...a }], capacityType: 'on-demand' }, ...extra });
 
-describe('simple planner', () => {
-  it('places a job on free GPUs of a ready node, best fit first', () => {
-    const big = aGroup({ instanceType: 'g5.12xlarge' });
-    const small = aGroup({ instanceType: 'g5.xlarge' });
-    const plan = planSimple(aSnapshot({ groups: [big, small], nodes: [aNode('i-big', { group: big }), aNode('i-small', { group: small })], pendingJobs: [aJob()] }));
-    expect(placements(plan)).toEqual([expect.objectContaining({ jobId: 'team-a.job-1', placement: { nodes: [{ nodeId: 'i-small', gpuIndices: [0] }], capacityType: 'on-demand' } })]);
-    expect(placements(plan)[0]!.reason.code).toBe('placed-on-free-capacity');
-    expect(scaleUps(plan)).toEqual([]);
-  });
-
-  it('never gives one GPU to two jobs', () => {
-    const g = aGroup({ instanceType: 'g5.12xlarge' });
-    const running = aJob({ id: 'team-a.run', state: 'running', placement: { nodes: [{ nodeId: 'i-1', gpuIndices: [0, 1, 2] }], capacityType: 'on-demand' } });
-    const plan = planSimple(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], activeJobs: [running], pendingJobs: [aJob({ id: 'team-a.a', spec: { gpu: { kind: 'whole', count: 2 } } }), aJob({ id: 'team-a.b' })] }));
-    expect(placements(plan)).toEqual([expect.objectContaining({ jobId: 'team-a.b', placement: expect.objectContaining({ nodes: [{ nodeId: 'i-1', gpuIndices: [3] }] }) })]);
-    expect(scaleUps(plan)).toHaveLength(1);
-  });
-
-  it('buys the cheapest offering that fits, and spot only for interruptible work', () => {
-    const od = aGroup({ instanceType: 'g5.xlarge', capacityType: 'on-demand' });
-    const spot = aGroup({ instanceType: 'g5.xlarge', capacityType: 'spot' });
-    const plan = planSimple(aSnapshot({ groups: [od, spot], pendingJobs: [aJob({ id: 'team-a.i' }), aJob({ id: 'team-a.n', spec: { interruptible: false } })] }));
-    expect(scaleUps(plan).map((a) => [a.groupId, a.fromDesired, a.toDesired])).toEqual([
-      ['g5.xlarge-on-demand', 0, 1],
-      ['g5.xlarge-spot', 0, 1],
+describe('planner: GPU shapes', () => {
+  it('packs time-sliced shares onto one GPU within its time and memory', () => {
+    const g = aGroup({ instanceType: 'g5.xlarge' });
+    const jobs = [0, 1, 2].map((i) => aJob({ id: `team-a.f${i}`, spec: { gpu: { kind: 'fraction', milliGpu: 300, memoryMiB: 10_000 } } }));
+    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], pendingJobs: jobs }));
+    // Two shares fit the 24 GiB GPU by memory (3 × 10,000 MiB would not); the third waits for a new machine.
+    expect(placements(p).map((a) => [a.jobId, a.placement.nodes[0]!.share])).toEqual([
+      ['team-a.f0', { milliGpu: 300, memoryMiB: 10_000 }],
+      ['team-a.f1', { milliGpu: 300, memoryMiB: 10_000 }],
     ]);
-    expect(plan.waiting.map((w) => w.reason.code)).toEqual(['waiting-for-capacity', 'waiting-for-capacity']);
+    expect(waitingCode(p, 'team-a.f2')).toBe('waiting-for-capacity');
   });
 
-  it('does not buy again for a job whose capacity is already booting', () => {
-    const g = aGroup({ desiredCapacity: 1 });
-    const plan = planSimple(aSnapshot({ groups: [g], nodes: [aNode('i-boot', { group: g, state: 'pending', record: null })], pendingJobs: [aJob()] }));
-    expect(scaleUps(plan)).toEqual([]);
-    expect(plan.waiting[0]!.reason.code).toBe('waiting-for-boot');
+  it('never shares a GPU between a whole-GPU job and a time-sliced one', () => {
+    const g = aGroup({ instanceType: 'g5.xlarge' });
+    const share = running('team-a.s', 'i-1', { gpuIndices: [0], share: { milliGpu: 100, memoryMiB: 1000 } });
+    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], activeJobs: [share], pendingJobs: [aJob()] }));
+    expect(placements(p)).toEqual([]);
   });
 
-  it('counts launches in flight as capacity on the way', () => {
-    const plan = planSimple(aSnapshot({ groups: [aGroup({ desiredCapacity: 2 })], pendingJobs: [aJob({ id: 'team-a.1' }), aJob({ id: 'team-a.2' }), aJob({ id: 'team-a.3' })] }));
-    expect(scaleUps(plan).map((a) => a.toDesired)).toEqual([3]);
+  it('places MIG slices at NVIDIA placements only: 4g.20gb needs slices 0-3 free', () => {
+    const g = aGroup({ instanceType: 'p4d.24xlarge', migEnabled: true, maxSize: 0 });
+    const node = aNode('i-1', { group: g, record: { gpus: Array.from({ length: 8 }, (_, index) => ({ index, model: 'A100-40GB' as const, memoryMiB: 40_960, migEnabled: true })) } });
+    // GPU 0 has a 1g.5gb at slice 0: a 4g.20gb cannot go there (it may start only at 0) and takes
+    // the empty GPU 7; the 3g.20gb then completes GPU 7 at slice 4 (4g@0 + 3g@4, valid since R510)
+    // rather than opening GPU 0's larger hole.
+    const active = [running('team-a.m', 'i-1', { gpuIndices: [0], mig: { profile: '1g.5gb', startSlice: 0 } })];
+    for (let i = 1; i < 8; i++) active.push(running(`team-a.full${i}`, 'i-1', { gpuIndices: [i], mig: { profile: '7g.40gb', startSlice: 0 } }));
+    active.pop(); // GPU 7 stays empty
+    const p = plan(aSnapshot({
+      groups: [g],
+      nodes: [node],
+      activeJobs: active,
+      pendingJobs: [aJob({ id: 'team-a.four', spec: { gpu: { kind: 'mig', profile: '4g.20gb' } } }), aJob({ id: 'team-a.three', spec: { gpu: { kind: 'mig', profile: '3g.20gb' } } })],
+    }));
+    expect(placedOn(p, 'team-a.four')).toEqual([{ nodeId: 'i-1', gpuIndices: [7], mig: { profile: '4g.20gb', startSlice: 0 } }]);
+    expect(placedOn(p, 'team-a.three')).toEqual([{ nodeId: 'i-1', gpuIndices: [7], mig: { profile: '3g.20gb', startSlice: 4 } }]);
   });
 
-  it('keeps a gang in one zone, all or nothing', () => {
-    const g = aGroup({ instanceType: 'p3.16xlarge', zones: ['us-east-1a', 'us-east-1b'] });
-    const nodes = [aNode('i-a1', { group: g, zone: 'us-east-1a' }), aNode('i-b1', { group: g, zone: 'us-east-1b' }), aNode('i-b2', { group: g, zone: 'us-east-1b' })];
-    const gang = aJob({ spec: { gpu: { kind: 'whole', count: 8 }, nodes: 2 } });
-    const plan = planSimple(aSnapshot({ groups: [g], nodes, pendingJobs: [gang] }));
-    const p = placements(plan)[0]!;
-    expect(p.placement.nodes.map((n) => n.nodeId).sort()).toEqual(['i-b1', 'i-b2']);
-    const tooBig = planSimple(aSnapshot({ groups: [{ ...g, maxSize: 3, desiredCapacity: 3 }], nodes, pendingJobs: [aJob({ spec: { gpu: { kind: 'whole', count: 8 }, nodes: 3 } })] }));
-    expect(placements(tooBig)).toEqual([]);
-    expect(tooBig.waiting[0]!.reason.code).toBe('group-at-max');
+  it('keeps the seven 1g slices of an A100 apart and refuses an eighth (no 1-slice placement at slice 7)', () => {
+    const g = aGroup({ instanceType: 'p4d.24xlarge', migEnabled: true, maxSize: 0 });
+    const gpus = [{ index: 0, model: 'A100-40GB' as const, memoryMiB: 40_960, migEnabled: true }];
+    const types = new Map(Object.entries({ ...INSTANCE_TYPES, 'p4d.24xlarge': { ...INSTANCE_TYPES['p4d.24xlarge']!, gpuCount: 1 } }));
+    const jobs = Array.from({ length: 8 }, (_, i) => aJob({ id: `team-a.s${i}`, spec: { gpu: { kind: 'mig', profile: '1g.5gb' } } }));
+    const p = plan(aSnapshot({ groups: [g], instanceTypes: types, nodes: [aNode('i-1', { group: g, record: { gpus } })], pendingJobs: jobs }));
+    const starts = placements(p).map((a) => a.placement.nodes[0]!.mig!.startSlice).sort();
+    expect(starts).toEqual([0, 1, 2, 3, 4, 5, 6]);
+    expect(p.waiting).toHaveLength(1);
   });
 
-  it('holds the jobs of a team whose budget says hold, and says why', () => {
-    const team = aTeam('team-a', { budget: { amountMicroUsd: 100, period: 'monthly', action: 'hold', alertAtPct: [100] } });
-    const g = aGroup();
-    const plan = planSimple(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], pendingJobs: [aJob()], teams: new Map([['team-a', team]]), spendMicroUsd: new Map([['team-a', 200]]) }));
-    expect(placements(plan)).toEqual([]);
-    expect(plan.actions).toContainEqual({ kind: 'hold', jobId: 'team-a.job-1', reason: expect.objectContaining({ code: 'budget-hold' }) });
+  it('allows one +me slice per GPU and uses H100 and H200 profile names', () => {
+    const h100: InstanceType = { name: 'p5.4xlarge', cloud: 'aws', gpuModel: 'H100', gpuCount: 1, gpuMemoryMiB: 81_920, vcpus: 16, memoryMiB: 262_144 };
+    const types = new Map(Object.entries({ ...INSTANCE_TYPES, 'p5.4xlarge': h100 }));
+    const g = { ...aGroup({ instanceType: 'p4d.24xlarge', maxSize: 0 }), id: 'h100', migEnabled: true, offerings: [anOffering('p5.4xlarge')] };
+    const node = aNode('i-h', { group: g, instanceType: 'p4d.24xlarge', record: { gpus: [{ index: 0, model: 'H100', memoryMiB: 81_920, migEnabled: true }] } });
+    const fixed = { ...node, instance: { ...node.instance, instanceType: 'p5.4xlarge' } };
+    const jobs = [aJob({ id: 'team-a.me1', spec: { gpu: { kind: 'mig', profile: '1g.10gb+me' } } }), aJob({ id: 'team-a.me2', spec: { gpu: { kind: 'mig', profile: '1g.10gb+me' } } }), aJob({ id: 'team-a.big', spec: { gpu: { kind: 'mig', profile: '3g.40gb' } } }), aJob({ id: 'team-a.h200', spec: { gpu: { kind: 'mig', profile: '3g.71gb' } } })];
+    const p = plan(aSnapshot({ groups: [g], instanceTypes: types, prices: new Map([[g.offerings[0]!.id, { offeringId: g.offerings[0]!.id, priceMicroUsdPerHour: 6_880_000, onDemandMicroUsdPerHour: 6_880_000, source: 't' }]]), nodes: [fixed], pendingJobs: jobs }));
+    expect(placements(p).map((a) => a.jobId).sort()).toEqual(['team-a.big', 'team-a.me1']);
+    expect(waitingCode(p, 'team-a.h200')).toBe('no-offering-fits');
   });
 
-  it('removes a node empty for the cool-down, and not before', () => {
-    const g = aGroup({ desiredCapacity: 1 });
-    const idle = (sinceMin: number) => planSimple(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g, record: { idleSinceMs: T0 - sinceMin * 60_000 } })] }));
-    expect(idle(2).actions).toEqual([]);
-    expect(idle(6).actions).toEqual([{ kind: 'scale-in', groupId: g.id, instanceId: 'i-1', reason: expect.objectContaining({ code: 'scale-in-idle' }) }]);
-    expect(planSimple(aSnapshot({ groups: [{ ...g, minSize: 1 }], nodes: [aNode('i-1', { group: g, record: { idleSinceMs: T0 - 3_600_000 } })] })).actions).toEqual([]);
-  });
-
-  it('gives the same plan for the same snapshot, and never exceeds a group maximum', () => {
-    fc.assert(
-      fc.property(
-        fc.array(fc.record({ gpus: fc.constantFrom(1, 2, 4, 8), interruptible: fc.boolean(), priority: fc.integer({ min: 0, max: 1000 }) }), { maxLength: 40 }),
-        fc.integer({ min: 0, max: 6 }),
-        (specs, max) => {
-          const groups = [aGroup({ instanceType: 'p3.16xlarge', capacityType: 'spot', maxSize: max }), aGroup({ instanceType: 'p3.16xlarge', maxSize: max }), aGroup({ instanceType: 'g5.xlarge', maxSize: max })];
-          const jobs: Job[] = specs.map((s, i) => aJob({ id: `team-a.j${i}`, spec: { gpu: { kind: 'whole', count: s.gpus }, interruptible: s.interruptible, priority: s.priority } }));
-          const snap = aSnapshot({ groups, pendingJobs: jobs });
-          const plan = planSimple(snap);
-          expect(planSimple(snap)).toEqual(plan);
-          for (const a of scaleUps(plan)) expect(a.toDesired).toBeLessThanOrEqual(groups.find((g) => g.id === a.groupId)!.maxSize);
-          for (const w of plan.waiting) expect(w.reason.message.length).toBeGreaterThan(10);
-          expect(plan.waiting.length + placements(plan).length).toBe(jobs.length);
-        },
-      ),
-    );
+  it('honours GPU model and minimum GPU memory', () => {
+    const a10 = aGroup({ instanceType: 'g5.xlarge' });
+    const v100 = aGroup({ instanceType: 'p3.2xlarge' });
+    const nodes = [aNode('i-a10', { group: a10 }), aNode('i-v100', { group: v100 })];
+    const p = plan(aSnapshot({ groups: [a10, v100], nodes, pendingJobs: [aJob({ id: 'team-a.v', spec: { gpu: { kind: 'whole', count: 1, models: ['V100'] } } }), aJob({ id: 'team-a.m', spec: { gpu: { kind: 'whole', count: 1, minMemoryMiB: 20_000 } } })] }));
+    expect(placedOn(p, 'team-a.v')![0]!.nodeId).toBe('i-v100');
+    expect(placedOn(p, 'team-a.m')![0]!.nodeId).toBe('i-a10');
   });
 });
+
+describe('planner: cheapest new capacity', () => {
+  it('buys two 1-GPU machines for two 1-GPU jobs, not one 4-GPU machine', () => {
+    const small = aGroup({ instanceType: 'g5.xlarge' });
+    const big = aGroup({ instanceType: 'g5.12xlarge' });
+    const p = plan(aSnapshot({ groups: [big, small], pendingJobs: [aJob({ id: 'team-a.1' }), aJob({ id: 'team-a.2' })] }));
+    expect(scaleUps(p).map((a) => [a.groupId, a.toDesired])).toEqual([['g5.xlarge-on-demand', 2]]);
+    expect(p.addedCostMicroUsdPerHour).toBe(2 * PRICES['g5.xlarge']!.od);
+  });
+
+  it('buys the bigger machine when it is cheaper per GPU for the work waiting', () => {
+    const small = aGroup({ instanceType: 'g5.xlarge' });
+    const big = aGroup({ instanceType: 'g5.12xlarge' }); // 4 GPUs for $5.672 < 4 × $1.006? no: 4.024 < 5.672
+    const cheapBig = new Map(aSnapshot({ groups: [big, small] }).prices);
+    const id = big.offerings[0]!.id;
+    cheapBig.set(id, { ...cheapBig.get(id)!, priceMicroUsdPerHour: 3_500_000 });
+    const jobs = Array.from({ length: 8 }, (_, i) => aJob({ id: `team-a.${i}` }));
+    const p = plan(aSnapshot({ groups: [big, small], prices: cheapBig, pendingJobs: jobs }));
+    expect(scaleUps(p).map((a) => [a.groupId, a.toDesired])).toEqual([['g5.12xlarge-on-demand', 2]]);
+  });
+
+  it('fills machines bought in the same plan before buying more', () => {
+    const big = aGroup({ instanceType: 'g5.12xlarge' });
+    const jobs = [aJob({ id: 'team-a.two', spec: { gpu: { kind: 'whole', count: 2 } } }), aJob({ id: 'team-a.one' }), aJob({ id: 'team-a.one-b' })];
+    const p = plan(aSnapshot({ groups: [big], pendingJobs: jobs }));
+    expect(scaleUps(p).map((a) => a.toDesired)).toEqual([1]);
+    expect(p.waiting.map((w) => w.reason.code)).toEqual(['waiting-for-capacity', 'waiting-for-capacity', 'waiting-for-capacity']);
+  });
+
+  it('never puts non-interruptible work on spot', () => {
+    const spot = aGroup({ instanceType: 'g5.xlarge', capacityType: 'spot' });
+    const od = aGroup({ instanceType: 'g5.xlarge' });
+    const p = plan(aSnapshot({ groups: [spot, od], nodes: [aNode('i-spot', { group: spot })], pendingJobs: [aJob({ spec: { interruptible: false } })] }));
+    expect(placements(p)).toEqual([]);
+    expect(scaleUps(p).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
+  });
+
+  it('prefers spot when its expected cost, rework included, is lower, and on-demand when it is not', () => {
+    const spot = aGroup({ instanceType: 'g5.xlarge', capacityType: 'spot' });
+    const od = aGroup({ instanceType: 'g5.xlarge' });
+    const risky = new Map([[spot.offerings[0]!.id, 2]]); // two interruptions an hour
+    const checkpointed = aJob({ id: 'team-a.cp', spec: { expectedRuntimeSec: 8 * 3600, checkpoint: { intervalSec: 300 } } });
+    const fragile = aJob({ id: 'team-a.nocp', spec: { expectedRuntimeSec: 8 * 3600 } });
+    const p = plan(aSnapshot({ groups: [spot, od], poolRiskPerHour: risky, pendingJobs: [checkpointed, fragile] }));
+    expect(Object.fromEntries(scaleUps(p).map((a) => [a.groupId, a.toDesired]))).toEqual({ 'g5.xlarge-spot': 1, 'g5.xlarge-on-demand': 1 });
+    expect(p.waiting.find((w) => w.jobId === 'team-a.cp')!.reason.message).toContain('spot');
+    expect(p.addedExpectedCostMicroUsdPerHour).toBeGreaterThan(p.addedCostMicroUsdPerHour);
+  });
+
+  it('avoids offerings marked unavailable until their time is up, then uses them again', () => {
+    const spot = aGroup({ instanceType: 'g5.xlarge', capacityType: 'spot' });
+    const od = aGroup({ instanceType: 'g5.xlarge' });
+    const until = new Map([[spot.offerings[0]!.id, T0 + 60_000]]);
+    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
+    expect(scaleUps(plan(aSnapshot({ nowMs: T0 + 61_000, groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-spot']);
+  });
+
+  it('keeps a gang in one zone on new capacity too, and buys all of it or none', () => {
+    const g = aGroup({ instanceType: 'p3.16xlarge', zones: ['us-east-1a', 'us-east-1b'], maxSize: 3 });
+    const gang = aJob({ spec: { gpu: { kind: 'whole', count: 8 }, nodes: 3 } });
+    const p = plan(aSnapshot({ groups: [g], pendingJobs: [gang] }));
+    expect(scaleUps(p)).toEqual([expect.objectContaining({ toDesired: 3, expected: [{ offeringId: g.offerings[0]!.id, count: 3 }] })]);
+    const tooBig = plan(aSnapshot({ groups: [{ ...g, maxSize: 2 }], pendingJobs: [gang] }));
+    expect(scaleUps(tooBig)).toEqual([]);
+    expect(waitingCode(tooBig, gang.id)).toBe('group-at-max');
+  });
+});
+
+describe('planner: priorities, fair share and preemption', () => {
+  it('serves higher priority first when capacity is short', () => {
+    const g = aGroup({ maxSize: 1 });
+    const p = plan(aSnapshot({ groups: [g], pendingJobs: [aJob({ id: 'team-a.low', spec: { priority: 10 } }), aJob({ id: 'team-a.high', spec: { priority: 900 } })] }));
+    expect(waitingCode(p, 'team-a.high')).toBe('waiting-for-capacity');
+    expect(waitingCode(p, 'team-a.low')).toBe('group-at-max');
+  });
+
+  it('shares GPUs between teams by weight at equal priority', () => {
+    const g = aGroup({ instanceType: 'g5.12xlarge', maxSize: 0 });
+    const nodes = [aNode('i-1', { group: g }), aNode('i-2', { group: g })];
+    const jobs = [...Array.from({ length: 8 }, (_, i) => aJob({ id: `big.${i}`, team: 'big', queuedAtMs: T0 - 1000 + i })), ...Array.from({ length: 8 }, (_, i) => aJob({ id: `small.${i}`, team: 'small', queuedAtMs: T0 + i }))];
+    const teams = new Map([['big', aTeam('big', { weight: 3 })], ['small', aTeam('small', { weight: 1 })]]);
+    const p = plan(aSnapshot({ groups: [g], nodes, pendingJobs: jobs, teams }));
+    const placedTeams = placements(p).map((a) => a.jobId.split('.')[0]);
+    expect(placedTeams.filter((t) => t === 'big')).toHaveLength(6);
+    expect(placedTeams.filter((t) => t === 'small')).toHaveLength(2);
+  });
+
+  it('takes the place of the fewest, cheapest lower-priority jobs when groups are at their maximum', () => {
+    const g = aGroup({ instanceType: 'g5.12xlarge', maxSize: 1, desiredCapacity: 2 });
+    const nodes = [aNode('i-1', { group: g }), aNode('i-2', { group: g })];
+    const cp = (id: string, ago: number) => ({ checkpoint: { jobId: id, attempt: 1, location: 'x', completedAtMs: T0 - ago, progressSec: 100 } });
+    const active = [
+      running('team-a.a', 'i-1', { gpuIndices: [0, 1] }, { spec: { priority: 10, checkpoint: { intervalSec: 600 } }, ...cp('team-a.a', 60_000) }),
+      running('team-a.b', 'i-1', { gpuIndices: [2, 3] }, { spec: { priority: 10, checkpoint: { intervalSec: 600 } }, ...cp('team-a.b', 500_000) }),
+      running('team-a.c', 'i-2', { gpuIndices: [0] }, { spec: { priority: 10 } }),
+      running('team-a.d', 'i-2', { gpuIndices: [1] }, { spec: { priority: 10 } }),
+      running('team-a.e', 'i-2', { gpuIndices: [2, 3] }, { spec: { priority: 500 } }),
+    ];
+    const urgent = aJob({ id: 'team-a.urgent', spec: { priority: 800, gpu: { kind: 'whole', count: 2 } } });
+    const p = plan(aSnapshot({ groups: [g], nodes, activeJobs: active, pendingJobs: [urgent] }));
+    // One victim suffices on i-1; of its two, team-a.a loses the least work since its checkpoint.
+    expect(preempts(p).map((a) => a.jobId)).toEqual(['team-a.a']);
+    expect(preempts(p)[0]!.reason.message).toContain('team-a.urgent');
+    expect(p.waiting.find((w) => w.jobId === 'team-a.urgent')!.reason.message).toContain('being checkpointed');
+  });
+
+  it('never preempts work of equal priority, nor work that cannot be interrupted', () => {
+    const g = aGroup({ maxSize: 1, desiredCapacity: 1 });
+    const equal = running('team-a.eq', 'i-1', { gpuIndices: [0] }, { spec: { priority: 800 } });
+    const pinned = running('team-a.pin', 'i-2', { gpuIndices: [0] }, { spec: { priority: 1, interruptible: false } });
+    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })], activeJobs: [equal, pinned], pendingJobs: [aJob({ id: 'team-a.new', spec: { priority: 800 } })] }));
+    expect(preempts(p)).toEqual([]);
+  });
+
+  it('does not preempt again while earlier victims are still checkpointing', () => {
+    const g = aGroup({ maxSize: 1, desiredCapacity: 1 });
+    const leaving = running('team-a.leaving', 'i-1', { gpuIndices: [0] }, { state: 'checkpointing', spec: { priority: 1 } });
+    const other = running('team-a.other', 'i-2', { gpuIndices: [0] }, { spec: { priority: 1 } });
+    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })], activeJobs: [leaving, other], pendingJobs: [aJob({ id: 'team-a.hi', spec: { priority: 900 } })] }));
+    expect(preempts(p)).toEqual([]);
+    expect(p.waiting[0]!.reason.message).toContain('already checkpointing');
+  });
+});
+
+describe('planner: budgets and caps', () => {
+  const budget = (action: 'alert' | 'spot-only' | 'hold', amountMicroUsd: number) => ({ amountMicroUsd, period: 'monthly' as const, action, alertAtPct: [100] });
+
+  it('spot-only teams run interruptible work on spot only, and hold the rest', () => {
+    const spot = aGroup({ capacityType: 'spot' });
+    const od = aGroup();
+    const teams = new Map([['team-a', aTeam('team-a', { budget: budget('spot-only', 100) })]]);
+    const p = plan(aSnapshot({ groups: [spot, od], teams, spendMicroUsd: new Map([['team-a', 500]]), pendingJobs: [aJob({ id: 'team-a.i' }), aJob({ id: 'team-a.n', spec: { interruptible: false } })] }));
+    expect(scaleUps(p).map((a) => a.groupId)).toEqual(['g5.xlarge-spot']);
+    expect(waitingCode(p, 'team-a.n')).toBe('budget-spot-only');
+  });
+
+  it('a team with action hold does not start a job whose expected cost exceeds what is left', () => {
+    const g = aGroup();
+    const teams = new Map([['team-a', aTeam('team-a', { budget: budget('hold', 5_000_000) })]]);
+    const cheap = aJob({ id: 'team-a.short', spec: { expectedRuntimeSec: 3600 } }); // ≈ $1.01
+    const dear = aJob({ id: 'team-a.long', spec: { expectedRuntimeSec: 10 * 3600 } }); // ≈ $10.06
+    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })], teams, spendMicroUsd: new Map([['team-a', 1_000_000]]), pendingJobs: [cheap, dear] }));
+    expect(placements(p).map((a) => a.jobId)).toEqual(['team-a.short']);
+    expect(waitingCode(p, 'team-a.long')).toBe('budget-hold');
+    expect(p.actions).toContainEqual({ kind: 'hold', jobId: 'team-a.long', reason: expect.objectContaining({ code: 'budget-hold' }) });
+  });
+
+  it('caps a team at its GPU limit', () => {
+    const g = aGroup({ instanceType: 'g5.12xlarge' });
+    const teams = new Map([['team-a', aTeam('team-a', { maxGpus: 3 })]]);
+    const jobs = [aJob({ id: 'team-a.1', spec: { gpu: { kind: 'whole', count: 2 } } }), aJob({ id: 'team-a.2', spec: { gpu: { kind: 'whole', count: 2 } } })];
+    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], teams, pendingJobs: jobs }));
+    expect(placements(p).map((a) => a.jobId)).toEqual(['team-a.1']);
+    expect(waitingCode(p, 'team-a.2')).toBe('team-gpu-cap');
+  });
+
+  it('releases a hold once the budget allows again', () => {
+    const g = aGroup();
+    const held = aJob({ hold: { code: 'budget-hold', message: 'old' } });
+    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], pendingJobs: [held] }));
+    expect(p.actions).toContainEqual({ kind: 'hold', jobId: held.id, reason: undefined });
+    expect(placements(p)).toHaveLength(1);
+  });
+});
+
+describe('planner: scale-in', () => {
+  it('never removes a node with running or placed work', () => {
+    const g = aGroup({ desiredCapacity: 1 });
+    const job = running('team-a.r', 'i-1', { gpuIndices: [0] });
+    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g, record: { idleSinceMs: T0 - 86_400_000 } })], activeJobs: [job] }));
+    expect(p.actions.filter((a) => a.kind === 'scale-in')).toEqual([]);
+  });
+
+  it('moves checkpointable work off an underused node when the saving beats the restart cost, and says so', () => {
+    const g = aGroup({ instanceType: 'g5.12xlarge', desiredCapacity: 2 });
+    const nodes = [aNode('i-busy', { group: g }), aNode('i-light', { group: g })];
+    const cp = { intervalSec: 600 };
+    const active = [
+      running('team-a.b1', 'i-busy', { gpuIndices: [0, 1] }, { spec: { checkpoint: cp, expectedRuntimeSec: 48 * 3600 } }),
+      running('team-a.l1', 'i-light', { gpuIndices: [0] }, { spec: { checkpoint: cp, expectedRuntimeSec: 48 * 3600 }, checkpoint: { jobId: 'team-a.l1', attempt: 1, location: 'x', completedAtMs: T0 - 60_000, progressSec: 3000 } }),
+    ];
+    const p = plan(aSnapshot({ groups: [g], nodes, activeJobs: active }));
+    expect(preempts(p)).toEqual([expect.objectContaining({ jobId: 'team-a.l1', reason: expect.objectContaining({ code: 'scale-in-consolidate' }) })]);
+    expect(preempts(p)[0]!.reason.message).toMatch(/saves about \$[\d.]+ against \$[\d.]+ of restart cost/);
+    // Work without checkpoints stays where it is.
+    const noCp = active.map((j) => ({ ...j, spec: { ...j.spec, checkpoint: undefined } }));
+    expect(preempts(plan(aSnapshot({ groups: [g], nodes, activeJobs: noCp })))).toEqual([]);
+  });
+});
+
+// ---- properties ------------------------------------------------------------------------
+
+const SHAPES = [
+  { kind: 'whole', count: 1 },
+  { kind: 'whole', count: 2 },
+  { kind: 'whole', count: 4 },
+  { kind: 'whole', count: 8 },
+  { kind: 'fraction', milliGpu: 250, memoryMiB: 8000 },
+  { kind: 'fraction', milliGpu: 600, memoryMiB: 12_000 },
+  { kind: 'mig', profile: '1g.5gb' },
+  { kind: 'mig', profile: '3g.20gb' },
+  { kind: 'mig', profile: '2g.10gb' },
+] as const;
+
+const arbitraryWorld = fc
+  .record({
+    jobs: fc.array(fc.record({ shape: fc.integer({ min: 0, max: SHAPES.length - 1 }), nodes: fc.constantFrom(1, 1, 1, 2), interruptible: fc.boolean(), priority: fc.integer({ min: 0, max: 3 }), team: fc.constantFrom('t1', 't2', 't3') }), { maxLength: 30 }),
+    nodes: fc.array(fc.record({ kind: fc.constantFrom('g5.12xlarge', 'p3.16xlarge', 'p4d.24xlarge', 'g5.xlarge'), spot: fc.boolean(), zone: fc.constantFrom('us-east-1a', 'us-east-1b') }), { maxLength: 6 }),
+    max: fc.integer({ min: 0, max: 4 }),
+    held: fc.constantFrom('t1', 'none'),
+  })
+  .map(({ jobs, nodes, max, held }) => {
+    const groups = ['g5.12xlarge', 'p3.16xlarge', 'g5.xlarge'].flatMap((t) => [aGroup({ instanceType: t, maxSize: max, zones: ['us-east-1a', 'us-east-1b'] }), aGroup({ instanceType: t, capacityType: 'spot', maxSize: max, zones: ['us-east-1a', 'us-east-1b'] })]);
+    const mig = { ...aGroup({ instanceType: 'p4d.24xlarge', maxSize: max, zones: ['us-east-1a'] }), id: 'a100-mig', migEnabled: true };
+    groups.push(mig);
+    const fleet = nodes.map((n, i) => {
+      const group = groups.find((g) => g.offerings[0]!.instanceType === n.kind && (n.kind === 'p4d.24xlarge' || g.offerings[0]!.capacityType === (n.spot ? 'spot' : 'on-demand')))!;
+      const it = INSTANCE_TYPES[n.kind]!;
+      return aNode(`i-${i}`, { group, zone: n.zone, record: { gpus: Array.from({ length: it.gpuCount }, (_, index) => ({ index, model: it.gpuModel, memoryMiB: it.gpuMemoryMiB, migEnabled: n.kind === 'p4d.24xlarge' })) } });
+    });
+    const pending = jobs.map((j, i) => {
+      const shape = SHAPES[j.shape]!;
+      return aJob({ id: `${j.team}.j${i}`, team: j.team, spec: { gpu: { ...shape }, nodes: shape.kind === 'whole' ? j.nodes : 1, interruptible: j.interruptible, priority: j.priority } });
+    });
+    const teams = new Map(['t1', 't2', 't3'].map((t) => [t, t === held ? aTeam(t, { budget: { amountMicroUsd: 1, period: 'monthly', action: 'hold', alertAtPct: [100] } }) : aTeam(t)]));
+    const spend = new Map(held === 'none' ? [] : [[held, 10]]);
+    return aSnapshot({ groups, nodes: fleet, pendingJobs: pending, teams, spendMicroUsd: spend, prices: undefined });
+  });
+
+/** Re-checks a plan's placements against the snapshot with an independent, simple accounting of every GPU. */
+function overcommitted(snapshot: Snapshot, p: Plan): string | undefined {
+  const use = new Map<string, { whole: number; milli: number; mem: number; mig: { profile: string; start: number }[] }>();
+  const add = (nodeId: string, a: NodeAssignment) => {
+    for (const gi of a.gpuIndices) {
+      const k = `${nodeId}/${gi}`;
+      const u = use.get(k) ?? { whole: 0, milli: 0, mem: 0, mig: [] };
+      if (a.mig) u.mig.push({ profile: a.mig.profile, start: a.mig.startSlice });
+      else if (a.share) {
+        u.milli += a.share.milliGpu;
+        u.mem += a.share.memoryMiB;
+      } else u.whole++;
+      use.set(k, u);
+    }
+  };
+  for (const j of snapshot.activeJobs) j.placement?.nodes.forEach((a) => add(a.nodeId, a));
+  for (const a of placements(p)) a.placement.nodes.forEach((n) => add(n.nodeId, n));
+  for (const [k, u] of use) {
+    const [nodeId, gi] = k.split('/');
+    const node = snapshot.nodes.find((n) => n.instance.id === nodeId);
+    if (!node) return `placement on unknown node ${nodeId}`;
+    const gpu = node.record!.gpus[Number(gi)];
+    if (!gpu) return `no GPU ${gi} on ${nodeId}`;
+    const kinds = (u.whole > 0 ? 1 : 0) + (u.milli > 0 ? 1 : 0) + (u.mig.length > 0 ? 1 : 0);
+    if (kinds > 1) return `${k} mixes whole, shared and MIG use`;
+    if (u.whole > 1) return `${k} given whole to ${u.whole} jobs`;
+    if (u.milli > 1000 || u.mem > gpu.memoryMiB) return `${k} shares over-committed (${u.milli} milli, ${u.mem} MiB)`;
+    if (u.mig.length > 0) {
+      if (!gpu.migEnabled) return `${k} MIG slice on a GPU not in MIG mode`;
+      const problem = validateMigLayout(gpu.model, u.mig);
+      if (problem) return `${k}: ${problem}`;
+    }
+    if ((u.whole > 0 || u.milli > 0) && gpu.migEnabled) return `${k} non-MIG work on a MIG GPU`;
+  }
+  return undefined;
+}
+
+describe('planner properties', () => {
+  it('never over-commits a GPU, a MIG slice or GPU memory', () => {
+    fc.assert(fc.property(arbitraryWorld, (s) => {
+      expect(overcommitted(s, plan(s))).toBeUndefined();
+    }), { numRuns: 300 });
+  });
+
+  it('places gangs all or nothing, in one zone', () => {
+    fc.assert(fc.property(arbitraryWorld, (s) => {
+      const p = plan(s);
+      for (const a of placements(p)) {
+        const job = s.pendingJobs.find((j) => j.id === a.jobId)!;
+        expect(a.placement.nodes).toHaveLength(job.spec.nodes);
+        expect(new Set(a.placement.nodes.map((n) => n.nodeId)).size).toBe(job.spec.nodes);
+        const zones = new Set(a.placement.nodes.map((n) => s.nodes.find((x) => x.instance.id === n.nodeId)!.instance.zone));
+        expect(zones.size).toBe(1);
+      }
+    }), { numRuns: 200 });
+  });
+
+  it('gives the same plan for the same snapshot', () => {
+    fc.assert(fc.property(arbitraryWorld, (s) => {
+      expect(plan(s)).toEqual(plan(s));
+    }), { numRuns: 100 });
+  });
+
+  it('never puts non-interruptible work on spot, in placements or purchases', () => {
+    fc.assert(fc.property(arbitraryWorld, (s) => {
+      const p = plan(s);
+      for (const a of placements(p)) {
+        const job = s.pendingJobs.find((j) => j.id === a.jobId)!;
+        if (!job.spec.interruptible) expect(a.placement.capacityType).toBe('on-demand');
+      }
+      const spotBuys = scaleUps(p).filter((a) => a.groupId.endsWith('-spot'));
+      const interruptibleWaiting = p.waiting.filter((w) => s.pendingJobs.find((j) => j.id === w.jobId)!.spec.interruptible);
+      if (spotBuys.length > 0) expect(interruptibleWaiting.length).toBeGreaterThan(0);
+    }), { numRuns: 200 });
+  });
+
+  it('gives a held team no new placement and no purchase', () => {
+    fc.assert(fc.property(arbitraryWorld, (s) => {
+      const p = plan(s);
+      const heldTeams = [...s.teams.values()].filter((t) => (s.spendMicroUsd.get(t.id) ?? 0) >= (t.budget?.amountMicroUsd ?? 0) && t.budget?.action === 'hold').map((t) => t.id);
+      for (const a of placements(p)) expect(heldTeams).not.toContain(a.jobId.split('.')[0]);
+      for (const w of p.waiting) if (heldTeams.includes(w.jobId.split('.')[0]!)) expect(w.reason.code).toBe('budget-hold');
+    }), { numRuns: 200 });
+  });
+
+  it('never takes a group above its maximum, and leaves no job without a reason', () => {
+    fc.assert(fc.property(arbitraryWorld, (s) => {
+      const p = plan(s);
+      for (const a of scaleUps(p)) expect(a.toDesired).toBeLessThanOrEqual(s.groups.find((g) => g.id === a.groupId)!.maxSize);
+      const accounted = new Set([...placements(p).map((a) => a.jobId), ...p.waiting.map((w) => w.jobId)]);
+      for (const j of s.pendingJobs) expect(accounted.has(j.id)).toBe(true);
+      for (const w of p.waiting) expect(w.reason.message.length).toBeGreaterThan(10);
+    }), { numRuns: 200 });
+  });
+});
+

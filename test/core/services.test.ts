@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { planSimple } from '../../core/planner/simple-planner.ts';
+import { plan as planSimple } from '../../core/planner/planner.ts';
 import { intake } from '../../core/services/intake.ts';
 import { reconcile } from '../../core/services/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';

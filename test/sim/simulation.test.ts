@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { planSimple } from '../../core/planner/simple-planner.ts';
+import { plan as planSimple } from '../../core/planner/planner.ts';
 import { BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { DEFAULT_SIM_START_MS, runSimulation } from '../../cloud/sim/simulation.ts';
 import { loadWorkload, parseWorkload } from '../../cloud/sim/workload.ts';
