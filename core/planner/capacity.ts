@@ -33,11 +33,17 @@ export interface NodeCapacity {
   readonly instanceType: string;
   readonly capacityType: CapacityType;
   readonly offeringId: string;
+  /** The offering plus its GPU mode: a MIG-mode pool and a plain pool of one offering are different pools. */
+  readonly poolKey: string;
   readonly kind: NodeKind;
   readonly priceMicroUsdPerHour: number;
   readonly gpus: GpuSlot[];
   /** GPUs with nothing at all on them (and not in MIG mode). Kept in step by {@link commitFit}. */
   freeWhole: number;
+}
+
+export function poolKeyOf(offeringId: string, migMode: boolean): string {
+  return migMode ? `${offeringId}#mig` : offeringId;
 }
 
 export function isMigModel(model: GpuModel): boolean {
@@ -188,31 +194,38 @@ export function popcount(x: number): number {
  */
 export class CapacityIndex {
   private readonly pools = new Map<string, PoolNodes>();
+  /** Bumped whenever a pool is added, so callers can cache per-index pool lists. */
+  version = 0;
 
   add(node: NodeCapacity): void {
-    let pool = this.pools.get(node.offeringId);
+    let pool = this.pools.get(node.poolKey);
     if (!pool) {
-      pool = new PoolNodes(node.offeringId, node.zone, node.gpus.length);
-      this.pools.set(node.offeringId, pool);
+      pool = new PoolNodes(node.poolKey, node.zone, node.gpus.length);
+      this.pools.set(node.poolKey, pool);
+      this.version++;
     }
     pool.add(node);
   }
 
   /** Re-files a node after its free capacity changed. */
   update(node: NodeCapacity): void {
-    this.pools.get(node.offeringId)?.update(node);
+    this.pools.get(node.poolKey)?.update(node);
   }
 
   remove(node: NodeCapacity): void {
-    this.pools.get(node.offeringId)?.remove(node);
+    this.pools.get(node.poolKey)?.remove(node);
   }
 
   poolIds(): IterableIterator<string> {
     return this.pools.keys();
   }
 
-  pool(offeringId: string): PoolNodes | undefined {
-    return this.pools.get(offeringId);
+  get size(): number {
+    return this.pools.size;
+  }
+
+  pool(poolKey: string): PoolNodes | undefined {
+    return this.pools.get(poolKey);
   }
 
   allNodes(): NodeCapacity[] {
@@ -227,15 +240,19 @@ export class PoolNodes {
   private readonly all: NodeCapacity[] = [];
 
   constructor(
-    readonly offeringId: string,
+    readonly poolKey: string,
     readonly zone: string,
     readonly gpusPerNode: number,
   ) {
     this.byFree = Array.from({ length: gpusPerNode + 1 }, () => new Set<NodeCapacity>());
   }
 
+  /** Price of the pool's machines, µUSD/h (for tie-breaks between pools). */
+  priceHint = 0;
+
   add(node: NodeCapacity): void {
     this.all.push(node);
+    this.priceHint = node.priceMicroUsdPerHour;
     this.file(node);
   }
 

@@ -11,7 +11,7 @@ import { reason, type Reason } from '../reason.ts';
 import { priorRatePerHour } from '../risk.ts';
 import type { Snapshot } from '../snapshot.ts';
 import type { BudgetState, Team } from '../team.ts';
-import { CapacityIndex, commitFit, countFreeWhole, isEmpty, makeGpus, tryFit, typeCanHold, usedMilli, type NodeCapacity } from './capacity.ts';
+import { CapacityIndex, commitFit, countFreeWhole, isEmpty, isMigModel, makeGpus, poolKeyOf, popcount, tryFit, typeCanHold, usedMilli, type NodeCapacity } from './capacity.ts';
 import { describeRequest, fairShareOrder } from './ordering.ts';
 
 /**
@@ -39,7 +39,42 @@ export function plan(snapshot: Snapshot): Plan {
   return new Planner(snapshot).run();
 }
 
+/** The new-capacity problem of a snapshot as the planner sees it, for lower bounds in benchmarks. */
+export interface CapacityProblem {
+  /** Waiting work that some pool could hold, aggregated: each unit is one job (a gang counts each member). */
+  readonly classes: readonly {
+    readonly kind: GpuRequest['kind'];
+    /** Whole GPUs per job for whole requests; 0 otherwise. */
+    readonly wholeGpus: number;
+    readonly unitMilli: number;
+    readonly memoryMiB: number;
+    readonly count: number;
+    readonly eligible: ReadonlyMap<string, number>;
+  }[];
+  /** Pools that may be bought from. */
+  readonly pools: readonly { readonly key: string; readonly priceMicroUsdPerHour: number; readonly gpuCount: number; readonly gpuMemoryMiB: number; readonly room: number }[];
+  /**
+   * Free room on ready live machines, in bins: `whole` bins are machines of a pool with exactly
+   * `freeWhole` untouched GPUs (`machines` of them); `shared` bins hold the free time and memory
+   * of partly used GPUs (shares only); `mig` bins the free memory slices of MIG GPUs (MIG only).
+   */
+  readonly live: readonly {
+    readonly pool: string;
+    readonly kind: 'whole' | 'shared' | 'mig';
+    readonly freeWhole: number;
+    readonly machines: number;
+    readonly freeMilli: number;
+    readonly freeMemoryMiB: number;
+  }[];
+}
+
+export function capacityProblem(snapshot: Snapshot): CapacityProblem {
+  return new Planner(snapshot).problem();
+}
+
 interface OfferingInfo {
+  /** Offering id plus GPU mode (see poolKeyOf). */
+  readonly key: string;
   readonly offering: Offering;
   readonly type: InstanceType;
   readonly price: number;
@@ -82,7 +117,10 @@ class Planner {
   private readonly offerings = new Map<string, OfferingInfo>();
   private readonly groups = new Map<string, GroupState>();
   private readonly ready = new CapacityIndex();
-  private readonly coming = new CapacityIndex();
+  /** Machines launching or booting: already paid for, so any work may claim them. */
+  private readonly booting = new CapacityIndex();
+  /** Machines bought in this plan: shared only by work whose cheapest home they are. */
+  private readonly planned = new CapacityIndex();
   private readonly nodeById = new Map<string, NodeCapacity>();
   private readonly holders = new Map<string, { job: Job; assignment: NodeAssignment }[]>();
   private readonly classes = new Map<string, JobClass>();
@@ -93,6 +131,8 @@ class Planner {
   private readonly preempted = new Set<string>();
   private plannedCount = 0;
   private addedExpected = 0;
+  /** Set by classify(): whether the waiting work exceeds what live machines and group room can hold. */
+  private scarce = false;
 
   constructor(snapshot: Snapshot) {
     this.s = snapshot;
@@ -102,12 +142,31 @@ class Planner {
     this.indexOfferings();
     this.indexNodes();
     const entries = this.classify();
-    const unplaced: Entry[] = [];
-    for (const e of entries) if (!this.placeOnReady(e)) unplaced.push(e);
-    const toBuy: Entry[] = [];
-    for (const e of unplaced) if (!this.waitForComing(e)) toBuy.push(e);
+    let unplaced: Entry[] = [];
+    if (this.scarce) {
+      for (const e of entries) if (!this.placeOnReady(e)) unplaced.push(e);
+    } else {
+      // First each job on free capacity of its cheapest kind, so that scarce expensive GPUs stay
+      // for the jobs that need them; then what is left on any free capacity (it is paid for).
+      const second: Entry[] = [];
+      for (const e of entries) if (!this.placeOnReady(e, true)) second.push(e);
+      // Free capacity that is nobody's cheapest kind goes to the work that would cost most to buy for.
+      for (const e of this.byBuyCost(second)) if (!this.placeOnReady(e)) unplaced.push(e);
+    }
+    let toBuy: Entry[] = [];
+    if (this.scarce) {
+      for (const e of unplaced) if (!this.waitForBooting(e)) toBuy.push(e);
+    } else {
+      const second: Entry[] = [];
+      for (const e of unplaced) if (!this.waitForBooting(e, true)) second.push(e);
+      for (const e of this.byBuyCost(second)) if (!this.waitForBooting(e)) toBuy.push(e);
+      // Buying follows the planning order again (priority, then size).
+      const rank = new Map(entries.map((e, i) => [e, i]));
+      toBuy.sort((a, b) => rank.get(a)! - rank.get(b)!);
+    }
+    toBuy = toBuy.filter((e) => !this.waitingIds.has(e.job.id));
     const stuck: { entry: Entry; why: Reason }[] = [];
-    const demand = new Demand(toBuy);
+    const demand = new Demand(toBuy, this.offerings);
     for (const e of toBuy) {
       const why = this.buy(e, demand);
       demand.take(e);
@@ -124,6 +183,58 @@ class Planner {
     };
   }
 
+  problem(): CapacityProblem {
+    this.indexOfferings();
+    this.indexNodes();
+    const entries = this.classify();
+    const classes = new Map<string, { kind: GpuRequest['kind']; wholeGpus: number; unitMilli: number; memoryMiB: number; count: number; eligible: Map<string, number> }>();
+    for (const e of entries) {
+      if (e.cls.eligible.size === 0) continue;
+      const memoryMiB = e.cls.request.kind === 'fraction' ? e.cls.request.memoryMiB : 0;
+      const unitMilli = unitOf(e.cls);
+      const wholeGpus = e.cls.request.kind === 'whole' ? e.cls.request.count : 0;
+      const key = `${e.cls.request.kind}|${unitMilli}|${memoryMiB}|${[...e.cls.eligible].map(([k, f]) => `${k}=${f.toFixed(6)}`).join(',')}`;
+      const c = classes.get(key) ?? { kind: e.cls.request.kind, wholeGpus, unitMilli, memoryMiB, count: 0, eligible: e.cls.eligible as Map<string, number> };
+      c.count += e.cls.nodes;
+      classes.set(key, c);
+    }
+    const bins = new Map<string, { pool: string; kind: 'whole' | 'shared' | 'mig'; freeWhole: number; machines: number; freeMilli: number; freeMemoryMiB: number }>();
+    const bin = (pool: string, kind: 'whole' | 'shared' | 'mig', freeWhole: number) => {
+      const k = `${pool}|${kind}|${freeWhole}`;
+      let b = bins.get(k);
+      if (!b) {
+        b = { pool, kind, freeWhole, machines: 0, freeMilli: 0, freeMemoryMiB: 0 };
+        bins.set(k, b);
+      }
+      return b;
+    };
+    for (const n of this.ready.allNodes()) {
+      if (n.freeWhole > 0) {
+        const b = bin(n.poolKey, 'whole', n.freeWhole);
+        b.machines++;
+        b.freeMilli += n.freeWhole * 1000;
+        for (const g of n.gpus) if (!g.mig && !g.whole && g.freeMilli === 1000) b.freeMemoryMiB += g.memoryMiB;
+      }
+      for (const g of n.gpus) {
+        if (g.mig) {
+          if (g.mig.mask !== 0xff) bin(n.poolKey, 'mig', 0).freeMilli += Math.round(((8 - popcount(g.mig.mask)) * 1000) / 8);
+        } else if (!g.whole && g.freeMilli > 0 && g.freeMilli < 1000) {
+          const b = bin(n.poolKey, 'shared', 0);
+          b.freeMilli += g.freeMilli;
+          b.freeMemoryMiB += g.freeMemoryMiB;
+        }
+      }
+    }
+    const pools = this.allOfferingInfos().map((info) => ({
+      key: info.key,
+      priceMicroUsdPerHour: info.price,
+      gpuCount: info.type.gpuCount,
+      gpuMemoryMiB: info.type.gpuMemoryMiB,
+      room: (this.s.unavailableUntilMs.get(info.offering.id) ?? 0) > this.s.nowMs ? 0 : info.groups.reduce((sum, g) => sum + g.room, 0),
+    }));
+    return { classes: [...classes.values()], pools, live: [...bins.values()] };
+  }
+
   // ---- set-up ---------------------------------------------------------------------------
 
   private indexOfferings(): void {
@@ -132,22 +243,25 @@ class Planner {
       const gs: GroupState = { group, room: Math.max(0, group.maxSize - group.desiredCapacity), added: [] };
       this.groups.set(group.id, gs);
       for (const o of group.offerings) {
-        const existing = this.offerings.get(o.id);
+        const type = s.instanceTypes.get(o.instanceType);
+        const migEnabled = (group.migEnabled ?? false) && isMigModel(type?.gpuModel ?? 'T4');
+        const key = poolKeyOf(o.id, migEnabled);
+        const existing = this.offerings.get(key);
         if (existing) {
           existing.groups.push(gs);
           continue;
         }
-        const type = s.instanceTypes.get(o.instanceType);
         const quote = s.prices.get(o.id);
         if (!type || !quote) continue;
-        this.offerings.set(o.id, {
+        this.offerings.set(key, {
+          key,
           offering: o,
           type,
           price: quote.priceMicroUsdPerHour,
           onDemandPrice: quote.onDemandMicroUsdPerHour,
           riskPerHour: o.capacityType === 'spot' ? (s.poolRiskPerHour.get(o.id) ?? priorRatePerHour(undefined)) : 0,
           groups: [gs],
-          migEnabled: group.migEnabled ?? false,
+          migEnabled,
         });
       }
     }
@@ -168,6 +282,7 @@ class Planner {
       const reported = fleetNode.record?.gpus ?? [];
       const migMode = reported.length > 0 ? reported.some((g) => g.migEnabled) : (groupOf.get(inst.groupId)?.migEnabled ?? false);
       const gpus = makeGpus(type, migMode);
+      const poolKey = poolKeyOf(offeringId, gpus.some((g) => g.mig !== undefined));
       // Ready: schedulable now. Booting: launching, or up but its agent not registered yet.
       // A registered node that is unhealthy or silent is neither: it takes no work and is not counted on.
       const kind = fleetNode.schedulable ? 'ready' : inst.state === 'pending' || !fleetNode.record ? 'booting' : undefined;
@@ -180,6 +295,7 @@ class Planner {
         instanceType: inst.instanceType,
         capacityType: inst.capacityType,
         offeringId,
+        poolKey,
         kind: kind ?? 'booting',
         priceMicroUsdPerHour: s.prices.get(offeringId)?.priceMicroUsdPerHour ?? 0,
         gpus,
@@ -187,7 +303,7 @@ class Planner {
       };
       this.nodeById.set(node.id, node);
       if (kind === 'ready') this.ready.add(node);
-      else if (kind === 'booting') this.coming.add(node);
+      else if (kind === 'booting') this.booting.add(node);
     }
     for (const job of s.activeJobs) {
       for (const a of job.placement?.nodes ?? []) {
@@ -195,7 +311,7 @@ class Planner {
         if (!node) continue;
         commitFit(node, a);
         this.ready.update(node);
-        this.coming.update(node);
+        this.booting.update(node);
         const list = this.holders.get(node.id) ?? [];
         list.push({ job, assignment: a });
         this.holders.set(node.id, list);
@@ -210,7 +326,7 @@ class Planner {
       for (let i = 0; i < inFlight; i++) {
         const gpus = makeGpus(o.type, o.migEnabled);
         const node: NodeCapacity = { ...this.nodeShape(o, gs.group.id), id: `inflight:${gs.group.id}:${i}`, kind: 'booting', gpus, freeWhole: countFreeWhole(gpus) };
-        this.coming.add(node);
+        this.booting.add(node);
       }
     }
   }
@@ -224,6 +340,7 @@ class Planner {
       instanceType: o.offering.instanceType,
       capacityType: o.offering.capacityType,
       offeringId: o.offering.id,
+      poolKey: o.key,
       priceMicroUsdPerHour: o.price,
     };
   }
@@ -231,8 +348,9 @@ class Planner {
   private cheapestOfGroup(group: NodeGroup): OfferingInfo | undefined {
     let best: OfferingInfo | undefined;
     for (const o of group.offerings) {
-      const info = this.offerings.get(o.id);
-      if (info && (!best || info.price < best.price || (info.price === best.price && o.id < best.offering.id))) best = info;
+      const key = poolKeyOf(o.id, group.migEnabled ?? false);
+      const found = this.offerings.get(key) ?? this.offerings.get(o.id);
+      if (found && (!best || found.price < best.price || (found.price === best.price && found.key < best.key))) best = found;
     }
     return best;
   }
@@ -277,7 +395,34 @@ class Planner {
       if (deadline.mode === 'on-demand' && capacity !== 'spot') capacity = 'on-demand';
       entries.push({ job, team: job.team, cls: this.classOf(job, capacity) });
     }
-    return fairShareOrder(entries, this.teamUsedMilli, (team) => this.s.teams.get(team)?.weight ?? 1, (e) => e.cls.milli * e.cls.nodes);
+    const fair = fairShareOrder(entries, this.teamUsedMilli, (team) => this.s.teams.get(team)?.weight ?? 1, (e) => e.cls.milli * e.cls.nodes);
+    this.scarce = this.capacityIsScarce(entries);
+    if (!this.scarce) {
+      // Everyone will get capacity within a boot time: pack well (largest first within a
+      // priority, first-fit decreasing); fair-share order still breaks ties between equal sizes.
+      const rank = new Map(fair.map((e, i) => [e, i]));
+      fair.sort((a, b) => b.job.spec.priority - a.job.spec.priority || b.cls.milli * b.cls.nodes - a.cls.milli * a.cls.nodes || rank.get(a)! - rank.get(b)!);
+    }
+    return fair;
+  }
+
+  /**
+   * Capacity is scarce when the waiting work could not all be held by the free GPUs of live
+   * machines plus what the groups may still add. Then the order decides who runs, and it is
+   * priority and fair share; otherwise it only decides packing.
+   */
+  private capacityIsScarce(entries: readonly Entry[]): boolean {
+    let demand = 0;
+    for (const e of entries) demand += e.cls.milli * e.cls.nodes;
+    let supply = 0;
+    for (const n of this.nodeById.values()) supply += n.gpus.length * 1000 - usedMilli(n);
+    for (const gs of this.groups.values()) {
+      let biggest = 0;
+      for (const o of gs.group.offerings) biggest = Math.max(biggest, this.s.instanceTypes.get(o.instanceType)?.gpuCount ?? 0);
+      supply += gs.room * biggest * 1000;
+      if (supply > demand) return false;
+    }
+    return supply < demand;
   }
 
   /** Jobs that ask the same thing in the same way share one class and one eligibility computation. */
@@ -286,7 +431,10 @@ class Planner {
     const work = remainingWorkSec(job, this.s.policy);
     // Spot factors depend on remaining work and checkpointing; bucket the work (×2 steps) so classes stay few.
     const workBucket = Math.ceil(Math.log2(Math.max(60, work)));
-    const key = JSON.stringify([spec.gpu, spec.nodes, capacity, spec.placement ?? null, spec.checkpoint?.intervalSec ?? 0, workBucket]);
+    const g = spec.gpu;
+    const shape = g.kind === 'whole' ? `w${g.count}/${g.minMemoryMiB ?? 0}` : g.kind === 'fraction' ? `f${g.milliGpu}/${g.memoryMiB}` : `m${g.profile}`;
+    const where = spec.placement ? `${spec.placement.clouds?.join('+') ?? ''}/${spec.placement.regions?.join('+') ?? ''}/${spec.placement.zones?.join('+') ?? ''}` : '';
+    const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}`;
     const cached = this.classes.get(key);
     if (cached) return cached;
     const eligible = new Map<string, number>();
@@ -306,7 +454,7 @@ class Planner {
         // Spot is not chosen when its expected cost, rework included, is higher than on-demand.
         if (!Number.isFinite(factor) || (capacity !== 'spot' && info.onDemandPrice > 0 && info.price * factor > info.onDemandPrice)) continue;
       }
-      eligible.set(o.id, factor);
+      eligible.set(info.key, factor);
     }
     const cls: JobClass = {
       key,
@@ -326,18 +474,64 @@ class Planner {
     return cls;
   }
 
+  /**
+   * The work whose cheapest new capacity costs most per job first: free capacity left after
+   * every job had its cheapest kind goes where it saves the most. Used only when capacity is
+   * not scarce, when every job gets a machine within a boot time and the order decides cost,
+   * not who runs; priority breaks ties.
+   */
+  private readonly buyCostCache = new Map<JobClass, number>();
+  private byBuyCost(entries: readonly Entry[]): Entry[] {
+    const cost = (e: Entry) => {
+      let c = this.buyCostCache.get(e.cls);
+      if (c === undefined) {
+        let best = Infinity;
+        for (const [key, factor] of e.cls.eligible) {
+          const info = this.offerings.get(key);
+          if (info && info.groups.length > 0) best = Math.min(best, perMilli(info, factor));
+        }
+        c = Number.isFinite(best) ? best * unitOf(e.cls) * e.cls.nodes : 0;
+        this.buyCostCache.set(e.cls, c);
+      }
+      return c;
+    };
+    const keyed = entries.map((e, i) => ({ e, i, c: cost(e) }));
+    keyed.sort((a, b) => b.c - a.c || b.e.job.spec.priority - a.e.job.spec.priority || a.i - b.i);
+    return keyed.map((k) => k.e);
+  }
+
+  private readonly homeCache = new Map<JobClass, Set<string>>();
+  /** The pools that are a class's cheapest per GPU (within 0.01%): where it is best placed. */
+  private homes(cls: JobClass): Set<string> {
+    let set = this.homeCache.get(cls);
+    if (!set) {
+      let best = Infinity;
+      for (const [key, factor] of cls.eligible) {
+        const info = this.offerings.get(key);
+        if (info) best = Math.min(best, perMilli(info, factor));
+      }
+      set = new Set([...cls.eligible].filter(([key, factor]) => {
+        const info = this.offerings.get(key);
+        return info !== undefined && perMilli(info, factor) <= best * 1.0001;
+      }).map(([key]) => key));
+      this.homeCache.set(cls, set);
+    }
+    return set;
+  }
+
   private offeringInfoCache: OfferingInfo[] | undefined;
   /** Offerings of groups and of live nodes (a node's offering may have left every group's list). */
   private allOfferingInfos(): OfferingInfo[] {
     if (this.offeringInfoCache) return this.offeringInfoCache;
     const list = [...this.offerings.values()];
     for (const node of this.nodeById.values()) {
-      if (this.offerings.has(node.offeringId)) continue;
+      if (this.offerings.has(node.poolKey)) continue;
       const type = this.s.instanceTypes.get(node.instanceType);
       if (!type) continue;
       const offering: Offering = { id: node.offeringId, cloud: node.cloud, region: node.region, zone: node.zone, instanceType: node.instanceType, capacityType: node.capacityType };
       const quote = this.s.prices.get(node.offeringId);
       const info: OfferingInfo = {
+        key: node.poolKey,
         offering,
         type,
         price: quote?.priceMicroUsdPerHour ?? node.priceMicroUsdPerHour,
@@ -346,17 +540,32 @@ class Planner {
         groups: [],
         migEnabled: node.gpus.some((g) => g.mig !== undefined),
       };
-      this.offerings.set(node.offeringId, info);
+      this.offerings.set(node.poolKey, info);
       list.push(info);
     }
-    list.sort((a, b) => (a.offering.id < b.offering.id ? -1 : 1));
+    list.sort((a, b) => (a.key < b.key ? -1 : 1));
     this.offeringInfoCache = list;
     return list;
   }
 
   // ---- placement ------------------------------------------------------------------------
 
+  private readonly reasons = new Map<unknown, Reason>();
+  /** Jobs waiting for the same thing share one (immutable) reason object. */
+  private sharedReason(key: unknown, make: () => Reason): Reason {
+    let r = this.reasons.get(key);
+    if (!r) {
+      r = make();
+      this.reasons.set(key, r);
+    }
+    return r;
+  }
+
+  private readonly waitingIds = new Set<string>();
+  /** For each machine bought in this plan, the kinds of work its purchase counted on. */
+  private readonly fillers = new Map<NodeCapacity, ReadonlySet<FillGroup | undefined>>();
   private wait(job: Job, why: Reason, isHold = false): void {
+    this.waitingIds.add(job.id);
     this.waiting.push({ jobId: job.id, reason: why });
     if (isHold) {
       if (job.hold?.code !== why.code || job.hold.message !== why.message) this.actions.push({ kind: 'hold', jobId: job.id, reason: why });
@@ -396,11 +605,11 @@ class Planner {
     return (node.priceMicroUsdPerHour * e.cls.milli * e.cls.nodes) / Math.max(1, node.gpus.length * 1000);
   }
 
-  private placeOnReady(e: Entry): boolean {
+  private placeOnReady(e: Entry, homeOnly = false): boolean {
     if (e.cls.eligible.size === 0) return false;
-    const fits = this.findFits(this.ready, e);
+    const fits = this.findFits(this.ready, e, homeOnly ? this.homes(e.cls) : undefined);
     if (!fits) return false;
-    const factor = e.cls.eligible.get(fits[0]!.node.offeringId) ?? 1;
+    const factor = e.cls.eligible.get(fits[0]!.node.poolKey) ?? 1;
     const held = this.limits(e, this.shareOf(fits[0]!.node, e), factor);
     if (held) {
       this.wait(e.job, held, true);
@@ -426,11 +635,16 @@ class Planner {
     return true;
   }
 
-  private waitForComing(e: Entry): boolean {
+  /** Claims room on a booting machine (optionally only of the job's cheapest kind); the job waits for it. */
+  private waitForBooting(e: Entry, homeOnly = false): boolean {
+    return this.claim(this.booting, e, homeOnly);
+  }
+
+  private claim(index: CapacityIndex, e: Entry, homeOnly: boolean, accept?: (node: NodeCapacity) => boolean): boolean {
     if (e.cls.eligible.size === 0) return false;
-    const fits = this.findFits(this.coming, e);
+    const fits = this.findFits(index, e, homeOnly ? this.homes(e.cls) : undefined, accept);
     if (!fits) return false;
-    const factor = e.cls.eligible.get(fits[0]!.node.offeringId) ?? 1;
+    const factor = e.cls.eligible.get(fits[0]!.node.poolKey) ?? 1;
     const held = this.limits(e, this.shareOf(fits[0]!.node, e), factor);
     if (held) {
       this.wait(e.job, held, true);
@@ -438,17 +652,17 @@ class Planner {
     }
     for (const f of fits) {
       commitFit(f.node, f.assignment);
-      this.coming.update(f.node);
+      index.update(f.node);
     }
     this.commitLimits(e, this.shareOf(fits[0]!.node, e), factor);
-    const planned = fits[0]!.node.kind === 'planned';
-    if (planned) this.addExpected(fits[0]!.node, e, factor);
-    this.wait(
-      e.job,
-      planned
-        ? reason('waiting-for-capacity', `shares a new ${fits[0]!.node.instanceType} (${fits[0]!.node.capacityType}, ${fits[0]!.node.zone}) ordered in this plan`)
-        : reason('waiting-for-boot', `capacity for it is starting: ${[...new Set(fits.map((f) => `${f.node.instanceType} (${f.node.capacityType}, ${f.node.zone})`))].join(', ')}`),
-    );
+    const node = fits[0]!.node;
+    const planned = node.kind === 'planned';
+    if (planned) this.addExpected(node, e, factor);
+    const why =
+      planned && fits.length === 1
+        ? this.sharedReason(`share:${node.poolKey}`, () => reason('waiting-for-capacity', `shares a new ${node.instanceType} (${node.capacityType}, ${node.zone}) ordered in this plan`))
+        : reason(planned ? 'waiting-for-capacity' : 'waiting-for-boot', `${planned ? 'shares new capacity ordered in this plan' : 'capacity for it is starting'}: ${[...new Set(fits.map((f) => `${f.node.instanceType} (${f.node.capacityType}, ${f.node.zone})`))].join(', ')}`);
+    this.wait(e.job, why);
     return true;
   }
 
@@ -456,31 +670,43 @@ class Planner {
    * Best fit among the index's nodes that the job's class may use: for one node, the fullest
    * that fits (ties: cheapest, then by id); for a gang, that many distinct nodes in one zone.
    */
-  private findFits(index: CapacityIndex, e: Entry): Fit[] | undefined {
+  private findFits(index: CapacityIndex, e: Entry, only?: ReadonlySet<string>, accept?: (node: NodeCapacity) => boolean): Fit[] | undefined {
     const { request } = e.cls;
     const need = e.cls.nodes;
     if (need === 1) {
-      let best: { fit: Fit; free: number; price: number } | undefined;
-      for (const poolId of index.poolIds()) {
-        if (!e.cls.eligible.has(poolId)) continue;
+      let best: { fit?: Fit; node: NodeCapacity; free: number; price: number } | undefined;
+      for (const poolId of this.poolsToSearch(index, e.cls.eligible)) {
+        if (only && !only.has(poolId)) continue;
         const pool = index.pool(poolId)!;
-        const candidate = this.bestInPool(pool, request);
+        const price = pool.priceHint * (e.cls.eligible.get(poolId) ?? 1);
+        if (request.kind === 'whole') {
+          // Fullest node with room: decided on counts; the assignment is built for the winner only.
+          const node = pool.fullestWithFree(request.count, accept);
+          if (!node) continue;
+          const free = freeMilliOf(node) - request.count * 1000;
+          if (!best || free < best.free || (free === best.free && (price < best.price || (price === best.price && node.id < best.node.id)))) best = { node, free, price };
+          continue;
+        }
+        const candidate = this.bestInPool(pool, request, accept);
         if (!candidate) continue;
         const free = freeAfter(candidate.node, candidate.assignment);
-        const price = candidate.node.priceMicroUsdPerHour * (e.cls.eligible.get(poolId) ?? 1);
-        if (!best || free < best.free || (free === best.free && (price < best.price || (price === best.price && candidate.node.id < best.fit.node.id)))) {
-          best = { fit: candidate, free, price };
+        if (!best || free < best.free || (free === best.free && (price < best.price || (price === best.price && candidate.node.id < best.node.id)))) {
+          best = { fit: candidate, node: candidate.node, free, price };
         }
       }
-      return best ? [best.fit] : undefined;
+      if (!best) return undefined;
+      if (best.fit) return [best.fit];
+      const assignment = tryFit(best.node, request);
+      return assignment ? [{ node: best.node, assignment }] : undefined;
     }
     // Gangs: per zone, collect nodes that each hold one member; take the fullest ones.
     const byZone = new Map<string, Fit[]>();
-    for (const poolId of index.poolIds()) {
-      if (!e.cls.eligible.has(poolId)) continue;
+    for (const poolId of this.poolsToSearch(index, e.cls.eligible)) {
+      if (only && !only.has(poolId)) continue;
       const pool = index.pool(poolId)!;
       const list = byZone.get(pool.zone) ?? [];
       for (const node of pool.withFree(request.kind === 'whole' ? request.count : 1)) {
+        if (accept && !accept(node)) continue;
         const assignment = tryFit(node, request);
         if (assignment) list.push({ node, assignment });
       }
@@ -498,9 +724,30 @@ class Planner {
     return best?.fits;
   }
 
-  private bestInPool(pool: NonNullable<ReturnType<CapacityIndex['pool']>>, request: GpuRequest): Fit | undefined {
+  private readonly searchCache = new Map<CapacityIndex, Map<ReadonlyMap<string, number>, { version: number; keys: string[] }>>();
+  /** The pools of an index a class may use (cached until the index gains a pool). */
+  private poolsToSearch(index: CapacityIndex, eligible: ReadonlyMap<string, number>): readonly string[] {
+    let byClass = this.searchCache.get(index);
+    if (!byClass) {
+      byClass = new Map();
+      this.searchCache.set(index, byClass);
+    }
+    const hit = byClass.get(eligible);
+    if (hit && hit.version === index.version) return hit.keys;
+    const keys: string[] = [];
+    if (eligible.size < index.size) {
+      for (const key of eligible.keys()) if (index.pool(key)) keys.push(key);
+    } else {
+      for (const key of index.poolIds()) if (eligible.has(key)) keys.push(key);
+    }
+    byClass.set(eligible, { version: index.version, keys });
+    return keys;
+  }
+
+  private bestInPool(pool: NonNullable<ReturnType<CapacityIndex['pool']>>, request: GpuRequest, accept?: (node: NodeCapacity) => boolean): Fit | undefined {
     if (request.kind === 'whole') {
       for (const node of pool.withFree(request.count)) {
+        if (accept && !accept(node)) continue;
         const assignment = tryFit(node, request);
         if (assignment) return { node, assignment };
       }
@@ -509,6 +756,7 @@ class Planner {
     // Shares and MIG slices: partly used GPUs first (best fit), then a node with a free GPU.
     let best: { fit: Fit; score: number } | undefined;
     for (const node of pool.partialNodes()) {
+      if (accept && !accept(node)) continue;
       const assignment = tryFit(node, request);
       if (!assignment) continue;
       const score = freeAfter(node, assignment);
@@ -516,12 +764,14 @@ class Planner {
     }
     if (best) return best.fit;
     for (const node of pool.withFree(1)) {
+      if (accept && !accept(node)) continue;
       const assignment = tryFit(node, request);
       if (assignment) return { node, assignment };
     }
     // MIG GPUs that are empty have no free whole GPU (they are in MIG mode); try every node.
     if (request.kind === 'mig') {
       for (const node of pool.nodes()) {
+        if (accept && !accept(node)) continue;
         const assignment = tryFit(node, request);
         if (assignment) return { node, assignment };
       }
@@ -536,8 +786,9 @@ class Planner {
       this.wait(e.job, e.cls.noFit);
       return undefined;
     }
-    // Machines already bought in this plan first.
-    if (this.waitForComing(e)) return undefined;
+    // Machines already bought in this plan first: those whose purchase counted on work like this.
+    const group = demand.groupFor(e);
+    if (this.claim(this.planned, e, false, (node) => this.fillers.get(node)?.has(group) ?? false)) return undefined;
     const choice = this.chooseOffering(e, demand);
     if (!choice.ok) {
       this.wait(e.job, choice.reason);
@@ -558,13 +809,14 @@ class Planner {
       commitFit(node, assignment);
       gs.added.push(node);
       gs.room--;
-      this.coming.add(node);
+      this.planned.add(node);
+      this.fillers.set(node, demand.fillers(info.key, e));
       this.addedExpected += node.priceMicroUsdPerHour;
       opened.push({ node, assignment });
     }
     this.commitLimits(e, (info.price * e.cls.milli * e.cls.nodes) / (info.type.gpuCount * 1000), factor);
     for (const f of opened) this.addExpected(f.node, e, factor, 1 / e.cls.nodes);
-    this.wait(e.job, reason('waiting-for-capacity', `new ${info.offering.instanceType} (${info.offering.capacityType}, ${info.offering.zone}) ordered for it: ${choice.why}`));
+    this.wait(e.job, this.sharedReason(choice, () => reason('waiting-for-capacity', `new ${info.offering.instanceType} (${info.offering.capacityType}, ${info.offering.zone}) ordered for it: ${choice.why}`)));
     return undefined;
   }
 
@@ -574,14 +826,25 @@ class Planner {
     this.addedExpected += (node.priceMicroUsdPerHour * e.cls.milli * e.cls.nodes * perNode * (factor - 1)) / (node.gpus.length * 1000);
   }
 
+  private readonly choiceCache = new Map<JobClass, { epoch: number; choice: { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } }>();
+
   private chooseOffering(e: Entry, demand: Demand): { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } | { ok: false; reason: Reason } {
+    // While the demand has not shrunk enough to change any fill, the last choice for this kind stands (if it still has room).
+    const cached = this.choiceCache.get(e.cls);
+    if (cached && cached.epoch === demand.epoch && cached.choice.gs.room >= e.cls.nodes) return cached.choice;
+    const fresh = this.chooseOfferingNow(e, demand);
+    if (fresh.ok) this.choiceCache.set(e.cls, { epoch: demand.epoch, choice: fresh });
+    return fresh;
+  }
+
+  private chooseOfferingNow(e: Entry, demand: Demand): { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } | { ok: false; reason: Reason } {
     let best: { info: OfferingInfo; gs: GroupState; factor: number; eff: number; fill: number } | undefined;
     let sawAtMax = false;
     let sawUnavailable = false;
-    for (const [offeringId, factor] of e.cls.eligible) {
-      const info = this.offerings.get(offeringId);
+    for (const [key, factor] of e.cls.eligible) {
+      const info = this.offerings.get(key);
       if (!info || info.groups.length === 0) continue;
-      if ((this.s.unavailableUntilMs.get(offeringId) ?? 0) > this.s.nowMs) {
+      if ((this.s.unavailableUntilMs.get(info.offering.id) ?? 0) > this.s.nowMs) {
         sawUnavailable = true;
         continue;
       }
@@ -590,11 +853,11 @@ class Planner {
         sawAtMax = true;
         continue;
       }
-      const { eff, fill } = demand.efficiency(info, e, factor, this.classes);
+      const { eff, fill } = demand.efficiency(info, e, factor);
       if (
         !best ||
         eff < best.eff - 1e-9 ||
-        (Math.abs(eff - best.eff) <= 1e-9 && (info.price < best.info.price || (info.price === best.info.price && offeringId < best.info.offering.id)))
+        (Math.abs(eff - best.eff) <= 1e-9 && (info.price < best.info.price || (info.price === best.info.price && key < best.info.key)))
       ) {
         best = { info, gs, factor, eff, fill };
       }
@@ -797,6 +1060,11 @@ class Planner {
   }
 }
 
+/** Thousandths of GPUs still free on a node. */
+function freeMilliOf(node: NodeCapacity): number {
+  return node.gpus.length * 1000 - usedMilli(node);
+}
+
 function cloneNode(node: NodeCapacity, type: InstanceType | undefined): NodeCapacity | undefined {
   if (!type) return undefined;
   return {
@@ -825,71 +1093,158 @@ function placementAllowed(limits: Job['spec']['placement'], o: Offering): boolea
   return true;
 }
 
+/** Jobs that fill a machine the same way: one unit size and one set of pools they may use. */
+interface FillGroup {
+  readonly id: number;
+  /** Thousandths of a GPU one job takes (a whole GPU request counts its GPUs). */
+  readonly unit: number;
+  readonly eligible: ReadonlyMap<string, number>;
+  count: number;
+  /** The lowest expected price per GPU-thousandth among its pools: it only helps fill pools that good. */
+  bestPerMilli: number;
+}
+
 /**
- * The demand still waiting for new capacity, by class, for judging offerings: an offering's
- * efficiency is its expected cost divided by the GPU-thousandths that waiting jobs would fill
- * on one machine of it. Choices are cached per class and recomputed only when the demand has
- * shrunk enough to change the fill (in the tail of the queue).
+ * The demand still waiting for new capacity, for judging offerings: an offering's efficiency is
+ * its expected hourly cost divided by the GPU-thousandths that waiting jobs would fill on one
+ * machine of it. Jobs are grouped by how they fill (unit size × allowed pools); each pool keeps
+ * its groups sorted by size once. Results are cached per (group, pool) and recomputed only when
+ * the demand has shrunk enough to change a fill (a quarter less, or the tail of the queue).
  */
 class Demand {
-  private readonly counts = new Map<JobClass, number>();
+  private readonly groups: FillGroup[] = [];
+  private readonly groupOf = new Map<JobClass, FillGroup>();
+  private readonly byPool = new Map<string, FillGroup[]>();
   private total = 0;
-  private readonly cache = new Map<string, { totalAt: number; results: Map<string, { eff: number; fill: number }> }>();
+  private readonly cache = new Map<number, { totalAt: number; results: Map<string, { eff: number; fill: number }> }>();
+  /** Changes whenever cached fills may have gone stale: a quarter of the demand is gone, or in the tail. */
+  epoch = 0;
+  private epochTotal = 0;
 
-  constructor(entries: readonly Entry[]) {
+  constructor(
+    entries: readonly Entry[],
+    private readonly offerings: ReadonlyMap<string, OfferingInfo>,
+  ) {
+    const bySignature = new Map<string, FillGroup>();
     for (const e of entries) {
-      this.counts.set(e.cls, (this.counts.get(e.cls) ?? 0) + 1);
       this.total += e.cls.milli * e.cls.nodes;
+      this.epochTotal = this.total;
+      if (e.cls.nodes !== 1 || e.cls.eligible.size === 0) continue; // gangs take machines of their own
+      let g = this.groupOf.get(e.cls);
+      if (!g) {
+        const unit = unitOf(e.cls);
+        const signature = `${unit}|${[...e.cls.eligible.keys()].join(',')}`;
+        g = bySignature.get(signature);
+        if (!g) {
+          g = { id: this.groups.length, unit, eligible: e.cls.eligible, count: 0, bestPerMilli: this.bestPerMilli(e.cls.eligible) };
+          this.groups.push(g);
+          bySignature.set(signature, g);
+        }
+        this.groupOf.set(e.cls, g);
+      }
+      g.count++;
     }
+  }
+
+  /** The kinds of work a machine of this pool, bought for `e`, is expected to be filled with. */
+  private readonly fillerSets = new Map<string, Set<FillGroup | undefined>>();
+  fillers(key: string, e: Entry): ReadonlySet<FillGroup | undefined> {
+    const own = this.groupOf.get(e.cls);
+    const k = `${key}|${own?.id ?? -1}`;
+    let set = this.fillerSets.get(k);
+    if (!set) {
+      set = new Set<FillGroup | undefined>([...this.poolGroups(key), own]);
+      this.fillerSets.set(k, set);
+    }
+    return set;
+  }
+
+  groupFor(e: Entry): FillGroup | undefined {
+    return this.groupOf.get(e.cls);
   }
 
   take(e: Entry): void {
-    const n = this.counts.get(e.cls) ?? 0;
-    if (n <= 1) this.counts.delete(e.cls);
-    else this.counts.set(e.cls, n - 1);
     this.total -= e.cls.milli * e.cls.nodes;
+    const g = this.groupOf.get(e.cls);
+    if (g) g.count--;
+    if (this.total < 64_000 || this.total < this.epochTotal * 0.75) {
+      this.epoch++;
+      this.epochTotal = this.total;
+    }
   }
 
-  efficiency(info: OfferingInfo, e: Entry, factor: number, _classes: Map<string, JobClass>): { eff: number; fill: number } {
-    const capacity = info.type.gpuCount * 1000;
-    const key = e.cls.key;
-    let cached = this.cache.get(key);
+  efficiency(info: OfferingInfo, e: Entry, factor: number): { eff: number; fill: number } {
+    const own = this.groupOf.get(e.cls);
+    const cacheKey = own?.id ?? -1;
+    let cached = this.cache.get(cacheKey);
     // While plenty of demand waits, fills are full and choices do not change; recompute in the tail or after a large drop.
-    if (!cached || (this.total < 4 * 16_000 && cached.totalAt !== this.total) || this.total < cached.totalAt * 0.75) {
-      cached = { totalAt: this.total, results: new Map() };
-      this.cache.set(key, cached);
+    if (!cached || cached.totalAt !== this.epoch) {
+      cached = { totalAt: this.epoch, results: new Map() };
+      this.cache.set(cacheKey, cached);
     }
-    const hit = cached.results.get(info.offering.id);
-    if (hit) return hit;
-    const result = this.compute(info, e, factor, capacity);
-    cached.results.set(info.offering.id, result);
+    if (own) {
+      const hit = cached.results.get(info.key);
+      if (hit) return hit;
+    }
+    const result = this.compute(info, e, own, factor);
+    if (own) cached.results.set(info.key, result);
     return result;
   }
 
-  private compute(info: OfferingInfo, e: Entry, factor: number, capacity: number): { eff: number; fill: number } {
-    // The job itself (each gang member takes one node of its own).
-    const own = e.cls.request.kind === 'whole' ? e.cls.request.count * 1000 : e.cls.milli;
-    let room = capacity - own;
-    let fill = own;
-    let penalty = own * (factor - 1);
-    // Then waiting single-node work that may use this offering, biggest first.
-    const others = [...this.counts.entries()]
-      .filter(([c]) => c.nodes === 1 && c.eligible.has(info.offering.id))
-      .sort(([a], [b]) => b.milli - a.milli || (a.key < b.key ? -1 : 1));
-    let ownLeft = (this.counts.get(e.cls) ?? 1) - 1; // the job itself is already counted
-    for (const [c, n] of others) {
+  private bestPerMilli(eligible: ReadonlyMap<string, number>): number {
+    let best = Infinity;
+    for (const [key, factor] of eligible) {
+      const info = this.offerings.get(key);
+      if (info && info.groups.length > 0) best = Math.min(best, perMilli(info, factor));
+    }
+    return best;
+  }
+
+  /**
+   * The waiting work that would help fill a machine of this pool: groups that may use it and
+   * have nothing cheaper per GPU elsewhere (work with a cheaper home would go there instead).
+   */
+  private poolGroups(key: string): FillGroup[] {
+    let list = this.byPool.get(key);
+    if (!list) {
+      const info = this.offerings.get(key);
+      list = this.groups
+        .filter((g) => g.eligible.has(key) && info !== undefined && perMilli(info, g.eligible.get(key)!) <= g.bestPerMilli * 1.0001)
+        .sort((a, b) => b.unit - a.unit || a.id - b.id);
+      this.byPool.set(key, list);
+    }
+    return list;
+  }
+
+  private compute(info: OfferingInfo, e: Entry, own: FillGroup | undefined, factor: number): { eff: number; fill: number } {
+    const capacity = info.type.gpuCount * 1000;
+    // The job itself (each gang member takes one node of its own), then waiting work, biggest first.
+    const first = unitOf(e.cls);
+    let room = capacity - first;
+    let fill = first;
+    let penalty = first * (factor - 1);
+    const groups = this.poolGroups(info.key);
+    // The job's own kind always counts, even where this pool is not its cheapest home.
+    const withOwn = own && !groups.includes(own) ? [...groups, own].sort((a, b) => b.unit - a.unit || a.id - b.id) : groups;
+    for (const g of withOwn) {
       if (room <= 0) break;
-      const available = c === e.cls ? ownLeft : n;
-      if (available <= 0) continue;
-      const unit = c.request.kind === 'whole' ? c.request.count * 1000 : c.milli;
-      if (unit > room) continue;
-      const take = Math.min(available, Math.floor(room / unit));
-      room -= take * unit;
-      fill += take * unit;
-      penalty += take * unit * ((c.eligible.get(info.offering.id) ?? 1) - 1);
-      if (c === e.cls) ownLeft -= take;
+      const available = g === own ? g.count - 1 : g.count;
+      if (available <= 0 || g.unit > room) continue;
+      const take = Math.min(available, Math.floor(room / g.unit));
+      room -= take * g.unit;
+      fill += take * g.unit;
+      penalty += take * g.unit * ((g.eligible.get(info.key) ?? 1) - 1);
     }
     const hourly = info.price * (1 + penalty / capacity);
     return { eff: hourly / fill, fill };
   }
+}
+
+/** Expected price per thousandth of a GPU per hour on a pool, rework included. */
+function perMilli(info: OfferingInfo, factor: number): number {
+  return (info.price * factor) / (info.type.gpuCount * 1000);
+}
+
+function unitOf(cls: JobClass): number {
+  return cls.request.kind === 'whole' ? cls.request.count * 1000 : cls.milli;
 }

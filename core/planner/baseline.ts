@@ -1,0 +1,186 @@
+import { budgetStatus } from '../budget.ts';
+import type { Offering } from '../catalog.ts';
+import { jobSpotFactor } from '../cost-model.ts';
+import { milliGpusUsed } from '../gpu.ts';
+import type { Job, NodeAssignment } from '../job.ts';
+import type { Plan, PlanAction, WaitingJob } from '../plan.ts';
+import { reason } from '../reason.ts';
+import { priorRatePerHour } from '../risk.ts';
+import type { Snapshot } from '../snapshot.ts';
+import { commitFit, countFreeWhole, isEmpty, makeGpus, poolKeyOf, tryFit, typeCanHold, type NodeCapacity } from './capacity.ts';
+import { describeRequest } from './ordering.ts';
+
+/**
+ * The baseline: a planner of the kind Karpenter uses, for comparison in benchmarks and as the
+ * `cheapest-fit` policy of the simulator. Jobs largest first; each goes on the first node that
+ * fits (existing, then bought in this plan); otherwise the cheapest offering that can hold the
+ * job is opened. It knows nothing of spot risk, fair share or lookahead. It honours the same
+ * hard rules as the planner (models, non-interruptible work off spot, budget holds, group
+ * maxima) so that the two are compared on cost, not on correctness.
+ */
+export function planBaseline(snapshot: Snapshot): Plan {
+  const s = snapshot;
+  const nodes: NodeCapacity[] = [];
+  const groupRoom = new Map(s.groups.map((g) => [g.id, Math.max(0, g.maxSize - g.desiredCapacity)]));
+  const added = new Map<string, NodeCapacity[]>();
+  const byId = new Map<string, NodeCapacity>();
+  for (const f of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
+    const inst = f.instance;
+    if (inst.state === 'terminated' || inst.state === 'stopping' || f.record?.draining) continue;
+    const type = s.instanceTypes.get(inst.instanceType);
+    if (!type) continue;
+    const offeringId = `${inst.cloud}/${inst.zone}/${inst.instanceType}/${inst.capacityType}`;
+    const group = s.groups.find((g) => g.id === inst.groupId);
+    const reported = f.record?.gpus ?? [];
+    const gpus = makeGpus(type, reported.length > 0 ? reported.some((g) => g.migEnabled) : (group?.migEnabled ?? false));
+    const node: NodeCapacity = {
+      id: inst.id,
+      groupId: inst.groupId,
+      cloud: inst.cloud,
+      region: inst.region,
+      zone: inst.zone,
+      instanceType: inst.instanceType,
+      capacityType: inst.capacityType,
+      offeringId,
+      poolKey: poolKeyOf(offeringId, gpus.some((g) => g.mig !== undefined)),
+      kind: f.schedulable ? 'ready' : 'booting',
+      priceMicroUsdPerHour: s.prices.get(offeringId)?.priceMicroUsdPerHour ?? 0,
+      gpus,
+      freeWhole: countFreeWhole(gpus),
+    };
+    nodes.push(node);
+    byId.set(node.id, node);
+  }
+  for (const job of s.activeJobs) for (const a of job.placement?.nodes ?? []) if (byId.has(a.nodeId)) commitFit(byId.get(a.nodeId)!, a);
+
+  const actions: PlanAction[] = [];
+  const waiting: WaitingJob[] = [];
+  let expectedExtra = 0;
+  const restartSec = s.policy.expectedBootSec + s.policy.restoreSec;
+  const costPolicy = { defaultRuntimeSec: s.policy.defaultRuntimeSec, restartSec };
+  const size = (j: Job) => milliGpusUsed(j.spec.gpu, j.spec.gpu.kind === 'mig' ? Number(j.spec.gpu.profile[0]) : undefined) * j.spec.nodes;
+  const pending = [...s.pendingJobs].sort((a, b) => size(b) - size(a) || b.spec.priority - a.spec.priority || (a.id < b.id ? -1 : 1));
+
+  for (const job of pending) {
+    const team = s.teams.get(job.team);
+    const state = team ? budgetStatus(team, s.spendMicroUsd.get(job.team) ?? 0).state : 'hold';
+    if (state === 'hold' || (state === 'spot-only' && !job.spec.interruptible)) {
+      waiting.push({ jobId: job.id, reason: reason(state === 'hold' ? 'budget-hold' : 'budget-spot-only', `team ${job.team} budget: ${state}`) });
+      continue;
+    }
+    const capacityOk = (c: 'spot' | 'on-demand') => (job.spec.interruptible || c === 'on-demand') && (state !== 'spot-only' || c === 'spot');
+    const placementOk = (o: { cloud: string; region: string; zone: string }) => {
+      const p = job.spec.placement;
+      return !p || ((!p.clouds || p.clouds.includes(o.cloud as 'aws')) && (!p.regions || p.regions.includes(o.region)) && (!p.zones || p.zones.includes(o.zone)));
+    };
+    const usable = (n: NodeCapacity) => capacityOk(n.capacityType) && placementOk(n);
+    const fits = firstFit(nodes.filter(usable), job);
+    if (fits) {
+      fits.forEach((f) => commitFit(f.node, f.assignment));
+      const node = fits[0]!.node;
+      if (node.kind === 'planned') {
+        expectedExtra += extraFor(node, job);
+        waiting.push({ jobId: job.id, reason: reason('waiting-for-capacity', `shares a ${node.instanceType} ordered in this plan`) });
+      } else if (node.kind === 'booting') {
+        waiting.push({ jobId: job.id, reason: reason('waiting-for-boot', `fits on starting ${node.instanceType}`) });
+      } else {
+        actions.push({ kind: 'place', jobId: job.id, attempt: job.attempt, placement: { nodes: fits.map((f) => f.assignment), capacityType: node.capacityType }, reason: reason('placed-on-free-capacity', `first node that fits: ${node.id}`) });
+      }
+      continue;
+    }
+    // The cheapest offering that can hold the job, in a group with room.
+    let best: { o: Offering; groupId: string; price: number } | undefined;
+    for (const g of s.groups) {
+      if ((groupRoom.get(g.id) ?? 0) < job.spec.nodes) continue;
+      for (const o of g.offerings) {
+        const type = s.instanceTypes.get(o.instanceType);
+        const price = s.prices.get(o.id)?.priceMicroUsdPerHour;
+        if (!type || price === undefined || !typeCanHold(type, job.spec.gpu, g.migEnabled ?? false) || !capacityOk(o.capacityType) || !placementOk(o)) continue;
+        if ((s.unavailableUntilMs.get(o.id) ?? 0) > s.nowMs) continue;
+        if (!best || price < best.price || (price === best.price && o.id < best.o.id)) best = { o, groupId: g.id, price };
+      }
+    }
+    if (!best) {
+      waiting.push({ jobId: job.id, reason: reason('no-offering-fits', `nothing can be bought for ${describeRequest(job)}`) });
+      continue;
+    }
+    const type = s.instanceTypes.get(best.o.instanceType)!;
+    const migMode = s.groups.find((g) => g.id === best.groupId)?.migEnabled ?? false;
+    const opened: NodeCapacity[] = [];
+    for (let i = 0; i < job.spec.nodes; i++) {
+      const gpus = makeGpus(type, migMode);
+      const node: NodeCapacity = {
+        id: `planned:${best.groupId}:${nodes.length}`,
+        groupId: best.groupId,
+        cloud: best.o.cloud,
+        region: best.o.region,
+        zone: best.o.zone,
+        instanceType: best.o.instanceType,
+        capacityType: best.o.capacityType,
+        offeringId: best.o.id,
+        poolKey: poolKeyOf(best.o.id, migMode),
+        kind: 'planned',
+        priceMicroUsdPerHour: best.price,
+        gpus,
+        freeWhole: countFreeWhole(gpus),
+      };
+      commitFit(node, tryFit(node, job.spec.gpu)!);
+      nodes.push(node);
+      opened.push(node);
+      expectedExtra += extraFor(node, job, 1 / job.spec.nodes);
+    }
+    groupRoom.set(best.groupId, (groupRoom.get(best.groupId) ?? 0) - job.spec.nodes);
+    added.set(best.groupId, [...(added.get(best.groupId) ?? []), ...opened]);
+    waiting.push({ jobId: job.id, reason: reason('waiting-for-capacity', `cheapest offering that fits: ${best.o.instanceType} (${best.o.capacityType})`) });
+  }
+
+  function extraFor(node: NodeCapacity, job: Job, perNode = 1): number {
+    if (node.capacityType !== 'spot') return 0;
+    const f = jobSpotFactor(job, s.poolRiskPerHour.get(node.offeringId) ?? priorRatePerHour(undefined), costPolicy);
+    const share = (size(job) * perNode) / (node.gpus.length * 1000);
+    return Number.isFinite(f) ? node.priceMicroUsdPerHour * share * (f - 1) : node.priceMicroUsdPerHour * 1000;
+  }
+
+  let addedCost = 0;
+  for (const [groupId, list] of [...added.entries()].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    const group = s.groups.find((g) => g.id === groupId)!;
+    addedCost += list.reduce((a, n) => a + n.priceMicroUsdPerHour, 0);
+    actions.push({
+      kind: 'scale-up',
+      groupId,
+      fromDesired: group.desiredCapacity,
+      toDesired: group.desiredCapacity + list.length,
+      expected: [{ offeringId: list[0]!.offeringId, count: list.length }],
+      reason: reason('scale-up-for-pending', `${list.length} × cheapest fitting ${list[0]!.instanceType}`),
+    });
+  }
+  const cooldownMs = s.policy.idleCooldownSec * 1000;
+  for (const f of s.nodes) {
+    const n = byId.get(f.instance.id);
+    const since = f.record?.idleSinceMs;
+    const group = s.groups.find((g) => g.id === f.instance.groupId);
+    if (!n || n.kind !== 'ready' || !isEmpty(n) || since === undefined || s.nowMs - since < cooldownMs || !group || group.desiredCapacity <= group.minSize) continue;
+    actions.push({ kind: 'scale-in', groupId: n.groupId, instanceId: n.id, reason: reason('scale-in-idle', `${n.id} idle past the cool-down`) });
+  }
+  return { actions, waiting, addedCostMicroUsdPerHour: addedCost, addedExpectedCostMicroUsdPerHour: Math.round(addedCost + expectedExtra) };
+}
+
+function firstFit(nodes: readonly NodeCapacity[], job: Job): { node: NodeCapacity; assignment: NodeAssignment }[] | undefined {
+  if (job.spec.nodes === 1) {
+    for (const node of nodes) {
+      const assignment = tryFit(node, job.spec.gpu);
+      if (assignment) return [{ node, assignment }];
+    }
+    return undefined;
+  }
+  const byZone = new Map<string, { node: NodeCapacity; assignment: NodeAssignment }[]>();
+  for (const node of nodes) {
+    const assignment = tryFit(node, job.spec.gpu);
+    if (!assignment) continue;
+    const list = byZone.get(node.zone) ?? [];
+    list.push({ node, assignment });
+    if (list.length === job.spec.nodes) return list;
+    byZone.set(node.zone, list);
+  }
+  return undefined;
+}
