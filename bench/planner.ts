@@ -59,19 +59,13 @@ async function runOne(spec: ScenarioSpec, runs: number): Promise<PlannerBenchRow
     liveNodes: spec.liveNodes,
     medianMs: round1(medianMs),
     jobsPerSec: Math.round((spec.jobs / medianMs) * 1000),
-    peakHeapMiB: round1(Math.max(peak, gcPeak()) / 1_048_576),
+    peakHeapMiB: round1(peak / 1_048_576),
     costMicroUsd: result.addedExpectedCostMicroUsdPerHour,
     baselineCostMicroUsd: baseline.addedExpectedCostMicroUsdPerHour,
     lowerBoundMicroUsd: Math.round(bound.microUsdPerHour),
     lowerBoundKind: bound.kind,
     baselineMs: round1(baselineMs),
   };
-}
-
-/** The largest heap V8 reported before any collection (from --trace-gc lines on stdout), in bytes. */
-let tracedPeak = 0;
-function gcPeak(): number {
-  return tracedPeak;
 }
 
 function round1(x: number): number {

@@ -42,6 +42,8 @@ export interface PriceQuote {
   readonly onDemandMicroUsdPerHour: MicroUsd;
   readonly source: string;
   readonly asOfMs?: number;
+  /** For spot: the Spot Advisor interruption-frequency band ("<5%" … ">20%"), the prior of the pool's risk. */
+  readonly interruptionBand?: string;
 }
 
 /** The catalogue the planner sees: instance types by name. */

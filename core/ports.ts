@@ -239,6 +239,19 @@ export interface SpendLedger {
   list(): Promise<(SpendCursor & { team: string; period: string })[]>;
 }
 
+/** What gpu-fleet has seen of each spot pool: how long its machines lived, and how often they were taken. */
+export interface PoolHistory {
+  /**
+   * Notes that an instance of a pool was alive at `atMs`. A pool's exposure is the sum, over its
+   * instances, of the span between the first and the last note. Idempotent; order does not matter.
+   */
+  noteAlive(notes: readonly { instanceId: string; offeringId: string; atMs: number }[]): Promise<void>;
+  /** Counts the interruption of an instance of a pool. Idempotent by instance id. */
+  noteInterrupted(instanceId: string, offeringId: string, atMs: number): Promise<void>;
+  /** Interruptions and instance-hours per pool (by offering id) of instances seen since `sinceMs`. */
+  stats(sinceMs: number): Promise<Map<string, { interruptions: number; exposureHours: number }>>;
+}
+
 /** A mutual-exclusion lease with expiry, so one reconciler acts at a time. */
 export interface LeaseStore {
   /**

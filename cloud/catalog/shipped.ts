@@ -173,11 +173,13 @@ export class ShippedPriceSource implements PriceSource {
       const override = this.overrides.get(o.id);
       const price = override ?? (o.capacityType === 'spot' ? spotPrice(this.catalog, o) : od);
       if (price === undefined) continue;
+      const band = o.capacityType === 'spot' && o.cloud === 'aws' ? this.catalog.advisorBand.get(`${o.region}/${o.instanceType}`) : undefined;
       out.set(o.id, {
         offeringId: o.id,
         priceMicroUsdPerHour: price,
         onDemandMicroUsdPerHour: od,
         source: override !== undefined ? 'config override' : o.capacityType === 'spot' ? 'shipped catalogue (spot)' : 'shipped catalogue (on-demand)',
+        ...(band ? { interruptionBand: band } : {}),
       });
     }
     return out;

@@ -10,6 +10,7 @@ import {
   MemoryJobStore,
   MemoryLeaseStore,
   MemoryNodeStore,
+  MemoryPoolHistory,
   MemorySpendLedger,
   StaticBudgetTags,
 } from './memory-stores.ts';
@@ -39,6 +40,7 @@ export interface SimEnvironment {
   readonly checkpoints: MemoryCheckpointStore;
   readonly budgets: StaticBudgetTags;
   readonly lease: MemoryLeaseStore;
+  readonly pools: MemoryPoolHistory;
   readonly catalog: ShippedCatalog;
   /** The ports as the reconcile service takes them. */
   readonly ports: ReconcilePorts;
@@ -72,7 +74,9 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   const checkpoints = new MemoryCheckpointStore();
   const budgets = new StaticBudgetTags(options.teamTags);
   const lease = new MemoryLeaseStore();
+  const pools = new MemoryPoolHistory();
   const ports: ReconcilePorts = {
+    pools,
     clock,
     providers: [cloud],
     catalog: new ShippedCatalogSource(catalog),
@@ -85,5 +89,5 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     checkpoints,
     lease,
   };
-  return { clock, random, cloud, jobs, nodes, queue, ledger, decisions, checkpoints, budgets, lease, catalog, ports, priceOf };
+  return { clock, random, cloud, jobs, nodes, queue, ledger, decisions, checkpoints, budgets, lease, pools, catalog, ports, priceOf };
 }

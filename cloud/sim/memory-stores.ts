@@ -2,6 +2,7 @@ import { CloudError } from '../../core/errors.ts';
 import type { NodeRecord } from '../../core/fleet.ts';
 import type { CheckpointRef, Job, JobState } from '../../core/job.ts';
 import type {
+  PoolHistory,
   BudgetTagSource,
   CheckpointStore,
   DecisionLog,
@@ -258,5 +259,40 @@ export class StaticBudgetTags implements BudgetTagSource {
   }
   setTags(team: string, tags: Record<string, string>): void {
     this.sets = [...this.sets.filter((s) => s.team !== team), { team, resource: `sim:queue/${team}`, tags }];
+  }
+}
+
+export class MemoryPoolHistory implements PoolHistory {
+  private readonly spans = new Map<string, { offeringId: string; firstMs: number; lastMs: number }>();
+  private readonly interrupted = new Map<string, { offeringId: string; atMs: number }>();
+
+  async noteAlive(notes: readonly { instanceId: string; offeringId: string; atMs: number }[]): Promise<void> {
+    for (const n of notes) {
+      const s = this.spans.get(n.instanceId);
+      if (!s) this.spans.set(n.instanceId, { offeringId: n.offeringId, firstMs: n.atMs, lastMs: n.atMs });
+      else {
+        s.firstMs = Math.min(s.firstMs, n.atMs);
+        s.lastMs = Math.max(s.lastMs, n.atMs);
+      }
+    }
+  }
+
+  async noteInterrupted(instanceId: string, offeringId: string, atMs: number): Promise<void> {
+    if (!this.interrupted.has(instanceId)) this.interrupted.set(instanceId, { offeringId, atMs });
+  }
+
+  async stats(sinceMs: number): Promise<Map<string, { interruptions: number; exposureHours: number }>> {
+    const out = new Map<string, { interruptions: number; exposureHours: number }>();
+    const entry = (o: string) => {
+      let e = out.get(o);
+      if (!e) {
+        e = { interruptions: 0, exposureHours: 0 };
+        out.set(o, e);
+      }
+      return e;
+    };
+    for (const s of this.spans.values()) if (s.lastMs >= sinceMs) entry(s.offeringId).exposureHours += (s.lastMs - Math.max(s.firstMs, sinceMs)) / 3_600_000;
+    for (const i of this.interrupted.values()) if (i.atMs >= sinceMs) entry(i.offeringId).interruptions++;
+    return out;
   }
 }

@@ -74,7 +74,7 @@ export function planBaseline(snapshot: Snapshot): Plan {
       return !p || ((!p.clouds || p.clouds.includes(o.cloud as 'aws')) && (!p.regions || p.regions.includes(o.region)) && (!p.zones || p.zones.includes(o.zone)));
     };
     const usable = (n: NodeCapacity) => capacityOk(n.capacityType) && placementOk(n);
-    const fits = firstFit(nodes.filter(usable), job);
+    const fits = firstFit(nodes, job, usable);
     if (fits) {
       fits.forEach((f) => commitFit(f.node, f.assignment));
       const node = fits[0]!.node;
@@ -165,17 +165,22 @@ export function planBaseline(snapshot: Snapshot): Plan {
   return { actions, waiting, addedCostMicroUsdPerHour: addedCost, addedExpectedCostMicroUsdPerHour: Math.round(addedCost + expectedExtra) };
 }
 
-function firstFit(nodes: readonly NodeCapacity[], job: Job): { node: NodeCapacity; assignment: NodeAssignment }[] | undefined {
+/** The first nodes (in order) that fit; full nodes are skipped cheaply. */
+function firstFit(nodes: readonly NodeCapacity[], job: Job, usable: (n: NodeCapacity) => boolean): { node: NodeCapacity; assignment: NodeAssignment }[] | undefined {
+  const g = job.spec.gpu;
+  const mightFit = (n: NodeCapacity) => (g.kind === 'whole' ? n.freeWhole >= g.count : !isFull(n)) && usable(n);
   if (job.spec.nodes === 1) {
     for (const node of nodes) {
-      const assignment = tryFit(node, job.spec.gpu);
+      if (!mightFit(node)) continue;
+      const assignment = tryFit(node, g);
       if (assignment) return [{ node, assignment }];
     }
     return undefined;
   }
   const byZone = new Map<string, { node: NodeCapacity; assignment: NodeAssignment }[]>();
   for (const node of nodes) {
-    const assignment = tryFit(node, job.spec.gpu);
+    if (!mightFit(node)) continue;
+    const assignment = tryFit(node, g);
     if (!assignment) continue;
     const list = byZone.get(node.zone) ?? [];
     list.push({ node, assignment });
@@ -183,4 +188,8 @@ function firstFit(nodes: readonly NodeCapacity[], job: Job): { node: NodeCapacit
     byZone.set(node.zone, list);
   }
   return undefined;
+}
+
+function isFull(n: NodeCapacity): boolean {
+  return n.freeWhole === 0 && n.gpus.every((g) => (g.mig ? g.mig.mask === 0xff : g.whole || g.freeMilli === 0));
 }

@@ -170,16 +170,6 @@ export function usedMilli(node: NodeCapacity): number {
   return used;
 }
 
-/** Whether the node has room for shares or MIG slices (partly used GPUs). */
-export function hasPartialRoom(node: NodeCapacity): boolean {
-  for (const g of node.gpus) {
-    if (g.mig) {
-      if (g.mig.mask !== 0xff) return true;
-    } else if (!g.whole && g.freeMilli > 0 && g.freeMilli < 1000) return true;
-  }
-  return false;
-}
-
 export function popcount(x: number): number {
   let n = 0;
   for (let v = x; v !== 0; v &= v - 1) n++;
@@ -233,11 +223,19 @@ export class CapacityIndex {
   }
 }
 
+/** Width of the buckets that file nodes by their largest free share of one GPU, in thousandths. */
+const SHARE_BUCKET = 50;
+
 export class PoolNodes {
   private readonly byFree: Set<NodeCapacity>[];
-  private readonly partial = new Set<NodeCapacity>();
-  private readonly where = new Map<NodeCapacity, number>();
+  /** Nodes with a partly shared GPU, by that GPU's free thousandths (the largest such GPU on the node). */
+  private readonly byShare: Set<NodeCapacity>[] = Array.from({ length: Math.ceil(1000 / SHARE_BUCKET) }, () => new Set<NodeCapacity>());
+  /** Nodes with MIG GPUs that have free slices. */
+  private readonly migRoom = new Set<NodeCapacity>();
+  private readonly where = new Map<NodeCapacity, { free: number; share: number }>();
   private readonly all: NodeCapacity[] = [];
+  /** Price of the pool's machines, µUSD/h (for tie-breaks between pools). */
+  priceHint = 0;
 
   constructor(
     readonly poolKey: string,
@@ -247,9 +245,6 @@ export class PoolNodes {
     this.byFree = Array.from({ length: gpusPerNode + 1 }, () => new Set<NodeCapacity>());
   }
 
-  /** Price of the pool's machines, µUSD/h (for tie-breaks between pools). */
-  priceHint = 0;
-
   add(node: NodeCapacity): void {
     this.all.push(node);
     this.priceHint = node.priceMicroUsdPerHour;
@@ -258,27 +253,38 @@ export class PoolNodes {
 
   /** Re-files a node of this pool; a node the pool does not hold is ignored. */
   update(node: NodeCapacity): void {
-    const was = this.where.get(node);
-    if (was === undefined) return;
-    this.byFree[was]?.delete(node);
-    this.partial.delete(node);
+    if (!this.where.has(node)) return;
+    this.unfile(node);
     this.file(node);
   }
 
   remove(node: NodeCapacity): void {
-    const was = this.where.get(node);
-    if (was !== undefined) this.byFree[was]?.delete(node);
-    this.partial.delete(node);
+    if (!this.where.has(node)) return;
+    this.unfile(node);
     this.where.delete(node);
     const i = this.all.indexOf(node);
     if (i >= 0) this.all.splice(i, 1);
   }
 
+  private unfile(node: NodeCapacity): void {
+    const was = this.where.get(node)!;
+    this.byFree[was.free]?.delete(node);
+    if (was.share >= 0) this.byShare[was.share]?.delete(node);
+    this.migRoom.delete(node);
+  }
+
   private file(node: NodeCapacity): void {
     const free = Math.min(node.freeWhole, this.byFree.length - 1);
     this.byFree[free]!.add(node);
-    this.where.set(node, free);
-    if (hasPartialRoom(node)) this.partial.add(node);
+    let share = -1;
+    let mig = false;
+    for (const g of node.gpus) {
+      if (g.mig) mig ||= g.mig.mask !== 0xff;
+      else if (!g.whole && g.freeMilli > 0 && g.freeMilli < 1000) share = Math.max(share, Math.min(this.byShare.length - 1, Math.floor(g.freeMilli / SHARE_BUCKET)));
+    }
+    if (share >= 0) this.byShare[share]!.add(node);
+    if (mig) this.migRoom.add(node);
+    this.where.set(node, { free, share });
   }
 
   /** The node with the fewest free whole GPUs that still has at least `n` (first filed wins ties). */
@@ -294,8 +300,14 @@ export class PoolNodes {
     for (let k = Math.max(n, 1); k < this.byFree.length; k++) yield* this.byFree[k]!;
   }
 
-  partialNodes(): ReadonlySet<NodeCapacity> {
-    return this.partial;
+  /** Nodes with a partly shared GPU that may have `milli` free, tightest first (within one bucket). */
+  *sharedWithRoom(milli: number): Generator<NodeCapacity> {
+    for (let k = Math.floor(milli / SHARE_BUCKET); k < this.byShare.length; k++) yield* this.byShare[k]!;
+  }
+
+  /** Nodes with MIG GPUs that have free slices. */
+  migNodes(): ReadonlySet<NodeCapacity> {
+    return this.migRoom;
   }
 
   nodes(): readonly NodeCapacity[] {
@@ -304,6 +316,6 @@ export class PoolNodes {
 
   hasFree(): boolean {
     for (let k = 1; k < this.byFree.length; k++) if (this.byFree[k]!.size > 0) return true;
-    return this.partial.size > 0;
+    return this.migRoom.size > 0 || this.byShare.some((b) => b.size > 0);
   }
 }

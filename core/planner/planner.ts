@@ -142,7 +142,7 @@ class Planner {
     this.indexOfferings();
     this.indexNodes();
     const entries = this.classify();
-    let unplaced: Entry[] = [];
+    const unplaced: Entry[] = [];
     if (this.scarce) {
       for (const e of entries) if (!this.placeOnReady(e)) unplaced.push(e);
     } else {
@@ -753,30 +753,30 @@ class Planner {
       }
       return undefined;
     }
-    // Shares and MIG slices: partly used GPUs first (best fit), then a node with a free GPU.
+    if (request.kind === 'fraction') {
+      // Partly shared GPUs first, tightest first; then a node with an untouched GPU.
+      for (const node of pool.sharedWithRoom(request.milliGpu)) {
+        if (accept && !accept(node)) continue;
+        const assignment = tryFit(node, request);
+        if (assignment) return { node, assignment };
+      }
+      for (const node of pool.withFree(1)) {
+        if (accept && !accept(node)) continue;
+        const assignment = tryFit(node, request);
+        if (assignment) return { node, assignment };
+      }
+      return undefined;
+    }
+    // MIG slices: GPUs already partly used first (tryFit prefers the fullest GPU of a node), then any node.
     let best: { fit: Fit; score: number } | undefined;
-    for (const node of pool.partialNodes()) {
+    for (const node of pool.migNodes()) {
       if (accept && !accept(node)) continue;
       const assignment = tryFit(node, request);
       if (!assignment) continue;
       const score = freeAfter(node, assignment);
       if (!best || score < best.score || (score === best.score && node.id < best.fit.node.id)) best = { fit: { node, assignment }, score };
     }
-    if (best) return best.fit;
-    for (const node of pool.withFree(1)) {
-      if (accept && !accept(node)) continue;
-      const assignment = tryFit(node, request);
-      if (assignment) return { node, assignment };
-    }
-    // MIG GPUs that are empty have no free whole GPU (they are in MIG mode); try every node.
-    if (request.kind === 'mig') {
-      for (const node of pool.nodes()) {
-        if (accept && !accept(node)) continue;
-        const assignment = tryFit(node, request);
-        if (assignment) return { node, assignment };
-      }
-    }
-    return undefined;
+    return best?.fit;
   }
 
   // ---- buying ---------------------------------------------------------------------------

@@ -70,6 +70,8 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       ...(options.poolRiskPerHour ? { poolRiskPerHour: options.poolRiskPerHour } : {}),
     });
     if (!options.dryRun) {
+      const spotAlive = world.instances.filter((i) => i.capacityType === 'spot' && (i.state === 'running' || i.state === 'pending'));
+      if (spotAlive.length > 0) await ports.pools.noteAlive(spotAlive.map((i) => ({ instanceId: i.id, offeringId: `${i.cloud}/${i.zone}/${i.instanceType}/spot`, atMs: nowMs })));
       const shares = nodeShares(world.instances, world.activeJobs, snapshot.prices, (t) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1);
       await accrueSpend(ports.ledger, { teams: [...snapshot.teams.values()], shares, nowMs, maxWindowMs: 2 * options.policy.reconcileIntervalSec * 1000 });
     }

@@ -3,7 +3,8 @@ import type { InstanceType, Offering, PriceQuote } from '../catalog.ts';
 import type { FleetNode, Instance, NodeGroup, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { MicroUsd } from '../money.ts';
-import type { BudgetTagSource, CatalogSource, JobStore, NodeGroupProvider, NodeStore, PriceSource, SpendLedger } from '../ports.ts';
+import type { BudgetTagSource, CatalogSource, JobStore, NodeGroupProvider, NodeStore, PoolHistory, PriceSource, SpendLedger } from '../ports.ts';
+import { poolRatePerHour } from '../risk.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import type { Team } from '../team.ts';
 
@@ -15,7 +16,11 @@ export interface SnapshotPorts {
   readonly nodes: NodeStore;
   readonly budgets: BudgetTagSource;
   readonly ledger: SpendLedger;
+  readonly pools: PoolHistory;
 }
+
+/** How far back observed interruptions count towards a pool's risk. */
+export const POOL_HISTORY_WINDOW_MS = 30 * 86_400_000;
 
 /** Budget tags are read with the last valid values carried from one read to the next. */
 export type TeamMemory = Map<string, Team>;
@@ -63,7 +68,13 @@ export function joinNodes(world: Pick<WorldView, 'instances' | 'records'>, nowMs
 export async function buildSnapshot(
   ports: SnapshotPorts,
   world: WorldView,
-  input: { nowMs: number; policy: Policy; teamMemory?: TeamMemory; poolRiskPerHour?: ReadonlyMap<string, number> },
+  input: {
+    nowMs: number;
+    policy: Policy;
+    teamMemory?: TeamMemory;
+    /** Overrides of the learned risk per pool (tests, what-if runs). */
+    poolRiskPerHour?: ReadonlyMap<string, number>;
+  },
 ): Promise<Snapshot> {
   const { nowMs, policy } = input;
   const offerings = uniqueOfferings(world.groups);
@@ -76,12 +87,19 @@ export async function buildSnapshot(
     instanceType: i.instanceType,
     capacityType: i.capacityType,
   }));
-  const [instanceTypes, prices, tagSets, failures] = await Promise.all([
+  const [instanceTypes, prices, tagSets, failures, observed] = await Promise.all([
     ports.catalog.instanceTypes(typeNames),
     ports.prices.prices(uniqueById([...offerings, ...nodeOfferings])),
     ports.budgets.readTeamTags(),
     Promise.all(ports.providers.map((p) => p.launchFailures(nowMs - policy.unavailableForSec * 1000))),
+    ports.pools.stats(nowMs - POOL_HISTORY_WINDOW_MS),
   ]);
+  // Spot risk per pool: the Spot Advisor band as prior, updated by what gpu-fleet itself observed.
+  const poolRiskPerHour = new Map<string, number>(input.poolRiskPerHour ?? []);
+  for (const quote of prices.values()) {
+    if (!quote.offeringId.endsWith('/spot') || poolRiskPerHour.has(quote.offeringId)) continue;
+    poolRiskPerHour.set(quote.offeringId, poolRatePerHour(quote.interruptionBand, observed.get(quote.offeringId)));
+  }
 
   const teams = readTeams(tagSets, world, input.teamMemory);
   const spend = new Map<string, MicroUsd>();
@@ -107,7 +125,7 @@ export async function buildSnapshot(
     nodes: joinNodes(world, nowMs, policy),
     instanceTypes: instanceTypes as ReadonlyMap<string, InstanceType>,
     prices: prices as ReadonlyMap<string, PriceQuote>,
-    poolRiskPerHour: input.poolRiskPerHour ?? new Map(),
+    poolRiskPerHour,
     unavailableUntilMs,
     teams,
     spendMicroUsd: spend,

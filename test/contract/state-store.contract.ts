@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeRecord } from '../../core/fleet.ts';
-import type { CheckpointStore, DecisionLog, DecisionRecord, LeaseStore, NodeStore, SpendLedger } from '../../core/ports.ts';
+import type { CheckpointStore, DecisionLog, DecisionRecord, LeaseStore, NodeStore, PoolHistory, SpendLedger } from '../../core/ports.ts';
 import { T0 } from '../builders.ts';
 
 const record = (id: string, at = T0): NodeRecord => ({ instanceId: id, groupId: 'g', registeredAtMs: at, lastHeartbeatAtMs: at, healthy: true, gpus: [{ index: 0, model: 'A10G', memoryMiB: 24_576 }] });
@@ -148,6 +148,32 @@ export function checkpointStoreContract(name: string, make: () => Promise<Checkp
       const s = await make();
       const loc = s.locationFor('nlp.../../etc', 1);
       expect(loc).not.toContain('/../');
+    });
+  });
+}
+
+export function poolHistoryContract(name: string, make: () => Promise<PoolHistory>): void {
+  describe(`PoolHistory contract: ${name}`, () => {
+    it('measures exposure as the span each instance was seen alive, in any order, idempotently', async () => {
+      const h = await make();
+      const o = 'aws/us-west-2a/p3.2xlarge/spot';
+      await h.noteAlive([{ instanceId: 'i-1', offeringId: o, atMs: T0 + 3_600_000 }]);
+      await h.noteAlive([{ instanceId: 'i-1', offeringId: o, atMs: T0 }, { instanceId: 'i-2', offeringId: o, atMs: T0 }]);
+      await h.noteAlive([{ instanceId: 'i-1', offeringId: o, atMs: T0 + 1_800_000 }, { instanceId: 'i-2', offeringId: o, atMs: T0 + 1_800_000 }]);
+      await h.noteAlive([{ instanceId: 'i-2', offeringId: o, atMs: T0 + 1_800_000 }]);
+      const stats = await h.stats(T0 - 1);
+      expect(stats.get(o)!.exposureHours).toBeCloseTo(1.5, 9);
+      expect(stats.get(o)!.interruptions).toBe(0);
+    });
+
+    it('counts each interrupted instance once', async () => {
+      const h = await make();
+      const o = 'aws/us-west-2b/p3.2xlarge/spot';
+      await h.noteInterrupted('i-9', o, T0);
+      await h.noteInterrupted('i-9', o, T0 + 5);
+      await h.noteInterrupted('i-8', o, T0 + 10);
+      expect((await h.stats(T0 - 1)).get(o)!.interruptions).toBe(2);
+      expect((await h.stats(T0 + 6)).get(o)?.interruptions ?? 0).toBe(1);
     });
   });
 }
