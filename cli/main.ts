@@ -13,13 +13,17 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
   program
     .command('simulate')
     .description('Replay a GPU cluster trace through the real control loop on the simulated cloud and print a summary')
-    .option('--trace <file>', 'trace CSV (job_id, submit_s, duration_s, gpus[, gpu_type, team, status]); default: the built-in Philly sample')
+    .option('--trace <file|name>', 'trace CSV (job_id, submit_s, duration_s, gpus[, gpu_type, team, status]) or a shipped trace name (philly); default: the built-in Philly sample')
     .option('--hours <n>', 'virtual hours to simulate at most (arrivals after this are left out)', '72')
-    .option('--seed <n>', 'seed for the simulated cloud; the same seed gives the same run', '1')
+    .option('--policy <name>', 'gpu-fleet | on-demand | spot-greedy | cheapest-fit', 'gpu-fleet')
+    .option('--seed <n>', 'seed for the simulated cloud and spot market; the same seed gives the same run', '1')
+    .option('--spot <source>', 'spot interruptions: traces (shipped availability traces) | none | rate:R (R per machine-hour)', 'traces')
     .option('--max-jobs <n>', 'replay at most this many jobs (the earliest)')
+    .option('--out <dir>', 'write report.html (charts), summary.json, jobs.json and decisions.json to this folder')
+    .option('--no-baselines', 'run only the chosen policy, not the three baselines')
     .option('--json', 'print the summary as JSON')
     .option('--no-progress', 'no progress bar')
-    .addHelpText('after', '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --trace ./my-trace.csv --hours 24')
+    .addHelpText('after', '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines')
     .action(async (flags) => {
       await simulateCommand(flags, io);
     });

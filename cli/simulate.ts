@@ -1,59 +1,123 @@
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
-import { plan } from '../core/planner/planner.ts';
-import { BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
-import { runSimulation, type SimulationSummary } from '../cloud/sim/simulation.ts';
-import { loadWorkload } from '../cloud/sim/workload.ts';
-import { duration, keyValues, money, pct, table } from './format.ts';
+import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags, SHIPPED_TRACES } from '../cloud/sim/defaults.ts';
+import { runSimulation, SIM_POLICIES, type SimPolicyName, type SimulationResult, type SimulationSummary, type SpotSetup } from '../cloud/sim/simulation.ts';
+import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
 import { UsageError } from './errors.ts';
+import { duration, keyValues, money, pct, table } from './format.ts';
+import { renderHtmlReport } from './report-html.ts';
 
 export interface SimulateFlags {
   readonly trace?: string;
   readonly hours?: string;
+  readonly policy?: string;
   readonly seed?: string;
   readonly maxJobs?: string;
+  readonly out?: string;
+  readonly spot?: string;
   readonly json?: boolean;
   readonly progress?: boolean;
+  readonly baselines?: boolean;
 }
 
-export async function simulateCommand(flags: SimulateFlags, io: { stdout: NodeJS.WriteStream; stderr: NodeJS.WriteStream }): Promise<SimulationSummary> {
+export interface SimulateRun {
+  readonly main: SimulationResult;
+  readonly baselines: readonly SimulationResult[];
+}
+
+/** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
+export function jsonSummary(run: SimulateRun): SimulationSummary & { baselines: Record<string, SimulationSummary> } {
+  const od = run.baselines.find((b) => b.summary.policy === 'on-demand') ?? (run.main.summary.policy === 'on-demand' ? run.main : undefined);
+  return {
+    ...run.main.summary,
+    onDemandCostMicroUsd: od ? od.summary.costMicroUsd : run.main.summary.sameMachinesOnDemandMicroUsd,
+    baselines: Object.fromEntries(run.baselines.map((b) => [b.summary.policy, b.summary])),
+  };
+}
+
+export async function simulateCommand(flags: SimulateFlags, io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WriteStream }): Promise<SimulateRun> {
   const seed = intFlag('--seed', flags.seed ?? '1', 0, 2 ** 31 - 1);
   const hours = numberFlag('--hours', flags.hours ?? '72', 0.1, 24 * 30);
   const maxJobs = flags.maxJobs === undefined ? undefined : intFlag('--max-jobs', flags.maxJobs, 1, 1_000_000);
-  const file = flags.trace ? resolve(flags.trace) : BUILT_IN_TRACE;
-  if (typeof file === 'string' && !existsSync(file)) throw new UsageError(`--trace: no such file ${file}; give a CSV with columns job_id, submit_s, duration_s, gpus (gpu_type, team, status optional)`);
+  const policy = (flags.policy ?? 'gpu-fleet') as SimPolicyName;
+  if (!SIM_POLICIES.includes(policy)) throw new UsageError(`--policy must be one of ${SIM_POLICIES.join(', ')}, got "${flags.policy}"`);
+  const spot = spotFlag(flags.spot ?? 'traces');
+  const file = traceFile(flags.trace);
   const workload = loadWorkload(file, { hours, ...(maxJobs !== undefined ? { maxJobs } : {}) });
   if (workload.jobs.length === 0) throw new UsageError(`--trace: ${String(file)} has no usable jobs (${workload.skipped.length} rows skipped)`);
 
+  const policies: SimPolicyName[] = [policy, ...(flags.baselines === false ? [] : SIM_POLICIES.filter((p) => p !== policy))];
   const showBar = flags.progress !== false && !flags.json && io.stderr.isTTY === true;
-  const bar = showBar ? new cliProgress.SingleBar({ format: 'simulating {bar} {percentage}% | {value}/{total} virtual h', stream: io.stderr, hideCursor: true }, cliProgress.Presets.shades_classic) : undefined;
-  bar?.start(Math.ceil(hours), 0);
-  let shownHour = -1;
-  const { summary } = await runSimulation({
-    workload,
-    groups: DEFAULT_SIM_GROUPS,
-    teamTags: defaultTeamTags(workload.teams),
-    planner: plan,
-    policyName: 'gpu-fleet',
-    seed,
-    hours,
-    onProgress: (sec) => {
-      const h = Math.floor(sec / 3600);
-      if (h !== shownHour) {
-        shownHour = h;
-        bar?.update(h);
-      }
-    },
-  });
-  bar?.update(Math.ceil(hours));
+  const bar = showBar ? new cliProgress.SingleBar({ format: 'simulating {policy} {bar} {percentage}% | {value}/{total} virtual h', stream: io.stderr, hideCursor: true }, cliProgress.Presets.shades_classic) : undefined;
+  const totalHours = Math.ceil(hours) * policies.length;
+  bar?.start(totalHours, 0, { policy });
+  const results: SimulationResult[] = [];
+  for (const [i, p] of policies.entries()) {
+    let shown = -1;
+    results.push(
+      await runSimulation({
+        workload,
+        groups: DEFAULT_SIM_GROUPS,
+        teamTags: defaultTeamTags(workload.teams),
+        policy: p,
+        seed,
+        hours,
+        spot,
+        onProgress: (sec) => {
+          const h = Math.floor(sec / 3600);
+          if (h !== shown) {
+            shown = h;
+            bar?.update(i * Math.ceil(hours) + h, { policy: p });
+          }
+        },
+      }),
+    );
+    bar?.update((i + 1) * Math.ceil(hours), { policy: p });
+  }
   bar?.stop();
-  io.stdout.write(flags.json ? `${JSON.stringify(summary, null, 2)}\n` : `${renderSummary(summary)}\n`);
-  return summary;
+  const run: SimulateRun = { main: results[0]!, baselines: results.slice(1) };
+  const summary = jsonSummary(run);
+  if (flags.out) {
+    const dir = resolve(flags.out);
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'summary.json'), `${JSON.stringify(summary, null, 2)}\n`);
+    writeFileSync(join(dir, 'report.html'), renderHtmlReport(run));
+    writeFileSync(join(dir, 'jobs.json'), `${JSON.stringify(run.main.jobs)}\n`);
+    writeFileSync(join(dir, 'decisions.json'), `${JSON.stringify(await run.main.env.decisions.recent(500))}\n`);
+  }
+  if (flags.json) {
+    io.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+  } else {
+    io.stdout.write(`${renderReport(run)}\n`);
+    if (flags.out) io.stdout.write(`\nreport: ${join(resolve(flags.out), 'report.html')}\n`);
+  }
+  return run;
 }
 
-export function renderSummary(s: SimulationSummary): string {
-  const saved = s.onDemandCostMicroUsd > 0 ? 100 * (1 - s.costMicroUsd / s.onDemandCostMicroUsd) : 0;
+function traceFile(trace: string | undefined): string | URL {
+  if (trace === undefined) return BUILT_IN_TRACE;
+  const shipped = SHIPPED_TRACES[trace];
+  if (shipped) return shipped;
+  const file = resolve(trace);
+  if (!existsSync(file)) throw new UsageError(`--trace: no such file ${file} and no shipped trace named "${trace}" (shipped: ${Object.keys(SHIPPED_TRACES).join(', ')}); give a CSV with columns job_id, submit_s, duration_s, gpus (gpu_type, team, status optional)`);
+  return file;
+}
+
+function spotFlag(value: string): SpotSetup {
+  if (value === 'traces') return BUILT_IN_SPOT;
+  if (value === 'none') return { kind: 'none' };
+  const m = /^rate:(\d+(?:\.\d+)?)$/.exec(value);
+  if (m) {
+    const rate = Number(m[1]);
+    return { kind: 'rates', ratePerHour: () => rate };
+  }
+  throw new UsageError(`--spot must be "traces" (the shipped availability traces), "none" (no interruptions) or "rate:R" (R interruptions per machine-hour), got "${value}"`);
+}
+
+export function renderReport(run: SimulateRun): string {
+  const s = run.main.summary;
+  const od = jsonSummary(run).onDemandCostMicroUsd;
   const head = keyValues([
     ['trace', `${s.trace} (${s.jobs.toLocaleString('en-US')} jobs)`],
     ['policy', s.policy],
@@ -65,14 +129,16 @@ export function renderSummary(s: SimulationSummary): string {
     [
       ['accepted', s.accepted],
       ['completed', s.completed],
-      ['failed', s.failed],
+      ['failed (own exit code)', s.failed],
       ['still running at end', s.runningAtEnd],
       ['still pending at end', s.pendingAtEnd],
       ['rejected', s.rejected],
       ['lost', s.lost],
+      ['with a deadline', s.deadlineJobs],
+      ['deadlines missed', s.deadlineMisses],
     ],
   );
-  const resources = table(
+  const capacity = table(
     ['capacity', 'value'],
     [
       ['GPU-hours used', `${s.gpuHoursUsed.toFixed(1)} GPU-h`],
@@ -82,22 +148,46 @@ export function renderSummary(s: SimulationSummary): string {
       ['machines launched', String(s.machinesLaunched)],
       ['queue wait p50', duration(s.p50WaitSec)],
       ['queue wait p95', duration(s.p95WaitSec)],
-      ['interruptions', String(s.interruptions)],
+      ['spot interruptions', String(s.interruptions)],
+      ['jobs requeued', String(s.requeues)],
       ['checkpoints', String(s.checkpoints)],
+      ['lost work (rework)', `${s.reworkGpuHours.toFixed(1)} GPU-h`],
+      ['budget events', String(s.budgetEvents)],
     ],
   );
   const cost = table(
     ['cost', 'USD'],
     [
       ['total', money(s.costMicroUsd)],
-      ['had everything run on-demand', money(s.onDemandCostMicroUsd)],
-      ['saved against on-demand', pct(saved)],
+      ['all on-demand (baseline run)', money(od)],
+      ['ideal (no idle, no boot, no rework)', money(s.idealCostMicroUsd)],
+      ['cost ÷ all on-demand', od > 0 ? `${(s.costMicroUsd / od).toFixed(3)}×` : '-'],
+      ['cost ÷ ideal', s.idealCostMicroUsd > 0 ? `${(s.costMicroUsd / s.idealCostMicroUsd).toFixed(3)}×` : '-'],
       ...Object.entries(s.costByTeamMicroUsd)
         .sort(([a], [b]) => a.localeCompare(b))
         .map(([team, amount]) => [`team ${team}`, money(amount)] as [string, string]),
     ],
   );
-  return [head, '', jobs, '', resources, '', cost].join('\n');
+  const all = [run.main, ...run.baselines];
+  const compare =
+    run.baselines.length > 0
+      ? table(
+          ['policy', 'cost', '÷ on-demand', '÷ ideal', 'wait p95', 'lost', 'rework GPU-h', 'interruptions', 'deadline misses'],
+          all.map((r) => [
+            r.summary.policy,
+            money(r.summary.costMicroUsd),
+            od > 0 ? `${(r.summary.costMicroUsd / od).toFixed(3)}×` : '-',
+            r.summary.idealCostMicroUsd > 0 ? `${(r.summary.costMicroUsd / r.summary.idealCostMicroUsd).toFixed(3)}×` : '-',
+            duration(r.summary.p95WaitSec),
+            r.summary.lost,
+            r.summary.reworkGpuHours,
+            r.summary.interruptions,
+            r.summary.deadlineMisses,
+          ]),
+        )
+      : '';
+  const events = run.main.budgetEvents.slice(0, 12).map((e) => `  ${duration(e.tSec).padStart(8)}  ${e.team.padEnd(8)} ${e.state.padEnd(9)} ${e.message}`);
+  return [head, '', jobs, '', capacity, '', cost, ...(compare ? ['', compare] : []), ...(events.length > 0 ? ['', 'budget events (time into the replay):', ...events] : [])].join('\n');
 }
 
 function intFlag(name: string, value: string, min: number, max: number): number {
@@ -111,3 +201,5 @@ function numberFlag(name: string, value: string, min: number, max: number): numb
   if (!Number.isFinite(n) || n < min || n > max) throw new UsageError(`${name} must be a number from ${min} to ${max}, got "${value}"`);
   return n;
 }
+
+export type { Workload };

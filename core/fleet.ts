@@ -47,9 +47,18 @@ export interface NodeRecord {
   readonly healthy: boolean;
   readonly healthProblem?: string;
   /** Set once: the node takes no new work and its jobs are being checkpointed and requeued. */
-  readonly draining?: { readonly sinceMs: number; readonly reason: string; readonly deadlineMs: number };
+  readonly draining?: Draining;
   /** Since when the node has had no job placed on it (undefined while it has work). */
   readonly idleSinceMs?: number;
+}
+
+export interface Draining {
+  readonly sinceMs: number;
+  readonly reason: string;
+  /** When the machine is expected to go: work still on it then is requeued. */
+  readonly deadlineMs: number;
+  /** A terminate lifecycle hook holds the machine until gpu-fleet completes it. */
+  readonly lifecycle?: { readonly groupId: string; readonly hookName: string; readonly token?: string };
 }
 
 /** A node as the planner sees it: the cloud's instance joined with its agent's record. */

@@ -67,6 +67,8 @@ export interface Job {
   readonly hold?: Reason;
   /** Why the job went back to pending the last time (interrupted, node lost, preempted). */
   readonly requeueReason?: Reason;
+  /** Why its checkpoint was asked for, while it is checkpointing: the reason it is requeued with. */
+  readonly checkpointReason?: Reason;
   readonly interruptions: number;
   readonly rejection?: { readonly errors: readonly string[]; readonly body: string };
   readonly exitCode?: number;
@@ -77,7 +79,7 @@ export interface Job {
 export type JobEvent =
   | { readonly type: 'place'; readonly attempt: number; readonly placement: Placement }
   | { readonly type: 'start'; readonly attempt: number }
-  | { readonly type: 'checkpoint-requested'; readonly attempt: number }
+  | { readonly type: 'checkpoint-requested'; readonly attempt: number; readonly reason?: Reason }
   | { readonly type: 'checkpoint-done'; readonly checkpoint: CheckpointRef }
   /** Back to pending (attempt + 1) from placed, running or checkpointing: interruption, node lost, preemption. */
   | { readonly type: 'requeue'; readonly attempt: number; readonly reason: Reason }
@@ -126,7 +128,7 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
       return changed({ ...base, state: 'running', startedAtMs: nowMs, firstStartedAtMs: job.firstStartedAtMs ?? nowMs });
     case 'checkpoint-requested':
       if (job.state === 'placed') return { ok: true, job, changed: false };
-      return changed({ ...base, state: 'checkpointing' });
+      return changed({ ...base, state: 'checkpointing', ...(event.reason ? { checkpointReason: event.reason } : {}) });
     case 'checkpoint-done': {
       const cp = event.checkpoint;
       if (job.checkpoint && (job.checkpoint.completedAtMs > cp.completedAtMs || (job.checkpoint.completedAtMs === cp.completedAtMs && job.checkpoint.progressSec >= cp.progressSec))) {
@@ -144,6 +146,7 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         startedAtMs: undefined,
         queuedAtMs: nowMs,
         requeueReason: event.reason,
+        checkpointReason: undefined,
         interruptions: job.interruptions + 1,
         cancelRequested: undefined,
       });

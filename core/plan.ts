@@ -14,6 +14,8 @@ export type PlanAction =
       readonly reason: Reason;
     }
   | { readonly kind: 'scale-in'; readonly groupId: string; readonly instanceId: string; readonly reason: Reason }
+  /** Lowers a group's desired size to what it has, when its launches keep failing (the work is bought elsewhere). */
+  | { readonly kind: 'cancel-launches'; readonly groupId: string; readonly fromDesired: number; readonly toDesired: number; readonly reason: Reason }
   | { readonly kind: 'preempt'; readonly jobId: string; readonly attempt: number; readonly reason: Reason }
   | { readonly kind: 'hold'; readonly jobId: string; readonly reason: Reason | undefined };
 
@@ -44,6 +46,8 @@ export function describeAction(action: PlanAction): string {
       return `scale ${action.groupId} ${action.fromDesired} → ${action.toDesired}: ${action.reason.message}`;
     case 'scale-in':
       return `remove ${action.instanceId} from ${action.groupId}: ${action.reason.message}`;
+    case 'cancel-launches':
+      return `cancel launches of ${action.groupId} ${action.fromDesired} → ${action.toDesired}: ${action.reason.message}`;
     case 'preempt':
       return `preempt ${action.jobId} (attempt ${action.attempt}): ${action.reason.message}`;
     case 'hold':

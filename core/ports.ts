@@ -1,5 +1,5 @@
 import type { Cloud, InstanceType, Offering, PriceQuote } from './catalog.ts';
-import type { Instance, NodeGroup, NodeRecord } from './fleet.ts';
+import type { Draining, Instance, NodeGroup, NodeRecord } from './fleet.ts';
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { Plan } from './plan.ts';
@@ -57,6 +57,8 @@ export interface NodeGroupProvider {
    * Idempotent; instances that no longer exist are skipped.
    */
   setScaleInProtection(groupId: string, instanceIds: readonly string[], protect: boolean): Promise<void>;
+  /** One instance of a managed group, or undefined when no managed group holds it (or it is long gone). */
+  describeInstance(instanceId: string): Promise<Instance | undefined>;
   /** Launch failures reported since `sinceMs`, oldest first. */
   launchFailures(sinceMs: number): Promise<LaunchFailure[]>;
   /**
@@ -117,7 +119,7 @@ export interface NodeStore {
    * Marks a node draining. Idempotent: the first mark wins and later calls return it unchanged.
    * Marking an unknown node creates a minimal record so the mark is not lost.
    */
-  markDraining(instanceId: string, drain: { sinceMs: number; reason: string; deadlineMs: number; groupId?: string }): Promise<NodeRecord>;
+  markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord>;
   /** Sets or clears the time since which the node has had no work. */
   setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void>;
   /** Forgets a node that is gone. Idempotent. */
@@ -239,6 +241,12 @@ export interface SpendLedger {
   list(): Promise<(SpendCursor & { team: string; period: string })[]>;
 }
 
+export interface PoolStats {
+  readonly interruptions: number;
+  readonly exposureHours: number;
+  readonly lastInterruptedAtMs?: number;
+}
+
 /** What gpu-fleet has seen of each spot pool: how long its machines lived, and how often they were taken. */
 export interface PoolHistory {
   /**
@@ -248,8 +256,8 @@ export interface PoolHistory {
   noteAlive(notes: readonly { instanceId: string; offeringId: string; atMs: number }[]): Promise<void>;
   /** Counts the interruption of an instance of a pool. Idempotent by instance id. */
   noteInterrupted(instanceId: string, offeringId: string, atMs: number): Promise<void>;
-  /** Interruptions and instance-hours per pool (by offering id) of instances seen since `sinceMs`. */
-  stats(sinceMs: number): Promise<Map<string, { interruptions: number; exposureHours: number }>>;
+  /** Interruptions and instance-hours per pool (by offering id) of instances seen since `sinceMs`, and when the pool was last interrupted. */
+  stats(sinceMs: number): Promise<Map<string, PoolStats>>;
 }
 
 /** A mutual-exclusion lease with expiry, so one reconciler acts at a time. */

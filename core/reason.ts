@@ -27,7 +27,8 @@ export type ReasonCode =
   | 'interrupted'
   | 'node-lost'
   | 'deadline-on-demand'
-  | 'deadline-spot-safe';
+  | 'deadline-spot-safe'
+  | 'rebalance-to-spot';
 
 export interface Reason {
   readonly code: ReasonCode;

@@ -6,7 +6,10 @@ import type { Team } from './team.ts';
 
 /** Tunables of the control loop. Durations in seconds. */
 export interface Policy {
-  /** A node with no work for this long is removed. */
+  /**
+   * A node with no work for this long is removed. By default the boot time: keeping an empty
+   * machine longer costs more than bringing one back would (the ski-rental rule).
+   */
   readonly idleCooldownSec: number;
   /** How long a new machine takes to boot and register, for the planner's arithmetic. */
   readonly expectedBootSec: number;
@@ -25,19 +28,36 @@ export interface Policy {
   readonly deadlineMarginSec: number;
   /** Move checkpointable work off an underused node when the saving beats the restart cost. */
   readonly consolidate: boolean;
+  /** Move checkpointable work from on-demand to spot when spot is available and the saving beats the cost of the move. */
+  readonly moveToSpot: boolean;
+  /** How long a job moved towards spot waits for a spot machine before it may run anywhere again. */
+  readonly moveToSpotPatienceSec: number;
+  /**
+   * How long interruptible work without deadline pressure waits for spot capacity when none can
+   * be had (all its spot pools failed or were interrupted recently) before it runs on on-demand:
+   * at most this, and at most half the job's remaining work (at least a boot time). 0 buys
+   * on-demand at once.
+   */
+  readonly spotPatienceSec: number;
+  /** At most this many jobs are moved to spot by one plan, so a market that turns does not catch them all. */
+  readonly moveToSpotPerPlan: number;
 }
 
 export const DEFAULT_POLICY: Policy = {
-  idleCooldownSec: 300,
+  idleCooldownSec: 180,
   expectedBootSec: 180,
   reconcileIntervalSec: 60,
   heartbeatTimeoutSec: 90,
   noticeMarginSec: 20,
-  unavailableForSec: 900,
+  unavailableForSec: 300,
   defaultRuntimeSec: 3600,
   restoreSec: 60,
   deadlineMarginSec: 1800,
   consolidate: true,
+  moveToSpot: true,
+  moveToSpotPatienceSec: 600,
+  spotPatienceSec: 1800,
+  moveToSpotPerPlan: 20,
 };
 
 /** One consistent view of the world, read at the start of a reconcile. Everything the planner knows. */

@@ -107,7 +107,7 @@ export function pricesFor(groups: readonly NodeGroup[]): Map<string, PriceQuote>
   return out;
 }
 
-export function aSnapshot(overrides: Partial<Snapshot> & { policy?: Partial<Policy> } = {}): Snapshot {
+export function aSnapshot(overrides: Partial<Omit<Snapshot, 'policy'>> & { policy?: Partial<Policy> } = {}): Snapshot {
   const groups = overrides.groups ?? [aGroup()];
   const jobs = [...(overrides.pendingJobs ?? []), ...(overrides.activeJobs ?? [])];
   const teams = overrides.teams ?? new Map([...new Set(jobs.map((j) => j.team))].map((t) => [t, aTeam(t)]));

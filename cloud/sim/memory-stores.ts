@@ -1,8 +1,9 @@
 import { CloudError } from '../../core/errors.ts';
-import type { NodeRecord } from '../../core/fleet.ts';
+import type { Draining, NodeRecord } from '../../core/fleet.ts';
 import type { CheckpointRef, Job, JobState } from '../../core/job.ts';
 import type {
   PoolHistory,
+  PoolStats,
   BudgetTagSource,
   CheckpointStore,
   DecisionLog,
@@ -97,11 +98,12 @@ export class MemoryNodeStore implements NodeStore {
     return [...this.records.values()].sort((a, b) => (a.instanceId < b.instanceId ? -1 : 1));
   }
 
-  async markDraining(instanceId: string, drain: { sinceMs: number; reason: string; deadlineMs: number; groupId?: string }): Promise<NodeRecord> {
+  async markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord> {
     const r = this.records.get(instanceId);
     if (r?.draining) return r;
     const base: NodeRecord = r ?? { instanceId, groupId: drain.groupId ?? 'unknown', registeredAtMs: drain.sinceMs, lastHeartbeatAtMs: drain.sinceMs, gpus: [], healthy: true };
-    const next = Object.freeze({ ...base, draining: { sinceMs: drain.sinceMs, reason: drain.reason, deadlineMs: drain.deadlineMs } });
+    const { groupId: _g, ...draining } = drain;
+    const next = Object.freeze({ ...base, draining });
     this.records.set(instanceId, next);
     return next;
   }
@@ -281,8 +283,8 @@ export class MemoryPoolHistory implements PoolHistory {
     if (!this.interrupted.has(instanceId)) this.interrupted.set(instanceId, { offeringId, atMs });
   }
 
-  async stats(sinceMs: number): Promise<Map<string, { interruptions: number; exposureHours: number }>> {
-    const out = new Map<string, { interruptions: number; exposureHours: number }>();
+  async stats(sinceMs: number): Promise<Map<string, PoolStats>> {
+    const out = new Map<string, { interruptions: number; exposureHours: number; lastInterruptedAtMs?: number }>();
     const entry = (o: string) => {
       let e = out.get(o);
       if (!e) {
@@ -292,7 +294,12 @@ export class MemoryPoolHistory implements PoolHistory {
       return e;
     };
     for (const s of this.spans.values()) if (s.lastMs >= sinceMs) entry(s.offeringId).exposureHours += (s.lastMs - Math.max(s.firstMs, sinceMs)) / 3_600_000;
-    for (const i of this.interrupted.values()) if (i.atMs >= sinceMs) entry(i.offeringId).interruptions++;
+    for (const i of this.interrupted.values()) {
+      if (i.atMs < sinceMs) continue;
+      const e = entry(i.offeringId);
+      e.interruptions++;
+      e.lastInterruptedAtMs = Math.max(e.lastInterruptedAtMs ?? 0, i.atMs);
+    }
     return out;
   }
 }

@@ -14,6 +14,8 @@ export interface SimAgentOptions {
   readonly instanceTypes: ReadonlyMap<string, InstanceType>;
   /** How many seconds of work the job really needs (the simulated process knows; the planner only has estimates). */
   readonly workSecOf: (job: Job) => number;
+  /** The exit code the simulated process ends with (default 0). */
+  readonly exitCodeOf?: (job: Job) => number;
   /** Seconds a resumed job spends restoring before it makes progress again (default 0). */
   readonly restoreSec?: number;
 }
@@ -110,7 +112,8 @@ export class SimAgents {
     }
     const progress = this.progressSec(job, now);
     if (progress >= this.options.workSecOf(job)) {
-      const done = await applyJobEvent(jobs, job.id, { type: 'succeed', attempt: job.attempt }, now);
+      const exitCode = this.options.exitCodeOf?.(job) ?? 0;
+      const done = await applyJobEvent(jobs, job.id, exitCode === 0 ? { type: 'succeed', attempt: job.attempt } : { type: 'fail', attempt: job.attempt, exitCode }, now);
       if (done.status === 'changed') this.stats.succeeded++;
       this.running.delete(key(job));
       return;
@@ -126,7 +129,8 @@ export class SimAgents {
         this.stats.checkpoints++;
       }
       if (job.state === 'checkpointing') {
-        const out = await requeueAttempt({ jobs, checkpoints }, { jobId: job.id, attempt: job.attempt, reason: reason('preempt-for-priority', 'checkpointed on request and returned to the queue'), nowMs: now });
+        const why = job.checkpointReason ?? reason('preempt-for-priority', 'checkpointed on request and returned to the queue');
+        const out = await requeueAttempt({ jobs, checkpoints }, { jobId: job.id, attempt: job.attempt, reason: why, nowMs: now });
         if (out.status === 'changed') this.stats.preempted++;
         this.running.delete(key(job));
       }

@@ -132,6 +132,11 @@ export class SimCloud implements NodeGroupProvider {
     }
   }
 
+  async describeInstance(instanceId: string): Promise<Instance | undefined> {
+    const inst = this.instances.get(instanceId);
+    return inst ? toInstance(inst) : undefined;
+  }
+
   async launchFailures(sinceMs: number): Promise<LaunchFailure[]> {
     return this.failures.filter((f) => f.atMs >= sinceMs);
   }

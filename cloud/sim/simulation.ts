@@ -1,36 +1,57 @@
-import { milliGpusUsed } from '../../core/gpu.ts';
-import { TERMINAL_STATES, type Job } from '../../core/job.ts';
+import { budgetStatus, periodKey, teamFromTags } from '../../core/budget.ts';
+import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
+import { jobIdFor, TERMINAL_STATES, type Job } from '../../core/job.ts';
 import { costForDuration, type MicroUsd } from '../../core/money.ts';
+import type { Plan } from '../../core/plan.ts';
+import { planBaseline } from '../../core/planner/baseline.ts';
+import { plan } from '../../core/planner/planner.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import { intake } from '../../core/services/intake.ts';
+import { handleNotice } from '../../core/services/interruption.ts';
 import { reconcile, type Planner } from '../../core/services/reconcile.ts';
-import { DEFAULT_POLICY, type Policy } from '../../core/snapshot.ts';
+import { DEFAULT_POLICY, type Policy, type Snapshot } from '../../core/snapshot.ts';
+import type { BudgetState } from '../../core/team.ts';
+import { instanceStateChange, parseCloudEvent, spotInterruptionWarning } from '../aws/events.ts';
+import { SeededRandom } from './clock.ts';
 import { createSimEnvironment, type SimEnvironment } from './environment.ts';
 import { SimAgents } from './sim-agent.ts';
-import type { CapacityModel, SimGroupConfig, SimInstance } from './sim-cloud.ts';
+import type { SimGroupConfig, SimInstance } from './sim-cloud.ts';
+import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarket } from './spot-market.ts';
 import type { Workload, WorkloadJob } from './workload.ts';
+
+export const SIM_POLICIES = ['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit'] as const;
+export type SimPolicyName = (typeof SIM_POLICIES)[number];
+
+/** Where spot interruptions come from. */
+export type SpotSetup =
+  | { readonly kind: 'traces'; readonly traceOf: (o: { zone: string; instanceType: string }) => AvailabilityTrace | undefined }
+  | { readonly kind: 'rates'; readonly ratePerHour: (o: { zone: string; instanceType: string }) => number }
+  | { readonly kind: 'none' };
 
 export interface SimulationOptions {
   readonly workload: Workload;
   readonly groups: readonly SimGroupConfig[];
   readonly teamTags: readonly TeamTagSet[];
-  readonly planner: Planner;
-  readonly policyName?: string;
+  readonly policy?: SimPolicyName;
   readonly seed: number;
   /** Virtual hours to simulate at most; the run ends sooner once every job has ended and the fleet is empty. */
   readonly hours: number;
-  readonly policy?: Partial<Policy>;
+  readonly controlPolicy?: Partial<Policy>;
   readonly bootSec?: number;
-  readonly capacity?: CapacityModel;
+  readonly spot?: SpotSetup;
   /** Epoch of virtual time 0 (default 2026-11-02T00:00:00Z, a Monday). */
   readonly startMs?: number;
   /** Agent step (default 15 s, the agent's heartbeat period). */
   readonly tickSec?: number;
+  /** Timeline sample period for charts (default 300 s). */
+  readonly sampleEverySec?: number;
   readonly onProgress?: (virtualSec: number, totalSec: number) => void;
+  /** Called after every step with the environment, for tests and analyses. */
+  readonly onTick?: (env: SimEnvironment, virtualMs: number) => void | Promise<void>;
 }
 
 export interface SimulationSummary {
-  readonly policy: string;
+  readonly policy: SimPolicyName;
   readonly trace: string;
   readonly seed: number;
   readonly virtualHours: number;
@@ -40,7 +61,7 @@ export interface SimulationSummary {
   readonly completed: number;
   readonly failed: number;
   readonly cancelled: number;
-  /** Accepted jobs that are in no state at all: must be 0. */
+  /** Accepted jobs that are in no state at all, or were never accepted: must be 0. */
   readonly lost: number;
   readonly runningAtEnd: number;
   readonly pendingAtEnd: number;
@@ -48,52 +69,130 @@ export interface SimulationSummary {
   readonly gpuHoursPaid: number;
   readonly utilizationPct: number;
   readonly costMicroUsd: MicroUsd;
-  /** What the same machines would have cost at on-demand prices. */
+  /** The same machines at on-demand prices (what this run would have cost without spot). */
+  readonly sameMachinesOnDemandMicroUsd: MicroUsd;
+  /** The all-on-demand baseline's cost on the same trace and seed, when it was run. */
   readonly onDemandCostMicroUsd: MicroUsd;
+  /** The limit no policy can beat: useful work at the cheapest price each job could use, no idle, no boot, no rework. */
+  readonly idealCostMicroUsd: MicroUsd;
   readonly costByTeamMicroUsd: Readonly<Record<string, MicroUsd>>;
   readonly p50WaitSec: number;
   readonly p95WaitSec: number;
+  /** Spot machines the market took back. */
   readonly interruptions: number;
+  /** Times a job went back to the queue (interruptions, lost nodes, preemptions). */
+  readonly requeues: number;
   readonly checkpoints: number;
+  /** GPU-hours of work done twice: lost since the last checkpoint, or spent restoring. */
+  readonly reworkGpuHours: number;
+  readonly deadlineJobs: number;
+  readonly deadlineMisses: number;
+  readonly budgetEvents: number;
   readonly machinesLaunched: number;
   readonly peakGpus: number;
   readonly wallMs: number;
 }
 
+export interface TimelineSample {
+  /** Seconds since the start of the replay. */
+  readonly tSec: number;
+  readonly machinesByGroup: Readonly<Record<string, number>>;
+  readonly spotGpus: number;
+  readonly onDemandGpus: number;
+  readonly pendingJobs: number;
+  readonly pendingGpus: number;
+  readonly runningJobs: number;
+  readonly cumulativeCostMicroUsd: number;
+  readonly spendByTeamMicroUsd: Readonly<Record<string, number>>;
+}
+
+export interface BudgetEvent {
+  readonly tSec: number;
+  readonly team: string;
+  readonly state: BudgetState;
+  readonly crossedPct: number | undefined;
+  readonly message: string;
+}
+
 export interface SimulationResult {
   readonly summary: SimulationSummary;
+  readonly timeline: readonly TimelineSample[];
+  readonly budgetEvents: readonly BudgetEvent[];
+  readonly budgets: Readonly<Record<string, { amountMicroUsd: number; period: string }>>;
   readonly env: SimEnvironment;
   readonly jobs: readonly Job[];
 }
 
 export const DEFAULT_SIM_START_MS = Date.UTC(2026, 10, 2, 0, 0, 0);
+const NOTICE_MS = 120_000;
+
+/** The planner, fleet and workload each policy runs with. */
+export function policySetup(policy: SimPolicyName, groups: readonly SimGroupConfig[], workload: Workload): { planner: Planner; groups: readonly SimGroupConfig[]; workload: Workload } {
+  switch (policy) {
+    case 'gpu-fleet':
+      return { planner: plan, groups, workload };
+    case 'on-demand':
+      // Everything on on-demand machines.
+      return { planner: plan, groups: groups.filter((g) => g.capacityType === 'on-demand'), workload };
+    case 'spot-greedy':
+      // Spot whenever it can be had, no regard for risk, and no checkpoints: an interrupted job starts over.
+      return {
+        planner: (s: Snapshot): Plan => plan({ ...s, poolRiskPerHour: new Map([...s.prices.keys()].filter((k) => k.endsWith('/spot')).map((k) => [k, 0])) }),
+        groups,
+        workload: { ...workload, jobs: workload.jobs.map((j) => ({ ...j, spec: { ...j.spec, checkpoint: undefined } })) },
+      };
+    case 'cheapest-fit':
+      return { planner: planBaseline, groups, workload };
+  }
+}
 
 /**
- * Replays a workload through the real control loop on the simulated cloud: each job is sent to
- * its team's queue and taken in by the intake service; node agents run what is placed; the
- * reconcile service runs every reconcile interval of virtual time, as in production.
+ * Replays a workload through the real control loop on the simulated cloud: each job is sent
+ * to its team's queue and taken in by the intake service; node agents run what is placed,
+ * checkpoint at each job's interval and on request; spot machines are taken back as the market
+ * says, each announced two minutes ahead by the same EventBridge event the interruption Lambda
+ * receives; the reconcile service runs every reconcile interval of virtual time, and at once
+ * after an interruption, as in production.
  */
 export async function runSimulation(options: SimulationOptions): Promise<SimulationResult> {
   const wallStart = performance.now();
-  const policy: Policy = { ...DEFAULT_POLICY, ...options.policy };
+  const policyName = options.policy ?? 'gpu-fleet';
+  const setup = policySetup(policyName, options.groups, options.workload);
+  const control: Policy = { ...DEFAULT_POLICY, ...options.controlPolicy };
   const startMs = options.startMs ?? DEFAULT_SIM_START_MS;
   const tickMs = (options.tickSec ?? 15) * 1000;
   const horizonMs = Math.round(options.hours * 3_600_000);
+  const sampleEveryMs = (options.sampleEverySec ?? 300) * 1000;
+  const marketRandom = new SeededRandom(options.seed * 7919 + 17);
+  const market = buildMarket(options.spot ?? { kind: 'none' }, startMs, horizonMs, marketRandom);
   const env = createSimEnvironment({
     startMs,
     seed: options.seed,
-    groups: options.groups,
-    teams: [...new Set([...options.workload.teams, ...options.teamTags.map((t) => t.team)])],
+    groups: setup.groups,
+    teams: [...new Set([...setup.workload.teams, ...options.teamTags.map((t) => t.team)])],
     teamTags: options.teamTags,
     ...(options.bootSec !== undefined ? { bootSec: options.bootSec } : {}),
-    ...(options.capacity ? { capacity: options.capacity } : {}),
+    ...(market ? { capacity: market } : {}),
   });
-  const byId = new Map<string, WorkloadJob>(options.workload.jobs.map((j) => [j.id, j]));
-  const workSecOf = (job: Job) => byId.get(job.spec.name ?? '')?.workSec ?? byId.get(job.id.slice(job.team.length + 1))?.workSec ?? job.spec.expectedRuntimeSec ?? 3600;
-  const agents = new SimAgents({ clock: env.clock, jobs: env.jobs, nodes: env.nodes, checkpoints: env.checkpoints, instanceTypes: env.catalog.instanceTypes, workSecOf });
+  const byJobId = new Map<string, WorkloadJob>(setup.workload.jobs.map((j) => [jobIdFor(j.team, j.id), j]));
+  const workOf = (job: Job): WorkloadJob | undefined => byJobId.get(job.id);
+  const agents = new SimAgents({
+    clock: env.clock,
+    jobs: env.jobs,
+    nodes: env.nodes,
+    checkpoints: env.checkpoints,
+    instanceTypes: env.catalog.instanceTypes,
+    workSecOf: (job) => workOf(job)?.workSec ?? job.spec.expectedRuntimeSec ?? 3600,
+    exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
+    restoreSec: control.restoreSec,
+  });
 
-  const cost = { actual: 0, onDemand: 0, gpuMsPaid: 0 };
+  // Exact cost: each machine's price over its life, counted when it ends (or at the end).
+  const cost = { actual: 0, onDemand: 0, gpuMsPaid: 0, running: 0 };
+  const accounted = new Set<string>();
   const account = (inst: SimInstance, endMs: number) => {
+    if (accounted.has(inst.id)) return;
+    accounted.add(inst.id);
     const p = env.priceOf(inst.offering);
     const aliveMs = Math.max(0, endMs - inst.launchedAtMs);
     if (p) {
@@ -102,127 +201,271 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
     cost.gpuMsPaid += aliveMs * (env.catalog.instanceTypes.get(inst.offering.instanceType)?.gpuCount ?? 0);
   };
-  const accounted = new Set<string>();
-  env.cloud.onEnded = (inst) => {
-    if (accounted.has(inst.id)) return;
-    accounted.add(inst.id);
-    account(inst, inst.endedAtMs ?? env.clock.nowMs());
-  };
+  env.cloud.onEnded = (inst) => account(inst, inst.endedAtMs ?? env.clock.nowMs());
 
-  const arrivals = [...options.workload.jobs].sort((a, b) => a.submitSec - b.submitSec);
+  const arrivals = [...setup.workload.jobs].sort((a, b) => a.submitSec - b.submitSec);
+  const teams = await env.queue.teams();
+  const teamBudgets = Object.fromEntries(
+    options.teamTags.flatMap((t) => {
+      const team = teamFromTags(t.team, t.tags);
+      return team.budget ? [[t.team, { amountMicroUsd: team.budget.amountMicroUsd, period: team.budget.period }]] : [];
+    }),
+  );
+  const inbox: { atMs: number; event: Record<string, unknown> }[] = [];
+  const terminations: { atMs: number; inst: SimInstance }[] = [];
+  const timeline: TimelineSample[] = [];
+  const budgetEvents: BudgetEvent[] = [];
+  const lastBudget = new Map<string, { state: BudgetState; crossed: number }>();
   let next = 0;
   let gpuMsUsed = 0;
   let peakGpus = 0;
-  const reconcileEvery = Math.max(1, Math.round((policy.reconcileIntervalSec * 1000) / tickMs));
+  let interruptions = 0;
+  let eventCounter = 0;
+  let nextSampleMs = 0;
+  const reconcileEvery = Math.max(1, Math.round((control.reconcileIntervalSec * 1000) / tickMs));
+  const runReconcile = () => reconcile(env.ports, { planner: setup.planner, policy: control, holder: 'sim' });
+
   let tick = 0;
-  const teams = await env.queue.teams();
-  let t = 0;
-  for (; t <= horizonMs; t += tickMs, tick++) {
-    env.clock.advanceTo(startMs + t);
+  for (let t = 0; t <= horizonMs; t += tickMs, tick++) {
+    const now = startMs + t;
+    env.clock.advanceTo(now);
+    // Arrivals go through the team queue and intake, as in production.
     while (next < arrivals.length && arrivals[next]!.submitSec * 1000 <= t) {
       const job = arrivals[next++]!;
-      await env.queue.send(job.team, JSON.stringify(job.spec), job.id);
+      const spec = job.deadlineSec !== undefined ? { ...job.spec, deadline: new Date(startMs + job.deadlineSec * 1000).toISOString() } : job.spec;
+      await env.queue.send(job.team, JSON.stringify(spec), job.id);
     }
     for (const team of teams) {
       for (const message of env.queue.receive(team, Number.MAX_SAFE_INTEGER)) {
         await intake({ jobs: env.jobs, clock: env.clock }, { team, body: message.body, token: message.token });
       }
     }
+    // The spot market takes machines back: a warning now, the machine gone two minutes later.
+    if (market) {
+      for (const inst of market.reclaims(env.cloud.allInstances(), now)) {
+        interruptions++;
+        inbox.push({ atMs: now, event: spotInterruptionWarning({ id: `sim-${++eventCounter}`, instanceId: inst.id, zone: inst.offering.zone, region: inst.offering.region, atMs: now }) });
+        terminations.push({ atMs: now + NOTICE_MS, inst });
+      }
+    }
+    for (let i = terminations.length - 1; i >= 0; i--) {
+      const due = terminations[i]!;
+      if (due.atMs > now) continue;
+      terminations.splice(i, 1);
+      if (due.inst.state !== 'terminated') {
+        env.cloud.reclaim(due.inst.id, 'spot interruption');
+        inbox.push({ atMs: now, event: instanceStateChange({ id: `sim-${++eventCounter}`, instanceId: due.inst.id, region: due.inst.offering.region, atMs: now, state: 'terminated' }) });
+      }
+    }
     env.cloud.tick();
+    let reconcileSoon = false;
+    for (let i = 0; i < inbox.length; ) {
+      if (inbox[i]!.atMs > now) {
+        i++;
+        continue;
+      }
+      const { event } = inbox.splice(i, 1)[0]!;
+      const parsed = parseCloudEvent(event, { receivedAtMs: now });
+      if (parsed.kind !== 'notice') throw new Error(`simulated event was not understood: ${JSON.stringify(parsed)}`);
+      const out = await handleNotice(env.ports, parsed.notice, control);
+      if (out.status === 'handled' && out.reconcileSoon) reconcileSoon = true;
+    }
     const instances = await env.cloud.listInstances();
     await agents.tick(instances);
-    if (tick % reconcileEvery === 0) {
-      await reconcile(env.ports, { planner: options.planner, policy, holder: 'sim' });
+    if (tick % reconcileEvery === 0 || reconcileSoon) {
+      await runReconcile();
+      await noteBudgetEvents(env, t, lastBudget, budgetEvents);
     }
     const running = await env.jobs.listByState(['running', 'checkpointing']);
     for (const job of running) gpuMsUsed += (tickMs * milliGpusUsed(job.spec.gpu) * job.spec.nodes) / 1000;
-    const liveGpus = instances.filter((i) => i.state !== 'terminated').reduce((s, i) => s + (env.catalog.instanceTypes.get(i.instanceType)?.gpuCount ?? 0), 0);
+    let liveGpus = 0;
+    for (const i of instances) {
+      if (i.state === 'terminated') continue;
+      const gpus = env.catalog.instanceTypes.get(i.instanceType)?.gpuCount ?? 0;
+      liveGpus += gpus;
+      const p = env.priceOf(i);
+      if (p) cost.running += (p.price * tickMs) / 3_600_000;
+    }
     peakGpus = Math.max(peakGpus, liveGpus);
+    if (t >= nextSampleMs) {
+      timeline.push(await sample(env, t, instances, cost.running));
+      nextSampleMs += sampleEveryMs;
+    }
     options.onProgress?.(t / 1000, horizonMs / 1000);
-    if (next >= arrivals.length && running.length === 0 && tick % reconcileEvery === 0) {
+    await options.onTick?.(env, t);
+    if (next >= arrivals.length && running.length === 0 && tick % reconcileEvery === 0 && inbox.length === 0) {
       const open = await env.jobs.listByState(['pending', 'placed']);
       if (open.length === 0 && instances.every((i) => i.state === 'terminated')) break;
     }
   }
   const endMs = env.clock.nowMs();
-  for (const inst of env.cloud.allInstances()) {
-    if (!accounted.has(inst.id)) {
-      accounted.add(inst.id);
-      account(inst, inst.endedAtMs ?? endMs);
-    }
-  }
+  for (const inst of env.cloud.allInstances()) account(inst, inst.endedAtMs ?? endMs);
 
   const jobs = env.jobs.all();
   const costByTeam: Record<string, MicroUsd> = {};
   for (const row of await env.ledger.list()) costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
-  const summary = summarize({
-    costByTeam,
-    options,
-    env,
-    jobs,
-    endMs,
-    startMs,
-    gpuMsUsed,
-    cost,
-    peakGpus,
+  const useful = usefulWork(jobs, agents, workOf, endMs);
+  const summary: SimulationSummary = {
+    policy: policyName,
+    trace: options.workload.name,
+    seed: options.seed,
+    virtualHours: round2((endMs - startMs) / 3_600_000),
+    jobs: options.workload.jobs.length,
+    accepted: jobs.filter((j) => j.state !== 'rejected').length,
+    rejected: jobs.filter((j) => j.state === 'rejected').length,
+    completed: jobs.filter((j) => j.state === 'succeeded').length,
+    failed: jobs.filter((j) => j.state === 'failed').length,
+    cancelled: jobs.filter((j) => j.state === 'cancelled').length,
+    lost: lostJobs(arrivals.slice(0, next), jobs),
+    runningAtEnd: jobs.filter((j) => j.state === 'running' || j.state === 'checkpointing' || j.state === 'placed').length,
+    pendingAtEnd: jobs.filter((j) => j.state === 'pending').length,
+    gpuHoursUsed: round2(gpuMsUsed / 3_600_000),
+    gpuHoursPaid: round2(cost.gpuMsPaid / 3_600_000),
+    utilizationPct: cost.gpuMsPaid > 0 ? round2((100 * gpuMsUsed) / cost.gpuMsPaid) : 0,
+    costMicroUsd: cost.actual,
+    sameMachinesOnDemandMicroUsd: cost.onDemand,
+    onDemandCostMicroUsd: cost.onDemand,
+    idealCostMicroUsd: idealCost(env, options.groups, jobs, useful),
+    costByTeamMicroUsd: costByTeam,
+    ...waits(jobs, endMs),
+    interruptions,
+    requeues: jobs.reduce((s, j) => s + j.interruptions, 0),
     checkpoints: agents.stats.checkpoints,
-    launched: accounted.size,
-    wallMs: performance.now() - wallStart,
-  });
-  return { summary, env, jobs };
+    reworkGpuHours: round2(Math.max(0, gpuMsUsed - [...useful.values()].reduce((a, b) => a + b, 0)) / 3_600_000),
+    ...deadlines(jobs, endMs),
+    budgetEvents: budgetEvents.length,
+    machinesLaunched: accounted.size,
+    peakGpus,
+    wallMs: Math.round(performance.now() - wallStart),
+  };
+  return { summary, timeline, budgetEvents, budgets: teamBudgets, env, jobs };
 }
 
-function summarize(input: {
-  costByTeam: Record<string, MicroUsd>;
-  options: SimulationOptions;
-  env: SimEnvironment;
-  jobs: readonly Job[];
-  endMs: number;
-  startMs: number;
-  gpuMsUsed: number;
-  cost: { actual: number; onDemand: number; gpuMsPaid: number };
-  peakGpus: number;
-  checkpoints: number;
-  launched: number;
-  wallMs: number;
-}): SimulationSummary {
-  const { jobs, endMs } = input;
-  const count = (pred: (j: Job) => boolean) => jobs.filter(pred).length;
-  const accepted = count((j) => j.state !== 'rejected');
-  const known = new Set<string>([...TERMINAL_STATES, 'pending', 'placed', 'running', 'checkpointing']);
-  const lost = input.options.workload.jobs.length - jobs.length + count((j) => !known.has(j.state));
-  const waits = jobs
-    .filter((j) => j.state !== 'rejected')
-    .map((j) => ((j.firstStartedAtMs ?? (j.state === 'pending' || j.state === 'placed' ? endMs : undefined)) ?? endMs) - j.submittedAtMs)
-    .sort((a, b) => a - b);
+function buildMarket(spot: SpotSetup, startMs: number, horizonMs: number, random: SeededRandom): SpotMarket | undefined {
+  switch (spot.kind) {
+    case 'none':
+      return undefined;
+    case 'rates':
+      return new RateSpotMarket((o) => spot.ratePerHour(o), random);
+    case 'traces': {
+      // One offset for every pool, so that pools that moved together in the trace still do.
+      const probe = spot.traceOf({ zone: 'us-west-2a', instanceType: 'p3.2xlarge' });
+      const offset = probe ? TraceSpotMarket.offsetFor(probe, horizonMs / 1000, random) : 0;
+      return new TraceSpotMarket(spot.traceOf, startMs, offset);
+    }
+  }
+}
+
+async function sample(env: SimEnvironment, tMs: number, instances: Awaited<ReturnType<SimEnvironment['cloud']['listInstances']>>, runningCost: number): Promise<TimelineSample> {
+  const machinesByGroup: Record<string, number> = {};
+  let spotGpus = 0;
+  let onDemandGpus = 0;
+  for (const i of instances) {
+    if (i.state === 'terminated') continue;
+    machinesByGroup[i.groupId] = (machinesByGroup[i.groupId] ?? 0) + 1;
+    const gpus = env.catalog.instanceTypes.get(i.instanceType)?.gpuCount ?? 0;
+    if (i.capacityType === 'spot') spotGpus += gpus;
+    else onDemandGpus += gpus;
+  }
+  const pending = await env.jobs.listByState(['pending']);
+  const running = await env.jobs.listByState(['running', 'checkpointing', 'placed']);
+  const spendByTeamMicroUsd: Record<string, number> = {};
+  for (const row of await env.ledger.list()) spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
   return {
-    policy: input.options.policyName ?? 'gpu-fleet',
-    trace: input.options.workload.name,
-    seed: input.options.seed,
-    virtualHours: round2((endMs - input.startMs) / 3_600_000),
-    jobs: input.options.workload.jobs.length,
-    accepted,
-    rejected: count((j) => j.state === 'rejected'),
-    completed: count((j) => j.state === 'succeeded'),
-    failed: count((j) => j.state === 'failed'),
-    cancelled: count((j) => j.state === 'cancelled'),
-    lost,
-    runningAtEnd: count((j) => j.state === 'running' || j.state === 'checkpointing' || j.state === 'placed'),
-    pendingAtEnd: count((j) => j.state === 'pending'),
-    gpuHoursUsed: round2(input.gpuMsUsed / 3_600_000),
-    gpuHoursPaid: round2(input.cost.gpuMsPaid / 3_600_000),
-    utilizationPct: input.cost.gpuMsPaid > 0 ? round2((100 * input.gpuMsUsed) / input.cost.gpuMsPaid) : 0,
-    costMicroUsd: input.cost.actual,
-    onDemandCostMicroUsd: input.cost.onDemand,
-    costByTeamMicroUsd: input.costByTeam,
-    p50WaitSec: percentile(waits, 0.5) / 1000,
-    p95WaitSec: percentile(waits, 0.95) / 1000,
-    interruptions: jobs.reduce((s, j) => s + j.interruptions, 0),
-    checkpoints: input.checkpoints,
-    machinesLaunched: input.launched,
-    peakGpus: input.peakGpus,
-    wallMs: Math.round(input.wallMs),
+    tSec: Math.round(tMs / 1000),
+    machinesByGroup,
+    spotGpus,
+    onDemandGpus,
+    pendingJobs: pending.length,
+    pendingGpus: pending.reduce((s, j) => s + (milliGpusUsed(j.spec.gpu) * j.spec.nodes) / 1000, 0),
+    runningJobs: running.length,
+    cumulativeCostMicroUsd: Math.round(runningCost),
+    spendByTeamMicroUsd,
   };
+}
+
+async function noteBudgetEvents(env: SimEnvironment, tMs: number, last: Map<string, { state: BudgetState; crossed: number }>, events: BudgetEvent[]): Promise<void> {
+  for (const set of await env.budgets.readTeamTags()) {
+    const team = teamFromTags(set.team, set.tags);
+    if (!team.budget) continue;
+    const spent = (await env.ledger.read(team.id, periodKey(team.budget.period, env.clock.nowMs()))).spentMicroUsd;
+    const status = budgetStatus(team, spent);
+    const crossed = status.crossedAlertPct[status.crossedAlertPct.length - 1] ?? 0;
+    const prev = last.get(team.id) ?? { state: 'ok' as BudgetState, crossed: 0 };
+    if (crossed > prev.crossed || status.state !== prev.state) {
+      events.push({ tSec: Math.round(tMs / 1000), team: team.id, state: status.state, crossedPct: crossed || undefined, message: status.message });
+      last.set(team.id, { state: status.state, crossed });
+    }
+  }
+}
+
+/** Seconds of GPU work each job really got done (milli-GPU × ms): completed work, work saved in a checkpoint, or work in progress at the end. */
+function usefulWork(jobs: readonly Job[], agents: SimAgents, workOf: (job: Job) => WorkloadJob | undefined, endMs: number): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const j of jobs) {
+    if (j.state === 'rejected') continue;
+    const work = workOf(j)?.workSec ?? j.spec.expectedRuntimeSec ?? 0;
+    const doneSec = j.state === 'succeeded' || j.state === 'failed' ? work : j.state === 'running' || j.state === 'checkpointing' ? Math.min(work, agents.progressSec(j, endMs)) : (j.checkpoint?.progressSec ?? 0);
+    // seconds × thousandths of a GPU = GPU-milliseconds
+    out.set(j.id, doneSec * milliGpusUsed(j.spec.gpu) * j.spec.nodes);
+  }
+  return out;
+}
+
+/** Every GPU-hour of useful work at the cheapest price that job could use (spot for interruptible work, on-demand otherwise). */
+function idealCost(env: SimEnvironment, groups: readonly SimGroupConfig[], jobs: readonly Job[], useful: ReadonlyMap<string, number>): MicroUsd {
+  const perGpu: { model: string; spot: boolean; price: number }[] = [];
+  for (const g of groups) {
+    for (const type of g.instanceTypes) {
+      const it = env.catalog.instanceTypes.get(type);
+      if (!it) continue;
+      for (const zone of g.zones) {
+        const p = env.priceOf({ cloud: g.cloud ?? 'aws', region: zone.replace(/[a-z]$/, ''), zone, instanceType: type, capacityType: g.capacityType });
+        if (p) perGpu.push({ model: it.gpuModel, spot: g.capacityType === 'spot', price: p.price / it.gpuCount });
+      }
+    }
+  }
+  let total = 0;
+  for (const j of jobs) {
+    const work = useful.get(j.id) ?? 0;
+    if (work <= 0) continue;
+    const models = j.spec.gpu.models;
+    const options = perGpu.filter((o) => (j.spec.interruptible || !o.spot) && (!models || models.some((m) => gpuModelMatches(m, o.model as never))));
+    if (options.length === 0) continue;
+    const cheapest = Math.min(...options.map((o) => o.price));
+    total += (cheapest * work) / 3_600_000;
+  }
+  return Math.round(total);
+}
+
+function waits(jobs: readonly Job[], endMs: number): { p50WaitSec: number; p95WaitSec: number } {
+  const w = jobs
+    .filter((j) => j.state !== 'rejected')
+    .map((j) => (j.firstStartedAtMs ?? (TERMINAL_STATES.includes(j.state) ? j.endedAtMs ?? endMs : endMs)) - j.submittedAtMs)
+    .sort((a, b) => a - b);
+  return { p50WaitSec: percentile(w, 0.5) / 1000, p95WaitSec: percentile(w, 0.95) / 1000 };
+}
+
+function deadlines(jobs: readonly Job[], endMs: number): { deadlineJobs: number; deadlineMisses: number } {
+  let n = 0;
+  let misses = 0;
+  for (const j of jobs) {
+    if (!j.spec.deadline || j.state === 'rejected') continue;
+    n++;
+    const due = Date.parse(j.spec.deadline);
+    if (j.state === 'succeeded' ? (j.endedAtMs ?? endMs) > due : due <= endMs) misses++;
+  }
+  return { deadlineJobs: n, deadlineMisses: misses };
+}
+
+/** Jobs submitted that are not in the store in exactly one known state. */
+function lostJobs(submitted: readonly WorkloadJob[], jobs: readonly Job[]): number {
+  const stored = new Map(jobs.map((j) => [j.id, j]));
+  const known = new Set<string>([...TERMINAL_STATES, 'pending', 'placed', 'running', 'checkpointing']);
+  return submitted.filter((w) => {
+    const job = stored.get(jobIdFor(w.team, w.id));
+    return !job || !known.has(job.state);
+  }).length;
 }
 
 /** Nearest-rank percentile of sorted values (0 for none). */
@@ -235,4 +478,3 @@ export function percentile(sorted: readonly number[], q: number): number {
 function round2(x: number): number {
   return Math.round(x * 100) / 100;
 }
-

@@ -12,6 +12,8 @@ export interface WorkloadJob {
   readonly team: string;
   /** Exit code the job ends with (0 unless the trace says it failed). */
   readonly exitCode: number;
+  /** Deadline, seconds after the start of the replay (from a `deadline_s` column in trace time). */
+  readonly deadlineSec?: number;
   readonly spec: JobSpecInput;
 }
 
@@ -46,8 +48,8 @@ const GPU_TYPE_NAMES: Record<string, string> = {
 
 /**
  * Reads a GPU job trace in the shared cleaned format (columns job_id, submit_s, duration_s, gpus,
- * gpu_type, team, status; extra columns ignored except interruptible, checkpoint_interval_s and
- * priority). Submit times are rebased so the first job arrives at 0. Empty team or GPU type are
+ * gpu_type, team, status; extra columns ignored except interruptible, checkpoint_interval_s,
+ * priority and deadline_s, a deadline in the trace's own time). Submit times are rebased so the first job arrives at 0. Empty team or GPU type are
  * filled deterministically. Multi-node jobs (more than 8 GPUs) become gangs of 8-GPU nodes.
  */
 export function loadWorkload(file: string | URL, options: WorkloadOptions = {}): Workload {
@@ -64,7 +66,7 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
   }
   const teamsPool = options.defaultTeams ?? DEFAULT_TEAMS;
   const skipped: { row: number; why: string }[] = [];
-  const raw: { job: Omit<WorkloadJob, 'submitSec'>; submitAbs: number }[] = [];
+  const raw: { job: Omit<WorkloadJob, 'submitSec'>; submitAbs: number; deadlineAbs?: number }[] = [];
   rows.forEach((r, i) => {
     const row = i + 2;
     const id = (r.job_id ?? '').trim();
@@ -108,11 +110,12 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
       ...(cpSec >= 60 ? { checkpoint: { intervalSec: Math.min(86_400, Math.round(cpSec)) } } : {}),
     };
     const failed = /^failed$/i.test(r.status ?? '');
-    raw.push({ job: { id, workSec, team, exitCode: failed ? 1 : 0, spec }, submitAbs: submit });
+    const deadline = r.deadline_s !== undefined && r.deadline_s !== '' ? Number(r.deadline_s) : undefined;
+    raw.push({ job: { id, workSec, team, exitCode: failed ? 1 : 0, spec }, submitAbs: submit, ...(deadline !== undefined && Number.isFinite(deadline) ? { deadlineAbs: deadline } : {}) });
   });
   raw.sort((a, b) => a.submitAbs - b.submitAbs || (a.job.id < b.job.id ? -1 : 1));
   const t0 = raw[0]?.submitAbs ?? 0;
-  let jobs: WorkloadJob[] = raw.map(({ job, submitAbs }) => ({ ...job, submitSec: Math.round(submitAbs - t0) }));
+  let jobs: WorkloadJob[] = raw.map(({ job, submitAbs, deadlineAbs }) => ({ ...job, submitSec: Math.round(submitAbs - t0), ...(deadlineAbs !== undefined ? { deadlineSec: Math.round(deadlineAbs - t0) } : {}) }));
   if (options.hours !== undefined) jobs = jobs.filter((j) => j.submitSec < options.hours! * 3600);
   if (options.maxJobs !== undefined) jobs = jobs.slice(0, options.maxJobs);
   const teams = [...new Set(jobs.map((j) => j.team))].sort();

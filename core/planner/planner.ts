@@ -131,6 +131,8 @@ class Planner {
   private readonly preempted = new Set<string>();
   private plannedCount = 0;
   private addedExpected = 0;
+  /** Groups whose launches in flight were cancelled, with the desired size they were set to. */
+  private readonly cancelled = new Map<string, number>();
   /** Set by classify(): whether the waiting work exceeds what live machines and group room can hold. */
   private scarce = false;
 
@@ -318,9 +320,26 @@ class Planner {
       }
       this.teamUsedMilli.set(job.team, (this.teamUsedMilli.get(job.team) ?? 0) + this.milliOf(job.spec.gpu) * job.spec.nodes);
     }
-    // Launches in flight: the group wants more machines than it has reported so far.
+    // Launches in flight: the group wants more machines than it has reported so far. A group
+    // whose every offering failed to launch (or was interrupted) recently will not deliver them:
+    // its launches are cancelled and the work is bought elsewhere.
     for (const gs of this.groups.values()) {
-      const inFlight = gs.group.desiredCapacity - (liveByGroup.get(gs.group.id) ?? 0);
+      const live = liveByGroup.get(gs.group.id) ?? 0;
+      const inFlight = gs.group.desiredCapacity - live;
+      if (inFlight > 0 && gs.group.offerings.every((o) => (s.unavailableUntilMs.get(o.id) ?? 0) > s.nowMs)) {
+        const to = Math.max(gs.group.minSize, live);
+        if (to < gs.group.desiredCapacity) {
+          this.actions.push({
+            kind: 'cancel-launches',
+            groupId: gs.group.id,
+            fromDesired: gs.group.desiredCapacity,
+            toDesired: to,
+            reason: reason('offering-unavailable', `${gs.group.desiredCapacity - to} launch(es) of ${gs.group.id} cannot be fulfilled: every offering of the group failed to launch or was interrupted recently`),
+          });
+          this.cancelled.set(gs.group.id, to);
+        }
+        continue;
+      }
       const o = this.cheapestOfGroup(gs.group);
       if (!o || inFlight <= 0) continue;
       for (let i = 0; i < inFlight; i++) {
@@ -393,6 +412,16 @@ class Planner {
       if (b.state === 'spot-only') capacity = 'spot';
       const deadline = deadlineChoice(job, this.s.nowMs, this.s.policy);
       if (deadline.mode === 'on-demand' && capacity !== 'spot') capacity = 'on-demand';
+      // A job moved off on-demand to save money waits a while for spot, so it does not land back where it was.
+      const waitedMs = this.s.nowMs - job.queuedAtMs;
+      if (capacity === 'any' && job.requeueReason?.code === 'rebalance-to-spot' && waitedMs < this.s.policy.moveToSpotPatienceSec * 1000) capacity = 'spot';
+      // Interruptible work without deadline pressure waits a while for spot when none can be had now:
+      // up to half its remaining work (at least a boot time), capped by the policy.
+      const patienceSec = Math.min(this.s.policy.spotPatienceSec, Math.max(this.s.policy.expectedBootSec, remainingWorkSec(job, this.s.policy) / 2));
+      if (capacity === 'any' && deadline.mode !== 'on-demand' && waitedMs < patienceSec * 1000) {
+        const anySpot = this.classOf(job, 'spot');
+        if (anySpot.eligible.size > 0 && !this.spotObtainable(anySpot)) capacity = 'spot';
+      }
       entries.push({ job, team: job.team, cls: this.classOf(job, capacity) });
     }
     const fair = fairShareOrder(entries, this.teamUsedMilli, (team) => this.s.teams.get(team)?.weight ?? 1, (e) => e.cls.milli * e.cls.nodes);
@@ -498,6 +527,29 @@ class Planner {
     const keyed = entries.map((e, i) => ({ e, i, c: cost(e) }));
     keyed.sort((a, b) => b.c - a.c || b.e.job.spec.priority - a.e.job.spec.priority || a.i - b.i);
     return keyed.map((k) => k.e);
+  }
+
+  private readonly obtainableCache = new Map<JobClass, boolean>();
+  /** Whether some spot pool of the class has free capacity now or could launch a machine. */
+  private spotObtainable(cls: JobClass): boolean {
+    let ok = this.obtainableCache.get(cls);
+    if (ok === undefined) {
+      ok = false;
+      for (const key of cls.eligible.keys()) {
+        const info = this.offerings.get(key);
+        if (!info) continue;
+        if (info.groups.some((g) => g.room > 0) && (this.s.unavailableUntilMs.get(info.offering.id) ?? 0) <= this.s.nowMs) {
+          ok = true;
+          break;
+        }
+        if (this.ready.pool(key)?.hasFree() || this.booting.pool(key)?.hasFree()) {
+          ok = true;
+          break;
+        }
+      }
+      this.obtainableCache.set(cls, ok);
+    }
+    return ok;
   }
 
   private readonly homeCache = new Map<JobClass, Set<string>>();
@@ -879,11 +931,12 @@ class Planner {
       const byOffering = new Map<string, number>();
       for (const n of gs.added) byOffering.set(n.offeringId, (byOffering.get(n.offeringId) ?? 0) + 1);
       const first = gs.added[0]!;
+      const from = this.cancelled.get(gs.group.id) ?? gs.group.desiredCapacity;
       this.actions.push({
         kind: 'scale-up',
         groupId: gs.group.id,
-        fromDesired: gs.group.desiredCapacity,
-        toDesired: gs.group.desiredCapacity + gs.added.length,
+        fromDesired: from,
+        toDesired: from + gs.added.length,
         expected: [...byOffering.entries()].map(([offeringId, count]) => ({ offeringId, count })),
         reason: reason('scale-up-for-pending', `${gs.added.length} more ${first.instanceType} (${first.capacityType}) for waiting jobs that fit nowhere else, the cheapest capacity for them`),
       });
@@ -986,7 +1039,7 @@ class Planner {
     const s = this.s;
     const cooldownMs = s.policy.idleCooldownSec * 1000;
     const removable = new Map<string, number>();
-    for (const g of s.groups) removable.set(g.id, g.desiredCapacity - g.minSize);
+    for (const g of s.groups) removable.set(g.id, (this.cancelled.get(g.id) ?? g.desiredCapacity) - g.minSize);
     const records = new Map(s.nodes.map((n) => [n.instance.id, n]));
     const readyNodes = this.ready.allNodes();
     const idle = readyNodes
@@ -995,6 +1048,17 @@ class Planner {
       .filter((c): c is { node: NodeCapacity; since: number } => c.since !== undefined && s.nowMs - c.since >= cooldownMs)
       .sort((a, b) => a.since - b.since || (a.node.id < b.node.id ? -1 : 1));
     const removed = new Set<string>();
+    // Draining machines that have no work left go at once: they take no new work and may be taken anyway.
+    const busy = new Set(s.activeJobs.flatMap((j) => j.placement?.nodes.map((a) => a.nodeId) ?? []));
+    for (const f of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
+      const d = f.record?.draining;
+      if (!d || busy.has(f.instance.id) || (f.instance.state !== 'running' && f.instance.state !== 'pending')) continue;
+      const left = removable.get(f.instance.groupId) ?? 0;
+      if (left <= 0) continue;
+      removable.set(f.instance.groupId, left - 1);
+      removed.add(f.instance.id);
+      this.actions.push({ kind: 'scale-in', groupId: f.instance.groupId, instanceId: f.instance.id, reason: reason('scale-in-idle', `${f.instance.id} is draining (${d.reason}) and has no work left`) });
+    }
     for (const { node, since } of idle) {
       const left = removable.get(node.groupId) ?? 0;
       if (left <= 0) continue;
@@ -1008,6 +1072,60 @@ class Planner {
       });
     }
     if (s.policy.consolidate) this.consolidate(readyNodes.filter((n) => !removed.has(n.id)));
+    if (s.policy.moveToSpot && !this.scarce) this.moveToSpot();
+  }
+
+  /**
+   * Moves long, checkpointable, interruptible work from on-demand machines to spot when a spot
+   * pool that could hold it is available now and the expected saving over its remaining time
+   * (on-demand price less spot price with rework) is more than twice the cost of the move: the
+   * restart on a new machine and the idle tail of the machine it leaves. The job is checkpointed
+   * and requeued with a preference for spot.
+   */
+  private moveToSpot(): void {
+    const s = this.s;
+    const restartSec = s.policy.expectedBootSec + s.policy.restoreSec;
+    const settleMs = s.policy.idleCooldownSec * 1000;
+    const candidates: { job: Job; node: NodeCapacity; saving: number; cost: number; target: OfferingInfo }[] = [];
+    for (const node of this.ready.allNodes()) {
+      if (node.capacityType !== 'on-demand') continue;
+      for (const h of this.holders.get(node.id) ?? []) {
+        const job = h.job;
+        if (job.state !== 'running' || !job.spec.interruptible || !job.spec.checkpoint || job.spec.nodes > 1 || this.preempted.has(job.id)) continue;
+        if ((job.startedAtMs ?? s.nowMs) > s.nowMs - settleMs) continue;
+        if (job.spec.deadline && deadlineChoice(job, s.nowMs, s.policy).mode !== 'spot-ok') continue;
+        const team = this.budget(job.team);
+        if (team.state === 'hold') continue;
+        const cls = this.classOf(job, 'spot');
+        let best: { info: OfferingInfo; perHour: number } | undefined;
+        for (const [key, factor] of cls.eligible) {
+          const info = this.offerings.get(key);
+          if (!info || info.groups.every((g) => g.room < 1) || (s.unavailableUntilMs.get(info.offering.id) ?? 0) > s.nowMs) continue;
+          const perHour = perMilli(info, factor) * unitOf(cls);
+          if (!best || perHour < best.perHour) best = { info, perHour };
+        }
+        if (!best) continue;
+        const odShare = this.shareOf(node, { job, team: job.team, cls: { milli: cls.milli, nodes: 1 } as JobClass });
+        const elapsedSec = Math.max(0, (s.nowMs - (job.startedAtMs ?? s.nowMs)) / 1000);
+        const remainingSec = Math.max(0, remainingWorkSec(job, s.policy) - elapsedSec);
+        const saving = ((odShare - best.perHour) * remainingSec) / 3600;
+        const cost = (best.perHour * restartSec + odShare * s.policy.idleCooldownSec + odShare * this.lostWorkSec(job)) / 3600;
+        if (saving > 2 * cost) candidates.push({ job, node, saving, cost, target: best.info });
+      }
+    }
+    candidates.sort((a, b) => b.saving - a.saving || (a.job.id < b.job.id ? -1 : 1));
+    for (const c of candidates.slice(0, s.policy.moveToSpotPerPlan)) {
+      this.preempted.add(c.job.id);
+      this.actions.push({
+        kind: 'preempt',
+        jobId: c.job.id,
+        attempt: c.job.attempt,
+        reason: reason(
+          'rebalance-to-spot',
+          `moved from on-demand ${c.node.id} to spot (${c.target.offering.instanceType}, ${c.target.offering.zone}): about $${(c.saving / 1e6).toFixed(2)} saved over its remaining run against $${(c.cost / 1e6).toFixed(2)} for the move; it resumes from its checkpoint`,
+        ),
+      });
+    }
   }
 
   /**

@@ -6,6 +6,7 @@ import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore } 
 import { reason, type Reason } from '../reason.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import { accrueSpend, nodeShares } from './accrual.ts';
+import { completeDrainedLifecycles } from './interruption.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { jobsOnInstance, requeueAttempt } from './requeue.ts';
 import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from './snapshot-reader.ts';
@@ -100,6 +101,8 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     await ports.decisions.record(base);
     const { applied, errors } = await applyPlan(ports, plan, snapshot, nowMs);
     await trackIdleAndProtection(ports, world, plan, nowMs);
+    await completeDrainedLifecycles(ports, world.records, world.activeJobs, nowMs);
+    await forgetGoneNodes(ports, world, nowMs);
     const decision: DecisionRecord = { ...base, applied, errors };
     await ports.decisions.record(decision);
     return { status: 'done', decision, snapshot, lostJobsRequeued };
@@ -136,10 +139,11 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
       return;
     }
     case 'preempt': {
-      await applyJobEvent(ports.jobs, action.jobId, { type: 'checkpoint-requested', attempt: action.attempt }, nowMs);
+      await applyJobEvent(ports.jobs, action.jobId, { type: 'checkpoint-requested', attempt: action.attempt, reason: action.reason }, nowMs);
       return;
     }
-    case 'scale-up': {
+    case 'scale-up':
+    case 'cancel-launches': {
       const provider = providerOf.get(action.groupId);
       if (!provider) throw new Error(`no provider for group ${action.groupId}`);
       await provider.setDesiredCapacity(action.groupId, action.toDesired);
@@ -220,6 +224,18 @@ async function trackIdleAndProtection(ports: ReconcilePorts, world: WorldView, p
     if (!provider) continue;
     if (on.length > 0) await provider.setScaleInProtection(groupId, on, true);
     if (off.length > 0) await provider.setScaleInProtection(groupId, off, false);
+  }
+}
+
+/** Forgets the records of machines that are gone and hold no work, a while after they went. */
+async function forgetGoneNodes(ports: ReconcilePorts, world: WorldView, nowMs: number): Promise<void> {
+  const instances = new Map(world.instances.map((i) => [i.id, i]));
+  const busy = new Set(world.activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));
+  for (const r of world.records) {
+    if (busy.has(r.instanceId)) continue;
+    const inst = instances.get(r.instanceId);
+    const gone = inst ? inst.state === 'terminated' : nowMs - r.lastHeartbeatAtMs > 10 * 60_000;
+    if (gone) await ports.nodes.remove(r.instanceId);
   }
 }
 

@@ -110,12 +110,14 @@ export async function buildSnapshot(
     }),
   );
 
+  // An offering is avoided for a while after a failed launch or an interruption, so the planner turns to other pools.
   const unavailableUntilMs = new Map<string, number>();
-  for (const f of failures.flat()) {
-    if (!f.offeringId) continue;
-    const until = f.atMs + policy.unavailableForSec * 1000;
-    if (until > nowMs && until > (unavailableUntilMs.get(f.offeringId) ?? 0)) unavailableUntilMs.set(f.offeringId, until);
-  }
+  const avoid = (offeringId: string, atMs: number) => {
+    const until = atMs + policy.unavailableForSec * 1000;
+    if (until > nowMs && until > (unavailableUntilMs.get(offeringId) ?? 0)) unavailableUntilMs.set(offeringId, until);
+  };
+  for (const f of failures.flat()) if (f.offeringId) avoid(f.offeringId, f.atMs);
+  for (const [offeringId, st] of observed) if (st.lastInterruptedAtMs !== undefined) avoid(offeringId, st.lastInterruptedAtMs);
 
   return {
     nowMs,

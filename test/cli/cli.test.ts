@@ -30,8 +30,10 @@ describe('gpu-fleet command', () => {
     const { code, stdout } = await cli(['simulate', '--hours', '1', '--max-jobs', '10']);
     expect(code).toBe(0);
     expect(stdout).toMatch(/GPU-hours paid\s+[\d.]+ GPU-h/);
-    expect(stdout).toMatch(/had everything run on-demand\s+\$[\d,]+\.\d\d/);
+    expect(stdout).toMatch(/all on-demand \(baseline run\)\s+\$[\d,]+\.\d\d/);
     expect(stdout).toMatch(/queue wait p95/);
+    // The three baselines ran on the same trace and seed.
+    for (const policy of ['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit']) expect(stdout).toMatch(new RegExp(`^${policy}\\s+\\$`, 'm'));
   });
 
   it('exits 2 with a message that names the problem for bad flags', async () => {

@@ -140,8 +140,26 @@ describe('planner: cheapest new capacity', () => {
     const spot = aGroup({ instanceType: 'g5.xlarge', capacityType: 'spot' });
     const od = aGroup({ instanceType: 'g5.xlarge' });
     const until = new Map([[spot.offerings[0]!.id, T0 + 60_000]]);
-    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
-    expect(scaleUps(plan(aSnapshot({ nowMs: T0 + 61_000, groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-spot']);
+    const impatient = { spotPatienceSec: 0 };
+    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()], policy: impatient }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
+    expect(scaleUps(plan(aSnapshot({ nowMs: T0 + 61_000, groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()], policy: impatient }))).map((a) => a.groupId)).toEqual(['g5.xlarge-spot']);
+  });
+
+  it('lets interruptible work wait a while for spot, in proportion to its length, then falls back to on-demand', () => {
+    const spot = aGroup({ instanceType: 'g5.xlarge', capacityType: 'spot' });
+    const od = aGroup({ instanceType: 'g5.xlarge' });
+    const until = new Map([[spot.offerings[0]!.id, T0 + 3_600_000]]);
+    const long = (waitedMin: number) => aJob({ queuedAtMs: T0 - waitedMin * 60_000, spec: { expectedRuntimeSec: 8 * 3600 } });
+    const p = plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [long(5)] }));
+    expect(scaleUps(p)).toEqual([]);
+    expect(p.waiting[0]!.reason.code).toBe('offering-unavailable');
+    // Past the 30-minute patience it runs on on-demand.
+    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [long(31)] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
+    // A 4-minute job waits at most half its length (here the 3-minute boot time floor).
+    const short = aJob({ queuedAtMs: T0 - 4 * 60_000, spec: { expectedRuntimeSec: 240 } });
+    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [short] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
+    // Work that may not be interrupted never waits for spot.
+    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob({ spec: { interruptible: false } })] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
   });
 
   it('keeps a gang in one zone on new capacity too, and buys all of it or none', () => {
@@ -249,6 +267,35 @@ describe('planner: budgets and caps', () => {
     const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], pendingJobs: [held] }));
     expect(p.actions).toContainEqual({ kind: 'hold', jobId: held.id, reason: undefined });
     expect(placements(p)).toHaveLength(1);
+  });
+});
+
+describe('planner: moving work back to spot', () => {
+  const spot = aGroup({ instanceType: 'g5.12xlarge', capacityType: 'spot' });
+  const od = aGroup({ instanceType: 'g5.12xlarge', desiredCapacity: 1 });
+  const onOd = (extra: Parameters<typeof aJob>[0] = {}) =>
+    running('team-a.long', 'i-od', { gpuIndices: [0, 1, 2, 3] }, { spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 48 * 3600 }, ...extra });
+
+  it('moves long checkpointable work from on-demand to spot when spot is available, and says what it saves', () => {
+    const p = plan(aSnapshot({ groups: [spot, od], nodes: [aNode('i-od', { group: od })], activeJobs: [onOd()] }));
+    expect(preempts(p)).toEqual([expect.objectContaining({ jobId: 'team-a.long', reason: expect.objectContaining({ code: 'rebalance-to-spot' }) })]);
+    expect(preempts(p)[0]!.reason.message).toMatch(/about \$[\d.]+ saved over its remaining run against \$[\d.]+ for the move/);
+  });
+
+  it('does not move work that cannot checkpoint, work about to finish, or work whose spot pool is unavailable', () => {
+    const nodes = [aNode('i-od', { group: od })];
+    const noCp = onOd({ spec: { gpu: { kind: 'whole', count: 4 }, expectedRuntimeSec: 48 * 3600 } });
+    const ending = onOd({ spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 3600 + 120 } });
+    expect(preempts(plan(aSnapshot({ groups: [spot, od], nodes, activeJobs: [noCp] })))).toEqual([]);
+    expect(preempts(plan(aSnapshot({ groups: [spot, od], nodes, activeJobs: [ending] })))).toEqual([]);
+    expect(preempts(plan(aSnapshot({ groups: [spot, od], nodes, activeJobs: [onOd()], unavailableUntilMs: new Map([[spot.offerings[0]!.id, T0 + 60_000]]) })))).toEqual([]);
+  });
+
+  it('sends a moved job to spot, not back to the on-demand machine it left', () => {
+    const moved = aJob({ id: 'team-a.long', attempt: 2, queuedAtMs: T0 - 30_000, requeueReason: { code: 'rebalance-to-spot', message: 'moved' }, spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 48 * 3600 } });
+    const p = plan(aSnapshot({ groups: [spot, od], nodes: [aNode('i-od', { group: od, record: { idleSinceMs: T0 - 60_000 } })], pendingJobs: [moved] }));
+    expect(placements(p)).toEqual([]);
+    expect(scaleUps(p).map((a) => a.groupId)).toEqual([spot.id]);
   });
 });
 

@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { plan as planSimple } from '../../core/planner/planner.ts';
 import { BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { DEFAULT_SIM_START_MS, runSimulation } from '../../cloud/sim/simulation.ts';
 import { loadWorkload, parseWorkload } from '../../cloud/sim/workload.ts';
@@ -33,7 +32,6 @@ describe('simulation', () => {
       workload: loadWorkload(BUILT_IN_TRACE, { hours: 4, maxJobs: 120 }),
       groups: DEFAULT_SIM_GROUPS,
       teamTags: defaultTeamTags(['nlp', 'recsys', 'speech', 'vision']),
-      planner: planSimple,
       seed,
       hours: 8,
     });

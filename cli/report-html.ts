@@ -1,0 +1,194 @@
+import { formatUsd } from '../core/money.ts';
+import type { SimulationResult } from '../cloud/sim/simulation.ts';
+import type { SimulateRun } from './simulate.ts';
+
+/**
+ * A self-contained HTML report of a simulation: inline SVG charts and tables, no scripts, no
+ * network, opens from disk. Charts: fleet size by group and capacity type over time, queue
+ * depth, cumulative cost against the baselines, and spend against budget per team.
+ */
+export function renderHtmlReport(run: SimulateRun): string {
+  const main = run.main;
+  const s = main.summary;
+  const od = run.baselines.find((b) => b.summary.policy === 'on-demand')?.summary.costMicroUsd ?? s.sameMachinesOnDemandMicroUsd;
+  const hours = (t: number) => t / 3600;
+  const groups = [...new Set(main.timeline.flatMap((p) => Object.keys(p.machinesByGroup)))].sort();
+  const fleet = stackedChart({
+    id: 'fleet',
+    title: 'Fleet size by node group (machines)',
+    xLabel: 'hours into the replay',
+    series: groups.map((g, i) => ({ name: g, color: colorFor(g, i), points: main.timeline.map((p) => [hours(p.tSec), p.machinesByGroup[g] ?? 0] as const) })),
+  });
+  const gpus = lineChart({
+    id: 'capacity-type',
+    title: 'GPUs by capacity type',
+    xLabel: 'hours into the replay',
+    series: [
+      { name: 'spot GPUs', color: '#2a9d8f', points: main.timeline.map((p) => [hours(p.tSec), p.spotGpus] as const) },
+      { name: 'on-demand GPUs', color: '#e76f51', points: main.timeline.map((p) => [hours(p.tSec), p.onDemandGpus] as const) },
+    ],
+  });
+  const queue = lineChart({
+    id: 'queue',
+    title: 'Queue depth',
+    xLabel: 'hours into the replay',
+    series: [
+      { name: 'jobs waiting', color: '#264653', points: main.timeline.map((p) => [hours(p.tSec), p.pendingJobs] as const) },
+      { name: 'GPUs waiting', color: '#f4a261', points: main.timeline.map((p) => [hours(p.tSec), p.pendingGpus] as const) },
+      { name: 'jobs running', color: '#8ab17d', points: main.timeline.map((p) => [hours(p.tSec), p.runningJobs] as const) },
+    ],
+  });
+  const all = [main, ...run.baselines];
+  const cost = lineChart({
+    id: 'cost',
+    title: 'Cumulative cost (USD) against the baselines',
+    xLabel: 'hours into the replay',
+    series: all.map((r, i) => ({ name: r.summary.policy, color: POLICY_COLORS[r.summary.policy] ?? palette(i), points: r.timeline.map((p) => [hours(p.tSec), p.cumulativeCostMicroUsd / 1e6] as const) })),
+  });
+  const budget = budgetChart(main);
+  const compareRows = all
+    .map((r) => {
+      const x = r.summary;
+      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${od > 0 ? (x.costMicroUsd / od).toFixed(3) : '-'}×</td><td>${x.idealCostMicroUsd > 0 ? (x.costMicroUsd / x.idealCostMicroUsd).toFixed(3) : '-'}×</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
+    })
+    .join('');
+  const events = main.budgetEvents
+    .map((e) => `<tr><td>${(e.tSec / 3600).toFixed(1)} h</td><td>${esc(e.team)}</td><td>${esc(e.state)}</td><td>${esc(e.message)}</td></tr>`)
+    .join('');
+  const kv = (k: string, v: string) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`;
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gpu-fleet simulation: ${esc(s.trace)} (${esc(s.policy)})</title>
+<style>
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#1d2327;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
+.sub{color:#5f6b73;margin:0 0 16px}
+table{border-collapse:collapse;margin:6px 0 12px}td,th{padding:3px 10px;border-bottom:1px solid #e4e7ea;text-align:left;font-variant-numeric:tabular-nums}
+th{font-weight:600}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:18px}
+figure.chart{margin:0;border:1px solid #e4e7ea;border-radius:6px;padding:10px}
+figure.chart figcaption{font-weight:600;margin-bottom:6px}
+.legend span{display:inline-block;margin-right:12px;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
+svg text{font-size:11px;fill:#5f6b73}
+</style></head><body>
+<h1>gpu-fleet simulation</h1>
+<p class="sub">${esc(s.trace)}: ${s.jobs.toLocaleString('en-US')} jobs, policy <b>${esc(s.policy)}</b>, seed ${s.seed}, ${s.virtualHours} virtual hours. Every job went through the real intake, reconcile, interruption and node-lost code on the simulated cloud.</p>
+<table class="summary">
+${kv('jobs completed / failed / lost', `${s.completed} / ${s.failed} / ${s.lost}`)}
+${kv('still running / pending at the end', `${s.runningAtEnd} / ${s.pendingAtEnd}`)}
+${kv('GPU-hours used / paid (utilisation)', `${s.gpuHoursUsed.toFixed(1)} / ${s.gpuHoursPaid.toFixed(1)} (${s.utilizationPct.toFixed(1)}%)`)}
+${kv('cost', `${formatUsd(s.costMicroUsd)} — ${od > 0 ? (s.costMicroUsd / od).toFixed(3) : '-'}× all on-demand (${formatUsd(od)}), ${s.idealCostMicroUsd > 0 ? (s.costMicroUsd / s.idealCostMicroUsd).toFixed(3) : '-'}× ideal (${formatUsd(s.idealCostMicroUsd)})`)}
+${kv('queue wait p50 / p95', `${(s.p50WaitSec / 60).toFixed(1)} / ${(s.p95WaitSec / 60).toFixed(1)} min`)}
+${kv('spot interruptions / jobs requeued / checkpoints', `${s.interruptions} / ${s.requeues} / ${s.checkpoints}`)}
+${kv('lost work (rework)', `${s.reworkGpuHours.toFixed(1)} GPU-h`)}
+${kv('deadline jobs / misses', `${s.deadlineJobs} / ${s.deadlineMisses}`)}
+</table>
+<h2>Against the alternatives (same trace, same seed, same spot market)</h2>
+<table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ ideal</th><th>wait p95</th><th>lost</th><th>rework GPU-h</th><th>interruptions</th><th>deadline misses</th></tr>${compareRows}</table>
+<h2>Charts</h2>
+<div class="grid">${fleet}${gpus}${queue}${cost}</div>
+<h2>Spend against budget</h2>
+${budget}
+<h2>Budget events</h2>
+${events ? `<table class="events"><tr><th>when</th><th>team</th><th>state</th><th>what</th></tr>${events}</table>` : '<p>None.</p>'}
+</body></html>
+`;
+}
+
+const POLICY_COLORS: Record<string, string> = { 'gpu-fleet': '#2a9d8f', 'on-demand': '#e76f51', 'spot-greedy': '#e9c46a', 'cheapest-fit': '#6d597a' };
+
+type Series = { name: string; color: string; points: readonly (readonly [number, number])[] };
+
+const W = 520;
+const H = 260;
+const PAD = { l: 48, r: 12, t: 10, b: 34 };
+
+function frame(maxX: number, maxY: number, xLabel: string): { x: (v: number) => number; y: (v: number) => number; axes: string } {
+  const x = (v: number) => PAD.l + (v / Math.max(maxX, 1e-9)) * (W - PAD.l - PAD.r);
+  const y = (v: number) => H - PAD.b - (v / Math.max(maxY, 1e-9)) * (H - PAD.t - PAD.b);
+  const ticks: string[] = [];
+  for (let i = 0; i <= 4; i++) {
+    const vy = (maxY * i) / 4;
+    ticks.push(`<line x1="${PAD.l}" x2="${W - PAD.r}" y1="${y(vy).toFixed(1)}" y2="${y(vy).toFixed(1)}" stroke="#eef0f2"/><text x="${PAD.l - 6}" y="${(y(vy) + 4).toFixed(1)}" text-anchor="end">${short(vy)}</text>`);
+    const vx = (maxX * i) / 4;
+    ticks.push(`<text x="${x(vx).toFixed(1)}" y="${H - PAD.b + 14}" text-anchor="middle">${short(vx)}</text>`);
+  }
+  const axes = `${ticks.join('')}<line x1="${PAD.l}" x2="${W - PAD.r}" y1="${H - PAD.b}" y2="${H - PAD.b}" stroke="#9aa4ab"/><text x="${(W + PAD.l) / 2}" y="${H - 4}" text-anchor="middle">${esc(xLabel)}</text>`;
+  return { x, y, axes };
+}
+
+function lineChart(input: { id: string; title: string; xLabel: string; series: Series[] }): string {
+  const maxX = Math.max(0, ...input.series.flatMap((s) => s.points.map((p) => p[0])));
+  const maxY = Math.max(1, ...input.series.flatMap((s) => s.points.map((p) => p[1]))) * 1.05;
+  const f = frame(maxX, maxY, input.xLabel);
+  const paths = input.series
+    .map((s) => {
+      const d = s.points.map((p, i) => `${i === 0 ? 'M' : 'L'}${f.x(p[0]).toFixed(1)},${f.y(p[1]).toFixed(1)}`).join('');
+      return `<g class="series" data-series="${esc(s.name)}" data-points="${s.points.length}"><title>${esc(s.name)}</title><path d="${d}" fill="none" stroke="${s.color}" stroke-width="1.8"/></g>`;
+    })
+    .join('');
+  return figure(input.id, input.title, `${f.axes}${paths}`, input.series);
+}
+
+function stackedChart(input: { id: string; title: string; xLabel: string; series: Series[] }): string {
+  const n = Math.max(0, ...input.series.map((s) => s.points.length));
+  const totals = Array.from({ length: n }, (_, i) => input.series.reduce((sum, s) => sum + (s.points[i]?.[1] ?? 0), 0));
+  const xs = input.series[0]?.points.map((p) => p[0]) ?? [];
+  const maxX = Math.max(0, ...xs);
+  const maxY = Math.max(1, ...totals) * 1.05;
+  const f = frame(maxX, maxY, input.xLabel);
+  const base = new Array<number>(n).fill(0);
+  const layers: string[] = [];
+  for (const s of input.series) {
+    const top = base.map((b, i) => b + (s.points[i]?.[1] ?? 0));
+    const upper = xs.map((x, i) => `${i === 0 ? 'M' : 'L'}${f.x(x).toFixed(1)},${f.y(top[i]!).toFixed(1)}`).join('');
+    const lower = [...xs.keys()].reverse().map((i) => `L${f.x(xs[i]!).toFixed(1)},${f.y(base[i]!).toFixed(1)}`).join('');
+    layers.push(`<g class="series" data-series="${esc(s.name)}" data-points="${s.points.length}"><title>${esc(s.name)}</title><path d="${upper}${lower}Z" fill="${s.color}" fill-opacity="0.75" stroke="${s.color}"/></g>`);
+    top.forEach((v, i) => (base[i] = v));
+  }
+  return figure(input.id, input.title, `${f.axes}${layers.join('')}`, input.series);
+}
+
+function budgetChart(main: SimulationResult): string {
+  const teams = Object.keys(main.budgets).sort();
+  if (teams.length === 0) return '<p>No team has a budget.</p>';
+  const last = main.timeline[main.timeline.length - 1];
+  const rows = teams.map((t) => ({ team: t, budget: main.budgets[t]!.amountMicroUsd / 1e6, spent: (last?.spendByTeamMicroUsd[t] ?? main.summary.costByTeamMicroUsd[t] ?? 0) / 1e6 }));
+  const max = Math.max(...rows.map((r) => Math.max(r.budget, r.spent))) * 1.1;
+  const rowH = 28;
+  const h = rows.length * rowH + 30;
+  const x = (v: number) => 90 + (v / max) * (W * 1.8 - 110);
+  const bars = rows
+    .map((r, i) => {
+      const y = 8 + i * rowH;
+      const color = r.spent >= r.budget ? '#e76f51' : r.spent >= 0.8 * r.budget ? '#f4a261' : '#2a9d8f';
+      return `<g class="series" data-series="${esc(r.team)}" data-points="2"><title>${esc(r.team)}: ${formatUsd(Math.round(r.spent * 1e6))} of ${formatUsd(Math.round(r.budget * 1e6))}</title><text x="84" y="${y + 15}" text-anchor="end">${esc(r.team)}</text><rect x="90" y="${y}" width="${(x(r.spent) - 90).toFixed(1)}" height="18" fill="${color}"/><line x1="${x(r.budget).toFixed(1)}" x2="${x(r.budget).toFixed(1)}" y1="${y - 3}" y2="${y + 21}" stroke="#1d2327" stroke-width="2"/><text x="${(x(Math.max(r.spent, r.budget)) + 6).toFixed(1)}" y="${y + 14}">${formatUsd(Math.round(r.spent * 1e6))} / ${formatUsd(Math.round(r.budget * 1e6))}</text></g>`;
+    })
+    .join('');
+  return `<figure class="chart" data-chart="budget"><figcaption>Spend this period against budget (bar: spent; line: budget)</figcaption><svg viewBox="0 0 ${W * 1.8} ${h}" width="100%" role="img">${bars}</svg></figure>`;
+}
+
+function figure(id: string, title: string, body: string, series: Series[]): string {
+  const legend = series.map((s) => `<span><i style="background:${s.color}"></i>${esc(s.name)}</span>`).join('');
+  return `<figure class="chart" data-chart="${id}"><figcaption>${esc(title)}</figcaption><svg viewBox="0 0 ${W} ${H}" width="100%" role="img" aria-label="${esc(title)}">${body}</svg><div class="legend">${legend}</div></figure>`;
+}
+
+const PALETTE = ['#2a9d8f', '#e76f51', '#264653', '#e9c46a', '#8ab17d', '#6d597a', '#f4a261', '#457b9d', '#b56576', '#355070'];
+function palette(i: number): string {
+  return PALETTE[i % PALETTE.length]!;
+}
+
+function colorFor(group: string, i: number): string {
+  if (/spot/.test(group)) return ['#2a9d8f', '#8ab17d', '#457b9d', '#355070'][i % 4]!;
+  if (/od|on-demand/.test(group)) return ['#e76f51', '#f4a261', '#b56576', '#e9c46a'][i % 4]!;
+  return palette(i);
+}
+
+function short(v: number): string {
+  if (v >= 1e6) return `${(v / 1e6).toFixed(1)}M`;
+  if (v >= 1e3) return `${(v / 1e3).toFixed(1)}k`;
+  return v >= 10 || v === 0 ? v.toFixed(0) : v.toFixed(1);
+}
+
+function esc(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}

@@ -1,0 +1,154 @@
+import { z } from 'zod';
+import type { NodeNotice } from '../../core/services/interruption.ts';
+
+/**
+ * EventBridge events about machines, turned into the interruption service's notices. The same
+ * parser serves the interruption Lambda and the simulated cloud, which emits these very shapes.
+ *
+ * Handled: aws.ec2 "EC2 Spot Instance Interruption Warning" (two minutes' notice),
+ * "EC2 Instance Rebalance Recommendation", "EC2 Instance State-change Notification";
+ * aws.autoscaling "EC2 Instance-terminate Lifecycle Action"; aws.health scheduled changes for
+ * EC2. Everything else is reported as ignored with the reason; malformed events as invalid.
+ */
+
+const INSTANCE_ID = /^i-[0-9a-f]{8}(?:[0-9a-f]{9})?$/;
+export const SPOT_NOTICE_MS = 120_000;
+
+const Envelope = z.object({
+  id: z.string({ error: 'id is missing' }).min(1, { error: 'id is empty' }),
+  'detail-type': z.string({ error: 'detail-type is missing' }),
+  source: z.string({ error: 'source is missing' }),
+  time: z.string().optional(),
+  region: z.string().optional(),
+  resources: z.array(z.string()).default([]),
+  detail: z.record(z.string(), z.unknown(), { error: 'detail must be an object' }),
+});
+
+const instanceId = z.string().regex(INSTANCE_ID, { error: 'is not an EC2 instance id (i- followed by 8 or 17 hex digits)' });
+
+const SpotWarning = z.object({ 'instance-id': instanceId, 'instance-action': z.string().optional() });
+const Rebalance = z.object({ 'instance-id': instanceId });
+const StateChange = z.object({ 'instance-id': instanceId, state: z.string().min(1) });
+const Lifecycle = z.object({
+  EC2InstanceId: instanceId,
+  AutoScalingGroupName: z.string().min(1),
+  LifecycleHookName: z.string().min(1),
+  LifecycleActionToken: z.string().optional(),
+  LifecycleTransition: z.string(),
+});
+const Health = z.object({
+  service: z.string(),
+  eventTypeCategory: z.string(),
+  eventTypeCode: z.string().optional(),
+  startTime: z.string().optional(),
+  affectedEntities: z.array(z.object({ entityValue: z.string() })).optional(),
+});
+
+export type ParsedEvent =
+  | { readonly kind: 'notice'; readonly notice: NodeNotice; readonly warnings: readonly string[] }
+  | { readonly kind: 'ignored'; readonly reason: string }
+  | { readonly kind: 'invalid'; readonly error: string };
+
+export interface ParseOptions {
+  /** When the event was received: the time of an event whose own `time` cannot be read. */
+  readonly receivedAtMs: number;
+  /** How long gpu-fleet's terminate lifecycle hook holds a machine (its heartbeat timeout). */
+  readonly lifecycleTimeoutSec?: number;
+}
+
+export function parseCloudEvent(raw: unknown, options: ParseOptions): ParsedEvent {
+  const env = Envelope.safeParse(raw);
+  if (!env.success) return { kind: 'invalid', error: `not an EventBridge event: ${issues(env.error)}` };
+  const e = env.data;
+  const warnings: string[] = [];
+  let atMs = e.time !== undefined ? Date.parse(e.time) : NaN;
+  if (!Number.isFinite(atMs)) {
+    warnings.push(`event time ${JSON.stringify(e.time)} is not a date; using the time it was received`);
+    atMs = options.receivedAtMs;
+  }
+  const bad = (what: string, error: z.ZodError) => ({ kind: 'invalid' as const, error: `${what} event ${e.id}: ${issues(error)}` });
+  const type = e['detail-type'];
+
+  if (e.source === 'aws.ec2' && type === 'EC2 Spot Instance Interruption Warning') {
+    const d = SpotWarning.safeParse(e.detail);
+    if (!d.success) return bad('spot interruption warning', d.error);
+    const action = d.data['instance-action'];
+    if (action !== undefined && !['terminate', 'stop', 'hibernate'].includes(action)) {
+      warnings.push(`instance-action ${JSON.stringify(action)} is not terminate, stop or hibernate; treated as terminate`);
+    }
+    return { kind: 'notice', warnings, notice: { kind: 'interruption-warning', eventId: e.id, instanceId: d.data['instance-id'], atMs, deadlineMs: atMs + SPOT_NOTICE_MS } };
+  }
+  if (e.source === 'aws.ec2' && type === 'EC2 Instance Rebalance Recommendation') {
+    const d = Rebalance.safeParse(e.detail);
+    if (!d.success) return bad('rebalance recommendation', d.error);
+    return { kind: 'notice', warnings, notice: { kind: 'rebalance', eventId: e.id, instanceId: d.data['instance-id'], atMs } };
+  }
+  if (e.source === 'aws.ec2' && type === 'EC2 Instance State-change Notification') {
+    const d = StateChange.safeParse(e.detail);
+    if (!d.success) return bad('state-change', d.error);
+    return { kind: 'notice', warnings, notice: { kind: 'state-change', eventId: e.id, instanceId: d.data['instance-id'], atMs, state: d.data.state } };
+  }
+  if (e.source === 'aws.autoscaling' && type === 'EC2 Instance-terminate Lifecycle Action') {
+    const d = Lifecycle.safeParse(e.detail);
+    if (!d.success) return bad('terminate lifecycle action', d.error);
+    if (d.data.LifecycleTransition !== 'autoscaling:EC2_INSTANCE_TERMINATING') return { kind: 'ignored', reason: `lifecycle transition ${d.data.LifecycleTransition} is not a termination` };
+    return {
+      kind: 'notice',
+      warnings,
+      notice: {
+        kind: 'lifecycle-terminate',
+        eventId: e.id,
+        instanceId: d.data.EC2InstanceId,
+        atMs,
+        groupName: d.data.AutoScalingGroupName,
+        hookName: d.data.LifecycleHookName,
+        ...(d.data.LifecycleActionToken ? { token: d.data.LifecycleActionToken } : {}),
+        deadlineMs: atMs + (options.lifecycleTimeoutSec ?? 300) * 1000,
+      },
+    };
+  }
+  if (e.source === 'aws.health') {
+    const d = Health.safeParse(e.detail);
+    if (!d.success) return bad('AWS Health', d.error);
+    if (d.data.service !== 'EC2' || d.data.eventTypeCategory !== 'scheduledChange') return { kind: 'ignored', reason: `AWS Health ${d.data.service} ${d.data.eventTypeCategory} events need no action` };
+    const ids = [...new Set([...(d.data.affectedEntities ?? []).map((a) => a.entityValue), ...e.resources])].filter((r) => INSTANCE_ID.test(r));
+    if (ids.length === 0) return { kind: 'ignored', reason: `AWS Health event ${e.id} names no EC2 instance` };
+    const start = d.data.startTime !== undefined ? Date.parse(d.data.startTime) : NaN;
+    return { kind: 'notice', warnings, notice: { kind: 'scheduled-change', eventId: e.id, instanceIds: ids, atMs, ...(Number.isFinite(start) ? { startMs: start } : {}) } };
+  }
+  return { kind: 'ignored', reason: `${e.source} "${type}" events need no action from gpu-fleet` };
+}
+
+function issues(error: z.ZodError): string {
+  return error.issues.map((i) => `${i.path.map(String).join('.') || '(event)'} ${i.message}`).join('; ');
+}
+
+/** Builds a spot interruption warning exactly as EventBridge delivers it (used by the simulated cloud). */
+export function spotInterruptionWarning(input: { id: string; instanceId: string; zone: string; region: string; account?: string; atMs: number }): Record<string, unknown> {
+  return {
+    version: '0',
+    id: input.id,
+    'detail-type': 'EC2 Spot Instance Interruption Warning',
+    source: 'aws.ec2',
+    account: input.account ?? '123456789012',
+    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    region: input.region,
+    resources: [`arn:aws:ec2:${input.zone}:instance/${input.instanceId}`],
+    detail: { 'instance-id': input.instanceId, 'instance-action': 'terminate' },
+  };
+}
+
+/** Builds an EC2 state-change notification as EventBridge delivers it. */
+export function instanceStateChange(input: { id: string; instanceId: string; region: string; account?: string; atMs: number; state: string }): Record<string, unknown> {
+  return {
+    version: '0',
+    id: input.id,
+    'detail-type': 'EC2 Instance State-change Notification',
+    source: 'aws.ec2',
+    account: input.account ?? '123456789012',
+    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    region: input.region,
+    resources: [`arn:aws:ec2:${input.region}:${input.account ?? '123456789012'}:instance/${input.instanceId}`],
+    detail: { 'instance-id': input.instanceId, state: input.state },
+  };
+}

@@ -1,0 +1,216 @@
+import type { Cloud } from '../catalog.ts';
+import type { Instance, NodeRecord } from '../fleet.ts';
+import { ACTIVE_STATES, type Job } from '../job.ts';
+import type { CheckpointStore, Clock, JobStore, NodeGroupProvider, NodeStore, PoolHistory } from '../ports.ts';
+import { reason } from '../reason.ts';
+import type { Policy } from '../snapshot.ts';
+import { applyJobEvent } from './job-updates.ts';
+import { requeueAttempt } from './requeue.ts';
+
+/**
+ * What a cloud (or the node's own agent) says is about to happen, or has happened, to a machine.
+ * Adapters translate EventBridge events, GCP preemption operations and the agent's local
+ * metadata notices into these; the service below handles all of them the same way.
+ */
+export type NodeNotice =
+  /** The machine will be taken at `deadlineMs` (AWS: two minutes after the warning; GCP: about 30 s). */
+  | { readonly kind: 'interruption-warning'; readonly eventId: string; readonly instanceId: string; readonly atMs: number; readonly deadlineMs: number }
+  /** The machine is at higher risk of interruption: move work early, let a replacement start. */
+  | { readonly kind: 'rebalance'; readonly eventId: string; readonly instanceId: string; readonly atMs: number }
+  /** The cloud reports a new state for the machine. */
+  | { readonly kind: 'state-change'; readonly eventId: string; readonly instanceId: string; readonly atMs: number; readonly state: string }
+  /** A terminate lifecycle hook holds the machine until the action is completed (or its timeout). */
+  | {
+      readonly kind: 'lifecycle-terminate';
+      readonly eventId: string;
+      readonly instanceId: string;
+      readonly atMs: number;
+      readonly groupName: string;
+      readonly hookName: string;
+      readonly token?: string;
+      /** When the hook times out and the machine goes anyway. */
+      readonly deadlineMs: number;
+    }
+  /** Planned maintenance (AWS Health scheduled change) for machines. */
+  | { readonly kind: 'scheduled-change'; readonly eventId: string; readonly instanceIds: readonly string[]; readonly atMs: number; readonly startMs?: number }
+  /** The machine was preempted and is gone (GCP `compute.instances.preempted`). */
+  | { readonly kind: 'preempted'; readonly eventId: string; readonly instanceId: string; readonly atMs: number };
+
+export interface InterruptionPorts {
+  readonly clock: Clock;
+  readonly jobs: JobStore;
+  readonly nodes: NodeStore;
+  readonly checkpoints: CheckpointStore;
+  readonly pools: PoolHistory;
+  readonly providers: readonly NodeGroupProvider[];
+}
+
+export type NoticeOutcome =
+  | { readonly status: 'ignored'; readonly why: string }
+  | {
+      readonly status: 'handled';
+      /** What was done, for logs. */
+      readonly summary: string;
+      readonly checkpointsRequested: readonly string[];
+      readonly requeued: readonly string[];
+      /** Replacement capacity should be chosen now rather than at the next minute. */
+      readonly reconcileSoon: boolean;
+      /** The lifecycle action was completed now (no work was left on the machine). */
+      readonly lifecycleCompleted: boolean;
+    };
+
+const GONE_STATES = new Set(['shutting-down', 'terminated', 'stopping', 'stopped']);
+/** A rebalance recommendation or planned maintenance sets no hard deadline: work without checkpoints finishes where it is. */
+const NO_DEADLINE_MS = 7 * 86_400_000;
+
+/**
+ * Handles one notice about one machine. Idempotent and order-independent: every job change
+ * names the attempt it acts on (a repeated or late notice changes nothing); the first draining
+ * mark wins; an interruption is counted once per machine. A `terminated` state change that
+ * arrives before (or without) the warning still requeues each job exactly once.
+ */
+export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice, policy: Policy): Promise<NoticeOutcome> {
+  if (notice.kind === 'scheduled-change') {
+    let last: NoticeOutcome = { status: 'ignored', why: 'no managed machine in the scheduled change' };
+    const parts: NoticeOutcome[] = [];
+    for (const instanceId of notice.instanceIds) {
+      parts.push(await handleNotice(ports, { kind: 'rebalance', eventId: `${notice.eventId}/${instanceId}`, instanceId, atMs: notice.atMs }, policy));
+    }
+    const handled = parts.filter((p): p is Extract<NoticeOutcome, { status: 'handled' }> => p.status === 'handled');
+    if (handled.length > 0) {
+      last = {
+        status: 'handled',
+        summary: `scheduled maintenance: ${handled.map((h) => h.summary).join('; ')}`,
+        checkpointsRequested: handled.flatMap((h) => h.checkpointsRequested),
+        requeued: handled.flatMap((h) => h.requeued),
+        reconcileSoon: true,
+        lifecycleCompleted: false,
+      };
+    }
+    return last;
+  }
+
+  const nowMs = ports.clock.nowMs();
+  const record = await ports.nodes.get(notice.instanceId);
+  const instance = await describe(ports.providers, notice.instanceId);
+  if (!record && !instance) {
+    return { status: 'ignored', why: `instance ${notice.instanceId} is not in a node group gpu-fleet manages` };
+  }
+  const onNode = await jobsOn(ports.jobs, notice.instanceId);
+  const offeringId = instance ? `${instance.cloud}/${instance.zone}/${instance.instanceType}/${instance.capacityType}` : undefined;
+  const groupId = instance?.groupId ?? record?.groupId;
+
+  switch (notice.kind) {
+    case 'interruption-warning':
+    case 'lifecycle-terminate': {
+      const marginMs = policy.noticeMarginSec * 1000;
+      const deadlineMs = Math.max(notice.atMs, notice.deadlineMs - marginMs);
+      const why = notice.kind === 'interruption-warning' ? 'spot interruption warning' : `terminate lifecycle hook ${notice.hookName}`;
+      const lifecycle = notice.kind === 'lifecycle-terminate' ? { groupId: groupId ?? notice.groupName, hookName: notice.hookName, ...(notice.token ? { token: notice.token } : {}) } : undefined;
+      await ports.nodes.markDraining(notice.instanceId, { sinceMs: notice.atMs, reason: why, deadlineMs, ...(lifecycle ? { lifecycle } : {}), ...(groupId ? { groupId } : {}) });
+      if (notice.kind === 'interruption-warning' && offeringId && instance?.capacityType === 'spot') await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
+      const { requested, requeued } = await askCheckpoints(ports, onNode, nowMs, why);
+      let lifecycleCompleted = false;
+      if (notice.kind === 'lifecycle-terminate' && onNode.length === 0) {
+        lifecycleCompleted = await completeLifecycle(ports.providers, instance?.cloud, { groupId: groupId ?? notice.groupName, instanceId: notice.instanceId, hookName: notice.hookName, ...(notice.token ? { token: notice.token } : {}) });
+      }
+      return {
+        status: 'handled',
+        summary: `${why} for ${notice.instanceId}: ${requested.length} checkpoint(s) requested, ${requeued.length} job(s) requeued, machine draining until ${new Date(deadlineMs).toISOString()}`,
+        checkpointsRequested: requested,
+        requeued,
+        reconcileSoon: true,
+        lifecycleCompleted,
+      };
+    }
+    case 'rebalance': {
+      await ports.nodes.markDraining(notice.instanceId, { sinceMs: notice.atMs, reason: 'rebalance recommendation', deadlineMs: notice.atMs + NO_DEADLINE_MS, ...(groupId ? { groupId } : {}) });
+      const checkpointable = onNode.filter((j) => j.spec.checkpoint !== undefined);
+      const { requested, requeued } = await askCheckpoints(ports, checkpointable, nowMs, 'rebalance recommendation');
+      return {
+        status: 'handled',
+        summary: `rebalance recommendation for ${notice.instanceId}: no new work; ${requested.length} checkpointable job(s) asked to move early; a replacement will be chosen`,
+        checkpointsRequested: requested,
+        requeued,
+        reconcileSoon: true,
+        lifecycleCompleted: false,
+      };
+    }
+    case 'state-change':
+    case 'preempted': {
+      if (notice.kind === 'state-change' && !GONE_STATES.has(notice.state)) {
+        return { status: 'ignored', why: `state ${notice.state} of ${notice.instanceId} needs no action` };
+      }
+      const what = notice.kind === 'preempted' ? 'preempted' : notice.state;
+      await ports.nodes.markDraining(notice.instanceId, { sinceMs: notice.atMs, reason: `machine ${what}`, deadlineMs: notice.atMs, ...(groupId ? { groupId } : {}) });
+      if (offeringId && instance?.capacityType === 'spot' && (notice.kind === 'preempted' || onNode.length > 0)) await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
+      const requeued: string[] = [];
+      for (const job of onNode) {
+        const out = await requeueAttempt(ports, { jobId: job.id, attempt: job.attempt, reason: reason(notice.kind === 'preempted' ? 'interrupted' : 'node-lost', `machine ${notice.instanceId} is ${what}`), nowMs });
+        if (out.status === 'changed') requeued.push(job.id);
+      }
+      return {
+        status: 'handled',
+        summary: `${notice.instanceId} ${what}: ${requeued.length} job(s) requeued from their newest checkpoint`,
+        checkpointsRequested: [],
+        requeued,
+        reconcileSoon: requeued.length > 0,
+        lifecycleCompleted: false,
+      };
+    }
+  }
+}
+
+/**
+ * Asks every job on a machine to checkpoint (its agent then saves and requeues it). A job placed
+ * but not started yet loses nothing and is requeued at once; a job that cannot checkpoint keeps
+ * running and is requeued when the machine goes (or finishes first).
+ */
+async function askCheckpoints(ports: InterruptionPorts, jobs: readonly Job[], nowMs: number, why: string): Promise<{ requested: string[]; requeued: string[] }> {
+  const requested: string[] = [];
+  const requeued: string[] = [];
+  for (const job of jobs) {
+    if (job.state === 'placed') {
+      const out = await requeueAttempt(ports, { jobId: job.id, attempt: job.attempt, reason: reason('interrupted', `its machine got a ${why} before it started`), nowMs });
+      if (out.status === 'changed') requeued.push(job.id);
+    } else if (job.state === 'running' && job.spec.checkpoint) {
+      const out = await applyJobEvent(ports.jobs, job.id, { type: 'checkpoint-requested', attempt: job.attempt, reason: reason('interrupted', `its machine got a ${why}; checkpointed and requeued`) }, nowMs);
+      if (out.status === 'changed') requested.push(job.id);
+    }
+  }
+  return { requested, requeued };
+}
+
+async function jobsOn(jobs: JobStore, instanceId: string): Promise<Job[]> {
+  return (await jobs.listByState(ACTIVE_STATES)).filter((j) => j.placement?.nodes.some((n) => n.nodeId === instanceId));
+}
+
+async function describe(providers: readonly NodeGroupProvider[], instanceId: string): Promise<Instance | undefined> {
+  for (const p of providers) {
+    const found = await p.describeInstance(instanceId);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+async function completeLifecycle(providers: readonly NodeGroupProvider[], cloud: Cloud | undefined, input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<boolean> {
+  const provider = providers.find((p) => cloud === undefined || p.cloud === cloud);
+  if (!provider) return false;
+  await provider.completeLifecycleAction(input);
+  return true;
+}
+
+/**
+ * Lets go of machines held by a terminate lifecycle hook once their work has left them, or
+ * their time is up. Called by every reconcile; idempotent (completing twice is harmless).
+ */
+export async function completeDrainedLifecycles(ports: Pick<InterruptionPorts, 'providers'>, records: readonly NodeRecord[], activeJobs: readonly Job[], nowMs: number): Promise<number> {
+  let completed = 0;
+  const busy = new Set(activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));
+  for (const r of records) {
+    const lc = r.draining?.lifecycle;
+    if (!lc || (busy.has(r.instanceId) && nowMs < r.draining!.deadlineMs)) continue;
+    if (await completeLifecycle(ports.providers, undefined, { groupId: lc.groupId, instanceId: r.instanceId, hookName: lc.hookName, ...(lc.token ? { token: lc.token } : {}) })) completed++;
+  }
+  return completed;
+}
