@@ -156,7 +156,8 @@ function budgetChart(main: SimulationResult): string {
   const max = Math.max(...rows.map((r) => Math.max(r.budget, r.spent))) * 1.1;
   const rowH = 28;
   const h = rows.length * rowH + 30;
-  const x = (v: number) => 90 + (v / max) * (W * 1.8 - 110);
+  const width = W * 1.8;
+  const x = (v: number) => 90 + (v / max) * (width - 90 - 230);
   const bars = rows
     .map((r, i) => {
       const y = 8 + i * rowH;
@@ -164,7 +165,7 @@ function budgetChart(main: SimulationResult): string {
       return `<g class="series" data-series="${esc(r.team)}" data-points="2"><title>${esc(r.team)}: ${formatUsd(Math.round(r.spent * 1e6))} of ${formatUsd(Math.round(r.budget * 1e6))}</title><text x="84" y="${y + 15}" text-anchor="end">${esc(r.team)}</text><rect x="90" y="${y}" width="${(x(r.spent) - 90).toFixed(1)}" height="18" fill="${color}"/><line x1="${x(r.budget).toFixed(1)}" x2="${x(r.budget).toFixed(1)}" y1="${y - 3}" y2="${y + 21}" stroke="#1d2327" stroke-width="2"/><text x="${(x(Math.max(r.spent, r.budget)) + 6).toFixed(1)}" y="${y + 14}">${formatUsd(Math.round(r.spent * 1e6))} / ${formatUsd(Math.round(r.budget * 1e6))}</text></g>`;
     })
     .join('');
-  return `<figure class="chart" data-chart="budget"><figcaption>Spend this period against budget (bar: spent; line: budget)</figcaption><svg viewBox="0 0 ${W * 1.8} ${h}" width="100%" role="img">${bars}</svg></figure>`;
+  return `<figure class="chart" data-chart="budget"><figcaption>Spend this period against budget (bar: spent; line: budget)</figcaption><svg viewBox="0 0 ${width} ${h}" width="100%" role="img">${bars}</svg></figure>`;
 }
 
 function figure(id: string, title: string, body: string, series: Series[]): string {

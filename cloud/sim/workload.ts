@@ -30,8 +30,10 @@ export interface WorkloadOptions {
   readonly defaultGpuModel?: string;
   /** Teams for rows without one, chosen by a hash of the job id (default nlp, vision, speech, recsys). */
   readonly defaultTeams?: readonly string[];
-  /** Use only jobs submitted within the first N hours (after rebasing). */
+  /** Use only jobs submitted within N hours (after rebasing): the first N hours, or the busiest N with `busiest`. */
   readonly hours?: number;
+  /** Take the N-hour window with the most submissions instead of the first one. */
+  readonly busiest?: boolean;
   /** Use at most N jobs (the earliest). */
   readonly maxJobs?: number;
   /** GPU memory assumed for a whole GPU when a trace gives fractions without memory (default 16384 MiB). */
@@ -114,9 +116,21 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
     raw.push({ job: { id, workSec, team, exitCode: failed ? 1 : 0, spec }, submitAbs: submit, ...(deadline !== undefined && Number.isFinite(deadline) ? { deadlineAbs: deadline } : {}) });
   });
   raw.sort((a, b) => a.submitAbs - b.submitAbs || (a.job.id < b.job.id ? -1 : 1));
-  const t0 = raw[0]?.submitAbs ?? 0;
+  let t0 = raw[0]?.submitAbs ?? 0;
+  if (options.busiest && options.hours !== undefined && raw.length > 0) {
+    // Two pointers over submit times: the window [t, t + hours) holding the most jobs.
+    const span = options.hours * 3600;
+    let best = 0;
+    for (let i = 0, j = 0; i < raw.length; i++) {
+      while (raw[i]!.submitAbs - raw[j]!.submitAbs >= span) j++;
+      if (i - j + 1 > best) {
+        best = i - j + 1;
+        t0 = raw[j]!.submitAbs;
+      }
+    }
+  }
   let jobs: WorkloadJob[] = raw.map(({ job, submitAbs, deadlineAbs }) => ({ ...job, submitSec: Math.round(submitAbs - t0), ...(deadlineAbs !== undefined ? { deadlineSec: Math.round(deadlineAbs - t0) } : {}) }));
-  if (options.hours !== undefined) jobs = jobs.filter((j) => j.submitSec < options.hours! * 3600);
+  if (options.hours !== undefined) jobs = jobs.filter((j) => j.submitSec >= 0 && j.submitSec < options.hours! * 3600);
   if (options.maxJobs !== undefined) jobs = jobs.slice(0, options.maxJobs);
   const teams = [...new Set(jobs.map((j) => j.team))].sort();
   return { name, jobs, skipped, teams };

@@ -1,17 +1,19 @@
 import { describe, expect, it } from 'vitest';
-import { BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../../cloud/sim/defaults.ts';
-import { DEFAULT_SIM_START_MS, runSimulation } from '../../cloud/sim/simulation.ts';
+import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../../cloud/sim/defaults.ts';
+import { DEFAULT_SIM_START_MS, runSimulation, SIM_POLICIES, type SimPolicyName, type SpotSetup } from '../../cloud/sim/simulation.ts';
 import { loadWorkload, parseWorkload } from '../../cloud/sim/workload.ts';
 
 describe('workload from a trace', () => {
-  it('reads the built-in sample: 2,181 Philly jobs, rebased, with teams and checkpoints', () => {
+  it('reads the built-in sample: 2,181 Philly jobs, rebased, with teams, checkpoints and some deadlines', () => {
     const w = loadWorkload(BUILT_IN_TRACE);
     expect(w.jobs).toHaveLength(2181);
     expect(w.teams).toEqual(['nlp', 'recsys', 'speech', 'vision']);
     expect(w.jobs[0]).toMatchObject({ id: '6214e9-1412', submitSec: 0, workSec: 893, team: 'recsys' });
     expect(w.jobs.every((j) => j.spec.gpu?.kind === 'whole')).toBe(true);
-    const long = w.jobs.find((j) => j.workSec >= 1200)!;
-    expect(long.spec.checkpoint).toEqual({ intervalSec: 600 });
+    expect(w.jobs.find((j) => j.workSec >= 1200)!.spec.checkpoint).toEqual({ intervalSec: 600 });
+    const withDeadline = w.jobs.filter((j) => j.deadlineSec !== undefined);
+    expect(withDeadline).toHaveLength(40);
+    for (const j of withDeadline) expect(j.deadlineSec!).toBeGreaterThan(j.submitSec + j.workSec);
   });
 
   it('fills empty columns deterministically, makes gangs and fractions, and says what it skipped', () => {
@@ -27,36 +29,51 @@ describe('workload from a trace', () => {
 });
 
 describe('simulation', () => {
-  const run = (seed: number) =>
-    runSimulation({
-      workload: loadWorkload(BUILT_IN_TRACE, { hours: 4, maxJobs: 120 }),
-      groups: DEFAULT_SIM_GROUPS,
-      teamTags: defaultTeamTags(['nlp', 'recsys', 'speech', 'vision']),
-      seed,
-      hours: 8,
-    });
+  const workload = loadWorkload(BUILT_IN_TRACE, { hours: 6, maxJobs: 150 });
+  const run = (seed: number, policy: SimPolicyName = 'gpu-fleet', spot: SpotSetup = BUILT_IN_SPOT) =>
+    runSimulation({ workload, groups: DEFAULT_SIM_GROUPS, teamTags: defaultTeamTags(workload.teams), policy, seed, hours: 8, spot });
 
-  it('runs every job through intake, reconcile and the agents, and loses none', async () => {
+  it('runs every job through intake, reconcile, interruptions and the agents, and loses none', async () => {
     const { summary, jobs } = await run(1);
-    expect(summary.accepted).toBe(120);
+    expect(summary.accepted).toBe(workload.jobs.length);
     expect(summary.lost).toBe(0);
-    expect(summary.completed + summary.runningAtEnd + summary.pendingAtEnd + summary.failed).toBe(120);
-    expect(summary.completed).toBeGreaterThan(100);
+    expect(summary.completed + summary.runningAtEnd + summary.pendingAtEnd + summary.failed).toBe(workload.jobs.length);
+    expect(summary.completed).toBeGreaterThan(120);
     expect(summary.gpuHoursPaid).toBeGreaterThanOrEqual(summary.gpuHoursUsed);
-    expect(summary.costMicroUsd).toBeLessThan(summary.onDemandCostMicroUsd);
-    // Nothing starts before it was submitted, and nothing at all before the first machine booted (3 min less 20% jitter).
+    expect(summary.costMicroUsd).toBeLessThan(summary.sameMachinesOnDemandMicroUsd);
+    expect(summary.idealCostMicroUsd).toBeLessThanOrEqual(summary.costMicroUsd);
     for (const j of jobs) if (j.firstStartedAtMs !== undefined) expect(j.firstStartedAtMs).toBeGreaterThanOrEqual(j.submittedAtMs);
     const firstStart = Math.min(...jobs.flatMap((j) => (j.firstStartedAtMs === undefined ? [] : [j.firstStartedAtMs])));
-    expect(firstStart - DEFAULT_SIM_START_MS).toBeGreaterThanOrEqual(144_000);
-    // Team spend from the ledger adds up to the bill within one reconcile interval of accrual.
+    expect(firstStart - DEFAULT_SIM_START_MS).toBeGreaterThanOrEqual(144_000); // nothing before the first machine booted
     const teams = Object.values(summary.costByTeamMicroUsd).reduce((a, b) => a + b, 0);
     expect(Math.abs(teams - summary.costMicroUsd) / summary.costMicroUsd).toBeLessThan(0.05);
   });
 
-  it('is deterministic for a seed', async () => {
+  it('checkpoints and requeues work through real interruption events, finishing it all the same', async () => {
+    const heavy: SpotSetup = { kind: 'rates', ratePerHour: () => 1.5 };
+    const { summary, jobs } = await run(3, 'gpu-fleet', heavy);
+    expect(summary.interruptions).toBeGreaterThan(5);
+    expect(summary.requeues).toBeGreaterThan(0);
+    expect(summary.lost).toBe(0);
+    const resumed = jobs.filter((j) => j.interruptions > 0 && j.state === 'succeeded' && j.checkpoint !== undefined);
+    expect(resumed.length).toBeGreaterThan(0);
+    // Work lost per interruption is bounded by the checkpoint interval plus the restore, not the whole run.
+    expect(summary.reworkGpuHours).toBeLessThan(summary.gpuHoursUsed * 0.25);
+  });
+
+  it('loses no job under any policy', async () => {
+    for (const policy of SIM_POLICIES) {
+      const { summary } = await run(2, policy);
+      expect(summary.lost, policy).toBe(0);
+      expect(summary.accepted, policy).toBe(workload.jobs.length);
+    }
+  });
+
+  it('is deterministic for a seed, spot market included', async () => {
     const a = await run(7);
     const b = await run(7);
     const strip = (s: typeof a.summary) => ({ ...s, wallMs: 0 });
     expect(strip(a.summary)).toEqual(strip(b.summary));
+    expect(a.timeline).toEqual(b.timeline);
   });
 });

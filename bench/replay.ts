@@ -1,0 +1,113 @@
+/**
+ * npm run bench:replay [-- --traces DIR] [--hours H] [--seeds 1,2,3] [--json]
+ *
+ * Every trace sample (CSV in the shared cleaned format) under every policy, on the built-in
+ * simulated fleet and spot market: per trace and policy, the cost against the all-on-demand
+ * baseline and against the ideal, lost jobs, GPU-hours of rework and p95 wait. Each trace is
+ * replayed over its busiest H hours of submissions (default 72), for H virtual hours; the same
+ * seed gives every policy the same market.
+ */
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
+import { runSimulation, SIM_POLICIES } from '../cloud/sim/simulation.ts';
+import { loadWorkload } from '../cloud/sim/workload.ts';
+
+interface Row {
+  trace: string;
+  seed: number;
+  policy: string;
+  jobs: number;
+  costRatioOnDemand: number;
+  costRatioIdeal: number;
+  lost: number;
+  reworkGpuHours: number;
+  p95WaitSec: number;
+  p95WaitOverOnDemandSec: number;
+  deadlineMisses: number;
+}
+
+function args(argv: string[]) {
+  const get = (f: string) => {
+    const i = argv.indexOf(f);
+    return i >= 0 ? argv[i + 1] : undefined;
+  };
+  const shared = new URL('../../shared/data/traces/', import.meta.url).pathname;
+  return {
+    dir: get('--traces') ?? (existsSync(shared) ? shared : undefined),
+    hours: Number(get('--hours') ?? 72),
+    seeds: (get('--seeds') ?? '1').split(',').map(Number),
+    json: argv.includes('--json'),
+  };
+}
+
+async function main(): Promise<void> {
+  const a = args(process.argv.slice(2));
+  const files = a.dir
+    ? readdirSync(a.dir)
+        .filter((f) => f.endsWith('.csv') && !f.includes('nodes'))
+        .sort()
+        .map((f) => join(a.dir!, f))
+    : [BUILT_IN_TRACE.pathname];
+  if (!files.some((f) => f.endsWith('philly-6214e9-48h.csv'))) files.push(BUILT_IN_TRACE.pathname);
+  const rows: Row[] = [];
+  for (const file of files) {
+    const workload = loadWorkload(file, { hours: a.hours, busiest: true });
+    if (workload.jobs.length === 0) continue;
+    for (const seed of a.seeds) {
+      const results = [];
+      for (const policy of SIM_POLICIES) {
+        results.push(await runSimulation({ workload, groups: DEFAULT_SIM_GROUPS, teamTags: defaultTeamTags(workload.teams, 1_000_000), policy, seed, hours: a.hours, spot: BUILT_IN_SPOT }));
+      }
+      const od = results.find((r) => r.summary.policy === 'on-demand')!.summary;
+      for (const r of results) {
+        const s = r.summary;
+        const row: Row = {
+          trace: workload.name,
+          seed,
+          policy: s.policy,
+          jobs: s.jobs,
+          costRatioOnDemand: round(s.costMicroUsd / Math.max(1, od.costMicroUsd)),
+          costRatioIdeal: round(s.costMicroUsd / Math.max(1, s.idealCostMicroUsd)),
+          lost: s.lost,
+          reworkGpuHours: s.reworkGpuHours,
+          p95WaitSec: Math.round(s.p95WaitSec),
+          p95WaitOverOnDemandSec: Math.round(s.p95WaitSec - od.p95WaitSec),
+          deadlineMisses: s.deadlineMisses,
+        };
+        rows.push(row);
+        if (!a.json) print(row, rows.length === 1);
+      }
+    }
+  }
+  if (a.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+  else {
+    const lost = rows.reduce((s, r) => s + r.lost, 0);
+    console.log(`\nlost jobs over every trace, seed and policy: ${lost} (target 0)`);
+  }
+}
+
+function print(r: Row, header: boolean): void {
+  if (header) console.log(['trace'.padEnd(28), 'seed', 'policy'.padEnd(13), 'jobs'.padStart(6), '÷ on-demand'.padStart(12), '÷ ideal'.padStart(8), 'lost'.padStart(5), 'rework GPU-h'.padStart(13), 'p95 wait'.padStart(9), 'vs OD'.padStart(7), 'dl miss'.padStart(8)].join(' '));
+  console.log(
+    [
+      r.trace.padEnd(28),
+      String(r.seed).padStart(4),
+      r.policy.padEnd(13),
+      String(r.jobs).padStart(6),
+      `${r.costRatioOnDemand.toFixed(3)}×`.padStart(12),
+      `${r.costRatioIdeal.toFixed(2)}×`.padStart(8),
+      String(r.lost).padStart(5),
+      r.reworkGpuHours.toFixed(1).padStart(13),
+      `${(r.p95WaitSec / 60).toFixed(1)}m`.padStart(9),
+      `${r.p95WaitOverOnDemandSec >= 0 ? '+' : ''}${(r.p95WaitOverOnDemandSec / 60).toFixed(1)}m`.padStart(7),
+      String(r.deadlineMisses).padStart(8),
+    ].join(' '),
+  );
+}
+
+function round(x: number): number {
+  return Math.round(x * 1000) / 1000;
+}
+
+await main();
