@@ -2,7 +2,7 @@ import type { Cloud, InstanceType, Offering, PriceQuote } from './catalog.ts';
 import type { Draining, Instance, NodeGroup, NodeRecord } from './fleet.ts';
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
-import type { Plan } from './plan.ts';
+import type { Plan, PlanAction } from './plan.ts';
 
 /**
  * The ports: what gpu-fleet needs from the outside world. core/ calls these and nothing else;
@@ -245,6 +245,31 @@ export interface PoolStats {
   readonly interruptions: number;
   readonly exposureHours: number;
   readonly lastInterruptedAtMs?: number;
+}
+
+export interface JournaledPlan {
+  readonly planId: string;
+  readonly atMs: number;
+  readonly actions: readonly PlanAction[];
+  /** Indexes of the actions already applied. */
+  readonly done: ReadonlySet<number>;
+  readonly finished: boolean;
+}
+
+/**
+ * The plan journal makes apply resumable: a plan is written before any action is taken, each
+ * action is recorded once applied, and a reconciler that finds an unfinished plan (its
+ * predecessor crashed half-way) applies the rest before planning anew.
+ */
+export interface PlanJournal {
+  /** Stores a plan before any of it is applied. Idempotent by plan id (a second start changes nothing). */
+  start(planId: string, atMs: number, actions: readonly PlanAction[]): Promise<void>;
+  /** Records that action `index` of the plan was applied. Idempotent. */
+  done(planId: string, index: number): Promise<void>;
+  /** Marks the plan finished. Idempotent. */
+  finish(planId: string): Promise<void>;
+  /** The newest plan that was started but not finished, or undefined. */
+  unfinished(): Promise<JournaledPlan | undefined>;
 }
 
 /** What gpu-fleet has seen of each spot pool: how long its machines lived, and how often they were taken. */

@@ -10,6 +10,7 @@ import {
   MemoryJobStore,
   MemoryLeaseStore,
   MemoryNodeStore,
+  MemoryPlanJournal,
   MemoryPoolHistory,
   MemorySpendLedger,
   StaticBudgetTags,
@@ -41,6 +42,7 @@ export interface SimEnvironment {
   readonly budgets: StaticBudgetTags;
   readonly lease: MemoryLeaseStore;
   readonly pools: MemoryPoolHistory;
+  readonly journal: MemoryPlanJournal;
   readonly catalog: ShippedCatalog;
   /** The ports as the reconcile service takes them. */
   readonly ports: ReconcilePorts;
@@ -75,8 +77,10 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   const budgets = new StaticBudgetTags(options.teamTags);
   const lease = new MemoryLeaseStore();
   const pools = new MemoryPoolHistory();
+  const journal = new MemoryPlanJournal();
   const ports: ReconcilePorts = {
     pools,
+    journal,
     clock,
     providers: [cloud],
     catalog: new ShippedCatalogSource(catalog),
@@ -89,5 +93,5 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     checkpoints,
     lease,
   };
-  return { clock, random, cloud, jobs, nodes, queue, ledger, decisions, checkpoints, budgets, lease, pools, catalog, ports, priceOf };
+  return { clock, random, cloud, jobs, nodes, queue, ledger, decisions, checkpoints, budgets, lease, pools, journal, catalog, ports, priceOf };
 }

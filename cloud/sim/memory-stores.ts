@@ -1,7 +1,10 @@
 import { CloudError } from '../../core/errors.ts';
 import type { Draining, NodeRecord } from '../../core/fleet.ts';
 import type { CheckpointRef, Job, JobState } from '../../core/job.ts';
+import type { PlanAction } from '../../core/plan.ts';
 import type {
+  JournaledPlan,
+  PlanJournal,
   PoolHistory,
   PoolStats,
   BudgetTagSource,
@@ -301,5 +304,32 @@ export class MemoryPoolHistory implements PoolHistory {
       e.lastInterruptedAtMs = Math.max(e.lastInterruptedAtMs ?? 0, i.atMs);
     }
     return out;
+  }
+}
+
+export class MemoryPlanJournal implements PlanJournal {
+  private readonly plans = new Map<string, { atMs: number; actions: readonly PlanAction[]; done: Set<number>; finished: boolean }>();
+
+  async start(planId: string, atMs: number, actions: readonly PlanAction[]): Promise<void> {
+    if (!this.plans.has(planId)) this.plans.set(planId, { atMs, actions, done: new Set(), finished: false });
+    // Keep the journal short: finished plans are only history.
+    if (this.plans.size > 50) for (const [id, p] of this.plans) if (p.finished && this.plans.size > 50) this.plans.delete(id);
+  }
+
+  async done(planId: string, index: number): Promise<void> {
+    this.plans.get(planId)?.done.add(index);
+  }
+
+  async finish(planId: string): Promise<void> {
+    const p = this.plans.get(planId);
+    if (p) p.finished = true;
+  }
+
+  async unfinished(): Promise<JournaledPlan | undefined> {
+    let newest: [string, { atMs: number; actions: readonly PlanAction[]; done: Set<number>; finished: boolean }] | undefined;
+    for (const entry of this.plans) if (!entry[1].finished && (!newest || entry[1].atMs > newest[1].atMs)) newest = entry;
+    if (!newest) return undefined;
+    const [planId, p] = newest;
+    return { planId, atMs: p.atMs, actions: p.actions, done: new Set(p.done), finished: false };
   }
 }

@@ -2,7 +2,7 @@ import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { Plan, PlanAction } from '../plan.ts';
 import { describeAction } from '../plan.ts';
-import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore } from '../ports.ts';
+import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore, PlanJournal } from '../ports.ts';
 import { reason, type Reason } from '../reason.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import { accrueSpend, nodeShares } from './accrual.ts';
@@ -17,6 +17,7 @@ export interface ReconcilePorts extends SnapshotPorts {
   readonly clock: Clock;
   readonly checkpoints: CheckpointStore;
   readonly decisions: DecisionLog;
+  readonly journal: PlanJournal;
   readonly lease?: LeaseStore;
 }
 
@@ -40,6 +41,8 @@ export type ReconcileOutcome =
       readonly decision: DecisionRecord;
       readonly snapshot: Snapshot;
       readonly lostJobsRequeued: number;
+      /** Actions of an unfinished earlier plan applied before this one (a predecessor crashed half-way). */
+      readonly resumed: number;
     };
 
 export const RECONCILE_LEASE = 'reconcile';
@@ -57,6 +60,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     return { status: 'skipped', reason: 'another reconciler holds the lease' };
   }
   try {
+    const resumed = options.dryRun ? 0 : await resumeUnfinished(ports, options.policy);
     let world = await readWorld(ports);
     const nowMs = ports.clock.nowMs();
     let lostJobsRequeued = 0;
@@ -94,40 +98,77 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       errors: [],
       planMs,
     };
-    if (options.dryRun) {
-      await ports.decisions.record(base);
-      return { status: 'done', decision: base, snapshot, lostJobsRequeued };
-    }
     await ports.decisions.record(base);
-    const { applied, errors } = await applyPlan(ports, plan, snapshot, nowMs);
+    if (options.dryRun) return { status: 'done', decision: base, snapshot, lostJobsRequeued, resumed };
+    // The plan is journaled before any action, and each action is recorded once applied.
+    await ports.journal.start(base.id, nowMs, plan.actions);
+    const { applied, errors } = await applyPlan(ports, plan.actions, providersByGroup(ports, snapshot.groups), nowMs, { journal: ports.journal, planId: base.id });
+    await ports.journal.finish(base.id);
     await trackIdleAndProtection(ports, world, plan, nowMs);
     await completeDrainedLifecycles(ports, world.records, world.activeJobs, nowMs);
     await forgetGoneNodes(ports, world, nowMs);
     const decision: DecisionRecord = { ...base, applied, errors };
     await ports.decisions.record(decision);
-    return { status: 'done', decision, snapshot, lostJobsRequeued };
+    return { status: 'done', decision, snapshot, lostJobsRequeued, resumed };
   } finally {
     if (ports.lease) await ports.lease.release(RECONCILE_LEASE, holder);
   }
 }
 
-/** Applies each action on its own; one failure is recorded and does not stop the rest. */
-export async function applyPlan(ports: ReconcilePorts, plan: Plan, snapshot: Snapshot, nowMs: number): Promise<{ applied: number; errors: string[] }> {
-  const providerOf = new Map(snapshot.groups.map((g) => [g.id, ports.providers.find((p) => p.cloud === g.cloud)]));
+type ProviderOf = Map<string, ReconcilePorts['providers'][number] | undefined>;
+
+function providersByGroup(ports: ReconcilePorts, groups: readonly { id: string; cloud: string }[]): ProviderOf {
+  return new Map(groups.map((g) => [g.id, ports.providers.find((p) => p.cloud === g.cloud)]));
+}
+
+/**
+ * Applies each action on its own; one failure is recorded and does not stop the rest. With a
+ * journal, each applied action is recorded; actions already recorded are skipped. A failure to
+ * record (the store is gone, the function is being stopped) ends the apply: the next run resumes.
+ */
+export async function applyPlan(
+  ports: ReconcilePorts,
+  actions: readonly PlanAction[],
+  providerOf: ProviderOf,
+  nowMs: number,
+  journal?: { journal: PlanJournal; planId: string; done?: ReadonlySet<number> },
+): Promise<{ applied: number; errors: string[] }> {
   let applied = 0;
   const errors: string[] = [];
-  for (const action of plan.actions) {
+  for (const [index, action] of actions.entries()) {
+    if (journal?.done?.has(index)) continue;
     try {
       await applyAction(ports, action, providerOf, nowMs);
       applied++;
     } catch (error) {
       errors.push(`${describeAction(action)} failed: ${error instanceof Error ? error.message : String(error)}`);
     }
+    if (journal) await journal.journal.done(journal.planId, index);
   }
   return { applied, errors };
 }
 
-async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf: Map<string, ReconcilePorts['providers'][number] | undefined>, nowMs: number): Promise<void> {
+/**
+ * Finishes the newest unfinished plan, if a predecessor crashed while applying it: its remaining
+ * actions are applied (each is idempotent, so one that was applied but not yet recorded is
+ * harmless to repeat). A plan older than two reconcile intervals is abandoned instead: the world
+ * has moved on, and planning anew converges to the same place.
+ */
+async function resumeUnfinished(ports: ReconcilePorts, policy: Policy): Promise<number> {
+  const left = await ports.journal.unfinished();
+  if (!left) return 0;
+  const nowMs = ports.clock.nowMs();
+  if (nowMs - left.atMs > 2 * policy.reconcileIntervalSec * 1000) {
+    await ports.journal.finish(left.planId);
+    return 0;
+  }
+  const groups = (await Promise.all(ports.providers.map((p) => p.listGroups()))).flat();
+  const { applied } = await applyPlan(ports, left.actions, providersByGroup(ports, groups), nowMs, { journal: ports.journal, planId: left.planId, done: left.done });
+  await ports.journal.finish(left.planId);
+  return applied;
+}
+
+async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf: ProviderOf, nowMs: number): Promise<void> {
   switch (action.kind) {
     case 'place': {
       const out = await applyJobEvent(ports.jobs, action.jobId, { type: 'place', attempt: action.attempt, placement: action.placement }, nowMs);

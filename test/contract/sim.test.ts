@@ -9,6 +9,7 @@ import {
   MemoryJobStore,
   MemoryLeaseStore,
   MemoryNodeStore,
+  MemoryPlanJournal,
   MemoryPoolHistory,
   MemorySpendLedger,
   StaticBudgetTags,
@@ -18,7 +19,7 @@ import { T0 } from '../builders.ts';
 import { jobStoreContract } from './job-store.contract.ts';
 import { nodeGroupProviderContract } from './node-group-provider.contract.ts';
 import { budgetTagSourceContract, catalogAndPricesContract, clockContract, jobQueueContract } from './sources.contract.ts';
-import { checkpointStoreContract, decisionLogContract, leaseStoreContract, nodeStoreContract, poolHistoryContract, spendLedgerContract } from './state-store.contract.ts';
+import { checkpointStoreContract, decisionLogContract, leaseStoreContract, nodeStoreContract, planJournalContract, poolHistoryContract, spendLedgerContract } from './state-store.contract.ts';
 
 /** Every port contract, run against the simulated cloud. The AWS and GCP adapters run the same suites. */
 jobStoreContract('sim (memory)', async () => new MemoryJobStore());
@@ -27,6 +28,7 @@ spendLedgerContract('sim (memory)', async () => new MemorySpendLedger());
 leaseStoreContract('sim (memory)', async () => new MemoryLeaseStore());
 decisionLogContract('sim (memory)', async () => new MemoryDecisionLog());
 poolHistoryContract('sim (memory)', async () => new MemoryPoolHistory());
+planJournalContract('sim (memory)', async () => new MemoryPlanJournal());
 checkpointStoreContract('sim (memory)', async () => new MemoryCheckpointStore());
 jobQueueContract('sim (memory)', async () => ({ queue: new MemoryJobQueue(['nlp']), team: 'nlp' }));
 budgetTagSourceContract('sim (static tags)', async () => ({ source: new StaticBudgetTags(defaultTeamTags(['nlp'])), team: 'nlp' }));

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeRecord } from '../../core/fleet.ts';
-import type { CheckpointStore, DecisionLog, DecisionRecord, LeaseStore, NodeStore, PoolHistory, SpendLedger } from '../../core/ports.ts';
+import type { PlanAction } from '../../core/plan.ts';
+import type { CheckpointStore, DecisionLog, DecisionRecord, LeaseStore, NodeStore, PlanJournal, PoolHistory, SpendLedger } from '../../core/ports.ts';
 import { T0 } from '../builders.ts';
 
 const record = (id: string, at = T0): NodeRecord => ({ instanceId: id, groupId: 'g', registeredAtMs: at, lastHeartbeatAtMs: at, healthy: true, gpus: [{ index: 0, model: 'A10G', memoryMiB: 24_576 }] });
@@ -174,6 +175,35 @@ export function poolHistoryContract(name: string, make: () => Promise<PoolHistor
       await h.noteInterrupted('i-8', o, T0 + 10);
       expect((await h.stats(T0 - 1)).get(o)!.interruptions).toBe(2);
       expect((await h.stats(T0 + 6)).get(o)?.interruptions ?? 0).toBe(1);
+    });
+  });
+}
+
+export function planJournalContract(name: string, make: () => Promise<PlanJournal>): void {
+  const action = (i: number): PlanAction => ({ kind: 'hold', jobId: `nlp.j${i}`, reason: { code: 'budget-hold', message: `hold ${i}` } });
+  describe(`PlanJournal contract: ${name}`, () => {
+    it('returns the newest unfinished plan with the actions already applied', async () => {
+      const j = await make();
+      expect(await j.unfinished()).toBeUndefined();
+      await j.start('decision-000000000000001', T0, [action(0), action(1), action(2)]);
+      await j.start('decision-000000000000001', T0, [action(9)]); // a second start changes nothing
+      await j.done('decision-000000000000001', 0);
+      await j.done('decision-000000000000001', 2);
+      await j.done('decision-000000000000001', 2);
+      const left = await j.unfinished();
+      expect(left).toMatchObject({ planId: 'decision-000000000000001', atMs: T0, finished: false });
+      expect(left!.actions).toEqual([action(0), action(1), action(2)]);
+      expect([...left!.done].sort()).toEqual([0, 2]);
+      await j.finish('decision-000000000000001');
+      await j.finish('decision-000000000000001');
+      expect(await j.unfinished()).toBeUndefined();
+    });
+
+    it('keeps large plans whole', async () => {
+      const j = await make();
+      const many = Array.from({ length: 12_000 }, (_, i) => action(i));
+      await j.start('decision-000000000000002', T0, many);
+      expect((await j.unfinished())!.actions).toHaveLength(12_000);
     });
   });
 }

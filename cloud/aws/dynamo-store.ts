@@ -1,0 +1,568 @@
+import { gunzipSync, gzipSync } from 'node:zlib';
+import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
+import { BatchWriteCommand, DeleteCommand, DynamoDBDocumentClient, GetCommand, PutCommand, QueryCommand, ScanCommand, UpdateCommand, type QueryCommandInput } from '@aws-sdk/lib-dynamodb';
+import type { Draining, NodeRecord } from '../../core/fleet.ts';
+import { isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
+import type { PlanAction } from '../../core/plan.ts';
+import type {
+  CheckpointStore,
+  DecisionLog,
+  DecisionRecord,
+  JobStore,
+  JournaledPlan,
+  LeaseStore,
+  NodeStore,
+  PlanJournal,
+  PoolHistory,
+  PoolStats,
+  SpendAccrual,
+  SpendCursor,
+  SpendLedger,
+  WriteResult,
+} from '../../core/ports.ts';
+import { isConditionFailure, translateAwsError } from './errors.ts';
+import type { TableNames } from './tables.ts';
+
+/**
+ * The state store on DynamoDB: every state-store port, on the tables described in tables.ts.
+ * Every write that can race is a conditional write; "not found" is a value; other failures are
+ * CloudErrors in the port vocabulary.
+ */
+export function documentClient(config: DynamoDBClientConfig = {}): DynamoDBDocumentClient {
+  return DynamoDBDocumentClient.from(new DynamoDBClient({ retryMode: 'adaptive', ...config }), {
+    marshallOptions: { removeUndefinedValues: true, convertClassInstanceToMap: false },
+  });
+}
+
+const DAY_S = 86_400;
+const FINISHED_JOB_TTL_S = 90 * DAY_S;
+
+async function call<T>(operation: string, resource: string, f: () => Promise<T>): Promise<T> {
+  try {
+    return await f();
+  } catch (error) {
+    throw translateAwsError(error, { operation, resource });
+  }
+}
+
+/** Runs a query to the end, page by page. */
+async function queryAll(doc: DynamoDBDocumentClient, input: QueryCommandInput, operation: string): Promise<Record<string, unknown>[]> {
+  const out: Record<string, unknown>[] = [];
+  let start: Record<string, unknown> | undefined;
+  do {
+    const page = await call(operation, input.TableName ?? '', () => doc.send(new QueryCommand({ ...input, ...(start ? { ExclusiveStartKey: start } : {}) })));
+    out.push(...((page.Items ?? []) as Record<string, unknown>[]));
+    start = page.LastEvaluatedKey as Record<string, unknown> | undefined;
+  } while (start);
+  return out;
+}
+
+// ---- jobs -------------------------------------------------------------------------------
+
+export class DynamoJobStore implements JobStore {
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+  ) {}
+
+  private item(job: Job): Record<string, unknown> {
+    const order = `${String(job.submittedAtMs).padStart(15, '0')}#${job.id}`;
+    return {
+      id: job.id,
+      state: job.state,
+      team: job.team,
+      teamState: `${job.team}#${job.state}`,
+      order,
+      version: job.version,
+      job,
+      ...(isTerminal(job.state) ? { expiresAt: Math.floor((job.endedAtMs ?? job.updatedAtMs) / 1000) + FINISHED_JOB_TTL_S } : {}),
+    };
+  }
+
+  async create(job: Job): Promise<{ created: boolean; job: Job }> {
+    try {
+      await this.doc.send(new PutCommand({ TableName: this.table, Item: this.item(job), ConditionExpression: 'attribute_not_exists(id)' }));
+      return { created: true, job };
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'create job', resource: job.id });
+      const existing = await this.get(job.id);
+      if (!existing) throw translateAwsError(error, { operation: 'create job', resource: job.id });
+      return { created: false, job: existing };
+    }
+  }
+
+  async get(id: string): Promise<Job | undefined> {
+    const out = await call('get job', id, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { id }, ConsistentRead: true })));
+    return out.Item?.job as Job | undefined;
+  }
+
+  async update(next: Job, expectedVersion: number): Promise<WriteResult> {
+    if (next.version !== expectedVersion + 1) return { ok: false, current: await this.get(next.id) };
+    try {
+      await this.doc.send(
+        new PutCommand({ TableName: this.table, Item: this.item(next), ConditionExpression: '#v = :v', ExpressionAttributeNames: { '#v': 'version' }, ExpressionAttributeValues: { ':v': expectedVersion } }),
+      );
+      return { ok: true, job: next };
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'update job', resource: next.id });
+      return { ok: false, current: await this.get(next.id) };
+    }
+  }
+
+  async listByState(states: readonly JobState[], team?: string): Promise<Job[]> {
+    const lists = await Promise.all(
+      states.map((state) =>
+        queryAll(
+          this.doc,
+          team === undefined
+            ? { TableName: this.table, IndexName: 'byState', KeyConditionExpression: '#s = :s', ExpressionAttributeNames: { '#s': 'state' }, ExpressionAttributeValues: { ':s': state } }
+            : { TableName: this.table, IndexName: 'byTeamState', KeyConditionExpression: 'teamState = :ts', ExpressionAttributeValues: { ':ts': `${team}#${state}` } },
+          'list jobs',
+        ),
+      ),
+    );
+    // The indexes are eventually consistent: an item may show its old state for a moment. Keep
+    // only items whose own state matches, and each job once.
+    const seen = new Map<string, { order: string; job: Job }>();
+    for (const items of lists) for (const it of items) if (states.includes((it.job as Job).state)) seen.set(it.id as string, { order: it.order as string, job: it.job as Job });
+    return [...seen.values()].sort((a, b) => (a.order < b.order ? -1 : a.order > b.order ? 1 : 0)).map((x) => x.job);
+  }
+}
+
+// ---- nodes ------------------------------------------------------------------------------
+
+export class DynamoNodeStore implements NodeStore {
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+  ) {}
+
+  async register(record: NodeRecord): Promise<void> {
+    await call('register node', record.instanceId, () =>
+      this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { instanceId: record.instanceId },
+          UpdateExpression: 'SET groupId = :g, gpus = :gpus, healthy = :h, lastHeartbeatAtMs = :hb, registeredAtMs = if_not_exists(registeredAtMs, :reg)' + (record.healthProblem ? ', healthProblem = :p' : ' REMOVE healthProblem'),
+          ExpressionAttributeValues: { ':g': record.groupId, ':gpus': record.gpus, ':h': record.healthy, ':hb': record.lastHeartbeatAtMs, ':reg': record.registeredAtMs, ...(record.healthProblem ? { ':p': record.healthProblem } : {}) },
+        }),
+      ),
+    );
+  }
+
+  async heartbeat(instanceId: string, atMs: number, health?: { healthy: boolean; problem?: string }): Promise<boolean> {
+    const sets = ['lastHeartbeatAtMs = :t'];
+    const values: Record<string, unknown> = { ':t': atMs };
+    let remove = '';
+    if (health) {
+      sets.push('healthy = :h');
+      values[':h'] = health.healthy;
+      if (health.problem) {
+        sets.push('healthProblem = :p');
+        values[':p'] = health.problem;
+      } else remove = ' REMOVE healthProblem';
+    }
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { instanceId },
+          UpdateExpression: `SET ${sets.join(', ')}${remove}`,
+          ConditionExpression: 'attribute_exists(instanceId) AND (attribute_not_exists(lastHeartbeatAtMs) OR lastHeartbeatAtMs < :t)',
+          ExpressionAttributeValues: values,
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'heartbeat', resource: instanceId });
+      return (await this.get(instanceId)) !== undefined; // an older heartbeat for a known node is simply not newer
+    }
+  }
+
+  async get(instanceId: string): Promise<NodeRecord | undefined> {
+    const out = await call('get node', instanceId, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { instanceId }, ConsistentRead: true })));
+    return out.Item ? toNode(out.Item) : undefined;
+  }
+
+  async list(): Promise<NodeRecord[]> {
+    const out: NodeRecord[] = [];
+    let start: Record<string, unknown> | undefined;
+    do {
+      const page = await call('list nodes', this.table, () => this.doc.send(new ScanCommand({ TableName: this.table, ConsistentRead: true, ...(start ? { ExclusiveStartKey: start } : {}) })));
+      for (const it of page.Items ?? []) out.push(toNode(it));
+      start = page.LastEvaluatedKey;
+    } while (start);
+    return out.sort((a, b) => (a.instanceId < b.instanceId ? -1 : 1));
+  }
+
+  async markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord> {
+    const { groupId, ...draining } = drain;
+    try {
+      const out = await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { instanceId },
+          UpdateExpression:
+            'SET draining = :d, groupId = if_not_exists(groupId, :g), registeredAtMs = if_not_exists(registeredAtMs, :t), lastHeartbeatAtMs = if_not_exists(lastHeartbeatAtMs, :t), gpus = if_not_exists(gpus, :none), healthy = if_not_exists(healthy, :yes)',
+          ConditionExpression: 'attribute_not_exists(draining)',
+          ExpressionAttributeValues: { ':d': draining, ':g': groupId ?? 'unknown', ':t': drain.sinceMs, ':none': [], ':yes': true },
+          ReturnValues: 'ALL_NEW',
+        }),
+      );
+      return toNode(out.Attributes!);
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'mark node draining', resource: instanceId });
+      return (await this.get(instanceId))!;
+    }
+  }
+
+  async setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void> {
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { instanceId },
+          UpdateExpression: idleSinceMs === undefined ? 'REMOVE idleSinceMs' : 'SET idleSinceMs = :i',
+          ConditionExpression: 'attribute_exists(instanceId)',
+          ...(idleSinceMs === undefined ? {} : { ExpressionAttributeValues: { ':i': idleSinceMs } }),
+        }),
+      );
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'set idle time', resource: instanceId });
+    }
+  }
+
+  async remove(instanceId: string): Promise<void> {
+    await call('remove node', instanceId, () => this.doc.send(new DeleteCommand({ TableName: this.table, Key: { instanceId } })));
+  }
+}
+
+function toNode(it: Record<string, unknown>): NodeRecord {
+  return {
+    instanceId: it.instanceId as string,
+    groupId: it.groupId as string,
+    registeredAtMs: it.registeredAtMs as number,
+    lastHeartbeatAtMs: it.lastHeartbeatAtMs as number,
+    gpus: (it.gpus as NodeRecord['gpus']) ?? [],
+    healthy: (it.healthy as boolean) ?? true,
+    ...(it.healthProblem ? { healthProblem: it.healthProblem as string } : {}),
+    ...(it.draining ? { draining: it.draining as Draining } : {}),
+    ...(it.idleSinceMs !== undefined ? { idleSinceMs: it.idleSinceMs as number } : {}),
+  };
+}
+
+// ---- the control table ------------------------------------------------------------------
+
+/** Large values (plans, decisions) are stored gzipped in parts of at most this many base64 characters. */
+const PART_CHARS = 300_000;
+
+class Blobs {
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+  ) {}
+
+  /** Writes a value as parts under pk; returns the number of parts. */
+  async write(pk: string, value: unknown, expiresAt: number): Promise<number> {
+    const data = gzipSync(Buffer.from(JSON.stringify(value))).toString('base64');
+    const parts: string[] = [];
+    for (let i = 0; i < data.length || i === 0; i += PART_CHARS) parts.push(data.slice(i, i + PART_CHARS));
+    for (let i = 0; i < parts.length; i += 25) {
+      const batch = parts.slice(i, i + 25).map((p, j) => ({ PutRequest: { Item: { pk, sk: `part#${String(i + j).padStart(5, '0')}`, data: p, expiresAt } } }));
+      let pending: typeof batch | undefined = batch;
+      for (let tries = 0; pending && pending.length > 0; tries++) {
+        const out = await call('write parts', pk, () => this.doc.send(new BatchWriteCommand({ RequestItems: { [this.table]: pending! } })));
+        pending = out.UnprocessedItems?.[this.table] as typeof batch | undefined;
+        if (pending && pending.length > 0 && tries > 8) throw translateAwsError(new Error('unprocessed items after retries'), { operation: 'write parts', resource: pk });
+      }
+    }
+    return parts.length;
+  }
+
+  async read<T>(pk: string): Promise<T | undefined> {
+    const items = await queryAll(this.doc, { TableName: this.table, KeyConditionExpression: 'pk = :pk AND begins_with(sk, :p)', ExpressionAttributeValues: { ':pk': pk, ':p': 'part#' }, ConsistentRead: true }, 'read parts');
+    if (items.length === 0) return undefined;
+    const data = items.map((i) => i.data as string).join('');
+    return JSON.parse(gunzipSync(Buffer.from(data, 'base64')).toString('utf8')) as T;
+  }
+}
+
+export class DynamoLeaseStore implements LeaseStore {
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+  ) {}
+
+  async acquire(name: string, holder: string, nowMs: number, ttlMs: number): Promise<boolean> {
+    try {
+      await this.doc.send(
+        new PutCommand({
+          TableName: this.table,
+          Item: { pk: 'lease', sk: name, holder, untilMs: nowMs + ttlMs, expiresAt: Math.floor((nowMs + ttlMs) / 1000) + DAY_S },
+          ConditionExpression: 'attribute_not_exists(pk) OR untilMs < :now OR holder = :h',
+          ExpressionAttributeValues: { ':now': nowMs, ':h': holder },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (isConditionFailure(error)) return false;
+      throw translateAwsError(error, { operation: 'acquire lease', resource: name });
+    }
+  }
+
+  async release(name: string, holder: string): Promise<void> {
+    try {
+      await this.doc.send(new DeleteCommand({ TableName: this.table, Key: { pk: 'lease', sk: name }, ConditionExpression: 'holder = :h', ExpressionAttributeValues: { ':h': holder } }));
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'release lease', resource: name });
+    }
+  }
+}
+
+export class DynamoPlanJournal implements PlanJournal {
+  private readonly blobs: Blobs;
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+  ) {
+    this.blobs = new Blobs(doc, table);
+  }
+
+  async start(planId: string, atMs: number, actions: readonly PlanAction[]): Promise<void> {
+    const existing = await call('read plan', planId, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'plan', sk: planId }, ConsistentRead: true })));
+    if (existing.Item) return; // started already: a second start changes nothing
+    const expiresAt = Math.floor(atMs / 1000) + 7 * DAY_S;
+    const parts = await this.blobs.write(`plan#${planId}`, actions, expiresAt);
+    try {
+      await this.doc.send(
+        new PutCommand({ TableName: this.table, Item: { pk: 'plan', sk: planId, atMs, parts, count: actions.length, finished: false, expiresAt }, ConditionExpression: 'attribute_not_exists(pk)' }),
+      );
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'start plan', resource: planId });
+    }
+  }
+
+  async done(planId: string, index: number): Promise<void> {
+    await call('record action done', planId, () =>
+      this.doc.send(new UpdateCommand({ TableName: this.table, Key: { pk: 'plan', sk: planId }, UpdateExpression: 'ADD done :i', ExpressionAttributeValues: { ':i': new Set([index]) } })),
+    );
+  }
+
+  async finish(planId: string): Promise<void> {
+    await call('finish plan', planId, () =>
+      this.doc.send(new UpdateCommand({ TableName: this.table, Key: { pk: 'plan', sk: planId }, UpdateExpression: 'SET finished = :t', ExpressionAttributeValues: { ':t': true } })),
+    );
+  }
+
+  async unfinished(): Promise<JournaledPlan | undefined> {
+    const page = await call('find unfinished plan', this.table, () =>
+      this.doc.send(new QueryCommand({ TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'plan' }, ScanIndexForward: false, Limit: 20, ConsistentRead: true })),
+    );
+    const head = (page.Items ?? []).find((i) => i.finished === false);
+    if (!head) return undefined;
+    const actions = (await this.blobs.read<PlanAction[]>(`plan#${head.sk as string}`)) ?? [];
+    return { planId: head.sk as string, atMs: head.atMs as number, actions, done: new Set((head.done as Set<number> | undefined) ?? []), finished: false };
+  }
+}
+
+export class DynamoDecisionLog implements DecisionLog {
+  private readonly blobs: Blobs;
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+    private readonly keepDays = 30,
+  ) {
+    this.blobs = new Blobs(doc, table);
+  }
+
+  async record(decision: DecisionRecord): Promise<void> {
+    const expiresAt = Math.floor(decision.atMs / 1000) + this.keepDays * DAY_S;
+    const { plan, ...header } = decision;
+    const parts = await this.blobs.write(`decision#${decision.id}`, plan, expiresAt);
+    await call('record decision', decision.id, () => this.doc.send(new PutCommand({ TableName: this.table, Item: { pk: 'decision', sk: decision.id, header, parts, expiresAt } })));
+  }
+
+  async get(id: string): Promise<DecisionRecord | undefined> {
+    const out = await call('get decision', id, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'decision', sk: id }, ConsistentRead: true })));
+    if (!out.Item) return undefined;
+    return this.assemble(out.Item);
+  }
+
+  async recent(limit: number): Promise<DecisionRecord[]> {
+    const page = await call('list decisions', this.table, () =>
+      this.doc.send(new QueryCommand({ TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'decision' }, ScanIndexForward: false, Limit: limit })),
+    );
+    return Promise.all((page.Items ?? []).map((i) => this.assemble(i)));
+  }
+
+  private async assemble(item: Record<string, unknown>): Promise<DecisionRecord> {
+    const plan = (await this.blobs.read<DecisionRecord['plan']>(`decision#${item.sk as string}`)) ?? { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 };
+    return { ...(item.header as Omit<DecisionRecord, 'plan'>), plan };
+  }
+}
+
+export class DynamoSpendLedger implements SpendLedger {
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+  ) {}
+
+  async read(team: string, period: string): Promise<SpendCursor> {
+    const out = await call('read spend', `${team}/${period}`, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'spend', sk: `${team}#${period}` }, ConsistentRead: true })));
+    return { spentMicroUsd: (out.Item?.spentMicroUsd as number | undefined) ?? 0, accruedUntilMs: out.Item?.accruedUntilMs as number | undefined };
+  }
+
+  async accrue(entry: SpendAccrual): Promise<boolean> {
+    if (entry.toMs <= entry.fromMs) return false;
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { pk: 'spend', sk: `${entry.team}#${entry.period}` },
+          UpdateExpression: 'SET accruedUntilMs = :to, lastFromMs = :from, team = :team, #p = :period ADD spentMicroUsd :amt',
+          ConditionExpression: 'attribute_not_exists(accruedUntilMs) OR accruedUntilMs = :from',
+          ExpressionAttributeNames: { '#p': 'period' },
+          ExpressionAttributeValues: { ':to': entry.toMs, ':from': entry.fromMs, ':amt': entry.amountMicroUsd, ':team': entry.team, ':period': entry.period },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'accrue spend', resource: `${entry.team}/${entry.period}` });
+      const out = await call('read spend', entry.team, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'spend', sk: `${entry.team}#${entry.period}` }, ConsistentRead: true })));
+      return out.Item?.accruedUntilMs === entry.toMs && out.Item?.lastFromMs === entry.fromMs; // a repeat of the last window
+    }
+  }
+
+  async list(): Promise<(SpendCursor & { team: string; period: string })[]> {
+    const items = await queryAll(this.doc, { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'spend' } }, 'list spend');
+    return items.map((i) => ({ team: i.team as string, period: i.period as string, spentMicroUsd: (i.spentMicroUsd as number) ?? 0, accruedUntilMs: i.accruedUntilMs as number | undefined }));
+  }
+}
+
+export class DynamoPoolHistory implements PoolHistory {
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+    private readonly keepDays = 35,
+  ) {}
+
+  async noteAlive(notes: readonly { instanceId: string; offeringId: string; atMs: number }[]): Promise<void> {
+    for (const n of notes) {
+      const expiresAt = Math.floor(n.atMs / 1000) + this.keepDays * DAY_S;
+      try {
+        await this.doc.send(
+          new UpdateCommand({
+            TableName: this.table,
+            Key: { pk: 'poolinst', sk: n.instanceId },
+            UpdateExpression: 'SET offeringId = :o, firstMs = if_not_exists(firstMs, :t), lastMs = :t, expiresAt = :e',
+            ConditionExpression: 'attribute_not_exists(lastMs) OR lastMs < :t',
+            ExpressionAttributeValues: { ':o': n.offeringId, ':t': n.atMs, ':e': expiresAt },
+          }),
+        );
+      } catch (error) {
+        if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'note pool exposure', resource: n.instanceId });
+        // An older note: it may only move the start back.
+        try {
+          await this.doc.send(
+            new UpdateCommand({ TableName: this.table, Key: { pk: 'poolinst', sk: n.instanceId }, UpdateExpression: 'SET firstMs = :t', ConditionExpression: 'firstMs > :t', ExpressionAttributeValues: { ':t': n.atMs } }),
+          );
+        } catch (inner) {
+          if (!isConditionFailure(inner)) throw translateAwsError(inner, { operation: 'note pool exposure', resource: n.instanceId });
+        }
+      }
+    }
+  }
+
+  async noteInterrupted(instanceId: string, offeringId: string, atMs: number): Promise<void> {
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { pk: 'poolinst', sk: instanceId },
+          UpdateExpression: 'SET interruptedAtMs = :t, offeringId = if_not_exists(offeringId, :o), expiresAt = if_not_exists(expiresAt, :e)',
+          ConditionExpression: 'attribute_not_exists(interruptedAtMs)',
+          ExpressionAttributeValues: { ':t': atMs, ':o': offeringId, ':e': Math.floor(atMs / 1000) + this.keepDays * DAY_S },
+        }),
+      );
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'note interruption', resource: instanceId });
+    }
+  }
+
+  async stats(sinceMs: number): Promise<Map<string, PoolStats>> {
+    const items = await queryAll(this.doc, { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'poolinst' } }, 'read pool history');
+    const out = new Map<string, { interruptions: number; exposureHours: number; lastInterruptedAtMs?: number }>();
+    const entry = (o: string) => {
+      let e = out.get(o);
+      if (!e) {
+        e = { interruptions: 0, exposureHours: 0 };
+        out.set(o, e);
+      }
+      return e;
+    };
+    for (const i of items) {
+      const o = i.offeringId as string;
+      const last = i.lastMs as number | undefined;
+      const first = i.firstMs as number | undefined;
+      if (last !== undefined && first !== undefined && last >= sinceMs) entry(o).exposureHours += (last - Math.max(first, sinceMs)) / 3_600_000;
+      const at = i.interruptedAtMs as number | undefined;
+      if (at !== undefined && at >= sinceMs) {
+        const e = entry(o);
+        e.interruptions++;
+        e.lastInterruptedAtMs = Math.max(e.lastInterruptedAtMs ?? 0, at);
+      }
+    }
+    return out;
+  }
+}
+
+/**
+ * Checkpoints live in S3 (written by the node agent); this index in the control table records
+ * the newest complete one of each job, with a conditional write so an older one never wins.
+ */
+export class DynamoCheckpointIndex implements CheckpointStore {
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+    private readonly bucket: string,
+    private readonly prefix = 'checkpoints/',
+  ) {}
+
+  locationFor(jobId: string, attempt: number): string {
+    return `s3://${this.bucket}/${this.prefix}${encodeURIComponent(jobId)}/attempt-${attempt}/`;
+  }
+
+  async markComplete(ref: CheckpointRef): Promise<void> {
+    try {
+      await this.doc.send(
+        new PutCommand({
+          TableName: this.table,
+          Item: { pk: 'ckpt', sk: ref.jobId, ref, completedAtMs: ref.completedAtMs, progressSec: ref.progressSec, expiresAt: Math.floor(ref.completedAtMs / 1000) + 120 * DAY_S },
+          ConditionExpression: 'attribute_not_exists(sk) OR completedAtMs < :c OR (completedAtMs = :c AND progressSec < :p)',
+          ExpressionAttributeValues: { ':c': ref.completedAtMs, ':p': ref.progressSec },
+        }),
+      );
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'record checkpoint', resource: ref.jobId });
+    }
+  }
+
+  async latest(jobId: string): Promise<CheckpointRef | undefined> {
+    const out = await call('read checkpoint', jobId, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'ckpt', sk: jobId }, ConsistentRead: true })));
+    return out.Item?.ref as CheckpointRef | undefined;
+  }
+}
+
+/** Every state-store port on one document client. */
+export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, checkpointBucket: string) {
+  return {
+    jobs: new DynamoJobStore(doc, tables.jobs),
+    nodes: new DynamoNodeStore(doc, tables.nodes),
+    lease: new DynamoLeaseStore(doc, tables.control),
+    journal: new DynamoPlanJournal(doc, tables.control),
+    decisions: new DynamoDecisionLog(doc, tables.control),
+    ledger: new DynamoSpendLedger(doc, tables.control),
+    pools: new DynamoPoolHistory(doc, tables.control),
+    checkpoints: new DynamoCheckpointIndex(doc, tables.control, checkpointBucket),
+  };
+}

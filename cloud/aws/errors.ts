@@ -1,0 +1,66 @@
+import { CloudError, type CloudErrorCode } from '../../core/errors.ts';
+
+/** AWS error names, by the port vocabulary they mean. */
+const CODES: Readonly<Record<string, CloudErrorCode>> = {
+  ThrottlingException: 'throttled',
+  Throttling: 'throttled',
+  ThrottledException: 'throttled',
+  RequestLimitExceeded: 'throttled',
+  TooManyRequestsException: 'throttled',
+  ProvisionedThroughputExceededException: 'throttled',
+  RequestThrottledException: 'throttled',
+  SlowDown: 'throttled',
+  InsufficientInstanceCapacity: 'insufficient-capacity',
+  InsufficientCapacity: 'insufficient-capacity',
+  MaxSpotInstanceCountExceeded: 'quota-exceeded',
+  VcpuLimitExceeded: 'quota-exceeded',
+  InstanceLimitExceeded: 'quota-exceeded',
+  LimitExceededException: 'quota-exceeded',
+  LimitExceeded: 'quota-exceeded',
+  ServiceQuotaExceededException: 'quota-exceeded',
+  ResourceNotFoundException: 'not-found',
+  NoSuchKey: 'not-found',
+  NoSuchBucket: 'not-found',
+  'AWS.SimpleQueueService.NonExistentQueue': 'not-found',
+  QueueDoesNotExist: 'not-found',
+  'InvalidInstanceID.NotFound': 'not-found',
+  AccessDeniedException: 'access-denied',
+  AccessDenied: 'access-denied',
+  UnauthorizedOperation: 'access-denied',
+  UnrecognizedClientException: 'access-denied',
+  InvalidClientTokenId: 'access-denied',
+  ExpiredTokenException: 'access-denied',
+  ValidationError: 'invalid-request',
+  ValidationException: 'invalid-request',
+  InvalidParameterValue: 'invalid-request',
+  InvalidParameterCombination: 'invalid-request',
+  'InvalidInstanceID.Malformed': 'invalid-request',
+  ConditionalCheckFailedException: 'conflict',
+  TransactionConflictException: 'conflict',
+  ResourceContention: 'conflict',
+  ScalingActivityInProgress: 'conflict',
+  InternalServerError: 'unavailable',
+  InternalFailure: 'unavailable',
+  InternalError: 'unavailable',
+  ServiceUnavailable: 'unavailable',
+  ServiceUnavailableException: 'unavailable',
+  Unavailable: 'unavailable',
+};
+
+/**
+ * Translates an AWS SDK error into the port's vocabulary, keeping the AWS code and message and
+ * the call's context. No SDK error type leaves an adapter.
+ */
+export function translateAwsError(error: unknown, context: { operation: string; resource?: string }): CloudError {
+  if (error instanceof CloudError) return error;
+  const e = error as { name?: string; Code?: string; code?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+  const name = e?.name ?? e?.Code ?? e?.code ?? 'UnknownError';
+  const status = e?.$metadata?.httpStatusCode;
+  const code: CloudErrorCode = CODES[name] ?? (status === 429 ? 'throttled' : status !== undefined && status >= 500 ? 'unavailable' : status === 403 ? 'access-denied' : status === 404 ? 'not-found' : 'invalid-request');
+  const where = context.resource ? ` on ${context.resource}` : '';
+  return new CloudError(code, `${context.operation}${where} failed: ${name}: ${e?.message ?? String(error)}`, { ...context, cloud: 'aws' }, { cause: error });
+}
+
+export function isConditionFailure(error: unknown): boolean {
+  return (error as { name?: string })?.name === 'ConditionalCheckFailedException';
+}

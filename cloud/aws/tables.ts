@@ -1,0 +1,56 @@
+/**
+ * The DynamoDB tables of the state store, described once for the CDK stack and for the tests
+ * (which create the same tables in dynalite).
+ *
+ * Design, and why:
+ * - `jobs`: one item per job, keyed by job id. Reconcile asks "all pending jobs" and "all active
+ *   jobs" every minute, and the CLI "jobs of team T in state S": two global secondary indexes,
+ *   by state and by team+state, both sorted by submission time. Every change is a conditional
+ *   put on the job's version, so two writers can never both win. Finished jobs expire after 90
+ *   days (TTL).
+ * - `nodes`: one item per machine, keyed by instance id: agents write heartbeats there at their
+ *   own pace without touching job items. The draining mark is set once with a condition.
+ * - `control`: small records that are read and written by key and sorted key, in one table so
+ *   that one query answers each question (pk = kind, sk = name or time): the reconcile lease,
+ *   the plan journal, decision records, spend cursors per team and period, the newest checkpoint
+ *   of each job, and what was seen of each spot pool. Expiring kinds carry `expiresAt`.
+ * - `idempotency`: Powertools for AWS Lambda's own table (key `id`, TTL `expiration`), which
+ *   makes each event and message handled once.
+ */
+export interface TableNames {
+  readonly jobs: string;
+  readonly nodes: string;
+  readonly control: string;
+  readonly idempotency: string;
+}
+
+export interface TableDefinition {
+  readonly partitionKey: string;
+  readonly sortKey?: string;
+  readonly indexes: readonly { readonly name: string; readonly partitionKey: string; readonly sortKey: string }[];
+  readonly ttlAttribute?: string;
+}
+
+export const TABLES: Readonly<Record<keyof TableNames, TableDefinition>> = {
+  jobs: {
+    partitionKey: 'id',
+    indexes: [
+      { name: 'byState', partitionKey: 'state', sortKey: 'order' },
+      { name: 'byTeamState', partitionKey: 'teamState', sortKey: 'order' },
+    ],
+    ttlAttribute: 'expiresAt',
+  },
+  nodes: { partitionKey: 'instanceId', indexes: [] },
+  control: { partitionKey: 'pk', sortKey: 'sk', indexes: [], ttlAttribute: 'expiresAt' },
+  idempotency: { partitionKey: 'id', indexes: [], ttlAttribute: 'expiration' },
+};
+
+/** Table names from the environment the stack gives each function (or defaults for local use). */
+export function tableNamesFromEnv(env: Readonly<Record<string, string | undefined>>): TableNames {
+  return {
+    jobs: env.GPU_FLEET_JOBS_TABLE ?? 'gpu-fleet-jobs',
+    nodes: env.GPU_FLEET_NODES_TABLE ?? 'gpu-fleet-nodes',
+    control: env.GPU_FLEET_CONTROL_TABLE ?? 'gpu-fleet-control',
+    idempotency: env.GPU_FLEET_IDEMPOTENCY_TABLE ?? 'gpu-fleet-idempotency',
+  };
+}

@@ -1,0 +1,43 @@
+import type { Snapshot } from '../snapshot.ts';
+import type { DecisionRecord, QueueDepth } from '../ports.ts';
+import { milliGpusUsed } from '../gpu.ts';
+
+/** One metric data point, for whatever publishes them (EMF in Lambda, the simulator's report). */
+export interface MetricPoint {
+  readonly name: string;
+  readonly unit: 'Count' | 'Milliseconds' | 'None';
+  readonly value: number;
+  readonly dimensions?: Readonly<Record<string, string>>;
+}
+
+/**
+ * What a reconcile run reports: queue depth per team, jobs and GPUs waiting, fleet size by
+ * group and capacity type, plan time, errors, and the spend rate of the fleet (µUSD per hour).
+ */
+export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, depths: ReadonlyMap<string, QueueDepth>): MetricPoint[] {
+  const out: MetricPoint[] = [];
+  for (const [team, d] of [...depths.entries()].sort(([a], [b]) => a.localeCompare(b))) {
+    out.push({ name: 'QueueDepth', unit: 'Count', value: d.visible + d.delayed, dimensions: { Team: team } });
+  }
+  out.push({ name: 'PendingJobs', unit: 'Count', value: snapshot.pendingJobs.length });
+  out.push({ name: 'PendingGpus', unit: 'Count', value: snapshot.pendingJobs.reduce((s, j) => s + (milliGpusUsed(j.spec.gpu) * j.spec.nodes) / 1000, 0) });
+  out.push({ name: 'RunningJobs', unit: 'Count', value: snapshot.activeJobs.length });
+  const fleet = new Map<string, number>();
+  let spendRate = 0;
+  for (const n of snapshot.nodes) {
+    const i = n.instance;
+    if (i.state !== 'pending' && i.state !== 'running') continue;
+    const key = `${i.groupId}\u0000${i.capacityType}`;
+    fleet.set(key, (fleet.get(key) ?? 0) + 1);
+    spendRate += snapshot.prices.get(`${i.cloud}/${i.zone}/${i.instanceType}/${i.capacityType}`)?.priceMicroUsdPerHour ?? 0;
+  }
+  for (const [key, count] of [...fleet.entries()].sort(([a], [b]) => a.localeCompare(b))) {
+    const [group, capacityType] = key.split('\u0000') as [string, string];
+    out.push({ name: 'FleetSize', unit: 'Count', value: count, dimensions: { NodeGroup: group, CapacityType: capacityType } });
+  }
+  out.push({ name: 'SpendRateMicroUsdPerHour', unit: 'None', value: spendRate });
+  out.push({ name: 'PlanTime', unit: 'Milliseconds', value: decision.planMs });
+  out.push({ name: 'ActionsApplied', unit: 'Count', value: decision.applied });
+  out.push({ name: 'ReconcileErrors', unit: 'Count', value: decision.errors.length });
+  return out;
+}

@@ -1,0 +1,95 @@
+import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
+import middy from '@middy/core';
+import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import { isCloudError } from '../core/errors.ts';
+import type { Clock, JobStore } from '../core/ports.ts';
+import { intake } from '../core/services/intake.ts';
+import { MetricUnit, type Observability } from './observability.ts';
+
+/** Where a message that cannot even be attributed to a team goes, with why. */
+export interface DeadLetter {
+  send(input: { body: string; reason: string; sourceQueueArn: string; messageId: string }): Promise<void>;
+}
+
+export interface IntakeDeps {
+  readonly jobs: JobStore;
+  readonly clock: Clock;
+  readonly deadLetter: DeadLetter;
+  /** The team whose queue this is, from the queue ARN; undefined for a queue that is not a team queue. */
+  readonly teamOfQueue: (queueArn: string) => string | undefined;
+  readonly obs: Observability;
+  readonly timeoutEarlyInMillis?: number;
+}
+
+/** The message attribute a submitter may set to make resubmissions of the same job idempotent. */
+export const TOKEN_ATTRIBUTE = 'gpu-fleet-token';
+
+/**
+ * Team queue names are `${prefix}${team}`; the ARN's last part is the queue name. The team is
+ * never read from the message body.
+ */
+export function teamFromQueueArn(prefix: string): (queueArn: string) => string | undefined {
+  return (arn) => {
+    const name = arn.split(':').pop() ?? '';
+    return name.startsWith(prefix) && name.length > prefix.length ? name.slice(prefix.length) : undefined;
+  };
+}
+
+/**
+ * Intake: an SQS event source on every team queue. Each message becomes a pending job (once,
+ * however often it is delivered) or a rejected job that keeps the body and the reasons; the
+ * rest of the batch goes on (partial batch responses). Only transient store failures are
+ * retried; a message that cannot be attributed to a team goes to the dead-letter queue with
+ * its reason. Nothing is dropped silently.
+ */
+export function createIntakeHandler(deps: IntakeDeps) {
+  const { logger, metrics } = deps.obs;
+  const processor = new BatchProcessor(EventType.SQS);
+
+  const record = async (r: SQSRecord): Promise<string> => {
+    const token = r.messageAttributes?.[TOKEN_ATTRIBUTE]?.stringValue ?? r.messageId;
+    const log = logger.createChild({ persistentKeys: { messageId: r.messageId, queue: r.eventSourceARN } });
+    const team = deps.teamOfQueue(r.eventSourceARN);
+    if (team === undefined) {
+      const reason = `queue ${r.eventSourceARN} is not a gpu-fleet team queue, so the message cannot be attributed to a team`;
+      await deps.deadLetter.send({ body: r.body, reason, sourceQueueArn: r.eventSourceARN, messageId: r.messageId });
+      log.error('message sent to the dead-letter queue', { reason });
+      metrics.addMetric('JobsDeadLettered', MetricUnit.Count, 1);
+      return 'dead-lettered';
+    }
+    try {
+      const out = await intake({ jobs: deps.jobs, clock: deps.clock }, { team, body: r.body, token });
+      switch (out.outcome) {
+        case 'accepted':
+          log.info('job accepted', { jobId: out.job.id, team });
+          metrics.addMetric('JobsAccepted', MetricUnit.Count, 1);
+          return out.job.id;
+        case 'duplicate':
+          log.info('duplicate delivery: the job already exists', { jobId: out.job.id, team });
+          metrics.addMetric('JobsDuplicate', MetricUnit.Count, 1);
+          return out.job.id;
+        case 'rejected':
+          log.warn('job rejected', { jobId: out.job.id, team, errors: out.errors });
+          metrics.addMetric('JobsRejected', MetricUnit.Count, 1);
+          return out.job.id;
+        case 'unattributable':
+          await deps.deadLetter.send({ body: r.body, reason: out.error, sourceQueueArn: r.eventSourceARN, messageId: r.messageId });
+          log.error('message sent to the dead-letter queue', { reason: out.error });
+          metrics.addMetric('JobsDeadLettered', MetricUnit.Count, 1);
+          return 'dead-lettered';
+      }
+    } catch (error) {
+      // Only failures of the store reach here; retryable ones are retried by SQS (then dead-lettered by the redrive policy).
+      log.error('intake failed; the message will be retried', { error: error instanceof Error ? error.message : String(error), retryable: isCloudError(error) ? error.retryable : false });
+      throw error;
+    }
+  };
+
+  return middy(async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => processPartialResponse(event, record, processor, { context }), {
+    timeoutEarlyInMillis: deps.timeoutEarlyInMillis ?? 1000,
+  })
+    .use(injectLambdaContext(logger, { resetKeys: true }))
+    .use(logMetrics(metrics));
+}

@@ -1,0 +1,94 @@
+import type { SQSEvent, SQSRecord } from 'aws-lambda';
+import { describe, expect, it } from 'vitest';
+import { CloudError } from '../../core/errors.ts';
+import type { JobStore } from '../../core/ports.ts';
+import { createIntakeHandler, teamFromQueueArn, TOKEN_ATTRIBUTE, type DeadLetter } from '../../functions/intake.ts';
+import { observability } from '../../functions/observability.ts';
+import { VirtualClock } from '../../cloud/sim/clock.ts';
+import { MemoryJobStore } from '../../cloud/sim/memory-stores.ts';
+import { T0 } from '../builders.ts';
+import { lambdaContext } from '../support/lambda.ts';
+
+const QUEUE = 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp';
+const good = JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1 } });
+
+function record(id: string, body: string, extra: Partial<SQSRecord> = {}): SQSRecord {
+  return {
+    messageId: id,
+    receiptHandle: `rh-${id}`,
+    body,
+    attributes: { ApproximateReceiveCount: '1', SentTimestamp: String(T0), SenderId: 'AIDA', ApproximateFirstReceiveTimestamp: String(T0) },
+    messageAttributes: {},
+    md5OfBody: '',
+    eventSource: 'aws:sqs',
+    eventSourceARN: QUEUE,
+    awsRegion: 'us-east-1',
+    ...extra,
+  };
+}
+
+function setup(jobs: JobStore = new MemoryJobStore()) {
+  const dead: Parameters<DeadLetter['send']>[0][] = [];
+  const handler = createIntakeHandler({
+    jobs,
+    clock: new VirtualClock(T0),
+    deadLetter: { send: async (m) => void dead.push(m) },
+    teamOfQueue: teamFromQueueArn('gpu-fleet-team-'),
+    obs: observability('intake-test'),
+    timeoutEarlyInMillis: 0,
+  });
+  return { handler, dead, jobs };
+}
+
+describe('intake function', () => {
+  it('stores good specs as pending, bad ones as rejected with reasons, and fails nothing in the batch', async () => {
+    const { handler, jobs } = setup();
+    const event: SQSEvent = { Records: [record('m1', good), record('m2', '{"image": "x"}'), record('m3', 'not json')] };
+    expect(await handler(event, lambdaContext())).toEqual({ batchItemFailures: [] });
+    expect(await jobs.get('nlp.m1')).toMatchObject({ state: 'pending', team: 'nlp' });
+    expect(await jobs.get('nlp.m2')).toMatchObject({ state: 'rejected', rejection: { errors: expect.arrayContaining([expect.stringContaining('command: is required')]) } });
+    expect((await jobs.get('nlp.m3'))!.rejection!.errors[0]).toContain('not valid JSON');
+  });
+
+  it('makes one job of a message delivered twice, and of two messages with the same idempotency token', async () => {
+    const { handler, jobs } = setup();
+    await handler({ Records: [record('m1', good)] }, lambdaContext());
+    await handler({ Records: [record('m1', good)] }, lambdaContext());
+    const token = { [TOKEN_ATTRIBUTE]: { stringValue: 'tok-7', dataType: 'String', stringListValues: [], binaryListValues: [] } };
+    await handler({ Records: [record('m2', good, { messageAttributes: token }), record('m3', good, { messageAttributes: token })] }, lambdaContext());
+    expect((await jobs.listByState(['pending'])).map((j) => j.id)).toEqual(['nlp.m1', 'nlp.tok-7']);
+  });
+
+  it('takes the team from the queue, never from the body', async () => {
+    const { handler, jobs } = setup();
+    await handler({ Records: [record('m1', JSON.stringify({ ...JSON.parse(good), team: 'vision' }))] }, lambdaContext());
+    expect(await jobs.get('nlp.m1')).toMatchObject({ team: 'nlp', state: 'rejected' });
+    expect(await jobs.get('vision.m1')).toBeUndefined();
+  });
+
+  it('sends a message from a queue that is no team queue to the dead-letter queue, with why', async () => {
+    const { handler, dead, jobs } = setup();
+    const out = await handler({ Records: [record('m9', good, { eventSourceARN: 'arn:aws:sqs:us-east-1:123456789012:somebody-else' })] }, lambdaContext());
+    expect(out).toEqual({ batchItemFailures: [] });
+    expect(dead).toEqual([{ body: good, reason: expect.stringContaining('is not a gpu-fleet team queue'), sourceQueueArn: 'arn:aws:sqs:us-east-1:123456789012:somebody-else', messageId: 'm9' }]);
+    expect(await jobs.listByState(['pending', 'rejected'])).toEqual([]);
+  });
+
+  it('retries only the messages whose store write failed (partial batch response)', async () => {
+    const store = new MemoryJobStore();
+    const flaky: JobStore = {
+      ...store,
+      get: (id) => store.get(id),
+      update: (n, v) => store.update(n, v),
+      listByState: (s, t) => store.listByState(s, t),
+      create: async (job) => {
+        if (job.id === 'nlp.m2') throw new CloudError('throttled', 'ProvisionedThroughputExceededException', { operation: 'create job' });
+        return store.create(job);
+      },
+    };
+    const { handler } = setup(flaky);
+    const out = await handler({ Records: [record('m1', good), record('m2', good), record('m3', good)] }, lambdaContext());
+    expect(out).toEqual({ batchItemFailures: [{ itemIdentifier: 'm2' }] });
+    expect((await store.listByState(['pending'])).map((j) => j.id)).toEqual(['nlp.m1', 'nlp.m3']);
+  });
+});
