@@ -415,14 +415,17 @@ class Planner {
       // A job moved off on-demand to save money waits a while for spot, so it does not land back where it was.
       const waitedMs = this.s.nowMs - job.queuedAtMs;
       if (capacity === 'any' && job.requeueReason?.code === 'rebalance-to-spot' && waitedMs < this.s.policy.moveToSpotPatienceSec * 1000) capacity = 'spot';
+      let cls = this.classOf(job, capacity);
       // Interruptible work without deadline pressure waits a while for spot when none can be had now:
       // up to half its remaining work (at least a boot time), capped by the policy.
-      const patienceSec = Math.min(this.s.policy.spotPatienceSec, Math.max(this.s.policy.expectedBootSec, remainingWorkSec(job, this.s.policy) / 2));
-      if (capacity === 'any' && deadline.mode !== 'on-demand' && waitedMs < patienceSec * 1000) {
-        const anySpot = this.classOf(job, 'spot');
-        if (anySpot.eligible.size > 0 && !this.spotObtainable(anySpot)) capacity = 'spot';
+      if (capacity === 'any' && deadline.mode !== 'on-demand' && this.s.policy.spotPatienceSec > 0 && !this.spotObtainable(cls)) {
+        const patienceSec = Math.min(this.s.policy.spotPatienceSec, Math.max(this.s.policy.expectedBootSec, remainingWorkSec(job, this.s.policy) / 2));
+        if (waitedMs < patienceSec * 1000) {
+          const spotOnly = this.classOf(job, 'spot');
+          if (spotOnly.eligible.size > 0) cls = spotOnly;
+        }
       }
-      entries.push({ job, team: job.team, cls: this.classOf(job, capacity) });
+      entries.push({ job, team: job.team, cls });
     }
     const fair = fairShareOrder(entries, this.teamUsedMilli, (team) => this.s.teams.get(team)?.weight ?? 1, (e) => e.cls.milli * e.cls.nodes);
     this.scarce = this.capacityIsScarce(entries);
@@ -530,14 +533,22 @@ class Planner {
   }
 
   private readonly obtainableCache = new Map<JobClass, boolean>();
-  /** Whether some spot pool of the class has free capacity now or could launch a machine. */
+  /**
+   * Whether some spot pool the class may use has free capacity now or could launch a machine.
+   * True when the class has no spot pool at all (there is nothing to wait for).
+   */
   private spotObtainable(cls: JobClass): boolean {
     let ok = this.obtainableCache.get(cls);
     if (ok === undefined) {
-      ok = false;
+      ok = true;
+      let sawSpot = false;
       for (const key of cls.eligible.keys()) {
         const info = this.offerings.get(key);
-        if (!info) continue;
+        if (!info || info.offering.capacityType !== 'spot') continue;
+        if (!sawSpot) {
+          sawSpot = true;
+          ok = false;
+        }
         if (info.groups.some((g) => g.room > 0) && (this.s.unavailableUntilMs.get(info.offering.id) ?? 0) <= this.s.nowMs) {
           ok = true;
           break;
