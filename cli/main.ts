@@ -1,4 +1,6 @@
 import { Command, CommanderError } from 'commander';
+import { invokeCommand } from './invoke.ts';
+import { reconcileCommand } from './reconcile.ts';
 import { simulateCommand } from './simulate.ts';
 import { UsageError } from './errors.ts';
 
@@ -26,6 +28,30 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .addHelpText('after', '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines')
     .action(async (flags) => {
       await simulateCommand(flags, io);
+    });
+
+  program
+    .command('reconcile')
+    .description('Run one reconcile against the AWS account in the environment and print the plan with its reasons')
+    .option('--once', 'run one turn of the control loop (required)')
+    .option('--dry-run', 'plan without acting')
+    .option('--json', 'print the decision record as JSON')
+    .addHelpText('after', '\nUses the standard AWS configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and\nGPU_FLEET_* variables for the tables and queues (see README).\n\nExamples:\n  gpu-fleet reconcile --once --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --once --json')
+    .action(async (flags) => {
+      await reconcileCommand(flags, io);
+    });
+
+  program
+    .command('invoke')
+    .description('Run one Lambda handler on this machine, against the simulated cloud or the AWS account in the environment')
+    .argument('<function>', 'intake | reconcile | interruption')
+    .option('--event <file>', 'the event as JSON (an SQS event for intake, an EventBridge event for interruption)')
+    .option('--state <dir>', 'load the simulated world from this folder and save it back (so invocations build on each other)')
+    .option('--aws', 'run against AWS instead of the simulated cloud')
+    .option('--json', 'print the result as JSON')
+    .addHelpText('after', '\nExamples:\n  gpu-fleet invoke interruption --event test/fixtures/events/nth-ec2-spot-instance-interruption-warning.json\n  gpu-fleet invoke reconcile --state ./world\n  gpu-fleet invoke intake --event sqs-event.json --aws')
+    .action(async (fn, flags) => {
+      await invokeCommand(fn, flags, io);
     });
 
   return program;

@@ -3,6 +3,7 @@ import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags, SHIPPED_TRACES } from '../cloud/sim/defaults.ts';
 import { runSimulation, SIM_POLICIES, type SimPolicyName, type SimulationResult, type SimulationSummary, type SpotSetup } from '../cloud/sim/simulation.ts';
+import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
 import { UsageError } from './errors.ts';
 import { duration, keyValues, money, pct, table } from './format.ts';
@@ -85,6 +86,7 @@ export async function simulateCommand(flags: SimulateFlags, io: { stdout: NodeJS
     writeFileSync(join(dir, 'report.html'), renderHtmlReport(run));
     writeFileSync(join(dir, 'jobs.json'), `${JSON.stringify(run.main.jobs)}\n`);
     writeFileSync(join(dir, 'decisions.json'), `${JSON.stringify(await run.main.env.decisions.recent(500))}\n`);
+    saveSimState(run.main.env, dir);
   }
   if (flags.json) {
     io.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);

@@ -3,6 +3,7 @@ import type { Draining, Instance, NodeGroup, NodeRecord } from './fleet.ts';
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { Plan, PlanAction } from './plan.ts';
+import type { Team } from './team.ts';
 
 /**
  * The ports: what gpu-fleet needs from the outside world. core/ calls these and nothing else;
@@ -165,6 +166,14 @@ export interface TeamTagSet {
   readonly team: string;
   readonly resource: string;
   readonly tags: Readonly<Record<string, string>>;
+}
+
+/** The last valid budget of each team, kept so that a broken tag never lifts (or loses) a budget. */
+export interface BudgetMemory {
+  /** Every team's last valid budget settings. */
+  load(): Promise<Map<string, Team>>;
+  /** Remembers a team's settings as the last valid ones. Idempotent. */
+  save(team: Team): Promise<void>;
 }
 
 /** Budget tags, read live (no redeploy to change a budget). */

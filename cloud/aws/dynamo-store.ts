@@ -4,7 +4,9 @@ import { BatchWriteCommand, DeleteCommand, DynamoDBDocumentClient, GetCommand, P
 import type { Draining, NodeRecord } from '../../core/fleet.ts';
 import { isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
+import type { Team } from '../../core/team.ts';
 import type {
+  BudgetMemory,
   CheckpointStore,
   DecisionLog,
   DecisionRecord,
@@ -553,6 +555,22 @@ export class DynamoCheckpointIndex implements CheckpointStore {
   }
 }
 
+export class DynamoBudgetMemory implements BudgetMemory {
+  constructor(
+    private readonly doc: DynamoDBDocumentClient,
+    private readonly table: string,
+  ) {}
+
+  async load(): Promise<Map<string, Team>> {
+    const items = await queryAll(this.doc, { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'budget' }, ConsistentRead: true }, 'read budgets');
+    return new Map(items.map((i) => [i.sk as string, i.team as Team]));
+  }
+
+  async save(team: Team): Promise<void> {
+    await call('save budget', team.id, () => this.doc.send(new PutCommand({ TableName: this.table, Item: { pk: 'budget', sk: team.id, team } })));
+  }
+}
+
 /** Every state-store port on one document client. */
 export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, checkpointBucket: string) {
   return {
@@ -564,5 +582,6 @@ export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, ch
     ledger: new DynamoSpendLedger(doc, tables.control),
     pools: new DynamoPoolHistory(doc, tables.control),
     checkpoints: new DynamoCheckpointIndex(doc, tables.control, checkpointBucket),
+    budgetMemory: new DynamoBudgetMemory(doc, tables.control),
   };
 }

@@ -2,7 +2,9 @@ import { CloudError } from '../../core/errors.ts';
 import type { Draining, NodeRecord } from '../../core/fleet.ts';
 import type { CheckpointRef, Job, JobState } from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
+import type { Team } from '../../core/team.ts';
 import type {
+  BudgetMemory,
   JournaledPlan,
   PlanJournal,
   PoolHistory,
@@ -63,6 +65,14 @@ export class MemoryJobStore implements JobStore {
     return [...this.byId.values()];
   }
 
+  dump(): Job[] {
+    return this.all();
+  }
+
+  restore(jobs: readonly Job[]): void {
+    for (const j of jobs) this.put(Object.freeze({ ...j }));
+  }
+
   private put(job: Job): void {
     this.byId.set(job.id, job);
     let m = this.byState.get(job.state);
@@ -121,6 +131,14 @@ export class MemoryNodeStore implements NodeStore {
   async remove(instanceId: string): Promise<void> {
     this.records.delete(instanceId);
   }
+
+  dump(): NodeRecord[] {
+    return [...this.records.values()];
+  }
+
+  restore(records: readonly NodeRecord[]): void {
+    for (const r of records) this.records.set(r.instanceId, Object.freeze({ ...r }));
+  }
 }
 
 export class MemoryDecisionLog implements DecisionLog {
@@ -139,6 +157,14 @@ export class MemoryDecisionLog implements DecisionLog {
   }
   async recent(limit: number): Promise<DecisionRecord[]> {
     return [...this.byId.values()].sort((a, b) => b.atMs - a.atMs || (a.id < b.id ? 1 : -1)).slice(0, limit);
+  }
+
+  dump(): DecisionRecord[] {
+    return [...this.byId.values()];
+  }
+
+  restore(records: readonly DecisionRecord[]): void {
+    for (const d of records) this.byId.set(d.id, d);
   }
 }
 
@@ -164,6 +190,14 @@ export class MemorySpendLedger implements SpendLedger {
     if (entry.toMs <= entry.fromMs) return false;
     this.rows.set(key, { spentMicroUsd: r.spentMicroUsd + entry.amountMicroUsd, accruedUntilMs: entry.toMs, lastFromMs: entry.fromMs });
     return true;
+  }
+
+  dump(): [string, LedgerRow][] {
+    return [...this.rows.entries()];
+  }
+
+  restore(rows: readonly [string, LedgerRow][]): void {
+    for (const [k, r] of rows) this.rows.set(k, { ...r });
   }
 
   async list(): Promise<(SpendCursor & { team: string; period: string })[]> {
@@ -202,6 +236,14 @@ export class MemoryCheckpointStore implements CheckpointStore {
   }
   async latest(jobId: string): Promise<CheckpointRef | undefined> {
     return this.newest.get(jobId);
+  }
+
+  dump(): CheckpointRef[] {
+    return [...this.newest.values()];
+  }
+
+  restore(refs: readonly CheckpointRef[]): void {
+    for (const r of refs) this.newest.set(r.jobId, Object.freeze({ ...r }));
   }
 }
 
@@ -286,6 +328,15 @@ export class MemoryPoolHistory implements PoolHistory {
     if (!this.interrupted.has(instanceId)) this.interrupted.set(instanceId, { offeringId, atMs });
   }
 
+  dump(): { spans: [string, { offeringId: string; firstMs: number; lastMs: number }][]; interrupted: [string, { offeringId: string; atMs: number }][] } {
+    return { spans: [...this.spans.entries()], interrupted: [...this.interrupted.entries()] };
+  }
+
+  restore(d: ReturnType<MemoryPoolHistory['dump']>): void {
+    for (const [k, v] of d.spans) this.spans.set(k, { ...v });
+    for (const [k, v] of d.interrupted) this.interrupted.set(k, { ...v });
+  }
+
   async stats(sinceMs: number): Promise<Map<string, PoolStats>> {
     const out = new Map<string, { interruptions: number; exposureHours: number; lastInterruptedAtMs?: number }>();
     const entry = (o: string) => {
@@ -331,5 +382,15 @@ export class MemoryPlanJournal implements PlanJournal {
     if (!newest) return undefined;
     const [planId, p] = newest;
     return { planId, atMs: p.atMs, actions: p.actions, done: new Set(p.done), finished: false };
+  }
+}
+
+export class MemoryBudgetMemory implements BudgetMemory {
+  private readonly teams = new Map<string, Team>();
+  async load(): Promise<Map<string, Team>> {
+    return new Map(this.teams);
+  }
+  async save(team: Team): Promise<void> {
+    this.teams.set(team.id, team);
   }
 }

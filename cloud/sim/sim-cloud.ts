@@ -170,6 +170,25 @@ export class SimCloud implements NodeGroupProvider {
     this.end(inst, why);
   }
 
+  dump(): { desired: Record<string, number>; instances: SimInstance[]; counter: number; failures: LaunchFailure[] } {
+    return {
+      desired: Object.fromEntries([...this.groups.entries()].map(([id, g]) => [id, g.desired])),
+      instances: [...this.instances.values()].map((i) => ({ ...i })),
+      counter: this.counter,
+      failures: [...this.failures],
+    };
+  }
+
+  restore(d: ReturnType<SimCloud['dump']>): void {
+    for (const [id, desired] of Object.entries(d.desired)) {
+      const g = this.groups.get(id);
+      if (g) g.desired = desired;
+    }
+    for (const i of d.instances) this.instances.set(i.id, { ...i });
+    this.counter = Math.max(this.counter, d.counter);
+    this.failures.push(...d.failures);
+  }
+
   /** All machines ever launched, including ended ones still remembered, for accounting. */
   allInstances(): readonly SimInstance[] {
     return [...this.instances.values()];

@@ -3,7 +3,7 @@ import type { InstanceType, Offering, PriceQuote } from '../catalog.ts';
 import type { FleetNode, Instance, NodeGroup, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { MicroUsd } from '../money.ts';
-import type { BudgetTagSource, CatalogSource, JobStore, NodeGroupProvider, NodeStore, PoolHistory, PriceSource, SpendLedger } from '../ports.ts';
+import type { BudgetMemory, BudgetTagSource, CatalogSource, JobStore, NodeGroupProvider, NodeStore, PoolHistory, PriceSource, SpendLedger } from '../ports.ts';
 import { poolRatePerHour } from '../risk.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import type { Team } from '../team.ts';
@@ -17,6 +17,8 @@ export interface SnapshotPorts {
   readonly budgets: BudgetTagSource;
   readonly ledger: SpendLedger;
   readonly pools: PoolHistory;
+  /** Where last valid budgets are kept between runs; without it, only within `teamMemory`. */
+  readonly budgetMemory?: BudgetMemory;
 }
 
 /** How far back observed interruptions count towards a pool's risk. */
@@ -101,7 +103,12 @@ export async function buildSnapshot(
     poolRiskPerHour.set(quote.offeringId, poolRatePerHour(quote.interruptionBand, observed.get(quote.offeringId)));
   }
 
-  const teams = readTeams(tagSets, world, input.teamMemory);
+  const memory: TeamMemory = input.teamMemory ?? (ports.budgetMemory ? await ports.budgetMemory.load() : new Map());
+  const before = new Map(memory);
+  const teams = readTeams(tagSets, world, memory);
+  if (ports.budgetMemory) {
+    for (const [id, team] of memory) if (JSON.stringify(before.get(id)) !== JSON.stringify(team)) await ports.budgetMemory.save(team);
+  }
   const spend = new Map<string, MicroUsd>();
   await Promise.all(
     [...teams.values()].map(async (team) => {
@@ -140,7 +147,7 @@ export async function buildSnapshot(
  * budget and is therefore held: a missing tag never means "unlimited". When a team carries
  * tags on several resources, its queue's tags are read first and later ones fill gaps only.
  */
-function readTeams(tagSets: Awaited<ReturnType<BudgetTagSource['readTeamTags']>>, world: WorldView, memory: TeamMemory | undefined): Map<string, Team> {
+function readTeams(tagSets: Awaited<ReturnType<BudgetTagSource['readTeamTags']>>, world: WorldView, memory: TeamMemory): Map<string, Team> {
   const merged = new Map<string, Record<string, string>>();
   for (const set of tagSets) {
     const tags = merged.get(set.team) ?? {};
@@ -149,12 +156,15 @@ function readTeams(tagSets: Awaited<ReturnType<BudgetTagSource['readTeamTags']>>
   }
   const teams = new Map<string, Team>();
   for (const [id, tags] of [...merged.entries()].sort(([a], [b]) => a.localeCompare(b))) {
-    const team = teamFromTags(id, tags, memory?.get(id));
+    const team = teamFromTags(id, tags, memory.get(id));
     teams.set(id, team);
-    if (memory && team.budget) memory.set(id, team);
+    if (team.budget) memory.set(id, { ...team, tagProblems: [] });
   }
   for (const job of [...world.pendingJobs, ...world.activeJobs]) {
-    if (!teams.has(job.team)) teams.set(job.team, memory?.get(job.team) ?? { id: job.team, weight: 1, tagProblems: ['no gpu-fleet budget tags found for this team'] });
+    if (!teams.has(job.team)) {
+      const last = memory.get(job.team);
+      teams.set(job.team, last ? { ...last, tagProblems: ['no gpu-fleet budget tags found; the last valid budget stays in force'] } : { id: job.team, weight: 1, tagProblems: ['no gpu-fleet budget tags found for this team'] });
+    }
   }
   return teams;
 }

@@ -7,7 +7,7 @@ import { observability } from '../../functions/observability.ts';
 import { VirtualClock } from '../../cloud/sim/clock.ts';
 import { MemoryJobStore } from '../../cloud/sim/memory-stores.ts';
 import { T0 } from '../builders.ts';
-import { lambdaContext } from '../support/lambda.ts';
+import { lambdaContext } from '../../functions/context.ts';
 
 const QUEUE = 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp';
 const good = JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1 } });

@@ -13,7 +13,7 @@ import { SeededRandom, VirtualClock } from '../../cloud/sim/clock.ts';
 import { SimCloud } from '../../cloud/sim/sim-cloud.ts';
 import { T0 } from '../builders.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
-import { lambdaContext } from '../support/lambda.ts';
+import { lambdaContext } from '../../functions/context.ts';
 
 let db: LocalDynamo;
 beforeAll(async () => {

@@ -1,7 +1,7 @@
 import type { Context } from 'aws-lambda';
 
-/** A Lambda context for invoking handlers in tests and locally. */
-export function lambdaContext(name = 'gpu-fleet-test', requestId = `req-${Math.random().toString(16).slice(2)}`): Context {
+/** A Lambda context for invoking handlers outside Lambda: in tests and with `gpu-fleet invoke`. */
+export function lambdaContext(name = 'gpu-fleet-test', requestId = `local-${process.hrtime.bigint().toString(36)}`): Context {
   return {
     callbackWaitsForEmptyEventLoop: false,
     functionName: name,

@@ -1,0 +1,325 @@
+import {
+  type AutoScalingClient,
+  CompleteLifecycleActionCommand,
+  DescribeAutoScalingGroupsCommand,
+  DescribeAutoScalingInstancesCommand,
+  DescribeScalingActivitiesCommand,
+  SetDesiredCapacityCommand,
+  SetInstanceProtectionCommand,
+  TerminateInstanceInAutoScalingGroupCommand,
+  type Activity,
+  type AutoScalingGroup,
+} from '@aws-sdk/client-auto-scaling';
+import { DescribeInstancesCommand, DescribeLaunchTemplateVersionsCommand, type EC2Client } from '@aws-sdk/client-ec2';
+import { makeOffering, type CapacityType } from '../../core/catalog.ts';
+import { CloudError } from '../../core/errors.ts';
+import type { Instance, InstanceState, NodeGroup } from '../../core/fleet.ts';
+import type { Clock, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
+import { translateAwsError } from './errors.ts';
+
+/** Tags gpu-fleet reads on Auto Scaling groups. */
+export const GROUP_TAGS = {
+  managed: 'gpu-fleet:managed',
+  capacityType: 'gpu-fleet:capacity-type',
+  mig: 'gpu-fleet:mig',
+} as const;
+
+export interface AsgOptions {
+  readonly region: string;
+  readonly clock: Clock;
+  /** How long the list of managed groups is trusted, seconds (default 20). */
+  readonly cacheSec?: number;
+}
+
+/** Codes of failed launches, as they appear in scaling activities' status messages. */
+const FAILURE_CODES: readonly [RegExp, string][] = [
+  [/InsufficientInstanceCapacity|do not have sufficient .* capacity|no Spot capacity available/i, 'InsufficientInstanceCapacity'],
+  [/MaxSpotInstanceCountExceeded|Max spot instance count exceeded/i, 'MaxSpotInstanceCountExceeded'],
+  [/UnfulfillableCapacity/i, 'UnfulfillableCapacity'],
+  [/VcpuLimitExceeded|vCPU/i, 'VcpuLimitExceeded'],
+  [/InstanceLimitExceeded|current instance limit/i, 'InstanceLimitExceeded'],
+  [/InvalidFleetConfiguration|not supported in your requested Availability Zone/i, 'InvalidFleetConfiguration'],
+  [/Spot request price .* lower than the minimum/i, 'SpotMaxPriceTooLow'],
+];
+
+/**
+ * Node groups on EC2 Auto Scaling. Groups tagged `gpu-fleet:managed=true` are found by tag
+ * (paginated); their offerings are the instance types of the mixed instances policy (or the
+ * launch template) × the zones of their subnets × the capacity type (the instances
+ * distribution, or the tag `gpu-fleet:capacity-type`). Instances come with their market from
+ * EC2. Busy nodes are protected from the group's own scale-in, specific nodes are removed with
+ * the desired size lowered, and failed launches are read from the scaling activities.
+ */
+export class AsgNodeGroups implements NodeGroupProvider {
+  readonly cloud = 'aws' as const;
+  private groupsCache: { atMs: number; groups: AutoScalingGroup[] } | undefined;
+  private readonly templateTypes = new Map<string, string | undefined>();
+  /** Problems found while reading groups (a group whose instance types cannot be known), for logs and status. */
+  readonly problems: string[] = [];
+
+  constructor(
+    private readonly asg: AutoScalingClient,
+    private readonly ec2: EC2Client,
+    private readonly options: AsgOptions,
+  ) {}
+
+  private async describeManaged(fresh = false): Promise<AutoScalingGroup[]> {
+    const now = this.options.clock.nowMs();
+    if (!fresh && this.groupsCache && now - this.groupsCache.atMs < (this.options.cacheSec ?? 20) * 1000) return this.groupsCache.groups;
+    const groups: AutoScalingGroup[] = [];
+    let token: string | undefined;
+    do {
+      const page = await this.call('describe node groups', 'gpu-fleet:managed=true', () =>
+        this.asg.send(new DescribeAutoScalingGroupsCommand({ Filters: [{ Name: `tag:${GROUP_TAGS.managed}`, Values: ['true'] }], MaxRecords: 100, ...(token ? { NextToken: token } : {}) })),
+      );
+      groups.push(...(page.AutoScalingGroups ?? []));
+      token = page.NextToken;
+    } while (token);
+    this.groupsCache = { atMs: now, groups };
+    return groups;
+  }
+
+  async listGroups(): Promise<NodeGroup[]> {
+    const groups = await this.describeManaged(true);
+    this.problems.length = 0;
+    const out: NodeGroup[] = [];
+    for (const g of groups) {
+      const name = g.AutoScalingGroupName!;
+      const types = await this.instanceTypes(g);
+      if (types.length === 0) {
+        this.problems.push(`group ${name}: its instance types cannot be known (attribute-based instance requirements, or a launch template without an instance type); list the instance types in its mixed instances policy overrides`);
+      }
+      const capacityType = capacityTypeOf(g);
+      const zones = [...(g.AvailabilityZones ?? [])].sort();
+      out.push({
+        id: name,
+        cloud: 'aws',
+        region: this.options.region,
+        offerings: types.flatMap((instanceType) => zones.map((zone) => makeOffering({ cloud: 'aws', region: this.options.region, zone, instanceType, capacityType }))),
+        minSize: g.MinSize ?? 0,
+        maxSize: g.MaxSize ?? 0,
+        desiredCapacity: g.DesiredCapacity ?? 0,
+        ...(tag(g, GROUP_TAGS.mig) === 'enabled' ? { migEnabled: true } : {}),
+      });
+    }
+    return out;
+  }
+
+  private async instanceTypes(g: AutoScalingGroup): Promise<string[]> {
+    const overrides = g.MixedInstancesPolicy?.LaunchTemplate?.Overrides ?? [];
+    const fromOverrides = overrides.map((o) => o.InstanceType).filter((t): t is string => typeof t === 'string');
+    if (fromOverrides.length > 0) return [...new Set(fromOverrides)];
+    // Attribute-based selection: Auto Scaling picks the types, so gpu-fleet cannot plan with them.
+    if (overrides.some((o) => o.InstanceRequirements !== undefined)) return [];
+    const spec = g.MixedInstancesPolicy?.LaunchTemplate?.LaunchTemplateSpecification ?? g.LaunchTemplate;
+    if (!spec?.LaunchTemplateId && !spec?.LaunchTemplateName) return [];
+    const key = `${spec.LaunchTemplateId ?? spec.LaunchTemplateName}@${spec.Version ?? '$Default'}`;
+    if (!this.templateTypes.has(key)) {
+      const out = await this.call('read launch template', key, () =>
+        this.ec2.send(
+          new DescribeLaunchTemplateVersionsCommand({
+            ...(spec.LaunchTemplateId ? { LaunchTemplateId: spec.LaunchTemplateId } : { LaunchTemplateName: spec.LaunchTemplateName! }),
+            Versions: [spec.Version ?? '$Default'],
+          }),
+        ),
+      );
+      this.templateTypes.set(key, out.LaunchTemplateVersions?.[0]?.LaunchTemplateData?.InstanceType);
+    }
+    const t = this.templateTypes.get(key);
+    return t ? [t] : [];
+  }
+
+  async listInstances(): Promise<Instance[]> {
+    const groups = await this.describeManaged(true);
+    const members = groups.flatMap((g) => (g.Instances ?? []).map((i) => ({ g, i })));
+    const details = await this.ec2Details(members.map((m) => m.i.InstanceId!));
+    return members.map(({ g, i }) => {
+      const d = details.get(i.InstanceId!);
+      return {
+        id: i.InstanceId!,
+        groupId: g.AutoScalingGroupName!,
+        cloud: 'aws',
+        region: this.options.region,
+        zone: i.AvailabilityZone ?? d?.zone ?? '',
+        instanceType: i.InstanceType ?? d?.instanceType ?? '',
+        capacityType: d?.spot ? 'spot' : d ? 'on-demand' : capacityTypeOf(g),
+        state: stateOf(i.LifecycleState),
+        launchedAtMs: d?.launchedAtMs ?? this.options.clock.nowMs(),
+        scaleInProtected: i.ProtectedFromScaleIn ?? false,
+      };
+    });
+  }
+
+  /** Market, launch time, zone and type of instances, from EC2 (batched, paginated). */
+  private async ec2Details(ids: readonly string[]): Promise<Map<string, { spot: boolean; launchedAtMs: number; zone: string; instanceType: string }>> {
+    const out = new Map<string, { spot: boolean; launchedAtMs: number; zone: string; instanceType: string }>();
+    for (let i = 0; i < ids.length; i += 500) {
+      let token: string | undefined;
+      do {
+        const page = await this.call('describe instances', `${ids.length} instances`, () =>
+          this.ec2.send(new DescribeInstancesCommand({ InstanceIds: ids.slice(i, i + 500), ...(token ? { NextToken: token } : {}) })),
+        );
+        for (const r of page.Reservations ?? []) {
+          for (const inst of r.Instances ?? []) {
+            out.set(inst.InstanceId!, {
+              spot: inst.InstanceLifecycle === 'spot',
+              launchedAtMs: inst.LaunchTime ? new Date(inst.LaunchTime).getTime() : this.options.clock.nowMs(),
+              zone: inst.Placement?.AvailabilityZone ?? '',
+              instanceType: inst.InstanceType ?? '',
+            });
+          }
+        }
+        token = page.NextToken;
+      } while (token);
+    }
+    return out;
+  }
+
+  async describeInstance(instanceId: string): Promise<Instance | undefined> {
+    const out = await this.call('describe instance', instanceId, () => this.asg.send(new DescribeAutoScalingInstancesCommand({ InstanceIds: [instanceId] })));
+    const i = out.AutoScalingInstances?.[0];
+    if (!i) return undefined;
+    const groups = await this.describeManaged();
+    let g = groups.find((x) => x.AutoScalingGroupName === i.AutoScalingGroupName);
+    if (!g) g = (await this.describeManaged(true)).find((x) => x.AutoScalingGroupName === i.AutoScalingGroupName);
+    if (!g) return undefined; // in a group gpu-fleet does not manage
+    const d = (await this.ec2Details([instanceId])).get(instanceId);
+    return {
+      id: instanceId,
+      groupId: i.AutoScalingGroupName!,
+      cloud: 'aws',
+      region: this.options.region,
+      zone: i.AvailabilityZone ?? d?.zone ?? '',
+      instanceType: i.InstanceType ?? d?.instanceType ?? '',
+      capacityType: d?.spot ? 'spot' : d ? 'on-demand' : capacityTypeOf(g),
+      state: stateOf(i.LifecycleState),
+      launchedAtMs: d?.launchedAtMs ?? this.options.clock.nowMs(),
+      scaleInProtected: i.ProtectedFromScaleIn ?? false,
+    };
+  }
+
+  async setDesiredCapacity(groupId: string, desired: number): Promise<void> {
+    await this.call('set desired capacity', groupId, () => this.asg.send(new SetDesiredCapacityCommand({ AutoScalingGroupName: groupId, DesiredCapacity: desired, HonorCooldown: false })));
+    this.groupsCache = undefined;
+  }
+
+  async terminateInstance(groupId: string, instanceId: string): Promise<{ alreadyGone: boolean }> {
+    try {
+      await this.asg.send(new TerminateInstanceInAutoScalingGroupCommand({ InstanceId: instanceId, ShouldDecrementDesiredCapacity: true }));
+      this.groupsCache = undefined;
+      return { alreadyGone: false };
+    } catch (error) {
+      const e = translateAwsError(error, { operation: 'terminate instance', resource: `${groupId}/${instanceId}` });
+      // "Instance Id not found", or an instance already terminating: gone as far as gpu-fleet is concerned.
+      if (e.code === 'not-found' || (e.code === 'invalid-request' && /not found|terminat|not part of/i.test(e.message))) return { alreadyGone: true };
+      throw e;
+    }
+  }
+
+  async setScaleInProtection(groupId: string, instanceIds: readonly string[], protect: boolean): Promise<void> {
+    const group = (await this.describeManaged()).find((g) => g.AutoScalingGroupName === groupId) ?? (await this.describeManaged(true)).find((g) => g.AutoScalingGroupName === groupId);
+    if (!group) throw new CloudError('not-found', `node group ${groupId} does not exist or is not managed by gpu-fleet`, { operation: 'set scale-in protection', resource: groupId, cloud: 'aws' });
+    const members = new Set((group.Instances ?? []).filter((i) => i.LifecycleState === 'InService' || i.LifecycleState?.startsWith('Pending')).map((i) => i.InstanceId));
+    const ids = instanceIds.filter((id) => members.has(id));
+    for (let i = 0; i < ids.length; i += 50) {
+      await this.call('set scale-in protection', groupId, () =>
+        this.asg.send(new SetInstanceProtectionCommand({ AutoScalingGroupName: groupId, InstanceIds: ids.slice(i, i + 50), ProtectedFromScaleIn: protect })),
+      );
+    }
+  }
+
+  async launchFailures(sinceMs: number): Promise<LaunchFailure[]> {
+    const groups = await this.listGroups();
+    const out: LaunchFailure[] = [];
+    for (const g of groups) {
+      let token: string | undefined;
+      let older = false;
+      do {
+        const page = await this.call('describe scaling activities', g.id, () =>
+          this.asg.send(new DescribeScalingActivitiesCommand({ AutoScalingGroupName: g.id, MaxRecords: 100, ...(token ? { NextToken: token } : {}) })),
+        );
+        for (const a of page.Activities ?? []) {
+          const at = a.StartTime ? new Date(a.StartTime).getTime() : 0;
+          if (at < sinceMs) {
+            older = true; // activities come newest first
+            continue;
+          }
+          if (a.StatusCode !== 'Failed') continue;
+          out.push(...failuresOf(g, a, at));
+        }
+        token = older ? undefined : page.NextToken;
+      } while (token);
+    }
+    return out.sort((a, b) => a.atMs - b.atMs);
+  }
+
+  async completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
+    try {
+      await this.asg.send(
+        new CompleteLifecycleActionCommand({
+          AutoScalingGroupName: input.groupId,
+          LifecycleHookName: input.hookName,
+          InstanceId: input.instanceId,
+          LifecycleActionResult: 'CONTINUE',
+          ...(input.token ? { LifecycleActionToken: input.token } : {}),
+        }),
+      );
+    } catch (error) {
+      const e = translateAwsError(error, { operation: 'complete lifecycle action', resource: `${input.groupId}/${input.instanceId}` });
+      // "No active Lifecycle Action found": completed already, or timed out. Either way, done.
+      if (e.code === 'invalid-request' && /no active lifecycle action|not found/i.test(e.message)) return;
+      throw e;
+    }
+  }
+
+  private async call<T>(operation: string, resource: string, f: () => Promise<T>): Promise<T> {
+    try {
+      return await f();
+    } catch (error) {
+      const e = translateAwsError(error, { operation, resource });
+      // Auto Scaling reports a missing group as a ValidationError.
+      if (e.code === 'invalid-request' && /AutoScalingGroup name not found|not found/i.test(e.message)) {
+        throw new CloudError('not-found', e.message, { operation, resource, cloud: 'aws' }, { cause: error });
+      }
+      throw e;
+    }
+  }
+}
+
+function tag(g: AutoScalingGroup, key: string): string | undefined {
+  return g.Tags?.find((t) => t.Key === key)?.Value;
+}
+
+/** The group's capacity type: its tag, else spot when the distribution is all spot, else on-demand. */
+export function capacityTypeOf(g: AutoScalingGroup): CapacityType {
+  const t = tag(g, GROUP_TAGS.capacityType);
+  if (t === 'spot' || t === 'on-demand') return t;
+  const d = g.MixedInstancesPolicy?.InstancesDistribution;
+  if (d && (d.OnDemandPercentageAboveBaseCapacity ?? 100) === 0 && (d.OnDemandBaseCapacity ?? 0) === 0) return 'spot';
+  return 'on-demand';
+}
+
+function stateOf(lifecycle: string | undefined): InstanceState {
+  if (!lifecycle) return 'pending';
+  if (lifecycle === 'InService' || lifecycle === 'Standby' || lifecycle.startsWith('EnteringStandby')) return 'running';
+  if (lifecycle.startsWith('Pending')) return 'pending';
+  if (lifecycle === 'Terminated') return 'terminated';
+  return 'stopping'; // Terminating, Terminating:Wait/Proceed, Detaching, Detached, Warmed:*
+}
+
+/** The launch failures an activity reports: the code from its message, the zone from its details, per instance type of the group. */
+export function failuresOf(g: NodeGroup, a: Activity, atMs: number): LaunchFailure[] {
+  const text = `${a.StatusMessage ?? ''} ${a.Description ?? ''}`;
+  const code = FAILURE_CODES.find(([re]) => re.test(text))?.[1] ?? 'LaunchFailed';
+  let zone: string | undefined;
+  try {
+    zone = (JSON.parse(a.Details ?? '{}') as Record<string, string>)['Availability Zone'];
+  } catch {
+    zone = /Availability Zone[^a-z0-9]*([a-z]{2}-[a-z]+-\d[a-z])/.exec(a.Details ?? '')?.[1];
+  }
+  zone ??= /\(([a-z]{2}-[a-z]+-\d[a-z])\)/.exec(text)?.[1];
+  const typeInText = /(\b[a-z0-9]+\.[0-9]*[a-z]+\b)/.exec(text)?.[1];
+  const offerings = g.offerings.filter((o) => (zone === undefined || o.zone === zone) && (typeInText === undefined || !g.offerings.some((x) => x.instanceType === typeInText) || o.instanceType === typeInText));
+  const base = { groupId: g.id, atMs, code, message: a.StatusMessage ?? a.Description ?? code };
+  return offerings.length > 0 ? offerings.map((o) => ({ ...base, offeringId: o.id })) : [base];
+}

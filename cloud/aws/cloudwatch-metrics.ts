@@ -1,0 +1,68 @@
+import { GetMetricDataCommand, type CloudWatchClient, type MetricDataQuery } from '@aws-sdk/client-cloudwatch';
+import type { Clock, GpuMetricsSource, GpuSample } from '../../core/ports.ts';
+import { translateAwsError } from './errors.ts';
+
+/** Where the node agent publishes GPU metrics (per GPU: InstanceId, NodeGroup, GpuIndex). */
+export const AGENT_METRICS = { namespace: 'GpuFleet', utilization: 'GpuUtilization', memoryUsed: 'GpuMemoryUsed' } as const;
+/** What the CloudWatch agent publishes for fleets that already run it (nvidia_gpu plugin). */
+export const CWAGENT_METRICS = { namespace: 'CWAgent', utilization: 'nvidia_smi_utilization_gpu', memoryUsed: 'nvidia_smi_memory_used' } as const;
+
+/**
+ * Per-GPU utilisation and memory of instances from CloudWatch, batched with GetMetricData
+ * (≤ 500 queries a call, paginated). Both gpu-fleet's own metrics and the CloudWatch agent's
+ * `nvidia_smi_*` metrics are searched; the agent's are used where gpu-fleet's are missing.
+ */
+export class CloudWatchGpuMetrics implements GpuMetricsSource {
+  constructor(
+    private readonly cw: CloudWatchClient,
+    private readonly clock: Clock,
+  ) {}
+
+  async gpuSamples(instanceIds: readonly string[], windowSec: number): Promise<GpuSample[]> {
+    const end = this.clock.nowMs();
+    const start = end - Math.max(60, windowSec) * 1000;
+    const queries: MetricDataQuery[] = [];
+    instanceIds.forEach((id, i) => {
+      for (const [src, m, dim] of [['g', AGENT_METRICS, 'GpuIndex'], ['c', CWAGENT_METRICS, 'index']] as const) {
+        // A dynamic label names each series found by its GPU index.
+        const label = `\${PROP('Dim.${dim}')}`;
+        queries.push({ Id: `${src}u${i}`, Expression: `SEARCH('{${m.namespace},InstanceId,${dim}} MetricName="${m.utilization}" InstanceId="${id}"', 'Average', 60)`, Label: label, ReturnData: true });
+        queries.push({ Id: `${src}m${i}`, Expression: `SEARCH('{${m.namespace},InstanceId,${dim}} MetricName="${m.memoryUsed}" InstanceId="${id}"', 'Average', 60)`, Label: label, ReturnData: true });
+      }
+    });
+    const series = new Map<string, { label: string; at: number; value: number }[]>();
+    for (let i = 0; i < queries.length; i += 500) {
+      let token: string | undefined;
+      do {
+        let page;
+        try {
+          page = await this.cw.send(new GetMetricDataCommand({ MetricDataQueries: queries.slice(i, i + 500), StartTime: new Date(start), EndTime: new Date(end), ScanBy: 'TimestampDescending', ...(token ? { NextToken: token } : {}) }));
+        } catch (error) {
+          throw translateAwsError(error, { operation: 'get GPU metrics', resource: `${instanceIds.length} instances` });
+        }
+        for (const r of page.MetricDataResults ?? []) {
+          const ts = r.Timestamps ?? [];
+          const vs = r.Values ?? [];
+          if (ts.length === 0 || vs.length === 0) continue;
+          const list = series.get(r.Id!) ?? [];
+          list.push({ label: r.Label ?? '', at: new Date(ts[0]!).getTime(), value: vs[0]! });
+          series.set(r.Id!, list);
+        }
+        token = page.NextToken;
+      } while (token);
+    }
+    const out: GpuSample[] = [];
+    instanceIds.forEach((id, i) => {
+      const own = series.get(`gu${i}`);
+      const src = own && own.length > 0 ? 'g' : 'c';
+      const util = series.get(`${src}u${i}`) ?? [];
+      const mem = series.get(`${src}m${i}`) ?? [];
+      util.forEach((u, k) => {
+        const gpuIndex = /^\d+$/.test(u.label) ? Number(u.label) : k;
+        const m = mem.find((x) => x.label === u.label) ?? mem[k];
+        out.push({ instanceId: id, gpuIndex, utilizationPct: Math.max(0, Math.min(100, u.value)), memoryUsedMiB: m ? Math.round(m.value) : 0, atMs: u.at });
+      });
+    });
+    return out;
+  }
+}

@@ -1,0 +1,54 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { SimEnvironment } from './environment.ts';
+
+/**
+ * A simulated world saved to a folder (`state.json`), so that a sequence of commands — a
+ * simulation, then `gpu-fleet invoke`, `status`, `explain` — act on the same world.
+ */
+export interface SavedSimState {
+  readonly version: 1;
+  readonly nowMs: number;
+  readonly jobs: ReturnType<SimEnvironment['jobs']['dump']>;
+  readonly nodes: ReturnType<SimEnvironment['nodes']['dump']>;
+  readonly decisions: ReturnType<SimEnvironment['decisions']['dump']>;
+  readonly ledger: ReturnType<SimEnvironment['ledger']['dump']>;
+  readonly checkpoints: ReturnType<SimEnvironment['checkpoints']['dump']>;
+  readonly pools: ReturnType<SimEnvironment['pools']['dump']>;
+  readonly cloud: ReturnType<SimEnvironment['cloud']['dump']>;
+}
+
+export const STATE_FILE = 'state.json';
+
+export function saveSimState(env: SimEnvironment, dir: string): void {
+  mkdirSync(dir, { recursive: true });
+  const state: SavedSimState = {
+    version: 1,
+    nowMs: env.clock.nowMs(),
+    jobs: env.jobs.dump(),
+    nodes: env.nodes.dump(),
+    decisions: env.decisions.dump(),
+    ledger: env.ledger.dump(),
+    checkpoints: env.checkpoints.dump(),
+    pools: env.pools.dump(),
+    cloud: env.cloud.dump(),
+  };
+  writeFileSync(join(dir, STATE_FILE), JSON.stringify(state));
+}
+
+/** Loads a saved world into an environment built with the same fleet; false when the folder has none. */
+export function loadSimState(env: SimEnvironment, dir: string): boolean {
+  const file = join(dir, STATE_FILE);
+  if (!existsSync(file)) return false;
+  const state = JSON.parse(readFileSync(file, 'utf8')) as SavedSimState;
+  if (state.version !== 1) throw new Error(`${file}: unknown state version ${String(state.version)}`);
+  if (state.nowMs > env.clock.nowMs()) env.clock.advanceTo(state.nowMs);
+  env.jobs.restore(state.jobs);
+  env.nodes.restore(state.nodes);
+  env.decisions.restore(state.decisions);
+  env.ledger.restore(state.ledger);
+  env.checkpoints.restore(state.checkpoints);
+  env.pools.restore(state.pools);
+  env.cloud.restore(state.cloud);
+  return true;
+}
