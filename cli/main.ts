@@ -1,8 +1,9 @@
 import { Command, CommanderError } from 'commander';
-import { invokeCommand } from './invoke.ts';
-import { reconcileCommand } from './reconcile.ts';
-import { simulateCommand } from './simulate.ts';
 import { UsageError } from './errors.ts';
+
+// Each command's code is loaded when the command runs. Beyond start-up time this matters for
+// the simulator: the Lambda tracer (X-Ray SDK) turns on async-hook tracking for every promise
+// in the process when it is imported, which slowed `npm start` by about a third.
 
 /** Builds the `gpu-fleet` command. Exported so tests can run it in-process as well as as a child process. */
 export function buildProgram(io = { stdout: process.stdout, stderr: process.stderr }): Command {
@@ -27,6 +28,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--no-progress', 'no progress bar')
     .addHelpText('after', '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines')
     .action(async (flags) => {
+      const { simulateCommand } = await import('./simulate.ts');
       await simulateCommand(flags, io);
     });
 
@@ -38,6 +40,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--json', 'print the decision record as JSON')
     .addHelpText('after', '\nUses the standard AWS configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and\nGPU_FLEET_* variables for the tables and queues (see README).\n\nExamples:\n  gpu-fleet reconcile --once --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --once --json')
     .action(async (flags) => {
+      const { reconcileCommand } = await import('./reconcile.ts');
       await reconcileCommand(flags, io);
     });
 
@@ -51,6 +54,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--json', 'print the result as JSON')
     .addHelpText('after', '\nExamples:\n  gpu-fleet invoke interruption --event test/fixtures/events/nth-ec2-spot-instance-interruption-warning.json\n  gpu-fleet invoke reconcile --state ./world\n  gpu-fleet invoke intake --event sqs-event.json --aws')
     .action(async (fn, flags) => {
+      const { invokeCommand } = await import('./invoke.ts');
       await invokeCommand(fn, flags, io);
     });
 

@@ -50,6 +50,12 @@ export interface NodeRecord {
   readonly draining?: Draining;
   /** Since when the node has had no job placed on it (undefined while it has work). */
   readonly idleSinceMs?: number;
+  /**
+   * The node's work list: job id → attempt, written by reconcile just before it places the
+   * attempt here. The agent reads it with its own record; the job record stays the truth (a
+   * pointer whose placement lost a race is dropped by the agent).
+   */
+  readonly assigned?: Readonly<Record<string, number>>;
 }
 
 export interface Draining {

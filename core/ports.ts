@@ -123,8 +123,16 @@ export interface NodeStore {
   markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord>;
   /** Sets or clears the time since which the node has had no work. */
   setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void>;
-  /** Forgets a node that is gone. Idempotent. */
+  /** Forgets a node that is gone, its work list with it. Idempotent. */
   remove(instanceId: string): Promise<void>;
+  /**
+   * Adds attempt `attempt` of a job to a node's work list, before the job is placed there (so an
+   * agent can never miss a placement). A newer attempt replaces an older pointer; an older one
+   * changes nothing. Returns false, writing nothing, when the node has no record.
+   */
+  assign(instanceId: string, jobId: string, attempt: number): Promise<boolean>;
+  /** Drops a job from a node's work list if its pointer is for `attempt` or older. Idempotent. */
+  unassign(instanceId: string, jobId: string, attempt: number): Promise<void>;
 }
 
 export interface QueueDepth {

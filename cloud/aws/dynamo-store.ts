@@ -1,6 +1,7 @@
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { BatchWriteCommand, DeleteCommand, DynamoDBDocumentClient, GetCommand, PutCommand, QueryCommand, ScanCommand, UpdateCommand, type QueryCommandInput } from '@aws-sdk/lib-dynamodb';
+import { CloudError } from '../../core/errors.ts';
 import type { Draining, NodeRecord } from '../../core/fleet.ts';
 import { isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
@@ -145,8 +146,18 @@ export class DynamoNodeStore implements NodeStore {
         new UpdateCommand({
           TableName: this.table,
           Key: { instanceId: record.instanceId },
-          UpdateExpression: 'SET groupId = :g, gpus = :gpus, healthy = :h, lastHeartbeatAtMs = :hb, registeredAtMs = if_not_exists(registeredAtMs, :reg)' + (record.healthProblem ? ', healthProblem = :p' : ' REMOVE healthProblem'),
-          ExpressionAttributeValues: { ':g': record.groupId, ':gpus': record.gpus, ':h': record.healthy, ':hb': record.lastHeartbeatAtMs, ':reg': record.registeredAtMs, ...(record.healthProblem ? { ':p': record.healthProblem } : {}) },
+          UpdateExpression:
+            'SET groupId = :g, gpus = :gpus, healthy = :h, lastHeartbeatAtMs = :hb, registeredAtMs = if_not_exists(registeredAtMs, :reg), assigned = if_not_exists(assigned, :none)' +
+            (record.healthProblem ? ', healthProblem = :p' : ' REMOVE healthProblem'),
+          ExpressionAttributeValues: {
+            ':g': record.groupId,
+            ':gpus': record.gpus,
+            ':h': record.healthy,
+            ':hb': record.lastHeartbeatAtMs,
+            ':reg': record.registeredAtMs,
+            ':none': {},
+            ...(record.healthProblem ? { ':p': record.healthProblem } : {}),
+          },
         }),
       ),
     );
@@ -205,9 +216,9 @@ export class DynamoNodeStore implements NodeStore {
           TableName: this.table,
           Key: { instanceId },
           UpdateExpression:
-            'SET draining = :d, groupId = if_not_exists(groupId, :g), registeredAtMs = if_not_exists(registeredAtMs, :t), lastHeartbeatAtMs = if_not_exists(lastHeartbeatAtMs, :t), gpus = if_not_exists(gpus, :none), healthy = if_not_exists(healthy, :yes)',
+            'SET draining = :d, groupId = if_not_exists(groupId, :g), registeredAtMs = if_not_exists(registeredAtMs, :t), lastHeartbeatAtMs = if_not_exists(lastHeartbeatAtMs, :t), gpus = if_not_exists(gpus, :none), healthy = if_not_exists(healthy, :yes), assigned = if_not_exists(assigned, :empty)',
           ConditionExpression: 'attribute_not_exists(draining)',
-          ExpressionAttributeValues: { ':d': draining, ':g': groupId ?? 'unknown', ':t': drain.sinceMs, ':none': [], ':yes': true },
+          ExpressionAttributeValues: { ':d': draining, ':g': groupId ?? 'unknown', ':t': drain.sinceMs, ':none': [], ':yes': true, ':empty': {} },
           ReturnValues: 'ALL_NEW',
         }),
       );
@@ -237,6 +248,70 @@ export class DynamoNodeStore implements NodeStore {
   async remove(instanceId: string): Promise<void> {
     await call('remove node', instanceId, () => this.doc.send(new DeleteCommand({ TableName: this.table, Key: { instanceId } })));
   }
+
+  /**
+   * The work list is a map attribute on the node's item, so the agent reads it with its own
+   * record. A nested SET needs the map to exist: records made by register and markDraining
+   * always have it; an item from before it existed gets it with a second conditional write.
+   */
+  async assign(instanceId: string, jobId: string, attempt: number): Promise<boolean> {
+    for (let tries = 0; tries < 3; tries++) {
+      try {
+        await this.doc.send(
+          new UpdateCommand({
+            TableName: this.table,
+            Key: { instanceId },
+            UpdateExpression: 'SET assigned.#j = :a',
+            ConditionExpression: 'attribute_exists(assigned) AND (attribute_not_exists(assigned.#j) OR assigned.#j < :a)',
+            ExpressionAttributeNames: { '#j': jobId },
+            ExpressionAttributeValues: { ':a': attempt },
+          }),
+        );
+        return true;
+      } catch (error) {
+        if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'assign job to node', resource: `${instanceId}/${jobId}` });
+      }
+      const out = await call('get node', instanceId, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { instanceId }, ConsistentRead: true })));
+      if (!out.Item) return false;
+      const assigned = out.Item.assigned as Record<string, number> | undefined;
+      if (assigned) {
+        if ((assigned[jobId] ?? 0) >= attempt) return true; // already there, or a newer attempt is
+        continue; // the pointer moved between the two reads: try again
+      }
+      try {
+        await this.doc.send(
+          new UpdateCommand({
+            TableName: this.table,
+            Key: { instanceId },
+            UpdateExpression: 'SET assigned = :m',
+            ConditionExpression: 'attribute_exists(instanceId) AND attribute_not_exists(assigned)',
+            ExpressionAttributeValues: { ':m': { [jobId]: attempt } },
+          }),
+        );
+        return true;
+      } catch (error) {
+        if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'assign job to node', resource: `${instanceId}/${jobId}` });
+      }
+    }
+    throw new CloudError('conflict', `assign job to node on ${instanceId}/${jobId} failed: the work list kept changing`, { operation: 'assign job to node', resource: instanceId, cloud: 'aws' });
+  }
+
+  async unassign(instanceId: string, jobId: string, attempt: number): Promise<void> {
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { instanceId },
+          UpdateExpression: 'REMOVE assigned.#j',
+          ConditionExpression: 'assigned.#j <= :a',
+          ExpressionAttributeNames: { '#j': jobId },
+          ExpressionAttributeValues: { ':a': attempt },
+        }),
+      );
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'unassign job from node', resource: `${instanceId}/${jobId}` });
+    }
+  }
 }
 
 function toNode(it: Record<string, unknown>): NodeRecord {
@@ -250,6 +325,7 @@ function toNode(it: Record<string, unknown>): NodeRecord {
     ...(it.healthProblem ? { healthProblem: it.healthProblem as string } : {}),
     ...(it.draining ? { draining: it.draining as Draining } : {}),
     ...(it.idleSinceMs !== undefined ? { idleSinceMs: it.idleSinceMs as number } : {}),
+    ...(it.assigned !== undefined ? { assigned: it.assigned as Record<string, number> } : {}),
   };
 }
 

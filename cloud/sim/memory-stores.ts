@@ -91,7 +91,12 @@ export class MemoryNodeStore implements NodeStore {
     const existing = this.records.get(record.instanceId);
     this.records.set(
       record.instanceId,
-      Object.freeze({ ...record, ...(existing?.draining ? { draining: existing.draining } : {}), registeredAtMs: existing?.registeredAtMs ?? record.registeredAtMs }),
+      Object.freeze({
+        ...record,
+        ...(existing?.draining ? { draining: existing.draining } : {}),
+        ...(existing?.assigned ? { assigned: existing.assigned } : {}),
+        registeredAtMs: existing?.registeredAtMs ?? record.registeredAtMs,
+      }),
     );
   }
 
@@ -130,6 +135,22 @@ export class MemoryNodeStore implements NodeStore {
 
   async remove(instanceId: string): Promise<void> {
     this.records.delete(instanceId);
+  }
+
+  async assign(instanceId: string, jobId: string, attempt: number): Promise<boolean> {
+    const r = this.records.get(instanceId);
+    if (!r) return false;
+    if ((r.assigned?.[jobId] ?? 0) >= attempt) return true;
+    this.records.set(instanceId, Object.freeze({ ...r, assigned: Object.freeze({ ...r.assigned, [jobId]: attempt }) }));
+    return true;
+  }
+
+  async unassign(instanceId: string, jobId: string, attempt: number): Promise<void> {
+    const r = this.records.get(instanceId);
+    const current = r?.assigned?.[jobId];
+    if (!r || current === undefined || current > attempt) return;
+    const { [jobId]: _gone, ...rest } = r.assigned!;
+    this.records.set(instanceId, Object.freeze({ ...r, assigned: Object.freeze(rest) }));
   }
 
   dump(): NodeRecord[] {

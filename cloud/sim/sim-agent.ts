@@ -1,10 +1,11 @@
 import type { InstanceType } from '../../core/catalog.ts';
 import type { Instance } from '../../core/fleet.ts';
-import { ACTIVE_STATES, finishCancel, type Job } from '../../core/job.ts';
+import { finishCancel, type Job } from '../../core/job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
 import { reason } from '../../core/reason.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
+import { judgeWorkEntry } from '../../core/services/work-list.ts';
 
 export interface SimAgentOptions {
   readonly clock: Clock;
@@ -74,13 +75,24 @@ export class SimAgents {
       }
     }
 
-    const active = await this.options.jobs.listByState(ACTIVE_STATES);
+    // Each agent reads its own work list, as the real agent does; a gang's job is stepped once.
     const stillActive = new Set<string>();
-    for (const job of active) {
-      const nodes = job.placement?.nodes ?? [];
-      if (nodes.length === 0 || !nodes.every((n) => live.has(n.nodeId))) continue; // its machine is gone: the control plane will notice
-      stillActive.add(key(job));
-      await this.step(job, now);
+    const stepped = new Set<string>();
+    // One read of every record stands for each agent reading its own.
+    for (const record of await this.options.nodes.list()) {
+      const inst = live.get(record.instanceId);
+      if (!inst || !record.assigned) continue;
+      for (const [jobId, attempt] of Object.entries(record.assigned)) {
+        const job = await this.options.jobs.get(jobId);
+        const verdict = judgeWorkEntry(job, inst.id, attempt);
+        if (verdict === 'stale') await this.options.nodes.unassign(inst.id, jobId, attempt);
+        if (verdict !== 'run' || !job || stepped.has(job.id)) continue;
+        stepped.add(job.id);
+        const nodes = job.placement?.nodes ?? [];
+        if (!nodes.every((n) => live.has(n.nodeId))) continue; // a machine of its gang is gone: the control plane will notice
+        stillActive.add(key(job));
+        await this.step(job, now);
+      }
     }
     for (const k of this.running.keys()) if (!stillActive.has(k)) this.running.delete(k);
   }

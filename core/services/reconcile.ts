@@ -171,6 +171,13 @@ async function resumeUnfinished(ports: ReconcilePorts, policy: Policy): Promise<
 async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf: ProviderOf, nowMs: number): Promise<void> {
   switch (action.kind) {
     case 'place': {
+      // The node's work list first: an agent must never miss a placement. If the placement
+      // below then loses a race, the agent finds the job is not here and drops the pointer.
+      for (const n of action.placement.nodes) {
+        if (!(await ports.nodes.assign(n.nodeId, action.jobId, action.attempt))) {
+          throw new Error(`cannot place ${action.jobId} on ${n.nodeId}: the node's agent has no record (it was forgotten since the snapshot)`);
+        }
+      }
       const out = await applyJobEvent(ports.jobs, action.jobId, { type: 'place', attempt: action.attempt, placement: action.placement }, nowMs);
       if (out.status === 'refused') throw new Error(out.error);
       return;

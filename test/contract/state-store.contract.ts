@@ -51,6 +51,48 @@ export function nodeStoreContract(name: string, make: () => Promise<NodeStore>):
       await s.remove('i-1');
       expect((await s.list()).map((r) => r.instanceId)).toEqual(['i-2']);
     });
+
+    it('keeps a work list per node: newer attempts replace older pointers, never the other way', async () => {
+      const s = await make();
+      expect(await s.assign('i-1', 'nlp.a', 1)).toBe(false); // no record: nothing written
+      expect(await s.get('i-1')).toBeUndefined();
+      await s.register(record('i-1'));
+      expect(await s.assign('i-1', 'nlp.a', 1)).toBe(true);
+      expect(await s.assign('i-1', 'nlp.a', 1)).toBe(true); // repeat
+      expect(await s.assign('i-1', 'nlp.b/x:y', 2)).toBe(true); // any characters in an id
+      expect((await s.get('i-1'))!.assigned).toEqual({ 'nlp.a': 1, 'nlp.b/x:y': 2 });
+      await s.assign('i-1', 'nlp.a', 3);
+      await s.assign('i-1', 'nlp.a', 2); // late, older: ignored
+      expect((await s.get('i-1'))!.assigned!['nlp.a']).toBe(3);
+      await s.unassign('i-1', 'nlp.a', 2); // an older attempt cannot drop the newer pointer
+      expect((await s.get('i-1'))!.assigned!['nlp.a']).toBe(3);
+      await s.unassign('i-1', 'nlp.a', 3);
+      await s.unassign('i-1', 'nlp.a', 3);
+      await s.unassign('i-9', 'nlp.a', 3);
+      expect((await s.get('i-1'))!.assigned).toEqual({ 'nlp.b/x:y': 2 });
+    });
+
+    it('keeps the work list across re-registration, heartbeats and draining', async () => {
+      const s = await make();
+      await s.register(record('i-1'));
+      await s.assign('i-1', 'nlp.a', 1);
+      await s.register(record('i-1', T0 + 1000));
+      await s.heartbeat('i-1', T0 + 2000);
+      await s.markDraining('i-1', { sinceMs: T0 + 3000, reason: 'rebalance', deadlineMs: T0 + 9000 });
+      await s.setIdleSince('i-1', T0 + 4000);
+      expect((await s.get('i-1'))!.assigned).toEqual({ 'nlp.a': 1 });
+      const drainedFirst = await s.markDraining('i-2', { sinceMs: T0, reason: 'terminated', deadlineMs: T0 });
+      expect(drainedFirst.instanceId).toBe('i-2');
+      expect(await s.assign('i-2', 'nlp.c', 1)).toBe(true);
+      expect((await s.get('i-2'))!.assigned).toEqual({ 'nlp.c': 1 });
+    });
+
+    it('lets racing writers all land their pointers', async () => {
+      const s = await make();
+      await s.register(record('i-1'));
+      await Promise.all(Array.from({ length: 8 }, (_, k) => s.assign('i-1', `nlp.j${k}`, 1)));
+      expect(Object.keys((await s.get('i-1'))!.assigned ?? {}).sort()).toEqual(Array.from({ length: 8 }, (_, k) => `nlp.j${k}`));
+    });
   });
 }
 

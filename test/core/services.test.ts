@@ -61,6 +61,7 @@ describe('reconcile', () => {
     const second = await run();
     expect(second.status === 'done' && second.decision.plan.actions.map((a) => a.kind)).toEqual(['place']);
     expect((await e.jobs.get('nlp.a'))?.state).toBe('placed');
+    expect((await e.nodes.get(inst!.id))?.assigned).toEqual({ 'nlp.a': 1 }); // the agent's work list
 
     // The job finishes; after the cool-down the node goes.
     const job = (await e.jobs.get('nlp.a'))!;
