@@ -44,6 +44,8 @@ export interface NodeRecord {
   readonly registeredAtMs: number;
   readonly lastHeartbeatAtMs: number;
   readonly gpus: readonly GpuDevice[];
+  /** The machine's private address, for a gang's followers to reach its leader. */
+  readonly address?: string;
   readonly healthy: boolean;
   readonly healthProblem?: string;
   /** Set once: the node takes no new work and its jobs are being checkpointed and requeued. */

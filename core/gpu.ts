@@ -73,6 +73,17 @@ export function milliGpusUsed(request: GpuRequest, migComputeSlices?: number): n
   }
 }
 
+/** A MIG device as the node agent found it (a GPU instance, or one compute instance of it). */
+export interface MigDevice {
+  readonly index: number;
+  readonly gpuInstanceId: number;
+  readonly computeInstanceId: number;
+  /** GPU-instance profile, e.g. "3g.40gb"; absent when the agent could not tell. */
+  readonly profile?: string;
+  readonly uuid?: string;
+  readonly memoryMiB: number;
+}
+
 /** A GPU on a node as the node agent reports it or the catalogue promises it. */
 export interface GpuDevice {
   readonly index: number;
@@ -80,4 +91,6 @@ export interface GpuDevice {
   readonly memoryMiB: number;
   readonly uuid?: string;
   readonly migEnabled?: boolean;
+  /** The MIG devices that exist on the GPU now (MIG mode on). */
+  readonly migDevices?: readonly MigDevice[];
 }

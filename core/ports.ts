@@ -163,6 +163,25 @@ export interface GpuSample {
   readonly atMs: number;
 }
 
+/** One GPU's readings as a node agent publishes them. */
+export interface GpuMetricSample {
+  readonly instanceId: string;
+  readonly groupId: string;
+  readonly gpuIndex: number;
+  readonly utilizationPct?: number;
+  readonly memoryUsedMiB?: number;
+  readonly powerDrawW?: number;
+  readonly temperatureC?: number;
+  readonly uncorrectableEccErrors?: number;
+  readonly atMs: number;
+}
+
+/** Where node agents publish GPU metrics (CloudWatch on AWS); what GpuMetricsSource reads back. */
+export interface GpuMetricSink {
+  /** Publishes samples. Repeating a sample is harmless (a metric store keeps both points). */
+  put(samples: readonly GpuMetricSample[]): Promise<void>;
+}
+
 /** GPU utilisation of nodes. */
 export interface GpuMetricsSource {
   /** The newest sample per GPU of each instance within the last `windowSec`; instances without data are absent. */

@@ -26,6 +26,8 @@ export type ReasonCode =
   | 'preempt-for-priority'
   | 'interrupted'
   | 'node-lost'
+  /** The node's agent could not start the job there (no such MIG device free, the image would not start). */
+  | 'start-failed'
   | 'deadline-on-demand'
   | 'deadline-spot-safe'
   | 'rebalance-to-spot';

@@ -1,9 +1,16 @@
-import { GetMetricDataCommand, type CloudWatchClient, type MetricDataQuery } from '@aws-sdk/client-cloudwatch';
-import type { Clock, GpuMetricsSource, GpuSample } from '../../core/ports.ts';
+import { GetMetricDataCommand, PutMetricDataCommand, type CloudWatchClient, type MetricDatum, type MetricDataQuery, type StandardUnit } from '@aws-sdk/client-cloudwatch';
+import type { Clock, GpuMetricSample, GpuMetricSink, GpuMetricsSource, GpuSample } from '../../core/ports.ts';
 import { translateAwsError } from './errors.ts';
 
-/** Where the node agent publishes GPU metrics (per GPU: InstanceId, NodeGroup, GpuIndex). */
-export const AGENT_METRICS = { namespace: 'GpuFleet', utilization: 'GpuUtilization', memoryUsed: 'GpuMemoryUsed' } as const;
+/** Where the node agent publishes GPU metrics (per GPU, with the dimensions GpuIndex, InstanceId, NodeGroup). */
+export const AGENT_METRICS = {
+  namespace: 'GpuFleet',
+  utilization: 'GpuUtilization',
+  memoryUsed: 'GpuMemoryUsed',
+  power: 'GpuPowerDraw',
+  temperature: 'GpuTemperature',
+  eccErrors: 'GpuUncorrectableEccErrors',
+} as const;
 /** What the CloudWatch agent publishes for fleets that already run it (nvidia_gpu plugin). */
 export const CWAGENT_METRICS = { namespace: 'CWAgent', utilization: 'nvidia_smi_utilization_gpu', memoryUsed: 'nvidia_smi_memory_used' } as const;
 
@@ -23,11 +30,11 @@ export class CloudWatchGpuMetrics implements GpuMetricsSource {
     const start = end - Math.max(60, windowSec) * 1000;
     const queries: MetricDataQuery[] = [];
     instanceIds.forEach((id, i) => {
-      for (const [src, m, dim] of [['g', AGENT_METRICS, 'GpuIndex'], ['c', CWAGENT_METRICS, 'index']] as const) {
+      for (const [src, m, dim, schema] of [['g', AGENT_METRICS, 'GpuIndex', 'GpuIndex,InstanceId,NodeGroup'], ['c', CWAGENT_METRICS, 'index', 'InstanceId,index']] as const) {
         // A dynamic label names each series found by its GPU index.
         const label = `\${PROP('Dim.${dim}')}`;
-        queries.push({ Id: `${src}u${i}`, Expression: `SEARCH('{${m.namespace},InstanceId,${dim}} MetricName="${m.utilization}" InstanceId="${id}"', 'Average', 60)`, Label: label, ReturnData: true });
-        queries.push({ Id: `${src}m${i}`, Expression: `SEARCH('{${m.namespace},InstanceId,${dim}} MetricName="${m.memoryUsed}" InstanceId="${id}"', 'Average', 60)`, Label: label, ReturnData: true });
+        queries.push({ Id: `${src}u${i}`, Expression: `SEARCH('{${m.namespace},${schema}} MetricName="${m.utilization}" InstanceId="${id}"', 'Average', 60)`, Label: label, ReturnData: true });
+        queries.push({ Id: `${src}m${i}`, Expression: `SEARCH('{${m.namespace},${schema}} MetricName="${m.memoryUsed}" InstanceId="${id}"', 'Average', 60)`, Label: label, ReturnData: true });
       }
     });
     const series = new Map<string, { label: string; at: number; value: number }[]>();
@@ -64,5 +71,42 @@ export class CloudWatchGpuMetrics implements GpuMetricsSource {
       });
     });
     return out;
+  }
+}
+
+/**
+ * The node agent's GPU metrics to CloudWatch: one datum per GPU and metric, with the dimensions
+ * GpuIndex, InstanceId and NodeGroup (the set CloudWatchGpuMetrics searches), at most 1000 data a call.
+ */
+export class CloudWatchGpuMetricSink implements GpuMetricSink {
+  constructor(
+    private readonly cw: CloudWatchClient,
+    private readonly namespace: string = AGENT_METRICS.namespace,
+  ) {}
+
+  async put(samples: readonly GpuMetricSample[]): Promise<void> {
+    const data: MetricDatum[] = [];
+    for (const s of samples) {
+      const dims = [
+        { Name: 'GpuIndex', Value: String(s.gpuIndex) },
+        { Name: 'InstanceId', Value: s.instanceId },
+        { Name: 'NodeGroup', Value: s.groupId },
+      ];
+      const add = (name: string, value: number | undefined, unit: StandardUnit) => {
+        if (value !== undefined) data.push({ MetricName: name, Dimensions: dims, Timestamp: new Date(s.atMs), Value: value, Unit: unit });
+      };
+      add(AGENT_METRICS.utilization, s.utilizationPct, 'Percent');
+      add(AGENT_METRICS.memoryUsed, s.memoryUsedMiB, 'Megabytes');
+      add(AGENT_METRICS.power, s.powerDrawW, 'None');
+      add(AGENT_METRICS.temperature, s.temperatureC, 'None');
+      add(AGENT_METRICS.eccErrors, s.uncorrectableEccErrors, 'Count');
+    }
+    for (let i = 0; i < data.length; i += 1000) {
+      try {
+        await this.cw.send(new PutMetricDataCommand({ Namespace: this.namespace, MetricData: data.slice(i, i + 1000) }));
+      } catch (error) {
+        throw translateAwsError(error, { operation: 'put GPU metrics', resource: this.namespace });
+      }
+    }
   }
 }

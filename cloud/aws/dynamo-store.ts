@@ -148,6 +148,7 @@ export class DynamoNodeStore implements NodeStore {
           Key: { instanceId: record.instanceId },
           UpdateExpression:
             'SET groupId = :g, gpus = :gpus, healthy = :h, lastHeartbeatAtMs = :hb, registeredAtMs = if_not_exists(registeredAtMs, :reg), assigned = if_not_exists(assigned, :none)' +
+            (record.address ? ', address = :addr' : '') +
             (record.healthProblem ? ', healthProblem = :p' : ' REMOVE healthProblem'),
           ExpressionAttributeValues: {
             ':g': record.groupId,
@@ -156,6 +157,7 @@ export class DynamoNodeStore implements NodeStore {
             ':hb': record.lastHeartbeatAtMs,
             ':reg': record.registeredAtMs,
             ':none': {},
+            ...(record.address ? { ':addr': record.address } : {}),
             ...(record.healthProblem ? { ':p': record.healthProblem } : {}),
           },
         }),
@@ -322,6 +324,7 @@ function toNode(it: Record<string, unknown>): NodeRecord {
     lastHeartbeatAtMs: it.lastHeartbeatAtMs as number,
     gpus: (it.gpus as NodeRecord['gpus']) ?? [],
     healthy: (it.healthy as boolean) ?? true,
+    ...(it.address ? { address: it.address as string } : {}),
     ...(it.healthProblem ? { healthProblem: it.healthProblem as string } : {}),
     ...(it.draining ? { draining: it.draining as Draining } : {}),
     ...(it.idleSinceMs !== undefined ? { idleSinceMs: it.idleSinceMs as number } : {}),

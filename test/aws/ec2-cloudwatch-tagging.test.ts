@@ -89,7 +89,7 @@ describe('CloudWatch GPU metrics', () => {
     ]);
     const input = cw.commandCalls(GetMetricDataCommand)[0]!.args[0].input;
     expect(input.MetricDataQueries).toHaveLength(8);
-    expect(input.MetricDataQueries![0]).toEqual({ Id: 'gu0', Expression: `SEARCH('{GpuFleet,InstanceId,GpuIndex} MetricName="GpuUtilization" InstanceId="i-0123456789abcdef0"', 'Average', 60)`, Label: "${PROP('Dim.GpuIndex')}", ReturnData: true });
+    expect(input.MetricDataQueries![0]).toEqual({ Id: 'gu0', Expression: `SEARCH('{GpuFleet,GpuIndex,InstanceId,NodeGroup} MetricName="GpuUtilization" InstanceId="i-0123456789abcdef0"', 'Average', 60)`, Label: "${PROP('Dim.GpuIndex')}", ReturnData: true });
     expect(input.MetricDataQueries![2]).toMatchObject({ Id: 'cu0', Expression: expect.stringContaining('{CWAgent,InstanceId,index} MetricName="nvidia_smi_utilization_gpu"') });
     expect(input).toMatchObject({ StartTime: new Date(T0 - 300_000), EndTime: new Date(T0), ScanBy: 'TimestampDescending' });
   });

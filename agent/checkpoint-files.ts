@@ -1,0 +1,156 @@
+import { createReadStream, createWriteStream } from 'node:fs';
+import { cp, mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { fileURLToPath } from 'node:url';
+import { GetObjectCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
+import { Upload } from '@aws-sdk/lib-storage';
+
+/**
+ * Checkpoint files: the protocol between a job and its agent, and the store the agent copies
+ * checkpoints to (S3 on AWS, a directory for local use and tests).
+ *
+ * The protocol (what a job does, in any language):
+ * - It writes a checkpoint into a folder of its choice under `$GPU_FLEET_CHECKPOINT_DIR`, say
+ *   `step-1200/`, then marks it complete by writing `$GPU_FLEET_CHECKPOINT_DIR/checkpoint.json`
+ *   with `{"path": "step-1200", "progressSec": 1234}` (write a temporary file and rename it, so
+ *   the agent never reads half a marker). `progressSec`, seconds of work done, is optional.
+ * - It writes checkpoints at its own interval, and when it receives `$GPU_FLEET_CHECKPOINT_SIGNAL`
+ *   (SIGUSR1 unless its spec says otherwise). After a signal it may exit or keep running.
+ * - When resumed, `$GPU_FLEET_RESUME_DIR` holds the newest complete checkpoint folder's files.
+ */
+
+export const MARKER_FILE = 'checkpoint.json';
+
+export interface CheckpointMarker {
+  /** The folder (relative to the checkpoint directory) that holds the checkpoint. */
+  readonly path: string;
+  readonly progressSec?: number;
+  /** When the agent saw the marker change (its file's modification time). */
+  readonly modifiedAtMs: number;
+}
+
+export type MarkerRead = { readonly ok: true; readonly marker: CheckpointMarker } | { readonly ok: false; readonly problem: string } | undefined;
+
+/** The job's newest marker; undefined when it wrote none yet; a problem when it is unusable. */
+export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
+  const file = join(checkpointDir, MARKER_FILE);
+  let body: string;
+  let modifiedAtMs: number;
+  try {
+    [body, modifiedAtMs] = await Promise.all([readFile(file, 'utf8'), stat(file).then((s) => s.mtimeMs)]);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    return { ok: false, problem: `cannot read ${file}: ${(error as Error).message}` };
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    return { ok: false, problem: `${file} is not JSON; expected {"path": "<folder>", "progressSec": <number>}` };
+  }
+  const p = parsed as { path?: unknown; progressSec?: unknown };
+  if (typeof p.path !== 'string' || p.path === '') return { ok: false, problem: `${file}: "path" must name the checkpoint folder` };
+  const folder = resolve(checkpointDir, p.path);
+  if (folder === resolve(checkpointDir) || !folder.startsWith(resolve(checkpointDir) + sep)) {
+    return { ok: false, problem: `${file}: "path" must be a folder inside the checkpoint directory; got ${JSON.stringify(p.path)}` };
+  }
+  try {
+    if (!(await stat(folder)).isDirectory()) return { ok: false, problem: `${file}: ${p.path} is not a folder` };
+  } catch {
+    return { ok: false, problem: `${file}: the folder ${p.path} does not exist` };
+  }
+  const progress = typeof p.progressSec === 'number' && Number.isFinite(p.progressSec) && p.progressSec >= 0 ? Math.floor(p.progressSec) : undefined;
+  return { ok: true, marker: { path: p.path, modifiedAtMs: Math.floor(modifiedAtMs), ...(progress !== undefined ? { progressSec: progress } : {}) } };
+}
+
+/** Where checkpoints are kept between attempts (and machines). */
+export interface CheckpointBlobs {
+  /** Copies a local folder to `location` (a folder URI ending in "/"). Idempotent: copying again overwrites. */
+  upload(localDir: string, location: string): Promise<void>;
+  /** Copies `location` into a local folder; false when nothing is there. */
+  download(location: string, localDir: string): Promise<boolean>;
+}
+
+async function filesUnder(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const entry of await readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (entry.isFile()) out.push(join(entry.parentPath, entry.name));
+  }
+  return out.sort();
+}
+
+/** A folder on this machine (or a mounted file system) as the checkpoint store: `file:///…/` locations. */
+export class DirectoryBlobs implements CheckpointBlobs {
+  constructor(readonly root: string) {}
+
+  private pathOf(location: string): string {
+    if (!location.startsWith('file://')) throw new Error(`this checkpoint store keeps file:// locations; got ${location}`);
+    const p = fileURLToPath(location);
+    const root = resolve(this.root);
+    if (resolve(p) !== root && !resolve(p).startsWith(root + sep)) throw new Error(`${location} is outside the checkpoint store ${this.root}`);
+    return p;
+  }
+
+  async upload(localDir: string, location: string): Promise<void> {
+    const target = this.pathOf(location);
+    await rm(target, { recursive: true, force: true });
+    await mkdir(dirname(target), { recursive: true });
+    await cp(localDir, target, { recursive: true });
+  }
+
+  async download(location: string, localDir: string): Promise<boolean> {
+    const source = this.pathOf(location);
+    try {
+      if (!(await stat(source)).isDirectory()) return false;
+    } catch {
+      return false;
+    }
+    await rm(localDir, { recursive: true, force: true });
+    await cp(source, localDir, { recursive: true });
+    return true;
+  }
+}
+
+/** S3 as the checkpoint store: `s3://bucket/prefix/` locations; large files go up in parts. */
+export class S3Blobs implements CheckpointBlobs {
+  constructor(private readonly s3: S3Client) {}
+
+  private parse(location: string): { bucket: string; prefix: string } {
+    const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])\/(.*)$/.exec(location);
+    if (!m) throw new Error(`not an S3 location (s3://bucket/prefix/): ${location}`);
+    const prefix = m[2]!;
+    return { bucket: m[1]!, prefix: prefix === '' || prefix.endsWith('/') ? prefix : `${prefix}/` };
+  }
+
+  async upload(localDir: string, location: string): Promise<void> {
+    const { bucket, prefix } = this.parse(location);
+    for (const file of await filesUnder(localDir)) {
+      const key = prefix + relative(localDir, file).split(sep).join('/');
+      // The bucket's default encryption (KMS) applies; large files go up in 16 MiB parts.
+      await new Upload({ client: this.s3, params: { Bucket: bucket, Key: key, Body: createReadStream(file) }, queueSize: 4, partSize: 16 * 1024 * 1024 }).done();
+    }
+  }
+
+  async download(location: string, localDir: string): Promise<boolean> {
+    const { bucket, prefix } = this.parse(location);
+    const keys: string[] = [];
+    let token: string | undefined;
+    do {
+      const page = await this.s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ...(token ? { ContinuationToken: token } : {}) }));
+      for (const o of page.Contents ?? []) if (o.Key && !o.Key.endsWith('/')) keys.push(o.Key);
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token);
+    if (keys.length === 0) return false;
+    await rm(localDir, { recursive: true, force: true });
+    for (const key of keys) {
+      const rel = key.slice(prefix.length);
+      const target = resolve(localDir, ...rel.split('/'));
+      if (!target.startsWith(resolve(localDir) + sep)) throw new Error(`S3 key ${key} would land outside ${localDir}`);
+      await mkdir(dirname(target), { recursive: true });
+      const obj = await this.s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+      await pipeline(obj.Body as NodeJS.ReadableStream, createWriteStream(target));
+    }
+    return true;
+  }
+}

@@ -1,0 +1,287 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+
+/**
+ * How the agent starts a job's process: a container (`docker run --gpus`) in production, or a
+ * plain process (tests, and jobs that are not containers). Both take the same launch and give
+ * back the same handle. A spec's command is an argv array handed to the program as it is: no
+ * shell ever stands between a job spec and a process.
+ */
+
+export interface Launch {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly image: string;
+  readonly command: readonly string[];
+  /** The job's own variables and gpu-fleet's GPU_FLEET_* ones, without the directory variables (the runner sets those). */
+  readonly env: Readonly<Record<string, string>>;
+  /**
+   * The devices the job may use: GPU indices ("0", "1"), GPU UUIDs or MIG device UUIDs. Empty
+   * means no GPU at all.
+   */
+  readonly devices: readonly string[];
+  /** Host folder the job writes checkpoints to. */
+  readonly checkpointDir: string;
+  /** Host folder holding the checkpoint to resume from, when there is one. */
+  readonly resumeDir?: string;
+  /** The job's stdout and stderr go to this file. */
+  readonly logFile: string;
+}
+
+export interface Exit {
+  readonly exitCode: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+export interface JobProcess {
+  readonly pid: number | undefined;
+  /** Sends a signal to the job (its main process). Resolves when delivered; a process already gone is not an error. */
+  signal(signal: NodeJS.Signals): Promise<void>;
+  /** Asks the job to stop (SIGTERM), and kills it after `graceMs`. Resolves when it is gone. */
+  stop(graceMs: number): Promise<Exit>;
+  readonly exited: Promise<Exit>;
+}
+
+export interface JobRunner {
+  readonly kind: 'process' | 'docker';
+  start(launch: Launch): Promise<JobProcess>;
+  /** Stops what a previous run of the agent left behind (after a crash or restart). */
+  cleanUpLeftovers(): Promise<string[]>;
+}
+
+/** Where the job sees its checkpoint folders. */
+export interface JobPaths {
+  readonly checkpointDir: string;
+  readonly resumeDir?: string;
+}
+
+function childExit(child: ChildProcess): Promise<Exit> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve({ exitCode: child.exitCode, signal: child.signalCode });
+    child.once('exit', (exitCode, signal) => resolve({ exitCode, signal }));
+    // A program that cannot be started (ENOENT, EACCES) never exits: report it as exit 127 (as a shell would).
+    child.once('error', () => resolve({ exitCode: 127, signal: null }));
+  });
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+/** The variables every job gets for its checkpoints, pointing where the job sees its folders. */
+export function directoryEnv(paths: JobPaths): Record<string, string> {
+  return { GPU_FLEET_CHECKPOINT_DIR: paths.checkpointDir, ...(paths.resumeDir ? { GPU_FLEET_RESUME_DIR: paths.resumeDir } : {}) };
+}
+
+// ---- plain processes ------------------------------------------------------------------------
+
+/**
+ * Runs the command as a process of this machine, in its own process group, with a small
+ * environment (PATH, HOME, LANG, TZ from the agent's; the job's variables; CUDA_VISIBLE_DEVICES
+ * for its devices). The image is not used.
+ */
+export class ProcessRunner implements JobRunner {
+  readonly kind = 'process' as const;
+  private readonly live = new Map<number, string | undefined>();
+  private readonly baseEnv: NodeJS.ProcessEnv;
+
+  /**
+   * @param options.stateFile where the runner lists the process groups it started (with each
+   *   one's start time), so that an agent started again after a crash can stop them.
+   */
+  constructor(options: { baseEnv?: NodeJS.ProcessEnv; stateFile?: string } = {}) {
+    this.baseEnv = options.baseEnv ?? process.env;
+    this.stateFile = options.stateFile;
+  }
+
+  private readonly stateFile: string | undefined;
+
+  async start(launch: Launch): Promise<JobProcess> {
+    const [program, ...args] = launch.command;
+    if (!program) throw new Error(`job ${launch.jobId} has an empty command`);
+    const inherited = Object.fromEntries(['PATH', 'HOME', 'LANG', 'TZ'].flatMap((k) => (this.baseEnv[k] !== undefined ? [[k, this.baseEnv[k]!]] : [])));
+    const env = {
+      ...inherited,
+      ...launch.env,
+      ...directoryEnv({ checkpointDir: launch.checkpointDir, ...(launch.resumeDir ? { resumeDir: launch.resumeDir } : {}) }),
+      CUDA_VISIBLE_DEVICES: launch.devices.join(','),
+    };
+    const log = openSync(launch.logFile, 'a');
+    let child: ChildProcess;
+    try {
+      child = spawn(program, args, { env, stdio: ['ignore', log, log], detached: true, shell: false });
+    } finally {
+      closeSync(log);
+    }
+    const exited = childExit(child);
+    const pid = child.pid;
+    if (pid !== undefined) {
+      this.live.set(pid, processStartTime(pid));
+      this.saveState();
+      void exited.then(() => {
+        this.live.delete(pid);
+        this.saveState();
+      });
+    }
+    const signalGroup = (sig: NodeJS.Signals) => {
+      if (pid === undefined) return;
+      try {
+        process.kill(-pid, sig);
+      } catch {
+        // the group is gone already
+      }
+    };
+    return {
+      pid,
+      exited,
+      signal: async (sig) => {
+        if (pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
+        try {
+          process.kill(pid, sig);
+        } catch {
+          // gone between the check and the signal
+        }
+      },
+      stop: async (graceMs) => {
+        signalGroup('SIGTERM');
+        const done = await Promise.race([exited, delay(graceMs).then(() => undefined)]);
+        if (done) return done;
+        signalGroup('SIGKILL');
+        return exited;
+      },
+    };
+  }
+
+  private saveState(): void {
+    if (!this.stateFile) return;
+    writeFileSync(this.stateFile, JSON.stringify([...this.live].map(([pid, startTime]) => ({ pid, startTime }))));
+  }
+
+  /**
+   * Kills the process groups a previous agent started and left running. A group is killed only if
+   * its leader is still the same process (same start time in /proc), never a stranger that reused the pid.
+   */
+  async cleanUpLeftovers(): Promise<string[]> {
+    if (!this.stateFile) return [];
+    let listed: { pid: number; startTime?: string }[];
+    try {
+      listed = JSON.parse(readFileSync(this.stateFile, 'utf8')) as { pid: number; startTime?: string }[];
+    } catch {
+      return [];
+    }
+    const killed: string[] = [];
+    for (const { pid, startTime } of listed) {
+      if (this.live.has(pid) || startTime === undefined || processStartTime(pid) !== startTime) continue;
+      try {
+        process.kill(-pid, 'SIGKILL');
+        killed.push(String(pid));
+      } catch {
+        // gone
+      }
+    }
+    this.saveState();
+    return killed;
+  }
+}
+
+/** A process's start time (field 22 of /proc/<pid>/stat), to tell it from a later process with the same pid. */
+function processStartTime(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+// ---- containers --------------------------------------------------------------------------
+
+export const CONTAINER_CHECKPOINT_DIR = '/gpu-fleet/checkpoint';
+export const CONTAINER_RESUME_DIR = '/gpu-fleet/resume';
+const LABEL = 'io.gpu-fleet.job';
+
+/** The container's name for one attempt: docker names allow [a-zA-Z0-9][a-zA-Z0-9_.-]. */
+export function containerName(jobId: string, attempt: number): string {
+  return `gpu-fleet-${jobId.replace(/[^a-zA-Z0-9_.-]/g, '_')}-a${attempt}`.slice(0, 200);
+}
+
+/**
+ * The `docker run` arguments for a launch. Variables are passed by name only (`-e NAME`) and
+ * their values through the docker client's environment, so no value appears in a process list
+ * and values may hold any character.
+ */
+export function dockerRunArgs(launch: Launch, options: { extraArgs?: readonly string[] } = {}): { args: string[]; env: Record<string, string> } {
+  const env: Record<string, string> = {
+    ...launch.env,
+    ...directoryEnv({ checkpointDir: CONTAINER_CHECKPOINT_DIR, ...(launch.resumeDir ? { resumeDir: CONTAINER_RESUME_DIR } : {}) }),
+  };
+  const args = ['run', '--rm', '--init', '--name', containerName(launch.jobId, launch.attempt), '--label', `${LABEL}=${launch.jobId}`, '--label', `${LABEL}.attempt=${launch.attempt}`];
+  // --gpus takes a CSV value; a list of devices must be quoted inside the value.
+  if (launch.devices.length > 0) args.push('--gpus', `"device=${launch.devices.join(',')}"`);
+  args.push('--mount', `type=bind,source=${launch.checkpointDir},target=${CONTAINER_CHECKPOINT_DIR}`);
+  if (launch.resumeDir) args.push('--mount', `type=bind,source=${launch.resumeDir},target=${CONTAINER_RESUME_DIR},readonly`);
+  for (const name of Object.keys(env).sort()) args.push('--env', name);
+  args.push(...(options.extraArgs ?? []));
+  args.push('--', launch.image, ...launch.command);
+  return { args, env };
+}
+
+/**
+ * Runs each job in a container with the docker CLI. `docker run` stays attached, so its exit code
+ * is the container's; signals go through `docker kill --signal`, stops through `docker stop`.
+ */
+export class DockerRunner implements JobRunner {
+  readonly kind = 'docker' as const;
+
+  constructor(
+    private readonly docker = 'docker',
+    private readonly baseEnv: NodeJS.ProcessEnv = process.env,
+    private readonly extraArgs: readonly string[] = [],
+  ) {}
+
+  private cli(args: readonly string[]): Promise<{ code: number | null; output: string }> {
+    return new Promise((resolve) => {
+      const child = spawn(this.docker, args, { stdio: ['ignore', 'pipe', 'pipe'], env: this.baseEnv, shell: false });
+      let output = '';
+      child.stdout.on('data', (b: Buffer) => (output += b.toString()));
+      child.stderr.on('data', (b: Buffer) => (output += b.toString()));
+      child.once('error', (e) => resolve({ code: 127, output: e.message }));
+      child.once('exit', (code) => resolve({ code, output }));
+    });
+  }
+
+  async start(launch: Launch): Promise<JobProcess> {
+    const { args, env } = dockerRunArgs(launch, { extraArgs: this.extraArgs });
+    const name = containerName(launch.jobId, launch.attempt);
+    await this.cli(['rm', '--force', name]); // a container of this attempt left by an earlier agent
+    const log = openSync(launch.logFile, 'a');
+    let child: ChildProcess;
+    try {
+      child = spawn(this.docker, args, { env: { ...this.baseEnv, ...env }, stdio: ['ignore', log, log], shell: false });
+    } finally {
+      closeSync(log);
+    }
+    const exited = childExit(child);
+    return {
+      pid: child.pid,
+      exited,
+      signal: async (sig) => {
+        await this.cli(['kill', '--signal', sig, name]);
+      },
+      stop: async (graceMs) => {
+        await this.cli(['stop', '--time', String(Math.max(1, Math.ceil(graceMs / 1000))), name]);
+        const done = await Promise.race([exited, delay(5000).then(() => undefined)]);
+        if (done) return done;
+        child.kill('SIGKILL');
+        return exited;
+      },
+    };
+  }
+
+  async cleanUpLeftovers(): Promise<string[]> {
+    const listed = await this.cli(['ps', '--all', '--quiet', '--filter', `label=${LABEL}`]);
+    const ids = listed.output.split(/\s+/).filter((s) => /^[0-9a-f]{6,64}$/.test(s));
+    if (ids.length > 0) await this.cli(['rm', '--force', ...ids]);
+    return ids;
+  }
+}

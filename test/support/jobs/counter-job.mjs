@@ -1,0 +1,49 @@
+// A small training-like job for the agent tests: counts steps, checkpoints its count the way
+// gpu-fleet's protocol says (a folder, then checkpoint.json written by rename), checkpoints on
+// its checkpoint signal and exits, and resumes from $GPU_FLEET_RESUME_DIR.
+//   node counter-job.mjs <target-steps> [step-ms] [checkpoint-every-steps] [--ignore-signal]
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const target = Number(process.argv[2] ?? 100);
+const stepMs = Number(process.argv[3] ?? 20);
+const every = Number(process.argv[4] ?? 0);
+const ignoreSignal = process.argv.includes('--ignore-signal');
+const dir = process.env.GPU_FLEET_CHECKPOINT_DIR;
+const resume = process.env.GPU_FLEET_RESUME_DIR;
+
+let step = 0;
+if (resume && existsSync(join(resume, 'state.json'))) step = JSON.parse(readFileSync(join(resume, 'state.json'), 'utf8')).step;
+const startedAt = step;
+console.log(JSON.stringify({ event: 'start', job: process.env.GPU_FLEET_JOB_ID, attempt: process.env.GPU_FLEET_ATTEMPT, step, devices: process.env.CUDA_VISIBLE_DEVICES, rank: process.env.GPU_FLEET_NODE_RANK }));
+
+function checkpoint() {
+  if (!dir) return;
+  const name = `step-${String(step).padStart(6, '0')}`;
+  mkdirSync(join(dir, name), { recursive: true });
+  writeFileSync(join(dir, name, 'state.json'), JSON.stringify({ step }));
+  writeFileSync(join(dir, 'checkpoint.json.tmp'), JSON.stringify({ path: name, progressSec: step }));
+  renameSync(join(dir, 'checkpoint.json.tmp'), join(dir, 'checkpoint.json'));
+}
+
+const signal = process.env.GPU_FLEET_CHECKPOINT_SIGNAL ?? 'SIGUSR1';
+process.on(signal, () => {
+  if (ignoreSignal) return;
+  checkpoint();
+  console.log(JSON.stringify({ event: 'checkpointed-on-signal', step, ranSteps: step - startedAt }));
+  process.exit(0);
+});
+process.on('SIGTERM', () => {
+  console.log(JSON.stringify({ event: 'terminated', step }));
+  process.exit(143);
+});
+
+const timer = setInterval(() => {
+  step++;
+  if (every > 0 && step % every === 0) checkpoint();
+  if (step >= target) {
+    clearInterval(timer);
+    console.log(JSON.stringify({ event: 'done', step, ranSteps: step - startedAt }));
+    process.exit(Number(process.env.EXIT_CODE ?? 0));
+  }
+}, stepMs);
