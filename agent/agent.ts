@@ -482,7 +482,8 @@ export class NodeAgent {
       if (n.kind === 'rebalance' && !checkpointable) continue; // no hard deadline: let it finish where it is
       if (checkpointable) {
         await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-requested', attempt: l.attempt, reason: why }, now);
-        this.beginCheckpoint(l, why, deadlineMs);
+        // The job gets at least its grace period: a notice time in the past (clock skew) must not skip the checkpoint.
+        this.beginCheckpoint(l, why, Math.max(deadlineMs, now + checkpointGraceMs(l.job)));
       } else {
         // It cannot keep its work; give it until the deadline to finish, then requeue it from scratch.
         const wait = Math.max(0, deadlineMs - now);

@@ -82,15 +82,24 @@ export class AwsImds implements MetadataClient {
     this.timeoutMs = options.timeoutMs ?? 2000;
   }
 
-  private async sessionToken(): Promise<string> {
+  private pendingToken: Promise<string> | undefined;
+
+  /** The session token: one request for any number of reads at once, renewed a minute before it expires. */
+  private sessionToken(): Promise<string> {
     const now = this.nowMs();
-    if (this.token && now < this.token.untilMs) return this.token.value;
-    const res = await request(this.f, `${this.baseUrl}/latest/api/token`, { method: 'PUT', headers: { 'X-aws-ec2-metadata-token-ttl-seconds': String(TOKEN_TTL_S) } }, this.timeoutMs);
-    if (!res.ok) throw new MetadataError(`PUT ${this.baseUrl}/latest/api/token: HTTP ${res.status} (is IMDSv2 reachable from here? hop limit?)`);
-    const value = (await res.text()).trim();
-    // Renew a minute before the server would refuse it.
-    this.token = { value, untilMs: now + (TOKEN_TTL_S - 60) * 1000 };
-    return value;
+    if (this.token && now < this.token.untilMs) return Promise.resolve(this.token.value);
+    this.pendingToken ??= (async () => {
+      try {
+        const res = await request(this.f, `${this.baseUrl}/latest/api/token`, { method: 'PUT', headers: { 'X-aws-ec2-metadata-token-ttl-seconds': String(TOKEN_TTL_S) } }, this.timeoutMs);
+        if (!res.ok) throw new MetadataError(`PUT ${this.baseUrl}/latest/api/token: HTTP ${res.status} (is IMDSv2 reachable from here? hop limit?)`);
+        const value = (await res.text()).trim();
+        this.token = { value, untilMs: now + (TOKEN_TTL_S - 60) * 1000 };
+        return value;
+      } finally {
+        this.pendingToken = undefined;
+      }
+    })();
+    return this.pendingToken;
   }
 
   /** A metadata value, or undefined when the path does not exist (HTTP 404). */
@@ -98,12 +107,19 @@ export class AwsImds implements MetadataClient {
     for (let attempt = 0; attempt < 2; attempt++) {
       const token = await this.sessionToken();
       const res = await request(this.f, `${this.baseUrl}/latest/${path}`, { headers: { 'X-aws-ec2-metadata-token': token } }, this.timeoutMs);
-      if (res.status === 404) return undefined;
+      if (res.status === 404) {
+        await res.body?.cancel();
+        return undefined;
+      }
       if (res.status === 401 && attempt === 0) {
+        await res.body?.cancel();
         this.token = undefined; // the token expired or the server restarted: take a new one once
         continue;
       }
-      if (!res.ok) throw new MetadataError(`GET ${this.baseUrl}/latest/${path}: HTTP ${res.status}`);
+      if (!res.ok) {
+        await res.body?.cancel();
+        throw new MetadataError(`GET ${this.baseUrl}/latest/${path}: HTTP ${res.status}`);
+      }
       return (await res.text()).trim();
     }
     throw new MetadataError(`GET ${this.baseUrl}/latest/${path}: refused a fresh token`);
@@ -172,8 +188,14 @@ export class GceMetadata implements MetadataClient {
 
   async get(path: string): Promise<string | undefined> {
     const res = await request(this.f, `${this.baseUrl}/computeMetadata/v1/${path}`, { headers: { 'Metadata-Flavor': 'Google' } }, this.timeoutMs);
-    if (res.status === 404) return undefined;
-    if (!res.ok) throw new MetadataError(`GET ${this.baseUrl}/computeMetadata/v1/${path}: HTTP ${res.status}`);
+    if (res.status === 404) {
+      await res.body?.cancel();
+      return undefined;
+    }
+    if (!res.ok) {
+      await res.body?.cancel();
+      throw new MetadataError(`GET ${this.baseUrl}/computeMetadata/v1/${path}: HTTP ${res.status}`);
+    }
     if (res.headers.get('metadata-flavor') !== 'Google') throw new MetadataError(`${this.baseUrl} answered without Metadata-Flavor: Google; it is not a GCE metadata server`);
     return (await res.text()).trim();
   }

@@ -279,9 +279,10 @@ export class DockerRunner implements JobRunner {
   }
 
   async cleanUpLeftovers(): Promise<string[]> {
-    const listed = await this.cli(['ps', '--all', '--quiet', '--filter', `label=${LABEL}`]);
-    const ids = listed.output.split(/\s+/).filter((s) => /^[0-9a-f]{6,64}$/.test(s));
-    if (ids.length > 0) await this.cli(['rm', '--force', ...ids]);
-    return ids;
+    const listed = await this.cli(['ps', '--all', '--filter', `label=${LABEL}`, '--format', '{{.Names}}']);
+    if (listed.code !== 0) throw new Error(`docker ps failed: ${listed.output.trim()}`);
+    const names = listed.output.split(/\s+/).filter((s) => /^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/.test(s));
+    if (names.length > 0) await this.cli(['rm', '--force', ...names]);
+    return names;
   }
 }

@@ -1,0 +1,294 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { AwsImds } from '../../agent/metadata.ts';
+import { DEFAULT_POLICY } from '../../core/snapshot.ts';
+import { handleNotice } from '../../core/services/interruption.ts';
+import { applyJobEvent } from '../../core/services/job-updates.ts';
+import { MemoryPoolHistory } from '../../cloud/sim/memory-stores.ts';
+import { reason } from '../../core/reason.ts';
+import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
+import { awsInstance, IMDS_BODIES, startMetadataServer, type MetadataServer } from '../support/metadata-server.ts';
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+function world() {
+  const w = agentWorld();
+  cleanups.push(() => w.shutdown());
+  return w;
+}
+async function imds(instanceId: string): Promise<MetadataServer> {
+  const s = await startMetadataServer('aws', awsInstance(instanceId));
+  cleanups.push(() => s.close());
+  return s;
+}
+const dir = (name: string) => mkdtempSync(join(tmpdir(), `${name}-`));
+
+describe('node agent: running placed jobs as real processes', () => {
+  it('registers its GPUs, starts the job placed on it with its GPU, and reports success', async () => {
+    const w = world();
+    const work = dir('agent-a');
+    const a = w.agent('i-a', { workDir: work });
+    await a.heartbeat();
+    expect(await w.nodes.get('i-a')).toMatchObject({ groupId: 'g4dn-spot', healthy: true, gpus: [{ index: 0, model: 'T4', memoryMiB: 15360, uuid: 'GPU-d37e67a5-91dd-3774-a5cb-99096249601a' }] });
+
+    await w.submit('nlp.j1', { command: ['node', COUNTER_JOB, '10', '10'] });
+    await w.place('nlp.j1', ['i-a']);
+    await a.heartbeat();
+    expect((await w.jobs.get('nlp.j1'))!.state).toBe('running');
+    expect(a.running()).toEqual([expect.objectContaining({ jobId: 'nlp.j1', attempt: 1, rank: 0 })]);
+
+    const done = await waitFor('the job to succeed', async () => ((await w.jobs.get('nlp.j1'))!.state === 'succeeded' ? (await w.jobs.get('nlp.j1'))! : undefined));
+    expect(done.exitCode).toBe(0);
+    const out = w.output(work, 'nlp.j1', 1);
+    expect(out[0]).toMatchObject({ event: 'start', job: 'nlp.j1', attempt: '1', step: 0, devices: 'GPU-d37e67a5-91dd-3774-a5cb-99096249601a', rank: '0' });
+    expect(out.at(-1)).toMatchObject({ event: 'done', step: 10 });
+    expect((await w.nodes.get('i-a'))!.assigned).toEqual({}); // the work list is cleaned
+    expect(a.running()).toEqual([]);
+  });
+
+  it('reports a failing job with its exit code', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    await w.submit('nlp.bad', { command: ['node', COUNTER_JOB, '3', '10'], env: { EXIT_CODE: '3' } });
+    await w.place('nlp.bad', ['i-a']);
+    await a.heartbeat();
+    const job = await waitFor('the job to fail', async () => ((await w.jobs.get('nlp.bad'))!.state === 'failed' ? (await w.jobs.get('nlp.bad'))! : undefined));
+    expect(job.exitCode).toBe(3);
+  });
+
+  it('a program that cannot be started fails with 127, as a shell would say', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    await w.submit('nlp.nope', { command: ['/nonexistent/train', '--epochs', '3; rm -rf /'] });
+    await w.place('nlp.nope', ['i-a']);
+    await a.heartbeat();
+    const job = await waitFor('the job to fail', async () => ((await w.jobs.get('nlp.nope'))!.state === 'failed' ? (await w.jobs.get('nlp.nope'))! : undefined));
+    expect(job.exitCode).toBe(127);
+  });
+
+  it('stops a job that is cancelled and records it cancelled', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    await w.submit('nlp.long', { command: ['node', COUNTER_JOB, '100000', '20'] });
+    await w.place('nlp.long', ['i-a']);
+    await a.heartbeat();
+    const pid = a.running()[0]!.pid!;
+    await applyJobEvent(w.jobs, 'nlp.long', { type: 'cancel' }, Date.now());
+    await a.heartbeat();
+    expect((await w.jobs.get('nlp.long'))!.state).toBe('cancelled');
+    expect(() => process.kill(pid, 0)).toThrow(); // the process is gone
+  });
+
+  it('stops its process when the control plane has moved the attempt on (no two attempts run at once)', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    await w.submit('nlp.moved', { command: ['node', COUNTER_JOB, '100000', '20'] });
+    await w.place('nlp.moved', ['i-a']);
+    await a.heartbeat();
+    const pid = a.running()[0]!.pid!;
+    // Reconcile thought the node lost and requeued the attempt.
+    await applyJobEvent(w.jobs, 'nlp.moved', { type: 'requeue', attempt: 1, reason: reason('node-lost', 'missed heartbeats') }, Date.now());
+    await a.heartbeat();
+    expect(a.running()).toEqual([]);
+    expect(() => process.kill(pid, 0)).toThrow();
+    expect((await w.jobs.get('nlp.moved'))).toMatchObject({ state: 'pending', attempt: 2 });
+    expect((await w.nodes.get('i-a'))!.assigned).toEqual({});
+  });
+
+  it('reports an unhealthy node when nvidia-smi fails, and keeps running', async () => {
+    const w = world();
+    const a = w.agent('i-sick', { nvidiaSmiMode: 'driver-down' });
+    await a.heartbeat();
+    const rec = (await w.nodes.get('i-sick'))!;
+    expect(rec.healthy).toBe(false);
+    expect(rec.healthProblem).toMatch(/NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver/);
+    await a.heartbeat(); // still alive
+    expect((await w.nodes.get('i-sick'))!.lastHeartbeatAtMs).toBeGreaterThanOrEqual(rec.lastHeartbeatAtMs);
+  });
+
+  it('says a node whose GPUs gpu-fleet does not schedule is unhealthy, naming them', async () => {
+    const w = world();
+    const a = w.agent('i-gamer', { fixture: { capture: 'linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04', phase: 'idle' } });
+    await a.heartbeat();
+    expect(await w.nodes.get('i-gamer')).toMatchObject({ healthy: false, healthProblem: 'no GPU here is a model gpu-fleet schedules (NVIDIA GeForce RTX 2080 SUPER)', gpus: [] });
+  });
+});
+
+describe('node agent: checkpoints and interruptions', () => {
+  it('saves the checkpoints a job marks, and progress survives a spot interruption seen in IMDS', async () => {
+    const w = world();
+    const server = await imds('i-a');
+    const workA = dir('agent-a');
+    const workB = dir('agent-b');
+    const a = w.agent('i-a', { workDir: workA, metadata: new AwsImds(server.url) });
+    const b = w.agent('i-b', { workDir: workB });
+    await a.heartbeat();
+    await b.heartbeat();
+    // 200 steps of 20 ms, a checkpoint every 20 steps.
+    await w.submit('nlp.train', { command: ['node', COUNTER_JOB, '200', '20', '20'] });
+    await w.place('nlp.train', ['i-a']);
+    await a.heartbeat();
+
+    // Periodic checkpoints reach the store as the job marks them.
+    await waitFor('a periodic checkpoint', async () => {
+      await a.watch();
+      return (await w.jobs.get('nlp.train'))!.checkpoint;
+    });
+
+    // The spot interruption notice appears in IMDS (the real body): the agent acts on its own.
+    server.values.set('meta-data/spot/instance-action', IMDS_BODIES.terminate);
+    await a.watch();
+    await a.settled();
+    const requeued = (await w.jobs.get('nlp.train'))!;
+    expect(requeued).toMatchObject({ state: 'pending', attempt: 2, interruptions: 1, requeueReason: { code: 'interrupted' } });
+    const saved = requeued.checkpoint!;
+    expect(saved.attempt).toBe(1);
+    expect(saved.progressSec).toBeGreaterThan(0);
+    expect(saved.location).toMatch(/^file:\/\/.*\/nlp.train\/attempt-1\/step-\d{6}\/$/);
+    const firstRun = w.output(workA, 'nlp.train', 1);
+    expect(firstRun.at(-1)).toMatchObject({ event: 'checkpointed-on-signal', step: saved.progressSec });
+    expect((await w.nodes.get('i-a'))!.draining).toMatchObject({ reason: 'terminate notice (spot/instance-action) seen by the node agent' });
+
+    // Placed again on another machine, it resumes from the checkpoint and finishes the rest only.
+    await w.place('nlp.train', ['i-b']);
+    await b.heartbeat();
+    await waitFor('the job to succeed', async () => (await w.jobs.get('nlp.train'))!.state === 'succeeded');
+    const secondRun = w.output(workB, 'nlp.train', 2);
+    expect(secondRun[0]).toMatchObject({ event: 'start', attempt: '2', step: saved.progressSec });
+    expect(secondRun.at(-1)).toMatchObject({ event: 'done', step: 200, ranSteps: 200 - saved.progressSec });
+  });
+
+  it('requeues once when the control plane and the agent both act on the same interruption', async () => {
+    const w = world();
+    const server = await imds('i-a');
+    const a = w.agent('i-a', { metadata: new AwsImds(server.url) });
+    await a.heartbeat();
+    await w.submit('nlp.both', { command: ['node', COUNTER_JOB, '100000', '20', '20'] });
+    await w.place('nlp.both', ['i-a']);
+    await a.heartbeat();
+    await waitFor('a periodic checkpoint', async () => {
+      await a.watch();
+      return (await w.jobs.get('nlp.both'))!.checkpoint;
+    });
+    const ports = { clock: w.clock, jobs: w.jobs, nodes: w.nodes, checkpoints: w.checkpoints, pools: new MemoryPoolHistory(), providers: [] };
+    const warning = { kind: 'interruption-warning' as const, eventId: 'evt-1', instanceId: 'i-a', atMs: Date.now(), deadlineMs: Date.now() + 120_000 };
+    // EventBridge's warning and the local IMDS notice, in both orders and twice over.
+    await handleNotice(ports, warning, DEFAULT_POLICY);
+    server.values.set('meta-data/spot/instance-action', IMDS_BODIES.terminate);
+    await a.watch();
+    await a.heartbeat();
+    await handleNotice(ports, warning, DEFAULT_POLICY);
+    await a.settled();
+    await a.watch();
+    await handleNotice(ports, warning, DEFAULT_POLICY);
+    const job = (await w.jobs.get('nlp.both'))!;
+    expect(job).toMatchObject({ state: 'pending', attempt: 2, interruptions: 1 });
+    expect(a.running()).toEqual([]);
+  });
+
+  it('a job without checkpoint support is stopped and requeued to restart from scratch', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    await w.submit('nlp.plain', { command: ['node', COUNTER_JOB, '100000', '20', '0', '--ignore-signal'], checkpoint: undefined });
+    await w.place('nlp.plain', ['i-a']);
+    await a.heartbeat();
+    // The planner preempts it for higher-priority work.
+    await applyJobEvent(w.jobs, 'nlp.plain', { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted for nlp.urgent') }, Date.now());
+    await a.heartbeat();
+    await a.settled();
+    const job = (await w.jobs.get('nlp.plain'))!;
+    expect(job).toMatchObject({ state: 'pending', attempt: 2, requeueReason: { code: 'preempt-for-priority', message: 'preempted for nlp.urgent; it declares no checkpoint support, so it restarts from scratch' } });
+    expect(job.checkpoint).toBeUndefined();
+  });
+
+  it('a job that does not answer its checkpoint signal is stopped after its grace period and requeued from what it had', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    await w.submit('nlp.deaf', { command: ['node', COUNTER_JOB, '100000', '20', '0', '--ignore-signal'], checkpoint: { intervalSec: 60, gracePeriodSec: 5 } });
+    await w.place('nlp.deaf', ['i-a']);
+    await a.heartbeat();
+    const pid = a.running()[0]!.pid!;
+    const asked = Date.now();
+    await applyJobEvent(w.jobs, 'nlp.deaf', { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted') }, asked);
+    await a.heartbeat();
+    await a.settled();
+    expect(Date.now() - asked).toBeGreaterThanOrEqual(4500);
+    const job = (await w.jobs.get('nlp.deaf'))!;
+    expect(job).toMatchObject({ state: 'pending', attempt: 2, requeueReason: { code: 'preempt-for-priority' } });
+    expect(job.checkpoint).toBeUndefined();
+    expect(() => process.kill(pid, 0)).toThrow();
+  });
+
+  it('ends the wait at the first checkpoint marked after the request, even one the job made on its own schedule', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    await w.submit('nlp.periodic', { command: ['node', COUNTER_JOB, '100000', '20', '10', '--ignore-signal'], checkpoint: { intervalSec: 60, gracePeriodSec: 30 } });
+    await w.place('nlp.periodic', ['i-a']);
+    await a.heartbeat();
+    const asked = Date.now();
+    await applyJobEvent(w.jobs, 'nlp.periodic', { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted') }, asked);
+    await a.heartbeat();
+    await a.settled();
+    const job = (await w.jobs.get('nlp.periodic'))!;
+    expect(job).toMatchObject({ state: 'pending', attempt: 2 });
+    expect(job.checkpoint!.completedAtMs).toBeGreaterThanOrEqual(asked);
+    expect(Date.now() - asked).toBeLessThan(10_000);
+  });
+
+  it('after an agent restart, the running attempt starts again from its newest checkpoint', async () => {
+    const w = world();
+    const workA = dir('agent-a');
+    const a = w.agent('i-a', { workDir: workA });
+    await a.heartbeat();
+    await w.submit('nlp.restart', { command: ['node', COUNTER_JOB, '120', '20', '20'] });
+    await w.place('nlp.restart', ['i-a']);
+    await a.heartbeat();
+    const cp = await waitFor('a periodic checkpoint', async () => {
+      await a.watch();
+      return (await w.jobs.get('nlp.restart'))!.checkpoint;
+    });
+    await a.stop(); // the agent is restarted (its jobs' processes stop with it)
+    expect((await w.jobs.get('nlp.restart'))!.state).toBe('running');
+    const again = w.agent('i-a', { workDir: workA });
+    await again.heartbeat();
+    expect(again.running()).toEqual([expect.objectContaining({ jobId: 'nlp.restart', attempt: 1 })]);
+    await waitFor('the job to succeed', async () => (await w.jobs.get('nlp.restart'))!.state === 'succeeded');
+    const runs = w.output(workA, 'nlp.restart', 1).filter((l) => l.event === 'start');
+    expect(runs).toHaveLength(2);
+    expect(runs[1]!.step).toBeGreaterThanOrEqual(cp.progressSec);
+  });
+
+  it('runs a two-node gang: the first node leads and reports, each node gets its rank', async () => {
+    const w = world();
+    const workA = dir('agent-a');
+    const workB = dir('agent-b');
+    const a = w.agent('i-a', { workDir: workA, identity: { privateIp: '10.0.1.5' } });
+    const b = w.agent('i-b', { workDir: workB, identity: { privateIp: '10.0.1.6' } });
+    await a.heartbeat();
+    await b.heartbeat();
+    await w.submit('nlp.gang', { command: ['node', COUNTER_JOB, '15', '10'], nodes: 2 });
+    await w.place('nlp.gang', ['i-a', 'i-b']);
+    await b.heartbeat();
+    expect((await w.jobs.get('nlp.gang'))!.state).toBe('placed'); // a follower does not start the job
+    await a.heartbeat();
+    expect((await w.jobs.get('nlp.gang'))!.state).toBe('running');
+    await waitFor('the job to succeed', async () => (await w.jobs.get('nlp.gang'))!.state === 'succeeded');
+    await waitFor('the follower to finish', async () => {
+      await b.heartbeat();
+      return b.running().length === 0;
+    });
+    expect(w.output(workA, 'nlp.gang', 1)[0]).toMatchObject({ rank: '0' });
+    expect(w.output(workB, 'nlp.gang', 1)[0]).toMatchObject({ rank: '1' });
+  });
+});

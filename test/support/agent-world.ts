@@ -1,0 +1,91 @@
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { NodeAgent, type AgentLog } from '../../agent/agent.ts';
+import { DirectoryBlobs } from '../../agent/checkpoint-files.ts';
+import type { Identity, MetadataClient } from '../../agent/metadata.ts';
+import { readGpuInventory } from '../../agent/nvidia-smi.ts';
+import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
+import { checkJobSpec, type JobSpecInput } from '../../core/job-spec.ts';
+import { newPendingJob, type Job } from '../../core/job.ts';
+import { applyJobEvent } from '../../core/services/job-updates.ts';
+import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
+import { fakeNvidiaSmiEnv, type GpuFixture } from './gpu-fixtures.ts';
+
+export const COUNTER_JOB = resolve(import.meta.dirname, 'jobs/counter-job.mjs');
+
+/** A state store, a checkpoint store on disk, and node agents running real child processes. */
+export function agentWorld() {
+  const clock = { nowMs: () => Date.now() };
+  const jobs = new MemoryJobStore();
+  const nodes = new MemoryNodeStore();
+  const storeRoot = mkdtempSync(join(tmpdir(), 'ckpt-store-'));
+  const checkpoints = new MemoryCheckpointStore(pathToFileURL(storeRoot).href);
+  const blobs = new DirectoryBlobs(storeRoot);
+  const logs: { level: string; message: string; extra?: Record<string, unknown> }[] = [];
+  const log: AgentLog = {
+    info: (message, extra) => logs.push({ level: 'info', message, ...(extra ? { extra } : {}) }),
+    warn: (message, extra) => logs.push({ level: 'warn', message, ...(extra ? { extra } : {}) }),
+    error: (message, extra) => logs.push({ level: 'error', message, ...(extra ? { extra } : {}) }),
+  };
+  const agents: NodeAgent[] = [];
+
+  function agent(instanceId: string, options: { fixture?: GpuFixture; metadata?: MetadataClient; runner?: JobRunner; nvidiaSmiMode?: string; identity?: Partial<Identity>; workDir?: string } = {}): NodeAgent {
+    const env = fakeNvidiaSmiEnv(options.fixture ?? { xml: 'telegraf__tesla-t4.xml' }, options.nvidiaSmiMode ? { FAKE_NVIDIA_SMI_MODE: options.nvidiaSmiMode } : {});
+    const a = new NodeAgent(
+      { clock, jobs, nodes, checkpoints, blobs, runner: options.runner ?? new ProcessRunner(), gpus: () => readGpuInventory({ env, timeoutMs: 5000 }), ...(options.metadata ? { metadata: options.metadata } : {}), log },
+      {
+        identity: { cloud: 'aws', instanceId, region: 'us-west-2', zone: 'us-west-2a', instanceType: 'g4dn.xlarge', ...options.identity },
+        groupId: 'g4dn-spot',
+        workDir: options.workDir ?? mkdtempSync(join(tmpdir(), `agent-${instanceId}-`)),
+        checkpointPollMs: 50,
+        stopGraceSec: 2,
+        heartbeatSec: 3600,
+        noticeSec: 3600,
+      },
+    );
+    agents.push(a);
+    return a;
+  }
+
+  async function submit(id: string, spec: Partial<JobSpecInput> = {}): Promise<Job> {
+    const checked = checkJobSpec({ image: 'local/counter:1', command: ['node', COUNTER_JOB, '100', '20', '20'], gpu: { kind: 'whole', count: 1 }, checkpoint: { intervalSec: 60, gracePeriodSec: 10 }, ...spec });
+    if (!checked.ok) throw new Error(checked.errors.join('; '));
+    const job = newPendingJob({ id, team: 'nlp', spec: checked.spec, submittedAtMs: clock.nowMs() });
+    await jobs.create(job);
+    return job;
+  }
+
+  /** What reconcile's place action does: the work list first, then the job. */
+  async function place(jobId: string, nodeIds: readonly string[], gpuIndices: readonly number[] = [0]): Promise<Job> {
+    const job = (await jobs.get(jobId))!;
+    for (const n of nodeIds) if (!(await nodes.assign(n, jobId, job.attempt))) throw new Error(`node ${n} has no record`);
+    const out = await applyJobEvent(jobs, jobId, { type: 'place', attempt: job.attempt, placement: { capacityType: 'spot', nodes: nodeIds.map((nodeId) => ({ nodeId, gpuIndices })) } }, clock.nowMs());
+    if (out.status !== 'changed') throw new Error(`could not place ${jobId}: ${out.status}`);
+    return out.job;
+  }
+
+  /** The JSON lines a job printed on a node. */
+  function output(agentWorkDir: string, jobId: string, attempt: number): Record<string, unknown>[] {
+    const text = readFileSync(join(agentWorkDir, 'jobs', jobId.replace(/[^A-Za-z0-9._-]/g, '_'), `attempt-${attempt}`, 'output.log'), 'utf8');
+    return text.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+  }
+
+  async function shutdown(): Promise<void> {
+    await Promise.all(agents.map((a) => a.stop()));
+  }
+
+  return { clock, jobs, nodes, checkpoints, blobs, storeRoot, logs, agent, submit, place, output, shutdown };
+}
+
+/** Polls until `check` returns a value (not undefined/false), or fails after `timeoutMs`. */
+export async function waitFor<T>(what: string, check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 10_000): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
