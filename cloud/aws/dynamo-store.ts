@@ -600,17 +600,22 @@ export class DynamoPoolHistory implements PoolHistory {
 /**
  * Checkpoints live in S3 (written by the node agent); this index in the control table records
  * the newest complete one of each job, with a conditional write so an older one never wins.
+ * `root` is where attempts write: `s3://bucket/checkpoints/` (or `file:///…/` for a node that
+ * keeps them on a shared file system).
  */
 export class DynamoCheckpointIndex implements CheckpointStore {
+  private readonly root: string;
   constructor(
     private readonly doc: DynamoDBDocumentClient,
     private readonly table: string,
-    private readonly bucket: string,
-    private readonly prefix = 'checkpoints/',
-  ) {}
+    root: string,
+  ) {
+    if (!/^(s3|file):\/\/./.test(root)) throw new Error(`a checkpoint root is s3://bucket/prefix/ or file:///path/; got "${root}"`);
+    this.root = root.endsWith('/') ? root : `${root}/`;
+  }
 
   locationFor(jobId: string, attempt: number): string {
-    return `s3://${this.bucket}/${this.prefix}${encodeURIComponent(jobId)}/attempt-${attempt}/`;
+    return `${this.root}${encodeURIComponent(jobId)}/attempt-${attempt}/`;
   }
 
   async markComplete(ref: CheckpointRef): Promise<void> {
@@ -650,8 +655,8 @@ export class DynamoBudgetMemory implements BudgetMemory {
   }
 }
 
-/** Every state-store port on one document client. */
-export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, checkpointBucket: string) {
+/** Every state-store port on one document client. `checkpoints` is a bucket name or a root URI (s3://…/, file:///…/). */
+export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, checkpoints: string) {
   return {
     jobs: new DynamoJobStore(doc, tables.jobs),
     nodes: new DynamoNodeStore(doc, tables.nodes),
@@ -660,7 +665,7 @@ export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, ch
     decisions: new DynamoDecisionLog(doc, tables.control),
     ledger: new DynamoSpendLedger(doc, tables.control),
     pools: new DynamoPoolHistory(doc, tables.control),
-    checkpoints: new DynamoCheckpointIndex(doc, tables.control, checkpointBucket),
+    checkpoints: new DynamoCheckpointIndex(doc, tables.control, /^[a-z0-9]+:\/\//.test(checkpoints) ? checkpoints : `s3://${checkpoints}/checkpoints/`),
     budgetMemory: new DynamoBudgetMemory(doc, tables.control),
   };
 }

@@ -8,7 +8,7 @@ import { handleNotice } from '../../core/services/interruption.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryPoolHistory } from '../../cloud/sim/memory-stores.ts';
 import { reason } from '../../core/reason.ts';
-import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
+import { agentWorld, COUNTER_JOB, RecordingSink, waitFor } from '../support/agent-world.ts';
 import { awsInstance, IMDS_BODIES, startMetadataServer, type MetadataServer } from '../support/metadata-server.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -101,6 +101,14 @@ describe('node agent: running placed jobs as real processes', () => {
     expect(() => process.kill(pid, 0)).toThrow();
     expect((await w.jobs.get('nlp.moved'))).toMatchObject({ state: 'pending', attempt: 2 });
     expect((await w.nodes.get('i-a'))!.assigned).toEqual({});
+  });
+
+  it('publishes each GPU\'s readings with its instance and node group', async () => {
+    const w = world();
+    const sink = new RecordingSink();
+    const a = w.agent('i-h200', { fixture: { capture: 'linux-x86_64__nvidia-h200__590.48.01', phase: 'load' }, metrics: sink });
+    await a.publishMetrics();
+    expect(sink.samples).toEqual([{ instanceId: 'i-h200', groupId: 'g4dn-spot', gpuIndex: 0, utilizationPct: 100, memoryUsedMiB: 32362, powerDrawW: 627.32, temperatureC: expect.any(Number), uncorrectableEccErrors: 0, atMs: expect.any(Number) }]);
   });
 
   it('reports an unhealthy node when nvidia-smi fails, and keeps running', async () => {

@@ -1,12 +1,12 @@
 import { readFileSync } from 'node:fs';
-import { CloudWatchClient, GetMetricDataCommand } from '@aws-sdk/client-cloudwatch';
+import { CloudWatchClient, GetMetricDataCommand, PutMetricDataCommand } from '@aws-sdk/client-cloudwatch';
 import { DescribeInstanceTypesCommand, DescribeSpotPriceHistoryCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { GetResourcesCommand, ResourceGroupsTaggingAPIClient } from '@aws-sdk/client-resource-groups-tagging-api';
 import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { makeOffering } from '../../core/catalog.ts';
 import { isCloudError } from '../../core/errors.ts';
-import { CloudWatchGpuMetrics } from '../../cloud/aws/cloudwatch-metrics.ts';
+import { CloudWatchGpuMetricSink, CloudWatchGpuMetrics } from '../../cloud/aws/cloudwatch-metrics.ts';
 import { AwsPriceSource, Ec2Catalog } from '../../cloud/aws/ec2-catalog.ts';
 import { translateAwsError } from '../../cloud/aws/errors.ts';
 import { TaggingBudgetSource } from '../../cloud/aws/tagging-budgets.ts';
@@ -92,6 +92,42 @@ describe('CloudWatch GPU metrics', () => {
     expect(input.MetricDataQueries![0]).toEqual({ Id: 'gu0', Expression: `SEARCH('{GpuFleet,GpuIndex,InstanceId,NodeGroup} MetricName="GpuUtilization" InstanceId="i-0123456789abcdef0"', 'Average', 60)`, Label: "${PROP('Dim.GpuIndex')}", ReturnData: true });
     expect(input.MetricDataQueries![2]).toMatchObject({ Id: 'cu0', Expression: expect.stringContaining('{CWAgent,InstanceId,index} MetricName="nvidia_smi_utilization_gpu"') });
     expect(input).toMatchObject({ StartTime: new Date(T0 - 300_000), EndTime: new Date(T0), ScanBy: 'TimestampDescending' });
+  });
+});
+
+describe('GPU metrics published by the node agent', () => {
+  it('puts one datum per GPU and reading, with the dimensions the reader searches, in calls of at most 1000', async () => {
+    const client = new CloudWatchClient(creds);
+    const cw = mockClient(client);
+    cw.on(PutMetricDataCommand).resolves({});
+    const samples = Array.from({ length: 250 }, (_, k) => ({ instanceId: `i-${k}`, groupId: 'gpu-a100-spot', gpuIndex: k % 8, utilizationPct: 87.5, memoryUsedMiB: 30_000, powerDrawW: 312.4, temperatureC: 61, uncorrectableEccErrors: 0, atMs: T0 }));
+    await new CloudWatchGpuMetricSink(client).put(samples);
+    const calls = cw.commandCalls(PutMetricDataCommand).map((c) => c.args[0].input);
+    expect(calls.map((c) => c.MetricData!.length)).toEqual([1000, 250]);
+    expect(calls[0]!.Namespace).toBe('GpuFleet');
+    expect(calls[0]!.MetricData![0]).toEqual({
+      MetricName: 'GpuUtilization',
+      Dimensions: [
+        { Name: 'GpuIndex', Value: '0' },
+        { Name: 'InstanceId', Value: 'i-0' },
+        { Name: 'NodeGroup', Value: 'gpu-a100-spot' },
+      ],
+      Timestamp: new Date(T0),
+      Value: 87.5,
+      Unit: 'Percent',
+    });
+    expect(calls[0]!.MetricData!.slice(0, 5).map((d) => [d.MetricName, d.Unit])).toEqual([
+      ['GpuUtilization', 'Percent'],
+      ['GpuMemoryUsed', 'Megabytes'],
+      ['GpuPowerDraw', 'None'],
+      ['GpuTemperature', 'None'],
+      ['GpuUncorrectableEccErrors', 'Count'],
+    ]);
+    // A reading nvidia-smi did not give (N/A) is left out, not sent as 0.
+    cw.reset();
+    cw.on(PutMetricDataCommand).resolves({});
+    await new CloudWatchGpuMetricSink(client).put([{ instanceId: 'i-1', groupId: 'g', gpuIndex: 0, memoryUsedMiB: 11_125, atMs: T0 }]);
+    expect(cw.commandCalls(PutMetricDataCommand)[0]!.args[0].input.MetricData!.map((d) => d.MetricName)).toEqual(['GpuMemoryUsed']);
   });
 });
 

@@ -8,6 +8,7 @@ import type { Identity, MetadataClient } from '../../agent/metadata.ts';
 import { readGpuInventory } from '../../agent/nvidia-smi.ts';
 import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
 import { checkJobSpec, type JobSpecInput } from '../../core/job-spec.ts';
+import type { GpuMetricSample, GpuMetricSink } from '../../core/ports.ts';
 import { newPendingJob, type Job } from '../../core/job.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
@@ -31,10 +32,10 @@ export function agentWorld() {
   };
   const agents: NodeAgent[] = [];
 
-  function agent(instanceId: string, options: { fixture?: GpuFixture; metadata?: MetadataClient; runner?: JobRunner; nvidiaSmiMode?: string; identity?: Partial<Identity>; workDir?: string } = {}): NodeAgent {
+  function agent(instanceId: string, options: { fixture?: GpuFixture; metadata?: MetadataClient; runner?: JobRunner; nvidiaSmiMode?: string; identity?: Partial<Identity>; workDir?: string; metrics?: GpuMetricSink } = {}): NodeAgent {
     const env = fakeNvidiaSmiEnv(options.fixture ?? { xml: 'telegraf__tesla-t4.xml' }, options.nvidiaSmiMode ? { FAKE_NVIDIA_SMI_MODE: options.nvidiaSmiMode } : {});
     const a = new NodeAgent(
-      { clock, jobs, nodes, checkpoints, blobs, runner: options.runner ?? new ProcessRunner(), gpus: () => readGpuInventory({ env, timeoutMs: 5000 }), ...(options.metadata ? { metadata: options.metadata } : {}), log },
+      { clock, jobs, nodes, checkpoints, blobs, runner: options.runner ?? new ProcessRunner(), gpus: () => readGpuInventory({ env, timeoutMs: 5000 }), ...(options.metadata ? { metadata: options.metadata } : {}), ...(options.metrics ? { metrics: options.metrics } : {}), log },
       {
         identity: { cloud: 'aws', instanceId, region: 'us-west-2', zone: 'us-west-2a', instanceType: 'g4dn.xlarge', ...options.identity },
         groupId: 'g4dn-spot',
@@ -87,5 +88,13 @@ export async function waitFor<T>(what: string, check: () => Promise<T | undefine
     if (v !== undefined && v !== false) return v;
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** A metric sink that keeps what it is given. */
+export class RecordingSink implements GpuMetricSink {
+  readonly samples: GpuMetricSample[] = [];
+  async put(samples: readonly GpuMetricSample[]): Promise<void> {
+    this.samples.push(...samples);
   }
 }

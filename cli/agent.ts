@@ -1,0 +1,175 @@
+import { execFile } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
+import { S3Client } from '@aws-sdk/client-s3';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { NodeAgent, type AgentLog } from '../agent/agent.ts';
+import { DirectoryBlobs, S3Blobs, type CheckpointBlobs } from '../agent/checkpoint-files.ts';
+import { nvidiaSmiMig } from '../agent/devices.ts';
+import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, type Identity, type MetadataClient } from '../agent/metadata.ts';
+import { gpuProblems, readGpuInventory, toGpuDevices } from '../agent/nvidia-smi.ts';
+import { DockerRunner, ProcessRunner } from '../agent/runner.ts';
+import { CloudWatchGpuMetricSink } from '../cloud/aws/cloudwatch-metrics.ts';
+import { documentClient, dynamoStores } from '../cloud/aws/dynamo-store.ts';
+import { awsConfigFromEnv, systemClock } from '../cloud/aws/runtime.ts';
+import { UsageError } from './errors.ts';
+
+/** `gpu-fleet agent inspect` and `gpu-fleet agent run`: the node agent from the command line. */
+
+export interface AgentCommonFlags {
+  readonly nvidiaSmi?: string;
+  readonly imdsUrl?: string;
+  readonly gceMetadataUrl?: string;
+  readonly metadataTimeoutMs?: string;
+}
+
+export interface InspectFlags extends AgentCommonFlags {
+  readonly json?: boolean;
+}
+
+export interface RunFlags extends AgentCommonFlags {
+  readonly group?: string;
+  readonly workDir?: string;
+  readonly runner?: string;
+  readonly checkpointStore?: string;
+  readonly instanceId?: string;
+  readonly metrics?: boolean;
+  readonly migCreate?: boolean;
+  readonly heartbeatSec?: string;
+  readonly noticeSec?: string;
+}
+
+function seconds(name: string, value: string | undefined, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isFinite(n) || n < min || n > max) throw new UsageError(`${name} must be a number of seconds from ${min} to ${max}; got "${value}"`);
+  return n;
+}
+
+function timeoutOf(flags: AgentCommonFlags): number {
+  const t = Number(flags.metadataTimeoutMs ?? 2000);
+  if (!Number.isInteger(t) || t < 100 || t > 60_000) throw new UsageError(`--metadata-timeout-ms must be a whole number of milliseconds from 100 to 60000; got ${flags.metadataTimeoutMs}`);
+  return t;
+}
+
+function metadataUrls(flags: AgentCommonFlags, env: NodeJS.ProcessEnv) {
+  return { awsBaseUrl: flags.imdsUrl ?? env.GPU_FLEET_AWS_IMDS_URL ?? AWS_IMDS_URL, gceBaseUrl: flags.gceMetadataUrl ?? env.GPU_FLEET_GCE_METADATA_URL ?? GCE_METADATA_URL };
+}
+
+/** What the agent sees of this machine: identity, GPUs, MIG devices, health. Works off-cloud: what it cannot find is reported, not fatal. */
+export async function agentInspectCommand(flags: InspectFlags, io: { stdout: NodeJS.WritableStream }, env: NodeJS.ProcessEnv = process.env): Promise<Record<string, unknown>> {
+  const timeoutMs = timeoutOf(flags);
+  const [identity, gpus] = await Promise.allSettled([detectMetadata({ ...metadataUrls(flags, env), timeoutMs }), readGpuInventory({ ...(flags.nvidiaSmi ? { command: flags.nvidiaSmi } : {}), env })]);
+  const problems: string[] = [];
+  if (gpus.status === 'rejected') problems.push((gpus.reason as Error).message);
+  else problems.push(...gpus.value.gpus.flatMap(gpuProblems));
+  if (gpus.status === 'fulfilled' && gpus.value.gpus.length > 0 && toGpuDevices(gpus.value).length === 0) problems.push(`no GPU here is a model gpu-fleet schedules (${gpus.value.gpus.map((g) => g.name).join(', ')})`);
+  const result = {
+    identity: identity.status === 'fulfilled' ? identity.value.identity : { error: (identity.reason as Error).message },
+    gpus: gpus.status === 'fulfilled' ? { source: gpus.value.source, driverVersion: gpus.value.driverVersion, cudaVersion: gpus.value.cudaVersion, devices: gpus.value.gpus, warnings: gpus.value.warnings } : { error: (gpus.reason as Error).message },
+    schedulable: gpus.status === 'fulfilled' ? toGpuDevices(gpus.value) : [],
+    healthy: problems.length === 0,
+    problems,
+  };
+  if (flags.json) {
+    io.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+    return result;
+  }
+  const lines: string[] = [];
+  if (identity.status === 'fulfilled') {
+    const id = identity.value.identity;
+    lines.push(`machine   ${id.instanceId} (${id.cloud} ${id.zone}, ${id.instanceType}${id.capacityType ? `, ${id.capacityType}` : ''}${id.groupId ? `, group ${id.groupId}` : ''})`);
+  } else lines.push(`machine   unknown: ${(identity.reason as Error).message}`);
+  if (gpus.status === 'fulfilled') {
+    lines.push(`driver    ${gpus.value.driverVersion ?? '?'} (CUDA ${gpus.value.cudaVersion ?? '?'}), read from the ${gpus.value.source} report`);
+    for (const g of gpus.value.gpus) {
+      lines.push(`GPU ${g.index}     ${g.name}${g.model ? ` [${g.model}]` : ' [not scheduled by gpu-fleet]'} ${g.memoryUsedMiB ?? '?'}/${g.memoryTotalMiB} MiB, util ${g.utilizationPct === undefined ? 'n/a' : `${g.utilizationPct}%`}, ${g.powerDrawW ?? '?'} W, ${g.temperatureC ?? '?'} C${g.mig.enabled ? ', MIG on' : ''}`);
+      for (const d of g.mig.devices) lines.push(`  MIG ${d.index}   ${d.profile ?? '?'}${d.computeProfile ? ` (${d.computeProfile})` : ''} GPU instance ${d.gpuInstanceId}, ${d.memoryTotalMiB} MiB${d.uuid ? `, ${d.uuid}` : ''}`);
+    }
+    for (const w of gpus.value.warnings) lines.push(`note      ${w}`);
+  } else lines.push(`GPUs      none found: ${(gpus.reason as Error).message}`);
+  lines.push(problems.length === 0 ? 'health    healthy' : `health    UNHEALTHY: ${problems.join('; ')}`);
+  io.stdout.write(`${lines.join('\n')}\n`);
+  return result;
+}
+
+/** Runs the agent until SIGTERM or SIGINT, against the state store in the AWS account of the environment. */
+export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const timeoutMs = timeoutOf(flags);
+  const config = awsConfigFromEnv(env);
+  const logger = new Logger({ serviceName: 'gpu-fleet-agent' });
+  const log: AgentLog = {
+    info: (m, extra) => (extra ? logger.info(m, extra) : logger.info(m)),
+    warn: (m, extra) => (extra ? logger.warn(m, extra) : logger.warn(m)),
+    error: (m, extra) => (extra ? logger.error(m, extra) : logger.error(m)),
+  };
+  let metadata: MetadataClient | undefined;
+  let identity: Identity;
+  try {
+    const found = await detectMetadata({ ...metadataUrls(flags, env), timeoutMs });
+    metadata = found.client;
+    identity = found.identity;
+  } catch (error) {
+    if (!flags.instanceId) throw new UsageError(`${(error as Error).message}. Off-cloud, name the machine with --instance-id (and --group).`);
+    log.warn('no instance metadata: running with the given identity and without local interruption notices', { error: (error as Error).message });
+    identity = { cloud: 'aws', instanceId: flags.instanceId, region: config.region, zone: 'unknown', instanceType: 'unknown' };
+  }
+  if (flags.instanceId) identity = { ...identity, instanceId: flags.instanceId };
+  const workDir = flags.workDir ?? env.GPU_FLEET_AGENT_DIR ?? '/var/lib/gpu-fleet';
+  mkdirSync(workDir, { recursive: true });
+  const runnerKind = flags.runner ?? 'docker';
+  if (runnerKind !== 'docker' && runnerKind !== 'process') throw new UsageError(`--runner must be "docker" or "process"; got "${runnerKind}"`);
+  const runner = runnerKind === 'docker' ? new DockerRunner('docker', env) : new ProcessRunner({ baseEnv: env, stateFile: join(workDir, 'processes.json') });
+  const storeUri = flags.checkpointStore ?? `s3://${config.checkpointBucket}/checkpoints/`;
+  let blobs: CheckpointBlobs;
+  if (storeUri.startsWith('s3://')) blobs = new S3Blobs(new S3Client({ region: config.region }));
+  else if (storeUri.startsWith('file://')) blobs = new DirectoryBlobs(fileURLToPath(storeUri));
+  else throw new UsageError(`--checkpoint-store must be s3://bucket/prefix/ or file:///path/; got "${storeUri}"`);
+  const doc = documentClient({ region: config.region, retryMode: 'adaptive', maxAttempts: 5 });
+  const stores = dynamoStores(doc, config.tables, storeUri);
+  const nvidiaSmi = flags.nvidiaSmi ?? 'nvidia-smi';
+  const agent = new NodeAgent(
+    {
+      clock: systemClock,
+      jobs: stores.jobs,
+      nodes: stores.nodes,
+      checkpoints: stores.checkpoints,
+      blobs,
+      runner,
+      gpus: () => readGpuInventory({ command: nvidiaSmi, env }),
+      ...(flags.migCreate !== false ? { migControl: nvidiaSmiMig((args) => runCli(nvidiaSmi, args, env)) } : {}),
+      ...(metadata ? { metadata } : {}),
+      ...(flags.metrics !== false ? { metrics: new CloudWatchGpuMetricSink(new CloudWatchClient({ region: config.region })) } : {}),
+      log,
+    },
+    {
+      identity,
+      ...(flags.group ? { groupId: flags.group } : {}),
+      workDir,
+      noticeMarginSec: config.policy.noticeMarginSec,
+      heartbeatSec: seconds('--heartbeat-sec', flags.heartbeatSec, 15, 0.1, 300),
+      noticeSec: seconds('--notice-sec', flags.noticeSec, 5, 0.1, 60),
+    },
+  );
+  await agent.start();
+  log.info('agent running', { instanceId: agent.instanceId, group: agent.groupId, runner: runnerKind, checkpointStore: storeUri });
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      log.info('stopping: job processes stop; their jobs restart from their newest checkpoint when the agent is back', { signal });
+      void agent.stop().then(resolve);
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+}
+
+function runCli(command: string, args: readonly string[], env: NodeJS.ProcessEnv): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(command, args, { env, timeout: 60_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${command} ${args.join(' ')} failed: ${(stderr || stdout || error.message).trim()}`));
+      else resolve(stdout);
+    });
+  });
+}
