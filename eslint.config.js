@@ -30,7 +30,7 @@ export const coreForbiddenSyntax = [
 ];
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'cdk.out/**', 'dist/**', 'coverage/**', 'out/**'] },
+  { ignores: ['cdk.out-agent/**', 'node_modules/**', 'cdk.out/**', 'dist/**', 'coverage/**', 'out/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

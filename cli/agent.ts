@@ -13,7 +13,7 @@ import { gpuProblems, readGpuInventory, toGpuDevices } from '../agent/nvidia-smi
 import { DockerRunner, ProcessRunner } from '../agent/runner.ts';
 import { CloudWatchGpuMetricSink } from '../cloud/aws/cloudwatch-metrics.ts';
 import { documentClient, dynamoStores } from '../cloud/aws/dynamo-store.ts';
-import { awsConfigFromEnv, systemClock } from '../cloud/aws/runtime.ts';
+import { awsConfigFromEnv, systemClock } from '../cloud/aws/config.ts';
 import { UsageError } from './errors.ts';
 
 /** `gpu-fleet agent inspect` and `gpu-fleet agent run`: the node agent from the command line. */

@@ -1,4 +1,5 @@
 import { Command, CommanderError } from 'commander';
+import { addAgentCommands } from './agent-commands.ts';
 import { UsageError } from './errors.ts';
 
 // Each command's code is loaded when the command runs. Beyond start-up time this matters for
@@ -58,35 +59,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       await invokeCommand(fn, flags, io);
     });
 
-  const agent = program.command('agent').description('The node agent that runs on every GPU machine (started by the node group\'s user data)');
-  const metadataOptions = (c: Command) =>
-    c
-      .option('--nvidia-smi <path>', 'the nvidia-smi program', 'nvidia-smi')
-      .option('--imds-url <url>', 'EC2 instance metadata base URL (or GPU_FLEET_AWS_IMDS_URL)')
-      .option('--gce-metadata-url <url>', 'GCE metadata server base URL (or GPU_FLEET_GCE_METADATA_URL)')
-      .option('--metadata-timeout-ms <ms>', 'how long to wait for a metadata server', '2000');
-  metadataOptions(agent.command('inspect').description('Print what the agent finds on this machine: identity, GPUs, MIG devices, health'))
-    .option('--json', 'print as JSON')
-    .addHelpText('after', '\nWorks off-cloud too: a missing metadata server or nvidia-smi is reported, not fatal.\n\nExamples:\n  gpu-fleet agent inspect\n  gpu-fleet agent inspect --json')
-    .action(async (flags) => {
-      const { agentInspectCommand } = await import('./agent.ts');
-      await agentInspectCommand(flags, io);
-    });
-  metadataOptions(agent.command('run').description('Run the agent: heartbeats, placed jobs, checkpoints, local interruption notices, GPU metrics'))
-    .option('--group <name>', 'the node group, when the instance metadata does not carry it')
-    .option('--work-dir <dir>', 'where job folders and logs live (or GPU_FLEET_AGENT_DIR)', undefined)
-    .option('--runner <kind>', 'docker (containers, docker run --gpus) | process (plain processes)', 'docker')
-    .option('--checkpoint-store <uri>', 's3://bucket/ (default: GPU_FLEET_CHECKPOINT_BUCKET) or file:///path/')
-    .option('--instance-id <id>', 'off-cloud only: the id to register under')
-    .option('--no-metrics', 'do not publish GPU metrics to CloudWatch')
-    .option('--no-mig-create', 'use only existing MIG instances; never create or destroy them')
-    .option('--heartbeat-sec <s>', 'seconds between heartbeats (and work-list reads)', '15')
-    .option('--notice-sec <s>', 'seconds between looks at the interruption notices and checkpoint markers', '5')
-    .addHelpText('after', '\nUses the standard AWS configuration and the GPU_FLEET_* table variables (see README).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev')
-    .action(async (flags) => {
-      const { agentRunCommand } = await import('./agent.ts');
-      await agentRunCommand(flags);
-    });
+  addAgentCommands(program, io);
 
   return program;
 }

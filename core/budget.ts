@@ -139,10 +139,11 @@ export function teamFromTags(team: string, tags: Readonly<Record<string, string>
   let alertAtPct: readonly number[] = prev?.alertAtPct ?? [80, 100];
   const alertText = get(BUDGET_TAGS.alertAt);
   if (alertText !== undefined) {
-    const parts = alertText.split(',').map((p) => p.trim());
+    // AWS tag values cannot hold commas on most services: "/" (or spaces, "+") separate too.
+    const parts = alertText.split(/[,/+\s]+/).filter((p) => p !== '');
     const nums = parts.map((p) => (/^\d{1,3}$/.test(p) ? Number(p) : NaN));
     if (parts.length === 0 || parts.length > 10 || nums.some((n) => !Number.isInteger(n) || n < 1 || n > 100)) {
-      problems.push(`${BUDGET_TAGS.alertAt}="${alertText}" is not allowed (allowed: up to 10 whole percentages from 1 to 100, comma-separated, e.g. "50,80,100")`);
+      problems.push(`${BUDGET_TAGS.alertAt}="${alertText}" is not allowed (allowed: up to 10 whole percentages from 1 to 100, separated by "/", e.g. "50/80/100")`);
     } else {
       alertAtPct = [...new Set(nums)].sort((a, b) => a - b);
     }

@@ -111,3 +111,9 @@ export class SqsDeadLetter {
     }
   }
 }
+
+/** The dead-letter queue intake sends unattributable messages to; without one configured, sending fails loudly. */
+export function deadLetterFor(sqs: SQSClient, queueUrl: string | undefined): Pick<SqsDeadLetter, 'send'> {
+  if (queueUrl) return new SqsDeadLetter(sqs, queueUrl);
+  return { send: async () => Promise.reject(new Error('GPU_FLEET_DLQ_URL is not set: a message that cannot be attributed to a team has nowhere to go')) };
+}

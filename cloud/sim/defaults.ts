@@ -62,7 +62,7 @@ export function defaultTeamTags(teams: readonly string[], budgetUsd: number | ((
       [BUDGET_TAGS.amount]: String(typeof budgetUsd === 'number' ? budgetUsd : budgetUsd(team)),
       [BUDGET_TAGS.period]: 'monthly',
       [BUDGET_TAGS.action]: 'alert',
-      [BUDGET_TAGS.alertAt]: '25,50,80,100',
+      [BUDGET_TAGS.alertAt]: '25/50/80/100',
       [BUDGET_TAGS.weight]: '1',
     },
   }));

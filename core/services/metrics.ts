@@ -36,6 +36,15 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     out.push({ name: 'FleetSize', unit: 'Count', value: count, dimensions: { NodeGroup: group, CapacityType: capacityType } });
   }
   out.push({ name: 'SpendRateMicroUsdPerHour', unit: 'None', value: spendRate });
+  // Spend against budget per team, for the dashboard and the budget alarms.
+  for (const team of [...snapshot.teams.values()].sort((a, b) => a.id.localeCompare(b.id))) {
+    const spent = snapshot.spendMicroUsd.get(team.id) ?? 0;
+    out.push({ name: 'TeamSpendMicroUsd', unit: 'None', value: spent, dimensions: { Team: team.id } });
+    if (team.budget && team.budget.amountMicroUsd > 0) {
+      out.push({ name: 'TeamBudgetUsedPct', unit: 'None', value: Math.round((spent * 10_000) / team.budget.amountMicroUsd) / 100, dimensions: { Team: team.id } });
+    }
+    if (team.tagProblems.length > 0) out.push({ name: 'BudgetTagProblems', unit: 'Count', value: team.tagProblems.length, dimensions: { Team: team.id } });
+  }
   out.push({ name: 'PlanTime', unit: 'Milliseconds', value: decision.planMs });
   out.push({ name: 'ActionsApplied', unit: 'Count', value: decision.applied });
   out.push({ name: 'ReconcileErrors', unit: 'Count', value: decision.errors.length });

@@ -8,7 +8,7 @@ const tags = (extra: Record<string, string> = {}) => ({
   'gpu-fleet:budget-usd': '2500',
   'gpu-fleet:budget-period': 'monthly',
   'gpu-fleet:budget-action': 'hold',
-  'gpu-fleet:budget-alert-at': '50,80,100',
+  'gpu-fleet:budget-alert-at': '50/80/100',
   ...extra,
 });
 

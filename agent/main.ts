@@ -1,0 +1,20 @@
+// The node agent's own entry point: what the node groups' user data runs, bundled into one file
+// (infra/agent-bundle.ts). It takes the same `agent …` commands as the gpu-fleet CLI.
+import { Command, CommanderError } from 'commander';
+import { addAgentCommands } from '../cli/agent-commands.ts';
+import { UsageError } from '../cli/errors.ts';
+
+const program = new Command('gpu-fleet').description('gpu-fleet node agent').showHelpAfterError().exitOverride();
+addAgentCommands(program, { stdout: process.stdout, stderr: process.stderr });
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  if (error instanceof CommanderError) process.exitCode = error.exitCode === 0 ? 0 : 2;
+  else if (error instanceof UsageError) {
+    process.stderr.write(`gpu-fleet: ${error.message}\n`);
+    process.exitCode = 2;
+  } else {
+    process.stderr.write(`gpu-fleet: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exitCode = 1;
+  }
+}

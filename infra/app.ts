@@ -1,0 +1,32 @@
+// The CDK app (cdk.json runs it): one GpuFleetStack from a config file, checked by cdk-nag's
+// AWS Solutions rules. Config: `-c config=path/to/config.json`, or GPU_FLEET_CONFIG, or the example.
+import { resolve } from 'node:path';
+import { App, Validations } from 'aws-cdk-lib';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { ConfigError, loadConfig } from './config.ts';
+import { GpuFleetStack } from './stack.ts';
+
+export function buildApp(app: App, configPath: string): GpuFleetStack {
+  const config = loadConfig(configPath);
+  const stack = new GpuFleetStack(app, config.stackName, {
+    config,
+    // Region (and account when given) are fixed by the config: synth never looks anything up.
+    env: { region: config.region, ...(config.account ? { account: config.account } : {}) },
+    description: 'gpu-fleet: serverless autoscaling control plane for GPU work on spot and on-demand capacity',
+  });
+  Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+  return stack;
+}
+
+const app = new App();
+const configPath = resolve((app.node.tryGetContext('config') as string | undefined) ?? process.env.GPU_FLEET_CONFIG ?? resolve(import.meta.dirname, 'config.example.json'));
+try {
+  buildApp(app, configPath);
+} catch (error) {
+  if (error instanceof ConfigError) {
+    process.stderr.write(`${error.message}\n`);
+    process.exit(2);
+  }
+  throw error;
+}
+app.synth();

@@ -1,0 +1,26 @@
+import { describe, expect, it } from 'vitest';
+import { reconcileMetrics } from '../../core/services/metrics.ts';
+import type { DecisionRecord } from '../../core/ports.ts';
+import { aSnapshot, aTeam } from '../builders.ts';
+
+describe('reconcile metrics', () => {
+  it('reports queue depth per team, spend against each team budget, and tag problems', () => {
+    const snapshot = aSnapshot({
+      teams: new Map([
+        ['nlp', aTeam('nlp', { budget: { amountMicroUsd: 2_000_000_000, period: 'monthly', action: 'hold', alertAtPct: [80, 100] } })],
+        ['vision', aTeam('vision', { budget: undefined, tagProblems: ['gpu-fleet:budget-usd="lots" is not allowed'] })],
+      ]),
+      spendMicroUsd: new Map([['nlp', 1_234_567_891]]),
+    });
+    const decision: DecisionRecord = { id: 'd', atMs: 0, dryRun: false, inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] }, plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 }, applied: 0, errors: ['x'], planMs: 12 };
+    const points = reconcileMetrics(snapshot, decision, new Map([['nlp', { visible: 3, inFlight: 1, delayed: 2 }]]));
+    const find = (name: string, team?: string) => points.find((p) => p.name === name && (team === undefined || p.dimensions?.Team === team));
+    expect(find('QueueDepth', 'nlp')).toEqual({ name: 'QueueDepth', unit: 'Count', value: 5, dimensions: { Team: 'nlp' } });
+    expect(find('TeamBudgetUsedPct', 'nlp')!.value).toBe(61.73);
+    expect(find('TeamSpendMicroUsd', 'nlp')!.value).toBe(1_234_567_891);
+    expect(find('TeamBudgetUsedPct', 'vision')).toBeUndefined(); // no valid budget: no percentage to show
+    expect(find('BudgetTagProblems', 'vision')!.value).toBe(1);
+    expect(find('ReconcileErrors')!.value).toBe(1);
+    expect(find('PlanTime')!.value).toBe(12);
+  });
+});

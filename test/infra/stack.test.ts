@@ -1,0 +1,292 @@
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { promisify } from 'node:util';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { App, Validations } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, parseConfig, type GpuFleetConfig } from '../../infra/config.ts';
+import { GpuFleetStack, LIFECYCLE_HOOK_NAME } from '../../infra/stack.ts';
+
+const EXAMPLE = resolve(import.meta.dirname, '../../infra/config.example.json');
+const example = (): GpuFleetConfig => loadConfig(EXAMPLE);
+
+/** Synthesises a stack offline, without bundling the functions (the agent bundle is built: it is quick). */
+function synth(config: GpuFleetConfig): { stack: GpuFleetStack; template: Template } {
+  const { stack } = build(config);
+  return { stack, template: Template.fromStack(stack) };
+}
+
+/** The app and stack before synthesis, with cdk-nag's AWS Solutions checks as the real app has them. */
+function build(config: GpuFleetConfig, options: { nag?: boolean } = {}): { stack: GpuFleetStack; app: App } {
+  const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+  const stack = new GpuFleetStack(app, config.stackName, { config, env: { region: config.region }, agentBundleDir: mkdtempSync(join(tmpdir(), 'agent-bundle-')) });
+  if (options.nag) Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+  return { stack, app };
+}
+
+type Statement = { Effect: string; Action: string | string[]; Resource: unknown; Condition?: Record<string, Record<string, unknown>>; Sid?: string };
+function statements(template: Template, rolePrefix: string): Statement[] {
+  const policies = template.findResources('AWS::IAM::Policy');
+  return Object.entries(policies)
+    .filter(([id]) => id.startsWith(rolePrefix))
+    .flatMap(([, p]) => (p as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties.PolicyDocument.Statement);
+}
+const actionsOf = (s: Statement) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
+
+describe('the CDK stack, synthesised from the example config', () => {
+  let t: Template;
+  let stack: GpuFleetStack;
+  beforeAll(() => {
+    ({ template: t, stack } = synth(example()));
+  });
+
+  it('routes exactly the cloud events the interruption handler reads', () => {
+    const rules = Object.values(t.findResources('AWS::Events::Rule')).map((r) => (r as { Properties: { EventPattern?: unknown; ScheduleExpression?: string } }).Properties);
+    const patterns = rules.map((r) => r.EventPattern).filter(Boolean);
+    expect(patterns).toEqual(
+      expect.arrayContaining([
+        { source: ['aws.ec2'], 'detail-type': ['EC2 Spot Instance Interruption Warning', 'EC2 Instance Rebalance Recommendation'] },
+        { source: ['aws.ec2'], 'detail-type': ['EC2 Instance State-change Notification'], detail: { state: ['stopping', 'stopped', 'shutting-down', 'terminated'] } },
+        {
+          source: ['aws.autoscaling'],
+          'detail-type': ['EC2 Instance-terminate Lifecycle Action'],
+          detail: { AutoScalingGroupName: ['GpuFleet-l4-spot', 'GpuFleet-l4-od', 'GpuFleet-a10g-spot', 'GpuFleet-a100-mig-od'], LifecycleHookName: [LIFECYCLE_HOOK_NAME] },
+        },
+        { source: ['aws.health'], 'detail-type': ['AWS Health Event'], detail: { service: ['EC2'], eventTypeCategory: ['scheduledChange'] } },
+      ]),
+    );
+    expect(patterns).toHaveLength(4);
+    expect(rules.map((r) => r.ScheduleExpression).filter(Boolean)).toEqual(['rate(1 minute)']);
+    // Every event rule hands failed deliveries to the failure queue after its retries.
+    t.allResourcesProperties('AWS::Events::Rule', { Targets: [Match.objectLike({ DeadLetterConfig: Match.anyValue(), RetryPolicy: Match.anyValue() })] });
+  });
+
+  it('encrypts every table, queue and bucket, with TLS enforced and point-in-time recovery on', () => {
+    const tables = Object.values(t.findResources('AWS::DynamoDB::Table')) as { Properties: Record<string, unknown> }[];
+    expect(tables).toHaveLength(4);
+    for (const table of tables) {
+      expect(table.Properties).toMatchObject({ BillingMode: 'PAY_PER_REQUEST', PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true }, SSESpecification: { SSEEnabled: true, SSEType: 'KMS' } });
+    }
+    t.hasResourceProperties('AWS::DynamoDB::Table', { TimeToLiveSpecification: { AttributeName: 'expiresAt', Enabled: true }, GlobalSecondaryIndexes: Match.arrayWith([Match.objectLike({ IndexName: 'byState' }), Match.objectLike({ IndexName: 'byTeamState' })]) });
+    const queues = Object.values(t.findResources('AWS::SQS::Queue')) as { Properties: Record<string, unknown> }[];
+    expect(queues).toHaveLength(3 + 2); // three teams, dead letters, function failures
+    for (const q of queues) expect(q.Properties.KmsMasterKeyId !== undefined || q.Properties.SqsManagedSseEnabled === true).toBe(true);
+    for (const policy of Object.values(t.findResources('AWS::SQS::QueuePolicy')) as { Properties: { PolicyDocument: { Statement: Statement[] } } }[]) {
+      expect(policy.Properties.PolicyDocument.Statement).toEqual(expect.arrayContaining([expect.objectContaining({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } })]));
+    }
+    t.hasResourceProperties('AWS::S3::Bucket', {
+      BucketEncryption: { ServerSideEncryptionConfiguration: [{ ServerSideEncryptionByDefault: { SSEAlgorithm: 'aws:kms', KMSMasterKeyID: Match.anyValue() }, BucketKeyEnabled: true }] },
+      PublicAccessBlockConfiguration: { BlockPublicAcls: true, BlockPublicPolicy: true, IgnorePublicAcls: true, RestrictPublicBuckets: true },
+      LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Id: 'expire-old-checkpoints', Prefix: 'checkpoints/', ExpirationInDays: 30, Status: 'Enabled' })]) },
+    });
+    t.hasResourceProperties('AWS::KMS::Key', { EnableKeyRotation: true });
+  });
+
+  it('gives each team an encrypted queue with a dead-letter queue and its budget tags', () => {
+    const nlp = Object.values(t.findResources('AWS::SQS::Queue', { Properties: { QueueName: 'gpufleet-team-nlp' } }))[0] as { Properties: { RedrivePolicy: unknown; KmsMasterKeyId: unknown; Tags: { Key: string; Value: string }[] } };
+    expect(nlp.Properties.RedrivePolicy).toMatchObject({ maxReceiveCount: 5 });
+    expect(nlp.Properties.KmsMasterKeyId).toBeDefined();
+    expect(Object.fromEntries(nlp.Properties.Tags.map((x) => [x.Key, x.Value]))).toEqual({
+      'gpu-fleet:team': 'nlp',
+      'gpu-fleet:budget-usd': '25000',
+      'gpu-fleet:budget-period': 'monthly',
+      'gpu-fleet:budget-action': 'spot-only',
+      'gpu-fleet:budget-alert-at': '50/80/100',
+      'gpu-fleet:max-gpus': '64',
+      'gpu-fleet:weight': '2',
+    });
+    // The intake function takes every team queue, with partial batch responses.
+    expect(Object.values(t.findResources('AWS::Lambda::EventSourceMapping'))).toHaveLength(3);
+    t.allResourcesProperties('AWS::Lambda::EventSourceMapping', { FunctionResponseTypes: ['ReportBatchItemFailures'] });
+  });
+
+  it('runs the functions on Node.js 22, arm64, with reconcile alone at a time and failures kept', () => {
+    const fns = Object.values(t.findResources('AWS::Lambda::Function')).map((f) => (f as { Properties: Record<string, unknown> }).Properties).filter((p) => String((p.Environment as { Variables?: Record<string, string> } | undefined)?.Variables?.POWERTOOLS_SERVICE_NAME ?? '').startsWith('gpu-fleet-'));
+    expect(fns).toHaveLength(3);
+    for (const f of fns) expect(f).toMatchObject({ Runtime: 'nodejs22.x', Architectures: ['arm64'], TracingConfig: { Mode: 'Active' } });
+    t.hasResourceProperties('AWS::Lambda::Function', { Environment: { Variables: Match.objectLike({ POWERTOOLS_SERVICE_NAME: 'gpu-fleet-reconcile' }) }, ReservedConcurrentExecutions: 1, Timeout: 60 });
+    const configs = Object.values(t.findResources('AWS::Lambda::EventInvokeConfig')) as { Properties: { DestinationConfig?: { OnFailure?: unknown } } }[];
+    expect(configs.filter((c) => c.Properties.DestinationConfig?.OnFailure)).toHaveLength(2); // reconcile and interruption
+  });
+
+  it('builds node groups with IMDSv2 only, encrypted disks, spot price-capacity-optimized and capacity rebalance', () => {
+    t.hasResourceProperties('AWS::EC2::LaunchTemplate', {
+      LaunchTemplateData: Match.objectLike({
+        MetadataOptions: { HttpTokens: 'required', HttpPutResponseHopLimit: 1, InstanceMetadataTags: 'enabled' },
+        BlockDeviceMappings: [{ DeviceName: '/dev/xvda', Ebs: { Encrypted: true, VolumeSize: 200, VolumeType: 'gp3', DeleteOnTermination: true } }],
+        Monitoring: { Enabled: true },
+      }),
+    });
+    t.hasResourceProperties('AWS::AutoScaling::AutoScalingGroup', {
+      AutoScalingGroupName: 'GpuFleet-l4-spot',
+      MinSize: '0',
+      MaxSize: '40',
+      CapacityRebalance: true,
+      MixedInstancesPolicy: {
+        InstancesDistribution: { OnDemandBaseCapacity: 0, OnDemandPercentageAboveBaseCapacity: 0, SpotAllocationStrategy: 'price-capacity-optimized' },
+        LaunchTemplate: { LaunchTemplateSpecification: Match.anyValue(), Overrides: [{ InstanceType: 'g6.xlarge' }, { InstanceType: 'g6.2xlarge' }, { InstanceType: 'g6.4xlarge' }] },
+      },
+      Tags: Match.arrayWith([{ Key: 'gpu-fleet:capacity-type', PropagateAtLaunch: true, Value: 'spot' }, { Key: 'gpu-fleet:managed', PropagateAtLaunch: true, Value: 'true' }]),
+    });
+    t.hasResourceProperties('AWS::AutoScaling::AutoScalingGroup', { AutoScalingGroupName: 'GpuFleet-a100-mig-od', MixedInstancesPolicy: { InstancesDistribution: Match.objectLike({ OnDemandPercentageAboveBaseCapacity: 100 }) }, Tags: Match.arrayWith([{ Key: 'gpu-fleet:mig', PropagateAtLaunch: true, Value: 'true' }]) });
+    // Reconcile owns the desired size: a deploy never sets it.
+    for (const g of Object.values(t.findResources('AWS::AutoScaling::AutoScalingGroup')) as { Properties: Record<string, unknown> }[]) expect(g.Properties.DesiredCapacity).toBeUndefined();
+    t.resourcePropertiesCountIs('AWS::AutoScaling::LifecycleHook', { LifecycleHookName: LIFECYCLE_HOOK_NAME, LifecycleTransition: 'autoscaling:EC2_INSTANCE_TERMINATING', HeartbeatTimeout: 300, DefaultResult: 'CONTINUE' }, 4);
+  });
+
+  it('boots nodes with the agent as a systemd service, configured with the stack\'s tables and bucket', () => {
+    const lt = Object.values(t.findResources('AWS::EC2::LaunchTemplate'))[0] as { Properties: { LaunchTemplateData: { UserData: unknown } } };
+    const userData = JSON.stringify(lt.Properties.LaunchTemplateData.UserData);
+    expect(userData).toContain('gpu-fleet-agent.mjs agent run --runner docker');
+    expect(userData).toContain('systemctl enable --now gpu-fleet-agent.service');
+    expect(userData).toContain('GPU_FLEET_JOBS_TABLE=');
+    expect(userData).toContain('GPU_FLEET_CHECKPOINT_BUCKET=');
+    // The AMI comes from the Deep Learning AMI's public SSM parameter, resolved at deploy time.
+    expect(JSON.stringify(t.toJSON().Parameters)).toContain('/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id');
+  });
+
+  it('never grants a wildcard action, and a wildcard resource only to calls that take no resource', () => {
+    const all = Object.values(t.findResources('AWS::IAM::Policy')).flatMap((p) => (p as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties.PolicyDocument.Statement);
+    for (const s of all) for (const a of actionsOf(s)) expect(a, JSON.stringify(s)).not.toMatch(/\*/);
+    const noResourceLevel = /^(autoscaling:Describe|ec2:Describe|tag:GetResources$|cloudwatch:GetMetricData$|cloudwatch:PutMetricData$|sqs:ListQueues$|ecr:GetAuthorizationToken$|xray:)/;
+    for (const s of all.filter((x) => x.Resource === '*')) for (const a of actionsOf(s)) expect(a, JSON.stringify(s)).toMatch(noResourceLevel);
+    // The agent publishes metrics only under gpu-fleet's namespace.
+    const put = statements(t, 'AgentRole').find((s) => actionsOf(s).includes('cloudwatch:PutMetricData'))!;
+    expect(put.Condition).toEqual({ StringEquals: { 'cloudwatch:namespace': 'GpuFleet' } });
+  });
+
+  it('conditions every mutating Auto Scaling call on the gpu-fleet:managed tag', () => {
+    const mutating = /^autoscaling:(SetDesiredCapacity|TerminateInstanceInAutoScalingGroup|SetInstanceProtection|CompleteLifecycleAction)$/;
+    const all = [...statements(t, 'reconcileRole'), ...statements(t, 'interruptionRole'), ...statements(t, 'intakeRole'), ...statements(t, 'AgentRole')];
+    const touching = all.filter((s) => actionsOf(s).some((a) => mutating.test(a)));
+    expect(touching.length).toBeGreaterThanOrEqual(2);
+    for (const s of touching) {
+      expect(s.Condition).toEqual({ StringEquals: { 'aws:ResourceTag/gpu-fleet:managed': 'true' } });
+      expect(JSON.stringify(s.Resource)).toContain('autoScalingGroupName/GpuFleet-');
+    }
+    // Intake and the agent cannot scale anything.
+    expect([...statements(t, 'intakeRole'), ...statements(t, 'AgentRole')].flatMap(actionsOf).filter((a) => a.startsWith('autoscaling:'))).toEqual([]);
+  });
+
+  it('lets the agent touch only its state, checkpoint keys and bundle', () => {
+    const agent = statements(t, 'AgentRole');
+    const control = agent.find((s) => s.Sid === 'CheckpointIndexOnly')!;
+    expect(control.Condition).toEqual({ 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt'] } });
+    expect(agent.flatMap(actionsOf).sort()).toEqual(
+      [
+        'cloudwatch:PutMetricData', 'dynamodb:GetItem', 'dynamodb:GetItem', 'dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem',
+        'ecr:BatchCheckLayerAvailability', 'ecr:BatchGetImage', 'ecr:GetAuthorizationToken', 'ecr:GetDownloadUrlForLayer',
+        'kms:Decrypt', 'kms:DescribeKey', 'kms:Encrypt', 'kms:GenerateDataKey',
+        's3:AbortMultipartUpload', 's3:GetObject', 's3:GetObject', 's3:ListBucket', 's3:PutObject',
+      ].sort(),
+    );
+  });
+
+  it('raises alarms for dead letters, failing or silent reconciles, and each team\'s budget thresholds', () => {
+    const alarms = Object.values(t.findResources('AWS::CloudWatch::Alarm')).map((a) => (a as { Properties: { AlarmDescription: string; Threshold: number } }).Properties);
+    expect(alarms.some((a) => /dead-letter queue/.test(a.AlarmDescription))).toBe(true);
+    expect(alarms.some((a) => /^Reconcile has failed/.test(a.AlarmDescription))).toBe(true);
+    expect(alarms.some((a) => /^Reconcile has not run/.test(a.AlarmDescription))).toBe(true);
+    const budget = alarms.filter((a) => /^Team /.test(a.AlarmDescription));
+    // nlp 50/80/100, vision 80/100, research the default 80/100.
+    expect(budget.map((a) => a.Threshold).sort((x, y) => x - y)).toEqual([50, 80, 80, 80, 100, 100, 100]);
+  });
+
+  it('draws a dashboard of queues, fleet, GPU use, spend, interruptions and reconcile health', () => {
+    const body = JSON.stringify(t.toJSON().Resources[Object.keys(t.findResources('AWS::CloudWatch::Dashboard'))[0]!].Properties.DashboardBody);
+    for (const title of ['Queue depth per team', 'Fleet size by node group and capacity type', 'GPU utilisation by node group', 'Spend against budget, per team', 'Interruptions and requeues', 'Reconcile duration', 'Reconcile errors']) expect(body).toContain(title);
+    expect(stack.dashboard).toBeDefined();
+  });
+});
+
+describe('cdk-nag', () => {
+  it('finds nothing unacknowledged in the example stack, and every acknowledgement has a reason', () => {
+    const { app, stack } = build(example(), { nag: true });
+    expect(() => app.synth()).not.toThrow();
+    const acks = stack.node.findAll().flatMap((c) => c.node.metadata.filter((m) => m.type === Validations.ACKNOWLEDGED_RULES_METADATA_KEY).flatMap((m) => Object.entries(m.data as Record<string, string>)));
+    const nag = acks.filter(([id]) => id.startsWith('AwsSolutions::'));
+    expect(nag.length).toBeGreaterThan(5);
+    for (const [id, reason] of nag) expect(reason.length, id).toBeGreaterThan(40);
+    expect(nag.map(([id]) => id.replace(/\[.*$/, ''))).toEqual(expect.arrayContaining(['AwsSolutions::AwsSolutions-IAM5', 'AwsSolutions::AwsSolutions-L1', 'AwsSolutions::AwsSolutions-AS3']));
+  });
+
+  it('fails the synth on a finding nobody acknowledged', () => {
+    const { app, stack } = build(example(), { nag: true });
+    new sqs.Queue(stack, 'Unencrypted', { encryption: sqs.QueueEncryption.UNENCRYPTED });
+    expect(() => app.synth()).toThrow(/AwsSolutions-SQS2[\s\S]*GpuFleet\/Unencrypted/);
+  });
+});
+
+describe('the config', () => {
+  const base = () => JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown> & { nodeGroups: Record<string, unknown>[]; teams: Record<string, unknown>[] };
+
+  it('fills defaults and accepts the example', () => {
+    const c = example();
+    expect(c.policy).toEqual({ reconcileIntervalSec: 60, idleCooldownSec: 180, noticeMarginSec: 20 });
+    expect(c.nodeGroups[0]).toMatchObject({ minSize: 0, diskGiB: 200, migEnabled: false, ami: { ssmParameter: '/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id' } });
+    expect(c.teams[2]).toMatchObject({ name: 'research', period: 'weekly', action: 'alert', alertAtPct: [80, 100], weight: 1 });
+  });
+
+  it('says which field, which value, and what is allowed', () => {
+    const bad = base();
+    bad.nodeGroups[0] = { ...bad.nodeGroups[0], instanceTypes: ['g6.xlarge', 'm5.large'], capacityType: 'cheap', maxSize: -1, zones: ['us-west-2a'] };
+    bad.teams[1] = { ...bad.teams[1], budgetUsd: '1000', action: 'ignore' };
+    bad.policy = { reconcileIntervalSec: 90 };
+    bad.extra = true;
+    let error: ConfigError | undefined;
+    try {
+      parseConfig(bad, 'my-config.json');
+    } catch (e) {
+      error = e as ConfigError;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error!.problems).toEqual(
+      expect.arrayContaining([
+        '(config): unknown field(s) "extra"',
+        expect.stringMatching(/^nodeGroups\.0\.instanceTypes\.1: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn\.12xlarge, .*; got "m5\.large"$/),
+        'nodeGroups.0.capacityType: must be "spot" or "on-demand"; got "cheap"',
+        'nodeGroups.0.maxSize: must be at least 1; got -1',
+        'teams.1.budgetUsd: must be a number of dollars; got "1000"',
+        'teams.1.action: must be "alert", "spot-only" or "hold"; got "ignore"',
+        'policy.reconcileIntervalSec: must be a whole number of minutes (a multiple of 60): the schedule runs by the minute; got 90',
+      ]),
+    );
+    expect(error!.message).toMatch(/^my-config\.json is not a valid gpu-fleet config:\n {2}- /);
+  });
+
+  it('checks zones against the VPC and names against each other', () => {
+    const bad = base();
+    bad.nodeGroups[1] = { ...bad.nodeGroups[1], name: 'l4-spot', zones: ['us-east-1f'] };
+    expect(() => parseConfig(bad)).toThrow(/nodeGroups\.1\.name: node group names must be unique; got "l4-spot"[\s\S]*nodeGroups\.1\.zones: zone is not one of the VPC's zones \(us-east-1a, us-east-1b, us-east-1c\); got "us-east-1f"/);
+    const both = base();
+    both.nodeGroups[0] = { ...both.nodeGroups[0], subnetIds: ['subnet-0123456789abcdef0'] };
+    expect(() => parseConfig(both)).toThrow(/give either zones \(in the VPC the stack creates\) or subnetIds \(in an existing VPC\), not both and not neither/);
+  });
+
+  it('synthesises into an existing VPC by ids, without lookups', () => {
+    const c = base();
+    c.vpc = { existing: { vpcId: 'vpc-0a1b2c3d4e5f60718', privateSubnetIds: ['subnet-0a1b2c3d4e5f60711', 'subnet-0a1b2c3d4e5f60712'], zones: ['us-east-1a', 'us-east-1b'] } };
+    c.nodeGroups = [{ name: 'l4-spot', instanceTypes: ['g6.xlarge'], capacityType: 'spot', subnetIds: ['subnet-0a1b2c3d4e5f60711', 'subnet-0a1b2c3d4e5f60712'], maxSize: 8 }];
+    const { template } = synth(parseConfig(c));
+    template.resourceCountIs('AWS::EC2::VPC', 0);
+    template.hasResourceProperties('AWS::AutoScaling::AutoScalingGroup', { VPCZoneIdentifier: ['subnet-0a1b2c3d4e5f60711', 'subnet-0a1b2c3d4e5f60712'] });
+  });
+});
+
+describe('npm run synth', () => {
+  it('synthesises the example offline with cdk-nag, bundling each function and the agent', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'cdk-out-'));
+    const root = resolve(import.meta.dirname, '../..');
+    await promisify(execFile)(process.execPath, [resolve(root, 'node_modules/aws-cdk/bin/cdk'), 'synth', '--quiet', '--output', out], { cwd: root, timeout: 240_000, env: { ...process.env, CDK_DISABLE_VERSION_CHECK: '1' } });
+    const template = JSON.parse(readFileSync(join(out, 'GpuFleet.template.json'), 'utf8')) as { Resources: Record<string, { Type: string }> };
+    expect(Object.values(template.Resources).filter((r) => r.Type === 'AWS::Lambda::Function').length).toBeGreaterThanOrEqual(3);
+    const bundles = readdirSync(out).filter((d) => existsSync(join(out, d, 'index.mjs'))).map((d) => statSync(join(out, d, 'index.mjs')).size);
+    expect(bundles).toHaveLength(3);
+    for (const size of bundles) expect(size).toBeLessThan(3 * 1024 * 1024);
+    expect(readdirSync(out).some((f) => f.endsWith('.mjs'))).toBe(true); // the agent bundle asset
+  }, 300_000);
+});
