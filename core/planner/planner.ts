@@ -410,8 +410,12 @@ class Planner {
       }
       let capacity: 'any' | 'spot' | 'on-demand' = job.spec.interruptible ? 'any' : 'on-demand';
       if (b.state === 'spot-only') capacity = 'spot';
-      const deadline = deadlineChoice(job, this.s.nowMs, this.s.policy);
+      const deadline = job.spec.deadline
+        ? deadlineChoice(job, this.s.nowMs, this.s.policy, { mode: 'none', spotAvailable: job.spec.interruptible && this.spotObtainable(this.classOf(job, 'spot')) })
+        : ({ mode: 'free' } as const);
       if (deadline.mode === 'on-demand' && capacity !== 'spot') capacity = 'on-demand';
+      // The deadline allows waiting for spot rather than paying for on-demand now.
+      if (deadline.mode === 'wait-for-spot' && capacity === 'any') capacity = 'spot';
       // A job moved off on-demand to save money waits a while for spot, so it does not land back where it was.
       const waitedMs = this.s.nowMs - job.queuedAtMs;
       if (capacity === 'any' && job.requeueReason?.code === 'rebalance-to-spot' && waitedMs < this.s.policy.moveToSpotPatienceSec * 1000) capacity = 'spot';
@@ -1084,6 +1088,55 @@ class Planner {
     }
     if (s.policy.consolidate) this.consolidate(readyNodes.filter((n) => !removed.has(n.id)));
     if (s.policy.moveToSpot && !this.scarce) this.moveToSpot();
+    this.deadlineToOnDemand();
+  }
+
+  /** Work left of a running attempt: its expected total less its checkpoint and its time running since. */
+  private workLeftSec(job: Job): number {
+    const elapsedSec = Math.max(0, (this.s.nowMs - (job.startedAtMs ?? this.s.nowMs)) / 1000);
+    return Math.max(0, remainingWorkSec(job, this.s.policy) - elapsedSec);
+  }
+
+  /**
+   * A deadline job on on-demand may move to spot only if, after paying the move (a changeover),
+   * the spot policy would still let it wait out a preemption: otherwise it stays where it is sure.
+   */
+  private deadlineAllowsSpotMove(job: Job): boolean {
+    const s = this.s;
+    const changeover = s.policy.expectedBootSec + s.policy.restoreSec;
+    const choice = deadlineChoice(job, s.nowMs, s.policy, { mode: 'none', spotAvailable: false, workLeftSec: this.workLeftSec(job) + changeover });
+    return choice.mode === 'wait-for-spot' || choice.mode === 'spot-ok';
+  }
+
+  /**
+   * Deadline work running on spot whose slack has run out: one more interruption would leave no
+   * time to finish on on-demand. It is checkpointed and requeued now, while on-demand can still
+   * make it (the spot policy then places it on on-demand). Work that cannot checkpoint would lose
+   * everything by moving, so it stays.
+   */
+  private deadlineToOnDemand(): void {
+    const s = this.s;
+    const changeover = s.policy.expectedBootSec + s.policy.restoreSec;
+    for (const node of this.ready.allNodes()) {
+      if (node.capacityType !== 'spot') continue;
+      for (const h of this.holders.get(node.id) ?? []) {
+        const job = h.job;
+        if (!job.spec.deadline || job.state !== 'running' || !job.spec.checkpoint || this.preempted.has(job.id)) continue;
+        const workLeft = this.workLeftSec(job);
+        const timeLeft = (Date.parse(job.spec.deadline) - s.nowMs) / 1000;
+        // Moving is only worth it while on-demand can still finish: time for the work and one changeover.
+        if (timeLeft < workLeft + changeover) continue;
+        const choice = deadlineChoice(job, s.nowMs, s.policy, { mode: 'none', spotAvailable: false, workLeftSec: workLeft });
+        if (choice.mode !== 'on-demand' || !choice.commit) continue;
+        this.preempted.add(job.id);
+        this.actions.push({
+          kind: 'preempt',
+          jobId: job.id,
+          attempt: job.attempt,
+          reason: reason('deadline-on-demand', `its slack on spot has run out (${Math.round((timeLeft - workLeft) / 60)} min for ${Math.round(workLeft / 60)} min of work before ${job.spec.deadline}): checkpointed and moved to on-demand while that can still make it`),
+        });
+      }
+    }
   }
 
   /**
@@ -1104,7 +1157,7 @@ class Planner {
         const job = h.job;
         if (job.state !== 'running' || !job.spec.interruptible || !job.spec.checkpoint || job.spec.nodes > 1 || this.preempted.has(job.id)) continue;
         if ((job.startedAtMs ?? s.nowMs) > s.nowMs - settleMs) continue;
-        if (job.spec.deadline && deadlineChoice(job, s.nowMs, s.policy).mode !== 'spot-ok') continue;
+        if (job.spec.deadline && !this.deadlineAllowsSpotMove(job)) continue;
         const team = this.budget(job.team);
         if (team.state === 'hold') continue;
         const cls = this.classOf(job, 'spot');
