@@ -4,15 +4,18 @@
 import { gzipSync } from 'node:zlib';
 import { resolve } from 'node:path';
 import { buildSync, type Metafile } from 'esbuild';
+import { GCP_ONLY_MODULES } from '../infra/bundling.ts';
 
-const ENTRIES = {
-  intake: 'functions/entries/intake.ts',
-  reconcile: 'functions/entries/reconcile.ts',
-  interruption: 'functions/entries/interruption.ts',
-  agent: 'agent/main.ts',
-} as const;
+/** Each bundle, and the packages left out of it (as the stack leaves them out when GCP is not configured). */
+const ENTRIES: Record<string, { entry: string; external: readonly string[] }> = {
+  intake: { entry: 'functions/entries/intake.ts', external: GCP_ONLY_MODULES },
+  reconcile: { entry: 'functions/entries/reconcile.ts', external: GCP_ONLY_MODULES },
+  'reconcile+gcp': { entry: 'functions/entries/reconcile.ts', external: [] },
+  interruption: { entry: 'functions/entries/interruption.ts', external: GCP_ONLY_MODULES },
+  agent: { entry: 'agent/main.ts', external: [] },
+};
 
-const rows = Object.entries(ENTRIES).map(([name, entry]) => {
+const rows = Object.entries(ENTRIES).map(([name, { entry, external }]) => {
   const out = buildSync({
     entryPoints: [resolve(import.meta.dirname, '..', entry)],
     bundle: true,
@@ -20,6 +23,7 @@ const rows = Object.entries(ENTRIES).map(([name, entry]) => {
     target: name === 'agent' ? 'node20' : 'node22',
     format: 'esm',
     minify: true,
+    external: [...external],
     mainFields: ['module', 'main'],
     write: false,
     metafile: true,

@@ -4,6 +4,7 @@ import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { z } from 'zod';
 import type { JobQueue, QueueDepth } from '../core/ports.ts';
+import { pollNotices, type InterruptionPorts, type NoticeSource } from '../core/services/interruption.ts';
 import { reconcileMetrics } from '../core/services/metrics.ts';
 import { reconcile, type Planner, type ReconcilePorts } from '../core/services/reconcile.ts';
 import type { TeamMemory } from '../core/services/snapshot-reader.ts';
@@ -17,6 +18,8 @@ export interface ReconcileDeps {
   readonly policy: Policy;
   readonly obs: Observability;
   readonly timeoutEarlyInMillis?: number;
+  /** Clouds whose interruptions are found by looking (GCP), read before each plan. */
+  readonly notices?: { readonly sources: readonly NoticeSource[]; readonly ports: InterruptionPorts };
 }
 
 /** The scheduled event, an EventBridge "Scheduled Event", or a direct invocation `{ "dryRun": true }`. */
@@ -32,6 +35,8 @@ export interface ReconcileResult {
   readonly errors: readonly string[];
   readonly lostJobsRequeued: number;
   readonly resumedActions: number;
+  /** Interruptions found by polling (GCP preemptions) and handled before planning. */
+  readonly polledNotices?: number;
   readonly why?: string;
 }
 
@@ -50,6 +55,14 @@ export function createReconcileHandler(deps: ReconcileDeps) {
       const parsed = ReconcileEvent.safeParse(event ?? {});
       const dryRun = parsed.success ? (parsed.data.dryRun ?? false) : false;
       if (!parsed.success) logger.warn('reconcile event not understood; running a normal reconcile', { error: parsed.error.message });
+      // Preemptions GCP does not push: found by looking, handled like AWS events, before the plan sees the fleet.
+      let polledNotices: number | undefined;
+      if (deps.notices && deps.notices.sources.length > 0 && !dryRun) {
+        const polled = await pollNotices(deps.notices.ports, deps.notices.sources, deps.policy);
+        polledNotices = polled.handled;
+        if (polled.seen > 0) logger.info('polled interruption notices', { seen: polled.seen, handled: polled.handled, requeued: polled.requeued });
+        for (const e of polled.errors) logger.warn('interruption notices unavailable', { error: e });
+      }
       const out = await reconcile(deps.ports, {
         planner: deps.planner,
         policy: deps.policy,
@@ -102,6 +115,7 @@ export function createReconcileHandler(deps: ReconcileDeps) {
         errors: d.errors,
         lostJobsRequeued: out.lostJobsRequeued,
         resumedActions: out.resumed,
+        ...(polledNotices !== undefined ? { polledNotices } : {}),
       };
     },
     { timeoutEarlyInMillis: deps.timeoutEarlyInMillis ?? 1000 },

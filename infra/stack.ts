@@ -26,6 +26,7 @@ import { TABLES, type TableNames } from '../cloud/aws/tables.ts';
 import { METRICS_NAMESPACE } from '../functions/observability.ts';
 import { bundleAgent } from './agent-bundle.ts';
 import type { GpuFleetConfig, NodeGroupConfig } from './config.ts';
+import { GCP_ONLY_MODULES } from './bundling.ts';
 
 /**
  * The whole of gpu-fleet in one stack: state (DynamoDB), checkpoints (S3), team queues (SQS), the
@@ -172,7 +173,7 @@ export class GpuFleetStack extends Stack {
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
       ...(config.gcp ? { GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects), GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName } : {}),
     };
-    const reconcile = this.fn('reconcile', { memoryMb: 1769, timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)), env, reservedConcurrency: 1 });
+    const reconcile = this.fn('reconcile', { memoryMb: 1769, timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)), env, reservedConcurrency: 1, external: config.gcp ? [] : GCP_ONLY_MODULES });
     const intake = this.fn('intake', { memoryMb: 512, timeout: Duration.seconds(30), env });
     const interruption = this.fn('interruption', { memoryMb: 512, timeout: Duration.seconds(60), env: { ...env, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName } });
     this.functions = { reconcile, intake, interruption };
@@ -330,7 +331,7 @@ export class GpuFleetStack extends Stack {
     return asg;
   }
 
-  private fn(name: keyof typeof FUNCTION_ENTRIES, o: { memoryMb: number; timeout: Duration; env: Record<string, string>; reservedConcurrency?: number }): nodejs.NodejsFunction {
+  private fn(name: keyof typeof FUNCTION_ENTRIES, o: { memoryMb: number; timeout: Duration; env: Record<string, string>; reservedConcurrency?: number; external?: readonly string[] }): nodejs.NodejsFunction {
     const logGroup = new logs.LogGroup(this, `${name}Logs`, { retention: logs.RetentionDays.ONE_MONTH, encryptionKey: this.key, removalPolicy: RemovalPolicy.DESTROY });
     const role = new iam.Role(this, `${name}Role`, { assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'), description: `gpu-fleet ${name} function` });
     logGroup.grantWrite(role);
@@ -354,7 +355,7 @@ export class GpuFleetStack extends Stack {
         sourceMap: true,
         mainFields: ['module', 'main'],
         banner: "import { createRequire as __gpuFleetRequire } from 'node:module'; const require = __gpuFleetRequire(import.meta.url);",
-        externalModules: [],
+        externalModules: [...(o.external ?? GCP_ONLY_MODULES)],
       },
     });
     acknowledge(role, { 'AwsSolutions-IAM5[Resource::*]': 'X-Ray trace segments (active tracing) and the Describe/List/GetMetricData/GetResources calls in this policy support no resource-level permissions.' });

@@ -214,3 +214,51 @@ export async function completeDrainedLifecycles(ports: Pick<InterruptionPorts, '
   }
   return completed;
 }
+
+/**
+ * A cloud whose interruptions are found by looking rather than pushed as events (GCP: preemption
+ * operations, and spot machines found stopped). `poll` returns what it has seen since its last
+ * look, with some overlap: a notice may come again, and handling it again changes nothing.
+ */
+export interface NoticeSource {
+  readonly cloud: Cloud;
+  poll(): Promise<NodeNotice[]>;
+}
+
+export interface PolledNotices {
+  readonly seen: number;
+  readonly handled: number;
+  readonly requeued: readonly string[];
+  /** Sources that could not be read, and why (the next poll tries again). */
+  readonly errors: readonly string[];
+}
+
+/** Polls each source and hands every notice to the same service as pushed events, oldest first. */
+export async function pollNotices(ports: InterruptionPorts, sources: readonly NoticeSource[], policy: Policy): Promise<PolledNotices> {
+  let seen = 0;
+  let handled = 0;
+  const requeued: string[] = [];
+  const errors: string[] = [];
+  for (const source of sources) {
+    let notices: NodeNotice[];
+    try {
+      notices = await source.poll();
+    } catch (error) {
+      errors.push(`${source.cloud}: ${error instanceof Error ? error.message : String(error)}`);
+      continue;
+    }
+    for (const notice of [...notices].sort((a, b) => a.atMs - b.atMs)) {
+      seen++;
+      try {
+        const out = await handleNotice(ports, notice, policy);
+        if (out.status === 'handled') {
+          handled++;
+          requeued.push(...out.requeued);
+        }
+      } catch (error) {
+        errors.push(`${source.cloud} notice ${notice.eventId}: ${error instanceof Error ? error.message : String(error)}`);
+      }
+    }
+  }
+  return { seen, handled, requeued, errors };
+}

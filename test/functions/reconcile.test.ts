@@ -68,4 +68,25 @@ describe('reconcile function', () => {
     expect((await cloud.listGroups())[0]!.desiredCapacity).toBe(3);
     expect(cloud.calls.filter((c) => c.method === 'setDesiredCapacity')).toHaveLength(1);
   });
+
+  it('handles the interruptions a polled cloud reports before planning, and a source that fails does not stop the run', async () => {
+    const { stores, cloud, clock } = await setup();
+    await cloud.setDesiredCapacity('v100-od', 1);
+    clock.advanceBy(120_000);
+    cloud.tick();
+    const [inst] = await cloud.listInstances();
+    await stores.nodes.register({ instanceId: inst!.id, groupId: 'v100-od', registeredAtMs: clock.nowMs(), lastHeartbeatAtMs: clock.nowMs(), healthy: true, gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }] });
+    const polled = { cloud: 'gcp' as const, poll: async () => [{ kind: 'preempted' as const, eventId: 'gcp/p/z/systemevent-1', instanceId: inst!.id, atMs: clock.nowMs() }] };
+    const broken = { cloud: 'gcp' as const, poll: async () => Promise.reject(new Error('GCP list preemption operations failed (forbidden)')) };
+    const ports: ReconcilePorts = { ...stores, clock, providers: [cloud], catalog: new ShippedCatalogSource(), prices: new ShippedPriceSource(), budgets: new StaticBudgetTags(defaultTeamTags(['nlp'])) };
+    const interruption = { clock, jobs: stores.jobs, nodes: stores.nodes, checkpoints: stores.checkpoints, pools: stores.pools, providers: [cloud] };
+    const handler = createReconcileHandler({ ports, queue: new MemoryJobQueue(['nlp']), planner: plan, policy: DEFAULT_POLICY, obs: observability('reconcile-test'), timeoutEarlyInMillis: 0, notices: { sources: [broken, polled], ports: interruption } });
+    const out = await handler({}, lambdaContext('reconcile'));
+    expect(out).toMatchObject({ status: 'done', polledNotices: 1 });
+    // The preempted machine is drained and let go in the same run, instead of receiving one of the waiting jobs.
+    expect((await cloud.listInstances()).find((i) => i.id === inst!.id)!.state).toBe('terminated');
+    expect(await stores.nodes.get(inst!.id)).toBeUndefined();
+    const placedOnIt = (await stores.jobs.listByState(['placed'])).filter((j) => j.placement?.nodes.some((n) => n.nodeId === inst!.id));
+    expect(placedOnIt).toEqual([]);
+  });
 });
