@@ -230,6 +230,12 @@ export class NodeAgent {
     if (l) l.job = job;
 
     if (job.cancelRequested) {
+      // Cancelled while running: a job that can checkpoint is asked to save first, then stopped.
+      if (l && job.spec.checkpoint && !l.exit && !l.stopping) {
+        if (!l.checkpointing) this.beginCheckpoint(l, reason('preempt-for-priority', 'cancelled: checkpointed, then stopped'), now + checkpointGraceMs(job), 'cancel');
+        return;
+      }
+      if (l?.checkpointing) return; // its checkpoint ends in a stop and the cancel is recorded there
       if (l) await this.endLocal(l);
       if (lead) await this.finishCancelled(job.id);
       return;
@@ -414,7 +420,7 @@ export class NodeAgent {
    * exit, copy the checkpoint, stop the process, requeue the attempt. A job that declares no
    * checkpoint support is stopped and requeued to restart from scratch.
    */
-  private beginCheckpoint(l: LocalAttempt, why: Reason, deadlineMs: number): void {
+  private beginCheckpoint(l: LocalAttempt, why: Reason, deadlineMs: number, then: 'requeue' | 'cancel' = 'requeue'): void {
     l.checkpointing = (async () => {
       const cp = l.job.spec.checkpoint;
       // A process that ended before it was asked ended on its own: its exit decides, not the request.
@@ -436,6 +442,7 @@ export class NodeAgent {
         if (l.rank === 0) {
           if (endedBefore && exitCode(endedBefore) === 0) await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
           else if (endedBefore) await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: exitCode(endedBefore) }, now);
+          else if (then === 'cancel' || l.job.cancelRequested) await this.finishCancelled(l.jobId);
           else {
             const message = cp ? why.message : `${why.message}; it declares no checkpoint support, so it restarts from scratch`;
             await requeueAttempt(this.ports, { jobId: l.jobId, attempt: l.attempt, reason: { code: why.code, message }, nowMs: now });

@@ -59,6 +59,84 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       await invokeCommand(fn, flags, io);
     });
 
+  const collect = (v: string, prev: string[] = []) => [...prev, v];
+  const sim = (c: Command) => c.option('--sim <dir>', 'act on a simulation saved by `gpu-fleet simulate --out DIR` instead of the AWS account in the environment').option('--json', 'print JSON for scripts');
+  const awsNote = '\nAgainst AWS it uses the standard configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and the GPU_FLEET_* variables (see README).';
+
+  sim(
+    program
+      .command('submit')
+      .description('Validate a job spec and send it to a team\'s queue; prints the job id')
+      .option('--team <team>', 'the team whose queue (and budget) the job goes to (required)')
+      .option('--file <spec.json>', 'the job spec as JSON ("-" for standard input)')
+      .option('--image <ref>', 'container image, e.g. pytorch/pytorch:2.3.0-cuda12.1')
+      .argument('[argv...]', 'the program and its arguments, after "--": -- python train.py --epochs 3')
+      .option('--gpus <n>', 'whole GPUs per node', undefined)
+      .option('--gpu-model <model>', 'allowed GPU model (repeatable), e.g. A100-80GB', collect)
+      .option('--mig <profile>', 'a MIG slice instead of whole GPUs, e.g. 1g.10gb')
+      .option('--fraction <milli:MiB>', 'a time-sliced share of one GPU: thousandths and memory, e.g. 250:8000')
+      .option('--nodes <n>', 'nodes of a gang (all start together)')
+      .option('--priority <0-1000>', 'higher runs first (default 100)')
+      .option('--no-interruptible', 'never run on spot or be preempted')
+      .option('--checkpoint-interval <sec>', 'the job checkpoints every this many seconds (it can then move and resume)')
+      .option('--runtime <sec>', 'expected run time, seconds')
+      .option('--deadline <iso>', 'finish by, e.g. 2026-12-04T17:00:00Z')
+      .option('--label <k=v>', 'label (repeatable), e.g. project=llm-eval', collect)
+      .option('--env <NAME=value>', 'environment variable (repeatable)', collect)
+      .option('--name <name>', 'a name for people')
+      .option('--token <token>', 'idempotency token: the same token makes one job however often it is sent (default: random)')
+      .option('--dry-run', 'validate only; send nothing'),
+  )
+    .addHelpText('after', `\nExamples:\n  gpu-fleet submit --team nlp --file job.json\n  gpu-fleet submit --team nlp --image pytorch/pytorch:2.3.0 --gpus 1 --checkpoint-interval 600 --label project=llm-eval -- python train.py --epochs 3\n  gpu-fleet submit --team vision --mig 1g.10gb --image nvcr.io/nvidia/pytorch:24.05-py3 --sim ./sim -- python infer.py\n${awsNote}`)
+    .action(async (argv: string[], flags) => {
+      const { submitCommand } = await import('./people.ts');
+      await submitCommand({ ...flags, ...(argv.length > 0 ? { command: argv } : {}) }, io);
+    });
+
+  sim(program.command('status').description('Jobs by state with their waiting time, nodes by group with GPU use, and queue depth per team').option('--team <team>', 'only this team').option('--job <id>', 'one job in detail'))
+    .addHelpText('after', `\nExamples:\n  gpu-fleet status\n  gpu-fleet status --team nlp --json\n  gpu-fleet status --job nlp.3f2a --sim ./sim\n${awsNote}`)
+    .action(async (flags) => {
+      const { statusCommand } = await import('./people.ts');
+      await statusCommand(flags, io);
+    });
+
+  sim(program.command('explain').description('Why a job waits, or where and why it runs; why the fleet scaled (from the decision records)').option('--job <id>', 'the job to explain').option('--decision <latest|id>', 'a reconcile decision: its actions and reasons'))
+    .addHelpText('after', `\nExamples:\n  gpu-fleet explain --job nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision latest --sim ./sim --json\n${awsNote}`)
+    .action(async (flags) => {
+      const { explainCommand } = await import('./people.ts');
+      await explainCommand(flags, io);
+    });
+
+  sim(program.command('budget').description('Spend this period against budget, the forecast to the period\'s end, the state and any tag problems').option('--team <team>', 'only this team'))
+    .addHelpText('after', `\nExamples:\n  gpu-fleet budget\n  gpu-fleet budget --team nlp --json\n${awsNote}`)
+    .action(async (flags) => {
+      const { budgetCommand } = await import('./people.ts');
+      await budgetCommand(flags, io);
+    });
+
+  sim(
+    program
+      .command('report')
+      .description('FinOps: cost by team, project and job; paid against held; idle capacity and idle GPUs; spot savings; interruptions and rework; the trend by day')
+      .option('--team <team>', 'only this team')
+      .option('--period <period>', 'a month (2026-11), a day (2026-11-30) or the last N days (last-7d); default: this month')
+      .option('--out <dir>', 'also write report.html (charts), report.csv and report.json there')
+      .option('--csv', 'print CSV (one row per team, day, project and job)')
+      .option('--low-util <pct>', 'GPU use under this marks a running job as wasteful (default 30)'),
+  )
+    .addHelpText('after', `\nExamples:\n  gpu-fleet report --period 2026-11\n  gpu-fleet report --team nlp --period last-7d --csv > nlp.csv\n  gpu-fleet report --sim ./sim --out ./finops\n${awsNote}`)
+    .action(async (flags) => {
+      const { reportCommand } = await import('./finops.ts');
+      await reportCommand(flags, io);
+    });
+
+  sim(program.command('cancel').description('Stop a job: at once if it waits; a running job is checkpointed first if it can be, then stopped by its agent').argument('<job-id>', 'the job'))
+    .addHelpText('after', `\nExamples:\n  gpu-fleet cancel nlp.3f2a\n  gpu-fleet cancel nlp.3f2a --sim ./sim --json\n${awsNote}`)
+    .action(async (id, flags) => {
+      const { cancelCommand } = await import('./people.ts');
+      await cancelCommand(id, flags, io);
+    });
+
   addAgentCommands(program, io);
 
   return program;

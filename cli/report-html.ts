@@ -96,7 +96,7 @@ ${events ? `<table class="events"><tr><th>when</th><th>team</th><th>state</th><t
 
 const POLICY_COLORS: Record<string, string> = { 'gpu-fleet': '#2a9d8f', 'on-demand': '#e76f51', 'spot-greedy': '#e9c46a', 'cheapest-fit': '#6d597a' };
 
-type Series = { name: string; color: string; points: readonly (readonly [number, number])[] };
+export type Series = { name: string; color: string; points: readonly (readonly [number, number])[] };
 
 const W = 520;
 const H = 260;
@@ -129,7 +129,7 @@ function lineChart(input: { id: string; title: string; xLabel: string; series: S
   return figure(input.id, input.title, `${f.axes}${paths}`, input.series);
 }
 
-function stackedChart(input: { id: string; title: string; xLabel: string; series: Series[] }): string {
+export function stackedChart(input: { id: string; title: string; xLabel: string; series: Series[] }): string {
   const n = Math.max(0, ...input.series.map((s) => s.points.length));
   const totals = Array.from({ length: n }, (_, i) => input.series.reduce((sum, s) => sum + (s.points[i]?.[1] ?? 0), 0));
   const xs = input.series[0]?.points.map((p) => p[0]) ?? [];
@@ -174,7 +174,7 @@ function figure(id: string, title: string, body: string, series: Series[]): stri
 }
 
 const PALETTE = ['#2a9d8f', '#e76f51', '#264653', '#e9c46a', '#8ab17d', '#6d597a', '#f4a261', '#457b9d', '#b56576', '#355070'];
-function palette(i: number): string {
+export function palette(i: number): string {
   return PALETTE[i % PALETTE.length]!;
 }
 
@@ -184,12 +184,12 @@ function colorFor(group: string, i: number): string {
   return palette(i);
 }
 
-function short(v: number): string {
+export function short(v: number): string {
   if (v >= 1e6) return `${(v / 1e6).toFixed(1)}M`;
   if (v >= 1e3) return `${(v / 1e3).toFixed(1)}k`;
   return v >= 10 || v === 0 ? v.toFixed(0) : v.toFixed(1);
 }
 
-function esc(s: string): string {
+export function esc(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 }

@@ -1,4 +1,5 @@
 import type { JobSpec } from './job-spec.ts';
+import { costForDuration } from './money.ts';
 import type { Reason } from './reason.ts';
 
 /**
@@ -30,6 +31,31 @@ export interface Placement {
   readonly nodes: readonly NodeAssignment[];
   /** Capacity type of the nodes, for accounting and the spot rules. */
   readonly capacityType: 'spot' | 'on-demand';
+  /** Thousandths of a GPU the attempt holds, over all its nodes. */
+  readonly milliGpu?: number;
+  /** What the attempt's share of its machines costs per hour when placed (µUSD), and the same share on on-demand. */
+  readonly priceMicroUsdPerHour?: number;
+  readonly onDemandMicroUsdPerHour?: number;
+}
+
+/**
+ * What a job's finished attempts used and cost, added up when each attempt ends (requeued,
+ * succeeded, failed, cancelled): the basis of per-job and per-project reports. Cost is the
+ * attempt's share of its machines at the price when it was placed, from placement to end.
+ */
+export interface JobUsage {
+  readonly attempts: number;
+  /** Seconds attempts held their GPUs (from placement to end). */
+  readonly heldSec: number;
+  /** GPU-seconds held (milli-GPUs ÷ 1000 × seconds). */
+  readonly gpuSec: number;
+  /** Seconds held on spot. */
+  readonly spotSec: number;
+  readonly costMicroUsd: number;
+  /** The same holdings at on-demand prices, for savings. */
+  readonly onDemandMicroUsd: number;
+  /** Seconds of work lost to interruptions: time run since the attempt's newest checkpoint (or its start) when it was requeued. */
+  readonly reworkSec: number;
 }
 
 /** The newest complete checkpoint of a job. */
@@ -74,6 +100,8 @@ export interface Job {
   readonly exitCode?: number;
   readonly endedAtMs?: number;
   readonly cancelRequested?: boolean;
+  /** Finished attempts' use and cost (absent until an attempt ends). */
+  readonly usage?: JobUsage;
 }
 
 export type JobEvent =
@@ -137,8 +165,11 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
       return changed({ ...base, checkpoint: cp });
     }
     case 'requeue':
+      // A job whose cancel was asked for is not put back in the queue: it ends cancelled.
+      if (job.cancelRequested) return changed({ ...base, state: 'cancelled', endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false) });
       return changed({
         ...base,
+        usage: closeAttempt(job, nowMs, true),
         state: 'pending',
         attempt: job.attempt + 1,
         placement: undefined,
@@ -151,9 +182,9 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         cancelRequested: undefined,
       });
     case 'succeed':
-      return changed({ ...base, state: 'succeeded', exitCode: 0, endedAtMs: nowMs });
+      return changed({ ...base, state: 'succeeded', exitCode: 0, endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false) });
     case 'fail':
-      return changed({ ...base, state: 'failed', exitCode: event.exitCode, endedAtMs: nowMs });
+      return changed({ ...base, state: 'failed', exitCode: event.exitCode, endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false) });
     case 'cancel':
       if (job.state === 'pending') {
         return changed({ ...base, state: 'cancelled', endedAtMs: nowMs, waitedMs: job.waitedMs + (nowMs - job.queuedAtMs) });
@@ -192,7 +223,27 @@ export function finishCancel(job: Job, nowMs: number): TransitionResult {
   if (!job.cancelRequested || isTerminal(job.state)) {
     return { ok: false, error: `job ${job.id} is ${job.state} without a pending cancel` };
   }
-  return changed({ ...job, state: 'cancelled', version: job.version + 1, updatedAtMs: nowMs, endedAtMs: nowMs });
+  return changed({ ...job, state: 'cancelled', version: job.version + 1, updatedAtMs: nowMs, endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false) });
+}
+
+/** The job's usage with its current attempt added (unchanged when the attempt was never placed). */
+export function closeAttempt(job: Job, nowMs: number, interrupted: boolean): JobUsage | undefined {
+  const p = job.placement;
+  const from = job.placedAtMs ?? job.startedAtMs;
+  if (!p || from === undefined) return job.usage;
+  const heldMs = Math.max(0, nowMs - from);
+  const u = job.usage ?? { attempts: 0, heldSec: 0, gpuSec: 0, spotSec: 0, costMicroUsd: 0, onDemandMicroUsd: 0, reworkSec: 0 };
+  const cpMs = job.checkpoint && job.checkpoint.attempt === job.attempt ? job.checkpoint.completedAtMs : undefined;
+  const lostMs = interrupted && job.startedAtMs !== undefined ? Math.max(0, nowMs - Math.max(job.startedAtMs, cpMs ?? 0)) : 0;
+  return {
+    attempts: u.attempts + 1,
+    heldSec: u.heldSec + heldMs / 1000,
+    gpuSec: u.gpuSec + ((p.milliGpu ?? 0) / 1000) * (heldMs / 1000),
+    spotSec: u.spotSec + (p.capacityType === 'spot' ? heldMs / 1000 : 0),
+    costMicroUsd: u.costMicroUsd + costForDuration(p.priceMicroUsdPerHour ?? 0, heldMs),
+    onDemandMicroUsd: u.onDemandMicroUsd + costForDuration(p.onDemandMicroUsdPerHour ?? p.priceMicroUsdPerHour ?? 0, heldMs),
+    reworkSec: u.reworkSec + lostMs / 1000,
+  };
 }
 
 export interface NewJob {

@@ -34,7 +34,9 @@ export function awsClients(config: Pick<AwsConfig, 'region'>): AwsClients {
     asg: new AutoScalingClient(common),
     ec2: new EC2Client(common),
     cloudwatch: new CloudWatchClient(common),
-    sqs: new SQSClient(common),
+    // With an SQS endpoint configured (an SQS-compatible server), queue URLs may name hosts only
+    // that server knows: send to the configured endpoint, not to the queue URL's host.
+    sqs: new SQSClient({ ...common, ...(process.env.AWS_ENDPOINT_URL_SQS || process.env.AWS_ENDPOINT_URL ? { useQueueUrlAsEndpoint: false } : {}) }),
     tagging: new ResourceGroupsTaggingAPIClient(common),
     lambda: new LambdaClient(common),
   };

@@ -1,3 +1,4 @@
+import { DAY_PERIOD_PREFIX } from '../../core/services/accrual.ts';
 import { budgetStatus, periodKey, teamFromTags } from '../../core/budget.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
 import { jobIdFor, TERMINAL_STATES, type Job } from '../../core/job.ts';
@@ -303,7 +304,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
 
   const jobs = env.jobs.all();
   const costByTeam: Record<string, MicroUsd> = {};
-  for (const row of await env.ledger.list()) costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
+  for (const row of await env.ledger.list()) if (!row.period.startsWith(DAY_PERIOD_PREFIX)) costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
   const useful = usefulWork(jobs, agents, workOf, endMs);
   const summary: SimulationSummary = {
     policy: policyName,
@@ -370,7 +371,7 @@ async function sample(env: SimEnvironment, tMs: number, instances: Awaited<Retur
   const pending = await env.jobs.listByState(['pending']);
   const running = await env.jobs.listByState(['running', 'checkpointing', 'placed']);
   const spendByTeamMicroUsd: Record<string, number> = {};
-  for (const row of await env.ledger.list()) spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
+  for (const row of await env.ledger.list()) if (!row.period.startsWith(DAY_PERIOD_PREFIX)) spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
   return {
     tSec: Math.round(tMs / 1000),
     machinesByGroup,

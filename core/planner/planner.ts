@@ -4,7 +4,7 @@ import { jobSpotFactor, remainingWorkSec } from '../cost-model.ts';
 import { deadlineChoice } from '../deadline.ts';
 import type { NodeGroup } from '../fleet.ts';
 import { milliGpusUsed, type GpuRequest } from '../gpu.ts';
-import type { Job, NodeAssignment } from '../job.ts';
+import type { Job, NodeAssignment, Placement } from '../job.ts';
 import { migProfile } from '../mig.ts';
 import type { Plan, PlanAction, WaitingJob } from '../plan.ts';
 import { reason, type Reason } from '../reason.ts';
@@ -672,6 +672,21 @@ class Planner {
     return (node.priceMicroUsdPerHour * e.cls.milli * e.cls.nodes) / Math.max(1, node.gpus.length * 1000);
   }
 
+  /** The placement with what it holds and costs, for per-job accounting. */
+  private placementOf(e: Entry, fits: readonly { node: NodeCapacity; assignment: NodeAssignment }[]): Placement {
+    const node = fits[0]!.node;
+    const price = Math.round(this.shareOf(node, e));
+    const od = this.s.prices.get(node.offeringId)?.onDemandMicroUsdPerHour;
+    const fraction = (e.cls.milli * e.cls.nodes) / Math.max(1, node.gpus.length * 1000);
+    return {
+      nodes: fits.map((f) => f.assignment),
+      capacityType: node.capacityType,
+      milliGpu: e.cls.milli * e.cls.nodes,
+      priceMicroUsdPerHour: price,
+      onDemandMicroUsdPerHour: od !== undefined ? Math.round(od * fraction) : price,
+    };
+  }
+
   private placeOnReady(e: Entry, homeOnly = false): boolean {
     if (e.cls.eligible.size === 0) return false;
     const fits = this.findFits(this.ready, e, homeOnly ? this.homes(e.cls) : undefined);
@@ -696,7 +711,7 @@ class Planner {
       kind: 'place',
       jobId: e.job.id,
       attempt: e.job.attempt,
-      placement: { nodes: fits.map((f) => f.assignment), capacityType: fits[0]!.node.capacityType },
+      placement: this.placementOf(e, fits),
       reason: reason('placed-on-free-capacity', `fits on free GPUs of ${where}; the fullest node that fits, keeping bigger holes for bigger jobs`),
     });
     return true;

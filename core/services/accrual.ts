@@ -83,6 +83,21 @@ export async function accrueSpend(
     const amount = costByTeam(input.shares, fromMs, input.nowMs).get(team) ?? 0;
     const counted = await ledger.accrue({ team, period: key, fromMs: cursor.accruedUntilMs ?? fromMs, toMs: input.nowMs, amountMicroUsd: amount });
     if (counted) accrued.set(team, amount);
+    await accrueDay(ledger, team, input.shares, input.nowMs, input.maxWindowMs);
   }
   return accrued;
+}
+
+/** Prefix of the ledger's day periods (`day:2026-11-30`): spend per team and UTC day, for reports' trends. */
+export const DAY_PERIOD_PREFIX = 'day:';
+
+/** The same spend counted per UTC day (its own cursor, so a day's total is exact and counted once). */
+async function accrueDay(ledger: SpendLedger, team: string, shares: readonly NodeShare[], nowMs: number, maxWindowMs: number): Promise<void> {
+  const key = `${DAY_PERIOD_PREFIX}${periodKey('daily', nowMs)}`;
+  const { startMs } = periodBounds('daily', nowMs);
+  const cursor = await ledger.read(team, key);
+  const fromMs = Math.max(startMs, cursor.accruedUntilMs ?? nowMs - maxWindowMs, nowMs - maxWindowMs);
+  if (fromMs >= nowMs) return;
+  const amount = costByTeam(shares, fromMs, nowMs).get(team) ?? 0;
+  await ledger.accrue({ team, period: key, fromMs: cursor.accruedUntilMs ?? fromMs, toMs: nowMs, amountMicroUsd: amount });
 }

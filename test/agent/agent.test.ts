@@ -72,11 +72,11 @@ describe('node agent: running placed jobs as real processes', () => {
     expect(job.exitCode).toBe(127);
   });
 
-  it('stops a job that is cancelled and records it cancelled', async () => {
+  it('stops a job that is cancelled (one without checkpoints at once) and records it cancelled', async () => {
     const w = world();
     const a = w.agent('i-a');
     await a.heartbeat();
-    await w.submit('nlp.long', { command: ['node', COUNTER_JOB, '100000', '20'] });
+    await w.submit('nlp.long', { command: ['node', COUNTER_JOB, '100000', '20'], checkpoint: undefined });
     await w.place('nlp.long', ['i-a']);
     await a.heartbeat();
     const pid = a.running()[0]!.pid!;
@@ -84,6 +84,26 @@ describe('node agent: running placed jobs as real processes', () => {
     await a.heartbeat();
     expect((await w.jobs.get('nlp.long'))!.state).toBe('cancelled');
     expect(() => process.kill(pid, 0)).toThrow(); // the process is gone
+  });
+
+  it('checkpoints a cancelled job that can, then stops it and records it cancelled (not requeued)', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    // No periodic checkpoint: the one found is the one taken on cancel.
+    await w.submit('nlp.cancel-me', { command: ['node', COUNTER_JOB, '100000', '20', '0'] });
+    await w.place('nlp.cancel-me', ['i-a']);
+    await a.heartbeat();
+    const pid = a.running()[0]!.pid!;
+    await new Promise((r) => setTimeout(r, 300));
+    await applyJobEvent(w.jobs, 'nlp.cancel-me', { type: 'cancel' }, Date.now());
+    await a.heartbeat();
+    await a.settled();
+    const job = (await w.jobs.get('nlp.cancel-me'))!;
+    expect(job).toMatchObject({ state: 'cancelled', attempt: 1 });
+    expect(job.checkpoint).toMatchObject({ attempt: 1 });
+    expect(job.checkpoint!.progressSec).toBeGreaterThan(0);
+    expect(() => process.kill(pid, 0)).toThrow();
   });
 
   it('stops its process when the control plane has moved the attempt on (no two attempts run at once)', async () => {

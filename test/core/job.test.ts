@@ -81,3 +81,37 @@ describe('job state machine', () => {
     expect(jobIdFor('nlp', 'x')).not.toBe(jobIdFor('vision', 'x'));
   });
 });
+
+describe('job usage: what each attempt held and cost', () => {
+  const at = (ms: number, job: Job, e: JobEvent) => {
+    const r = transition(job, e, ms);
+    if (!r.ok) throw new Error(r.error);
+    return r.job;
+  };
+  // Two GPUs of an 8-GPU spot machine: $2/h for the share, $6/h on on-demand.
+  const priced = { nodes: [{ nodeId: 'i-1', gpuIndices: [0, 1] }], capacityType: 'spot' as const, milliGpu: 2000, priceMicroUsdPerHour: 2_000_000, onDemandMicroUsdPerHour: 6_000_000 };
+
+  it('adds each attempt from placement to its end, with the work lost since the newest checkpoint when interrupted', () => {
+    let job = aJob({ spec: { checkpoint: { intervalSec: 600 } } });
+    job = at(T0, job, { type: 'place', attempt: 1, placement: priced });
+    job = at(T0 + 60_000, job, { type: 'start', attempt: 1 });
+    job = at(T0 + 1_860_000, job, { type: 'checkpoint-done', checkpoint: { jobId: job.id, attempt: 1, location: 's3://b/k', completedAtMs: T0 + 1_860_000, progressSec: 1800 } });
+    // Interrupted 10 minutes after its checkpoint, one hour after placement.
+    job = at(T0 + 3_600_000, job, { type: 'requeue', attempt: 1, reason: lost });
+    expect(job.usage).toEqual({ attempts: 1, heldSec: 3600, gpuSec: 7200, spotSec: 3600, costMicroUsd: 2_000_000, onDemandMicroUsd: 6_000_000, reworkSec: 1740 });
+    // The second attempt, half an hour on on-demand at $6/h, succeeds: no rework.
+    job = at(T0 + 3_700_000, job, { type: 'place', attempt: 2, placement: { ...priced, capacityType: 'on-demand', priceMicroUsdPerHour: 6_000_000 } });
+    job = at(T0 + 3_700_000, job, { type: 'start', attempt: 2 });
+    job = at(T0 + 5_500_000, job, { type: 'succeed', attempt: 2 });
+    expect(job.usage).toMatchObject({ attempts: 2, heldSec: 5400, gpuSec: 10_800, spotSec: 3600, costMicroUsd: 5_000_000, onDemandMicroUsd: 9_000_000, reworkSec: 1740 });
+  });
+
+  it('a job whose cancel was asked for ends cancelled when its attempt is requeued, not back in the queue', () => {
+    let job = aJob();
+    job = at(T0, job, { type: 'place', attempt: 1, placement: priced });
+    job = at(T0 + 1000, job, { type: 'start', attempt: 1 });
+    job = at(T0 + 2000, job, { type: 'cancel' });
+    job = at(T0 + 3000, job, { type: 'requeue', attempt: 1, reason: lost });
+    expect(job).toMatchObject({ state: 'cancelled', attempt: 1, endedAtMs: T0 + 3000, usage: { attempts: 1, heldSec: 3 } });
+  });
+});

@@ -1,0 +1,304 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { closeAttempt, JOB_STATES, ACTIVE_STATES, type Job } from '../core/job.ts';
+import { formatUsd } from '../core/money.ts';
+import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
+import { UsageError } from './errors.ts';
+import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
+import { money, pct, table } from './format.ts';
+import type { Io } from './people.ts';
+import { esc, palette, stackedChart } from './report-html.ts';
+
+export interface ReportFlags extends FleetFlags {
+  readonly team?: string;
+  readonly period?: string;
+  readonly out?: string;
+  readonly csv?: boolean;
+  readonly json?: boolean;
+  /** Utilisation under this percentage marks a job as wasteful (default 30). */
+  readonly lowUtil?: string;
+}
+
+const DAY_MS = 86_400_000;
+
+/** `2026-11` (a month), `2026-11-30` (a day), `last-7d` (the last N days up to now), or the current month. */
+export function parsePeriod(period: string | undefined, nowMs: number): { label: string; startMs: number; endMs: number } {
+  const now = new Date(nowMs);
+  if (!period) return parsePeriod(`${now.getUTCFullYear()}-${String(now.getUTCMonth() + 1).padStart(2, '0')}`, nowMs);
+  let m = /^(\d{4})-(\d{2})$/.exec(period);
+  if (m && Number(m[2]) >= 1 && Number(m[2]) <= 12) return { label: period, startMs: Date.UTC(Number(m[1]), Number(m[2]) - 1, 1), endMs: Date.UTC(Number(m[1]), Number(m[2]), 1) };
+  m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(period);
+  if (m && !Number.isNaN(Date.parse(`${period}T00:00:00Z`))) {
+    const start = Date.parse(`${period}T00:00:00Z`);
+    return { label: period, startMs: start, endMs: start + DAY_MS };
+  }
+  m = /^last-(\d{1,3})d$/.exec(period);
+  if (m && Number(m[1]) >= 1) {
+    const days = Number(m[1]);
+    const end = Math.floor(nowMs / DAY_MS) * DAY_MS + DAY_MS;
+    return { label: period, startMs: end - days * DAY_MS, endMs: end };
+  }
+  throw new UsageError(`--period "${period}" is not a period: give a month (2026-11), a day (2026-11-30) or the last N days (last-7d)`);
+}
+
+export interface JobCostRow {
+  readonly job: string;
+  readonly team: string;
+  readonly project: string;
+  readonly state: string;
+  readonly costMicroUsd: number;
+  readonly onDemandMicroUsd: number;
+  readonly gpuHours: number;
+  readonly spotShare: number;
+  readonly interruptions: number;
+  readonly reworkGpuHours: number;
+  readonly reworkMicroUsd: number;
+  readonly utilizationPct?: number;
+}
+
+export interface FinOpsReport {
+  readonly source: string;
+  readonly period: { readonly label: string; readonly startMs: number; readonly endMs: number };
+  readonly team?: string;
+  readonly totals: {
+    readonly paidMicroUsd: number;
+    readonly heldByJobsMicroUsd: number;
+    readonly idleMicroUsd: number;
+    readonly gpuHoursUsed: number;
+    readonly spotSavingsMicroUsd: number;
+    readonly onDemandEquivalentMicroUsd: number;
+    readonly interruptions: number;
+    readonly reworkGpuHours: number;
+    readonly reworkMicroUsd: number;
+  };
+  readonly byTeam: readonly { readonly team: string; readonly costMicroUsd: number }[];
+  readonly byProject: readonly { readonly project: string; readonly costMicroUsd: number; readonly gpuHours: number; readonly jobs: number }[];
+  readonly byDay: readonly { readonly day: string; readonly byTeam: Readonly<Record<string, number>>; readonly totalMicroUsd: number }[];
+  readonly jobs: readonly JobCostRow[];
+  readonly lowUtilization: readonly JobCostRow[];
+  readonly notes: readonly string[];
+}
+
+/**
+ * The FinOps view of a period: what was paid (the spend ledger, counted per team and day by
+ * reconcile, idle capacity included), what jobs held and used (each job's finished attempts plus
+ * its running one, at the price it was placed at), what spot saved against on-demand, what
+ * interruptions cost in rework, and which running jobs hold GPUs they barely use (GPU metrics).
+ */
+export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<FinOpsReport> {
+  const now = fleet.clock.nowMs();
+  const period = parsePeriod(flags.period, now);
+  const team = flags.team;
+  const notes: string[] = [];
+  const lowUtil = flags.lowUtil === undefined ? 30 : Number(flags.lowUtil);
+  if (!Number.isFinite(lowUtil) || lowUtil <= 0 || lowUtil > 100) throw new UsageError(`--low-util must be a percentage from 1 to 100, got "${flags.lowUtil}"`);
+
+  // Paid: the per-day spend ledger.
+  const days = new Map<string, Record<string, number>>();
+  for (const row of await fleet.ledger.list()) {
+    if (!row.period.startsWith(DAY_PERIOD_PREFIX)) continue;
+    const day = row.period.slice(DAY_PERIOD_PREFIX.length);
+    const at = Date.parse(`${day}T00:00:00Z`);
+    if (!(at >= period.startMs && at < period.endMs)) continue;
+    if (team && row.team !== team) continue;
+    const d = days.get(day) ?? {};
+    d[row.team] = (d[row.team] ?? 0) + row.spentMicroUsd;
+    days.set(day, d);
+  }
+  const byDay = [...days.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([day, by]) => ({ day, byTeam: by, totalMicroUsd: Object.values(by).reduce((a, b) => a + b, 0) }));
+  const teamTotals = new Map<string, number>();
+  for (const d of byDay) for (const [t, v] of Object.entries(d.byTeam)) teamTotals.set(t, (teamTotals.get(t) ?? 0) + v);
+  if (byDay.length === 0) notes.push('no spend counted in this period (reconcile counts spend per team and day while machines run)');
+
+  // Held and used: the jobs.
+  const jobs = (await fleet.jobs.listByState(JOB_STATES, team)).filter((j) => j.state !== 'rejected' && touches(j, period.startMs, period.endMs));
+  const rows: JobCostRow[] = jobs.map((j) => jobRow(j, Math.min(now, period.endMs)));
+
+  // Waste: running jobs whose GPUs are barely used, from the GPU metrics.
+  const running = jobs.filter((j) => ACTIVE_STATES.includes(j.state) && j.placement);
+  const lowUtilization: JobCostRow[] = [];
+  if (running.length > 0 && fleet.gpuMetrics) {
+    const nodeIds = [...new Set(running.flatMap((j) => j.placement!.nodes.map((n) => n.nodeId)))];
+    try {
+      const samples = await fleet.gpuMetrics.gpuSamples(nodeIds, 3600);
+      const byGpu = new Map(samples.map((s) => [`${s.instanceId}/${s.gpuIndex}`, s.utilizationPct]));
+      for (const [i, j] of jobs.entries()) {
+        if (!ACTIVE_STATES.includes(j.state) || !j.placement) continue;
+        const u = j.placement.nodes.flatMap((n) => n.gpuIndices.map((g) => byGpu.get(`${n.nodeId}/${g}`))).filter((x): x is number => x !== undefined);
+        if (u.length === 0) continue;
+        const mean = u.reduce((a, b) => a + b, 0) / u.length;
+        rows[i] = { ...rows[i]!, utilizationPct: mean };
+        if (mean < lowUtil) lowUtilization.push(rows[i]!);
+      }
+    } catch (error) {
+      notes.push(`GPU metrics unavailable: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  } else if (running.length > 0) notes.push(`no GPU metrics in ${fleet.source}: utilisation of running jobs is not known`);
+
+  const byProjectMap = new Map<string, { costMicroUsd: number; gpuHours: number; jobs: number }>();
+  for (const r of rows) {
+    const p = byProjectMap.get(r.project) ?? { costMicroUsd: 0, gpuHours: 0, jobs: 0 };
+    byProjectMap.set(r.project, { costMicroUsd: p.costMicroUsd + r.costMicroUsd, gpuHours: p.gpuHours + r.gpuHours, jobs: p.jobs + 1 });
+  }
+  const sum = (f: (r: JobCostRow) => number) => rows.reduce((a, r) => a + f(r), 0);
+  const paid = [...teamTotals.values()].reduce((a, b) => a + b, 0);
+  return {
+    source: fleet.source,
+    period,
+    ...(team ? { team } : {}),
+    totals: {
+      paidMicroUsd: paid,
+      heldByJobsMicroUsd: paid - (teamTotals.get(IDLE_TEAM) ?? 0),
+      idleMicroUsd: teamTotals.get(IDLE_TEAM) ?? 0,
+      gpuHoursUsed: sum((r) => r.gpuHours),
+      spotSavingsMicroUsd: sum((r) => r.onDemandMicroUsd - r.costMicroUsd),
+      onDemandEquivalentMicroUsd: sum((r) => r.onDemandMicroUsd),
+      interruptions: sum((r) => r.interruptions),
+      reworkGpuHours: sum((r) => r.reworkGpuHours),
+      reworkMicroUsd: sum((r) => r.reworkMicroUsd),
+    },
+    byTeam: [...teamTotals.entries()].sort((a, b) => b[1] - a[1]).map(([t, c]) => ({ team: t, costMicroUsd: c })),
+    byProject: [...byProjectMap.entries()].sort((a, b) => b[1].costMicroUsd - a[1].costMicroUsd).map(([project, v]) => ({ project, ...v })),
+    byDay,
+    jobs: rows.sort((a, b) => b.costMicroUsd - a.costMicroUsd),
+    lowUtilization: lowUtilization.sort((a, b) => (a.utilizationPct ?? 0) - (b.utilizationPct ?? 0)),
+    notes,
+  };
+}
+
+function touches(j: Job, startMs: number, endMs: number): boolean {
+  const from = j.firstStartedAtMs ?? j.placedAtMs ?? j.submittedAtMs;
+  const to = j.endedAtMs ?? Number.POSITIVE_INFINITY;
+  return from < endMs && to >= startMs && (j.usage !== undefined || j.placement !== undefined);
+}
+
+function jobRow(j: Job, atMs: number): JobCostRow {
+  // A running attempt counts up to now, as if it ended here.
+  const u = ACTIVE_STATES.includes(j.state) && j.placement ? closeAttempt(j, Math.max(atMs, j.placedAtMs ?? atMs), false) : j.usage;
+  const gpuHours = (u?.gpuSec ?? 0) / 3600;
+  const heldSec = u?.heldSec ?? 0;
+  const gpus = heldSec > 0 ? (u!.gpuSec / heldSec) : 0;
+  const reworkGpuHours = ((u?.reworkSec ?? 0) * gpus) / 3600;
+  const cost = u?.costMicroUsd ?? 0;
+  return {
+    job: j.id,
+    team: j.team,
+    project: j.spec?.labels?.project ?? '(no project)',
+    state: j.state,
+    costMicroUsd: cost,
+    onDemandMicroUsd: u?.onDemandMicroUsd ?? cost,
+    gpuHours,
+    spotShare: heldSec > 0 ? (u!.spotSec / heldSec) : 0,
+    interruptions: j.interruptions,
+    reworkGpuHours,
+    reworkMicroUsd: heldSec > 0 ? Math.round((cost * (u!.reworkSec ?? 0)) / heldSec) : 0,
+  };
+}
+
+// ---- output ---------------------------------------------------------------------------------
+
+const usd = (micro: number) => (micro / 1e6).toFixed(2);
+
+export function reportCsv(r: FinOpsReport): string {
+  const lines = ['kind,name,team,project,state,cost_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct'];
+  const q = (s: string) => (/[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s);
+  for (const t of r.byTeam) lines.push(`team,${q(t.team)},${q(t.team)},,,${usd(t.costMicroUsd)},,,,,,,`);
+  for (const d of r.byDay) for (const [t, v] of Object.entries(d.byTeam)) lines.push(`day,${d.day},${q(t)},,,${usd(v)},,,,,,,`);
+  for (const p of r.byProject) lines.push(`project,${q(p.project)},,${q(p.project)},,${usd(p.costMicroUsd)},,${p.gpuHours.toFixed(3)},,,,,`);
+  for (const j of r.jobs) lines.push(`job,${q(j.job)},${q(j.team)},${q(j.project)},${j.state},${usd(j.costMicroUsd)},${usd(j.onDemandMicroUsd)},${j.gpuHours.toFixed(3)},${j.spotShare.toFixed(3)},${j.interruptions},${j.reworkGpuHours.toFixed(3)},${usd(j.reworkMicroUsd)},${j.utilizationPct?.toFixed(1) ?? ''}`);
+  return `${lines.join('\n')}\n`;
+}
+
+export function reportText(r: FinOpsReport): string {
+  const t = r.totals;
+  const out = [`FinOps report, ${r.period.label} (${new Date(r.period.startMs).toISOString().slice(0, 10)} to ${new Date(r.period.endMs - 1).toISOString().slice(0, 10)}), ${r.source}${r.team ? `, team ${r.team}` : ''}`, ''];
+  out.push(
+    table(
+      ['measure', 'value'],
+      [
+        ['paid (all machines)', money(t.paidMicroUsd)],
+        ['held by jobs', `${money(t.heldByJobsMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.heldByJobsMicroUsd) / t.paidMicroUsd)})` : ''}`],
+        ['idle capacity', `${money(t.idleMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.idleMicroUsd) / t.paidMicroUsd)})` : ''}`],
+        ['GPU-hours held by jobs', `${t.gpuHoursUsed.toFixed(1)} GPU-h`],
+        ['spot savings vs on-demand', `${money(t.spotSavingsMicroUsd)} (on-demand would be ${money(t.onDemandEquivalentMicroUsd)})`],
+        ['interruptions', String(t.interruptions)],
+        ['rework (work redone)', `${t.reworkGpuHours.toFixed(1)} GPU-h, ${money(t.reworkMicroUsd)}`],
+      ],
+    ),
+  );
+  out.push('', 'Cost by team', r.byTeam.length ? table(['team', 'cost'], r.byTeam.map((x) => [x.team, money(x.costMicroUsd)])) : '  (none)');
+  out.push('', 'Cost by project (jobs)', r.byProject.length ? table(['project', 'jobs', 'GPU-h', 'cost'], r.byProject.map((p) => [p.project, p.jobs, p.gpuHours.toFixed(1), money(p.costMicroUsd)])) : '  (none)');
+  out.push('', `Jobs by cost (top ${Math.min(10, r.jobs.length)} of ${r.jobs.length})`, r.jobs.length ? table(['job', 'team', 'state', 'GPU-h', 'spot', 'cost', 'saved', 'interruptions'], r.jobs.slice(0, 10).map((j) => [j.job, j.team, j.state, j.gpuHours.toFixed(2), pct(100 * j.spotShare), money(j.costMicroUsd), money(j.onDemandMicroUsd - j.costMicroUsd), j.interruptions])) : '  (none)');
+  if (r.lowUtilization.length > 0) out.push('', 'Running jobs with GPUs mostly idle', table(['job', 'team', 'GPU use', 'cost so far'], r.lowUtilization.map((j) => [j.job, j.team, pct(j.utilizationPct ?? 0), money(j.costMicroUsd)])));
+  out.push('', 'Spend by day', r.byDay.length ? table(['day', 'cost', ...(r.byDay.length ? [] : [])], r.byDay.map((d) => [d.day, money(d.totalMicroUsd)])) : '  (none)');
+  if (r.notes.length > 0) out.push('', ...r.notes.map((n) => `note: ${n}`));
+  return out.join('\n');
+}
+
+function bars(id: string, title: string, rows: readonly { name: string; value: number }[]): string {
+  if (rows.length === 0) return `<p>No ${esc(title.toLowerCase())}.</p>`;
+  const max = Math.max(...rows.map((r) => r.value), 1);
+  const rowH = 24;
+  const width = 900;
+  const body = rows
+    .map((r, i) => {
+      const y = 6 + i * rowH;
+      const w = ((width - 380) * r.value) / max;
+      return `<g class="series" data-series="${esc(r.name)}" data-points="1"><title>${esc(r.name)}: ${formatUsd(Math.round(r.value))}</title><text x="174" y="${y + 14}" text-anchor="end">${esc(r.name.length > 28 ? `${r.name.slice(0, 27)}…` : r.name)}</text><rect x="180" y="${y}" width="${w.toFixed(1)}" height="16" fill="${palette(i)}"/><text x="${(186 + w).toFixed(1)}" y="${y + 13}">${formatUsd(Math.round(r.value))}</text></g>`;
+    })
+    .join('');
+  return `<figure class="chart" data-chart="${id}"><figcaption>${esc(title)}</figcaption><svg viewBox="0 0 ${width} ${rows.length * rowH + 12}" width="100%" role="img" aria-label="${esc(title)}">${body}</svg></figure>`;
+}
+
+export function reportHtml(r: FinOpsReport): string {
+  const teams = [...new Set(r.byDay.flatMap((d) => Object.keys(d.byTeam)))].sort();
+  const daily = stackedChart({
+    id: 'daily',
+    title: 'Spend by day and team (USD)',
+    xLabel: `days from ${r.byDay[0]?.day ?? '-'}`,
+    series: teams.map((t, i) => ({ name: t, color: t === IDLE_TEAM ? '#9aa4ab' : palette(i), points: r.byDay.map((d, k) => [k, (d.byTeam[t] ?? 0) / 1e6] as const) })),
+  });
+  const t = r.totals;
+  const card = (k: string, v: string) => `<div class="card"><div class="k">${esc(k)}</div><div class="v">${esc(v)}</div></div>`;
+  const jobRows = r.jobs
+    .slice(0, 50)
+    .map((j) => `<tr><td>${esc(j.job)}</td><td>${esc(j.team)}</td><td>${esc(j.project)}</td><td>${esc(j.state)}</td><td>${j.gpuHours.toFixed(2)}</td><td>${(100 * j.spotShare).toFixed(0)}%</td><td>${formatUsd(j.costMicroUsd)}</td><td>${formatUsd(j.onDemandMicroUsd - j.costMicroUsd)}</td><td>${j.interruptions}</td><td>${j.utilizationPct === undefined ? '' : `${j.utilizationPct.toFixed(0)}%`}</td></tr>`)
+    .join('');
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gpu-fleet FinOps report ${esc(r.period.label)}</title>
+<style>
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#1d2327}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+.cards{display:grid;grid-template-columns:repeat(4,1fr);gap:10px}.card{border:1px solid #dde1e4;border-radius:6px;padding:10px}.k{color:#5b666d;font-size:12px}.v{font-size:18px;font-weight:600}
+table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #eef0f2;padding:4px 6px;text-align:left}td:nth-child(n+5){text-align:right}
+svg text{font-size:11px;fill:#3c464d}.legend span{margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+</style></head><body>
+<h1>gpu-fleet FinOps report: ${esc(r.period.label)}${r.team ? `, team ${esc(r.team)}` : ''}</h1>
+<p>${esc(r.source)}; ${new Date(r.period.startMs).toISOString().slice(0, 10)} to ${new Date(r.period.endMs - 1).toISOString().slice(0, 10)}.</p>
+<div class="cards">${card('paid', formatUsd(t.paidMicroUsd))}${card('idle capacity', formatUsd(t.idleMicroUsd))}${card('spot savings', formatUsd(t.spotSavingsMicroUsd))}${card('GPU-hours held', t.gpuHoursUsed.toFixed(1))}${card('interruptions', String(t.interruptions))}${card('rework', `${t.reworkGpuHours.toFixed(1)} GPU-h`)}${card('rework cost', formatUsd(t.reworkMicroUsd))}${card('held by jobs', formatUsd(t.heldByJobsMicroUsd))}</div>
+<h2>Trend</h2>${r.byDay.length ? daily : '<p>No spend counted in this period.</p>'}
+<h2>Cost by team</h2>${bars('teams', 'Cost by team', r.byTeam.map((x) => ({ name: x.team, value: x.costMicroUsd })))}
+<h2>Cost by project</h2>${bars('projects', 'Cost by project', r.byProject.slice(0, 20).map((x) => ({ name: x.project, value: x.costMicroUsd })))}
+<h2>Jobs by cost</h2><table><thead><tr><th>job</th><th>team</th><th>project</th><th>state</th><th>GPU-h</th><th>spot</th><th>cost</th><th>saved</th><th>interruptions</th><th>GPU use</th></tr></thead><tbody>${jobRows}</tbody></table>
+${r.lowUtilization.length ? `<h2>Running jobs with GPUs mostly idle</h2><ul>${r.lowUtilization.map((j) => `<li>${esc(j.job)} (${esc(j.team)}): ${(j.utilizationPct ?? 0).toFixed(0)}% GPU use, ${formatUsd(j.costMicroUsd)} so far</li>`).join('')}</ul>` : ''}
+${r.notes.length ? `<h2>Notes</h2><ul>${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : ''}
+</body></html>
+`;
+}
+
+export async function reportCommand(flags: ReportFlags, io: Io): Promise<FinOpsReport> {
+  if (flags.team !== undefined && !/^[a-z0-9-]{1,32}$/.test(flags.team)) throw new UsageError(`--team "${flags.team}" is not a team id: lower-case letters, digits and "-", at most 32 characters`);
+  const fleet = await openFleet(flags);
+  const report = await buildReport(fleet, flags);
+  if (flags.out) {
+    const dir = resolve(flags.out);
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'report.html'), reportHtml(report));
+    writeFileSync(join(dir, 'report.csv'), reportCsv(report));
+    writeFileSync(join(dir, 'report.json'), `${JSON.stringify(report, null, 2)}\n`);
+  }
+  if (flags.json) io.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+  else if (flags.csv) io.stdout.write(reportCsv(report));
+  else io.stdout.write(`${reportText(report)}\n${flags.out ? `\nwritten: ${join(resolve(flags.out), 'report.html')}, report.csv, report.json\n` : ''}`);
+  return report;
+}

@@ -1,0 +1,121 @@
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { jobIdFor } from '../core/job.ts';
+import type { Clock, DecisionLog, GpuMetricsSource, JobQueue, JobStore, NodeGroupProvider, NodeStore, SpendLedger, BudgetTagSource } from '../core/ports.ts';
+import { intake } from '../core/services/intake.ts';
+import { applyJobEvent } from '../core/services/job-updates.ts';
+import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
+import { DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
+import { createSimEnvironment } from '../cloud/sim/environment.ts';
+import { DEFAULT_SIM_START_MS } from '../cloud/sim/simulation.ts';
+import { loadSimState, saveSimState, STATE_FILE } from '../cloud/sim/state.ts';
+import { UsageError } from './errors.ts';
+
+/**
+ * What the people-facing commands read and change: a deployed fleet (the DynamoDB stores, the
+ * team queues, the node groups, CloudWatch GPU metrics, through the standard AWS configuration),
+ * or a simulation's saved world (`--sim DIR`, written by `gpu-fleet simulate --out DIR`).
+ */
+export interface Fleet {
+  readonly source: string;
+  readonly clock: Clock;
+  readonly policy: Policy;
+  readonly jobs: JobStore;
+  readonly nodes: NodeStore;
+  readonly decisions: DecisionLog;
+  readonly ledger: SpendLedger;
+  readonly queue: JobQueue;
+  readonly budgets: BudgetTagSource;
+  readonly providers: readonly NodeGroupProvider[];
+  readonly gpuMetrics?: GpuMetricsSource;
+  /** Sends a spec to the team's queue (a simulation takes it in at once); the job id follows from team and token. */
+  submit(team: string, body: string, token?: string): Promise<{ jobId: string; token: string; note: string }>;
+  /** Saves what changed (a simulation's world); a deployed fleet has nothing to save. */
+  close(): Promise<void>;
+}
+
+export interface FleetFlags {
+  readonly sim?: string;
+}
+
+export async function openFleet(flags: FleetFlags): Promise<Fleet> {
+  return flags.sim ? openSimFleet(flags.sim) : openAwsFleet();
+}
+
+function openSimFleet(dir: string): Fleet {
+  const folder = resolve(dir);
+  if (!existsSync(join(folder, STATE_FILE))) {
+    throw new UsageError(`--sim ${dir}: no simulation there (${STATE_FILE} is missing); write one with: gpu-fleet simulate --out ${dir}`);
+  }
+  const teams = ['nlp', 'vision', 'speech', 'recsys'];
+  const env = createSimEnvironment({ startMs: DEFAULT_SIM_START_MS, seed: 1, groups: DEFAULT_SIM_GROUPS, teams, teamTags: defaultTeamTags(teams) });
+  loadSimState(env, folder);
+  let dirty = false;
+  return {
+    source: `simulation in ${dir}`,
+    clock: env.clock,
+    policy: DEFAULT_POLICY,
+    jobs: new Proxy(env.jobs, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        if (prop === 'create' || prop === 'update' || prop === 'put') dirty = true;
+        return (v as (...a: unknown[]) => unknown).bind(target);
+      },
+    }),
+    nodes: env.nodes,
+    decisions: env.decisions,
+    ledger: env.ledger,
+    queue: env.queue,
+    budgets: env.budgets,
+    providers: [env.cloud],
+    async submit(team, body, token = randomUUID()) {
+      if (!(await env.queue.teams()).includes(team)) throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
+      const out = await intake(env, { team, body, token });
+      dirty = true;
+      const jobId = jobIdFor(team, token);
+      return { jobId, token, note: out.outcome === 'duplicate' ? `already submitted with this token: ${jobId}` : `taken in by the simulation (${out.outcome})` };
+    },
+    async close() {
+      if (dirty) saveSimState(env, folder);
+    },
+  };
+}
+
+async function openAwsFleet(): Promise<Fleet> {
+  const [{ awsConfigFromEnv, awsPorts, systemClock }, { CloudWatchGpuMetrics }] = await Promise.all([import('../cloud/aws/runtime.ts'), import('../cloud/aws/cloudwatch-metrics.ts')]);
+  const config = awsConfigFromEnv();
+  const ports = awsPorts(config);
+  return {
+    source: `AWS ${config.region}`,
+    clock: systemClock,
+    policy: config.policy,
+    jobs: ports.stores.jobs,
+    nodes: ports.stores.nodes,
+    decisions: ports.stores.decisions,
+    ledger: ports.stores.ledger,
+    queue: ports.queue,
+    budgets: ports.reconcile.budgets,
+    providers: ports.reconcile.providers,
+    gpuMetrics: ports.metrics instanceof CloudWatchGpuMetrics ? ports.metrics : undefined,
+    async submit(team, body, token = randomUUID()) {
+      const { messageId } = await ports.queue.send(team, body, token);
+      return { jobId: jobIdFor(team, token), token, note: `sent to the team's queue (message ${messageId}); intake stores it within seconds` };
+    },
+    async close() {},
+  };
+}
+
+/** Cancels a job: a pending one at once; a running one is checkpointed (if it can) and stopped by its node's agent. */
+export async function cancelJob(fleet: Fleet, jobId: string): Promise<{ status: string; message: string }> {
+  const job = await fleet.jobs.get(jobId);
+  if (!job) throw new UsageError(`no job ${jobId}; see gpu-fleet status for the jobs there are`);
+  if (job.state === 'cancelled') return { status: 'cancelled', message: `${jobId} was already cancelled` };
+  if (['succeeded', 'failed', 'rejected'].includes(job.state)) return { status: job.state, message: `${jobId} already ended (${job.state}); nothing to cancel` };
+  const out = await applyJobEvent(fleet.jobs, jobId, { type: 'cancel' }, fleet.clock.nowMs());
+  if (out.status === 'refused') throw new Error(out.error);
+  const now = await fleet.jobs.get(jobId);
+  if (now?.state === 'cancelled') return { status: 'cancelled', message: `${jobId} cancelled (it had not started)` };
+  return { status: 'cancel-requested', message: `${jobId}: ${job.spec?.checkpoint ? 'asked to checkpoint, then ' : ''}its node's agent stops it and reports it cancelled` };
+}

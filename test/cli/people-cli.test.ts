@@ -1,0 +1,211 @@
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { CreateQueueCommand, GetQueueUrlCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { intake } from '../../core/services/intake.ts';
+import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
+import type { TableNames } from '../../cloud/aws/tables.ts';
+import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
+import { startSqs } from '../support/fauxqs.ts';
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const bin = fileURLToPath(new URL('../../bin/gpu-fleet.js', import.meta.url));
+
+async function cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { cwd: root, timeout: 60_000, env });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+const json = <T = Record<string, unknown>>(out: { stdout: string }) => JSON.parse(out.stdout) as T;
+
+describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-sim-'));
+  beforeAll(async () => {
+    const out = await cli(['simulate', '--hours', '8', '--no-baselines', '--no-progress', '--out', dir]);
+    expect(out.code).toBe(0);
+  }, 120_000);
+
+  it('status: jobs by state with their waits, nodes by group with GPU use, queue depth per team', async () => {
+    const s = json<{ jobs: { state: string; jobs: number }[]; groups: { group: string; usedGpus: number; gpus: number }[]; queues: { team: string }[] }>(await cli(['status', '--sim', dir, '--json']));
+    expect(s.jobs.find((r) => r.state === 'succeeded')!.jobs).toBeGreaterThan(0);
+    expect(s.groups.length).toBe(6);
+    expect(s.groups.some((g) => g.usedGpus > 0 && g.usedGpus <= g.gpus)).toBe(true);
+    expect(s.queues.map((q) => q.team)).toEqual(['nlp', 'recsys', 'speech', 'vision']);
+    const human = await cli(['status', '--sim', dir, '--team', 'nlp']);
+    expect(human.stdout).toMatch(/Jobs\nstate\s+jobs\s+GPUs\s+median wait\s+longest wait/);
+    expect(human.stdout).toMatch(/Nodes by group\ngroup\s+cloud\s+capacity/);
+  });
+
+  it('submit validates with the intake schema, prints the job id, and the same token makes one job; cancel stops it', async () => {
+    const args = ['submit', '--sim', dir, '--team', 'nlp', '--image', 'pytorch/pytorch:2.3.0', '--gpus', '2', '--checkpoint-interval', '600', '--label', 'project=llm-eval', '--token', 'paper-1', '--json', '--', 'python', 'train.py', '--epochs', '3'];
+    const first = json<{ jobId: string }>(await cli(args));
+    expect(first.jobId).toBe('nlp.paper-1');
+    expect(json<{ jobId: string; note: string }>(await cli(args)).note).toMatch(/already submitted with this token/);
+    const job = json<{ state: string; spec: { command: string[]; labels: Record<string, string> } }>(await cli(['status', '--sim', dir, '--job', 'nlp.paper-1', '--json']));
+    expect(job).toMatchObject({ state: 'pending', spec: { command: ['python', 'train.py', '--epochs', '3'], labels: { project: 'llm-eval' } } });
+    const why = await cli(['explain', '--sim', dir, '--job', 'nlp.paper-1']);
+    expect(why.stdout).toMatch(/nlp.paper-1 waits .*no reconcile has planned since it was queued/);
+    expect(json<{ status: string }>(await cli(['cancel', 'nlp.paper-1', '--sim', dir, '--json'])).status).toBe('cancelled');
+    expect((await cli(['cancel', 'nlp.paper-1', '--sim', dir])).stdout).toMatch(/already cancelled/);
+  }, 60_000);
+
+  it('submit from a file, and bad input exits 2 with a message that names the problem', async () => {
+    const spec = join(dir, 'job.json');
+    writeFileSync(spec, JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'x.py'], gpu: { kind: 'whole', count: 40 } }));
+    const bad = await cli(['submit', '--sim', dir, '--team', 'nlp', '--file', spec]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/the job spec is not valid:\n\s+- gpu.count: must be at most 16; got 40/);
+    const noTeam = await cli(['submit', '--sim', dir, '--file', spec]);
+    expect(noTeam).toMatchObject({ code: 2, stderr: expect.stringMatching(/--team is required/) });
+    const flag = await cli(['status', '--sim', dir, '--colour']);
+    expect(flag).toMatchObject({ code: 2, stderr: expect.stringMatching(/unknown option '--colour'/) });
+    const nowhere = await cli(['status', '--sim', join(dir, 'nope')]);
+    expect(nowhere).toMatchObject({ code: 2, stderr: expect.stringMatching(/no simulation there \(state.json is missing\); write one with: gpu-fleet simulate --out/) });
+  }, 60_000);
+
+  it('explain: where and why a job runs, and why the fleet changed in a decision', async () => {
+    const report = json<{ jobs: { job: string; state: string }[] }>(await cli(['report', '--sim', dir, '--json']));
+    const running = report.jobs.find((j) => j.state === 'running')!;
+    const why = json<{ summary: string; details: string[]; decisionId?: string }>(await cli(['explain', '--sim', dir, '--job', running.job, '--json']));
+    expect(why.summary).toMatch(new RegExp(`^${running.job.replace('.', '\\.')} runs on i-\\w+ \\((spot|on-demand)\\)`));
+    expect(why.details.join('\n')).toMatch(/its share costs \$[\d.]+\/h \(on-demand would be \$[\d.]+\/h\)/);
+    const latest = json<{ id: string; plan: { actions: unknown[] } }>(await cli(['explain', '--sim', dir, '--decision', 'latest', '--json']));
+    expect(latest.id).toMatch(/^decision-/);
+    const again = json<{ id: string }>(await cli(['explain', '--sim', dir, '--decision', latest.id, '--json']));
+    expect(again.id).toBe(latest.id);
+    const both = await cli(['explain', '--sim', dir]);
+    expect(both).toMatchObject({ code: 2, stderr: expect.stringMatching(/give one of --job ID .* or --decision latest\|ID/) });
+  }, 60_000);
+
+  it('budget: spend this period against budget, forecast and state per team', async () => {
+    const rows = json<{ team: string; spentMicroUsd: number; budgetMicroUsd: number; forecastMicroUsd: number; state: string }[]>(await cli(['budget', '--sim', dir, '--json']));
+    expect(rows.map((r) => r.team)).toEqual(['nlp', 'recsys', 'speech', 'vision']);
+    for (const r of rows) {
+      expect(r.spentMicroUsd).toBeGreaterThan(0);
+      expect(r.forecastMicroUsd).toBeGreaterThanOrEqual(r.spentMicroUsd);
+      expect(r.state).toBe('ok');
+    }
+    const one = await cli(['budget', '--sim', dir, '--team', 'nope']);
+    expect(one).toMatchObject({ code: 2, stderr: expect.stringMatching(/no team nope/) });
+  }, 60_000);
+
+  it('report: cost by team, project and job, paid against held, spot savings, the trend by day; as a table, CSV and HTML', async () => {
+    const r = json<{ totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number; spotSavingsMicroUsd: number }; byTeam: { team: string; costMicroUsd: number }[]; byProject: { project: string; costMicroUsd: number }[]; byDay: { day: string }[]; jobs: { costMicroUsd: number; onDemandMicroUsd: number }[] }>(await cli(['report', '--sim', dir, '--period', '2026-11', '--json']));
+    const paid = r.byTeam.reduce((a, t) => a + t.costMicroUsd, 0);
+    expect(r.totals.paidMicroUsd).toBe(paid);
+    expect(r.totals.paidMicroUsd).toBe(r.totals.heldByJobsMicroUsd + r.totals.idleMicroUsd);
+    expect(r.byTeam.map((t) => t.team)).toContain('(idle)');
+    expect(r.byDay.length).toBeGreaterThan(0);
+    expect(r.byProject.length).toBeGreaterThan(3);
+    // Jobs' own accounts (price at placement × time held) agree with the ledger's within 5%.
+    const jobsCost = r.jobs.reduce((a, j) => a + j.costMicroUsd, 0);
+    expect(Math.abs(jobsCost - r.totals.heldByJobsMicroUsd) / r.totals.heldByJobsMicroUsd).toBeLessThan(0.05);
+    expect(r.totals.spotSavingsMicroUsd).toBeGreaterThan(0);
+    const csv = await cli(['report', '--sim', dir, '--csv']);
+    expect(csv.stdout.split('\n')[0]).toBe('kind,name,team,project,state,cost_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct');
+    expect(csv.stdout).toMatch(/\nteam,nlp,nlp,/);
+    const out = join(dir, 'finops');
+    const human = await cli(['report', '--sim', dir, '--out', out]);
+    expect(human.stdout).toMatch(/paid \(all machines\)\s+\$[\d,]+\.\d\d/);
+    const html = readFileSync(join(out, 'report.html'), 'utf8');
+    expect(html).toMatch(/data-chart="daily"/);
+    expect(html).toMatch(/data-chart="teams"/);
+    expect(html).not.toMatch(/<script|https?:\/\/(?!www\.w3)/);
+    expect(existsSync(join(out, 'report.csv'))).toBe(true);
+    expect(await cli(['report', '--sim', dir, '--period', '2026-13'])).toMatchObject({ code: 2, stderr: expect.stringMatching(/--period "2026-13" is not a period: give a month \(2026-11\), a day \(2026-11-30\) or the last N days \(last-7d\)/) });
+  }, 60_000);
+
+  it('--help lists every command, and each command lists its flags with examples', async () => {
+    const top = await cli(['--help']);
+    for (const c of ['simulate', 'submit', 'status', 'explain', 'budget', 'report', 'cancel', 'reconcile', 'invoke', 'agent']) expect(top.stdout).toMatch(new RegExp(`\\n  ${c}\\b`));
+    for (const c of ['submit', 'status', 'explain', 'budget', 'report', 'cancel']) {
+      const h = await cli([c, '--help']);
+      expect(h.stdout).toMatch(/--json/);
+      expect(h.stdout).toMatch(/Examples:\n {2}gpu-fleet /);
+    }
+  }, 60_000);
+});
+
+describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs)', () => {
+  let db: LocalDynamo;
+  let tables: TableNames;
+  let sqs: Awaited<ReturnType<typeof startSqs>>;
+  let autoscaling: Server;
+  let env: NodeJS.ProcessEnv;
+
+  beforeAll(async () => {
+    db = await startDynalite();
+    tables = await db.createTables();
+    sqs = await startSqs();
+    for (const t of ['nlp', 'vision']) await sqs.sqs.send(new CreateQueueCommand({ QueueName: `gpu-fleet-team-${t}` }));
+    // Auto Scaling answers (Query protocol): no managed groups, as recorded.
+    const empty = readFileSync(join(root, 'test/fixtures/api/aws/autoscaling-DescribeAutoScalingGroups-empty.xml'), 'utf8');
+    autoscaling = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'text/xml' }).end(empty));
+    });
+    await new Promise<void>((r) => autoscaling.listen(0, '127.0.0.1', r));
+    env = {
+      ...process.env,
+      AWS_REGION: 'us-east-1',
+      AWS_ACCESS_KEY_ID: 'test',
+      AWS_SECRET_ACCESS_KEY: 'test',
+      AWS_ENDPOINT_URL_DYNAMODB: db.endpoint,
+      AWS_ENDPOINT_URL_SQS: sqs.server.address,
+      AWS_ENDPOINT_URL_AUTO_SCALING: `http://127.0.0.1:${(autoscaling.address() as AddressInfo).port}`,
+      GPU_FLEET_JOBS_TABLE: tables.jobs,
+      GPU_FLEET_NODES_TABLE: tables.nodes,
+      GPU_FLEET_CONTROL_TABLE: tables.control,
+      GPU_FLEET_TEAM_QUEUE_PREFIX: 'gpu-fleet-team-',
+      AWS_MAX_ATTEMPTS: '1',
+    };
+  }, 60_000);
+
+  afterAll(async () => {
+    await sqs?.close();
+    await db?.close();
+    await new Promise((r) => autoscaling?.close(r));
+  });
+
+  it('submit sends the spec to the team queue with its idempotency token, and prints the job id intake will use', async () => {
+    const out = await cli(['submit', '--team', 'nlp', '--image', 'pytorch/pytorch:2.3.0', '--gpus', '1', '--token', 'run-7', '--', 'python', 'train.py'], env);
+    expect(out.code).toBe(0);
+    expect(out.stdout.split('\n')[0]).toBe('nlp.run-7');
+    const { QueueUrl } = await sqs.sqs.send(new GetQueueUrlCommand({ QueueName: 'gpu-fleet-team-nlp' }));
+    const got = await sqs.sqs.send(new ReceiveMessageCommand({ QueueUrl, MessageAttributeNames: ['All'], WaitTimeSeconds: 1 }));
+    expect(got.Messages).toHaveLength(1);
+    expect(got.Messages![0]!.MessageAttributes!['gpu-fleet-token']!.StringValue).toBe('run-7');
+    expect(JSON.parse(got.Messages![0]!.Body!)).toMatchObject({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1 } });
+    const noQueue = await cli(['submit', '--team', 'speech', '--image', 'pytorch/pytorch:2.3.0', '--', 'python', 'x.py'], env);
+    expect(noQueue.code).not.toBe(0);
+    expect(noQueue.stderr).toMatch(/speech/);
+  }, 60_000);
+
+  it('status, explain and cancel read and change the jobs in DynamoDB', async () => {
+    const stores = dynamoStores(db.doc, tables, 'bucket');
+    await intake({ jobs: stores.jobs, clock: { nowMs: () => Date.now() - 120_000 } }, { team: 'vision', token: 'big', body: JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 8 } }) });
+    const s = json<{ jobs: { state: string; jobs: number }[]; pending: { id: string; waitingSec: number }[]; groups: unknown[]; queues: { team: string }[] }>(await cli(['status', '--json'], env));
+    expect(s.jobs).toEqual([expect.objectContaining({ state: 'pending', jobs: 1 })]);
+    expect(s.pending[0]).toMatchObject({ id: 'vision.big' });
+    expect(s.pending[0]!.waitingSec).toBeGreaterThanOrEqual(110);
+    expect(s.groups).toEqual([]);
+    expect(s.queues.map((q) => q.team)).toEqual(['nlp', 'vision']);
+    expect((await cli(['explain', '--job', 'vision.big'], env)).stdout).toMatch(/vision.big waits \(2\.\d min\); no reconcile has planned/);
+    expect((await cli(['cancel', 'vision.big'], env)).stdout).toMatch(/vision.big cancelled \(it had not started\)/);
+    expect((await stores.jobs.get('vision.big'))!.state).toBe('cancelled');
+    const report = json<{ notes: string[]; totals: { paidMicroUsd: number } }>(await cli(['report', '--period', 'last-7d', '--json'], env));
+    expect(report.totals.paidMicroUsd).toBe(0);
+    expect(report.notes.join(' ')).toMatch(/no spend counted in this period/);
+  }, 60_000);
+});
