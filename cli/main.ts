@@ -25,9 +25,10 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--max-jobs <n>', 'replay at most this many jobs (the earliest)')
     .option('--out <dir>', 'write report.html (charts), summary.json, jobs.json and decisions.json to this folder')
     .option('--no-baselines', 'run only the chosen policy, not the three baselines')
+    .option('--faults <profile>', 'inject faults: none | api-errors | spot-stockout | crash-mid-apply | duplicate-reorder | interruption-storm | dead-agents | checkpoint-failures | store-conflicts | all (invariants are checked every simulated minute)')
     .option('--json', 'print the summary as JSON')
     .option('--no-progress', 'no progress bar')
-    .addHelpText('after', '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines')
+    .addHelpText('after', '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines\n  gpu-fleet simulate --faults all --no-baselines')
     .action(async (flags) => {
       const { simulateCommand } = await import('./simulate.ts');
       await simulateCommand(flags, io);

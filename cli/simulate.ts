@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags, SHIPPED_TRACES } from '../cloud/sim/defaults.ts';
+import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
 import { runSimulation, SIM_POLICIES, type SimPolicyName, type SimulationResult, type SimulationSummary, type SpotSetup } from '../cloud/sim/simulation.ts';
 import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
@@ -20,6 +21,7 @@ export interface SimulateFlags {
   readonly json?: boolean;
   readonly progress?: boolean;
   readonly baselines?: boolean;
+  readonly faults?: string;
 }
 
 export interface SimulateRun {
@@ -44,6 +46,8 @@ export async function simulateCommand(flags: SimulateFlags, io: { stdout: NodeJS
   const policy = (flags.policy ?? 'gpu-fleet') as SimPolicyName;
   if (!SIM_POLICIES.includes(policy)) throw new UsageError(`--policy must be one of ${SIM_POLICIES.join(', ')}, got "${flags.policy}"`);
   const spot = spotFlag(flags.spot ?? 'traces');
+  const faults = flags.faults === undefined ? undefined : FAULT_PROFILES[flags.faults];
+  if (flags.faults !== undefined && !faults) throw new UsageError(`--faults must be one of ${Object.keys(FAULT_PROFILES).join(', ')}, got "${flags.faults}"`);
   const file = traceFile(flags.trace);
   const workload = loadWorkload(file, { hours, ...(maxJobs !== undefined ? { maxJobs } : {}) });
   if (workload.jobs.length === 0) throw new UsageError(`--trace: ${String(file)} has no usable jobs (${workload.skipped.length} rows skipped)`);
@@ -65,6 +69,7 @@ export async function simulateCommand(flags: SimulateFlags, io: { stdout: NodeJS
         seed,
         hours,
         spot,
+        ...(faults ? { faults } : {}),
         onProgress: (sec) => {
           const h = Math.floor(sec / 3600);
           if (h !== shown) {
@@ -125,6 +130,9 @@ export function renderReport(run: SimulateRun): string {
     ['policy', s.policy],
     ['seed', String(s.seed)],
     ['virtual time', `${s.virtualHours} h (wall ${(s.wallMs / 1000).toFixed(1)} s)`],
+    ...(s.faults.profile !== 'none'
+      ? [['faults', `${s.faults.profile}: ${s.faults.apiErrors} API errors, ${s.faults.storeConflicts} store conflicts, ${s.faults.crashes} crashed reconciles, ${s.faults.duplicateEvents} duplicate events, ${s.faults.stormInterruptions} storm interruptions, ${s.faults.deadAgents} dead agents, ${s.faults.checkpointFailures} failed checkpoints (${s.faults.reconcileFailures} reconciles failed)`] as [string, string]]
+      : []),
   ]);
   const jobs = table(
     ['jobs', 'count'],
@@ -136,6 +144,8 @@ export function renderReport(run: SimulateRun): string {
       ['still pending at end', s.pendingAtEnd],
       ['rejected', s.rejected],
       ['lost', s.lost],
+      ['run twice at once', s.duplicated],
+      ['invariant violations', s.violations],
       ['with a deadline', s.deadlineJobs],
       ['deadlines missed', s.deadlineMisses],
     ],

@@ -1,5 +1,4 @@
-import type { MicroUsd } from './money.ts';
-import { parseUsd } from './money.ts';
+import { formatUsd, parseUsd, type MicroUsd } from './money.ts';
 import type { Budget, BudgetAction, BudgetPeriod, BudgetState, Team } from './team.ts';
 
 /** The key of the budget period that contains `atMs` (UTC): "2026-11", "2026-W48", "2026-11-30". */
@@ -120,6 +119,9 @@ export function teamFromTags(team: string, tags: Readonly<Record<string, string>
     else amount = parsed;
   } else if (prev === undefined) {
     problems.push(`${BUDGET_TAGS.amount} is missing`);
+  } else {
+    // A removed budget tag does not lift the budget: the last valid one applies, and it is reported.
+    problems.push(`${BUDGET_TAGS.amount} is missing; the last valid amount (${formatUsd(prev.amountMicroUsd)}) still applies`);
   }
 
   let period: BudgetPeriod = prev?.period ?? 'monthly';

@@ -20,6 +20,8 @@ export type ReasonCode =
   | 'scale-up-for-pending'
   | 'scale-up-to-min'
   | 'scale-in-idle'
+  /** The machine's agent is silent (or never registered): it can run nothing. */
+  | 'scale-in-unhealthy'
   | 'scale-in-consolidate'
   | 'scale-in-above-max'
   // interruptions and preemption

@@ -34,4 +34,12 @@ export class SeededRandom {
   int(min: number, max: number): number {
     return min + Math.floor(this.next() * (max - min + 1));
   }
+  /** Shuffles in place (Fisher–Yates). */
+  shuffle<T>(list: T[]): T[] {
+    for (let i = list.length - 1; i > 0; i--) {
+      const j = this.int(0, i);
+      [list[i], list[j]] = [list[j]!, list[i]!];
+    }
+    return list;
+  }
 }

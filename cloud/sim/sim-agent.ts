@@ -19,9 +19,25 @@ export interface SimAgentOptions {
   readonly exitCodeOf?: (job: Job) => number;
   /** Seconds a resumed job spends restoring before it makes progress again (default 0). */
   readonly restoreSec?: number;
+  /** Fault injection: the machine's agent is dead at this time (no heartbeats, no work). */
+  readonly agentDead?: (inst: Instance, nowMs: number) => boolean;
+  /** Fault injection: this checkpoint fails (nothing is saved). */
+  readonly checkpointFails?: (job: Job, nowMs: number) => boolean;
+}
+
+/** Work an attempt lost when it ended without finishing (interrupted, node lost, requeued). */
+export interface LostWork {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly lostSec: number;
+  /** The job's checkpoint interval plus grace period (undefined for a job without checkpoints). */
+  readonly allowedSec?: number;
+  /** A checkpoint of this job failed (injected), so the bound does not apply. */
+  readonly checkpointFailed: boolean;
 }
 
 interface RunningAttempt {
+  lastProgressSec?: number;
   readonly startedAtMs: number;
   readonly baseProgressSec: number;
   lastCheckpointAtMs: number;
@@ -43,7 +59,21 @@ export interface AgentTickResult {
  */
 export class SimAgents {
   private readonly running = new Map<string, RunningAttempt>();
-  readonly stats = { started: 0, succeeded: 0, checkpoints: 0, cancelled: 0, preempted: 0 };
+  readonly stats = { started: 0, succeeded: 0, checkpoints: 0, cancelled: 0, preempted: 0, checkpointFailures: 0 };
+  /** Attempts ended without finishing, with the work they lost. */
+  readonly lost: LostWork[] = [];
+  private readonly failedCheckpointJobs = new Set<string>();
+
+  /** The attempts running now, by job: more than one for a job is a bug. */
+  runningAttempts(): Map<string, number[]> {
+    const out = new Map<string, number[]>();
+    for (const k of this.running.keys()) {
+      const i = k.lastIndexOf('#');
+      const id = k.slice(0, i);
+      out.set(id, [...(out.get(id) ?? []), Number(k.slice(i + 1))]);
+    }
+    return out;
+  }
 
   constructor(private readonly options: SimAgentOptions) {}
 
@@ -58,7 +88,7 @@ export class SimAgents {
   async tick(instances: readonly Instance[]): Promise<void> {
     const now = this.options.clock.nowMs();
     const live = new Map<string, Instance>();
-    for (const inst of instances) if (inst.state === 'running') live.set(inst.id, inst);
+    for (const inst of instances) if (inst.state === 'running' && !this.options.agentDead?.(inst, now)) live.set(inst.id, inst);
 
     for (const inst of live.values()) {
       const ok = await this.options.nodes.heartbeat(inst.id, now);
@@ -94,7 +124,24 @@ export class SimAgents {
         await this.step(job, now);
       }
     }
-    for (const k of this.running.keys()) if (!stillActive.has(k)) this.running.delete(k);
+    for (const [k, r] of this.running) {
+      if (stillActive.has(k)) continue;
+      this.running.delete(k);
+      await this.noteLost(k, r);
+    }
+  }
+
+  /** An attempt this agent ran is over without finishing here: how much work did it lose? */
+  private async noteLost(k: string, r: RunningAttempt): Promise<void> {
+    const i = k.lastIndexOf('#');
+    const jobId = k.slice(0, i);
+    const attempt = Number(k.slice(i + 1));
+    const job = await this.options.jobs.get(jobId);
+    if (!job || job.attempt === attempt || job.state === 'succeeded' || job.state === 'failed' || job.state === 'cancelled') return;
+    const saved = job.checkpoint?.progressSec ?? 0;
+    const lostSec = Math.max(0, (r.lastProgressSec ?? r.baseProgressSec) - Math.max(saved, r.baseProgressSec));
+    const cp = job.spec.checkpoint;
+    this.lost.push({ jobId, attempt, lostSec, ...(cp ? { allowedSec: cp.intervalSec + cp.gracePeriodSec } : {}), checkpointFailed: this.failedCheckpointJobs.has(jobId) });
   }
 
   private async step(job: Job, now: number): Promise<void> {
@@ -123,6 +170,7 @@ export class SimAgents {
       return;
     }
     const progress = this.progressSec(job, now);
+    r.lastProgressSec = progress;
     if (progress >= this.options.workSecOf(job)) {
       const exitCode = this.options.exitCodeOf?.(job) ?? 0;
       const done = await applyJobEvent(jobs, job.id, exitCode === 0 ? { type: 'succeed', attempt: job.attempt } : { type: 'fail', attempt: job.attempt, exitCode }, now);
@@ -133,7 +181,11 @@ export class SimAgents {
     const cp = job.spec.checkpoint;
     const due = cp !== undefined && now - r.lastCheckpointAtMs >= cp.intervalSec * 1000;
     if (job.state === 'checkpointing' || due) {
-      if (cp !== undefined) {
+      if (cp !== undefined && this.options.checkpointFails?.(job, now)) {
+        this.stats.checkpointFailures++;
+        this.failedCheckpointJobs.add(job.id);
+        r.lastCheckpointAtMs = now; // it tries again at its next interval
+      } else if (cp !== undefined) {
         const ref = { jobId: job.id, attempt: job.attempt, location: checkpoints.locationFor(job.id, job.attempt), completedAtMs: now, progressSec: Math.floor(progress) };
         await checkpoints.markComplete(ref);
         await applyJobEvent(jobs, job.id, { type: 'checkpoint-done', checkpoint: ref }, now);

@@ -1,4 +1,9 @@
 import { DAY_PERIOD_PREFIX } from '../../core/services/accrual.ts';
+import { CloudError } from '../../core/errors.ts';
+import type { Instance } from '../../core/fleet.ts';
+import type { ReconcilePorts } from '../../core/services/reconcile.ts';
+import { conflictingJobs, crashingJournal, FAULT_PROFILES, faultyProvider, hash01, SimulatedCrash, stockouts, type FaultProfile } from './faults.ts';
+import { checkInvariants, type InvariantViolation } from './invariants.ts';
 import { budgetStatus, periodKey, teamFromTags } from '../../core/budget.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
 import { jobIdFor, TERMINAL_STATES, type Job } from '../../core/job.ts';
@@ -16,7 +21,7 @@ import { instanceStateChange, parseCloudEvent, spotInterruptionWarning } from '.
 import { SeededRandom } from './clock.ts';
 import { createSimEnvironment, type SimEnvironment } from './environment.ts';
 import { SimAgents } from './sim-agent.ts';
-import type { SimGroupConfig, SimInstance } from './sim-cloud.ts';
+import { ALWAYS_OBTAINABLE, type SimGroupConfig, type SimInstance } from './sim-cloud.ts';
 import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarket } from './spot-market.ts';
 import type { Workload, WorkloadJob } from './workload.ts';
 
@@ -49,6 +54,10 @@ export interface SimulationOptions {
   readonly onProgress?: (virtualSec: number, totalSec: number) => void;
   /** Called after every step with the environment, for tests and analyses. */
   readonly onTick?: (env: SimEnvironment, virtualMs: number) => void | Promise<void>;
+  /** Faults to inject (default none). */
+  readonly faults?: FaultProfile;
+  /** After every simulated minute, check the invariants: `stop` throws at the first violation (default), `count` records them. */
+  readonly invariants?: 'stop' | 'count' | 'off';
 }
 
 export interface SimulationSummary {
@@ -92,6 +101,15 @@ export interface SimulationSummary {
   readonly machinesLaunched: number;
   readonly peakGpus: number;
   readonly wallMs: number;
+  /** The fault profile and what it injected. */
+  readonly faults: { readonly profile: string; readonly apiErrors: number; readonly storeConflicts: number; readonly crashes: number; readonly duplicateEvents: number; readonly deadAgents: number; readonly checkpointFailures: number; readonly stormInterruptions: number; readonly reconcileFailures: number };
+  /** Invariant violations found (each minute's check), and their first messages. */
+  readonly violations: number;
+  readonly violationMessages: readonly string[];
+  /** Jobs seen with two attempts running at once: must be 0. */
+  readonly duplicated: number;
+  /** The most work one interrupted attempt lost, seconds. */
+  readonly maxLostWorkSec: number;
 }
 
 export interface TimelineSample {
@@ -160,6 +178,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const policyName = options.policy ?? 'gpu-fleet';
   const setup = policySetup(policyName, options.groups, options.workload);
   const control: Policy = { ...DEFAULT_POLICY, ...options.controlPolicy };
+  const faults = options.faults ?? FAULT_PROFILES.none!;
   const startMs = options.startMs ?? DEFAULT_SIM_START_MS;
   const tickMs = (options.tickSec ?? 15) * 1000;
   const horizonMs = Math.round(options.hours * 3_600_000);
@@ -173,19 +192,40 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     teams: [...new Set([...setup.workload.teams, ...options.teamTags.map((t) => t.team)])],
     teamTags: options.teamTags,
     ...(options.bootSec !== undefined ? { bootSec: options.bootSec } : {}),
-    ...(market ? { capacity: market } : {}),
+    ...(faults.spotStockoutRate ? { capacity: stockouts(market ?? ALWAYS_OBTAINABLE, faults.spotStockoutRate, options.seed) } : market ? { capacity: market } : {}),
   });
+  // Faults: the control loop's ports (and the agents' store) as the chosen profile breaks them.
+  const faultRandom = new SeededRandom(options.seed * 104_729 + 3);
+  const injected = { api: { injected: 0 }, conflicts: { injected: 0 }, duplicates: 0, storm: 0, reconcileFailures: 0 };
+  const crash = { armed: false, done: 0, k: faults.crashAfterActions ?? 0, crashes: 0 };
+  const jobStore = faults.storeConflictRate ? conflictingJobs(env.jobs, faultRandom, faults.storeConflictRate, injected.conflicts) : env.jobs;
+  let ports: ReconcilePorts = { ...env.ports, jobs: jobStore };
+  if (faults.apiErrorRate) ports = { ...ports, providers: ports.providers.map((p) => faultyProvider(p, faultRandom, faults.apiErrorRate!, injected.api)) };
+  if (faults.crashEvery) ports = { ...ports, ...crashingJournal(ports.journal, ports.lease, crash) } as ReconcilePorts;
+  const deadAgents = new Set<string>();
+  const agentDead = faults.deadAgentRate
+    ? (inst: Instance, nowMs: number) => {
+        // Some machines' agents die between 10 minutes and 2 hours into their life, for good.
+        if (hash01(`${options.seed}/agent/${inst.id}`) >= faults.deadAgentRate!) return false;
+        const dies = inst.launchedAtMs + 600_000 + hash01(`${options.seed}/when/${inst.id}`) * 1.5 * 3_600_000;
+        if (nowMs >= dies) deadAgents.add(inst.id);
+        return nowMs >= dies;
+      }
+    : undefined;
+  const checkpointFails = faults.checkpointFailRate ? () => faultRandom.next() < faults.checkpointFailRate! : undefined;
   const byJobId = new Map<string, WorkloadJob>(setup.workload.jobs.map((j) => [jobIdFor(j.team, j.id), j]));
   const workOf = (job: Job): WorkloadJob | undefined => byJobId.get(job.id);
   const agents = new SimAgents({
     clock: env.clock,
-    jobs: env.jobs,
+    jobs: jobStore,
     nodes: env.nodes,
     checkpoints: env.checkpoints,
     instanceTypes: env.catalog.instanceTypes,
     workSecOf: (job) => workOf(job)?.workSec ?? job.spec.expectedRuntimeSec ?? 3600,
     exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
     restoreSec: control.restoreSec,
+    ...(agentDead ? { agentDead } : {}),
+    ...(checkpointFails ? { checkpointFails } : {}),
   });
 
   // Exact cost: each machine's price over its life, counted when it ends (or at the end).
@@ -224,7 +264,59 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   let eventCounter = 0;
   let nextSampleMs = 0;
   const reconcileEvery = Math.max(1, Math.round((control.reconcileIntervalSec * 1000) / tickMs));
-  const runReconcile = () => reconcile(env.ports, { planner: setup.planner, policy: control, holder: 'sim' });
+  let reconcileCount = 0;
+  let stormDone = false;
+  const runReconcile = async () => {
+    reconcileCount++;
+    crash.armed = faults.crashEvery !== undefined && reconcileCount % faults.crashEvery === 0;
+    crash.done = 0;
+    try {
+      // Each run is its own function invocation (its own lease holder), as in production.
+      await reconcile(ports, { planner: setup.planner, policy: control, holder: `sim-${reconcileCount}` });
+    } catch (error) {
+      // A dead or failed invocation: the next scheduled one picks up (and resumes a journaled plan).
+      if (!(error instanceof SimulatedCrash) && !(error instanceof CloudError)) throw error;
+      injected.reconcileFailures++;
+    }
+  };
+  const submitted = new Set<string>();
+  const violations: InvariantViolation[] = [];
+  const overBudgetSince = new Map<string, number>();
+  const lostChecked = { upTo: 0 };
+  const seenTwice = new Set<string>();
+  const checkNow = async (atMs: number) => {
+    if ((options.invariants ?? 'stop') === 'off') return;
+    const running = agents.runningAttempts();
+    for (const [id, a] of running) if (a.length > 1) seenTwice.add(id);
+    const found = await checkInvariants(
+      {
+        atMs,
+        jobs: env.jobs.all(),
+        submitted,
+        runningAttempts: running,
+        groups: await env.cloud.listGroups(),
+        instances: await env.cloud.listInstances(),
+        exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
+        lost: agents.lost,
+        lostSlackSec: tickMs / 1000 + control.noticeMarginSec + control.restoreSec,
+        teamTags: options.teamTags,
+        ledger: env.ledger,
+        overBudgetSince,
+        reconcileIntervalMs: control.reconcileIntervalSec * 1000,
+      },
+      lostChecked,
+    );
+    if (found.length > 0 && (options.invariants ?? 'stop') === 'stop') throw found[0]!;
+    violations.push(...found);
+  };
+  /** Delivers a cloud event, maybe twice (the copy later), as EventBridge may. */
+  const deliver = (atMs: number, event: Record<string, unknown>) => {
+    inbox.push({ atMs, event });
+    if (faults.duplicateEventRate && faultRandom.next() < faults.duplicateEventRate) {
+      injected.duplicates++;
+      inbox.push({ atMs: atMs + 30_000, event });
+    }
+  };
 
   let tick = 0;
   for (let t = 0; t <= horizonMs; t += tickMs, tick++) {
@@ -235,6 +327,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       const job = arrivals[next++]!;
       const spec = job.deadlineSec !== undefined ? { ...job.spec, deadline: new Date(startMs + job.deadlineSec * 1000).toISOString() } : job.spec;
       await env.queue.send(job.team, JSON.stringify(spec), job.id);
+      submitted.add(jobIdFor(job.team, job.id));
     }
     for (const team of teams) {
       for (const message of env.queue.receive(team, Number.MAX_SAFE_INTEGER)) {
@@ -245,8 +338,21 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     if (market) {
       for (const inst of market.reclaims(env.cloud.allInstances(), now)) {
         interruptions++;
-        inbox.push({ atMs: now, event: spotInterruptionWarning({ id: `sim-${++eventCounter}`, instanceId: inst.id, zone: inst.offering.zone, region: inst.offering.region, atMs: now }) });
+        deliver(now, spotInterruptionWarning({ id: `sim-${++eventCounter}`, instanceId: inst.id, zone: inst.offering.zone, region: inst.offering.region, atMs: now }));
         terminations.push({ atMs: now + NOTICE_MS, inst });
+      }
+    }
+    // An interruption storm: half the live spot machines warned within one minute.
+    // (At the first minute from that hour on with at least four spot machines up, so it is a storm.)
+    const stormSpot = faults.stormAtHour !== undefined && !stormDone && t >= faults.stormAtHour * 3_600_000 ? env.cloud.allInstances().filter((i) => i.state !== 'terminated' && i.offering.capacityType === 'spot' && !terminations.some((x) => x.inst.id === i.id)) : [];
+    if (stormSpot.length >= 4) {
+      stormDone = true;
+      for (const inst of stormSpot.filter((_, k) => k % 2 === 0)) {
+        interruptions++;
+        injected.storm++;
+        const at = now + Math.floor(faultRandom.next() * 4) * tickMs;
+        deliver(at, spotInterruptionWarning({ id: `sim-${++eventCounter}`, instanceId: inst.id, zone: inst.offering.zone, region: inst.offering.region, atMs: at }));
+        terminations.push({ atMs: at + NOTICE_MS, inst });
       }
     }
     for (let i = terminations.length - 1; i >= 0; i--) {
@@ -255,21 +361,31 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       terminations.splice(i, 1);
       if (due.inst.state !== 'terminated') {
         env.cloud.reclaim(due.inst.id, 'spot interruption');
-        inbox.push({ atMs: now, event: instanceStateChange({ id: `sim-${++eventCounter}`, instanceId: due.inst.id, region: due.inst.offering.region, atMs: now, state: 'terminated' }) });
+        deliver(now, instanceStateChange({ id: `sim-${++eventCounter}`, instanceId: due.inst.id, region: due.inst.offering.region, atMs: now, state: 'terminated' }));
       }
     }
     env.cloud.tick();
     let reconcileSoon = false;
+    const due: Record<string, unknown>[] = [];
     for (let i = 0; i < inbox.length; ) {
       if (inbox[i]!.atMs > now) {
         i++;
         continue;
       }
-      const { event } = inbox.splice(i, 1)[0]!;
+      due.push(inbox.splice(i, 1)[0]!.event);
+    }
+    if (faults.reorderEvents) faultRandom.shuffle(due);
+    for (const event of due) {
       const parsed = parseCloudEvent(event, { receivedAtMs: now });
       if (parsed.kind !== 'notice') throw new Error(`simulated event was not understood: ${JSON.stringify(parsed)}`);
-      const out = await handleNotice(env.ports, parsed.notice, control);
-      if (out.status === 'handled' && out.reconcileSoon) reconcileSoon = true;
+      try {
+        const out = await handleNotice({ ...ports, providers: ports.providers }, parsed.notice, control);
+        if (out.status === 'handled' && out.reconcileSoon) reconcileSoon = true;
+      } catch (error) {
+        // The interruption function failed (a cloud call): EventBridge retries it a little later.
+        if (!(error instanceof CloudError)) throw error;
+        inbox.push({ atMs: now + tickMs, event });
+      }
     }
     const instances = await env.cloud.listInstances();
     await agents.tick(instances);
@@ -277,6 +393,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       await runReconcile();
       await noteBudgetEvents(env, t, lastBudget, budgetEvents);
     }
+    if (tick % reconcileEvery === 0) await checkNow(now);
     const running = await env.jobs.listByState(['running', 'checkpointing']);
     for (const job of running) gpuMsUsed += (tickMs * milliGpusUsed(job.spec.gpu) * job.spec.nodes) / 1000;
     let liveGpus = 0;
@@ -338,6 +455,21 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     machinesLaunched: accounted.size,
     peakGpus,
     wallMs: Math.round(performance.now() - wallStart),
+    faults: {
+      profile: faults.name,
+      apiErrors: injected.api.injected,
+      storeConflicts: injected.conflicts.injected,
+      crashes: crash.crashes,
+      duplicateEvents: injected.duplicates,
+      deadAgents: deadAgents.size,
+      checkpointFailures: agents.stats.checkpointFailures,
+      stormInterruptions: injected.storm,
+      reconcileFailures: injected.reconcileFailures,
+    },
+    violations: violations.length,
+    violationMessages: violations.slice(0, 10).map((v) => v.message),
+    duplicated: seenTwice.size,
+    maxLostWorkSec: Math.round(Math.max(0, ...agents.lost.filter((l) => !l.checkpointFailed && l.allowedSec !== undefined).map((l) => l.lostSec))),
   };
   return { summary, timeline, budgetEvents, budgets: teamBudgets, env, jobs };
 }

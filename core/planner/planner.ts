@@ -629,10 +629,15 @@ class Planner {
   }
 
   private readonly waitingIds = new Set<string>();
+  /** Where each waiting job's entry is in `waiting` (the last one written for it). */
+  private readonly waitingAt = new Map<string, number>();
+  /** Per job class, the highest priority for which preemption found no room: lower or equal ones will not find any either. */
+  private readonly noPreemptRoom = new Map<JobClass, number>();
   /** For each machine bought in this plan, the kinds of work its purchase counted on. */
   private readonly fillers = new Map<NodeCapacity, ReadonlySet<FillGroup | undefined>>();
   private wait(job: Job, why: Reason, isHold = false): void {
     this.waitingIds.add(job.id);
+    this.waitingAt.set(job.id, this.waiting.length);
     this.waiting.push({ jobId: job.id, reason: why });
     if (isHold) {
       if (job.hold?.code !== why.code || job.hold.message !== why.message) this.actions.push({ kind: 'hold', jobId: job.id, reason: why });
@@ -983,6 +988,8 @@ class Planner {
   private preemptFor(e: Entry, why: Reason): void {
     if (why.code !== 'group-at-max' && why.code !== 'offering-unavailable') return;
     const priority = e.job.spec.priority;
+    // Room only shrinks as this plan goes on: a class that found none at a priority finds none below it.
+    if ((this.noPreemptRoom.get(e.cls) ?? -1) >= priority) return;
     type Choice = { node: NodeCapacity; victims: Job[]; lost: number; assignment: NodeAssignment };
     const choices: Choice[] = [];
     for (const poolId of this.ready.poolIds()) {
@@ -1024,7 +1031,10 @@ class Planner {
         }
       }
     }
-    if (picked.length < e.cls.nodes || picked.length === 0) return;
+    if (picked.length < e.cls.nodes || picked.length === 0) {
+      this.noPreemptRoom.set(e.cls, Math.max(priority, this.noPreemptRoom.get(e.cls) ?? -1));
+      return;
+    }
     const victims = picked.flatMap((c) => c.victims);
     for (const v of victims) {
       this.preempted.add(v.id);
@@ -1040,7 +1050,7 @@ class Planner {
       commitFit(c.node, c.assignment);
       this.ready.update(c.node);
     }
-    const last = this.waiting.findIndex((w) => w.jobId === e.job.id);
+    const last = this.waitingAt.get(e.job.id) ?? -1;
     const note = victims.length > 0 ? `${victims.length} lower-priority job(s) are being checkpointed to make room for it` : 'room is being freed by jobs already checkpointing';
     const w = { jobId: e.job.id, reason: reason('waiting-for-capacity', `groups are at their maximum; ${note}`) };
     if (last >= 0) this.waiting[last] = w;
@@ -1089,7 +1099,22 @@ class Planner {
       removed.add(f.instance.id);
       this.actions.push({ kind: 'scale-in', groupId: f.instance.groupId, instanceId: f.instance.id, reason: reason('scale-in-idle', `${f.instance.id} is draining (${d.reason}) and has no work left`) });
     }
+    // Machines whose agent went silent (or never registered) and hold no work still cost money:
+    // their work was requeued as lost, so they go (the group replaces them if capacity is needed).
+    const registerLimitMs = Math.max(600_000, 3 * s.policy.expectedBootSec * 1000);
+    for (const f of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
+      if (f.instance.state !== 'running' || removed.has(f.instance.id) || busy.has(f.instance.id) || f.record?.draining) continue;
+      const silentMs = f.record ? s.nowMs - f.record.lastHeartbeatAtMs : s.nowMs - f.instance.launchedAtMs;
+      if (silentMs <= (f.record ? s.policy.heartbeatTimeoutSec * 1000 : registerLimitMs)) continue;
+      const left = removable.get(f.instance.groupId) ?? 0;
+      if (left <= 0) continue;
+      removable.set(f.instance.groupId, left - 1);
+      removed.add(f.instance.id);
+      const why = f.record ? `its agent has sent no heartbeat for ${Math.round(silentMs / 1000)} s` : `its agent never registered in the ${Math.round(silentMs / 60_000)} min since it launched`;
+      this.actions.push({ kind: 'scale-in', groupId: f.instance.groupId, instanceId: f.instance.id, reason: reason('scale-in-unhealthy', `${f.instance.id}: ${why}; it holds no work and is let go`) });
+    }
     for (const { node, since } of idle) {
+      if (removed.has(node.id)) continue;
       const left = removable.get(node.groupId) ?? 0;
       if (left <= 0) continue;
       removable.set(node.groupId, left - 1);

@@ -46,6 +46,17 @@ describe('gpu-fleet command', () => {
     const unknown = await cli(['simulate', '--frobnicate']);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain("unknown option '--frobnicate'");
+    const faults = await cli(['simulate', '--faults', 'meteor']);
+    expect(faults.code).toBe(2);
+    expect(faults.stderr).toContain('--faults must be one of none, api-errors, spot-stockout, crash-mid-apply, duplicate-reorder, interruption-storm, dead-agents, checkpoint-failures, store-conflicts, all, got "meteor"');
+  });
+
+  it('runs under a fault profile and says what it injected', async () => {
+    const { code, stdout } = await cli(['simulate', '--hours', '3', '--max-jobs', '60', '--no-baselines', '--faults', 'store-conflicts', '--json']);
+    expect(code).toBe(0);
+    const s = JSON.parse(stdout);
+    expect(s).toMatchObject({ lost: 0, duplicated: 0, violations: 0, faults: { profile: 'store-conflicts' } });
+    expect(s.faults.storeConflicts).toBeGreaterThan(0);
   });
 
   it('lists every command with --help', async () => {

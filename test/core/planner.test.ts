@@ -307,6 +307,25 @@ describe('planner: scale-in', () => {
     expect(p.actions.filter((a) => a.kind === 'scale-in')).toEqual([]);
   });
 
+  it('lets go of a machine whose agent went silent or never registered, once it holds no work', () => {
+    const g = aGroup({ desiredCapacity: 3 });
+    const silent = aNode('i-silent', { group: g, record: { lastHeartbeatAtMs: T0 - 5 * 60_000 } });
+    const fresh = aNode('i-booting', { group: g, record: null });
+    const never = { ...aNode('i-never', { group: g, record: null }) };
+    const neverLaunched = { ...never, instance: { ...never.instance, launchedAtMs: T0 - 30 * 60_000 } };
+    const freshLaunched = { ...fresh, instance: { ...fresh.instance, launchedAtMs: T0 - 2 * 60_000 } };
+    const p = plan(aSnapshot({ groups: [g], nodes: [silent, freshLaunched, neverLaunched] }));
+    const ins = p.actions.filter((a): a is Extract<PlanAction, { kind: 'scale-in' }> => a.kind === 'scale-in');
+    expect(ins.map((a) => [a.instanceId, a.reason.code])).toEqual([
+      ['i-never', 'scale-in-unhealthy'],
+      ['i-silent', 'scale-in-unhealthy'],
+    ]);
+    expect(ins[1]!.reason.message).toMatch(/its agent has sent no heartbeat for 300 s/);
+    // A silent machine that still holds work waits until its work is requeued as lost.
+    const busy = running('team-a.r', 'i-silent', { gpuIndices: [0] });
+    expect(plan(aSnapshot({ groups: [g], nodes: [silent], activeJobs: [busy] })).actions.filter((a) => a.kind === 'scale-in')).toEqual([]);
+  });
+
   it('moves checkpointable work off an underused node when the saving beats the restart cost, and says so', () => {
     const g = aGroup({ instanceType: 'g5.12xlarge', desiredCapacity: 2 });
     const nodes = [aNode('i-busy', { group: g }), aNode('i-light', { group: g })];

@@ -159,6 +159,18 @@ describe('the CDK stack, synthesised from the example config', () => {
     expect(put.Condition).toEqual({ StringEquals: { 'cloudwatch:namespace': 'GpuFleet' } });
   });
 
+  it('attaches no administrator or broad managed policy, and grants no IAM, KMS-admin or cross-account powers', () => {
+    const roles = Object.values(t.findResources('AWS::IAM::Role')) as { Properties: { ManagedPolicyArns?: unknown[] } }[];
+    const managed = roles.flatMap((r) => (r.Properties.ManagedPolicyArns ?? []).map((a) => JSON.stringify(a)));
+    for (const m of managed) expect(m).not.toMatch(/AdministratorAccess|PowerUserAccess|IAMFullAccess|FullAccess/);
+    const all = Object.values(t.findResources('AWS::IAM::Policy')).flatMap((p) => (p as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties.PolicyDocument.Statement);
+    const actions = all.flatMap(actionsOf);
+    expect(actions.filter((a) => /^(iam|organizations|sts:AssumeRole$|kms:(Create|Delete|Put|Schedule|Disable)|s3:(PutBucketPolicy|DeleteBucket)|dynamodb:(DeleteTable|CreateTable))/.test(a))).toEqual([]);
+    // Every Allow names its resources (no "NotResource"/"NotAction" escape hatches).
+    for (const st of all) expect(Object.keys(st), JSON.stringify(st)).not.toEqual(expect.arrayContaining(['NotAction']));
+    for (const st of all) expect(Object.keys(st), JSON.stringify(st)).not.toEqual(expect.arrayContaining(['NotResource']));
+  });
+
   it('conditions every mutating Auto Scaling call on the gpu-fleet:managed tag', () => {
     const mutating = /^autoscaling:(SetDesiredCapacity|TerminateInstanceInAutoScalingGroup|SetInstanceProtection|CompleteLifecycleAction)$/;
     const all = [...statements(t, 'reconcileRole'), ...statements(t, 'interruptionRole'), ...statements(t, 'intakeRole'), ...statements(t, 'AgentRole')];

@@ -1,0 +1,79 @@
+// bench:chaos — the whole control loop on the simulated cloud under each fault profile, with the
+// invariants checked every simulated minute, against the fault-free run on the same trace and seed.
+//
+//   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--json]
+import { Command, InvalidArgumentError } from 'commander';
+import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
+import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
+import { runSimulation, type SimulationSummary } from '../cloud/sim/simulation.ts';
+import { loadWorkload } from '../cloud/sim/workload.ts';
+
+export interface ChaosRow {
+  readonly profile: string;
+  readonly accepted: number;
+  readonly completed: number;
+  readonly lost: number;
+  readonly duplicated: number;
+  readonly violations: number;
+  readonly costOverheadPct: number;
+  readonly p95WaitOverheadPct: number;
+}
+
+export async function benchChaos(options: { hours: number; seed: number; profiles: readonly string[] }): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
+  const workload = loadWorkload(BUILT_IN_TRACE, { hours: options.hours });
+  const run = (profile: string) =>
+    runSimulation({ workload, groups: DEFAULT_SIM_GROUPS, teamTags: defaultTeamTags(workload.teams), seed: options.seed, hours: options.hours, spot: BUILT_IN_SPOT, faults: FAULT_PROFILES[profile]!, invariants: 'count' });
+  const base = (await run('none')).summary;
+  const summaries: Record<string, SimulationSummary> = { none: base };
+  const rows: ChaosRow[] = [];
+  for (const profile of options.profiles) {
+    const s = profile === 'none' ? base : (await run(profile)).summary;
+    summaries[profile] = s;
+    rows.push({
+      profile,
+      accepted: s.accepted,
+      completed: s.completed,
+      lost: s.lost,
+      duplicated: s.duplicated,
+      violations: s.violations,
+      costOverheadPct: pctOver(s.costMicroUsd, base.costMicroUsd),
+      p95WaitOverheadPct: pctOver(s.p95WaitSec, base.p95WaitSec),
+    });
+  }
+  return { rows, summaries };
+}
+
+function pctOver(x: number, base: number): number {
+  return base > 0 ? Math.round((10_000 * (x - base)) / base) / 100 : 0;
+}
+
+const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+if (invokedDirectly) {
+  const num = (name: string, min: number, max: number) => (v: string) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min || n > max) throw new InvalidArgumentError(`${name} must be a whole number from ${min} to ${max}`);
+    return n;
+  };
+  const program = new Command('bench:chaos')
+    .option('--hours <h>', 'virtual hours of the built-in trace', num('--hours', 1, 720), 48)
+    .option('--seed <s>', 'seed of the simulated cloud, its spot market and the faults', num('--seed', 0, 2 ** 31), 1)
+    .option('--profiles <list>', `comma-separated fault profiles (default: all of ${Object.keys(FAULT_PROFILES).join(', ')})`)
+    .option('--json', 'print the rows as JSON')
+    .parse();
+  const o = program.opts<{ hours: number; seed: number; profiles?: string; json?: boolean }>();
+  const profiles = o.profiles ? o.profiles.split(',').map((p) => p.trim()) : Object.keys(FAULT_PROFILES);
+  for (const p of profiles) if (!FAULT_PROFILES[p]) program.error(`--profiles: unknown profile "${p}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
+  const started = performance.now();
+  const { rows, summaries } = await benchChaos({ hours: o.hours, seed: o.seed, profiles });
+  if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+  else {
+    const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)}  injected`;
+    const lines = rows.map((r) => {
+      const f = summaries[r.profile]!.faults;
+      const injected = [f.apiErrors && `${f.apiErrors} API errors`, f.storeConflicts && `${f.storeConflicts} store conflicts`, f.crashes && `${f.crashes} crashes`, f.duplicateEvents && `${f.duplicateEvents} duplicate events`, f.stormInterruptions && `${f.stormInterruptions} storm interruptions`, f.deadAgents && `${f.deadAgents} dead agents`, f.checkpointFailures && `${f.checkpointFailures} failed checkpoints`].filter(Boolean).join(', ');
+      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)}  ${injected || '-'}`;
+    });
+    const bad = rows.filter((r) => r.lost > 0 || r.duplicated > 0 || r.violations > 0);
+    process.stdout.write(`${head}\n${lines.join('\n')}\n\n${bad.length === 0 ? 'no job lost, none run twice, no invariant broken under any profile' : `BROKEN under ${bad.map((r) => r.profile).join(', ')}: ${bad.flatMap((r) => summaries[r.profile]!.violationMessages.slice(0, 3)).join(' | ')}`}\n(${((performance.now() - started) / 1000).toFixed(1)} s, ${o.hours} virtual h each, seed ${o.seed})\n`);
+  }
+}

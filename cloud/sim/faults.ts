@@ -1,0 +1,174 @@
+import { CloudError } from '../../core/errors.ts';
+import type { Offering } from '../../core/catalog.ts';
+import type { JobStore, LeaseStore, NodeGroupProvider, PlanJournal } from '../../core/ports.ts';
+import type { SeededRandom } from './clock.ts';
+import type { CapacityModel } from './sim-cloud.ts';
+
+/**
+ * Faults the simulated cloud can inject (`gpu-fleet simulate --faults PROFILE`, `npm run
+ * bench:chaos`). Each is drawn from the simulation's seeded random source, so a profile and a
+ * seed give the same run every time.
+ */
+export interface FaultProfile {
+  readonly name: string;
+  readonly description: string;
+  /** Share of node-group API calls that fail with throttling or a server error. */
+  readonly apiErrorRate?: number;
+  /** Share of (spot offering × 10-minute window) with no spot capacity: launches there fail. */
+  readonly spotStockoutRate?: number;
+  /** Every Nth reconcile dies after applying k actions (no clean-up: its lease is left to expire). */
+  readonly crashEvery?: number;
+  readonly crashAfterActions?: number;
+  /** Share of cloud events delivered twice (the copy a little later), and events of a tick delivered in shuffled order. */
+  readonly duplicateEventRate?: number;
+  readonly reorderEvents?: boolean;
+  /** Half the spot machines get an interruption warning in one minute, this many hours in. */
+  readonly stormAtHour?: number;
+  /** Share of machines whose agent dies (stops heartbeating) at some point of their life. */
+  readonly deadAgentRate?: number;
+  /** Share of checkpoints that fail (nothing is saved; the job carries on or is requeued from its older checkpoint). */
+  readonly checkpointFailRate?: number;
+  /** Share of job-store writes that lose a conditional-write race. */
+  readonly storeConflictRate?: number;
+}
+
+export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
+  none: { name: 'none', description: 'no faults (the baseline)' },
+  'api-errors': { name: 'api-errors', description: '10% of node-group API calls throttled or failing with 5xx', apiErrorRate: 0.1 },
+  'spot-stockout': { name: 'spot-stockout', description: 'spot pools out of capacity 40% of the time', spotStockoutRate: 0.4 },
+  'crash-mid-apply': { name: 'crash-mid-apply', description: 'every 7th reconcile dies after 2 actions of its apply', crashEvery: 7, crashAfterActions: 2 },
+  'duplicate-reorder': { name: 'duplicate-reorder', description: '30% of events delivered twice, and every tick\'s events shuffled', duplicateEventRate: 0.3, reorderEvents: true },
+  'interruption-storm': { name: 'interruption-storm', description: 'half the spot machines interrupted in one minute, 18 h in (about 30 of 60 machines on the built-in trace)', stormAtHour: 18 },
+  'dead-agents': { name: 'dead-agents', description: '10% of machines lose their agent (no heartbeats)', deadAgentRate: 0.1 },
+  'checkpoint-failures': { name: 'checkpoint-failures', description: '30% of checkpoints fail', checkpointFailRate: 0.3 },
+  'store-conflicts': { name: 'store-conflicts', description: '10% of job writes lose a conditional-write race', storeConflictRate: 0.1 },
+  all: {
+    name: 'all',
+    description: 'every fault above at once',
+    apiErrorRate: 0.1,
+    spotStockoutRate: 0.4,
+    crashEvery: 7,
+    crashAfterActions: 2,
+    duplicateEventRate: 0.3,
+    reorderEvents: true,
+    stormAtHour: 18,
+    deadAgentRate: 0.1,
+    checkpointFailRate: 0.3,
+    storeConflictRate: 0.1,
+  },
+};
+
+export function faultProfile(name: string): FaultProfile {
+  const p = FAULT_PROFILES[name];
+  if (!p) throw new Error(`unknown fault profile "${name}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
+  return p;
+}
+
+/** Node-group calls that fail on a share of calls, as throttling or a server error. */
+export function faultyProvider(provider: NodeGroupProvider, random: SeededRandom, rate: number, counts: { injected: number }): NodeGroupProvider {
+  const fail = (operation: string) => {
+    if (random.next() >= rate) return;
+    counts.injected++;
+    const throttled = random.next() < 0.5;
+    throw new CloudError(throttled ? 'throttled' : 'unavailable', throttled ? `Rate exceeded (injected fault on ${operation})` : `We encountered an internal error. Please try again. (injected fault on ${operation})`, { operation, cloud: provider.cloud });
+  };
+  return {
+    cloud: provider.cloud,
+    listGroups: async () => (fail('list groups'), provider.listGroups()),
+    listInstances: async () => (fail('list instances'), provider.listInstances()),
+    setDesiredCapacity: async (g, d) => (fail('set desired capacity'), provider.setDesiredCapacity(g, d)),
+    terminateInstance: async (g, i) => (fail('terminate instance'), provider.terminateInstance(g, i)),
+    setScaleInProtection: async (g, ids, p) => (fail('set scale-in protection'), provider.setScaleInProtection(g, ids, p)),
+    describeInstance: async (i) => (fail('describe instance'), provider.describeInstance(i)),
+    launchFailures: async (s) => (fail('launch failures'), provider.launchFailures(s)),
+    completeLifecycleAction: async (input) => (fail('complete lifecycle action'), provider.completeLifecycleAction(input)),
+  };
+}
+
+/** Spot pools without capacity in a share of 10-minute windows (deterministic per pool and window). */
+export function stockouts(base: CapacityModel, rate: number, seed: number): CapacityModel {
+  return {
+    obtainable(o: Offering, atMs: number) {
+      if (o.capacityType === 'spot' && hash01(`${seed}/${o.id}/${Math.floor(atMs / 600_000)}`) < rate) return false;
+      return base.obtainable(o, atMs);
+    },
+  };
+}
+
+/** Job-store writes that lose a conditional-write race on a share of calls (the store is left unchanged). */
+export function conflictingJobs<T extends JobStore>(store: T, random: SeededRandom, rate: number, counts: { injected: number }): T {
+  return new Proxy(store, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (prop === 'update' && typeof v === 'function') {
+        return async (job: Parameters<JobStore['update']>[0], expected: number) => {
+          if (random.next() < rate) {
+            counts.injected++;
+            return { ok: false, current: await target.get(job.id) };
+          }
+          return (v as JobStore['update']).call(target, job, expected);
+        };
+      }
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+}
+
+/** Thrown inside a reconcile to stand for the function dying mid-apply. */
+export class SimulatedCrash extends Error {
+  override name = 'SimulatedCrash';
+}
+
+/**
+ * A plan journal whose run dies after `k` recorded actions, and a lease that is then not released
+ * (a dead function runs no `finally`): the next reconcile must wait out the lease and resume.
+ */
+export function crashingJournal(journal: PlanJournal, lease: LeaseStore | undefined, state: { armed: boolean; done: number; k: number; crashes: number }): { journal: PlanJournal; lease: LeaseStore | undefined } {
+  let crashed = false;
+  const j: PlanJournal = {
+    ...bindAll(journal),
+    async done(planId, index) {
+      await journal.done(planId, index);
+      if (state.armed && ++state.done >= state.k) {
+        state.armed = false;
+        state.crashes++;
+        crashed = true;
+        throw new SimulatedCrash(`reconcile died after ${state.k} actions of plan ${planId}`);
+      }
+    },
+  };
+  const l: LeaseStore | undefined = lease && {
+    ...bindAll(lease),
+    async release(name, holder) {
+      if (crashed) {
+        crashed = false;
+        return;
+      }
+      return lease.release(name, holder);
+    },
+  };
+  return { journal: j, lease: l };
+}
+
+function bindAll<T extends object>(o: T): T {
+  const out: Record<string, unknown> = {};
+  let proto: object | null = o;
+  while (proto && proto !== Object.prototype) {
+    for (const k of Object.getOwnPropertyNames(proto)) {
+      const v = (o as Record<string, unknown>)[k];
+      if (k !== 'constructor' && typeof v === 'function' && !(k in out)) out[k] = (v as (...a: unknown[]) => unknown).bind(o);
+    }
+    proto = Object.getPrototypeOf(proto) as object | null;
+  }
+  return out as T;
+}
+
+/** A stable number in [0, 1) from a string (FNV-1a). */
+export function hash01(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h / 2 ** 32;
+}

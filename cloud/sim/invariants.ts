@@ -1,0 +1,96 @@
+import { budgetStatus, periodKey, teamFromTags } from '../../core/budget.ts';
+import type { Instance, NodeGroup } from '../../core/fleet.ts';
+import { JOB_STATES, type Job } from '../../core/job.ts';
+import type { SpendLedger, TeamTagSet } from '../../core/ports.ts';
+import type { LostWork } from './sim-agent.ts';
+
+/** A broken promise of the control loop, found by the simulation's minute-by-minute check. */
+export class InvariantViolation extends Error {
+  override name = 'InvariantViolation';
+  constructor(
+    readonly invariant: string,
+    message: string,
+    readonly atMs: number,
+  ) {
+    super(`invariant "${invariant}" broken at ${new Date(atMs).toISOString()}: ${message}`);
+  }
+}
+
+export interface InvariantInput {
+  readonly atMs: number;
+  /** Every job the store holds. */
+  readonly jobs: readonly Job[];
+  /** Ids intake accepted (or rejected): each must still be in the store. */
+  readonly submitted: ReadonlySet<string>;
+  /** The attempts the node agents are running, by job. */
+  readonly runningAttempts: ReadonlyMap<string, readonly number[]>;
+  readonly groups: readonly NodeGroup[];
+  readonly instances: readonly Instance[];
+  /** The exit code each job's own program ends with. */
+  readonly exitCodeOf: (job: Job) => number;
+  readonly lost: readonly LostWork[];
+  /** Slack on the lost-work bound: the agent's tick, the notice margin and restore time. */
+  readonly lostSlackSec: number;
+  readonly teamTags: readonly TeamTagSet[];
+  readonly ledger: SpendLedger;
+  /** When each hold team was first seen over its budget (kept by the caller between checks). */
+  readonly overBudgetSince: Map<string, number>;
+  readonly reconcileIntervalMs: number;
+}
+
+/**
+ * The promises gpu-fleet makes about people's work and money, checked after every simulated
+ * minute. Returns the violations found (empty when all hold).
+ * 1. every submitted job is in the store, in exactly one known state;
+ * 2. no job has two attempts running, and a running attempt is the job's current one;
+ * 3. nothing is lost: accepted = succeeded + failed (by its own exit) + cancelled + pending + placed + running + checkpointing;
+ * 4. no group has more desired or live machines than its max;
+ * 5. a team whose budget says `hold` gets no new placement more than one reconcile interval after it is over budget;
+ * 6. an interrupted attempt of a job whose checkpoints work loses at most its checkpoint interval plus grace period.
+ */
+export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: number }): Promise<InvariantViolation[]> {
+  const out: InvariantViolation[] = [];
+  const v = (name: string, message: string) => out.push(new InvariantViolation(name, message, x.atMs));
+  const byId = new Map(x.jobs.map((j) => [j.id, j]));
+  for (const id of x.submitted) {
+    const j = byId.get(id);
+    if (!j) v('one state per job', `job ${id} was submitted but is not in the store`);
+    else if (!JOB_STATES.includes(j.state)) v('one state per job', `job ${id} is in unknown state "${j.state}"`);
+  }
+  for (const [jobId, attempts] of x.runningAttempts) {
+    if (attempts.length > 1) v('no two running attempts', `job ${jobId} runs attempts ${attempts.join(' and ')} at once`);
+    const j = byId.get(jobId);
+    if (j && (j.state === 'running' || j.state === 'checkpointing') && !attempts.includes(j.attempt)) v('no two running attempts', `job ${jobId} is at attempt ${j.attempt} but attempt ${attempts.join(',')} runs`);
+  }
+  // Every accepted job is pending, placed, running, checkpointing, succeeded, cancelled, or failed by its own program's exit.
+  for (const j of x.jobs) {
+    if (j.state === 'failed' && j.exitCode !== x.exitCodeOf(j)) v('nothing lost', `job ${j.id} failed with exit code ${j.exitCode}, not its program's ${x.exitCodeOf(j)}: the platform failed it`);
+  }
+  const live = new Map<string, number>();
+  for (const i of x.instances) if (i.state !== 'terminated') live.set(i.groupId, (live.get(i.groupId) ?? 0) + 1);
+  for (const g of x.groups) {
+    if (g.desiredCapacity > g.maxSize) v('no group above its max', `group ${g.id} wants ${g.desiredCapacity} machines, its max is ${g.maxSize}`);
+    if ((live.get(g.id) ?? 0) > g.maxSize) v('no group above its max', `group ${g.id} has ${live.get(g.id)} live machines, its max is ${g.maxSize}`);
+  }
+  for (const t of x.teamTags) {
+    const team = teamFromTags(t.team, t.tags);
+    if (team.budget?.action !== 'hold') continue;
+    const spent = (await x.ledger.read(team.id, periodKey(team.budget.period, x.atMs))).spentMicroUsd;
+    if (budgetStatus(team, spent).state !== 'hold') {
+      x.overBudgetSince.delete(team.id);
+      continue;
+    }
+    const since = x.overBudgetSince.get(team.id) ?? x.atMs;
+    x.overBudgetSince.set(team.id, since);
+    const late = x.jobs.filter((j) => j.team === team.id && (j.placedAtMs ?? 0) > since + x.reconcileIntervalMs);
+    if (late.length > 0) v('hold keeps the budget', `team ${team.id} is over its budget (action hold) since ${new Date(since).toISOString()}, yet ${late.map((j) => j.id).join(', ')} was placed`);
+  }
+  for (let i = lostChecked.upTo; i < x.lost.length; i++) {
+    const l = x.lost[i]!;
+    if (l.allowedSec !== undefined && !l.checkpointFailed && l.lostSec > l.allowedSec + x.lostSlackSec) {
+      v('bounded rework', `job ${l.jobId} attempt ${l.attempt} lost ${Math.round(l.lostSec)} s of work; its checkpoints every ${l.allowedSec} s (with grace) allow ${l.allowedSec + x.lostSlackSec} s`);
+    }
+  }
+  lostChecked.upTo = x.lost.length;
+  return out;
+}

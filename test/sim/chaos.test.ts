@@ -1,0 +1,93 @@
+import { describe, expect, it } from 'vitest';
+import type { NodeGroup } from '../../core/fleet.ts';
+import type { Job } from '../../core/job.ts';
+import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../../cloud/sim/defaults.ts';
+import { FAULT_PROFILES } from '../../cloud/sim/faults.ts';
+import { checkInvariants, type InvariantInput } from '../../cloud/sim/invariants.ts';
+import { MemorySpendLedger } from '../../cloud/sim/memory-stores.ts';
+import { runSimulation } from '../../cloud/sim/simulation.ts';
+import { loadWorkload } from '../../cloud/sim/workload.ts';
+import { benchChaos } from '../../bench/chaos.ts';
+import { aJob, aNode, aGroup, T0 } from '../builders.ts';
+
+const group: NodeGroup = aGroup({ id: 'g', maxSize: 2, desiredCapacity: 1 });
+function world(over: Partial<InvariantInput> = {}): InvariantInput {
+  const jobs: Job[] = [aJob({ id: 'nlp.a', team: 'nlp' }), aJob({ id: 'nlp.b', team: 'nlp', state: 'running', attempt: 2, placedAtMs: T0 })];
+  return {
+    atMs: T0,
+    jobs,
+    submitted: new Set(['nlp.a', 'nlp.b']),
+    runningAttempts: new Map([['nlp.b', [2]]]),
+    groups: [group],
+    instances: [aNode('i-1', { group }).instance],
+    exitCodeOf: () => 0,
+    lost: [],
+    lostSlackSec: 95,
+    teamTags: [],
+    ledger: new MemorySpendLedger(),
+    overBudgetSince: new Map(),
+    reconcileIntervalMs: 60_000,
+    ...over,
+  };
+}
+const names = async (x: InvariantInput) => (await checkInvariants(x, { upTo: 0 })).map((v) => v.invariant);
+
+describe('invariants', () => {
+  it('hold in a sound world', async () => {
+    expect(await names(world())).toEqual([]);
+  });
+
+  it('each one fires when its promise is broken, with a message that says what and where', async () => {
+    expect(await names(world({ submitted: new Set(['nlp.a', 'nlp.b', 'nlp.gone']) }))).toEqual(['one state per job']);
+    expect(await names(world({ runningAttempts: new Map([['nlp.b', [1, 2]]]) }))).toEqual(['no two running attempts']);
+    expect(await names(world({ runningAttempts: new Map([['nlp.b', [1]]]) }))).toEqual(['no two running attempts']);
+    const failed = aJob({ id: 'nlp.a', team: 'nlp', state: 'failed', exitCode: 137 });
+    const v = await checkInvariants(world({ jobs: [failed], submitted: new Set(['nlp.a']), runningAttempts: new Map() }), { upTo: 0 });
+    expect(v.map((x) => x.message)).toEqual([expect.stringMatching(/job nlp.a failed with exit code 137, not its program's 0: the platform failed it/)]);
+    expect(await names(world({ groups: [{ ...group, desiredCapacity: 3 }] }))).toEqual(['no group above its max']);
+    const three = ['i-1', 'i-2', 'i-3'].map((id) => aNode(id, { group }).instance);
+    expect(await names(world({ instances: three }))).toEqual(['no group above its max']);
+    expect(await names(world({ lost: [{ jobId: 'nlp.b', attempt: 1, lostSec: 2000, allowedSec: 690, checkpointFailed: false }] }))).toEqual(['bounded rework']);
+    // A failed checkpoint voids the bound; a job without checkpoints has none.
+    expect(await names(world({ lost: [{ jobId: 'nlp.b', attempt: 1, lostSec: 2000, allowedSec: 690, checkpointFailed: true }, { jobId: 'nlp.a', attempt: 1, lostSec: 9000, checkpointFailed: false }] }))).toEqual([]);
+  });
+
+  it('a hold team over its budget gets no new placement after one reconcile interval', async () => {
+    const ledger = new MemorySpendLedger();
+    await ledger.accrue({ team: 'nlp', period: '2026-11', fromMs: T0 - 3_600_000, toMs: T0, amountMicroUsd: 200_000_000 });
+    const teamTags = [{ team: 'nlp', resource: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp', tags: { 'gpu-fleet:team': 'nlp', 'gpu-fleet:budget-usd': '100', 'gpu-fleet:budget-period': 'monthly', 'gpu-fleet:budget-action': 'hold' } }];
+    const overBudgetSince = new Map<string, number>();
+    const late = aJob({ id: 'nlp.c', team: 'nlp', state: 'running', placedAtMs: T0 + 5 * 60_000 });
+    expect(await names(world({ ledger, teamTags, overBudgetSince }))).toEqual([]);
+    expect(await names(world({ atMs: T0 + 6 * 60_000, ledger, teamTags, overBudgetSince, jobs: [...world().jobs, late], submitted: new Set(['nlp.a', 'nlp.b', 'nlp.c']) }))).toEqual(['hold keeps the budget']);
+  });
+});
+
+describe('the control loop under faults (simulated cloud, invariants checked every minute)', () => {
+  const workload = loadWorkload(BUILT_IN_TRACE, { hours: 24 });
+  const base = { workload, groups: DEFAULT_SIM_GROUPS, teamTags: defaultTeamTags(workload.teams), seed: 1, hours: 24, spot: BUILT_IN_SPOT };
+
+  it('loses no job, runs none twice and breaks no invariant with every fault at once', async () => {
+    const { summary } = await runSimulation({ ...base, faults: FAULT_PROFILES.all!, invariants: 'stop' });
+    expect(summary).toMatchObject({ lost: 0, duplicated: 0, violations: 0 });
+    const f = summary.faults;
+    const kinds = ['apiErrors', 'storeConflicts', 'crashes', 'duplicateEvents', 'stormInterruptions', 'deadAgents', 'checkpointFailures'] as const;
+    expect(kinds.filter((k) => f[k] === 0)).toEqual([]);
+    expect(summary.accepted).toBe(summary.completed + summary.failed + summary.cancelled + summary.runningAtEnd + summary.pendingAtEnd);
+  }, 120_000);
+
+  it('stops at the first broken invariant with a clear message (a running job marked failed behind the loop\'s back)', async () => {
+    const sabotage = (env: Parameters<NonNullable<Parameters<typeof runSimulation>[0]['onTick']>>[0], t: number) => {
+      if (t !== 2 * 3_600_000) return;
+      const victim = env.jobs.all().find((j) => j.state === 'running')!;
+      env.jobs.restore([{ ...victim, state: 'failed', exitCode: 99, version: victim.version + 1 }]);
+    };
+    await expect(runSimulation({ ...base, hours: 3, onTick: sabotage })).rejects.toThrow(/invariant "nothing lost" broken at 2026-11-02T02:01:00.000Z: job \S+ failed with exit code 99, not its program's 0: the platform failed it/);
+  }, 60_000);
+
+  it('bench:chaos reports every profile with the keys the issue names, against the fault-free run', async () => {
+    const { rows } = await benchChaos({ hours: 4, seed: 1, profiles: ['none', 'store-conflicts'] });
+    expect(rows.map((r) => Object.keys(r).sort())).toEqual(Array(2).fill(['accepted', 'completed', 'costOverheadPct', 'duplicated', 'lost', 'p95WaitOverheadPct', 'profile', 'violations']));
+    expect(rows[0]).toMatchObject({ profile: 'none', costOverheadPct: 0, p95WaitOverheadPct: 0, lost: 0, violations: 0 });
+  }, 60_000);
+});
