@@ -1,3 +1,4 @@
+import { ConflictError } from '../../core/errors.ts';
 import type { InstanceType } from '../../core/catalog.ts';
 import type { Instance } from '../../core/fleet.ts';
 import { finishCancel, type Job } from '../../core/job.ts';
@@ -59,7 +60,7 @@ export interface AgentTickResult {
  */
 export class SimAgents {
   private readonly running = new Map<string, RunningAttempt>();
-  readonly stats = { started: 0, succeeded: 0, checkpoints: 0, cancelled: 0, preempted: 0, checkpointFailures: 0 };
+  readonly stats = { started: 0, succeeded: 0, checkpoints: 0, cancelled: 0, preempted: 0, checkpointFailures: 0, writeRetries: 0 };
   /** Attempts ended without finishing, with the work they lost. */
   readonly lost: LostWork[] = [];
   private readonly failedCheckpointJobs = new Set<string>();
@@ -121,7 +122,13 @@ export class SimAgents {
         const nodes = job.placement?.nodes ?? [];
         if (!nodes.every((n) => live.has(n.nodeId))) continue; // a machine of its gang is gone: the control plane will notice
         stillActive.add(key(job));
-        await this.step(job, now);
+        try {
+          await this.step(job, now);
+        } catch (error) {
+          // Lost a write race too many times in a row: the agent tries again at its next tick.
+          if (!(error instanceof ConflictError)) throw error;
+          this.stats.writeRetries++;
+        }
       }
     }
     for (const [k, r] of this.running) {

@@ -1,5 +1,5 @@
 import { DAY_PERIOD_PREFIX } from '../../core/services/accrual.ts';
-import { CloudError } from '../../core/errors.ts';
+import { CloudError, ConflictError } from '../../core/errors.ts';
 import type { Instance } from '../../core/fleet.ts';
 import type { ReconcilePorts } from '../../core/services/reconcile.ts';
 import { conflictingJobs, crashingJournal, FAULT_PROFILES, faultyProvider, hash01, SimulatedCrash, stockouts, type FaultProfile } from './faults.ts';
@@ -275,7 +275,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       await reconcile(ports, { planner: setup.planner, policy: control, holder: `sim-${reconcileCount}` });
     } catch (error) {
       // A dead or failed invocation: the next scheduled one picks up (and resumes a journaled plan).
-      if (!(error instanceof SimulatedCrash) && !(error instanceof CloudError)) throw error;
+      if (!(error instanceof SimulatedCrash) && !(error instanceof CloudError) && !(error instanceof ConflictError)) throw error;
       injected.reconcileFailures++;
     }
   };
@@ -382,8 +382,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         const out = await handleNotice({ ...ports, providers: ports.providers }, parsed.notice, control);
         if (out.status === 'handled' && out.reconcileSoon) reconcileSoon = true;
       } catch (error) {
-        // The interruption function failed (a cloud call): EventBridge retries it a little later.
-        if (!(error instanceof CloudError)) throw error;
+        // The interruption function failed (a cloud call, a write race lost again and again): EventBridge retries it a little later.
+        if (!(error instanceof CloudError) && !(error instanceof ConflictError)) throw error;
         inbox.push({ atMs: now + tickMs, event });
       }
     }

@@ -2,7 +2,12 @@ import { describe, expect, it } from 'vitest';
 import type { NodeGroup } from '../../core/fleet.ts';
 import type { Job } from '../../core/job.ts';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../../cloud/sim/defaults.ts';
-import { FAULT_PROFILES } from '../../cloud/sim/faults.ts';
+import { applyJobEvent } from '../../core/services/job-updates.ts';
+import { intake } from '../../core/services/intake.ts';
+import { SeededRandom } from '../../cloud/sim/clock.ts';
+import { createSimEnvironment } from '../../cloud/sim/environment.ts';
+import { conflictingJobs, FAULT_PROFILES } from '../../cloud/sim/faults.ts';
+import { SimAgents } from '../../cloud/sim/sim-agent.ts';
 import { checkInvariants, type InvariantInput } from '../../cloud/sim/invariants.ts';
 import { MemorySpendLedger } from '../../cloud/sim/memory-stores.ts';
 import { runSimulation } from '../../cloud/sim/simulation.ts';
@@ -84,6 +89,28 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
     };
     await expect(runSimulation({ ...base, hours: 3, onTick: sabotage })).rejects.toThrow(/invariant "nothing lost" broken at 2026-11-02T02:01:00.000Z: job \S+ failed with exit code 99, not its program's 0: the platform failed it/);
   }, 60_000);
+
+  it('an agent that loses the same write race again and again tries again at its next tick instead of dying', async () => {
+    const env = createSimEnvironment({ startMs: T0, seed: 1, teams: ['nlp'], teamTags: defaultTeamTags(['nlp']), bootSec: 60, groups: [{ id: 'g', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 2 }] });
+    await env.cloud.setDesiredCapacity('g', 1);
+    env.clock.advanceBy(120_000);
+    env.cloud.tick();
+    const [inst] = await env.cloud.listInstances();
+    await intake(env, { team: 'nlp', token: 'a', body: JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 } }) });
+    await env.nodes.register({ instanceId: inst!.id, groupId: 'g', registeredAtMs: T0, lastHeartbeatAtMs: T0, healthy: true, gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }] });
+    await env.nodes.assign(inst!.id, 'nlp.a', 1);
+    await applyJobEvent(env.jobs, 'nlp.a', { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } }, T0);
+    const counts = { injected: 0 };
+    const agents = new SimAgents({ clock: env.clock, jobs: conflictingJobs(env.jobs, new SeededRandom(1), 1, counts), nodes: env.nodes, checkpoints: env.checkpoints, instanceTypes: env.catalog.instanceTypes, workSecOf: () => 60 });
+    await expect(agents.tick(await env.cloud.listInstances())).resolves.toBeUndefined();
+    expect(agents.stats.writeRetries).toBe(1);
+    expect(counts.injected).toBe(5);
+    expect((await env.jobs.get('nlp.a'))!.state).toBe('placed');
+    // Once the race is won, the job starts.
+    const fair = new SimAgents({ clock: env.clock, jobs: env.jobs, nodes: env.nodes, checkpoints: env.checkpoints, instanceTypes: env.catalog.instanceTypes, workSecOf: () => 60 });
+    await fair.tick(await env.cloud.listInstances());
+    expect((await env.jobs.get('nlp.a'))!.state).toBe('running');
+  });
 
   it('bench:chaos reports every profile with the keys the issue names, against the fault-free run', async () => {
     const { rows } = await benchChaos({ hours: 4, seed: 1, profiles: ['none', 'store-conflicts'] });
