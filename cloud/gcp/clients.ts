@@ -3,6 +3,7 @@
 import { InstanceGroupManagersClient } from '@google-cloud/compute/build/src/v1/instance_group_managers_client.js';
 import { InstancesClient } from '@google-cloud/compute/build/src/v1/instances_client.js';
 import { InstanceTemplatesClient } from '@google-cloud/compute/build/src/v1/instance_templates_client.js';
+import { MachineTypesClient } from '@google-cloud/compute/build/src/v1/machine_types_client.js';
 import { RegionInstanceGroupManagersClient } from '@google-cloud/compute/build/src/v1/region_instance_group_managers_client.js';
 import { RegionInstanceTemplatesClient } from '@google-cloud/compute/build/src/v1/region_instance_templates_client.js';
 import { RegionOperationsClient } from '@google-cloud/compute/build/src/v1/region_operations_client.js';
@@ -34,5 +35,6 @@ export function gcpClients(options: GcpClientOptions = {}): GcpClients {
     instances: new InstancesClient(o),
     zoneOperations: new ZoneOperationsClient(o),
     regionOperations: new RegionOperationsClient(o),
+    machineTypes: new MachineTypesClient(o),
   };
 }

@@ -1,4 +1,4 @@
-import type { InstanceGroupManagersClient, InstancesClient, InstanceTemplatesClient, protos, RegionInstanceGroupManagersClient, RegionInstanceTemplatesClient, RegionOperationsClient, ZoneOperationsClient } from '@google-cloud/compute';
+import type { InstanceGroupManagersClient, InstancesClient, InstanceTemplatesClient, MachineTypesClient, protos, RegionInstanceGroupManagersClient, RegionInstanceTemplatesClient, RegionOperationsClient, ZoneOperationsClient } from '@google-cloud/compute';
 import { makeOffering, type CapacityType } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { Instance, InstanceState, NodeGroup } from '../../core/fleet.ts';
@@ -38,6 +38,7 @@ export interface GcpClients {
   readonly instances: InstancesClient;
   readonly zoneOperations: ZoneOperationsClient;
   readonly regionOperations: RegionOperationsClient;
+  readonly machineTypes: MachineTypesClient;
 }
 
 export interface MigOptions {

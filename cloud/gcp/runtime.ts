@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { Clock } from '../../core/ports.ts';
 import { shippedCatalog, ShippedCatalogSource, ShippedPriceSource } from '../catalog/shipped.ts';
 import { gcpClients, type GcpClientOptions } from './clients.ts';
+import { GcpMachineTypeCatalog } from './machine-types.ts';
 import { MigNodeGroups, type GcpClients, type GcpScope } from './mig-node-groups.ts';
 import { GcpPreemptions } from './preemptions.ts';
 
@@ -52,7 +53,7 @@ export function gcpPorts(config: GcpConfig, clients: GcpClients, clock: Clock) {
   return {
     groups,
     preemptions: new GcpPreemptions(clients.zoneOperations, groups, { projects: config.projects, clock }),
-    catalog: new ShippedCatalogSource(catalog),
+    catalog: new GcpMachineTypeCatalog(clients.machineTypes, config.projects, new ShippedCatalogSource(catalog)),
     prices: new ShippedPriceSource(catalog),
   };
 }

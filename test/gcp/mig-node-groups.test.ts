@@ -9,7 +9,9 @@ import { intake } from '../../core/services/intake.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { gcpClients } from '../../cloud/gcp/clients.ts';
 import { gcpErrorCode, operationError, translateGcpError } from '../../cloud/gcp/errors.ts';
+import { GcpMachineTypeCatalog } from '../../cloud/gcp/machine-types.ts';
 import { MigNodeGroups } from '../../cloud/gcp/mig-node-groups.ts';
+import { ShippedCatalogSource } from '../../cloud/catalog/shipped.ts';
 import { GcpPreemptions } from '../../cloud/gcp/preemptions.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
@@ -242,6 +244,29 @@ describe('GCP managed instance groups', () => {
       expect(out.errors).toEqual([expect.stringMatching(/^gcp: GCP list preemption operations on ml-research-7\/us-central1-a failed/)]);
       expect((await pollNotices(ports, [w.preemptions], DEFAULT_POLICY)).errors).toEqual([]);
     });
+  });
+});
+
+describe('GCP machine types', () => {
+  it('takes GPU facts from the shipped catalogue, and from the Compute API for a type it does not ship', async () => {
+    const w = await world();
+    // A machine type the shipped catalogue lacks, answered by the API in the second zone only.
+    w.gce.machineTypes.set('g2-custom-2g', { kind: 'compute#machineType', name: 'g2-custom-2g', guestCpus: 16, memoryMb: 65_536, accelerators: [{ guestAcceleratorCount: 2, guestAcceleratorType: 'nvidia-l4' }] });
+    w.gce.machineTypes.set('z9-mystery-1g', { kind: 'compute#machineType', name: 'z9-mystery-1g', guestCpus: 4, memoryMb: 8192, accelerators: [{ guestAcceleratorCount: 1, guestAcceleratorType: 'nvidia-quantum-9000' }] });
+    w.gce.fail(/zones\/us-central1-a\/machineTypes\/g2-custom-2g$/, 404, gceFixture('error-404-notFound-instanceTemplate.json'));
+    const catalog = new GcpMachineTypeCatalog(w.clients.machineTypes, [{ projectId: PROJECT, zones: ZONES }], new ShippedCatalogSource());
+    const before = w.gce.requests.length;
+    const types = await catalog.instanceTypes(['a2-highgpu-1g', 'g2-custom-2g', 'z9-mystery-1g', 'no-such-type']);
+    expect(types.get('a2-highgpu-1g')).toMatchObject({ cloud: 'gcp', gpuModel: 'A100-40GB', gpuCount: 1 });
+    expect(types.get('g2-custom-2g')).toEqual({ name: 'g2-custom-2g', cloud: 'gcp', gpuModel: 'L4', gpuCount: 2, gpuMemoryMiB: 24_576, vcpus: 16, memoryMiB: 65_536 });
+    expect(types.has('z9-mystery-1g')).toBe(false);
+    expect(types.has('no-such-type')).toBe(false);
+    expect(catalog.problems).toEqual([expect.stringMatching(/z9-mystery-1g: accelerator nvidia-quantum-9000 is not one gpu-fleet schedules/)]);
+    // The shipped type needed no call; each other type is read once.
+    const calls = w.gce.requests.slice(before);
+    expect(calls.filter((r) => r.includes('/machineTypes/a2-highgpu-1g'))).toEqual([]);
+    await catalog.instanceTypes(['g2-custom-2g']);
+    expect(w.gce.requests.slice(before).filter((r) => r.includes('/machineTypes/g2-custom-2g'))).toHaveLength(2);
   });
 });
 

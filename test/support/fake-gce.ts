@@ -69,6 +69,13 @@ export class FakeGce {
   port = 0;
   nowMs = Date.UTC(2026, 10, 30, 12, 0, 0);
   readonly templates = new Map<string, Record<string, unknown>>();
+  /** Machine types by name (the same in every zone), from the recorded and assembled fixtures. */
+  readonly machineTypes = new Map<string, Record<string, unknown>>(
+    ['machineTypes-get-a2-highgpu-1g.json', 'machineTypes-get-a3-highgpu-8g.assembled.json', 'machineTypes-get-g2-standard-8.assembled.json'].map((f) => {
+      const m = gceFixture(f);
+      return [String(m.name), m];
+    }),
+  );
   readonly migs = new Map<string, FakeMig>();
   readonly ops = new Map<string, FakeOp>();
   /** Zones out of capacity: new machines there stay CREATING with a stockout error. */
@@ -298,6 +305,11 @@ export class FakeGce {
       for (const { key, mig } of pg.items) ((items[key] ??= { instanceGroupManagers: [] }) as { instanceGroupManagers: unknown[] }).instanceGroupManagers.push(this.migJson(mig));
       items['zones/us-east1-b'] ??= { warning: { code: 'NO_RESULTS_ON_PAGE', message: 'There are no results for scope \'zones/us-east1-b\' on this page.', data: [{ key: 'scope', value: 'zones/us-east1-b' }] } };
       return send(200, { kind: 'compute#instanceGroupManagerAggregatedList', id: `projects/${project}/aggregated/instanceGroupManagers`, items, ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}), selfLink: `${BASE}/projects/${project}/aggregated/instanceGroupManagers` });
+    }
+    if ((m = /^zones\/([^/]+)\/machineTypes\/([^/]+)$/.exec(route)) && req.method === 'GET') {
+      const mt = this.machineTypes.get(m[2]!);
+      if (!mt) return notFound(`projects/${project}/zones/${m[1]}/machineTypes/${m[2]}`);
+      return send(200, { ...mt, zone: m[1] });
     }
     if ((m = /^global\/instanceTemplates\/([^/]+)$/.exec(route)) && req.method === 'GET') {
       const t = this.templates.get(`${project}/${m[1]}`);
