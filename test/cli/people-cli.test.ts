@@ -142,6 +142,7 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
   let tables: TableNames;
   let sqs: Awaited<ReturnType<typeof startSqs>>;
   let autoscaling: Server;
+  let tagging: Server;
   let env: NodeJS.ProcessEnv;
 
   beforeAll(async () => {
@@ -156,6 +157,22 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
       req.on('end', () => res.writeHead(200, { 'content-type': 'text/xml' }).end(empty));
     });
     await new Promise<void>((r) => autoscaling.listen(0, '127.0.0.1', r));
+    // Resource Groups Tagging API (JSON 1.1): the team queues' tags, in the recorded response's shape.
+    const recorded = JSON.parse(readFileSync(join(root, 'test/fixtures/api/aws/tagging-GetResources-recorded.json'), 'utf8')) as { ResourceTagMappingList: unknown[] };
+    tagging = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const body = {
+          ...recorded,
+          ResourceTagMappingList: [
+            { ResourceARN: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp', Tags: [{ Key: 'gpu-fleet:team', Value: 'nlp' }, { Key: 'gpu-fleet:budget-usd', Value: '2500' }, { Key: 'gpu-fleet:budget-action', Value: 'spot-only' }] },
+            { ResourceARN: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-vision', Tags: [{ Key: 'gpu-fleet:team', Value: 'vision' }, { Key: 'gpu-fleet:budget-usd', Value: 'lots' }] },
+          ],
+        };
+        res.writeHead(200, { 'content-type': 'application/x-amz-json-1.1' }).end(JSON.stringify(body));
+      });
+    });
+    await new Promise<void>((r) => tagging.listen(0, '127.0.0.1', r));
     env = {
       ...process.env,
       AWS_REGION: 'us-east-1',
@@ -164,6 +181,7 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
       AWS_ENDPOINT_URL_DYNAMODB: db.endpoint,
       AWS_ENDPOINT_URL_SQS: sqs.server.address,
       AWS_ENDPOINT_URL_AUTO_SCALING: `http://127.0.0.1:${(autoscaling.address() as AddressInfo).port}`,
+      AWS_ENDPOINT_URL_RESOURCE_GROUPS_TAGGING_API: `http://127.0.0.1:${(tagging.address() as AddressInfo).port}`,
       GPU_FLEET_JOBS_TABLE: tables.jobs,
       GPU_FLEET_NODES_TABLE: tables.nodes,
       GPU_FLEET_CONTROL_TABLE: tables.control,
@@ -176,6 +194,7 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
     await sqs?.close();
     await db?.close();
     await new Promise((r) => autoscaling?.close(r));
+    await new Promise((r) => tagging?.close(r));
   });
 
   it('submit sends the spec to the team queue with its idempotency token, and prints the job id intake will use', async () => {
@@ -190,6 +209,17 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
     const noQueue = await cli(['submit', '--team', 'speech', '--image', 'pytorch/pytorch:2.3.0', '--', 'python', 'x.py'], env);
     expect(noQueue.code).not.toBe(0);
     expect(noQueue.stderr).toMatch(/speech/);
+  }, 60_000);
+
+  it('budget reads the teams\' tags through the tagging API: a bad amount holds the team and is reported', async () => {
+    const rows = json<{ team: string; state: string; budgetMicroUsd?: number; action?: string; tagProblems: string[] }[]>(await cli(['budget', '--json'], env));
+    expect(rows.map((r) => [r.team, r.state, r.budgetMicroUsd, r.action])).toEqual([
+      ['nlp', 'ok', 2_500_000_000, 'spot-only'],
+      ['vision', 'hold', undefined, undefined],
+    ]);
+    expect(rows[1]!.tagProblems.join(' ')).toMatch(/gpu-fleet:budget-usd="lots" is not a dollar amount/);
+    const human = await cli(['budget'], env);
+    expect(human.stdout).toMatch(/Tag problems .*\n\s+vision: gpu-fleet:budget-usd="lots"/);
   }, 60_000);
 
   it('status, explain and cancel read and change the jobs in DynamoDB', async () => {
