@@ -51,20 +51,24 @@ export interface InvariantInput {
 export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: number }): Promise<InvariantViolation[]> {
   const out: InvariantViolation[] = [];
   const v = (name: string, message: string) => out.push(new InvariantViolation(name, message, x.atMs));
-  const byId = new Map(x.jobs.map((j) => [j.id, j]));
-  for (const id of x.submitted) {
-    const j = byId.get(id);
-    if (!j) v('one state per job', `job ${id} was submitted but is not in the store`);
-    else if (!JOB_STATES.includes(j.state)) v('one state per job', `job ${id} is in unknown state "${j.state}"`);
+  // One pass over the jobs (this runs every simulated minute): states, platform failures, and how many submitted ids are present.
+  let present = 0;
+  const current = new Map<string, Job>();
+  for (const j of x.jobs) {
+    if (x.submitted.has(j.id)) present++;
+    if (!JOB_STATES.includes(j.state)) v('one state per job', `job ${j.id} is in unknown state "${j.state}"`);
+    // Every accepted job is pending, placed, running, checkpointing, succeeded, cancelled, or failed by its own program's exit.
+    if (j.state === 'failed' && j.exitCode !== x.exitCodeOf(j)) v('nothing lost', `job ${j.id} failed with exit code ${j.exitCode}, not its program's ${x.exitCodeOf(j)}: the platform failed it`);
+    if (x.runningAttempts.has(j.id)) current.set(j.id, j);
+  }
+  if (present !== x.submitted.size) {
+    const ids = new Set(x.jobs.map((j) => j.id));
+    for (const id of x.submitted) if (!ids.has(id)) v('one state per job', `job ${id} was submitted but is not in the store`);
   }
   for (const [jobId, attempts] of x.runningAttempts) {
     if (attempts.length > 1) v('no two running attempts', `job ${jobId} runs attempts ${attempts.join(' and ')} at once`);
-    const j = byId.get(jobId);
+    const j = current.get(jobId);
     if (j && (j.state === 'running' || j.state === 'checkpointing') && !attempts.includes(j.attempt)) v('no two running attempts', `job ${jobId} is at attempt ${j.attempt} but attempt ${attempts.join(',')} runs`);
-  }
-  // Every accepted job is pending, placed, running, checkpointing, succeeded, cancelled, or failed by its own program's exit.
-  for (const j of x.jobs) {
-    if (j.state === 'failed' && j.exitCode !== x.exitCodeOf(j)) v('nothing lost', `job ${j.id} failed with exit code ${j.exitCode}, not its program's ${x.exitCodeOf(j)}: the platform failed it`);
   }
   const live = new Map<string, number>();
   for (const i of x.instances) if (i.state !== 'terminated') live.set(i.groupId, (live.get(i.groupId) ?? 0) + 1);

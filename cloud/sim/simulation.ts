@@ -284,7 +284,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const overBudgetSince = new Map<string, number>();
   const lostChecked = { upTo: 0 };
   const seenTwice = new Set<string>();
-  const checkNow = async (atMs: number) => {
+  const checkNow = async (atMs: number, instances: readonly Instance[]) => {
     if ((options.invariants ?? 'stop') === 'off') return;
     const running = agents.runningAttempts();
     for (const [id, a] of running) if (a.length > 1) seenTwice.add(id);
@@ -295,7 +295,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         submitted,
         runningAttempts: running,
         groups: await env.cloud.listGroups(),
-        instances: await env.cloud.listInstances(),
+        instances,
         exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
         lost: agents.lost,
         lostSlackSec: tickMs / 1000 + control.noticeMarginSec + control.restoreSec,
@@ -393,7 +393,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       await runReconcile();
       await noteBudgetEvents(env, t, lastBudget, budgetEvents);
     }
-    if (tick % reconcileEvery === 0) await checkNow(now);
+    if (tick % reconcileEvery === 0) await checkNow(now, await env.cloud.listInstances());
     const running = await env.jobs.listByState(['running', 'checkpointing']);
     for (const job of running) gpuMsUsed += (tickMs * milliGpusUsed(job.spec.gpu) * job.spec.nodes) / 1000;
     let liveGpus = 0;
