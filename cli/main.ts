@@ -101,8 +101,8 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       await statusCommand(flags, io);
     });
 
-  sim(program.command('explain').description('Why a job waits, or where and why it runs; why the fleet scaled (from the decision records)').option('--job <id>', 'the job to explain').option('--decision <latest|id>', 'a reconcile decision: its actions and reasons'))
-    .addHelpText('after', `\nExamples:\n  gpu-fleet explain --job nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision latest --sim ./sim --json\n${awsNote}`)
+  sim(program.command('explain').description('Why a job waits, or where and why it runs; why the fleet scaled (from the decision records)').option('--job <id>', 'the job to explain').option('--decision <latest|last-change|id>', 'a reconcile decision: its actions and reasons (last-change: the newest that scaled or preempted)'))
+    .addHelpText('after', `\nExamples:\n  gpu-fleet explain --job nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision last-change --sim ./sim --json\n${awsNote}`)
     .action(async (flags) => {
       const { explainCommand } = await import('./people.ts');
       await explainCommand(flags, io);

@@ -259,7 +259,7 @@ export interface ExplainFlags extends FleetFlags {
 }
 
 export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void> {
-  if (!!flags.job === !!flags.decision) throw new UsageError('give one of --job ID (why a job waits, or where and why it runs) or --decision latest|ID (why the fleet changed)');
+  if (!!flags.job === !!flags.decision) throw new UsageError('give one of --job ID (why a job waits, or where and why it runs) or --decision latest|last-change|ID (why the fleet changed)');
   await withFleet(flags, async (fleet) => {
     const now = fleet.clock.nowMs();
     if (flags.job) {
@@ -270,8 +270,18 @@ export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void>
       print(io, flags.json, explanation, () => [explanation.summary, ...explanation.details.map((d) => `  ${d}`)].join('\n'));
       return;
     }
-    const decision = flags.decision === 'latest' ? (await fleet.decisions.recent(1))[0] : await fleet.decisions.get(flags.decision!);
-    if (!decision) throw new UsageError(flags.decision === 'latest' ? 'no decision recorded yet: reconcile has not run' : `no decision ${flags.decision}; --decision latest shows the newest`);
+    const fleetChange = (d: DecisionRecord) => d.plan.actions.some((a) => a.kind === 'scale-up' || a.kind === 'scale-in' || a.kind === 'preempt' || a.kind === 'cancel-launches');
+    const decision =
+      flags.decision === 'latest'
+        ? (await fleet.decisions.recent(1))[0]
+        : flags.decision === 'last-change'
+          ? (await fleet.decisions.recent(500)).find(fleetChange)
+          : await fleet.decisions.get(flags.decision!);
+    if (!decision) {
+      throw new UsageError(
+        flags.decision === 'latest' ? 'no decision recorded yet: reconcile has not run' : flags.decision === 'last-change' ? 'none of the newest 500 decisions changed the fleet' : `no decision ${flags.decision}; --decision latest shows the newest, last-change the newest that scaled or preempted`,
+      );
+    }
     print(io, flags.json, decision, () => describeDecision(decision));
   });
 }

@@ -84,8 +84,12 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(latest.id).toMatch(/^decision-/);
     const again = json<{ id: string }>(await cli(['explain', '--sim', dir, '--decision', latest.id, '--json']));
     expect(again.id).toBe(latest.id);
+    const change = json<{ plan: { actions: { kind: string }[] } }>(await cli(['explain', '--sim', dir, '--decision', 'last-change', '--json']));
+    expect(change.plan.actions.some((a) => ['scale-up', 'scale-in', 'preempt', 'cancel-launches'].includes(a.kind))).toBe(true);
+    const human = await cli(['explain', '--sim', dir, '--decision', 'last-change']);
+    expect(human.stdout).toMatch(/Fleet changes\n {2}(scale up|remove|preempt|cancel-launches)/);
     const both = await cli(['explain', '--sim', dir]);
-    expect(both).toMatchObject({ code: 2, stderr: expect.stringMatching(/give one of --job ID .* or --decision latest\|ID/) });
+    expect(both).toMatchObject({ code: 2, stderr: expect.stringMatching(/give one of --job ID .* or --decision latest\|last-change\|ID/) });
   }, 60_000);
 
   it('budget: spend this period against budget, forecast and state per team', async () => {
