@@ -230,7 +230,7 @@ export function reportText(r: FinOpsReport): string {
   out.push('', 'Cost by project (jobs)', r.byProject.length ? table(['project', 'jobs', 'GPU-h', 'cost'], r.byProject.map((p) => [p.project, p.jobs, p.gpuHours.toFixed(1), money(p.costMicroUsd)])) : '  (none)');
   out.push('', `Jobs by cost (top ${Math.min(10, r.jobs.length)} of ${r.jobs.length})`, r.jobs.length ? table(['job', 'team', 'state', 'GPU-h', 'spot', 'cost', 'saved', 'interruptions'], r.jobs.slice(0, 10).map((j) => [j.job, j.team, j.state, j.gpuHours.toFixed(2), pct(100 * j.spotShare), money(j.costMicroUsd), money(j.onDemandMicroUsd - j.costMicroUsd), j.interruptions])) : '  (none)');
   if (r.lowUtilization.length > 0) out.push('', 'Running jobs with GPUs mostly idle', table(['job', 'team', 'GPU use', 'cost so far'], r.lowUtilization.map((j) => [j.job, j.team, pct(j.utilizationPct ?? 0), money(j.costMicroUsd)])));
-  out.push('', 'Spend by day', r.byDay.length ? table(['day', 'cost', ...(r.byDay.length ? [] : [])], r.byDay.map((d) => [d.day, money(d.totalMicroUsd)])) : '  (none)');
+  out.push('', 'Spend by day', r.byDay.length ? table(['day', 'cost'], r.byDay.map((d) => [d.day, money(d.totalMicroUsd)])) : '  (none)');
   if (r.notes.length > 0) out.push('', ...r.notes.map((n) => `note: ${n}`));
   return out.join('\n');
 }
@@ -289,7 +289,12 @@ ${r.notes.length ? `<h2>Notes</h2><ul>${r.notes.map((n) => `<li>${esc(n)}</li>`)
 export async function reportCommand(flags: ReportFlags, io: Io): Promise<FinOpsReport> {
   if (flags.team !== undefined && !/^[a-z0-9-]{1,32}$/.test(flags.team)) throw new UsageError(`--team "${flags.team}" is not a team id: lower-case letters, digits and "-", at most 32 characters`);
   const fleet = await openFleet(flags);
-  const report = await buildReport(fleet, flags);
+  let report: FinOpsReport;
+  try {
+    report = await buildReport(fleet, flags);
+  } finally {
+    await fleet.close();
+  }
   if (flags.out) {
     const dir = resolve(flags.out);
     mkdirSync(dir, { recursive: true });

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { budgetStatus, isValidTeamId, periodBounds, periodKey, teamFromTags } from '../core/budget.ts';
-import { milliGpusUsed } from '../core/gpu.ts';
-import { ACTIVE_STATES, JOB_STATES, type Job, type JobState } from '../core/job.ts';
+import { ACTIVE_STATES, assignmentMilliGpu, JOB_STATES, type Job, type JobState } from '../core/job.ts';
 import { checkJobSpec, type JobSpecInput } from '../core/job-spec.ts';
 import type { DecisionRecord, QueueDepth } from '../core/ports.ts';
 import { IDLE_TEAM } from '../core/services/accrual.ts';
@@ -134,12 +133,9 @@ interface GroupUse {
   usedMilli: number;
 }
 
-function heldMilli(job: Job, nodeId?: string): number {
+function heldMilli(job: Job, nodeId: string): number {
   let m = 0;
-  for (const a of job.placement?.nodes ?? []) {
-    if (nodeId !== undefined && a.nodeId !== nodeId) continue;
-    m += a.share ? a.share.milliGpu : a.mig ? milliGpusUsed({ kind: 'mig', profile: a.mig.profile }, Number(a.mig.profile[0])) : a.gpuIndices.length * 1000;
-  }
+  for (const a of job.placement?.nodes ?? []) if (a.nodeId === nodeId) m += assignmentMilliGpu(a);
   return m;
 }
 

@@ -1,4 +1,5 @@
 import type { JobSpec } from './job-spec.ts';
+import { milliGpusUsed } from './gpu.ts';
 import { costForDuration } from './money.ts';
 import type { Reason } from './reason.ts';
 
@@ -25,6 +26,13 @@ export interface NodeAssignment {
   readonly gpuIndices: readonly number[];
   readonly mig?: { readonly profile: string; readonly startSlice: number };
   readonly share?: { readonly milliGpu: number; readonly memoryMiB: number };
+}
+
+/** Thousandths of a GPU one node's part of a placement holds (a whole GPU is 1000). */
+export function assignmentMilliGpu(a: NodeAssignment): number {
+  if (a.share) return a.share.milliGpu;
+  if (a.mig) return milliGpusUsed({ kind: 'mig', profile: a.mig.profile }, Number(a.mig.profile[0]));
+  return a.gpuIndices.length * 1000;
 }
 
 export interface Placement {

@@ -64,6 +64,8 @@ interface Mig {
 }
 
 const last = (url: string | null | undefined) => (url ?? '').split('/').pop() ?? '';
+/** The zone in a Compute resource URL (…/zones/us-central1-a/instances/x), or undefined. */
+const zoneOfUrl = (url: string | null | undefined) => /\/zones\/([^/]+)\//.exec(url ?? '')?.[1];
 const regionOf = (zone: string) => zone.replace(/-[a-z]$/, '');
 const CREATING = new Set(['CREATING', 'CREATING_WITHOUT_RETRIES', 'RECREATING', 'VERIFYING', 'RESUMING', 'STARTING', 'REFRESHING', 'RESTARTING']);
 const LEAVING = new Set(['DELETING', 'ABANDONING', 'STOPPING', 'SUSPENDING']);
@@ -87,6 +89,7 @@ const LEAVING = new Set(['DELETING', 'ABANDONING', 'STOPPING', 'SUSPENDING']);
 export class MigNodeGroups implements NodeGroupProvider {
   readonly cloud = 'gcp' as const;
   private cache: { atMs: number; migs: Mig[] } | undefined;
+  private lastInstances: { atMs: number; list: Instance[] } | undefined;
   private readonly templates = new Map<string, Template>();
   private groupProblems: string[] = [];
   private readonly actionProblems: string[] = [];
@@ -226,7 +229,7 @@ export class MigNodeGroups implements NodeGroupProvider {
   }
 
   private toInstance(m: Mig, mi: ManagedInstance, details: GceInstance | undefined): Instance {
-    const zone = /\/zones\/([^/]+)\//.exec(mi.instance ?? '')?.[1] ?? (m.regional ? '' : m.location);
+    const zone = zoneOfUrl(mi.instance) ?? (m.regional ? '' : m.location);
     const created = details?.creationTimestamp ? Date.parse(details.creationTimestamp) : NaN;
     return {
       id: last(mi.instance),
@@ -242,19 +245,36 @@ export class MigNodeGroups implements NodeGroupProvider {
     };
   }
 
+  /**
+   * The instances as last listed, when that is at most `maxAgeMs` old; else listed now. Reconcile
+   * lists them every minute: the preemption poll reuses that rather than listing twice.
+   */
+  async recentInstances(maxAgeMs: number): Promise<Instance[]> {
+    const c = this.lastInstances;
+    if (c && this.options.clock.nowMs() - c.atMs <= maxAgeMs) return c.list;
+    return this.listInstances();
+  }
+
   async listInstances(): Promise<Instance[]> {
+    const atMs = this.options.clock.nowMs();
+    const list = await this.listInstancesNow();
+    this.lastInstances = { atMs, list };
+    return list;
+  }
+
+  private async listInstancesNow(): Promise<Instance[]> {
     const migs = await this.migs(true);
     const perMig = await Promise.all(migs.map(async (m) => ({ m, list: await this.managedInstances(m) })));
     const zones = new Map<string, Map<string, GceInstance>>();
     for (const { m, list } of perMig) {
       for (const mi of list) {
-        const zone = /\/zones\/([^/]+)\//.exec(mi.instance ?? '')?.[1];
+        const zone = zoneOfUrl(mi.instance);
         const key = `${m.project}/${zone}`;
         if (zone && !zones.has(key)) zones.set(key, await this.zoneInstances(m.project, zone));
       }
     }
     return perMig.flatMap(({ m, list }) =>
-      list.filter((mi) => mi.instance).map((mi) => this.toInstance(m, mi, zones.get(`${m.project}/${/\/zones\/([^/]+)\//.exec(mi.instance ?? '')?.[1]}`)?.get(last(mi.instance)))),
+      list.filter((mi) => mi.instance).map((mi) => this.toInstance(m, mi, zones.get(`${m.project}/${zoneOfUrl(mi.instance)}`)?.get(last(mi.instance)))),
     );
   }
 
@@ -262,7 +282,7 @@ export class MigNodeGroups implements NodeGroupProvider {
     for (const m of await this.migs()) {
       const mi = (await this.managedInstances(m)).find((x) => last(x.instance) === instanceId);
       if (!mi) continue;
-      const zone = /\/zones\/([^/]+)\//.exec(mi.instance ?? '')?.[1];
+      const zone = zoneOfUrl(mi.instance);
       const details = zone ? (await this.zoneInstances(m.project, zone)).get(instanceId) : undefined;
       return this.toInstance(m, mi, details);
     }
@@ -288,7 +308,7 @@ export class MigNodeGroups implements NodeGroupProvider {
     } else {
       // Down: remove named machines (not yet running first, then the newest), never a protected one.
       const list = (await this.managedInstances(m)).filter((mi) => mi.instance && !LEAVING.has(mi.currentAction ?? ''));
-      const zoneOf = (mi: ManagedInstance) => /\/zones\/([^/]+)\//.exec(mi.instance ?? '')?.[1] ?? '';
+      const zoneOf = (mi: ManagedInstance) => zoneOfUrl(mi.instance) ?? '';
       const details = new Map<string, GceInstance>();
       for (const z of new Set(list.map(zoneOf))) for (const [k, v] of await this.zoneInstances(m.project, z)) details.set(k, v);
       const candidates = list
@@ -331,7 +351,7 @@ export class MigNodeGroups implements NodeGroupProvider {
     const members = new Map((await this.managedInstances(m)).filter((mi) => mi.instance && !LEAVING.has(mi.currentAction ?? '')).map((mi) => [last(mi.instance), mi]));
     for (const id of instanceIds) {
       const mi = members.get(id);
-      const zone = /\/zones\/([^/]+)\//.exec(mi?.instance ?? '')?.[1];
+      const zone = zoneOfUrl(mi?.instance);
       if (!mi || !zone) continue;
       let inst: GceInstance;
       try {
@@ -361,7 +381,7 @@ export class MigNodeGroups implements NodeGroupProvider {
       for (const mi of await this.managedInstances(m)) {
         const errors = mi.lastAttempt?.errors?.errors ?? [];
         if (errors.length === 0 || !CREATING.has(mi.currentAction ?? '')) continue;
-        const zone = /\/zones\/([^/]+)\//.exec(mi.instance ?? '')?.[1];
+        const zone = zoneOfUrl(mi.instance);
         const offering = m.group.offerings.find((o) => o.zone === zone);
         for (const e of errors) {
           out.push({ groupId: m.id, ...(offering ? { offeringId: offering.id } : {}), atMs: now, code: e.code ?? 'LaunchFailed', message: e.message ?? e.code ?? 'launch failed' });

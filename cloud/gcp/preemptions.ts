@@ -13,6 +13,8 @@ export interface PreemptionOptions {
   readonly firstLookbackSec?: number;
   /** Each later look re-reads this much before the previous one, seconds (default 120): operations can appear late. */
   readonly overlapSec?: number;
+  /** Spot machines found stopped are read from the node groups' last listing when it is at most this old, seconds (default 120). */
+  readonly instancesMaxAgeSec?: number;
 }
 
 const last = (url: string | null | undefined) => (url ?? '').split('/').pop() ?? '';
@@ -51,7 +53,7 @@ export class GcpPreemptions implements NoticeSource {
         }
       }
     }
-    for (const i of await this.groups.listInstances()) {
+    for (const i of await this.groups.recentInstances((this.options.instancesMaxAgeSec ?? 120) * 1000)) {
       if (i.capacityType !== 'spot' || i.state !== 'terminated' || seen.has(i.id)) continue;
       // No operation seen for it (too old, or missed): the machine itself says it was taken.
       out.push({ kind: 'preempted', eventId: `gcp/${i.groupId}/${i.id}/found-terminated/${i.launchedAtMs}`, instanceId: i.id, atMs: now });

@@ -379,7 +379,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       const parsed = parseCloudEvent(event, { receivedAtMs: now });
       if (parsed.kind !== 'notice') throw new Error(`simulated event was not understood: ${JSON.stringify(parsed)}`);
       try {
-        const out = await handleNotice({ ...ports, providers: ports.providers }, parsed.notice, control);
+        const out = await handleNotice(ports, parsed.notice, control);
         if (out.status === 'handled' && out.reconcileSoon) reconcileSoon = true;
       } catch (error) {
         // The interruption function failed (a cloud call, a write race lost again and again): EventBridge retries it a little later.

@@ -1,8 +1,7 @@
 import { periodBounds, periodKey } from '../budget.ts';
 import type { PriceQuote } from '../catalog.ts';
 import type { Instance } from '../fleet.ts';
-import { milliGpusUsed } from '../gpu.ts';
-import type { Job } from '../job.ts';
+import { assignmentMilliGpu, type Job } from '../job.ts';
 import { allocate, costForDuration, type MicroUsd } from '../money.ts';
 import type { SpendLedger } from '../ports.ts';
 import type { Team } from '../team.ts';
@@ -23,7 +22,7 @@ export function nodeShares(instances: readonly Instance[], activeJobs: readonly 
   const byNode = new Map<string, Map<string, number>>();
   for (const job of activeJobs) {
     for (const a of job.placement?.nodes ?? []) {
-      const held = a.share ? a.share.milliGpu : a.mig ? milliGpusUsed({ kind: 'mig', profile: a.mig.profile }, Number(a.mig.profile[0])) : a.gpuIndices.length * 1000;
+      const held = assignmentMilliGpu(a);
       const m = byNode.get(a.nodeId) ?? new Map<string, number>();
       m.set(job.team, (m.get(job.team) ?? 0) + held);
       byNode.set(a.nodeId, m);

@@ -225,15 +225,22 @@ describe('GCP managed instance groups', () => {
       expect(notices).toEqual([expect.objectContaining({ kind: 'preempted', instanceId, eventId: expect.stringContaining('found-terminated') })]);
     });
 
-    it('turns a spot machine found TERMINATED without any operation into a preemption', async () => {
+    it('turns a spot machine found TERMINATED without any operation into a preemption, from the listing reconcile already made', async () => {
       const { e, instanceId, ports } = await running();
       w.gce.preempt(instanceId, { recordOperation: false });
+      // The poll reuses the node groups' last listing (made before the preemption): no second listing, nothing seen yet.
+      const before = w.gce.requests.length;
+      expect((await pollNotices(ports, [w.preemptions], DEFAULT_POLICY)).requeued).toEqual([]);
+      expect(w.gce.requests.slice(before).filter((r) => r.includes('listManagedInstances'))).toEqual([]);
+      // The next reconcile lists the instances; the poll after it finds the machine stopped.
+      await w.groups.listInstances();
       const out = await pollNotices(ports, [w.preemptions], DEFAULT_POLICY);
       expect(out.requeued).toEqual(['nlp.a']);
       expect((await e.nodes.get(instanceId))!.draining).toMatchObject({ reason: 'machine preempted' });
-      // Handling the same notice again is a no-op.
+      // Handling the same notice again requeues nothing more.
       const [notice] = await w.preemptions.poll();
-      expect((await handleNotice(ports, notice!, DEFAULT_POLICY)).status === 'ignored' || (await e.jobs.get('nlp.a'))!.attempt === 2).toBe(true);
+      const again = await handleNotice(ports, notice!, DEFAULT_POLICY);
+      expect(again.status === 'handled' ? again.requeued : []).toEqual([]);
       expect((await e.jobs.get('nlp.a'))!.attempt).toBe(2);
     });
 
