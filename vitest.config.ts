@@ -8,6 +8,11 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Powertools: no X-Ray, no EMF or log lines on the test output (tests assert behaviour, not logs).
-    env: { POWERTOOLS_TRACE_ENABLED: 'false', POWERTOOLS_METRICS_DISABLED: 'true', POWERTOOLS_LOG_LEVEL: 'SILENT', AWS_REGION: 'us-east-1' },
+    env: {
+      POWERTOOLS_TRACE_ENABLED: 'false',
+      POWERTOOLS_METRICS_DISABLED: 'true',
+      POWERTOOLS_LOG_LEVEL: 'SILENT',
+      AWS_REGION: 'us-east-1',
+    },
   },
 });

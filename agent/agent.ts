@@ -108,7 +108,11 @@ export class NodeAgent {
   ) {
     this.instanceId = config.identity.instanceId;
     this.groupId = config.identity.groupId ?? config.groupId ?? 'unknown';
-    this.devices = new DeviceAllocator(() => this.inventory(), ports.migControl, (m) => ports.log.info(m));
+    this.devices = new DeviceAllocator(
+      () => this.inventory(),
+      ports.migControl,
+      (m) => ports.log.info(m),
+    );
   }
 
   // ---- the loops ----------------------------------------------------------------------------
@@ -116,7 +120,10 @@ export class NodeAgent {
   /** Starts the loops (after one full pass, so a caller can await a registered node). */
   async start(): Promise<void> {
     const leftovers = await this.ports.runner.cleanUpLeftovers();
-    if (leftovers.length > 0) this.ports.log.warn('stopped job processes a previous agent left running; their jobs restart from their newest checkpoint', { leftovers });
+    if (leftovers.length > 0)
+      this.ports.log.warn('stopped job processes a previous agent left running; their jobs restart from their newest checkpoint', {
+        leftovers,
+      });
     await this.heartbeat();
     await this.watch();
     this.every(this.config.heartbeatSec ?? 15, () => this.heartbeat());
@@ -130,11 +137,13 @@ export class NodeAgent {
     for (const t of this.timers) clearTimeout(t);
     this.timers = [];
     await this.queue.catch(() => {});
-    await Promise.all([...this.local.values()].map(async (l) => {
-      l.stopping = true;
-      await l.proc.stop((this.config.stopGraceSec ?? 30) * 1000);
-      await l.held.release().catch(() => {});
-    }));
+    await Promise.all(
+      [...this.local.values()].map(async (l) => {
+        l.stopping = true;
+        await l.proc.stop((this.config.stopGraceSec ?? 30) * 1000);
+        await l.held.release().catch(() => {});
+      }),
+    );
     this.local.clear();
   }
 
@@ -142,7 +151,9 @@ export class NodeAgent {
     const loop = () => {
       if (this.stopped) return;
       const t = setTimeout(() => {
-        void f().catch((error: unknown) => this.ports.log.error('agent loop failed; it runs again at its next turn', { error: String(error) })).finally(loop);
+        void f()
+          .catch((error: unknown) => this.ports.log.error('agent loop failed; it runs again at its next turn', { error: String(error) }))
+          .finally(loop);
       }, sec * 1000);
       this.timers.push(t);
     };
@@ -172,7 +183,8 @@ export class NodeAgent {
         const report = await this.inventory();
         gpus = toGpuDevices(report);
         const problems = report.gpus.flatMap(gpuProblems);
-        if (report.gpus.length > 0 && gpus.length === 0) problems.push(`no GPU here is a model gpu-fleet schedules (${report.gpus.map((g) => g.name).join(', ')})`);
+        if (report.gpus.length > 0 && gpus.length === 0)
+          problems.push(`no GPU here is a model gpu-fleet schedules (${report.gpus.map((g) => g.name).join(', ')})`);
         this.health = problems.length > 0 ? { healthy: false, problem: problems.join('; ') } : { healthy: true };
       } catch (error) {
         this.health = { healthy: false, problem: (error as Error).message };
@@ -232,7 +244,13 @@ export class NodeAgent {
     if (job.cancelRequested) {
       // Cancelled while running: a job that can checkpoint is asked to save first, then stopped.
       if (l && job.spec.checkpoint && !l.exit && !l.stopping) {
-        if (!l.checkpointing) this.beginCheckpoint(l, reason('preempt-for-priority', 'cancelled: checkpointed, then stopped'), now + checkpointGraceMs(job), 'cancel');
+        if (!l.checkpointing)
+          this.beginCheckpoint(
+            l,
+            reason('preempt-for-priority', 'cancelled: checkpointed, then stopped'),
+            now + checkpointGraceMs(job),
+            'cancel',
+          );
         return;
       }
       if (l?.checkpointing) return; // its checkpoint ends in a stop and the cancel is recorded there
@@ -241,10 +259,22 @@ export class NodeAgent {
       return;
     }
     if (job.state === 'checkpointing') {
-      if (l && !l.checkpointing) this.beginCheckpoint(l, job.checkpointReason ?? reason('preempt-for-priority', 'checkpointed on request and returned to the queue'), now + checkpointGraceMs(job));
+      if (l && !l.checkpointing)
+        this.beginCheckpoint(
+          l,
+          job.checkpointReason ?? reason('preempt-for-priority', 'checkpointed on request and returned to the queue'),
+          now + checkpointGraceMs(job),
+        );
       if (!l && lead) {
         // Nothing runs here (the agent restarted): requeue from the newest checkpoint in the store.
-        await requeueAttempt(this.ports, { jobId: job.id, attempt: job.attempt, reason: job.checkpointReason ?? reason('preempt-for-priority', 'checkpoint requested while no process ran; requeued from its newest checkpoint'), nowMs: now });
+        await requeueAttempt(this.ports, {
+          jobId: job.id,
+          attempt: job.attempt,
+          reason:
+            job.checkpointReason ??
+            reason('preempt-for-priority', 'checkpoint requested while no process ran; requeued from its newest checkpoint'),
+          nowMs: now,
+        });
       }
       return;
     }
@@ -269,8 +299,18 @@ export class NodeAgent {
     try {
       held = await this.devices.acquire(assignment, key);
     } catch (error) {
-      this.ports.log.error('cannot start job: its devices are not available', { job: job.id, attempt: job.attempt, error: (error as Error).message });
-      if (where.rank === 0) await requeueAttempt(this.ports, { jobId: job.id, attempt: job.attempt, reason: reason('start-failed', `node ${this.instanceId} could not start it: ${(error as Error).message}`), nowMs: now });
+      this.ports.log.error('cannot start job: its devices are not available', {
+        job: job.id,
+        attempt: job.attempt,
+        error: (error as Error).message,
+      });
+      if (where.rank === 0)
+        await requeueAttempt(this.ports, {
+          jobId: job.id,
+          attempt: job.attempt,
+          reason: reason('start-failed', `node ${this.instanceId} could not start it: ${(error as Error).message}`),
+          nowMs: now,
+        });
       return;
     }
     await mkdir(dirs.checkpoint, { recursive: true });
@@ -279,9 +319,17 @@ export class NodeAgent {
     if (latest) {
       try {
         resumed = await this.ports.blobs.download(latest.location, dirs.resume);
-        if (!resumed) this.ports.log.warn('the newest checkpoint is not in the store; starting from scratch', { job: job.id, location: latest.location });
+        if (!resumed)
+          this.ports.log.warn('the newest checkpoint is not in the store; starting from scratch', {
+            job: job.id,
+            location: latest.location,
+          });
       } catch (error) {
-        this.ports.log.warn('could not fetch the newest checkpoint; starting from scratch', { job: job.id, location: latest.location, error: (error as Error).message });
+        this.ports.log.warn('could not fetch the newest checkpoint; starting from scratch', {
+          job: job.id,
+          location: latest.location,
+          error: (error as Error).message,
+        });
       }
     }
     const leader = where.size > 1 ? await this.ports.nodes.get(job.placement!.nodes[0]!.nodeId) : undefined;
@@ -314,7 +362,13 @@ export class NodeAgent {
     } catch (error) {
       await held.release();
       this.ports.log.error('cannot start job', { job: job.id, attempt: job.attempt, error: (error as Error).message });
-      if (where.rank === 0) await requeueAttempt(this.ports, { jobId: job.id, attempt: job.attempt, reason: reason('start-failed', `node ${this.instanceId} could not start it: ${(error as Error).message}`), nowMs: now });
+      if (where.rank === 0)
+        await requeueAttempt(this.ports, {
+          jobId: job.id,
+          attempt: job.attempt,
+          reason: reason('start-failed', `node ${this.instanceId} could not start it: ${(error as Error).message}`),
+          nowMs: now,
+        });
       return;
     }
     const l: LocalAttempt = {
@@ -335,10 +389,19 @@ export class NodeAgent {
     this.local.set(key, l);
     void proc.exited.then((exit) => {
       l.exit = exit;
-      return this.serial(() => this.reportExit(l)).catch((error: unknown) => this.ports.log.warn('could not report the job\'s end; trying again at the next heartbeat', { job: l.jobId, error: String(error) }));
+      return this.serial(() => this.reportExit(l)).catch((error: unknown) =>
+        this.ports.log.warn("could not report the job's end; trying again at the next heartbeat", { job: l.jobId, error: String(error) }),
+      );
     });
-    this.ports.log.info('job started', { job: job.id, attempt: job.attempt, rank: where.rank, devices: held.devices, resumedFrom: resumed ? latest?.location : undefined });
-    if (where.rank === 0 && job.state === 'placed') await applyJobEvent(this.ports.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
+    this.ports.log.info('job started', {
+      job: job.id,
+      attempt: job.attempt,
+      rank: where.rank,
+      devices: held.devices,
+      resumedFrom: resumed ? latest?.location : undefined,
+    });
+    if (where.rank === 0 && job.state === 'placed')
+      await applyJobEvent(this.ports.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
   }
 
   /**
@@ -372,7 +435,9 @@ export class NodeAgent {
   private async forget(l: LocalAttempt): Promise<void> {
     if (this.local.get(l.key) !== l) return;
     this.local.delete(l.key);
-    await l.held.release().catch((error: unknown) => this.ports.log.warn('could not release the job\'s MIG instance', { job: l.jobId, error: String(error) }));
+    await l.held
+      .release()
+      .catch((error: unknown) => this.ports.log.warn("could not release the job's MIG instance", { job: l.jobId, error: String(error) }));
     await this.ports.nodes.unassign(this.instanceId, l.jobId, l.attempt);
     // The checkpoint is in the store now; keep only the job's log on the machine.
     await rm(l.dirs.checkpoint, { recursive: true, force: true });
@@ -397,7 +462,8 @@ export class NodeAgent {
     const read = await readMarker(l.dirs.checkpoint);
     if (!read) return undefined;
     if (!read.ok) {
-      if (l.lastMarkerMs !== -1) this.ports.log.warn('the job wrote a checkpoint marker the agent cannot use', { job: l.jobId, problem: read.problem });
+      if (l.lastMarkerMs !== -1)
+        this.ports.log.warn('the job wrote a checkpoint marker the agent cannot use', { job: l.jobId, problem: read.problem });
       l.lastMarkerMs = -1;
       return undefined;
     }
@@ -440,8 +506,10 @@ export class NodeAgent {
         if (!l.exit) await l.proc.stop((this.config.stopGraceSec ?? 30) * 1000);
         const now = this.ports.clock.nowMs();
         if (l.rank === 0) {
-          if (endedBefore && exitCode(endedBefore) === 0) await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
-          else if (endedBefore) await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: exitCode(endedBefore) }, now);
+          if (endedBefore && exitCode(endedBefore) === 0)
+            await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
+          else if (endedBefore)
+            await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: exitCode(endedBefore) }, now);
           else if (then === 'cancel' || l.job.cancelRequested) await this.finishCancelled(l.jobId);
           else {
             const message = cp ? why.message : `${why.message}; it declares no checkpoint support, so it restarts from scratch`;
@@ -449,9 +517,19 @@ export class NodeAgent {
           }
         }
         await this.forget(l);
-        this.ports.log.info(cp ? 'checkpointed and requeued' : 'requeued to restart from scratch', { job: l.jobId, attempt: l.attempt, reason: why.code, newCheckpoint: l.lastMarkerMs !== markerBefore });
+        this.ports.log.info(cp ? 'checkpointed and requeued' : 'requeued to restart from scratch', {
+          job: l.jobId,
+          attempt: l.attempt,
+          reason: why.code,
+          newCheckpoint: l.lastMarkerMs !== markerBefore,
+        });
       });
-    })().catch((error: unknown) => this.ports.log.error('checkpoint failed; the control plane requeues the job when the machine goes', { job: l.jobId, error: String(error) }));
+    })().catch((error: unknown) =>
+      this.ports.log.error('checkpoint failed; the control plane requeues the job when the machine goes', {
+        job: l.jobId,
+        error: String(error),
+      }),
+    );
   }
 
   // ---- local notices and checkpoint markers -----------------------------------------------
@@ -459,7 +537,11 @@ export class NodeAgent {
   /** One look at the instance metadata for notices, and at the jobs' checkpoint markers. */
   watch(): Promise<void> {
     return this.serial(async () => {
-      for (const l of this.local.values()) if (!l.stopping && !l.exit) await this.collectCheckpoint(l).catch((error: unknown) => this.ports.log.warn('could not save a checkpoint', { job: l.jobId, error: String(error) }));
+      for (const l of this.local.values())
+        if (!l.stopping && !l.exit)
+          await this.collectCheckpoint(l).catch((error: unknown) =>
+            this.ports.log.warn('could not save a checkpoint', { job: l.jobId, error: String(error) }),
+          );
       if (!this.ports.metadata) return;
       let notices: LocalNotice[];
       try {
@@ -480,8 +562,15 @@ export class NodeAgent {
     const marginMs = (this.config.noticeMarginSec ?? 20) * 1000;
     const deadlineMs = n.kind === 'interruption' ? Math.max(now, n.actionAtMs - marginMs) : now + NO_DEADLINE_MS;
     const what = n.kind === 'interruption' ? `${n.action} notice (${n.source})` : `rebalance recommendation (${n.source})`;
-    this.ports.log.warn(`the cloud says this machine is at risk: ${what}; draining and checkpointing now`, { deadline: new Date(deadlineMs).toISOString() });
-    await this.ports.nodes.markDraining(this.instanceId, { sinceMs: now, reason: `${what} seen by the node agent`, deadlineMs, groupId: this.groupId });
+    this.ports.log.warn(`the cloud says this machine is at risk: ${what}; draining and checkpointing now`, {
+      deadline: new Date(deadlineMs).toISOString(),
+    });
+    await this.ports.nodes.markDraining(this.instanceId, {
+      sinceMs: now,
+      reason: `${what} seen by the node agent`,
+      deadlineMs,
+      groupId: this.groupId,
+    });
     const why = reason('interrupted', `its machine got a ${what}; checkpointed and requeued`);
     for (const l of this.local.values()) {
       if (l.rank !== 0 || l.stopping || l.checkpointing) continue;
@@ -495,7 +584,8 @@ export class NodeAgent {
         // It cannot keep its work; give it until the deadline to finish, then requeue it from scratch.
         const wait = Math.max(0, deadlineMs - now);
         const t = setTimeout(() => {
-          if (this.local.get(l.key) === l && !l.exit && !l.checkpointing) this.beginCheckpoint(l, reason('interrupted', `its machine got a ${what}`), this.ports.clock.nowMs());
+          if (this.local.get(l.key) === l && !l.exit && !l.checkpointing)
+            this.beginCheckpoint(l, reason('interrupted', `its machine got a ${what}`), this.ports.clock.nowMs());
         }, wait);
         this.timers.push(t);
       }
@@ -559,7 +649,19 @@ function checkpointGraceMs(job: Job): number {
   return (job.spec.checkpoint?.gracePeriodSec ?? 30) * 1000;
 }
 
-const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15, SIGUSR1: 10, SIGUSR2: 12 };
+const SIGNALS: Record<string, number> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGABRT: 6,
+  SIGKILL: 9,
+  SIGSEGV: 11,
+  SIGPIPE: 13,
+  SIGALRM: 14,
+  SIGTERM: 15,
+  SIGUSR1: 10,
+  SIGUSR2: 12,
+};
 
 /** The exit code a shell would report: 128 + the signal's number for a process killed by a signal. */
 function exitCode(exit: Exit): number {

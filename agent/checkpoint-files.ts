@@ -30,7 +30,8 @@ export interface CheckpointMarker {
   readonly modifiedAtMs: number;
 }
 
-export type MarkerRead = { readonly ok: true; readonly marker: CheckpointMarker } | { readonly ok: false; readonly problem: string } | undefined;
+export type MarkerRead =
+  { readonly ok: true; readonly marker: CheckpointMarker } | { readonly ok: false; readonly problem: string } | undefined;
 
 /** The job's newest marker; undefined when it wrote none yet; a problem when it is unusable. */
 export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
@@ -60,8 +61,12 @@ export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
   } catch {
     return { ok: false, problem: `${file}: the folder ${p.path} does not exist` };
   }
-  const progress = typeof p.progressSec === 'number' && Number.isFinite(p.progressSec) && p.progressSec >= 0 ? Math.floor(p.progressSec) : undefined;
-  return { ok: true, marker: { path: p.path, modifiedAtMs: Math.floor(modifiedAtMs), ...(progress !== undefined ? { progressSec: progress } : {}) } };
+  const progress =
+    typeof p.progressSec === 'number' && Number.isFinite(p.progressSec) && p.progressSec >= 0 ? Math.floor(p.progressSec) : undefined;
+  return {
+    ok: true,
+    marker: { path: p.path, modifiedAtMs: Math.floor(modifiedAtMs), ...(progress !== undefined ? { progressSec: progress } : {}) },
+  };
 }
 
 /** Where checkpoints are kept between attempts (and machines). */
@@ -88,7 +93,8 @@ export class DirectoryBlobs implements CheckpointBlobs {
     if (!location.startsWith('file://')) throw new Error(`this checkpoint store keeps file:// locations; got ${location}`);
     const p = fileURLToPath(location);
     const root = resolve(this.root);
-    if (resolve(p) !== root && !resolve(p).startsWith(root + sep)) throw new Error(`${location} is outside the checkpoint store ${this.root}`);
+    if (resolve(p) !== root && !resolve(p).startsWith(root + sep))
+      throw new Error(`${location} is outside the checkpoint store ${this.root}`);
     return p;
   }
 
@@ -128,7 +134,12 @@ export class S3Blobs implements CheckpointBlobs {
     for (const file of await filesUnder(localDir)) {
       const key = prefix + relative(localDir, file).split(sep).join('/');
       // The bucket's default encryption (KMS) applies; large files go up in 16 MiB parts.
-      await new Upload({ client: this.s3, params: { Bucket: bucket, Key: key, Body: createReadStream(file) }, queueSize: 4, partSize: 16 * 1024 * 1024 }).done();
+      await new Upload({
+        client: this.s3,
+        params: { Bucket: bucket, Key: key, Body: createReadStream(file) },
+        queueSize: 4,
+        partSize: 16 * 1024 * 1024,
+      }).done();
     }
   }
 
@@ -137,7 +148,9 @@ export class S3Blobs implements CheckpointBlobs {
     const keys: string[] = [];
     let token: string | undefined;
     do {
-      const page = await this.s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ...(token ? { ContinuationToken: token } : {}) }));
+      const page = await this.s3.send(
+        new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ...(token ? { ContinuationToken: token } : {}) }),
+      );
       for (const o of page.Contents ?? []) if (o.Key && !o.Key.endsWith('/')) keys.push(o.Key);
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);

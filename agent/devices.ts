@@ -40,7 +40,10 @@ export function nvidiaSmiMig(run: (args: readonly string[]) => Promise<string>):
     async createInstance(gpuIndex, profile) {
       const out = await run(['mig', '-i', String(gpuIndex), '-cgi', profile, '-C']);
       const m = /created GPU instance ID\s+(\d+)/.exec(out);
-      if (!m) throw new DeviceError(`nvidia-smi mig -cgi ${profile} on GPU ${gpuIndex} did not report a new GPU instance: ${out.trim().slice(0, 200)}`);
+      if (!m)
+        throw new DeviceError(
+          `nvidia-smi mig -cgi ${profile} on GPU ${gpuIndex} did not report a new GPU instance: ${out.trim().slice(0, 200)}`,
+        );
       return Number(m[1]);
     },
     async destroyInstance(gpuIndex, gpuInstanceId) {
@@ -65,7 +68,10 @@ export class DeviceAllocator {
     if (!assignment.mig) {
       const devices = assignment.gpuIndices.map((i) => {
         const gpu = report.gpus.find((g) => g.index === i);
-        if (!gpu) throw new DeviceError(`the placement names GPU ${i}, but nvidia-smi lists GPUs ${report.gpus.map((g) => g.index).join(', ') || '(none)'}`);
+        if (!gpu)
+          throw new DeviceError(
+            `the placement names GPU ${i}, but nvidia-smi lists GPUs ${report.gpus.map((g) => g.index).join(', ') || '(none)'}`,
+          );
         return gpu.uuid ?? String(i);
       });
       return { devices, release: async () => {} };
@@ -75,11 +81,14 @@ export class DeviceAllocator {
     const gpu = report.gpus.find((g) => g.index === gpuIndex);
     if (!gpu) throw new DeviceError(`the placement names GPU ${gpuIndex}, which nvidia-smi does not list`);
     if (!gpu.mig.enabled) throw new DeviceError(`GPU ${gpuIndex} (${gpu.name}) is not in MIG mode; it cannot hold a ${profile} instance`);
-    const free = gpu.mig.devices.filter((d) => d.profile === profile && d.computeInstanceId === 0 && !this.migInUse.has(`${gpuIndex}/${d.gpuInstanceId}`));
+    const free = gpu.mig.devices.filter(
+      (d) => d.profile === profile && d.computeInstanceId === 0 && !this.migInUse.has(`${gpuIndex}/${d.gpuInstanceId}`),
+    );
     let chosen = free[0];
     let created = false;
     if (!chosen) {
-      if (!this.mig) throw new DeviceError(`GPU ${gpuIndex} has no free ${profile} instance and the agent may not create MIG instances here`);
+      if (!this.mig)
+        throw new DeviceError(`GPU ${gpuIndex} has no free ${profile} instance and the agent may not create MIG instances here`);
       const gi = await this.mig.createInstance(gpuIndex, profile);
       created = true;
       const after = (await this.inventory()).gpus.find((g) => g.index === gpuIndex);

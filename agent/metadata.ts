@@ -57,7 +57,10 @@ async function request(f: Fetch, url: string, init: RequestInit, timeoutMs: numb
     return await f(url, { ...init, signal: AbortSignal.timeout(timeoutMs), redirect: 'error' });
   } catch (error) {
     const e = error as Error & { cause?: { code?: string; message?: string } };
-    const why = e.name === 'TimeoutError' || e.name === 'AbortError' ? `no answer within ${timeoutMs} ms` : (e.cause?.code ?? e.cause?.message ?? e.message);
+    const why =
+      e.name === 'TimeoutError' || e.name === 'AbortError'
+        ? `no answer within ${timeoutMs} ms`
+        : (e.cause?.code ?? e.cause?.message ?? e.message);
     throw new MetadataError(`${init.method ?? 'GET'} ${url}: ${why}`);
   }
 }
@@ -90,8 +93,14 @@ export class AwsImds implements MetadataClient {
     if (this.token && now < this.token.untilMs) return Promise.resolve(this.token.value);
     this.pendingToken ??= (async () => {
       try {
-        const res = await request(this.f, `${this.baseUrl}/latest/api/token`, { method: 'PUT', headers: { 'X-aws-ec2-metadata-token-ttl-seconds': String(TOKEN_TTL_S) } }, this.timeoutMs);
-        if (!res.ok) throw new MetadataError(`PUT ${this.baseUrl}/latest/api/token: HTTP ${res.status} (is IMDSv2 reachable from here? hop limit?)`);
+        const res = await request(
+          this.f,
+          `${this.baseUrl}/latest/api/token`,
+          { method: 'PUT', headers: { 'X-aws-ec2-metadata-token-ttl-seconds': String(TOKEN_TTL_S) } },
+          this.timeoutMs,
+        );
+        if (!res.ok)
+          throw new MetadataError(`PUT ${this.baseUrl}/latest/api/token: HTTP ${res.status} (is IMDSv2 reachable from here? hop limit?)`);
         const value = (await res.text()).trim();
         this.token = { value, untilMs: now + (TOKEN_TTL_S - 60) * 1000 };
         return value;
@@ -106,7 +115,12 @@ export class AwsImds implements MetadataClient {
   async get(path: string): Promise<string | undefined> {
     for (let attempt = 0; attempt < 2; attempt++) {
       const token = await this.sessionToken();
-      const res = await request(this.f, `${this.baseUrl}/latest/${path}`, { headers: { 'X-aws-ec2-metadata-token': token } }, this.timeoutMs);
+      const res = await request(
+        this.f,
+        `${this.baseUrl}/latest/${path}`,
+        { headers: { 'X-aws-ec2-metadata-token': token } },
+        this.timeoutMs,
+      );
       if (res.status === 404) {
         await res.body?.cancel();
         return undefined;
@@ -136,14 +150,19 @@ export class AwsImds implements MetadataClient {
       // Present when the launch template allows instance tags in metadata (gpu-fleet's does).
       this.get('meta-data/tags/instance/aws:autoscaling:groupName'),
     ]);
-    if (!instanceId || !zone || !instanceType) throw new MetadataError(`IMDS at ${this.baseUrl} did not give the instance id, zone and type`);
+    if (!instanceId || !zone || !instanceType)
+      throw new MetadataError(`IMDS at ${this.baseUrl} did not give the instance id, zone and type`);
     return {
       cloud: 'aws',
       instanceId,
       zone,
       region: region ?? zone.replace(/[a-z]$/, ''),
       instanceType,
-      ...(lifecycle === 'spot' ? { capacityType: 'spot' as const } : lifecycle === 'on-demand' ? { capacityType: 'on-demand' as const } : {}),
+      ...(lifecycle === 'spot'
+        ? { capacityType: 'spot' as const }
+        : lifecycle === 'on-demand'
+          ? { capacityType: 'on-demand' as const }
+          : {}),
       ...(group ? { groupId: group } : {}),
       ...(privateIp ? { privateIp } : {}),
     };
@@ -155,7 +174,8 @@ export class AwsImds implements MetadataClient {
     if (action !== undefined) {
       const parsed = parseJson(action) as { action?: unknown; time?: unknown } | undefined;
       const atMs = typeof parsed?.time === 'string' ? Date.parse(parsed.time) : Number.NaN;
-      if (typeof parsed?.action === 'string' && Number.isFinite(atMs)) out.push({ kind: 'interruption', action: parsed.action, actionAtMs: atMs, source: 'spot/instance-action' });
+      if (typeof parsed?.action === 'string' && Number.isFinite(atMs))
+        out.push({ kind: 'interruption', action: parsed.action, actionAtMs: atMs, source: 'spot/instance-action' });
       else throw new MetadataError(`spot/instance-action is not {"action", "time"}: ${JSON.stringify(action.slice(0, 120))}`);
     }
     const rebalance = await this.get('meta-data/events/recommendations/rebalance');
@@ -187,7 +207,12 @@ export class GceMetadata implements MetadataClient {
   }
 
   async get(path: string): Promise<string | undefined> {
-    const res = await request(this.f, `${this.baseUrl}/computeMetadata/v1/${path}`, { headers: { 'Metadata-Flavor': 'Google' } }, this.timeoutMs);
+    const res = await request(
+      this.f,
+      `${this.baseUrl}/computeMetadata/v1/${path}`,
+      { headers: { 'Metadata-Flavor': 'Google' } },
+      this.timeoutMs,
+    );
     if (res.status === 404) {
       await res.body?.cancel();
       return undefined;
@@ -196,7 +221,8 @@ export class GceMetadata implements MetadataClient {
       await res.body?.cancel();
       throw new MetadataError(`GET ${this.baseUrl}/computeMetadata/v1/${path}: HTTP ${res.status}`);
     }
-    if (res.headers.get('metadata-flavor') !== 'Google') throw new MetadataError(`${this.baseUrl} answered without Metadata-Flavor: Google; it is not a GCE metadata server`);
+    if (res.headers.get('metadata-flavor') !== 'Google')
+      throw new MetadataError(`${this.baseUrl} answered without Metadata-Flavor: Google; it is not a GCE metadata server`);
     return (await res.text()).trim();
   }
 
@@ -210,7 +236,8 @@ export class GceMetadata implements MetadataClient {
       this.get('instance/attributes/created-by'),
       this.get('instance/network-interfaces/0/ip'),
     ]);
-    if (!name || !zonePath || !machinePath) throw new MetadataError(`the GCE metadata server at ${this.baseUrl} did not give the instance name, zone and machine type`);
+    if (!name || !zonePath || !machinePath)
+      throw new MetadataError(`the GCE metadata server at ${this.baseUrl} did not give the instance name, zone and machine type`);
     const zone = zonePath.split('/').pop()!;
     const spot = provisioning === 'SPOT' || preemptible === 'TRUE';
     // created-by is the managed instance group: projects/N/zones/Z/instanceGroupManagers/NAME (or regions/R/…).
@@ -230,9 +257,11 @@ export class GceMetadata implements MetadataClient {
   async notices(nowMs: number): Promise<LocalNotice[]> {
     const out: LocalNotice[] = [];
     const [preempted, maintenance] = await Promise.all([this.get('instance/preempted'), this.get('instance/maintenance-event')]);
-    if (preempted === 'TRUE') out.push({ kind: 'interruption', action: 'preempted', actionAtMs: nowMs + GCE_PREEMPTION_NOTICE_MS, source: 'instance/preempted' });
+    if (preempted === 'TRUE')
+      out.push({ kind: 'interruption', action: 'preempted', actionAtMs: nowMs + GCE_PREEMPTION_NOTICE_MS, source: 'instance/preempted' });
     // GPU VMs cannot live-migrate: host maintenance ends them (with about an hour's notice).
-    if (maintenance === 'TERMINATE_ON_HOST_MAINTENANCE') out.push({ kind: 'rebalance', noticedAtMs: nowMs, source: 'instance/maintenance-event' });
+    if (maintenance === 'TERMINATE_ON_HOST_MAINTENANCE')
+      out.push({ kind: 'rebalance', noticedAtMs: nowMs, source: 'instance/maintenance-event' });
     return out;
   }
 }
@@ -241,13 +270,17 @@ export class GceMetadata implements MetadataClient {
  * Finds which cloud this machine is on by asking both metadata servers at once; AWS wins if both
  * answer. Rejects within about the timeout when neither does, naming what each said.
  */
-export async function detectMetadata(options: MetadataOptions & { awsBaseUrl?: string; gceBaseUrl?: string; nowMs?: () => number } = {}): Promise<{ client: MetadataClient; identity: Identity }> {
+export async function detectMetadata(
+  options: MetadataOptions & { awsBaseUrl?: string; gceBaseUrl?: string; nowMs?: () => number } = {},
+): Promise<{ client: MetadataClient; identity: Identity }> {
   const aws = new AwsImds(options.awsBaseUrl, options, options.nowMs);
   const gce = new GceMetadata(options.gceBaseUrl, options);
   const [a, g] = await Promise.allSettled([aws.identity(), gce.identity()]);
   if (a.status === 'fulfilled') return { client: aws, identity: a.value };
   if (g.status === 'fulfilled') return { client: gce, identity: g.value };
-  throw new MetadataError(`no instance metadata server answered: AWS IMDS: ${(a.reason as Error).message}; GCE: ${(g.reason as Error).message}`);
+  throw new MetadataError(
+    `no instance metadata server answered: AWS IMDS: ${(a.reason as Error).message}; GCE: ${(g.reason as Error).message}`,
+  );
 }
 
 function parseJson(text: string): unknown {

@@ -111,11 +111,20 @@ const list = (v: unknown): unknown[] => (v === undefined || v === null || v === 
 
 export function parseNvidiaSmiXml(xml: string): NvidiaSmiReport {
   if (!/<nvidia_smi_log[\s>]/.test(xml)) {
-    throw new GpuInventoryError(`nvidia-smi -q -x did not print an nvidia_smi_log report; it began with: ${JSON.stringify(xml.slice(0, 80))}`, 'unreadable');
+    throw new GpuInventoryError(
+      `nvidia-smi -q -x did not print an nvidia_smi_log report; it began with: ${JSON.stringify(xml.slice(0, 80))}`,
+      'unreadable',
+    );
   }
   let doc: X;
   try {
-    doc = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '@', parseTagValue: false, trimValues: true, processEntities: false }).parse(xml) as X;
+    doc = new XMLParser({
+      ignoreAttributes: false,
+      attributeNamePrefix: '@',
+      parseTagValue: false,
+      trimValues: true,
+      processEntities: false,
+    }).parse(xml) as X;
   } catch (error) {
     throw new GpuInventoryError(`nvidia-smi -q -x printed XML that does not parse: ${(error as Error).message}`, 'unreadable');
   }
@@ -162,7 +171,11 @@ function xmlGpu(g: X, index: number): GpuReport {
     }),
     memoryRepairPending: yes(retired.pending_retirement) || yes(retired.pending_blacklist) || yes(remap.remapped_row_pending) || undefined,
     remapFailure: yes(remap.remapped_row_failure) || undefined,
-    mig: withoutUndefined({ enabled: migEnabled, pendingEnabled: yes(migMode.pending_mig), devices: migEnabled ? withProfiles(model, memoryTotalMiB, devices) : [] }),
+    mig: withoutUndefined({
+      enabled: migEnabled,
+      pendingEnabled: yes(migMode.pending_mig),
+      devices: migEnabled ? withProfiles(model, memoryTotalMiB, devices) : [],
+    }),
   }) as GpuReport;
 }
 
@@ -205,12 +218,16 @@ function outline(report: string): TextNode {
   return root;
 }
 
-const at = (n: TextNode | undefined, ...path: string[]): TextNode | undefined => path.reduce<TextNode | undefined>((cur, k) => cur?.children.find((c) => c.key === k), n);
+const at = (n: TextNode | undefined, ...path: string[]): TextNode | undefined =>
+  path.reduce<TextNode | undefined>((cur, k) => cur?.children.find((c) => c.key === k), n);
 const val = (n: TextNode | undefined, ...path: string[]): string | undefined => at(n, ...path)?.value;
 
 export function parseNvidiaSmiText(report: string): NvidiaSmiReport {
   if (!/NVSMI LOG|Attached GPUs/.test(report)) {
-    throw new GpuInventoryError(`nvidia-smi -q did not print its report; it began with: ${JSON.stringify(report.slice(0, 80))}`, 'unreadable');
+    throw new GpuInventoryError(
+      `nvidia-smi -q did not print its report; it began with: ${JSON.stringify(report.slice(0, 80))}`,
+      'unreadable',
+    );
   }
   const root = outline(report);
   const gpuNodes = root.children.filter((c) => /^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$/.test(c.key));
@@ -236,19 +253,21 @@ function textGpu(g: TextNode, index: number): GpuReport {
     );
   };
   const migEnabled = yes(val(g, 'MIG Mode', 'Current')) ?? false;
-  const devices = g.children.filter((c) => c.key === 'MIG Device').map((d) => {
-    const shared = at(d, 'Device Attributes', 'Shared');
-    return withoutUndefined({
-      index: num(val(d, 'Index')) ?? 0,
-      gpuInstanceId: num(val(d, 'GPU Instance ID')) ?? 0,
-      computeInstanceId: num(val(d, 'Compute Instance ID')) ?? 0,
-      smCount: num(val(shared, 'Multiprocessor count')),
-      memoryTotalMiB: num(val(d, 'Shared FB Memory Usage', 'Total')) ?? num(val(d, 'FB Memory Usage', 'Total')) ?? 0,
-      memoryUsedMiB: num(val(d, 'Shared FB Memory Usage', 'Used')) ?? num(val(d, 'FB Memory Usage', 'Used')),
-      ofas: num(val(shared, 'OFA count')),
-      decoders: num(val(shared, 'Decoder count')),
-    }) as MigDeviceReport & { ofas?: number };
-  });
+  const devices = g.children
+    .filter((c) => c.key === 'MIG Device')
+    .map((d) => {
+      const shared = at(d, 'Device Attributes', 'Shared');
+      return withoutUndefined({
+        index: num(val(d, 'Index')) ?? 0,
+        gpuInstanceId: num(val(d, 'GPU Instance ID')) ?? 0,
+        computeInstanceId: num(val(d, 'Compute Instance ID')) ?? 0,
+        smCount: num(val(shared, 'Multiprocessor count')),
+        memoryTotalMiB: num(val(d, 'Shared FB Memory Usage', 'Total')) ?? num(val(d, 'FB Memory Usage', 'Total')) ?? 0,
+        memoryUsedMiB: num(val(d, 'Shared FB Memory Usage', 'Used')) ?? num(val(d, 'FB Memory Usage', 'Used')),
+        ofas: num(val(shared, 'OFA count')),
+        decoders: num(val(shared, 'Decoder count')),
+      }) as MigDeviceReport & { ofas?: number };
+    });
   const busIdMatch = /^GPU (.+)$/.exec(g.key);
   return withoutUndefined({
     index,
@@ -264,9 +283,17 @@ function textGpu(g: TextNode, index: number): GpuReport {
     powerLimitW: first(num(val(power, 'Current Power Limit')), num(val(power, 'Power Limit')), num(val(power, 'Enforced Power Limit'))),
     temperatureC: num(val(g, 'Temperature', 'GPU Current Temp')),
     ecc: withoutUndefined({ volatileUncorrectable: eccSum('Volatile'), aggregateUncorrectable: eccSum('Aggregate') }),
-    memoryRepairPending: yes(val(g, 'Retired Pages', 'Pending Page Blacklist')) || yes(val(g, 'Retired Pages', 'Pending')) || yes(val(g, 'Remapped Rows', 'Pending')) || undefined,
+    memoryRepairPending:
+      yes(val(g, 'Retired Pages', 'Pending Page Blacklist')) ||
+      yes(val(g, 'Retired Pages', 'Pending')) ||
+      yes(val(g, 'Remapped Rows', 'Pending')) ||
+      undefined,
     remapFailure: yes(val(g, 'Remapped Rows', 'Remapping Failure Occurred')) || undefined,
-    mig: withoutUndefined({ enabled: migEnabled, pendingEnabled: yes(val(g, 'MIG Mode', 'Pending')), devices: migEnabled ? withProfiles(model, memoryTotalMiB, devices) : [] }),
+    mig: withoutUndefined({
+      enabled: migEnabled,
+      pendingEnabled: yes(val(g, 'MIG Mode', 'Pending')),
+      devices: migEnabled ? withProfiles(model, memoryTotalMiB, devices) : [],
+    }),
   }) as GpuReport;
 }
 
@@ -317,11 +344,21 @@ export function mergeList(report: NvidiaSmiReport, listed: readonly ListedGpu[])
  * Names each MIG device's GPU-instance profile. Compute instances of one GPU instance share its
  * memory; its SM count is the sum over them.
  */
-function withProfiles(model: GpuModel | undefined, gpuMemoryMiB: number, devices: (MigDeviceReport & { ofas?: number; decoders?: number })[]): MigDeviceReport[] {
+function withProfiles(
+  model: GpuModel | undefined,
+  gpuMemoryMiB: number,
+  devices: (MigDeviceReport & { ofas?: number; decoders?: number })[],
+): MigDeviceReport[] {
   const smByGi = new Map<number, number>();
   for (const d of devices) if (d.smCount !== undefined) smByGi.set(d.gpuInstanceId, (smByGi.get(d.gpuInstanceId) ?? 0) + d.smCount);
   return devices.map(({ ofas, decoders: _d, ...d }) => {
-    const profile = model ? identifyMigProfile(model, gpuMemoryMiB, { memoryMiB: d.memoryTotalMiB, ...(smByGi.has(d.gpuInstanceId) ? { smCount: smByGi.get(d.gpuInstanceId)! } : {}), ...(ofas !== undefined ? { ofas } : {}) }) : undefined;
+    const profile = model
+      ? identifyMigProfile(model, gpuMemoryMiB, {
+          memoryMiB: d.memoryTotalMiB,
+          ...(smByGi.has(d.gpuInstanceId) ? { smCount: smByGi.get(d.gpuInstanceId)! } : {}),
+          ...(ofas !== undefined ? { ofas } : {}),
+        })
+      : undefined;
     return profile ? { ...d, profile } : d;
   });
 }
@@ -332,10 +369,12 @@ function withProfiles(model: GpuModel | undefined, gpuMemoryMiB: number, devices
 export function gpuProblems(gpu: GpuReport): string[] {
   const problems: string[] = [];
   const where = `GPU ${gpu.index} (${gpu.name}${gpu.uuid ? `, ${gpu.uuid}` : ''})`;
-  if ((gpu.ecc.volatileUncorrectable ?? 0) > 0) problems.push(`${where}: ${gpu.ecc.volatileUncorrectable} uncorrectable ECC error(s) since the driver loaded`);
+  if ((gpu.ecc.volatileUncorrectable ?? 0) > 0)
+    problems.push(`${where}: ${gpu.ecc.volatileUncorrectable} uncorrectable ECC error(s) since the driver loaded`);
   if (gpu.memoryRepairPending) problems.push(`${where}: a memory page retirement or row remap is waiting for a GPU reset`);
   if (gpu.remapFailure) problems.push(`${where}: a memory row remap failed; the GPU needs service`);
-  if (gpu.mig.pendingEnabled !== undefined && gpu.mig.pendingEnabled !== gpu.mig.enabled) problems.push(`${where}: a MIG mode change is waiting for a GPU reset`);
+  if (gpu.mig.pendingEnabled !== undefined && gpu.mig.pendingEnabled !== gpu.mig.enabled)
+    problems.push(`${where}: a MIG mode change is waiting for a GPU reset`);
   return problems;
 }
 
@@ -350,7 +389,16 @@ export function toGpuDevices(report: NvidiaSmiReport): GpuDevice[] {
       ...(g.uuid ? { uuid: g.uuid } : {}),
       ...(g.mig.enabled ? { migEnabled: true } : {}),
       ...(g.mig.enabled
-        ? { migDevices: g.mig.devices.map((d) => ({ index: d.index, gpuInstanceId: d.gpuInstanceId, computeInstanceId: d.computeInstanceId, memoryMiB: d.memoryTotalMiB, ...(d.profile ? { profile: d.profile } : {}), ...(d.uuid ? { uuid: d.uuid } : {}) })) }
+        ? {
+            migDevices: g.mig.devices.map((d) => ({
+              index: d.index,
+              gpuInstanceId: d.gpuInstanceId,
+              computeInstanceId: d.computeInstanceId,
+              memoryMiB: d.memoryTotalMiB,
+              ...(d.profile ? { profile: d.profile } : {}),
+              ...(d.uuid ? { uuid: d.uuid } : {}),
+            })),
+          }
         : {}),
     }));
 }
@@ -367,14 +415,25 @@ export interface NvidiaSmiOptions {
 function run(command: string, args: readonly string[], options: NvidiaSmiOptions): Promise<string> {
   const timeoutMs = options.timeoutMs ?? 20_000;
   return new Promise((resolve, reject) => {
-    execFile(command, args, { timeout: timeoutMs, maxBuffer: 32 * 1024 * 1024, env: options.env ?? process.env, windowsHide: true }, (error, stdout, stderr) => {
-      if (!error) return resolve(stdout);
-      const e = error as NodeJS.ErrnoException & { killed?: boolean; code?: string | number };
-      if (e.code === 'ENOENT') return reject(new GpuInventoryError(`${command} was not found on PATH: is the NVIDIA driver installed?`, 'missing'));
-      if (e.killed) return reject(new GpuInventoryError(`${command} ${args.join(' ')} did not answer within ${timeoutMs} ms (a hung GPU or driver?)`, 'timeout'));
-      const said = (stderr || stdout).trim().split('\n').slice(0, 3).join(' / ');
-      reject(new GpuInventoryError(`${command} ${args.join(' ')} failed with exit code ${String(e.code)}${said ? `: ${said}` : ''}`, 'failed'));
-    });
+    execFile(
+      command,
+      args,
+      { timeout: timeoutMs, maxBuffer: 32 * 1024 * 1024, env: options.env ?? process.env, windowsHide: true },
+      (error, stdout, stderr) => {
+        if (!error) return resolve(stdout);
+        const e = error as NodeJS.ErrnoException & { killed?: boolean; code?: string | number };
+        if (e.code === 'ENOENT')
+          return reject(new GpuInventoryError(`${command} was not found on PATH: is the NVIDIA driver installed?`, 'missing'));
+        if (e.killed)
+          return reject(
+            new GpuInventoryError(`${command} ${args.join(' ')} did not answer within ${timeoutMs} ms (a hung GPU or driver?)`, 'timeout'),
+          );
+        const said = (stderr || stdout).trim().split('\n').slice(0, 3).join(' / ');
+        reject(
+          new GpuInventoryError(`${command} ${args.join(' ')} failed with exit code ${String(e.code)}${said ? `: ${said}` : ''}`, 'failed'),
+        );
+      },
+    );
   });
 }
 

@@ -99,7 +99,9 @@ export class ProcessRunner implements JobRunner {
   async start(launch: Launch): Promise<JobProcess> {
     const [program, ...args] = launch.command;
     if (!program) throw new Error(`job ${launch.jobId} has an empty command`);
-    const inherited = Object.fromEntries(['PATH', 'HOME', 'LANG', 'TZ'].flatMap((k) => (this.baseEnv[k] !== undefined ? [[k, this.baseEnv[k]!]] : [])));
+    const inherited = Object.fromEntries(
+      ['PATH', 'HOME', 'LANG', 'TZ'].flatMap((k) => (this.baseEnv[k] !== undefined ? [[k, this.baseEnv[k]!]] : [])),
+    );
     const env = {
       ...inherited,
       ...launch.env,
@@ -210,12 +212,25 @@ export function containerName(jobId: string, attempt: number): string {
  * their values through the docker client's environment, so no value appears in a process list
  * and values may hold any character.
  */
-export function dockerRunArgs(launch: Launch, options: { extraArgs?: readonly string[] } = {}): { args: string[]; env: Record<string, string> } {
+export function dockerRunArgs(
+  launch: Launch,
+  options: { extraArgs?: readonly string[] } = {},
+): { args: string[]; env: Record<string, string> } {
   const env: Record<string, string> = {
     ...launch.env,
     ...directoryEnv({ checkpointDir: CONTAINER_CHECKPOINT_DIR, ...(launch.resumeDir ? { resumeDir: CONTAINER_RESUME_DIR } : {}) }),
   };
-  const args = ['run', '--rm', '--init', '--name', containerName(launch.jobId, launch.attempt), '--label', `${LABEL}=${launch.jobId}`, '--label', `${LABEL}.attempt=${launch.attempt}`];
+  const args = [
+    'run',
+    '--rm',
+    '--init',
+    '--name',
+    containerName(launch.jobId, launch.attempt),
+    '--label',
+    `${LABEL}=${launch.jobId}`,
+    '--label',
+    `${LABEL}.attempt=${launch.attempt}`,
+  ];
   // --gpus takes a CSV value; a list of devices must be quoted inside the value.
   if (launch.devices.length > 0) args.push('--gpus', `"device=${launch.devices.join(',')}"`);
   args.push('--mount', `type=bind,source=${launch.checkpointDir},target=${CONTAINER_CHECKPOINT_DIR}`);

@@ -49,7 +49,9 @@ if (process.argv.includes('--json')) {
 } else {
   const kib = (n: number) => `${(n / 1024).toFixed(0)} KiB`;
   for (const r of rows) {
-    process.stdout.write(`${r.bundle.padEnd(13)} ${kib(r.bytes).padStart(9)} minified, ${kib(r.gzipBytes).padStart(8)} gzipped   (${r.entry})\n`);
+    process.stdout.write(
+      `${r.bundle.padEnd(13)} ${kib(r.bytes).padStart(9)} minified, ${kib(r.gzipBytes).padStart(8)} gzipped   (${r.entry})\n`,
+    );
     process.stdout.write(`${''.padEnd(13)} largest: ${r.top.map((t) => `${t.pkg} ${kib(t.bytes)}`).join(', ')}\n`);
   }
 }

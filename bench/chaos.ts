@@ -19,10 +19,23 @@ export interface ChaosRow {
   readonly p95WaitOverheadPct: number;
 }
 
-export async function benchChaos(options: { hours: number; seed: number; profiles: readonly string[] }): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
+export async function benchChaos(options: {
+  hours: number;
+  seed: number;
+  profiles: readonly string[];
+}): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
   const workload = loadWorkload(BUILT_IN_TRACE, { hours: options.hours });
   const run = (profile: string) =>
-    runSimulation({ workload, groups: DEFAULT_SIM_GROUPS, teamTags: defaultTeamTags(workload.teams), seed: options.seed, hours: options.hours, spot: BUILT_IN_SPOT, faults: FAULT_PROFILES[profile]!, invariants: 'count' });
+    runSimulation({
+      workload,
+      groups: DEFAULT_SIM_GROUPS,
+      teamTags: defaultTeamTags(workload.teams),
+      seed: options.seed,
+      hours: options.hours,
+      spot: BUILT_IN_SPOT,
+      faults: FAULT_PROFILES[profile]!,
+      invariants: 'count',
+    });
   const base = (await run('none')).summary;
   const summaries: Record<string, SimulationSummary> = { none: base };
   const rows: ChaosRow[] = [];
@@ -62,7 +75,8 @@ if (invokedDirectly) {
     .parse();
   const o = program.opts<{ hours: number; seed: number; profiles?: string; json?: boolean }>();
   const profiles = o.profiles ? o.profiles.split(',').map((p) => p.trim()) : Object.keys(FAULT_PROFILES);
-  for (const p of profiles) if (!FAULT_PROFILES[p]) program.error(`--profiles: unknown profile "${p}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
+  for (const p of profiles)
+    if (!FAULT_PROFILES[p]) program.error(`--profiles: unknown profile "${p}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
   const started = performance.now();
   const { rows, summaries } = await benchChaos({ hours: o.hours, seed: o.seed, profiles });
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
@@ -70,10 +84,22 @@ if (invokedDirectly) {
     const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)}  injected`;
     const lines = rows.map((r) => {
       const f = summaries[r.profile]!.faults;
-      const injected = [f.apiErrors && `${f.apiErrors} API errors`, f.storeConflicts && `${f.storeConflicts} store conflicts`, f.crashes && `${f.crashes} crashes`, f.duplicateEvents && `${f.duplicateEvents} duplicate events`, f.stormInterruptions && `${f.stormInterruptions} storm interruptions`, f.deadAgents && `${f.deadAgents} dead agents`, f.checkpointFailures && `${f.checkpointFailures} failed checkpoints`].filter(Boolean).join(', ');
+      const injected = [
+        f.apiErrors && `${f.apiErrors} API errors`,
+        f.storeConflicts && `${f.storeConflicts} store conflicts`,
+        f.crashes && `${f.crashes} crashes`,
+        f.duplicateEvents && `${f.duplicateEvents} duplicate events`,
+        f.stormInterruptions && `${f.stormInterruptions} storm interruptions`,
+        f.deadAgents && `${f.deadAgents} dead agents`,
+        f.checkpointFailures && `${f.checkpointFailures} failed checkpoints`,
+      ]
+        .filter(Boolean)
+        .join(', ');
       return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)}  ${injected || '-'}`;
     });
     const bad = rows.filter((r) => r.lost > 0 || r.duplicated > 0 || r.violations > 0);
-    process.stdout.write(`${head}\n${lines.join('\n')}\n\n${bad.length === 0 ? 'no job lost, none run twice, no invariant broken under any profile' : `BROKEN under ${bad.map((r) => r.profile).join(', ')}: ${bad.flatMap((r) => summaries[r.profile]!.violationMessages.slice(0, 3)).join(' | ')}`}\n(${((performance.now() - started) / 1000).toFixed(1)} s, ${o.hours} virtual h each, seed ${o.seed})\n`);
+    process.stdout.write(
+      `${head}\n${lines.join('\n')}\n\n${bad.length === 0 ? 'no job lost, none run twice, no invariant broken under any profile' : `BROKEN under ${bad.map((r) => r.profile).join(', ')}: ${bad.flatMap((r) => summaries[r.profile]!.violationMessages.slice(0, 3)).join(' | ')}`}\n(${((performance.now() - started) / 1000).toFixed(1)} s, ${o.hours} virtual h each, seed ${o.seed})\n`,
+    );
   }
 }

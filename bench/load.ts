@@ -22,16 +22,51 @@ export async function benchLoad(o: { jobs: number; nodes: number; teams: number 
   const teams = Array.from({ length: o.teams }, (_, i) => `team-${String(i).padStart(2, '0')}`);
   const perGroup = Math.ceil(o.nodes / 4);
   const groups: SimGroupConfig[] = [
-    { id: 'p3-8xl-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'spot', minSize: 0, maxSize: perGroup * 4 },
-    { id: 'p3-8xl-od', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'on-demand', minSize: 0, maxSize: perGroup * 4 },
-    { id: 'p3-16xl-spot', instanceTypes: ['p3.16xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'spot', minSize: 0, maxSize: perGroup * 4 },
-    { id: 'p3-16xl-od', instanceTypes: ['p3.16xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'on-demand', minSize: 0, maxSize: perGroup * 4 },
+    {
+      id: 'p3-8xl-spot',
+      instanceTypes: ['p3.8xlarge'],
+      zones: ['us-west-2a', 'us-west-2b'],
+      capacityType: 'spot',
+      minSize: 0,
+      maxSize: perGroup * 4,
+    },
+    {
+      id: 'p3-8xl-od',
+      instanceTypes: ['p3.8xlarge'],
+      zones: ['us-west-2a', 'us-west-2b'],
+      capacityType: 'on-demand',
+      minSize: 0,
+      maxSize: perGroup * 4,
+    },
+    {
+      id: 'p3-16xl-spot',
+      instanceTypes: ['p3.16xlarge'],
+      zones: ['us-west-2a', 'us-west-2b'],
+      capacityType: 'spot',
+      minSize: 0,
+      maxSize: perGroup * 4,
+    },
+    {
+      id: 'p3-16xl-od',
+      instanceTypes: ['p3.16xlarge'],
+      zones: ['us-west-2a', 'us-west-2b'],
+      capacityType: 'on-demand',
+      minSize: 0,
+      maxSize: perGroup * 4,
+    },
   ];
   const env = createSimEnvironment({ startMs, seed: 1, groups, teams, teamTags: defaultTeamTags(teams), bootSec: 60 });
   for (const g of groups) await env.cloud.setDesiredCapacity(g.id, perGroup);
   env.clock.advanceBy(120_000);
   env.cloud.tick();
-  const agents = new SimAgents({ clock: env.clock, jobs: env.jobs, nodes: env.nodes, checkpoints: env.checkpoints, instanceTypes: env.catalog.instanceTypes, workSecOf: () => 3600 });
+  const agents = new SimAgents({
+    clock: env.clock,
+    jobs: env.jobs,
+    nodes: env.nodes,
+    checkpoints: env.checkpoints,
+    instanceTypes: env.catalog.instanceTypes,
+    workSecOf: () => 3600,
+  });
   await agents.tick(await env.cloud.listInstances());
   // A mixed queue: whole GPUs (1, 2, 4, 8), gangs, MIG-less fractions, checkpointing, priorities, deadlines.
   const shapes = [
@@ -83,7 +118,12 @@ export async function benchLoad(o: { jobs: number; nodes: number; teams: number 
 
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
 if (invokedDirectly) {
-  const program = new Command('bench:load').option('--jobs <n>', 'pending jobs', '100000').option('--nodes <n>', 'nodes', '2000').option('--teams <n>', 'teams', '50').option('--json', 'print JSON').parse();
+  const program = new Command('bench:load')
+    .option('--jobs <n>', 'pending jobs', '100000')
+    .option('--nodes <n>', 'nodes', '2000')
+    .option('--teams <n>', 'teams', '50')
+    .option('--json', 'print JSON')
+    .parse();
   const f = program.opts<{ jobs: string; nodes: string; teams: string; json?: boolean }>();
   const r = await benchLoad({ jobs: Number(f.jobs), nodes: Number(f.nodes), teams: Number(f.teams) });
   if (f.json) process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);

@@ -77,7 +77,13 @@ function parseArgs(argv: string[]) {
     const i = argv.indexOf(flag);
     return i >= 0 ? argv[i + 1] : undefined;
   };
-  return { json: argv.includes('--json'), child: get('--child'), scenario: get('--scenario'), runs: Number(get('--runs') ?? 5), quick: argv.includes('--quick') };
+  return {
+    json: argv.includes('--json'),
+    child: get('--child'),
+    scenario: get('--scenario'),
+    runs: Number(get('--runs') ?? 5),
+    quick: argv.includes('--quick'),
+  };
 }
 
 async function main(): Promise<void> {
@@ -95,11 +101,26 @@ async function main(): Promise<void> {
   const self = fileURLToPath(import.meta.url);
   for (const spec of scenarios) {
     // A fresh process per scenario: --trace-gc prints the heap size before each collection.
-    const out = execFileSync(process.execPath, ['--import', 'tsx', '--expose-gc', '--trace-gc', '--max-old-space-size=4096', self, '--child', spec.name, '--runs', String(args.runs)], {
-      encoding: 'utf8',
-      maxBuffer: 256 * 1024 * 1024,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const out = execFileSync(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '--expose-gc',
+        '--trace-gc',
+        '--max-old-space-size=4096',
+        self,
+        '--child',
+        spec.name,
+        '--runs',
+        String(args.runs),
+      ],
+      {
+        encoding: 'utf8',
+        maxBuffer: 256 * 1024 * 1024,
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     const line = out.split('\n').find((l) => l.startsWith('RESULT '));
     if (!line) throw new Error(`scenario ${spec.name} printed no result`);
     const row = JSON.parse(line.slice(7)) as PlannerBenchRow;
@@ -115,7 +136,13 @@ async function main(): Promise<void> {
     if (!args.json) printRow(row, rows.length === 1);
   }
   if (args.json) {
-    process.stdout.write(`${JSON.stringify(rows.map(({ lowerBoundKind: _k, baselineMs: _b, ...r }) => r), null, 2)}\n`);
+    process.stdout.write(
+      `${JSON.stringify(
+        rows.map(({ lowerBoundKind: _k, baselineMs: _b, ...r }) => r),
+        null,
+        2,
+      )}\n`,
+    );
     return;
   }
   printSummary(rows);
@@ -123,7 +150,20 @@ async function main(): Promise<void> {
 
 function printRow(r: PlannerBenchRow, header: boolean): void {
   if (header) {
-    console.log(['scenario'.padEnd(32), 'median ms'.padStart(10), 'jobs/s'.padStart(9), 'heap MiB'.padStart(9), 'cost $/h'.padStart(10), 'baseline'.padStart(10), 'bound'.padStart(10), 'cost/bound'.padStart(11), 'base/bound'.padStart(11), 'base ms'.padStart(9)].join(' '));
+    console.log(
+      [
+        'scenario'.padEnd(32),
+        'median ms'.padStart(10),
+        'jobs/s'.padStart(9),
+        'heap MiB'.padStart(9),
+        'cost $/h'.padStart(10),
+        'baseline'.padStart(10),
+        'bound'.padStart(10),
+        'cost/bound'.padStart(11),
+        'base/bound'.padStart(11),
+        'base ms'.padStart(9),
+      ].join(' '),
+    );
   }
   const usd = (m: number) => (m / 1e6).toFixed(1);
   console.log(
@@ -147,7 +187,10 @@ function ratio(a: number, b: number): string {
 }
 
 function printSummary(rows: PlannerBenchRow[]): void {
-  const ratios = rows.filter((r) => r.lowerBoundMicroUsd > 0).map((r) => r.costMicroUsd / r.lowerBoundMicroUsd).sort((a, b) => a - b);
+  const ratios = rows
+    .filter((r) => r.lowerBoundMicroUsd > 0)
+    .map((r) => r.costMicroUsd / r.lowerBoundMicroUsd)
+    .sort((a, b) => a - b);
   const median = ratios.length % 2 ? ratios[(ratios.length - 1) / 2]! : (ratios[ratios.length / 2 - 1]! + ratios[ratios.length / 2]!) / 2;
   const aboveBaseline = rows.filter((r) => r.costMicroUsd > r.baselineCostMicroUsd).map((r) => r.scenario);
   const target = rows.find((r) => r.jobs === 10_000 && r.offerings === 200 && r.liveNodes === 0);
@@ -156,7 +199,10 @@ function printSummary(rows: PlannerBenchRow[]): void {
   console.log('* bound is the MIP optimum with whole machines; otherwise the LP relaxation.');
   console.log(`median cost / lower bound: ${median.toFixed(4)} (target ≤ 1.03)`);
   console.log(`scenarios costlier than the baseline: ${aboveBaseline.length === 0 ? 'none' : aboveBaseline.join(', ')} (target: none)`);
-  if (target) console.log(`10k jobs × 200 offerings: median ${target.medianMs.toFixed(1)} ms, ${target.jobsPerSec} jobs/s (target < 500 ms, > 20,000 jobs/s; Karpenter publishes ~481 pods/s)`);
+  if (target)
+    console.log(
+      `10k jobs × 200 offerings: median ${target.medianMs.toFixed(1)} ms, ${target.jobsPerSec} jobs/s (target < 500 ms, > 20,000 jobs/s; Karpenter publishes ~481 pods/s)`,
+    );
   if (heap50k > 0) console.log(`peak heap at 50k jobs: ${heap50k.toFixed(1)} MiB (target < 512 MiB)`);
 }
 

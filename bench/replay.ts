@@ -57,7 +57,17 @@ async function main(): Promise<void> {
     for (const seed of a.seeds) {
       const results = [];
       for (const policy of SIM_POLICIES) {
-        results.push(await runSimulation({ workload, groups: DEFAULT_SIM_GROUPS, teamTags: defaultTeamTags(workload.teams, 1_000_000), policy, seed, hours: a.hours, spot: BUILT_IN_SPOT }));
+        results.push(
+          await runSimulation({
+            workload,
+            groups: DEFAULT_SIM_GROUPS,
+            teamTags: defaultTeamTags(workload.teams, 1_000_000),
+            policy,
+            seed,
+            hours: a.hours,
+            spot: BUILT_IN_SPOT,
+          }),
+        );
       }
       const od = results.find((r) => r.summary.policy === 'on-demand')!.summary;
       for (const r of results) {
@@ -88,7 +98,22 @@ async function main(): Promise<void> {
 }
 
 function print(r: Row, header: boolean): void {
-  if (header) console.log(['trace'.padEnd(28), 'seed', 'policy'.padEnd(13), 'jobs'.padStart(6), '÷ on-demand'.padStart(12), '÷ ideal'.padStart(8), 'lost'.padStart(5), 'rework GPU-h'.padStart(13), 'p95 wait'.padStart(9), 'vs OD'.padStart(7), 'dl miss'.padStart(8)].join(' '));
+  if (header)
+    console.log(
+      [
+        'trace'.padEnd(28),
+        'seed',
+        'policy'.padEnd(13),
+        'jobs'.padStart(6),
+        '÷ on-demand'.padStart(12),
+        '÷ ideal'.padStart(8),
+        'lost'.padStart(5),
+        'rework GPU-h'.padStart(13),
+        'p95 wait'.padStart(9),
+        'vs OD'.padStart(7),
+        'dl miss'.padStart(8),
+      ].join(' '),
+    );
   console.log(
     [
       r.trace.padEnd(28),

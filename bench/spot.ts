@@ -38,7 +38,8 @@ export interface Row {
 function number(name: string, min: number, max: number, integer = false) {
   return (v: string) => {
     const n = Number(v);
-    if (!Number.isFinite(n) || n < min || n > max || (integer && !Number.isInteger(n))) throw new InvalidArgumentError(`${name} must be ${integer ? 'a whole number' : 'a number'} from ${min} to ${max}`);
+    if (!Number.isFinite(n) || n < min || n > max || (integer && !Number.isInteger(n)))
+      throw new InvalidArgumentError(`${name} must be ${integer ? 'a whole number' : 'a number'} from ${min} to ${max}`);
     return n;
   };
 }
@@ -52,8 +53,13 @@ function findTraces(dir: string): Trace[] {
       if (statSync(p).isDirectory()) walk(p);
       else if (f.endsWith('.json')) {
         const j = JSON.parse(readFileSync(p, 'utf8')) as { metadata?: { gap_seconds?: number }; data?: unknown[] };
-        if (typeof j.metadata?.gap_seconds !== 'number' || !Array.isArray(j.data)) throw new Error(`${p}: not an availability trace ({"metadata": {"gap_seconds"}, "data": [...]})`);
-        out.push({ name: relative(dir, p).replace(/\.json$/, '') || basename(p, '.json'), gapSec: j.metadata.gap_seconds, values: j.data.map(Number) });
+        if (typeof j.metadata?.gap_seconds !== 'number' || !Array.isArray(j.data))
+          throw new Error(`${p}: not an availability trace ({"metadata": {"gap_seconds"}, "data": [...]})`);
+        out.push({
+          name: relative(dir, p).replace(/\.json$/, '') || basename(p, '.json'),
+          gapSec: j.metadata.gap_seconds,
+          values: j.data.map(Number),
+        });
       }
     }
   };
@@ -71,13 +77,24 @@ export function resample(trace: Trace, sec: number): Trace {
   return { name: trace.name, gapSec: trace.gapSec * per, values };
 }
 
-export function benchSpot(options: { traces: Trace[]; traceHours?: number; k: number; runs: number; seed: number; nodes: number; job: Omit<JobSetup, 'priceRatio'>; policies?: readonly PolicyName[] }): Row[] {
+export function benchSpot(options: {
+  traces: Trace[];
+  traceHours?: number;
+  k: number;
+  runs: number;
+  seed: number;
+  nodes: number;
+  job: Omit<JobSetup, 'priceRatio'>;
+  policies?: readonly PolicyName[];
+}): Row[] {
   const job: JobSetup = { ...options.job, priceRatio: options.k };
   const policies = options.policies ?? POLICIES;
   const rows: Row[] = [];
   const totals = new Map<PolicyName, { runs: number; od: number; spot: number; cost: number; met: number }>();
   for (const trace of options.traces) {
-    const ticks = options.traceHours ? Math.min(trace.values.length, Math.floor((options.traceHours * 3600) / trace.gapSec)) : trace.values.length;
+    const ticks = options.traceHours
+      ? Math.min(trace.values.length, Math.floor((options.traceHours * 3600) / trace.gapSec))
+      : trace.values.length;
     const avail = trace.values.slice(0, ticks).map((v) => v >= options.nodes);
     const deadlineTicks = Math.ceil(job.deadlineSec / trace.gapSec);
     const span = ticks - deadlineTicks;
@@ -94,7 +111,15 @@ export function benchSpot(options: { traces: Trace[]; traceHours?: number; k: nu
       for (const start of starts) {
         let r: RunResult;
         if (policy === 'omniscient') r = omniscient(avail, start, trace.gapSec, job);
-        else if (policy === 'oracle-semi-markov') r = runSemiMarkov((oracle ??= solveSemiMarkov(job, trace.gapSec, fitHazards(avail))), SEMI_MARKOV_AGES, avail, start, trace.gapSec, job);
+        else if (policy === 'oracle-semi-markov')
+          r = runSemiMarkov(
+            (oracle ??= solveSemiMarkov(job, trace.gapSec, fitHazards(avail))),
+            SEMI_MARKOV_AGES,
+            avail,
+            start,
+            trace.gapSec,
+            job,
+          );
         else r = runPolicy(policy, avail, start, trace.gapSec, job);
         od += r.onDemandWorkSec;
         spot += r.spotWorkSec;
@@ -102,29 +127,53 @@ export function benchSpot(options: { traces: Trace[]; traceHours?: number; k: nu
         if (r.met) met++;
       }
       const n = starts.length;
-      rows.push({ trace: trace.name, policy, runs: n, onDemandHours: od / n / 3600, spotHours: spot / n / 3600, costRatio: cost / n / (job.workSec * job.priceRatio), deadlineMetPct: (100 * met) / n });
+      rows.push({
+        trace: trace.name,
+        policy,
+        runs: n,
+        onDemandHours: od / n / 3600,
+        spotHours: spot / n / 3600,
+        costRatio: cost / n / (job.workSec * job.priceRatio),
+        deadlineMetPct: (100 * met) / n,
+      });
       const t = totals.get(policy) ?? { runs: 0, od: 0, spot: 0, cost: 0, met: 0 };
       totals.set(policy, { runs: t.runs + n, od: t.od + od, spot: t.spot + spot, cost: t.cost + cost, met: t.met + met });
     }
   }
   for (const policy of policies) {
     const t = totals.get(policy)!;
-    rows.push({ trace: 'ALL', policy, runs: t.runs, onDemandHours: t.od / t.runs / 3600, spotHours: t.spot / t.runs / 3600, costRatio: t.cost / t.runs / (job.workSec * job.priceRatio), deadlineMetPct: (100 * t.met) / t.runs });
+    rows.push({
+      trace: 'ALL',
+      policy,
+      runs: t.runs,
+      onDemandHours: t.od / t.runs / 3600,
+      spotHours: t.spot / t.runs / 3600,
+      costRatio: t.cost / t.runs / (job.workSec * job.priceRatio),
+      deadlineMetPct: (100 * t.met) / t.runs,
+    });
   }
   return rows;
 }
 
 /** Table 3 of the paper: the eight two-week traces, mean on-demand / spot hours per 48 h job. */
-const PAPER_TABLE3: Partial<Record<PolicyName, { od: number; spot: number }>> = { greedy: { od: 30.8, spot: 17.2 }, 'uniform-progress': { od: 25.1, spot: 22.9 }, omniscient: { od: 20.7, spot: 27.4 } };
+const PAPER_TABLE3: Partial<Record<PolicyName, { od: number; spot: number }>> = {
+  greedy: { od: 30.8, spot: 17.2 },
+  'uniform-progress': { od: 25.1, spot: 22.9 },
+  omniscient: { od: 20.7, spot: 27.4 },
+};
 
 function print(rows: Row[], compareToPaper: boolean): void {
   const out: string[] = [];
-  out.push(`${'trace'.padEnd(28)} ${'policy'.padEnd(17)} ${'runs'.padStart(5)} ${'on-demand h'.padStart(12)} ${'spot h'.padStart(8)} ${'cost ratio'.padStart(11)} ${'deadlines met'.padStart(14)}`);
+  out.push(
+    `${'trace'.padEnd(28)} ${'policy'.padEnd(17)} ${'runs'.padStart(5)} ${'on-demand h'.padStart(12)} ${'spot h'.padStart(8)} ${'cost ratio'.padStart(11)} ${'deadlines met'.padStart(14)}`,
+  );
   let last = '';
   for (const r of rows) {
     if (r.trace !== last && last !== '') out.push('');
     last = r.trace;
-    out.push(`${r.trace.padEnd(28)} ${r.policy.padEnd(17)} ${String(r.runs).padStart(5)} ${r.onDemandHours.toFixed(1).padStart(12)} ${r.spotHours.toFixed(1).padStart(8)} ${r.costRatio.toFixed(4).padStart(11)} ${`${r.deadlineMetPct.toFixed(1)}%`.padStart(14)}`);
+    out.push(
+      `${r.trace.padEnd(28)} ${r.policy.padEnd(17)} ${String(r.runs).padStart(5)} ${r.onDemandHours.toFixed(1).padStart(12)} ${r.spotHours.toFixed(1).padStart(8)} ${r.costRatio.toFixed(4).padStart(11)} ${`${r.deadlineMetPct.toFixed(1)}%`.padStart(14)}`,
+    );
   }
   const all = (p: PolicyName) => rows.find((r) => r.trace === 'ALL' && r.policy === p);
   const up = all('uniform-progress');
@@ -132,21 +181,28 @@ function print(rows: Row[], compareToPaper: boolean): void {
   const best = all('omniscient');
   if (up && ours && best) {
     const closed = (up.costRatio - ours.costRatio) / (up.costRatio - best.costRatio);
-    out.push('', `gpu-fleet closes ${(100 * closed).toFixed(0)}% of Uniform Progress's cost gap to the omniscient optimum overall (target ≥ 50%).`);
+    out.push(
+      '',
+      `gpu-fleet closes ${(100 * closed).toFixed(0)}% of Uniform Progress's cost gap to the omniscient optimum overall (target ≥ 50%).`,
+    );
     const traces = [...new Set(rows.map((r) => r.trace))].filter((t) => t !== 'ALL');
     const perTrace = traces.map((t) => {
       const g = (p: PolicyName) => rows.find((r) => r.trace === t && r.policy === p)!;
       const gap = g('uniform-progress').costRatio - g('omniscient').costRatio;
       return gap <= 1e-9 ? 1 : (g('uniform-progress').costRatio - g('gpu-fleet').costRatio) / gap;
     });
-    out.push(`Per trace: ${perTrace.filter((c) => c >= 0.5).length} of ${traces.length} traces at or above half (${perTrace.map((c) => `${(100 * c).toFixed(0)}%`).join(', ')}).`);
+    out.push(
+      `Per trace: ${perTrace.filter((c) => c >= 0.5).length} of ${traces.length} traces at or above half (${perTrace.map((c) => `${(100 * c).toFixed(0)}%`).join(', ')}).`,
+    );
   }
   if (compareToPaper) {
     out.push('', 'Against the paper (Table 3, mean on-demand / spot hours per 48 h job):');
     for (const [p, ref] of Object.entries(PAPER_TABLE3) as [PolicyName, { od: number; spot: number }][]) {
       const r = all(p);
       if (!r) continue;
-      out.push(`  ${p.padEnd(17)} paper ${ref.od.toFixed(1)} / ${ref.spot.toFixed(1)}   here ${r.onDemandHours.toFixed(1)} / ${r.spotHours.toFixed(1)}   differences ${(r.onDemandHours - ref.od).toFixed(1)} / ${(r.spotHours - ref.spot).toFixed(1)} h`);
+      out.push(
+        `  ${p.padEnd(17)} paper ${ref.od.toFixed(1)} / ${ref.spot.toFixed(1)}   here ${r.onDemandHours.toFixed(1)} / ${r.spotHours.toFixed(1)}   differences ${(r.onDemandHours - ref.od).toFixed(1)} / ${(r.spotHours - ref.spot).toFixed(1)} h`,
+      );
     }
   }
   process.stdout.write(`${out.join('\n')}\n`);
@@ -155,7 +211,11 @@ function print(rows: Row[], compareToPaper: boolean): void {
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
 if (invokedDirectly) {
   const program = new Command('bench:spot')
-    .option('--traces <dir>', 'folder of availability traces (searched recursively)', existsSync(PAPER_TRACES) ? PAPER_TRACES : SHIPPED_TRACES)
+    .option(
+      '--traces <dir>',
+      'folder of availability traces (searched recursively)',
+      existsSync(PAPER_TRACES) ? PAPER_TRACES : SHIPPED_TRACES,
+    )
     .option('--trace-hours <h>', 'use only the first H hours of each trace', number('--trace-hours', 1, 1e6))
     .option('--k <ratio>', 'on-demand / spot price ratio', number('--k', 1, 100), 3)
     .option('--runs <n>', 'random start times per trace', number('--runs', 1, 100_000, true), 300)
@@ -164,13 +224,35 @@ if (invokedDirectly) {
     .option('--work-hours <h>', 'job compute C0', number('--work-hours', 0.1, 10_000), 48)
     .option('--deadline-hours <h>', 'deadline D', number('--deadline-hours', 0.1, 10_000), 60)
     .option('--changeover-hours <h>', 'changeover delay d', number('--changeover-hours', 0, 100), 0.2)
-    .option('--policies <list>', 'comma-separated subset of greedy,uniform-progress,gpu-fleet,omniscient; also oracle-semi-markov (a reference that fits its model on the future)')
-    .option('--resample-sec <s>', 'coarsen traces to ticks of this many seconds (spot in a coarse tick only if in all of its fine ticks)', number('--resample-sec', 1, 86_400, true))
+    .option(
+      '--policies <list>',
+      'comma-separated subset of greedy,uniform-progress,gpu-fleet,omniscient; also oracle-semi-markov (a reference that fits its model on the future)',
+    )
+    .option(
+      '--resample-sec <s>',
+      'coarsen traces to ticks of this many seconds (spot in a coarse tick only if in all of its fine ticks)',
+      number('--resample-sec', 1, 86_400, true),
+    )
     .option('--json', 'print the rows as JSON')
     .parse();
-  const o = program.opts<{ traces: string; traceHours?: number; k: number; runs: number; seed: number; nodes: number; workHours: number; deadlineHours: number; changeoverHours: number; policies?: string; resampleSec?: number; json?: boolean }>();
+  const o = program.opts<{
+    traces: string;
+    traceHours?: number;
+    k: number;
+    runs: number;
+    seed: number;
+    nodes: number;
+    workHours: number;
+    deadlineHours: number;
+    changeoverHours: number;
+    policies?: string;
+    resampleSec?: number;
+    json?: boolean;
+  }>();
   const policies = o.policies ? (o.policies.split(',').map((p) => p.trim()) as PolicyName[]) : POLICIES;
-  for (const p of policies) if (!POLICIES.includes(p) && !EXTRA_POLICIES.includes(p)) program.error(`--policies: unknown policy "${p}"; allowed: ${[...POLICIES, ...EXTRA_POLICIES].join(', ')}`);
+  for (const p of policies)
+    if (!POLICIES.includes(p) && !EXTRA_POLICIES.includes(p))
+      program.error(`--policies: unknown policy "${p}"; allowed: ${[...POLICIES, ...EXTRA_POLICIES].join(', ')}`);
   if (o.deadlineHours < o.workHours) program.error('--deadline-hours must be at least --work-hours');
   const started = performance.now();
   const rows = benchSpot({

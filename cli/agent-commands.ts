@@ -5,7 +5,9 @@ import type { Command } from 'commander';
  * which the node groups' user data runs). The code runs only when a command does.
  */
 export function addAgentCommands(program: Command, io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WritableStream }): void {
-  const agent = program.command('agent').description('The node agent that runs on every GPU machine (started by the node group\'s user data)');
+  const agent = program
+    .command('agent')
+    .description("The node agent that runs on every GPU machine (started by the node group's user data)");
   const metadataOptions = (c: Command) =>
     c
       .option('--nvidia-smi <path>', 'the nvidia-smi program', 'nvidia-smi')
@@ -14,12 +16,17 @@ export function addAgentCommands(program: Command, io: { stdout: NodeJS.Writable
       .option('--metadata-timeout-ms <ms>', 'how long to wait for a metadata server', '2000');
   metadataOptions(agent.command('inspect').description('Print what the agent finds on this machine: identity, GPUs, MIG devices, health'))
     .option('--json', 'print as JSON')
-    .addHelpText('after', '\nWorks off-cloud too: a missing metadata server or nvidia-smi is reported, not fatal.\n\nExamples:\n  gpu-fleet agent inspect\n  gpu-fleet agent inspect --json')
+    .addHelpText(
+      'after',
+      '\nWorks off-cloud too: a missing metadata server or nvidia-smi is reported, not fatal.\n\nExamples:\n  gpu-fleet agent inspect\n  gpu-fleet agent inspect --json',
+    )
     .action(async (flags) => {
       const { agentInspectCommand } = await import('./agent.ts');
       await agentInspectCommand(flags, io);
     });
-  metadataOptions(agent.command('run').description('Run the agent: heartbeats, placed jobs, checkpoints, local interruption notices, GPU metrics'))
+  metadataOptions(
+    agent.command('run').description('Run the agent: heartbeats, placed jobs, checkpoints, local interruption notices, GPU metrics'),
+  )
     .option('--group <name>', 'the node group, when the instance metadata does not carry it')
     .option('--work-dir <dir>', 'where job folders and logs live (or GPU_FLEET_AGENT_DIR)', undefined)
     .option('--runner <kind>', 'docker (containers, docker run --gpus) | process (plain processes)', 'docker')
@@ -29,10 +36,12 @@ export function addAgentCommands(program: Command, io: { stdout: NodeJS.Writable
     .option('--no-mig-create', 'use only existing MIG instances; never create or destroy them')
     .option('--heartbeat-sec <s>', 'seconds between heartbeats (and work-list reads)', '15')
     .option('--notice-sec <s>', 'seconds between looks at the interruption notices and checkpoint markers', '5')
-    .addHelpText('after', '\nUses the standard AWS configuration and the GPU_FLEET_* table variables (see README).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev')
+    .addHelpText(
+      'after',
+      '\nUses the standard AWS configuration and the GPU_FLEET_* table variables (see README).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev',
+    )
     .action(async (flags) => {
       const { agentRunCommand } = await import('./agent.ts');
       await agentRunCommand(flags);
     });
-
 }

@@ -44,31 +44,53 @@ export interface RunFlags extends AgentCommonFlags {
 function seconds(name: string, value: string | undefined, fallback: number, min: number, max: number): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!Number.isFinite(n) || n < min || n > max) throw new UsageError(`${name} must be a number of seconds from ${min} to ${max}; got "${value}"`);
+  if (!Number.isFinite(n) || n < min || n > max)
+    throw new UsageError(`${name} must be a number of seconds from ${min} to ${max}; got "${value}"`);
   return n;
 }
 
 function timeoutOf(flags: AgentCommonFlags): number {
   const t = Number(flags.metadataTimeoutMs ?? 2000);
-  if (!Number.isInteger(t) || t < 100 || t > 60_000) throw new UsageError(`--metadata-timeout-ms must be a whole number of milliseconds from 100 to 60000; got ${flags.metadataTimeoutMs}`);
+  if (!Number.isInteger(t) || t < 100 || t > 60_000)
+    throw new UsageError(`--metadata-timeout-ms must be a whole number of milliseconds from 100 to 60000; got ${flags.metadataTimeoutMs}`);
   return t;
 }
 
 function metadataUrls(flags: AgentCommonFlags, env: NodeJS.ProcessEnv) {
-  return { awsBaseUrl: flags.imdsUrl ?? env.GPU_FLEET_AWS_IMDS_URL ?? AWS_IMDS_URL, gceBaseUrl: flags.gceMetadataUrl ?? env.GPU_FLEET_GCE_METADATA_URL ?? GCE_METADATA_URL };
+  return {
+    awsBaseUrl: flags.imdsUrl ?? env.GPU_FLEET_AWS_IMDS_URL ?? AWS_IMDS_URL,
+    gceBaseUrl: flags.gceMetadataUrl ?? env.GPU_FLEET_GCE_METADATA_URL ?? GCE_METADATA_URL,
+  };
 }
 
 /** What the agent sees of this machine: identity, GPUs, MIG devices, health. Works off-cloud: what it cannot find is reported, not fatal. */
-export async function agentInspectCommand(flags: InspectFlags, io: { stdout: NodeJS.WritableStream }, env: NodeJS.ProcessEnv = process.env): Promise<Record<string, unknown>> {
+export async function agentInspectCommand(
+  flags: InspectFlags,
+  io: { stdout: NodeJS.WritableStream },
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Record<string, unknown>> {
   const timeoutMs = timeoutOf(flags);
-  const [identity, gpus] = await Promise.allSettled([detectMetadata({ ...metadataUrls(flags, env), timeoutMs }), readGpuInventory({ ...(flags.nvidiaSmi ? { command: flags.nvidiaSmi } : {}), env })]);
+  const [identity, gpus] = await Promise.allSettled([
+    detectMetadata({ ...metadataUrls(flags, env), timeoutMs }),
+    readGpuInventory({ ...(flags.nvidiaSmi ? { command: flags.nvidiaSmi } : {}), env }),
+  ]);
   const problems: string[] = [];
   if (gpus.status === 'rejected') problems.push((gpus.reason as Error).message);
   else problems.push(...gpus.value.gpus.flatMap(gpuProblems));
-  if (gpus.status === 'fulfilled' && gpus.value.gpus.length > 0 && toGpuDevices(gpus.value).length === 0) problems.push(`no GPU here is a model gpu-fleet schedules (${gpus.value.gpus.map((g) => g.name).join(', ')})`);
+  if (gpus.status === 'fulfilled' && gpus.value.gpus.length > 0 && toGpuDevices(gpus.value).length === 0)
+    problems.push(`no GPU here is a model gpu-fleet schedules (${gpus.value.gpus.map((g) => g.name).join(', ')})`);
   const result = {
     identity: identity.status === 'fulfilled' ? identity.value.identity : { error: (identity.reason as Error).message },
-    gpus: gpus.status === 'fulfilled' ? { source: gpus.value.source, driverVersion: gpus.value.driverVersion, cudaVersion: gpus.value.cudaVersion, devices: gpus.value.gpus, warnings: gpus.value.warnings } : { error: (gpus.reason as Error).message },
+    gpus:
+      gpus.status === 'fulfilled'
+        ? {
+            source: gpus.value.source,
+            driverVersion: gpus.value.driverVersion,
+            cudaVersion: gpus.value.cudaVersion,
+            devices: gpus.value.gpus,
+            warnings: gpus.value.warnings,
+          }
+        : { error: (gpus.reason as Error).message },
     schedulable: gpus.status === 'fulfilled' ? toGpuDevices(gpus.value) : [],
     healthy: problems.length === 0,
     problems,
@@ -80,13 +102,22 @@ export async function agentInspectCommand(flags: InspectFlags, io: { stdout: Nod
   const lines: string[] = [];
   if (identity.status === 'fulfilled') {
     const id = identity.value.identity;
-    lines.push(`machine   ${id.instanceId} (${id.cloud} ${id.zone}, ${id.instanceType}${id.capacityType ? `, ${id.capacityType}` : ''}${id.groupId ? `, group ${id.groupId}` : ''})`);
+    lines.push(
+      `machine   ${id.instanceId} (${id.cloud} ${id.zone}, ${id.instanceType}${id.capacityType ? `, ${id.capacityType}` : ''}${id.groupId ? `, group ${id.groupId}` : ''})`,
+    );
   } else lines.push(`machine   unknown: ${(identity.reason as Error).message}`);
   if (gpus.status === 'fulfilled') {
-    lines.push(`driver    ${gpus.value.driverVersion ?? '?'} (CUDA ${gpus.value.cudaVersion ?? '?'}), read from the ${gpus.value.source} report`);
+    lines.push(
+      `driver    ${gpus.value.driverVersion ?? '?'} (CUDA ${gpus.value.cudaVersion ?? '?'}), read from the ${gpus.value.source} report`,
+    );
     for (const g of gpus.value.gpus) {
-      lines.push(`GPU ${g.index}     ${g.name}${g.model ? ` [${g.model}]` : ' [not scheduled by gpu-fleet]'} ${g.memoryUsedMiB ?? '?'}/${g.memoryTotalMiB} MiB, util ${g.utilizationPct === undefined ? 'n/a' : `${g.utilizationPct}%`}, ${g.powerDrawW ?? '?'} W, ${g.temperatureC ?? '?'} C${g.mig.enabled ? ', MIG on' : ''}`);
-      for (const d of g.mig.devices) lines.push(`  MIG ${d.index}   ${d.profile ?? '?'}${d.computeProfile ? ` (${d.computeProfile})` : ''} GPU instance ${d.gpuInstanceId}, ${d.memoryTotalMiB} MiB${d.uuid ? `, ${d.uuid}` : ''}`);
+      lines.push(
+        `GPU ${g.index}     ${g.name}${g.model ? ` [${g.model}]` : ' [not scheduled by gpu-fleet]'} ${g.memoryUsedMiB ?? '?'}/${g.memoryTotalMiB} MiB, util ${g.utilizationPct === undefined ? 'n/a' : `${g.utilizationPct}%`}, ${g.powerDrawW ?? '?'} W, ${g.temperatureC ?? '?'} C${g.mig.enabled ? ', MIG on' : ''}`,
+      );
+      for (const d of g.mig.devices)
+        lines.push(
+          `  MIG ${d.index}   ${d.profile ?? '?'}${d.computeProfile ? ` (${d.computeProfile})` : ''} GPU instance ${d.gpuInstanceId}, ${d.memoryTotalMiB} MiB${d.uuid ? `, ${d.uuid}` : ''}`,
+        );
     }
     for (const w of gpus.value.warnings) lines.push(`note      ${w}`);
   } else lines.push(`GPUs      none found: ${(gpus.reason as Error).message}`);
@@ -112,16 +143,23 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     metadata = found.client;
     identity = found.identity;
   } catch (error) {
-    if (!flags.instanceId) throw new UsageError(`${(error as Error).message}. Off-cloud, name the machine with --instance-id (and --group).`);
-    log.warn('no instance metadata: running with the given identity and without local interruption notices', { error: (error as Error).message });
+    if (!flags.instanceId)
+      throw new UsageError(`${(error as Error).message}. Off-cloud, name the machine with --instance-id (and --group).`);
+    log.warn('no instance metadata: running with the given identity and without local interruption notices', {
+      error: (error as Error).message,
+    });
     identity = { cloud: 'aws', instanceId: flags.instanceId, region: config.region, zone: 'unknown', instanceType: 'unknown' };
   }
   if (flags.instanceId) identity = { ...identity, instanceId: flags.instanceId };
   const workDir = flags.workDir ?? env.GPU_FLEET_AGENT_DIR ?? '/var/lib/gpu-fleet';
   mkdirSync(workDir, { recursive: true });
   const runnerKind = flags.runner ?? 'docker';
-  if (runnerKind !== 'docker' && runnerKind !== 'process') throw new UsageError(`--runner must be "docker" or "process"; got "${runnerKind}"`);
-  const runner = runnerKind === 'docker' ? new DockerRunner('docker', env) : new ProcessRunner({ baseEnv: env, stateFile: join(workDir, 'processes.json') });
+  if (runnerKind !== 'docker' && runnerKind !== 'process')
+    throw new UsageError(`--runner must be "docker" or "process"; got "${runnerKind}"`);
+  const runner =
+    runnerKind === 'docker'
+      ? new DockerRunner('docker', env)
+      : new ProcessRunner({ baseEnv: env, stateFile: join(workDir, 'processes.json') });
   const storeUri = flags.checkpointStore ?? `s3://${config.checkpointBucket}/checkpoints/`;
   let blobs: CheckpointBlobs;
   if (storeUri.startsWith('s3://')) blobs = new S3Blobs(new S3Client({ region: config.region }));

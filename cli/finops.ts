@@ -26,7 +26,8 @@ export function parsePeriod(period: string | undefined, nowMs: number): { label:
   const now = new Date(nowMs);
   if (!period) return parsePeriod(`${now.getUTCFullYear()}-${String(now.getUTCMonth() + 1).padStart(2, '0')}`, nowMs);
   let m = /^(\d{4})-(\d{2})$/.exec(period);
-  if (m && Number(m[2]) >= 1 && Number(m[2]) <= 12) return { label: period, startMs: Date.UTC(Number(m[1]), Number(m[2]) - 1, 1), endMs: Date.UTC(Number(m[1]), Number(m[2]), 1) };
+  if (m && Number(m[2]) >= 1 && Number(m[2]) <= 12)
+    return { label: period, startMs: Date.UTC(Number(m[1]), Number(m[2]) - 1, 1), endMs: Date.UTC(Number(m[1]), Number(m[2]), 1) };
   m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(period);
   if (m && !Number.isNaN(Date.parse(`${period}T00:00:00Z`))) {
     const start = Date.parse(`${period}T00:00:00Z`);
@@ -72,7 +73,12 @@ export interface FinOpsReport {
     readonly reworkMicroUsd: number;
   };
   readonly byTeam: readonly { readonly team: string; readonly costMicroUsd: number }[];
-  readonly byProject: readonly { readonly project: string; readonly costMicroUsd: number; readonly gpuHours: number; readonly jobs: number }[];
+  readonly byProject: readonly {
+    readonly project: string;
+    readonly costMicroUsd: number;
+    readonly gpuHours: number;
+    readonly jobs: number;
+  }[];
   readonly byDay: readonly { readonly day: string; readonly byTeam: Readonly<Record<string, number>>; readonly totalMicroUsd: number }[];
   readonly jobs: readonly JobCostRow[];
   readonly lowUtilization: readonly JobCostRow[];
@@ -91,7 +97,8 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
   const team = flags.team;
   const notes: string[] = [];
   const lowUtil = flags.lowUtil === undefined ? 30 : Number(flags.lowUtil);
-  if (!Number.isFinite(lowUtil) || lowUtil <= 0 || lowUtil > 100) throw new UsageError(`--low-util must be a percentage from 1 to 100, got "${flags.lowUtil}"`);
+  if (!Number.isFinite(lowUtil) || lowUtil <= 0 || lowUtil > 100)
+    throw new UsageError(`--low-util must be a percentage from 1 to 100, got "${flags.lowUtil}"`);
 
   // Paid: the per-day spend ledger.
   const days = new Map<string, Record<string, number>>();
@@ -105,13 +112,17 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
     d[row.team] = (d[row.team] ?? 0) + row.spentMicroUsd;
     days.set(day, d);
   }
-  const byDay = [...days.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([day, by]) => ({ day, byTeam: by, totalMicroUsd: Object.values(by).reduce((a, b) => a + b, 0) }));
+  const byDay = [...days.entries()]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([day, by]) => ({ day, byTeam: by, totalMicroUsd: Object.values(by).reduce((a, b) => a + b, 0) }));
   const teamTotals = new Map<string, number>();
   for (const d of byDay) for (const [t, v] of Object.entries(d.byTeam)) teamTotals.set(t, (teamTotals.get(t) ?? 0) + v);
   if (byDay.length === 0) notes.push('no spend counted in this period (reconcile counts spend per team and day while machines run)');
 
   // Held and used: the jobs.
-  const jobs = (await fleet.jobs.listByState(JOB_STATES, team)).filter((j) => j.state !== 'rejected' && touches(j, period.startMs, period.endMs));
+  const jobs = (await fleet.jobs.listByState(JOB_STATES, team)).filter(
+    (j) => j.state !== 'rejected' && touches(j, period.startMs, period.endMs),
+  );
   const rows: JobCostRow[] = jobs.map((j) => jobRow(j, Math.min(now, period.endMs)));
 
   // Waste: running jobs whose GPUs are barely used, from the GPU metrics.
@@ -124,7 +135,9 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
       const byGpu = new Map(samples.map((s) => [`${s.instanceId}/${s.gpuIndex}`, s.utilizationPct]));
       for (const [i, j] of jobs.entries()) {
         if (!ACTIVE_STATES.includes(j.state) || !j.placement) continue;
-        const u = j.placement.nodes.flatMap((n) => n.gpuIndices.map((g) => byGpu.get(`${n.nodeId}/${g}`))).filter((x): x is number => x !== undefined);
+        const u = j.placement.nodes
+          .flatMap((n) => n.gpuIndices.map((g) => byGpu.get(`${n.nodeId}/${g}`)))
+          .filter((x): x is number => x !== undefined);
         if (u.length === 0) continue;
         const mean = u.reduce((a, b) => a + b, 0) / u.length;
         rows[i] = { ...rows[i]!, utilizationPct: mean };
@@ -177,7 +190,7 @@ function jobRow(j: Job, atMs: number): JobCostRow {
   const u = ACTIVE_STATES.includes(j.state) && j.placement ? closeAttempt(j, Math.max(atMs, j.placedAtMs ?? atMs), false) : j.usage;
   const gpuHours = (u?.gpuSec ?? 0) / 3600;
   const heldSec = u?.heldSec ?? 0;
-  const gpus = heldSec > 0 ? (u!.gpuSec / heldSec) : 0;
+  const gpus = heldSec > 0 ? u!.gpuSec / heldSec : 0;
   const reworkGpuHours = ((u?.reworkSec ?? 0) * gpus) / 3600;
   const cost = u?.costMicroUsd ?? 0;
   return {
@@ -188,7 +201,7 @@ function jobRow(j: Job, atMs: number): JobCostRow {
     costMicroUsd: cost,
     onDemandMicroUsd: u?.onDemandMicroUsd ?? cost,
     gpuHours,
-    spotShare: heldSec > 0 ? (u!.spotSec / heldSec) : 0,
+    spotShare: heldSec > 0 ? u!.spotSec / heldSec : 0,
     interruptions: j.interruptions,
     reworkGpuHours,
     reworkMicroUsd: heldSec > 0 ? Math.round((cost * (u!.reworkSec ?? 0)) / heldSec) : 0,
@@ -200,24 +213,36 @@ function jobRow(j: Job, atMs: number): JobCostRow {
 const usd = (micro: number) => (micro / 1e6).toFixed(2);
 
 export function reportCsv(r: FinOpsReport): string {
-  const lines = ['kind,name,team,project,state,cost_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct'];
+  const lines = [
+    'kind,name,team,project,state,cost_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct',
+  ];
   const q = (s: string) => (/[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s);
   for (const t of r.byTeam) lines.push(`team,${q(t.team)},${q(t.team)},,,${usd(t.costMicroUsd)},,,,,,,`);
   for (const d of r.byDay) for (const [t, v] of Object.entries(d.byTeam)) lines.push(`day,${d.day},${q(t)},,,${usd(v)},,,,,,,`);
-  for (const p of r.byProject) lines.push(`project,${q(p.project)},,${q(p.project)},,${usd(p.costMicroUsd)},,${p.gpuHours.toFixed(3)},,,,,`);
-  for (const j of r.jobs) lines.push(`job,${q(j.job)},${q(j.team)},${q(j.project)},${j.state},${usd(j.costMicroUsd)},${usd(j.onDemandMicroUsd)},${j.gpuHours.toFixed(3)},${j.spotShare.toFixed(3)},${j.interruptions},${j.reworkGpuHours.toFixed(3)},${usd(j.reworkMicroUsd)},${j.utilizationPct?.toFixed(1) ?? ''}`);
+  for (const p of r.byProject)
+    lines.push(`project,${q(p.project)},,${q(p.project)},,${usd(p.costMicroUsd)},,${p.gpuHours.toFixed(3)},,,,,`);
+  for (const j of r.jobs)
+    lines.push(
+      `job,${q(j.job)},${q(j.team)},${q(j.project)},${j.state},${usd(j.costMicroUsd)},${usd(j.onDemandMicroUsd)},${j.gpuHours.toFixed(3)},${j.spotShare.toFixed(3)},${j.interruptions},${j.reworkGpuHours.toFixed(3)},${usd(j.reworkMicroUsd)},${j.utilizationPct?.toFixed(1) ?? ''}`,
+    );
   return `${lines.join('\n')}\n`;
 }
 
 export function reportText(r: FinOpsReport): string {
   const t = r.totals;
-  const out = [`FinOps report, ${r.period.label} (${new Date(r.period.startMs).toISOString().slice(0, 10)} to ${new Date(r.period.endMs - 1).toISOString().slice(0, 10)}), ${r.source}${r.team ? `, team ${r.team}` : ''}`, ''];
+  const out = [
+    `FinOps report, ${r.period.label} (${new Date(r.period.startMs).toISOString().slice(0, 10)} to ${new Date(r.period.endMs - 1).toISOString().slice(0, 10)}), ${r.source}${r.team ? `, team ${r.team}` : ''}`,
+    '',
+  ];
   out.push(
     table(
       ['measure', 'value'],
       [
         ['paid (all machines)', money(t.paidMicroUsd)],
-        ['held by jobs', `${money(t.heldByJobsMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.heldByJobsMicroUsd) / t.paidMicroUsd)})` : ''}`],
+        [
+          'held by jobs',
+          `${money(t.heldByJobsMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.heldByJobsMicroUsd) / t.paidMicroUsd)})` : ''}`,
+        ],
         ['idle capacity', `${money(t.idleMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.idleMicroUsd) / t.paidMicroUsd)})` : ''}`],
         ['GPU-hours held by jobs', `${t.gpuHoursUsed.toFixed(1)} GPU-h`],
         ['spot savings vs on-demand', `${money(t.spotSavingsMicroUsd)} (on-demand would be ${money(t.onDemandEquivalentMicroUsd)})`],
@@ -226,11 +251,66 @@ export function reportText(r: FinOpsReport): string {
       ],
     ),
   );
-  out.push('', 'Cost by team', r.byTeam.length ? table(['team', 'cost'], r.byTeam.map((x) => [x.team, money(x.costMicroUsd)])) : '  (none)');
-  out.push('', 'Cost by project (jobs)', r.byProject.length ? table(['project', 'jobs', 'GPU-h', 'cost'], r.byProject.map((p) => [p.project, p.jobs, p.gpuHours.toFixed(1), money(p.costMicroUsd)])) : '  (none)');
-  out.push('', `Jobs by cost (top ${Math.min(10, r.jobs.length)} of ${r.jobs.length})`, r.jobs.length ? table(['job', 'team', 'state', 'GPU-h', 'spot', 'cost', 'saved', 'interruptions'], r.jobs.slice(0, 10).map((j) => [j.job, j.team, j.state, j.gpuHours.toFixed(2), pct(100 * j.spotShare), money(j.costMicroUsd), money(j.onDemandMicroUsd - j.costMicroUsd), j.interruptions])) : '  (none)');
-  if (r.lowUtilization.length > 0) out.push('', 'Running jobs with GPUs mostly idle', table(['job', 'team', 'GPU use', 'cost so far'], r.lowUtilization.map((j) => [j.job, j.team, pct(j.utilizationPct ?? 0), money(j.costMicroUsd)])));
-  out.push('', 'Spend by day', r.byDay.length ? table(['day', 'cost'], r.byDay.map((d) => [d.day, money(d.totalMicroUsd)])) : '  (none)');
+  out.push(
+    '',
+    'Cost by team',
+    r.byTeam.length
+      ? table(
+          ['team', 'cost'],
+          r.byTeam.map((x) => [x.team, money(x.costMicroUsd)]),
+        )
+      : '  (none)',
+  );
+  out.push(
+    '',
+    'Cost by project (jobs)',
+    r.byProject.length
+      ? table(
+          ['project', 'jobs', 'GPU-h', 'cost'],
+          r.byProject.map((p) => [p.project, p.jobs, p.gpuHours.toFixed(1), money(p.costMicroUsd)]),
+        )
+      : '  (none)',
+  );
+  out.push(
+    '',
+    `Jobs by cost (top ${Math.min(10, r.jobs.length)} of ${r.jobs.length})`,
+    r.jobs.length
+      ? table(
+          ['job', 'team', 'state', 'GPU-h', 'spot', 'cost', 'saved', 'interruptions'],
+          r.jobs
+            .slice(0, 10)
+            .map((j) => [
+              j.job,
+              j.team,
+              j.state,
+              j.gpuHours.toFixed(2),
+              pct(100 * j.spotShare),
+              money(j.costMicroUsd),
+              money(j.onDemandMicroUsd - j.costMicroUsd),
+              j.interruptions,
+            ]),
+        )
+      : '  (none)',
+  );
+  if (r.lowUtilization.length > 0)
+    out.push(
+      '',
+      'Running jobs with GPUs mostly idle',
+      table(
+        ['job', 'team', 'GPU use', 'cost so far'],
+        r.lowUtilization.map((j) => [j.job, j.team, pct(j.utilizationPct ?? 0), money(j.costMicroUsd)]),
+      ),
+    );
+  out.push(
+    '',
+    'Spend by day',
+    r.byDay.length
+      ? table(
+          ['day', 'cost'],
+          r.byDay.map((d) => [d.day, money(d.totalMicroUsd)]),
+        )
+      : '  (none)',
+  );
   if (r.notes.length > 0) out.push('', ...r.notes.map((n) => `note: ${n}`));
   return out.join('\n');
 }
@@ -256,13 +336,20 @@ export function reportHtml(r: FinOpsReport): string {
     id: 'daily',
     title: 'Spend by day and team (USD)',
     xLabel: `days from ${r.byDay[0]?.day ?? '-'}`,
-    series: teams.map((t, i) => ({ name: t, color: t === IDLE_TEAM ? '#9aa4ab' : palette(i), points: r.byDay.map((d, k) => [k, (d.byTeam[t] ?? 0) / 1e6] as const) })),
+    series: teams.map((t, i) => ({
+      name: t,
+      color: t === IDLE_TEAM ? '#9aa4ab' : palette(i),
+      points: r.byDay.map((d, k) => [k, (d.byTeam[t] ?? 0) / 1e6] as const),
+    })),
   });
   const t = r.totals;
   const card = (k: string, v: string) => `<div class="card"><div class="k">${esc(k)}</div><div class="v">${esc(v)}</div></div>`;
   const jobRows = r.jobs
     .slice(0, 50)
-    .map((j) => `<tr><td>${esc(j.job)}</td><td>${esc(j.team)}</td><td>${esc(j.project)}</td><td>${esc(j.state)}</td><td>${j.gpuHours.toFixed(2)}</td><td>${(100 * j.spotShare).toFixed(0)}%</td><td>${formatUsd(j.costMicroUsd)}</td><td>${formatUsd(j.onDemandMicroUsd - j.costMicroUsd)}</td><td>${j.interruptions}</td><td>${j.utilizationPct === undefined ? '' : `${j.utilizationPct.toFixed(0)}%`}</td></tr>`)
+    .map(
+      (j) =>
+        `<tr><td>${esc(j.job)}</td><td>${esc(j.team)}</td><td>${esc(j.project)}</td><td>${esc(j.state)}</td><td>${j.gpuHours.toFixed(2)}</td><td>${(100 * j.spotShare).toFixed(0)}%</td><td>${formatUsd(j.costMicroUsd)}</td><td>${formatUsd(j.onDemandMicroUsd - j.costMicroUsd)}</td><td>${j.interruptions}</td><td>${j.utilizationPct === undefined ? '' : `${j.utilizationPct.toFixed(0)}%`}</td></tr>`,
+    )
     .join('');
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpu-fleet FinOps report ${esc(r.period.label)}</title>
@@ -277,8 +364,16 @@ svg text{font-size:11px;fill:#3c464d}.legend span{margin-right:12px}.legend i{di
 <p>${esc(r.source)}; ${new Date(r.period.startMs).toISOString().slice(0, 10)} to ${new Date(r.period.endMs - 1).toISOString().slice(0, 10)}.</p>
 <div class="cards">${card('paid', formatUsd(t.paidMicroUsd))}${card('idle capacity', formatUsd(t.idleMicroUsd))}${card('spot savings', formatUsd(t.spotSavingsMicroUsd))}${card('GPU-hours held', t.gpuHoursUsed.toFixed(1))}${card('interruptions', String(t.interruptions))}${card('rework', `${t.reworkGpuHours.toFixed(1)} GPU-h`)}${card('rework cost', formatUsd(t.reworkMicroUsd))}${card('held by jobs', formatUsd(t.heldByJobsMicroUsd))}</div>
 <h2>Trend</h2>${r.byDay.length ? daily : '<p>No spend counted in this period.</p>'}
-<h2>Cost by team</h2>${bars('teams', 'Cost by team', r.byTeam.map((x) => ({ name: x.team, value: x.costMicroUsd })))}
-<h2>Cost by project</h2>${bars('projects', 'Cost by project', r.byProject.slice(0, 20).map((x) => ({ name: x.project, value: x.costMicroUsd })))}
+<h2>Cost by team</h2>${bars(
+    'teams',
+    'Cost by team',
+    r.byTeam.map((x) => ({ name: x.team, value: x.costMicroUsd })),
+  )}
+<h2>Cost by project</h2>${bars(
+    'projects',
+    'Cost by project',
+    r.byProject.slice(0, 20).map((x) => ({ name: x.project, value: x.costMicroUsd })),
+  )}
 <h2>Jobs by cost</h2><table><thead><tr><th>job</th><th>team</th><th>project</th><th>state</th><th>GPU-h</th><th>spot</th><th>cost</th><th>saved</th><th>interruptions</th><th>GPU use</th></tr></thead><tbody>${jobRows}</tbody></table>
 ${r.lowUtilization.length ? `<h2>Running jobs with GPUs mostly idle</h2><ul>${r.lowUtilization.map((j) => `<li>${esc(j.job)} (${esc(j.team)}): ${(j.utilizationPct ?? 0).toFixed(0)}% GPU use, ${formatUsd(j.costMicroUsd)} so far</li>`).join('')}</ul>` : ''}
 ${r.notes.length ? `<h2>Notes</h2><ul>${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : ''}
@@ -287,7 +382,8 @@ ${r.notes.length ? `<h2>Notes</h2><ul>${r.notes.map((n) => `<li>${esc(n)}</li>`)
 }
 
 export async function reportCommand(flags: ReportFlags, io: Io): Promise<FinOpsReport> {
-  if (flags.team !== undefined && !/^[a-z0-9-]{1,32}$/.test(flags.team)) throw new UsageError(`--team "${flags.team}" is not a team id: lower-case letters, digits and "-", at most 32 characters`);
+  if (flags.team !== undefined && !/^[a-z0-9-]{1,32}$/.test(flags.team))
+    throw new UsageError(`--team "${flags.team}" is not a team id: lower-case letters, digits and "-", at most 32 characters`);
   const fleet = await openFleet(flags);
   let report: FinOpsReport;
   try {
@@ -304,6 +400,9 @@ export async function reportCommand(flags: ReportFlags, io: Io): Promise<FinOpsR
   }
   if (flags.json) io.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
   else if (flags.csv) io.stdout.write(reportCsv(report));
-  else io.stdout.write(`${reportText(report)}\n${flags.out ? `\nwritten: ${join(resolve(flags.out), 'report.html')}, report.csv, report.json\n` : ''}`);
+  else
+    io.stdout.write(
+      `${reportText(report)}\n${flags.out ? `\nwritten: ${join(resolve(flags.out), 'report.html')}, report.csv, report.json\n` : ''}`,
+    );
   return report;
 }

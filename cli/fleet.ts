@@ -2,7 +2,17 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { jobIdFor } from '../core/job.ts';
-import type { Clock, DecisionLog, GpuMetricsSource, JobQueue, JobStore, NodeGroupProvider, NodeStore, SpendLedger, BudgetTagSource } from '../core/ports.ts';
+import type {
+  Clock,
+  DecisionLog,
+  GpuMetricsSource,
+  JobQueue,
+  JobStore,
+  NodeGroupProvider,
+  NodeStore,
+  SpendLedger,
+  BudgetTagSource,
+} from '../core/ports.ts';
 import { intake } from '../core/services/intake.ts';
 import { applyJobEvent } from '../core/services/job-updates.ts';
 import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
@@ -49,7 +59,13 @@ function openSimFleet(dir: string): Fleet {
     throw new UsageError(`--sim ${dir}: no simulation there (${STATE_FILE} is missing); write one with: gpu-fleet simulate --out ${dir}`);
   }
   const teams = ['nlp', 'vision', 'speech', 'recsys'];
-  const env = createSimEnvironment({ startMs: DEFAULT_SIM_START_MS, seed: 1, groups: DEFAULT_SIM_GROUPS, teams, teamTags: defaultTeamTags(teams) });
+  const env = createSimEnvironment({
+    startMs: DEFAULT_SIM_START_MS,
+    seed: 1,
+    groups: DEFAULT_SIM_GROUPS,
+    teams,
+    teamTags: defaultTeamTags(teams),
+  });
   loadSimState(env, folder);
   let dirty = false;
   return {
@@ -71,11 +87,16 @@ function openSimFleet(dir: string): Fleet {
     budgets: env.budgets,
     providers: [env.cloud],
     async submit(team, body, token = randomUUID()) {
-      if (!(await env.queue.teams()).includes(team)) throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
+      if (!(await env.queue.teams()).includes(team))
+        throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
       const out = await intake(env, { team, body, token });
       dirty = true;
       const jobId = jobIdFor(team, token);
-      return { jobId, token, note: out.outcome === 'duplicate' ? `already submitted with this token: ${jobId}` : `taken in by the simulation (${out.outcome})` };
+      return {
+        jobId,
+        token,
+        note: out.outcome === 'duplicate' ? `already submitted with this token: ${jobId}` : `taken in by the simulation (${out.outcome})`,
+      };
     },
     async close() {
       if (dirty) saveSimState(env, folder);
@@ -84,7 +105,10 @@ function openSimFleet(dir: string): Fleet {
 }
 
 async function openAwsFleet(): Promise<Fleet> {
-  const [{ awsConfigFromEnv, awsPorts, systemClock }, { CloudWatchGpuMetrics }] = await Promise.all([import('../cloud/aws/runtime.ts'), import('../cloud/aws/cloudwatch-metrics.ts')]);
+  const [{ awsConfigFromEnv, awsPorts, systemClock }, { CloudWatchGpuMetrics }] = await Promise.all([
+    import('../cloud/aws/runtime.ts'),
+    import('../cloud/aws/cloudwatch-metrics.ts'),
+  ]);
   const config = awsConfigFromEnv();
   const ports = awsPorts(config);
   return {
@@ -101,7 +125,11 @@ async function openAwsFleet(): Promise<Fleet> {
     gpuMetrics: ports.metrics instanceof CloudWatchGpuMetrics ? ports.metrics : undefined,
     async submit(team, body, token = randomUUID()) {
       const { messageId } = await ports.queue.send(team, body, token);
-      return { jobId: jobIdFor(team, token), token, note: `sent to the team's queue (message ${messageId}); intake stores it within seconds` };
+      return {
+        jobId: jobIdFor(team, token),
+        token,
+        note: `sent to the team's queue (message ${messageId}); intake stores it within seconds`,
+      };
     },
     async close() {},
   };
@@ -112,10 +140,14 @@ export async function cancelJob(fleet: Fleet, jobId: string): Promise<{ status: 
   const job = await fleet.jobs.get(jobId);
   if (!job) throw new UsageError(`no job ${jobId}; see gpu-fleet status for the jobs there are`);
   if (job.state === 'cancelled') return { status: 'cancelled', message: `${jobId} was already cancelled` };
-  if (['succeeded', 'failed', 'rejected'].includes(job.state)) return { status: job.state, message: `${jobId} already ended (${job.state}); nothing to cancel` };
+  if (['succeeded', 'failed', 'rejected'].includes(job.state))
+    return { status: job.state, message: `${jobId} already ended (${job.state}); nothing to cancel` };
   const out = await applyJobEvent(fleet.jobs, jobId, { type: 'cancel' }, fleet.clock.nowMs());
   if (out.status === 'refused') throw new Error(out.error);
   const now = await fleet.jobs.get(jobId);
   if (now?.state === 'cancelled') return { status: 'cancelled', message: `${jobId} cancelled (it had not started)` };
-  return { status: 'cancel-requested', message: `${jobId}: ${job.spec?.checkpoint ? 'asked to checkpoint, then ' : ''}its node's agent stops it and reports it cancelled` };
+  return {
+    status: 'cancel-requested',
+    message: `${jobId}: ${job.spec?.checkpoint ? 'asked to checkpoint, then ' : ''}its node's agent stops it and reports it cancelled`,
+  };
 }

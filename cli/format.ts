@@ -3,7 +3,9 @@ import { formatUsd, type MicroUsd } from '../core/money.ts';
 /** Aligned table for people: numbers right-aligned, text left-aligned. */
 export function table(headers: readonly string[], rows: readonly (readonly (string | number)[])[]): string {
   const cells = [headers.map(String), ...rows.map((r) => r.map((c) => (typeof c === 'number' ? formatNumber(c) : c)))];
-  const numeric = headers.map((_, i) => rows.length > 0 && rows.every((r) => typeof r[i] === 'number' || /^[-$\d.,%× ]+[a-zA-Z%]*$/.test(String(r[i]))));
+  const numeric = headers.map(
+    (_, i) => rows.length > 0 && rows.every((r) => typeof r[i] === 'number' || /^[-$\d.,%× ]+[a-zA-Z%]*$/.test(String(r[i]))),
+  );
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
   return cells
     .map((r, rowIndex) =>

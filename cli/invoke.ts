@@ -35,7 +35,9 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
     try {
       event = JSON.parse(readFileSync(flags.event, 'utf8'));
     } catch (error) {
-      throw new UsageError(`--event ${flags.event}: ${error instanceof Error ? error.message : String(error)} (give a JSON file: an SQS event for intake, an EventBridge event for interruption, {} or {"dryRun":true} for reconcile)`);
+      throw new UsageError(
+        `--event ${flags.event}: ${error instanceof Error ? error.message : String(error)} (give a JSON file: an SQS event for intake, an EventBridge event for interruption, {} or {"dryRun":true} for reconcile)`,
+      );
     }
   } else if (fn !== 'reconcile') {
     throw new UsageError(`--event FILE is required for ${fn}`);
@@ -48,13 +50,33 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
     const config = awsConfigFromEnv();
     const ports = awsPorts(config);
     result = await run(fn as FunctionName, event, context, {
-      intake: () => createIntakeHandler({ jobs: ports.stores.jobs, clock: systemClock, deadLetter: ports.deadLetter, teamOfQueue: teamFromQueueArn(config.teamQueuePrefix), obs }),
+      intake: () =>
+        createIntakeHandler({
+          jobs: ports.stores.jobs,
+          clock: systemClock,
+          deadLetter: ports.deadLetter,
+          teamOfQueue: teamFromQueueArn(config.teamQueuePrefix),
+          obs,
+        }),
       reconcile: () => createReconcileHandler({ ports: ports.reconcile, queue: ports.queue, planner: plan, policy: config.policy, obs }),
-      interruption: () => createInterruptionHandler({ ports: ports.interruption, policy: config.policy, trigger: ports.trigger, obs, lifecycleTimeoutSec: config.lifecycleTimeoutSec }),
+      interruption: () =>
+        createInterruptionHandler({
+          ports: ports.interruption,
+          policy: config.policy,
+          trigger: ports.trigger,
+          obs,
+          lifecycleTimeoutSec: config.lifecycleTimeoutSec,
+        }),
     });
   } else {
     const teams = ['nlp', 'vision', 'speech', 'recsys'];
-    const env = createSimEnvironment({ startMs: DEFAULT_SIM_START_MS, seed: 1, groups: DEFAULT_SIM_GROUPS, teams, teamTags: defaultTeamTags(teams) });
+    const env = createSimEnvironment({
+      startMs: DEFAULT_SIM_START_MS,
+      seed: 1,
+      groups: DEFAULT_SIM_GROUPS,
+      teams,
+      teamTags: defaultTeamTags(teams),
+    });
     if (flags.state && loadSimState(env, flags.state)) notes.push(`simulated world loaded from ${flags.state}`);
     result = await run(fn as FunctionName, event, context, {
       intake: () =>
@@ -66,21 +88,37 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
           obs,
           timeoutEarlyInMillis: 0,
         }),
-      reconcile: () => createReconcileHandler({ ports: env.ports, queue: env.queue, planner: plan, policy: DEFAULT_POLICY, obs, timeoutEarlyInMillis: 0 }),
+      reconcile: () =>
+        createReconcileHandler({ ports: env.ports, queue: env.queue, planner: plan, policy: DEFAULT_POLICY, obs, timeoutEarlyInMillis: 0 }),
       interruption: () =>
-        createInterruptionHandler({ ports: env.ports, policy: DEFAULT_POLICY, trigger: { reconcileSoon: async (why) => void notes.push(`a reconcile would be triggered now (${why})`) }, obs, timeoutEarlyInMillis: 0 }),
+        createInterruptionHandler({
+          ports: env.ports,
+          policy: DEFAULT_POLICY,
+          trigger: { reconcileSoon: async (why) => void notes.push(`a reconcile would be triggered now (${why})`) },
+          obs,
+          timeoutEarlyInMillis: 0,
+        }),
     });
     if (flags.state) {
       saveSimState(env, flags.state);
       notes.push(`simulated world saved to ${flags.state}`);
     }
   }
-  io.stdout.write(flags.json ? `${JSON.stringify({ result, notes }, null, 2)}\n` : `${JSON.stringify(result, null, 2)}\n${notes.map((n) => `# ${n}`).join('\n')}${notes.length ? '\n' : ''}`);
+  io.stdout.write(
+    flags.json
+      ? `${JSON.stringify({ result, notes }, null, 2)}\n`
+      : `${JSON.stringify(result, null, 2)}\n${notes.map((n) => `# ${n}`).join('\n')}${notes.length ? '\n' : ''}`,
+  );
   return result;
 }
 
 /** Runs a handler with Powertools' log and metric lines sent to stderr, so stdout carries only the result. */
-async function run(fn: FunctionName, event: unknown, context: ReturnType<typeof lambdaContext>, make: Record<FunctionName, () => (event: never, context: ReturnType<typeof lambdaContext>) => Promise<unknown>>): Promise<unknown> {
+async function run(
+  fn: FunctionName,
+  event: unknown,
+  context: ReturnType<typeof lambdaContext>,
+  make: Record<FunctionName, () => (event: never, context: ReturnType<typeof lambdaContext>) => Promise<unknown>>,
+): Promise<unknown> {
   const handler = make[fn]();
   const write = process.stdout.write;
   process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;

@@ -17,7 +17,10 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
   program
     .command('simulate')
     .description('Replay a GPU cluster trace through the real control loop on the simulated cloud and print a summary')
-    .option('--trace <file|name>', 'trace CSV (job_id, submit_s, duration_s, gpus[, gpu_type, team, status]) or a shipped trace name (philly); default: the built-in Philly sample')
+    .option(
+      '--trace <file|name>',
+      'trace CSV (job_id, submit_s, duration_s, gpus[, gpu_type, team, status]) or a shipped trace name (philly); default: the built-in Philly sample',
+    )
     .option('--hours <n>', 'virtual hours to simulate at most (arrivals after this are left out)', '72')
     .option('--policy <name>', 'gpu-fleet | on-demand | spot-greedy | cheapest-fit', 'gpu-fleet')
     .option('--seed <n>', 'seed for the simulated cloud and spot market; the same seed gives the same run', '1')
@@ -25,10 +28,16 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--max-jobs <n>', 'replay at most this many jobs (the earliest)')
     .option('--out <dir>', 'write report.html (charts), summary.json, jobs.json and decisions.json to this folder')
     .option('--no-baselines', 'run only the chosen policy, not the three baselines')
-    .option('--faults <profile>', 'inject faults: none | api-errors | spot-stockout | crash-mid-apply | duplicate-reorder | interruption-storm | dead-agents | checkpoint-failures | store-conflicts | all (invariants are checked every simulated minute)')
+    .option(
+      '--faults <profile>',
+      'inject faults: none | api-errors | spot-stockout | crash-mid-apply | duplicate-reorder | interruption-storm | dead-agents | checkpoint-failures | store-conflicts | all (invariants are checked every simulated minute)',
+    )
     .option('--json', 'print the summary as JSON')
     .option('--no-progress', 'no progress bar')
-    .addHelpText('after', '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines\n  gpu-fleet simulate --faults all --no-baselines')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines\n  gpu-fleet simulate --faults all --no-baselines',
+    )
     .action(async (flags) => {
       const { simulateCommand } = await import('./simulate.ts');
       await simulateCommand(flags, io);
@@ -40,7 +49,10 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--once', 'run one turn of the control loop (required)')
     .option('--dry-run', 'plan without acting')
     .option('--json', 'print the decision record as JSON')
-    .addHelpText('after', '\nUses the standard AWS configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and\nGPU_FLEET_* variables for the tables and queues (see README).\n\nExamples:\n  gpu-fleet reconcile --once --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --once --json')
+    .addHelpText(
+      'after',
+      '\nUses the standard AWS configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and\nGPU_FLEET_* variables for the tables and queues (see README).\n\nExamples:\n  gpu-fleet reconcile --once --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --once --json',
+    )
     .action(async (flags) => {
       const { reconcileCommand } = await import('./reconcile.ts');
       await reconcileCommand(flags, io);
@@ -54,20 +66,27 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--state <dir>', 'load the simulated world from this folder and save it back (so invocations build on each other)')
     .option('--aws', 'run against AWS instead of the simulated cloud')
     .option('--json', 'print the result as JSON')
-    .addHelpText('after', '\nExamples:\n  gpu-fleet invoke interruption --event test/fixtures/events/nth-ec2-spot-instance-interruption-warning.json\n  gpu-fleet invoke reconcile --state ./world\n  gpu-fleet invoke intake --event sqs-event.json --aws')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  gpu-fleet invoke interruption --event test/fixtures/events/nth-ec2-spot-instance-interruption-warning.json\n  gpu-fleet invoke reconcile --state ./world\n  gpu-fleet invoke intake --event sqs-event.json --aws',
+    )
     .action(async (fn, flags) => {
       const { invokeCommand } = await import('./invoke.ts');
       await invokeCommand(fn, flags, io);
     });
 
   const collect = (v: string, prev: string[] = []) => [...prev, v];
-  const sim = (c: Command) => c.option('--sim <dir>', 'act on a simulation saved by `gpu-fleet simulate --out DIR` instead of the AWS account in the environment').option('--json', 'print JSON for scripts');
-  const awsNote = '\nAgainst AWS it uses the standard configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and the GPU_FLEET_* variables (see README).';
+  const sim = (c: Command) =>
+    c
+      .option('--sim <dir>', 'act on a simulation saved by `gpu-fleet simulate --out DIR` instead of the AWS account in the environment')
+      .option('--json', 'print JSON for scripts');
+  const awsNote =
+    '\nAgainst AWS it uses the standard configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and the GPU_FLEET_* variables (see README).';
 
   sim(
     program
       .command('submit')
-      .description('Validate a job spec and send it to a team\'s queue; prints the job id')
+      .description("Validate a job spec and send it to a team's queue; prints the job id")
       .option('--team <team>', 'the team whose queue (and budget) the job goes to (required)')
       .option('--file <spec.json>', 'the job spec as JSON ("-" for standard input)')
       .option('--image <ref>', 'container image, e.g. pytorch/pytorch:2.3.0-cuda12.1')
@@ -88,27 +107,56 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       .option('--token <token>', 'idempotency token: the same token makes one job however often it is sent (default: random)')
       .option('--dry-run', 'validate only; send nothing'),
   )
-    .addHelpText('after', `\nExamples:\n  gpu-fleet submit --team nlp --file job.json\n  gpu-fleet submit --team nlp --image pytorch/pytorch:2.3.0 --gpus 1 --checkpoint-interval 600 --label project=llm-eval -- python train.py --epochs 3\n  gpu-fleet submit --team vision --mig 1g.10gb --image nvcr.io/nvidia/pytorch:24.05-py3 --sim ./sim -- python infer.py\n${awsNote}`)
+    .addHelpText(
+      'after',
+      `\nExamples:\n  gpu-fleet submit --team nlp --file job.json\n  gpu-fleet submit --team nlp --image pytorch/pytorch:2.3.0 --gpus 1 --checkpoint-interval 600 --label project=llm-eval -- python train.py --epochs 3\n  gpu-fleet submit --team vision --mig 1g.10gb --image nvcr.io/nvidia/pytorch:24.05-py3 --sim ./sim -- python infer.py\n${awsNote}`,
+    )
     .action(async (argv: string[], flags) => {
       const { submitCommand } = await import('./people.ts');
       await submitCommand({ ...flags, ...(argv.length > 0 ? { command: argv } : {}) }, io);
     });
 
-  sim(program.command('status').description('Jobs by state with their waiting time, nodes by group with GPU use, and queue depth per team').option('--team <team>', 'only this team').option('--job <id>', 'one job in detail'))
-    .addHelpText('after', `\nExamples:\n  gpu-fleet status\n  gpu-fleet status --team nlp --json\n  gpu-fleet status --job nlp.3f2a --sim ./sim\n${awsNote}`)
+  sim(
+    program
+      .command('status')
+      .description('Jobs by state with their waiting time, nodes by group with GPU use, and queue depth per team')
+      .option('--team <team>', 'only this team')
+      .option('--job <id>', 'one job in detail'),
+  )
+    .addHelpText(
+      'after',
+      `\nExamples:\n  gpu-fleet status\n  gpu-fleet status --team nlp --json\n  gpu-fleet status --job nlp.3f2a --sim ./sim\n${awsNote}`,
+    )
     .action(async (flags) => {
       const { statusCommand } = await import('./people.ts');
       await statusCommand(flags, io);
     });
 
-  sim(program.command('explain').description('Why a job waits, or where and why it runs; why the fleet scaled (from the decision records)').option('--job <id>', 'the job to explain').option('--decision <latest|last-change|id>', 'a reconcile decision: its actions and reasons (last-change: the newest that scaled or preempted)'))
-    .addHelpText('after', `\nExamples:\n  gpu-fleet explain --job nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision last-change --sim ./sim --json\n${awsNote}`)
+  sim(
+    program
+      .command('explain')
+      .description('Why a job waits, or where and why it runs; why the fleet scaled (from the decision records)')
+      .option('--job <id>', 'the job to explain')
+      .option(
+        '--decision <latest|last-change|id>',
+        'a reconcile decision: its actions and reasons (last-change: the newest that scaled or preempted)',
+      ),
+  )
+    .addHelpText(
+      'after',
+      `\nExamples:\n  gpu-fleet explain --job nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision last-change --sim ./sim --json\n${awsNote}`,
+    )
     .action(async (flags) => {
       const { explainCommand } = await import('./people.ts');
       await explainCommand(flags, io);
     });
 
-  sim(program.command('budget').description('Spend this period against budget, the forecast to the period\'s end, the state and any tag problems').option('--team <team>', 'only this team'))
+  sim(
+    program
+      .command('budget')
+      .description("Spend this period against budget, the forecast to the period's end, the state and any tag problems")
+      .option('--team <team>', 'only this team'),
+  )
     .addHelpText('after', `\nExamples:\n  gpu-fleet budget\n  gpu-fleet budget --team nlp --json\n${awsNote}`)
     .action(async (flags) => {
       const { budgetCommand } = await import('./people.ts');
@@ -118,20 +166,30 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
   sim(
     program
       .command('report')
-      .description('FinOps: cost by team, project and job; paid against held; idle capacity and idle GPUs; spot savings; interruptions and rework; the trend by day')
+      .description(
+        'FinOps: cost by team, project and job; paid against held; idle capacity and idle GPUs; spot savings; interruptions and rework; the trend by day',
+      )
       .option('--team <team>', 'only this team')
       .option('--period <period>', 'a month (2026-11), a day (2026-11-30) or the last N days (last-7d); default: this month')
       .option('--out <dir>', 'also write report.html (charts), report.csv and report.json there')
       .option('--csv', 'print CSV (one row per team, day, project and job)')
       .option('--low-util <pct>', 'GPU use under this marks a running job as wasteful (default 30)'),
   )
-    .addHelpText('after', `\nExamples:\n  gpu-fleet report --period 2026-11\n  gpu-fleet report --team nlp --period last-7d --csv > nlp.csv\n  gpu-fleet report --sim ./sim --out ./finops\n${awsNote}`)
+    .addHelpText(
+      'after',
+      `\nExamples:\n  gpu-fleet report --period 2026-11\n  gpu-fleet report --team nlp --period last-7d --csv > nlp.csv\n  gpu-fleet report --sim ./sim --out ./finops\n${awsNote}`,
+    )
     .action(async (flags) => {
       const { reportCommand } = await import('./finops.ts');
       await reportCommand(flags, io);
     });
 
-  sim(program.command('cancel').description('Stop a job: at once if it waits; a running job is checkpointed first if it can be, then stopped by its agent').argument('<job-id>', 'the job'))
+  sim(
+    program
+      .command('cancel')
+      .description('Stop a job: at once if it waits; a running job is checkpointed first if it can be, then stopped by its agent')
+      .argument('<job-id>', 'the job'),
+  )
     .addHelpText('after', `\nExamples:\n  gpu-fleet cancel nlp.3f2a\n  gpu-fleet cancel nlp.3f2a --sim ./sim --json\n${awsNote}`)
     .action(async (id, flags) => {
       const { cancelCommand } = await import('./people.ts');

@@ -24,14 +24,16 @@ async function withFleet<T>(flags: FleetFlags, f: (fleet: Fleet) => Promise<T>):
   }
 }
 
-const print = (io: Io, json: boolean | undefined, value: unknown, human: () => string) => io.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
+const print = (io: Io, json: boolean | undefined, value: unknown, human: () => string) =>
+  io.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
 
 function teamFlag(team: string | undefined, required = false): string | undefined {
   if (team === undefined) {
     if (required) throw new UsageError('--team is required: the team whose queue (and budget) the job goes to, e.g. --team nlp');
     return undefined;
   }
-  if (!isValidTeamId(team)) throw new UsageError(`--team "${team}" is not a team id: lower-case letters, digits and "-", at most 32 characters`);
+  if (!isValidTeamId(team))
+    throw new UsageError(`--team "${team}" is not a team id: lower-case letters, digits and "-", at most 32 characters`);
   return team;
 }
 
@@ -63,14 +65,20 @@ export interface SubmitFlags extends FleetFlags {
 /** The spec from --file, or from flags. Numbers stay as given when they are not numbers, so the schema names the problem. */
 export function specFromFlags(flags: SubmitFlags): unknown {
   if (flags.file) {
-    if (flags.image || flags.command || flags.gpus || flags.mig || flags.fraction) throw new UsageError('give the spec either with --file or with flags (--image, --gpus … -- program args), not both');
+    if (flags.image || flags.command || flags.gpus || flags.mig || flags.fraction)
+      throw new UsageError('give the spec either with --file or with flags (--image, --gpus … -- program args), not both');
     try {
       return JSON.parse(readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8')) as unknown;
     } catch (error) {
-      throw new UsageError(`--file ${flags.file}: ${error instanceof Error ? error.message : String(error)} (a job spec is a JSON object; see the README)`);
+      throw new UsageError(
+        `--file ${flags.file}: ${error instanceof Error ? error.message : String(error)} (a job spec is a JSON object; see the README)`,
+      );
     }
   }
-  if (!flags.image) throw new UsageError('give the job with --file spec.json, or with --image, --gpus (or --mig / --fraction) and the program after "--", e.g. -- python train.py');
+  if (!flags.image)
+    throw new UsageError(
+      'give the job with --file spec.json, or with --image, --gpus (or --mig / --fraction) and the program after "--", e.g. -- python train.py',
+    );
   const num = (v: string | undefined) => (v === undefined ? undefined : Number.isFinite(Number(v)) && v.trim() !== '' ? Number(v) : v);
   const models = flags.gpuModel && flags.gpuModel.length > 0 ? { models: flags.gpuModel } : {};
   let gpu: Record<string, unknown>;
@@ -105,13 +113,19 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
   const spec = specFromFlags(flags);
   const check = checkJobSpec(spec);
   if (!check.ok) throw new UsageError(`the job spec is not valid:\n${check.errors.map((e) => `  - ${e}`).join('\n')}`);
-  if (flags.token !== undefined && (flags.token.length === 0 || flags.token.length > 128)) throw new UsageError('--token must be 1 to 128 characters (the same token always makes the same job)');
+  if (flags.token !== undefined && (flags.token.length === 0 || flags.token.length > 128))
+    throw new UsageError('--token must be 1 to 128 characters (the same token always makes the same job)');
   if (flags.dryRun) {
     print(io, flags.json, { valid: true, team, spec: check.spec }, () => `valid; not sent (--dry-run)`);
     return;
   }
   const out = await withFleet(flags, (fleet) => fleet.submit(team, JSON.stringify(spec), flags.token));
-  print(io, flags.json, { jobId: out.jobId, team, token: out.token, note: out.note }, () => `${out.jobId}\n# ${out.note}; resubmitting with --token ${out.token} makes no second job`);
+  print(
+    io,
+    flags.json,
+    { jobId: out.jobId, team, token: out.token, note: out.note },
+    () => `${out.jobId}\n# ${out.note}; resubmitting with --token ${out.token} makes no second job`,
+  );
 }
 
 // ---- status ----------------------------------------------------------------------------------
@@ -155,7 +169,13 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
     const stateRows = JOB_STATES.filter((s) => byState.has(s)).map((s) => {
       const list = byState.get(s)!;
       const waits = list.map((j) => (s === 'pending' ? now - j.queuedAtMs : j.waitedMs) / 1000).sort((a, b) => a - b);
-      return { state: s, jobs: list.length, gpus: list.reduce((a, j) => a + gpusOf(j), 0), medianWaitSec: waits[Math.floor(waits.length / 2)] ?? 0, longestWaitSec: waits[waits.length - 1] ?? 0 };
+      return {
+        state: s,
+        jobs: list.length,
+        gpus: list.reduce((a, j) => a + gpusOf(j), 0),
+        medianWaitSec: waits[Math.floor(waits.length / 2)] ?? 0,
+        longestWaitSec: waits[waits.length - 1] ?? 0,
+      };
     });
     // The node groups may be unreachable (permissions, a region without them): the rest still shows.
     let instances: Awaited<ReturnType<Fleet['providers'][number]['listInstances']>> = [];
@@ -171,13 +191,23 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
     const active = jobs.filter((j) => ACTIVE_STATES.includes(j.state));
     const allActive = team ? await fleet.jobs.listByState(ACTIVE_STATES) : active;
     const use = new Map<string, GroupUse>();
-    for (const g of groups) use.set(g.id, { group: g.id, cloud: g.cloud, capacity: g.offerings[0]?.capacityType ?? '-', desired: g.desiredCapacity, running: 0, pending: 0, gpus: 0, usedMilli: 0 });
+    for (const g of groups)
+      use.set(g.id, {
+        group: g.id,
+        cloud: g.cloud,
+        capacity: g.offerings[0]?.capacityType ?? '-',
+        desired: g.desiredCapacity,
+        running: 0,
+        pending: 0,
+        gpus: 0,
+        usedMilli: 0,
+      });
     for (const i of instances) {
       const u = use.get(i.groupId);
       if (!u || i.state === 'terminated') continue;
       if (i.state === 'running') u.running++;
       else if (i.state === 'pending') u.pending++;
-      u.gpus += (records.get(i.id)?.gpus.length ?? 0);
+      u.gpus += records.get(i.id)?.gpus.length ?? 0;
       for (const j of allActive) u.usedMilli += heldMilli(j, i.id);
     }
     const depths: { team: string; depth?: QueueDepth; error?: string }[] = [];
@@ -195,23 +225,72 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       source: fleet.source,
       atMs: now,
       jobs: stateRows,
-      pending: pending.map((j) => ({ id: j.id, team: j.team, gpus: gpusOf(j), waitingSec: (now - j.queuedAtMs) / 1000, reason: j.hold ?? waitingWhy.get(j.id) })),
+      pending: pending.map((j) => ({
+        id: j.id,
+        team: j.team,
+        gpus: gpusOf(j),
+        waitingSec: (now - j.queuedAtMs) / 1000,
+        reason: j.hold ?? waitingWhy.get(j.id),
+      })),
       groups: [...use.values()].map((u) => ({ ...u, usedGpus: u.usedMilli / 1000 })),
       ...(nodesError ? { nodesError } : {}),
       queues: depths,
     };
     print(io, flags.json, value, () => {
       const out: string[] = [`${fleet.source}, ${new Date(now).toISOString()}${team ? `, team ${team}` : ''}`, '', 'Jobs'];
-      out.push(stateRows.length ? table(['state', 'jobs', 'GPUs', 'median wait', 'longest wait'], stateRows.map((r) => [r.state, r.jobs, fmtGpus(r.gpus), duration(r.medianWaitSec), duration(r.longestWaitSec)])) : '  (none)');
+      out.push(
+        stateRows.length
+          ? table(
+              ['state', 'jobs', 'GPUs', 'median wait', 'longest wait'],
+              stateRows.map((r) => [r.state, r.jobs, fmtGpus(r.gpus), duration(r.medianWaitSec), duration(r.longestWaitSec)]),
+            )
+          : '  (none)',
+      );
       if (pending.length > 0) {
         out.push('', `Waiting (oldest first${pending.length > 10 ? ', 10 of ' + pending.length : ''})`);
-        out.push(table(['job', 'GPUs', 'waiting', 'why'], value.pending.slice(0, 10).map((p) => [p.id, fmtGpus(p.gpus), duration(p.waitingSec), p.reason ? `${p.reason.code}: ${p.reason.message}` : 'not planned yet'])));
+        out.push(
+          table(
+            ['job', 'GPUs', 'waiting', 'why'],
+            value.pending
+              .slice(0, 10)
+              .map((p) => [
+                p.id,
+                fmtGpus(p.gpus),
+                duration(p.waitingSec),
+                p.reason ? `${p.reason.code}: ${p.reason.message}` : 'not planned yet',
+              ]),
+          ),
+        );
       }
       out.push('', 'Nodes by group');
       if (nodesError) out.push(`  unavailable: ${nodesError}`);
-      else out.push(value.groups.length ? table(['group', 'cloud', 'capacity', 'desired', 'running', 'booting', 'GPUs in use', 'use'], value.groups.map((g) => [g.group, g.cloud, g.capacity, g.desired, g.running, g.pending, `${fmtGpus(g.usedGpus)} of ${g.gpus}`, g.gpus > 0 ? pct((100 * g.usedGpus) / g.gpus) : '-'])) : '  (no node groups)');
+      else
+        out.push(
+          value.groups.length
+            ? table(
+                ['group', 'cloud', 'capacity', 'desired', 'running', 'booting', 'GPUs in use', 'use'],
+                value.groups.map((g) => [
+                  g.group,
+                  g.cloud,
+                  g.capacity,
+                  g.desired,
+                  g.running,
+                  g.pending,
+                  `${fmtGpus(g.usedGpus)} of ${g.gpus}`,
+                  g.gpus > 0 ? pct((100 * g.usedGpus) / g.gpus) : '-',
+                ]),
+              )
+            : '  (no node groups)',
+        );
       out.push('', 'Queues');
-      out.push(depths.length ? table(['team', 'waiting messages', 'in flight'], depths.map((d) => [d.team, d.depth ? d.depth.visible : d.error ?? '-', d.depth ? d.depth.inFlight : '-'])) : '  (no team queues)');
+      out.push(
+        depths.length
+          ? table(
+              ['team', 'waiting messages', 'in flight'],
+              depths.map((d) => [d.team, d.depth ? d.depth.visible : (d.error ?? '-'), d.depth ? d.depth.inFlight : '-']),
+            )
+          : '  (no team queues)',
+      );
       return out.join('\n');
     });
   });
@@ -235,12 +314,28 @@ function jobLines(job: Job, now: number): [string, string][] {
     ['submitted', new Date(job.submittedAtMs).toISOString()],
   ];
   if (job.state === 'pending') lines.push(['waiting', duration((now - job.queuedAtMs) / 1000)]);
-  if (job.spec) lines.push(['GPUs', `${fmtGpus(gpusOf(job))} (${job.spec.gpu.kind}${job.spec.gpu.models ? ` ${job.spec.gpu.models.join('/')}` : ''})`], ['image', job.spec.image]);
-  if (job.placement) lines.push(['placed on', `${job.placement.nodes.map((n) => `${n.nodeId} GPU ${n.gpuIndices.join(',')}${n.mig ? ` MIG ${n.mig.profile}` : ''}`).join('; ')} (${job.placement.capacityType})`]);
+  if (job.spec)
+    lines.push(
+      ['GPUs', `${fmtGpus(gpusOf(job))} (${job.spec.gpu.kind}${job.spec.gpu.models ? ` ${job.spec.gpu.models.join('/')}` : ''})`],
+      ['image', job.spec.image],
+    );
+  if (job.placement)
+    lines.push([
+      'placed on',
+      `${job.placement.nodes.map((n) => `${n.nodeId} GPU ${n.gpuIndices.join(',')}${n.mig ? ` MIG ${n.mig.profile}` : ''}`).join('; ')} (${job.placement.capacityType})`,
+    ]);
   if (job.hold) lines.push(['held', `${job.hold.code}: ${job.hold.message}`]);
   if (job.requeueReason) lines.push(['last requeue', `${job.requeueReason.code}: ${job.requeueReason.message}`]);
-  if (job.checkpoint) lines.push(['checkpoint', `${duration(job.checkpoint.progressSec)} of work at ${new Date(job.checkpoint.completedAtMs).toISOString()}`]);
-  if (job.usage) lines.push(['cost so far', `${money(job.usage.costMicroUsd)} for ${(job.usage.gpuSec / 3600).toFixed(2)} GPU-h over ${job.usage.attempts} attempt(s)`]);
+  if (job.checkpoint)
+    lines.push([
+      'checkpoint',
+      `${duration(job.checkpoint.progressSec)} of work at ${new Date(job.checkpoint.completedAtMs).toISOString()}`,
+    ]);
+  if (job.usage)
+    lines.push([
+      'cost so far',
+      `${money(job.usage.costMicroUsd)} for ${(job.usage.gpuSec / 3600).toFixed(2)} GPU-h over ${job.usage.attempts} attempt(s)`,
+    ]);
   if (job.rejection) lines.push(['rejected', job.rejection.errors.join('; ')]);
   if (job.exitCode !== undefined) lines.push(['exit code', String(job.exitCode)]);
   return lines;
@@ -255,7 +350,10 @@ export interface ExplainFlags extends FleetFlags {
 }
 
 export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void> {
-  if (!!flags.job === !!flags.decision) throw new UsageError('give one of --job ID (why a job waits, or where and why it runs) or --decision latest|last-change|ID (why the fleet changed)');
+  if (!!flags.job === !!flags.decision)
+    throw new UsageError(
+      'give one of --job ID (why a job waits, or where and why it runs) or --decision latest|last-change|ID (why the fleet changed)',
+    );
   await withFleet(flags, async (fleet) => {
     const now = fleet.clock.nowMs();
     if (flags.job) {
@@ -266,7 +364,8 @@ export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void>
       print(io, flags.json, explanation, () => [explanation.summary, ...explanation.details.map((d) => `  ${d}`)].join('\n'));
       return;
     }
-    const fleetChange = (d: DecisionRecord) => d.plan.actions.some((a) => a.kind === 'scale-up' || a.kind === 'scale-in' || a.kind === 'preempt' || a.kind === 'cancel-launches');
+    const fleetChange = (d: DecisionRecord) =>
+      d.plan.actions.some((a) => a.kind === 'scale-up' || a.kind === 'scale-in' || a.kind === 'preempt' || a.kind === 'cancel-launches');
     const decision =
       flags.decision === 'latest'
         ? (await fleet.decisions.recent(1))[0]
@@ -275,39 +374,95 @@ export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void>
           : await fleet.decisions.get(flags.decision!);
     if (!decision) {
       throw new UsageError(
-        flags.decision === 'latest' ? 'no decision recorded yet: reconcile has not run' : flags.decision === 'last-change' ? 'none of the newest 500 decisions changed the fleet' : `no decision ${flags.decision}; --decision latest shows the newest, last-change the newest that scaled or preempted`,
+        flags.decision === 'latest'
+          ? 'no decision recorded yet: reconcile has not run'
+          : flags.decision === 'last-change'
+            ? 'none of the newest 500 decisions changed the fleet'
+            : `no decision ${flags.decision}; --decision latest shows the newest, last-change the newest that scaled or preempted`,
       );
     }
     print(io, flags.json, decision, () => describeDecision(decision));
   });
 }
 
-export function explainJob(job: Job, recent: readonly DecisionRecord[], now: number): { job: string; state: string; summary: string; details: readonly string[]; decisionId?: string } {
+export function explainJob(
+  job: Job,
+  recent: readonly DecisionRecord[],
+  now: number,
+): { job: string; state: string; summary: string; details: readonly string[]; decisionId?: string } {
   const details: string[] = [];
-  if (job.state === 'rejected') return { job: job.id, state: job.state, summary: `${job.id} was rejected: its spec is not valid`, details: job.rejection?.errors ?? [] };
+  if (job.state === 'rejected')
+    return {
+      job: job.id,
+      state: job.state,
+      summary: `${job.id} was rejected: its spec is not valid`,
+      details: job.rejection?.errors ?? [],
+    };
   if (job.state === 'pending') {
-    if (job.hold) return { job: job.id, state: job.state, summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}): held — ${job.hold.message}`, details: [`code ${job.hold.code}`] };
+    if (job.hold)
+      return {
+        job: job.id,
+        state: job.state,
+        summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}): held — ${job.hold.message}`,
+        details: [`code ${job.hold.code}`],
+      };
     const d = recent.find((r) => r.plan.waiting.some((w) => w.jobId === job.id) && r.atMs >= job.queuedAtMs);
     const w = d?.plan.waiting.find((x) => x.jobId === job.id);
     if (job.requeueReason) details.push(`back in the queue since ${new Date(job.queuedAtMs).toISOString()}: ${job.requeueReason.message}`);
-    if (!d || !w) return { job: job.id, state: job.state, summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}); no reconcile has planned since it was queued`, details };
+    if (!d || !w)
+      return {
+        job: job.id,
+        state: job.state,
+        summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}); no reconcile has planned since it was queued`,
+        details,
+      };
     const scale = d.plan.actions.filter((a) => a.kind === 'scale-up');
-    if (scale.length > 0) details.push(`that run added capacity: ${scale.map((a) => `${a.kind === 'scale-up' ? `${a.groupId} ${a.fromDesired}→${a.toDesired}` : ''}`).join(', ')}`);
-    return { job: job.id, state: job.state, summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}): ${w.reason.message}`, details: [`code ${w.reason.code}, decision ${d.id} at ${new Date(d.atMs).toISOString()}`, ...details], decisionId: d.id };
+    if (scale.length > 0)
+      details.push(
+        `that run added capacity: ${scale.map((a) => `${a.kind === 'scale-up' ? `${a.groupId} ${a.fromDesired}→${a.toDesired}` : ''}`).join(', ')}`,
+      );
+    return {
+      job: job.id,
+      state: job.state,
+      summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}): ${w.reason.message}`,
+      details: [`code ${w.reason.code}, decision ${d.id} at ${new Date(d.atMs).toISOString()}`, ...details],
+      decisionId: d.id,
+    };
   }
-  const placeDecision = recent.find((r) => r.plan.actions.some((a) => a.kind === 'place' && a.jobId === job.id && a.attempt === job.attempt));
+  const placeDecision = recent.find((r) =>
+    r.plan.actions.some((a) => a.kind === 'place' && a.jobId === job.id && a.attempt === job.attempt),
+  );
   const place = placeDecision?.plan.actions.find((a) => a.kind === 'place' && a.jobId === job.id && a.attempt === job.attempt);
   const where = job.placement ? `${job.placement.nodes.map((n) => n.nodeId).join(', ')} (${job.placement.capacityType})` : 'nowhere now';
-  if (place) details.push(`placed by decision ${placeDecision!.id} at ${new Date(placeDecision!.atMs).toISOString()}: ${place.reason?.message ?? ''}`);
-  if (job.placement?.priceMicroUsdPerHour !== undefined) details.push(`its share costs ${money(job.placement.priceMicroUsdPerHour)}/h (on-demand would be ${money(job.placement.onDemandMicroUsdPerHour ?? job.placement.priceMicroUsdPerHour)}/h)`);
+  if (place)
+    details.push(
+      `placed by decision ${placeDecision!.id} at ${new Date(placeDecision!.atMs).toISOString()}: ${place.reason?.message ?? ''}`,
+    );
+  if (job.placement?.priceMicroUsdPerHour !== undefined)
+    details.push(
+      `its share costs ${money(job.placement.priceMicroUsdPerHour)}/h (on-demand would be ${money(job.placement.onDemandMicroUsdPerHour ?? job.placement.priceMicroUsdPerHour)}/h)`,
+    );
   if (job.requeueReason) details.push(`earlier attempt ended: ${job.requeueReason.message}`);
   if (job.checkpointReason && job.state === 'checkpointing') details.push(`checkpointing: ${job.checkpointReason.message}`);
-  const verb = job.state === 'running' || job.state === 'checkpointing' ? 'runs' : job.state === 'placed' ? 'is placed (starting)' : `ended ${job.state}`;
-  return { job: job.id, state: job.state, summary: `${job.id} ${verb} on ${where}${job.cancelRequested ? '; a cancel is pending' : ''}`, details, ...(placeDecision ? { decisionId: placeDecision.id } : {}) };
+  const verb =
+    job.state === 'running' || job.state === 'checkpointing'
+      ? 'runs'
+      : job.state === 'placed'
+        ? 'is placed (starting)'
+        : `ended ${job.state}`;
+  return {
+    job: job.id,
+    state: job.state,
+    summary: `${job.id} ${verb} on ${where}${job.cancelRequested ? '; a cancel is pending' : ''}`,
+    details,
+    ...(placeDecision ? { decisionId: placeDecision.id } : {}),
+  };
 }
 
 function describeDecision(d: DecisionRecord): string {
-  const out = [`decision ${d.id} at ${new Date(d.atMs).toISOString()}${d.dryRun ? ' (dry run)' : ''}: ${d.inputs.pendingJobs} pending and ${d.inputs.activeJobs} active jobs, ${d.inputs.nodes} nodes; ${d.plan.actions.length} actions, ${d.applied} applied, planned in ${Math.round(d.planMs)} ms`];
+  const out = [
+    `decision ${d.id} at ${new Date(d.atMs).toISOString()}${d.dryRun ? ' (dry run)' : ''}: ${d.inputs.pendingJobs} pending and ${d.inputs.activeJobs} active jobs, ${d.inputs.nodes} nodes; ${d.plan.actions.length} actions, ${d.applied} applied, planned in ${Math.round(d.planMs)} ms`,
+  ];
   if (d.plan.addedCostMicroUsdPerHour > 0) out.push(`capacity added costs ${money(d.plan.addedCostMicroUsdPerHour)}/h`);
   const fleetActions = d.plan.actions.filter((a) => a.kind !== 'place' && a.kind !== 'hold');
   if (fleetActions.length > 0) {
@@ -315,11 +470,28 @@ function describeDecision(d: DecisionRecord): string {
     for (const a of fleetActions) out.push(`  ${describeAction(a)}: ${a.reason?.message ?? ''}`);
   }
   const places = d.plan.actions.filter((a) => a.kind === 'place');
-  if (places.length > 0) out.push('', `Placements: ${places.length}`, ...places.slice(0, 10).map((a) => `  ${a.kind === 'place' ? `${a.jobId} → ${a.placement.nodes.map((n) => n.nodeId).join(', ')}` : ''}: ${a.reason?.message ?? ''}`));
+  if (places.length > 0)
+    out.push(
+      '',
+      `Placements: ${places.length}`,
+      ...places
+        .slice(0, 10)
+        .map(
+          (a) =>
+            `  ${a.kind === 'place' ? `${a.jobId} → ${a.placement.nodes.map((n) => n.nodeId).join(', ')}` : ''}: ${a.reason?.message ?? ''}`,
+        ),
+    );
   if (d.plan.waiting.length > 0) {
     const byCode = new Map<string, number>();
     for (const w of d.plan.waiting) byCode.set(w.reason.code, (byCode.get(w.reason.code) ?? 0) + 1);
-    out.push('', 'Waiting', table(['reason', 'jobs'], [...byCode].sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, v])));
+    out.push(
+      '',
+      'Waiting',
+      table(
+        ['reason', 'jobs'],
+        [...byCode].sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, v]),
+      ),
+    );
   }
   if (d.errors.length > 0) out.push('', 'Errors', ...d.errors.map((e) => `  ${e}`));
   return out.join('\n');
@@ -366,7 +538,10 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
     const tagSets = await fleet.budgets.readTeamTags();
     const byTeam = new Map<string, Team>();
     for (const t of tagSets) if (!only || t.team === only) byTeam.set(t.team, teamFromTags(t.team, t.tags));
-    if (only && !byTeam.has(only)) throw new UsageError(`no team ${only}: no resource carries gpu-fleet:team=${only}; teams: ${tagSets.map((t) => t.team).join(', ') || '(none)'}`);
+    if (only && !byTeam.has(only))
+      throw new UsageError(
+        `no team ${only}: no resource carries gpu-fleet:team=${only}; teams: ${tagSets.map((t) => t.team).join(', ') || '(none)'}`,
+      );
     const rows: BudgetRow[] = [];
     for (const team of [...byTeam.values()].sort((a, b) => a.id.localeCompare(b.id))) {
       const period = team.budget?.period ?? 'monthly';
@@ -391,12 +566,27 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
       });
     }
     print(io, flags.json, rows, () => {
-      const out = [table(['team', 'period', 'spent', 'budget', 'used', 'forecast', 'state', 'when over'], rows.map((r) => [r.team, r.period, money(r.spentMicroUsd), r.budgetMicroUsd !== undefined ? money(r.budgetMicroUsd) : '-', r.usedPct !== undefined ? pct(r.usedPct) : '-', `${money(r.forecastMicroUsd)}${r.forecastPct !== undefined ? ` (${pct(r.forecastPct)})` : ''}`, r.state, r.action ?? '-']))];
+      const out = [
+        table(
+          ['team', 'period', 'spent', 'budget', 'used', 'forecast', 'state', 'when over'],
+          rows.map((r) => [
+            r.team,
+            r.period,
+            money(r.spentMicroUsd),
+            r.budgetMicroUsd !== undefined ? money(r.budgetMicroUsd) : '-',
+            r.usedPct !== undefined ? pct(r.usedPct) : '-',
+            `${money(r.forecastMicroUsd)}${r.forecastPct !== undefined ? ` (${pct(r.forecastPct)})` : ''}`,
+            r.state,
+            r.action ?? '-',
+          ]),
+        ),
+      ];
       const problems = rows.flatMap((r) => r.tagProblems.map((p) => `  ${r.team}: ${p}`));
-      if (problems.length > 0) out.push('', 'Tag problems (a bad tag never lifts a budget: the last valid value, or hold, applies)', ...problems);
+      if (problems.length > 0)
+        out.push('', 'Tag problems (a bad tag never lifts a budget: the last valid value, or hold, applies)', ...problems);
       const notes = rows.filter((r) => r.state !== 'ok').map((r) => `  ${r.team}: ${r.message}`);
       if (notes.length > 0) out.push('', ...notes);
-      out.push('', 'forecast: this period\'s spend so far, extended at the same rate to the period\'s end');
+      out.push('', "forecast: this period's spend so far, extended at the same rate to the period's end");
       return out.join('\n');
     });
   });

@@ -15,17 +15,28 @@ export interface ReconcileFlags {
  * same code the reconcile Lambda runs. Prints the plan with every reason.
  */
 export async function reconcileCommand(flags: ReconcileFlags, io: { stdout: NodeJS.WritableStream }): Promise<void> {
-  if (!flags.once) throw new UsageError('give --once: gpu-fleet runs the control loop in Lambda; this command runs one turn of it (add --dry-run to plan without acting)');
+  if (!flags.once)
+    throw new UsageError(
+      'give --once: gpu-fleet runs the control loop in Lambda; this command runs one turn of it (add --dry-run to plan without acting)',
+    );
   const config = awsConfigFromEnv();
   const ports = awsPorts(config);
-  const out = await reconcile(ports.reconcile, { planner: plan, policy: config.policy, dryRun: flags.dryRun ?? false, holder: `cli-${process.pid}`, stopwatch: () => performance.now() });
+  const out = await reconcile(ports.reconcile, {
+    planner: plan,
+    policy: config.policy,
+    dryRun: flags.dryRun ?? false,
+    holder: `cli-${process.pid}`,
+    stopwatch: () => performance.now(),
+  });
   if (out.status === 'skipped') {
     io.stdout.write(flags.json ? `${JSON.stringify(out)}\n` : `skipped: ${out.reason}\n`);
     return;
   }
   const d = out.decision;
   if (flags.json) {
-    io.stdout.write(`${JSON.stringify({ decision: d, lostJobsRequeued: out.lostJobsRequeued, resumed: out.resumed, problems: ports.groups.problems }, null, 2)}\n`);
+    io.stdout.write(
+      `${JSON.stringify({ decision: d, lostJobsRequeued: out.lostJobsRequeued, resumed: out.resumed, problems: ports.groups.problems }, null, 2)}\n`,
+    );
     return;
   }
   const lines = [

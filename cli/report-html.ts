@@ -17,7 +17,11 @@ export function renderHtmlReport(run: SimulateRun): string {
     id: 'fleet',
     title: 'Fleet size by node group (machines)',
     xLabel: 'hours into the replay',
-    series: groups.map((g, i) => ({ name: g, color: colorFor(g, i), points: main.timeline.map((p) => [hours(p.tSec), p.machinesByGroup[g] ?? 0] as const) })),
+    series: groups.map((g, i) => ({
+      name: g,
+      color: colorFor(g, i),
+      points: main.timeline.map((p) => [hours(p.tSec), p.machinesByGroup[g] ?? 0] as const),
+    })),
   });
   const gpus = lineChart({
     id: 'capacity-type',
@@ -43,7 +47,11 @@ export function renderHtmlReport(run: SimulateRun): string {
     id: 'cost',
     title: 'Cumulative cost (USD) against the baselines',
     xLabel: 'hours into the replay',
-    series: all.map((r, i) => ({ name: r.summary.policy, color: POLICY_COLORS[r.summary.policy] ?? palette(i), points: r.timeline.map((p) => [hours(p.tSec), p.cumulativeCostMicroUsd / 1e6] as const) })),
+    series: all.map((r, i) => ({
+      name: r.summary.policy,
+      color: POLICY_COLORS[r.summary.policy] ?? palette(i),
+      points: r.timeline.map((p) => [hours(p.tSec), p.cumulativeCostMicroUsd / 1e6] as const),
+    })),
   });
   const budget = budgetChart(main);
   const compareRows = all
@@ -53,7 +61,9 @@ export function renderHtmlReport(run: SimulateRun): string {
     })
     .join('');
   const events = main.budgetEvents
-    .map((e) => `<tr><td>${(e.tSec / 3600).toFixed(1)} h</td><td>${esc(e.team)}</td><td>${esc(e.state)}</td><td>${esc(e.message)}</td></tr>`)
+    .map(
+      (e) => `<tr><td>${(e.tSec / 3600).toFixed(1)} h</td><td>${esc(e.team)}</td><td>${esc(e.state)}</td><td>${esc(e.message)}</td></tr>`,
+    )
     .join('');
   const kv = (k: string, v: string) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`;
   return `<!doctype html>
@@ -94,7 +104,12 @@ ${events ? `<table class="events"><tr><th>when</th><th>team</th><th>state</th><t
 `;
 }
 
-const POLICY_COLORS: Record<string, string> = { 'gpu-fleet': '#2a9d8f', 'on-demand': '#e76f51', 'spot-greedy': '#e9c46a', 'cheapest-fit': '#6d597a' };
+const POLICY_COLORS: Record<string, string> = {
+  'gpu-fleet': '#2a9d8f',
+  'on-demand': '#e76f51',
+  'spot-greedy': '#e9c46a',
+  'cheapest-fit': '#6d597a',
+};
 
 export type Series = { name: string; color: string; points: readonly (readonly [number, number])[] };
 
@@ -108,7 +123,9 @@ function frame(maxX: number, maxY: number, xLabel: string): { x: (v: number) => 
   const ticks: string[] = [];
   for (let i = 0; i <= 4; i++) {
     const vy = (maxY * i) / 4;
-    ticks.push(`<line x1="${PAD.l}" x2="${W - PAD.r}" y1="${y(vy).toFixed(1)}" y2="${y(vy).toFixed(1)}" stroke="#eef0f2"/><text x="${PAD.l - 6}" y="${(y(vy) + 4).toFixed(1)}" text-anchor="end">${short(vy)}</text>`);
+    ticks.push(
+      `<line x1="${PAD.l}" x2="${W - PAD.r}" y1="${y(vy).toFixed(1)}" y2="${y(vy).toFixed(1)}" stroke="#eef0f2"/><text x="${PAD.l - 6}" y="${(y(vy) + 4).toFixed(1)}" text-anchor="end">${short(vy)}</text>`,
+    );
     const vx = (maxX * i) / 4;
     ticks.push(`<text x="${x(vx).toFixed(1)}" y="${H - PAD.b + 14}" text-anchor="middle">${short(vx)}</text>`);
   }
@@ -141,8 +158,13 @@ export function stackedChart(input: { id: string; title: string; xLabel: string;
   for (const s of input.series) {
     const top = base.map((b, i) => b + (s.points[i]?.[1] ?? 0));
     const upper = xs.map((x, i) => `${i === 0 ? 'M' : 'L'}${f.x(x).toFixed(1)},${f.y(top[i]!).toFixed(1)}`).join('');
-    const lower = [...xs.keys()].reverse().map((i) => `L${f.x(xs[i]!).toFixed(1)},${f.y(base[i]!).toFixed(1)}`).join('');
-    layers.push(`<g class="series" data-series="${esc(s.name)}" data-points="${s.points.length}"><title>${esc(s.name)}</title><path d="${upper}${lower}Z" fill="${s.color}" fill-opacity="0.75" stroke="${s.color}"/></g>`);
+    const lower = [...xs.keys()]
+      .reverse()
+      .map((i) => `L${f.x(xs[i]!).toFixed(1)},${f.y(base[i]!).toFixed(1)}`)
+      .join('');
+    layers.push(
+      `<g class="series" data-series="${esc(s.name)}" data-points="${s.points.length}"><title>${esc(s.name)}</title><path d="${upper}${lower}Z" fill="${s.color}" fill-opacity="0.75" stroke="${s.color}"/></g>`,
+    );
     top.forEach((v, i) => (base[i] = v));
   }
   return figure(input.id, input.title, `${f.axes}${layers.join('')}`, input.series);
@@ -152,7 +174,11 @@ function budgetChart(main: SimulationResult): string {
   const teams = Object.keys(main.budgets).sort();
   if (teams.length === 0) return '<p>No team has a budget.</p>';
   const last = main.timeline[main.timeline.length - 1];
-  const rows = teams.map((t) => ({ team: t, budget: main.budgets[t]!.amountMicroUsd / 1e6, spent: (last?.spendByTeamMicroUsd[t] ?? main.summary.costByTeamMicroUsd[t] ?? 0) / 1e6 }));
+  const rows = teams.map((t) => ({
+    team: t,
+    budget: main.budgets[t]!.amountMicroUsd / 1e6,
+    spent: (last?.spendByTeamMicroUsd[t] ?? main.summary.costByTeamMicroUsd[t] ?? 0) / 1e6,
+  }));
   const max = Math.max(...rows.map((r) => Math.max(r.budget, r.spent))) * 1.1;
   const rowH = 28;
   const h = rows.length * rowH + 30;

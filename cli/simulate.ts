@@ -3,7 +3,14 @@ import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags, SHIPPED_TRACES } from '../cloud/sim/defaults.ts';
 import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
-import { runSimulation, SIM_POLICIES, type SimPolicyName, type SimulationResult, type SimulationSummary, type SpotSetup } from '../cloud/sim/simulation.ts';
+import {
+  runSimulation,
+  SIM_POLICIES,
+  type SimPolicyName,
+  type SimulationResult,
+  type SimulationSummary,
+  type SpotSetup,
+} from '../cloud/sim/simulation.ts';
 import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
 import { UsageError } from './errors.ts';
@@ -31,7 +38,8 @@ export interface SimulateRun {
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
 export function jsonSummary(run: SimulateRun): SimulationSummary & { baselines: Record<string, SimulationSummary> } {
-  const od = run.baselines.find((b) => b.summary.policy === 'on-demand') ?? (run.main.summary.policy === 'on-demand' ? run.main : undefined);
+  const od =
+    run.baselines.find((b) => b.summary.policy === 'on-demand') ?? (run.main.summary.policy === 'on-demand' ? run.main : undefined);
   return {
     ...run.main.summary,
     onDemandCostMicroUsd: od ? od.summary.costMicroUsd : run.main.summary.sameMachinesOnDemandMicroUsd,
@@ -39,7 +47,10 @@ export function jsonSummary(run: SimulateRun): SimulationSummary & { baselines: 
   };
 }
 
-export async function simulateCommand(flags: SimulateFlags, io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WriteStream }): Promise<SimulateRun> {
+export async function simulateCommand(
+  flags: SimulateFlags,
+  io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WriteStream },
+): Promise<SimulateRun> {
   const seed = intFlag('--seed', flags.seed ?? '1', 0, 2 ** 31 - 1);
   const hours = numberFlag('--hours', flags.hours ?? '72', 0.1, 24 * 30);
   const maxJobs = flags.maxJobs === undefined ? undefined : intFlag('--max-jobs', flags.maxJobs, 1, 1_000_000);
@@ -47,14 +58,21 @@ export async function simulateCommand(flags: SimulateFlags, io: { stdout: NodeJS
   if (!SIM_POLICIES.includes(policy)) throw new UsageError(`--policy must be one of ${SIM_POLICIES.join(', ')}, got "${flags.policy}"`);
   const spot = spotFlag(flags.spot ?? 'traces');
   const faults = flags.faults === undefined ? undefined : FAULT_PROFILES[flags.faults];
-  if (flags.faults !== undefined && !faults) throw new UsageError(`--faults must be one of ${Object.keys(FAULT_PROFILES).join(', ')}, got "${flags.faults}"`);
+  if (flags.faults !== undefined && !faults)
+    throw new UsageError(`--faults must be one of ${Object.keys(FAULT_PROFILES).join(', ')}, got "${flags.faults}"`);
   const file = traceFile(flags.trace);
   const workload = loadWorkload(file, { hours, ...(maxJobs !== undefined ? { maxJobs } : {}) });
-  if (workload.jobs.length === 0) throw new UsageError(`--trace: ${String(file)} has no usable jobs (${workload.skipped.length} rows skipped)`);
+  if (workload.jobs.length === 0)
+    throw new UsageError(`--trace: ${String(file)} has no usable jobs (${workload.skipped.length} rows skipped)`);
 
   const policies: SimPolicyName[] = [policy, ...(flags.baselines === false ? [] : SIM_POLICIES.filter((p) => p !== policy))];
   const showBar = flags.progress !== false && !flags.json && io.stderr.isTTY === true;
-  const bar = showBar ? new cliProgress.SingleBar({ format: 'simulating {policy} {bar} {percentage}% | {value}/{total} virtual h', stream: io.stderr, hideCursor: true }, cliProgress.Presets.shades_classic) : undefined;
+  const bar = showBar
+    ? new cliProgress.SingleBar(
+        { format: 'simulating {policy} {bar} {percentage}% | {value}/{total} virtual h', stream: io.stderr, hideCursor: true },
+        cliProgress.Presets.shades_classic,
+      )
+    : undefined;
   const totalHours = Math.ceil(hours) * policies.length;
   bar?.start(totalHours, 0, { policy });
   const results: SimulationResult[] = [];
@@ -107,7 +125,10 @@ function traceFile(trace: string | undefined): string | URL {
   const shipped = SHIPPED_TRACES[trace];
   if (shipped) return shipped;
   const file = resolve(trace);
-  if (!existsSync(file)) throw new UsageError(`--trace: no such file ${file} and no shipped trace named "${trace}" (shipped: ${Object.keys(SHIPPED_TRACES).join(', ')}); give a CSV with columns job_id, submit_s, duration_s, gpus (gpu_type, team, status optional)`);
+  if (!existsSync(file))
+    throw new UsageError(
+      `--trace: no such file ${file} and no shipped trace named "${trace}" (shipped: ${Object.keys(SHIPPED_TRACES).join(', ')}); give a CSV with columns job_id, submit_s, duration_s, gpus (gpu_type, team, status optional)`,
+    );
   return file;
 }
 
@@ -119,7 +140,9 @@ function spotFlag(value: string): SpotSetup {
     const rate = Number(m[1]);
     return { kind: 'rates', ratePerHour: () => rate };
   }
-  throw new UsageError(`--spot must be "traces" (the shipped availability traces), "none" (no interruptions) or "rate:R" (R interruptions per machine-hour), got "${value}"`);
+  throw new UsageError(
+    `--spot must be "traces" (the shipped availability traces), "none" (no interruptions) or "rate:R" (R interruptions per machine-hour), got "${value}"`,
+  );
 }
 
 export function renderReport(run: SimulateRun): string {
@@ -131,7 +154,12 @@ export function renderReport(run: SimulateRun): string {
     ['seed', String(s.seed)],
     ['virtual time', `${s.virtualHours} h (wall ${(s.wallMs / 1000).toFixed(1)} s)`],
     ...(s.faults.profile !== 'none'
-      ? [['faults', `${s.faults.profile}: ${s.faults.apiErrors} API errors, ${s.faults.storeConflicts} store conflicts, ${s.faults.crashes} crashed reconciles, ${s.faults.duplicateEvents} duplicate events, ${s.faults.stormInterruptions} storm interruptions, ${s.faults.deadAgents} dead agents, ${s.faults.checkpointFailures} failed checkpoints (${s.faults.reconcileFailures} reconciles failed)`] as [string, string]]
+      ? [
+          [
+            'faults',
+            `${s.faults.profile}: ${s.faults.apiErrors} API errors, ${s.faults.storeConflicts} store conflicts, ${s.faults.crashes} crashed reconciles, ${s.faults.duplicateEvents} duplicate events, ${s.faults.stormInterruptions} storm interruptions, ${s.faults.deadAgents} dead agents, ${s.faults.checkpointFailures} failed checkpoints (${s.faults.reconcileFailures} reconciles failed)`,
+          ] as [string, string],
+        ]
       : []),
   ]);
   const jobs = table(
@@ -198,13 +226,26 @@ export function renderReport(run: SimulateRun): string {
           ]),
         )
       : '';
-  const events = run.main.budgetEvents.slice(0, 12).map((e) => `  ${duration(e.tSec).padStart(8)}  ${e.team.padEnd(8)} ${e.state.padEnd(9)} ${e.message}`);
-  return [head, '', jobs, '', capacity, '', cost, ...(compare ? ['', compare] : []), ...(events.length > 0 ? ['', 'budget events (time into the replay):', ...events] : [])].join('\n');
+  const events = run.main.budgetEvents
+    .slice(0, 12)
+    .map((e) => `  ${duration(e.tSec).padStart(8)}  ${e.team.padEnd(8)} ${e.state.padEnd(9)} ${e.message}`);
+  return [
+    head,
+    '',
+    jobs,
+    '',
+    capacity,
+    '',
+    cost,
+    ...(compare ? ['', compare] : []),
+    ...(events.length > 0 ? ['', 'budget events (time into the replay):', ...events] : []),
+  ].join('\n');
 }
 
 function intFlag(name: string, value: string, min: number, max: number): number {
   const n = Number(value);
-  if (!/^-?\d+$/.test(value.trim()) || n < min || n > max) throw new UsageError(`${name} must be a whole number from ${min} to ${max}, got "${value}"`);
+  if (!/^-?\d+$/.test(value.trim()) || n < min || n > max)
+    throw new UsageError(`${name} must be a whole number from ${min} to ${max}, got "${value}"`);
   return n;
 }
 

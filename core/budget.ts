@@ -64,13 +64,23 @@ export function budgetStatus(team: Team, spentMicroUsd: MicroUsd): BudgetStatus 
   const budget = team.budget;
   if (!budget) {
     const why = team.tagProblems.length > 0 ? ` (${team.tagProblems.join('; ')})` : '';
-    return { state: 'hold', spentMicroUsd, crossedAlertPct: [], message: `team ${team.id} has no valid budget${why}; new work is held until one is tagged` };
+    return {
+      state: 'hold',
+      spentMicroUsd,
+      crossedAlertPct: [],
+      message: `team ${team.id} has no valid budget${why}; new work is held until one is tagged`,
+    };
   }
   const crossed = budget.alertAtPct.filter((pct) => spentMicroUsd * 100 >= budget.amountMicroUsd * pct);
   const base = { spentMicroUsd, budgetMicroUsd: budget.amountMicroUsd, crossedAlertPct: crossed };
   if (spentMicroUsd >= budget.amountMicroUsd) {
     const state: BudgetState = budget.action === 'alert' ? 'warn' : budget.action;
-    const what = budget.action === 'alert' ? 'work carries on (action alert)' : budget.action === 'hold' ? 'no new work is started (action hold)' : 'only interruptible work on spot (action spot-only)';
+    const what =
+      budget.action === 'alert'
+        ? 'work carries on (action alert)'
+        : budget.action === 'hold'
+          ? 'no new work is started (action hold)'
+          : 'only interruptible work on spot (action spot-only)';
     return { ...base, state, message: `team ${team.id} spent its ${budget.period} budget; ${what}` };
   }
   if (crossed.length > 0) {
@@ -115,7 +125,10 @@ export function teamFromTags(team: string, tags: Readonly<Record<string, string>
   const amountText = get(BUDGET_TAGS.amount);
   if (amountText !== undefined) {
     const parsed = parseUsd(amountText);
-    if (parsed === undefined) problems.push(`${BUDGET_TAGS.amount}="${amountText}" is not a dollar amount (allowed: digits with up to 6 decimals, e.g. "2500" or "2500.50")`);
+    if (parsed === undefined)
+      problems.push(
+        `${BUDGET_TAGS.amount}="${amountText}" is not a dollar amount (allowed: digits with up to 6 decimals, e.g. "2500" or "2500.50")`,
+      );
     else amount = parsed;
   } else if (prev === undefined) {
     problems.push(`${BUDGET_TAGS.amount} is missing`);
@@ -145,7 +158,9 @@ export function teamFromTags(team: string, tags: Readonly<Record<string, string>
     const parts = alertText.split(/[,/+\s]+/).filter((p) => p !== '');
     const nums = parts.map((p) => (/^\d{1,3}$/.test(p) ? Number(p) : NaN));
     if (parts.length === 0 || parts.length > 10 || nums.some((n) => !Number.isInteger(n) || n < 1 || n > 100)) {
-      problems.push(`${BUDGET_TAGS.alertAt}="${alertText}" is not allowed (allowed: up to 10 whole percentages from 1 to 100, separated by "/", e.g. "50/80/100")`);
+      problems.push(
+        `${BUDGET_TAGS.alertAt}="${alertText}" is not allowed (allowed: up to 10 whole percentages from 1 to 100, separated by "/", e.g. "50/80/100")`,
+      );
     } else {
       alertAtPct = [...new Set(nums)].sort((a, b) => a - b);
     }

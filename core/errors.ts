@@ -4,14 +4,7 @@
  * fit, a budget that says no) are values, not errors.
  */
 export type CloudErrorCode =
-  | 'throttled'
-  | 'insufficient-capacity'
-  | 'quota-exceeded'
-  | 'not-found'
-  | 'access-denied'
-  | 'invalid-request'
-  | 'conflict'
-  | 'unavailable';
+  'throttled' | 'insufficient-capacity' | 'quota-exceeded' | 'not-found' | 'access-denied' | 'invalid-request' | 'conflict' | 'unavailable';
 
 export class GpuFleetError extends Error {
   override name = 'GpuFleetError';

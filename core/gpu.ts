@@ -6,7 +6,18 @@
  */
 
 export const GPU_MODELS = [
-  'K80', 'T4', 'V100', 'V100-32GB', 'A10G', 'L4', 'L40S', 'A100-40GB', 'A100-80GB', 'H100', 'H200', 'B200',
+  'K80',
+  'T4',
+  'V100',
+  'V100-32GB',
+  'A10G',
+  'L4',
+  'L40S',
+  'A100-40GB',
+  'A100-80GB',
+  'H100',
+  'H200',
+  'B200',
 ] as const;
 export type GpuModel = (typeof GPU_MODELS)[number];
 
@@ -27,7 +38,10 @@ export function gpuModelMatches(wanted: string, actual: GpuModel): boolean {
  * to a canonical model, or undefined when it is not one gpu-fleet knows.
  */
 export function normalizeGpuModel(description: string, memoryGiBPerGpu?: number): GpuModel | undefined {
-  const d = description.toUpperCase().replace(/^NVIDIA[\s-]+/, '').replace(/^TESLA[\s-]+/, '');
+  const d = description
+    .toUpperCase()
+    .replace(/^NVIDIA[\s-]+/, '')
+    .replace(/^TESLA[\s-]+/, '');
   if (/\bH200\b/.test(d)) return 'H200';
   if (/\bH100\b/.test(d)) return 'H100';
   if (/\bB200\b/.test(d)) return 'B200';

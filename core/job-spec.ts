@@ -12,7 +12,8 @@ import { GPU_FAMILIES, GPU_MODELS } from './gpu.ts';
 const ACCEPTED_MODELS: readonly string[] = [...new Set<string>([...GPU_MODELS, ...GPU_FAMILIES])];
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 // registry/repository[:tag][@sha256:digest] — no spaces, no shell metacharacters.
-const IMAGE_RE = /^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::\d+)?(?:\/[a-z0-9]+(?:[._-]{1,2}[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(?:@sha256:[a-f0-9]{64})?$/;
+const IMAGE_RE =
+  /^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::\d+)?(?:\/[a-z0-9]+(?:[._-]{1,2}[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(?:@sha256:[a-f0-9]{64})?$/;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 const LABEL_KEY_RE = /^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$/;
 const LABEL_VALUE_RE = /^[A-Za-z0-9._:/@ -]{0,128}$/;
@@ -64,10 +65,9 @@ export const CheckpointSpecSchema = z.strictObject({
 
 const JobSpecObject = z.strictObject({
   name: z.string().regex(NAME_RE, { error: 'must be 1-128 letters, digits, ".", "_" or "-", starting with a letter or digit' }).optional(),
-  image: z
-    .string({ error: 'must be a container image reference such as "pytorch/pytorch:2.3.0-cuda12.1"' })
-    .max(512)
-    .regex(IMAGE_RE, { error: 'must be a container image reference ([registry/]repository[:tag][@sha256:digest]) without spaces or shell characters' }),
+  image: z.string({ error: 'must be a container image reference such as "pytorch/pytorch:2.3.0-cuda12.1"' }).max(512).regex(IMAGE_RE, {
+    error: 'must be a container image reference ([registry/]repository[:tag][@sha256:digest]) without spaces or shell characters',
+  }),
   command: z
     .array(z.string().max(8192, { error: 'each command argument is at most 8192 characters' }), {
       error: 'must be an array of arguments (argv), e.g. ["python", "train.py"]; a shell string is not accepted',
@@ -77,9 +77,14 @@ const JobSpecObject = z.strictObject({
     .refine((argv) => argv.every((a) => !a.includes('\u0000')), { error: 'command arguments may not contain NUL characters' }),
   env: z
     .record(
-      z.string().regex(ENV_NAME_RE, { error: 'environment variable names are letters, digits and "_", not starting with a digit' })
+      z
+        .string()
+        .regex(ENV_NAME_RE, { error: 'environment variable names are letters, digits and "_", not starting with a digit' })
         .refine((k) => !k.startsWith('GPU_FLEET_'), { error: 'GPU_FLEET_* variables are set by gpu-fleet and cannot be given' }),
-      z.string().max(32_768).refine((v) => !v.includes('\u0000'), { error: 'environment values may not contain NUL characters' }),
+      z
+        .string()
+        .max(32_768)
+        .refine((v) => !v.includes('\u0000'), { error: 'environment values may not contain NUL characters' }),
     )
     .refine((e) => Object.keys(e).length <= 128, { error: 'at most 128 environment variables' })
     .default({}),
@@ -99,9 +104,20 @@ const JobSpecObject = z.strictObject({
     .default({}),
   placement: z
     .strictObject({
-      clouds: z.array(z.enum(['aws', 'gcp'], { error: 'entries must be "aws" or "gcp"' })).min(1).optional(),
-      regions: z.array(z.string().regex(ZONE_RE, { error: 'entries look like "us-east-1" or "europe-west4"' })).min(1).max(32).optional(),
-      zones: z.array(z.string().regex(ZONE_RE, { error: 'entries look like "us-east-1a" or "europe-west4-a"' })).min(1).max(64).optional(),
+      clouds: z
+        .array(z.enum(['aws', 'gcp'], { error: 'entries must be "aws" or "gcp"' }))
+        .min(1)
+        .optional(),
+      regions: z
+        .array(z.string().regex(ZONE_RE, { error: 'entries look like "us-east-1" or "europe-west4"' }))
+        .min(1)
+        .max(32)
+        .optional(),
+      zones: z
+        .array(z.string().regex(ZONE_RE, { error: 'entries look like "us-east-1a" or "europe-west4-a"' }))
+        .min(1)
+        .max(64)
+        .optional(),
     })
     .optional(),
 });

@@ -125,8 +125,7 @@ export type JobEvent =
   | { readonly type: 'hold'; readonly reason: Reason | undefined };
 
 export type TransitionResult =
-  | { readonly ok: true; readonly job: Job; readonly changed: boolean }
-  | { readonly ok: false; readonly error: string };
+  { readonly ok: true; readonly job: Job; readonly changed: boolean } | { readonly ok: false; readonly error: string };
 
 const ALLOWED: Record<JobEvent['type'], readonly JobState[]> = {
   place: ['pending'],
@@ -159,7 +158,14 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
   const base = { ...job, version: job.version + 1, updatedAtMs: nowMs };
   switch (event.type) {
     case 'place':
-      return changed({ ...base, state: 'placed', placement: event.placement, placedAtMs: nowMs, waitedMs: job.waitedMs + (nowMs - job.queuedAtMs), hold: undefined });
+      return changed({
+        ...base,
+        state: 'placed',
+        placement: event.placement,
+        placedAtMs: nowMs,
+        waitedMs: job.waitedMs + (nowMs - job.queuedAtMs),
+        hold: undefined,
+      });
     case 'start':
       return changed({ ...base, state: 'running', startedAtMs: nowMs, firstStartedAtMs: job.firstStartedAtMs ?? nowMs });
     case 'checkpoint-requested':
@@ -167,7 +173,11 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
       return changed({ ...base, state: 'checkpointing', ...(event.reason ? { checkpointReason: event.reason } : {}) });
     case 'checkpoint-done': {
       const cp = event.checkpoint;
-      if (job.checkpoint && (job.checkpoint.completedAtMs > cp.completedAtMs || (job.checkpoint.completedAtMs === cp.completedAtMs && job.checkpoint.progressSec >= cp.progressSec))) {
+      if (
+        job.checkpoint &&
+        (job.checkpoint.completedAtMs > cp.completedAtMs ||
+          (job.checkpoint.completedAtMs === cp.completedAtMs && job.checkpoint.progressSec >= cp.progressSec))
+      ) {
         return { ok: true, job, changed: false };
       }
       return changed({ ...base, checkpoint: cp });
@@ -231,7 +241,14 @@ export function finishCancel(job: Job, nowMs: number): TransitionResult {
   if (!job.cancelRequested || isTerminal(job.state)) {
     return { ok: false, error: `job ${job.id} is ${job.state} without a pending cancel` };
   }
-  return changed({ ...job, state: 'cancelled', version: job.version + 1, updatedAtMs: nowMs, endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false) });
+  return changed({
+    ...job,
+    state: 'cancelled',
+    version: job.version + 1,
+    updatedAtMs: nowMs,
+    endedAtMs: nowMs,
+    usage: closeAttempt(job, nowMs, false),
+  });
 }
 
 /** The job's usage with its current attempt added (unchanged when the attempt was never placed). */

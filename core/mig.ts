@@ -108,7 +108,8 @@ export function roomAfter(gpuModel: GpuModel, mask: number): number {
     const profiles = MIG_GPUS[gpuModel]?.profiles ?? [];
     for (let m = 0; m < 256; m++) {
       let score = 0;
-      for (const p of profiles) for (const s of p.starts) if ((m & placementMask(s, p.memorySlices)) === 0) score += p.memorySlices * p.memorySlices;
+      for (const p of profiles)
+        for (const s of p.starts) if ((m & placementMask(s, p.memorySlices)) === 0) score += p.memorySlices * p.memorySlices;
       table[m] = score;
     }
     roomCache.set(gpuModel, table);
@@ -139,7 +140,8 @@ export function validateMigLayout(model: GpuModel, instances: readonly { profile
   for (const inst of instances) {
     const p = migProfile(model, inst.profile);
     if (!p) return `${model} has no MIG profile ${inst.profile}`;
-    if (!p.starts.includes(inst.start)) return `${inst.profile} cannot start at memory slice ${inst.start} (allowed: ${p.starts.join(', ')})`;
+    if (!p.starts.includes(inst.start))
+      return `${inst.profile} cannot start at memory slice ${inst.start} (allowed: ${p.starts.join(', ')})`;
     const bits = placementMask(inst.start, p.memorySlices);
     if ((mask & bits) !== 0) return `${inst.profile}@${inst.start} overlaps memory slices already in use`;
     mask |= bits;

@@ -95,6 +95,8 @@ export function usdString(amount: MicroUsd): string {
   const negative = amount < 0;
   const abs = Math.abs(amount);
   const whole = Math.floor(abs / MICRO_USD_PER_USD);
-  const frac = String(abs % MICRO_USD_PER_USD).padStart(6, '0').replace(/0+$/, '');
+  const frac = String(abs % MICRO_USD_PER_USD)
+    .padStart(6, '0')
+    .replace(/0+$/, '');
   return `${negative ? '-' : ''}${whole}${frac ? `.${frac}` : ''}`;
 }

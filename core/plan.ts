@@ -15,7 +15,13 @@ export type PlanAction =
     }
   | { readonly kind: 'scale-in'; readonly groupId: string; readonly instanceId: string; readonly reason: Reason }
   /** Lowers a group's desired size to what it has, when its launches keep failing (the work is bought elsewhere). */
-  | { readonly kind: 'cancel-launches'; readonly groupId: string; readonly fromDesired: number; readonly toDesired: number; readonly reason: Reason }
+  | {
+      readonly kind: 'cancel-launches';
+      readonly groupId: string;
+      readonly fromDesired: number;
+      readonly toDesired: number;
+      readonly reason: Reason;
+    }
   | { readonly kind: 'preempt'; readonly jobId: string; readonly attempt: number; readonly reason: Reason }
   | { readonly kind: 'hold'; readonly jobId: string; readonly reason: Reason | undefined };
 

@@ -38,7 +38,11 @@ export interface PoolObservations {
  * Posterior interruptions per instance-hour. `priorWeightHours` says how many instance-hours of
  * evidence the prior counts for (default one instance-month).
  */
-export function poolRatePerHour(band: string | undefined, observed: PoolObservations | undefined, priorWeightHours = HOURS_PER_MONTH): number {
+export function poolRatePerHour(
+  band: string | undefined,
+  observed: PoolObservations | undefined,
+  priorWeightHours = HOURS_PER_MONTH,
+): number {
   const prior = priorRatePerHour(band);
   if (!observed) return prior;
   const k = Math.max(0, observed.interruptions);

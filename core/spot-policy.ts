@@ -98,12 +98,17 @@ export function mustCommitNow(i: SpotDecisionInput): boolean {
 
 function commit(i: SpotDecisionInput, why: string): SpotDecision {
   const { work, time } = remaining(i);
-  return { kind: 'on-demand', commit: true, reason: reason('deadline-on-demand', `${why}: ${hours(work)} of work left and ${hours(time)} to the deadline; on-demand to the end`) };
+  return {
+    kind: 'on-demand',
+    commit: true,
+    reason: reason('deadline-on-demand', `${why}: ${hours(work)} of work left and ${hours(time)} to the deadline; on-demand to the end`),
+  };
 }
 
 export function greedyDecision(i: SpotDecisionInput): SpotDecision {
   if (i.committedOnDemand || mustCommitNow(i)) return commit(i, 'waiting longer would miss the deadline');
-  if (i.spotAvailable) return { kind: 'spot', commit: false, reason: reason('deadline-spot-safe', 'spot can be had and the deadline allows waiting for it') };
+  if (i.spotAvailable)
+    return { kind: 'spot', commit: false, reason: reason('deadline-spot-safe', 'spot can be had and the deadline allows waiting for it') };
   return { kind: 'wait', commit: false, reason: reason('deadline-spot-safe', 'no spot now; the deadline still allows waiting for it') };
 }
 
@@ -125,7 +130,12 @@ export function uniformProgressDecision(i: SpotDecisionInput): SpotDecision {
   // Taking risks: spot whenever it can be had.
   if (i.spotAvailable) return { kind: 'spot', commit: false, reason: reason('deadline-spot-safe', 'spot can be had') };
   // Uniform progress: behind the line, catch up on on-demand.
-  if (i.doneWorkSec < expected(i.elapsedSec)) return { kind: 'on-demand', commit: false, reason: reason('deadline-on-demand', 'behind uniform progress and no spot: on-demand catches up') };
+  if (i.doneWorkSec < expected(i.elapsedSec))
+    return {
+      kind: 'on-demand',
+      commit: false,
+      reason: reason('deadline-on-demand', 'behind uniform progress and no spot: on-demand catches up'),
+    };
   return { kind: 'wait', commit: false, reason: reason('deadline-spot-safe', 'ahead of uniform progress: waiting for spot') };
 }
 
@@ -176,12 +186,31 @@ export function gpuFleetDecision(i: SpotDecisionInput): SpotDecision {
   const expected = `${hours(supply)} of spot expected before the deadline at ${(100 * availability).toFixed(0)}% availability`;
   if (i.spotAvailable) {
     if (i.mode === 'on-demand' && deficit > 0 && obs.currentRunSec < T.spotSettleSec) {
-      return { kind: 'on-demand', commit: false, reason: reason('deadline-on-demand', `spot is back but has not settled, and ${hours(work)} of work exceeds the ${expected}: staying on on-demand`) };
+      return {
+        kind: 'on-demand',
+        commit: false,
+        reason: reason(
+          'deadline-on-demand',
+          `spot is back but has not settled, and ${hours(work)} of work exceeds the ${expected}: staying on on-demand`,
+        ),
+      };
     }
-    return { kind: 'spot', commit: false, reason: reason('deadline-spot-safe', `spot can be had; ${hours(time - work)} of slack before the deadline`) };
+    return {
+      kind: 'spot',
+      commit: false,
+      reason: reason('deadline-spot-safe', `spot can be had; ${hours(time - work)} of slack before the deadline`),
+    };
   }
   if (i.mode === 'on-demand' || (deficit > 0 && (obs.currentRunSec >= T.outageSettleSec || deficit > 2 * d))) {
-    return { kind: 'on-demand', commit: false, reason: reason('deadline-on-demand', `no spot, and ${hours(work)} of work exceeds the ${expected}: on-demand fills the outage`) };
+    return {
+      kind: 'on-demand',
+      commit: false,
+      reason: reason('deadline-on-demand', `no spot, and ${hours(work)} of work exceeds the ${expected}: on-demand fills the outage`),
+    };
   }
-  return { kind: 'wait', commit: false, reason: reason('deadline-spot-safe', `no spot now; the ${expected} covers the ${hours(work)} left: waiting for it`) };
+  return {
+    kind: 'wait',
+    commit: false,
+    reason: reason('deadline-spot-safe', `no spot now; the ${expected} covers the ${hours(work)} left: waiting for it`),
+  };
 }

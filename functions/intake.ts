@@ -82,14 +82,20 @@ export function createIntakeHandler(deps: IntakeDeps) {
       }
     } catch (error) {
       // Only failures of the store reach here; retryable ones are retried by SQS (then dead-lettered by the redrive policy).
-      log.error('intake failed; the message will be retried', { error: error instanceof Error ? error.message : String(error), retryable: isCloudError(error) ? error.retryable : false });
+      log.error('intake failed; the message will be retried', {
+        error: error instanceof Error ? error.message : String(error),
+        retryable: isCloudError(error) ? error.retryable : false,
+      });
       throw error;
     }
   };
 
-  return middy(async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => processPartialResponse(event, record, processor, { context }), {
-    timeoutEarlyInMillis: deps.timeoutEarlyInMillis ?? 1000,
-  })
+  return middy(
+    async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => processPartialResponse(event, record, processor, { context }),
+    {
+      timeoutEarlyInMillis: deps.timeoutEarlyInMillis ?? 1000,
+    },
+  )
     .use(injectLambdaContext(logger, { resetKeys: true }))
     .use(logMetrics(metrics));
 }

@@ -28,7 +28,13 @@ export interface InterruptionDeps {
 }
 
 export type InterruptionResult =
-  | { readonly status: 'handled'; readonly summary: string; readonly requeued: readonly string[]; readonly checkpointsRequested: readonly string[]; readonly warnings: readonly string[] }
+  | {
+      readonly status: 'handled';
+      readonly summary: string;
+      readonly requeued: readonly string[];
+      readonly checkpointsRequested: readonly string[];
+      readonly warnings: readonly string[];
+    }
   | { readonly status: 'ignored'; readonly why: string }
   | { readonly status: 'invalid'; readonly error: string };
 
@@ -44,7 +50,10 @@ export function createInterruptionHandler(deps: InterruptionDeps) {
   const { logger, metrics } = deps.obs;
   const base = middy(
     async (event: unknown, _context: Context): Promise<InterruptionResult> => {
-      const parsed = parseCloudEvent(event, { receivedAtMs: deps.ports.clock.nowMs(), ...(deps.lifecycleTimeoutSec !== undefined ? { lifecycleTimeoutSec: deps.lifecycleTimeoutSec } : {}) });
+      const parsed = parseCloudEvent(event, {
+        receivedAtMs: deps.ports.clock.nowMs(),
+        ...(deps.lifecycleTimeoutSec !== undefined ? { lifecycleTimeoutSec: deps.lifecycleTimeoutSec } : {}),
+      });
       if (parsed.kind === 'invalid') {
         logger.error('event skipped: not understood', { error: parsed.error });
         metrics.addMetric('EventsInvalid', MetricUnit.Count, 1);
@@ -62,7 +71,12 @@ export function createInterruptionHandler(deps: InterruptionDeps) {
       }
       metrics.addMetric(parsed.notice.kind === 'interruption-warning' ? 'SpotInterruptions' : 'NodeNotices', MetricUnit.Count, 1);
       if (out.requeued.length > 0) metrics.addMetric('JobsRequeued', MetricUnit.Count, out.requeued.length);
-      logger.info(out.summary, { eventId: parsed.notice.eventId, kind: parsed.notice.kind, requeued: out.requeued, checkpointsRequested: out.checkpointsRequested });
+      logger.info(out.summary, {
+        eventId: parsed.notice.eventId,
+        kind: parsed.notice.kind,
+        requeued: out.requeued,
+        checkpointsRequested: out.checkpointsRequested,
+      });
       if (out.reconcileSoon) {
         try {
           await deps.trigger.reconcileSoon(`${parsed.notice.kind} ${parsed.notice.eventId}`);
@@ -71,14 +85,25 @@ export function createInterruptionHandler(deps: InterruptionDeps) {
           logger.warn('could not trigger a reconcile now', { error: errorMessage(error) });
         }
       }
-      return { status: 'handled', summary: out.summary, requeued: out.requeued, checkpointsRequested: out.checkpointsRequested, warnings: parsed.warnings };
+      return {
+        status: 'handled',
+        summary: out.summary,
+        requeued: out.requeued,
+        checkpointsRequested: out.checkpointsRequested,
+        warnings: parsed.warnings,
+      };
     },
     { timeoutEarlyInMillis: deps.timeoutEarlyInMillis ?? 1000 },
   )
     .use(injectLambdaContext(logger, { resetKeys: true }))
     .use(logMetrics(metrics));
   if (deps.idempotency) {
-    base.use(makeHandlerIdempotent({ persistenceStore: deps.idempotency, config: new IdempotencyConfig({ eventKeyJmesPath: 'id', expiresAfterSeconds: 3600, throwOnNoIdempotencyKey: false }) }));
+    base.use(
+      makeHandlerIdempotent({
+        persistenceStore: deps.idempotency,
+        config: new IdempotencyConfig({ eventKeyJmesPath: 'id', expiresAfterSeconds: 3600, throwOnNoIdempotencyKey: false }),
+      }),
+    );
   }
   return base;
 }

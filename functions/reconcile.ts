@@ -60,7 +60,8 @@ export function createReconcileHandler(deps: ReconcileDeps) {
       if (deps.notices && deps.notices.sources.length > 0 && !dryRun) {
         const polled = await pollNotices(deps.notices.ports, deps.notices.sources, deps.policy);
         polledNotices = polled.handled;
-        if (polled.seen > 0) logger.info('polled interruption notices', { seen: polled.seen, handled: polled.handled, requeued: polled.requeued });
+        if (polled.seen > 0)
+          logger.info('polled interruption notices', { seen: polled.seen, handled: polled.handled, requeued: polled.requeued });
         for (const e of polled.errors) logger.warn('interruption notices unavailable', { error: e });
       }
       const out = await reconcile(deps.ports, {
@@ -73,7 +74,17 @@ export function createReconcileHandler(deps: ReconcileDeps) {
       });
       if (out.status === 'skipped') {
         logger.info('reconcile skipped', { why: out.reason });
-        return { status: 'skipped', dryRun, actions: 0, applied: 0, waiting: 0, errors: [], lostJobsRequeued: 0, resumedActions: 0, why: out.reason };
+        return {
+          status: 'skipped',
+          dryRun,
+          actions: 0,
+          applied: 0,
+          waiting: 0,
+          errors: [],
+          lostJobsRequeued: 0,
+          resumedActions: 0,
+          why: out.reason,
+        };
       }
       const d = out.decision;
       const depths = new Map<string, QueueDepth>();

@@ -19,7 +19,11 @@ export function buildApp(app: App, configPath: string): GpuFleetStack {
 }
 
 const app = new App();
-const configPath = resolve((app.node.tryGetContext('config') as string | undefined) ?? process.env.GPU_FLEET_CONFIG ?? resolve(import.meta.dirname, 'config.example.json'));
+const configPath = resolve(
+  (app.node.tryGetContext('config') as string | undefined) ??
+    process.env.GPU_FLEET_CONFIG ??
+    resolve(import.meta.dirname, 'config.example.json'),
+);
 try {
   buildApp(app, configPath);
 } catch (error) {

@@ -3,4 +3,9 @@
  * are configured). Without GCP they are left out of the bundle: the Compute client's API
  * description alone is about 4 MB.
  */
-export const GCP_ONLY_MODULES: readonly string[] = ['@google-cloud/compute', 'google-gax', 'google-auth-library', '@aws-sdk/client-secrets-manager'];
+export const GCP_ONLY_MODULES: readonly string[] = [
+  '@google-cloud/compute',
+  'google-gax',
+  'google-auth-library',
+  '@aws-sdk/client-secrets-manager',
+];

@@ -71,7 +71,11 @@ export class GpuFleetStack extends Stack {
     const queuePrefix = `${this.stackName.toLowerCase()}-team-`;
 
     // ---- encryption, state, checkpoints -----------------------------------------------------
-    this.key = new kms.Key(this, 'Key', { description: 'gpu-fleet: queues, tables, checkpoints, logs', enableKeyRotation: true, removalPolicy: RemovalPolicy.RETAIN });
+    this.key = new kms.Key(this, 'Key', {
+      description: 'gpu-fleet: queues, tables, checkpoints, logs',
+      enableKeyRotation: true,
+      removalPolicy: RemovalPolicy.RETAIN,
+    });
     this.key.grantEncryptDecrypt(new iam.ServicePrincipal(`logs.${this.region}.amazonaws.com`));
 
     this.tables = {} as Record<keyof TableNames, dynamodb.Table>;
@@ -87,7 +91,11 @@ export class GpuFleetStack extends Stack {
         removalPolicy: kind === 'idempotency' ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
       });
       for (const ix of def.indexes) {
-        table.addGlobalSecondaryIndex({ indexName: ix.name, partitionKey: { name: ix.partitionKey, type: dynamodb.AttributeType.STRING }, sortKey: { name: ix.sortKey, type: dynamodb.AttributeType.STRING } });
+        table.addGlobalSecondaryIndex({
+          indexName: ix.name,
+          partitionKey: { name: ix.partitionKey, type: dynamodb.AttributeType.STRING },
+          sortKey: { name: ix.sortKey, type: dynamodb.AttributeType.STRING },
+        });
       }
       this.tables[kind] = table;
     }
@@ -100,7 +108,9 @@ export class GpuFleetStack extends Stack {
       lifecycleRules: [{ expiration: Duration.days(90) }],
       removalPolicy: RemovalPolicy.RETAIN,
     });
-    acknowledge(accessLogs, { 'AwsSolutions-S1': 'This is the access-log bucket of the checkpoint bucket; logging its own accesses would loop.' });
+    acknowledge(accessLogs, {
+      'AwsSolutions-S1': 'This is the access-log bucket of the checkpoint bucket; logging its own accesses would loop.',
+    });
 
     this.bucket = new s3.Bucket(this, 'Checkpoints', {
       ...(config.checkpoints.bucketName ? { bucketName: config.checkpoints.bucketName } : {}),
@@ -127,7 +137,10 @@ export class GpuFleetStack extends Stack {
     const internal = { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true, retentionPeriod: Duration.days(14) } as const;
     this.deadLetters = new sqs.Queue(this, 'DeadLetters', { ...internal, queueName: `${queuePrefix.replace(/-team-$/, '')}-dead-letters` });
     this.failures = new sqs.Queue(this, 'FunctionFailures', internal);
-    acknowledge(this.failures, { 'AwsSolutions-SQS3': 'This queue is itself the failure destination (a dead-letter queue) of the reconcile and interruption functions and their triggers; the FunctionFailuresNotEmpty alarm watches it.' });
+    acknowledge(this.failures, {
+      'AwsSolutions-SQS3':
+        'This queue is itself the failure destination (a dead-letter queue) of the reconcile and interruption functions and their triggers; the FunctionFailuresNotEmpty alarm watches it.',
+    });
     this.teamQueues = new Map();
     for (const team of config.teams) {
       const q = new sqs.Queue(this, `TeamQueue-${team.name}`, {
@@ -150,9 +163,15 @@ export class GpuFleetStack extends Stack {
 
     // ---- network and node groups ------------------------------------------------------------
     const vpc = this.network(config);
-    const agentAsset = new s3assets.Asset(this, 'AgentBundle', { path: bundleAgent(props.agentBundleDir ?? resolve(import.meta.dirname, '../cdk.out-agent')).file });
+    const agentAsset = new s3assets.Asset(this, 'AgentBundle', {
+      path: bundleAgent(props.agentBundleDir ?? resolve(import.meta.dirname, '../cdk.out-agent')).file,
+    });
     this.agentRole = this.agentRoleFor(agentAsset);
-    const nodeSg = new ec2.SecurityGroup(this, 'NodeSecurityGroup', { vpc, description: 'gpu-fleet GPU nodes: all egress; nodes of a gang talk to each other', allowAllOutbound: true });
+    const nodeSg = new ec2.SecurityGroup(this, 'NodeSecurityGroup', {
+      vpc,
+      description: 'gpu-fleet GPU nodes: all egress; nodes of a gang talk to each other',
+      allowAllOutbound: true,
+    });
     nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
     this.groups = new Map();
     for (const g of config.nodeGroups) this.groups.set(g.name, this.nodeGroup(g, config, vpc, nodeSg, agentAsset));
@@ -171,44 +190,80 @@ export class GpuFleetStack extends Stack {
       GPU_FLEET_IDLE_COOLDOWN_SEC: String(config.policy.idleCooldownSec),
       GPU_FLEET_NOTICE_MARGIN_SEC: String(config.policy.noticeMarginSec),
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
-      ...(config.gcp ? { GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects), GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName } : {}),
+      ...(config.gcp
+        ? {
+            GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects),
+            GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName,
+          }
+        : {}),
     };
-    const reconcile = this.fn('reconcile', { memoryMb: 1769, timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)), env, reservedConcurrency: 1, external: config.gcp ? [] : GCP_ONLY_MODULES });
+    const reconcile = this.fn('reconcile', {
+      memoryMb: 1769,
+      timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)),
+      env,
+      reservedConcurrency: 1,
+      external: config.gcp ? [] : GCP_ONLY_MODULES,
+    });
     const intake = this.fn('intake', { memoryMb: 512, timeout: Duration.seconds(30), env });
-    const interruption = this.fn('interruption', { memoryMb: 512, timeout: Duration.seconds(60), env: { ...env, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName } });
+    const interruption = this.fn('interruption', {
+      memoryMb: 512,
+      timeout: Duration.seconds(60),
+      env: { ...env, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName },
+    });
     this.functions = { reconcile, intake, interruption };
     this.grantReconcile(reconcile.role!, config);
     this.grantIntake(intake);
     this.grantInterruption(interruption.role!, reconcile);
 
-    for (const q of this.teamQueues.values()) intake.addEventSource(new SqsEventSource(q, { batchSize: 10, reportBatchItemFailures: true, maxBatchingWindow: Duration.seconds(1) }));
+    for (const q of this.teamQueues.values())
+      intake.addEventSource(
+        new SqsEventSource(q, { batchSize: 10, reportBatchItemFailures: true, maxBatchingWindow: Duration.seconds(1) }),
+      );
 
     // ---- triggers -----------------------------------------------------------------------------
     new events.Rule(this, 'ReconcileSchedule', {
       description: 'gpu-fleet: reconcile every interval',
       schedule: events.Schedule.rate(Duration.seconds(config.policy.reconcileIntervalSec)),
       // A missed turn is not retried: the next one comes within the interval.
-      targets: [new targets.LambdaFunction(reconcile, { retryAttempts: 0, maxEventAge: Duration.seconds(60), deadLetterQueue: this.failures })],
+      targets: [
+        new targets.LambdaFunction(reconcile, { retryAttempts: 0, maxEventAge: Duration.seconds(60), deadLetterQueue: this.failures }),
+      ],
     });
-    const toInterruption = () => new targets.LambdaFunction(interruption, { retryAttempts: 8, maxEventAge: Duration.minutes(10), deadLetterQueue: this.failures });
+    const toInterruption = () =>
+      new targets.LambdaFunction(interruption, { retryAttempts: 8, maxEventAge: Duration.minutes(10), deadLetterQueue: this.failures });
     new events.Rule(this, 'SpotNotices', {
       description: 'gpu-fleet: spot interruption warnings and rebalance recommendations',
-      eventPattern: { source: ['aws.ec2'], detailType: ['EC2 Spot Instance Interruption Warning', 'EC2 Instance Rebalance Recommendation'] },
+      eventPattern: {
+        source: ['aws.ec2'],
+        detailType: ['EC2 Spot Instance Interruption Warning', 'EC2 Instance Rebalance Recommendation'],
+      },
       targets: [toInterruption()],
     });
     new events.Rule(this, 'InstanceStateChanges', {
       description: 'gpu-fleet: machines that stop or terminate (with or without a warning)',
-      eventPattern: { source: ['aws.ec2'], detailType: ['EC2 Instance State-change Notification'], detail: { state: ['stopping', 'stopped', 'shutting-down', 'terminated'] } },
+      eventPattern: {
+        source: ['aws.ec2'],
+        detailType: ['EC2 Instance State-change Notification'],
+        detail: { state: ['stopping', 'stopped', 'shutting-down', 'terminated'] },
+      },
       targets: [toInterruption()],
     });
     new events.Rule(this, 'TerminateLifecycleActions', {
       description: 'gpu-fleet: node group machines held by the drain lifecycle hook',
-      eventPattern: { source: ['aws.autoscaling'], detailType: ['EC2 Instance-terminate Lifecycle Action'], detail: { AutoScalingGroupName: [...this.groups.keys()].map((n) => this.groupName(n)), LifecycleHookName: [LIFECYCLE_HOOK_NAME] } },
+      eventPattern: {
+        source: ['aws.autoscaling'],
+        detailType: ['EC2 Instance-terminate Lifecycle Action'],
+        detail: { AutoScalingGroupName: [...this.groups.keys()].map((n) => this.groupName(n)), LifecycleHookName: [LIFECYCLE_HOOK_NAME] },
+      },
       targets: [toInterruption()],
     });
     new events.Rule(this, 'ScheduledMaintenance', {
       description: 'gpu-fleet: AWS Health scheduled changes for EC2 machines',
-      eventPattern: { source: ['aws.health'], detailType: ['AWS Health Event'], detail: { service: ['EC2'], eventTypeCategory: ['scheduledChange'] } },
+      eventPattern: {
+        source: ['aws.health'],
+        detailType: ['AWS Health Event'],
+        detail: { service: ['EC2'], eventTypeCategory: ['scheduledChange'] },
+      },
       targets: [toInterruption()],
     });
 
@@ -216,7 +271,10 @@ export class GpuFleetStack extends Stack {
     this.dashboard = this.dashboardFor(config);
     this.alarmsFor(config);
 
-    new CfnOutput(this, 'TeamQueueUrls', { value: [...this.teamQueues].map(([t, q]) => `${t}=${q.queueUrl}`).join(' '), description: 'Where each team sends its job specs' });
+    new CfnOutput(this, 'TeamQueueUrls', {
+      value: [...this.teamQueues].map(([t, q]) => `${t}=${q.queueUrl}`).join(' '),
+      description: 'Where each team sends its job specs',
+    });
     new CfnOutput(this, 'CheckpointBucket', { value: this.bucket.bucketName });
     new CfnOutput(this, 'DashboardName', { value: this.dashboard.dashboardName });
   }
@@ -226,7 +284,11 @@ export class GpuFleetStack extends Stack {
   private network(config: GpuFleetConfig): ec2.IVpc {
     if ('existing' in config.vpc) {
       // No lookup at synth time: the VPC is described by its ids.
-      return ec2.Vpc.fromVpcAttributes(this, 'Vpc', { vpcId: config.vpc.existing.vpcId, availabilityZones: config.vpc.existing.zones, privateSubnetIds: config.vpc.existing.privateSubnetIds });
+      return ec2.Vpc.fromVpcAttributes(this, 'Vpc', {
+        vpcId: config.vpc.existing.vpcId,
+        availabilityZones: config.vpc.existing.zones,
+        privateSubnetIds: config.vpc.existing.privateSubnetIds,
+      });
     }
     const vpc = new ec2.Vpc(this, 'Vpc', {
       ipAddresses: ec2.IpAddresses.cidr(config.vpc.create.cidr),
@@ -237,16 +299,38 @@ export class GpuFleetStack extends Stack {
         { name: 'nodes', subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS, cidrMask: 20 },
       ],
     });
-    const flowLogs = new logs.LogGroup(this, 'VpcFlowLogs', { retention: logs.RetentionDays.ONE_MONTH, encryptionKey: this.key, removalPolicy: RemovalPolicy.DESTROY });
-    vpc.addFlowLog('FlowLog', { destination: ec2.FlowLogDestination.toCloudWatchLogs(flowLogs), trafficType: ec2.FlowLogTrafficType.REJECT });
+    const flowLogs = new logs.LogGroup(this, 'VpcFlowLogs', {
+      retention: logs.RetentionDays.ONE_MONTH,
+      encryptionKey: this.key,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    vpc.addFlowLog('FlowLog', {
+      destination: ec2.FlowLogDestination.toCloudWatchLogs(flowLogs),
+      trafficType: ec2.FlowLogTrafficType.REJECT,
+    });
     return vpc;
   }
 
   /** What the agent on a GPU node may do: its state, its checkpoints, its metrics, its bundle, job images. Nothing else. */
   private agentRoleFor(agentAsset: s3assets.Asset): iam.Role {
-    const role = new iam.Role(this, 'AgentRole', { assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'), description: 'gpu-fleet node agent' });
-    role.addToPolicy(new iam.PolicyStatement({ sid: 'JobsItsNodeRuns', actions: ['dynamodb:GetItem', 'dynamodb:PutItem'], resources: [this.tables.jobs.tableArn] }));
-    role.addToPolicy(new iam.PolicyStatement({ sid: 'ItsNodeRecord', actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'], resources: [this.tables.nodes.tableArn] }));
+    const role = new iam.Role(this, 'AgentRole', {
+      assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
+      description: 'gpu-fleet node agent',
+    });
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'JobsItsNodeRuns',
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+        resources: [this.tables.jobs.tableArn],
+      }),
+    );
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'ItsNodeRecord',
+        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
+        resources: [this.tables.nodes.tableArn],
+      }),
+    );
     role.addToPolicy(
       new iam.PolicyStatement({
         sid: 'CheckpointIndexOnly',
@@ -255,33 +339,79 @@ export class GpuFleetStack extends Stack {
         conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt'] } },
       }),
     );
-    role.addToPolicy(new iam.PolicyStatement({ sid: 'CheckpointObjects', actions: ['s3:GetObject', 's3:PutObject', 's3:AbortMultipartUpload'], resources: [this.bucket.arnForObjects('checkpoints/*')] }));
-    role.addToPolicy(new iam.PolicyStatement({ sid: 'ListCheckpoints', actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn], conditions: { StringLike: { 's3:prefix': ['checkpoints/*'] } } }));
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'CheckpointObjects',
+        actions: ['s3:GetObject', 's3:PutObject', 's3:AbortMultipartUpload'],
+        resources: [this.bucket.arnForObjects('checkpoints/*')],
+      }),
+    );
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'ListCheckpoints',
+        actions: ['s3:ListBucket'],
+        resources: [this.bucket.bucketArn],
+        conditions: { StringLike: { 's3:prefix': ['checkpoints/*'] } },
+      }),
+    );
     this.allowKey(role);
-    role.addToPolicy(new iam.PolicyStatement({ sid: 'GpuMetrics', actions: ['cloudwatch:PutMetricData'], resources: ['*'], conditions: { StringEquals: { 'cloudwatch:namespace': AGENT_METRICS.namespace } } }));
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'GpuMetrics',
+        actions: ['cloudwatch:PutMetricData'],
+        resources: ['*'],
+        conditions: { StringEquals: { 'cloudwatch:namespace': AGENT_METRICS.namespace } },
+      }),
+    );
     role.addToPolicy(new iam.PolicyStatement({ sid: 'EcrLogin', actions: ['ecr:GetAuthorizationToken'], resources: ['*'] }));
-    role.addToPolicy(new iam.PolicyStatement({ sid: 'EcrPull', actions: ['ecr:BatchGetImage', 'ecr:GetDownloadUrlForLayer', 'ecr:BatchCheckLayerAvailability'], resources: [`arn:${this.partition}:ecr:${this.region}:${this.account}:repository/*`] }));
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'EcrPull',
+        actions: ['ecr:BatchGetImage', 'ecr:GetDownloadUrlForLayer', 'ecr:BatchCheckLayerAvailability'],
+        resources: [`arn:${this.partition}:ecr:${this.region}:${this.account}:repository/*`],
+      }),
+    );
     // Exactly the bundle object, not the whole asset bucket.
-    role.addToPolicy(new iam.PolicyStatement({ sid: 'AgentBundle', actions: ['s3:GetObject'], resources: [`arn:${this.partition}:s3:::${agentAsset.s3BucketName}/${agentAsset.s3ObjectKey}`] }));
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'AgentBundle',
+        actions: ['s3:GetObject'],
+        resources: [`arn:${this.partition}:s3:::${agentAsset.s3BucketName}/${agentAsset.s3ObjectKey}`],
+      }),
+    );
     acknowledge(role, {
-      'AwsSolutions-IAM5[Resource::*]': 'cloudwatch:PutMetricData and ecr:GetAuthorizationToken support no resource-level permissions; PutMetricData is held to the GpuFleet namespace by a condition.',
-      [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/checkpoints/*]`]: 'The agent writes and reads checkpoints of whichever jobs run on its node: every key under the checkpoints/ prefix, nothing else in the bucket.',
-      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecr:${nagRegion(this)}:<AWS::AccountId>:repository/*]`]: 'Jobs name their own images; the agent may pull (read only) from any ECR repository of the account, none elsewhere.',
+      'AwsSolutions-IAM5[Resource::*]':
+        'cloudwatch:PutMetricData and ecr:GetAuthorizationToken support no resource-level permissions; PutMetricData is held to the GpuFleet namespace by a condition.',
+      [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/checkpoints/*]`]:
+        'The agent writes and reads checkpoints of whichever jobs run on its node: every key under the checkpoints/ prefix, nothing else in the bucket.',
+      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecr:${nagRegion(this)}:<AWS::AccountId>:repository/*]`]:
+        'Jobs name their own images; the agent may pull (read only) from any ECR repository of the account, none elsewhere.',
     });
     return role;
   }
 
-  private nodeGroup(g: NodeGroupConfig, config: GpuFleetConfig, vpc: ec2.IVpc, sg: ec2.SecurityGroup, agentAsset: s3assets.Asset): autoscaling.AutoScalingGroup {
-    const machineImage = 'ssmParameter' in g.ami ? ec2.MachineImage.fromSsmParameter(g.ami.ssmParameter, { os: ec2.OperatingSystemType.LINUX }) : ec2.MachineImage.genericLinux({ [config.region]: g.ami.amiId });
+  private nodeGroup(
+    g: NodeGroupConfig,
+    config: GpuFleetConfig,
+    vpc: ec2.IVpc,
+    sg: ec2.SecurityGroup,
+    agentAsset: s3assets.Asset,
+  ): autoscaling.AutoScalingGroup {
+    const machineImage =
+      'ssmParameter' in g.ami
+        ? ec2.MachineImage.fromSsmParameter(g.ami.ssmParameter, { os: ec2.OperatingSystemType.LINUX })
+        : ec2.MachineImage.genericLinux({ [config.region]: g.ami.amiId });
     const userData = ec2.UserData.forLinux();
-    userData.addCommands(...agentUserData({
-      assetUrl: agentAsset.s3ObjectUrl,
-      region: this.region,
-      tables: { jobs: this.tables.jobs.tableName, nodes: this.tables.nodes.tableName, control: this.tables.control.tableName },
-      bucket: this.bucket.bucketName,
-      noticeMarginSec: config.policy.noticeMarginSec,
-      migEnabled: g.migEnabled,
-    }));
+    userData.addCommands(
+      ...agentUserData({
+        assetUrl: agentAsset.s3ObjectUrl,
+        region: this.region,
+        tables: { jobs: this.tables.jobs.tableName, nodes: this.tables.nodes.tableName, control: this.tables.control.tableName },
+        bucket: this.bucket.bucketName,
+        noticeMarginSec: config.policy.noticeMarginSec,
+        migEnabled: g.migEnabled,
+      }),
+    );
     const template = new ec2.LaunchTemplate(this, `LaunchTemplate-${g.name}`, {
       machineImage,
       role: this.agentRole,
@@ -290,7 +420,16 @@ export class GpuFleetStack extends Stack {
       requireImdsv2: true,
       httpPutResponseHopLimit: 1, // containers on the bridge network cannot reach the node's credentials
       instanceMetadataTags: true, // the agent reads its group name from the instance's tags
-      blockDevices: [{ deviceName: '/dev/xvda', volume: ec2.BlockDeviceVolume.ebs(g.diskGiB, { volumeType: ec2.EbsDeviceVolumeType.GP3, encrypted: true, deleteOnTermination: true }) }],
+      blockDevices: [
+        {
+          deviceName: '/dev/xvda',
+          volume: ec2.BlockDeviceVolume.ebs(g.diskGiB, {
+            volumeType: ec2.EbsDeviceVolumeType.GP3,
+            encrypted: true,
+            deleteOnTermination: true,
+          }),
+        },
+      ],
       detailedMonitoring: true,
     });
     const spot = g.capacityType === 'spot';
@@ -310,7 +449,9 @@ export class GpuFleetStack extends Stack {
         instancesDistribution: {
           onDemandBaseCapacity: 0,
           onDemandPercentageAboveBaseCapacity: spot ? 0 : 100,
-          ...(spot ? { spotAllocationStrategy: autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED } : { onDemandAllocationStrategy: autoscaling.OnDemandAllocationStrategy.LOWEST_PRICE }),
+          ...(spot
+            ? { spotAllocationStrategy: autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED }
+            : { onDemandAllocationStrategy: autoscaling.OnDemandAllocationStrategy.LOWEST_PRICE }),
         },
       },
       capacityRebalance: spot,
@@ -326,14 +467,30 @@ export class GpuFleetStack extends Stack {
     Tags.of(asg).add(GROUP_TAGS.managed, 'true', { applyToLaunchedInstances: true });
     Tags.of(asg).add(GROUP_TAGS.capacityType, g.capacityType, { applyToLaunchedInstances: true });
     if (g.migEnabled) Tags.of(asg).add(GROUP_TAGS.mig, 'true', { applyToLaunchedInstances: true });
-    acknowledge(asg, { 'AwsSolutions-EC26': 'The root volume is encrypted (gp3, encrypted) in the launch template; the rule cannot read through the launch template reference.' });
-    acknowledge(asg, { 'AwsSolutions-AS3': 'Scaling is gpu-fleet\'s own decision, recorded with its reasons in every reconcile\'s decision record and metrics; an SNS notification per launch would repeat it.' });
+    acknowledge(asg, {
+      'AwsSolutions-EC26':
+        'The root volume is encrypted (gp3, encrypted) in the launch template; the rule cannot read through the launch template reference.',
+    });
+    acknowledge(asg, {
+      'AwsSolutions-AS3':
+        "Scaling is gpu-fleet's own decision, recorded with its reasons in every reconcile's decision record and metrics; an SNS notification per launch would repeat it.",
+    });
     return asg;
   }
 
-  private fn(name: keyof typeof FUNCTION_ENTRIES, o: { memoryMb: number; timeout: Duration; env: Record<string, string>; reservedConcurrency?: number; external?: readonly string[] }): nodejs.NodejsFunction {
-    const logGroup = new logs.LogGroup(this, `${name}Logs`, { retention: logs.RetentionDays.ONE_MONTH, encryptionKey: this.key, removalPolicy: RemovalPolicy.DESTROY });
-    const role = new iam.Role(this, `${name}Role`, { assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'), description: `gpu-fleet ${name} function` });
+  private fn(
+    name: keyof typeof FUNCTION_ENTRIES,
+    o: { memoryMb: number; timeout: Duration; env: Record<string, string>; reservedConcurrency?: number; external?: readonly string[] },
+  ): nodejs.NodejsFunction {
+    const logGroup = new logs.LogGroup(this, `${name}Logs`, {
+      retention: logs.RetentionDays.ONE_MONTH,
+      encryptionKey: this.key,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    const role = new iam.Role(this, `${name}Role`, {
+      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+      description: `gpu-fleet ${name} function`,
+    });
     logGroup.grantWrite(role);
     const f = new nodejs.NodejsFunction(this, `${name}Function`, {
       entry: FUNCTION_ENTRIES[name],
@@ -358,18 +515,32 @@ export class GpuFleetStack extends Stack {
         externalModules: [...(o.external ?? GCP_ONLY_MODULES)],
       },
     });
-    acknowledge(role, { 'AwsSolutions-IAM5[Resource::*]': 'X-Ray trace segments (active tracing) and the Describe/List/GetMetricData/GetResources calls in this policy support no resource-level permissions.' });
-    acknowledge(f, { 'AwsSolutions-L1': 'Node.js 22 is the runtime gpu-fleet is built and tested for; Node.js 24 has not been qualified yet.' });
+    acknowledge(role, {
+      'AwsSolutions-IAM5[Resource::*]':
+        'X-Ray trace segments (active tracing) and the Describe/List/GetMetricData/GetResources calls in this policy support no resource-level permissions.',
+    });
+    acknowledge(f, {
+      'AwsSolutions-L1': 'Node.js 22 is the runtime gpu-fleet is built and tested for; Node.js 24 has not been qualified yet.',
+    });
     return f;
   }
 
   /** Use of the stack's key for the tables, queues and bucket a role touches: no wildcard actions. */
   private allowKey(role: iam.IRole): void {
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'StackKey', actions: ['kms:Decrypt', 'kms:Encrypt', 'kms:GenerateDataKey', 'kms:DescribeKey'], resources: [this.key.keyArn] }));
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'StackKey',
+        actions: ['kms:Decrypt', 'kms:Encrypt', 'kms:GenerateDataKey', 'kms:DescribeKey'],
+        resources: [this.key.keyArn],
+      }),
+    );
   }
 
   private groupArns(): string[] {
-    return [...this.groups.keys()].map((name) => `arn:${this.partition}:autoscaling:${this.region}:${this.account}:autoScalingGroup:*:autoScalingGroupName/${this.groupName(name)}`);
+    return [...this.groups.keys()].map(
+      (name) =>
+        `arn:${this.partition}:autoscaling:${this.region}:${this.account}:autoScalingGroup:*:autoScalingGroupName/${this.groupName(name)}`,
+    );
   }
 
   /** An Auto Scaling group's name: fixed, so policies and rules name it without a reference. */
@@ -379,10 +550,19 @@ export class GpuFleetStack extends Stack {
 
   /** Mutating Auto Scaling calls: gpu-fleet's groups by name, and only while they carry the managed tag. */
   private managedGroupStatement(role: iam.IRole, sid: string, actions: string[]): void {
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid, actions, resources: this.groupArns(), conditions: { StringEquals: { [`aws:ResourceTag/${GROUP_TAGS.managed}`]: 'true' } } }));
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid,
+        actions,
+        resources: this.groupArns(),
+        conditions: { StringEquals: { [`aws:ResourceTag/${GROUP_TAGS.managed}`]: 'true' } },
+      }),
+    );
     const reasons: Record<string, string> = {};
     for (const name of this.groups.keys()) {
-      reasons[`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:${nagRegion(this)}:<AWS::AccountId>:autoScalingGroup:*:autoScalingGroupName/${this.groupName(name)}]`] =
+      reasons[
+        `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:${nagRegion(this)}:<AWS::AccountId>:autoScalingGroup:*:autoScalingGroupName/${this.groupName(name)}]`
+      ] =
         'An Auto Scaling group ARN holds a UUID assigned at creation; the group is named exactly and the gpu-fleet:managed tag is required by condition.';
     }
     acknowledge(role, reasons);
@@ -390,71 +570,254 @@ export class GpuFleetStack extends Stack {
 
   private grantReconcile(role: iam.IRole, config: GpuFleetConfig): void {
     const jobs = this.tables.jobs;
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Jobs', actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'], resources: [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)] }));
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Nodes', actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:Scan'], resources: [this.tables.nodes.tableArn] }));
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Control', actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:Query', 'dynamodb:BatchWriteItem'], resources: [this.tables.control.tableArn] }));
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Jobs',
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'],
+        resources: [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Nodes',
+        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:Scan'],
+        resources: [this.tables.nodes.tableArn],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Control',
+        actions: [
+          'dynamodb:GetItem',
+          'dynamodb:PutItem',
+          'dynamodb:UpdateItem',
+          'dynamodb:DeleteItem',
+          'dynamodb:Query',
+          'dynamodb:BatchWriteItem',
+        ],
+        resources: [this.tables.control.tableArn],
+      }),
+    );
     this.allowKey(role);
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Describe', actions: ['autoscaling:DescribeAutoScalingGroups', 'autoscaling:DescribeScalingActivities', 'autoscaling:DescribeAutoScalingInstances', 'ec2:DescribeInstances', 'ec2:DescribeInstanceTypes', 'ec2:DescribeSpotPriceHistory', 'ec2:DescribeLaunchTemplateVersions', 'tag:GetResources', 'cloudwatch:GetMetricData', 'sqs:ListQueues'], resources: ['*'] }));
-    this.managedGroupStatement(role, 'ScaleManagedGroups', ['autoscaling:SetDesiredCapacity', 'autoscaling:TerminateInstanceInAutoScalingGroup', 'autoscaling:SetInstanceProtection', 'autoscaling:CompleteLifecycleAction']);
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'QueueDepth', actions: ['sqs:GetQueueAttributes'], resources: [...this.teamQueues.values()].map((q) => q.queueArn) }));
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Describe',
+        actions: [
+          'autoscaling:DescribeAutoScalingGroups',
+          'autoscaling:DescribeScalingActivities',
+          'autoscaling:DescribeAutoScalingInstances',
+          'ec2:DescribeInstances',
+          'ec2:DescribeInstanceTypes',
+          'ec2:DescribeSpotPriceHistory',
+          'ec2:DescribeLaunchTemplateVersions',
+          'tag:GetResources',
+          'cloudwatch:GetMetricData',
+          'sqs:ListQueues',
+        ],
+        resources: ['*'],
+      }),
+    );
+    this.managedGroupStatement(role, 'ScaleManagedGroups', [
+      'autoscaling:SetDesiredCapacity',
+      'autoscaling:TerminateInstanceInAutoScalingGroup',
+      'autoscaling:SetInstanceProtection',
+      'autoscaling:CompleteLifecycleAction',
+    ]);
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'QueueDepth',
+        actions: ['sqs:GetQueueAttributes'],
+        resources: [...this.teamQueues.values()].map((q) => q.queueArn),
+      }),
+    );
     if (config.gcp) {
-      role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'GcpCredentials', actions: ['secretsmanager:GetSecretValue'], resources: [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:${config.gcp.credentialsSecretName}-??????`] }));
+      role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'GcpCredentials',
+          actions: ['secretsmanager:GetSecretValue'],
+          resources: [
+            `arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:${config.gcp.credentialsSecretName}-??????`,
+          ],
+        }),
+      );
     }
   }
 
   private grantIntake(intake: nodejs.NodejsFunction): void {
     const role = intake.role!;
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Jobs', actions: ['dynamodb:GetItem', 'dynamodb:PutItem'], resources: [this.tables.jobs.tableArn] }));
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Idempotency', actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'], resources: [this.tables.idempotency.tableArn] }));
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({ sid: 'Jobs', actions: ['dynamodb:GetItem', 'dynamodb:PutItem'], resources: [this.tables.jobs.tableArn] }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Idempotency',
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+        resources: [this.tables.idempotency.tableArn],
+      }),
+    );
     this.deadLetters.grantSendMessages(role);
     this.allowKey(role);
   }
 
   private grantInterruption(role: iam.IRole, reconcile: lambda.IFunction): void {
     const jobs = this.tables.jobs;
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Jobs', actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'], resources: [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)] }));
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Nodes', actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'], resources: [this.tables.nodes.tableArn] }));
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Control', actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:Query'], resources: [this.tables.control.tableArn] }));
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Idempotency', actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'], resources: [this.tables.idempotency.tableArn] }));
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Jobs',
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'],
+        resources: [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Nodes',
+        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
+        resources: [this.tables.nodes.tableArn],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Control',
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:Query'],
+        resources: [this.tables.control.tableArn],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Idempotency',
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+        resources: [this.tables.idempotency.tableArn],
+      }),
+    );
     this.allowKey(role);
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'Describe', actions: ['autoscaling:DescribeAutoScalingInstances', 'autoscaling:DescribeAutoScalingGroups', 'ec2:DescribeInstances'], resources: ['*'] }));
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'Describe',
+        actions: ['autoscaling:DescribeAutoScalingInstances', 'autoscaling:DescribeAutoScalingGroups', 'ec2:DescribeInstances'],
+        resources: ['*'],
+      }),
+    );
     this.managedGroupStatement(role, 'ReleaseDrainedMachines', ['autoscaling:CompleteLifecycleAction']);
-    role.addToPrincipalPolicy(new iam.PolicyStatement({ sid: 'ReconcileSoon', actions: ['lambda:InvokeFunction'], resources: [reconcile.functionArn] }));
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({ sid: 'ReconcileSoon', actions: ['lambda:InvokeFunction'], resources: [reconcile.functionArn] }),
+    );
   }
 
   private dashboardFor(config: GpuFleetConfig): cloudwatch.Dashboard {
     const ns = METRICS_NAMESPACE;
-    const search = (expr: string, label: string, period = Duration.minutes(1)) => new cloudwatch.MathExpression({ expression: expr, label, period, usingMetrics: {} });
-    const d = new cloudwatch.Dashboard(this, 'Dashboard', { dashboardName: `${this.stackName}-gpu-fleet`, defaultInterval: Duration.hours(6) });
+    const search = (expr: string, label: string, period = Duration.minutes(1)) =>
+      new cloudwatch.MathExpression({ expression: expr, label, period, usingMetrics: {} });
+    const d = new cloudwatch.Dashboard(this, 'Dashboard', {
+      dashboardName: `${this.stackName}-gpu-fleet`,
+      defaultInterval: Duration.hours(6),
+    });
     d.addWidgets(
-      new cloudwatch.GraphWidget({ title: 'Queue depth per team', width: 12, left: [search(`SEARCH('{${ns},Team,service} MetricName="QueueDepth"', 'Maximum', 60)`, '')] }),
+      new cloudwatch.GraphWidget({
+        title: 'Queue depth per team',
+        width: 12,
+        left: [search(`SEARCH('{${ns},Team,service} MetricName="QueueDepth"', 'Maximum', 60)`, '')],
+      }),
       new cloudwatch.GraphWidget({
         title: 'Jobs waiting and running',
         width: 12,
-        left: ['PendingJobs', 'RunningJobs', 'PendingGpus'].map((m) => new cloudwatch.Metric({ namespace: ns, metricName: m, dimensionsMap: { service: 'gpu-fleet-reconcile' }, statistic: 'Maximum', period: Duration.minutes(1) })),
+        left: ['PendingJobs', 'RunningJobs', 'PendingGpus'].map(
+          (m) =>
+            new cloudwatch.Metric({
+              namespace: ns,
+              metricName: m,
+              dimensionsMap: { service: 'gpu-fleet-reconcile' },
+              statistic: 'Maximum',
+              period: Duration.minutes(1),
+            }),
+        ),
       }),
     );
     d.addWidgets(
-      new cloudwatch.GraphWidget({ title: 'Fleet size by node group and capacity type', width: 12, stacked: true, left: [search(`SEARCH('{${ns},CapacityType,NodeGroup,service} MetricName="FleetSize"', 'Maximum', 60)`, '')] }),
+      new cloudwatch.GraphWidget({
+        title: 'Fleet size by node group and capacity type',
+        width: 12,
+        stacked: true,
+        left: [search(`SEARCH('{${ns},CapacityType,NodeGroup,service} MetricName="FleetSize"', 'Maximum', 60)`, '')],
+      }),
       new cloudwatch.GraphWidget({
         title: 'GPU utilisation by node group (mean over GPUs)',
         width: 12,
-        left: config.nodeGroups.map((g) => search(`AVG(SEARCH('{${AGENT_METRICS.namespace},GpuIndex,InstanceId,NodeGroup} MetricName="${AGENT_METRICS.utilization}" NodeGroup="${this.stackName}-${g.name}"', 'Average', 300))`, g.name, Duration.minutes(5))),
+        left: config.nodeGroups.map((g) =>
+          search(
+            `AVG(SEARCH('{${AGENT_METRICS.namespace},GpuIndex,InstanceId,NodeGroup} MetricName="${AGENT_METRICS.utilization}" NodeGroup="${this.stackName}-${g.name}"', 'Average', 300))`,
+            g.name,
+            Duration.minutes(5),
+          ),
+        ),
         leftYAxis: { min: 0, max: 100, label: '%' },
       }),
     );
     d.addWidgets(
-      new cloudwatch.GraphWidget({ title: 'Spend against budget, per team (% of the period\'s budget)', width: 12, left: [search(`SEARCH('{${ns},Team,service} MetricName="TeamBudgetUsedPct"', 'Maximum', 300)`, '', Duration.minutes(5))], leftAnnotations: [{ value: 100, label: 'budget', color: cloudwatch.Color.RED }] }),
+      new cloudwatch.GraphWidget({
+        title: "Spend against budget, per team (% of the period's budget)",
+        width: 12,
+        left: [search(`SEARCH('{${ns},Team,service} MetricName="TeamBudgetUsedPct"', 'Maximum', 300)`, '', Duration.minutes(5))],
+        leftAnnotations: [{ value: 100, label: 'budget', color: cloudwatch.Color.RED }],
+      }),
       new cloudwatch.GraphWidget({
         title: 'Interruptions and requeues',
         width: 12,
-        left: ['SpotInterruptions', 'NodeNotices', 'JobsRequeued'].map((m) => new cloudwatch.Metric({ namespace: ns, metricName: m, dimensionsMap: { service: 'gpu-fleet-interruption' }, statistic: 'Sum', period: Duration.minutes(5) })),
+        left: ['SpotInterruptions', 'NodeNotices', 'JobsRequeued'].map(
+          (m) =>
+            new cloudwatch.Metric({
+              namespace: ns,
+              metricName: m,
+              dimensionsMap: { service: 'gpu-fleet-interruption' },
+              statistic: 'Sum',
+              period: Duration.minutes(5),
+            }),
+        ),
       }),
     );
     d.addWidgets(
-      new cloudwatch.GraphWidget({ title: 'Reconcile duration', width: 8, left: [this.functions.reconcile.metricDuration({ statistic: 'p99' }), this.functions.reconcile.metricDuration({ statistic: 'Average' })], right: [new cloudwatch.Metric({ namespace: ns, metricName: 'PlanTime', dimensionsMap: { service: 'gpu-fleet-reconcile' }, statistic: 'Maximum' })] }),
-      new cloudwatch.GraphWidget({ title: 'Reconcile errors', width: 8, left: [this.functions.reconcile.metricErrors({ statistic: 'Sum' }), new cloudwatch.Metric({ namespace: ns, metricName: 'ReconcileErrors', dimensionsMap: { service: 'gpu-fleet-reconcile' }, statistic: 'Sum' })] }),
-      new cloudwatch.GraphWidget({ title: 'Jobs taken in', width: 8, left: ['JobsAccepted', 'JobsRejected', 'JobsDeadLettered'].map((m) => new cloudwatch.Metric({ namespace: ns, metricName: m, dimensionsMap: { service: 'gpu-fleet-intake' }, statistic: 'Sum', period: Duration.minutes(5) })) }),
+      new cloudwatch.GraphWidget({
+        title: 'Reconcile duration',
+        width: 8,
+        left: [
+          this.functions.reconcile.metricDuration({ statistic: 'p99' }),
+          this.functions.reconcile.metricDuration({ statistic: 'Average' }),
+        ],
+        right: [
+          new cloudwatch.Metric({
+            namespace: ns,
+            metricName: 'PlanTime',
+            dimensionsMap: { service: 'gpu-fleet-reconcile' },
+            statistic: 'Maximum',
+          }),
+        ],
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Reconcile errors',
+        width: 8,
+        left: [
+          this.functions.reconcile.metricErrors({ statistic: 'Sum' }),
+          new cloudwatch.Metric({
+            namespace: ns,
+            metricName: 'ReconcileErrors',
+            dimensionsMap: { service: 'gpu-fleet-reconcile' },
+            statistic: 'Sum',
+          }),
+        ],
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Jobs taken in',
+        width: 8,
+        left: ['JobsAccepted', 'JobsRejected', 'JobsDeadLettered'].map(
+          (m) =>
+            new cloudwatch.Metric({
+              namespace: ns,
+              metricName: m,
+              dimensionsMap: { service: 'gpu-fleet-intake' },
+              statistic: 'Sum',
+              period: Duration.minutes(5),
+            }),
+        ),
+      }),
     );
     return d;
   }
@@ -489,7 +852,13 @@ export class GpuFleetStack extends Stack {
         expression: 'errors + actionErrors',
         usingMetrics: {
           errors: this.functions.reconcile.metricErrors({ period: Duration.minutes(1), statistic: 'Sum' }),
-          actionErrors: new cloudwatch.Metric({ namespace: METRICS_NAMESPACE, metricName: 'ReconcileErrors', dimensionsMap: { service: 'gpu-fleet-reconcile' }, period: Duration.minutes(1), statistic: 'Sum' }),
+          actionErrors: new cloudwatch.Metric({
+            namespace: METRICS_NAMESPACE,
+            metricName: 'ReconcileErrors',
+            dimensionsMap: { service: 'gpu-fleet-reconcile' },
+            period: Duration.minutes(1),
+            statistic: 'Sum',
+          }),
         },
         period: Duration.minutes(1),
       }),
@@ -511,7 +880,13 @@ export class GpuFleetStack extends Stack {
       for (const pct of team.alertAtPct) {
         add(`Budget-${team.name}-${pct}`, {
           alarmDescription: `Team ${team.name} has spent ${pct}% of its ${team.period} budget (as configured at deploy; the live tags decide what gpu-fleet enforces).`,
-          metric: new cloudwatch.Metric({ namespace: METRICS_NAMESPACE, metricName: 'TeamBudgetUsedPct', dimensionsMap: { service: 'gpu-fleet-reconcile', Team: team.name }, period: Duration.minutes(5), statistic: 'Maximum' }),
+          metric: new cloudwatch.Metric({
+            namespace: METRICS_NAMESPACE,
+            metricName: 'TeamBudgetUsedPct',
+            dimensionsMap: { service: 'gpu-fleet-reconcile', Team: team.name },
+            period: Duration.minutes(5),
+            statistic: 'Maximum',
+          }),
           threshold: pct,
           comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
           evaluationPeriods: 1,
@@ -536,7 +911,14 @@ function acknowledge(scope: Construct, reasons: Record<string, string>): void {
  * The node's boot script: Node.js from the distribution, the agent bundle from the stack's asset
  * bucket, its settings in an environment file, and a systemd service that restarts it.
  */
-export function agentUserData(o: { assetUrl: string; region: string; tables: { jobs: string; nodes: string; control: string }; bucket: string; noticeMarginSec: number; migEnabled: boolean }): string[] {
+export function agentUserData(o: {
+  assetUrl: string;
+  region: string;
+  tables: { jobs: string; nodes: string; control: string };
+  bucket: string;
+  noticeMarginSec: number;
+  migEnabled: boolean;
+}): string[] {
   const envFile = [
     `AWS_REGION=${o.region}`,
     `GPU_FLEET_JOBS_TABLE=${o.tables.jobs}`,

@@ -10,7 +10,12 @@ import type { Team } from '../core/team.ts';
 export const T0 = Date.UTC(2026, 10, 2, 0, 0, 0);
 
 export function aSpec(overrides: Partial<JobSpecInput> = {}): JobSpec {
-  return JobSpecSchema.parse({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1 }, ...overrides });
+  return JobSpecSchema.parse({
+    image: 'pytorch/pytorch:2.3.0',
+    command: ['python', 'train.py'],
+    gpu: { kind: 'whole', count: 1 },
+    ...overrides,
+  });
 }
 
 export function aJob(overrides: Partial<Omit<Job, 'spec'>> & { spec?: Partial<JobSpecInput> } = {}): Job {
@@ -25,7 +30,15 @@ export const INSTANCE_TYPES: Record<string, InstanceType> = {
   'g5.12xlarge': { name: 'g5.12xlarge', cloud: 'aws', gpuModel: 'A10G', gpuCount: 4, gpuMemoryMiB: 24_576, vcpus: 48, memoryMiB: 196_608 },
   'p3.2xlarge': { name: 'p3.2xlarge', cloud: 'aws', gpuModel: 'V100', gpuCount: 1, gpuMemoryMiB: 16_384, vcpus: 8, memoryMiB: 62_464 },
   'p3.16xlarge': { name: 'p3.16xlarge', cloud: 'aws', gpuModel: 'V100', gpuCount: 8, gpuMemoryMiB: 16_384, vcpus: 64, memoryMiB: 499_712 },
-  'p4d.24xlarge': { name: 'p4d.24xlarge', cloud: 'aws', gpuModel: 'A100-40GB', gpuCount: 8, gpuMemoryMiB: 40_960, vcpus: 96, memoryMiB: 1_179_648 },
+  'p4d.24xlarge': {
+    name: 'p4d.24xlarge',
+    cloud: 'aws',
+    gpuModel: 'A100-40GB',
+    gpuCount: 8,
+    gpuMemoryMiB: 40_960,
+    vcpus: 96,
+    memoryMiB: 1_179_648,
+  },
 };
 
 /** µUSD per hour: on-demand, and spot. */
@@ -41,7 +54,9 @@ export function anOffering(instanceType: string, capacityType: CapacityType = 'o
   return makeOffering({ cloud: 'aws', region: zone.slice(0, -1), zone, instanceType, capacityType });
 }
 
-export function aGroup(overrides: Partial<NodeGroup> & { instanceType?: string; capacityType?: CapacityType; zones?: string[] } = {}): NodeGroup {
+export function aGroup(
+  overrides: Partial<NodeGroup> & { instanceType?: string; capacityType?: CapacityType; zones?: string[] } = {},
+): NodeGroup {
   const mig = overrides.migEnabled ? { migEnabled: true } : {};
   const type = overrides.instanceType ?? 'g5.xlarge';
   const capacityType = overrides.capacityType ?? 'on-demand';
@@ -60,7 +75,15 @@ export function aGroup(overrides: Partial<NodeGroup> & { instanceType?: string; 
 
 export function aNode(
   id: string,
-  overrides: { group?: NodeGroup; instanceType?: string; capacityType?: CapacityType; zone?: string; state?: Instance['state']; record?: Partial<NodeRecord> | null; schedulable?: boolean } = {},
+  overrides: {
+    group?: NodeGroup;
+    instanceType?: string;
+    capacityType?: CapacityType;
+    zone?: string;
+    state?: Instance['state'];
+    record?: Partial<NodeRecord> | null;
+    schedulable?: boolean;
+  } = {},
 ): FleetNode {
   const type = overrides.instanceType ?? overrides.group?.offerings[0]?.instanceType ?? 'g5.xlarge';
   const capacityType = overrides.capacityType ?? overrides.group?.offerings[0]?.capacityType ?? 'on-demand';
@@ -89,11 +112,21 @@ export function aNode(
           gpus: Array.from({ length: it.gpuCount }, (_, index) => ({ index, model: it.gpuModel, memoryMiB: it.gpuMemoryMiB })),
           ...overrides.record,
         };
-  return { instance, ...(record ? { record } : {}), schedulable: overrides.schedulable ?? (record !== undefined && instance.state === 'running' && !record.draining) };
+  return {
+    instance,
+    ...(record ? { record } : {}),
+    schedulable: overrides.schedulable ?? (record !== undefined && instance.state === 'running' && !record.draining),
+  };
 }
 
 export function aTeam(id: string, overrides: Partial<Team> = {}): Team {
-  return { id, weight: 1, tagProblems: [], budget: { amountMicroUsd: 1_000_000_000_000, period: 'monthly', action: 'alert', alertAtPct: [80, 100] }, ...overrides };
+  return {
+    id,
+    weight: 1,
+    tagProblems: [],
+    budget: { amountMicroUsd: 1_000_000_000_000, period: 'monthly', action: 'alert', alertAtPct: [80, 100] },
+    ...overrides,
+  };
 }
 
 export function pricesFor(groups: readonly NodeGroup[]): Map<string, PriceQuote> {
@@ -101,7 +134,12 @@ export function pricesFor(groups: readonly NodeGroup[]): Map<string, PriceQuote>
   for (const g of groups) {
     for (const o of g.offerings) {
       const p = PRICES[o.instanceType]!;
-      out.set(o.id, { offeringId: o.id, priceMicroUsdPerHour: o.capacityType === 'spot' ? p.spot : p.od, onDemandMicroUsdPerHour: p.od, source: 'test' });
+      out.set(o.id, {
+        offeringId: o.id,
+        priceMicroUsdPerHour: o.capacityType === 'spot' ? p.spot : p.od,
+        onDemandMicroUsdPerHour: p.od,
+        source: 'test',
+      });
     }
   }
   return out;

@@ -34,7 +34,8 @@ describe('the core/ dependency rule', () => {
   });
 
   it('allows pure code and core-internal imports in core/', async () => {
-    const code = "import { z } from 'zod';\nimport type { Job } from './job.ts';\nexport const when = (ms: number): Date => new Date(ms);\nexport const s = z.string();\nexport type J = Job;\n";
+    const code =
+      "import { z } from 'zod';\nimport type { Job } from './job.ts';\nexport const when = (ms: number): Date => new Date(ms);\nexport const s = z.string();\nexport type J = Job;\n";
     expect(await lint(code, 'core/example.ts')).toEqual([]);
   });
 

@@ -34,7 +34,10 @@ let highs: Highs | undefined;
  * whole machines, so its optimum is a lower bound on the expected cost of any plan. With
  * `integerMachines`, x is integer (a MIP) and the bound is tighter.
  */
-export async function lowerBound(problem: CapacityProblem, options: { integerMachines?: boolean; timeLimitSec?: number } = {}): Promise<Bound> {
+export async function lowerBound(
+  problem: CapacityProblem,
+  options: { integerMachines?: boolean; timeLimitSec?: number } = {},
+): Promise<Bound> {
   highs ??= await loadHighs();
   const solver = highs;
   const t0 = performance.now();
@@ -77,7 +80,12 @@ export async function lowerBound(problem: CapacityProblem, options: { integerMac
         if (c.memoryMiB > 0) push(memTerms, p.i, `${c.memoryMiB} ${v}`);
       }
       for (const { bin, j } of binsByPool.get(key) ?? []) {
-        const usable = c.kind === 'mig' ? bin.kind === 'mig' : c.kind === 'fraction' ? bin.kind !== 'mig' : bin.kind === 'whole' && bin.freeWhole >= c.wholeGpus;
+        const usable =
+          c.kind === 'mig'
+            ? bin.kind === 'mig'
+            : c.kind === 'fraction'
+              ? bin.kind !== 'mig'
+              : bin.kind === 'whole' && bin.freeWhole >= c.wholeGpus;
         if (!usable) continue;
         const v = `z${ci}_${j}`;
         demand.push(v);
@@ -89,7 +97,8 @@ export async function lowerBound(problem: CapacityProblem, options: { integerMac
     if (demand.length > 0) rows.push(` d${ci}: ${demand.join(' + ')} = ${c.count}`);
   });
   for (const [i, terms] of capTerms) rows.push(` c${i}: ${terms.join(' + ')} - ${problem.pools[i]!.gpuCount * 1000} x${i} <= 0`);
-  for (const [i, terms] of memTerms) rows.push(` m${i}: ${terms.join(' + ')} - ${problem.pools[i]!.gpuCount * problem.pools[i]!.gpuMemoryMiB} x${i} <= 0`);
+  for (const [i, terms] of memTerms)
+    rows.push(` m${i}: ${terms.join(' + ')} - ${problem.pools[i]!.gpuCount * problem.pools[i]!.gpuMemoryMiB} x${i} <= 0`);
   for (const [j, terms] of liveTerms) rows.push(` l${j}: ${terms.join(' + ')} <= ${problem.live[j]!.freeMilli}`);
   for (const [j, terms] of liveMemTerms) rows.push(` n${j}: ${terms.join(' + ')} <= ${problem.live[j]!.freeMemoryMiB}`);
   const lp = [
@@ -112,5 +121,11 @@ export async function lowerBound(problem: CapacityProblem, options: { integerMac
     const x = (result.Columns[`x${p.i}`] as { Primal?: number } | undefined)?.Primal ?? 0;
     if (x > 1e-9) machines.set(p.key, x);
   }
-  return { microUsdPerHour: result.ObjectiveValue, kind: options.integerMachines ? 'mip' : 'lp', variables: vars, solveMs: performance.now() - t0, machines };
+  return {
+    microUsdPerHour: result.ObjectiveValue,
+    kind: options.integerMachines ? 'mip' : 'lp',
+    variables: vars,
+    solveMs: performance.now() - t0,
+    machines,
+  };
 }

@@ -25,7 +25,15 @@ export interface ScenarioSpec {
 }
 
 export const SCENARIOS: readonly ScenarioSpec[] = [1_000, 10_000, 50_000].flatMap((jobs) =>
-  [50, 200, 500].flatMap((offerings) => [0, 1_000].map((liveNodes) => ({ name: `${jobs / 1000}k-jobs/${offerings}-offerings/${liveNodes}-nodes`, jobs, offerings, liveNodes, seed: 42 }))),
+  [50, 200, 500].flatMap((offerings) =>
+    [0, 1_000].map((liveNodes) => ({
+      name: `${jobs / 1000}k-jobs/${offerings}-offerings/${liveNodes}-nodes`,
+      jobs,
+      offerings,
+      liveNodes,
+      seed: 42,
+    })),
+  ),
 );
 
 export const T0 = Date.UTC(2026, 10, 30, 12, 0, 0);
@@ -45,7 +53,12 @@ let traceCache: TraceRow[][] | undefined;
 function traceRows(): TraceRow[][] {
   if (traceCache) return traceCache;
   const dir = traceDir();
-  const files = ['philly-vc6214e9-sample.csv', 'alibaba-openb2023-sample.csv', 'alibaba-dlrm2025-sample.csv', 'philly-6214e9-48h.csv'].filter((f) => existsSync(`${dir}${f}`));
+  const files = [
+    'philly-vc6214e9-sample.csv',
+    'alibaba-openb2023-sample.csv',
+    'alibaba-dlrm2025-sample.csv',
+    'philly-6214e9-48h.csv',
+  ].filter((f) => existsSync(`${dir}${f}`));
   traceCache = files.map((f) =>
     parseCsv(readFileSync(`${dir}${f}`, 'utf8'))
       .map((r) => ({ gpus: Number(r.gpus), durationSec: Number(r.duration_s) }))
@@ -75,14 +88,28 @@ export function allOfferings(): { offering: Offering; price: number; onDemand: n
   return out;
 }
 
-const MODEL_CHOICES: readonly (readonly string[] | undefined)[] = [undefined, undefined, undefined, ['A100'], ['A100'], ['H100'], ['A10G', 'L4'], ['A10G', 'L4'], ['V100'], ['T4', 'L4']];
+const MODEL_CHOICES: readonly (readonly string[] | undefined)[] = [
+  undefined,
+  undefined,
+  undefined,
+  ['A100'],
+  ['A100'],
+  ['H100'],
+  ['A10G', 'L4'],
+  ['A10G', 'L4'],
+  ['V100'],
+  ['T4', 'L4'],
+];
 
 export function buildScenario(spec: ScenarioSpec): Snapshot {
   const rng = new SeededRandom(spec.seed * 1_000_003 + spec.jobs + spec.offerings * 7 + spec.liveNodes * 13);
   const cat = shippedCatalog();
   // Offerings: a seeded sample of the catalogue, always including a few of each GPU family so every job class has somewhere to go.
   const pool = allOfferings();
-  const shuffled = pool.map((x) => ({ x, k: rng.next() })).sort((a, b) => a.k - b.k).map((e) => e.x);
+  const shuffled = pool
+    .map((x) => ({ x, k: rng.next() }))
+    .sort((a, b) => a.k - b.k)
+    .map((e) => e.x);
   const chosen = shuffled.slice(0, Math.min(spec.offerings, shuffled.length));
   const groups: NodeGroup[] = [];
   const prices = new Map<string, PriceQuote>();
@@ -90,8 +117,22 @@ export function buildScenario(spec: ScenarioSpec): Snapshot {
   chosen.forEach(({ offering, price, onDemand, band }, i) => {
     const type = cat.instanceTypes.get(offering.instanceType)!;
     const mig = (type.gpuModel === 'A100-80GB' || type.gpuModel === 'H100' || type.gpuModel === 'A100-40GB') && i % 3 === 0;
-    groups.push({ id: `g${String(i).padStart(3, '0')}`, cloud: offering.cloud, region: offering.region, offerings: [offering], minSize: 0, maxSize: 100_000, desiredCapacity: 0, ...(mig ? { migEnabled: true } : {}) });
-    prices.set(offering.id, { offeringId: offering.id, priceMicroUsdPerHour: price, onDemandMicroUsdPerHour: onDemand, source: 'catalogue' });
+    groups.push({
+      id: `g${String(i).padStart(3, '0')}`,
+      cloud: offering.cloud,
+      region: offering.region,
+      offerings: [offering],
+      minSize: 0,
+      maxSize: 100_000,
+      desiredCapacity: 0,
+      ...(mig ? { migEnabled: true } : {}),
+    });
+    prices.set(offering.id, {
+      offeringId: offering.id,
+      priceMicroUsdPerHour: price,
+      onDemandMicroUsdPerHour: onDemand,
+      source: 'catalogue',
+    });
     if (offering.capacityType === 'spot') risk.set(offering.id, priorRatePerHour(band));
   });
 
@@ -119,9 +160,24 @@ export function buildScenario(spec: ScenarioSpec): Snapshot {
       const o = g.offerings[0]!;
       const type = cat.instanceTypes.get(o.instanceType)!;
       const id = `i-${String(n).padStart(6, '0')}`;
-      const gpus = Array.from({ length: type.gpuCount }, (_, index) => ({ index, model: type.gpuModel, memoryMiB: type.gpuMemoryMiB, ...(g.migEnabled ? { migEnabled: true } : {}) }));
+      const gpus = Array.from({ length: type.gpuCount }, (_, index) => ({
+        index,
+        model: type.gpuModel,
+        memoryMiB: type.gpuMemoryMiB,
+        ...(g.migEnabled ? { migEnabled: true } : {}),
+      }));
       nodes.push({
-        instance: { id, groupId: g.id, cloud: o.cloud, region: o.region, zone: o.zone, instanceType: o.instanceType, capacityType: o.capacityType, state: 'running', launchedAtMs: T0 - 7_200_000 },
+        instance: {
+          id,
+          groupId: g.id,
+          cloud: o.cloud,
+          region: o.region,
+          zone: o.zone,
+          instanceType: o.instanceType,
+          capacityType: o.capacityType,
+          state: 'running',
+          launchedAtMs: T0 - 7_200_000,
+        },
         record: { instanceId: id, groupId: g.id, registeredAtMs: T0 - 7_000_000, lastHeartbeatAtMs: T0, healthy: true, gpus },
         schedulable: true,
       });
@@ -141,7 +197,17 @@ export function buildScenario(spec: ScenarioSpec): Snapshot {
     }
     const g2 = groups.map((g) => ({ ...g, desiredCapacity: desired.get(g.id) ?? 0, maxSize: desired.get(g.id) ?? 0 }));
     // Placed with the baseline planner, so the scenario does not move when the planner under test changes.
-    const seeded = planBaseline({ ...baseSnapshot(), groups: g2, nodes, pendingJobs: filler, prices, poolRiskPerHour: risk, teams: teamMap(teams), instanceTypes: cat.instanceTypes, policy: { ...DEFAULT_POLICY, consolidate: false } });
+    const seeded = planBaseline({
+      ...baseSnapshot(),
+      groups: g2,
+      nodes,
+      pendingJobs: filler,
+      prices,
+      poolRiskPerHour: risk,
+      teams: teamMap(teams),
+      instanceTypes: cat.instanceTypes,
+      policy: { ...DEFAULT_POLICY, consolidate: false },
+    });
     for (const a of seeded.actions) {
       if (a.kind !== 'place') continue;
       const job = filler.find((j) => j.id === a.jobId)!;
@@ -182,7 +248,17 @@ function baseSnapshot(): Snapshot {
 }
 
 function teamMap(teams: readonly string[]): Map<string, Team> {
-  return new Map(teams.map((t, i) => [t, { id: t, weight: 1 + (i % 3), tagProblems: [], budget: { amountMicroUsd: 1e15, period: 'monthly', action: 'alert', alertAtPct: [100] } }]));
+  return new Map(
+    teams.map((t, i) => [
+      t,
+      {
+        id: t,
+        weight: 1 + (i % 3),
+        tagProblems: [],
+        budget: { amountMicroUsd: 1e15, period: 'monthly', action: 'alert', alertAtPct: [100] },
+      },
+    ]),
+  );
 }
 
 function jobInput(row: TraceRow, rng: SeededRandom): JobSpecInput & { gpu: NonNullable<JobSpecInput['gpu']> } {
@@ -198,12 +274,26 @@ function jobInput(row: TraceRow, rng: SeededRandom): JobSpecInput & { gpu: NonNu
   } else if (row.gpus < 1) {
     const milli = Math.max(50, Math.min(950, Math.round(row.gpus * 1000)));
     const models = rng.next() < 0.5 ? ['T4', 'A10G', 'L4'] : undefined;
-    gpu = { kind: 'fraction', milliGpu: milli, memoryMiB: Math.max(1024, Math.round((milli / 1000) * 16_384)), ...(models ? { models } : {}) };
+    gpu = {
+      kind: 'fraction',
+      milliGpu: milli,
+      memoryMiB: Math.max(1024, Math.round((milli / 1000) * 16_384)),
+      ...(models ? { models } : {}),
+    };
   } else {
     const count = Math.min(8, Math.round(row.gpus));
     if (row.gpus > 8) nodes = Math.ceil(row.gpus / 8);
     const models = MODEL_CHOICES[rng.int(0, MODEL_CHOICES.length - 1)];
     gpu = { kind: 'whole', count: row.gpus > 8 ? 8 : count, ...(models ? { models: [...models] } : {}) };
   }
-  return { image: 'bench/job:1', command: ['run'], gpu, nodes, interruptible, priority, expectedRuntimeSec: runtime, ...(checkpoint ? { checkpoint } : {}) };
+  return {
+    image: 'bench/job:1',
+    command: ['run'],
+    gpu,
+    nodes,
+    interruptible,
+    priority,
+    expectedRuntimeSec: runtime,
+    ...(checkpoint ? { checkpoint } : {}),
+  };
 }

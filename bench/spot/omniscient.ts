@@ -96,5 +96,13 @@ export function omniscient(avail: ArrayLike<boolean>, start: number, gap: number
   const spotWork = Math.min(job.workSec, bestSpotWork * unit);
   const odWork = job.workSec - spotWork;
   // Billed seconds are not tracked per path; the cost is exact. Split it by the work shares for reporting.
-  return { spotWorkSec: spotWork, onDemandWorkSec: odWork, billedSpotSec: NaN, billedOnDemandSec: NaN, finishSec: bestFinish, met: true, cost: best };
+  return {
+    spotWorkSec: spotWork,
+    onDemandWorkSec: odWork,
+    billedSpotSec: NaN,
+    billedOnDemandSec: NaN,
+    finishSec: bestFinish,
+    met: true,
+    cost: best,
+  };
 }

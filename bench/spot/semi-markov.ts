@@ -120,7 +120,14 @@ export function solveSemiMarkov(job: JobSetup, gap: number, hz: Hazards): Solved
 }
 
 /** Runs the solved policy on the trace from `start`, with the simulator's exact accounting. */
-export function runSemiMarkov(solved: Solved, hzAges: number, avail: ArrayLike<boolean>, start: number, gap: number, job: JobSetup): RunResult {
+export function runSemiMarkov(
+  solved: Solved,
+  hzAges: number,
+  avail: ArrayLike<boolean>,
+  start: number,
+  gap: number,
+  job: JobSetup,
+): RunResult {
   const { actions, unit, W, T, L, owedLevels } = solved;
   const S = 1 + 2 * L;
   const AS = 2 * hzAges;
@@ -158,9 +165,26 @@ export function runSemiMarkov(solved: Solved, hzAges: number, avail: ArrayLike<b
       }
       if (done >= job.workSec - 1e-9) {
         const finish = i * gap + t.used;
-        return { spotWorkSec: spotW, onDemandWorkSec: odW, billedSpotSec: billedS, billedOnDemandSec: billedO, finishSec: finish, met: finish <= job.deadlineSec + 1e-9, cost: billedS + job.priceRatio * billedO };
+        return {
+          spotWorkSec: spotW,
+          onDemandWorkSec: odW,
+          billedSpotSec: billedS,
+          billedOnDemandSec: billedO,
+          finishSec: finish,
+          met: finish <= job.deadlineSec + 1e-9,
+          cost: billedS + job.priceRatio * billedO,
+        };
       }
     }
-    if (i > T * 4 + 10_000) return { spotWorkSec: spotW, onDemandWorkSec: odW, billedSpotSec: billedS, billedOnDemandSec: billedO, finishSec: Infinity, met: false, cost: billedS + job.priceRatio * billedO };
+    if (i > T * 4 + 10_000)
+      return {
+        spotWorkSec: spotW,
+        onDemandWorkSec: odW,
+        billedSpotSec: billedS,
+        billedOnDemandSec: billedO,
+        finishSec: Infinity,
+        met: false,
+        cost: billedS + job.priceRatio * billedO,
+      };
   }
 }

@@ -39,7 +39,14 @@ export function tickWork(gap: number, owed: number, workLeft: number): { work: n
  * Runs one online policy on `avail` (true = spot obtainable in that tick) from tick `start`. The
  * policy sees only the past and the coming tick.
  */
-export function runPolicy(policy: SpotPolicyName, avail: ArrayLike<boolean>, start: number, gap: number, job: JobSetup, historyTicks = 0): RunResult {
+export function runPolicy(
+  policy: SpotPolicyName,
+  avail: ArrayLike<boolean>,
+  start: number,
+  gap: number,
+  job: JobSetup,
+  historyTicks = 0,
+): RunResult {
   let mode: SpotMode = 'none';
   let owed = 0;
   let done = 0;
@@ -106,11 +113,27 @@ export function runPolicy(policy: SpotPolicyName, avail: ArrayLike<boolean>, sta
       }
       if (done >= job.workSec - 1e-9) {
         const finish = elapsed + t.used;
-        return { spotWorkSec: spotWork, onDemandWorkSec: odWork, billedSpotSec: billedSpot, billedOnDemandSec: billedOd, finishSec: finish, met: finish <= job.deadlineSec + 1e-9, cost: billedSpot + job.priceRatio * billedOd };
+        return {
+          spotWorkSec: spotWork,
+          onDemandWorkSec: odWork,
+          billedSpotSec: billedSpot,
+          billedOnDemandSec: billedOd,
+          finishSec: finish,
+          met: finish <= job.deadlineSec + 1e-9,
+          cost: billedSpot + job.priceRatio * billedOd,
+        };
       }
     }
     if (elapsed > job.deadlineSec * 4 + 7 * 86_400) {
-      return { spotWorkSec: spotWork, onDemandWorkSec: odWork, billedSpotSec: billedSpot, billedOnDemandSec: billedOd, finishSec: Infinity, met: false, cost: billedSpot + job.priceRatio * billedOd };
+      return {
+        spotWorkSec: spotWork,
+        onDemandWorkSec: odWork,
+        billedSpotSec: billedSpot,
+        billedOnDemandSec: billedOd,
+        finishSec: Infinity,
+        met: false,
+        cost: billedSpot + job.priceRatio * billedOd,
+      };
     }
   }
 }

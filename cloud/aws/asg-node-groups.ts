@@ -70,7 +70,13 @@ export class AsgNodeGroups implements NodeGroupProvider {
     let token: string | undefined;
     do {
       const page = await this.call('describe node groups', 'gpu-fleet:managed=true', () =>
-        this.asg.send(new DescribeAutoScalingGroupsCommand({ Filters: [{ Name: `tag:${GROUP_TAGS.managed}`, Values: ['true'] }], MaxRecords: 100, ...(token ? { NextToken: token } : {}) })),
+        this.asg.send(
+          new DescribeAutoScalingGroupsCommand({
+            Filters: [{ Name: `tag:${GROUP_TAGS.managed}`, Values: ['true'] }],
+            MaxRecords: 100,
+            ...(token ? { NextToken: token } : {}),
+          }),
+        ),
       );
       groups.push(...(page.AutoScalingGroups ?? []));
       token = page.NextToken;
@@ -87,7 +93,9 @@ export class AsgNodeGroups implements NodeGroupProvider {
       const name = g.AutoScalingGroupName!;
       const types = await this.instanceTypes(g);
       if (types.length === 0) {
-        this.problems.push(`group ${name}: its instance types cannot be known (attribute-based instance requirements, or a launch template without an instance type); list the instance types in its mixed instances policy overrides`);
+        this.problems.push(
+          `group ${name}: its instance types cannot be known (attribute-based instance requirements, or a launch template without an instance type); list the instance types in its mixed instances policy overrides`,
+        );
       }
       const capacityType = capacityTypeOf(g);
       const zones = [...(g.AvailabilityZones ?? [])].sort();
@@ -95,7 +103,9 @@ export class AsgNodeGroups implements NodeGroupProvider {
         id: name,
         cloud: 'aws',
         region: this.options.region,
-        offerings: types.flatMap((instanceType) => zones.map((zone) => makeOffering({ cloud: 'aws', region: this.options.region, zone, instanceType, capacityType }))),
+        offerings: types.flatMap((instanceType) =>
+          zones.map((zone) => makeOffering({ cloud: 'aws', region: this.options.region, zone, instanceType, capacityType })),
+        ),
         minSize: g.MinSize ?? 0,
         maxSize: g.MaxSize ?? 0,
         desiredCapacity: g.DesiredCapacity ?? 0,
@@ -151,7 +161,9 @@ export class AsgNodeGroups implements NodeGroupProvider {
   }
 
   /** Market, launch time, zone and type of instances, from EC2 (batched, paginated). */
-  private async ec2Details(ids: readonly string[]): Promise<Map<string, { spot: boolean; launchedAtMs: number; zone: string; instanceType: string }>> {
+  private async ec2Details(
+    ids: readonly string[],
+  ): Promise<Map<string, { spot: boolean; launchedAtMs: number; zone: string; instanceType: string }>> {
     const out = new Map<string, { spot: boolean; launchedAtMs: number; zone: string; instanceType: string }>();
     for (let i = 0; i < ids.length; i += 500) {
       let token: string | undefined;
@@ -176,7 +188,9 @@ export class AsgNodeGroups implements NodeGroupProvider {
   }
 
   async describeInstance(instanceId: string): Promise<Instance | undefined> {
-    const out = await this.call('describe instance', instanceId, () => this.asg.send(new DescribeAutoScalingInstancesCommand({ InstanceIds: [instanceId] })));
+    const out = await this.call('describe instance', instanceId, () =>
+      this.asg.send(new DescribeAutoScalingInstancesCommand({ InstanceIds: [instanceId] })),
+    );
     const i = out.AutoScalingInstances?.[0];
     if (!i) return undefined;
     const groups = await this.describeManaged();
@@ -199,7 +213,9 @@ export class AsgNodeGroups implements NodeGroupProvider {
   }
 
   async setDesiredCapacity(groupId: string, desired: number): Promise<void> {
-    await this.call('set desired capacity', groupId, () => this.asg.send(new SetDesiredCapacityCommand({ AutoScalingGroupName: groupId, DesiredCapacity: desired, HonorCooldown: false })));
+    await this.call('set desired capacity', groupId, () =>
+      this.asg.send(new SetDesiredCapacityCommand({ AutoScalingGroupName: groupId, DesiredCapacity: desired, HonorCooldown: false })),
+    );
     this.groupsCache = undefined;
   }
 
@@ -211,19 +227,37 @@ export class AsgNodeGroups implements NodeGroupProvider {
     } catch (error) {
       const e = translateAwsError(error, { operation: 'terminate instance', resource: `${groupId}/${instanceId}` });
       // "Instance Id not found", or an instance already terminating: gone as far as gpu-fleet is concerned.
-      if (e.code === 'not-found' || (e.code === 'invalid-request' && /not found|terminat|not part of/i.test(e.message))) return { alreadyGone: true };
+      if (e.code === 'not-found' || (e.code === 'invalid-request' && /not found|terminat|not part of/i.test(e.message)))
+        return { alreadyGone: true };
       throw e;
     }
   }
 
   async setScaleInProtection(groupId: string, instanceIds: readonly string[], protect: boolean): Promise<void> {
-    const group = (await this.describeManaged()).find((g) => g.AutoScalingGroupName === groupId) ?? (await this.describeManaged(true)).find((g) => g.AutoScalingGroupName === groupId);
-    if (!group) throw new CloudError('not-found', `node group ${groupId} does not exist or is not managed by gpu-fleet`, { operation: 'set scale-in protection', resource: groupId, cloud: 'aws' });
-    const members = new Set((group.Instances ?? []).filter((i) => i.LifecycleState === 'InService' || i.LifecycleState?.startsWith('Pending')).map((i) => i.InstanceId));
+    const group =
+      (await this.describeManaged()).find((g) => g.AutoScalingGroupName === groupId) ??
+      (await this.describeManaged(true)).find((g) => g.AutoScalingGroupName === groupId);
+    if (!group)
+      throw new CloudError('not-found', `node group ${groupId} does not exist or is not managed by gpu-fleet`, {
+        operation: 'set scale-in protection',
+        resource: groupId,
+        cloud: 'aws',
+      });
+    const members = new Set(
+      (group.Instances ?? [])
+        .filter((i) => i.LifecycleState === 'InService' || i.LifecycleState?.startsWith('Pending'))
+        .map((i) => i.InstanceId),
+    );
     const ids = instanceIds.filter((id) => members.has(id));
     for (let i = 0; i < ids.length; i += 50) {
       await this.call('set scale-in protection', groupId, () =>
-        this.asg.send(new SetInstanceProtectionCommand({ AutoScalingGroupName: groupId, InstanceIds: ids.slice(i, i + 50), ProtectedFromScaleIn: protect })),
+        this.asg.send(
+          new SetInstanceProtectionCommand({
+            AutoScalingGroupName: groupId,
+            InstanceIds: ids.slice(i, i + 50),
+            ProtectedFromScaleIn: protect,
+          }),
+        ),
       );
     }
   }
@@ -236,7 +270,9 @@ export class AsgNodeGroups implements NodeGroupProvider {
       let older = false;
       do {
         const page = await this.call('describe scaling activities', g.id, () =>
-          this.asg.send(new DescribeScalingActivitiesCommand({ AutoScalingGroupName: g.id, MaxRecords: 100, ...(token ? { NextToken: token } : {}) })),
+          this.asg.send(
+            new DescribeScalingActivitiesCommand({ AutoScalingGroupName: g.id, MaxRecords: 100, ...(token ? { NextToken: token } : {}) }),
+          ),
         );
         for (const a of page.Activities ?? []) {
           const at = a.StartTime ? new Date(a.StartTime).getTime() : 0;
@@ -319,7 +355,11 @@ export function failuresOf(g: NodeGroup, a: Activity, atMs: number): LaunchFailu
   }
   zone ??= /\(([a-z]{2}-[a-z]+-\d[a-z])\)/.exec(text)?.[1];
   const typeInText = /(\b[a-z0-9]+\.[0-9]*[a-z]+\b)/.exec(text)?.[1];
-  const offerings = g.offerings.filter((o) => (zone === undefined || o.zone === zone) && (typeInText === undefined || !g.offerings.some((x) => x.instanceType === typeInText) || o.instanceType === typeInText));
+  const offerings = g.offerings.filter(
+    (o) =>
+      (zone === undefined || o.zone === zone) &&
+      (typeInText === undefined || !g.offerings.some((x) => x.instanceType === typeInText) || o.instanceType === typeInText),
+  );
   const base = { groupId: g.id, atMs, code, message: a.StatusMessage ?? a.Description ?? code };
   return offerings.length > 0 ? offerings.map((o) => ({ ...base, offeringId: o.id })) : [base];
 }

@@ -1,4 +1,11 @@
-import { GetMetricDataCommand, PutMetricDataCommand, type CloudWatchClient, type MetricDatum, type MetricDataQuery, type StandardUnit } from '@aws-sdk/client-cloudwatch';
+import {
+  GetMetricDataCommand,
+  PutMetricDataCommand,
+  type CloudWatchClient,
+  type MetricDatum,
+  type MetricDataQuery,
+  type StandardUnit,
+} from '@aws-sdk/client-cloudwatch';
 import type { Clock, GpuMetricSample, GpuMetricSink, GpuMetricsSource, GpuSample } from '../../core/ports.ts';
 import { translateAwsError } from './errors.ts';
 
@@ -12,7 +19,11 @@ export const AGENT_METRICS = {
   eccErrors: 'GpuUncorrectableEccErrors',
 } as const;
 /** What the CloudWatch agent publishes for fleets that already run it (nvidia_gpu plugin). */
-export const CWAGENT_METRICS = { namespace: 'CWAgent', utilization: 'nvidia_smi_utilization_gpu', memoryUsed: 'nvidia_smi_memory_used' } as const;
+export const CWAGENT_METRICS = {
+  namespace: 'CWAgent',
+  utilization: 'nvidia_smi_utilization_gpu',
+  memoryUsed: 'nvidia_smi_memory_used',
+} as const;
 
 /**
  * Per-GPU utilisation and memory of instances from CloudWatch, batched with GetMetricData
@@ -30,11 +41,24 @@ export class CloudWatchGpuMetrics implements GpuMetricsSource {
     const start = end - Math.max(60, windowSec) * 1000;
     const queries: MetricDataQuery[] = [];
     instanceIds.forEach((id, i) => {
-      for (const [src, m, dim, schema] of [['g', AGENT_METRICS, 'GpuIndex', 'GpuIndex,InstanceId,NodeGroup'], ['c', CWAGENT_METRICS, 'index', 'InstanceId,index']] as const) {
+      for (const [src, m, dim, schema] of [
+        ['g', AGENT_METRICS, 'GpuIndex', 'GpuIndex,InstanceId,NodeGroup'],
+        ['c', CWAGENT_METRICS, 'index', 'InstanceId,index'],
+      ] as const) {
         // A dynamic label names each series found by its GPU index.
         const label = `\${PROP('Dim.${dim}')}`;
-        queries.push({ Id: `${src}u${i}`, Expression: `SEARCH('{${m.namespace},${schema}} MetricName="${m.utilization}" InstanceId="${id}"', 'Average', 60)`, Label: label, ReturnData: true });
-        queries.push({ Id: `${src}m${i}`, Expression: `SEARCH('{${m.namespace},${schema}} MetricName="${m.memoryUsed}" InstanceId="${id}"', 'Average', 60)`, Label: label, ReturnData: true });
+        queries.push({
+          Id: `${src}u${i}`,
+          Expression: `SEARCH('{${m.namespace},${schema}} MetricName="${m.utilization}" InstanceId="${id}"', 'Average', 60)`,
+          Label: label,
+          ReturnData: true,
+        });
+        queries.push({
+          Id: `${src}m${i}`,
+          Expression: `SEARCH('{${m.namespace},${schema}} MetricName="${m.memoryUsed}" InstanceId="${id}"', 'Average', 60)`,
+          Label: label,
+          ReturnData: true,
+        });
       }
     });
     const series = new Map<string, { label: string; at: number; value: number }[]>();
@@ -43,7 +67,15 @@ export class CloudWatchGpuMetrics implements GpuMetricsSource {
       do {
         let page;
         try {
-          page = await this.cw.send(new GetMetricDataCommand({ MetricDataQueries: queries.slice(i, i + 500), StartTime: new Date(start), EndTime: new Date(end), ScanBy: 'TimestampDescending', ...(token ? { NextToken: token } : {}) }));
+          page = await this.cw.send(
+            new GetMetricDataCommand({
+              MetricDataQueries: queries.slice(i, i + 500),
+              StartTime: new Date(start),
+              EndTime: new Date(end),
+              ScanBy: 'TimestampDescending',
+              ...(token ? { NextToken: token } : {}),
+            }),
+          );
         } catch (error) {
           throw translateAwsError(error, { operation: 'get GPU metrics', resource: `${instanceIds.length} instances` });
         }
@@ -67,7 +99,13 @@ export class CloudWatchGpuMetrics implements GpuMetricsSource {
       util.forEach((u, k) => {
         const gpuIndex = /^\d+$/.test(u.label) ? Number(u.label) : k;
         const m = mem.find((x) => x.label === u.label) ?? mem[k];
-        out.push({ instanceId: id, gpuIndex, utilizationPct: Math.max(0, Math.min(100, u.value)), memoryUsedMiB: m ? Math.round(m.value) : 0, atMs: u.at });
+        out.push({
+          instanceId: id,
+          gpuIndex,
+          utilizationPct: Math.max(0, Math.min(100, u.value)),
+          memoryUsedMiB: m ? Math.round(m.value) : 0,
+          atMs: u.at,
+        });
       });
     });
     return out;

@@ -51,4 +51,3 @@ export function awsConfigFromEnv(env: Readonly<Record<string, string | undefined
     },
   };
 }
-

@@ -1,6 +1,16 @@
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
-import { BatchWriteCommand, DeleteCommand, DynamoDBDocumentClient, GetCommand, PutCommand, QueryCommand, ScanCommand, UpdateCommand, type QueryCommandInput } from '@aws-sdk/lib-dynamodb';
+import {
+  BatchWriteCommand,
+  DeleteCommand,
+  DynamoDBDocumentClient,
+  GetCommand,
+  PutCommand,
+  QueryCommand,
+  ScanCommand,
+  UpdateCommand,
+  type QueryCommandInput,
+} from '@aws-sdk/lib-dynamodb';
 import { CloudError } from '../../core/errors.ts';
 import type { Draining, NodeRecord } from '../../core/fleet.ts';
 import { isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
@@ -53,7 +63,9 @@ async function queryAll(doc: DynamoDBDocumentClient, input: QueryCommandInput, o
   const out: Record<string, unknown>[] = [];
   let start: Record<string, unknown> | undefined;
   do {
-    const page = await call(operation, input.TableName ?? '', () => doc.send(new QueryCommand({ ...input, ...(start ? { ExclusiveStartKey: start } : {}) })));
+    const page = await call(operation, input.TableName ?? '', () =>
+      doc.send(new QueryCommand({ ...input, ...(start ? { ExclusiveStartKey: start } : {}) })),
+    );
     out.push(...((page.Items ?? []) as Record<string, unknown>[]));
     start = page.LastEvaluatedKey as Record<string, unknown> | undefined;
   } while (start);
@@ -95,7 +107,9 @@ export class DynamoJobStore implements JobStore {
   }
 
   async get(id: string): Promise<Job | undefined> {
-    const out = await call('get job', id, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { id }, ConsistentRead: true })));
+    const out = await call('get job', id, () =>
+      this.doc.send(new GetCommand({ TableName: this.table, Key: { id }, ConsistentRead: true })),
+    );
     return out.Item?.job as Job | undefined;
   }
 
@@ -103,7 +117,13 @@ export class DynamoJobStore implements JobStore {
     if (next.version !== expectedVersion + 1) return { ok: false, current: await this.get(next.id) };
     try {
       await this.doc.send(
-        new PutCommand({ TableName: this.table, Item: this.item(next), ConditionExpression: '#v = :v', ExpressionAttributeNames: { '#v': 'version' }, ExpressionAttributeValues: { ':v': expectedVersion } }),
+        new PutCommand({
+          TableName: this.table,
+          Item: this.item(next),
+          ConditionExpression: '#v = :v',
+          ExpressionAttributeNames: { '#v': 'version' },
+          ExpressionAttributeValues: { ':v': expectedVersion },
+        }),
       );
       return { ok: true, job: next };
     } catch (error) {
@@ -118,8 +138,19 @@ export class DynamoJobStore implements JobStore {
         queryAll(
           this.doc,
           team === undefined
-            ? { TableName: this.table, IndexName: 'byState', KeyConditionExpression: '#s = :s', ExpressionAttributeNames: { '#s': 'state' }, ExpressionAttributeValues: { ':s': state } }
-            : { TableName: this.table, IndexName: 'byTeamState', KeyConditionExpression: 'teamState = :ts', ExpressionAttributeValues: { ':ts': `${team}#${state}` } },
+            ? {
+                TableName: this.table,
+                IndexName: 'byState',
+                KeyConditionExpression: '#s = :s',
+                ExpressionAttributeNames: { '#s': 'state' },
+                ExpressionAttributeValues: { ':s': state },
+              }
+            : {
+                TableName: this.table,
+                IndexName: 'byTeamState',
+                KeyConditionExpression: 'teamState = :ts',
+                ExpressionAttributeValues: { ':ts': `${team}#${state}` },
+              },
           'list jobs',
         ),
       ),
@@ -127,7 +158,9 @@ export class DynamoJobStore implements JobStore {
     // The indexes are eventually consistent: an item may show its old state for a moment. Keep
     // only items whose own state matches, and each job once.
     const seen = new Map<string, { order: string; job: Job }>();
-    for (const items of lists) for (const it of items) if (states.includes((it.job as Job).state)) seen.set(it.id as string, { order: it.order as string, job: it.job as Job });
+    for (const items of lists)
+      for (const it of items)
+        if (states.includes((it.job as Job).state)) seen.set(it.id as string, { order: it.order as string, job: it.job as Job });
     return [...seen.values()].sort((a, b) => (a.order < b.order ? -1 : a.order > b.order ? 1 : 0)).map((x) => x.job);
   }
 }
@@ -195,7 +228,9 @@ export class DynamoNodeStore implements NodeStore {
   }
 
   async get(instanceId: string): Promise<NodeRecord | undefined> {
-    const out = await call('get node', instanceId, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { instanceId }, ConsistentRead: true })));
+    const out = await call('get node', instanceId, () =>
+      this.doc.send(new GetCommand({ TableName: this.table, Key: { instanceId }, ConsistentRead: true })),
+    );
     return out.Item ? toNode(out.Item) : undefined;
   }
 
@@ -203,7 +238,9 @@ export class DynamoNodeStore implements NodeStore {
     const out: NodeRecord[] = [];
     let start: Record<string, unknown> | undefined;
     do {
-      const page = await call('list nodes', this.table, () => this.doc.send(new ScanCommand({ TableName: this.table, ConsistentRead: true, ...(start ? { ExclusiveStartKey: start } : {}) })));
+      const page = await call('list nodes', this.table, () =>
+        this.doc.send(new ScanCommand({ TableName: this.table, ConsistentRead: true, ...(start ? { ExclusiveStartKey: start } : {}) })),
+      );
       for (const it of page.Items ?? []) out.push(toNode(it));
       start = page.LastEvaluatedKey;
     } while (start);
@@ -220,7 +257,14 @@ export class DynamoNodeStore implements NodeStore {
           UpdateExpression:
             'SET draining = :d, groupId = if_not_exists(groupId, :g), registeredAtMs = if_not_exists(registeredAtMs, :t), lastHeartbeatAtMs = if_not_exists(lastHeartbeatAtMs, :t), gpus = if_not_exists(gpus, :none), healthy = if_not_exists(healthy, :yes), assigned = if_not_exists(assigned, :empty)',
           ConditionExpression: 'attribute_not_exists(draining)',
-          ExpressionAttributeValues: { ':d': draining, ':g': groupId ?? 'unknown', ':t': drain.sinceMs, ':none': [], ':yes': true, ':empty': {} },
+          ExpressionAttributeValues: {
+            ':d': draining,
+            ':g': groupId ?? 'unknown',
+            ':t': drain.sinceMs,
+            ':none': [],
+            ':yes': true,
+            ':empty': {},
+          },
           ReturnValues: 'ALL_NEW',
         }),
       );
@@ -271,9 +315,12 @@ export class DynamoNodeStore implements NodeStore {
         );
         return true;
       } catch (error) {
-        if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'assign job to node', resource: `${instanceId}/${jobId}` });
+        if (!isConditionFailure(error))
+          throw translateAwsError(error, { operation: 'assign job to node', resource: `${instanceId}/${jobId}` });
       }
-      const out = await call('get node', instanceId, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { instanceId }, ConsistentRead: true })));
+      const out = await call('get node', instanceId, () =>
+        this.doc.send(new GetCommand({ TableName: this.table, Key: { instanceId }, ConsistentRead: true })),
+      );
       if (!out.Item) return false;
       const assigned = out.Item.assigned as Record<string, number> | undefined;
       if (assigned) {
@@ -292,10 +339,15 @@ export class DynamoNodeStore implements NodeStore {
         );
         return true;
       } catch (error) {
-        if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'assign job to node', resource: `${instanceId}/${jobId}` });
+        if (!isConditionFailure(error))
+          throw translateAwsError(error, { operation: 'assign job to node', resource: `${instanceId}/${jobId}` });
       }
     }
-    throw new CloudError('conflict', `assign job to node on ${instanceId}/${jobId} failed: the work list kept changing`, { operation: 'assign job to node', resource: instanceId, cloud: 'aws' });
+    throw new CloudError('conflict', `assign job to node on ${instanceId}/${jobId} failed: the work list kept changing`, {
+      operation: 'assign job to node',
+      resource: instanceId,
+      cloud: 'aws',
+    });
   }
 
   async unassign(instanceId: string, jobId: string, attempt: number): Promise<void> {
@@ -311,7 +363,8 @@ export class DynamoNodeStore implements NodeStore {
         }),
       );
     } catch (error) {
-      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'unassign job from node', resource: `${instanceId}/${jobId}` });
+      if (!isConditionFailure(error))
+        throw translateAwsError(error, { operation: 'unassign job from node', resource: `${instanceId}/${jobId}` });
     }
   }
 }
@@ -349,19 +402,31 @@ class Blobs {
     const parts: string[] = [];
     for (let i = 0; i < data.length || i === 0; i += PART_CHARS) parts.push(data.slice(i, i + PART_CHARS));
     for (let i = 0; i < parts.length; i += 25) {
-      const batch = parts.slice(i, i + 25).map((p, j) => ({ PutRequest: { Item: { pk, sk: `part#${String(i + j).padStart(5, '0')}`, data: p, expiresAt } } }));
+      const batch = parts
+        .slice(i, i + 25)
+        .map((p, j) => ({ PutRequest: { Item: { pk, sk: `part#${String(i + j).padStart(5, '0')}`, data: p, expiresAt } } }));
       let pending: typeof batch | undefined = batch;
       for (let tries = 0; pending && pending.length > 0; tries++) {
         const out = await call('write parts', pk, () => this.doc.send(new BatchWriteCommand({ RequestItems: { [this.table]: pending! } })));
         pending = out.UnprocessedItems?.[this.table] as typeof batch | undefined;
-        if (pending && pending.length > 0 && tries > 8) throw translateAwsError(new Error('unprocessed items after retries'), { operation: 'write parts', resource: pk });
+        if (pending && pending.length > 0 && tries > 8)
+          throw translateAwsError(new Error('unprocessed items after retries'), { operation: 'write parts', resource: pk });
       }
     }
     return parts.length;
   }
 
   async read<T>(pk: string): Promise<T | undefined> {
-    const items = await queryAll(this.doc, { TableName: this.table, KeyConditionExpression: 'pk = :pk AND begins_with(sk, :p)', ExpressionAttributeValues: { ':pk': pk, ':p': 'part#' }, ConsistentRead: true }, 'read parts');
+    const items = await queryAll(
+      this.doc,
+      {
+        TableName: this.table,
+        KeyConditionExpression: 'pk = :pk AND begins_with(sk, :p)',
+        ExpressionAttributeValues: { ':pk': pk, ':p': 'part#' },
+        ConsistentRead: true,
+      },
+      'read parts',
+    );
     if (items.length === 0) return undefined;
     const data = items.map((i) => i.data as string).join('');
     return JSON.parse(gunzipSync(Buffer.from(data, 'base64')).toString('utf8')) as T;
@@ -393,7 +458,14 @@ export class DynamoLeaseStore implements LeaseStore {
 
   async release(name: string, holder: string): Promise<void> {
     try {
-      await this.doc.send(new DeleteCommand({ TableName: this.table, Key: { pk: 'lease', sk: name }, ConditionExpression: 'holder = :h', ExpressionAttributeValues: { ':h': holder } }));
+      await this.doc.send(
+        new DeleteCommand({
+          TableName: this.table,
+          Key: { pk: 'lease', sk: name },
+          ConditionExpression: 'holder = :h',
+          ExpressionAttributeValues: { ':h': holder },
+        }),
+      );
     } catch (error) {
       if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'release lease', resource: name });
     }
@@ -410,13 +482,19 @@ export class DynamoPlanJournal implements PlanJournal {
   }
 
   async start(planId: string, atMs: number, actions: readonly PlanAction[]): Promise<void> {
-    const existing = await call('read plan', planId, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'plan', sk: planId }, ConsistentRead: true })));
+    const existing = await call('read plan', planId, () =>
+      this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'plan', sk: planId }, ConsistentRead: true })),
+    );
     if (existing.Item) return; // started already: a second start changes nothing
     const expiresAt = Math.floor(atMs / 1000) + 7 * DAY_S;
     const parts = await this.blobs.write(`plan#${planId}`, actions, expiresAt);
     try {
       await this.doc.send(
-        new PutCommand({ TableName: this.table, Item: { pk: 'plan', sk: planId, atMs, parts, count: actions.length, finished: false, expiresAt }, ConditionExpression: 'attribute_not_exists(pk)' }),
+        new PutCommand({
+          TableName: this.table,
+          Item: { pk: 'plan', sk: planId, atMs, parts, count: actions.length, finished: false, expiresAt },
+          ConditionExpression: 'attribute_not_exists(pk)',
+        }),
       );
     } catch (error) {
       if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'start plan', resource: planId });
@@ -425,24 +503,53 @@ export class DynamoPlanJournal implements PlanJournal {
 
   async done(planId: string, index: number): Promise<void> {
     await call('record action done', planId, () =>
-      this.doc.send(new UpdateCommand({ TableName: this.table, Key: { pk: 'plan', sk: planId }, UpdateExpression: 'ADD done :i', ExpressionAttributeValues: { ':i': new Set([index]) } })),
+      this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { pk: 'plan', sk: planId },
+          UpdateExpression: 'ADD done :i',
+          ExpressionAttributeValues: { ':i': new Set([index]) },
+        }),
+      ),
     );
   }
 
   async finish(planId: string): Promise<void> {
     await call('finish plan', planId, () =>
-      this.doc.send(new UpdateCommand({ TableName: this.table, Key: { pk: 'plan', sk: planId }, UpdateExpression: 'SET finished = :t', ExpressionAttributeValues: { ':t': true } })),
+      this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { pk: 'plan', sk: planId },
+          UpdateExpression: 'SET finished = :t',
+          ExpressionAttributeValues: { ':t': true },
+        }),
+      ),
     );
   }
 
   async unfinished(): Promise<JournaledPlan | undefined> {
     const page = await call('find unfinished plan', this.table, () =>
-      this.doc.send(new QueryCommand({ TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'plan' }, ScanIndexForward: false, Limit: 20, ConsistentRead: true })),
+      this.doc.send(
+        new QueryCommand({
+          TableName: this.table,
+          KeyConditionExpression: 'pk = :p',
+          ExpressionAttributeValues: { ':p': 'plan' },
+          ScanIndexForward: false,
+          Limit: 20,
+          ConsistentRead: true,
+        }),
+      ),
     );
     const head = (page.Items ?? []).find((i) => i.finished === false);
     if (!head) return undefined;
     const actions = (await this.blobs.read<PlanAction[]>(`plan#${head.sk as string}`)) ?? [];
-    return { planId: head.sk as string, atMs: head.atMs as number, actions, done: new Set((head.done as Set<number> | undefined) ?? []), finished: false };
+    return {
+      planId: head.sk as string,
+      atMs: head.atMs as number,
+      actions,
+      done: new Set((head.done as Set<number> | undefined) ?? []),
+      finished: false,
+    };
   }
 }
 
@@ -460,24 +567,41 @@ export class DynamoDecisionLog implements DecisionLog {
     const expiresAt = Math.floor(decision.atMs / 1000) + this.keepDays * DAY_S;
     const { plan, ...header } = decision;
     const parts = await this.blobs.write(`decision#${decision.id}`, plan, expiresAt);
-    await call('record decision', decision.id, () => this.doc.send(new PutCommand({ TableName: this.table, Item: { pk: 'decision', sk: decision.id, header, parts, expiresAt } })));
+    await call('record decision', decision.id, () =>
+      this.doc.send(new PutCommand({ TableName: this.table, Item: { pk: 'decision', sk: decision.id, header, parts, expiresAt } })),
+    );
   }
 
   async get(id: string): Promise<DecisionRecord | undefined> {
-    const out = await call('get decision', id, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'decision', sk: id }, ConsistentRead: true })));
+    const out = await call('get decision', id, () =>
+      this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'decision', sk: id }, ConsistentRead: true })),
+    );
     if (!out.Item) return undefined;
     return this.assemble(out.Item);
   }
 
   async recent(limit: number): Promise<DecisionRecord[]> {
     const page = await call('list decisions', this.table, () =>
-      this.doc.send(new QueryCommand({ TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'decision' }, ScanIndexForward: false, Limit: limit })),
+      this.doc.send(
+        new QueryCommand({
+          TableName: this.table,
+          KeyConditionExpression: 'pk = :p',
+          ExpressionAttributeValues: { ':p': 'decision' },
+          ScanIndexForward: false,
+          Limit: limit,
+        }),
+      ),
     );
     return Promise.all((page.Items ?? []).map((i) => this.assemble(i)));
   }
 
   private async assemble(item: Record<string, unknown>): Promise<DecisionRecord> {
-    const plan = (await this.blobs.read<DecisionRecord['plan']>(`decision#${item.sk as string}`)) ?? { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 };
+    const plan = (await this.blobs.read<DecisionRecord['plan']>(`decision#${item.sk as string}`)) ?? {
+      actions: [],
+      waiting: [],
+      addedCostMicroUsdPerHour: 0,
+      addedExpectedCostMicroUsdPerHour: 0,
+    };
     return { ...(item.header as Omit<DecisionRecord, 'plan'>), plan };
   }
 }
@@ -489,8 +613,13 @@ export class DynamoSpendLedger implements SpendLedger {
   ) {}
 
   async read(team: string, period: string): Promise<SpendCursor> {
-    const out = await call('read spend', `${team}/${period}`, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'spend', sk: `${team}#${period}` }, ConsistentRead: true })));
-    return { spentMicroUsd: (out.Item?.spentMicroUsd as number | undefined) ?? 0, accruedUntilMs: out.Item?.accruedUntilMs as number | undefined };
+    const out = await call('read spend', `${team}/${period}`, () =>
+      this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'spend', sk: `${team}#${period}` }, ConsistentRead: true })),
+    );
+    return {
+      spentMicroUsd: (out.Item?.spentMicroUsd as number | undefined) ?? 0,
+      accruedUntilMs: out.Item?.accruedUntilMs as number | undefined,
+    };
   }
 
   async accrue(entry: SpendAccrual): Promise<boolean> {
@@ -503,20 +632,40 @@ export class DynamoSpendLedger implements SpendLedger {
           UpdateExpression: 'SET accruedUntilMs = :to, lastFromMs = :from, team = :team, #p = :period ADD spentMicroUsd :amt',
           ConditionExpression: 'attribute_not_exists(accruedUntilMs) OR accruedUntilMs = :from',
           ExpressionAttributeNames: { '#p': 'period' },
-          ExpressionAttributeValues: { ':to': entry.toMs, ':from': entry.fromMs, ':amt': entry.amountMicroUsd, ':team': entry.team, ':period': entry.period },
+          ExpressionAttributeValues: {
+            ':to': entry.toMs,
+            ':from': entry.fromMs,
+            ':amt': entry.amountMicroUsd,
+            ':team': entry.team,
+            ':period': entry.period,
+          },
         }),
       );
       return true;
     } catch (error) {
-      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'accrue spend', resource: `${entry.team}/${entry.period}` });
-      const out = await call('read spend', entry.team, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'spend', sk: `${entry.team}#${entry.period}` }, ConsistentRead: true })));
+      if (!isConditionFailure(error))
+        throw translateAwsError(error, { operation: 'accrue spend', resource: `${entry.team}/${entry.period}` });
+      const out = await call('read spend', entry.team, () =>
+        this.doc.send(
+          new GetCommand({ TableName: this.table, Key: { pk: 'spend', sk: `${entry.team}#${entry.period}` }, ConsistentRead: true }),
+        ),
+      );
       return out.Item?.accruedUntilMs === entry.toMs && out.Item?.lastFromMs === entry.fromMs; // a repeat of the last window
     }
   }
 
   async list(): Promise<(SpendCursor & { team: string; period: string })[]> {
-    const items = await queryAll(this.doc, { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'spend' } }, 'list spend');
-    return items.map((i) => ({ team: i.team as string, period: i.period as string, spentMicroUsd: (i.spentMicroUsd as number) ?? 0, accruedUntilMs: i.accruedUntilMs as number | undefined }));
+    const items = await queryAll(
+      this.doc,
+      { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'spend' } },
+      'list spend',
+    );
+    return items.map((i) => ({
+      team: i.team as string,
+      period: i.period as string,
+      spentMicroUsd: (i.spentMicroUsd as number) ?? 0,
+      accruedUntilMs: i.accruedUntilMs as number | undefined,
+    }));
   }
 }
 
@@ -545,7 +694,13 @@ export class DynamoPoolHistory implements PoolHistory {
         // An older note: it may only move the start back.
         try {
           await this.doc.send(
-            new UpdateCommand({ TableName: this.table, Key: { pk: 'poolinst', sk: n.instanceId }, UpdateExpression: 'SET firstMs = :t', ConditionExpression: 'firstMs > :t', ExpressionAttributeValues: { ':t': n.atMs } }),
+            new UpdateCommand({
+              TableName: this.table,
+              Key: { pk: 'poolinst', sk: n.instanceId },
+              UpdateExpression: 'SET firstMs = :t',
+              ConditionExpression: 'firstMs > :t',
+              ExpressionAttributeValues: { ':t': n.atMs },
+            }),
           );
         } catch (inner) {
           if (!isConditionFailure(inner)) throw translateAwsError(inner, { operation: 'note pool exposure', resource: n.instanceId });
@@ -560,7 +715,8 @@ export class DynamoPoolHistory implements PoolHistory {
         new UpdateCommand({
           TableName: this.table,
           Key: { pk: 'poolinst', sk: instanceId },
-          UpdateExpression: 'SET interruptedAtMs = :t, offeringId = if_not_exists(offeringId, :o), expiresAt = if_not_exists(expiresAt, :e)',
+          UpdateExpression:
+            'SET interruptedAtMs = :t, offeringId = if_not_exists(offeringId, :o), expiresAt = if_not_exists(expiresAt, :e)',
           ConditionExpression: 'attribute_not_exists(interruptedAtMs)',
           ExpressionAttributeValues: { ':t': atMs, ':o': offeringId, ':e': Math.floor(atMs / 1000) + this.keepDays * DAY_S },
         }),
@@ -571,7 +727,11 @@ export class DynamoPoolHistory implements PoolHistory {
   }
 
   async stats(sinceMs: number): Promise<Map<string, PoolStats>> {
-    const items = await queryAll(this.doc, { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'poolinst' } }, 'read pool history');
+    const items = await queryAll(
+      this.doc,
+      { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'poolinst' } },
+      'read pool history',
+    );
     const out = new Map<string, { interruptions: number; exposureHours: number; lastInterruptedAtMs?: number }>();
     const entry = (o: string) => {
       let e = out.get(o);
@@ -585,7 +745,8 @@ export class DynamoPoolHistory implements PoolHistory {
       const o = i.offeringId as string;
       const last = i.lastMs as number | undefined;
       const first = i.firstMs as number | undefined;
-      if (last !== undefined && first !== undefined && last >= sinceMs) entry(o).exposureHours += (last - Math.max(first, sinceMs)) / 3_600_000;
+      if (last !== undefined && first !== undefined && last >= sinceMs)
+        entry(o).exposureHours += (last - Math.max(first, sinceMs)) / 3_600_000;
       const at = i.interruptedAtMs as number | undefined;
       if (at !== undefined && at >= sinceMs) {
         const e = entry(o);
@@ -623,7 +784,14 @@ export class DynamoCheckpointIndex implements CheckpointStore {
       await this.doc.send(
         new PutCommand({
           TableName: this.table,
-          Item: { pk: 'ckpt', sk: ref.jobId, ref, completedAtMs: ref.completedAtMs, progressSec: ref.progressSec, expiresAt: Math.floor(ref.completedAtMs / 1000) + 120 * DAY_S },
+          Item: {
+            pk: 'ckpt',
+            sk: ref.jobId,
+            ref,
+            completedAtMs: ref.completedAtMs,
+            progressSec: ref.progressSec,
+            expiresAt: Math.floor(ref.completedAtMs / 1000) + 120 * DAY_S,
+          },
           ConditionExpression: 'attribute_not_exists(sk) OR completedAtMs < :c OR (completedAtMs = :c AND progressSec < :p)',
           ExpressionAttributeValues: { ':c': ref.completedAtMs, ':p': ref.progressSec },
         }),
@@ -634,7 +802,9 @@ export class DynamoCheckpointIndex implements CheckpointStore {
   }
 
   async latest(jobId: string): Promise<CheckpointRef | undefined> {
-    const out = await call('read checkpoint', jobId, () => this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'ckpt', sk: jobId }, ConsistentRead: true })));
+    const out = await call('read checkpoint', jobId, () =>
+      this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'ckpt', sk: jobId }, ConsistentRead: true })),
+    );
     return out.Item?.ref as CheckpointRef | undefined;
   }
 }
@@ -646,12 +816,18 @@ export class DynamoBudgetMemory implements BudgetMemory {
   ) {}
 
   async load(): Promise<Map<string, Team>> {
-    const items = await queryAll(this.doc, { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'budget' }, ConsistentRead: true }, 'read budgets');
+    const items = await queryAll(
+      this.doc,
+      { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'budget' }, ConsistentRead: true },
+      'read budgets',
+    );
     return new Map(items.map((i) => [i.sk as string, i.team as Team]));
   }
 
   async save(team: Team): Promise<void> {
-    await call('save budget', team.id, () => this.doc.send(new PutCommand({ TableName: this.table, Item: { pk: 'budget', sk: team.id, team } })));
+    await call('save budget', team.id, () =>
+      this.doc.send(new PutCommand({ TableName: this.table, Item: { pk: 'budget', sk: team.id, team } })),
+    );
   }
 }
 
@@ -665,7 +841,11 @@ export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, ch
     decisions: new DynamoDecisionLog(doc, tables.control),
     ledger: new DynamoSpendLedger(doc, tables.control),
     pools: new DynamoPoolHistory(doc, tables.control),
-    checkpoints: new DynamoCheckpointIndex(doc, tables.control, /^[a-z0-9]+:\/\//.test(checkpoints) ? checkpoints : `s3://${checkpoints}/checkpoints/`),
+    checkpoints: new DynamoCheckpointIndex(
+      doc,
+      tables.control,
+      /^[a-z0-9]+:\/\//.test(checkpoints) ? checkpoints : `s3://${checkpoints}/checkpoints/`,
+    ),
     budgetMemory: new DynamoBudgetMemory(doc, tables.control),
   };
 }

@@ -27,7 +27,9 @@ export class Ec2Catalog implements CatalogSource {
       const seen = new Set<string>();
       try {
         do {
-          const page = await this.ec2.send(new DescribeInstanceTypesCommand({ InstanceTypes: batch as _InstanceType[], ...(token ? { NextToken: token } : {}) }));
+          const page = await this.ec2.send(
+            new DescribeInstanceTypesCommand({ InstanceTypes: batch as _InstanceType[], ...(token ? { NextToken: token } : {}) }),
+          );
           for (const it of page.InstanceTypes ?? []) {
             const name = it.InstanceType!;
             seen.add(name);
@@ -38,7 +40,15 @@ export class Ec2Catalog implements CatalogSource {
             this.cache.set(
               name,
               model && count > 0
-                ? { name, cloud: 'aws', gpuModel: model, gpuCount: count, gpuMemoryMiB: memPerGpu, vcpus: it.VCpuInfo?.DefaultVCpus ?? 0, memoryMiB: it.MemoryInfo?.SizeInMiB ?? 0 }
+                ? {
+                    name,
+                    cloud: 'aws',
+                    gpuModel: model,
+                    gpuCount: count,
+                    gpuMemoryMiB: memPerGpu,
+                    vcpus: it.VCpuInfo?.DefaultVCpus ?? 0,
+                    memoryMiB: it.MemoryInfo?.SizeInMiB ?? 0,
+                  }
                 : (this.shipped.instanceTypes.get(name) ?? null),
             );
           }
@@ -134,7 +144,14 @@ export class AwsPriceSource implements PriceSource {
         offeringId: o.id,
         priceMicroUsdPerHour: price,
         onDemandMicroUsdPerHour: od ?? price,
-        source: override !== undefined ? 'config override' : live !== undefined ? 'EC2 spot price history' : o.capacityType === 'spot' ? 'shipped catalogue (spot)' : 'shipped catalogue (on-demand)',
+        source:
+          override !== undefined
+            ? 'config override'
+            : live !== undefined
+              ? 'EC2 spot price history'
+              : o.capacityType === 'spot'
+                ? 'shipped catalogue (spot)'
+                : 'shipped catalogue (on-demand)',
         ...(band ? { interruptionBand: band } : {}),
       });
     }

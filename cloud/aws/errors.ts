@@ -56,9 +56,24 @@ export function translateAwsError(error: unknown, context: { operation: string; 
   const e = error as { name?: string; Code?: string; code?: string; message?: string; $metadata?: { httpStatusCode?: number } };
   const name = e?.name ?? e?.Code ?? e?.code ?? 'UnknownError';
   const status = e?.$metadata?.httpStatusCode;
-  const code: CloudErrorCode = CODES[name] ?? (status === 429 ? 'throttled' : status !== undefined && status >= 500 ? 'unavailable' : status === 403 ? 'access-denied' : status === 404 ? 'not-found' : 'invalid-request');
+  const code: CloudErrorCode =
+    CODES[name] ??
+    (status === 429
+      ? 'throttled'
+      : status !== undefined && status >= 500
+        ? 'unavailable'
+        : status === 403
+          ? 'access-denied'
+          : status === 404
+            ? 'not-found'
+            : 'invalid-request');
   const where = context.resource ? ` on ${context.resource}` : '';
-  return new CloudError(code, `${context.operation}${where} failed: ${name}: ${e?.message ?? String(error)}`, { ...context, cloud: 'aws' }, { cause: error });
+  return new CloudError(
+    code,
+    `${context.operation}${where} failed: ${name}: ${e?.message ?? String(error)}`,
+    { ...context, cloud: 'aws' },
+    { cause: error },
+  );
 }
 
 export function isConditionFailure(error: unknown): boolean {

@@ -76,7 +76,11 @@ export function parseCloudEvent(raw: unknown, options: ParseOptions): ParsedEven
     if (action !== undefined && !['terminate', 'stop', 'hibernate'].includes(action)) {
       warnings.push(`instance-action ${JSON.stringify(action)} is not terminate, stop or hibernate; treated as terminate`);
     }
-    return { kind: 'notice', warnings, notice: { kind: 'interruption-warning', eventId: e.id, instanceId: d.data['instance-id'], atMs, deadlineMs: atMs + SPOT_NOTICE_MS } };
+    return {
+      kind: 'notice',
+      warnings,
+      notice: { kind: 'interruption-warning', eventId: e.id, instanceId: d.data['instance-id'], atMs, deadlineMs: atMs + SPOT_NOTICE_MS },
+    };
   }
   if (e.source === 'aws.ec2' && type === 'EC2 Instance Rebalance Recommendation') {
     const d = Rebalance.safeParse(e.detail);
@@ -86,12 +90,17 @@ export function parseCloudEvent(raw: unknown, options: ParseOptions): ParsedEven
   if (e.source === 'aws.ec2' && type === 'EC2 Instance State-change Notification') {
     const d = StateChange.safeParse(e.detail);
     if (!d.success) return bad('state-change', d.error);
-    return { kind: 'notice', warnings, notice: { kind: 'state-change', eventId: e.id, instanceId: d.data['instance-id'], atMs, state: d.data.state } };
+    return {
+      kind: 'notice',
+      warnings,
+      notice: { kind: 'state-change', eventId: e.id, instanceId: d.data['instance-id'], atMs, state: d.data.state },
+    };
   }
   if (e.source === 'aws.autoscaling' && type === 'EC2 Instance-terminate Lifecycle Action') {
     const d = Lifecycle.safeParse(e.detail);
     if (!d.success) return bad('terminate lifecycle action', d.error);
-    if (d.data.LifecycleTransition !== 'autoscaling:EC2_INSTANCE_TERMINATING') return { kind: 'ignored', reason: `lifecycle transition ${d.data.LifecycleTransition} is not a termination` };
+    if (d.data.LifecycleTransition !== 'autoscaling:EC2_INSTANCE_TERMINATING')
+      return { kind: 'ignored', reason: `lifecycle transition ${d.data.LifecycleTransition} is not a termination` };
     return {
       kind: 'notice',
       warnings,
@@ -110,11 +119,18 @@ export function parseCloudEvent(raw: unknown, options: ParseOptions): ParsedEven
   if (e.source === 'aws.health') {
     const d = Health.safeParse(e.detail);
     if (!d.success) return bad('AWS Health', d.error);
-    if (d.data.service !== 'EC2' || d.data.eventTypeCategory !== 'scheduledChange') return { kind: 'ignored', reason: `AWS Health ${d.data.service} ${d.data.eventTypeCategory} events need no action` };
-    const ids = [...new Set([...(d.data.affectedEntities ?? []).map((a) => a.entityValue), ...e.resources])].filter((r) => INSTANCE_ID.test(r));
+    if (d.data.service !== 'EC2' || d.data.eventTypeCategory !== 'scheduledChange')
+      return { kind: 'ignored', reason: `AWS Health ${d.data.service} ${d.data.eventTypeCategory} events need no action` };
+    const ids = [...new Set([...(d.data.affectedEntities ?? []).map((a) => a.entityValue), ...e.resources])].filter((r) =>
+      INSTANCE_ID.test(r),
+    );
     if (ids.length === 0) return { kind: 'ignored', reason: `AWS Health event ${e.id} names no EC2 instance` };
     const start = d.data.startTime !== undefined ? Date.parse(d.data.startTime) : NaN;
-    return { kind: 'notice', warnings, notice: { kind: 'scheduled-change', eventId: e.id, instanceIds: ids, atMs, ...(Number.isFinite(start) ? { startMs: start } : {}) } };
+    return {
+      kind: 'notice',
+      warnings,
+      notice: { kind: 'scheduled-change', eventId: e.id, instanceIds: ids, atMs, ...(Number.isFinite(start) ? { startMs: start } : {}) },
+    };
   }
   return { kind: 'ignored', reason: `${e.source} "${type}" events need no action from gpu-fleet` };
 }
@@ -124,7 +140,14 @@ function issues(error: z.ZodError): string {
 }
 
 /** Builds a spot interruption warning exactly as EventBridge delivers it (used by the simulated cloud). */
-export function spotInterruptionWarning(input: { id: string; instanceId: string; zone: string; region: string; account?: string; atMs: number }): Record<string, unknown> {
+export function spotInterruptionWarning(input: {
+  id: string;
+  instanceId: string;
+  zone: string;
+  region: string;
+  account?: string;
+  atMs: number;
+}): Record<string, unknown> {
   return {
     version: '0',
     id: input.id,
@@ -139,7 +162,14 @@ export function spotInterruptionWarning(input: { id: string; instanceId: string;
 }
 
 /** Builds an EC2 state-change notification as EventBridge delivers it. */
-export function instanceStateChange(input: { id: string; instanceId: string; region: string; account?: string; atMs: number; state: string }): Record<string, unknown> {
+export function instanceStateChange(input: {
+  id: string;
+  instanceId: string;
+  region: string;
+  account?: string;
+  atMs: number;
+  state: string;
+}): Record<string, unknown> {
   return {
     version: '0',
     id: input.id,

@@ -36,7 +36,10 @@ export function awsClients(config: Pick<AwsConfig, 'region'>): AwsClients {
     cloudwatch: new CloudWatchClient(common),
     // With an SQS endpoint configured (an SQS-compatible server), queue URLs may name hosts only
     // that server knows: send to the configured endpoint, not to the queue URL's host.
-    sqs: new SQSClient({ ...common, ...(process.env.AWS_ENDPOINT_URL_SQS || process.env.AWS_ENDPOINT_URL ? { useQueueUrlAsEndpoint: false } : {}) }),
+    sqs: new SQSClient({
+      ...common,
+      ...(process.env.AWS_ENDPOINT_URL_SQS || process.env.AWS_ENDPOINT_URL ? { useQueueUrlAsEndpoint: false } : {}),
+    }),
     tagging: new ResourceGroupsTaggingAPIClient(common),
     lambda: new LambdaClient(common),
   };
@@ -54,7 +57,14 @@ export function awsPorts(config: AwsConfig, clients: AwsClients = awsClients(con
     prices: new AwsPriceSource(clients.ec2, { clock }),
     budgets: new TaggingBudgetSource(clients.tagging),
   };
-  const interruption: InterruptionPorts = { clock, jobs: stores.jobs, nodes: stores.nodes, checkpoints: stores.checkpoints, pools: stores.pools, providers: [groups] };
+  const interruption: InterruptionPorts = {
+    clock,
+    jobs: stores.jobs,
+    nodes: stores.nodes,
+    checkpoints: stores.checkpoints,
+    pools: stores.pools,
+    providers: [groups],
+  };
   const queue = new SqsJobQueue(clients.sqs, { teamQueuePrefix: config.teamQueuePrefix, clock });
   return {
     doc,

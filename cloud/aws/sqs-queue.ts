@@ -35,7 +35,9 @@ export class SqsJobQueue implements JobQueue {
     const urls = new Map<string, string>();
     let token: string | undefined;
     do {
-      const page = await this.call('list team queues', this.prefix, () => this.sqs.send(new ListQueuesCommand({ QueueNamePrefix: this.prefix, MaxResults: 1000, ...(token ? { NextToken: token } : {}) })));
+      const page = await this.call('list team queues', this.prefix, () =>
+        this.sqs.send(new ListQueuesCommand({ QueueNamePrefix: this.prefix, MaxResults: 1000, ...(token ? { NextToken: token } : {}) })),
+      );
       for (const url of page.QueueUrls ?? []) {
         const name = url.split('/').pop() ?? '';
         if (name.startsWith(this.prefix) && name.length > this.prefix.length) urls.set(name.slice(this.prefix.length), url);
@@ -48,7 +50,12 @@ export class SqsJobQueue implements JobQueue {
 
   private async url(team: string, operation: string): Promise<string> {
     const url = (await this.urls()).get(team) ?? (await this.urls(true)).get(team);
-    if (!url) throw new CloudError('not-found', `team "${team}" has no queue (${this.prefix}${team}); teams with queues: ${[...(await this.urls()).keys()].join(', ') || 'none'}`, { operation, resource: team, cloud: 'aws' });
+    if (!url)
+      throw new CloudError(
+        'not-found',
+        `team "${team}" has no queue (${this.prefix}${team}); teams with queues: ${[...(await this.urls()).keys()].join(', ') || 'none'}`,
+        { operation, resource: team, cloud: 'aws' },
+      );
     return url;
   }
 
@@ -59,7 +66,13 @@ export class SqsJobQueue implements JobQueue {
   async send(team: string, body: string, token: string): Promise<{ messageId: string }> {
     const QueueUrl = await this.url(team, 'send job');
     const out = await this.call('send job', team, () =>
-      this.sqs.send(new SendMessageCommand({ QueueUrl, MessageBody: body, MessageAttributes: { [TOKEN_ATTRIBUTE]: { DataType: 'String', StringValue: token } } })),
+      this.sqs.send(
+        new SendMessageCommand({
+          QueueUrl,
+          MessageBody: body,
+          MessageAttributes: { [TOKEN_ATTRIBUTE]: { DataType: 'String', StringValue: token } },
+        }),
+      ),
     );
     return { messageId: out.MessageId ?? '' };
   }
@@ -67,7 +80,12 @@ export class SqsJobQueue implements JobQueue {
   async depth(team: string): Promise<QueueDepth> {
     const QueueUrl = await this.url(team, 'queue depth');
     const out = await this.call('queue depth', team, () =>
-      this.sqs.send(new GetQueueAttributesCommand({ QueueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'] })),
+      this.sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl,
+          AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'],
+        }),
+      ),
     );
     const a = out.Attributes ?? {};
     return {
@@ -115,5 +133,8 @@ export class SqsDeadLetter {
 /** The dead-letter queue intake sends unattributable messages to; without one configured, sending fails loudly. */
 export function deadLetterFor(sqs: SQSClient, queueUrl: string | undefined): Pick<SqsDeadLetter, 'send'> {
   if (queueUrl) return new SqsDeadLetter(sqs, queueUrl);
-  return { send: async () => Promise.reject(new Error('GPU_FLEET_DLQ_URL is not set: a message that cannot be attributed to a team has nowhere to go')) };
+  return {
+    send: async () =>
+      Promise.reject(new Error('GPU_FLEET_DLQ_URL is not set: a message that cannot be attributed to a team has nowhere to go')),
+  };
 }

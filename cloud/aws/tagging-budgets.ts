@@ -18,7 +18,13 @@ export class TaggingBudgetSource implements BudgetTagSource {
     do {
       let page;
       try {
-        page = await this.tagging.send(new GetResourcesCommand({ TagFilters: [{ Key: BUDGET_TAGS.team }], ResourcesPerPage: 100, ...(token ? { PaginationToken: token } : {}) }));
+        page = await this.tagging.send(
+          new GetResourcesCommand({
+            TagFilters: [{ Key: BUDGET_TAGS.team }],
+            ResourcesPerPage: 100,
+            ...(token ? { PaginationToken: token } : {}),
+          }),
+        );
       } catch (error) {
         throw translateAwsError(error, { operation: 'read budget tags', resource: BUDGET_TAGS.team });
       }

@@ -7,7 +7,13 @@ export function reconcileTrigger(lambda: LambdaClient, functionName: string | un
     async reconcileSoon(reason: string) {
       if (!functionName) return;
       try {
-        await lambda.send(new InvokeCommand({ FunctionName: functionName, InvocationType: 'Event', Payload: new TextEncoder().encode(JSON.stringify({ reason })) }));
+        await lambda.send(
+          new InvokeCommand({
+            FunctionName: functionName,
+            InvocationType: 'Event',
+            Payload: new TextEncoder().encode(JSON.stringify({ reason })),
+          }),
+        );
       } catch (error) {
         throw translateAwsError(error, { operation: 'trigger reconcile', resource: functionName });
       }

@@ -97,7 +97,8 @@ function build(): ShippedCatalog {
       const avg = raw.snapshot_2024_04?.spot_avg_usd_per_hour;
       const saving = raw.spot_advisor_2025_06?.savings_vs_ondemand_pct;
       if (avg !== undefined && avg !== null) spot.set(`aws/${region}/${it.instance_type}`, microUsdFromUsd(avg));
-      else if (saving !== undefined && saving !== null) spot.set(`aws/${region}/${it.instance_type}`, Math.round((odMicro * (100 - saving)) / 100));
+      else if (saving !== undefined && saving !== null)
+        spot.set(`aws/${region}/${it.instance_type}`, Math.round((odMicro * (100 - saving)) / 100));
       const band = raw.spot_advisor_2025_06?.interruption_freq_bucket;
       if (band) advisorBand.set(`${region}/${it.instance_type}`, band);
     }
@@ -137,7 +138,10 @@ export function regionOfZone(cloud: Cloud, zone: string): string {
 }
 
 /** On-demand price of a type in a region (or GCP zone), in µUSD per hour. */
-export function onDemandPrice(catalog: ShippedCatalog, o: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType'>): number | undefined {
+export function onDemandPrice(
+  catalog: ShippedCatalog,
+  o: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType'>,
+): number | undefined {
   return catalog.onDemand.get(`${o.cloud}/${o.zone}/${o.instanceType}`) ?? catalog.onDemand.get(`${o.cloud}/${o.region}/${o.instanceType}`);
 }
 
@@ -173,12 +177,18 @@ export class ShippedPriceSource implements PriceSource {
       const override = this.overrides.get(o.id);
       const price = override ?? (o.capacityType === 'spot' ? spotPrice(this.catalog, o) : od);
       if (price === undefined) continue;
-      const band = o.capacityType === 'spot' && o.cloud === 'aws' ? this.catalog.advisorBand.get(`${o.region}/${o.instanceType}`) : undefined;
+      const band =
+        o.capacityType === 'spot' && o.cloud === 'aws' ? this.catalog.advisorBand.get(`${o.region}/${o.instanceType}`) : undefined;
       out.set(o.id, {
         offeringId: o.id,
         priceMicroUsdPerHour: price,
         onDemandMicroUsdPerHour: od,
-        source: override !== undefined ? 'config override' : o.capacityType === 'spot' ? 'shipped catalogue (spot)' : 'shipped catalogue (on-demand)',
+        source:
+          override !== undefined
+            ? 'config override'
+            : o.capacityType === 'spot'
+              ? 'shipped catalogue (spot)'
+              : 'shipped catalogue (on-demand)',
         ...(band ? { interruptionBand: band } : {}),
       });
     }

@@ -45,7 +45,15 @@ const GRPC: Readonly<Record<number, CloudErrorCode>> = {
   16: 'access-denied', // UNAUTHENTICATED
 };
 
-const HTTP: Readonly<Record<number, CloudErrorCode>> = { 400: 'invalid-request', 401: 'access-denied', 403: 'access-denied', 404: 'not-found', 409: 'conflict', 412: 'conflict', 429: 'throttled' };
+const HTTP: Readonly<Record<number, CloudErrorCode>> = {
+  400: 'invalid-request',
+  401: 'access-denied',
+  403: 'access-denied',
+  404: 'not-found',
+  409: 'conflict',
+  412: 'conflict',
+  429: 'throttled',
+};
 
 /** The code of a Compute error from its reason, its HTTP status, then its gRPC status. */
 export function gcpErrorCode(e: { reason?: string; httpStatusCode?: number; code?: number | string; message?: string }): CloudErrorCode {
@@ -72,15 +80,37 @@ export function translateGcpError(error: unknown, context: { operation: string; 
   const code = gcpErrorCode(e);
   const where = context.resource ? ` on ${context.resource}` : '';
   const why = e.reason ? ` (${e.reason})` : '';
-  return new CloudError(code, `GCP ${context.operation}${where} failed${why}: ${e.message ?? String(error)}`, { ...context, cloud: 'gcp' }, { cause: error });
+  return new CloudError(
+    code,
+    `GCP ${context.operation}${where} failed${why}: ${e.message ?? String(error)}`,
+    { ...context, cloud: 'gcp' },
+    { cause: error },
+  );
 }
 
 /** The errors a finished Compute operation carries (`error.errors[]`), as one CloudError, or undefined. */
-export function operationError(op: { error?: { errors?: readonly { code?: string | null; message?: string | null }[] | null } | null; httpErrorStatusCode?: number | null; httpErrorMessage?: string | null; name?: string | null; operationType?: string | null }, context: { operation: string; resource?: string }): CloudError | undefined {
+export function operationError(
+  op: {
+    error?: { errors?: readonly { code?: string | null; message?: string | null }[] | null } | null;
+    httpErrorStatusCode?: number | null;
+    httpErrorMessage?: string | null;
+    name?: string | null;
+    operationType?: string | null;
+  },
+  context: { operation: string; resource?: string },
+): CloudError | undefined {
   const errors = op.error?.errors ?? [];
   if (errors.length === 0) return undefined;
   const first = errors[0]!;
-  const code = gcpErrorCode({ reason: first.code ?? undefined, message: first.message ?? undefined, ...(op.httpErrorStatusCode ? { httpStatusCode: op.httpErrorStatusCode } : {}) });
+  const code = gcpErrorCode({
+    reason: first.code ?? undefined,
+    message: first.message ?? undefined,
+    ...(op.httpErrorStatusCode ? { httpStatusCode: op.httpErrorStatusCode } : {}),
+  });
   const text = errors.map((x) => `${x.code ?? 'ERROR'}: ${x.message ?? ''}`).join('; ');
-  return new CloudError(code, `GCP ${context.operation}${context.resource ? ` on ${context.resource}` : ''} failed (operation ${op.name ?? '?'}): ${text}`, { ...context, cloud: 'gcp' });
+  return new CloudError(
+    code,
+    `GCP ${context.operation}${context.resource ? ` on ${context.resource}` : ''} failed (operation ${op.name ?? '?'}): ${text}`,
+    { ...context, cloud: 'gcp' },
+  );
 }

@@ -70,9 +70,19 @@ export class GcpMachineTypeCatalog implements CatalogSource {
     if (!acc?.guestAcceleratorType || !acc.guestAcceleratorCount) return undefined; // no GPUs: not a GPU machine type
     const known = GCP_ACCELERATORS[acc.guestAcceleratorType];
     if (!known) {
-      this.problems.push(`machine type ${name}: accelerator ${acc.guestAcceleratorType} is not one gpu-fleet schedules (known: ${Object.keys(GCP_ACCELERATORS).join(', ')})`);
+      this.problems.push(
+        `machine type ${name}: accelerator ${acc.guestAcceleratorType} is not one gpu-fleet schedules (known: ${Object.keys(GCP_ACCELERATORS).join(', ')})`,
+      );
       return undefined;
     }
-    return { name, cloud: 'gcp', gpuModel: known.model, gpuCount: acc.guestAcceleratorCount, gpuMemoryMiB: known.memoryMiB, vcpus: mt.guestCpus ?? 0, memoryMiB: mt.memoryMb ?? 0 };
+    return {
+      name,
+      cloud: 'gcp',
+      gpuModel: known.model,
+      gpuCount: acc.guestAcceleratorCount,
+      gpuMemoryMiB: known.memoryMiB,
+      vcpus: mt.guestCpus ?? 0,
+      memoryMiB: mt.memoryMb ?? 0,
+    };
   }
 }

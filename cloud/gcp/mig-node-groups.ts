@@ -1,4 +1,14 @@
-import type { InstanceGroupManagersClient, InstancesClient, InstanceTemplatesClient, MachineTypesClient, protos, RegionInstanceGroupManagersClient, RegionInstanceTemplatesClient, RegionOperationsClient, ZoneOperationsClient } from '@google-cloud/compute';
+import type {
+  InstanceGroupManagersClient,
+  InstancesClient,
+  InstanceTemplatesClient,
+  MachineTypesClient,
+  protos,
+  RegionInstanceGroupManagersClient,
+  RegionInstanceTemplatesClient,
+  RegionOperationsClient,
+  ZoneOperationsClient,
+} from '@google-cloud/compute';
 import { makeOffering, type CapacityType } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { Instance, InstanceState, NodeGroup } from '../../core/fleet.ts';
@@ -67,7 +77,16 @@ const last = (url: string | null | undefined) => (url ?? '').split('/').pop() ??
 /** The zone in a Compute resource URL (…/zones/us-central1-a/instances/x), or undefined. */
 const zoneOfUrl = (url: string | null | undefined) => /\/zones\/([^/]+)\//.exec(url ?? '')?.[1];
 const regionOf = (zone: string) => zone.replace(/-[a-z]$/, '');
-const CREATING = new Set(['CREATING', 'CREATING_WITHOUT_RETRIES', 'RECREATING', 'VERIFYING', 'RESUMING', 'STARTING', 'REFRESHING', 'RESTARTING']);
+const CREATING = new Set([
+  'CREATING',
+  'CREATING_WITHOUT_RETRIES',
+  'RECREATING',
+  'VERIFYING',
+  'RESUMING',
+  'STARTING',
+  'REFRESHING',
+  'RESTARTING',
+]);
 const LEAVING = new Set(['DELETING', 'ABANDONING', 'STOPPING', 'SUSPENDING']);
 
 /**
@@ -118,7 +137,8 @@ export class MigNodeGroups implements NodeGroupProvider {
       await this.call('list instance group managers', scope.projectId, async () => {
         for await (const [key, list] of this.c.instanceGroupManagers.aggregatedListAsync({ project: scope.projectId, maxResults: 500 })) {
           const [kind, where] = key.split('/');
-          if ((kind === 'zones' && zones.has(where ?? '')) || (kind === 'regions' && regions.has(where ?? ''))) found.push(...(list.instanceGroupManagers ?? []));
+          if ((kind === 'zones' && zones.has(where ?? '')) || (kind === 'regions' && regions.has(where ?? '')))
+            found.push(...(list.instanceGroupManagers ?? []));
         }
       });
       for (const igm of found) {
@@ -144,12 +164,15 @@ export class MigNodeGroups implements NodeGroupProvider {
         const minSize = limit(GCP_LABELS.minSize) ?? 0;
         let maxSize = limit(GCP_LABELS.maxSize);
         if (maxSize === undefined) {
-          problems.push(`group ${id}: no ${GCP_LABELS.maxSize}; add "${GCP_LABELS.maxSize}=N" to the MIG's description (or as a label on its template). gpu-fleet will not grow it past its size now (${target})`);
+          problems.push(
+            `group ${id}: no ${GCP_LABELS.maxSize}; add "${GCP_LABELS.maxSize}=N" to the MIG's description (or as a label on its template). gpu-fleet will not grow it past its size now (${target})`,
+          );
           maxSize = target;
         }
         const machineType = last(template?.properties?.machineType);
         const scheduling = template?.properties?.scheduling;
-        const capacityType: CapacityType = scheduling?.provisioningModel === 'SPOT' || scheduling?.preemptible === true ? 'spot' : 'on-demand';
+        const capacityType: CapacityType =
+          scheduling?.provisioningModel === 'SPOT' || scheduling?.preemptible === true ? 'spot' : 'on-demand';
         const groupZones = regional
           ? (igm.distributionPolicy?.zones ?? []).map((z) => last(z.zone)).filter((z) => zones.has(z))
           : [location];
@@ -167,7 +190,9 @@ export class MigNodeGroups implements NodeGroupProvider {
             id,
             cloud: 'gcp',
             region,
-            offerings: machineType ? migZones.sort().map((zone) => makeOffering({ cloud: 'gcp', region, zone, instanceType: machineType, capacityType })) : [],
+            offerings: machineType
+              ? migZones.sort().map((zone) => makeOffering({ cloud: 'gcp', region, zone, instanceType: machineType, capacityType }))
+              : [],
             minSize,
             maxSize: Math.max(minSize, maxSize),
             desiredCapacity: target,
@@ -188,7 +213,9 @@ export class MigNodeGroups implements NodeGroupProvider {
     const name = last(url);
     const region = /\/regions\/([^/]+)\//.exec(url)?.[1];
     const [t] = await this.call('read instance template', url, () =>
-      region ? this.c.regionInstanceTemplates.get({ project, region, instanceTemplate: name }) : this.c.instanceTemplates.get({ project, instanceTemplate: name }),
+      region
+        ? this.c.regionInstanceTemplates.get({ project, region, instanceTemplate: name })
+        : this.c.instanceTemplates.get({ project, instanceTemplate: name }),
     );
     // Templates are immutable: one read per name for the life of the process.
     this.templates.set(url, t);
@@ -197,7 +224,12 @@ export class MigNodeGroups implements NodeGroupProvider {
 
   private async mig(groupId: string, operation: string): Promise<Mig> {
     const m = (await this.migs()).find((x) => x.id === groupId) ?? (await this.migs(true)).find((x) => x.id === groupId);
-    if (!m) throw new CloudError('not-found', `node group ${groupId} does not exist or is not managed by gpu-fleet (template label ${GCP_LABELS.managed}=true)`, { operation, resource: groupId, cloud: 'gcp' });
+    if (!m)
+      throw new CloudError(
+        'not-found',
+        `node group ${groupId} does not exist or is not managed by gpu-fleet (template label ${GCP_LABELS.managed}=true)`,
+        { operation, resource: groupId, cloud: 'gcp' },
+      );
     return m;
   }
 
@@ -274,7 +306,9 @@ export class MigNodeGroups implements NodeGroupProvider {
       }
     }
     return perMig.flatMap(({ m, list }) =>
-      list.filter((mi) => mi.instance).map((mi) => this.toInstance(m, mi, zones.get(`${m.project}/${zoneOfUrl(mi.instance)}`)?.get(last(mi.instance)))),
+      list
+        .filter((mi) => mi.instance)
+        .map((mi) => this.toInstance(m, mi, zones.get(`${m.project}/${zoneOfUrl(mi.instance)}`)?.get(last(mi.instance)))),
     );
   }
 
@@ -295,14 +329,20 @@ export class MigNodeGroups implements NodeGroupProvider {
     const m = await this.mig(groupId, 'set desired capacity');
     const { minSize, maxSize } = m.group;
     if (!Number.isInteger(desired) || desired < minSize || desired > maxSize) {
-      throw new CloudError('invalid-request', `node group ${groupId}: desired size ${desired} is outside its limits [${minSize}, ${maxSize}] (${GCP_LABELS.minSize}/${GCP_LABELS.maxSize})`, { operation: 'set desired capacity', resource: groupId, cloud: 'gcp' });
+      throw new CloudError(
+        'invalid-request',
+        `node group ${groupId}: desired size ${desired} is outside its limits [${minSize}, ${maxSize}] (${GCP_LABELS.minSize}/${GCP_LABELS.maxSize})`,
+        { operation: 'set desired capacity', resource: groupId, cloud: 'gcp' },
+      );
     }
     const target = (await this.migs(true)).find((x) => x.id === groupId)?.igm.targetSize ?? m.igm.targetSize ?? 0;
     if (desired === target) return;
     if (desired > target) {
       const req = { project: m.project, instanceGroupManager: m.name, size: desired };
       const [op] = await this.call('resize', groupId, () =>
-        m.regional ? this.c.regionInstanceGroupManagers.resize({ ...req, region: m.location }) : this.c.instanceGroupManagers.resize({ ...req, zone: m.location }),
+        m.regional
+          ? this.c.regionInstanceGroupManagers.resize({ ...req, region: m.location })
+          : this.c.instanceGroupManagers.resize({ ...req, zone: m.location }),
       );
       await this.waitFor(m, op.latestResponse as Operation, 'resize');
     } else {
@@ -313,10 +353,22 @@ export class MigNodeGroups implements NodeGroupProvider {
       for (const z of new Set(list.map(zoneOf))) for (const [k, v] of await this.zoneInstances(m.project, z)) details.set(k, v);
       const candidates = list
         .filter((mi) => details.get(last(mi.instance))?.labels?.[GCP_LABELS.protected] !== 'true')
-        .sort((a, b) => Number(stateOf(a) === 'running') - Number(stateOf(b) === 'running') || Date.parse(details.get(last(b.instance))?.creationTimestamp ?? '') - Date.parse(details.get(last(a.instance))?.creationTimestamp ?? ''));
+        .sort(
+          (a, b) =>
+            Number(stateOf(a) === 'running') - Number(stateOf(b) === 'running') ||
+            Date.parse(details.get(last(b.instance))?.creationTimestamp ?? '') -
+              Date.parse(details.get(last(a.instance))?.creationTimestamp ?? ''),
+        );
       const victims = candidates.slice(0, target - desired);
-      if (victims.length < target - desired) this.noteActionProblem(`group ${groupId}: asked for ${desired} machines, but only ${victims.length} of the ${target - desired} to remove are unprotected; the rest run work`);
-      if (victims.length > 0) await this.deleteInstances(m, victims.map((v) => v.instance!));
+      if (victims.length < target - desired)
+        this.noteActionProblem(
+          `group ${groupId}: asked for ${desired} machines, but only ${victims.length} of the ${target - desired} to remove are unprotected; the rest run work`,
+        );
+      if (victims.length > 0)
+        await this.deleteInstances(
+          m,
+          victims.map((v) => v.instance!),
+        );
     }
     this.cache = undefined;
   }
@@ -331,8 +383,16 @@ export class MigNodeGroups implements NodeGroupProvider {
     const req = { project: m.project, instanceGroupManager: m.name };
     const [op] = await this.call('delete instances', `${m.id} (${urls.map(last).join(', ')})`, () =>
       m.regional
-        ? this.c.regionInstanceGroupManagers.deleteInstances({ ...req, region: m.location, regionInstanceGroupManagersDeleteInstancesRequestResource: body })
-        : this.c.instanceGroupManagers.deleteInstances({ ...req, zone: m.location, instanceGroupManagersDeleteInstancesRequestResource: body }),
+        ? this.c.regionInstanceGroupManagers.deleteInstances({
+            ...req,
+            region: m.location,
+            regionInstanceGroupManagersDeleteInstancesRequestResource: body,
+          })
+        : this.c.instanceGroupManagers.deleteInstances({
+            ...req,
+            zone: m.location,
+            instanceGroupManagersDeleteInstancesRequestResource: body,
+          }),
     );
     await this.waitFor(m, op.latestResponse as Operation, 'delete instances');
   }
@@ -348,7 +408,11 @@ export class MigNodeGroups implements NodeGroupProvider {
 
   async setScaleInProtection(groupId: string, instanceIds: readonly string[], protect: boolean): Promise<void> {
     const m = await this.mig(groupId, 'set scale-in protection');
-    const members = new Map((await this.managedInstances(m)).filter((mi) => mi.instance && !LEAVING.has(mi.currentAction ?? '')).map((mi) => [last(mi.instance), mi]));
+    const members = new Map(
+      (await this.managedInstances(m))
+        .filter((mi) => mi.instance && !LEAVING.has(mi.currentAction ?? ''))
+        .map((mi) => [last(mi.instance), mi]),
+    );
     for (const id of instanceIds) {
       const mi = members.get(id);
       const zone = zoneOfUrl(mi?.instance);
@@ -366,7 +430,12 @@ export class MigNodeGroups implements NodeGroupProvider {
       if (protect) labels[GCP_LABELS.protected] = 'true';
       else delete labels[GCP_LABELS.protected];
       const [op] = await this.call('set instance labels', `${m.project}/${zone}/${id}`, () =>
-        this.c.instances.setLabels({ project: m.project, zone, instance: id, instancesSetLabelsRequestResource: { labels, labelFingerprint: inst.labelFingerprint ?? '' } }),
+        this.c.instances.setLabels({
+          project: m.project,
+          zone,
+          instance: id,
+          instancesSetLabelsRequestResource: { labels, labelFingerprint: inst.labelFingerprint ?? '' },
+        }),
       );
       await this.waitZone(m.project, zone, op.latestResponse as Operation, 'set instance labels');
     }
@@ -384,7 +453,13 @@ export class MigNodeGroups implements NodeGroupProvider {
         const zone = zoneOfUrl(mi.instance);
         const offering = m.group.offerings.find((o) => o.zone === zone);
         for (const e of errors) {
-          out.push({ groupId: m.id, ...(offering ? { offeringId: offering.id } : {}), atMs: now, code: e.code ?? 'LaunchFailed', message: e.message ?? e.code ?? 'launch failed' });
+          out.push({
+            groupId: m.id,
+            ...(offering ? { offeringId: offering.id } : {}),
+            atMs: now,
+            code: e.code ?? 'LaunchFailed',
+            message: e.message ?? e.code ?? 'launch failed',
+          });
         }
       }
     }
@@ -416,7 +491,11 @@ export class MigNodeGroups implements NodeGroupProvider {
     const limit = this.options.clock.nowMs() + (this.options.operationTimeoutSec ?? 120) * 1000;
     for (let round = 0; current && current.status !== 'DONE'; round++) {
       if (round > 0 && this.options.clock.nowMs() > limit) {
-        throw new CloudError('unavailable', `GCP ${what}: operation ${current.name} still ${current.status} after ${this.options.operationTimeoutSec ?? 120} s; it goes on in the cloud and the next reconcile will see its result`, { operation: what, resource: current.targetLink ?? '', cloud: 'gcp' });
+        throw new CloudError(
+          'unavailable',
+          `GCP ${what}: operation ${current.name} still ${current.status} after ${this.options.operationTimeoutSec ?? 120} s; it goes on in the cloud and the next reconcile will see its result`,
+          { operation: what, resource: current.targetLink ?? '', cloud: 'gcp' },
+        );
       }
       if (round >= 10) break;
       const name = current.name ?? '';

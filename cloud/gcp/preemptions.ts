@@ -40,7 +40,10 @@ export class GcpPreemptions implements NoticeSource {
 
   async poll(): Promise<NodeNotice[]> {
     const now = this.options.clock.nowMs();
-    const sinceMs = this.lastLookMs === undefined ? now - (this.options.firstLookbackSec ?? 900) * 1000 : this.lastLookMs - (this.options.overlapSec ?? 120) * 1000;
+    const sinceMs =
+      this.lastLookMs === undefined
+        ? now - (this.options.firstLookbackSec ?? 900) * 1000
+        : this.lastLookMs - (this.options.overlapSec ?? 120) * 1000;
     const out: NodeNotice[] = [];
     const seen = new Set<string>();
     for (const scope of this.options.projects) {

@@ -13,7 +13,14 @@ export interface GcpConfig {
   readonly credentialsSecret?: string;
 }
 
-const Projects = z.array(z.strictObject({ projectId: z.string().min(1), zones: z.array(z.string().regex(/^[a-z]+-[a-z]+\d-[a-z]$/, { error: 'GCP zones look like "us-central1-a"' })).min(1) })).min(1);
+const Projects = z
+  .array(
+    z.strictObject({
+      projectId: z.string().min(1),
+      zones: z.array(z.string().regex(/^[a-z]+-[a-z]+\d-[a-z]$/, { error: 'GCP zones look like "us-central1-a"' })).min(1),
+    }),
+  )
+  .min(1);
 
 /** GCP settings from the environment the stack sets (`GPU_FLEET_GCP_PROJECTS` as JSON), or undefined when GCP is not configured. */
 export function gcpConfigFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): GcpConfig | undefined {
@@ -23,14 +30,27 @@ export function gcpConfigFromEnv(env: Readonly<Record<string, string | undefined
   try {
     json = JSON.parse(raw);
   } catch {
-    throw new Error(`GPU_FLEET_GCP_PROJECTS must be JSON like [{"projectId":"my-project","zones":["us-central1-a"]}], got "${raw.slice(0, 80)}"`);
+    throw new Error(
+      `GPU_FLEET_GCP_PROJECTS must be JSON like [{"projectId":"my-project","zones":["us-central1-a"]}], got "${raw.slice(0, 80)}"`,
+    );
   }
   const parsed = Projects.safeParse(json);
-  if (!parsed.success) throw new Error(`GPU_FLEET_GCP_PROJECTS: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}; expected [{"projectId":"my-project","zones":["us-central1-a"]}]`);
-  return { projects: parsed.data, ...(env.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: env.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}) };
+  if (!parsed.success)
+    throw new Error(
+      `GPU_FLEET_GCP_PROJECTS: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}; expected [{"projectId":"my-project","zones":["us-central1-a"]}]`,
+    );
+  return {
+    projects: parsed.data,
+    ...(env.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: env.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}),
+  };
 }
 
-const ServiceAccountKey = z.looseObject({ type: z.literal('service_account').optional(), client_email: z.string().email(), private_key: z.string().min(1), project_id: z.string().optional() });
+const ServiceAccountKey = z.looseObject({
+  type: z.literal('service_account').optional(),
+  client_email: z.string().email(),
+  private_key: z.string().min(1),
+  project_id: z.string().optional(),
+});
 
 /** The service account key stored in Secrets Manager (the JSON file GCP gives for a key). */
 export async function gcpCredentialsFromSecret(sm: SecretsManagerClient, secretId: string): Promise<GcpClientOptions['credentials']> {
@@ -39,10 +59,15 @@ export async function gcpCredentialsFromSecret(sm: SecretsManagerClient, secretI
   try {
     json = JSON.parse(out.SecretString ?? '');
   } catch {
-    throw new Error(`secret ${secretId} is not JSON: store the service account's key file (with client_email and private_key) as the secret string`);
+    throw new Error(
+      `secret ${secretId} is not JSON: store the service account's key file (with client_email and private_key) as the secret string`,
+    );
   }
   const key = ServiceAccountKey.safeParse(json);
-  if (!key.success) throw new Error(`secret ${secretId} is not a service account key: ${key.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!key.success)
+    throw new Error(
+      `secret ${secretId} is not a service account key: ${key.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+    );
   return { client_email: key.data.client_email, private_key: key.data.private_key };
 }
 

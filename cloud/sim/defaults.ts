@@ -20,11 +20,39 @@ export const SHIPPED_TRACES: Readonly<Record<string, URL>> = {
  */
 export const DEFAULT_SIM_GROUPS: readonly SimGroupConfig[] = [
   { id: 'p3-2xl-spot', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'spot', minSize: 0, maxSize: 400 },
-  { id: 'p3-2xl-od', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'on-demand', minSize: 0, maxSize: 400 },
+  {
+    id: 'p3-2xl-od',
+    instanceTypes: ['p3.2xlarge'],
+    zones: ['us-west-2a', 'us-west-2b'],
+    capacityType: 'on-demand',
+    minSize: 0,
+    maxSize: 400,
+  },
   { id: 'p3-8xl-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'spot', minSize: 0, maxSize: 100 },
-  { id: 'p3-8xl-od', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'on-demand', minSize: 0, maxSize: 100 },
-  { id: 'p3-16xl-spot', instanceTypes: ['p3.16xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'spot', minSize: 0, maxSize: 60 },
-  { id: 'p3-16xl-od', instanceTypes: ['p3.16xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'on-demand', minSize: 0, maxSize: 60 },
+  {
+    id: 'p3-8xl-od',
+    instanceTypes: ['p3.8xlarge'],
+    zones: ['us-west-2a', 'us-west-2b'],
+    capacityType: 'on-demand',
+    minSize: 0,
+    maxSize: 100,
+  },
+  {
+    id: 'p3-16xl-spot',
+    instanceTypes: ['p3.16xlarge'],
+    zones: ['us-west-2a', 'us-west-2b'],
+    capacityType: 'spot',
+    minSize: 0,
+    maxSize: 60,
+  },
+  {
+    id: 'p3-16xl-od',
+    instanceTypes: ['p3.16xlarge'],
+    zones: ['us-west-2a', 'us-west-2b'],
+    capacityType: 'on-demand',
+    minSize: 0,
+    maxSize: 60,
+  },
 ];
 
 const traceCache = new Map<string, AvailabilityTrace>();

@@ -1,7 +1,14 @@
 import type { Offering } from '../../core/catalog.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import type { ReconcilePorts } from '../../core/services/reconcile.ts';
-import { ShippedCatalogSource, ShippedPriceSource, onDemandPrice, shippedCatalog, spotPrice, type ShippedCatalog } from '../catalog/shipped.ts';
+import {
+  ShippedCatalogSource,
+  ShippedPriceSource,
+  onDemandPrice,
+  shippedCatalog,
+  spotPrice,
+  type ShippedCatalog,
+} from '../catalog/shipped.ts';
 import { SeededRandom, VirtualClock } from './clock.ts';
 import {
   MemoryCheckpointStore,
@@ -47,7 +54,9 @@ export interface SimEnvironment {
   /** The ports as the reconcile service takes them. */
   readonly ports: ReconcilePorts;
   /** Price of an offering from the shipped catalogue (µUSD/h), and its on-demand price. */
-  priceOf(offering: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'>): { price: number; onDemand: number } | undefined;
+  priceOf(
+    offering: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'>,
+  ): { price: number; onDemand: number } | undefined;
 }
 
 export function createSimEnvironment(options: SimEnvironmentOptions): SimEnvironment {
@@ -93,5 +102,22 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     checkpoints,
     lease,
   };
-  return { clock, random, cloud, jobs, nodes, queue, ledger, decisions, checkpoints, budgets, lease, pools, journal, catalog, ports, priceOf };
+  return {
+    clock,
+    random,
+    cloud,
+    jobs,
+    nodes,
+    queue,
+    ledger,
+    decisions,
+    checkpoints,
+    budgets,
+    lease,
+    pools,
+    journal,
+    catalog,
+    ports,
+    priceOf,
+  };
 }

@@ -36,9 +36,23 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
   none: { name: 'none', description: 'no faults (the baseline)' },
   'api-errors': { name: 'api-errors', description: '10% of node-group API calls throttled or failing with 5xx', apiErrorRate: 0.1 },
   'spot-stockout': { name: 'spot-stockout', description: 'spot pools out of capacity 40% of the time', spotStockoutRate: 0.4 },
-  'crash-mid-apply': { name: 'crash-mid-apply', description: 'every 7th reconcile dies after 2 actions of its apply', crashEvery: 7, crashAfterActions: 2 },
-  'duplicate-reorder': { name: 'duplicate-reorder', description: '30% of events delivered twice, and every tick\'s events shuffled', duplicateEventRate: 0.3, reorderEvents: true },
-  'interruption-storm': { name: 'interruption-storm', description: 'half the spot machines interrupted in one minute, 18 h in (about 30 of 60 machines on the built-in trace)', stormAtHour: 18 },
+  'crash-mid-apply': {
+    name: 'crash-mid-apply',
+    description: 'every 7th reconcile dies after 2 actions of its apply',
+    crashEvery: 7,
+    crashAfterActions: 2,
+  },
+  'duplicate-reorder': {
+    name: 'duplicate-reorder',
+    description: "30% of events delivered twice, and every tick's events shuffled",
+    duplicateEventRate: 0.3,
+    reorderEvents: true,
+  },
+  'interruption-storm': {
+    name: 'interruption-storm',
+    description: 'half the spot machines interrupted in one minute, 18 h in (about 30 of 60 machines on the built-in trace)',
+    stormAtHour: 18,
+  },
   'dead-agents': { name: 'dead-agents', description: '10% of machines lose their agent (no heartbeats)', deadAgentRate: 0.1 },
   'checkpoint-failures': { name: 'checkpoint-failures', description: '30% of checkpoints fail', checkpointFailRate: 0.3 },
   'store-conflicts': { name: 'store-conflicts', description: '10% of job writes lose a conditional-write race', storeConflictRate: 0.1 },
@@ -65,12 +79,23 @@ export function faultProfile(name: string): FaultProfile {
 }
 
 /** Node-group calls that fail on a share of calls, as throttling or a server error. */
-export function faultyProvider(provider: NodeGroupProvider, random: SeededRandom, rate: number, counts: { injected: number }): NodeGroupProvider {
+export function faultyProvider(
+  provider: NodeGroupProvider,
+  random: SeededRandom,
+  rate: number,
+  counts: { injected: number },
+): NodeGroupProvider {
   const fail = (operation: string) => {
     if (random.next() >= rate) return;
     counts.injected++;
     const throttled = random.next() < 0.5;
-    throw new CloudError(throttled ? 'throttled' : 'unavailable', throttled ? `Rate exceeded (injected fault on ${operation})` : `We encountered an internal error. Please try again. (injected fault on ${operation})`, { operation, cloud: provider.cloud });
+    throw new CloudError(
+      throttled ? 'throttled' : 'unavailable',
+      throttled
+        ? `Rate exceeded (injected fault on ${operation})`
+        : `We encountered an internal error. Please try again. (injected fault on ${operation})`,
+      { operation, cloud: provider.cloud },
+    );
   };
   return {
     cloud: provider.cloud,
@@ -123,7 +148,11 @@ export class SimulatedCrash extends Error {
  * A plan journal whose run dies after `k` recorded actions, and a lease that is then not released
  * (a dead function runs no `finally`): the next reconcile must wait out the lease and resume.
  */
-export function crashingJournal(journal: PlanJournal, lease: LeaseStore | undefined, state: { armed: boolean; done: number; k: number; crashes: number }): { journal: PlanJournal; lease: LeaseStore | undefined } {
+export function crashingJournal(
+  journal: PlanJournal,
+  lease: LeaseStore | undefined,
+  state: { armed: boolean; done: number; k: number; crashes: number },
+): { journal: PlanJournal; lease: LeaseStore | undefined } {
   let crashed = false;
   const j: PlanJournal = {
     ...bindAll(journal),

@@ -58,7 +58,8 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
     if (x.submitted.has(j.id)) present++;
     if (!JOB_STATES.includes(j.state)) v('one state per job', `job ${j.id} is in unknown state "${j.state}"`);
     // Every accepted job is pending, placed, running, checkpointing, succeeded, cancelled, or failed by its own program's exit.
-    if (j.state === 'failed' && j.exitCode !== x.exitCodeOf(j)) v('nothing lost', `job ${j.id} failed with exit code ${j.exitCode}, not its program's ${x.exitCodeOf(j)}: the platform failed it`);
+    if (j.state === 'failed' && j.exitCode !== x.exitCodeOf(j))
+      v('nothing lost', `job ${j.id} failed with exit code ${j.exitCode}, not its program's ${x.exitCodeOf(j)}: the platform failed it`);
     if (x.runningAttempts.has(j.id)) current.set(j.id, j);
   }
   if (present !== x.submitted.size) {
@@ -68,13 +69,16 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
   for (const [jobId, attempts] of x.runningAttempts) {
     if (attempts.length > 1) v('no two running attempts', `job ${jobId} runs attempts ${attempts.join(' and ')} at once`);
     const j = current.get(jobId);
-    if (j && (j.state === 'running' || j.state === 'checkpointing') && !attempts.includes(j.attempt)) v('no two running attempts', `job ${jobId} is at attempt ${j.attempt} but attempt ${attempts.join(',')} runs`);
+    if (j && (j.state === 'running' || j.state === 'checkpointing') && !attempts.includes(j.attempt))
+      v('no two running attempts', `job ${jobId} is at attempt ${j.attempt} but attempt ${attempts.join(',')} runs`);
   }
   const live = new Map<string, number>();
   for (const i of x.instances) if (i.state !== 'terminated') live.set(i.groupId, (live.get(i.groupId) ?? 0) + 1);
   for (const g of x.groups) {
-    if (g.desiredCapacity > g.maxSize) v('no group above its max', `group ${g.id} wants ${g.desiredCapacity} machines, its max is ${g.maxSize}`);
-    if ((live.get(g.id) ?? 0) > g.maxSize) v('no group above its max', `group ${g.id} has ${live.get(g.id)} live machines, its max is ${g.maxSize}`);
+    if (g.desiredCapacity > g.maxSize)
+      v('no group above its max', `group ${g.id} wants ${g.desiredCapacity} machines, its max is ${g.maxSize}`);
+    if ((live.get(g.id) ?? 0) > g.maxSize)
+      v('no group above its max', `group ${g.id} has ${live.get(g.id)} live machines, its max is ${g.maxSize}`);
   }
   for (const t of x.teamTags) {
     const team = teamFromTags(t.team, t.tags);
@@ -87,12 +91,19 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
     const since = x.overBudgetSince.get(team.id) ?? x.atMs;
     x.overBudgetSince.set(team.id, since);
     const late = x.jobs.filter((j) => j.team === team.id && (j.placedAtMs ?? 0) > since + x.reconcileIntervalMs);
-    if (late.length > 0) v('hold keeps the budget', `team ${team.id} is over its budget (action hold) since ${new Date(since).toISOString()}, yet ${late.map((j) => j.id).join(', ')} was placed`);
+    if (late.length > 0)
+      v(
+        'hold keeps the budget',
+        `team ${team.id} is over its budget (action hold) since ${new Date(since).toISOString()}, yet ${late.map((j) => j.id).join(', ')} was placed`,
+      );
   }
   for (let i = lostChecked.upTo; i < x.lost.length; i++) {
     const l = x.lost[i]!;
     if (l.allowedSec !== undefined && !l.checkpointFailed && l.lostSec > l.allowedSec + x.lostSlackSec) {
-      v('bounded rework', `job ${l.jobId} attempt ${l.attempt} lost ${Math.round(l.lostSec)} s of work; its checkpoints every ${l.allowedSec} s (with grace) allow ${l.allowedSec + x.lostSlackSec} s`);
+      v(
+        'bounded rework',
+        `job ${l.jobId} attempt ${l.attempt} lost ${Math.round(l.lostSec)} s of work; its checkpoints every ${l.allowedSec} s (with grace) allow ${l.allowedSec + x.lostSlackSec} s`,
+      );
     }
   }
   lostChecked.upTo = x.lost.length;

@@ -103,7 +103,11 @@ export class MemoryNodeStore implements NodeStore {
   async heartbeat(instanceId: string, atMs: number, health?: { healthy: boolean; problem?: string }): Promise<boolean> {
     const r = this.records.get(instanceId);
     if (!r) return false;
-    const next: NodeRecord = { ...r, lastHeartbeatAtMs: Math.max(r.lastHeartbeatAtMs, atMs), ...(health ? { healthy: health.healthy, healthProblem: health.problem } : {}) };
+    const next: NodeRecord = {
+      ...r,
+      lastHeartbeatAtMs: Math.max(r.lastHeartbeatAtMs, atMs),
+      ...(health ? { healthy: health.healthy, healthProblem: health.problem } : {}),
+    };
     this.records.set(instanceId, Object.freeze(next));
     return true;
   }
@@ -119,7 +123,14 @@ export class MemoryNodeStore implements NodeStore {
   async markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord> {
     const r = this.records.get(instanceId);
     if (r?.draining) return r;
-    const base: NodeRecord = r ?? { instanceId, groupId: drain.groupId ?? 'unknown', registeredAtMs: drain.sinceMs, lastHeartbeatAtMs: drain.sinceMs, gpus: [], healthy: true };
+    const base: NodeRecord = r ?? {
+      instanceId,
+      groupId: drain.groupId ?? 'unknown',
+      registeredAtMs: drain.sinceMs,
+      lastHeartbeatAtMs: drain.sinceMs,
+      gpus: [],
+      healthy: true,
+    };
     const { groupId: _g, ...draining } = drain;
     const next = Object.freeze({ ...base, draining });
     this.records.set(instanceId, next);
@@ -290,7 +301,11 @@ export class MemoryJobQueue implements JobQueue {
 
   async send(team: string, body: string, token: string): Promise<{ messageId: string }> {
     const q = this.queues.get(team);
-    if (!q) throw new CloudError('not-found', `team "${team}" has no queue; known teams: ${[...this.queues.keys()].join(', ')}`, { operation: 'send', resource: team });
+    if (!q)
+      throw new CloudError('not-found', `team "${team}" has no queue; known teams: ${[...this.queues.keys()].join(', ')}`, {
+        operation: 'send',
+        resource: team,
+      });
     const seen = this.seenTokens.get(team)!;
     const messageId = `m-${(++this.counter).toString(16).padStart(8, '0')}`;
     if (seen.has(token)) return { messageId }; // deduplicated, like an SQS FIFO deduplication id
@@ -349,7 +364,10 @@ export class MemoryPoolHistory implements PoolHistory {
     if (!this.interrupted.has(instanceId)) this.interrupted.set(instanceId, { offeringId, atMs });
   }
 
-  dump(): { spans: [string, { offeringId: string; firstMs: number; lastMs: number }][]; interrupted: [string, { offeringId: string; atMs: number }][] } {
+  dump(): {
+    spans: [string, { offeringId: string; firstMs: number; lastMs: number }][];
+    interrupted: [string, { offeringId: string; atMs: number }][];
+  } {
     return { spans: [...this.spans.entries()], interrupted: [...this.interrupted.entries()] };
   }
 
@@ -368,7 +386,8 @@ export class MemoryPoolHistory implements PoolHistory {
       }
       return e;
     };
-    for (const s of this.spans.values()) if (s.lastMs >= sinceMs) entry(s.offeringId).exposureHours += (s.lastMs - Math.max(s.firstMs, sinceMs)) / 3_600_000;
+    for (const s of this.spans.values())
+      if (s.lastMs >= sinceMs) entry(s.offeringId).exposureHours += (s.lastMs - Math.max(s.firstMs, sinceMs)) / 3_600_000;
     for (const i of this.interrupted.values()) {
       if (i.atMs < sinceMs) continue;
       const e = entry(i.offeringId);

@@ -82,7 +82,7 @@ export class SimAgents {
   progressSec(job: Job, nowMs: number): number {
     const r = this.running.get(key(job));
     if (!r) return job.checkpoint?.progressSec ?? 0;
-    const restoreMs = (r.baseProgressSec > 0 ? this.options.restoreSec ?? 0 : 0) * 1000;
+    const restoreMs = (r.baseProgressSec > 0 ? (this.options.restoreSec ?? 0) : 0) * 1000;
     return r.baseProgressSec + Math.max(0, nowMs - r.startedAtMs - restoreMs) / 1000;
   }
 
@@ -101,7 +101,11 @@ export class SimAgents {
           registeredAtMs: now,
           lastHeartbeatAtMs: now,
           healthy: true,
-          gpus: Array.from({ length: type?.gpuCount ?? 0 }, (_, index) => ({ index, model: type!.gpuModel, memoryMiB: type!.gpuMemoryMiB })),
+          gpus: Array.from({ length: type?.gpuCount ?? 0 }, (_, index) => ({
+            index,
+            model: type!.gpuModel,
+            memoryMiB: type!.gpuMemoryMiB,
+          })),
         });
       }
     }
@@ -148,7 +152,13 @@ export class SimAgents {
     const saved = job.checkpoint?.progressSec ?? 0;
     const lostSec = Math.max(0, (r.lastProgressSec ?? r.baseProgressSec) - Math.max(saved, r.baseProgressSec));
     const cp = job.spec.checkpoint;
-    this.lost.push({ jobId, attempt, lostSec, ...(cp ? { allowedSec: cp.intervalSec + cp.gracePeriodSec } : {}), checkpointFailed: this.failedCheckpointJobs.has(jobId) });
+    this.lost.push({
+      jobId,
+      attempt,
+      lostSec,
+      ...(cp ? { allowedSec: cp.intervalSec + cp.gracePeriodSec } : {}),
+      checkpointFailed: this.failedCheckpointJobs.has(jobId),
+    });
   }
 
   private async step(job: Job, now: number): Promise<void> {
@@ -180,7 +190,12 @@ export class SimAgents {
     r.lastProgressSec = progress;
     if (progress >= this.options.workSecOf(job)) {
       const exitCode = this.options.exitCodeOf?.(job) ?? 0;
-      const done = await applyJobEvent(jobs, job.id, exitCode === 0 ? { type: 'succeed', attempt: job.attempt } : { type: 'fail', attempt: job.attempt, exitCode }, now);
+      const done = await applyJobEvent(
+        jobs,
+        job.id,
+        exitCode === 0 ? { type: 'succeed', attempt: job.attempt } : { type: 'fail', attempt: job.attempt, exitCode },
+        now,
+      );
       if (done.status === 'changed') this.stats.succeeded++;
       this.running.delete(key(job));
       return;
@@ -193,7 +208,13 @@ export class SimAgents {
         this.failedCheckpointJobs.add(job.id);
         r.lastCheckpointAtMs = now; // it tries again at its next interval
       } else if (cp !== undefined) {
-        const ref = { jobId: job.id, attempt: job.attempt, location: checkpoints.locationFor(job.id, job.attempt), completedAtMs: now, progressSec: Math.floor(progress) };
+        const ref = {
+          jobId: job.id,
+          attempt: job.attempt,
+          location: checkpoints.locationFor(job.id, job.attempt),
+          completedAtMs: now,
+          progressSec: Math.floor(progress),
+        };
         await checkpoints.markComplete(ref);
         await applyJobEvent(jobs, job.id, { type: 'checkpoint-done', checkpoint: ref }, now);
         r.lastCheckpointAtMs = now;

@@ -81,7 +81,9 @@ export class SimCloud implements NodeGroupProvider {
     for (const g of options.groups) {
       const cloud = g.cloud ?? 'aws';
       const offerings = g.instanceTypes.flatMap((t) =>
-        g.zones.map((zone) => makeOffering({ cloud, region: regionOfZone(cloud, zone), zone, instanceType: t, capacityType: g.capacityType })),
+        g.zones.map((zone) =>
+          makeOffering({ cloud, region: regionOfZone(cloud, zone), zone, instanceType: t, capacityType: g.capacityType }),
+        ),
       );
       this.groups.set(g.id, { config: g, offerings, desired: g.desiredCapacity ?? g.minSize, nextZone: 0, lastFailureAtMs: new Map() });
     }
@@ -107,7 +109,11 @@ export class SimCloud implements NodeGroupProvider {
     this.calls.push({ method: 'setDesiredCapacity', args: [groupId, desired] });
     const g = this.group(groupId, 'setDesiredCapacity');
     if (!Number.isInteger(desired) || desired < g.config.minSize || desired > g.config.maxSize) {
-      throw new CloudError('invalid-request', `desired capacity ${desired} for ${groupId} is outside its limits [${g.config.minSize}, ${g.config.maxSize}]`, { operation: 'setDesiredCapacity', resource: groupId, cloud: this.cloud });
+      throw new CloudError(
+        'invalid-request',
+        `desired capacity ${desired} for ${groupId} is outside its limits [${g.config.minSize}, ${g.config.maxSize}]`,
+        { operation: 'setDesiredCapacity', resource: groupId, cloud: this.cloud },
+      );
     }
     g.desired = desired;
     this.fill(g);
@@ -213,7 +219,8 @@ export class SimCloud implements NodeGroupProvider {
   /** Launches machines until the group has its desired number alive, skipping pools without capacity. */
   private fill(g: SimGroup): void {
     const now = this.options.clock.nowMs();
-    const alive = () => [...this.instances.values()].filter((i) => i.groupId === g.config.id && (i.state === 'pending' || i.state === 'running')).length;
+    const alive = () =>
+      [...this.instances.values()].filter((i) => i.groupId === g.config.id && (i.state === 'pending' || i.state === 'running')).length;
     let missing = g.desired - alive();
     while (missing > 0) {
       const offering = this.pickOffering(g, now);
@@ -250,7 +257,13 @@ export class SimCloud implements NodeGroupProvider {
     const last = g.lastFailureAtMs.get(o.id);
     if (last !== undefined && now - last < 60_000) return; // the group retries; one record a minute per pool
     g.lastFailureAtMs.set(o.id, now);
-    this.failures.push({ groupId: g.config.id, offeringId: o.id, atMs: now, code, message: `There is no ${o.capacityType} capacity for ${o.instanceType} in ${o.zone} right now (simulated).` });
+    this.failures.push({
+      groupId: g.config.id,
+      offeringId: o.id,
+      atMs: now,
+      code,
+      message: `There is no ${o.capacityType} capacity for ${o.instanceType} in ${o.zone} right now (simulated).`,
+    });
     if (this.failures.length > 10_000) this.failures.splice(0, this.failures.length - 10_000);
   }
 

@@ -2,7 +2,16 @@ import { DAY_PERIOD_PREFIX } from '../../core/services/accrual.ts';
 import { CloudError, ConflictError } from '../../core/errors.ts';
 import type { Instance } from '../../core/fleet.ts';
 import type { ReconcilePorts } from '../../core/services/reconcile.ts';
-import { conflictingJobs, crashingJournal, FAULT_PROFILES, faultyProvider, hash01, SimulatedCrash, stockouts, type FaultProfile } from './faults.ts';
+import {
+  conflictingJobs,
+  crashingJournal,
+  FAULT_PROFILES,
+  faultyProvider,
+  hash01,
+  SimulatedCrash,
+  stockouts,
+  type FaultProfile,
+} from './faults.ts';
 import { checkInvariants, type InvariantViolation } from './invariants.ts';
 import { budgetStatus, periodKey, teamFromTags } from '../../core/budget.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
@@ -102,7 +111,17 @@ export interface SimulationSummary {
   readonly peakGpus: number;
   readonly wallMs: number;
   /** The fault profile and what it injected. */
-  readonly faults: { readonly profile: string; readonly apiErrors: number; readonly storeConflicts: number; readonly crashes: number; readonly duplicateEvents: number; readonly deadAgents: number; readonly checkpointFailures: number; readonly stormInterruptions: number; readonly reconcileFailures: number };
+  readonly faults: {
+    readonly profile: string;
+    readonly apiErrors: number;
+    readonly storeConflicts: number;
+    readonly crashes: number;
+    readonly duplicateEvents: number;
+    readonly deadAgents: number;
+    readonly checkpointFailures: number;
+    readonly stormInterruptions: number;
+    readonly reconcileFailures: number;
+  };
   /** Invariant violations found (each minute's check), and their first messages. */
   readonly violations: number;
   readonly violationMessages: readonly string[];
@@ -146,7 +165,11 @@ export const DEFAULT_SIM_START_MS = Date.UTC(2026, 10, 2, 0, 0, 0);
 const NOTICE_MS = 120_000;
 
 /** The planner, fleet and workload each policy runs with. */
-export function policySetup(policy: SimPolicyName, groups: readonly SimGroupConfig[], workload: Workload): { planner: Planner; groups: readonly SimGroupConfig[]; workload: Workload } {
+export function policySetup(
+  policy: SimPolicyName,
+  groups: readonly SimGroupConfig[],
+  workload: Workload,
+): { planner: Planner; groups: readonly SimGroupConfig[]; workload: Workload } {
   switch (policy) {
     case 'gpu-fleet':
       return { planner: plan, groups, workload };
@@ -156,7 +179,8 @@ export function policySetup(policy: SimPolicyName, groups: readonly SimGroupConf
     case 'spot-greedy':
       // Spot whenever it can be had, no regard for risk, and no checkpoints: an interrupted job starts over.
       return {
-        planner: (s: Snapshot): Plan => plan({ ...s, poolRiskPerHour: new Map([...s.prices.keys()].filter((k) => k.endsWith('/spot')).map((k) => [k, 0])) }),
+        planner: (s: Snapshot): Plan =>
+          plan({ ...s, poolRiskPerHour: new Map([...s.prices.keys()].filter((k) => k.endsWith('/spot')).map((k) => [k, 0])) }),
         groups,
         workload: { ...workload, jobs: workload.jobs.map((j) => ({ ...j, spec: { ...j.spec, checkpoint: undefined } })) },
       };
@@ -192,15 +216,22 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     teams: [...new Set([...setup.workload.teams, ...options.teamTags.map((t) => t.team)])],
     teamTags: options.teamTags,
     ...(options.bootSec !== undefined ? { bootSec: options.bootSec } : {}),
-    ...(faults.spotStockoutRate ? { capacity: stockouts(market ?? ALWAYS_OBTAINABLE, faults.spotStockoutRate, options.seed) } : market ? { capacity: market } : {}),
+    ...(faults.spotStockoutRate
+      ? { capacity: stockouts(market ?? ALWAYS_OBTAINABLE, faults.spotStockoutRate, options.seed) }
+      : market
+        ? { capacity: market }
+        : {}),
   });
   // Faults: the control loop's ports (and the agents' store) as the chosen profile breaks them.
   const faultRandom = new SeededRandom(options.seed * 104_729 + 3);
   const injected = { api: { injected: 0 }, conflicts: { injected: 0 }, duplicates: 0, storm: 0, reconcileFailures: 0 };
   const crash = { armed: false, done: 0, k: faults.crashAfterActions ?? 0, crashes: 0 };
-  const jobStore = faults.storeConflictRate ? conflictingJobs(env.jobs, faultRandom, faults.storeConflictRate, injected.conflicts) : env.jobs;
+  const jobStore = faults.storeConflictRate
+    ? conflictingJobs(env.jobs, faultRandom, faults.storeConflictRate, injected.conflicts)
+    : env.jobs;
   let ports: ReconcilePorts = { ...env.ports, jobs: jobStore };
-  if (faults.apiErrorRate) ports = { ...ports, providers: ports.providers.map((p) => faultyProvider(p, faultRandom, faults.apiErrorRate!, injected.api)) };
+  if (faults.apiErrorRate)
+    ports = { ...ports, providers: ports.providers.map((p) => faultyProvider(p, faultRandom, faults.apiErrorRate!, injected.api)) };
   if (faults.crashEvery) ports = { ...ports, ...crashingJournal(ports.journal, ports.lease, crash) } as ReconcilePorts;
   const deadAgents = new Set<string>();
   const agentDead = faults.deadAgentRate
@@ -325,7 +356,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     // Arrivals go through the team queue and intake, as in production.
     while (next < arrivals.length && arrivals[next]!.submitSec * 1000 <= t) {
       const job = arrivals[next++]!;
-      const spec = job.deadlineSec !== undefined ? { ...job.spec, deadline: new Date(startMs + job.deadlineSec * 1000).toISOString() } : job.spec;
+      const spec =
+        job.deadlineSec !== undefined ? { ...job.spec, deadline: new Date(startMs + job.deadlineSec * 1000).toISOString() } : job.spec;
       await env.queue.send(job.team, JSON.stringify(spec), job.id);
       submitted.add(jobIdFor(job.team, job.id));
     }
@@ -338,20 +370,43 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     if (market) {
       for (const inst of market.reclaims(env.cloud.allInstances(), now)) {
         interruptions++;
-        deliver(now, spotInterruptionWarning({ id: `sim-${++eventCounter}`, instanceId: inst.id, zone: inst.offering.zone, region: inst.offering.region, atMs: now }));
+        deliver(
+          now,
+          spotInterruptionWarning({
+            id: `sim-${++eventCounter}`,
+            instanceId: inst.id,
+            zone: inst.offering.zone,
+            region: inst.offering.region,
+            atMs: now,
+          }),
+        );
         terminations.push({ atMs: now + NOTICE_MS, inst });
       }
     }
     // An interruption storm: half the live spot machines warned within one minute.
     // (At the first minute from that hour on with at least four spot machines up, so it is a storm.)
-    const stormSpot = faults.stormAtHour !== undefined && !stormDone && t >= faults.stormAtHour * 3_600_000 ? env.cloud.allInstances().filter((i) => i.state !== 'terminated' && i.offering.capacityType === 'spot' && !terminations.some((x) => x.inst.id === i.id)) : [];
+    const stormSpot =
+      faults.stormAtHour !== undefined && !stormDone && t >= faults.stormAtHour * 3_600_000
+        ? env.cloud
+            .allInstances()
+            .filter((i) => i.state !== 'terminated' && i.offering.capacityType === 'spot' && !terminations.some((x) => x.inst.id === i.id))
+        : [];
     if (stormSpot.length >= 4) {
       stormDone = true;
       for (const inst of stormSpot.filter((_, k) => k % 2 === 0)) {
         interruptions++;
         injected.storm++;
         const at = now + Math.floor(faultRandom.next() * 4) * tickMs;
-        deliver(at, spotInterruptionWarning({ id: `sim-${++eventCounter}`, instanceId: inst.id, zone: inst.offering.zone, region: inst.offering.region, atMs: at }));
+        deliver(
+          at,
+          spotInterruptionWarning({
+            id: `sim-${++eventCounter}`,
+            instanceId: inst.id,
+            zone: inst.offering.zone,
+            region: inst.offering.region,
+            atMs: at,
+          }),
+        );
         terminations.push({ atMs: at + NOTICE_MS, inst });
       }
     }
@@ -361,13 +416,22 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       terminations.splice(i, 1);
       if (due.inst.state !== 'terminated') {
         env.cloud.reclaim(due.inst.id, 'spot interruption');
-        deliver(now, instanceStateChange({ id: `sim-${++eventCounter}`, instanceId: due.inst.id, region: due.inst.offering.region, atMs: now, state: 'terminated' }));
+        deliver(
+          now,
+          instanceStateChange({
+            id: `sim-${++eventCounter}`,
+            instanceId: due.inst.id,
+            region: due.inst.offering.region,
+            atMs: now,
+            state: 'terminated',
+          }),
+        );
       }
     }
     env.cloud.tick();
     let reconcileSoon = false;
     const due: Record<string, unknown>[] = [];
-    for (let i = 0; i < inbox.length; ) {
+    for (let i = 0; i < inbox.length;) {
       if (inbox[i]!.atMs > now) {
         i++;
         continue;
@@ -421,7 +485,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
 
   const jobs = env.jobs.all();
   const costByTeam: Record<string, MicroUsd> = {};
-  for (const row of await env.ledger.list()) if (!row.period.startsWith(DAY_PERIOD_PREFIX)) costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
+  for (const row of await env.ledger.list())
+    if (!row.period.startsWith(DAY_PERIOD_PREFIX)) costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
   const useful = usefulWork(jobs, agents, workOf, endMs);
   const summary: SimulationSummary = {
     policy: policyName,
@@ -469,7 +534,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     violations: violations.length,
     violationMessages: violations.slice(0, 10).map((v) => v.message),
     duplicated: seenTwice.size,
-    maxLostWorkSec: Math.round(Math.max(0, ...agents.lost.filter((l) => !l.checkpointFailed && l.allowedSec !== undefined).map((l) => l.lostSec))),
+    maxLostWorkSec: Math.round(
+      Math.max(0, ...agents.lost.filter((l) => !l.checkpointFailed && l.allowedSec !== undefined).map((l) => l.lostSec)),
+    ),
   };
   return { summary, timeline, budgetEvents, budgets: teamBudgets, env, jobs };
 }
@@ -489,7 +556,12 @@ function buildMarket(spot: SpotSetup, startMs: number, horizonMs: number, random
   }
 }
 
-async function sample(env: SimEnvironment, tMs: number, instances: Awaited<ReturnType<SimEnvironment['cloud']['listInstances']>>, runningCost: number): Promise<TimelineSample> {
+async function sample(
+  env: SimEnvironment,
+  tMs: number,
+  instances: Awaited<ReturnType<SimEnvironment['cloud']['listInstances']>>,
+  runningCost: number,
+): Promise<TimelineSample> {
   const machinesByGroup: Record<string, number> = {};
   let spotGpus = 0;
   let onDemandGpus = 0;
@@ -503,7 +575,8 @@ async function sample(env: SimEnvironment, tMs: number, instances: Awaited<Retur
   const pending = await env.jobs.listByState(['pending']);
   const running = await env.jobs.listByState(['running', 'checkpointing', 'placed']);
   const spendByTeamMicroUsd: Record<string, number> = {};
-  for (const row of await env.ledger.list()) if (!row.period.startsWith(DAY_PERIOD_PREFIX)) spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
+  for (const row of await env.ledger.list())
+    if (!row.period.startsWith(DAY_PERIOD_PREFIX)) spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
   return {
     tSec: Math.round(tMs / 1000),
     machinesByGroup,
@@ -517,7 +590,12 @@ async function sample(env: SimEnvironment, tMs: number, instances: Awaited<Retur
   };
 }
 
-async function noteBudgetEvents(env: SimEnvironment, tMs: number, last: Map<string, { state: BudgetState; crossed: number }>, events: BudgetEvent[]): Promise<void> {
+async function noteBudgetEvents(
+  env: SimEnvironment,
+  tMs: number,
+  last: Map<string, { state: BudgetState; crossed: number }>,
+  events: BudgetEvent[],
+): Promise<void> {
   for (const set of await env.budgets.readTeamTags()) {
     const team = teamFromTags(set.team, set.tags);
     if (!team.budget) continue;
@@ -526,19 +604,35 @@ async function noteBudgetEvents(env: SimEnvironment, tMs: number, last: Map<stri
     const crossed = status.crossedAlertPct[status.crossedAlertPct.length - 1] ?? 0;
     const prev = last.get(team.id) ?? { state: 'ok' as BudgetState, crossed: 0 };
     if (crossed > prev.crossed || status.state !== prev.state) {
-      events.push({ tSec: Math.round(tMs / 1000), team: team.id, state: status.state, crossedPct: crossed || undefined, message: status.message });
+      events.push({
+        tSec: Math.round(tMs / 1000),
+        team: team.id,
+        state: status.state,
+        crossedPct: crossed || undefined,
+        message: status.message,
+      });
       last.set(team.id, { state: status.state, crossed });
     }
   }
 }
 
 /** Seconds of GPU work each job really got done (milli-GPU × ms): completed work, work saved in a checkpoint, or work in progress at the end. */
-function usefulWork(jobs: readonly Job[], agents: SimAgents, workOf: (job: Job) => WorkloadJob | undefined, endMs: number): Map<string, number> {
+function usefulWork(
+  jobs: readonly Job[],
+  agents: SimAgents,
+  workOf: (job: Job) => WorkloadJob | undefined,
+  endMs: number,
+): Map<string, number> {
   const out = new Map<string, number>();
   for (const j of jobs) {
     if (j.state === 'rejected') continue;
     const work = workOf(j)?.workSec ?? j.spec.expectedRuntimeSec ?? 0;
-    const doneSec = j.state === 'succeeded' || j.state === 'failed' ? work : j.state === 'running' || j.state === 'checkpointing' ? Math.min(work, agents.progressSec(j, endMs)) : (j.checkpoint?.progressSec ?? 0);
+    const doneSec =
+      j.state === 'succeeded' || j.state === 'failed'
+        ? work
+        : j.state === 'running' || j.state === 'checkpointing'
+          ? Math.min(work, agents.progressSec(j, endMs))
+          : (j.checkpoint?.progressSec ?? 0);
     // seconds × thousandths of a GPU = GPU-milliseconds
     out.set(j.id, doneSec * milliGpusUsed(j.spec.gpu) * j.spec.nodes);
   }
@@ -546,14 +640,25 @@ function usefulWork(jobs: readonly Job[], agents: SimAgents, workOf: (job: Job) 
 }
 
 /** Every GPU-hour of useful work at the cheapest price that job could use (spot for interruptible work, on-demand otherwise). */
-function idealCost(env: SimEnvironment, groups: readonly SimGroupConfig[], jobs: readonly Job[], useful: ReadonlyMap<string, number>): MicroUsd {
+function idealCost(
+  env: SimEnvironment,
+  groups: readonly SimGroupConfig[],
+  jobs: readonly Job[],
+  useful: ReadonlyMap<string, number>,
+): MicroUsd {
   const perGpu: { model: string; spot: boolean; price: number }[] = [];
   for (const g of groups) {
     for (const type of g.instanceTypes) {
       const it = env.catalog.instanceTypes.get(type);
       if (!it) continue;
       for (const zone of g.zones) {
-        const p = env.priceOf({ cloud: g.cloud ?? 'aws', region: zone.replace(/[a-z]$/, ''), zone, instanceType: type, capacityType: g.capacityType });
+        const p = env.priceOf({
+          cloud: g.cloud ?? 'aws',
+          region: zone.replace(/[a-z]$/, ''),
+          zone,
+          instanceType: type,
+          capacityType: g.capacityType,
+        });
         if (p) perGpu.push({ model: it.gpuModel, spot: g.capacityType === 'spot', price: p.price / it.gpuCount });
       }
     }
@@ -563,7 +668,9 @@ function idealCost(env: SimEnvironment, groups: readonly SimGroupConfig[], jobs:
     const work = useful.get(j.id) ?? 0;
     if (work <= 0) continue;
     const models = j.spec.gpu.models;
-    const options = perGpu.filter((o) => (j.spec.interruptible || !o.spot) && (!models || models.some((m) => gpuModelMatches(m, o.model as never))));
+    const options = perGpu.filter(
+      (o) => (j.spec.interruptible || !o.spot) && (!models || models.some((m) => gpuModelMatches(m, o.model as never))),
+    );
     if (options.length === 0) continue;
     const cheapest = Math.min(...options.map((o) => o.price));
     total += (cheapest * work) / 3_600_000;
@@ -574,7 +681,7 @@ function idealCost(env: SimEnvironment, groups: readonly SimGroupConfig[], jobs:
 function waits(jobs: readonly Job[], endMs: number): { p50WaitSec: number; p95WaitSec: number } {
   const w = jobs
     .filter((j) => j.state !== 'rejected')
-    .map((j) => (j.firstStartedAtMs ?? (TERMINAL_STATES.includes(j.state) ? j.endedAtMs ?? endMs : endMs)) - j.submittedAtMs)
+    .map((j) => (j.firstStartedAtMs ?? (TERMINAL_STATES.includes(j.state) ? (j.endedAtMs ?? endMs) : endMs)) - j.submittedAtMs)
     .sort((a, b) => a - b);
   return { p50WaitSec: percentile(w, 0.5) / 1000, p95WaitSec: percentile(w, 0.95) / 1000 };
 }

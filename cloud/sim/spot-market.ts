@@ -24,8 +24,16 @@ export function loadAvailabilityTrace(file: string | URL): AvailabilityTrace {
   const raw = JSON.parse(readFileSync(file, 'utf8')) as { metadata?: { gap_seconds?: number }; data?: unknown };
   const gapSec = raw.metadata?.gap_seconds;
   if (typeof gapSec !== 'number' || gapSec <= 0) throw new Error(`${String(file)}: metadata.gap_seconds must be a positive number`);
-  if (!Array.isArray(raw.data) || raw.data.some((v) => typeof v !== 'number')) throw new Error(`${String(file)}: data must be an array of numbers`);
-  return { name: String(file).split('/').pop()!.replace(/\.json$/, ''), gapSec, data: raw.data as number[] };
+  if (!Array.isArray(raw.data) || raw.data.some((v) => typeof v !== 'number'))
+    throw new Error(`${String(file)}: data must be an array of numbers`);
+  return {
+    name: String(file)
+      .split('/')
+      .pop()!
+      .replace(/\.json$/, ''),
+    gapSec,
+    data: raw.data as number[],
+  };
 }
 
 /**
@@ -64,7 +72,8 @@ export class TraceSpotMarket implements SpotMarket {
   reclaims(instances: readonly SimInstance[], atMs: number): SimInstance[] {
     const out: SimInstance[] = [];
     for (const inst of instances) {
-      if (inst.offering.capacityType !== 'spot' || (inst.state !== 'running' && inst.state !== 'pending') || this.reclaimed.has(inst.id)) continue;
+      if (inst.offering.capacityType !== 'spot' || (inst.state !== 'running' && inst.state !== 'pending') || this.reclaimed.has(inst.id))
+        continue;
       const trace = this.traceOf(inst.offering);
       if (trace && this.valueAt(trace, atMs) <= 0) {
         this.reclaimed.add(inst.id);
@@ -98,7 +107,8 @@ export class RateSpotMarket implements SpotMarket {
     this.lastMs = atMs;
     const out: SimInstance[] = [];
     for (const inst of instances) {
-      if (inst.offering.capacityType !== 'spot' || (inst.state !== 'running' && inst.state !== 'pending') || this.reclaimed.has(inst.id)) continue;
+      if (inst.offering.capacityType !== 'spot' || (inst.state !== 'running' && inst.state !== 'pending') || this.reclaimed.has(inst.id))
+        continue;
       const p = 1 - Math.exp(-this.ratePerHour(inst.offering) * dtHours);
       if (this.random.next() < p) {
         this.reclaimed.add(inst.id);

@@ -44,8 +44,21 @@ export interface WorkloadOptions {
 
 const DEFAULT_TEAMS = ['nlp', 'vision', 'speech', 'recsys'];
 const GPU_TYPE_NAMES: Record<string, string> = {
-  v100: 'V100', 'v100-32gb': 'V100-32GB', t4: 'T4', a10: 'A10G', a10g: 'A10G', l4: 'L4', l40s: 'L40S',
-  a100: 'A100', 'a100-40gb': 'A100-40GB', 'a100-80gb': 'A100-80GB', 'a100-sxm4-80gb': 'A100-80GB', h100: 'H100', h200: 'H200', b200: 'B200', k80: 'K80',
+  v100: 'V100',
+  'v100-32gb': 'V100-32GB',
+  t4: 'T4',
+  a10: 'A10G',
+  a10g: 'A10G',
+  l4: 'L4',
+  l40s: 'L40S',
+  a100: 'A100',
+  'a100-40gb': 'A100-40GB',
+  'a100-80gb': 'A100-80GB',
+  'a100-sxm4-80gb': 'A100-80GB',
+  h100: 'H100',
+  h200: 'H200',
+  b200: 'B200',
+  k80: 'K80',
 };
 
 /**
@@ -56,7 +69,10 @@ const GPU_TYPE_NAMES: Record<string, string> = {
  */
 export function loadWorkload(file: string | URL, options: WorkloadOptions = {}): Workload {
   const text = readFileSync(file, 'utf8');
-  const name = String(file).split('/').pop()!.replace(/\.csv$/, '');
+  const name = String(file)
+    .split('/')
+    .pop()!
+    .replace(/\.csv$/, '');
   return parseWorkload(name, text, options);
 }
 
@@ -64,7 +80,10 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
   const rows = parseCsv(csvText);
   const header = csvText.split(/\r?\n/, 1)[0] ?? '';
   for (const col of ['job_id', 'submit_s', 'duration_s', 'gpus']) {
-    if (!header.split(',').includes(col)) throw new Error(`trace ${name}: missing column "${col}"; a trace needs job_id, submit_s, duration_s, gpus (gpu_type, team, status optional)`);
+    if (!header.split(',').includes(col))
+      throw new Error(
+        `trace ${name}: missing column "${col}"; a trace needs job_id, submit_s, duration_s, gpus (gpu_type, team, status optional)`,
+      );
   }
   const teamsPool = options.defaultTeams ?? DEFAULT_TEAMS;
   const skipped: { row: number; why: string }[] = [];
@@ -80,27 +99,37 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
     if (!Number.isFinite(submit)) return skipped.push({ row, why: 'submit_s is not a number' });
     if (!Number.isFinite(gpus) || gpus <= 0) return skipped.push({ row, why: 'no GPUs' });
     const team = sanitizeTeam(r.team) ?? teamsPool[fnv1a(id) % teamsPool.length]!;
-    const model = r.gpu_type ? (GPU_TYPE_NAMES[r.gpu_type.toLowerCase()] ?? undefined) : options.defaultGpuModel ?? 'V100';
+    const model = r.gpu_type ? (GPU_TYPE_NAMES[r.gpu_type.toLowerCase()] ?? undefined) : (options.defaultGpuModel ?? 'V100');
     const models = model ? [model] : undefined;
     const workSec = Math.max(1, Math.round(duration));
     let gpu: JobSpecInput['gpu'];
     let nodes = 1;
     if (gpus < 1) {
       const milli = Math.max(1, Math.min(999, Math.round(gpus * 1000)));
-      gpu = { kind: 'fraction', milliGpu: milli, memoryMiB: Math.max(256, Math.round((milli / 1000) * (options.fractionMemoryBaseMiB ?? 16_384))), ...(models ? { models } : {}) };
+      gpu = {
+        kind: 'fraction',
+        milliGpu: milli,
+        memoryMiB: Math.max(256, Math.round((milli / 1000) * (options.fractionMemoryBaseMiB ?? 16_384))),
+        ...(models ? { models } : {}),
+      };
     } else if (gpus > 8) {
       nodes = Math.ceil(gpus / 8);
       gpu = { kind: 'whole', count: 8, ...(models ? { models } : {}) };
     } else {
       gpu = { kind: 'whole', count: Math.round(gpus), ...(models ? { models } : {}) };
     }
-    const interruptible = r.interruptible === undefined || r.interruptible === '' ? true : r.interruptible === '1' || r.interruptible.toLowerCase() === 'true';
+    const interruptible =
+      r.interruptible === undefined || r.interruptible === '' ? true : r.interruptible === '1' || r.interruptible.toLowerCase() === 'true';
     const defaultCp = options.defaultCheckpointSec ?? 600;
     const cpCol = r.checkpoint_interval_s;
-    const cpSec = cpCol !== undefined && cpCol !== '' ? Number(cpCol) : cpCol === '' ? 0 : defaultCp > 0 && workSec >= 2 * defaultCp ? defaultCp : 0;
+    const cpSec =
+      cpCol !== undefined && cpCol !== '' ? Number(cpCol) : cpCol === '' ? 0 : defaultCp > 0 && workSec >= 2 * defaultCp ? defaultCp : 0;
     const priority = r.priority !== undefined && r.priority !== '' ? Number(r.priority) : 100;
     const spec: JobSpecInput = {
-      name: id.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 128).replace(/^[^A-Za-z0-9]/, 'j'),
+      name: id
+        .replace(/[^A-Za-z0-9._-]/g, '-')
+        .slice(0, 128)
+        .replace(/^[^A-Za-z0-9]/, 'j'),
       image: 'gpu-fleet/trace-replay:1',
       command: ['replay', '--seconds', String(workSec)],
       gpu,
@@ -108,12 +137,22 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
       priority,
       interruptible,
       expectedRuntimeSec: Math.min(workSec, 90 * 86_400),
-      labels: { project: `${team}-${['a', 'b', 'c'][fnv1a(`${id}/p`) % 3]}`, trace: name.toLowerCase().replace(/[^a-z0-9._-]/g, '-').slice(0, 60) },
+      labels: {
+        project: `${team}-${['a', 'b', 'c'][fnv1a(`${id}/p`) % 3]}`,
+        trace: name
+          .toLowerCase()
+          .replace(/[^a-z0-9._-]/g, '-')
+          .slice(0, 60),
+      },
       ...(cpSec >= 60 ? { checkpoint: { intervalSec: Math.min(86_400, Math.round(cpSec)) } } : {}),
     };
     const failed = /^failed$/i.test(r.status ?? '');
     const deadline = r.deadline_s !== undefined && r.deadline_s !== '' ? Number(r.deadline_s) : undefined;
-    raw.push({ job: { id, workSec, team, exitCode: failed ? 1 : 0, spec }, submitAbs: submit, ...(deadline !== undefined && Number.isFinite(deadline) ? { deadlineAbs: deadline } : {}) });
+    raw.push({
+      job: { id, workSec, team, exitCode: failed ? 1 : 0, spec },
+      submitAbs: submit,
+      ...(deadline !== undefined && Number.isFinite(deadline) ? { deadlineAbs: deadline } : {}),
+    });
   });
   raw.sort((a, b) => a.submitAbs - b.submitAbs || (a.job.id < b.job.id ? -1 : 1));
   let t0 = raw[0]?.submitAbs ?? 0;
@@ -129,7 +168,11 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
       }
     }
   }
-  let jobs: WorkloadJob[] = raw.map(({ job, submitAbs, deadlineAbs }) => ({ ...job, submitSec: Math.round(submitAbs - t0), ...(deadlineAbs !== undefined ? { deadlineSec: Math.round(deadlineAbs - t0) } : {}) }));
+  let jobs: WorkloadJob[] = raw.map(({ job, submitAbs, deadlineAbs }) => ({
+    ...job,
+    submitSec: Math.round(submitAbs - t0),
+    ...(deadlineAbs !== undefined ? { deadlineSec: Math.round(deadlineAbs - t0) } : {}),
+  }));
   if (options.hours !== undefined) jobs = jobs.filter((j) => j.submitSec >= 0 && j.submitSec < options.hours! * 3600);
   if (options.maxJobs !== undefined) jobs = jobs.slice(0, options.maxJobs);
   const teams = [...new Set(jobs.map((j) => j.team))].sort();
@@ -138,7 +181,11 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
 
 function sanitizeTeam(team: string | undefined): string | undefined {
   if (!team) return undefined;
-  const t = team.toLowerCase().replace(/[^a-z0-9-]/g, '-').replace(/^-+/, '').slice(0, 32);
+  const t = team
+    .toLowerCase()
+    .replace(/[^a-z0-9-]/g, '-')
+    .replace(/^-+/, '')
+    .slice(0, 32);
   return t.length > 0 ? t : undefined;
 }
 

@@ -42,7 +42,10 @@ export function planBaseline(snapshot: Snapshot): Plan {
       instanceType: inst.instanceType,
       capacityType: inst.capacityType,
       offeringId,
-      poolKey: poolKeyOf(offeringId, gpus.some((g) => g.mig !== undefined)),
+      poolKey: poolKeyOf(
+        offeringId,
+        gpus.some((g) => g.mig !== undefined),
+      ),
       kind: f.schedulable ? 'ready' : 'booting',
       priceMicroUsdPerHour: s.prices.get(offeringId)?.priceMicroUsdPerHour ?? 0,
       gpus,
@@ -65,13 +68,22 @@ export function planBaseline(snapshot: Snapshot): Plan {
     const team = s.teams.get(job.team);
     const state = team ? budgetStatus(team, s.spendMicroUsd.get(job.team) ?? 0).state : 'hold';
     if (state === 'hold' || (state === 'spot-only' && !job.spec.interruptible)) {
-      waiting.push({ jobId: job.id, reason: reason(state === 'hold' ? 'budget-hold' : 'budget-spot-only', `team ${job.team} budget: ${state}`) });
+      waiting.push({
+        jobId: job.id,
+        reason: reason(state === 'hold' ? 'budget-hold' : 'budget-spot-only', `team ${job.team} budget: ${state}`),
+      });
       continue;
     }
-    const capacityOk = (c: 'spot' | 'on-demand') => (job.spec.interruptible || c === 'on-demand') && (state !== 'spot-only' || c === 'spot');
+    const capacityOk = (c: 'spot' | 'on-demand') =>
+      (job.spec.interruptible || c === 'on-demand') && (state !== 'spot-only' || c === 'spot');
     const placementOk = (o: { cloud: string; region: string; zone: string }) => {
       const p = job.spec.placement;
-      return !p || ((!p.clouds || p.clouds.includes(o.cloud as 'aws')) && (!p.regions || p.regions.includes(o.region)) && (!p.zones || p.zones.includes(o.zone)));
+      return (
+        !p ||
+        ((!p.clouds || p.clouds.includes(o.cloud as 'aws')) &&
+          (!p.regions || p.regions.includes(o.region)) &&
+          (!p.zones || p.zones.includes(o.zone)))
+      );
     };
     const usable = (n: NodeCapacity) => capacityOk(n.capacityType) && placementOk(n);
     const fits = firstFit(nodes, job, usable);
@@ -84,7 +96,13 @@ export function planBaseline(snapshot: Snapshot): Plan {
       } else if (node.kind === 'booting') {
         waiting.push({ jobId: job.id, reason: reason('waiting-for-boot', `fits on starting ${node.instanceType}`) });
       } else {
-        actions.push({ kind: 'place', jobId: job.id, attempt: job.attempt, placement: { nodes: fits.map((f) => f.assignment), capacityType: node.capacityType }, reason: reason('placed-on-free-capacity', `first node that fits: ${node.id}`) });
+        actions.push({
+          kind: 'place',
+          jobId: job.id,
+          attempt: job.attempt,
+          placement: { nodes: fits.map((f) => f.assignment), capacityType: node.capacityType },
+          reason: reason('placed-on-free-capacity', `first node that fits: ${node.id}`),
+        });
       }
       continue;
     }
@@ -95,7 +113,14 @@ export function planBaseline(snapshot: Snapshot): Plan {
       for (const o of g.offerings) {
         const type = s.instanceTypes.get(o.instanceType);
         const price = s.prices.get(o.id)?.priceMicroUsdPerHour;
-        if (!type || price === undefined || !typeCanHold(type, job.spec.gpu, g.migEnabled ?? false) || !capacityOk(o.capacityType) || !placementOk(o)) continue;
+        if (
+          !type ||
+          price === undefined ||
+          !typeCanHold(type, job.spec.gpu, g.migEnabled ?? false) ||
+          !capacityOk(o.capacityType) ||
+          !placementOk(o)
+        )
+          continue;
         if ((s.unavailableUntilMs.get(o.id) ?? 0) > s.nowMs) continue;
         if (!best || price < best.price || (price === best.price && o.id < best.o.id)) best = { o, groupId: g.id, price };
       }
@@ -131,7 +156,10 @@ export function planBaseline(snapshot: Snapshot): Plan {
     }
     groupRoom.set(best.groupId, (groupRoom.get(best.groupId) ?? 0) - job.spec.nodes);
     added.set(best.groupId, [...(added.get(best.groupId) ?? []), ...opened]);
-    waiting.push({ jobId: job.id, reason: reason('waiting-for-capacity', `cheapest offering that fits: ${best.o.instanceType} (${best.o.capacityType})`) });
+    waiting.push({
+      jobId: job.id,
+      reason: reason('waiting-for-capacity', `cheapest offering that fits: ${best.o.instanceType} (${best.o.capacityType})`),
+    });
   }
 
   function extraFor(node: NodeCapacity, job: Job, perNode = 1): number {
@@ -159,14 +187,32 @@ export function planBaseline(snapshot: Snapshot): Plan {
     const n = byId.get(f.instance.id);
     const since = f.record?.idleSinceMs;
     const group = s.groups.find((g) => g.id === f.instance.groupId);
-    if (!n || n.kind !== 'ready' || !isEmpty(n) || since === undefined || s.nowMs - since < cooldownMs || !group || group.desiredCapacity <= group.minSize) continue;
-    actions.push({ kind: 'scale-in', groupId: n.groupId, instanceId: n.id, reason: reason('scale-in-idle', `${n.id} idle past the cool-down`) });
+    if (
+      !n ||
+      n.kind !== 'ready' ||
+      !isEmpty(n) ||
+      since === undefined ||
+      s.nowMs - since < cooldownMs ||
+      !group ||
+      group.desiredCapacity <= group.minSize
+    )
+      continue;
+    actions.push({
+      kind: 'scale-in',
+      groupId: n.groupId,
+      instanceId: n.id,
+      reason: reason('scale-in-idle', `${n.id} idle past the cool-down`),
+    });
   }
   return { actions, waiting, addedCostMicroUsdPerHour: addedCost, addedExpectedCostMicroUsdPerHour: Math.round(addedCost + expectedExtra) };
 }
 
 /** The first nodes (in order) that fit; full nodes are skipped cheaply. */
-function firstFit(nodes: readonly NodeCapacity[], job: Job, usable: (n: NodeCapacity) => boolean): { node: NodeCapacity; assignment: NodeAssignment }[] | undefined {
+function firstFit(
+  nodes: readonly NodeCapacity[],
+  job: Job,
+  usable: (n: NodeCapacity) => boolean,
+): { node: NodeCapacity; assignment: NodeAssignment }[] | undefined {
   const g = job.spec.gpu;
   const mightFit = (n: NodeCapacity) => (g.kind === 'whole' ? n.freeWhole >= g.count : !isFull(n)) && usable(n);
   if (job.spec.nodes === 1) {

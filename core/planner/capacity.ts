@@ -100,7 +100,8 @@ export function tryFit(node: NodeCapacity, request: GpuRequest): NodeAssignment 
       const picked: number[] = [];
       for (const g of node.gpus) {
         if (g.mig || g.whole || g.freeMilli !== 1000) continue;
-        if (!modelOk(request.models, g.model) || (request.minMemoryMiB !== undefined && g.memoryMiB < request.minMemoryMiB)) return undefined;
+        if (!modelOk(request.models, g.model) || (request.minMemoryMiB !== undefined && g.memoryMiB < request.minMemoryMiB))
+          return undefined;
         picked.push(g.index);
         if (picked.length === request.count) return { nodeId: node.id, gpuIndices: picked };
       }
@@ -109,7 +110,8 @@ export function tryFit(node: NodeCapacity, request: GpuRequest): NodeAssignment 
     case 'fraction': {
       let best: GpuSlot | undefined;
       for (const g of node.gpus) {
-        if (g.mig || g.whole || g.freeMilli < request.milliGpu || g.freeMemoryMiB < request.memoryMiB || !modelOk(request.models, g.model)) continue;
+        if (g.mig || g.whole || g.freeMilli < request.milliGpu || g.freeMemoryMiB < request.memoryMiB || !modelOk(request.models, g.model))
+          continue;
         if (!best || g.freeMilli < best.freeMilli || (g.freeMilli === best.freeMilli && g.freeMemoryMiB < best.freeMemoryMiB)) best = g;
       }
       if (!best) return undefined;
@@ -280,7 +282,8 @@ export class PoolNodes {
     let mig = false;
     for (const g of node.gpus) {
       if (g.mig) mig ||= g.mig.mask !== 0xff;
-      else if (!g.whole && g.freeMilli > 0 && g.freeMilli < 1000) share = Math.max(share, Math.min(this.byShare.length - 1, Math.floor(g.freeMilli / SHARE_BUCKET)));
+      else if (!g.whole && g.freeMilli > 0 && g.freeMilli < 1000)
+        share = Math.max(share, Math.min(this.byShare.length - 1, Math.floor(g.freeMilli / SHARE_BUCKET)));
     }
     if (share >= 0) this.byShare[share]!.add(node);
     if (mig) this.migRoom.add(node);

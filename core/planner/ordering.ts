@@ -98,6 +98,10 @@ export function describeRequest(job: Job): string {
   const g = job.spec.gpu;
   const models = g.models ? ` ${g.models.join('/')}` : '';
   const what =
-    g.kind === 'whole' ? `${g.count}${models} GPU${g.count > 1 ? 's' : ''}` : g.kind === 'fraction' ? `${g.milliGpu / 1000} of a${models} GPU with ${g.memoryMiB} MiB` : `a ${g.profile}${models} MIG slice`;
+    g.kind === 'whole'
+      ? `${g.count}${models} GPU${g.count > 1 ? 's' : ''}`
+      : g.kind === 'fraction'
+        ? `${g.milliGpu / 1000} of a${models} GPU with ${g.memoryMiB} MiB`
+        : `a ${g.profile}${models} MIG slice`;
   return job.spec.nodes > 1 ? `${job.spec.nodes} nodes × ${what}` : what;
 }

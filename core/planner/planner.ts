@@ -11,7 +11,20 @@ import { reason, type Reason } from '../reason.ts';
 import { priorRatePerHour } from '../risk.ts';
 import type { Snapshot } from '../snapshot.ts';
 import type { BudgetState, Team } from '../team.ts';
-import { CapacityIndex, commitFit, countFreeWhole, isEmpty, isMigModel, makeGpus, poolKeyOf, popcount, tryFit, typeCanHold, usedMilli, type NodeCapacity } from './capacity.ts';
+import {
+  CapacityIndex,
+  commitFit,
+  countFreeWhole,
+  isEmpty,
+  isMigModel,
+  makeGpus,
+  poolKeyOf,
+  popcount,
+  tryFit,
+  typeCanHold,
+  usedMilli,
+  type NodeCapacity,
+} from './capacity.ts';
 import { describeRequest, fairShareOrder } from './ordering.ts';
 
 /**
@@ -52,7 +65,13 @@ export interface CapacityProblem {
     readonly eligible: ReadonlyMap<string, number>;
   }[];
   /** Pools that may be bought from. */
-  readonly pools: readonly { readonly key: string; readonly priceMicroUsdPerHour: number; readonly gpuCount: number; readonly gpuMemoryMiB: number; readonly room: number }[];
+  readonly pools: readonly {
+    readonly key: string;
+    readonly priceMicroUsdPerHour: number;
+    readonly gpuCount: number;
+    readonly gpuMemoryMiB: number;
+    readonly room: number;
+  }[];
   /**
    * Free room on ready live machines, in bins: `whole` bins are machines of a pool with exactly
    * `freeWhole` untouched GPUs (`machines` of them); `shared` bins hold the free time and memory
@@ -180,7 +199,10 @@ class Planner {
     return {
       actions: this.actions,
       waiting: this.waiting,
-      addedCostMicroUsdPerHour: [...this.groups.values()].reduce((sum, g) => sum + g.added.reduce((a, n) => a + n.priceMicroUsdPerHour, 0), 0),
+      addedCostMicroUsdPerHour: [...this.groups.values()].reduce(
+        (sum, g) => sum + g.added.reduce((a, n) => a + n.priceMicroUsdPerHour, 0),
+        0,
+      ),
       addedExpectedCostMicroUsdPerHour: Math.round(this.addedExpected),
     };
   }
@@ -189,18 +211,31 @@ class Planner {
     this.indexOfferings();
     this.indexNodes();
     const entries = this.classify();
-    const classes = new Map<string, { kind: GpuRequest['kind']; wholeGpus: number; unitMilli: number; memoryMiB: number; count: number; eligible: Map<string, number> }>();
+    const classes = new Map<
+      string,
+      { kind: GpuRequest['kind']; wholeGpus: number; unitMilli: number; memoryMiB: number; count: number; eligible: Map<string, number> }
+    >();
     for (const e of entries) {
       if (e.cls.eligible.size === 0) continue;
       const memoryMiB = e.cls.request.kind === 'fraction' ? e.cls.request.memoryMiB : 0;
       const unitMilli = unitOf(e.cls);
       const wholeGpus = e.cls.request.kind === 'whole' ? e.cls.request.count : 0;
       const key = `${e.cls.request.kind}|${unitMilli}|${memoryMiB}|${[...e.cls.eligible].map(([k, f]) => `${k}=${f.toFixed(6)}`).join(',')}`;
-      const c = classes.get(key) ?? { kind: e.cls.request.kind, wholeGpus, unitMilli, memoryMiB, count: 0, eligible: e.cls.eligible as Map<string, number> };
+      const c = classes.get(key) ?? {
+        kind: e.cls.request.kind,
+        wholeGpus,
+        unitMilli,
+        memoryMiB,
+        count: 0,
+        eligible: e.cls.eligible as Map<string, number>,
+      };
       c.count += e.cls.nodes;
       classes.set(key, c);
     }
-    const bins = new Map<string, { pool: string; kind: 'whole' | 'shared' | 'mig'; freeWhole: number; machines: number; freeMilli: number; freeMemoryMiB: number }>();
+    const bins = new Map<
+      string,
+      { pool: string; kind: 'whole' | 'shared' | 'mig'; freeWhole: number; machines: number; freeMilli: number; freeMemoryMiB: number }
+    >();
     const bin = (pool: string, kind: 'whole' | 'shared' | 'mig', freeWhole: number) => {
       const k = `${pool}|${kind}|${freeWhole}`;
       let b = bins.get(k);
@@ -284,7 +319,10 @@ class Planner {
       const reported = fleetNode.record?.gpus ?? [];
       const migMode = reported.length > 0 ? reported.some((g) => g.migEnabled) : (groupOf.get(inst.groupId)?.migEnabled ?? false);
       const gpus = makeGpus(type, migMode);
-      const poolKey = poolKeyOf(offeringId, gpus.some((g) => g.mig !== undefined));
+      const poolKey = poolKeyOf(
+        offeringId,
+        gpus.some((g) => g.mig !== undefined),
+      );
       // Ready: schedulable now. Booting: launching, or up but its agent not registered yet.
       // A registered node that is unhealthy or silent is neither: it takes no work and is not counted on.
       const kind = fleetNode.schedulable ? 'ready' : inst.state === 'pending' || !fleetNode.record ? 'booting' : undefined;
@@ -334,7 +372,10 @@ class Planner {
             groupId: gs.group.id,
             fromDesired: gs.group.desiredCapacity,
             toDesired: to,
-            reason: reason('offering-unavailable', `${gs.group.desiredCapacity - to} launch(es) of ${gs.group.id} cannot be fulfilled: every offering of the group failed to launch or was interrupted recently`),
+            reason: reason(
+              'offering-unavailable',
+              `${gs.group.desiredCapacity - to} launch(es) of ${gs.group.id} cannot be fulfilled: every offering of the group failed to launch or was interrupted recently`,
+            ),
           });
           this.cancelled.set(gs.group.id, to);
         }
@@ -344,7 +385,13 @@ class Planner {
       if (!o || inFlight <= 0) continue;
       for (let i = 0; i < inFlight; i++) {
         const gpus = makeGpus(o.type, o.migEnabled);
-        const node: NodeCapacity = { ...this.nodeShape(o, gs.group.id), id: `inflight:${gs.group.id}:${i}`, kind: 'booting', gpus, freeWhole: countFreeWhole(gpus) };
+        const node: NodeCapacity = {
+          ...this.nodeShape(o, gs.group.id),
+          id: `inflight:${gs.group.id}:${i}`,
+          kind: 'booting',
+          gpus,
+          freeWhole: countFreeWhole(gpus),
+        };
         this.booting.add(node);
       }
     }
@@ -405,25 +452,39 @@ class Planner {
         continue;
       }
       if (b.state === 'spot-only' && !job.spec.interruptible) {
-        this.wait(job, reason('budget-spot-only', `team ${job.team} spent its budget (action spot-only) and this job is not interruptible, so it cannot run on spot`), true);
+        this.wait(
+          job,
+          reason(
+            'budget-spot-only',
+            `team ${job.team} spent its budget (action spot-only) and this job is not interruptible, so it cannot run on spot`,
+          ),
+          true,
+        );
         continue;
       }
       let capacity: 'any' | 'spot' | 'on-demand' = job.spec.interruptible ? 'any' : 'on-demand';
       if (b.state === 'spot-only') capacity = 'spot';
       const deadline = job.spec.deadline
-        ? deadlineChoice(job, this.s.nowMs, this.s.policy, { mode: 'none', spotAvailable: job.spec.interruptible && this.spotObtainable(this.classOf(job, 'spot')) })
+        ? deadlineChoice(job, this.s.nowMs, this.s.policy, {
+            mode: 'none',
+            spotAvailable: job.spec.interruptible && this.spotObtainable(this.classOf(job, 'spot')),
+          })
         : ({ mode: 'free' } as const);
       if (deadline.mode === 'on-demand' && capacity !== 'spot') capacity = 'on-demand';
       // The deadline allows waiting for spot rather than paying for on-demand now.
       if (deadline.mode === 'wait-for-spot' && capacity === 'any') capacity = 'spot';
       // A job moved off on-demand to save money waits a while for spot, so it does not land back where it was.
       const waitedMs = this.s.nowMs - job.queuedAtMs;
-      if (capacity === 'any' && job.requeueReason?.code === 'rebalance-to-spot' && waitedMs < this.s.policy.moveToSpotPatienceSec * 1000) capacity = 'spot';
+      if (capacity === 'any' && job.requeueReason?.code === 'rebalance-to-spot' && waitedMs < this.s.policy.moveToSpotPatienceSec * 1000)
+        capacity = 'spot';
       let cls = this.classOf(job, capacity);
       // Interruptible work without deadline pressure waits a while for spot when none can be had now:
       // up to half its remaining work (at least a boot time), capped by the policy.
       if (capacity === 'any' && deadline.mode !== 'on-demand' && this.s.policy.spotPatienceSec > 0 && !this.spotObtainable(cls)) {
-        const patienceSec = Math.min(this.s.policy.spotPatienceSec, Math.max(this.s.policy.expectedBootSec, remainingWorkSec(job, this.s.policy) / 2));
+        const patienceSec = Math.min(
+          this.s.policy.spotPatienceSec,
+          Math.max(this.s.policy.expectedBootSec, remainingWorkSec(job, this.s.policy) / 2),
+        );
         if (waitedMs < patienceSec * 1000) {
           const spotOnly = this.classOf(job, 'spot');
           if (spotOnly.eligible.size > 0) cls = spotOnly;
@@ -431,13 +492,21 @@ class Planner {
       }
       entries.push({ job, team: job.team, cls });
     }
-    const fair = fairShareOrder(entries, this.teamUsedMilli, (team) => this.s.teams.get(team)?.weight ?? 1, (e) => e.cls.milli * e.cls.nodes);
+    const fair = fairShareOrder(
+      entries,
+      this.teamUsedMilli,
+      (team) => this.s.teams.get(team)?.weight ?? 1,
+      (e) => e.cls.milli * e.cls.nodes,
+    );
     this.scarce = this.capacityIsScarce(entries);
     if (!this.scarce) {
       // Everyone will get capacity within a boot time: pack well (largest first within a
       // priority, first-fit decreasing); fair-share order still breaks ties between equal sizes.
       const rank = new Map(fair.map((e, i) => [e, i]));
-      fair.sort((a, b) => b.job.spec.priority - a.job.spec.priority || b.cls.milli * b.cls.nodes - a.cls.milli * a.cls.nodes || rank.get(a)! - rank.get(b)!);
+      fair.sort(
+        (a, b) =>
+          b.job.spec.priority - a.job.spec.priority || b.cls.milli * b.cls.nodes - a.cls.milli * a.cls.nodes || rank.get(a)! - rank.get(b)!,
+      );
     }
     return fair;
   }
@@ -468,8 +537,11 @@ class Planner {
     // Spot factors depend on remaining work and checkpointing; bucket the work (×2 steps) so classes stay few.
     const workBucket = Math.ceil(Math.log2(Math.max(60, work)));
     const g = spec.gpu;
-    const shape = g.kind === 'whole' ? `w${g.count}/${g.minMemoryMiB ?? 0}` : g.kind === 'fraction' ? `f${g.milliGpu}/${g.memoryMiB}` : `m${g.profile}`;
-    const where = spec.placement ? `${spec.placement.clouds?.join('+') ?? ''}/${spec.placement.regions?.join('+') ?? ''}/${spec.placement.zones?.join('+') ?? ''}` : '';
+    const shape =
+      g.kind === 'whole' ? `w${g.count}/${g.minMemoryMiB ?? 0}` : g.kind === 'fraction' ? `f${g.milliGpu}/${g.memoryMiB}` : `m${g.profile}`;
+    const where = spec.placement
+      ? `${spec.placement.clouds?.join('+') ?? ''}/${spec.placement.regions?.join('+') ?? ''}/${spec.placement.zones?.join('+') ?? ''}`
+      : '';
     const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}`;
     const cached = this.classes.get(key);
     if (cached) return cached;
@@ -488,7 +560,8 @@ class Planner {
       if (o.capacityType === 'spot') {
         factor = jobSpotFactor(representative, info.riskPerHour, { defaultRuntimeSec: this.s.policy.defaultRuntimeSec, restartSec });
         // Spot is not chosen when its expected cost, rework included, is higher than on-demand.
-        if (!Number.isFinite(factor) || (capacity !== 'spot' && info.onDemandPrice > 0 && info.price * factor > info.onDemandPrice)) continue;
+        if (!Number.isFinite(factor) || (capacity !== 'spot' && info.onDemandPrice > 0 && info.price * factor > info.onDemandPrice))
+          continue;
       }
       eligible.set(info.key, factor);
     }
@@ -501,7 +574,10 @@ class Planner {
       ...(eligible.size === 0
         ? {
             noFit: sawType
-              ? reason('no-offering-fits', `no offering allowed for it (${capacity === 'any' ? 'spot or on-demand' : capacity}${spec.placement ? ', placement limits' : ''}) can hold ${describeRequest(job)}`)
+              ? reason(
+                  'no-offering-fits',
+                  `no offering allowed for it (${capacity === 'any' ? 'spot or on-demand' : capacity}${spec.placement ? ', placement limits' : ''}) can hold ${describeRequest(job)}`,
+                )
               : reason('no-offering-fits', `no node group offers a machine that can hold ${describeRequest(job)}`),
           }
         : {}),
@@ -577,10 +653,14 @@ class Planner {
         const info = this.offerings.get(key);
         if (info) best = Math.min(best, perMilli(info, factor));
       }
-      set = new Set([...cls.eligible].filter(([key, factor]) => {
-        const info = this.offerings.get(key);
-        return info !== undefined && perMilli(info, factor) <= best * 1.0001;
-      }).map(([key]) => key));
+      set = new Set(
+        [...cls.eligible]
+          .filter(([key, factor]) => {
+            const info = this.offerings.get(key);
+            return info !== undefined && perMilli(info, factor) <= best * 1.0001;
+          })
+          .map(([key]) => key),
+      );
       this.homeCache.set(cls, set);
     }
     return set;
@@ -595,7 +675,14 @@ class Planner {
       if (this.offerings.has(node.poolKey)) continue;
       const type = this.s.instanceTypes.get(node.instanceType);
       if (!type) continue;
-      const offering: Offering = { id: node.offeringId, cloud: node.cloud, region: node.region, zone: node.zone, instanceType: node.instanceType, capacityType: node.capacityType };
+      const offering: Offering = {
+        id: node.offeringId,
+        cloud: node.cloud,
+        region: node.region,
+        zone: node.zone,
+        instanceType: node.instanceType,
+        capacityType: node.capacityType,
+      };
       const quote = this.s.prices.get(node.offeringId);
       const info: OfferingInfo = {
         key: node.poolKey,
@@ -658,7 +745,10 @@ class Planner {
       const hours = remainingWorkSec(e.job, this.s.policy) / 3600;
       const expected = Math.round(priceShareMicroUsdPerHour * hours * factor);
       if (expected > b.leftMicroUsd) {
-        return reason('budget-hold', `its expected cost ($${(expected / 1e6).toFixed(2)}) is more than what is left of team ${e.team}'s budget ($${(b.leftMicroUsd / 1e6).toFixed(2)}; action hold)`);
+        return reason(
+          'budget-hold',
+          `its expected cost ($${(expected / 1e6).toFixed(2)}) is more than what is left of team ${e.team}'s budget ($${(b.leftMicroUsd / 1e6).toFixed(2)}; action hold)`,
+        );
       }
     }
     return undefined;
@@ -717,7 +807,10 @@ class Planner {
       jobId: e.job.id,
       attempt: e.job.attempt,
       placement: this.placementOf(e, fits),
-      reason: reason('placed-on-free-capacity', `fits on free GPUs of ${where}; the fullest node that fits, keeping bigger holes for bigger jobs`),
+      reason: reason(
+        'placed-on-free-capacity',
+        `fits on free GPUs of ${where}; the fullest node that fits, keeping bigger holes for bigger jobs`,
+      ),
     });
     return true;
   }
@@ -747,8 +840,13 @@ class Planner {
     if (planned) this.addExpected(node, e, factor);
     const why =
       planned && fits.length === 1
-        ? this.sharedReason(`share:${node.poolKey}`, () => reason('waiting-for-capacity', `shares a new ${node.instanceType} (${node.capacityType}, ${node.zone}) ordered in this plan`))
-        : reason(planned ? 'waiting-for-capacity' : 'waiting-for-boot', `${planned ? 'shares new capacity ordered in this plan' : 'capacity for it is starting'}: ${[...new Set(fits.map((f) => `${f.node.instanceType} (${f.node.capacityType}, ${f.node.zone})`))].join(', ')}`);
+        ? this.sharedReason(`share:${node.poolKey}`, () =>
+            reason('waiting-for-capacity', `shares a new ${node.instanceType} (${node.capacityType}, ${node.zone}) ordered in this plan`),
+          )
+        : reason(
+            planned ? 'waiting-for-capacity' : 'waiting-for-boot',
+            `${planned ? 'shares new capacity ordered in this plan' : 'capacity for it is starting'}: ${[...new Set(fits.map((f) => `${f.node.instanceType} (${f.node.capacityType}, ${f.node.zone})`))].join(', ')}`,
+          );
     this.wait(e.job, why);
     return true;
   }
@@ -757,7 +855,12 @@ class Planner {
    * Best fit among the index's nodes that the job's class may use: for one node, the fullest
    * that fits (ties: cheapest, then by id); for a gang, that many distinct nodes in one zone.
    */
-  private findFits(index: CapacityIndex, e: Entry, only?: ReadonlySet<string>, accept?: (node: NodeCapacity) => boolean): Fit[] | undefined {
+  private findFits(
+    index: CapacityIndex,
+    e: Entry,
+    only?: ReadonlySet<string>,
+    accept?: (node: NodeCapacity) => boolean,
+  ): Fit[] | undefined {
     const { request } = e.cls;
     const need = e.cls.nodes;
     if (need === 1) {
@@ -771,13 +874,18 @@ class Planner {
           const node = pool.fullestWithFree(request.count, accept);
           if (!node) continue;
           const free = freeMilliOf(node) - request.count * 1000;
-          if (!best || free < best.free || (free === best.free && (price < best.price || (price === best.price && node.id < best.node.id)))) best = { node, free, price };
+          if (!best || free < best.free || (free === best.free && (price < best.price || (price === best.price && node.id < best.node.id))))
+            best = { node, free, price };
           continue;
         }
         const candidate = this.bestInPool(pool, request, accept);
         if (!candidate) continue;
         const free = freeAfter(candidate.node, candidate.assignment);
-        if (!best || free < best.free || (free === best.free && (price < best.price || (price === best.price && candidate.node.id < best.node.id)))) {
+        if (
+          !best ||
+          free < best.free ||
+          (free === best.free && (price < best.price || (price === best.price && candidate.node.id < best.node.id)))
+        ) {
           best = { fit: candidate, node: candidate.node, free, price };
         }
       }
@@ -803,7 +911,12 @@ class Planner {
     for (const zone of [...byZone.keys()].sort()) {
       const list = byZone.get(zone)!;
       if (list.length < need) continue;
-      list.sort((a, b) => freeAfter(a.node, a.assignment) - freeAfter(b.node, b.assignment) || a.node.priceMicroUsdPerHour - b.node.priceMicroUsdPerHour || (a.node.id < b.node.id ? -1 : 1));
+      list.sort(
+        (a, b) =>
+          freeAfter(a.node, a.assignment) - freeAfter(b.node, b.assignment) ||
+          a.node.priceMicroUsdPerHour - b.node.priceMicroUsdPerHour ||
+          (a.node.id < b.node.id ? -1 : 1),
+      );
       const fits = list.slice(0, need);
       const score = fits.reduce((s, f) => s + freeAfter(f.node, f.assignment), 0);
       if (!best || score < best.score) best = { fits, score };
@@ -831,7 +944,11 @@ class Planner {
     return keys;
   }
 
-  private bestInPool(pool: NonNullable<ReturnType<CapacityIndex['pool']>>, request: GpuRequest, accept?: (node: NodeCapacity) => boolean): Fit | undefined {
+  private bestInPool(
+    pool: NonNullable<ReturnType<CapacityIndex['pool']>>,
+    request: GpuRequest,
+    accept?: (node: NodeCapacity) => boolean,
+  ): Fit | undefined {
     if (request.kind === 'whole') {
       for (const node of pool.withFree(request.count)) {
         if (accept && !accept(node)) continue;
@@ -890,7 +1007,13 @@ class Planner {
     const opened: Fit[] = [];
     for (let i = 0; i < e.cls.nodes; i++) {
       const gpus = makeGpus(info.type, info.migEnabled);
-      const node: NodeCapacity = { ...this.nodeShape(info, gs.group.id), id: `planned:${gs.group.id}:${this.plannedCount++}`, kind: 'planned', gpus, freeWhole: countFreeWhole(gpus) };
+      const node: NodeCapacity = {
+        ...this.nodeShape(info, gs.group.id),
+        id: `planned:${gs.group.id}:${this.plannedCount++}`,
+        kind: 'planned',
+        gpus,
+        freeWhole: countFreeWhole(gpus),
+      };
       const assignment = tryFit(node, e.cls.request);
       if (!assignment) break;
       commitFit(node, assignment);
@@ -903,7 +1026,15 @@ class Planner {
     }
     this.commitLimits(e, (info.price * e.cls.milli * e.cls.nodes) / (info.type.gpuCount * 1000), factor);
     for (const f of opened) this.addExpected(f.node, e, factor, 1 / e.cls.nodes);
-    this.wait(e.job, this.sharedReason(choice, () => reason('waiting-for-capacity', `new ${info.offering.instanceType} (${info.offering.capacityType}, ${info.offering.zone}) ordered for it: ${choice.why}`)));
+    this.wait(
+      e.job,
+      this.sharedReason(choice, () =>
+        reason(
+          'waiting-for-capacity',
+          `new ${info.offering.instanceType} (${info.offering.capacityType}, ${info.offering.zone}) ordered for it: ${choice.why}`,
+        ),
+      ),
+    );
     return undefined;
   }
 
@@ -913,9 +1044,15 @@ class Planner {
     this.addedExpected += (node.priceMicroUsdPerHour * e.cls.milli * e.cls.nodes * perNode * (factor - 1)) / (node.gpus.length * 1000);
   }
 
-  private readonly choiceCache = new Map<JobClass, { epoch: number; choice: { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } }>();
+  private readonly choiceCache = new Map<
+    JobClass,
+    { epoch: number; choice: { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } }
+  >();
 
-  private chooseOffering(e: Entry, demand: Demand): { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } | { ok: false; reason: Reason } {
+  private chooseOffering(
+    e: Entry,
+    demand: Demand,
+  ): { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } | { ok: false; reason: Reason } {
     // While the demand has not shrunk enough to change any fill, the last choice for this kind stands (if it still has room).
     const cached = this.choiceCache.get(e.cls);
     if (cached && cached.epoch === demand.epoch && cached.choice.gs.room >= e.cls.nodes) return cached.choice;
@@ -924,7 +1061,10 @@ class Planner {
     return fresh;
   }
 
-  private chooseOfferingNow(e: Entry, demand: Demand): { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } | { ok: false; reason: Reason } {
+  private chooseOfferingNow(
+    e: Entry,
+    demand: Demand,
+  ): { ok: true; info: OfferingInfo; gs: GroupState; factor: number; why: string } | { ok: false; reason: Reason } {
     let best: { info: OfferingInfo; gs: GroupState; factor: number; eff: number; fill: number } | undefined;
     let sawAtMax = false;
     let sawUnavailable = false;
@@ -952,7 +1092,14 @@ class Planner {
     if (!best) {
       const what = describeRequest(e.job);
       if (sawAtMax) return { ok: false, reason: reason('group-at-max', `every node group that could hold ${what} is at its maximum size`) };
-      if (sawUnavailable) return { ok: false, reason: reason('offering-unavailable', `the offerings that could hold ${what} failed to launch or were interrupted recently and are avoided for now`) };
+      if (sawUnavailable)
+        return {
+          ok: false,
+          reason: reason(
+            'offering-unavailable',
+            `the offerings that could hold ${what} failed to launch or were interrupted recently and are avoided for now`,
+          ),
+        };
       return { ok: false, reason: reason('no-offering-fits', `no node group can launch a machine for ${what}`) };
     }
     const perGpu = (best.eff * 1000) / 1e6;
@@ -973,7 +1120,10 @@ class Planner {
         fromDesired: from,
         toDesired: from + gs.added.length,
         expected: [...byOffering.entries()].map(([offeringId, count]) => ({ offeringId, count })),
-        reason: reason('scale-up-for-pending', `${gs.added.length} more ${first.instanceType} (${first.capacityType}) for waiting jobs that fit nowhere else, the cheapest capacity for them`),
+        reason: reason(
+          'scale-up-for-pending',
+          `${gs.added.length} more ${first.instanceType} (${first.capacityType}) for waiting jobs that fit nowhere else, the cheapest capacity for them`,
+        ),
       });
     }
   }
@@ -1042,7 +1192,10 @@ class Planner {
         kind: 'preempt',
         jobId: v.id,
         attempt: v.attempt,
-        reason: reason('preempt-for-priority', `checkpointed and requeued to make room for ${e.job.id} (priority ${priority} over ${v.spec.priority}); it resumes from its checkpoint`),
+        reason: reason(
+          'preempt-for-priority',
+          `checkpointed and requeued to make room for ${e.job.id} (priority ${priority} over ${v.spec.priority}); it resumes from its checkpoint`,
+        ),
       });
     }
     // Reserve the room so no later job in this plan takes it.
@@ -1051,16 +1204,27 @@ class Planner {
       this.ready.update(c.node);
     }
     const last = this.waitingAt.get(e.job.id) ?? -1;
-    const note = victims.length > 0 ? `${victims.length} lower-priority job(s) are being checkpointed to make room for it` : 'room is being freed by jobs already checkpointing';
+    const note =
+      victims.length > 0
+        ? `${victims.length} lower-priority job(s) are being checkpointed to make room for it`
+        : 'room is being freed by jobs already checkpointing';
     const w = { jobId: e.job.id, reason: reason('waiting-for-capacity', `groups are at their maximum; ${note}`) };
     if (last >= 0) this.waiting[last] = w;
   }
 
-  private fitWithout(node: NodeCapacity, holders: readonly { job: Job; assignment: NodeAssignment }[], without: readonly string[], request: GpuRequest): NodeAssignment | undefined {
+  private fitWithout(
+    node: NodeCapacity,
+    holders: readonly { job: Job; assignment: NodeAssignment }[],
+    without: readonly string[],
+    request: GpuRequest,
+  ): NodeAssignment | undefined {
     if (without.length === 0) return undefined;
     const type = this.s.instanceTypes.get(node.instanceType);
     if (!type) return undefined;
-    const gpus = makeGpus(type, node.gpus.some((g) => g.mig !== undefined));
+    const gpus = makeGpus(
+      type,
+      node.gpus.some((g) => g.mig !== undefined),
+    );
     const clone: NodeCapacity = { ...node, gpus, freeWhole: countFreeWhole(gpus) };
     for (const h of holders) if (!without.includes(h.job.id)) commitFit(clone, h.assignment);
     return tryFit(clone, request);
@@ -1097,7 +1261,12 @@ class Planner {
       if (left <= 0) continue;
       removable.set(f.instance.groupId, left - 1);
       removed.add(f.instance.id);
-      this.actions.push({ kind: 'scale-in', groupId: f.instance.groupId, instanceId: f.instance.id, reason: reason('scale-in-idle', `${f.instance.id} is draining (${d.reason}) and has no work left`) });
+      this.actions.push({
+        kind: 'scale-in',
+        groupId: f.instance.groupId,
+        instanceId: f.instance.id,
+        reason: reason('scale-in-idle', `${f.instance.id} is draining (${d.reason}) and has no work left`),
+      });
     }
     // Machines whose agent went silent (or never registered) and hold no work still cost money:
     // their work was requeued as lost, so they go (the group replaces them if capacity is needed).
@@ -1110,8 +1279,15 @@ class Planner {
       if (left <= 0) continue;
       removable.set(f.instance.groupId, left - 1);
       removed.add(f.instance.id);
-      const why = f.record ? `its agent has sent no heartbeat for ${Math.round(silentMs / 1000)} s` : `its agent never registered in the ${Math.round(silentMs / 60_000)} min since it launched`;
-      this.actions.push({ kind: 'scale-in', groupId: f.instance.groupId, instanceId: f.instance.id, reason: reason('scale-in-unhealthy', `${f.instance.id}: ${why}; it holds no work and is let go`) });
+      const why = f.record
+        ? `its agent has sent no heartbeat for ${Math.round(silentMs / 1000)} s`
+        : `its agent never registered in the ${Math.round(silentMs / 60_000)} min since it launched`;
+      this.actions.push({
+        kind: 'scale-in',
+        groupId: f.instance.groupId,
+        instanceId: f.instance.id,
+        reason: reason('scale-in-unhealthy', `${f.instance.id}: ${why}; it holds no work and is let go`),
+      });
     }
     for (const { node, since } of idle) {
       if (removed.has(node.id)) continue;
@@ -1123,7 +1299,10 @@ class Planner {
         kind: 'scale-in',
         groupId: node.groupId,
         instanceId: node.id,
-        reason: reason('scale-in-idle', `${node.id} (${node.instanceType}, ${node.capacityType}) has been empty for ${Math.round((s.nowMs - since) / 60_000)} min, past the ${Math.round(s.policy.idleCooldownSec / 60)} min cool-down`),
+        reason: reason(
+          'scale-in-idle',
+          `${node.id} (${node.instanceType}, ${node.capacityType}) has been empty for ${Math.round((s.nowMs - since) / 60_000)} min, past the ${Math.round(s.policy.idleCooldownSec / 60)} min cool-down`,
+        ),
       });
     }
     if (s.policy.consolidate) this.consolidate(readyNodes.filter((n) => !removed.has(n.id)));
@@ -1144,7 +1323,11 @@ class Planner {
   private deadlineAllowsSpotMove(job: Job): boolean {
     const s = this.s;
     const changeover = s.policy.expectedBootSec + s.policy.restoreSec;
-    const choice = deadlineChoice(job, s.nowMs, s.policy, { mode: 'none', spotAvailable: false, workLeftSec: this.workLeftSec(job) + changeover });
+    const choice = deadlineChoice(job, s.nowMs, s.policy, {
+      mode: 'none',
+      spotAvailable: false,
+      workLeftSec: this.workLeftSec(job) + changeover,
+    });
     return choice.mode === 'wait-for-spot' || choice.mode === 'spot-ok';
   }
 
@@ -1173,7 +1356,10 @@ class Planner {
           kind: 'preempt',
           jobId: job.id,
           attempt: job.attempt,
-          reason: reason('deadline-on-demand', `its slack on spot has run out (${Math.round((timeLeft - workLeft) / 60)} min for ${Math.round(workLeft / 60)} min of work before ${job.spec.deadline}): checkpointed and moved to on-demand while that can still make it`),
+          reason: reason(
+            'deadline-on-demand',
+            `its slack on spot has run out (${Math.round((timeLeft - workLeft) / 60)} min for ${Math.round(workLeft / 60)} min of work before ${job.spec.deadline}): checkpointed and moved to on-demand while that can still make it`,
+          ),
         });
       }
     }
@@ -1195,7 +1381,8 @@ class Planner {
       if (node.capacityType !== 'on-demand') continue;
       for (const h of this.holders.get(node.id) ?? []) {
         const job = h.job;
-        if (job.state !== 'running' || !job.spec.interruptible || !job.spec.checkpoint || job.spec.nodes > 1 || this.preempted.has(job.id)) continue;
+        if (job.state !== 'running' || !job.spec.interruptible || !job.spec.checkpoint || job.spec.nodes > 1 || this.preempted.has(job.id))
+          continue;
         if ((job.startedAtMs ?? s.nowMs) > s.nowMs - settleMs) continue;
         if (job.spec.deadline && !this.deadlineAllowsSpotMove(job)) continue;
         const team = this.budget(job.team);
@@ -1246,14 +1433,30 @@ class Planner {
       .sort((a, b) => b.priceMicroUsdPerHour - a.priceMicroUsdPerHour || usedMilli(a) - usedMilli(b) || (a.id < b.id ? -1 : 1));
     for (const node of sorted) {
       const holders = this.holders.get(node.id) ?? [];
-      if (holders.some((h) => h.job.state !== 'running' || !h.job.spec.interruptible || !h.job.spec.checkpoint || h.job.spec.nodes > 1 || this.preempted.has(h.job.id))) continue;
+      if (
+        holders.some(
+          (h) =>
+            h.job.state !== 'running' ||
+            !h.job.spec.interruptible ||
+            !h.job.spec.checkpoint ||
+            h.job.spec.nodes > 1 ||
+            this.preempted.has(h.job.id),
+        )
+      )
+        continue;
       if (holders.some((h) => (h.job.startedAtMs ?? s.nowMs) > s.nowMs - s.policy.idleCooldownSec * 1000)) continue; // let new work settle
       // Would each job fit elsewhere, on ready nodes other than this one?
       const others = this.ready.allNodes().filter((n) => n.id !== node.id && n.zone !== '' && !isEmpty(n));
       const trial = others.map((n) => ({ n, clone: cloneNode(n, s.instanceTypes.get(n.instanceType)) }));
       let allFit = true;
       for (const h of holders) {
-        const target = trial.find((t) => t.clone && h.job.spec.interruptible && (t.n.capacityType === 'on-demand' || h.job.spec.interruptible) && tryFit(t.clone, h.job.spec.gpu));
+        const target = trial.find(
+          (t) =>
+            t.clone &&
+            h.job.spec.interruptible &&
+            (t.n.capacityType === 'on-demand' || h.job.spec.interruptible) &&
+            tryFit(t.clone, h.job.spec.gpu),
+        );
         if (!target || !target.clone) {
           allFit = false;
           break;
@@ -1261,9 +1464,18 @@ class Planner {
         commitFit(target.clone, tryFit(target.clone, h.job.spec.gpu)!);
       }
       if (!allFit) continue;
-      const remainingSec = Math.min(...holders.map((h) => remainingWorkSec(h.job, s.policy) - Math.max(0, (s.nowMs - (h.job.startedAtMs ?? s.nowMs)) / 1000)));
+      const remainingSec = Math.min(
+        ...holders.map((h) => remainingWorkSec(h.job, s.policy) - Math.max(0, (s.nowMs - (h.job.startedAtMs ?? s.nowMs)) / 1000)),
+      );
       const savingMicroUsd = (node.priceMicroUsdPerHour * Math.max(0, remainingSec)) / 3600;
-      const restartMicroUsd = holders.reduce((sum, h) => sum + ((this.lostWorkSec(h.job) + s.policy.restoreSec) * this.shareOf(node, { job: h.job, team: h.job.team, cls: { milli: this.milliOf(h.job.spec.gpu), nodes: 1 } as JobClass })) / 3600, 0);
+      const restartMicroUsd = holders.reduce(
+        (sum, h) =>
+          sum +
+          ((this.lostWorkSec(h.job) + s.policy.restoreSec) *
+            this.shareOf(node, { job: h.job, team: h.job.team, cls: { milli: this.milliOf(h.job.spec.gpu), nodes: 1 } as JobClass })) /
+            3600,
+        0,
+      );
       if (savingMicroUsd <= restartMicroUsd) continue;
       for (const h of holders) {
         this.preempted.add(h.job.id);

@@ -18,7 +18,12 @@ export interface NodeShare {
 }
 
 /** Who holds how much of each billed node right now. */
-export function nodeShares(instances: readonly Instance[], activeJobs: readonly Job[], prices: ReadonlyMap<string, PriceQuote>, gpuCountOf: (instanceType: string) => number): NodeShare[] {
+export function nodeShares(
+  instances: readonly Instance[],
+  activeJobs: readonly Job[],
+  prices: ReadonlyMap<string, PriceQuote>,
+  gpuCountOf: (instanceType: string) => number,
+): NodeShare[] {
   const byNode = new Map<string, Map<string, number>>();
   for (const job of activeJobs) {
     for (const a of job.placement?.nodes ?? []) {
@@ -32,7 +37,8 @@ export function nodeShares(instances: readonly Instance[], activeJobs: readonly 
     .filter((i) => i.state === 'pending' || i.state === 'running')
     .map((instance) => ({
       instance,
-      priceMicroUsdPerHour: prices.get(`${instance.cloud}/${instance.zone}/${instance.instanceType}/${instance.capacityType}`)?.priceMicroUsdPerHour ?? 0,
+      priceMicroUsdPerHour:
+        prices.get(`${instance.cloud}/${instance.zone}/${instance.instanceType}/${instance.capacityType}`)?.priceMicroUsdPerHour ?? 0,
       milliGpuByTeam: byNode.get(instance.id) ?? new Map(),
       totalMilliGpu: Math.max(1, gpuCountOf(instance.instanceType)) * 1000,
     }));
@@ -70,7 +76,9 @@ export async function accrueSpend(
   input: { teams: readonly Team[]; shares: readonly NodeShare[]; nowMs: number; maxWindowMs: number },
 ): Promise<Map<string, MicroUsd>> {
   const accrued = new Map<string, MicroUsd>();
-  const teamIds = [...new Set([...input.teams.map((t) => t.id), ...input.shares.flatMap((s) => [...s.milliGpuByTeam.keys()]), IDLE_TEAM])].sort();
+  const teamIds = [
+    ...new Set([...input.teams.map((t) => t.id), ...input.shares.flatMap((s) => [...s.milliGpuByTeam.keys()]), IDLE_TEAM]),
+  ].sort();
   const periodOf = new Map(input.teams.map((t) => [t.id, t.budget?.period ?? 'monthly'] as const));
   for (const team of teamIds) {
     const period = periodOf.get(team) ?? 'monthly';
@@ -80,7 +88,13 @@ export async function accrueSpend(
     const fromMs = Math.max(startMs, cursor.accruedUntilMs ?? input.nowMs - input.maxWindowMs, input.nowMs - input.maxWindowMs);
     if (fromMs >= input.nowMs) continue;
     const amount = costByTeam(input.shares, fromMs, input.nowMs).get(team) ?? 0;
-    const counted = await ledger.accrue({ team, period: key, fromMs: cursor.accruedUntilMs ?? fromMs, toMs: input.nowMs, amountMicroUsd: amount });
+    const counted = await ledger.accrue({
+      team,
+      period: key,
+      fromMs: cursor.accruedUntilMs ?? fromMs,
+      toMs: input.nowMs,
+      amountMicroUsd: amount,
+    });
     if (counted) accrued.set(team, amount);
     await accrueDay(ledger, team, input.shares, input.nowMs, input.maxWindowMs);
   }
@@ -91,7 +105,13 @@ export async function accrueSpend(
 export const DAY_PERIOD_PREFIX = 'day:';
 
 /** The same spend counted per UTC day (its own cursor, so a day's total is exact and counted once). */
-async function accrueDay(ledger: SpendLedger, team: string, shares: readonly NodeShare[], nowMs: number, maxWindowMs: number): Promise<void> {
+async function accrueDay(
+  ledger: SpendLedger,
+  team: string,
+  shares: readonly NodeShare[],
+  nowMs: number,
+  maxWindowMs: number,
+): Promise<void> {
   const key = `${DAY_PERIOD_PREFIX}${periodKey('daily', nowMs)}`;
   const { startMs } = periodBounds('daily', nowMs);
   const cursor = await ledger.read(team, key);

@@ -26,10 +26,16 @@ export type IntakeOutcome =
  */
 export async function intake(ports: { jobs: JobStore; clock: Clock }, message: IntakeMessage): Promise<IntakeOutcome> {
   if (!isValidTeamId(message.team)) {
-    return { outcome: 'unattributable', error: `queue team "${message.team}" is not a valid team id (lower-case letters, digits and "-", at most 32 characters)` };
+    return {
+      outcome: 'unattributable',
+      error: `queue team "${message.team}" is not a valid team id (lower-case letters, digits and "-", at most 32 characters)`,
+    };
   }
   if (message.token.length === 0 || message.token.length > MAX_IDEMPOTENCY_TOKEN_LENGTH) {
-    return { outcome: 'unattributable', error: `idempotency token must be 1 to ${MAX_IDEMPOTENCY_TOKEN_LENGTH} characters, got ${message.token.length}` };
+    return {
+      outcome: 'unattributable',
+      error: `idempotency token must be 1 to ${MAX_IDEMPOTENCY_TOKEN_LENGTH} characters, got ${message.token.length}`,
+    };
   }
   const id = jobIdFor(message.team, message.token);
   const nowMs = ports.clock.nowMs();
@@ -48,6 +54,8 @@ export async function intake(ports: { jobs: JobStore; clock: Clock }, message: I
     }
     errors = check.errors;
   }
-  const { created, job } = await ports.jobs.create(newRejectedJob({ id, team: message.team, submittedAtMs: nowMs, errors, body: message.body }));
+  const { created, job } = await ports.jobs.create(
+    newRejectedJob({ id, team: message.team, submittedAtMs: nowMs, errors, body: message.body }),
+  );
   return created ? { outcome: 'rejected', job, errors } : { outcome: 'duplicate', job };
 }

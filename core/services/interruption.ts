@@ -14,7 +14,13 @@ import { requeueAttempt } from './requeue.ts';
  */
 export type NodeNotice =
   /** The machine will be taken at `deadlineMs` (AWS: two minutes after the warning; GCP: about 30 s). */
-  | { readonly kind: 'interruption-warning'; readonly eventId: string; readonly instanceId: string; readonly atMs: number; readonly deadlineMs: number }
+  | {
+      readonly kind: 'interruption-warning';
+      readonly eventId: string;
+      readonly instanceId: string;
+      readonly atMs: number;
+      readonly deadlineMs: number;
+    }
   /** The machine is at higher risk of interruption: move work early, let a replacement start. */
   | { readonly kind: 'rebalance'; readonly eventId: string; readonly instanceId: string; readonly atMs: number }
   /** The cloud reports a new state for the machine. */
@@ -32,7 +38,13 @@ export type NodeNotice =
       readonly deadlineMs: number;
     }
   /** Planned maintenance (AWS Health scheduled change) for machines. */
-  | { readonly kind: 'scheduled-change'; readonly eventId: string; readonly instanceIds: readonly string[]; readonly atMs: number; readonly startMs?: number }
+  | {
+      readonly kind: 'scheduled-change';
+      readonly eventId: string;
+      readonly instanceIds: readonly string[];
+      readonly atMs: number;
+      readonly startMs?: number;
+    }
   /** The machine was preempted and is gone (GCP `compute.instances.preempted`). */
   | { readonly kind: 'preempted'; readonly eventId: string; readonly instanceId: string; readonly atMs: number };
 
@@ -74,7 +86,9 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
     let last: NoticeOutcome = { status: 'ignored', why: 'no managed machine in the scheduled change' };
     const parts: NoticeOutcome[] = [];
     for (const instanceId of notice.instanceIds) {
-      parts.push(await handleNotice(ports, { kind: 'rebalance', eventId: `${notice.eventId}/${instanceId}`, instanceId, atMs: notice.atMs }, policy));
+      parts.push(
+        await handleNotice(ports, { kind: 'rebalance', eventId: `${notice.eventId}/${instanceId}`, instanceId, atMs: notice.atMs }, policy),
+      );
     }
     const handled = parts.filter((p): p is Extract<NoticeOutcome, { status: 'handled' }> => p.status === 'handled');
     if (handled.length > 0) {
@@ -106,13 +120,28 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
       const marginMs = policy.noticeMarginSec * 1000;
       const deadlineMs = Math.max(notice.atMs, notice.deadlineMs - marginMs);
       const why = notice.kind === 'interruption-warning' ? 'spot interruption warning' : `terminate lifecycle hook ${notice.hookName}`;
-      const lifecycle = notice.kind === 'lifecycle-terminate' ? { groupId: groupId ?? notice.groupName, hookName: notice.hookName, ...(notice.token ? { token: notice.token } : {}) } : undefined;
-      await ports.nodes.markDraining(notice.instanceId, { sinceMs: notice.atMs, reason: why, deadlineMs, ...(lifecycle ? { lifecycle } : {}), ...(groupId ? { groupId } : {}) });
-      if (notice.kind === 'interruption-warning' && offeringId && instance?.capacityType === 'spot') await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
+      const lifecycle =
+        notice.kind === 'lifecycle-terminate'
+          ? { groupId: groupId ?? notice.groupName, hookName: notice.hookName, ...(notice.token ? { token: notice.token } : {}) }
+          : undefined;
+      await ports.nodes.markDraining(notice.instanceId, {
+        sinceMs: notice.atMs,
+        reason: why,
+        deadlineMs,
+        ...(lifecycle ? { lifecycle } : {}),
+        ...(groupId ? { groupId } : {}),
+      });
+      if (notice.kind === 'interruption-warning' && offeringId && instance?.capacityType === 'spot')
+        await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
       const { requested, requeued } = await askCheckpoints(ports, onNode, nowMs, why);
       let lifecycleCompleted = false;
       if (notice.kind === 'lifecycle-terminate' && onNode.length === 0) {
-        lifecycleCompleted = await completeLifecycle(ports.providers, instance?.cloud, { groupId: groupId ?? notice.groupName, instanceId: notice.instanceId, hookName: notice.hookName, ...(notice.token ? { token: notice.token } : {}) });
+        lifecycleCompleted = await completeLifecycle(ports.providers, instance?.cloud, {
+          groupId: groupId ?? notice.groupName,
+          instanceId: notice.instanceId,
+          hookName: notice.hookName,
+          ...(notice.token ? { token: notice.token } : {}),
+        });
       }
       return {
         status: 'handled',
@@ -124,7 +153,12 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
       };
     }
     case 'rebalance': {
-      await ports.nodes.markDraining(notice.instanceId, { sinceMs: notice.atMs, reason: 'rebalance recommendation', deadlineMs: notice.atMs + NO_DEADLINE_MS, ...(groupId ? { groupId } : {}) });
+      await ports.nodes.markDraining(notice.instanceId, {
+        sinceMs: notice.atMs,
+        reason: 'rebalance recommendation',
+        deadlineMs: notice.atMs + NO_DEADLINE_MS,
+        ...(groupId ? { groupId } : {}),
+      });
       const checkpointable = onNode.filter((j) => j.spec.checkpoint !== undefined);
       const { requested, requeued } = await askCheckpoints(ports, checkpointable, nowMs, 'rebalance recommendation');
       return {
@@ -142,11 +176,22 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
         return { status: 'ignored', why: `state ${notice.state} of ${notice.instanceId} needs no action` };
       }
       const what = notice.kind === 'preempted' ? 'preempted' : notice.state;
-      await ports.nodes.markDraining(notice.instanceId, { sinceMs: notice.atMs, reason: `machine ${what}`, deadlineMs: notice.atMs, ...(groupId ? { groupId } : {}) });
-      if (offeringId && instance?.capacityType === 'spot' && (notice.kind === 'preempted' || onNode.length > 0)) await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
+      await ports.nodes.markDraining(notice.instanceId, {
+        sinceMs: notice.atMs,
+        reason: `machine ${what}`,
+        deadlineMs: notice.atMs,
+        ...(groupId ? { groupId } : {}),
+      });
+      if (offeringId && instance?.capacityType === 'spot' && (notice.kind === 'preempted' || onNode.length > 0))
+        await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
       const requeued: string[] = [];
       for (const job of onNode) {
-        const out = await requeueAttempt(ports, { jobId: job.id, attempt: job.attempt, reason: reason(notice.kind === 'preempted' ? 'interrupted' : 'node-lost', `machine ${notice.instanceId} is ${what}`), nowMs });
+        const out = await requeueAttempt(ports, {
+          jobId: job.id,
+          attempt: job.attempt,
+          reason: reason(notice.kind === 'preempted' ? 'interrupted' : 'node-lost', `machine ${notice.instanceId} is ${what}`),
+          nowMs,
+        });
         if (out.status === 'changed') requeued.push(job.id);
       }
       return {
@@ -166,15 +211,34 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
  * but not started yet loses nothing and is requeued at once; a job that cannot checkpoint keeps
  * running and is requeued when the machine goes (or finishes first).
  */
-async function askCheckpoints(ports: InterruptionPorts, jobs: readonly Job[], nowMs: number, why: string): Promise<{ requested: string[]; requeued: string[] }> {
+async function askCheckpoints(
+  ports: InterruptionPorts,
+  jobs: readonly Job[],
+  nowMs: number,
+  why: string,
+): Promise<{ requested: string[]; requeued: string[] }> {
   const requested: string[] = [];
   const requeued: string[] = [];
   for (const job of jobs) {
     if (job.state === 'placed') {
-      const out = await requeueAttempt(ports, { jobId: job.id, attempt: job.attempt, reason: reason('interrupted', `its machine got a ${why} before it started`), nowMs });
+      const out = await requeueAttempt(ports, {
+        jobId: job.id,
+        attempt: job.attempt,
+        reason: reason('interrupted', `its machine got a ${why} before it started`),
+        nowMs,
+      });
       if (out.status === 'changed') requeued.push(job.id);
     } else if (job.state === 'running' && job.spec.checkpoint) {
-      const out = await applyJobEvent(ports.jobs, job.id, { type: 'checkpoint-requested', attempt: job.attempt, reason: reason('interrupted', `its machine got a ${why}; checkpointed and requeued`) }, nowMs);
+      const out = await applyJobEvent(
+        ports.jobs,
+        job.id,
+        {
+          type: 'checkpoint-requested',
+          attempt: job.attempt,
+          reason: reason('interrupted', `its machine got a ${why}; checkpointed and requeued`),
+        },
+        nowMs,
+      );
       if (out.status === 'changed') requested.push(job.id);
     }
   }
@@ -193,7 +257,11 @@ async function describe(providers: readonly NodeGroupProvider[], instanceId: str
   return undefined;
 }
 
-async function completeLifecycle(providers: readonly NodeGroupProvider[], cloud: Cloud | undefined, input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<boolean> {
+async function completeLifecycle(
+  providers: readonly NodeGroupProvider[],
+  cloud: Cloud | undefined,
+  input: { groupId: string; instanceId: string; hookName: string; token?: string },
+): Promise<boolean> {
   const provider = providers.find((p) => cloud === undefined || p.cloud === cloud);
   if (!provider) return false;
   await provider.completeLifecycleAction(input);
@@ -204,13 +272,26 @@ async function completeLifecycle(providers: readonly NodeGroupProvider[], cloud:
  * Lets go of machines held by a terminate lifecycle hook once their work has left them, or
  * their time is up. Called by every reconcile; idempotent (completing twice is harmless).
  */
-export async function completeDrainedLifecycles(ports: Pick<InterruptionPorts, 'providers'>, records: readonly NodeRecord[], activeJobs: readonly Job[], nowMs: number): Promise<number> {
+export async function completeDrainedLifecycles(
+  ports: Pick<InterruptionPorts, 'providers'>,
+  records: readonly NodeRecord[],
+  activeJobs: readonly Job[],
+  nowMs: number,
+): Promise<number> {
   let completed = 0;
   const busy = new Set(activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));
   for (const r of records) {
     const lc = r.draining?.lifecycle;
     if (!lc || (busy.has(r.instanceId) && nowMs < r.draining!.deadlineMs)) continue;
-    if (await completeLifecycle(ports.providers, undefined, { groupId: lc.groupId, instanceId: r.instanceId, hookName: lc.hookName, ...(lc.token ? { token: lc.token } : {}) })) completed++;
+    if (
+      await completeLifecycle(ports.providers, undefined, {
+        groupId: lc.groupId,
+        instanceId: r.instanceId,
+        hookName: lc.hookName,
+        ...(lc.token ? { token: lc.token } : {}),
+      })
+    )
+      completed++;
   }
   return completed;
 }

@@ -13,7 +13,13 @@ export type UpdateOutcome =
  * another writer got there first. Idempotent: an event already applied (or for an older
  * attempt) leaves the job unchanged. Throws ConflictError only if the job keeps moving under it.
  */
-export async function applyJobEvent(jobs: JobStore, jobId: string, event: JobEvent | ((job: Job) => JobEvent | undefined), nowMs: number, maxTries = 5): Promise<UpdateOutcome> {
+export async function applyJobEvent(
+  jobs: JobStore,
+  jobId: string,
+  event: JobEvent | ((job: Job) => JobEvent | undefined),
+  nowMs: number,
+  maxTries = 5,
+): Promise<UpdateOutcome> {
   for (let attempt = 0; attempt < maxTries; attempt++) {
     const job = await jobs.get(jobId);
     if (!job) return { status: 'not-found' };

@@ -20,7 +20,11 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     out.push({ name: 'QueueDepth', unit: 'Count', value: d.visible + d.delayed, dimensions: { Team: team } });
   }
   out.push({ name: 'PendingJobs', unit: 'Count', value: snapshot.pendingJobs.length });
-  out.push({ name: 'PendingGpus', unit: 'Count', value: snapshot.pendingJobs.reduce((s, j) => s + (milliGpusUsed(j.spec.gpu) * j.spec.nodes) / 1000, 0) });
+  out.push({
+    name: 'PendingGpus',
+    unit: 'Count',
+    value: snapshot.pendingJobs.reduce((s, j) => s + (milliGpusUsed(j.spec.gpu) * j.spec.nodes) / 1000, 0),
+  });
   out.push({ name: 'RunningJobs', unit: 'Count', value: snapshot.activeJobs.length });
   const fleet = new Map<string, number>();
   let spendRate = 0;
@@ -41,9 +45,15 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     const spent = snapshot.spendMicroUsd.get(team.id) ?? 0;
     out.push({ name: 'TeamSpendMicroUsd', unit: 'None', value: spent, dimensions: { Team: team.id } });
     if (team.budget && team.budget.amountMicroUsd > 0) {
-      out.push({ name: 'TeamBudgetUsedPct', unit: 'None', value: Math.round((spent * 10_000) / team.budget.amountMicroUsd) / 100, dimensions: { Team: team.id } });
+      out.push({
+        name: 'TeamBudgetUsedPct',
+        unit: 'None',
+        value: Math.round((spent * 10_000) / team.budget.amountMicroUsd) / 100,
+        dimensions: { Team: team.id },
+      });
     }
-    if (team.tagProblems.length > 0) out.push({ name: 'BudgetTagProblems', unit: 'Count', value: team.tagProblems.length, dimensions: { Team: team.id } });
+    if (team.tagProblems.length > 0)
+      out.push({ name: 'BudgetTagProblems', unit: 'Count', value: team.tagProblems.length, dimensions: { Team: team.id } });
   }
   out.push({ name: 'PlanTime', unit: 'Milliseconds', value: decision.planMs });
   out.push({ name: 'ActionsApplied', unit: 'Count', value: decision.applied });

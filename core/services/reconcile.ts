@@ -76,9 +76,17 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     });
     if (!options.dryRun) {
       const spotAlive = world.instances.filter((i) => i.capacityType === 'spot' && (i.state === 'running' || i.state === 'pending'));
-      if (spotAlive.length > 0) await ports.pools.noteAlive(spotAlive.map((i) => ({ instanceId: i.id, offeringId: `${i.cloud}/${i.zone}/${i.instanceType}/spot`, atMs: nowMs })));
+      if (spotAlive.length > 0)
+        await ports.pools.noteAlive(
+          spotAlive.map((i) => ({ instanceId: i.id, offeringId: `${i.cloud}/${i.zone}/${i.instanceType}/spot`, atMs: nowMs })),
+        );
       const shares = nodeShares(world.instances, world.activeJobs, snapshot.prices, (t) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1);
-      await accrueSpend(ports.ledger, { teams: [...snapshot.teams.values()], shares, nowMs, maxWindowMs: 2 * options.policy.reconcileIntervalSec * 1000 });
+      await accrueSpend(ports.ledger, {
+        teams: [...snapshot.teams.values()],
+        shares,
+        nowMs,
+        maxWindowMs: 2 * options.policy.reconcileIntervalSec * 1000,
+      });
     }
     const t0 = options.stopwatch?.() ?? 0;
     const plan = options.planner(snapshot);
@@ -102,7 +110,10 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     if (options.dryRun) return { status: 'done', decision: base, snapshot, lostJobsRequeued, resumed };
     // The plan is journaled before any action, and each action is recorded once applied.
     await ports.journal.start(base.id, nowMs, plan.actions);
-    const { applied, errors } = await applyPlan(ports, plan.actions, providersByGroup(ports, snapshot.groups), nowMs, { journal: ports.journal, planId: base.id });
+    const { applied, errors } = await applyPlan(ports, plan.actions, providersByGroup(ports, snapshot.groups), nowMs, {
+      journal: ports.journal,
+      planId: base.id,
+    });
     await ports.journal.finish(base.id);
     await trackIdleAndProtection(ports, world, plan, nowMs);
     await completeDrainedLifecycles(ports, world.records, world.activeJobs, nowMs);
@@ -163,7 +174,11 @@ async function resumeUnfinished(ports: ReconcilePorts, policy: Policy): Promise<
     return 0;
   }
   const groups = (await Promise.all(ports.providers.map((p) => p.listGroups()))).flat();
-  const { applied } = await applyPlan(ports, left.actions, providersByGroup(ports, groups), nowMs, { journal: ports.journal, planId: left.planId, done: left.done });
+  const { applied } = await applyPlan(ports, left.actions, providersByGroup(ports, groups), nowMs, {
+    journal: ports.journal,
+    planId: left.planId,
+    done: left.done,
+  });
   await ports.journal.finish(left.planId);
   return applied;
 }
@@ -175,10 +190,17 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
       // below then loses a race, the agent finds the job is not here and drops the pointer.
       for (const n of action.placement.nodes) {
         if (!(await ports.nodes.assign(n.nodeId, action.jobId, action.attempt))) {
-          throw new Error(`cannot place ${action.jobId} on ${n.nodeId}: the node's agent has no record (it was forgotten since the snapshot)`);
+          throw new Error(
+            `cannot place ${action.jobId} on ${n.nodeId}: the node's agent has no record (it was forgotten since the snapshot)`,
+          );
         }
       }
-      const out = await applyJobEvent(ports.jobs, action.jobId, { type: 'place', attempt: action.attempt, placement: action.placement }, nowMs);
+      const out = await applyJobEvent(
+        ports.jobs,
+        action.jobId,
+        { type: 'place', attempt: action.attempt, placement: action.placement },
+        nowMs,
+      );
       if (out.status === 'refused') throw new Error(out.error);
       return;
     }
@@ -187,7 +209,12 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
       return;
     }
     case 'preempt': {
-      await applyJobEvent(ports.jobs, action.jobId, { type: 'checkpoint-requested', attempt: action.attempt, reason: action.reason }, nowMs);
+      await applyJobEvent(
+        ports.jobs,
+        action.jobId,
+        { type: 'checkpoint-requested', attempt: action.attempt, reason: action.reason },
+        nowMs,
+      );
       return;
     }
     case 'scale-up':
@@ -212,7 +239,12 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
  * newest checkpoint. Lost means: the cloud says the machine is stopping or terminated; or its
  * agent's heartbeats stopped for longer than the timeout; or it was draining and its notice ran out.
  */
-export async function requeueLostWork(ports: Pick<ReconcilePorts, 'jobs' | 'checkpoints'>, world: WorldView, nowMs: number, policy: Policy): Promise<number> {
+export async function requeueLostWork(
+  ports: Pick<ReconcilePorts, 'jobs' | 'checkpoints'>,
+  world: WorldView,
+  nowMs: number,
+  policy: Policy,
+): Promise<number> {
   const instances = new Map(world.instances.map((i) => [i.id, i]));
   const records = new Map(world.records.map((r) => [r.instanceId, r]));
   const nodeIds = new Set(world.activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));
@@ -228,7 +260,12 @@ export async function requeueLostWork(ports: Pick<ReconcilePorts, 'jobs' | 'chec
   return requeued;
 }
 
-export function lostReason(instance: Instance | undefined, record: NodeRecord | undefined, nowMs: number, policy: Policy): Reason | undefined {
+export function lostReason(
+  instance: Instance | undefined,
+  record: NodeRecord | undefined,
+  nowMs: number,
+  policy: Policy,
+): Reason | undefined {
   if (instance && (instance.state === 'terminated' || instance.state === 'stopping')) {
     return reason('node-lost', `machine ${instance.id} is ${instance.state}`);
   }
@@ -237,7 +274,10 @@ export function lostReason(instance: Instance | undefined, record: NodeRecord | 
   }
   if (record && nowMs - record.lastHeartbeatAtMs > policy.heartbeatTimeoutSec * 1000) {
     const silentSec = Math.round((nowMs - record.lastHeartbeatAtMs) / 1000);
-    return reason('node-lost', `the agent on ${record.instanceId} has sent no heartbeat for ${silentSec} s (timeout ${policy.heartbeatTimeoutSec} s)`);
+    return reason(
+      'node-lost',
+      `the agent on ${record.instanceId} has sent no heartbeat for ${silentSec} s (timeout ${policy.heartbeatTimeoutSec} s)`,
+    );
   }
   if (!instance && !record) {
     return reason('node-lost', 'the machine is no longer reported by its cloud and its agent never registered');

@@ -15,7 +15,12 @@ export async function requeueAttempt(
 ): Promise<UpdateOutcome> {
   const latest = await ports.checkpoints.latest(input.jobId);
   if (latest) {
-    const attached = await applyJobEvent(ports.jobs, input.jobId, (job) => (isNewer(latest, job) ? { type: 'checkpoint-done', checkpoint: latest } : undefined), input.nowMs);
+    const attached = await applyJobEvent(
+      ports.jobs,
+      input.jobId,
+      (job) => (isNewer(latest, job) ? { type: 'checkpoint-done', checkpoint: latest } : undefined),
+      input.nowMs,
+    );
     if (attached.status === 'not-found') return attached;
   }
   return applyJobEvent(ports.jobs, input.jobId, { type: 'requeue', attempt: input.attempt, reason: input.reason }, input.nowMs);
@@ -23,7 +28,11 @@ export async function requeueAttempt(
 
 function isNewer(cp: NonNullable<Job['checkpoint']>, job: Job): boolean {
   if (!ACTIVE_STATES.includes(job.state) && job.state !== 'pending') return false;
-  return !job.checkpoint || cp.completedAtMs > job.checkpoint.completedAtMs || (cp.completedAtMs === job.checkpoint.completedAtMs && cp.progressSec > job.checkpoint.progressSec);
+  return (
+    !job.checkpoint ||
+    cp.completedAtMs > job.checkpoint.completedAtMs ||
+    (cp.completedAtMs === job.checkpoint.completedAtMs && cp.progressSec > job.checkpoint.progressSec)
+  );
 }
 
 /** The jobs an instance holds (placed, running or checkpointing there), from a list of active jobs. */

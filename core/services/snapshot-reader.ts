@@ -3,7 +3,17 @@ import type { InstanceType, Offering, PriceQuote } from '../catalog.ts';
 import type { FleetNode, Instance, NodeGroup, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { MicroUsd } from '../money.ts';
-import type { BudgetMemory, BudgetTagSource, CatalogSource, JobStore, NodeGroupProvider, NodeStore, PoolHistory, PriceSource, SpendLedger } from '../ports.ts';
+import type {
+  BudgetMemory,
+  BudgetTagSource,
+  CatalogSource,
+  JobStore,
+  NodeGroupProvider,
+  NodeStore,
+  PoolHistory,
+  PriceSource,
+  SpendLedger,
+} from '../ports.ts';
 import { poolRatePerHour } from '../risk.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import type { Team } from '../team.ts';
@@ -163,7 +173,12 @@ function readTeams(tagSets: Awaited<ReturnType<BudgetTagSource['readTeamTags']>>
   for (const job of [...world.pendingJobs, ...world.activeJobs]) {
     if (!teams.has(job.team)) {
       const last = memory.get(job.team);
-      teams.set(job.team, last ? { ...last, tagProblems: ['no gpu-fleet budget tags found; the last valid budget stays in force'] } : { id: job.team, weight: 1, tagProblems: ['no gpu-fleet budget tags found for this team'] });
+      teams.set(
+        job.team,
+        last
+          ? { ...last, tagProblems: ['no gpu-fleet budget tags found; the last valid budget stays in force'] }
+          : { id: job.team, weight: 1, tagProblems: ['no gpu-fleet budget tags found for this team'] },
+      );
     }
   }
   return teams;

@@ -18,7 +18,14 @@ const common = { region: config.region, retryMode: 'adaptive' as const, maxAttem
 const stores = dynamoStores(documentClient(common), config.tables, config.checkpointBucket);
 const groups = new AsgNodeGroups(new AutoScalingClient(common), new EC2Client(common), { region: config.region, clock: systemClock });
 export const handler = createInterruptionHandler({
-  ports: { clock: systemClock, jobs: stores.jobs, nodes: stores.nodes, checkpoints: stores.checkpoints, pools: stores.pools, providers: [groups] },
+  ports: {
+    clock: systemClock,
+    jobs: stores.jobs,
+    nodes: stores.nodes,
+    checkpoints: stores.checkpoints,
+    pools: stores.pools,
+    providers: [groups],
+  },
   policy: config.policy,
   trigger: reconcileTrigger(new LambdaClient(common), config.reconcileFunction),
   obs: observability('gpu-fleet-interruption'),

@@ -15,14 +15,28 @@ if (process.env.GPU_FLEET_GCP_PROJECTS) {
   const gcpRuntime = await import('../../cloud/gcp/runtime.ts');
   const { SecretsManagerClient } = await import('@aws-sdk/client-secrets-manager');
   const gcpConfig = gcpRuntime.gcpConfigFromEnv()!;
-  const credentials = gcpConfig.credentialsSecret ? await gcpRuntime.gcpCredentialsFromSecret(new SecretsManagerClient({ region: config.region }), gcpConfig.credentialsSecret) : undefined;
+  const credentials = gcpConfig.credentialsSecret
+    ? await gcpRuntime.gcpCredentialsFromSecret(new SecretsManagerClient({ region: config.region }), gcpConfig.credentialsSecret)
+    : undefined;
   const gcp = gcpRuntime.gcpPorts(gcpConfig, gcpRuntime.gcpClients(credentials ? { credentials } : {}), systemClock);
   reconcilePorts = {
     ...ports.reconcile,
     providers: [...ports.reconcile.providers, gcp.groups],
     catalog: new MultiCloudCatalog([ports.reconcile.catalog, gcp.catalog]),
-    prices: new MultiCloudPrices(new Map([['aws', ports.reconcile.prices], ['gcp', gcp.prices]])),
+    prices: new MultiCloudPrices(
+      new Map([
+        ['aws', ports.reconcile.prices],
+        ['gcp', gcp.prices],
+      ]),
+    ),
   };
   notices = { sources: [gcp.preemptions], ports: { ...ports.interruption, providers: [...ports.interruption.providers, gcp.groups] } };
 }
-export const handler = createReconcileHandler({ ports: reconcilePorts, queue: ports.queue, planner: plan, policy: config.policy, obs: observability('gpu-fleet-reconcile'), ...(notices ? { notices } : {}) });
+export const handler = createReconcileHandler({
+  ports: reconcilePorts,
+  queue: ports.queue,
+  planner: plan,
+  policy: config.policy,
+  obs: observability('gpu-fleet-reconcile'),
+  ...(notices ? { notices } : {}),
+});

@@ -33,7 +33,11 @@ describe('node agent: running placed jobs as real processes', () => {
     const work = dir('agent-a');
     const a = w.agent('i-a', { workDir: work });
     await a.heartbeat();
-    expect(await w.nodes.get('i-a')).toMatchObject({ groupId: 'g4dn-spot', healthy: true, gpus: [{ index: 0, model: 'T4', memoryMiB: 15360, uuid: 'GPU-d37e67a5-91dd-3774-a5cb-99096249601a' }] });
+    expect(await w.nodes.get('i-a')).toMatchObject({
+      groupId: 'g4dn-spot',
+      healthy: true,
+      gpus: [{ index: 0, model: 'T4', memoryMiB: 15360, uuid: 'GPU-d37e67a5-91dd-3774-a5cb-99096249601a' }],
+    });
 
     await w.submit('nlp.j1', { command: ['node', COUNTER_JOB, '10', '10'] });
     await w.place('nlp.j1', ['i-a']);
@@ -41,10 +45,19 @@ describe('node agent: running placed jobs as real processes', () => {
     expect((await w.jobs.get('nlp.j1'))!.state).toBe('running');
     expect(a.running()).toEqual([expect.objectContaining({ jobId: 'nlp.j1', attempt: 1, rank: 0 })]);
 
-    const done = await waitFor('the job to succeed', async () => ((await w.jobs.get('nlp.j1'))!.state === 'succeeded' ? (await w.jobs.get('nlp.j1'))! : undefined));
+    const done = await waitFor('the job to succeed', async () =>
+      (await w.jobs.get('nlp.j1'))!.state === 'succeeded' ? (await w.jobs.get('nlp.j1'))! : undefined,
+    );
     expect(done.exitCode).toBe(0);
     const out = w.output(work, 'nlp.j1', 1);
-    expect(out[0]).toMatchObject({ event: 'start', job: 'nlp.j1', attempt: '1', step: 0, devices: 'GPU-d37e67a5-91dd-3774-a5cb-99096249601a', rank: '0' });
+    expect(out[0]).toMatchObject({
+      event: 'start',
+      job: 'nlp.j1',
+      attempt: '1',
+      step: 0,
+      devices: 'GPU-d37e67a5-91dd-3774-a5cb-99096249601a',
+      rank: '0',
+    });
     expect(out.at(-1)).toMatchObject({ event: 'done', step: 10 });
     expect((await w.nodes.get('i-a'))!.assigned).toEqual({}); // the work list is cleaned
     expect(a.running()).toEqual([]);
@@ -57,7 +70,9 @@ describe('node agent: running placed jobs as real processes', () => {
     await w.submit('nlp.bad', { command: ['node', COUNTER_JOB, '3', '10'], env: { EXIT_CODE: '3' } });
     await w.place('nlp.bad', ['i-a']);
     await a.heartbeat();
-    const job = await waitFor('the job to fail', async () => ((await w.jobs.get('nlp.bad'))!.state === 'failed' ? (await w.jobs.get('nlp.bad'))! : undefined));
+    const job = await waitFor('the job to fail', async () =>
+      (await w.jobs.get('nlp.bad'))!.state === 'failed' ? (await w.jobs.get('nlp.bad'))! : undefined,
+    );
     expect(job.exitCode).toBe(3);
   });
 
@@ -68,7 +83,9 @@ describe('node agent: running placed jobs as real processes', () => {
     await w.submit('nlp.nope', { command: ['/nonexistent/train', '--epochs', '3; rm -rf /'] });
     await w.place('nlp.nope', ['i-a']);
     await a.heartbeat();
-    const job = await waitFor('the job to fail', async () => ((await w.jobs.get('nlp.nope'))!.state === 'failed' ? (await w.jobs.get('nlp.nope'))! : undefined));
+    const job = await waitFor('the job to fail', async () =>
+      (await w.jobs.get('nlp.nope'))!.state === 'failed' ? (await w.jobs.get('nlp.nope'))! : undefined,
+    );
     expect(job.exitCode).toBe(127);
   });
 
@@ -119,16 +136,28 @@ describe('node agent: running placed jobs as real processes', () => {
     await a.heartbeat();
     expect(a.running()).toEqual([]);
     expect(() => process.kill(pid, 0)).toThrow();
-    expect((await w.jobs.get('nlp.moved'))).toMatchObject({ state: 'pending', attempt: 2 });
+    expect(await w.jobs.get('nlp.moved')).toMatchObject({ state: 'pending', attempt: 2 });
     expect((await w.nodes.get('i-a'))!.assigned).toEqual({});
   });
 
-  it('publishes each GPU\'s readings with its instance and node group', async () => {
+  it("publishes each GPU's readings with its instance and node group", async () => {
     const w = world();
     const sink = new RecordingSink();
     const a = w.agent('i-h200', { fixture: { capture: 'linux-x86_64__nvidia-h200__590.48.01', phase: 'load' }, metrics: sink });
     await a.publishMetrics();
-    expect(sink.samples).toEqual([{ instanceId: 'i-h200', groupId: 'g4dn-spot', gpuIndex: 0, utilizationPct: 100, memoryUsedMiB: 32362, powerDrawW: 627.32, temperatureC: expect.any(Number), uncorrectableEccErrors: 0, atMs: expect.any(Number) }]);
+    expect(sink.samples).toEqual([
+      {
+        instanceId: 'i-h200',
+        groupId: 'g4dn-spot',
+        gpuIndex: 0,
+        utilizationPct: 100,
+        memoryUsedMiB: 32362,
+        powerDrawW: 627.32,
+        temperatureC: expect.any(Number),
+        uncorrectableEccErrors: 0,
+        atMs: expect.any(Number),
+      },
+    ]);
   });
 
   it('reports an unhealthy node when nvidia-smi fails, and keeps running', async () => {
@@ -146,7 +175,11 @@ describe('node agent: running placed jobs as real processes', () => {
     const w = world();
     const a = w.agent('i-gamer', { fixture: { capture: 'linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04', phase: 'idle' } });
     await a.heartbeat();
-    expect(await w.nodes.get('i-gamer')).toMatchObject({ healthy: false, healthProblem: 'no GPU here is a model gpu-fleet schedules (NVIDIA GeForce RTX 2080 SUPER)', gpus: [] });
+    expect(await w.nodes.get('i-gamer')).toMatchObject({
+      healthy: false,
+      healthProblem: 'no GPU here is a model gpu-fleet schedules (NVIDIA GeForce RTX 2080 SUPER)',
+      gpus: [],
+    });
   });
 });
 
@@ -183,7 +216,9 @@ describe('node agent: checkpoints and interruptions', () => {
     expect(saved.location).toMatch(/^file:\/\/.*\/nlp.train\/attempt-1\/step-\d{6}\/$/);
     const firstRun = w.output(workA, 'nlp.train', 1);
     expect(firstRun.at(-1)).toMatchObject({ event: 'checkpointed-on-signal', step: saved.progressSec });
-    expect((await w.nodes.get('i-a'))!.draining).toMatchObject({ reason: 'terminate notice (spot/instance-action) seen by the node agent' });
+    expect((await w.nodes.get('i-a'))!.draining).toMatchObject({
+      reason: 'terminate notice (spot/instance-action) seen by the node agent',
+    });
 
     // Placed again on another machine, it resumes from the checkpoint and finishes the rest only.
     await w.place('nlp.train', ['i-b']);
@@ -206,8 +241,21 @@ describe('node agent: checkpoints and interruptions', () => {
       await a.watch();
       return (await w.jobs.get('nlp.both'))!.checkpoint;
     });
-    const ports = { clock: w.clock, jobs: w.jobs, nodes: w.nodes, checkpoints: w.checkpoints, pools: new MemoryPoolHistory(), providers: [] };
-    const warning = { kind: 'interruption-warning' as const, eventId: 'evt-1', instanceId: 'i-a', atMs: Date.now(), deadlineMs: Date.now() + 120_000 };
+    const ports = {
+      clock: w.clock,
+      jobs: w.jobs,
+      nodes: w.nodes,
+      checkpoints: w.checkpoints,
+      pools: new MemoryPoolHistory(),
+      providers: [],
+    };
+    const warning = {
+      kind: 'interruption-warning' as const,
+      eventId: 'evt-1',
+      instanceId: 'i-a',
+      atMs: Date.now(),
+      deadlineMs: Date.now() + 120_000,
+    };
     // EventBridge's warning and the local IMDS notice, in both orders and twice over.
     await handleNotice(ports, warning, DEFAULT_POLICY);
     server.values.set('meta-data/spot/instance-action', IMDS_BODIES.terminate);
@@ -230,11 +278,23 @@ describe('node agent: checkpoints and interruptions', () => {
     await w.place('nlp.plain', ['i-a']);
     await a.heartbeat();
     // The planner preempts it for higher-priority work.
-    await applyJobEvent(w.jobs, 'nlp.plain', { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted for nlp.urgent') }, Date.now());
+    await applyJobEvent(
+      w.jobs,
+      'nlp.plain',
+      { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted for nlp.urgent') },
+      Date.now(),
+    );
     await a.heartbeat();
     await a.settled();
     const job = (await w.jobs.get('nlp.plain'))!;
-    expect(job).toMatchObject({ state: 'pending', attempt: 2, requeueReason: { code: 'preempt-for-priority', message: 'preempted for nlp.urgent; it declares no checkpoint support, so it restarts from scratch' } });
+    expect(job).toMatchObject({
+      state: 'pending',
+      attempt: 2,
+      requeueReason: {
+        code: 'preempt-for-priority',
+        message: 'preempted for nlp.urgent; it declares no checkpoint support, so it restarts from scratch',
+      },
+    });
     expect(job.checkpoint).toBeUndefined();
   });
 
@@ -242,12 +302,20 @@ describe('node agent: checkpoints and interruptions', () => {
     const w = world();
     const a = w.agent('i-a');
     await a.heartbeat();
-    await w.submit('nlp.deaf', { command: ['node', COUNTER_JOB, '100000', '20', '0', '--ignore-signal'], checkpoint: { intervalSec: 60, gracePeriodSec: 5 } });
+    await w.submit('nlp.deaf', {
+      command: ['node', COUNTER_JOB, '100000', '20', '0', '--ignore-signal'],
+      checkpoint: { intervalSec: 60, gracePeriodSec: 5 },
+    });
     await w.place('nlp.deaf', ['i-a']);
     await a.heartbeat();
     const pid = a.running()[0]!.pid!;
     const asked = Date.now();
-    await applyJobEvent(w.jobs, 'nlp.deaf', { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted') }, asked);
+    await applyJobEvent(
+      w.jobs,
+      'nlp.deaf',
+      { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted') },
+      asked,
+    );
     await a.heartbeat();
     await a.settled();
     expect(Date.now() - asked).toBeGreaterThanOrEqual(4500);
@@ -261,11 +329,19 @@ describe('node agent: checkpoints and interruptions', () => {
     const w = world();
     const a = w.agent('i-a');
     await a.heartbeat();
-    await w.submit('nlp.periodic', { command: ['node', COUNTER_JOB, '100000', '20', '10', '--ignore-signal'], checkpoint: { intervalSec: 60, gracePeriodSec: 30 } });
+    await w.submit('nlp.periodic', {
+      command: ['node', COUNTER_JOB, '100000', '20', '10', '--ignore-signal'],
+      checkpoint: { intervalSec: 60, gracePeriodSec: 30 },
+    });
     await w.place('nlp.periodic', ['i-a']);
     await a.heartbeat();
     const asked = Date.now();
-    await applyJobEvent(w.jobs, 'nlp.periodic', { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted') }, asked);
+    await applyJobEvent(
+      w.jobs,
+      'nlp.periodic',
+      { type: 'checkpoint-requested', attempt: 1, reason: reason('preempt-for-priority', 'preempted') },
+      asked,
+    );
     await a.heartbeat();
     await a.settled();
     const job = (await w.jobs.get('nlp.periodic'))!;

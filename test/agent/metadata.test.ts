@@ -46,9 +46,16 @@ describe('instance metadata: AWS IMDSv2', () => {
     const imds = new AwsImds(s.url);
     expect(await imds.notices(0)).toEqual([]);
     s.values.set('meta-data/events/recommendations/rebalance', IMDS_BODIES.rebalance);
-    expect(await imds.notices(0)).toEqual([{ kind: 'rebalance', noticedAtMs: Date.parse('2020-10-27T08:22:00Z'), source: 'events/recommendations/rebalance' }]);
+    expect(await imds.notices(0)).toEqual([
+      { kind: 'rebalance', noticedAtMs: Date.parse('2020-10-27T08:22:00Z'), source: 'events/recommendations/rebalance' },
+    ]);
     s.values.set('meta-data/spot/instance-action', IMDS_BODIES.terminate);
-    expect((await imds.notices(0))[0]).toEqual({ kind: 'interruption', action: 'terminate', actionAtMs: Date.parse('2017-09-18T08:22:00Z'), source: 'spot/instance-action' });
+    expect((await imds.notices(0))[0]).toEqual({
+      kind: 'interruption',
+      action: 'terminate',
+      actionAtMs: Date.parse('2017-09-18T08:22:00Z'),
+      source: 'spot/instance-action',
+    });
     s.values.set('meta-data/spot/instance-action', IMDS_BODIES.stop);
     expect((await imds.notices(0))[0]).toMatchObject({ action: 'stop' });
     s.values.set('meta-data/spot/instance-action', '{"action": "terminate"}');
@@ -133,7 +140,11 @@ describe('finding the cloud', () => {
     const took = Date.now() - started;
     silent.close();
     expect(error).toBeInstanceOf(Error);
-    expect((error as Error).message).toMatch(new RegExp(`^no instance metadata server answered: AWS IMDS: PUT ${silentUrl}/latest/api/token: no answer within 1000 ms; GCE: GET ${dead}/computeMetadata/v1/instance/\\S+: ECONNREFUSED$`));
+    expect((error as Error).message).toMatch(
+      new RegExp(
+        `^no instance metadata server answered: AWS IMDS: PUT ${silentUrl}/latest/api/token: no answer within 1000 ms; GCE: GET ${dead}/computeMetadata/v1/instance/\\S+: ECONNREFUSED$`,
+      ),
+    );
     expect(took).toBeLessThan(5000);
   });
 

@@ -2,11 +2,20 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { identifyMigProfile } from '../../agent/mig-profiles.ts';
-import { GpuInventoryError, gpuProblems, parseNvidiaSmiList, parseNvidiaSmiText, parseNvidiaSmiXml, readGpuInventory, toGpuDevices } from '../../agent/nvidia-smi.ts';
+import {
+  GpuInventoryError,
+  gpuProblems,
+  parseNvidiaSmiList,
+  parseNvidiaSmiText,
+  parseNvidiaSmiXml,
+  readGpuInventory,
+  toGpuDevices,
+} from '../../agent/nvidia-smi.ts';
 import { fakeNvidiaSmiEnv, NVIDIA_SMI_FIXTURES } from '../support/gpu-fixtures.ts';
 
 /** The stand-in nvidia-smi on PATH prints real captures; the agent reads it as it would the real one. */
-const read = (fixture: Parameters<typeof fakeNvidiaSmiEnv>[0], extra: Record<string, string> = {}) => readGpuInventory({ env: fakeNvidiaSmiEnv(fixture, extra), timeoutMs: 5000 });
+const read = (fixture: Parameters<typeof fakeNvidiaSmiEnv>[0], extra: Record<string, string> = {}) =>
+  readGpuInventory({ env: fakeNvidiaSmiEnv(fixture, extra), timeoutMs: 5000 });
 
 describe('GPU inventory from nvidia-smi (real captures through a stand-in on PATH)', () => {
   it('reads an A100 80GB in MIG mode from the XML report, naming each MIG device profile', async () => {
@@ -14,7 +23,17 @@ describe('GPU inventory from nvidia-smi (real captures through a stand-in on PAT
     expect(r.source).toBe('xml');
     expect(r.driverVersion).toBe('535.54.03');
     const [gpu] = r.gpus;
-    expect(gpu).toMatchObject({ index: 0, name: 'NVIDIA A100-SXM4-80GB', model: 'A100-80GB', uuid: 'GPU-513536b6-7d19-9063-b049-1e69664bb298', memoryTotalMiB: 81920, memoryUsedMiB: 50, powerDrawW: 67.03, powerLimitW: 500, temperatureC: 27 });
+    expect(gpu).toMatchObject({
+      index: 0,
+      name: 'NVIDIA A100-SXM4-80GB',
+      model: 'A100-80GB',
+      uuid: 'GPU-513536b6-7d19-9063-b049-1e69664bb298',
+      memoryTotalMiB: 81920,
+      memoryUsedMiB: 50,
+      powerDrawW: 67.03,
+      powerLimitW: 500,
+      temperatureC: 27,
+    });
     expect(gpu!.utilizationPct).toBeUndefined(); // "N/A" in MIG mode is absent, never 0
     // 14 SMs and 19968 MiB on an A100 80GB: two memory slices, one compute slice.
     expect(gpu!.mig.enabled).toBe(true);
@@ -30,10 +49,29 @@ describe('GPU inventory from nvidia-smi (real captures through a stand-in on PAT
 
   it('reads A10G and T4 machines: memory, utilisation, power and temperature', async () => {
     const a10g = (await read({ xml: 'telegraf__a10g.xml' })).gpus[0]!;
-    expect(a10g).toMatchObject({ name: 'NVIDIA A10G', model: 'A10G', memoryTotalMiB: 23028, memoryUsedMiB: 22, utilizationPct: 0, powerDrawW: 25.58, powerLimitW: 300, temperatureC: 17, ecc: { volatileUncorrectable: 0 } });
+    expect(a10g).toMatchObject({
+      name: 'NVIDIA A10G',
+      model: 'A10G',
+      memoryTotalMiB: 23028,
+      memoryUsedMiB: 22,
+      utilizationPct: 0,
+      powerDrawW: 25.58,
+      powerLimitW: 300,
+      temperatureC: 17,
+      ecc: { volatileUncorrectable: 0 },
+    });
     expect(a10g.mig.enabled).toBe(false);
     const t4 = (await read({ xml: 'telegraf__tesla-t4.xml' })).gpus[0]!;
-    expect(t4).toMatchObject({ name: 'Tesla T4', model: 'T4', uuid: 'GPU-d37e67a5-91dd-3774-a5cb-99096249601a', memoryTotalMiB: 15360, memoryUsedMiB: 1032, powerDrawW: 26.78, powerLimitW: 70, temperatureC: 40 });
+    expect(t4).toMatchObject({
+      name: 'Tesla T4',
+      model: 'T4',
+      uuid: 'GPU-d37e67a5-91dd-3774-a5cb-99096249601a',
+      memoryTotalMiB: 15360,
+      memoryUsedMiB: 1032,
+      powerDrawW: 26.78,
+      powerLimitW: 70,
+      temperatureC: 40,
+    });
   });
 
   it('falls back to the text report (-q) and takes MIG names and UUIDs from -L: H100 with four MIG devices', async () => {
@@ -41,7 +79,16 @@ describe('GPU inventory from nvidia-smi (real captures through a stand-in on PAT
     expect(r.source).toBe('text');
     expect(r.warnings.join(' ')).toMatch(/XML report unusable/);
     const [gpu] = r.gpus;
-    expect(gpu).toMatchObject({ name: 'NVIDIA H100 80GB HBM3', model: 'H100', memoryTotalMiB: 81559, memoryUsedMiB: 11125, powerDrawW: 432.21, powerLimitW: 700, temperatureC: 53, ecc: { volatileUncorrectable: 0, aggregateUncorrectable: 0 } });
+    expect(gpu).toMatchObject({
+      name: 'NVIDIA H100 80GB HBM3',
+      model: 'H100',
+      memoryTotalMiB: 81559,
+      memoryUsedMiB: 11125,
+      powerDrawW: 432.21,
+      powerLimitW: 700,
+      temperatureC: 53,
+      ecc: { volatileUncorrectable: 0, aggregateUncorrectable: 0 },
+    });
     expect(gpu!.mig.devices.map((d) => [d.index, d.profile, d.gpuInstanceId, d.uuid, d.memoryUsedMiB])).toEqual([
       [0, '3g.40gb', 2, 'MIG-00000000-0000-0000-0000-000000000000', 11091],
       [1, '2g.20gb', 3, 'MIG-00000001-0000-0000-0000-000000000001', 17],
@@ -74,7 +121,14 @@ describe('GPU inventory from nvidia-smi (real captures through a stand-in on PAT
 
   it('reads whole H100 and H200 GPUs under load', async () => {
     const h100 = (await read({ capture: 'linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01', phase: 'load' })).gpus[0]!;
-    expect(h100).toMatchObject({ model: 'H100', utilizationPct: 100, memoryUsedMiB: 19818, powerDrawW: 629.45, temperatureC: 59, mig: { enabled: false, devices: [] } });
+    expect(h100).toMatchObject({
+      model: 'H100',
+      utilizationPct: 100,
+      memoryUsedMiB: 19818,
+      powerDrawW: 629.45,
+      temperatureC: 59,
+      mig: { enabled: false, devices: [] },
+    });
     const h200 = (await read({ capture: 'linux-x86_64__nvidia-h200__590.48.01', phase: 'load' })).gpus[0]!;
     expect(h200).toMatchObject({ model: 'H200', utilizationPct: 100, memoryUsedMiB: 32362 });
   });
@@ -85,7 +139,11 @@ describe('GPU inventory from nvidia-smi (real captures through a stand-in on PAT
     expect(r.gpus[0]!.model).toBeUndefined();
     expect(toGpuDevices(r)).toEqual([]);
     // An old, sparse XML report parses too.
-    expect(parseNvidiaSmiXml(readFileSync(join(NVIDIA_SMI_FIXTURES, 'xml/telegraf__gtx-1070-ti.xml'), 'utf8')).gpus[0]).toMatchObject({ name: 'GeForce GTX 1070 Ti', memoryTotalMiB: 4096, memoryUsedMiB: 42 });
+    expect(parseNvidiaSmiXml(readFileSync(join(NVIDIA_SMI_FIXTURES, 'xml/telegraf__gtx-1070-ti.xml'), 'utf8')).gpus[0]).toMatchObject({
+      name: 'GeForce GTX 1070 Ti',
+      memoryTotalMiB: 4096,
+      memoryUsedMiB: 42,
+    });
   });
 
   it('reports GPUs with uncorrectable ECC errors, pending row remaps and failed remaps as problems', () => {
@@ -108,21 +166,32 @@ describe('GPU inventory from nvidia-smi (real captures through a stand-in on PAT
 
     const down = await read(undefined, { FAKE_NVIDIA_SMI_MODE: 'driver-down' }).catch((e: unknown) => e);
     expect(down).toMatchObject({ kind: 'failed' });
-    expect((down as Error).message).toMatch(/^nvidia-smi -q failed with exit code 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver/);
+    expect((down as Error).message).toMatch(
+      /^nvidia-smi -q failed with exit code 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver/,
+    );
 
     const garbage = await read(undefined, { FAKE_NVIDIA_SMI_MODE: 'garbage' }).catch((e: unknown) => e);
-    expect(garbage).toMatchObject({ kind: 'unreadable', message: 'nvidia-smi -q did not print its report; it began with: "Segmentation fault\\n"' });
+    expect(garbage).toMatchObject({
+      kind: 'unreadable',
+      message: 'nvidia-smi -q did not print its report; it began with: "Segmentation fault\\n"',
+    });
 
-    const hung = await readGpuInventory({ env: fakeNvidiaSmiEnv(undefined, { FAKE_NVIDIA_SMI_MODE: 'hang' }), timeoutMs: 500 }).catch((e: unknown) => e);
+    const hung = await readGpuInventory({ env: fakeNvidiaSmiEnv(undefined, { FAKE_NVIDIA_SMI_MODE: 'hang' }), timeoutMs: 500 }).catch(
+      (e: unknown) => e,
+    );
     expect(hung).toMatchObject({ kind: 'timeout', message: 'nvidia-smi -q -x did not answer within 500 ms (a hung GPU or driver?)' });
   });
 
   it('parses -L lines for GPUs and MIG devices', () => {
-    const listed = parseNvidiaSmiList(readFileSync(join(NVIDIA_SMI_FIXTURES, 'captures/linux-x86_64__nvidia-h200-mig__590.48.01/capabilities__list.txt'), 'utf8'));
+    const listed = parseNvidiaSmiList(
+      readFileSync(join(NVIDIA_SMI_FIXTURES, 'captures/linux-x86_64__nvidia-h200-mig__590.48.01/capabilities__list.txt'), 'utf8'),
+    );
     expect(listed).toHaveLength(1);
     expect(listed[0]).toMatchObject({ index: 0, name: 'NVIDIA H200', uuid: 'GPU-00000000-0000-0000-0000-000000000000' });
     expect(listed[0]!.mig.map((m) => m.name)).toEqual(['1c.3g.71gb', '2c.3g.71gb', '2g.35gb', '1g.18gb', '1g.18gb']);
-    expect(() => parseNvidiaSmiText('Unable to determine the device handle for GPU0000:00:1E.0: Unknown Error')).toThrow(/did not print its report/);
+    expect(() => parseNvidiaSmiText('Unable to determine the device handle for GPU0000:00:1E.0: Unknown Error')).toThrow(
+      /did not print its report/,
+    );
   });
 
   it('identifies MIG profiles across models from the NVIDIA tables', () => {

@@ -32,16 +32,46 @@ describe('docker runner', () => {
   it('builds docker run with exactly the given GPUs, both folders, variables by name only, and the argv untouched', () => {
     const { args, env } = dockerRunArgs(launch());
     expect(args).toEqual([
-      'run', '--rm', '--init', '--name', 'gpu-fleet-nlp.train-7-a2',
-      '--label', 'io.gpu-fleet.job=nlp.train-7', '--label', 'io.gpu-fleet.job.attempt=2',
-      '--gpus', '"device=GPU-aaaa,GPU-bbbb"',
-      '--mount', 'type=bind,source=/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/checkpoint,target=/gpu-fleet/checkpoint',
-      '--mount', 'type=bind,source=/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/resume,target=/gpu-fleet/resume,readonly',
-      '--env', 'GPU_FLEET_CHECKPOINT_DIR', '--env', 'GPU_FLEET_JOB_ID', '--env', 'GPU_FLEET_RESUME_DIR', '--env', 'MULTI', '--env', 'WANDB_API_KEY',
-      '--', 'pytorch/pytorch:2.3.0-cuda12.1', 'python', 'train.py', '--lr', '3e-4; rm -rf /', '$HOME',
+      'run',
+      '--rm',
+      '--init',
+      '--name',
+      'gpu-fleet-nlp.train-7-a2',
+      '--label',
+      'io.gpu-fleet.job=nlp.train-7',
+      '--label',
+      'io.gpu-fleet.job.attempt=2',
+      '--gpus',
+      '"device=GPU-aaaa,GPU-bbbb"',
+      '--mount',
+      'type=bind,source=/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/checkpoint,target=/gpu-fleet/checkpoint',
+      '--mount',
+      'type=bind,source=/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/resume,target=/gpu-fleet/resume,readonly',
+      '--env',
+      'GPU_FLEET_CHECKPOINT_DIR',
+      '--env',
+      'GPU_FLEET_JOB_ID',
+      '--env',
+      'GPU_FLEET_RESUME_DIR',
+      '--env',
+      'MULTI',
+      '--env',
+      'WANDB_API_KEY',
+      '--',
+      'pytorch/pytorch:2.3.0-cuda12.1',
+      'python',
+      'train.py',
+      '--lr',
+      '3e-4; rm -rf /',
+      '$HOME',
     ]);
     expect(args.join(' ')).not.toContain('secret-value');
-    expect(env).toMatchObject({ WANDB_API_KEY: 'secret-value', MULTI: 'line one\nline two', GPU_FLEET_CHECKPOINT_DIR: '/gpu-fleet/checkpoint', GPU_FLEET_RESUME_DIR: '/gpu-fleet/resume' });
+    expect(env).toMatchObject({
+      WANDB_API_KEY: 'secret-value',
+      MULTI: 'line one\nline two',
+      GPU_FLEET_CHECKPOINT_DIR: '/gpu-fleet/checkpoint',
+      GPU_FLEET_RESUME_DIR: '/gpu-fleet/resume',
+    });
     expect(dockerRunArgs(launch({ devices: [] })).args).not.toContain('--gpus');
     expect(containerName('nlp.odd/id~7e', 3)).toBe('gpu-fleet-nlp.odd_id_7e-a3');
   });
@@ -67,10 +97,21 @@ describe('docker runner', () => {
       await a.watch();
       await a.settled();
       expect(await w.jobs.get('nlp.boxed')).toMatchObject({ state: 'pending', attempt: 2 });
-      const calls = readFileSync(dockerLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { args: string[]; envNames?: string[]; gpus?: string });
+      const calls = readFileSync(dockerLog, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { args: string[]; envNames?: string[]; gpus?: string });
       const run = calls.find((c) => c.args[0] === 'run')!;
       expect(run.gpus).toBe('"device=GPU-d37e67a5-91dd-3774-a5cb-99096249601a"');
-      expect(run.envNames).toEqual(expect.arrayContaining(['GPU_FLEET_JOB_ID', 'GPU_FLEET_ATTEMPT', 'GPU_FLEET_CHECKPOINT_DIR', 'GPU_FLEET_CHECKPOINT_SIGNAL', 'SECRET']));
+      expect(run.envNames).toEqual(
+        expect.arrayContaining([
+          'GPU_FLEET_JOB_ID',
+          'GPU_FLEET_ATTEMPT',
+          'GPU_FLEET_CHECKPOINT_DIR',
+          'GPU_FLEET_CHECKPOINT_SIGNAL',
+          'SECRET',
+        ]),
+      );
       expect(JSON.stringify(calls)).not.toContain('hunter2');
       expect(calls.some((c) => c.args.join(' ') === 'kill --signal SIGUSR1 gpu-fleet-nlp.boxed-a1')).toBe(true);
 
@@ -78,7 +119,9 @@ describe('docker runner', () => {
       await w.submit('nlp.boxed-fails', { command: ['node', COUNTER_JOB, '3', '10'], env: { EXIT_CODE: '4' } });
       await w.place('nlp.boxed-fails', ['i-d']);
       await a.heartbeat();
-      const failed = await waitFor('the job to fail', async () => ((await w.jobs.get('nlp.boxed-fails'))!.state === 'failed' ? (await w.jobs.get('nlp.boxed-fails'))! : undefined));
+      const failed = await waitFor('the job to fail', async () =>
+        (await w.jobs.get('nlp.boxed-fails'))!.state === 'failed' ? (await w.jobs.get('nlp.boxed-fails'))! : undefined,
+      );
       expect(failed.exitCode).toBe(4);
     } finally {
       await w.shutdown();
@@ -91,7 +134,12 @@ describe('docker runner', () => {
     const env = { ...process.env, PATH: `${FAKE_BIN}:${process.env.PATH}`, FAKE_DOCKER_STATE: state };
     const first = new DockerRunner('docker', env);
     const dir = tmp('job');
-    const { resumeDir: _none, ...noResume } = launch({ command: ['node', COUNTER_JOB, '100000', '20'], checkpointDir: dir, logFile: join(dir, 'out.log'), devices: [] });
+    const { resumeDir: _none, ...noResume } = launch({
+      command: ['node', COUNTER_JOB, '100000', '20'],
+      checkpointDir: dir,
+      logFile: join(dir, 'out.log'),
+      devices: [],
+    });
     const proc = await first.start(noResume);
     await waitFor('the container to be recorded', () => readdirSync(state).length === 1);
     const second = new DockerRunner('docker', env);
@@ -100,26 +148,39 @@ describe('docker runner', () => {
   });
 });
 
-
 describe('process runner', () => {
   it('after a crash, kills the process groups an earlier agent started, and only those', async () => {
     const stateFile = join(tmp('runner'), 'processes.json');
     const dir = tmp('job');
     const first = new ProcessRunner({ stateFile });
-    const proc = await first.start({ ...launch({ command: ['node', COUNTER_JOB, '100000', '20'], checkpointDir: dir, logFile: join(dir, 'out.log'), devices: [] }) });
+    const proc = await first.start({
+      ...launch({ command: ['node', COUNTER_JOB, '100000', '20'], checkpointDir: dir, logFile: join(dir, 'out.log'), devices: [] }),
+    });
     const second = new ProcessRunner({ stateFile });
     expect(await second.cleanUpLeftovers()).toEqual([String(proc.pid)]);
     expect((await proc.exited).signal).toBe('SIGKILL');
     expect(await second.cleanUpLeftovers()).toEqual([]); // nothing twice, and never a stranger
   });
 
-  it('passes a small environment: the job\'s variables, CUDA_VISIBLE_DEVICES, not the agent\'s secrets', async () => {
+  it("passes a small environment: the job's variables, CUDA_VISIBLE_DEVICES, not the agent's secrets", async () => {
     const dir = tmp('job');
     const runner = new ProcessRunner({ baseEnv: { PATH: process.env.PATH, AWS_SECRET_ACCESS_KEY: 'agent-secret' } });
-    const proc = await runner.start(launch({ command: ['node', '-e', 'console.log(JSON.stringify(process.env))'], checkpointDir: dir, logFile: join(dir, 'out.log'), devices: ['0', '1'] }));
+    const proc = await runner.start(
+      launch({
+        command: ['node', '-e', 'console.log(JSON.stringify(process.env))'],
+        checkpointDir: dir,
+        logFile: join(dir, 'out.log'),
+        devices: ['0', '1'],
+      }),
+    );
     expect((await proc.exited).exitCode).toBe(0);
     const env = JSON.parse(readFileSync(join(dir, 'out.log'), 'utf8')) as Record<string, string>;
-    expect(env).toMatchObject({ CUDA_VISIBLE_DEVICES: '0,1', WANDB_API_KEY: 'secret-value', GPU_FLEET_CHECKPOINT_DIR: dir, GPU_FLEET_JOB_ID: 'nlp.train-7' });
+    expect(env).toMatchObject({
+      CUDA_VISIBLE_DEVICES: '0,1',
+      WANDB_API_KEY: 'secret-value',
+      GPU_FLEET_CHECKPOINT_DIR: dir,
+      GPU_FLEET_JOB_ID: 'nlp.train-7',
+    });
     expect(env.AWS_SECRET_ACCESS_KEY).toBeUndefined();
   });
 });
@@ -127,7 +188,10 @@ describe('process runner', () => {
 describe('MIG devices for placements', () => {
   const h100 = (): NvidiaSmiReport => {
     const base = join(NVIDIA_SMI_FIXTURES, 'captures/linux-x86_64__nvidia-h100-mig__590.48.01');
-    return mergeList(parseNvidiaSmiText(readFileSync(join(base, 'idle__smi-q.txt'), 'utf8')), parseNvidiaSmiList(readFileSync(join(base, 'capabilities__list.txt'), 'utf8')));
+    return mergeList(
+      parseNvidiaSmiText(readFileSync(join(base, 'idle__smi-q.txt'), 'utf8')),
+      parseNvidiaSmiList(readFileSync(join(base, 'capabilities__list.txt'), 'utf8')),
+    );
   };
 
   it('gives each MIG placement a free instance of its profile, and creates one when none is free', async () => {
@@ -137,7 +201,21 @@ describe('MIG devices for placements', () => {
       async createInstance(gpu, profile) {
         calls.push(`create ${gpu} ${profile}`);
         const gpu0 = report.gpus[0]!;
-        report = { ...report, gpus: [{ ...gpu0, mig: { ...gpu0.mig, devices: [...gpu0.mig.devices, { index: 4, gpuInstanceId: 11, computeInstanceId: 0, profile, memoryTotalMiB: 9984, uuid: 'MIG-new' }] } }] };
+        report = {
+          ...report,
+          gpus: [
+            {
+              ...gpu0,
+              mig: {
+                ...gpu0.mig,
+                devices: [
+                  ...gpu0.mig.devices,
+                  { index: 4, gpuInstanceId: 11, computeInstanceId: 0, profile, memoryTotalMiB: 9984, uuid: 'MIG-new' },
+                ],
+              },
+            },
+          ],
+        };
         return 11;
       },
       async destroyInstance(gpu, gi) {
@@ -147,27 +225,38 @@ describe('MIG devices for placements', () => {
     const alloc = new DeviceAllocator(async () => report, mig);
     const one = await alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 6 } }, 'a#1');
     const two = await alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 5 } }, 'b#1');
-    expect([one.devices, two.devices]).toEqual([['MIG-00000002-0000-0000-0000-000000000002'], ['MIG-00000003-0000-0000-0000-000000000003']]);
+    expect([one.devices, two.devices]).toEqual([
+      ['MIG-00000002-0000-0000-0000-000000000002'],
+      ['MIG-00000003-0000-0000-0000-000000000003'],
+    ]);
     const three = await alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 4 } }, 'c#1');
     expect(three.devices).toEqual(['MIG-new']);
     expect(calls).toEqual(['create 0 1g.10gb']);
     await three.release();
     await one.release();
     expect(calls).toEqual(['create 0 1g.10gb', 'destroy 0 11']); // only what the agent created is destroyed
-    expect((await alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 6 } }, 'd#1')).devices).toEqual(['MIG-00000002-0000-0000-0000-000000000002']);
+    expect((await alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 6 } }, 'd#1')).devices).toEqual([
+      'MIG-00000002-0000-0000-0000-000000000002',
+    ]);
   });
 
   it('refuses placements the machine cannot hold, saying why', async () => {
     const alloc = new DeviceAllocator(async () => h100());
-    await expect(alloc.acquire({ nodeId: 'i', gpuIndices: [3] }, 'x')).rejects.toThrow('the placement names GPU 3, but nvidia-smi lists GPUs 0');
-    await expect(alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '7g.80gb', startSlice: 0 } }, 'x')).rejects.toThrow(new DeviceError('GPU 0 has no free 7g.80gb instance and the agent may not create MIG instances here'));
+    await expect(alloc.acquire({ nodeId: 'i', gpuIndices: [3] }, 'x')).rejects.toThrow(
+      'the placement names GPU 3, but nvidia-smi lists GPUs 0',
+    );
+    await expect(alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '7g.80gb', startSlice: 0 } }, 'x')).rejects.toThrow(
+      new DeviceError('GPU 0 has no free 7g.80gb instance and the agent may not create MIG instances here'),
+    );
   });
 
   it('drives nvidia-smi mig to create and destroy instances', async () => {
     const seen: string[][] = [];
     const control = nvidiaSmiMig(async (args) => {
       seen.push([...args]);
-      return args.includes('-cgi') ? 'Successfully created GPU instance ID 13 on GPU  0 using profile MIG 1g.10gb (ID 19)\nSuccessfully created compute instance ID  0 on GPU  0 GPU instance ID 13 using profile MIG 1g.10gb (ID  0)\n' : '';
+      return args.includes('-cgi')
+        ? 'Successfully created GPU instance ID 13 on GPU  0 using profile MIG 1g.10gb (ID 19)\nSuccessfully created compute instance ID  0 on GPU  0 GPU instance ID 13 using profile MIG 1g.10gb (ID  0)\n'
+        : '';
     });
     expect(await control.createInstance(0, '1g.10gb')).toBe(13);
     await control.destroyInstance(0, 13);
@@ -195,7 +284,10 @@ describe('checkpoint files', () => {
     writeCheckpoint(dir, 'step-10', { path: 'step-10', progressSec: 42.7 });
     expect(await readMarker(dir)).toMatchObject({ ok: true, marker: { path: 'step-10', progressSec: 42 } });
     writeCheckpoint(dir, 'step-11', { path: '../../etc' });
-    expect(await readMarker(dir)).toEqual({ ok: false, problem: `${join(dir, 'checkpoint.json')}: "path" must be a folder inside the checkpoint directory; got "../../etc"` });
+    expect(await readMarker(dir)).toEqual({
+      ok: false,
+      problem: `${join(dir, 'checkpoint.json')}: "path" must be a folder inside the checkpoint directory; got "../../etc"`,
+    });
     writeCheckpoint(dir, 'step-12', '{not json');
     expect(await readMarker(dir)).toMatchObject({ ok: false, problem: expect.stringContaining('is not JSON') });
     writeCheckpoint(dir, 'step-13', { path: 'step-99' });
@@ -224,7 +316,12 @@ describe('checkpoint files on S3 (s3rver, a local S3-compatible server)', () => 
   beforeAll(async () => {
     server = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: tmp('s3rver') });
     const { port } = await server.run();
-    s3 = new S3Client({ region: 'us-east-1', endpoint: `http://127.0.0.1:${port}`, forcePathStyle: true, credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
+    s3 = new S3Client({
+      region: 'us-east-1',
+      endpoint: `http://127.0.0.1:${port}`,
+      forcePathStyle: true,
+      credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    });
     await s3.send(new CreateBucketCommand({ Bucket: 'gpu-fleet-checkpoints' }));
   });
   afterAll(async () => {

@@ -1,5 +1,12 @@
 import { readFileSync } from 'node:fs';
-import { AutoScalingClient, CompleteLifecycleActionCommand, DescribeAutoScalingGroupsCommand, DescribeScalingActivitiesCommand, SetDesiredCapacityCommand, TerminateInstanceInAutoScalingGroupCommand } from '@aws-sdk/client-auto-scaling';
+import {
+  AutoScalingClient,
+  CompleteLifecycleActionCommand,
+  DescribeAutoScalingGroupsCommand,
+  DescribeScalingActivitiesCommand,
+  SetDesiredCapacityCommand,
+  TerminateInstanceInAutoScalingGroupCommand,
+} from '@aws-sdk/client-auto-scaling';
 import { DescribeInstancesCommand, DescribeLaunchTemplateVersionsCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
 import { beforeEach, describe, expect, it } from 'vitest';
@@ -14,7 +21,9 @@ const fixture = (name: string) => JSON.parse(readFileSync(new URL(`../fixtures/a
 const creds = { region: 'us-west-2', credentials: { accessKeyId: 'x', secretAccessKey: 'x' } };
 
 nodeGroupProviderContract('EC2 Auto Scaling (stateful fake over aws-sdk-client-mock)', async () => {
-  const fake = fakeAutoScaling([{ name: 'gpu-v100-od', min: 0, max: 4, zones: ['us-west-2a', 'us-west-2b'], types: ['p3.2xlarge'], spot: false, managed: true }]);
+  const fake = fakeAutoScaling([
+    { name: 'gpu-v100-od', min: 0, max: 4, zones: ['us-west-2a', 'us-west-2b'], types: ['p3.2xlarge'], spot: false, managed: true },
+  ]);
   const provider = new AsgNodeGroups(fake.asgClient, fake.ec2Client, { region: 'us-west-2', clock: new VirtualClock(T0), cacheSec: 0 });
   return { provider, groupId: 'gpu-v100-od', settle: async () => fake.settle() };
 });
@@ -37,7 +46,24 @@ describe('Auto Scaling node groups', () => {
       .on(DescribeAutoScalingGroupsCommand, { NextToken: undefined })
       .resolves({ AutoScalingGroups: [g], NextToken: 'page-2' })
       .on(DescribeAutoScalingGroupsCommand, { NextToken: 'page-2' })
-      .resolves({ AutoScalingGroups: [{ ...g, AutoScalingGroupName: 'second', Tags: [...g.Tags, { Key: 'gpu-fleet:capacity-type', Value: 'spot', ResourceId: 'second', ResourceType: 'auto-scaling-group', PropagateAtLaunch: true }] }] });
+      .resolves({
+        AutoScalingGroups: [
+          {
+            ...g,
+            AutoScalingGroupName: 'second',
+            Tags: [
+              ...g.Tags,
+              {
+                Key: 'gpu-fleet:capacity-type',
+                Value: 'spot',
+                ResourceId: 'second',
+                ResourceType: 'auto-scaling-group',
+                PropagateAtLaunch: true,
+              },
+            ],
+          },
+        ],
+      });
     const out = await groups().listGroups();
     expect(asg.commandCalls(DescribeAutoScalingGroupsCommand).map((c) => c.args[0].input)).toEqual([
       { Filters: [{ Name: 'tag:gpu-fleet:managed', Values: ['true'] }], MaxRecords: 100 },
@@ -45,7 +71,13 @@ describe('Auto Scaling node groups', () => {
     ]);
     expect(out.map((x) => [x.id, x.minSize, x.maxSize, x.desiredCapacity, x.offerings.map((o) => o.id)])).toEqual([
       // OnDemandBaseCapacity 1 → not all spot: on-demand, for the planner's arithmetic.
-      [g.AutoScalingGroupName, g.MinSize, g.MaxSize, g.DesiredCapacity, g.AvailabilityZones.map((z: string) => `aws/${z}/t3.medium/on-demand`)],
+      [
+        g.AutoScalingGroupName,
+        g.MinSize,
+        g.MaxSize,
+        g.DesiredCapacity,
+        g.AvailabilityZones.map((z: string) => `aws/${z}/t3.medium/on-demand`),
+      ],
       ['second', g.MinSize, g.MaxSize, g.DesiredCapacity, g.AvailabilityZones.map((z: string) => `aws/${z}/t3.medium/spot`)],
     ]);
   });
@@ -53,7 +85,9 @@ describe('Auto Scaling node groups', () => {
   it('reads the instance type of a launch-template group, and reports a group whose types cannot be known', async () => {
     const recorded = fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances-2026.json');
     asg.on(DescribeAutoScalingGroupsCommand).resolves(recorded);
-    ec2.on(DescribeLaunchTemplateVersionsCommand).resolves({ LaunchTemplateVersions: [{ LaunchTemplateData: { InstanceType: 'g5.xlarge' } }] });
+    ec2
+      .on(DescribeLaunchTemplateVersionsCommand)
+      .resolves({ LaunchTemplateVersions: [{ LaunchTemplateData: { InstanceType: 'g5.xlarge' } }] });
     const provider = groups();
     const out = await provider.listGroups();
     expect(out).toHaveLength(recorded.AutoScalingGroups.length);
@@ -68,31 +102,60 @@ describe('Auto Scaling node groups', () => {
     const g = fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances.json').AutoScalingGroups[0];
     const spot = fixture('ec2-DescribeInstances-spot.json');
     const spotId = spot.Reservations[0].Instances[0].InstanceId;
-    asg.on(DescribeAutoScalingGroupsCommand).resolves({ AutoScalingGroups: [{ ...g, Instances: [{ ...g.Instances[0], InstanceId: spotId }] }] });
+    asg
+      .on(DescribeAutoScalingGroupsCommand)
+      .resolves({ AutoScalingGroups: [{ ...g, Instances: [{ ...g.Instances[0], InstanceId: spotId }] }] });
     ec2.on(DescribeInstancesCommand).resolves(spot);
     const [inst] = await groups().listInstances();
     expect(ec2.commandCalls(DescribeInstancesCommand)[0]!.args[0].input).toEqual({ InstanceIds: [spotId] });
-    expect(inst).toMatchObject({ id: spotId, groupId: g.AutoScalingGroupName, capacityType: 'spot', state: 'running', launchedAtMs: new Date(spot.Reservations[0].Instances[0].LaunchTime).getTime() });
+    expect(inst).toMatchObject({
+      id: spotId,
+      groupId: g.AutoScalingGroupName,
+      capacityType: 'spot',
+      state: 'running',
+      launchedAtMs: new Date(spot.Reservations[0].Instances[0].LaunchTime).getTime(),
+    });
   });
 
   it('sets the desired size exactly, and turns the real above-max error into invalid-request with its text', async () => {
     asg.on(SetDesiredCapacityCommand, { AutoScalingGroupName: 'ok' }).resolves({});
-    asg.on(SetDesiredCapacityCommand, { AutoScalingGroupName: 'small' }).rejects(awsError('ValidationError', fixture('autoscaling-SetDesiredCapacity-error-ValidationError-above-max.assembled.json').Error.Message));
+    asg
+      .on(SetDesiredCapacityCommand, { AutoScalingGroupName: 'small' })
+      .rejects(
+        awsError('ValidationError', fixture('autoscaling-SetDesiredCapacity-error-ValidationError-above-max.assembled.json').Error.Message),
+      );
     await groups().setDesiredCapacity('ok', 5);
-    expect(asg.commandCalls(SetDesiredCapacityCommand)[0]!.args[0].input).toEqual({ AutoScalingGroupName: 'ok', DesiredCapacity: 5, HonorCooldown: false });
-    await expect(groups().setDesiredCapacity('small', 2)).rejects.toSatisfy((e) => isCloudError(e, 'invalid-request') && /above max value 1/.test((e as Error).message));
+    expect(asg.commandCalls(SetDesiredCapacityCommand)[0]!.args[0].input).toEqual({
+      AutoScalingGroupName: 'ok',
+      DesiredCapacity: 5,
+      HonorCooldown: false,
+    });
+    await expect(groups().setDesiredCapacity('small', 2)).rejects.toSatisfy(
+      (e) => isCloudError(e, 'invalid-request') && /above max value 1/.test((e as Error).message),
+    );
   });
 
   it('removes a specific instance with the desired size lowered; one already gone is no error', async () => {
-    asg.on(TerminateInstanceInAutoScalingGroupCommand, { InstanceId: 'i-0123456789abcdef0' }).resolves(fixture('autoscaling-TerminateInstanceInAutoScalingGroup.assembled.json'));
-    asg.on(TerminateInstanceInAutoScalingGroupCommand, { InstanceId: 'i-00000000000000dead' }).rejects(awsError('ValidationError', 'Instance Id not found - No managed instance found for instance ID: i-00000000000000dead'));
+    asg
+      .on(TerminateInstanceInAutoScalingGroupCommand, { InstanceId: 'i-0123456789abcdef0' })
+      .resolves(fixture('autoscaling-TerminateInstanceInAutoScalingGroup.assembled.json'));
+    asg
+      .on(TerminateInstanceInAutoScalingGroupCommand, { InstanceId: 'i-00000000000000dead' })
+      .rejects(awsError('ValidationError', 'Instance Id not found - No managed instance found for instance ID: i-00000000000000dead'));
     expect(await groups().terminateInstance('g', 'i-0123456789abcdef0')).toEqual({ alreadyGone: false });
-    expect(asg.commandCalls(TerminateInstanceInAutoScalingGroupCommand)[0]!.args[0].input).toEqual({ InstanceId: 'i-0123456789abcdef0', ShouldDecrementDesiredCapacity: true });
+    expect(asg.commandCalls(TerminateInstanceInAutoScalingGroupCommand)[0]!.args[0].input).toEqual({
+      InstanceId: 'i-0123456789abcdef0',
+      ShouldDecrementDesiredCapacity: true,
+    });
     expect(await groups().terminateInstance('g', 'i-00000000000000dead')).toEqual({ alreadyGone: true });
   });
 
   it('reads failed spot launches from scaling activities, with the zone and code, for the planner to avoid', async () => {
-    const g = { ...fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances.json').AutoScalingGroups[0], AutoScalingGroupName: 'spot-g4', AvailabilityZones: ['eu-west-2a', 'eu-west-2c'] };
+    const g = {
+      ...fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances.json').AutoScalingGroups[0],
+      AutoScalingGroupName: 'spot-g4',
+      AvailabilityZones: ['eu-west-2a', 'eu-west-2c'],
+    };
     g.MixedInstancesPolicy.LaunchTemplate.Overrides = [{ InstanceType: 'g4dn.xlarge' }];
     asg.on(DescribeAutoScalingGroupsCommand).resolves({ AutoScalingGroups: [g] });
     const failed = fixture('autoscaling-DescribeScalingActivities-failed-spot-InsufficientInstanceCapacity.assembled.json');
@@ -100,19 +163,43 @@ describe('Auto Scaling node groups', () => {
     asg.on(DescribeScalingActivitiesCommand).resolves({ Activities: [...failed.Activities, ...ok.Activities] });
     const provider = new AsgNodeGroups(asgClient, ec2Client, { region: 'eu-west-2', clock: new VirtualClock(T0), cacheSec: 0 });
     const out = await provider.launchFailures(0);
-    expect(out).toEqual([{ groupId: 'spot-g4', offeringId: 'aws/eu-west-2c/g4dn.xlarge/on-demand', atMs: Date.parse(failed.Activities[0].StartTime), code: 'InsufficientInstanceCapacity', message: failed.Activities[0].StatusMessage }]);
-    expect(asg.commandCalls(DescribeScalingActivitiesCommand)[0]!.args[0].input).toEqual({ AutoScalingGroupName: 'spot-g4', MaxRecords: 100 });
+    expect(out).toEqual([
+      {
+        groupId: 'spot-g4',
+        offeringId: 'aws/eu-west-2c/g4dn.xlarge/on-demand',
+        atMs: Date.parse(failed.Activities[0].StartTime),
+        code: 'InsufficientInstanceCapacity',
+        message: failed.Activities[0].StatusMessage,
+      },
+    ]);
+    expect(asg.commandCalls(DescribeScalingActivitiesCommand)[0]!.args[0].input).toEqual({
+      AutoScalingGroupName: 'spot-g4',
+      MaxRecords: 100,
+    });
   });
 
   it('completes lifecycle actions, an expired one included', async () => {
-    asg.on(CompleteLifecycleActionCommand).rejectsOnce(awsError('ValidationError', 'No active Lifecycle Action found with instance ID i-1234567890abcdef0')).resolves({});
-    await expect(groups().completeLifecycleAction({ groupId: 'g', instanceId: 'i-1234567890abcdef0', hookName: 'gpu-fleet-drain', token: 't' })).resolves.toBeUndefined();
-    expect(asg.commandCalls(CompleteLifecycleActionCommand)[0]!.args[0].input).toEqual({ AutoScalingGroupName: 'g', LifecycleHookName: 'gpu-fleet-drain', InstanceId: 'i-1234567890abcdef0', LifecycleActionResult: 'CONTINUE', LifecycleActionToken: 't' });
+    asg
+      .on(CompleteLifecycleActionCommand)
+      .rejectsOnce(awsError('ValidationError', 'No active Lifecycle Action found with instance ID i-1234567890abcdef0'))
+      .resolves({});
+    await expect(
+      groups().completeLifecycleAction({ groupId: 'g', instanceId: 'i-1234567890abcdef0', hookName: 'gpu-fleet-drain', token: 't' }),
+    ).resolves.toBeUndefined();
+    expect(asg.commandCalls(CompleteLifecycleActionCommand)[0]!.args[0].input).toEqual({
+      AutoScalingGroupName: 'g',
+      LifecycleHookName: 'gpu-fleet-drain',
+      InstanceId: 'i-1234567890abcdef0',
+      LifecycleActionResult: 'CONTINUE',
+      LifecycleActionToken: 't',
+    });
   });
 
   it('says throttled for Auto Scaling throttling, and never lets an SDK error type out', async () => {
     asg.on(SetDesiredCapacityCommand).rejects(awsError('Throttling', 'Rate exceeded'));
-    const error = await groups().setDesiredCapacity('g', 1).catch((e: unknown) => e);
+    const error = await groups()
+      .setDesiredCapacity('g', 1)
+      .catch((e: unknown) => e);
     expect(isCloudError(error, 'throttled')).toBe(true);
     expect((error as Error).message).toBe('set desired capacity on g failed: Throttling: Rate exceeded');
     expect((error as { retryable: boolean }).retryable).toBe(true);

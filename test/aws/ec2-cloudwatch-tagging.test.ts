@@ -26,32 +26,71 @@ describe('EC2 catalogue and prices', () => {
     ec2.on(DescribeInstanceTypesCommand).resolves(fixture('ec2-DescribeInstanceTypes-gpu.json'));
     const catalog = new Ec2Catalog(client);
     const types = await catalog.instanceTypes(['g4dn.xlarge', 'p4d.24xlarge', 'p3.2xlarge']);
-    expect(types.get('g4dn.xlarge')).toEqual({ name: 'g4dn.xlarge', cloud: 'aws', gpuModel: 'T4', gpuCount: 1, gpuMemoryMiB: 16_384, vcpus: 4, memoryMiB: 16_384 });
+    expect(types.get('g4dn.xlarge')).toEqual({
+      name: 'g4dn.xlarge',
+      cloud: 'aws',
+      gpuModel: 'T4',
+      gpuCount: 1,
+      gpuMemoryMiB: 16_384,
+      vcpus: 4,
+      memoryMiB: 16_384,
+    });
     expect(types.get('p4d.24xlarge')).toMatchObject({ gpuModel: 'A100-40GB', gpuCount: 8, gpuMemoryMiB: 40_960 });
     expect(types.get('p3.2xlarge')).toMatchObject({ gpuModel: 'V100', gpuCount: 1 }); // not in the response: shipped
     await catalog.instanceTypes(['g4dn.xlarge', 'p4d.24xlarge']);
     expect(ec2.commandCalls(DescribeInstanceTypesCommand)).toHaveLength(1);
-    expect(ec2.commandCalls(DescribeInstanceTypesCommand)[0]!.args[0].input).toEqual({ InstanceTypes: ['g4dn.xlarge', 'p4d.24xlarge', 'p3.2xlarge'] });
+    expect(ec2.commandCalls(DescribeInstanceTypesCommand)[0]!.args[0].input).toEqual({
+      InstanceTypes: ['g4dn.xlarge', 'p4d.24xlarge', 'p3.2xlarge'],
+    });
   });
 
   it('takes the newest spot price per zone and type, caches it, and falls back to the shipped price', async () => {
     const clock = new VirtualClock(T0);
     ec2.on(DescribeSpotPriceHistoryCommand).resolves({
       SpotPriceHistory: [
-        { AvailabilityZone: 'us-west-2a', InstanceType: 'p3.2xlarge', ProductDescription: 'Linux/UNIX', SpotPrice: '0.918000', Timestamp: new Date(T0 - 3_600_000) },
-        { AvailabilityZone: 'us-west-2a', InstanceType: 'p3.2xlarge', ProductDescription: 'Linux/UNIX', SpotPrice: '0.950000', Timestamp: new Date(T0 - 60_000) },
+        {
+          AvailabilityZone: 'us-west-2a',
+          InstanceType: 'p3.2xlarge',
+          ProductDescription: 'Linux/UNIX',
+          SpotPrice: '0.918000',
+          Timestamp: new Date(T0 - 3_600_000),
+        },
+        {
+          AvailabilityZone: 'us-west-2a',
+          InstanceType: 'p3.2xlarge',
+          ProductDescription: 'Linux/UNIX',
+          SpotPrice: '0.950000',
+          Timestamp: new Date(T0 - 60_000),
+        },
       ],
       NextToken: '',
     });
     const prices = new AwsPriceSource(client, { clock, spotCacheSec: 300 });
     const a = makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'p3.2xlarge', capacityType: 'spot' });
     const b = makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2b', instanceType: 'p3.2xlarge', capacityType: 'spot' });
-    const od = makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'p3.2xlarge', capacityType: 'on-demand' });
+    const od = makeOffering({
+      cloud: 'aws',
+      region: 'us-west-2',
+      zone: 'us-west-2a',
+      instanceType: 'p3.2xlarge',
+      capacityType: 'on-demand',
+    });
     const out = await prices.prices([a, b, od]);
-    expect(out.get(a.id)).toEqual({ offeringId: a.id, priceMicroUsdPerHour: 950_000, onDemandMicroUsdPerHour: 3_060_000, source: 'EC2 spot price history', interruptionBand: '>20%' });
+    expect(out.get(a.id)).toEqual({
+      offeringId: a.id,
+      priceMicroUsdPerHour: 950_000,
+      onDemandMicroUsdPerHour: 3_060_000,
+      source: 'EC2 spot price history',
+      interruptionBand: '>20%',
+    });
     expect(out.get(b.id)).toMatchObject({ priceMicroUsdPerHour: 856_800, source: 'shipped catalogue (spot)' });
     expect(out.get(od.id)).toMatchObject({ priceMicroUsdPerHour: 3_060_000, source: 'shipped catalogue (on-demand)' });
-    expect(ec2.commandCalls(DescribeSpotPriceHistoryCommand)[0]!.args[0].input).toEqual({ InstanceTypes: ['p3.2xlarge'], ProductDescriptions: ['Linux/UNIX', 'Linux/UNIX (Amazon VPC)'], StartTime: new Date(T0), MaxResults: 1000 });
+    expect(ec2.commandCalls(DescribeSpotPriceHistoryCommand)[0]!.args[0].input).toEqual({
+      InstanceTypes: ['p3.2xlarge'],
+      ProductDescriptions: ['Linux/UNIX', 'Linux/UNIX (Amazon VPC)'],
+      StartTime: new Date(T0),
+      MaxResults: 1000,
+    });
     await prices.prices([a]);
     expect(ec2.commandCalls(DescribeSpotPriceHistoryCommand)).toHaveLength(1);
     clock.advanceBy(301_000);
@@ -61,7 +100,9 @@ describe('EC2 catalogue and prices', () => {
 
   it('turns EC2 errors into the port vocabulary with context', async () => {
     ec2.on(DescribeSpotPriceHistoryCommand).rejects(awsError('RequestLimitExceeded', 'Request limit exceeded.', 503));
-    const err = await new AwsPriceSource(client, { clock: new VirtualClock(T0) }).prices([makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'p3.2xlarge', capacityType: 'spot' })]).catch((e: unknown) => e);
+    const err = await new AwsPriceSource(client, { clock: new VirtualClock(T0) })
+      .prices([makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'p3.2xlarge', capacityType: 'spot' })])
+      .catch((e: unknown) => e);
     expect(isCloudError(err, 'throttled')).toBe(true);
   });
 });
@@ -81,7 +122,10 @@ describe('CloudWatch GPU metrics', () => {
       ],
       Messages: [],
     });
-    const samples = await new CloudWatchGpuMetrics(client, new VirtualClock(T0)).gpuSamples(['i-0123456789abcdef0', 'i-0fedcba9876543210'], 300);
+    const samples = await new CloudWatchGpuMetrics(client, new VirtualClock(T0)).gpuSamples(
+      ['i-0123456789abcdef0', 'i-0fedcba9876543210'],
+      300,
+    );
     expect(samples).toEqual([
       { instanceId: 'i-0123456789abcdef0', gpuIndex: 0, utilizationPct: 87.5, memoryUsedMiB: 30_000, atMs: T0 - 60_000 },
       { instanceId: 'i-0123456789abcdef0', gpuIndex: 1, utilizationPct: 12, memoryUsedMiB: 2048, atMs: T0 - 60_000 },
@@ -89,8 +133,16 @@ describe('CloudWatch GPU metrics', () => {
     ]);
     const input = cw.commandCalls(GetMetricDataCommand)[0]!.args[0].input;
     expect(input.MetricDataQueries).toHaveLength(8);
-    expect(input.MetricDataQueries![0]).toEqual({ Id: 'gu0', Expression: `SEARCH('{GpuFleet,GpuIndex,InstanceId,NodeGroup} MetricName="GpuUtilization" InstanceId="i-0123456789abcdef0"', 'Average', 60)`, Label: "${PROP('Dim.GpuIndex')}", ReturnData: true });
-    expect(input.MetricDataQueries![2]).toMatchObject({ Id: 'cu0', Expression: expect.stringContaining('{CWAgent,InstanceId,index} MetricName="nvidia_smi_utilization_gpu"') });
+    expect(input.MetricDataQueries![0]).toEqual({
+      Id: 'gu0',
+      Expression: `SEARCH('{GpuFleet,GpuIndex,InstanceId,NodeGroup} MetricName="GpuUtilization" InstanceId="i-0123456789abcdef0"', 'Average', 60)`,
+      Label: "${PROP('Dim.GpuIndex')}",
+      ReturnData: true,
+    });
+    expect(input.MetricDataQueries![2]).toMatchObject({
+      Id: 'cu0',
+      Expression: expect.stringContaining('{CWAgent,InstanceId,index} MetricName="nvidia_smi_utilization_gpu"'),
+    });
     expect(input).toMatchObject({ StartTime: new Date(T0 - 300_000), EndTime: new Date(T0), ScanBy: 'TimestampDescending' });
   });
 });
@@ -100,7 +152,17 @@ describe('GPU metrics published by the node agent', () => {
     const client = new CloudWatchClient(creds);
     const cw = mockClient(client);
     cw.on(PutMetricDataCommand).resolves({});
-    const samples = Array.from({ length: 250 }, (_, k) => ({ instanceId: `i-${k}`, groupId: 'gpu-a100-spot', gpuIndex: k % 8, utilizationPct: 87.5, memoryUsedMiB: 30_000, powerDrawW: 312.4, temperatureC: 61, uncorrectableEccErrors: 0, atMs: T0 }));
+    const samples = Array.from({ length: 250 }, (_, k) => ({
+      instanceId: `i-${k}`,
+      groupId: 'gpu-a100-spot',
+      gpuIndex: k % 8,
+      utilizationPct: 87.5,
+      memoryUsedMiB: 30_000,
+      powerDrawW: 312.4,
+      temperatureC: 61,
+      uncorrectableEccErrors: 0,
+      atMs: T0,
+    }));
     await new CloudWatchGpuMetricSink(client).put(samples);
     const calls = cw.commandCalls(PutMetricDataCommand).map((c) => c.args[0].input);
     expect(calls.map((c) => c.MetricData!.length)).toEqual([1000, 250]);
@@ -141,16 +203,49 @@ describe('budget tags from the Resource Groups Tagging API', () => {
       .resolves({
         PaginationToken: 'next',
         ResourceTagMappingList: [
-          { ResourceARN: 'arn:aws:s3:::nlp-data', Tags: [{ Key: 'gpu-fleet:team', Value: 'nlp' }, { Key: 'gpu-fleet:budget-usd', Value: '100' }] },
-          { ResourceARN: recorded.ResourceTagMappingList[0].ResourceARN, Tags: [...recorded.ResourceTagMappingList[0].Tags, { Key: 'gpu-fleet:team', Value: 'nlp' }, { Key: 'gpu-fleet:budget-usd', Value: '2500' }, { Key: 'gpu-fleet:budget-action', Value: 'hold' }] },
+          {
+            ResourceARN: 'arn:aws:s3:::nlp-data',
+            Tags: [
+              { Key: 'gpu-fleet:team', Value: 'nlp' },
+              { Key: 'gpu-fleet:budget-usd', Value: '100' },
+            ],
+          },
+          {
+            ResourceARN: recorded.ResourceTagMappingList[0].ResourceARN,
+            Tags: [
+              ...recorded.ResourceTagMappingList[0].Tags,
+              { Key: 'gpu-fleet:team', Value: 'nlp' },
+              { Key: 'gpu-fleet:budget-usd', Value: '2500' },
+              { Key: 'gpu-fleet:budget-action', Value: 'hold' },
+            ],
+          },
         ],
       })
       .on(GetResourcesCommand, { PaginationToken: 'next' })
-      .resolves({ ...recorded, ResourceTagMappingList: [{ ResourceARN: 'arn:aws:sqs:us-east-1:644160558196:vision', Tags: [{ Key: 'gpu-fleet:team', Value: 'vision' }, { Key: 'gpu-fleet:budget-usd', Value: 'lots' }] }] });
+      .resolves({
+        ...recorded,
+        ResourceTagMappingList: [
+          {
+            ResourceARN: 'arn:aws:sqs:us-east-1:644160558196:vision',
+            Tags: [
+              { Key: 'gpu-fleet:team', Value: 'vision' },
+              { Key: 'gpu-fleet:budget-usd', Value: 'lots' },
+            ],
+          },
+        ],
+      });
     const sets = await new TaggingBudgetSource(client).readTeamTags();
     expect(sets).toEqual([
-      { team: 'nlp', resource: 'arn:aws:sqs:us-east-1:644160558196:my-c7n-test', tags: { 'gpu-fleet:team': 'nlp', 'gpu-fleet:budget-usd': '2500', 'gpu-fleet:budget-action': 'hold' } },
-      { team: 'vision', resource: 'arn:aws:sqs:us-east-1:644160558196:vision', tags: { 'gpu-fleet:team': 'vision', 'gpu-fleet:budget-usd': 'lots' } },
+      {
+        team: 'nlp',
+        resource: 'arn:aws:sqs:us-east-1:644160558196:my-c7n-test',
+        tags: { 'gpu-fleet:team': 'nlp', 'gpu-fleet:budget-usd': '2500', 'gpu-fleet:budget-action': 'hold' },
+      },
+      {
+        team: 'vision',
+        resource: 'arn:aws:sqs:us-east-1:644160558196:vision',
+        tags: { 'gpu-fleet:team': 'vision', 'gpu-fleet:budget-usd': 'lots' },
+      },
       { team: 'nlp', resource: 'arn:aws:s3:::nlp-data', tags: { 'gpu-fleet:team': 'nlp', 'gpu-fleet:budget-usd': '100' } },
     ]);
     expect(tagging.commandCalls(GetResourcesCommand).map((c) => c.args[0].input)).toEqual([
@@ -161,7 +256,9 @@ describe('budget tags from the Resource Groups Tagging API', () => {
 
   it('says throttled for ThrottledException', async () => {
     const client = new ResourceGroupsTaggingAPIClient(creds);
-    mockClient(client).on(GetResourcesCommand).rejects(awsError('ThrottledException', fixture('tagging-error-ThrottledException.assembled.json').Message ?? 'Rate exceeded'));
+    mockClient(client)
+      .on(GetResourcesCommand)
+      .rejects(awsError('ThrottledException', fixture('tagging-error-ThrottledException.assembled.json').Message ?? 'Rate exceeded'));
     expect(isCloudError(await new TaggingBudgetSource(client).readTeamTags().catch((e: unknown) => e), 'throttled')).toBe(true);
   });
 });

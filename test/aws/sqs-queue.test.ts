@@ -46,8 +46,16 @@ describe('SQS team queues', () => {
 
   it('dead-letters a message with its reason and origin', async () => {
     const { queueUrl } = env.server.createQueue(`gf-dlq-${++n}`);
-    await new SqsDeadLetter(env.sqs, queueUrl).send({ body: 'b', reason: 'not a team queue', sourceQueueArn: 'arn:aws:sqs:us-east-1:1:other', messageId: 'm1' });
+    await new SqsDeadLetter(env.sqs, queueUrl).send({
+      body: 'b',
+      reason: 'not a team queue',
+      sourceQueueArn: 'arn:aws:sqs:us-east-1:1:other',
+      messageId: 'm1',
+    });
     const got = await env.sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MessageAttributeNames: ['All'] }));
-    expect(got.Messages?.[0]?.MessageAttributes).toMatchObject({ 'gpu-fleet-reason': { StringValue: 'not a team queue' }, 'gpu-fleet-source-message': { StringValue: 'm1' } });
+    expect(got.Messages?.[0]?.MessageAttributes).toMatchObject({
+      'gpu-fleet-reason': { StringValue: 'not a team queue' },
+      'gpu-fleet-source-message': { StringValue: 'm1' },
+    });
   });
 });

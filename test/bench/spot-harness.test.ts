@@ -11,9 +11,14 @@ const PAPER_JOB = { workSec: 48 * 3600, deadlineSec: 60 * 3600, changeoverSec: 7
 
 describe('bench:spot', () => {
   it('runs every policy on the shipped traces from the command line and prints the JSON rows the issue names', () => {
-    const out = execFileSync(process.execPath, ['--import', 'tsx', 'bench/spot.ts', '--traces', TRACES, '--runs', '12', '--trace-hours', '200', '--json'], { cwd: ROOT, encoding: 'utf8' });
+    const out = execFileSync(
+      process.execPath,
+      ['--import', 'tsx', 'bench/spot.ts', '--traces', TRACES, '--runs', '12', '--trace-hours', '200', '--json'],
+      { cwd: ROOT, encoding: 'utf8' },
+    );
     const rows = JSON.parse(out) as Row[];
-    for (const r of rows) expect(Object.keys(r).sort()).toEqual(['costRatio', 'deadlineMetPct', 'onDemandHours', 'policy', 'runs', 'spotHours', 'trace']);
+    for (const r of rows)
+      expect(Object.keys(r).sort()).toEqual(['costRatio', 'deadlineMetPct', 'onDemandHours', 'policy', 'runs', 'spotHours', 'trace']);
     const all = rows.filter((r) => r.trace === 'ALL');
     expect(all.map((r) => r.policy)).toEqual(['greedy', 'uniform-progress', 'gpu-fleet', 'omniscient']);
     expect(new Set(rows.map((r) => r.trace)).size).toBe(5); // four traces and ALL
@@ -30,7 +35,11 @@ describe('bench:spot', () => {
   it('explains a bad option and the values allowed', () => {
     let message = '';
     try {
-      execFileSync(process.execPath, ['--import', 'tsx', 'bench/spot.ts', '--traces', TRACES, '--policies', 'greedy,clairvoyant'], { cwd: ROOT, encoding: 'utf8', stdio: 'pipe' });
+      execFileSync(process.execPath, ['--import', 'tsx', 'bench/spot.ts', '--traces', TRACES, '--policies', 'greedy,clairvoyant'], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        stdio: 'pipe',
+      });
     } catch (e) {
       message = String((e as { stderr?: string }).stderr);
     }
@@ -51,7 +60,7 @@ describe('bench:spot', () => {
   });
 
   it('never lets an online policy beat the omniscient optimum on the same start, and meets every deadline', () => {
-    const random = (seed: number) => () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const random = (seed: number) => () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     for (let s = 1; s <= 6; s++) {
       const r = random(s);
       // Spells of availability and outage of random length.

@@ -15,7 +15,8 @@ import { simulateCommand } from '../../cli/simulate.ts';
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const required = process.env.GPU_FLEET_BROWSER_TESTS === 'required';
 const available = existsSync(CHROMIUM);
-if (!available && !required) console.warn(`browser test skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
+if (!available && !required)
+  console.warn(`browser test skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
 const sink = { write: () => true } as unknown as NodeJS.WritableStream;
 
 describe.runIf(available || required)('HTML report in a browser', () => {
@@ -27,7 +28,15 @@ describe.runIf(available || required)('HTML report in a browser', () => {
     await simulateCommand({ hours: '6', maxJobs: '200', out: dir, progress: false }, { stdout: sink, stderr: process.stderr });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
   }, 120_000);
 
@@ -53,10 +62,16 @@ describe.runIf(available || required)('HTML report in a browser', () => {
       expect(box!.height).toBeGreaterThan(50);
     }
     // Lines and areas are drawn: paths with many segments, and bars with width.
-    const longest = await page.locator('figure[data-chart="cost"] path').evaluateAll((ps) => Math.max(...ps.map((p) => (p.getAttribute('d') ?? '').split('L').length)));
+    const longest = await page
+      .locator('figure[data-chart="cost"] path')
+      .evaluateAll((ps) => Math.max(...ps.map((p) => (p.getAttribute('d') ?? '').split('L').length)));
     expect(longest).toBeGreaterThan(10);
-    expect(await page.locator('figure[data-chart="cost"] g.series').evaluateAll((gs) => gs.map((g) => g.getAttribute('data-series')))).toEqual(['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit']);
-    const barWidths = await page.locator('figure[data-chart="budget"] rect').evaluateAll((rs) => rs.map((r) => Number(r.getAttribute('width'))));
+    expect(
+      await page.locator('figure[data-chart="cost"] g.series').evaluateAll((gs) => gs.map((g) => g.getAttribute('data-series'))),
+    ).toEqual(['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit']);
+    const barWidths = await page
+      .locator('figure[data-chart="budget"] rect')
+      .evaluateAll((rs) => rs.map((r) => Number(r.getAttribute('width'))));
     expect(barWidths.some((w) => w > 0)).toBe(true);
     await expect.poll(() => page.locator('table.compare tr').count()).toBe(5);
     expect(requests).toEqual([]);

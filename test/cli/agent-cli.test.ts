@@ -36,7 +36,13 @@ describe('gpu-fleet agent inspect', () => {
   it('prints the machine and its GPUs as JSON, from IMDS and nvidia-smi', async () => {
     const imds = await startMetadataServer('aws', awsInstance('i-0feed'));
     try {
-      const env = { ...process.env, PATH: `${FAKE_BIN}${delimiter}${process.env.PATH}`, FAKE_NVIDIA_SMI_DIR: gpuFixtureDir({ xml: 'telegraf__a100-sxm4-v12.xml' }), GPU_FLEET_AWS_IMDS_URL: imds.url, GPU_FLEET_GCE_METADATA_URL: CLOSED };
+      const env = {
+        ...process.env,
+        PATH: `${FAKE_BIN}${delimiter}${process.env.PATH}`,
+        FAKE_NVIDIA_SMI_DIR: gpuFixtureDir({ xml: 'telegraf__a100-sxm4-v12.xml' }),
+        GPU_FLEET_AWS_IMDS_URL: imds.url,
+        GPU_FLEET_GCE_METADATA_URL: CLOSED,
+      };
       const { stdout } = await run(process.execPath, [bin, 'agent', 'inspect', '--json'], { cwd: root, env, timeout: 60_000 });
       const out = JSON.parse(stdout) as Record<string, unknown>;
       expect(out).toMatchObject({
@@ -56,7 +62,9 @@ describe('gpu-fleet agent inspect', () => {
     const started = Date.now();
     const { stdout } = await run(process.execPath, [bin, 'agent', 'inspect'], { cwd: root, env, timeout: 60_000 });
     expect(Date.now() - started).toBeLessThan(15_000);
-    expect(stdout).toContain(`machine   unknown: no instance metadata server answered: AWS IMDS: PUT ${CLOSED}/latest/api/token: ECONNREFUSED; GCE: GET ${CLOSED}/computeMetadata/v1/instance/`);
+    expect(stdout).toContain(
+      `machine   unknown: no instance metadata server answered: AWS IMDS: PUT ${CLOSED}/latest/api/token: ECONNREFUSED; GCE: GET ${CLOSED}/computeMetadata/v1/instance/`,
+    );
     expect(stdout).toMatch(/^GPUs {6}none found: nvidia-smi was not found on PATH: is the NVIDIA driver installed\?$/m);
     expect(stdout).toMatch(/^health {4}UNHEALTHY: nvidia-smi was not found on PATH/m);
   });
@@ -75,25 +83,45 @@ describe('gpu-fleet agent run (a real agent process, on DynamoDB served by dynal
     db = await startDynalite();
     tables = await db.createTables();
     imds = await startMetadataServer('aws', awsInstance('i-0agent'));
-    agent = spawn(process.execPath, [bin, 'agent', 'run', '--runner', 'process', '--checkpoint-store', storeUri, '--work-dir', mkdtempSync(join(tmpdir(), 'agent-')), '--no-metrics', '--no-mig-create', '--heartbeat-sec', '0.3', '--notice-sec', '0.2'], {
-      cwd: root,
-      env: {
-        ...process.env,
-        PATH: `${FAKE_BIN}${delimiter}${process.env.PATH}`,
-        FAKE_NVIDIA_SMI_DIR: gpuFixtureDir({ xml: 'telegraf__tesla-t4.xml' }),
-        GPU_FLEET_AWS_IMDS_URL: imds.url,
-        GPU_FLEET_GCE_METADATA_URL: CLOSED,
-        AWS_ENDPOINT_URL: db.endpoint,
-        AWS_REGION: 'us-east-1',
-        AWS_ACCESS_KEY_ID: 'test',
-        AWS_SECRET_ACCESS_KEY: 'test',
-        GPU_FLEET_JOBS_TABLE: tables.jobs,
-        GPU_FLEET_NODES_TABLE: tables.nodes,
-        GPU_FLEET_CONTROL_TABLE: tables.control,
-        POWERTOOLS_LOG_LEVEL: 'WARN',
+    agent = spawn(
+      process.execPath,
+      [
+        bin,
+        'agent',
+        'run',
+        '--runner',
+        'process',
+        '--checkpoint-store',
+        storeUri,
+        '--work-dir',
+        mkdtempSync(join(tmpdir(), 'agent-')),
+        '--no-metrics',
+        '--no-mig-create',
+        '--heartbeat-sec',
+        '0.3',
+        '--notice-sec',
+        '0.2',
+      ],
+      {
+        cwd: root,
+        env: {
+          ...process.env,
+          PATH: `${FAKE_BIN}${delimiter}${process.env.PATH}`,
+          FAKE_NVIDIA_SMI_DIR: gpuFixtureDir({ xml: 'telegraf__tesla-t4.xml' }),
+          GPU_FLEET_AWS_IMDS_URL: imds.url,
+          GPU_FLEET_GCE_METADATA_URL: CLOSED,
+          AWS_ENDPOINT_URL: db.endpoint,
+          AWS_REGION: 'us-east-1',
+          AWS_ACCESS_KEY_ID: 'test',
+          AWS_SECRET_ACCESS_KEY: 'test',
+          GPU_FLEET_JOBS_TABLE: tables.jobs,
+          GPU_FLEET_NODES_TABLE: tables.nodes,
+          GPU_FLEET_CONTROL_TABLE: tables.control,
+          POWERTOOLS_LOG_LEVEL: 'WARN',
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
       },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    );
     agent.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
   });
 
@@ -109,11 +137,21 @@ describe('gpu-fleet agent run (a real agent process, on DynamoDB served by dynal
     expect(node).toMatchObject({ groupId: 'gpu-v100-spot', address: '10.0.1.17', healthy: true, gpus: [{ model: 'T4' }] });
 
     const submit = async (id: string, command: string[]) => {
-      const spec = checkJobSpec({ image: 'local/counter:1', command, gpu: { kind: 'whole', count: 1 }, checkpoint: { intervalSec: 60, gracePeriodSec: 10 } });
+      const spec = checkJobSpec({
+        image: 'local/counter:1',
+        command,
+        gpu: { kind: 'whole', count: 1 },
+        checkpoint: { intervalSec: 60, gracePeriodSec: 10 },
+      });
       if (!spec.ok) throw new Error(spec.errors.join('; '));
       await stores.jobs.create(newPendingJob({ id, team: 'nlp', spec: spec.spec, submittedAtMs: Date.now() }));
       await stores.nodes.assign('i-0agent', id, 1);
-      await applyJobEvent(stores.jobs, id, { type: 'place', attempt: 1, placement: { capacityType: 'spot', nodes: [{ nodeId: 'i-0agent', gpuIndices: [0] }] } }, Date.now());
+      await applyJobEvent(
+        stores.jobs,
+        id,
+        { type: 'place', attempt: 1, placement: { capacityType: 'spot', nodes: [{ nodeId: 'i-0agent', gpuIndices: [0] }] } },
+        Date.now(),
+      );
     };
 
     await submit('nlp.quick', ['node', COUNTER_JOB, '10', '10']);
@@ -122,10 +160,14 @@ describe('gpu-fleet agent run (a real agent process, on DynamoDB served by dynal
     await submit('nlp.long', ['node', COUNTER_JOB, '100000', '20', '20']);
     await waitFor('a checkpoint of the long job', async () => (await stores.jobs.get('nlp.long'))?.checkpoint, 30_000);
     imds.values.set('meta-data/spot/instance-action', IMDS_BODIES.terminate);
-    const requeued = await waitFor('the long job to be requeued', async () => {
-      const j = await stores.jobs.get('nlp.long');
-      return j?.state === 'pending' ? j : undefined;
-    }, 30_000);
+    const requeued = await waitFor(
+      'the long job to be requeued',
+      async () => {
+        const j = await stores.jobs.get('nlp.long');
+        return j?.state === 'pending' ? j : undefined;
+      },
+      30_000,
+    );
     expect(requeued).toMatchObject({ attempt: 2, interruptions: 1, requeueReason: { code: 'interrupted' } });
     expect(requeued.checkpoint!.location.startsWith(storeUri)).toBe(true);
     expect((await stores.nodes.get('i-0agent'))!.draining?.reason).toBe('terminate notice (spot/instance-action) seen by the node agent');

@@ -23,7 +23,8 @@ describe('gpu-fleet command', () => {
     expect(code).toBe(0);
     const summary = JSON.parse(stdout);
     expect(summary).toMatchObject({ policy: 'gpu-fleet', seed: 3, jobs: 40, lost: 0 });
-    for (const key of ['completed', 'gpuHoursUsed', 'gpuHoursPaid', 'costMicroUsd', 'onDemandCostMicroUsd', 'p50WaitSec', 'p95WaitSec']) expect(summary).toHaveProperty(key);
+    for (const key of ['completed', 'gpuHoursUsed', 'gpuHoursPaid', 'costMicroUsd', 'onDemandCostMicroUsd', 'p50WaitSec', 'p95WaitSec'])
+      expect(summary).toHaveProperty(key);
   });
 
   it('prints a table for people', async () => {
@@ -33,7 +34,8 @@ describe('gpu-fleet command', () => {
     expect(stdout).toMatch(/all on-demand \(baseline run\)\s+\$[\d,]+\.\d\d/);
     expect(stdout).toMatch(/queue wait p95/);
     // The three baselines ran on the same trace and seed.
-    for (const policy of ['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit']) expect(stdout).toMatch(new RegExp(`^${policy}\\s+\\$`, 'm'));
+    for (const policy of ['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit'])
+      expect(stdout).toMatch(new RegExp(`^${policy}\\s+\\$`, 'm'));
   });
 
   it('exits 2 with a message that names the problem for bad flags', async () => {
@@ -48,11 +50,23 @@ describe('gpu-fleet command', () => {
     expect(unknown.stderr).toContain("unknown option '--frobnicate'");
     const faults = await cli(['simulate', '--faults', 'meteor']);
     expect(faults.code).toBe(2);
-    expect(faults.stderr).toContain('--faults must be one of none, api-errors, spot-stockout, crash-mid-apply, duplicate-reorder, interruption-storm, dead-agents, checkpoint-failures, store-conflicts, all, got "meteor"');
+    expect(faults.stderr).toContain(
+      '--faults must be one of none, api-errors, spot-stockout, crash-mid-apply, duplicate-reorder, interruption-storm, dead-agents, checkpoint-failures, store-conflicts, all, got "meteor"',
+    );
   });
 
   it('runs under a fault profile and says what it injected', async () => {
-    const { code, stdout } = await cli(['simulate', '--hours', '3', '--max-jobs', '60', '--no-baselines', '--faults', 'store-conflicts', '--json']);
+    const { code, stdout } = await cli([
+      'simulate',
+      '--hours',
+      '3',
+      '--max-jobs',
+      '60',
+      '--no-baselines',
+      '--faults',
+      'store-conflicts',
+      '--json',
+    ]);
     expect(code).toBe(0);
     const s = JSON.parse(stdout);
     expect(s).toMatchObject({ lost: 0, duplicated: 0, violations: 0, faults: { profile: 'store-conflicts' } });

@@ -37,7 +37,11 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   }, 120_000);
 
   it('status: jobs by state with their waits, nodes by group with GPU use, queue depth per team', async () => {
-    const s = json<{ jobs: { state: string; jobs: number }[]; groups: { group: string; usedGpus: number; gpus: number }[]; queues: { team: string }[] }>(await cli(['status', '--sim', dir, '--json']));
+    const s = json<{
+      jobs: { state: string; jobs: number }[];
+      groups: { group: string; usedGpus: number; gpus: number }[];
+      queues: { team: string }[];
+    }>(await cli(['status', '--sim', dir, '--json']));
     expect(s.jobs.find((r) => r.state === 'succeeded')!.jobs).toBeGreaterThan(0);
     expect(s.groups.length).toBe(6);
     expect(s.groups.some((g) => g.usedGpus > 0 && g.usedGpus <= g.gpus)).toBe(true);
@@ -48,12 +52,39 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   });
 
   it('submit validates with the intake schema, prints the job id, and the same token makes one job; cancel stops it', async () => {
-    const args = ['submit', '--sim', dir, '--team', 'nlp', '--image', 'pytorch/pytorch:2.3.0', '--gpus', '2', '--checkpoint-interval', '600', '--label', 'project=llm-eval', '--token', 'paper-1', '--json', '--', 'python', 'train.py', '--epochs', '3'];
+    const args = [
+      'submit',
+      '--sim',
+      dir,
+      '--team',
+      'nlp',
+      '--image',
+      'pytorch/pytorch:2.3.0',
+      '--gpus',
+      '2',
+      '--checkpoint-interval',
+      '600',
+      '--label',
+      'project=llm-eval',
+      '--token',
+      'paper-1',
+      '--json',
+      '--',
+      'python',
+      'train.py',
+      '--epochs',
+      '3',
+    ];
     const first = json<{ jobId: string }>(await cli(args));
     expect(first.jobId).toBe('nlp.paper-1');
     expect(json<{ jobId: string; note: string }>(await cli(args)).note).toMatch(/already submitted with this token/);
-    const job = json<{ state: string; spec: { command: string[]; labels: Record<string, string> } }>(await cli(['status', '--sim', dir, '--job', 'nlp.paper-1', '--json']));
-    expect(job).toMatchObject({ state: 'pending', spec: { command: ['python', 'train.py', '--epochs', '3'], labels: { project: 'llm-eval' } } });
+    const job = json<{ state: string; spec: { command: string[]; labels: Record<string, string> } }>(
+      await cli(['status', '--sim', dir, '--job', 'nlp.paper-1', '--json']),
+    );
+    expect(job).toMatchObject({
+      state: 'pending',
+      spec: { command: ['python', 'train.py', '--epochs', '3'], labels: { project: 'llm-eval' } },
+    });
     const why = await cli(['explain', '--sim', dir, '--job', 'nlp.paper-1']);
     expect(why.stdout).toMatch(/nlp.paper-1 waits .*no reconcile has planned since it was queued/);
     expect(json<{ status: string }>(await cli(['cancel', 'nlp.paper-1', '--sim', dir, '--json'])).status).toBe('cancelled');
@@ -71,20 +102,29 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     const flag = await cli(['status', '--sim', dir, '--colour']);
     expect(flag).toMatchObject({ code: 2, stderr: expect.stringMatching(/unknown option '--colour'/) });
     const nowhere = await cli(['status', '--sim', join(dir, 'nope')]);
-    expect(nowhere).toMatchObject({ code: 2, stderr: expect.stringMatching(/no simulation there \(state.json is missing\); write one with: gpu-fleet simulate --out/) });
+    expect(nowhere).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/no simulation there \(state.json is missing\); write one with: gpu-fleet simulate --out/),
+    });
   }, 60_000);
 
   it('explain: where and why a job runs, and why the fleet changed in a decision', async () => {
     const report = json<{ jobs: { job: string; state: string }[] }>(await cli(['report', '--sim', dir, '--json']));
     const running = report.jobs.find((j) => j.state === 'running')!;
-    const why = json<{ summary: string; details: string[]; decisionId?: string }>(await cli(['explain', '--sim', dir, '--job', running.job, '--json']));
+    const why = json<{ summary: string; details: string[]; decisionId?: string }>(
+      await cli(['explain', '--sim', dir, '--job', running.job, '--json']),
+    );
     expect(why.summary).toMatch(new RegExp(`^${running.job.replace('.', '\\.')} runs on i-\\w+ \\((spot|on-demand)\\)`));
     expect(why.details.join('\n')).toMatch(/its share costs \$[\d.]+\/h \(on-demand would be \$[\d.]+\/h\)/);
-    const latest = json<{ id: string; plan: { actions: unknown[] } }>(await cli(['explain', '--sim', dir, '--decision', 'latest', '--json']));
+    const latest = json<{ id: string; plan: { actions: unknown[] } }>(
+      await cli(['explain', '--sim', dir, '--decision', 'latest', '--json']),
+    );
     expect(latest.id).toMatch(/^decision-/);
     const again = json<{ id: string }>(await cli(['explain', '--sim', dir, '--decision', latest.id, '--json']));
     expect(again.id).toBe(latest.id);
-    const change = json<{ plan: { actions: { kind: string }[] } }>(await cli(['explain', '--sim', dir, '--decision', 'last-change', '--json']));
+    const change = json<{ plan: { actions: { kind: string }[] } }>(
+      await cli(['explain', '--sim', dir, '--decision', 'last-change', '--json']),
+    );
     expect(change.plan.actions.some((a) => ['scale-up', 'scale-in', 'preempt', 'cancel-launches'].includes(a.kind))).toBe(true);
     const human = await cli(['explain', '--sim', dir, '--decision', 'last-change']);
     expect(human.stdout).toMatch(/Fleet changes\n {2}(scale up|remove|preempt|cancel-launches)/);
@@ -93,7 +133,9 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   }, 60_000);
 
   it('budget: spend this period against budget, forecast and state per team', async () => {
-    const rows = json<{ team: string; spentMicroUsd: number; budgetMicroUsd: number; forecastMicroUsd: number; state: string }[]>(await cli(['budget', '--sim', dir, '--json']));
+    const rows = json<{ team: string; spentMicroUsd: number; budgetMicroUsd: number; forecastMicroUsd: number; state: string }[]>(
+      await cli(['budget', '--sim', dir, '--json']),
+    );
     expect(rows.map((r) => r.team)).toEqual(['nlp', 'recsys', 'speech', 'vision']);
     for (const r of rows) {
       expect(r.spentMicroUsd).toBeGreaterThan(0);
@@ -105,7 +147,13 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   }, 60_000);
 
   it('report: cost by team, project and job, paid against held, spot savings, the trend by day; as a table, CSV and HTML', async () => {
-    const r = json<{ totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number; spotSavingsMicroUsd: number }; byTeam: { team: string; costMicroUsd: number }[]; byProject: { project: string; costMicroUsd: number }[]; byDay: { day: string }[]; jobs: { costMicroUsd: number; onDemandMicroUsd: number }[] }>(await cli(['report', '--sim', dir, '--period', '2026-11', '--json']));
+    const r = json<{
+      totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number; spotSavingsMicroUsd: number };
+      byTeam: { team: string; costMicroUsd: number }[];
+      byProject: { project: string; costMicroUsd: number }[];
+      byDay: { day: string }[];
+      jobs: { costMicroUsd: number; onDemandMicroUsd: number }[];
+    }>(await cli(['report', '--sim', dir, '--period', '2026-11', '--json']));
     const paid = r.byTeam.reduce((a, t) => a + t.costMicroUsd, 0);
     expect(r.totals.paidMicroUsd).toBe(paid);
     expect(r.totals.paidMicroUsd).toBe(r.totals.heldByJobsMicroUsd + r.totals.idleMicroUsd);
@@ -117,7 +165,9 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(Math.abs(jobsCost - r.totals.heldByJobsMicroUsd) / r.totals.heldByJobsMicroUsd).toBeLessThan(0.05);
     expect(r.totals.spotSavingsMicroUsd).toBeGreaterThan(0);
     const csv = await cli(['report', '--sim', dir, '--csv']);
-    expect(csv.stdout.split('\n')[0]).toBe('kind,name,team,project,state,cost_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct');
+    expect(csv.stdout.split('\n')[0]).toBe(
+      'kind,name,team,project,state,cost_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct',
+    );
     expect(csv.stdout).toMatch(/\nteam,nlp,nlp,/);
     const out = join(dir, 'finops');
     const human = await cli(['report', '--sim', dir, '--out', out]);
@@ -127,12 +177,18 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(html).toMatch(/data-chart="teams"/);
     expect(html).not.toMatch(/<script|https?:\/\/(?!www\.w3)/);
     expect(existsSync(join(out, 'report.csv'))).toBe(true);
-    expect(await cli(['report', '--sim', dir, '--period', '2026-13'])).toMatchObject({ code: 2, stderr: expect.stringMatching(/--period "2026-13" is not a period: give a month \(2026-11\), a day \(2026-11-30\) or the last N days \(last-7d\)/) });
+    expect(await cli(['report', '--sim', dir, '--period', '2026-13'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(
+        /--period "2026-13" is not a period: give a month \(2026-11\), a day \(2026-11-30\) or the last N days \(last-7d\)/,
+      ),
+    });
   }, 60_000);
 
   it('--help lists every command, and each command lists its flags with examples', async () => {
     const top = await cli(['--help']);
-    for (const c of ['simulate', 'submit', 'status', 'explain', 'budget', 'report', 'cancel', 'reconcile', 'invoke', 'agent']) expect(top.stdout).toMatch(new RegExp(`\\n  ${c}\\b`));
+    for (const c of ['simulate', 'submit', 'status', 'explain', 'budget', 'report', 'cancel', 'reconcile', 'invoke', 'agent'])
+      expect(top.stdout).toMatch(new RegExp(`\\n  ${c}\\b`));
     for (const c of ['submit', 'status', 'explain', 'budget', 'report', 'cancel']) {
       const h = await cli([c, '--help']);
       expect(h.stdout).toMatch(/--json/);
@@ -162,15 +218,30 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
     });
     await new Promise<void>((r) => autoscaling.listen(0, '127.0.0.1', r));
     // Resource Groups Tagging API (JSON 1.1): the team queues' tags, in the recorded response's shape.
-    const recorded = JSON.parse(readFileSync(join(root, 'test/fixtures/api/aws/tagging-GetResources-recorded.json'), 'utf8')) as { ResourceTagMappingList: unknown[] };
+    const recorded = JSON.parse(readFileSync(join(root, 'test/fixtures/api/aws/tagging-GetResources-recorded.json'), 'utf8')) as {
+      ResourceTagMappingList: unknown[];
+    };
     tagging = createServer((req, res) => {
       req.resume();
       req.on('end', () => {
         const body = {
           ...recorded,
           ResourceTagMappingList: [
-            { ResourceARN: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp', Tags: [{ Key: 'gpu-fleet:team', Value: 'nlp' }, { Key: 'gpu-fleet:budget-usd', Value: '2500' }, { Key: 'gpu-fleet:budget-action', Value: 'spot-only' }] },
-            { ResourceARN: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-vision', Tags: [{ Key: 'gpu-fleet:team', Value: 'vision' }, { Key: 'gpu-fleet:budget-usd', Value: 'lots' }] },
+            {
+              ResourceARN: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp',
+              Tags: [
+                { Key: 'gpu-fleet:team', Value: 'nlp' },
+                { Key: 'gpu-fleet:budget-usd', Value: '2500' },
+                { Key: 'gpu-fleet:budget-action', Value: 'spot-only' },
+              ],
+            },
+            {
+              ResourceARN: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-vision',
+              Tags: [
+                { Key: 'gpu-fleet:team', Value: 'vision' },
+                { Key: 'gpu-fleet:budget-usd', Value: 'lots' },
+              ],
+            },
           ],
         };
         res.writeHead(200, { 'content-type': 'application/x-amz-json-1.1' }).end(JSON.stringify(body));
@@ -202,21 +273,30 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
   });
 
   it('submit sends the spec to the team queue with its idempotency token, and prints the job id intake will use', async () => {
-    const out = await cli(['submit', '--team', 'nlp', '--image', 'pytorch/pytorch:2.3.0', '--gpus', '1', '--token', 'run-7', '--', 'python', 'train.py'], env);
+    const out = await cli(
+      ['submit', '--team', 'nlp', '--image', 'pytorch/pytorch:2.3.0', '--gpus', '1', '--token', 'run-7', '--', 'python', 'train.py'],
+      env,
+    );
     expect(out.code).toBe(0);
     expect(out.stdout.split('\n')[0]).toBe('nlp.run-7');
     const { QueueUrl } = await sqs.sqs.send(new GetQueueUrlCommand({ QueueName: 'gpu-fleet-team-nlp' }));
     const got = await sqs.sqs.send(new ReceiveMessageCommand({ QueueUrl, MessageAttributeNames: ['All'], WaitTimeSeconds: 1 }));
     expect(got.Messages).toHaveLength(1);
     expect(got.Messages![0]!.MessageAttributes!['gpu-fleet-token']!.StringValue).toBe('run-7');
-    expect(JSON.parse(got.Messages![0]!.Body!)).toMatchObject({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1 } });
+    expect(JSON.parse(got.Messages![0]!.Body!)).toMatchObject({
+      image: 'pytorch/pytorch:2.3.0',
+      command: ['python', 'train.py'],
+      gpu: { kind: 'whole', count: 1 },
+    });
     const noQueue = await cli(['submit', '--team', 'speech', '--image', 'pytorch/pytorch:2.3.0', '--', 'python', 'x.py'], env);
     expect(noQueue.code).not.toBe(0);
     expect(noQueue.stderr).toMatch(/speech/);
   }, 60_000);
 
-  it('budget reads the teams\' tags through the tagging API: a bad amount holds the team and is reported', async () => {
-    const rows = json<{ team: string; state: string; budgetMicroUsd?: number; action?: string; tagProblems: string[] }[]>(await cli(['budget', '--json'], env));
+  it("budget reads the teams' tags through the tagging API: a bad amount holds the team and is reported", async () => {
+    const rows = json<{ team: string; state: string; budgetMicroUsd?: number; action?: string; tagProblems: string[] }[]>(
+      await cli(['budget', '--json'], env),
+    );
     expect(rows.map((r) => [r.team, r.state, r.budgetMicroUsd, r.action])).toEqual([
       ['nlp', 'ok', 2_500_000_000, 'spot-only'],
       ['vision', 'hold', undefined, undefined],
@@ -228,8 +308,20 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
 
   it('status, explain and cancel read and change the jobs in DynamoDB', async () => {
     const stores = dynamoStores(db.doc, tables, 'bucket');
-    await intake({ jobs: stores.jobs, clock: { nowMs: () => Date.now() - 120_000 } }, { team: 'vision', token: 'big', body: JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 8 } }) });
-    const s = json<{ jobs: { state: string; jobs: number }[]; pending: { id: string; waitingSec: number }[]; groups: unknown[]; queues: { team: string }[] }>(await cli(['status', '--json'], env));
+    await intake(
+      { jobs: stores.jobs, clock: { nowMs: () => Date.now() - 120_000 } },
+      {
+        team: 'vision',
+        token: 'big',
+        body: JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 8 } }),
+      },
+    );
+    const s = json<{
+      jobs: { state: string; jobs: number }[];
+      pending: { id: string; waitingSec: number }[];
+      groups: unknown[];
+      queues: { team: string }[];
+    }>(await cli(['status', '--json'], env));
     expect(s.jobs).toEqual([expect.objectContaining({ state: 'pending', jobs: 1 })]);
     expect(s.pending[0]).toMatchObject({ id: 'vision.big' });
     expect(s.pending[0]!.waitingSec).toBeGreaterThanOrEqual(110);

@@ -9,22 +9,53 @@ const RECEIVED = Date.UTC(2026, 10, 30, 12, 0, 0);
 describe('EventBridge events', () => {
   it('turns the spot interruption warning into a two-minute notice', () => {
     const r = parseCloudEvent(load('nth-ec2-spot-instance-interruption-warning.json'), { receivedAtMs: RECEIVED });
-    expect(r).toEqual({ kind: 'notice', warnings: [], notice: { kind: 'interruption-warning', eventId: '1e5527d7-bb36-4607-3370-4164db56a40e', instanceId: 'i-0b662ef9931388ba0', atMs: 0, deadlineMs: 120_000 } });
+    expect(r).toEqual({
+      kind: 'notice',
+      warnings: [],
+      notice: {
+        kind: 'interruption-warning',
+        eventId: '1e5527d7-bb36-4607-3370-4164db56a40e',
+        instanceId: 'i-0b662ef9931388ba0',
+        atMs: 0,
+        deadlineMs: 120_000,
+      },
+    });
   });
 
   it('reads rebalance recommendations, state changes, terminate lifecycle actions and Health scheduled changes', () => {
-    expect(parseCloudEvent(load('nth-ec2-instance-rebalance-recommendation.json'), { receivedAtMs: RECEIVED })).toMatchObject({ kind: 'notice', notice: { kind: 'rebalance', instanceId: 'i-0b662ef9931388ba0', atMs: Date.parse('2020-10-26T14:14:14Z') } });
-    expect(parseCloudEvent(load('nth-ec2-instance-state-change-notification.json'), { receivedAtMs: RECEIVED })).toMatchObject({ kind: 'notice', notice: { kind: 'state-change', instanceId: 'i-abcd1111', state: 'pending' } });
-    expect(parseCloudEvent(load('nth-ec2-instance-terminate-lifecycle-action.json'), { receivedAtMs: RECEIVED, lifecycleTimeoutSec: 600 })).toMatchObject({
+    expect(parseCloudEvent(load('nth-ec2-instance-rebalance-recommendation.json'), { receivedAtMs: RECEIVED })).toMatchObject({
       kind: 'notice',
-      notice: { kind: 'lifecycle-terminate', instanceId: 'i-0633ac2b0d9769723', groupName: 'testt1.demo-0a20f32c.kops.sh', hookName: 'cluster-termination-handler', token: '0befcbdb-6ecd-498a-9ff7-ae9b54447cd6', deadlineMs: Date.parse('2020-07-01T22:19:58Z') + 600_000 },
+      notice: { kind: 'rebalance', instanceId: 'i-0b662ef9931388ba0', atMs: Date.parse('2020-10-26T14:14:14Z') },
     });
-    expect(parseCloudEvent(load('nth-aws-health-event-scheduled-change.json'), { receivedAtMs: RECEIVED })).toMatchObject({ kind: 'notice', notice: { kind: 'scheduled-change', instanceIds: ['i-12345678'], startMs: Date.parse('Sat, 05 Jun 2016 15:10:09 GMT') } });
+    expect(parseCloudEvent(load('nth-ec2-instance-state-change-notification.json'), { receivedAtMs: RECEIVED })).toMatchObject({
+      kind: 'notice',
+      notice: { kind: 'state-change', instanceId: 'i-abcd1111', state: 'pending' },
+    });
+    expect(
+      parseCloudEvent(load('nth-ec2-instance-terminate-lifecycle-action.json'), { receivedAtMs: RECEIVED, lifecycleTimeoutSec: 600 }),
+    ).toMatchObject({
+      kind: 'notice',
+      notice: {
+        kind: 'lifecycle-terminate',
+        instanceId: 'i-0633ac2b0d9769723',
+        groupName: 'testt1.demo-0a20f32c.kops.sh',
+        hookName: 'cluster-termination-handler',
+        token: '0befcbdb-6ecd-498a-9ff7-ae9b54447cd6',
+        deadlineMs: Date.parse('2020-07-01T22:19:58Z') + 600_000,
+      },
+    });
+    expect(parseCloudEvent(load('nth-aws-health-event-scheduled-change.json'), { receivedAtMs: RECEIVED })).toMatchObject({
+      kind: 'notice',
+      notice: { kind: 'scheduled-change', instanceIds: ['i-12345678'], startMs: Date.parse('Sat, 05 Jun 2016 15:10:09 GMT') },
+    });
   });
 
   it('keeps a documentation sample with a placeholder time, using the time it was received, and says so', () => {
     const r = parseCloudEvent(load('awsdocs-ec2-spot-instance-interruption-warning.json'), { receivedAtMs: RECEIVED });
-    expect(r).toMatchObject({ kind: 'notice', notice: { kind: 'interruption-warning', instanceId: 'i-1234567890abcdef0', atMs: RECEIVED, deadlineMs: RECEIVED + 120_000 } });
+    expect(r).toMatchObject({
+      kind: 'notice',
+      notice: { kind: 'interruption-warning', instanceId: 'i-1234567890abcdef0', atMs: RECEIVED, deadlineMs: RECEIVED + 120_000 },
+    });
     expect(r.kind === 'notice' && r.warnings).toEqual([
       'event time "yyyy-mm-ddThh:mm:ssZ" is not a date; using the time it was received',
       'instance-action "action" is not terminate, stop or hibernate; treated as terminate',
@@ -42,21 +73,48 @@ describe('EventBridge events', () => {
       if (r.kind === 'invalid') expect(r.error.length).toBeGreaterThan(20);
     }
     // The IMDS bodies are the agent's, not EventBridge events.
-    expect(kinds.invalid!.sort()).toEqual(['imds-rebalance-recommendation.json', 'imds-spot-instance-action-stop.json', 'imds-spot-instance-action-terminate.json']);
+    expect(kinds.invalid!.sort()).toEqual([
+      'imds-rebalance-recommendation.json',
+      'imds-spot-instance-action-stop.json',
+      'imds-spot-instance-action-terminate.json',
+    ]);
     expect(kinds.notice).toHaveLength(10);
     expect(kinds.ignored!.filter((f) => f.includes('launch'))).not.toHaveLength(0);
   });
 
   it('rejects malformed instance ids and details with the field named', () => {
     const bad = { ...(load('nth-ec2-spot-instance-interruption-warning.json') as object), detail: { 'instance-id': 'not-an-id' } };
-    expect(parseCloudEvent(bad, { receivedAtMs: RECEIVED })).toEqual({ kind: 'invalid', error: 'spot interruption warning event 1e5527d7-bb36-4607-3370-4164db56a40e: instance-id is not an EC2 instance id (i- followed by 8 or 17 hex digits)' });
+    expect(parseCloudEvent(bad, { receivedAtMs: RECEIVED })).toEqual({
+      kind: 'invalid',
+      error:
+        'spot interruption warning event 1e5527d7-bb36-4607-3370-4164db56a40e: instance-id is not an EC2 instance id (i- followed by 8 or 17 hex digits)',
+    });
     expect(parseCloudEvent(42, { receivedAtMs: RECEIVED }).kind).toBe('invalid');
   });
 
   it('builds events the parser reads back, as the simulated cloud sends them', () => {
-    const w = spotInterruptionWarning({ id: 'e1', instanceId: 'i-0123456789abcdef0', zone: 'us-west-2a', region: 'us-west-2', atMs: RECEIVED });
-    expect(parseCloudEvent(w, { receivedAtMs: 0 })).toMatchObject({ kind: 'notice', warnings: [], notice: { kind: 'interruption-warning', atMs: RECEIVED } });
-    const t = instanceStateChange({ id: 'e2', instanceId: 'i-0123456789abcdef0', region: 'us-west-2', atMs: RECEIVED, state: 'terminated' });
-    expect(parseCloudEvent(t, { receivedAtMs: 0 })).toMatchObject({ kind: 'notice', notice: { kind: 'state-change', state: 'terminated' } });
+    const w = spotInterruptionWarning({
+      id: 'e1',
+      instanceId: 'i-0123456789abcdef0',
+      zone: 'us-west-2a',
+      region: 'us-west-2',
+      atMs: RECEIVED,
+    });
+    expect(parseCloudEvent(w, { receivedAtMs: 0 })).toMatchObject({
+      kind: 'notice',
+      warnings: [],
+      notice: { kind: 'interruption-warning', atMs: RECEIVED },
+    });
+    const t = instanceStateChange({
+      id: 'e2',
+      instanceId: 'i-0123456789abcdef0',
+      region: 'us-west-2',
+      atMs: RECEIVED,
+      state: 'terminated',
+    });
+    expect(parseCloudEvent(t, { receivedAtMs: 0 })).toMatchObject({
+      kind: 'notice',
+      notice: { kind: 'state-change', state: 'terminated' },
+    });
   });
 });

@@ -2,7 +2,15 @@ import { afterAll, beforeAll } from 'vitest';
 import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 import { jobStoreContract } from './job-store.contract.ts';
-import { checkpointStoreContract, decisionLogContract, leaseStoreContract, nodeStoreContract, planJournalContract, poolHistoryContract, spendLedgerContract } from './state-store.contract.ts';
+import {
+  checkpointStoreContract,
+  decisionLogContract,
+  leaseStoreContract,
+  nodeStoreContract,
+  planJournalContract,
+  poolHistoryContract,
+  spendLedgerContract,
+} from './state-store.contract.ts';
 
 /** The state-store contracts, run against the DynamoDB adapters on a real DynamoDB-compatible server (dynalite). */
 let db: LocalDynamo;

@@ -23,7 +23,11 @@ export function jobStoreContract(name: string, make: () => Promise<JobStore>): v
     it('updates only when the expected version matches (conditional write)', async () => {
       const store = await make();
       await store.create(job('nlp.a'));
-      const placed = transition(job('nlp.a'), { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: 'i-1', gpuIndices: [0] }], capacityType: 'spot' } }, T0 + 1);
+      const placed = transition(
+        job('nlp.a'),
+        { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: 'i-1', gpuIndices: [0] }], capacityType: 'spot' } },
+        T0 + 1,
+      );
       if (!placed.ok) throw new Error(placed.error);
       expect(await store.update(placed.job, 1)).toEqual({ ok: true, job: placed.job });
       const stale = await store.update({ ...placed.job, version: 2 }, 1);

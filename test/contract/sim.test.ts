@@ -19,7 +19,15 @@ import { T0 } from '../builders.ts';
 import { jobStoreContract } from './job-store.contract.ts';
 import { nodeGroupProviderContract } from './node-group-provider.contract.ts';
 import { budgetTagSourceContract, catalogAndPricesContract, clockContract, jobQueueContract } from './sources.contract.ts';
-import { checkpointStoreContract, decisionLogContract, leaseStoreContract, nodeStoreContract, planJournalContract, poolHistoryContract, spendLedgerContract } from './state-store.contract.ts';
+import {
+  checkpointStoreContract,
+  decisionLogContract,
+  leaseStoreContract,
+  nodeStoreContract,
+  planJournalContract,
+  poolHistoryContract,
+  spendLedgerContract,
+} from './state-store.contract.ts';
 
 /** Every port contract, run against the simulated cloud. The AWS and GCP adapters run the same suites. */
 jobStoreContract('sim (memory)', async () => new MemoryJobStore());
@@ -45,7 +53,9 @@ nodeGroupProviderContract('sim cloud', async () => {
     clock,
     random: new SeededRandom(1),
     bootSec: 60,
-    groups: [{ id: 'g5-od', instanceTypes: ['g5.xlarge'], zones: ['us-east-1a', 'us-east-1b'], capacityType: 'on-demand', minSize: 0, maxSize: 4 }],
+    groups: [
+      { id: 'g5-od', instanceTypes: ['g5.xlarge'], zones: ['us-east-1a', 'us-east-1b'], capacityType: 'on-demand', minSize: 0, maxSize: 4 },
+    ],
   });
   return {
     provider,

@@ -22,7 +22,10 @@ export function jobQueueContract(name: string, make: () => Promise<{ queue: JobQ
   });
 }
 
-export function catalogAndPricesContract(name: string, make: () => Promise<{ catalog: CatalogSource; prices: PriceSource; known: Offering; unknown: Offering }>): void {
+export function catalogAndPricesContract(
+  name: string,
+  make: () => Promise<{ catalog: CatalogSource; prices: PriceSource; known: Offering; unknown: Offering }>,
+): void {
   describe(`CatalogSource and PriceSource contract: ${name}`, () => {
     it('knows the GPU facts of a known type and leaves unknown names out', async () => {
       const { catalog, known } = await make();

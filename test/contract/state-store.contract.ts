@@ -1,10 +1,26 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeRecord } from '../../core/fleet.ts';
 import type { PlanAction } from '../../core/plan.ts';
-import type { CheckpointStore, DecisionLog, DecisionRecord, LeaseStore, NodeStore, PlanJournal, PoolHistory, SpendLedger } from '../../core/ports.ts';
+import type {
+  CheckpointStore,
+  DecisionLog,
+  DecisionRecord,
+  LeaseStore,
+  NodeStore,
+  PlanJournal,
+  PoolHistory,
+  SpendLedger,
+} from '../../core/ports.ts';
 import { T0 } from '../builders.ts';
 
-const record = (id: string, at = T0): NodeRecord => ({ instanceId: id, groupId: 'g', registeredAtMs: at, lastHeartbeatAtMs: at, healthy: true, gpus: [{ index: 0, model: 'A10G', memoryMiB: 24_576 }] });
+const record = (id: string, at = T0): NodeRecord => ({
+  instanceId: id,
+  groupId: 'g',
+  registeredAtMs: at,
+  lastHeartbeatAtMs: at,
+  healthy: true,
+  gpus: [{ index: 0, model: 'A10G', memoryMiB: 24_576 }],
+});
 
 export function nodeStoreContract(name: string, make: () => Promise<NodeStore>): void {
   describe(`NodeStore contract: ${name}`, () => {
@@ -158,7 +174,16 @@ export function leaseStoreContract(name: string, make: () => Promise<LeaseStore>
 }
 
 export function decisionLogContract(name: string, make: () => Promise<DecisionLog>): void {
-  const d = (id: string, atMs: number): DecisionRecord => ({ id, atMs, dryRun: false, inputs: { pendingJobs: 1, activeJobs: 0, nodes: 0, groups: [] }, plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 }, applied: 0, errors: [], planMs: 1 });
+  const d = (id: string, atMs: number): DecisionRecord => ({
+    id,
+    atMs,
+    dryRun: false,
+    inputs: { pendingJobs: 1, activeJobs: 0, nodes: 0, groups: [] },
+    plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
+    applied: 0,
+    errors: [],
+    planMs: 1,
+  });
   describe(`DecisionLog contract: ${name}`, () => {
     it('stores records idempotently by id and returns the newest first', async () => {
       const log = await make();
@@ -201,8 +226,14 @@ export function poolHistoryContract(name: string, make: () => Promise<PoolHistor
       const h = await make();
       const o = 'aws/us-west-2a/p3.2xlarge/spot';
       await h.noteAlive([{ instanceId: 'i-1', offeringId: o, atMs: T0 + 3_600_000 }]);
-      await h.noteAlive([{ instanceId: 'i-1', offeringId: o, atMs: T0 }, { instanceId: 'i-2', offeringId: o, atMs: T0 }]);
-      await h.noteAlive([{ instanceId: 'i-1', offeringId: o, atMs: T0 + 1_800_000 }, { instanceId: 'i-2', offeringId: o, atMs: T0 + 1_800_000 }]);
+      await h.noteAlive([
+        { instanceId: 'i-1', offeringId: o, atMs: T0 },
+        { instanceId: 'i-2', offeringId: o, atMs: T0 },
+      ]);
+      await h.noteAlive([
+        { instanceId: 'i-1', offeringId: o, atMs: T0 + 1_800_000 },
+        { instanceId: 'i-2', offeringId: o, atMs: T0 + 1_800_000 },
+      ]);
       await h.noteAlive([{ instanceId: 'i-2', offeringId: o, atMs: T0 + 1_800_000 }]);
       const stats = await h.stats(T0 - 1);
       expect(stats.get(o)!.exposureHours).toBeCloseTo(1.5, 9);

@@ -23,13 +23,17 @@ describe('budget periods', () => {
 
   it('bounds always contain the instant and have the right length', () => {
     fc.assert(
-      fc.property(fc.integer({ min: Date.UTC(2000, 0, 1), max: Date.UTC(2100, 0, 1) }), fc.constantFrom('monthly', 'weekly', 'daily' as const), (t, p) => {
-        const { startMs, endMs } = periodBounds(p, t);
-        expect(startMs).toBeLessThanOrEqual(t);
-        expect(endMs).toBeGreaterThan(t);
-        expect(periodKey(p, startMs)).toBe(periodKey(p, t));
-        expect(periodKey(p, endMs)).not.toBe(periodKey(p, t));
-      }),
+      fc.property(
+        fc.integer({ min: Date.UTC(2000, 0, 1), max: Date.UTC(2100, 0, 1) }),
+        fc.constantFrom('monthly', 'weekly', 'daily' as const),
+        (t, p) => {
+          const { startMs, endMs } = periodBounds(p, t);
+          expect(startMs).toBeLessThanOrEqual(t);
+          expect(endMs).toBeGreaterThan(t);
+          expect(periodKey(p, startMs)).toBe(periodKey(p, t));
+          expect(periodKey(p, endMs)).not.toBe(periodKey(p, t));
+        },
+      ),
     );
   });
 });
@@ -37,7 +41,13 @@ describe('budget periods', () => {
 describe('budget tags', () => {
   it('reads a complete set of tags', () => {
     const team = teamFromTags('nlp', tags({ 'gpu-fleet:max-gpus': '64', 'gpu-fleet:weight': '3' }));
-    expect(team).toEqual({ id: 'nlp', weight: 3, maxGpus: 64, tagProblems: [], budget: { amountMicroUsd: 2_500_000_000, period: 'monthly', action: 'hold', alertAtPct: [50, 80, 100] } });
+    expect(team).toEqual({
+      id: 'nlp',
+      weight: 3,
+      maxGpus: 64,
+      tagProblems: [],
+      budget: { amountMicroUsd: 2_500_000_000, period: 'monthly', action: 'hold', alertAtPct: [50, 80, 100] },
+    });
   });
 
   it('reports an invalid value and keeps the last valid one', () => {
@@ -58,20 +68,37 @@ describe('budget tags', () => {
   });
 
   it('reports unknown gpu-fleet tags, which are usually typos', () => {
-    expect(teamFromTags('nlp', tags({ 'gpu-fleet:budget-usd-monthly': '5' })).tagProblems).toEqual([expect.stringContaining('unknown tag gpu-fleet:budget-usd-monthly')]);
+    expect(teamFromTags('nlp', tags({ 'gpu-fleet:budget-usd-monthly': '5' })).tagProblems).toEqual([
+      expect.stringContaining('unknown tag gpu-fleet:budget-usd-monthly'),
+    ]);
   });
 
   it('no tag value, however hostile, lifts a held team out of hold', () => {
     fc.assert(
-      fc.property(fc.dictionary(fc.constantFrom('gpu-fleet:budget-usd', 'gpu-fleet:budget-action', 'gpu-fleet:budget-period', 'gpu-fleet:budget-alert-at', 'gpu-fleet:max-gpus', 'gpu-fleet:weight', 'gpu-fleet:other'), fc.string()), (t) => {
-        const team = teamFromTags('nlp', t);
-        if (team.budget === undefined) expect(budgetStatus(team, 0).state).toBe('hold');
-        else {
-          expect(Number.isSafeInteger(team.budget.amountMicroUsd)).toBe(true);
-          expect(team.budget.amountMicroUsd).toBeGreaterThanOrEqual(0);
-          if (t['gpu-fleet:budget-action'] !== 'alert' && t['gpu-fleet:budget-action'] !== 'spot-only') expect(team.budget.action).toBe('hold');
-        }
-      }),
+      fc.property(
+        fc.dictionary(
+          fc.constantFrom(
+            'gpu-fleet:budget-usd',
+            'gpu-fleet:budget-action',
+            'gpu-fleet:budget-period',
+            'gpu-fleet:budget-alert-at',
+            'gpu-fleet:max-gpus',
+            'gpu-fleet:weight',
+            'gpu-fleet:other',
+          ),
+          fc.string(),
+        ),
+        (t) => {
+          const team = teamFromTags('nlp', t);
+          if (team.budget === undefined) expect(budgetStatus(team, 0).state).toBe('hold');
+          else {
+            expect(Number.isSafeInteger(team.budget.amountMicroUsd)).toBe(true);
+            expect(team.budget.amountMicroUsd).toBeGreaterThanOrEqual(0);
+            if (t['gpu-fleet:budget-action'] !== 'alert' && t['gpu-fleet:budget-action'] !== 'spot-only')
+              expect(team.budget.action).toBe('hold');
+          }
+        },
+      ),
     );
   });
 });

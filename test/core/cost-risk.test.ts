@@ -25,13 +25,19 @@ describe('spot cost model', () => {
 
   it('grows with risk, with the checkpoint interval and with the restart time', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 600, max: 100_000 }), fc.double({ min: 0.001, max: 2, noNaN: true }), fc.integer({ min: 60, max: 3600 }), (work, rate, cp) => {
-        const f = (r: number, c: number, restart: number) => spotFactor({ workSec: work, checkpointIntervalSec: c, interruptionsPerHour: r, restartSec: restart });
-        expect(f(rate, cp, 240)).toBeGreaterThanOrEqual(1);
-        expect(f(rate * 2, cp, 240)).toBeGreaterThanOrEqual(f(rate, cp, 240));
-        expect(f(rate, Math.min(work, cp * 2), 240)).toBeGreaterThanOrEqual(f(rate, cp, 240) - 1e-12);
-        expect(f(rate, cp, 600)).toBeGreaterThanOrEqual(f(rate, cp, 240));
-      }),
+      fc.property(
+        fc.integer({ min: 600, max: 100_000 }),
+        fc.double({ min: 0.001, max: 2, noNaN: true }),
+        fc.integer({ min: 60, max: 3600 }),
+        (work, rate, cp) => {
+          const f = (r: number, c: number, restart: number) =>
+            spotFactor({ workSec: work, checkpointIntervalSec: c, interruptionsPerHour: r, restartSec: restart });
+          expect(f(rate, cp, 240)).toBeGreaterThanOrEqual(1);
+          expect(f(rate * 2, cp, 240)).toBeGreaterThanOrEqual(f(rate, cp, 240));
+          expect(f(rate, Math.min(work, cp * 2), 240)).toBeGreaterThanOrEqual(f(rate, cp, 240) - 1e-12);
+          expect(f(rate, cp, 600)).toBeGreaterThanOrEqual(f(rate, cp, 240));
+        },
+      ),
     );
   });
 });

@@ -18,7 +18,10 @@ async function world(): Promise<SimEnvironment> {
     startMs: T0,
     seed: 5,
     teams: ['nlp', 'broke'],
-    teamTags: [...defaultTeamTags(['nlp']), { team: 'broke', resource: 'q', tags: { 'gpu-fleet:team': 'broke', 'gpu-fleet:budget-usd': '0', 'gpu-fleet:budget-action': 'hold' } }],
+    teamTags: [
+      ...defaultTeamTags(['nlp']),
+      { team: 'broke', resource: 'q', tags: { 'gpu-fleet:team': 'broke', 'gpu-fleet:budget-usd': '0', 'gpu-fleet:budget-action': 'hold' } },
+    ],
     bootSec: 60,
     groups: [
       { id: 'v100-od', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'on-demand', minSize: 0, maxSize: 10 },
@@ -33,24 +36,50 @@ async function world(): Promise<SimEnvironment> {
   const instances = await e.cloud.listInstances();
   const a = instances.find((i) => i.groupId === 'v100-od')!;
   const b = instances.find((i) => i.groupId === 'a10-od')!;
-  await e.nodes.register({ instanceId: a.id, groupId: a.groupId, registeredAtMs: e.clock.nowMs(), lastHeartbeatAtMs: e.clock.nowMs(), healthy: true, gpus: [0, 1, 2, 3].map((index) => ({ index, model: 'V100' as const, memoryMiB: 16_384 })) });
-  await e.nodes.register({ instanceId: b.id, groupId: b.groupId, registeredAtMs: e.clock.nowMs(), lastHeartbeatAtMs: e.clock.nowMs(), healthy: true, gpus: [{ index: 0, model: 'A10G', memoryMiB: 24_576 }] });
+  await e.nodes.register({
+    instanceId: a.id,
+    groupId: a.groupId,
+    registeredAtMs: e.clock.nowMs(),
+    lastHeartbeatAtMs: e.clock.nowMs(),
+    healthy: true,
+    gpus: [0, 1, 2, 3].map((index) => ({ index, model: 'V100' as const, memoryMiB: 16_384 })),
+  });
+  await e.nodes.register({
+    instanceId: b.id,
+    groupId: b.groupId,
+    registeredAtMs: e.clock.nowMs(),
+    lastHeartbeatAtMs: e.clock.nowMs(),
+    healthy: true,
+    gpus: [{ index: 0, model: 'A10G', memoryMiB: 24_576 }],
+  });
   await e.nodes.setIdleSince(b.id, e.clock.nowMs() - 600_000); // b (an A10G no job here wants) has been empty long enough to go
-  const spec = (gpus: number, interruptible: boolean) => JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: gpus, models: ['V100'] }, interruptible });
+  const spec = (gpus: number, interruptible: boolean) =>
+    JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: gpus, models: ['V100'] }, interruptible });
   for (let i = 0; i < 3; i++) await intake(e, { team: 'nlp', body: spec(1, false), token: `fit${i}` }); // fit on a
   for (let i = 0; i < 4; i++) await intake(e, { team: 'nlp', body: spec(1, true), token: `spot${i}` }); // need spot machines
   await intake(e, { team: 'nlp', body: spec(4, false), token: 'big' }); // needs a new 4-GPU machine
   await intake(e, { team: 'broke', body: spec(1, true), token: 'held' });
   // a already runs something, so it stays.
   await intake(e, { team: 'nlp', body: spec(1, false), token: 'running' });
-  await applyJobEvent(e.jobs, 'nlp.running', { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: a.id, gpuIndices: [3] }], capacityType: 'on-demand' } }, e.clock.nowMs());
+  await applyJobEvent(
+    e.jobs,
+    'nlp.running',
+    { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: a.id, gpuIndices: [3] }], capacityType: 'on-demand' } },
+    e.clock.nowMs(),
+  );
   await applyJobEvent(e.jobs, 'nlp.running', { type: 'start', attempt: 1 }, e.clock.nowMs());
   return e;
 }
 
 /** What must be the same after a crash and a rerun as after an uninterrupted run. */
 async function essentials(e: SimEnvironment) {
-  const jobs = e.jobs.all().map((j) => ({ id: j.id, state: j.state, attempt: j.attempt, nodes: j.placement?.nodes.map((n) => `${n.nodeId}[${n.gpuIndices.join(',')}]`) ?? [], hold: j.hold?.code ?? null }));
+  const jobs = e.jobs.all().map((j) => ({
+    id: j.id,
+    state: j.state,
+    attempt: j.attempt,
+    nodes: j.placement?.nodes.map((n) => `${n.nodeId}[${n.gpuIndices.join(',')}]`) ?? [],
+    hold: j.hold?.code ?? null,
+  }));
   const groups = (await e.cloud.listGroups()).map((g) => ({ id: g.id, desired: g.desiredCapacity }));
   const instances = (await e.cloud.listInstances()).map((i) => ({ id: i.id, state: i.state }));
   return { jobs: jobs.sort((x, y) => (x.id < y.id ? -1 : 1)), groups, instances };
@@ -84,7 +113,9 @@ describe('apply after a crash', () => {
 
     for (let k = 0; k < n; k++) {
       const e = await world();
-      await expect(reconcile({ ...e.ports, journal: crashingAfter(k, e.journal) }, { planner: plan, policy: DEFAULT_POLICY, holder: 'crashing' })).rejects.toThrow(`simulated crash after ${k} actions`);
+      await expect(
+        reconcile({ ...e.ports, journal: crashingAfter(k, e.journal) }, { planner: plan, policy: DEFAULT_POLICY, holder: 'crashing' }),
+      ).rejects.toThrow(`simulated crash after ${k} actions`);
       // The next run, 30 s later, finishes the plan, then plans anew.
       e.clock.advanceBy(30_000);
       const rerun = await reconcile(e.ports, { planner: plan, policy: DEFAULT_POLICY, holder: 'next' });
@@ -101,7 +132,9 @@ describe('apply after a crash', () => {
 
   it('abandons a plan too old to resume and plans anew', async () => {
     const e = await world();
-    await expect(reconcile({ ...e.ports, journal: crashingAfter(1, e.journal) }, { planner: plan, policy: DEFAULT_POLICY, holder: 'crashing' })).rejects.toThrow();
+    await expect(
+      reconcile({ ...e.ports, journal: crashingAfter(1, e.journal) }, { planner: plan, policy: DEFAULT_POLICY, holder: 'crashing' }),
+    ).rejects.toThrow();
     e.clock.advanceBy(10 * 60_000);
     const rerun = await reconcile(e.ports, { planner: plan, policy: DEFAULT_POLICY, holder: 'next' });
     expect(rerun.status === 'done' && rerun.resumed).toBe(0);

@@ -19,7 +19,11 @@ const od = aGroup({ instanceType: 'g5.xlarge' });
 const spotGone = new Map([[spot.offerings[0]!.id, T0 + 3 * H]]);
 
 const deadlineJob = (workH: number, deadlineInH: number, extra: Parameters<typeof aJob>[0] = {}) =>
-  aJob({ id: 'team-a.paper', spec: { checkpoint: { intervalSec: 600 }, expectedRuntimeSec: workH * 3600, deadline: iso(T0 + deadlineInH * H) }, ...extra });
+  aJob({
+    id: 'team-a.paper',
+    spec: { checkpoint: { intervalSec: 600 }, expectedRuntimeSec: workH * 3600, deadline: iso(T0 + deadlineInH * H) },
+    ...extra,
+  });
 
 describe('planner: deadline jobs follow the spot policy', () => {
   it('runs a deadline job with slack on spot when spot can be had', () => {
@@ -33,9 +37,18 @@ describe('planner: deadline jobs follow the spot policy', () => {
     expect(p.waiting.find((w) => w.jobId === 'team-a.paper')).toBeDefined();
     // The same job without a deadline falls back to on-demand after the usual spot patience: the
     // deadline is what lets it wait longer.
-    const later = aSnapshot({ nowMs: T0 + 2 * H, groups: [spot, od], unavailableUntilMs: spotGone, pendingJobs: [deadlineJob(10, 40, { queuedAtMs: T0 })] });
+    const later = aSnapshot({
+      nowMs: T0 + 2 * H,
+      groups: [spot, od],
+      unavailableUntilMs: spotGone,
+      pendingJobs: [deadlineJob(10, 40, { queuedAtMs: T0 })],
+    });
     expect(scaleUps(plan(later))).toEqual([]);
-    const noDeadline = aJob({ id: 'team-a.free', queuedAtMs: T0, spec: { checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 10 * 3600 } });
+    const noDeadline = aJob({
+      id: 'team-a.free',
+      queuedAtMs: T0,
+      spec: { checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 10 * 3600 },
+    });
     expect(scaleUps(plan({ ...later, pendingJobs: [noDeadline] })).map((a) => a.groupId)).toEqual([od.id]);
   });
 
@@ -60,7 +73,9 @@ describe('planner: deadline jobs follow the spot policy', () => {
       // 9 h of work, 9 h + 35 min to the deadline: the policy's 30 min margin leaves 5 min, less
       // than one more interval plus a changeover.
       const p = plan(aSnapshot({ groups: [spot, od], nodes, activeJobs: [onSpot(T0 + 9 * H + 35 * 60_000)] }));
-      expect(preempts(p)).toEqual([expect.objectContaining({ jobId: 'team-a.paper', reason: expect.objectContaining({ code: 'deadline-on-demand' }) })]);
+      expect(preempts(p)).toEqual([
+        expect.objectContaining({ jobId: 'team-a.paper', reason: expect.objectContaining({ code: 'deadline-on-demand' }) }),
+      ]);
       expect(preempts(p)[0]!.reason.message).toMatch(/slack on spot has run out \(35 min for 540 min of work/);
     });
 
@@ -95,7 +110,9 @@ describe('planner: deadline jobs follow the spot policy', () => {
 
     it('moves back to spot when the deadline is far enough to ride out the spot it expects', () => {
       const p = plan(aSnapshot({ groups: [spot, odGroup], nodes, activeJobs: [onOd(T0 + 120 * H)] }));
-      expect(preempts(p)).toEqual([expect.objectContaining({ jobId: 'team-a.paper', reason: expect.objectContaining({ code: 'rebalance-to-spot' }) })]);
+      expect(preempts(p)).toEqual([
+        expect.objectContaining({ jobId: 'team-a.paper', reason: expect.objectContaining({ code: 'rebalance-to-spot' }) }),
+      ]);
     });
 
     it('stays on on-demand when the deadline is too close to risk spot', () => {

@@ -7,26 +7,68 @@ import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
 import { T0 } from '../builders.ts';
 
-const spec = (checkpoint: boolean) => JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1, models: ['V100'] }, ...(checkpoint ? { checkpoint: { intervalSec: 600 } } : {}) });
+const spec = (checkpoint: boolean) =>
+  JSON.stringify({
+    image: 'pytorch/pytorch:2.3.0',
+    command: ['python', 'train.py'],
+    gpu: { kind: 'whole', count: 1, models: ['V100'] },
+    ...(checkpoint ? { checkpoint: { intervalSec: 600 } } : {}),
+  });
 
 /** A spot machine, registered, with jobs running on it. */
-async function world(jobs: { token: string; checkpoint: boolean }[] = [{ token: 'a', checkpoint: true }, { token: 'b', checkpoint: false }]) {
-  const e = createSimEnvironment({ startMs: T0, seed: 1, teams: ['nlp'], teamTags: defaultTeamTags(['nlp']), bootSec: 60, groups: [{ id: 'v100-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 5 }] });
+async function world(
+  jobs: { token: string; checkpoint: boolean }[] = [
+    { token: 'a', checkpoint: true },
+    { token: 'b', checkpoint: false },
+  ],
+) {
+  const e = createSimEnvironment({
+    startMs: T0,
+    seed: 1,
+    teams: ['nlp'],
+    teamTags: defaultTeamTags(['nlp']),
+    bootSec: 60,
+    groups: [{ id: 'v100-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 5 }],
+  });
   await e.cloud.setDesiredCapacity('v100-spot', 1);
   e.clock.advanceBy(120_000);
   e.cloud.tick();
   const [inst] = await e.cloud.listInstances();
-  await e.nodes.register({ instanceId: inst!.id, groupId: inst!.groupId, registeredAtMs: e.clock.nowMs(), lastHeartbeatAtMs: e.clock.nowMs(), healthy: true, gpus: [0, 1, 2, 3].map((index) => ({ index, model: 'V100' as const, memoryMiB: 16_384 })) });
+  await e.nodes.register({
+    instanceId: inst!.id,
+    groupId: inst!.groupId,
+    registeredAtMs: e.clock.nowMs(),
+    lastHeartbeatAtMs: e.clock.nowMs(),
+    healthy: true,
+    gpus: [0, 1, 2, 3].map((index) => ({ index, model: 'V100' as const, memoryMiB: 16_384 })),
+  });
   for (const [i, j] of jobs.entries()) {
     await intake(e, { team: 'nlp', body: spec(j.checkpoint), token: j.token });
-    await applyJobEvent(e.jobs, `nlp.${j.token}`, { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [i] }], capacityType: 'spot' } }, e.clock.nowMs());
+    await applyJobEvent(
+      e.jobs,
+      `nlp.${j.token}`,
+      { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [i] }], capacityType: 'spot' } },
+      e.clock.nowMs(),
+    );
     await applyJobEvent(e.jobs, `nlp.${j.token}`, { type: 'start', attempt: 1 }, e.clock.nowMs());
   }
   return { e, instanceId: inst!.id };
 }
 
-const warning = (instanceId: string, atMs: number, id = 'evt-1'): NodeNotice => ({ kind: 'interruption-warning', eventId: id, instanceId, atMs, deadlineMs: atMs + 120_000 });
-const terminated = (instanceId: string, atMs: number, id = 'evt-2'): NodeNotice => ({ kind: 'state-change', eventId: id, instanceId, atMs, state: 'terminated' });
+const warning = (instanceId: string, atMs: number, id = 'evt-1'): NodeNotice => ({
+  kind: 'interruption-warning',
+  eventId: id,
+  instanceId,
+  atMs,
+  deadlineMs: atMs + 120_000,
+});
+const terminated = (instanceId: string, atMs: number, id = 'evt-2'): NodeNotice => ({
+  kind: 'state-change',
+  eventId: id,
+  instanceId,
+  atMs,
+  state: 'terminated',
+});
 
 describe('interruption service', () => {
   it('drains the machine, asks checkpointable jobs to checkpoint, records the interruption and asks for a reconcile', async () => {
@@ -35,7 +77,10 @@ describe('interruption service', () => {
     expect(out).toMatchObject({ status: 'handled', checkpointsRequested: ['nlp.a'], requeued: [], reconcileSoon: true });
     expect((await e.jobs.get('nlp.a'))!.state).toBe('checkpointing');
     expect((await e.jobs.get('nlp.b'))!.state).toBe('running'); // cannot checkpoint: runs until the machine goes
-    expect((await e.nodes.get(instanceId))!.draining).toMatchObject({ reason: 'spot interruption warning', deadlineMs: e.clock.nowMs() + 120_000 - DEFAULT_POLICY.noticeMarginSec * 1000 });
+    expect((await e.nodes.get(instanceId))!.draining).toMatchObject({
+      reason: 'spot interruption warning',
+      deadlineMs: e.clock.nowMs() + 120_000 - DEFAULT_POLICY.noticeMarginSec * 1000,
+    });
     const stats = await e.pools.stats(0);
     expect(stats.get('aws/us-west-2a/p3.8xlarge/spot')).toMatchObject({ interruptions: 1, lastInterruptedAtMs: e.clock.nowMs() });
   });
@@ -60,8 +105,17 @@ describe('interruption service', () => {
 
   it('ignores machines gpu-fleet does not manage, and states that need nothing', async () => {
     const { e, instanceId } = await world();
-    expect(await handleNotice(e.ports, warning('i-0000000000000dead', e.clock.nowMs()), DEFAULT_POLICY)).toEqual({ status: 'ignored', why: 'instance i-0000000000000dead is not in a node group gpu-fleet manages' });
-    expect(await handleNotice(e.ports, { kind: 'state-change', eventId: 'x', instanceId, atMs: e.clock.nowMs(), state: 'running' }, DEFAULT_POLICY)).toMatchObject({ status: 'ignored' });
+    expect(await handleNotice(e.ports, warning('i-0000000000000dead', e.clock.nowMs()), DEFAULT_POLICY)).toEqual({
+      status: 'ignored',
+      why: 'instance i-0000000000000dead is not in a node group gpu-fleet manages',
+    });
+    expect(
+      await handleNotice(
+        e.ports,
+        { kind: 'state-change', eventId: 'x', instanceId, atMs: e.clock.nowMs(), state: 'running' },
+        DEFAULT_POLICY,
+      ),
+    ).toMatchObject({ status: 'ignored' });
   });
 
   it('moves checkpointable work early on a rebalance recommendation, leaving the rest to finish', async () => {
@@ -73,8 +127,23 @@ describe('interruption service', () => {
 
   it('completes a terminate lifecycle action at once when no work is on the machine', async () => {
     const { e, instanceId } = await world([]);
-    const out = await handleNotice(e.ports, { kind: 'lifecycle-terminate', eventId: 'l', instanceId, atMs: e.clock.nowMs(), groupName: 'v100-spot', hookName: 'gpu-fleet-drain', token: 'tok', deadlineMs: e.clock.nowMs() + 300_000 }, DEFAULT_POLICY);
+    const out = await handleNotice(
+      e.ports,
+      {
+        kind: 'lifecycle-terminate',
+        eventId: 'l',
+        instanceId,
+        atMs: e.clock.nowMs(),
+        groupName: 'v100-spot',
+        hookName: 'gpu-fleet-drain',
+        token: 'tok',
+        deadlineMs: e.clock.nowMs() + 300_000,
+      },
+      DEFAULT_POLICY,
+    );
     expect(out).toMatchObject({ status: 'handled', lifecycleCompleted: true });
-    expect(e.cloud.calls.filter((c) => c.method === 'completeLifecycleAction')).toEqual([{ method: 'completeLifecycleAction', args: [{ groupId: 'v100-spot', instanceId, hookName: 'gpu-fleet-drain', token: 'tok' }] }]);
+    expect(e.cloud.calls.filter((c) => c.method === 'completeLifecycleAction')).toEqual([
+      { method: 'completeLifecycleAction', args: [{ groupId: 'v100-spot', instanceId, hookName: 'gpu-fleet-drain', token: 'tok' }] },
+    ]);
   });
 });

@@ -1,7 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { checkJobSpec } from '../../core/job-spec.ts';
 
-const valid = { image: 'pytorch/pytorch:2.3.0-cuda12.1', command: ['python', 'train.py', '--epochs', '3'], gpu: { kind: 'whole', count: 1 } };
+const valid = {
+  image: 'pytorch/pytorch:2.3.0-cuda12.1',
+  command: ['python', 'train.py', '--epochs', '3'],
+  gpu: { kind: 'whole', count: 1 },
+};
 
 describe('job spec', () => {
   it('accepts a minimal spec and fills the defaults', () => {

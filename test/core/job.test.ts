@@ -23,14 +23,25 @@ describe('job state machine', () => {
 
   it('requeues an interrupted attempt as a new attempt that keeps its priority and checkpoint', () => {
     const cp = { jobId: 'team-a.job-1', attempt: 1, location: 's3://b/k/', completedAtMs: T0 + 1500, progressSec: 600 };
-    const job = apply(aJob({ spec: { priority: 700 } }), { type: 'place', attempt: 1, placement }, { type: 'start', attempt: 1 }, { type: 'checkpoint-done', checkpoint: cp }, { type: 'requeue', attempt: 1, reason: lost });
+    const job = apply(
+      aJob({ spec: { priority: 700 } }),
+      { type: 'place', attempt: 1, placement },
+      { type: 'start', attempt: 1 },
+      { type: 'checkpoint-done', checkpoint: cp },
+      { type: 'requeue', attempt: 1, reason: lost },
+    );
     expect(job).toMatchObject({ state: 'pending', attempt: 2, interruptions: 1, checkpoint: cp, requeueReason: lost });
     expect(job.spec.priority).toBe(700);
     expect(job.placement).toBeUndefined();
   });
 
   it('ignores a repeated or late requeue for an attempt that is already over', () => {
-    const once = apply(aJob(), { type: 'place', attempt: 1, placement }, { type: 'start', attempt: 1 }, { type: 'requeue', attempt: 1, reason: lost });
+    const once = apply(
+      aJob(),
+      { type: 'place', attempt: 1, placement },
+      { type: 'start', attempt: 1 },
+      { type: 'requeue', attempt: 1, reason: lost },
+    );
     const again = transition(once, { type: 'requeue', attempt: 1, reason: lost }, T0 + 10_000);
     expect(again).toEqual({ ok: true, job: once, changed: false });
     const lateStart = transition(once, { type: 'start', attempt: 1 }, T0 + 10_000);
@@ -39,7 +50,11 @@ describe('job state machine', () => {
 
   it('never lets a finished job run again', () => {
     const done = apply(aJob(), { type: 'place', attempt: 1, placement }, { type: 'start', attempt: 1 }, { type: 'succeed', attempt: 1 });
-    for (const e of [{ type: 'place', attempt: 1, placement }, { type: 'requeue', attempt: 1, reason: lost }, { type: 'cancel' }] as JobEvent[]) {
+    for (const e of [
+      { type: 'place', attempt: 1, placement },
+      { type: 'requeue', attempt: 1, reason: lost },
+      { type: 'cancel' },
+    ] as JobEvent[]) {
       expect(transition(done, e, T0 + 99_000)).toMatchObject({ ok: true, changed: false });
     }
   });
@@ -53,7 +68,12 @@ describe('job state machine', () => {
   it('keeps only the newest checkpoint', () => {
     const newer = { jobId: 'team-a.job-1', attempt: 1, location: 'b', completedAtMs: T0 + 5000, progressSec: 900 };
     const older = { ...newer, location: 'a', completedAtMs: T0 + 1000, progressSec: 300 };
-    const running = apply(aJob(), { type: 'place', attempt: 1, placement }, { type: 'start', attempt: 1 }, { type: 'checkpoint-done', checkpoint: newer });
+    const running = apply(
+      aJob(),
+      { type: 'place', attempt: 1, placement },
+      { type: 'start', attempt: 1 },
+      { type: 'checkpoint-done', checkpoint: newer },
+    );
     expect(transition(running, { type: 'checkpoint-done', checkpoint: older }, T0 + 9000)).toMatchObject({ changed: false });
     const other = transition(running, { type: 'checkpoint-done', checkpoint: { ...newer, jobId: 'someone-else' } }, T0 + 9000);
     expect(other.ok).toBe(false);
@@ -89,21 +109,50 @@ describe('job usage: what each attempt held and cost', () => {
     return r.job;
   };
   // Two GPUs of an 8-GPU spot machine: $2/h for the share, $6/h on on-demand.
-  const priced = { nodes: [{ nodeId: 'i-1', gpuIndices: [0, 1] }], capacityType: 'spot' as const, milliGpu: 2000, priceMicroUsdPerHour: 2_000_000, onDemandMicroUsdPerHour: 6_000_000 };
+  const priced = {
+    nodes: [{ nodeId: 'i-1', gpuIndices: [0, 1] }],
+    capacityType: 'spot' as const,
+    milliGpu: 2000,
+    priceMicroUsdPerHour: 2_000_000,
+    onDemandMicroUsdPerHour: 6_000_000,
+  };
 
   it('adds each attempt from placement to its end, with the work lost since the newest checkpoint when interrupted', () => {
     let job = aJob({ spec: { checkpoint: { intervalSec: 600 } } });
     job = at(T0, job, { type: 'place', attempt: 1, placement: priced });
     job = at(T0 + 60_000, job, { type: 'start', attempt: 1 });
-    job = at(T0 + 1_860_000, job, { type: 'checkpoint-done', checkpoint: { jobId: job.id, attempt: 1, location: 's3://b/k', completedAtMs: T0 + 1_860_000, progressSec: 1800 } });
+    job = at(T0 + 1_860_000, job, {
+      type: 'checkpoint-done',
+      checkpoint: { jobId: job.id, attempt: 1, location: 's3://b/k', completedAtMs: T0 + 1_860_000, progressSec: 1800 },
+    });
     // Interrupted 10 minutes after its checkpoint, one hour after placement.
     job = at(T0 + 3_600_000, job, { type: 'requeue', attempt: 1, reason: lost });
-    expect(job.usage).toEqual({ attempts: 1, heldSec: 3600, gpuSec: 7200, spotSec: 3600, costMicroUsd: 2_000_000, onDemandMicroUsd: 6_000_000, reworkSec: 1740 });
+    expect(job.usage).toEqual({
+      attempts: 1,
+      heldSec: 3600,
+      gpuSec: 7200,
+      spotSec: 3600,
+      costMicroUsd: 2_000_000,
+      onDemandMicroUsd: 6_000_000,
+      reworkSec: 1740,
+    });
     // The second attempt, half an hour on on-demand at $6/h, succeeds: no rework.
-    job = at(T0 + 3_700_000, job, { type: 'place', attempt: 2, placement: { ...priced, capacityType: 'on-demand', priceMicroUsdPerHour: 6_000_000 } });
+    job = at(T0 + 3_700_000, job, {
+      type: 'place',
+      attempt: 2,
+      placement: { ...priced, capacityType: 'on-demand', priceMicroUsdPerHour: 6_000_000 },
+    });
     job = at(T0 + 3_700_000, job, { type: 'start', attempt: 2 });
     job = at(T0 + 5_500_000, job, { type: 'succeed', attempt: 2 });
-    expect(job.usage).toMatchObject({ attempts: 2, heldSec: 5400, gpuSec: 10_800, spotSec: 3600, costMicroUsd: 5_000_000, onDemandMicroUsd: 9_000_000, reworkSec: 1740 });
+    expect(job.usage).toMatchObject({
+      attempts: 2,
+      heldSec: 5400,
+      gpuSec: 10_800,
+      spotSec: 3600,
+      costMicroUsd: 5_000_000,
+      onDemandMicroUsd: 9_000_000,
+      reworkSec: 1740,
+    });
   });
 
   it('a job whose cancel was asked for ends cancelled when its attempt is requeued, not back in the queue', () => {

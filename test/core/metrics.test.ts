@@ -12,9 +12,19 @@ describe('reconcile metrics', () => {
       ]),
       spendMicroUsd: new Map([['nlp', 1_234_567_891]]),
     });
-    const decision: DecisionRecord = { id: 'd', atMs: 0, dryRun: false, inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] }, plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 }, applied: 0, errors: ['x'], planMs: 12 };
+    const decision: DecisionRecord = {
+      id: 'd',
+      atMs: 0,
+      dryRun: false,
+      inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] },
+      plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
+      applied: 0,
+      errors: ['x'],
+      planMs: 12,
+    };
     const points = reconcileMetrics(snapshot, decision, new Map([['nlp', { visible: 3, inFlight: 1, delayed: 2 }]]));
-    const find = (name: string, team?: string) => points.find((p) => p.name === name && (team === undefined || p.dimensions?.Team === team));
+    const find = (name: string, team?: string) =>
+      points.find((p) => p.name === name && (team === undefined || p.dimensions?.Team === team));
     expect(find('QueueDepth', 'nlp')).toEqual({ name: 'QueueDepth', unit: 'Count', value: 5, dimensions: { Team: 'nlp' } });
     expect(find('TeamBudgetUsedPct', 'nlp')!.value).toBe(61.73);
     expect(find('TeamSpendMicroUsd', 'nlp')!.value).toBe(1_234_567_891);

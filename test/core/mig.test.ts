@@ -2,8 +2,17 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { bestStart, freeStarts, MIG_GPUS, migProfile, validateMigLayout } from '../../core/mig.ts';
 
-interface JsonProfile { name: string; profile_id: number; compute_slices: number; memory_slices: number; max_instances: number; placements: { start: number; size: number }[] }
-const shipped = JSON.parse(readFileSync(new URL('../../data/mig/mig-profiles.json', import.meta.url), 'utf8')) as { gpus: { key: string; profiles: JsonProfile[] }[] };
+interface JsonProfile {
+  name: string;
+  profile_id: number;
+  compute_slices: number;
+  memory_slices: number;
+  max_instances: number;
+  placements: { start: number; size: number }[];
+}
+const shipped = JSON.parse(readFileSync(new URL('../../data/mig/mig-profiles.json', import.meta.url), 'utf8')) as {
+  gpus: { key: string; profiles: JsonProfile[] }[];
+};
 const KEYS = { 'A100-40GB': 'a100-40gb', 'A100-80GB': 'a100-80gb', H100: 'h100-80gb', H200: 'h200-141gb', B200: 'b200-180gb' } as const;
 
 describe('MIG profile tables', () => {
@@ -25,12 +34,32 @@ describe('MIG profile tables', () => {
   });
 
   it('classifies the worked examples of the NVIDIA rules', () => {
-    expect(validateMigLayout('A100-40GB', [{ profile: '4g.20gb', start: 0 }, { profile: '3g.20gb', start: 4 }])).toBeUndefined();
-    expect(validateMigLayout('A100-40GB', [{ profile: '3g.20gb', start: 0 }, { profile: '3g.20gb', start: 4 }])).toBeUndefined();
-    expect(validateMigLayout('A100-40GB', [{ profile: '3g.20gb', start: 0 }, { profile: '4g.20gb', start: 0 }])).toContain('overlaps');
+    expect(
+      validateMigLayout('A100-40GB', [
+        { profile: '4g.20gb', start: 0 },
+        { profile: '3g.20gb', start: 4 },
+      ]),
+    ).toBeUndefined();
+    expect(
+      validateMigLayout('A100-40GB', [
+        { profile: '3g.20gb', start: 0 },
+        { profile: '3g.20gb', start: 4 },
+      ]),
+    ).toBeUndefined();
+    expect(
+      validateMigLayout('A100-40GB', [
+        { profile: '3g.20gb', start: 0 },
+        { profile: '4g.20gb', start: 0 },
+      ]),
+    ).toContain('overlaps');
     expect(validateMigLayout('A100-40GB', [{ profile: '1g.5gb', start: 7 }])).toContain('cannot start at memory slice 7');
     expect(validateMigLayout('A100-40GB', [{ profile: '2g.10gb', start: 6 }])).toContain('allowed: 0, 2, 4');
-    expect(validateMigLayout('A100-40GB', [{ profile: '1g.5gb+me', start: 0 }, { profile: '1g.5gb+me', start: 1 }])).toContain('at most 1');
+    expect(
+      validateMigLayout('A100-40GB', [
+        { profile: '1g.5gb+me', start: 0 },
+        { profile: '1g.5gb+me', start: 1 },
+      ]),
+    ).toContain('at most 1');
     expect(validateMigLayout('V100', [])).toContain('does not support MIG');
   });
 

@@ -13,7 +13,8 @@ describe('money', () => {
     expect(parseUsd('2500')).toBe(2_500_000_000);
     expect(parseUsd('2500.5')).toBe(2_500_500_000);
     expect(parseUsd('0.000001')).toBe(1);
-    for (const bad of ['', '-5', '1e3', '12.3456789', 'abc', '1,000', 'NaN', 'Infinity', '1000000000']) expect(parseUsd(bad)).toBeUndefined();
+    for (const bad of ['', '-5', '1e3', '12.3456789', 'abc', '1,000', 'NaN', 'Infinity', '1000000000'])
+      expect(parseUsd(bad)).toBeUndefined();
   });
 
   it('prices a duration exactly, rounding to the nearest micro-dollar', () => {
@@ -36,25 +37,33 @@ describe('money', () => {
 
   it('allocation always preserves the total exactly', () => {
     fc.assert(
-      fc.property(fc.integer({ min: -1e12, max: 1e12 }), fc.array(fc.nat({ max: 1e6 }), { minLength: 1, maxLength: 20 }), (total, weights) => {
-        const parts = allocate(total, weights);
-        const sum = weights.reduce((a, b) => a + b, 0);
-        expect(parts).toHaveLength(weights.length);
-        if (sum === 0) expect(parts.every((p) => p === 0)).toBe(true);
-        else expect(parts.reduce((a, b) => a + b, 0)).toBe(total);
-        parts.forEach((p) => expect(Number.isSafeInteger(p)).toBe(true));
-        // Zero weight gets nothing.
-        weights.forEach((w, i) => w === 0 && sum > 0 && expect(parts[i]).toBe(0));
-      }),
+      fc.property(
+        fc.integer({ min: -1e12, max: 1e12 }),
+        fc.array(fc.nat({ max: 1e6 }), { minLength: 1, maxLength: 20 }),
+        (total, weights) => {
+          const parts = allocate(total, weights);
+          const sum = weights.reduce((a, b) => a + b, 0);
+          expect(parts).toHaveLength(weights.length);
+          if (sum === 0) expect(parts.every((p) => p === 0)).toBe(true);
+          else expect(parts.reduce((a, b) => a + b, 0)).toBe(total);
+          parts.forEach((p) => expect(Number.isSafeInteger(p)).toBe(true));
+          // Zero weight gets nothing.
+          weights.forEach((w, i) => w === 0 && sum > 0 && expect(parts[i]).toBe(0));
+        },
+      ),
     );
   });
 
   it('allocation is proportional within one micro-dollar', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 0, max: 1e10 }), fc.array(fc.integer({ min: 1, max: 1000 }), { minLength: 1, maxLength: 8 }), (total, weights) => {
-        const sum = weights.reduce((a, b) => a + b, 0);
-        allocate(total, weights).forEach((p, i) => expect(Math.abs(p - (total * weights[i]!) / sum)).toBeLessThanOrEqual(1));
-      }),
+      fc.property(
+        fc.integer({ min: 0, max: 1e10 }),
+        fc.array(fc.integer({ min: 1, max: 1000 }), { minLength: 1, maxLength: 8 }),
+        (total, weights) => {
+          const sum = weights.reduce((a, b) => a + b, 0);
+          allocate(total, weights).forEach((p, i) => expect(Math.abs(p - (total * weights[i]!) / sum)).toBeLessThanOrEqual(1));
+        },
+      ),
     );
   });
 
@@ -69,9 +78,12 @@ describe('money', () => {
 
   it('usdString and parseUsd round-trip every non-negative amount', () => {
     fc.assert(
-      fc.property(fc.maxSafeNat().map((n) => n % 1_000_000_000_000_000), (amount) => {
-        expect(parseUsd(usdString(amount))).toBe(amount);
-      }),
+      fc.property(
+        fc.maxSafeNat().map((n) => n % 1_000_000_000_000_000),
+        (amount) => {
+          expect(parseUsd(usdString(amount))).toBe(amount);
+        },
+      ),
     );
   });
 });

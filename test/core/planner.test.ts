@@ -14,7 +14,13 @@ const preempts = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { k
 const waitingCode = (p: Plan, id: string) => p.waiting.find((w) => w.jobId === id)?.reason.code;
 const placedOn = (p: Plan, id: string) => placements(p).find((a) => a.jobId === id)?.placement.nodes;
 const running = (id: string, nodeId: string, a: Omit<NodeAssignment, 'nodeId'>, extra: Parameters<typeof aJob>[0] = {}) =>
-  aJob({ id, state: 'running', startedAtMs: T0 - 3_600_000, placement: { nodes: [{ nodeId, ...a }], capacityType: 'on-demand' }, ...extra });
+  aJob({
+    id,
+    state: 'running',
+    startedAtMs: T0 - 3_600_000,
+    placement: { nodes: [{ nodeId, ...a }], capacityType: 'on-demand' },
+    ...extra,
+  });
 
 describe('planner: GPU shapes', () => {
   it('packs time-sliced shares onto one GPU within its time and memory', () => {
@@ -38,19 +44,30 @@ describe('planner: GPU shapes', () => {
 
   it('places MIG slices at NVIDIA placements only: 4g.20gb needs slices 0-3 free', () => {
     const g = aGroup({ instanceType: 'p4d.24xlarge', migEnabled: true, maxSize: 0 });
-    const node = aNode('i-1', { group: g, record: { gpus: Array.from({ length: 8 }, (_, index) => ({ index, model: 'A100-40GB' as const, memoryMiB: 40_960, migEnabled: true })) } });
+    const node = aNode('i-1', {
+      group: g,
+      record: {
+        gpus: Array.from({ length: 8 }, (_, index) => ({ index, model: 'A100-40GB' as const, memoryMiB: 40_960, migEnabled: true })),
+      },
+    });
     // GPU 0 has a 1g.5gb at slice 0: a 4g.20gb cannot go there (it may start only at 0) and takes
     // the empty GPU 7; the 3g.20gb then completes GPU 7 at slice 4 (4g@0 + 3g@4, valid since R510)
     // rather than opening GPU 0's larger hole.
     const active = [running('team-a.m', 'i-1', { gpuIndices: [0], mig: { profile: '1g.5gb', startSlice: 0 } })];
-    for (let i = 1; i < 8; i++) active.push(running(`team-a.full${i}`, 'i-1', { gpuIndices: [i], mig: { profile: '7g.40gb', startSlice: 0 } }));
+    for (let i = 1; i < 8; i++)
+      active.push(running(`team-a.full${i}`, 'i-1', { gpuIndices: [i], mig: { profile: '7g.40gb', startSlice: 0 } }));
     active.pop(); // GPU 7 stays empty
-    const p = plan(aSnapshot({
-      groups: [g],
-      nodes: [node],
-      activeJobs: active,
-      pendingJobs: [aJob({ id: 'team-a.four', spec: { gpu: { kind: 'mig', profile: '4g.20gb' } } }), aJob({ id: 'team-a.three', spec: { gpu: { kind: 'mig', profile: '3g.20gb' } } })],
-    }));
+    const p = plan(
+      aSnapshot({
+        groups: [g],
+        nodes: [node],
+        activeJobs: active,
+        pendingJobs: [
+          aJob({ id: 'team-a.four', spec: { gpu: { kind: 'mig', profile: '4g.20gb' } } }),
+          aJob({ id: 'team-a.three', spec: { gpu: { kind: 'mig', profile: '3g.20gb' } } }),
+        ],
+      }),
+    );
     expect(placedOn(p, 'team-a.four')).toEqual([{ nodeId: 'i-1', gpuIndices: [7], mig: { profile: '4g.20gb', startSlice: 0 } }]);
     expect(placedOn(p, 'team-a.three')).toEqual([{ nodeId: 'i-1', gpuIndices: [7], mig: { profile: '3g.20gb', startSlice: 4 } }]);
   });
@@ -60,21 +77,64 @@ describe('planner: GPU shapes', () => {
     const gpus = [{ index: 0, model: 'A100-40GB' as const, memoryMiB: 40_960, migEnabled: true }];
     const types = new Map(Object.entries({ ...INSTANCE_TYPES, 'p4d.24xlarge': { ...INSTANCE_TYPES['p4d.24xlarge']!, gpuCount: 1 } }));
     const jobs = Array.from({ length: 8 }, (_, i) => aJob({ id: `team-a.s${i}`, spec: { gpu: { kind: 'mig', profile: '1g.5gb' } } }));
-    const p = plan(aSnapshot({ groups: [g], instanceTypes: types, nodes: [aNode('i-1', { group: g, record: { gpus } })], pendingJobs: jobs }));
-    const starts = placements(p).map((a) => a.placement.nodes[0]!.mig!.startSlice).sort();
+    const p = plan(
+      aSnapshot({ groups: [g], instanceTypes: types, nodes: [aNode('i-1', { group: g, record: { gpus } })], pendingJobs: jobs }),
+    );
+    const starts = placements(p)
+      .map((a) => a.placement.nodes[0]!.mig!.startSlice)
+      .sort();
     expect(starts).toEqual([0, 1, 2, 3, 4, 5, 6]);
     expect(p.waiting).toHaveLength(1);
   });
 
   it('allows one +me slice per GPU and uses H100 and H200 profile names', () => {
-    const h100: InstanceType = { name: 'p5.4xlarge', cloud: 'aws', gpuModel: 'H100', gpuCount: 1, gpuMemoryMiB: 81_920, vcpus: 16, memoryMiB: 262_144 };
+    const h100: InstanceType = {
+      name: 'p5.4xlarge',
+      cloud: 'aws',
+      gpuModel: 'H100',
+      gpuCount: 1,
+      gpuMemoryMiB: 81_920,
+      vcpus: 16,
+      memoryMiB: 262_144,
+    };
     const types = new Map(Object.entries({ ...INSTANCE_TYPES, 'p5.4xlarge': h100 }));
-    const g = { ...aGroup({ instanceType: 'p4d.24xlarge', maxSize: 0 }), id: 'h100', migEnabled: true, offerings: [anOffering('p5.4xlarge')] };
-    const node = aNode('i-h', { group: g, instanceType: 'p4d.24xlarge', record: { gpus: [{ index: 0, model: 'H100', memoryMiB: 81_920, migEnabled: true }] } });
+    const g = {
+      ...aGroup({ instanceType: 'p4d.24xlarge', maxSize: 0 }),
+      id: 'h100',
+      migEnabled: true,
+      offerings: [anOffering('p5.4xlarge')],
+    };
+    const node = aNode('i-h', {
+      group: g,
+      instanceType: 'p4d.24xlarge',
+      record: { gpus: [{ index: 0, model: 'H100', memoryMiB: 81_920, migEnabled: true }] },
+    });
     const fixed = { ...node, instance: { ...node.instance, instanceType: 'p5.4xlarge' } };
-    const jobs = [aJob({ id: 'team-a.me1', spec: { gpu: { kind: 'mig', profile: '1g.10gb+me' } } }), aJob({ id: 'team-a.me2', spec: { gpu: { kind: 'mig', profile: '1g.10gb+me' } } }), aJob({ id: 'team-a.big', spec: { gpu: { kind: 'mig', profile: '3g.40gb' } } }), aJob({ id: 'team-a.h200', spec: { gpu: { kind: 'mig', profile: '3g.71gb' } } })];
-    const p = plan(aSnapshot({ groups: [g], instanceTypes: types, prices: new Map([[g.offerings[0]!.id, { offeringId: g.offerings[0]!.id, priceMicroUsdPerHour: 6_880_000, onDemandMicroUsdPerHour: 6_880_000, source: 't' }]]), nodes: [fixed], pendingJobs: jobs }));
-    expect(placements(p).map((a) => a.jobId).sort()).toEqual(['team-a.big', 'team-a.me1']);
+    const jobs = [
+      aJob({ id: 'team-a.me1', spec: { gpu: { kind: 'mig', profile: '1g.10gb+me' } } }),
+      aJob({ id: 'team-a.me2', spec: { gpu: { kind: 'mig', profile: '1g.10gb+me' } } }),
+      aJob({ id: 'team-a.big', spec: { gpu: { kind: 'mig', profile: '3g.40gb' } } }),
+      aJob({ id: 'team-a.h200', spec: { gpu: { kind: 'mig', profile: '3g.71gb' } } }),
+    ];
+    const p = plan(
+      aSnapshot({
+        groups: [g],
+        instanceTypes: types,
+        prices: new Map([
+          [
+            g.offerings[0]!.id,
+            { offeringId: g.offerings[0]!.id, priceMicroUsdPerHour: 6_880_000, onDemandMicroUsdPerHour: 6_880_000, source: 't' },
+          ],
+        ]),
+        nodes: [fixed],
+        pendingJobs: jobs,
+      }),
+    );
+    expect(
+      placements(p)
+        .map((a) => a.jobId)
+        .sort(),
+    ).toEqual(['team-a.big', 'team-a.me1']);
     expect(waitingCode(p, 'team-a.h200')).toBe('no-offering-fits');
   });
 
@@ -82,7 +142,16 @@ describe('planner: GPU shapes', () => {
     const a10 = aGroup({ instanceType: 'g5.xlarge' });
     const v100 = aGroup({ instanceType: 'p3.2xlarge' });
     const nodes = [aNode('i-a10', { group: a10 }), aNode('i-v100', { group: v100 })];
-    const p = plan(aSnapshot({ groups: [a10, v100], nodes, pendingJobs: [aJob({ id: 'team-a.v', spec: { gpu: { kind: 'whole', count: 1, models: ['V100'] } } }), aJob({ id: 'team-a.m', spec: { gpu: { kind: 'whole', count: 1, minMemoryMiB: 20_000 } } })] }));
+    const p = plan(
+      aSnapshot({
+        groups: [a10, v100],
+        nodes,
+        pendingJobs: [
+          aJob({ id: 'team-a.v', spec: { gpu: { kind: 'whole', count: 1, models: ['V100'] } } }),
+          aJob({ id: 'team-a.m', spec: { gpu: { kind: 'whole', count: 1, minMemoryMiB: 20_000 } } }),
+        ],
+      }),
+    );
     expect(placedOn(p, 'team-a.v')![0]!.nodeId).toBe('i-v100');
     expect(placedOn(p, 'team-a.m')![0]!.nodeId).toBe('i-a10');
   });
@@ -110,7 +179,11 @@ describe('planner: cheapest new capacity', () => {
 
   it('fills machines bought in the same plan before buying more', () => {
     const big = aGroup({ instanceType: 'g5.12xlarge' });
-    const jobs = [aJob({ id: 'team-a.two', spec: { gpu: { kind: 'whole', count: 2 } } }), aJob({ id: 'team-a.one' }), aJob({ id: 'team-a.one-b' })];
+    const jobs = [
+      aJob({ id: 'team-a.two', spec: { gpu: { kind: 'whole', count: 2 } } }),
+      aJob({ id: 'team-a.one' }),
+      aJob({ id: 'team-a.one-b' }),
+    ];
     const p = plan(aSnapshot({ groups: [big], pendingJobs: jobs }));
     expect(scaleUps(p).map((a) => a.toDesired)).toEqual([1]);
     expect(p.waiting.map((w) => w.reason.code)).toEqual(['waiting-for-capacity', 'waiting-for-capacity', 'waiting-for-capacity']);
@@ -119,7 +192,9 @@ describe('planner: cheapest new capacity', () => {
   it('never puts non-interruptible work on spot', () => {
     const spot = aGroup({ instanceType: 'g5.xlarge', capacityType: 'spot' });
     const od = aGroup({ instanceType: 'g5.xlarge' });
-    const p = plan(aSnapshot({ groups: [spot, od], nodes: [aNode('i-spot', { group: spot })], pendingJobs: [aJob({ spec: { interruptible: false } })] }));
+    const p = plan(
+      aSnapshot({ groups: [spot, od], nodes: [aNode('i-spot', { group: spot })], pendingJobs: [aJob({ spec: { interruptible: false } })] }),
+    );
     expect(placements(p)).toEqual([]);
     expect(scaleUps(p).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
   });
@@ -141,8 +216,16 @@ describe('planner: cheapest new capacity', () => {
     const od = aGroup({ instanceType: 'g5.xlarge' });
     const until = new Map([[spot.offerings[0]!.id, T0 + 60_000]]);
     const impatient = { spotPatienceSec: 0 };
-    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()], policy: impatient }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
-    expect(scaleUps(plan(aSnapshot({ nowMs: T0 + 61_000, groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()], policy: impatient }))).map((a) => a.groupId)).toEqual(['g5.xlarge-spot']);
+    expect(
+      scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()], policy: impatient }))).map(
+        (a) => a.groupId,
+      ),
+    ).toEqual(['g5.xlarge-on-demand']);
+    expect(
+      scaleUps(
+        plan(aSnapshot({ nowMs: T0 + 61_000, groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob()], policy: impatient })),
+      ).map((a) => a.groupId),
+    ).toEqual(['g5.xlarge-spot']);
   });
 
   it('lets interruptible work wait a while for spot, in proportion to its length, then falls back to on-demand', () => {
@@ -154,12 +237,20 @@ describe('planner: cheapest new capacity', () => {
     expect(scaleUps(p)).toEqual([]);
     expect(p.waiting[0]!.reason.code).toBe('offering-unavailable');
     // Past the 30-minute patience it runs on on-demand.
-    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [long(31)] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
+    expect(
+      scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [long(31)] }))).map((a) => a.groupId),
+    ).toEqual(['g5.xlarge-on-demand']);
     // A 4-minute job waits at most half its length (here the 3-minute boot time floor).
     const short = aJob({ queuedAtMs: T0 - 4 * 60_000, spec: { expectedRuntimeSec: 240 } });
-    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [short] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
+    expect(
+      scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [short] }))).map((a) => a.groupId),
+    ).toEqual(['g5.xlarge-on-demand']);
     // Work that may not be interrupted never waits for spot.
-    expect(scaleUps(plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob({ spec: { interruptible: false } })] }))).map((a) => a.groupId)).toEqual(['g5.xlarge-on-demand']);
+    expect(
+      scaleUps(
+        plan(aSnapshot({ groups: [spot, od], unavailableUntilMs: until, pendingJobs: [aJob({ spec: { interruptible: false } })] })),
+      ).map((a) => a.groupId),
+    ).toEqual(['g5.xlarge-on-demand']);
   });
 
   it('keeps a gang in one zone on new capacity too, and buys all of it or none', () => {
@@ -176,7 +267,12 @@ describe('planner: cheapest new capacity', () => {
 describe('planner: priorities, fair share and preemption', () => {
   it('serves higher priority first when capacity is short', () => {
     const g = aGroup({ maxSize: 1 });
-    const p = plan(aSnapshot({ groups: [g], pendingJobs: [aJob({ id: 'team-a.low', spec: { priority: 10 } }), aJob({ id: 'team-a.high', spec: { priority: 900 } })] }));
+    const p = plan(
+      aSnapshot({
+        groups: [g],
+        pendingJobs: [aJob({ id: 'team-a.low', spec: { priority: 10 } }), aJob({ id: 'team-a.high', spec: { priority: 900 } })],
+      }),
+    );
     expect(waitingCode(p, 'team-a.high')).toBe('waiting-for-capacity');
     expect(waitingCode(p, 'team-a.low')).toBe('group-at-max');
   });
@@ -184,8 +280,14 @@ describe('planner: priorities, fair share and preemption', () => {
   it('shares GPUs between teams by weight at equal priority', () => {
     const g = aGroup({ instanceType: 'g5.12xlarge', maxSize: 0 });
     const nodes = [aNode('i-1', { group: g }), aNode('i-2', { group: g })];
-    const jobs = [...Array.from({ length: 8 }, (_, i) => aJob({ id: `big.${i}`, team: 'big', queuedAtMs: T0 - 1000 + i })), ...Array.from({ length: 8 }, (_, i) => aJob({ id: `small.${i}`, team: 'small', queuedAtMs: T0 + i }))];
-    const teams = new Map([['big', aTeam('big', { weight: 3 })], ['small', aTeam('small', { weight: 1 })]]);
+    const jobs = [
+      ...Array.from({ length: 8 }, (_, i) => aJob({ id: `big.${i}`, team: 'big', queuedAtMs: T0 - 1000 + i })),
+      ...Array.from({ length: 8 }, (_, i) => aJob({ id: `small.${i}`, team: 'small', queuedAtMs: T0 + i })),
+    ];
+    const teams = new Map([
+      ['big', aTeam('big', { weight: 3 })],
+      ['small', aTeam('small', { weight: 1 })],
+    ]);
     const p = plan(aSnapshot({ groups: [g], nodes, pendingJobs: jobs, teams }));
     const placedTeams = placements(p).map((a) => a.jobId.split('.')[0]);
     expect(placedTeams.filter((t) => t === 'big')).toHaveLength(6);
@@ -195,10 +297,22 @@ describe('planner: priorities, fair share and preemption', () => {
   it('takes the place of the fewest, cheapest lower-priority jobs when groups are at their maximum', () => {
     const g = aGroup({ instanceType: 'g5.12xlarge', maxSize: 1, desiredCapacity: 2 });
     const nodes = [aNode('i-1', { group: g }), aNode('i-2', { group: g })];
-    const cp = (id: string, ago: number) => ({ checkpoint: { jobId: id, attempt: 1, location: 'x', completedAtMs: T0 - ago, progressSec: 100 } });
+    const cp = (id: string, ago: number) => ({
+      checkpoint: { jobId: id, attempt: 1, location: 'x', completedAtMs: T0 - ago, progressSec: 100 },
+    });
     const active = [
-      running('team-a.a', 'i-1', { gpuIndices: [0, 1] }, { spec: { priority: 10, checkpoint: { intervalSec: 600 } }, ...cp('team-a.a', 60_000) }),
-      running('team-a.b', 'i-1', { gpuIndices: [2, 3] }, { spec: { priority: 10, checkpoint: { intervalSec: 600 } }, ...cp('team-a.b', 500_000) }),
+      running(
+        'team-a.a',
+        'i-1',
+        { gpuIndices: [0, 1] },
+        { spec: { priority: 10, checkpoint: { intervalSec: 600 } }, ...cp('team-a.a', 60_000) },
+      ),
+      running(
+        'team-a.b',
+        'i-1',
+        { gpuIndices: [2, 3] },
+        { spec: { priority: 10, checkpoint: { intervalSec: 600 } }, ...cp('team-a.b', 500_000) },
+      ),
       running('team-a.c', 'i-2', { gpuIndices: [0] }, { spec: { priority: 10 } }),
       running('team-a.d', 'i-2', { gpuIndices: [1] }, { spec: { priority: 10 } }),
       running('team-a.e', 'i-2', { gpuIndices: [2, 3] }, { spec: { priority: 500 } }),
@@ -215,7 +329,14 @@ describe('planner: priorities, fair share and preemption', () => {
     const g = aGroup({ maxSize: 1, desiredCapacity: 1 });
     const equal = running('team-a.eq', 'i-1', { gpuIndices: [0] }, { spec: { priority: 800 } });
     const pinned = running('team-a.pin', 'i-2', { gpuIndices: [0] }, { spec: { priority: 1, interruptible: false } });
-    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })], activeJobs: [equal, pinned], pendingJobs: [aJob({ id: 'team-a.new', spec: { priority: 800 } })] }));
+    const p = plan(
+      aSnapshot({
+        groups: [g],
+        nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })],
+        activeJobs: [equal, pinned],
+        pendingJobs: [aJob({ id: 'team-a.new', spec: { priority: 800 } })],
+      }),
+    );
     expect(preempts(p)).toEqual([]);
   });
 
@@ -223,20 +344,39 @@ describe('planner: priorities, fair share and preemption', () => {
     const g = aGroup({ maxSize: 1, desiredCapacity: 1 });
     const leaving = running('team-a.leaving', 'i-1', { gpuIndices: [0] }, { state: 'checkpointing', spec: { priority: 1 } });
     const other = running('team-a.other', 'i-2', { gpuIndices: [0] }, { spec: { priority: 1 } });
-    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })], activeJobs: [leaving, other], pendingJobs: [aJob({ id: 'team-a.hi', spec: { priority: 900 } })] }));
+    const p = plan(
+      aSnapshot({
+        groups: [g],
+        nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })],
+        activeJobs: [leaving, other],
+        pendingJobs: [aJob({ id: 'team-a.hi', spec: { priority: 900 } })],
+      }),
+    );
     expect(preempts(p)).toEqual([]);
     expect(p.waiting[0]!.reason.message).toContain('already checkpointing');
   });
 });
 
 describe('planner: budgets and caps', () => {
-  const budget = (action: 'alert' | 'spot-only' | 'hold', amountMicroUsd: number) => ({ amountMicroUsd, period: 'monthly' as const, action, alertAtPct: [100] });
+  const budget = (action: 'alert' | 'spot-only' | 'hold', amountMicroUsd: number) => ({
+    amountMicroUsd,
+    period: 'monthly' as const,
+    action,
+    alertAtPct: [100],
+  });
 
   it('spot-only teams run interruptible work on spot only, and hold the rest', () => {
     const spot = aGroup({ capacityType: 'spot' });
     const od = aGroup();
     const teams = new Map([['team-a', aTeam('team-a', { budget: budget('spot-only', 100) })]]);
-    const p = plan(aSnapshot({ groups: [spot, od], teams, spendMicroUsd: new Map([['team-a', 500]]), pendingJobs: [aJob({ id: 'team-a.i' }), aJob({ id: 'team-a.n', spec: { interruptible: false } })] }));
+    const p = plan(
+      aSnapshot({
+        groups: [spot, od],
+        teams,
+        spendMicroUsd: new Map([['team-a', 500]]),
+        pendingJobs: [aJob({ id: 'team-a.i' }), aJob({ id: 'team-a.n', spec: { interruptible: false } })],
+      }),
+    );
     expect(scaleUps(p).map((a) => a.groupId)).toEqual(['g5.xlarge-spot']);
     expect(waitingCode(p, 'team-a.n')).toBe('budget-spot-only');
   });
@@ -246,7 +386,15 @@ describe('planner: budgets and caps', () => {
     const teams = new Map([['team-a', aTeam('team-a', { budget: budget('hold', 5_000_000) })]]);
     const cheap = aJob({ id: 'team-a.short', spec: { expectedRuntimeSec: 3600 } }); // ≈ $1.01
     const dear = aJob({ id: 'team-a.long', spec: { expectedRuntimeSec: 10 * 3600 } }); // ≈ $10.06
-    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })], teams, spendMicroUsd: new Map([['team-a', 1_000_000]]), pendingJobs: [cheap, dear] }));
+    const p = plan(
+      aSnapshot({
+        groups: [g],
+        nodes: [aNode('i-1', { group: g }), aNode('i-2', { group: g })],
+        teams,
+        spendMicroUsd: new Map([['team-a', 1_000_000]]),
+        pendingJobs: [cheap, dear],
+      }),
+    );
     expect(placements(p).map((a) => a.jobId)).toEqual(['team-a.short']);
     expect(waitingCode(p, 'team-a.long')).toBe('budget-hold');
     expect(p.actions).toContainEqual({ kind: 'hold', jobId: 'team-a.long', reason: expect.objectContaining({ code: 'budget-hold' }) });
@@ -255,7 +403,10 @@ describe('planner: budgets and caps', () => {
   it('caps a team at its GPU limit', () => {
     const g = aGroup({ instanceType: 'g5.12xlarge' });
     const teams = new Map([['team-a', aTeam('team-a', { maxGpus: 3 })]]);
-    const jobs = [aJob({ id: 'team-a.1', spec: { gpu: { kind: 'whole', count: 2 } } }), aJob({ id: 'team-a.2', spec: { gpu: { kind: 'whole', count: 2 } } })];
+    const jobs = [
+      aJob({ id: 'team-a.1', spec: { gpu: { kind: 'whole', count: 2 } } }),
+      aJob({ id: 'team-a.2', spec: { gpu: { kind: 'whole', count: 2 } } }),
+    ];
     const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], teams, pendingJobs: jobs }));
     expect(placements(p).map((a) => a.jobId)).toEqual(['team-a.1']);
     expect(waitingCode(p, 'team-a.2')).toBe('team-gpu-cap');
@@ -274,11 +425,18 @@ describe('planner: moving work back to spot', () => {
   const spot = aGroup({ instanceType: 'g5.12xlarge', capacityType: 'spot' });
   const od = aGroup({ instanceType: 'g5.12xlarge', desiredCapacity: 1 });
   const onOd = (extra: Parameters<typeof aJob>[0] = {}) =>
-    running('team-a.long', 'i-od', { gpuIndices: [0, 1, 2, 3] }, { spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 48 * 3600 }, ...extra });
+    running(
+      'team-a.long',
+      'i-od',
+      { gpuIndices: [0, 1, 2, 3] },
+      { spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 48 * 3600 }, ...extra },
+    );
 
   it('moves long checkpointable work from on-demand to spot when spot is available, and says what it saves', () => {
     const p = plan(aSnapshot({ groups: [spot, od], nodes: [aNode('i-od', { group: od })], activeJobs: [onOd()] }));
-    expect(preempts(p)).toEqual([expect.objectContaining({ jobId: 'team-a.long', reason: expect.objectContaining({ code: 'rebalance-to-spot' }) })]);
+    expect(preempts(p)).toEqual([
+      expect.objectContaining({ jobId: 'team-a.long', reason: expect.objectContaining({ code: 'rebalance-to-spot' }) }),
+    ]);
     expect(preempts(p)[0]!.reason.message).toMatch(/about \$[\d.]+ saved over its remaining run against \$[\d.]+ for the move/);
   });
 
@@ -288,12 +446,31 @@ describe('planner: moving work back to spot', () => {
     const ending = onOd({ spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 3600 + 120 } });
     expect(preempts(plan(aSnapshot({ groups: [spot, od], nodes, activeJobs: [noCp] })))).toEqual([]);
     expect(preempts(plan(aSnapshot({ groups: [spot, od], nodes, activeJobs: [ending] })))).toEqual([]);
-    expect(preempts(plan(aSnapshot({ groups: [spot, od], nodes, activeJobs: [onOd()], unavailableUntilMs: new Map([[spot.offerings[0]!.id, T0 + 60_000]]) })))).toEqual([]);
+    expect(
+      preempts(
+        plan(
+          aSnapshot({
+            groups: [spot, od],
+            nodes,
+            activeJobs: [onOd()],
+            unavailableUntilMs: new Map([[spot.offerings[0]!.id, T0 + 60_000]]),
+          }),
+        ),
+      ),
+    ).toEqual([]);
   });
 
   it('sends a moved job to spot, not back to the on-demand machine it left', () => {
-    const moved = aJob({ id: 'team-a.long', attempt: 2, queuedAtMs: T0 - 30_000, requeueReason: { code: 'rebalance-to-spot', message: 'moved' }, spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 48 * 3600 } });
-    const p = plan(aSnapshot({ groups: [spot, od], nodes: [aNode('i-od', { group: od, record: { idleSinceMs: T0 - 60_000 } })], pendingJobs: [moved] }));
+    const moved = aJob({
+      id: 'team-a.long',
+      attempt: 2,
+      queuedAtMs: T0 - 30_000,
+      requeueReason: { code: 'rebalance-to-spot', message: 'moved' },
+      spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 48 * 3600 },
+    });
+    const p = plan(
+      aSnapshot({ groups: [spot, od], nodes: [aNode('i-od', { group: od, record: { idleSinceMs: T0 - 60_000 } })], pendingJobs: [moved] }),
+    );
     expect(placements(p)).toEqual([]);
     expect(scaleUps(p).map((a) => a.groupId)).toEqual([spot.id]);
   });
@@ -303,7 +480,9 @@ describe('planner: scale-in', () => {
   it('never removes a node with running or placed work', () => {
     const g = aGroup({ desiredCapacity: 1 });
     const job = running('team-a.r', 'i-1', { gpuIndices: [0] });
-    const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g, record: { idleSinceMs: T0 - 86_400_000 } })], activeJobs: [job] }));
+    const p = plan(
+      aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g, record: { idleSinceMs: T0 - 86_400_000 } })], activeJobs: [job] }),
+    );
     expect(p.actions.filter((a) => a.kind === 'scale-in')).toEqual([]);
   });
 
@@ -332,10 +511,20 @@ describe('planner: scale-in', () => {
     const cp = { intervalSec: 600 };
     const active = [
       running('team-a.b1', 'i-busy', { gpuIndices: [0, 1] }, { spec: { checkpoint: cp, expectedRuntimeSec: 48 * 3600 } }),
-      running('team-a.l1', 'i-light', { gpuIndices: [0] }, { spec: { checkpoint: cp, expectedRuntimeSec: 48 * 3600 }, checkpoint: { jobId: 'team-a.l1', attempt: 1, location: 'x', completedAtMs: T0 - 60_000, progressSec: 3000 } }),
+      running(
+        'team-a.l1',
+        'i-light',
+        { gpuIndices: [0] },
+        {
+          spec: { checkpoint: cp, expectedRuntimeSec: 48 * 3600 },
+          checkpoint: { jobId: 'team-a.l1', attempt: 1, location: 'x', completedAtMs: T0 - 60_000, progressSec: 3000 },
+        },
+      ),
     ];
     const p = plan(aSnapshot({ groups: [g], nodes, activeJobs: active }));
-    expect(preempts(p)).toEqual([expect.objectContaining({ jobId: 'team-a.l1', reason: expect.objectContaining({ code: 'scale-in-consolidate' }) })]);
+    expect(preempts(p)).toEqual([
+      expect.objectContaining({ jobId: 'team-a.l1', reason: expect.objectContaining({ code: 'scale-in-consolidate' }) }),
+    ]);
     expect(preempts(p)[0]!.reason.message).toMatch(/saves about \$[\d.]+ against \$[\d.]+ of restart cost/);
     // Work without checkpoints stays where it is.
     const noCp = active.map((j) => ({ ...j, spec: { ...j.spec, checkpoint: undefined } }));
@@ -359,25 +548,68 @@ const SHAPES = [
 
 const arbitraryWorld = fc
   .record({
-    jobs: fc.array(fc.record({ shape: fc.integer({ min: 0, max: SHAPES.length - 1 }), nodes: fc.constantFrom(1, 1, 1, 2), interruptible: fc.boolean(), priority: fc.integer({ min: 0, max: 3 }), team: fc.constantFrom('t1', 't2', 't3') }), { maxLength: 30 }),
-    nodes: fc.array(fc.record({ kind: fc.constantFrom('g5.12xlarge', 'p3.16xlarge', 'p4d.24xlarge', 'g5.xlarge'), spot: fc.boolean(), zone: fc.constantFrom('us-east-1a', 'us-east-1b') }), { maxLength: 6 }),
+    jobs: fc.array(
+      fc.record({
+        shape: fc.integer({ min: 0, max: SHAPES.length - 1 }),
+        nodes: fc.constantFrom(1, 1, 1, 2),
+        interruptible: fc.boolean(),
+        priority: fc.integer({ min: 0, max: 3 }),
+        team: fc.constantFrom('t1', 't2', 't3'),
+      }),
+      { maxLength: 30 },
+    ),
+    nodes: fc.array(
+      fc.record({
+        kind: fc.constantFrom('g5.12xlarge', 'p3.16xlarge', 'p4d.24xlarge', 'g5.xlarge'),
+        spot: fc.boolean(),
+        zone: fc.constantFrom('us-east-1a', 'us-east-1b'),
+      }),
+      { maxLength: 6 },
+    ),
     max: fc.integer({ min: 0, max: 4 }),
     held: fc.constantFrom('t1', 'none'),
   })
   .map(({ jobs, nodes, max, held }) => {
-    const groups = ['g5.12xlarge', 'p3.16xlarge', 'g5.xlarge'].flatMap((t) => [aGroup({ instanceType: t, maxSize: max, zones: ['us-east-1a', 'us-east-1b'] }), aGroup({ instanceType: t, capacityType: 'spot', maxSize: max, zones: ['us-east-1a', 'us-east-1b'] })]);
+    const groups = ['g5.12xlarge', 'p3.16xlarge', 'g5.xlarge'].flatMap((t) => [
+      aGroup({ instanceType: t, maxSize: max, zones: ['us-east-1a', 'us-east-1b'] }),
+      aGroup({ instanceType: t, capacityType: 'spot', maxSize: max, zones: ['us-east-1a', 'us-east-1b'] }),
+    ]);
     const mig = { ...aGroup({ instanceType: 'p4d.24xlarge', maxSize: max, zones: ['us-east-1a'] }), id: 'a100-mig', migEnabled: true };
     groups.push(mig);
     const fleet = nodes.map((n, i) => {
-      const group = groups.find((g) => g.offerings[0]!.instanceType === n.kind && (n.kind === 'p4d.24xlarge' || g.offerings[0]!.capacityType === (n.spot ? 'spot' : 'on-demand')))!;
+      const group = groups.find(
+        (g) =>
+          g.offerings[0]!.instanceType === n.kind &&
+          (n.kind === 'p4d.24xlarge' || g.offerings[0]!.capacityType === (n.spot ? 'spot' : 'on-demand')),
+      )!;
       const it = INSTANCE_TYPES[n.kind]!;
-      return aNode(`i-${i}`, { group, zone: n.zone, record: { gpus: Array.from({ length: it.gpuCount }, (_, index) => ({ index, model: it.gpuModel, memoryMiB: it.gpuMemoryMiB, migEnabled: n.kind === 'p4d.24xlarge' })) } });
+      return aNode(`i-${i}`, {
+        group,
+        zone: n.zone,
+        record: {
+          gpus: Array.from({ length: it.gpuCount }, (_, index) => ({
+            index,
+            model: it.gpuModel,
+            memoryMiB: it.gpuMemoryMiB,
+            migEnabled: n.kind === 'p4d.24xlarge',
+          })),
+        },
+      });
     });
     const pending = jobs.map((j, i) => {
       const shape = SHAPES[j.shape]!;
-      return aJob({ id: `${j.team}.j${i}`, team: j.team, spec: { gpu: { ...shape }, nodes: shape.kind === 'whole' ? j.nodes : 1, interruptible: j.interruptible, priority: j.priority } });
+      return aJob({
+        id: `${j.team}.j${i}`,
+        team: j.team,
+        spec: { gpu: { ...shape }, nodes: shape.kind === 'whole' ? j.nodes : 1, interruptible: j.interruptible, priority: j.priority },
+      });
     });
-    const teams = new Map(['t1', 't2', 't3'].map((t) => [t, t === held ? aTeam(t, { budget: { amountMicroUsd: 1, period: 'monthly', action: 'hold', alertAtPct: [100] } }) : aTeam(t)]));
+    const teams = new Map(
+      ['t1', 't2', 't3'].map((t) => [
+        t,
+        t === held ? aTeam(t, { budget: { amountMicroUsd: 1, period: 'monthly', action: 'hold', alertAtPct: [100] } }) : aTeam(t),
+      ]),
+    );
     const spend = new Map(held === 'none' ? [] : [[held, 10]]);
     return aSnapshot({ groups, nodes: fleet, pendingJobs: pending, teams, spendMicroUsd: spend, prices: undefined });
   });
@@ -421,60 +653,79 @@ function overcommitted(snapshot: Snapshot, p: Plan): string | undefined {
 
 describe('planner properties', () => {
   it('never over-commits a GPU, a MIG slice or GPU memory', () => {
-    fc.assert(fc.property(arbitraryWorld, (s) => {
-      expect(overcommitted(s, plan(s))).toBeUndefined();
-    }), { numRuns: 300 });
+    fc.assert(
+      fc.property(arbitraryWorld, (s) => {
+        expect(overcommitted(s, plan(s))).toBeUndefined();
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('places gangs all or nothing, in one zone', () => {
-    fc.assert(fc.property(arbitraryWorld, (s) => {
-      const p = plan(s);
-      for (const a of placements(p)) {
-        const job = s.pendingJobs.find((j) => j.id === a.jobId)!;
-        expect(a.placement.nodes).toHaveLength(job.spec.nodes);
-        expect(new Set(a.placement.nodes.map((n) => n.nodeId)).size).toBe(job.spec.nodes);
-        const zones = new Set(a.placement.nodes.map((n) => s.nodes.find((x) => x.instance.id === n.nodeId)!.instance.zone));
-        expect(zones.size).toBe(1);
-      }
-    }), { numRuns: 200 });
+    fc.assert(
+      fc.property(arbitraryWorld, (s) => {
+        const p = plan(s);
+        for (const a of placements(p)) {
+          const job = s.pendingJobs.find((j) => j.id === a.jobId)!;
+          expect(a.placement.nodes).toHaveLength(job.spec.nodes);
+          expect(new Set(a.placement.nodes.map((n) => n.nodeId)).size).toBe(job.spec.nodes);
+          const zones = new Set(a.placement.nodes.map((n) => s.nodes.find((x) => x.instance.id === n.nodeId)!.instance.zone));
+          expect(zones.size).toBe(1);
+        }
+      }),
+      { numRuns: 200 },
+    );
   });
 
   it('gives the same plan for the same snapshot', () => {
-    fc.assert(fc.property(arbitraryWorld, (s) => {
-      expect(plan(s)).toEqual(plan(s));
-    }), { numRuns: 100 });
+    fc.assert(
+      fc.property(arbitraryWorld, (s) => {
+        expect(plan(s)).toEqual(plan(s));
+      }),
+      { numRuns: 100 },
+    );
   });
 
   it('never puts non-interruptible work on spot, in placements or purchases', () => {
-    fc.assert(fc.property(arbitraryWorld, (s) => {
-      const p = plan(s);
-      for (const a of placements(p)) {
-        const job = s.pendingJobs.find((j) => j.id === a.jobId)!;
-        if (!job.spec.interruptible) expect(a.placement.capacityType).toBe('on-demand');
-      }
-      const spotBuys = scaleUps(p).filter((a) => a.groupId.endsWith('-spot'));
-      const interruptibleWaiting = p.waiting.filter((w) => s.pendingJobs.find((j) => j.id === w.jobId)!.spec.interruptible);
-      if (spotBuys.length > 0) expect(interruptibleWaiting.length).toBeGreaterThan(0);
-    }), { numRuns: 200 });
+    fc.assert(
+      fc.property(arbitraryWorld, (s) => {
+        const p = plan(s);
+        for (const a of placements(p)) {
+          const job = s.pendingJobs.find((j) => j.id === a.jobId)!;
+          if (!job.spec.interruptible) expect(a.placement.capacityType).toBe('on-demand');
+        }
+        const spotBuys = scaleUps(p).filter((a) => a.groupId.endsWith('-spot'));
+        const interruptibleWaiting = p.waiting.filter((w) => s.pendingJobs.find((j) => j.id === w.jobId)!.spec.interruptible);
+        if (spotBuys.length > 0) expect(interruptibleWaiting.length).toBeGreaterThan(0);
+      }),
+      { numRuns: 200 },
+    );
   });
 
   it('gives a held team no new placement and no purchase', () => {
-    fc.assert(fc.property(arbitraryWorld, (s) => {
-      const p = plan(s);
-      const heldTeams = [...s.teams.values()].filter((t) => (s.spendMicroUsd.get(t.id) ?? 0) >= (t.budget?.amountMicroUsd ?? 0) && t.budget?.action === 'hold').map((t) => t.id);
-      for (const a of placements(p)) expect(heldTeams).not.toContain(a.jobId.split('.')[0]);
-      for (const w of p.waiting) if (heldTeams.includes(w.jobId.split('.')[0]!)) expect(w.reason.code).toBe('budget-hold');
-    }), { numRuns: 200 });
+    fc.assert(
+      fc.property(arbitraryWorld, (s) => {
+        const p = plan(s);
+        const heldTeams = [...s.teams.values()]
+          .filter((t) => (s.spendMicroUsd.get(t.id) ?? 0) >= (t.budget?.amountMicroUsd ?? 0) && t.budget?.action === 'hold')
+          .map((t) => t.id);
+        for (const a of placements(p)) expect(heldTeams).not.toContain(a.jobId.split('.')[0]);
+        for (const w of p.waiting) if (heldTeams.includes(w.jobId.split('.')[0]!)) expect(w.reason.code).toBe('budget-hold');
+      }),
+      { numRuns: 200 },
+    );
   });
 
   it('never takes a group above its maximum, and leaves no job without a reason', () => {
-    fc.assert(fc.property(arbitraryWorld, (s) => {
-      const p = plan(s);
-      for (const a of scaleUps(p)) expect(a.toDesired).toBeLessThanOrEqual(s.groups.find((g) => g.id === a.groupId)!.maxSize);
-      const accounted = new Set([...placements(p).map((a) => a.jobId), ...p.waiting.map((w) => w.jobId)]);
-      for (const j of s.pendingJobs) expect(accounted.has(j.id)).toBe(true);
-      for (const w of p.waiting) expect(w.reason.message.length).toBeGreaterThan(10);
-    }), { numRuns: 200 });
+    fc.assert(
+      fc.property(arbitraryWorld, (s) => {
+        const p = plan(s);
+        for (const a of scaleUps(p)) expect(a.toDesired).toBeLessThanOrEqual(s.groups.find((g) => g.id === a.groupId)!.maxSize);
+        const accounted = new Set([...placements(p).map((a) => a.jobId), ...p.waiting.map((w) => w.jobId)]);
+        for (const j of s.pendingJobs) expect(accounted.has(j.id)).toBe(true);
+        for (const w of p.waiting) expect(w.reason.message.length).toBeGreaterThan(10);
+      }),
+      { numRuns: 200 },
+    );
   });
 });
-

@@ -7,7 +7,12 @@ import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
 import { T0 } from '../builders.ts';
 
-const spec = { image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1, models: ['V100'] }, checkpoint: { intervalSec: 600 } };
+const spec = {
+  image: 'pytorch/pytorch:2.3.0',
+  command: ['python', 'train.py'],
+  gpu: { kind: 'whole', count: 1, models: ['V100'] },
+  checkpoint: { intervalSec: 600 },
+};
 
 function env() {
   return createSimEnvironment({
@@ -32,7 +37,10 @@ describe('intake', () => {
   it('records a bad spec as rejected with the reasons and the body', async () => {
     const e = env();
     const out = await intake(e, { team: 'nlp', body: JSON.stringify({ ...spec, gpu: { kind: 'whole', count: 99 } }), token: 'bad' });
-    expect(out).toMatchObject({ outcome: 'rejected', job: { state: 'rejected', rejection: { errors: ['gpu.count: must be at most 16; got 99'] } } });
+    expect(out).toMatchObject({
+      outcome: 'rejected',
+      job: { state: 'rejected', rejection: { errors: ['gpu.count: must be at most 16; got 99'] } },
+    });
     const notJson = await intake(e, { team: 'nlp', body: '{oops', token: 'bad2' });
     expect(notJson.outcome === 'rejected' && notJson.errors[0]).toContain('(body): not valid JSON');
   });
@@ -57,7 +65,14 @@ describe('reconcile', () => {
     e.clock.advanceBy(150_000);
     e.cloud.tick();
     const [inst] = await e.cloud.listInstances();
-    await e.nodes.register({ instanceId: inst!.id, groupId: inst!.groupId, registeredAtMs: e.clock.nowMs(), lastHeartbeatAtMs: e.clock.nowMs(), healthy: true, gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }] });
+    await e.nodes.register({
+      instanceId: inst!.id,
+      groupId: inst!.groupId,
+      registeredAtMs: e.clock.nowMs(),
+      lastHeartbeatAtMs: e.clock.nowMs(),
+      healthy: true,
+      gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
+    });
     const second = await run();
     expect(second.status === 'done' && second.decision.plan.actions.map((a) => a.kind)).toEqual(['place']);
     expect((await e.jobs.get('nlp.a'))?.state).toBe('placed');
@@ -70,7 +85,9 @@ describe('reconcile', () => {
     e.clock.advanceBy(DEFAULT_POLICY.idleCooldownSec * 1000 + 1000);
     await e.nodes.heartbeat(inst!.id, e.clock.nowMs());
     const third = await run();
-    expect(third.status === 'done' && third.decision.plan.actions).toEqual([expect.objectContaining({ kind: 'scale-in', instanceId: inst!.id })]);
+    expect(third.status === 'done' && third.decision.plan.actions).toEqual([
+      expect.objectContaining({ kind: 'scale-in', instanceId: inst!.id }),
+    ]);
     expect((await e.cloud.listInstances())[0]!.state).toBe('terminated');
   });
 
@@ -81,11 +98,24 @@ describe('reconcile', () => {
     e.clock.advanceBy(150_000);
     e.cloud.tick();
     const [inst] = await e.cloud.listInstances();
-    await e.nodes.register({ instanceId: inst!.id, groupId: 'v100-spot', registeredAtMs: e.clock.nowMs(), lastHeartbeatAtMs: e.clock.nowMs(), healthy: true, gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }] });
+    await e.nodes.register({
+      instanceId: inst!.id,
+      groupId: 'v100-spot',
+      registeredAtMs: e.clock.nowMs(),
+      lastHeartbeatAtMs: e.clock.nowMs(),
+      healthy: true,
+      gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
+    });
     await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
     const placed = (await e.jobs.get('nlp.a'))!;
     await e.jobs.update({ ...placed, state: 'running', version: placed.version + 1 }, placed.version);
-    const cp = { jobId: 'nlp.a', attempt: 1, location: e.checkpoints.locationFor('nlp.a', 1), completedAtMs: e.clock.nowMs(), progressSec: 300 };
+    const cp = {
+      jobId: 'nlp.a',
+      attempt: 1,
+      location: e.checkpoints.locationFor('nlp.a', 1),
+      completedAtMs: e.clock.nowMs(),
+      progressSec: 300,
+    };
     await e.checkpoints.markComplete(cp);
 
     e.clock.advanceBy((DEFAULT_POLICY.heartbeatTimeoutSec + 5) * 1000);
@@ -102,7 +132,11 @@ describe('reconcile', () => {
     const e = env();
     await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'a' });
     const out = await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY, dryRun: true });
-    expect(out.status === 'done' && out.decision).toMatchObject({ dryRun: true, applied: 0, plan: { actions: [expect.objectContaining({ kind: 'scale-up' })] } });
+    expect(out.status === 'done' && out.decision).toMatchObject({
+      dryRun: true,
+      applied: 0,
+      plan: { actions: [expect.objectContaining({ kind: 'scale-up' })] },
+    });
     expect((await e.cloud.listGroups())[0]!.desiredCapacity).toBe(0);
     expect(await e.decisions.recent(1)).toHaveLength(1);
   });
@@ -110,6 +144,9 @@ describe('reconcile', () => {
   it('lets only one reconciler act at a time', async () => {
     const e = env();
     await e.lease.acquire('reconcile', 'someone-else', e.clock.nowMs(), 60_000);
-    expect(await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY, holder: 'me' })).toEqual({ status: 'skipped', reason: 'another reconciler holds the lease' });
+    expect(await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY, holder: 'me' })).toEqual({
+      status: 'skipped',
+      reason: 'another reconciler holds the lease',
+    });
   });
 });

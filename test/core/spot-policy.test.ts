@@ -1,6 +1,14 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { decideSpot, greedyDecision, gpuFleetDecision, mustCommitNow, SPOT_POLICIES, uniformProgressDecision, type SpotDecisionInput } from '../../core/spot-policy.ts';
+import {
+  decideSpot,
+  greedyDecision,
+  gpuFleetDecision,
+  mustCommitNow,
+  SPOT_POLICIES,
+  uniformProgressDecision,
+  type SpotDecisionInput,
+} from '../../core/spot-policy.ts';
 
 const H = 3600;
 /** The paper's job: 48 h of work, a 60 h deadline, d = 0.2 h, decisions every 10 min. */
@@ -58,7 +66,9 @@ describe('uniform progress (the paper’s rules)', () => {
     expect(uniformProgressDecision(input({ mode: 'on-demand', elapsedSec: 10 * H, doneWorkSec: 8.2 * H })).kind).toBe('on-demand');
     expect(uniformProgressDecision(input({ mode: 'on-demand', elapsedSec: 10 * H, doneWorkSec: 8.4 * H })).kind).toBe('spot');
     // It never drops on-demand just to wait.
-    expect(uniformProgressDecision(input({ mode: 'on-demand', spotAvailable: false, elapsedSec: 10 * H, doneWorkSec: 9 * H })).kind).toBe('on-demand');
+    expect(uniformProgressDecision(input({ mode: 'on-demand', spotAvailable: false, elapsedSec: 10 * H, doneWorkSec: 9 * H })).kind).toBe(
+      'on-demand',
+    );
   });
 
   it('has a safety net of 2d: idle with less slack than that, on-demand to the end', () => {
@@ -68,7 +78,8 @@ describe('uniform progress (the paper’s rules)', () => {
 });
 
 describe('gpu-fleet', () => {
-  const outage = (over: Partial<SpotDecisionInput>) => input({ spotAvailable: false, observed: { availableSec: 0, unavailableSec: 0, outages: 0, currentRunSec: 3 * H }, ...over });
+  const outage = (over: Partial<SpotDecisionInput>) =>
+    input({ spotAvailable: false, observed: { availableSec: 0, unavailableSec: 0, outages: 0, currentRunSec: 3 * H }, ...over });
 
   it('waits out an outage while the spot it expects before the deadline covers the work', () => {
     // 40 h left for 20 h of work: the prior (80% available, 6 h spells) expects about 38 h of spot.
@@ -85,7 +96,12 @@ describe('gpu-fleet', () => {
   });
 
   it('lowers its estimate when the pool has been seen unavailable', () => {
-    const seen = (availableH: number, unavailableH: number) => ({ availableSec: availableH * H, unavailableSec: unavailableH * H, outages: 3, currentRunSec: 3 * H });
+    const seen = (availableH: number, unavailableH: number) => ({
+      availableSec: availableH * H,
+      unavailableSec: unavailableH * H,
+      outages: 3,
+      currentRunSec: 3 * H,
+    });
     const at = { elapsedSec: 20 * H, doneWorkSec: 18 * H };
     // 40 h left for 30 h of work: enough at 80% availability, not at 30%.
     expect(gpuFleetDecision(outage({ ...at, observed: seen(16, 4) })).kind).toBe('wait');
@@ -94,8 +110,12 @@ describe('gpu-fleet', () => {
 
   it('does not leave on-demand for spot that has only just come back while it is short of supply', () => {
     const at = { mode: 'on-demand' as const, elapsedSec: 30 * H, doneWorkSec: 20 * H };
-    expect(gpuFleetDecision(input({ ...at, observed: { availableSec: 0, unavailableSec: 0, outages: 0, currentRunSec: 600 } })).kind).toBe('on-demand');
-    expect(gpuFleetDecision(input({ ...at, observed: { availableSec: 0, unavailableSec: 0, outages: 0, currentRunSec: 2 * H } })).kind).toBe('spot');
+    expect(gpuFleetDecision(input({ ...at, observed: { availableSec: 0, unavailableSec: 0, outages: 0, currentRunSec: 600 } })).kind).toBe(
+      'on-demand',
+    );
+    expect(
+      gpuFleetDecision(input({ ...at, observed: { availableSec: 0, unavailableSec: 0, outages: 0, currentRunSec: 2 * H } })).kind,
+    ).toBe('spot');
   });
 
   it('never leaves on-demand to wait', () => {

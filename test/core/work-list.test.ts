@@ -4,7 +4,12 @@ import { gangRank, judgeWorkEntry } from '../../core/services/work-list.ts';
 import { aJob } from '../builders.ts';
 
 const placedOn = (nodes: string[], extra: Partial<Job> = {}): Job =>
-  aJob({ state: 'running', attempt: 2, placement: { capacityType: 'spot', nodes: nodes.map((nodeId) => ({ nodeId, gpuIndices: [0] })) }, ...extra });
+  aJob({
+    state: 'running',
+    attempt: 2,
+    placement: { capacityType: 'spot', nodes: nodes.map((nodeId) => ({ nodeId, gpuIndices: [0] })) },
+    ...extra,
+  });
 
 describe('a node agent judging its work list', () => {
   it('runs the attempt placed on this node, in every active state', () => {

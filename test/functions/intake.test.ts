@@ -46,7 +46,10 @@ describe('intake function', () => {
     const event: SQSEvent = { Records: [record('m1', good), record('m2', '{"image": "x"}'), record('m3', 'not json')] };
     expect(await handler(event, lambdaContext())).toEqual({ batchItemFailures: [] });
     expect(await jobs.get('nlp.m1')).toMatchObject({ state: 'pending', team: 'nlp' });
-    expect(await jobs.get('nlp.m2')).toMatchObject({ state: 'rejected', rejection: { errors: expect.arrayContaining([expect.stringContaining('command: is required')]) } });
+    expect(await jobs.get('nlp.m2')).toMatchObject({
+      state: 'rejected',
+      rejection: { errors: expect.arrayContaining([expect.stringContaining('command: is required')]) },
+    });
     expect((await jobs.get('nlp.m3'))!.rejection!.errors[0]).toContain('not valid JSON');
   });
 
@@ -55,7 +58,10 @@ describe('intake function', () => {
     await handler({ Records: [record('m1', good)] }, lambdaContext());
     await handler({ Records: [record('m1', good)] }, lambdaContext());
     const token = { [TOKEN_ATTRIBUTE]: { stringValue: 'tok-7', dataType: 'String', stringListValues: [], binaryListValues: [] } };
-    await handler({ Records: [record('m2', good, { messageAttributes: token }), record('m3', good, { messageAttributes: token })] }, lambdaContext());
+    await handler(
+      { Records: [record('m2', good, { messageAttributes: token }), record('m3', good, { messageAttributes: token })] },
+      lambdaContext(),
+    );
     expect((await jobs.listByState(['pending'])).map((j) => j.id)).toEqual(['nlp.m1', 'nlp.tok-7']);
   });
 
@@ -68,9 +74,19 @@ describe('intake function', () => {
 
   it('sends a message from a queue that is no team queue to the dead-letter queue, with why', async () => {
     const { handler, dead, jobs } = setup();
-    const out = await handler({ Records: [record('m9', good, { eventSourceARN: 'arn:aws:sqs:us-east-1:123456789012:somebody-else' })] }, lambdaContext());
+    const out = await handler(
+      { Records: [record('m9', good, { eventSourceARN: 'arn:aws:sqs:us-east-1:123456789012:somebody-else' })] },
+      lambdaContext(),
+    );
     expect(out).toEqual({ batchItemFailures: [] });
-    expect(dead).toEqual([{ body: good, reason: expect.stringContaining('is not a gpu-fleet team queue'), sourceQueueArn: 'arn:aws:sqs:us-east-1:123456789012:somebody-else', messageId: 'm9' }]);
+    expect(dead).toEqual([
+      {
+        body: good,
+        reason: expect.stringContaining('is not a gpu-fleet team queue'),
+        sourceQueueArn: 'arn:aws:sqs:us-east-1:123456789012:somebody-else',
+        messageId: 'm9',
+      },
+    ]);
     expect(await jobs.listByState(['pending', 'rejected'])).toEqual([]);
   });
 

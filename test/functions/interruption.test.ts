@@ -30,18 +30,42 @@ async function setup(withIdempotency = true) {
   const tables = await db.createTables();
   const stores = dynamoStores(db.doc, tables, 'ckpt-bucket');
   const clock = new VirtualClock(T0);
-  const cloud = new SimCloud({ clock, random: new SeededRandom(1), bootSec: 30, groups: [{ id: 'v100-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 4 }] });
+  const cloud = new SimCloud({
+    clock,
+    random: new SeededRandom(1),
+    bootSec: 30,
+    groups: [{ id: 'v100-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 4 }],
+  });
   await cloud.setDesiredCapacity('v100-spot', 1);
   clock.advanceBy(60_000);
   cloud.tick();
   const [inst] = await cloud.listInstances();
-  await stores.nodes.register({ instanceId: inst!.id, groupId: 'v100-spot', registeredAtMs: clock.nowMs(), lastHeartbeatAtMs: clock.nowMs(), healthy: true, gpus: [0, 1, 2, 3].map((index) => ({ index, model: 'V100' as const, memoryMiB: 16_384 })) });
+  await stores.nodes.register({
+    instanceId: inst!.id,
+    groupId: 'v100-spot',
+    registeredAtMs: clock.nowMs(),
+    lastHeartbeatAtMs: clock.nowMs(),
+    healthy: true,
+    gpus: [0, 1, 2, 3].map((index) => ({ index, model: 'V100' as const, memoryMiB: 16_384 })),
+  });
   for (const [i, token] of ['a', 'b'].entries()) {
     await intake({ jobs: stores.jobs, clock }, { team: 'nlp', body: spec, token });
-    await applyJobEvent(stores.jobs, `nlp.${token}`, { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [i] }], capacityType: 'spot' } }, clock.nowMs());
+    await applyJobEvent(
+      stores.jobs,
+      `nlp.${token}`,
+      { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [i] }], capacityType: 'spot' } },
+      clock.nowMs(),
+    );
     await applyJobEvent(stores.jobs, `nlp.${token}`, { type: 'start', attempt: 1 }, clock.nowMs());
   }
-  const ports: InterruptionPorts = { clock, jobs: stores.jobs, nodes: stores.nodes, checkpoints: stores.checkpoints, pools: stores.pools, providers: [cloud] };
+  const ports: InterruptionPorts = {
+    clock,
+    jobs: stores.jobs,
+    nodes: stores.nodes,
+    checkpoints: stores.checkpoints,
+    pools: stores.pools,
+    providers: [cloud],
+  };
   const triggered: string[] = [];
   const handler = createInterruptionHandler({
     ports,
@@ -59,7 +83,9 @@ describe('interruption function', () => {
     const { handler } = await setup(false);
     const dir = new URL('../fixtures/events/', import.meta.url);
     const results: Record<string, string> = {};
-    for (const f of readdirSync(dir).filter((x) => x.endsWith('.json')).sort()) {
+    for (const f of readdirSync(dir)
+      .filter((x) => x.endsWith('.json'))
+      .sort()) {
       const out = await handler(JSON.parse(readFileSync(new URL(f, dir), 'utf8')), lambdaContext('interruption'));
       results[f] = out.status;
       if (out.status === 'ignored') expect(out.why.length).toBeGreaterThan(10);
@@ -67,7 +93,11 @@ describe('interruption function', () => {
     }
     // None of the samples names a machine of this fleet: all are ignored or invalid, none crashes.
     expect(Object.values(results).filter((s) => s === 'handled')).toEqual([]);
-    expect(Object.entries(results).filter(([, s]) => s === 'invalid').map(([f]) => f)).toEqual(['imds-rebalance-recommendation.json', 'imds-spot-instance-action-stop.json', 'imds-spot-instance-action-terminate.json']);
+    expect(
+      Object.entries(results)
+        .filter(([, s]) => s === 'invalid')
+        .map(([f]) => f),
+    ).toEqual(['imds-rebalance-recommendation.json', 'imds-spot-instance-action-stop.json', 'imds-spot-instance-action-terminate.json']);
   });
 
   it('drains a warned machine, asks for checkpoints, and triggers a reconcile at once', async () => {
@@ -87,8 +117,10 @@ describe('interruption function', () => {
     const fulfilled = outs.filter((o): o is PromiseFulfilledResult<Awaited<ReturnType<typeof handler>>> => o.status === 'fulfilled');
     expect(fulfilled.length).toBeGreaterThanOrEqual(1);
     // Concurrent duplicates are refused while the first is in progress, or get its stored result.
-    for (const o of outs) if (o.status === 'rejected') expect(String(o.reason)).toMatch(/IdempotencyAlreadyInProgress|already in progress/i);
-    for (const id of ['nlp.a', 'nlp.b']) expect(await stores.jobs.get(id)).toMatchObject({ state: 'pending', attempt: 2, interruptions: 1 });
+    for (const o of outs)
+      if (o.status === 'rejected') expect(String(o.reason)).toMatch(/IdempotencyAlreadyInProgress|already in progress/i);
+    for (const id of ['nlp.a', 'nlp.b'])
+      expect(await stores.jobs.get(id)).toMatchObject({ state: 'pending', attempt: 2, interruptions: 1 });
     const again = await handler(event, lambdaContext('interruption'));
     expect(again).toEqual(fulfilled[0]!.value);
   });
@@ -96,8 +128,18 @@ describe('interruption function', () => {
   it('requeues each job once when the state change overtakes the warning, with distinct event ids', async () => {
     const { handler, stores, clock, instanceId } = await setup(false);
     const terminated = instanceStateChange({ id: 'evt-t', instanceId, region: 'us-west-2', atMs: clock.nowMs(), state: 'terminated' });
-    const warning = spotInterruptionWarning({ id: 'evt-w', instanceId, zone: 'us-west-2a', region: 'us-west-2', atMs: clock.nowMs() - 120_000 });
-    await Promise.all([handler(terminated, lambdaContext('i')), handler(warning, lambdaContext('i')), handler(terminated, lambdaContext('i'))]);
+    const warning = spotInterruptionWarning({
+      id: 'evt-w',
+      instanceId,
+      zone: 'us-west-2a',
+      region: 'us-west-2',
+      atMs: clock.nowMs() - 120_000,
+    });
+    await Promise.all([
+      handler(terminated, lambdaContext('i')),
+      handler(warning, lambdaContext('i')),
+      handler(terminated, lambdaContext('i')),
+    ]);
     for (const id of ['nlp.a', 'nlp.b']) {
       const job = (await stores.jobs.get(id))!;
       expect(job.attempt).toBe(2);

@@ -26,7 +26,12 @@ afterAll(async () => {
 async function setup() {
   const stores = dynamoStores(db.doc, await db.createTables(), 'ckpt-bucket');
   const clock = new VirtualClock(T0);
-  const cloud = new SimCloud({ clock, random: new SeededRandom(1), bootSec: 60, groups: [{ id: 'v100-od', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'on-demand', minSize: 0, maxSize: 8 }] });
+  const cloud = new SimCloud({
+    clock,
+    random: new SeededRandom(1),
+    bootSec: 60,
+    groups: [{ id: 'v100-od', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'on-demand', minSize: 0, maxSize: 8 }],
+  });
   const ports: ReconcilePorts = {
     ...stores,
     clock,
@@ -36,8 +41,28 @@ async function setup() {
     budgets: new StaticBudgetTags(defaultTeamTags(['nlp'])),
   };
   const queue = new MemoryJobQueue(['nlp']);
-  const handler = createReconcileHandler({ ports, queue, planner: plan, policy: DEFAULT_POLICY, obs: observability('reconcile-test'), timeoutEarlyInMillis: 0 });
-  for (const token of ['a', 'b', 'c']) await intake({ jobs: stores.jobs, clock }, { team: 'nlp', body: JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1, models: ['V100'] }, interruptible: false }), token });
+  const handler = createReconcileHandler({
+    ports,
+    queue,
+    planner: plan,
+    policy: DEFAULT_POLICY,
+    obs: observability('reconcile-test'),
+    timeoutEarlyInMillis: 0,
+  });
+  for (const token of ['a', 'b', 'c'])
+    await intake(
+      { jobs: stores.jobs, clock },
+      {
+        team: 'nlp',
+        body: JSON.stringify({
+          image: 'x/y:1',
+          command: ['run'],
+          gpu: { kind: 'whole', count: 1, models: ['V100'] },
+          interruptible: false,
+        }),
+        token,
+      },
+    );
   return { handler, stores, cloud, clock };
 }
 
@@ -53,7 +78,17 @@ describe('reconcile function', () => {
 
   it('scales up for waiting work through the plan journal, and a scheduled event works as well as a direct one', async () => {
     const { handler, stores, cloud } = await setup();
-    const scheduled = { version: '0', id: 'x', 'detail-type': 'Scheduled Event', source: 'aws.events', account: '1', time: '2026-11-30T12:00:00Z', region: 'us-east-1', resources: [], detail: {} };
+    const scheduled = {
+      version: '0',
+      id: 'x',
+      'detail-type': 'Scheduled Event',
+      source: 'aws.events',
+      account: '1',
+      time: '2026-11-30T12:00:00Z',
+      region: 'us-east-1',
+      resources: [],
+      detail: {},
+    };
     const out = await handler(scheduled, lambdaContext('reconcile'));
     expect(out).toMatchObject({ status: 'done', dryRun: false, applied: 1 });
     expect((await cloud.listGroups())[0]!.desiredCapacity).toBe(3);
@@ -75,12 +110,47 @@ describe('reconcile function', () => {
     clock.advanceBy(120_000);
     cloud.tick();
     const [inst] = await cloud.listInstances();
-    await stores.nodes.register({ instanceId: inst!.id, groupId: 'v100-od', registeredAtMs: clock.nowMs(), lastHeartbeatAtMs: clock.nowMs(), healthy: true, gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }] });
-    const polled = { cloud: 'gcp' as const, poll: async () => [{ kind: 'preempted' as const, eventId: 'gcp/p/z/systemevent-1', instanceId: inst!.id, atMs: clock.nowMs() }] };
-    const broken = { cloud: 'gcp' as const, poll: async () => Promise.reject(new Error('GCP list preemption operations failed (forbidden)')) };
-    const ports: ReconcilePorts = { ...stores, clock, providers: [cloud], catalog: new ShippedCatalogSource(), prices: new ShippedPriceSource(), budgets: new StaticBudgetTags(defaultTeamTags(['nlp'])) };
-    const interruption = { clock, jobs: stores.jobs, nodes: stores.nodes, checkpoints: stores.checkpoints, pools: stores.pools, providers: [cloud] };
-    const handler = createReconcileHandler({ ports, queue: new MemoryJobQueue(['nlp']), planner: plan, policy: DEFAULT_POLICY, obs: observability('reconcile-test'), timeoutEarlyInMillis: 0, notices: { sources: [broken, polled], ports: interruption } });
+    await stores.nodes.register({
+      instanceId: inst!.id,
+      groupId: 'v100-od',
+      registeredAtMs: clock.nowMs(),
+      lastHeartbeatAtMs: clock.nowMs(),
+      healthy: true,
+      gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }],
+    });
+    const polled = {
+      cloud: 'gcp' as const,
+      poll: async () => [{ kind: 'preempted' as const, eventId: 'gcp/p/z/systemevent-1', instanceId: inst!.id, atMs: clock.nowMs() }],
+    };
+    const broken = {
+      cloud: 'gcp' as const,
+      poll: async () => Promise.reject(new Error('GCP list preemption operations failed (forbidden)')),
+    };
+    const ports: ReconcilePorts = {
+      ...stores,
+      clock,
+      providers: [cloud],
+      catalog: new ShippedCatalogSource(),
+      prices: new ShippedPriceSource(),
+      budgets: new StaticBudgetTags(defaultTeamTags(['nlp'])),
+    };
+    const interruption = {
+      clock,
+      jobs: stores.jobs,
+      nodes: stores.nodes,
+      checkpoints: stores.checkpoints,
+      pools: stores.pools,
+      providers: [cloud],
+    };
+    const handler = createReconcileHandler({
+      ports,
+      queue: new MemoryJobQueue(['nlp']),
+      planner: plan,
+      policy: DEFAULT_POLICY,
+      obs: observability('reconcile-test'),
+      timeoutEarlyInMillis: 0,
+      notices: { sources: [broken, polled], ports: interruption },
+    });
     const out = await handler({}, lambdaContext('reconcile'));
     expect(out).toMatchObject({ status: 'done', polledNotices: 1 });
     // The preempted machine is drained and let go in the same run, instead of receiving one of the waiting jobs.

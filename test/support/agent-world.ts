@@ -32,10 +32,35 @@ export function agentWorld() {
   };
   const agents: NodeAgent[] = [];
 
-  function agent(instanceId: string, options: { fixture?: GpuFixture; metadata?: MetadataClient; runner?: JobRunner; nvidiaSmiMode?: string; identity?: Partial<Identity>; workDir?: string; metrics?: GpuMetricSink } = {}): NodeAgent {
-    const env = fakeNvidiaSmiEnv(options.fixture ?? { xml: 'telegraf__tesla-t4.xml' }, options.nvidiaSmiMode ? { FAKE_NVIDIA_SMI_MODE: options.nvidiaSmiMode } : {});
+  function agent(
+    instanceId: string,
+    options: {
+      fixture?: GpuFixture;
+      metadata?: MetadataClient;
+      runner?: JobRunner;
+      nvidiaSmiMode?: string;
+      identity?: Partial<Identity>;
+      workDir?: string;
+      metrics?: GpuMetricSink;
+    } = {},
+  ): NodeAgent {
+    const env = fakeNvidiaSmiEnv(
+      options.fixture ?? { xml: 'telegraf__tesla-t4.xml' },
+      options.nvidiaSmiMode ? { FAKE_NVIDIA_SMI_MODE: options.nvidiaSmiMode } : {},
+    );
     const a = new NodeAgent(
-      { clock, jobs, nodes, checkpoints, blobs, runner: options.runner ?? new ProcessRunner(), gpus: () => readGpuInventory({ env, timeoutMs: 5000 }), ...(options.metadata ? { metadata: options.metadata } : {}), ...(options.metrics ? { metrics: options.metrics } : {}), log },
+      {
+        clock,
+        jobs,
+        nodes,
+        checkpoints,
+        blobs,
+        runner: options.runner ?? new ProcessRunner(),
+        gpus: () => readGpuInventory({ env, timeoutMs: 5000 }),
+        ...(options.metadata ? { metadata: options.metadata } : {}),
+        ...(options.metrics ? { metrics: options.metrics } : {}),
+        log,
+      },
       {
         identity: { cloud: 'aws', instanceId, region: 'us-west-2', zone: 'us-west-2a', instanceType: 'g4dn.xlarge', ...options.identity },
         groupId: 'g4dn-spot',
@@ -51,7 +76,13 @@ export function agentWorld() {
   }
 
   async function submit(id: string, spec: Partial<JobSpecInput> = {}): Promise<Job> {
-    const checked = checkJobSpec({ image: 'local/counter:1', command: ['node', COUNTER_JOB, '100', '20', '20'], gpu: { kind: 'whole', count: 1 }, checkpoint: { intervalSec: 60, gracePeriodSec: 10 }, ...spec });
+    const checked = checkJobSpec({
+      image: 'local/counter:1',
+      command: ['node', COUNTER_JOB, '100', '20', '20'],
+      gpu: { kind: 'whole', count: 1 },
+      checkpoint: { intervalSec: 60, gracePeriodSec: 10 },
+      ...spec,
+    });
     if (!checked.ok) throw new Error(checked.errors.join('; '));
     const job = newPendingJob({ id, team: 'nlp', spec: checked.spec, submittedAtMs: clock.nowMs() });
     await jobs.create(job);
@@ -62,15 +93,30 @@ export function agentWorld() {
   async function place(jobId: string, nodeIds: readonly string[], gpuIndices: readonly number[] = [0]): Promise<Job> {
     const job = (await jobs.get(jobId))!;
     for (const n of nodeIds) if (!(await nodes.assign(n, jobId, job.attempt))) throw new Error(`node ${n} has no record`);
-    const out = await applyJobEvent(jobs, jobId, { type: 'place', attempt: job.attempt, placement: { capacityType: 'spot', nodes: nodeIds.map((nodeId) => ({ nodeId, gpuIndices })) } }, clock.nowMs());
+    const out = await applyJobEvent(
+      jobs,
+      jobId,
+      {
+        type: 'place',
+        attempt: job.attempt,
+        placement: { capacityType: 'spot', nodes: nodeIds.map((nodeId) => ({ nodeId, gpuIndices })) },
+      },
+      clock.nowMs(),
+    );
     if (out.status !== 'changed') throw new Error(`could not place ${jobId}: ${out.status}`);
     return out.job;
   }
 
   /** The JSON lines a job printed on a node. */
   function output(agentWorkDir: string, jobId: string, attempt: number): Record<string, unknown>[] {
-    const text = readFileSync(join(agentWorkDir, 'jobs', jobId.replace(/[^A-Za-z0-9._-]/g, '_'), `attempt-${attempt}`, 'output.log'), 'utf8');
-    return text.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const text = readFileSync(
+      join(agentWorkDir, 'jobs', jobId.replace(/[^A-Za-z0-9._-]/g, '_'), `attempt-${attempt}`, 'output.log'),
+      'utf8',
+    );
+    return text
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
   }
 
   async function shutdown(): Promise<void> {
@@ -81,7 +127,11 @@ export function agentWorld() {
 }
 
 /** Polls until `check` returns a value (not undefined/false), or fails after `timeoutMs`. */
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 10_000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 10_000,
+): Promise<T> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const v = await check();

@@ -34,7 +34,12 @@ export async function startDynalite(): Promise<LocalDynamo> {
     client,
     doc,
     async createTables(prefix = `t${++counter}`) {
-      const names: TableNames = { jobs: `${prefix}-jobs`, nodes: `${prefix}-nodes`, control: `${prefix}-control`, idempotency: `${prefix}-idempotency` };
+      const names: TableNames = {
+        jobs: `${prefix}-jobs`,
+        nodes: `${prefix}-nodes`,
+        control: `${prefix}-control`,
+        idempotency: `${prefix}-idempotency`,
+      };
       for (const [kind, def] of Object.entries(TABLES) as [keyof TableNames, (typeof TABLES)[keyof TableNames]][]) {
         const attrs = new Map<string, AttributeDefinition>([[def.partitionKey, { AttributeName: def.partitionKey, AttributeType: 'S' }]]);
         if (def.sortKey) attrs.set(def.sortKey, { AttributeName: def.sortKey, AttributeType: 'S' });
@@ -46,7 +51,10 @@ export async function startDynalite(): Promise<LocalDynamo> {
           TableName: names[kind],
           BillingMode: 'PAY_PER_REQUEST',
           AttributeDefinitions: [...attrs.values()],
-          KeySchema: [{ AttributeName: def.partitionKey, KeyType: 'HASH' }, ...(def.sortKey ? [{ AttributeName: def.sortKey, KeyType: 'RANGE' as const }] : [])],
+          KeySchema: [
+            { AttributeName: def.partitionKey, KeyType: 'HASH' },
+            ...(def.sortKey ? [{ AttributeName: def.sortKey, KeyType: 'RANGE' as const }] : []),
+          ],
           ...(def.indexes.length > 0
             ? {
                 GlobalSecondaryIndexes: def.indexes.map((ix) => ({

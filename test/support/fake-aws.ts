@@ -1,4 +1,14 @@
-import { AutoScalingClient, CompleteLifecycleActionCommand, DescribeAutoScalingGroupsCommand, DescribeAutoScalingInstancesCommand, DescribeScalingActivitiesCommand, SetDesiredCapacityCommand, SetInstanceProtectionCommand, TerminateInstanceInAutoScalingGroupCommand, type AutoScalingGroup } from '@aws-sdk/client-auto-scaling';
+import {
+  AutoScalingClient,
+  CompleteLifecycleActionCommand,
+  DescribeAutoScalingGroupsCommand,
+  DescribeAutoScalingInstancesCommand,
+  DescribeScalingActivitiesCommand,
+  SetDesiredCapacityCommand,
+  SetInstanceProtectionCommand,
+  TerminateInstanceInAutoScalingGroupCommand,
+  type AutoScalingGroup,
+} from '@aws-sdk/client-auto-scaling';
 import { DescribeInstancesCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
 
@@ -47,8 +57,15 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
     AutoScalingGroupName: g.name,
     AutoScalingGroupARN: `arn:aws:autoscaling:us-west-2:123456789012:autoScalingGroup:00000000-0000-0000-0000-000000000000:autoScalingGroupName/${g.name}`,
     MixedInstancesPolicy: {
-      LaunchTemplate: { LaunchTemplateSpecification: { LaunchTemplateId: 'lt-0123456789abcdef0', LaunchTemplateName: g.name, Version: '$Default' }, Overrides: g.types.map((t) => ({ InstanceType: t })) },
-      InstancesDistribution: { OnDemandBaseCapacity: 0, OnDemandPercentageAboveBaseCapacity: g.spot ? 0 : 100, SpotAllocationStrategy: 'price-capacity-optimized' },
+      LaunchTemplate: {
+        LaunchTemplateSpecification: { LaunchTemplateId: 'lt-0123456789abcdef0', LaunchTemplateName: g.name, Version: '$Default' },
+        Overrides: g.types.map((t) => ({ InstanceType: t })),
+      },
+      InstancesDistribution: {
+        OnDemandBaseCapacity: 0,
+        OnDemandPercentageAboveBaseCapacity: g.spot ? 0 : 100,
+        SpotAllocationStrategy: 'price-capacity-optimized',
+      },
     },
     MinSize: g.min,
     MaxSize: g.max,
@@ -59,9 +76,18 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
     HealthCheckGracePeriod: 300,
     Instances: g.instances
       .filter((i) => i.LifecycleState !== 'Terminated')
-      .map((i) => ({ InstanceId: i.InstanceId, InstanceType: i.InstanceType, AvailabilityZone: i.AvailabilityZone, LifecycleState: i.LifecycleState as never, HealthStatus: 'Healthy', ProtectedFromScaleIn: i.ProtectedFromScaleIn })),
+      .map((i) => ({
+        InstanceId: i.InstanceId,
+        InstanceType: i.InstanceType,
+        AvailabilityZone: i.AvailabilityZone,
+        LifecycleState: i.LifecycleState as never,
+        HealthStatus: 'Healthy',
+        ProtectedFromScaleIn: i.ProtectedFromScaleIn,
+      })),
     CreatedTime: new Date('2026-11-01T00:00:00Z'),
-    Tags: g.managed ? [{ ResourceId: g.name, ResourceType: 'auto-scaling-group', Key: 'gpu-fleet:managed', Value: 'true', PropagateAtLaunch: true }] : [],
+    Tags: g.managed
+      ? [{ ResourceId: g.name, ResourceType: 'auto-scaling-group', Key: 'gpu-fleet:managed', Value: 'true', PropagateAtLaunch: true }]
+      : [],
     CapacityRebalance: true,
   });
 
@@ -71,9 +97,18 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
   });
   asg.on(SetDesiredCapacityCommand).callsFake((input: { AutoScalingGroupName: string; DesiredCapacity: number }) => {
     const g = state.get(input.AutoScalingGroupName);
-    if (!g) throw awsError('ValidationError', 'AutoScalingGroup name not found - AutoScalingGroup ' + input.AutoScalingGroupName + ' not found');
-    if (input.DesiredCapacity > g.max) throw awsError('ValidationError', `New SetDesiredCapacity value ${input.DesiredCapacity} is above max value ${g.max} for the AutoScalingGroup.`);
-    if (input.DesiredCapacity < g.min) throw awsError('ValidationError', `New SetDesiredCapacity value ${input.DesiredCapacity} is below min value ${g.min} for the AutoScalingGroup.`);
+    if (!g)
+      throw awsError('ValidationError', 'AutoScalingGroup name not found - AutoScalingGroup ' + input.AutoScalingGroupName + ' not found');
+    if (input.DesiredCapacity > g.max)
+      throw awsError(
+        'ValidationError',
+        `New SetDesiredCapacity value ${input.DesiredCapacity} is above max value ${g.max} for the AutoScalingGroup.`,
+      );
+    if (input.DesiredCapacity < g.min)
+      throw awsError(
+        'ValidationError',
+        `New SetDesiredCapacity value ${input.DesiredCapacity} is below min value ${g.min} for the AutoScalingGroup.`,
+      );
     g.desired = input.DesiredCapacity;
     return {};
   });
@@ -83,22 +118,44 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
       if (!i) continue;
       i.LifecycleState = 'Terminated';
       if (input.ShouldDecrementDesiredCapacity) g.desired = Math.max(g.min, g.desired - 1);
-      return { Activity: { ActivityId: `act-${++counter}`, AutoScalingGroupName: g.name, Description: `Terminating EC2 instance: ${i.InstanceId}`, Cause: 'requested', StartTime: new Date(), StatusCode: 'InProgress', Progress: 0 } };
+      return {
+        Activity: {
+          ActivityId: `act-${++counter}`,
+          AutoScalingGroupName: g.name,
+          Description: `Terminating EC2 instance: ${i.InstanceId}`,
+          Cause: 'requested',
+          StartTime: new Date(),
+          StatusCode: 'InProgress',
+          Progress: 0,
+        },
+      };
     }
     throw awsError('ValidationError', 'Instance Id not found - No managed instance found for instance ID: ' + input.InstanceId);
   });
-  asg.on(SetInstanceProtectionCommand).callsFake((input: { AutoScalingGroupName: string; InstanceIds: string[]; ProtectedFromScaleIn: boolean }) => {
-    const g = state.get(input.AutoScalingGroupName)!;
-    for (const id of input.InstanceIds) {
-      const i = g.instances.find((x) => x.InstanceId === id);
-      if (!i) throw awsError('ValidationError', `The instance ${id} is not part of Auto Scaling group ${g.name}.`);
-      i.ProtectedFromScaleIn = input.ProtectedFromScaleIn;
-    }
-    return {};
-  });
+  asg
+    .on(SetInstanceProtectionCommand)
+    .callsFake((input: { AutoScalingGroupName: string; InstanceIds: string[]; ProtectedFromScaleIn: boolean }) => {
+      const g = state.get(input.AutoScalingGroupName)!;
+      for (const id of input.InstanceIds) {
+        const i = g.instances.find((x) => x.InstanceId === id);
+        if (!i) throw awsError('ValidationError', `The instance ${id} is not part of Auto Scaling group ${g.name}.`);
+        i.ProtectedFromScaleIn = input.ProtectedFromScaleIn;
+      }
+      return {};
+    });
   asg.on(DescribeAutoScalingInstancesCommand).callsFake((input: { InstanceIds?: string[] }) => ({
     AutoScalingInstances: [...state.values()].flatMap((g) =>
-      g.instances.filter((i) => input.InstanceIds?.includes(i.InstanceId) && i.LifecycleState !== 'Terminated').map((i) => ({ InstanceId: i.InstanceId, InstanceType: i.InstanceType, AutoScalingGroupName: g.name, AvailabilityZone: i.AvailabilityZone, LifecycleState: i.LifecycleState, HealthStatus: 'HEALTHY', ProtectedFromScaleIn: i.ProtectedFromScaleIn })),
+      g.instances
+        .filter((i) => input.InstanceIds?.includes(i.InstanceId) && i.LifecycleState !== 'Terminated')
+        .map((i) => ({
+          InstanceId: i.InstanceId,
+          InstanceType: i.InstanceType,
+          AutoScalingGroupName: g.name,
+          AvailabilityZone: i.AvailabilityZone,
+          LifecycleState: i.LifecycleState,
+          HealthStatus: 'HEALTHY',
+          ProtectedFromScaleIn: i.ProtectedFromScaleIn,
+        })),
     ),
   }));
   asg.on(DescribeScalingActivitiesCommand).resolves({ Activities: [] });
@@ -110,7 +167,16 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
       {
         ReservationId: 'r-0123456789abcdef0',
         Instances: [...state.values()].flatMap((g) =>
-          g.instances.filter((i) => input.InstanceIds?.includes(i.InstanceId)).map((i) => ({ InstanceId: i.InstanceId, InstanceType: i.InstanceType, LaunchTime: i.launched, Placement: { AvailabilityZone: i.AvailabilityZone }, ...(i.spot ? { InstanceLifecycle: 'spot' as const } : {}), State: { Code: 16, Name: 'running' as const } })),
+          g.instances
+            .filter((i) => input.InstanceIds?.includes(i.InstanceId))
+            .map((i) => ({
+              InstanceId: i.InstanceId,
+              InstanceType: i.InstanceType,
+              LaunchTime: i.launched,
+              Placement: { AvailabilityZone: i.AvailabilityZone },
+              ...(i.spot ? { InstanceLifecycle: 'spot' as const } : {}),
+              State: { Code: 16, Name: 'running' as const },
+            })),
         ),
       },
     ],
@@ -127,7 +193,15 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
         let live = g.instances.filter((i) => i.LifecycleState !== 'Terminated').length;
         while (live < g.desired) {
           const id = `i-${(++counter).toString(16).padStart(17, '0')}`;
-          g.instances.push({ InstanceId: id, AvailabilityZone: g.zones[counter % g.zones.length]!, LifecycleState: 'InService', InstanceType: g.types[0]!, ProtectedFromScaleIn: false, spot: g.spot, launched: new Date('2026-11-30T12:00:00Z') });
+          g.instances.push({
+            InstanceId: id,
+            AvailabilityZone: g.zones[counter % g.zones.length]!,
+            LifecycleState: 'InService',
+            InstanceType: g.types[0]!,
+            ProtectedFromScaleIn: false,
+            spot: g.spot,
+            launched: new Date('2026-11-30T12:00:00Z'),
+          });
           live++;
         }
       }

@@ -13,7 +13,8 @@ import { resolve } from 'node:path';
  */
 
 const FIXTURES = resolve(import.meta.dirname, '../fixtures/api/gcp');
-export const gceFixture = (name: string): Record<string, unknown> => JSON.parse(readFileSync(resolve(FIXTURES, name), 'utf8')) as Record<string, unknown>;
+export const gceFixture = (name: string): Record<string, unknown> =>
+  JSON.parse(readFileSync(resolve(FIXTURES, name), 'utf8')) as Record<string, unknown>;
 
 const BASE = 'https://www.googleapis.com/compute/v1';
 
@@ -71,7 +72,11 @@ export class FakeGce {
   readonly templates = new Map<string, Record<string, unknown>>();
   /** Machine types by name (the same in every zone), from the recorded and assembled fixtures. */
   readonly machineTypes = new Map<string, Record<string, unknown>>(
-    ['machineTypes-get-a2-highgpu-1g.json', 'machineTypes-get-a3-highgpu-8g.assembled.json', 'machineTypes-get-g2-standard-8.assembled.json'].map((f) => {
+    [
+      'machineTypes-get-a2-highgpu-1g.json',
+      'machineTypes-get-a3-highgpu-8g.assembled.json',
+      'machineTypes-get-g2-standard-8.assembled.json',
+    ].map((f) => {
       const m = gceFixture(f);
       return [String(m.name), m];
     }),
@@ -99,22 +104,59 @@ export class FakeGce {
   }
 
   /** An instance template, from the recorded GPU spot template with the given machine type, provisioning and labels. */
-  addTemplate(project: string, name: string, o: { machineType: string; spot: boolean; labels?: Record<string, string>; accelerators?: { acceleratorType: string; acceleratorCount: number }[]; terminationAction?: 'STOP' | 'DELETE' }): void {
-    const t = structuredClone(gceFixture('instanceTemplates-get-gpu-spot.assembled.json')) as { name: string; selfLink: string; properties: Record<string, unknown> };
+  addTemplate(
+    project: string,
+    name: string,
+    o: {
+      machineType: string;
+      spot: boolean;
+      labels?: Record<string, string>;
+      accelerators?: { acceleratorType: string; acceleratorCount: number }[];
+      terminationAction?: 'STOP' | 'DELETE';
+    },
+  ): void {
+    const t = structuredClone(gceFixture('instanceTemplates-get-gpu-spot.assembled.json')) as {
+      name: string;
+      selfLink: string;
+      properties: Record<string, unknown>;
+    };
     t.name = name;
     t.selfLink = `${BASE}/projects/${project}/global/instanceTemplates/${name}`;
     t.properties.machineType = o.machineType;
     t.properties.guestAccelerators = o.accelerators ?? [];
     t.properties.labels = o.labels ?? {};
     t.properties.scheduling = o.spot
-      ? { onHostMaintenance: 'TERMINATE', automaticRestart: false, provisioningModel: 'SPOT', instanceTerminationAction: o.terminationAction ?? 'STOP' }
+      ? {
+          onHostMaintenance: 'TERMINATE',
+          automaticRestart: false,
+          provisioningModel: 'SPOT',
+          instanceTerminationAction: o.terminationAction ?? 'STOP',
+        }
       : { onHostMaintenance: 'TERMINATE', automaticRestart: true, provisioningModel: 'STANDARD' };
     this.templates.set(`${project}/${name}`, t as unknown as Record<string, unknown>);
   }
 
-  addMig(o: { project: string; name: string; zone?: string; region?: string; zones?: string[]; template: string; targetSize?: number; description?: string }): void {
+  addMig(o: {
+    project: string;
+    name: string;
+    zone?: string;
+    region?: string;
+    zones?: string[];
+    template: string;
+    targetSize?: number;
+    description?: string;
+  }): void {
     const zones = o.zone ? [o.zone] : (o.zones ?? []);
-    const mig: FakeMig = { project: o.project, name: o.name, zones, template: o.template, targetSize: 0, description: o.description ?? '', instances: new Map(), ...(o.zone ? { zone: o.zone } : { region: o.region! }) };
+    const mig: FakeMig = {
+      project: o.project,
+      name: o.name,
+      zones,
+      template: o.template,
+      targetSize: 0,
+      description: o.description ?? '',
+      instances: new Map(),
+      ...(o.zone ? { zone: o.zone } : { region: o.region! }),
+    };
     this.migs.set(this.migKey(o.project, o.zone ?? o.region!, o.name), mig);
     this.grow(mig, o.targetSize ?? 0);
     this.settle();
@@ -130,7 +172,8 @@ export class FakeGce {
     for (const mig of this.migs.values()) {
       for (const [name, i] of mig.instances) {
         if (i.currentAction === 'DELETING') mig.instances.delete(name);
-        else if (i.currentAction === 'CREATING' && !this.stockouts.has(i.zone)) Object.assign(i, { currentAction: 'NONE', status: 'RUNNING', errors: undefined });
+        else if (i.currentAction === 'CREATING' && !this.stockouts.has(i.zone))
+          Object.assign(i, { currentAction: 'NONE', status: 'RUNNING', errors: undefined });
       }
     }
   }
@@ -175,7 +218,10 @@ export class FakeGce {
 
   private grow(mig: FakeMig, n: number, replacing = false): void {
     const t = this.templates.get(`${mig.project}/${last(mig.template)}`);
-    const props = (t?.properties ?? {}) as { labels?: Record<string, string>; scheduling?: { provisioningModel?: string; instanceTerminationAction?: string } };
+    const props = (t?.properties ?? {}) as {
+      labels?: Record<string, string>;
+      scheduling?: { provisioningModel?: string; instanceTerminationAction?: string };
+    };
     for (let k = 0; k < n; k++) {
       const zone = mig.zones[mig.instances.size % mig.zones.length]!;
       const name = `${mig.name}-${(++this.seq).toString(36).padStart(4, '0')}`;
@@ -192,7 +238,14 @@ export class FakeGce {
         spot: props.scheduling?.provisioningModel === 'SPOT',
         terminationAction: props.scheduling?.instanceTerminationAction ?? 'STOP',
         ...(stockout
-          ? { errors: [{ code: 'ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS', message: `Instance '${name}' creation failed: The zone 'projects/${mig.project}/zones/${zone}' does not have enough resources available to fulfill the request.  'NULL:0/NULL:0/NULL:0 (state:STOCKOUT, sub-state:STOCKOUT, resource type:compute)'.` }] }
+          ? {
+              errors: [
+                {
+                  code: 'ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS',
+                  message: `Instance '${name}' creation failed: The zone 'projects/${mig.project}/zones/${zone}' does not have enough resources available to fulfill the request.  'NULL:0/NULL:0/NULL:0 (state:STOCKOUT, sub-state:STOCKOUT, resource type:compute)'.`,
+                },
+              ],
+            }
           : {}),
       });
     }
@@ -201,13 +254,23 @@ export class FakeGce {
 
   private op(project: string, where: { zone?: string; region?: string }, operationType: string, targetLink: string): FakeOp {
     const name = `operation-${this.nowMs}-${++this.seq}`;
-    const op: FakeOp = { name, project, ...where, operationType, targetLink, status: 'RUNNING', insertTime: new Date(this.nowMs).toISOString() };
+    const op: FakeOp = {
+      name,
+      project,
+      ...where,
+      operationType,
+      targetLink,
+      status: 'RUNNING',
+      insertTime: new Date(this.nowMs).toISOString(),
+    };
     this.ops.set(`${project}/${where.zone ?? where.region}/${name}`, op);
     return op;
   }
 
   private opJson(op: FakeOp): Record<string, unknown> {
-    const loc = op.zone ? { zone: `${BASE}/projects/${op.project}/zones/${op.zone}` } : { region: `${BASE}/projects/${op.project}/regions/${op.region}` };
+    const loc = op.zone
+      ? { zone: `${BASE}/projects/${op.project}/zones/${op.zone}` }
+      : { region: `${BASE}/projects/${op.project}/regions/${op.region}` };
     return {
       kind: 'compute#operation',
       id: String(7_000_000_000 + this.seq),
@@ -231,7 +294,12 @@ export class FakeGce {
     Object.assign(base, {
       name: m.name,
       description: m.description,
-      ...(m.zone ? { zone: `${BASE}/projects/${m.project}/zones/${m.zone}` } : { region: `${BASE}/projects/${m.project}/regions/${m.region}`, distributionPolicy: { zones: m.zones.map((z) => ({ zone: `${BASE}/projects/${m.project}/zones/${z}` })), targetShape: 'EVEN' } }),
+      ...(m.zone
+        ? { zone: `${BASE}/projects/${m.project}/zones/${m.zone}` }
+        : {
+            region: `${BASE}/projects/${m.project}/regions/${m.region}`,
+            distributionPolicy: { zones: m.zones.map((z) => ({ zone: `${BASE}/projects/${m.project}/zones/${z}` })), targetShape: 'EVEN' },
+          }),
       instanceTemplate: templateUrl,
       versions: [{ instanceTemplate: templateUrl, targetSize: { calculated: m.targetSize } }],
       instanceGroup: `${BASE}/projects/${m.project}/${where}/instanceGroups/${m.name}`,
@@ -264,7 +332,9 @@ export class FakeGce {
       status: i.status || 'PROVISIONING',
       labels: i.labels,
       labelFingerprint: i.labelFingerprint,
-      scheduling: i.spot ? { provisioningModel: 'SPOT', instanceTerminationAction: i.terminationAction } : { provisioningModel: 'STANDARD' },
+      scheduling: i.spot
+        ? { provisioningModel: 'SPOT', instanceTerminationAction: i.terminationAction }
+        : { provisioningModel: 'STANDARD' },
       selfLink: `${BASE}/projects/${project}/zones/${i.zone}/instances/${i.name}`,
     };
   }
@@ -291,7 +361,13 @@ export class FakeGce {
       return send(fault.status, fault.body);
     }
     const notFound = (what: string) =>
-      send(404, { error: { code: 404, message: `The resource '${what}' was not found`, errors: [{ message: `The resource '${what}' was not found`, domain: 'global', reason: 'notFound' }] } });
+      send(404, {
+        error: {
+          code: 404,
+          message: `The resource '${what}' was not found`,
+          errors: [{ message: `The resource '${what}' was not found`, domain: 'global', reason: 'notFound' }],
+        },
+      });
     const p = url.pathname.replace(/^\/compute\/v1\/projects\//, '').split('/');
     const project = p[0]!;
     const rest = p.slice(1);
@@ -299,12 +375,29 @@ export class FakeGce {
     let m: RegExpExecArray | null;
 
     if (route === 'aggregated/instanceGroupManagers' && req.method === 'GET') {
-      const all = [...this.migs.values()].filter((x) => x.project === project).map((x) => ({ key: x.zone ? `zones/${x.zone}` : `regions/${x.region}`, mig: x }));
+      const all = [...this.migs.values()]
+        .filter((x) => x.project === project)
+        .map((x) => ({ key: x.zone ? `zones/${x.zone}` : `regions/${x.region}`, mig: x }));
       const pg = this.page(all, url);
       const items: Record<string, unknown> = {};
-      for (const { key, mig } of pg.items) ((items[key] ??= { instanceGroupManagers: [] }) as { instanceGroupManagers: unknown[] }).instanceGroupManagers.push(this.migJson(mig));
-      items['zones/us-east1-b'] ??= { warning: { code: 'NO_RESULTS_ON_PAGE', message: 'There are no results for scope \'zones/us-east1-b\' on this page.', data: [{ key: 'scope', value: 'zones/us-east1-b' }] } };
-      return send(200, { kind: 'compute#instanceGroupManagerAggregatedList', id: `projects/${project}/aggregated/instanceGroupManagers`, items, ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}), selfLink: `${BASE}/projects/${project}/aggregated/instanceGroupManagers` });
+      for (const { key, mig } of pg.items)
+        ((items[key] ??= { instanceGroupManagers: [] }) as { instanceGroupManagers: unknown[] }).instanceGroupManagers.push(
+          this.migJson(mig),
+        );
+      items['zones/us-east1-b'] ??= {
+        warning: {
+          code: 'NO_RESULTS_ON_PAGE',
+          message: "There are no results for scope 'zones/us-east1-b' on this page.",
+          data: [{ key: 'scope', value: 'zones/us-east1-b' }],
+        },
+      };
+      return send(200, {
+        kind: 'compute#instanceGroupManagerAggregatedList',
+        id: `projects/${project}/aggregated/instanceGroupManagers`,
+        items,
+        ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}),
+        selfLink: `${BASE}/projects/${project}/aggregated/instanceGroupManagers`,
+      });
     }
     if ((m = /^zones\/([^/]+)\/machineTypes\/([^/]+)$/.exec(route)) && req.method === 'GET') {
       const mt = this.machineTypes.get(m[2]!);
@@ -325,7 +418,14 @@ export class FakeGce {
       if (!verb && req.method === 'GET') return send(200, this.migJson(mig));
       if (verb === 'resize' && req.method === 'POST') {
         const size = Number(url.searchParams.get('size'));
-        if (!Number.isInteger(size) || size < 0) return send(400, { error: { code: 400, message: `Invalid value for field 'size': '${url.searchParams.get('size')}'. Must be greater than or equal to 0.`, errors: [{ message: 'Invalid value', domain: 'global', reason: 'invalid' }] } });
+        if (!Number.isInteger(size) || size < 0)
+          return send(400, {
+            error: {
+              code: 400,
+              message: `Invalid value for field 'size': '${url.searchParams.get('size')}'. Must be greater than or equal to 0.`,
+              errors: [{ message: 'Invalid value', domain: 'global', reason: 'invalid' }],
+            },
+          });
         if (size > mig.targetSize) this.grow(mig, size - mig.targetSize);
         else {
           const victims = [...mig.instances.values()].filter((i) => i.currentAction !== 'DELETING').slice(size);
@@ -335,11 +435,20 @@ export class FakeGce {
         return send(200, this.opJson(this.op(project, where, 'compute.instanceGroupManagers.resize', self)));
       }
       if (verb === 'deleteInstances' && req.method === 'POST') {
-        const { instances, skipInstancesOnValidationError } = JSON.parse(body || '{}') as { instances?: string[]; skipInstancesOnValidationError?: boolean };
+        const { instances, skipInstancesOnValidationError } = JSON.parse(body || '{}') as {
+          instances?: string[];
+          skipInstancesOnValidationError?: boolean;
+        };
         const names = (instances ?? []).map(last);
         const missing = names.filter((n) => !mig.instances.has(n));
         if (missing.length > 0 && !skipInstancesOnValidationError) {
-          return send(400, { error: { code: 400, message: `The resource 'projects/${project}/zones/${mig.zones[0]}/instances/${missing[0]}' is not a member of the managed instance group.`, errors: [{ message: 'not a member', domain: 'global', reason: 'invalid' }] } });
+          return send(400, {
+            error: {
+              code: 400,
+              message: `The resource 'projects/${project}/zones/${mig.zones[0]}/instances/${missing[0]}' is not a member of the managed instance group.`,
+              errors: [{ message: 'not a member', domain: 'global', reason: 'invalid' }],
+            },
+          });
         }
         for (const n of names) {
           const i = mig.instances.get(n);
@@ -352,15 +461,25 @@ export class FakeGce {
       }
       if (verb === 'listManagedInstances' && req.method === 'POST') {
         const pg = this.page([...mig.instances.values()], url);
-        return send(200, { managedInstances: pg.items.map((i) => this.managedJson(mig, i)), ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}) });
+        return send(200, {
+          managedInstances: pg.items.map((i) => this.managedJson(mig, i)),
+          ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}),
+        });
       }
     }
     if ((m = /^zones\/([^/]+)\/instances(?:\/([^/]+))?(?:\/(setLabels))?$/.exec(route))) {
       const [, zone, name, verb] = m;
-      const inZone = [...this.migs.values()].filter((x) => x.project === project).flatMap((x) => [...x.instances.values()]).filter((i) => i.zone === zone);
+      const inZone = [...this.migs.values()]
+        .filter((x) => x.project === project)
+        .flatMap((x) => [...x.instances.values()])
+        .filter((i) => i.zone === zone);
       if (!name && req.method === 'GET') {
         const pg = this.page(inZone, url);
-        return send(200, { kind: 'compute#instanceList', items: pg.items.map((i) => this.instanceJson(project, i)), ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}) });
+        return send(200, {
+          kind: 'compute#instanceList',
+          items: pg.items.map((i) => this.instanceJson(project, i)),
+          ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}),
+        });
       }
       const inst = inZone.find((i) => i.name === name);
       if (!inst) return notFound(`projects/${project}/zones/${zone}/instances/${name}`);
@@ -368,11 +487,28 @@ export class FakeGce {
       if (verb === 'setLabels' && req.method === 'POST') {
         const { labels, labelFingerprint } = JSON.parse(body || '{}') as { labels?: Record<string, string>; labelFingerprint?: string };
         if (labelFingerprint !== inst.labelFingerprint) {
-          return send(412, { error: { code: 412, message: "Labels fingerprint either invalid or resource labels have changed", errors: [{ message: 'Labels fingerprint either invalid or resource labels have changed', domain: 'global', reason: 'conditionNotMet', location: 'If-Match', locationType: 'header' }] } });
+          return send(412, {
+            error: {
+              code: 412,
+              message: 'Labels fingerprint either invalid or resource labels have changed',
+              errors: [
+                {
+                  message: 'Labels fingerprint either invalid or resource labels have changed',
+                  domain: 'global',
+                  reason: 'conditionNotMet',
+                  location: 'If-Match',
+                  locationType: 'header',
+                },
+              ],
+            },
+          });
         }
         inst.labels = { ...(labels ?? {}) };
         inst.labelFingerprint = `fp-${++this.seq}`;
-        return send(200, this.opJson(this.op(project, { zone: zone! }, 'setLabels', `${BASE}/projects/${project}/zones/${zone}/instances/${name}`)));
+        return send(
+          200,
+          this.opJson(this.op(project, { zone: zone! }, 'setLabels', `${BASE}/projects/${project}/zones/${zone}/instances/${name}`)),
+        );
       }
     }
     if ((m = /^(zones|regions)\/([^/]+)\/operations\/([^/]+)\/wait$/.exec(route)) && req.method === 'POST') {
@@ -389,9 +525,20 @@ export class FakeGce {
         .filter((o) => o.project === project && o.zone === m![1])
         .filter((o) => (!type || o.operationType === type) && (!after || Date.parse(o.insertTime) > Date.parse(after)));
       const pg = this.page(list, url);
-      return send(200, { kind: 'compute#operationList', id: `projects/${project}/zones/${m[1]}/operations`, ...(pg.items.length > 0 ? { items: pg.items.map((o) => this.opJson(o)) } : {}), ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}) });
+      return send(200, {
+        kind: 'compute#operationList',
+        id: `projects/${project}/zones/${m[1]}/operations`,
+        ...(pg.items.length > 0 ? { items: pg.items.map((o) => this.opJson(o)) } : {}),
+        ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}),
+      });
     }
-    return send(404, { error: { code: 404, message: `fake-gce: no route for ${req.method} ${url.pathname}`, errors: [{ message: 'no route', domain: 'global', reason: 'notFound' }] } });
+    return send(404, {
+      error: {
+        code: 404,
+        message: `fake-gce: no route for ${req.method} ${url.pathname}`,
+        errors: [{ message: 'no route', domain: 'global', reason: 'notFound' }],
+      },
+    });
   }
 }
 

@@ -7,8 +7,7 @@ export const FAKE_BIN = resolve(import.meta.dirname, 'bin');
 export const NVIDIA_SMI_FIXTURES = resolve(import.meta.dirname, '../fixtures/nvidia-smi');
 
 export type GpuFixture =
-  | { readonly xml: string }
-  | { readonly capture: string; readonly phase: 'idle' | 'load'; readonly withList?: boolean };
+  { readonly xml: string } | { readonly capture: string; readonly phase: 'idle' | 'load'; readonly withList?: boolean };
 
 /** A folder the stand-in reads: smi-q.xml, or smi-q.txt and list.txt, copied from one real capture. */
 export function gpuFixtureDir(fixture: GpuFixture): string {

@@ -52,7 +52,11 @@ export async function startMetadataServer(kind: 'aws' | 'gce', values: Record<st
       requests.push({ method: req.method ?? 'GET', path, authorised: ok });
       if (!ok) return send(401);
       const body = map.get(path);
-      return body === undefined ? send(404, '<?xml version="1.0" encoding="iso-8859-1"?>\n<html><body><h1>404 - Not Found</h1></body></html>', { 'content-type': 'text/html' }) : send(200, body);
+      return body === undefined
+        ? send(404, '<?xml version="1.0" encoding="iso-8859-1"?>\n<html><body><h1>404 - Not Found</h1></body></html>', {
+            'content-type': 'text/html',
+          })
+        : send(200, body);
     }
     const path = url.pathname.replace(/^\/computeMetadata\/v1\//, '');
     const ok = req.headers['metadata-flavor'] === 'Google';

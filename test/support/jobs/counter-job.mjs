@@ -15,7 +15,16 @@ const resume = process.env.GPU_FLEET_RESUME_DIR;
 let step = 0;
 if (resume && existsSync(join(resume, 'state.json'))) step = JSON.parse(readFileSync(join(resume, 'state.json'), 'utf8')).step;
 const startedAt = step;
-console.log(JSON.stringify({ event: 'start', job: process.env.GPU_FLEET_JOB_ID, attempt: process.env.GPU_FLEET_ATTEMPT, step, devices: process.env.CUDA_VISIBLE_DEVICES, rank: process.env.GPU_FLEET_NODE_RANK }));
+console.log(
+  JSON.stringify({
+    event: 'start',
+    job: process.env.GPU_FLEET_JOB_ID,
+    attempt: process.env.GPU_FLEET_ATTEMPT,
+    step,
+    devices: process.env.CUDA_VISIBLE_DEVICES,
+    rank: process.env.GPU_FLEET_NODE_RANK,
+  }),
+);
 
 function checkpoint() {
   if (!dir) return;
