@@ -77,6 +77,31 @@ export const coreForbiddenSyntax = [
   { selector: "MemberExpression[object.name='process']", message: 'core/ reads no environment or process state: pass configuration in.' },
 ];
 
+/**
+ * Conventions that hold in every product folder: one error root (DESIGN: errors carry context
+ * and keep their cause) and one way to read an error's message.
+ */
+export const projectSyntax = [
+  {
+    selector: "ClassDeclaration[superClass.name='Error']",
+    message: 'Every gpu-fleet error extends GpuFleetError (core/errors.ts), with name, cause and context.',
+  },
+  {
+    selector: "ConditionalExpression[test.operator='instanceof'][test.right.name='Error']",
+    message: 'Use messageOf(error) from core/errors.ts for the message of anything thrown.',
+  },
+];
+
+const PRODUCT_FILES = [
+  'core/**/*.ts',
+  'cloud/**/*.ts',
+  'functions/**/*.ts',
+  'agent/**/*.ts',
+  'infra/**/*.ts',
+  'cli/**/*.ts',
+  'bench/**/*.ts',
+];
+
 export default tseslint.config(
   {
     ignores: [
@@ -123,13 +148,19 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
       'no-console': 'off',
       eqeqeq: ['error', 'always'],
+      'no-duplicate-imports': 'error',
     },
+  },
+  {
+    files: PRODUCT_FILES,
+    ignores: ['core/errors.ts'],
+    rules: { 'no-restricted-syntax': ['error', ...projectSyntax] },
   },
   {
     files: ['core/**/*.ts'],
     rules: {
       'no-restricted-imports': ['error', { patterns: coreForbiddenImportPatterns }],
-      'no-restricted-syntax': ['error', ...coreForbiddenSyntax],
+      'no-restricted-syntax': ['error', ...coreForbiddenSyntax, ...projectSyntax],
       'no-restricted-globals': [
         'error',
         { name: 'fetch', message: 'core/ does no I/O.' },
@@ -138,5 +169,10 @@ export default tseslint.config(
         { name: 'require', message: 'core/ uses ES module imports only.' },
       ],
     },
+  },
+  {
+    // The root itself.
+    files: ['core/errors.ts'],
+    rules: { 'no-restricted-syntax': ['error', ...coreForbiddenSyntax] },
   },
 );

@@ -12,6 +12,7 @@ import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
 import type { Exit, JobProcess, JobRunner } from './runner.ts';
+import { messageOf } from '../core/errors.ts';
 
 /**
  * The node agent: the process on every GPU machine.
@@ -187,7 +188,7 @@ export class NodeAgent {
           problems.push(`no GPU here is a model gpu-fleet schedules (${report.gpus.map((g) => g.name).join(', ')})`);
         this.health = problems.length > 0 ? { healthy: false, problem: problems.join('; ') } : { healthy: true };
       } catch (error) {
-        this.health = { healthy: false, problem: (error as Error).message };
+        this.health = { healthy: false, problem: messageOf(error) };
       }
       if (!this.health.healthy) this.ports.log.warn('node unhealthy: it takes no new work', { problem: this.health.problem });
       const gpuKey = gpus ? JSON.stringify(gpus) : this.registeredGpus;
@@ -302,13 +303,13 @@ export class NodeAgent {
       this.ports.log.error('cannot start job: its devices are not available', {
         job: job.id,
         attempt: job.attempt,
-        error: (error as Error).message,
+        error: messageOf(error),
       });
       if (where.rank === 0)
         await requeueAttempt(this.ports, {
           jobId: job.id,
           attempt: job.attempt,
-          reason: reason('start-failed', `node ${this.instanceId} could not start it: ${(error as Error).message}`),
+          reason: reason('start-failed', `node ${this.instanceId} could not start it: ${messageOf(error)}`),
           nowMs: now,
         });
       return;
@@ -328,7 +329,7 @@ export class NodeAgent {
         this.ports.log.warn('could not fetch the newest checkpoint; starting from scratch', {
           job: job.id,
           location: latest.location,
-          error: (error as Error).message,
+          error: messageOf(error),
         });
       }
     }
@@ -361,12 +362,12 @@ export class NodeAgent {
       });
     } catch (error) {
       await held.release();
-      this.ports.log.error('cannot start job', { job: job.id, attempt: job.attempt, error: (error as Error).message });
+      this.ports.log.error('cannot start job', { job: job.id, attempt: job.attempt, error: messageOf(error) });
       if (where.rank === 0)
         await requeueAttempt(this.ports, {
           jobId: job.id,
           attempt: job.attempt,
-          reason: reason('start-failed', `node ${this.instanceId} could not start it: ${(error as Error).message}`),
+          reason: reason('start-failed', `node ${this.instanceId} could not start it: ${messageOf(error)}`),
           nowMs: now,
         });
       return;
@@ -547,7 +548,7 @@ export class NodeAgent {
       try {
         notices = await this.ports.metadata.notices(this.ports.clock.nowMs());
       } catch (error) {
-        this.ports.log.warn('could not read notices from the instance metadata', { error: (error as Error).message });
+        this.ports.log.warn('could not read notices from the instance metadata', { error: messageOf(error) });
         return;
       }
       for (const n of notices) await this.onNotice(n);

@@ -5,6 +5,7 @@ import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import { GetObjectCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
+import { GpuFleetError, messageOf } from '../core/errors.ts';
 
 /**
  * Checkpoint files: the protocol between a job and its agent, and the store the agent copies
@@ -42,7 +43,7 @@ export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
     [body, modifiedAtMs] = await Promise.all([readFile(file, 'utf8'), stat(file).then((s) => s.mtimeMs)]);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    return { ok: false, problem: `cannot read ${file}: ${(error as Error).message}` };
+    return { ok: false, problem: `cannot read ${file}: ${messageOf(error)}` };
   }
   let parsed: unknown;
   try {
@@ -90,11 +91,11 @@ export class DirectoryBlobs implements CheckpointBlobs {
   constructor(readonly root: string) {}
 
   private pathOf(location: string): string {
-    if (!location.startsWith('file://')) throw new Error(`this checkpoint store keeps file:// locations; got ${location}`);
+    if (!location.startsWith('file://')) throw new GpuFleetError(`this checkpoint store keeps file:// locations; got ${location}`);
     const p = fileURLToPath(location);
     const root = resolve(this.root);
     if (resolve(p) !== root && !resolve(p).startsWith(root + sep))
-      throw new Error(`${location} is outside the checkpoint store ${this.root}`);
+      throw new GpuFleetError(`${location} is outside the checkpoint store ${this.root}`);
     return p;
   }
 
@@ -124,7 +125,7 @@ export class S3Blobs implements CheckpointBlobs {
 
   private parse(location: string): { bucket: string; prefix: string } {
     const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])\/(.*)$/.exec(location);
-    if (!m) throw new Error(`not an S3 location (s3://bucket/prefix/): ${location}`);
+    if (!m) throw new GpuFleetError(`not an S3 location (s3://bucket/prefix/): ${location}`);
     const prefix = m[2]!;
     return { bucket: m[1]!, prefix: prefix === '' || prefix.endsWith('/') ? prefix : `${prefix}/` };
   }
@@ -159,7 +160,7 @@ export class S3Blobs implements CheckpointBlobs {
     for (const key of keys) {
       const rel = key.slice(prefix.length);
       const target = resolve(localDir, ...rel.split('/'));
-      if (!target.startsWith(resolve(localDir) + sep)) throw new Error(`S3 key ${key} would land outside ${localDir}`);
+      if (!target.startsWith(resolve(localDir) + sep)) throw new GpuFleetError(`S3 key ${key} would land outside ${localDir}`);
       await mkdir(dirname(target), { recursive: true });
       const obj = await this.s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
       await pipeline(obj.Body as NodeJS.ReadableStream, createWriteStream(target));

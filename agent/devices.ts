@@ -1,3 +1,4 @@
+import { GpuFleetError } from '../core/errors.ts';
 import type { NodeAssignment } from '../core/job.ts';
 import type { NvidiaSmiReport } from './nvidia-smi.ts';
 
@@ -21,11 +22,9 @@ export interface HeldDevices {
   release(): Promise<void>;
 }
 
-export class DeviceError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'DeviceError';
-  }
+/** A GPU or MIG device the job was given cannot be had (gone, in use, refused by the driver). */
+export class DeviceError extends GpuFleetError {
+  override name = 'DeviceError';
 }
 
 export interface MigControl {

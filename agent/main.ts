@@ -2,7 +2,7 @@
 // (infra/agent-bundle.ts). It takes the same `agent …` commands as the gpu-fleet CLI.
 import { Command, CommanderError } from 'commander';
 import { addAgentCommands } from '../cli/agent-commands.ts';
-import { UsageError } from '../cli/errors.ts';
+import { messageOf, UsageError } from '../core/errors.ts';
 
 const program = new Command('gpu-fleet').description('gpu-fleet node agent').showHelpAfterError().exitOverride();
 addAgentCommands(program, { stdout: process.stdout, stderr: process.stderr });
@@ -14,7 +14,7 @@ try {
     process.stderr.write(`gpu-fleet: ${error.message}\n`);
     process.exitCode = 2;
   } else {
-    process.stderr.write(`gpu-fleet: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(`gpu-fleet: ${(error instanceof Error && error.stack) || messageOf(error)}\n`);
     process.exitCode = 1;
   }
 }

@@ -1,3 +1,4 @@
+import { GpuFleetError, messageOf } from '../core/errors.ts';
 import type { CapacityType, Cloud } from '../core/catalog.ts';
 
 /**
@@ -38,11 +39,9 @@ export interface MetadataClient {
   notices(nowMs: number): Promise<LocalNotice[]>;
 }
 
-export class MetadataError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'MetadataError';
-  }
+/** The instance metadata server is missing, silent, or says something the agent cannot read. */
+export class MetadataError extends GpuFleetError {
+  override name = 'MetadataError';
 }
 
 export interface MetadataOptions {
@@ -278,9 +277,7 @@ export async function detectMetadata(
   const [a, g] = await Promise.allSettled([aws.identity(), gce.identity()]);
   if (a.status === 'fulfilled') return { client: aws, identity: a.value };
   if (g.status === 'fulfilled') return { client: gce, identity: g.value };
-  throw new MetadataError(
-    `no instance metadata server answered: AWS IMDS: ${(a.reason as Error).message}; GCE: ${(g.reason as Error).message}`,
-  );
+  throw new MetadataError(`no instance metadata server answered: AWS IMDS: ${messageOf(a.reason)}; GCE: ${messageOf(g.reason)}`);
 }
 
 function parseJson(text: string): unknown {

@@ -1,3 +1,4 @@
+import { GpuFleetError, messageOf } from '../core/errors.ts';
 import { execFile } from 'node:child_process';
 import { XMLParser } from 'fast-xml-parser';
 import { normalizeGpuModel, type GpuDevice, type GpuModel } from '../core/gpu.ts';
@@ -62,13 +63,14 @@ export interface NvidiaSmiReport {
 }
 
 /** nvidia-smi missing, failing, or saying something the agent cannot read. */
-export class GpuInventoryError extends Error {
+export class GpuInventoryError extends GpuFleetError {
+  override name = 'GpuInventoryError';
   constructor(
     message: string,
     readonly kind: 'missing' | 'failed' | 'unreadable' | 'timeout',
+    options: { cause?: unknown } = {},
   ) {
-    super(message);
-    this.name = 'GpuInventoryError';
+    super(message, { context: { kind }, ...options });
   }
 }
 
@@ -126,7 +128,7 @@ export function parseNvidiaSmiXml(xml: string): NvidiaSmiReport {
       processEntities: false,
     }).parse(xml) as X;
   } catch (error) {
-    throw new GpuInventoryError(`nvidia-smi -q -x printed XML that does not parse: ${(error as Error).message}`, 'unreadable');
+    throw new GpuInventoryError(`nvidia-smi -q -x printed XML that does not parse: ${messageOf(error)}`, 'unreadable');
   }
   const log = obj(doc.nvidia_smi_log);
   const gpus = list(log.gpu).map((g, index) => xmlGpu(obj(g), index));
@@ -449,14 +451,14 @@ export async function readGpuInventory(options: NvidiaSmiOptions = {}): Promise<
     report = parseNvidiaSmiXml(await run(command, ['-q', '-x'], options));
   } catch (error) {
     if (error instanceof GpuInventoryError && (error.kind === 'missing' || error.kind === 'timeout')) throw error;
-    warnings.push(`XML report unusable (${(error as Error).message}); read the text report instead`);
+    warnings.push(`XML report unusable (${messageOf(error)}); read the text report instead`);
     report = parseNvidiaSmiText(await run(command, ['-q'], options));
   }
   if (report.gpus.some((g) => g.mig.enabled)) {
     try {
       report = mergeList(report, parseNvidiaSmiList(await run(command, ['-L'], options)));
     } catch (error) {
-      warnings.push(`could not list MIG devices with -L (${(error as Error).message}); profiles identified from memory and SMs`);
+      warnings.push(`could not list MIG devices with -L (${messageOf(error)}); profiles identified from memory and SMs`);
     }
   }
   return { ...report, warnings };

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { GpuFleetError } from '../core/errors.ts';
 
 /**
  * How the agent starts a job's process: a container (`docker run --gpus`) in production, or a
@@ -98,7 +99,7 @@ export class ProcessRunner implements JobRunner {
 
   async start(launch: Launch): Promise<JobProcess> {
     const [program, ...args] = launch.command;
-    if (!program) throw new Error(`job ${launch.jobId} has an empty command`);
+    if (!program) throw new GpuFleetError(`job ${launch.jobId} has an empty command`);
     const inherited = Object.fromEntries(
       ['PATH', 'HOME', 'LANG', 'TZ'].flatMap((k) => (this.baseEnv[k] !== undefined ? [[k, this.baseEnv[k]!]] : [])),
     );
@@ -295,7 +296,7 @@ export class DockerRunner implements JobRunner {
 
   async cleanUpLeftovers(): Promise<string[]> {
     const listed = await this.cli(['ps', '--all', '--filter', `label=${LABEL}`, '--format', '{{.Names}}']);
-    if (listed.code !== 0) throw new Error(`docker ps failed: ${listed.output.trim()}`);
+    if (listed.code !== 0) throw new GpuFleetError(`docker ps failed: ${listed.output.trim()}`);
     const names = listed.output.split(/\s+/).filter((s) => /^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/.test(s));
     if (names.length > 0) await this.cli(['rm', '--force', ...names]);
     return names;

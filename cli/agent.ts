@@ -14,7 +14,7 @@ import { DockerRunner, ProcessRunner } from '../agent/runner.ts';
 import { CloudWatchGpuMetricSink } from '../cloud/aws/cloudwatch-metrics.ts';
 import { documentClient, dynamoStores } from '../cloud/aws/dynamo-store.ts';
 import { awsConfigFromEnv, systemClock } from '../cloud/aws/config.ts';
-import { UsageError } from './errors.ts';
+import { messageOf, UsageError } from '../core/errors.ts';
 
 /** `gpu-fleet agent inspect` and `gpu-fleet agent run`: the node agent from the command line. */
 
@@ -75,12 +75,12 @@ export async function agentInspectCommand(
     readGpuInventory({ ...(flags.nvidiaSmi ? { command: flags.nvidiaSmi } : {}), env }),
   ]);
   const problems: string[] = [];
-  if (gpus.status === 'rejected') problems.push((gpus.reason as Error).message);
+  if (gpus.status === 'rejected') problems.push(messageOf(gpus.reason));
   else problems.push(...gpus.value.gpus.flatMap(gpuProblems));
   if (gpus.status === 'fulfilled' && gpus.value.gpus.length > 0 && toGpuDevices(gpus.value).length === 0)
     problems.push(`no GPU here is a model gpu-fleet schedules (${gpus.value.gpus.map((g) => g.name).join(', ')})`);
   const result = {
-    identity: identity.status === 'fulfilled' ? identity.value.identity : { error: (identity.reason as Error).message },
+    identity: identity.status === 'fulfilled' ? identity.value.identity : { error: messageOf(identity.reason) },
     gpus:
       gpus.status === 'fulfilled'
         ? {
@@ -90,7 +90,7 @@ export async function agentInspectCommand(
             devices: gpus.value.gpus,
             warnings: gpus.value.warnings,
           }
-        : { error: (gpus.reason as Error).message },
+        : { error: messageOf(gpus.reason) },
     schedulable: gpus.status === 'fulfilled' ? toGpuDevices(gpus.value) : [],
     healthy: problems.length === 0,
     problems,
@@ -105,7 +105,7 @@ export async function agentInspectCommand(
     lines.push(
       `machine   ${id.instanceId} (${id.cloud} ${id.zone}, ${id.instanceType}${id.capacityType ? `, ${id.capacityType}` : ''}${id.groupId ? `, group ${id.groupId}` : ''})`,
     );
-  } else lines.push(`machine   unknown: ${(identity.reason as Error).message}`);
+  } else lines.push(`machine   unknown: ${messageOf(identity.reason)}`);
   if (gpus.status === 'fulfilled') {
     lines.push(
       `driver    ${gpus.value.driverVersion ?? '?'} (CUDA ${gpus.value.cudaVersion ?? '?'}), read from the ${gpus.value.source} report`,
@@ -120,7 +120,7 @@ export async function agentInspectCommand(
         );
     }
     for (const w of gpus.value.warnings) lines.push(`note      ${w}`);
-  } else lines.push(`GPUs      none found: ${(gpus.reason as Error).message}`);
+  } else lines.push(`GPUs      none found: ${messageOf(gpus.reason)}`);
   lines.push(problems.length === 0 ? 'health    healthy' : `health    UNHEALTHY: ${problems.join('; ')}`);
   io.stdout.write(`${lines.join('\n')}\n`);
   return result;
@@ -143,10 +143,9 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     metadata = found.client;
     identity = found.identity;
   } catch (error) {
-    if (!flags.instanceId)
-      throw new UsageError(`${(error as Error).message}. Off-cloud, name the machine with --instance-id (and --group).`);
+    if (!flags.instanceId) throw new UsageError(`${messageOf(error)}. Off-cloud, name the machine with --instance-id (and --group).`);
     log.warn('no instance metadata: running with the given identity and without local interruption notices', {
-      error: (error as Error).message,
+      error: messageOf(error),
     });
     identity = { cloud: 'aws', instanceId: flags.instanceId, region: config.region, zone: 'unknown', instanceType: 'unknown' };
   }

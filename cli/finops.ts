@@ -3,7 +3,7 @@ import { join, resolve } from 'node:path';
 import { closeAttempt, JOB_STATES, ACTIVE_STATES, type Job } from '../core/job.ts';
 import { formatUsd } from '../core/money.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
-import { UsageError } from './errors.ts';
+import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { money, pct, table } from './format.ts';
 import type { Io } from './people.ts';
@@ -144,7 +144,7 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
         if (mean < lowUtil) lowUtilization.push(rows[i]!);
       }
     } catch (error) {
-      notes.push(`GPU metrics unavailable: ${error instanceof Error ? error.message : String(error)}`);
+      notes.push(`GPU metrics unavailable: ${messageOf(error)}`);
     }
   } else if (running.length > 0) notes.push(`no GPU metrics in ${fleet.source}: utilisation of running jobs is not known`);
 

@@ -20,7 +20,7 @@ import { DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../cloud/sim/environment.ts';
 import { DEFAULT_SIM_START_MS } from '../cloud/sim/simulation.ts';
 import { loadSimState, saveSimState, STATE_FILE } from '../cloud/sim/state.ts';
-import { UsageError } from './errors.ts';
+import { GpuFleetError, UsageError } from '../core/errors.ts';
 
 /**
  * What the people-facing commands read and change: a deployed fleet (the DynamoDB stores, the
@@ -143,7 +143,7 @@ export async function cancelJob(fleet: Fleet, jobId: string): Promise<{ status: 
   if (['succeeded', 'failed', 'rejected'].includes(job.state))
     return { status: job.state, message: `${jobId} already ended (${job.state}); nothing to cancel` };
   const out = await applyJobEvent(fleet.jobs, jobId, { type: 'cancel' }, fleet.clock.nowMs());
-  if (out.status === 'refused') throw new Error(out.error);
+  if (out.status === 'refused') throw new GpuFleetError(out.error);
   const now = await fleet.jobs.get(jobId);
   if (now?.state === 'cancelled') return { status: 'cancelled', message: `${jobId} cancelled (it had not started)` };
   return {

@@ -11,7 +11,7 @@ import { createIntakeHandler, teamFromQueueArn } from '../functions/intake.ts';
 import { createInterruptionHandler } from '../functions/interruption.ts';
 import { observability } from '../functions/observability.ts';
 import { createReconcileHandler } from '../functions/reconcile.ts';
-import { UsageError } from './errors.ts';
+import { messageOf, UsageError } from '../core/errors.ts';
 
 export const FUNCTIONS = ['intake', 'reconcile', 'interruption'] as const;
 export type FunctionName = (typeof FUNCTIONS)[number];
@@ -36,7 +36,7 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
       event = JSON.parse(readFileSync(flags.event, 'utf8'));
     } catch (error) {
       throw new UsageError(
-        `--event ${flags.event}: ${error instanceof Error ? error.message : String(error)} (give a JSON file: an SQS event for intake, an EventBridge event for interruption, {} or {"dryRun":true} for reconcile)`,
+        `--event ${flags.event}: ${messageOf(error)} (give a JSON file: an SQS event for intake, an EventBridge event for interruption, {} or {"dryRun":true} for reconcile)`,
       );
     }
   } else if (fn !== 'reconcile') {

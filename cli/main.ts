@@ -1,6 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { addAgentCommands } from './agent-commands.ts';
-import { UsageError } from './errors.ts';
+import { messageOf, UsageError } from '../core/errors.ts';
 
 // Each command's code is loaded when the command runs. Beyond start-up time this matters for
 // the simulator: the Lambda tracer (X-Ray SDK) turns on async-hook tracking for every promise
@@ -214,7 +214,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       process.stderr.write(`gpu-fleet: ${error.message}\n`);
       return 2;
     }
-    process.stderr.write(`gpu-fleet: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(`gpu-fleet: ${(error instanceof Error && error.stack) || messageOf(error)}\n`);
     return 1;
   }
 }

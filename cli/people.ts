@@ -5,7 +5,8 @@ import { checkJobSpec, type JobSpecInput } from '../core/job-spec.ts';
 import type { DecisionRecord, QueueDepth } from '../core/ports.ts';
 import { IDLE_TEAM } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
-import { UsageError } from './errors.ts';
+import { messageOf, UsageError } from '../core/errors.ts';
+import { describeFailure } from '../core/plan.ts';
 import { cancelJob, openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { duration, keyValues, money, pct, table } from './format.ts';
 
@@ -70,9 +71,7 @@ export function specFromFlags(flags: SubmitFlags): unknown {
     try {
       return JSON.parse(readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8')) as unknown;
     } catch (error) {
-      throw new UsageError(
-        `--file ${flags.file}: ${error instanceof Error ? error.message : String(error)} (a job spec is a JSON object; see the README)`,
-      );
+      throw new UsageError(`--file ${flags.file}: ${messageOf(error)} (a job spec is a JSON object; see the README)`);
     }
   }
   if (!flags.image)
@@ -185,7 +184,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       groups = (await Promise.all(fleet.providers.map((p) => p.listGroups()))).flat();
       instances = (await Promise.all(fleet.providers.map((p) => p.listInstances()))).flat();
     } catch (error) {
-      nodesError = error instanceof Error ? error.message : String(error);
+      nodesError = messageOf(error);
     }
     const records = new Map((await fleet.nodes.list()).map((r) => [r.instanceId, r]));
     const active = jobs.filter((j) => ACTIVE_STATES.includes(j.state));
@@ -215,7 +214,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       try {
         depths.push({ team: t, depth: await fleet.queue.depth(t) });
       } catch (error) {
-        depths.push({ team: t, error: error instanceof Error ? error.message : String(error) });
+        depths.push({ team: t, error: messageOf(error) });
       }
     }
     const latest = (await fleet.decisions.recent(1))[0];
@@ -493,7 +492,7 @@ function describeDecision(d: DecisionRecord): string {
       ),
     );
   }
-  if (d.errors.length > 0) out.push('', 'Errors', ...d.errors.map((e) => `  ${e}`));
+  if (d.errors.length > 0) out.push('', 'Errors', ...d.errors.map((e) => `  ${describeFailure(e)}`));
   return out.join('\n');
 }
 

@@ -1,8 +1,8 @@
-import { describeAction } from '../core/plan.ts';
+import { describeAction, describeFailure } from '../core/plan.ts';
 import { plan } from '../core/planner/planner.ts';
 import { reconcile } from '../core/services/reconcile.ts';
 import { awsConfigFromEnv, awsPorts } from '../cloud/aws/runtime.ts';
-import { UsageError } from './errors.ts';
+import { UsageError } from '../core/errors.ts';
 
 export interface ReconcileFlags {
   readonly once?: boolean;
@@ -49,7 +49,7 @@ export async function reconcileCommand(flags: ReconcileFlags, io: { stdout: Node
     `waiting (${d.plan.waiting.length}):`,
     ...d.plan.waiting.slice(0, 50).map((w) => `  ${w.jobId}: [${w.reason.code}] ${w.reason.message}`),
     ...(d.plan.waiting.length > 50 ? [`  … and ${d.plan.waiting.length - 50} more`] : []),
-    ...(d.errors.length > 0 ? ['', 'errors:', ...d.errors.map((e) => `  ${e}`)] : []),
+    ...(d.errors.length > 0 ? ['', 'errors:', ...d.errors.map((e) => `  ${describeFailure(e)}`)] : []),
   ];
   io.stdout.write(`${lines.join('\n')}\n`);
 }

@@ -13,7 +13,7 @@ import {
 } from '../cloud/sim/simulation.ts';
 import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
-import { UsageError } from './errors.ts';
+import { UsageError } from '../core/errors.ts';
 import { duration, keyValues, money, pct, table } from './format.ts';
 import { renderHtmlReport } from './report-html.ts';
 

@@ -1,24 +1,65 @@
 /**
- * The port error vocabulary. Adapters translate every SDK or HTTP error into one of these,
- * with context; no SDK error type leaves an adapter. Expected outcomes (a job that does not
- * fit, a budget that says no) are values, not errors.
+ * The project's errors: one root, {@link GpuFleetError}, that every error class of gpu-fleet
+ * extends. Each subclass sets `name`, keeps the `cause` it was given and carries context (the
+ * resource, the value, the operation) as data, so a log line or a decision record can say what
+ * failed without parsing the message.
+ *
+ * The port error vocabulary ({@link CloudError}) is here too: adapters translate every SDK or
+ * HTTP error into one of these, with context; no SDK error type leaves an adapter. Expected
+ * outcomes (a job that does not fit, a budget that says no) are values, not errors.
  */
-export type CloudErrorCode =
-  'throttled' | 'insufficient-capacity' | 'quota-exceeded' | 'not-found' | 'access-denied' | 'invalid-request' | 'conflict' | 'unavailable';
+
+/** What an error was about, as data. Keys are short nouns (`resource`, `value`, `operation`). */
+export type ErrorContext = Readonly<Record<string, unknown>>;
+
+export interface GpuFleetErrorOptions {
+  readonly cause?: unknown;
+  readonly context?: ErrorContext;
+}
 
 export class GpuFleetError extends Error {
   override name = 'GpuFleetError';
+  readonly context: ErrorContext;
+
+  constructor(message: string, options: GpuFleetErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.context = options.context ?? {};
+  }
 }
 
+export type CloudErrorCode =
+  'throttled' | 'insufficient-capacity' | 'quota-exceeded' | 'not-found' | 'access-denied' | 'invalid-request' | 'conflict' | 'unavailable';
+
+export const CLOUD_ERROR_CODES: readonly CloudErrorCode[] = [
+  'throttled',
+  'insufficient-capacity',
+  'quota-exceeded',
+  'not-found',
+  'access-denied',
+  'invalid-request',
+  'conflict',
+  'unavailable',
+];
+
+export type CloudErrorContext = {
+  readonly operation: string;
+  readonly resource?: string;
+  readonly cloud?: string;
+};
+
+/** A call to the outside world failed; `code` says how, in the ports' words. */
 export class CloudError extends GpuFleetError {
   override name = 'CloudError';
+  override readonly context: CloudErrorContext;
+
   constructor(
     readonly code: CloudErrorCode,
     message: string,
-    readonly context: { readonly operation: string; readonly resource?: string; readonly cloud?: string } = { operation: 'unknown' },
+    context: CloudErrorContext = { operation: 'unknown' },
     options?: { cause?: unknown },
   ) {
-    super(message, options);
+    super(message, { context, ...(options?.cause !== undefined ? { cause: options.cause } : {}) });
+    this.context = context;
   }
 
   /** Worth retrying later (with backoff): the call may succeed unchanged. */
@@ -34,4 +75,63 @@ export function isCloudError(error: unknown, code?: CloudErrorCode): error is Cl
 /** Raised by a store when a conditional write lost a race (the version moved). */
 export class ConflictError extends GpuFleetError {
   override name = 'ConflictError';
+}
+
+/** An amount of money, a price or a duration that is not what the money arithmetic allows. */
+export class MoneyError extends GpuFleetError {
+  override name = 'MoneyError';
+}
+
+/**
+ * A mistake in how a command was called (a flag, an argument, a file it names): the command
+ * exits with code 2 and prints the message, which says what was wrong and what is allowed.
+ */
+export class UsageError extends GpuFleetError {
+  override name = 'UsageError';
+}
+
+/**
+ * Configuration that cannot be used (an environment variable, a config file): every problem is
+ * listed, each naming the setting, the value received and what is allowed.
+ */
+export class ConfigError extends GpuFleetError {
+  override name = 'ConfigError';
+  constructor(
+    readonly source: string,
+    readonly problems: readonly string[],
+    options: { cause?: unknown; what?: string } = {},
+  ) {
+    super(`${source} is not a valid ${options.what ?? 'gpu-fleet config'}:\n${problems.map((p) => `  - ${p}`).join('\n')}`, {
+      context: { source, problems },
+      ...(options.cause !== undefined ? { cause: options.cause } : {}),
+    });
+  }
+}
+
+/** Applying one action of a plan failed for a reason of gpu-fleet's own (not a failed cloud call). */
+export class ApplyError extends GpuFleetError {
+  override name = 'ApplyError';
+  constructor(
+    readonly code: 'refused' | 'unregistered' | 'no-provider',
+    message: string,
+    readonly resource: string,
+  ) {
+    super(message, { context: { code, resource } });
+  }
+}
+
+/** The message of anything thrown, for logs, records and people (never a stack). */
+export function messageOf(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  if (typeof error === 'string') return error;
+  try {
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error);
+  }
+}
+
+/** The code of an error in the ports' vocabulary, when it has one. */
+export function codeOf(error: unknown): CloudErrorCode | undefined {
+  return error instanceof CloudError ? error.code : undefined;
 }

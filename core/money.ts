@@ -1,3 +1,5 @@
+import { MoneyError } from './errors.ts';
+
 /**
  * Money is an integer number of micro-dollars (1 USD = 1,000,000 µUSD), never a float.
  * Floats appear only at the edge, when a catalogue publishes a decimal price; they are
@@ -8,20 +10,18 @@ export type MicroUsd = number;
 export const MICRO_USD_PER_USD = 1_000_000;
 const MS_PER_HOUR = 3_600_000n;
 
-export class MoneyError extends Error {
-  override name = 'MoneyError';
-}
+export { MoneyError };
 
 export function assertMicroUsd(value: number, what = 'amount'): MicroUsd {
   if (!Number.isSafeInteger(value)) {
-    throw new MoneyError(`${what} must be a whole number of micro-dollars, got ${value}`);
+    throw new MoneyError(`${what} must be a whole number of micro-dollars, got ${value}`, { context: { what, value } });
   }
   return value;
 }
 
 /** Converts a published decimal USD price (at most 6 decimals are meaningful) to µUSD. */
 export function microUsdFromUsd(usd: number): MicroUsd {
-  if (!Number.isFinite(usd)) throw new MoneyError(`price must be a finite number of dollars, got ${usd}`);
+  if (!Number.isFinite(usd)) throw new MoneyError(`price must be a finite number of dollars, got ${usd}`, { context: { value: usd } });
   return Math.round(usd * MICRO_USD_PER_USD);
 }
 
@@ -44,7 +44,9 @@ export function parseUsd(text: string): MicroUsd | undefined {
 export function costForDuration(priceMicroUsdPerHour: MicroUsd, durationMs: number): MicroUsd {
   assertMicroUsd(priceMicroUsdPerHour, 'price per hour');
   if (!Number.isSafeInteger(durationMs) || durationMs < 0) {
-    throw new MoneyError(`duration must be a non-negative whole number of milliseconds, got ${durationMs}`);
+    throw new MoneyError(`duration must be a non-negative whole number of milliseconds, got ${durationMs}`, {
+      context: { value: durationMs },
+    });
   }
   const product = BigInt(priceMicroUsdPerHour) * BigInt(durationMs);
   const half = MS_PER_HOUR / 2n;
@@ -60,7 +62,8 @@ export function costForDuration(priceMicroUsdPerHour: MicroUsd, durationMs: numb
 export function allocate(total: MicroUsd, weights: readonly number[]): MicroUsd[] {
   assertMicroUsd(total, 'total');
   for (const w of weights) {
-    if (!Number.isSafeInteger(w) || w < 0) throw new MoneyError(`weights must be non-negative integers, got ${w}`);
+    if (!Number.isSafeInteger(w) || w < 0)
+      throw new MoneyError(`weights must be non-negative integers, got ${w}`, { context: { value: w } });
   }
   const sum = weights.reduce((a, b) => a + b, 0);
   if (sum === 0) return weights.map(() => 0);

@@ -25,6 +25,43 @@ export type PlanAction =
   | { readonly kind: 'preempt'; readonly jobId: string; readonly attempt: number; readonly reason: Reason }
   | { readonly kind: 'hold'; readonly jobId: string; readonly reason: Reason | undefined };
 
+/**
+ * An action of a plan that could not be applied, as data: which action, what it acted on, and
+ * why in a code a script can key on. `code` is the port vocabulary's (`throttled`, `not-found`,
+ * `access-denied`, ...) when a cloud or store call failed, or gpu-fleet's own: `refused` (the
+ * job moved on since the snapshot), `unregistered` (the node's agent has no record), `no-provider`
+ * (no configured cloud holds the group), `failed` (anything else).
+ */
+export interface ActionFailure {
+  /** Index of the action in its plan. */
+  readonly index: number;
+  readonly kind: PlanAction['kind'];
+  /** The job, group or instance the action was about. */
+  readonly resource: string;
+  readonly code: string;
+  readonly message: string;
+}
+
+/** What an action acts on, for records and logs. */
+export function actionResource(action: PlanAction): string {
+  switch (action.kind) {
+    case 'place':
+    case 'preempt':
+    case 'hold':
+      return action.jobId;
+    case 'scale-up':
+    case 'cancel-launches':
+      return action.groupId;
+    case 'scale-in':
+      return action.instanceId;
+  }
+}
+
+/** One line for a failed action, for people. */
+export function describeFailure(failure: ActionFailure): string {
+  return `${failure.kind} ${failure.resource} failed [${failure.code}]: ${failure.message}`;
+}
+
 export interface WaitingJob {
   readonly jobId: string;
   readonly reason: Reason;

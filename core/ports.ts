@@ -2,7 +2,7 @@ import type { Cloud, InstanceType, Offering, PriceQuote } from './catalog.ts';
 import type { Draining, Instance, NodeGroup, NodeRecord } from './fleet.ts';
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
-import type { Plan, PlanAction } from './plan.ts';
+import type { ActionFailure, Plan, PlanAction } from './plan.ts';
 import type { Team } from './team.ts';
 
 /**
@@ -232,7 +232,8 @@ export interface DecisionRecord {
   };
   readonly plan: Plan;
   readonly applied: number;
-  readonly errors: readonly string[];
+  /** Actions that could not be applied, each with its code and resource. */
+  readonly errors: readonly ActionFailure[];
   readonly planMs: number;
 }
 

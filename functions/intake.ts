@@ -3,7 +3,7 @@ import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
-import { isCloudError } from '../core/errors.ts';
+import { isCloudError, messageOf } from '../core/errors.ts';
 import type { Clock, JobStore } from '../core/ports.ts';
 import { intake } from '../core/services/intake.ts';
 import { MetricUnit, type Observability } from './observability.ts';
@@ -83,7 +83,7 @@ export function createIntakeHandler(deps: IntakeDeps) {
     } catch (error) {
       // Only failures of the store reach here; retryable ones are retried by SQS (then dead-lettered by the redrive policy).
       log.error('intake failed; the message will be retried', {
-        error: error instanceof Error ? error.message : String(error),
+        error: messageOf(error),
         retryable: isCloudError(error) ? error.retryable : false,
       });
       throw error;

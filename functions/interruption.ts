@@ -8,7 +8,8 @@ import type { Context } from 'aws-lambda';
 import { handleNotice, type InterruptionPorts } from '../core/services/interruption.ts';
 import type { Policy } from '../core/snapshot.ts';
 import { parseCloudEvent } from '../cloud/aws/events.ts';
-import { errorMessage, MetricUnit, type Observability } from './observability.ts';
+import { MetricUnit, type Observability } from './observability.ts';
+import { messageOf } from '../core/errors.ts';
 
 /** Asks for a reconcile now (an asynchronous invocation of the reconcile function), so replacement capacity is chosen at once. */
 export interface ReconcileTrigger {
@@ -82,7 +83,7 @@ export function createInterruptionHandler(deps: InterruptionDeps) {
           await deps.trigger.reconcileSoon(`${parsed.notice.kind} ${parsed.notice.eventId}`);
         } catch (error) {
           // The scheduled reconcile will choose replacement capacity within a minute anyway.
-          logger.warn('could not trigger a reconcile now', { error: errorMessage(error) });
+          logger.warn('could not trigger a reconcile now', { error: messageOf(error) });
         }
       }
       return {

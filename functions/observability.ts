@@ -21,8 +21,3 @@ export function observability(serviceName: string): Observability {
 }
 
 export { MetricUnit };
-
-/** The message of an error, for logs and records (never a stack to users). */
-export function errorMessage(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}

@@ -3,13 +3,15 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { z } from 'zod';
+import type { ActionFailure } from '../core/plan.ts';
 import type { JobQueue, QueueDepth } from '../core/ports.ts';
 import { pollNotices, type InterruptionPorts, type NoticeSource } from '../core/services/interruption.ts';
 import { reconcileMetrics } from '../core/services/metrics.ts';
 import { reconcile, type Planner, type ReconcilePorts } from '../core/services/reconcile.ts';
 import type { TeamMemory } from '../core/services/snapshot-reader.ts';
 import type { Policy } from '../core/snapshot.ts';
-import { errorMessage, type Observability } from './observability.ts';
+import { type Observability } from './observability.ts';
+import { messageOf } from '../core/errors.ts';
 
 export interface ReconcileDeps {
   readonly ports: ReconcilePorts;
@@ -32,7 +34,8 @@ export interface ReconcileResult {
   readonly actions: number;
   readonly applied: number;
   readonly waiting: number;
-  readonly errors: readonly string[];
+  /** Actions that could not be applied, with their code and resource. */
+  readonly errors: readonly ActionFailure[];
   readonly lostJobsRequeued: number;
   readonly resumedActions: number;
   /** Interruptions found by polling (GCP preemptions) and handled before planning. */
@@ -92,7 +95,7 @@ export function createReconcileHandler(deps: ReconcileDeps) {
         try {
           depths.set(team, await deps.queue.depth(team));
         } catch (error) {
-          logger.warn('queue depth unavailable', { team, error: errorMessage(error) });
+          logger.warn('queue depth unavailable', { team, error: messageOf(error) });
         }
       }
       for (const m of reconcileMetrics(out.snapshot, d, depths)) {

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { ConfigError, messageOf } from '../core/errors.ts';
 import awsCatalogJson from '../data/catalog/aws-gpu-instances.json' with { type: 'json' };
 
 /**
@@ -203,15 +204,7 @@ export type GpuFleetConfig = z.output<typeof ConfigSchema>;
 export type NodeGroupConfig = GpuFleetConfig['nodeGroups'][number];
 export type TeamConfig = GpuFleetConfig['teams'][number];
 
-export class ConfigError extends Error {
-  constructor(
-    readonly source: string,
-    readonly problems: readonly string[],
-  ) {
-    super(`${source} is not a valid gpu-fleet config:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
-    this.name = 'ConfigError';
-  }
-}
+export { ConfigError };
 
 /** Validates a config value; throws ConfigError listing every problem (field: what is wrong; got value). */
 export function parseConfig(input: unknown, source = 'config'): GpuFleetConfig {
@@ -225,13 +218,13 @@ export function loadConfig(path: string): GpuFleetConfig {
   try {
     text = readFileSync(path, 'utf8');
   } catch (error) {
-    throw new ConfigError(path, [`cannot read the file: ${(error as Error).message}`]);
+    throw new ConfigError(path, [`cannot read the file: ${messageOf(error)}`]);
   }
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new ConfigError(path, [`not valid JSON: ${(error as Error).message}`]);
+    throw new ConfigError(path, [`not valid JSON: ${messageOf(error)}`]);
   }
   return parseConfig(value, path);
 }

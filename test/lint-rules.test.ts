@@ -44,3 +44,20 @@ describe('the core/ dependency rule', () => {
     expect(await lint(code, 'cloud/aws/example.ts')).toEqual([]);
   });
 });
+
+describe('the project conventions', () => {
+  it.each([
+    ['export class BadError extends Error {}', 'cloud/aws/example.ts', 'extends GpuFleetError'],
+    ['export class BadError extends Error {}', 'core/example.ts', 'extends GpuFleetError'],
+    ['export const m = (e: unknown) => (e instanceof Error ? e.message : String(e));', 'cli/example.ts', 'messageOf(error)'],
+    ['export const m = (e: unknown) => (e instanceof Error ? e.message : String(e));', 'core/example.ts', 'messageOf(error)'],
+  ])('rejects `%s` in %s', async (code, file, expected) => {
+    expect((await lint(code, file)).join('\n')).toContain(expected);
+  });
+
+  it('allows an error class under the root, and messageOf', async () => {
+    const code =
+      "import { GpuFleetError, messageOf } from '../../core/errors.ts';\nexport class GoodError extends GpuFleetError {}\nexport const m = (e: unknown) => messageOf(e);\n";
+    expect(await lint(code, 'cloud/aws/example.ts')).toEqual([]);
+  });
+});

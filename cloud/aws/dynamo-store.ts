@@ -11,10 +11,10 @@ import {
   UpdateCommand,
   type QueryCommandInput,
 } from '@aws-sdk/lib-dynamodb';
-import { CloudError } from '../../core/errors.ts';
+import { CloudError, GpuFleetError } from '../../core/errors.ts';
 import type { Draining, NodeRecord } from '../../core/fleet.ts';
 import { isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
-import type { PlanAction } from '../../core/plan.ts';
+import type { ActionFailure, PlanAction } from '../../core/plan.ts';
 import type { Team } from '../../core/team.ts';
 import type {
   BudgetMemory,
@@ -602,7 +602,12 @@ export class DynamoDecisionLog implements DecisionLog {
       addedCostMicroUsdPerHour: 0,
       addedExpectedCostMicroUsdPerHour: 0,
     };
-    return { ...(item.header as Omit<DecisionRecord, 'plan'>), plan };
+    const header = item.header as Omit<DecisionRecord, 'plan'>;
+    // Records written before action failures were data carry them as sentences.
+    const errors = (header.errors as readonly (ActionFailure | string)[]).map((e, index) =>
+      typeof e === 'string' ? { index, kind: 'place' as const, resource: '', code: 'failed', message: e } : e,
+    );
+    return { ...header, errors, plan };
   }
 }
 
@@ -771,7 +776,7 @@ export class DynamoCheckpointIndex implements CheckpointStore {
     private readonly table: string,
     root: string,
   ) {
-    if (!/^(s3|file):\/\/./.test(root)) throw new Error(`a checkpoint root is s3://bucket/prefix/ or file:///path/; got "${root}"`);
+    if (!/^(s3|file):\/\/./.test(root)) throw new GpuFleetError(`a checkpoint root is s3://bucket/prefix/ or file:///path/; got "${root}"`);
     this.root = root.endsWith('/') ? root : `${root}/`;
   }
 

@@ -6,6 +6,7 @@ import { gcpClients, type GcpClientOptions } from './clients.ts';
 import { GcpMachineTypeCatalog } from './machine-types.ts';
 import { MigNodeGroups, type GcpClients, type GcpScope } from './mig-node-groups.ts';
 import { GcpPreemptions } from './preemptions.ts';
+import { GpuFleetError } from '../../core/errors.ts';
 
 export interface GcpConfig {
   readonly projects: readonly GcpScope[];
@@ -30,13 +31,13 @@ export function gcpConfigFromEnv(env: Readonly<Record<string, string | undefined
   try {
     json = JSON.parse(raw);
   } catch {
-    throw new Error(
+    throw new GpuFleetError(
       `GPU_FLEET_GCP_PROJECTS must be JSON like [{"projectId":"my-project","zones":["us-central1-a"]}], got "${raw.slice(0, 80)}"`,
     );
   }
   const parsed = Projects.safeParse(json);
   if (!parsed.success)
-    throw new Error(
+    throw new GpuFleetError(
       `GPU_FLEET_GCP_PROJECTS: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}; expected [{"projectId":"my-project","zones":["us-central1-a"]}]`,
     );
   return {
@@ -59,13 +60,13 @@ export async function gcpCredentialsFromSecret(sm: SecretsManagerClient, secretI
   try {
     json = JSON.parse(out.SecretString ?? '');
   } catch {
-    throw new Error(
+    throw new GpuFleetError(
       `secret ${secretId} is not JSON: store the service account's key file (with client_email and private_key) as the secret string`,
     );
   }
   const key = ServiceAccountKey.safeParse(json);
   if (!key.success)
-    throw new Error(
+    throw new GpuFleetError(
       `secret ${secretId} is not a service account key: ${key.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
     );
   return { client_email: key.data.client_email, private_key: key.data.private_key };

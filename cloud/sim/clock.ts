@@ -1,4 +1,5 @@
 import type { Clock } from '../../core/ports.ts';
+import { GpuFleetError } from '../../core/errors.ts';
 
 /** A clock that only moves when told to: the simulated cloud's time. */
 export class VirtualClock implements Clock {
@@ -8,7 +9,7 @@ export class VirtualClock implements Clock {
   }
   /** Moves time forward; never backwards. */
   advanceTo(ms: number): void {
-    if (ms < this.currentMs) throw new Error(`virtual time cannot go back from ${this.currentMs} to ${ms}`);
+    if (ms < this.currentMs) throw new GpuFleetError(`virtual time cannot go back from ${this.currentMs} to ${ms}`);
     this.currentMs = ms;
   }
   advanceBy(ms: number): void {

@@ -1,4 +1,4 @@
-import { CloudError } from '../../core/errors.ts';
+import { CloudError, GpuFleetError } from '../../core/errors.ts';
 import type { Offering } from '../../core/catalog.ts';
 import type { JobStore, LeaseStore, NodeGroupProvider, PlanJournal } from '../../core/ports.ts';
 import type { SeededRandom } from './clock.ts';
@@ -74,7 +74,7 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
 
 export function faultProfile(name: string): FaultProfile {
   const p = FAULT_PROFILES[name];
-  if (!p) throw new Error(`unknown fault profile "${name}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
+  if (!p) throw new GpuFleetError(`unknown fault profile "${name}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
   return p;
 }
 
@@ -140,7 +140,7 @@ export function conflictingJobs<T extends JobStore>(store: T, random: SeededRand
 }
 
 /** Thrown inside a reconcile to stand for the function dying mid-apply. */
-export class SimulatedCrash extends Error {
+export class SimulatedCrash extends GpuFleetError {
   override name = 'SimulatedCrash';
 }
 

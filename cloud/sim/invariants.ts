@@ -1,3 +1,4 @@
+import { GpuFleetError } from '../../core/errors.ts';
 import { budgetStatus, periodKey, teamFromTags } from '../../core/budget.ts';
 import type { Instance, NodeGroup } from '../../core/fleet.ts';
 import { JOB_STATES, type Job } from '../../core/job.ts';
@@ -5,14 +6,14 @@ import type { SpendLedger, TeamTagSet } from '../../core/ports.ts';
 import type { LostWork } from './sim-agent.ts';
 
 /** A broken promise of the control loop, found by the simulation's minute-by-minute check. */
-export class InvariantViolation extends Error {
+export class InvariantViolation extends GpuFleetError {
   override name = 'InvariantViolation';
   constructor(
     readonly invariant: string,
     message: string,
     readonly atMs: number,
   ) {
-    super(`invariant "${invariant}" broken at ${new Date(atMs).toISOString()}: ${message}`);
+    super(`invariant "${invariant}" broken at ${new Date(atMs).toISOString()}: ${message}`, { context: { invariant, atMs } });
   }
 }
 

@@ -1,7 +1,6 @@
 import { DAY_PERIOD_PREFIX } from '../../core/services/accrual.ts';
-import { CloudError, ConflictError } from '../../core/errors.ts';
+import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import type { Instance } from '../../core/fleet.ts';
-import type { ReconcilePorts } from '../../core/services/reconcile.ts';
 import {
   conflictingJobs,
   crashingJournal,
@@ -23,7 +22,7 @@ import { plan } from '../../core/planner/planner.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import { intake } from '../../core/services/intake.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
-import { reconcile, type Planner } from '../../core/services/reconcile.ts';
+import { reconcile, type Planner, type ReconcilePorts } from '../../core/services/reconcile.ts';
 import { DEFAULT_POLICY, type Policy, type Snapshot } from '../../core/snapshot.ts';
 import type { BudgetState } from '../../core/team.ts';
 import { instanceStateChange, parseCloudEvent, spotInterruptionWarning } from '../aws/events.ts';
@@ -441,7 +440,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     if (faults.reorderEvents) faultRandom.shuffle(due);
     for (const event of due) {
       const parsed = parseCloudEvent(event, { receivedAtMs: now });
-      if (parsed.kind !== 'notice') throw new Error(`simulated event was not understood: ${JSON.stringify(parsed)}`);
+      if (parsed.kind !== 'notice') throw new GpuFleetError(`simulated event was not understood: ${JSON.stringify(parsed)}`);
       try {
         const out = await handleNotice(ports, parsed.notice, control);
         if (out.status === 'handled' && out.reconcileSoon) reconcileSoon = true;

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Offering } from '../../core/catalog.ts';
 import type { SeededRandom } from './clock.ts';
 import type { CapacityModel, SimInstance } from './sim-cloud.ts';
+import { GpuFleetError } from '../../core/errors.ts';
 
 /**
  * The simulated spot market: whether a pool can give a machine now, and which running spot
@@ -23,9 +24,9 @@ export interface AvailabilityTrace {
 export function loadAvailabilityTrace(file: string | URL): AvailabilityTrace {
   const raw = JSON.parse(readFileSync(file, 'utf8')) as { metadata?: { gap_seconds?: number }; data?: unknown };
   const gapSec = raw.metadata?.gap_seconds;
-  if (typeof gapSec !== 'number' || gapSec <= 0) throw new Error(`${String(file)}: metadata.gap_seconds must be a positive number`);
+  if (typeof gapSec !== 'number' || gapSec <= 0) throw new GpuFleetError(`${String(file)}: metadata.gap_seconds must be a positive number`);
   if (!Array.isArray(raw.data) || raw.data.some((v) => typeof v !== 'number'))
-    throw new Error(`${String(file)}: data must be an array of numbers`);
+    throw new GpuFleetError(`${String(file)}: data must be an array of numbers`);
   return {
     name: String(file)
       .split('/')

@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SimEnvironment } from './environment.ts';
+import { GpuFleetError } from '../../core/errors.ts';
 
 /**
  * A simulated world saved to a folder (`state.json`), so that a sequence of commands — a
@@ -41,7 +42,7 @@ export function loadSimState(env: SimEnvironment, dir: string): boolean {
   const file = join(dir, STATE_FILE);
   if (!existsSync(file)) return false;
   const state = JSON.parse(readFileSync(file, 'utf8')) as SavedSimState;
-  if (state.version !== 1) throw new Error(`${file}: unknown state version ${String(state.version)}`);
+  if (state.version !== 1) throw new GpuFleetError(`${file}: unknown state version ${String(state.version)}`);
   if (state.nowMs > env.clock.nowMs()) env.clock.advanceTo(state.nowMs);
   env.jobs.restore(state.jobs);
   env.nodes.restore(state.nodes);

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { JobSpecInput } from '../../core/job-spec.ts';
 import { parseCsv } from '../catalog/shipped.ts';
+import { GpuFleetError } from '../../core/errors.ts';
 
 /** One job of a replayed trace: when it arrives, how long it really runs, and the spec submitted for it. */
 export interface WorkloadJob {
@@ -81,7 +82,7 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
   const header = csvText.split(/\r?\n/, 1)[0] ?? '';
   for (const col of ['job_id', 'submit_s', 'duration_s', 'gpus']) {
     if (!header.split(',').includes(col))
-      throw new Error(
+      throw new GpuFleetError(
         `trace ${name}: missing column "${col}"; a trace needs job_id, submit_s, duration_s, gpus (gpu_type, team, status optional)`,
       );
   }

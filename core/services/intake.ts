@@ -2,6 +2,7 @@ import { isValidTeamId } from '../budget.ts';
 import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
 import { checkJobSpec } from '../job-spec.ts';
 import type { Clock, JobStore } from '../ports.ts';
+import { messageOf } from '../errors.ts';
 
 export interface IntakeMessage {
   /** The team whose queue the message arrived on. Never taken from the body. */
@@ -44,7 +45,7 @@ export async function intake(ports: { jobs: JobStore; clock: Clock }, message: I
   try {
     parsed = JSON.parse(message.body);
   } catch (error) {
-    errors = [`(body): not valid JSON (${error instanceof Error ? error.message : String(error)}); a job spec is a JSON object`];
+    errors = [`(body): not valid JSON (${messageOf(error)}); a job spec is a JSON object`];
   }
   if (!errors) {
     const check = checkJobSpec(parsed);

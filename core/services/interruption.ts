@@ -6,6 +6,7 @@ import { reason } from '../reason.ts';
 import type { Policy } from '../snapshot.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { requeueAttempt } from './requeue.ts';
+import { messageOf } from '../errors.ts';
 
 /**
  * What a cloud (or the node's own agent) says is about to happen, or has happened, to a machine.
@@ -325,7 +326,7 @@ export async function pollNotices(ports: InterruptionPorts, sources: readonly No
     try {
       notices = await source.poll();
     } catch (error) {
-      errors.push(`${source.cloud}: ${error instanceof Error ? error.message : String(error)}`);
+      errors.push(`${source.cloud}: ${messageOf(error)}`);
       continue;
     }
     for (const notice of [...notices].sort((a, b) => a.atMs - b.atMs)) {
@@ -337,7 +338,7 @@ export async function pollNotices(ports: InterruptionPorts, sources: readonly No
           requeued.push(...out.requeued);
         }
       } catch (error) {
-        errors.push(`${source.cloud} notice ${notice.eventId}: ${error instanceof Error ? error.message : String(error)}`);
+        errors.push(`${source.cloud} notice ${notice.eventId}: ${messageOf(error)}`);
       }
     }
   }

@@ -1,7 +1,6 @@
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
-import type { Plan, PlanAction } from '../plan.ts';
-import { describeAction } from '../plan.ts';
+import { actionResource, type ActionFailure, type Plan, type PlanAction } from '../plan.ts';
 import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore, PlanJournal } from '../ports.ts';
 import { reason, type Reason } from '../reason.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
@@ -10,6 +9,7 @@ import { completeDrainedLifecycles } from './interruption.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { jobsOnInstance, requeueAttempt } from './requeue.ts';
 import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from './snapshot-reader.ts';
+import { ApplyError, codeOf, messageOf } from '../errors.ts';
 
 export type Planner = (snapshot: Snapshot) => Plan;
 
@@ -143,16 +143,16 @@ export async function applyPlan(
   providerOf: ProviderOf,
   nowMs: number,
   journal?: { journal: PlanJournal; planId: string; done?: ReadonlySet<number> },
-): Promise<{ applied: number; errors: string[] }> {
+): Promise<{ applied: number; errors: ActionFailure[] }> {
   let applied = 0;
-  const errors: string[] = [];
+  const errors: ActionFailure[] = [];
   for (const [index, action] of actions.entries()) {
     if (journal?.done?.has(index)) continue;
     try {
       await applyAction(ports, action, providerOf, nowMs);
       applied++;
     } catch (error) {
-      errors.push(`${describeAction(action)} failed: ${error instanceof Error ? error.message : String(error)}`);
+      errors.push(failureOf(index, action, error));
     }
     if (journal) await journal.journal.done(journal.planId, index);
   }
@@ -183,6 +183,12 @@ async function resumeUnfinished(ports: ReconcilePorts, policy: Policy): Promise<
   return applied;
 }
 
+function failureOf(index: number, action: PlanAction, error: unknown): ActionFailure {
+  const code = error instanceof ApplyError ? error.code : (codeOf(error) ?? 'failed');
+  const resource = error instanceof ApplyError ? error.resource : actionResource(action);
+  return { index, kind: action.kind, resource, code, message: messageOf(error) };
+}
+
 async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf: ProviderOf, nowMs: number): Promise<void> {
   switch (action.kind) {
     case 'place': {
@@ -190,8 +196,10 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
       // below then loses a race, the agent finds the job is not here and drops the pointer.
       for (const n of action.placement.nodes) {
         if (!(await ports.nodes.assign(n.nodeId, action.jobId, action.attempt))) {
-          throw new Error(
+          throw new ApplyError(
+            'unregistered',
             `cannot place ${action.jobId} on ${n.nodeId}: the node's agent has no record (it was forgotten since the snapshot)`,
+            n.nodeId,
           );
         }
       }
@@ -201,7 +209,7 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
         { type: 'place', attempt: action.attempt, placement: action.placement },
         nowMs,
       );
-      if (out.status === 'refused') throw new Error(out.error);
+      if (out.status === 'refused') throw new ApplyError('refused', out.error, action.jobId);
       return;
     }
     case 'hold': {
@@ -220,13 +228,13 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
     case 'scale-up':
     case 'cancel-launches': {
       const provider = providerOf.get(action.groupId);
-      if (!provider) throw new Error(`no provider for group ${action.groupId}`);
+      if (!provider) throw new ApplyError('no-provider', `no configured cloud holds group ${action.groupId}`, action.groupId);
       await provider.setDesiredCapacity(action.groupId, action.toDesired);
       return;
     }
     case 'scale-in': {
       const provider = providerOf.get(action.groupId);
-      if (!provider) throw new Error(`no provider for group ${action.groupId}`);
+      if (!provider) throw new ApplyError('no-provider', `no configured cloud holds group ${action.groupId}`, action.groupId);
       await provider.terminateInstance(action.groupId, action.instanceId);
       await ports.nodes.remove(action.instanceId);
       return;

@@ -19,7 +19,7 @@ describe('reconcile metrics', () => {
       inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] },
       plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
       applied: 0,
-      errors: ['x'],
+      errors: [{ index: 0, kind: 'scale-up', resource: 'g', code: 'throttled', message: 'x' }],
       planMs: 12,
     };
     const points = reconcileMetrics(snapshot, decision, new Map([['nlp', { visible: 3, inFlight: 1, delayed: 2 }]]));
