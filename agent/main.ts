@@ -1,7 +1,7 @@
 // The node agent's own entry point: what the node groups' user data runs, bundled into one file
 // (infra/agent-bundle.ts). It takes the same `agent …` commands as the gpu-fleet CLI.
 import { Command, CommanderError } from 'commander';
-import { addAgentCommands } from '../cli/agent-commands.ts';
+import { addAgentCommands } from './commands.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 
 const program = new Command('gpu-fleet').description('gpu-fleet node agent').showHelpAfterError().exitOverride();

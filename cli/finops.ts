@@ -7,7 +7,7 @@ import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { money, pct, table } from './format.ts';
 import type { Io } from './people.ts';
-import { esc, palette, stackedChart } from './report-html.ts';
+import { esc, palette, stackedChart } from './charts.ts';
 
 export interface ReportFlags extends FleetFlags {
   readonly team?: string;

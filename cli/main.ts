@@ -1,5 +1,5 @@
 import { Command, CommanderError } from 'commander';
-import { addAgentCommands } from './agent-commands.ts';
+import { addAgentCommands } from '../agent/commands.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 
 // Each command's code is loaded when the command runs. Beyond start-up time this matters for

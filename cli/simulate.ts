@@ -15,7 +15,9 @@ import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
 import { UsageError } from '../core/errors.ts';
 import { duration, keyValues, money, pct, table } from './format.ts';
-import { renderHtmlReport } from './report-html.ts';
+import { renderHtmlReport, type SimulateRun } from './report-html.ts';
+
+export type { SimulateRun };
 
 export interface SimulateFlags {
   readonly trace?: string;
@@ -29,11 +31,6 @@ export interface SimulateFlags {
   readonly progress?: boolean;
   readonly baselines?: boolean;
   readonly faults?: string;
-}
-
-export interface SimulateRun {
-  readonly main: SimulationResult;
-  readonly baselines: readonly SimulationResult[];
 }
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */

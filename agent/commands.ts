@@ -21,7 +21,7 @@ export function addAgentCommands(program: Command, io: { stdout: NodeJS.Writable
       '\nWorks off-cloud too: a missing metadata server or nvidia-smi is reported, not fatal.\n\nExamples:\n  gpu-fleet agent inspect\n  gpu-fleet agent inspect --json',
     )
     .action(async (flags) => {
-      const { agentInspectCommand } = await import('./agent.ts');
+      const { agentInspectCommand } = await import('./cli.ts');
       await agentInspectCommand(flags, io);
     });
   metadataOptions(
@@ -41,7 +41,7 @@ export function addAgentCommands(program: Command, io: { stdout: NodeJS.Writable
       '\nUses the standard AWS configuration and the GPU_FLEET_* table variables (see README).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev',
     )
     .action(async (flags) => {
-      const { agentRunCommand } = await import('./agent.ts');
+      const { agentRunCommand } = await import('./cli.ts');
       await agentRunCommand(flags);
     });
 }
