@@ -106,6 +106,7 @@ export default tseslint.config(
   {
     ignores: [
       '.scratch/**',
+      '.dependency-cruiser.cjs',
       '.stryker-tmp/**',
       'reports/**',
       'cdk.out-agent/**',

@@ -1,5 +1,7 @@
 import { mkdir, rm } from 'node:fs/promises';
+import os from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { finishCancel, type Job } from '../core/job.ts';
 import type { GpuDevice } from '../core/gpu.ts';
 import type { CheckpointStore, Clock, GpuMetricSample, GpuMetricSink, JobStore, NodeStore } from '../core/ports.ts';
@@ -650,26 +652,9 @@ function checkpointGraceMs(job: Job): number {
   return (job.spec.checkpoint?.gracePeriodSec ?? 30) * 1000;
 }
 
-const SIGNALS: Record<string, number> = {
-  SIGHUP: 1,
-  SIGINT: 2,
-  SIGQUIT: 3,
-  SIGABRT: 6,
-  SIGKILL: 9,
-  SIGSEGV: 11,
-  SIGPIPE: 13,
-  SIGALRM: 14,
-  SIGTERM: 15,
-  SIGUSR1: 10,
-  SIGUSR2: 12,
-};
-
 /** The exit code a shell would report: 128 + the signal's number for a process killed by a signal. */
 function exitCode(exit: Exit): number {
   if (exit.exitCode !== null) return exit.exitCode;
-  return 128 + (SIGNALS[exit.signal ?? ''] ?? 0);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+  const signals = os.constants.signals as Readonly<Record<string, number>>;
+  return 128 + (signals[exit.signal ?? ''] ?? 0);
 }

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { decimalNumber, oneOf, wholeNumber } from '../cloud/flags.ts';
 
 /**
  * The `agent` commands, shared by the gpu-fleet CLI and the agent's own bundle (agent/main.ts,
@@ -13,7 +14,12 @@ export function addAgentCommands(program: Command, io: { stdout: NodeJS.Writable
       .option('--nvidia-smi <path>', 'the nvidia-smi program', 'nvidia-smi')
       .option('--imds-url <url>', 'EC2 instance metadata base URL (or GPU_FLEET_AWS_IMDS_URL)')
       .option('--gce-metadata-url <url>', 'GCE metadata server base URL (or GPU_FLEET_GCE_METADATA_URL)')
-      .option('--metadata-timeout-ms <ms>', 'how long to wait for a metadata server', '2000');
+      .option(
+        '--metadata-timeout-ms <ms>',
+        'how long to wait for a metadata server',
+        wholeNumber('--metadata-timeout-ms', 100, 60_000, ' ms'),
+        2000,
+      );
   metadataOptions(agent.command('inspect').description('Print what the agent finds on this machine: identity, GPUs, MIG devices, health'))
     .option('--json', 'print as JSON')
     .addHelpText(
@@ -29,13 +35,23 @@ export function addAgentCommands(program: Command, io: { stdout: NodeJS.Writable
   )
     .option('--group <name>', 'the node group, when the instance metadata does not carry it')
     .option('--work-dir <dir>', 'where job folders and logs live (or GPU_FLEET_AGENT_DIR)', undefined)
-    .option('--runner <kind>', 'docker (containers, docker run --gpus) | process (plain processes)', 'docker')
+    .option(
+      '--runner <kind>',
+      'docker (containers, docker run --gpus) | process (plain processes)',
+      oneOf('--runner', ['docker', 'process'] as const),
+      'docker',
+    )
     .option('--checkpoint-store <uri>', 's3://bucket/ (default: GPU_FLEET_CHECKPOINT_BUCKET) or file:///path/')
     .option('--instance-id <id>', 'off-cloud only: the id to register under')
     .option('--no-metrics', 'do not publish GPU metrics to CloudWatch')
     .option('--no-mig-create', 'use only existing MIG instances; never create or destroy them')
-    .option('--heartbeat-sec <s>', 'seconds between heartbeats (and work-list reads)', '15')
-    .option('--notice-sec <s>', 'seconds between looks at the interruption notices and checkpoint markers', '5')
+    .option('--heartbeat-sec <s>', 'seconds between heartbeats (and work-list reads)', decimalNumber('--heartbeat-sec', 0.1, 300, ' s'), 15)
+    .option(
+      '--notice-sec <s>',
+      'seconds between looks at the interruption notices and checkpoint markers',
+      decimalNumber('--notice-sec', 0.1, 60, ' s'),
+      5,
+    )
     .addHelpText(
       'after',
       '\nUses the standard AWS configuration and the GPU_FLEET_* table variables (see README).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev',

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { GpuFleetError } from '../core/errors.ts';
+import { setTimeout as delay } from 'node:timers/promises';
 
 /**
  * How the agent starts a job's process: a container (`docker run --gpus`) in production, or a
@@ -63,10 +64,6 @@ function childExit(child: ChildProcess): Promise<Exit> {
     // A program that cannot be started (ENOENT, EACCES) never exits: report it as exit 127 (as a shell would).
     child.once('error', () => resolve({ exitCode: 127, signal: null }));
   });
-}
-
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }
 
 /** The variables every job gets for its checkpoints, pointing where the job sees its folders. */
@@ -147,7 +144,7 @@ export class ProcessRunner implements JobRunner {
       },
       stop: async (graceMs) => {
         signalGroup('SIGTERM');
-        const done = await Promise.race([exited, delay(graceMs).then(() => undefined)]);
+        const done = await Promise.race([exited, delay(graceMs, undefined, { ref: false })]);
         if (done) return done;
         signalGroup('SIGKILL');
         return exited;
@@ -286,7 +283,7 @@ export class DockerRunner implements JobRunner {
       },
       stop: async (graceMs) => {
         await this.cli(['stop', '--time', String(Math.max(1, Math.ceil(graceMs / 1000))), name]);
-        const done = await Promise.race([exited, delay(5000).then(() => undefined)]);
+        const done = await Promise.race([exited, delay(5000, undefined, { ref: false })]);
         if (done) return done;
         child.kill('SIGKILL');
         return exited;

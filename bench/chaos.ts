@@ -2,7 +2,8 @@
 // invariants checked every simulated minute, against the fault-free run on the same trace and seed.
 //
 //   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--json]
-import { Command, InvalidArgumentError } from 'commander';
+import { Command } from 'commander';
+import { wholeNumber } from '../cloud/flags.ts';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
 import { runSimulation, type SimulationSummary } from '../cloud/sim/simulation.ts';
@@ -62,14 +63,9 @@ function pctOver(x: number, base: number): number {
 
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
 if (invokedDirectly) {
-  const num = (name: string, min: number, max: number) => (v: string) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min || n > max) throw new InvalidArgumentError(`${name} must be a whole number from ${min} to ${max}`);
-    return n;
-  };
   const program = new Command('bench:chaos')
-    .option('--hours <h>', 'virtual hours of the built-in trace', num('--hours', 1, 720), 48)
-    .option('--seed <s>', 'seed of the simulated cloud, its spot market and the faults', num('--seed', 0, 2 ** 31), 1)
+    .option('--hours <h>', 'virtual hours of the built-in trace', wholeNumber('--hours', 1, 720), 48)
+    .option('--seed <s>', 'seed of the simulated cloud, its spot market and the faults', wholeNumber('--seed', 0, 2 ** 31), 1)
     .option('--profiles <list>', `comma-separated fault profiles (default: all of ${Object.keys(FAULT_PROFILES).join(', ')})`)
     .option('--json', 'print the rows as JSON')
     .parse();

@@ -4,6 +4,7 @@
 //
 //   npm run bench:load -- [--jobs N] [--nodes N] [--teams N] [--json]
 import { Command } from 'commander';
+import { wholeNumber } from '../cloud/flags.ts';
 import { newPendingJob } from '../core/job.ts';
 import { JobSpecSchema } from '../core/job-spec.ts';
 import { plan } from '../core/planner/planner.ts';
@@ -119,13 +120,13 @@ export async function benchLoad(o: { jobs: number; nodes: number; teams: number 
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
 if (invokedDirectly) {
   const program = new Command('bench:load')
-    .option('--jobs <n>', 'pending jobs', '100000')
-    .option('--nodes <n>', 'nodes', '2000')
-    .option('--teams <n>', 'teams', '50')
+    .option('--jobs <n>', 'pending jobs', wholeNumber('--jobs', 1, 10_000_000), 100_000)
+    .option('--nodes <n>', 'nodes', wholeNumber('--nodes', 0, 1_000_000), 2000)
+    .option('--teams <n>', 'teams', wholeNumber('--teams', 1, 10_000), 50)
     .option('--json', 'print JSON')
     .parse();
-  const f = program.opts<{ jobs: string; nodes: string; teams: string; json?: boolean }>();
-  const r = await benchLoad({ jobs: Number(f.jobs), nodes: Number(f.nodes), teams: Number(f.teams) });
+  const f = program.opts<{ jobs: number; nodes: number; teams: number; json?: boolean }>();
+  const r = await benchLoad({ jobs: f.jobs, nodes: f.nodes, teams: f.teams });
   if (f.json) process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
   else {
     process.stdout.write(

@@ -1,5 +1,5 @@
 /**
- * npm run bench:planner [-- --json] [--scenario NAME] [--runs N] [--quick]
+ * npm run bench:planner [-- --json] [--scenario NAME] [--runs N] [--quick] [--help]
  *
  * For each scenario (1k/10k/50k pending jobs × 50/200/500 offerings × 0/1,000 live nodes, built
  * from the real traces and catalogues), in a fresh child process so its heap is its own:
@@ -11,6 +11,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { Command, Option } from 'commander';
+import { wholeNumber } from '../cloud/flags.ts';
 import { capacityProblem, plan } from '../core/planner/planner.ts';
 import { planBaseline } from '../core/planner/baseline.ts';
 import { lowerBound } from './planner/lower-bound.ts';
@@ -72,22 +74,30 @@ function round1(x: number): number {
   return Math.round(x * 10) / 10;
 }
 
-function parseArgs(argv: string[]) {
-  const get = (flag: string) => {
-    const i = argv.indexOf(flag);
-    return i >= 0 ? argv[i + 1] : undefined;
-  };
-  return {
-    json: argv.includes('--json'),
-    child: get('--child'),
-    scenario: get('--scenario'),
-    runs: Number(get('--runs') ?? 5),
-    quick: argv.includes('--quick'),
-  };
+interface PlannerBenchOptions {
+  readonly json?: boolean;
+  readonly child?: string;
+  readonly scenario?: string;
+  readonly runs: number;
+  readonly quick?: boolean;
+}
+
+function options(): PlannerBenchOptions {
+  return new Command('bench:planner')
+    .description(
+      "Planner speed and cost on scenarios from the real traces and catalogues, against a Karpenter-like baseline and HiGHS's lower bound",
+    )
+    .option('--scenario <name>', 'only scenarios whose name contains this')
+    .option('--runs <n>', 'plans per scenario (the median is reported)', wholeNumber('--runs', 1, 1000), 5)
+    .option('--quick', 'only the 1k and 10k job scenarios with up to 200 offerings')
+    .option('--json', 'print the rows as JSON')
+    .addOption(new Option('--child <name>', 'run one scenario in this process (used by the bench itself)').hideHelp())
+    .parse()
+    .opts<PlannerBenchOptions>();
 }
 
 async function main(): Promise<void> {
-  const args = parseArgs(process.argv.slice(2));
+  const args = options();
   if (args.child) {
     const spec = SCENARIOS.find((s) => s.name === args.child)!;
     const row = await runOne(spec, args.runs);

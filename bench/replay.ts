@@ -1,5 +1,5 @@
 /**
- * npm run bench:replay [-- --traces DIR] [--hours H] [--seeds 1,2,3] [--json]
+ * npm run bench:replay [-- --traces DIR] [--hours H] [--seeds 1,2,3] [--json] [--help]
  *
  * Every trace sample (CSV in the shared cleaned format) under every policy, on the built-in
  * simulated fleet and spot market: per trace and policy, the cost against the all-on-demand
@@ -8,6 +8,8 @@
  * seed gives every policy the same market.
  */
 import { existsSync, readdirSync } from 'node:fs';
+import { Command } from 'commander';
+import { listOf, wholeNumber } from '../cloud/flags.ts';
 import { join } from 'node:path';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { runSimulation, SIM_POLICIES } from '../cloud/sim/simulation.ts';
@@ -27,27 +29,41 @@ interface Row {
   deadlineMisses: number;
 }
 
-function args(argv: string[]) {
-  const get = (f: string) => {
-    const i = argv.indexOf(f);
-    return i >= 0 ? argv[i + 1] : undefined;
-  };
+interface ReplayOptions {
+  readonly traces?: string;
+  readonly hours: number;
+  readonly seeds: number[];
+  readonly json?: boolean;
+}
+
+function options(): ReplayOptions {
   const shared = new URL('../../shared/data/traces/', import.meta.url).pathname;
-  return {
-    dir: get('--traces') ?? (existsSync(shared) ? shared : undefined),
-    hours: Number(get('--hours') ?? 72),
-    seeds: (get('--seeds') ?? '1').split(',').map(Number),
-    json: argv.includes('--json'),
-  };
+  return new Command('bench:replay')
+    .description('Every trace sample under every policy on the built-in simulated fleet and spot market')
+    .option(
+      '--traces <dir>',
+      'folder of trace CSVs (default: ../shared/data/traces when present, else the built-in trace)',
+      existsSync(shared) ? shared : undefined,
+    )
+    .option('--hours <h>', 'busiest hours of submissions to replay, and virtual hours to run', wholeNumber('--hours', 1, 720), 72)
+    .option(
+      '--seeds <list>',
+      'comma-separated seeds of the simulated cloud and spot market',
+      listOf(wholeNumber('--seeds', 0, 2 ** 31 - 1)),
+      [1],
+    )
+    .option('--json', 'print the rows as JSON')
+    .parse()
+    .opts<ReplayOptions>();
 }
 
 async function main(): Promise<void> {
-  const a = args(process.argv.slice(2));
-  const files = a.dir
-    ? readdirSync(a.dir)
+  const a = options();
+  const files = a.traces
+    ? readdirSync(a.traces)
         .filter((f) => f.endsWith('.csv') && !f.includes('nodes'))
         .sort()
-        .map((f) => join(a.dir!, f))
+        .map((f) => join(a.traces!, f))
     : [BUILT_IN_TRACE.pathname];
   if (!files.some((f) => f.endsWith('philly-6214e9-48h.csv'))) files.push(BUILT_IN_TRACE.pathname);
   const rows: Row[] = [];

@@ -5,7 +5,8 @@
 //   npm run bench:spot -- [--traces DIR] [--trace-hours H] [--k RATIO] [--runs N] [--seed S] [--json]
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, relative, resolve } from 'node:path';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command } from 'commander';
+import { decimalNumber, wholeNumber } from '../cloud/flags.ts';
 import type { SpotPolicyName } from '../core/spot-policy.ts';
 import { SeededRandom } from '../cloud/sim/clock.ts';
 import { omniscient } from './spot/omniscient.ts';
@@ -33,15 +34,6 @@ export interface Row {
   readonly spotHours: number;
   readonly costRatio: number;
   readonly deadlineMetPct: number;
-}
-
-function number(name: string, min: number, max: number, integer = false) {
-  return (v: string) => {
-    const n = Number(v);
-    if (!Number.isFinite(n) || n < min || n > max || (integer && !Number.isInteger(n)))
-      throw new InvalidArgumentError(`${name} must be ${integer ? 'a whole number' : 'a number'} from ${min} to ${max}`);
-    return n;
-  };
 }
 
 function findTraces(dir: string): Trace[] {
@@ -216,14 +208,14 @@ if (invokedDirectly) {
       'folder of availability traces (searched recursively)',
       existsSync(PAPER_TRACES) ? PAPER_TRACES : SHIPPED_TRACES,
     )
-    .option('--trace-hours <h>', 'use only the first H hours of each trace', number('--trace-hours', 1, 1e6))
-    .option('--k <ratio>', 'on-demand / spot price ratio', number('--k', 1, 100), 3)
-    .option('--runs <n>', 'random start times per trace', number('--runs', 1, 100_000, true), 300)
-    .option('--seed <s>', 'seed of the start times', number('--seed', 0, 2 ** 31, true), 1)
-    .option('--nodes <n>', 'nodes the job needs at once (a gang: all or none)', number('--nodes', 1, 64, true), 1)
-    .option('--work-hours <h>', 'job compute C0', number('--work-hours', 0.1, 10_000), 48)
-    .option('--deadline-hours <h>', 'deadline D', number('--deadline-hours', 0.1, 10_000), 60)
-    .option('--changeover-hours <h>', 'changeover delay d', number('--changeover-hours', 0, 100), 0.2)
+    .option('--trace-hours <h>', 'use only the first H hours of each trace', decimalNumber('--trace-hours', 1, 1e6))
+    .option('--k <ratio>', 'on-demand / spot price ratio', decimalNumber('--k', 1, 100), 3)
+    .option('--runs <n>', 'random start times per trace', wholeNumber('--runs', 1, 100_000), 300)
+    .option('--seed <s>', 'seed of the start times', wholeNumber('--seed', 0, 2 ** 31), 1)
+    .option('--nodes <n>', 'nodes the job needs at once (a gang: all or none)', wholeNumber('--nodes', 1, 64), 1)
+    .option('--work-hours <h>', 'job compute C0', decimalNumber('--work-hours', 0.1, 10_000), 48)
+    .option('--deadline-hours <h>', 'deadline D', decimalNumber('--deadline-hours', 0.1, 10_000), 60)
+    .option('--changeover-hours <h>', 'changeover delay d', decimalNumber('--changeover-hours', 0, 100), 0.2)
     .option(
       '--policies <list>',
       'comma-separated subset of greedy,uniform-progress,gpu-fleet,omniscient; also oracle-semi-markov (a reference that fits its model on the future)',
@@ -231,7 +223,7 @@ if (invokedDirectly) {
     .option(
       '--resample-sec <s>',
       'coarsen traces to ticks of this many seconds (spot in a coarse tick only if in all of its fine ticks)',
-      number('--resample-sec', 1, 86_400, true),
+      wholeNumber('--resample-sec', 1, 86_400),
     )
     .option('--json', 'print the rows as JSON')
     .parse();

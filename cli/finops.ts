@@ -2,7 +2,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { closeAttempt, JOB_STATES, ACTIVE_STATES, type Job } from '../core/job.ts';
 import { formatUsd } from '../core/money.ts';
+import { dayStartMs, reportPeriod, type ReportPeriod } from '../core/period.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
+import { stringify } from 'csv-stringify/sync';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { money, pct, table } from './format.ts';
@@ -16,30 +18,15 @@ export interface ReportFlags extends FleetFlags {
   readonly csv?: boolean;
   readonly json?: boolean;
   /** Utilisation under this percentage marks a job as wasteful (default 30). */
-  readonly lowUtil?: string;
+  readonly lowUtil?: number;
 }
 
-const DAY_MS = 86_400_000;
-
 /** `2026-11` (a month), `2026-11-30` (a day), `last-7d` (the last N days up to now), or the current month. */
-export function parsePeriod(period: string | undefined, nowMs: number): { label: string; startMs: number; endMs: number } {
-  const now = new Date(nowMs);
-  if (!period) return parsePeriod(`${now.getUTCFullYear()}-${String(now.getUTCMonth() + 1).padStart(2, '0')}`, nowMs);
-  let m = /^(\d{4})-(\d{2})$/.exec(period);
-  if (m && Number(m[2]) >= 1 && Number(m[2]) <= 12)
-    return { label: period, startMs: Date.UTC(Number(m[1]), Number(m[2]) - 1, 1), endMs: Date.UTC(Number(m[1]), Number(m[2]), 1) };
-  m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(period);
-  if (m && !Number.isNaN(Date.parse(`${period}T00:00:00Z`))) {
-    const start = Date.parse(`${period}T00:00:00Z`);
-    return { label: period, startMs: start, endMs: start + DAY_MS };
-  }
-  m = /^last-(\d{1,3})d$/.exec(period);
-  if (m && Number(m[1]) >= 1) {
-    const days = Number(m[1]);
-    const end = Math.floor(nowMs / DAY_MS) * DAY_MS + DAY_MS;
-    return { label: period, startMs: end - days * DAY_MS, endMs: end };
-  }
-  throw new UsageError(`--period "${period}" is not a period: give a month (2026-11), a day (2026-11-30) or the last N days (last-7d)`);
+export function parsePeriod(period: string | undefined, nowMs: number): ReportPeriod {
+  const found = reportPeriod(period, nowMs);
+  if (!found)
+    throw new UsageError(`--period "${period}" is not a period: give a month (2026-11), a day (2026-11-30) or the last N days (last-7d)`);
+  return found;
 }
 
 export interface JobCostRow {
@@ -96,16 +83,15 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
   const period = parsePeriod(flags.period, now);
   const team = flags.team;
   const notes: string[] = [];
-  const lowUtil = flags.lowUtil === undefined ? 30 : Number(flags.lowUtil);
-  if (!Number.isFinite(lowUtil) || lowUtil <= 0 || lowUtil > 100)
-    throw new UsageError(`--low-util must be a percentage from 1 to 100, got "${flags.lowUtil}"`);
+  const lowUtil = flags.lowUtil ?? 30;
 
   // Paid: the per-day spend ledger.
   const days = new Map<string, Record<string, number>>();
   for (const row of await fleet.ledger.list()) {
     if (!row.period.startsWith(DAY_PERIOD_PREFIX)) continue;
     const day = row.period.slice(DAY_PERIOD_PREFIX.length);
-    const at = Date.parse(`${day}T00:00:00Z`);
+    const at = dayStartMs(day);
+    if (at === undefined) continue;
     if (!(at >= period.startMs && at < period.endMs)) continue;
     if (team && row.team !== team) continue;
     const d = days.get(day) ?? {};
@@ -213,20 +199,46 @@ function jobRow(j: Job, atMs: number): JobCostRow {
 const usd = (micro: number) => (micro / 1e6).toFixed(2);
 
 export function reportCsv(r: FinOpsReport): string {
-  const lines = [
-    'kind,name,team,project,state,cost_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct',
-  ];
-  const q = (s: string) => (/[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s);
-  for (const t of r.byTeam) lines.push(`team,${q(t.team)},${q(t.team)},,,${usd(t.costMicroUsd)},,,,,,,`);
-  for (const d of r.byDay) for (const [t, v] of Object.entries(d.byTeam)) lines.push(`day,${d.day},${q(t)},,,${usd(v)},,,,,,,`);
+  const rows: (string | number)[][] = [];
+  const row = (kind: string, fields: Partial<Record<(typeof CSV_COLUMNS)[number], string | number>>) =>
+    rows.push([kind, ...CSV_COLUMNS.slice(1).map((c) => fields[c] ?? '')]);
+  for (const t of r.byTeam) row('team', { name: t.team, team: t.team, cost_usd: usd(t.costMicroUsd) });
+  for (const d of r.byDay) for (const [t, v] of Object.entries(d.byTeam)) row('day', { name: d.day, team: t, cost_usd: usd(v) });
   for (const p of r.byProject)
-    lines.push(`project,${q(p.project)},,${q(p.project)},,${usd(p.costMicroUsd)},,${p.gpuHours.toFixed(3)},,,,,`);
+    row('project', { name: p.project, project: p.project, cost_usd: usd(p.costMicroUsd), gpu_hours: p.gpuHours.toFixed(3) });
   for (const j of r.jobs)
-    lines.push(
-      `job,${q(j.job)},${q(j.team)},${q(j.project)},${j.state},${usd(j.costMicroUsd)},${usd(j.onDemandMicroUsd)},${j.gpuHours.toFixed(3)},${j.spotShare.toFixed(3)},${j.interruptions},${j.reworkGpuHours.toFixed(3)},${usd(j.reworkMicroUsd)},${j.utilizationPct?.toFixed(1) ?? ''}`,
-    );
-  return `${lines.join('\n')}\n`;
+    row('job', {
+      name: j.job,
+      team: j.team,
+      project: j.project,
+      state: j.state,
+      cost_usd: usd(j.costMicroUsd),
+      on_demand_usd: usd(j.onDemandMicroUsd),
+      gpu_hours: j.gpuHours.toFixed(3),
+      spot_share: j.spotShare.toFixed(3),
+      interruptions: j.interruptions,
+      rework_gpu_hours: j.reworkGpuHours.toFixed(3),
+      rework_usd: usd(j.reworkMicroUsd),
+      utilization_pct: j.utilizationPct?.toFixed(1) ?? '',
+    });
+  return stringify(rows, { header: true, columns: [...CSV_COLUMNS], record_delimiter: 'unix' });
 }
+
+const CSV_COLUMNS = [
+  'kind',
+  'name',
+  'team',
+  'project',
+  'state',
+  'cost_usd',
+  'on_demand_usd',
+  'gpu_hours',
+  'spot_share',
+  'interruptions',
+  'rework_gpu_hours',
+  'rework_usd',
+  'utilization_pct',
+] as const;
 
 export function reportText(r: FinOpsReport): string {
   const t = r.totals;

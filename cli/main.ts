@@ -1,10 +1,12 @@
-import { Command, CommanderError } from 'commander';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
+import { decimalNumber, oneOf, wholeNumber } from '../cloud/flags.ts';
+import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
+import { SIM_POLICIES } from '../cloud/sim/policies.ts';
 import { addAgentCommands } from '../agent/commands.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 
-// Each command's code is loaded when the command runs. Beyond start-up time this matters for
-// the simulator: the Lambda tracer (X-Ray SDK) turns on async-hook tracking for every promise
-// in the process when it is imported, which slowed `npm start` by about a third.
+// Each command's code is loaded when the command runs, so a command pays only for what it uses
+// (the simulator never loads an SDK client, the people commands never load the planner).
 
 /** Builds the `gpu-fleet` command. Exported so tests can run it in-process as well as as a child process. */
 export function buildProgram(io = { stdout: process.stdout, stderr: process.stderr }): Command {
@@ -21,16 +23,27 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       '--trace <file|name>',
       'trace CSV (job_id, submit_s, duration_s, gpus[, gpu_type, team, status]) or a shipped trace name (philly); default: the built-in Philly sample',
     )
-    .option('--hours <n>', 'virtual hours to simulate at most (arrivals after this are left out)', '72')
-    .option('--policy <name>', 'gpu-fleet | on-demand | spot-greedy | cheapest-fit', 'gpu-fleet')
-    .option('--seed <n>', 'seed for the simulated cloud and spot market; the same seed gives the same run', '1')
-    .option('--spot <source>', 'spot interruptions: traces (shipped availability traces) | none | rate:R (R per machine-hour)', 'traces')
-    .option('--max-jobs <n>', 'replay at most this many jobs (the earliest)')
+    .option('--hours <n>', 'virtual hours to simulate at most (arrivals after this are left out)', decimalNumber('--hours', 0.1, 720), 72)
+    .option('--policy <name>', SIM_POLICIES.join(' | '), oneOf('--policy', SIM_POLICIES), 'gpu-fleet')
+    .option(
+      '--seed <n>',
+      'seed for the simulated cloud and spot market; the same seed gives the same run',
+      wholeNumber('--seed', 0, 2 ** 31 - 1),
+      1,
+    )
+    .option(
+      '--spot <source>',
+      'spot interruptions: traces (shipped availability traces) | none | rate:R (R per machine-hour)',
+      spotSource,
+      'traces',
+    )
+    .option('--max-jobs <n>', 'replay at most this many jobs (the earliest)', wholeNumber('--max-jobs', 1, 1_000_000))
     .option('--out <dir>', 'write report.html (charts), summary.json, jobs.json and decisions.json to this folder')
     .option('--no-baselines', 'run only the chosen policy, not the three baselines')
     .option(
       '--faults <profile>',
-      'inject faults: none | api-errors | spot-stockout | crash-mid-apply | duplicate-reorder | interruption-storm | dead-agents | checkpoint-failures | store-conflicts | all (invariants are checked every simulated minute)',
+      `inject faults: ${Object.keys(FAULT_PROFILES).join(' | ')} (invariants are checked every simulated minute)`,
+      oneOf('--faults', Object.keys(FAULT_PROFILES)),
     )
     .option('--json', 'print the summary as JSON')
     .option('--no-progress', 'no progress bar')
@@ -173,7 +186,11 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       .option('--period <period>', 'a month (2026-11), a day (2026-11-30) or the last N days (last-7d); default: this month')
       .option('--out <dir>', 'also write report.html (charts), report.csv and report.json there')
       .option('--csv', 'print CSV (one row per team, day, project and job)')
-      .option('--low-util <pct>', 'GPU use under this marks a running job as wasteful (default 30)'),
+      .option(
+        '--low-util <pct>',
+        'GPU use under this marks a running job as wasteful (default 30)',
+        decimalNumber('--low-util', 1, 100, ' percent'),
+      ),
   )
     .addHelpText(
       'after',
@@ -199,6 +216,14 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
   addAgentCommands(program, io);
 
   return program;
+}
+
+/** `traces`, `none` or `rate:R` (spot interruptions per machine-hour). */
+function spotSource(value: string): string {
+  if (value === 'traces' || value === 'none' || /^rate:\d+(?:\.\d+)?$/.test(value)) return value;
+  throw new InvalidArgumentError(
+    `--spot must be "traces" (the shipped availability traces), "none" (no interruptions) or "rate:R" (R interruptions per machine-hour), got "${value}"`,
+  );
 }
 
 export async function main(argv: readonly string[]): Promise<number> {

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { budgetStatus, isValidTeamId, periodBounds, periodKey, teamFromTags } from '../core/budget.ts';
+import { budgetStatus, isValidTeamId, teamFromTags } from '../core/budget.ts';
+import { periodBounds, periodKey } from '../core/period.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, JOB_STATES, type Job, type JobState } from '../core/job.ts';
 import { checkJobSpec, type JobSpecInput } from '../core/job-spec.ts';
 import type { DecisionRecord, QueueDepth } from '../core/ports.ts';

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags, SHIPPED_TRACES } from '../cloud/sim/defaults.ts';
-import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
+import { faultProfile } from '../cloud/sim/faults.ts';
 import {
   runSimulation,
   SIM_POLICIES,
@@ -19,12 +19,13 @@ import { renderHtmlReport, type SimulateRun } from './report-html.ts';
 
 export type { SimulateRun };
 
+/** The flags as commander parsed them (cli/main.ts checks each value). */
 export interface SimulateFlags {
   readonly trace?: string;
-  readonly hours?: string;
-  readonly policy?: string;
-  readonly seed?: string;
-  readonly maxJobs?: string;
+  readonly hours?: number;
+  readonly policy?: SimPolicyName;
+  readonly seed?: number;
+  readonly maxJobs?: number;
   readonly out?: string;
   readonly spot?: string;
   readonly json?: boolean;
@@ -48,15 +49,12 @@ export async function simulateCommand(
   flags: SimulateFlags,
   io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WriteStream },
 ): Promise<SimulateRun> {
-  const seed = intFlag('--seed', flags.seed ?? '1', 0, 2 ** 31 - 1);
-  const hours = numberFlag('--hours', flags.hours ?? '72', 0.1, 24 * 30);
-  const maxJobs = flags.maxJobs === undefined ? undefined : intFlag('--max-jobs', flags.maxJobs, 1, 1_000_000);
-  const policy = (flags.policy ?? 'gpu-fleet') as SimPolicyName;
-  if (!SIM_POLICIES.includes(policy)) throw new UsageError(`--policy must be one of ${SIM_POLICIES.join(', ')}, got "${flags.policy}"`);
+  const seed = flags.seed ?? 1;
+  const hours = flags.hours ?? 72;
+  const maxJobs = flags.maxJobs;
+  const policy = flags.policy ?? 'gpu-fleet';
   const spot = spotFlag(flags.spot ?? 'traces');
-  const faults = flags.faults === undefined ? undefined : FAULT_PROFILES[flags.faults];
-  if (flags.faults !== undefined && !faults)
-    throw new UsageError(`--faults must be one of ${Object.keys(FAULT_PROFILES).join(', ')}, got "${flags.faults}"`);
+  const faults = flags.faults === undefined ? undefined : faultProfile(flags.faults);
   const file = traceFile(flags.trace);
   const workload = loadWorkload(file, { hours, ...(maxJobs !== undefined ? { maxJobs } : {}) });
   if (workload.jobs.length === 0)
@@ -237,19 +235,6 @@ export function renderReport(run: SimulateRun): string {
     ...(compare ? ['', compare] : []),
     ...(events.length > 0 ? ['', 'budget events (time into the replay):', ...events] : []),
   ].join('\n');
-}
-
-function intFlag(name: string, value: string, min: number, max: number): number {
-  const n = Number(value);
-  if (!/^-?\d+$/.test(value.trim()) || n < min || n > max)
-    throw new UsageError(`${name} must be a whole number from ${min} to ${max}, got "${value}"`);
-  return n;
-}
-
-function numberFlag(name: string, value: string, min: number, max: number): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n < min || n > max) throw new UsageError(`${name} must be a number from ${min} to ${max}, got "${value}"`);
-  return n;
 }
 
 export type { Workload };

@@ -1,52 +1,6 @@
 import { formatUsd, parseUsd, type MicroUsd } from './money.ts';
 import type { Budget, BudgetAction, BudgetPeriod, BudgetState, Team } from './team.ts';
 
-/** The key of the budget period that contains `atMs` (UTC): "2026-11", "2026-W48", "2026-11-30". */
-export function periodKey(period: BudgetPeriod, atMs: number): string {
-  const d = new Date(atMs);
-  const y = d.getUTCFullYear();
-  const m = String(d.getUTCMonth() + 1).padStart(2, '0');
-  switch (period) {
-    case 'monthly':
-      return `${y}-${m}`;
-    case 'daily':
-      return `${y}-${m}-${String(d.getUTCDate()).padStart(2, '0')}`;
-    case 'weekly': {
-      const { year, week } = isoWeek(atMs);
-      return `${year}-W${String(week).padStart(2, '0')}`;
-    }
-  }
-}
-
-/** Start and end (exclusive) of the period containing `atMs`, in ms. */
-export function periodBounds(period: BudgetPeriod, atMs: number): { startMs: number; endMs: number } {
-  const d = new Date(atMs);
-  const y = d.getUTCFullYear();
-  const mo = d.getUTCMonth();
-  const day = d.getUTCDate();
-  switch (period) {
-    case 'monthly':
-      return { startMs: Date.UTC(y, mo, 1), endMs: Date.UTC(y, mo + 1, 1) };
-    case 'daily':
-      return { startMs: Date.UTC(y, mo, day), endMs: Date.UTC(y, mo, day + 1) };
-    case 'weekly': {
-      const dow = (d.getUTCDay() + 6) % 7; // Monday = 0
-      const start = Date.UTC(y, mo, day - dow);
-      return { startMs: start, endMs: start + 7 * 86_400_000 };
-    }
-  }
-}
-
-function isoWeek(atMs: number): { year: number; week: number } {
-  const d = new Date(atMs);
-  const target = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate());
-  const dow = (new Date(target).getUTCDay() + 6) % 7;
-  const thursday = target - dow * 86_400_000 + 3 * 86_400_000;
-  const year = new Date(thursday).getUTCFullYear();
-  const week = 1 + Math.floor((thursday - Date.UTC(year, 0, 1)) / (7 * 86_400_000));
-  return { year, week };
-}
-
 export interface BudgetStatus {
   readonly state: BudgetState;
   readonly spentMicroUsd: MicroUsd;

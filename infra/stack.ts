@@ -517,7 +517,7 @@ export class GpuFleetStack extends Stack {
     });
     acknowledge(role, {
       'AwsSolutions-IAM5[Resource::*]':
-        'X-Ray trace segments (active tracing) and the Describe/List/GetMetricData/GetResources calls in this policy support no resource-level permissions.',
+        'X-Ray trace segments (Lambda active tracing) and the Describe/List/GetMetricData/GetResources calls in this policy support no resource-level permissions.',
     });
     acknowledge(f, {
       'AwsSolutions-L1': 'Node.js 22 is the runtime gpu-fleet is built and tested for; Node.js 24 has not been qualified yet.',

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { parseCsv } from '../csv.ts';
 import type { Cloud, InstanceType, Offering, PriceQuote } from '../../core/catalog.ts';
 import { normalizeGpuModel } from '../../core/gpu.ts';
 import { microUsdFromUsd } from '../../core/money.ts';
@@ -196,41 +197,8 @@ export class ShippedPriceSource implements PriceSource {
   }
 }
 
-/** Reads a CSV shipped in data/ (simple RFC 4180 subset: quoted fields, no embedded newlines). */
+/** Reads a CSV shipped in data/. */
 export function readShippedCsv(relativePath: string): Record<string, string>[] {
   const text = readFileSync(new URL(`../../data/${relativePath}`, import.meta.url), 'utf8');
   return parseCsv(text);
-}
-
-export function parseCsv(text: string): Record<string, string>[] {
-  const lines = text.split(/\r?\n/).filter((l) => l.length > 0);
-  const header = splitCsvLine(lines[0] ?? '');
-  return lines.slice(1).map((line) => {
-    const cells = splitCsvLine(line);
-    const row: Record<string, string> = {};
-    header.forEach((h, i) => (row[h] = cells[i] ?? ''));
-    return row;
-  });
-}
-
-function splitCsvLine(line: string): string[] {
-  const out: string[] = [];
-  let cur = '';
-  let quoted = false;
-  for (let i = 0; i < line.length; i++) {
-    const c = line[i]!;
-    if (quoted) {
-      if (c === '"' && line[i + 1] === '"') {
-        cur += '"';
-        i++;
-      } else if (c === '"') quoted = false;
-      else cur += c;
-    } else if (c === '"') quoted = true;
-    else if (c === ',') {
-      out.push(cur);
-      cur = '';
-    } else cur += c;
-  }
-  out.push(cur);
-  return out;
 }

@@ -1,5 +1,6 @@
 import { GpuFleetError } from '../../core/errors.ts';
-import { budgetStatus, periodKey, teamFromTags } from '../../core/budget.ts';
+import { budgetStatus, teamFromTags } from '../../core/budget.ts';
+import { periodKey } from '../../core/period.ts';
 import type { Instance, NodeGroup } from '../../core/fleet.ts';
 import { JOB_STATES, type Job } from '../../core/job.ts';
 import type { SpendLedger, TeamTagSet } from '../../core/ports.ts';

@@ -12,7 +12,8 @@ import {
   type FaultProfile,
 } from './faults.ts';
 import { checkInvariants, type InvariantViolation } from './invariants.ts';
-import { budgetStatus, periodKey, teamFromTags } from '../../core/budget.ts';
+import { budgetStatus, teamFromTags } from '../../core/budget.ts';
+import { periodKey } from '../../core/period.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
 import { jobIdFor, TERMINAL_STATES, type Job } from '../../core/job.ts';
 import { costForDuration, type MicroUsd } from '../../core/money.ts';
@@ -27,14 +28,14 @@ import { DEFAULT_POLICY, type Policy, type Snapshot } from '../../core/snapshot.
 import type { BudgetState } from '../../core/team.ts';
 import { instanceStateChange, parseCloudEvent, spotInterruptionWarning } from '../aws/events.ts';
 import { SeededRandom } from './clock.ts';
+import { SIM_POLICIES, type SimPolicyName } from './policies.ts';
 import { createSimEnvironment, type SimEnvironment } from './environment.ts';
 import { SimAgents } from './sim-agent.ts';
 import { ALWAYS_OBTAINABLE, type SimGroupConfig, type SimInstance } from './sim-cloud.ts';
 import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarket } from './spot-market.ts';
 import type { Workload, WorkloadJob } from './workload.ts';
 
-export const SIM_POLICIES = ['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit'] as const;
-export type SimPolicyName = (typeof SIM_POLICIES)[number];
+export { SIM_POLICIES, type SimPolicyName };
 
 /** Where spot interruptions come from. */
 export type SpotSetup =

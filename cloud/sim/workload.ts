@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { JobSpecInput } from '../../core/job-spec.ts';
-import { parseCsv } from '../catalog/shipped.ts';
+import { parseCsvTable } from '../csv.ts';
 import { GpuFleetError } from '../../core/errors.ts';
 
 /** One job of a replayed trace: when it arrives, how long it really runs, and the spec submitted for it. */
@@ -78,10 +78,9 @@ export function loadWorkload(file: string | URL, options: WorkloadOptions = {}):
 }
 
 export function parseWorkload(name: string, csvText: string, options: WorkloadOptions = {}): Workload {
-  const rows = parseCsv(csvText);
-  const header = csvText.split(/\r?\n/, 1)[0] ?? '';
+  const { columns, rows } = parseCsvTable(csvText);
   for (const col of ['job_id', 'submit_s', 'duration_s', 'gpus']) {
-    if (!header.split(',').includes(col))
+    if (!columns.includes(col))
       throw new GpuFleetError(
         `trace ${name}: missing column "${col}"; a trace needs job_id, submit_s, duration_s, gpus (gpu_type, team, status optional)`,
       );

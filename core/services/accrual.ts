@@ -1,4 +1,4 @@
-import { periodBounds, periodKey } from '../budget.ts';
+import { periodBounds, periodKey } from '../period.ts';
 import type { PriceQuote } from '../catalog.ts';
 import type { Instance } from '../fleet.ts';
 import { assignmentMilliGpu, type Job } from '../job.ts';

@@ -1,4 +1,5 @@
-import { periodKey, teamFromTags } from '../budget.ts';
+import { teamFromTags } from '../budget.ts';
+import { periodKey } from '../period.ts';
 import type { InstanceType, Offering, PriceQuote } from '../catalog.ts';
 import type { FleetNode, Instance, NodeGroup, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';

@@ -25,7 +25,7 @@ describe.runIf(available || required)('HTML report in a browser', () => {
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-report-'));
-    await simulateCommand({ hours: '6', maxJobs: '200', out: dir, progress: false }, { stdout: sink, stderr: process.stderr });
+    await simulateCommand({ hours: 6, maxJobs: 200, out: dir, progress: false }, { stdout: sink, stderr: process.stderr });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       args: [

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { budgetStatus, periodBounds, periodKey, teamFromTags } from '../../core/budget.ts';
+import { budgetStatus, teamFromTags } from '../../core/budget.ts';
+import { dayKey, dayStartMs, periodBounds, periodKey, reportPeriod } from '../../core/period.ts';
 import { aTeam } from '../builders.ts';
 
 const tags = (extra: Record<string, string> = {}) => ({
@@ -118,5 +119,27 @@ describe('budget status', () => {
 
   it('action alert keeps a spent team running with a warning', () => {
     expect(budgetStatus(aTeam('nlp', { budget: { ...budget, action: 'alert' } }), 2_000_000_000).state).toBe('warn');
+  });
+});
+
+describe('report periods (core/period.ts, shared with budgets)', () => {
+  const now = Date.UTC(2026, 10, 18, 15, 30);
+  it('reads a month, a day, the last N days and the default month', () => {
+    expect(reportPeriod('2026-02', now)).toEqual({ label: '2026-02', startMs: Date.UTC(2026, 1, 1), endMs: Date.UTC(2026, 2, 1) });
+    expect(reportPeriod('2026-11-30', now)).toEqual({ label: '2026-11-30', startMs: Date.UTC(2026, 10, 30), endMs: Date.UTC(2026, 11, 1) });
+    expect(reportPeriod('last-7d', now)).toEqual({ label: 'last-7d', startMs: Date.UTC(2026, 10, 12), endMs: Date.UTC(2026, 10, 19) });
+    expect(reportPeriod(undefined, now)).toEqual({ label: '2026-11', startMs: Date.UTC(2026, 10, 1), endMs: Date.UTC(2026, 11, 1) });
+  });
+
+  it('a month report covers exactly the budget month, and a day the ledger day', () => {
+    expect(reportPeriod('2026-11', now)).toEqual({ label: periodKey('monthly', now), ...periodBounds('monthly', now) });
+    expect(reportPeriod(dayKey(now), now)).toEqual({ label: '2026-11-18', ...periodBounds('daily', now) });
+  });
+
+  it('names no period for text that is not one', () => {
+    for (const bad of ['2026-13', '2026-00', '2026-02-30', 'last-0d', 'last-1000d', 'yesterday', '2026-1'])
+      expect(reportPeriod(bad, now)).toBeUndefined();
+    expect(dayStartMs('2026-02-29')).toBeUndefined();
+    expect(dayStartMs('2028-02-29')).toBe(Date.UTC(2028, 1, 29));
   });
 });
