@@ -110,6 +110,7 @@ export default tseslint.config(
       '.stryker-tmp/**',
       'reports/**',
       'cdk.out-agent/**',
+      'cdk.out-functions/**',
       'node_modules/**',
       'cdk.out/**',
       'dist/**',

@@ -2,7 +2,6 @@ import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { NodeAgent, type AgentLog } from './agent.ts';
@@ -11,9 +10,8 @@ import { nvidiaSmiMig } from './devices.ts';
 import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, type Identity, type MetadataClient } from './metadata.ts';
 import { gpuProblems, readGpuInventory, toGpuDevices } from './nvidia-smi.ts';
 import { DockerRunner, ProcessRunner } from './runner.ts';
-import { CloudWatchGpuMetricSink } from '../cloud/aws/cloudwatch-metrics.ts';
-import { documentClient, dynamoStores } from '../cloud/aws/dynamo-store.ts';
-import { awsConfigFromEnv, systemClock } from '../cloud/aws/config.ts';
+import { fleetConfigFromEnv } from '../cloud/env.ts';
+import { fleetPorts } from '../cloud/wiring.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 
 /** `gpu-fleet agent inspect` and `gpu-fleet agent run`: the node agent from the command line. */
@@ -118,7 +116,7 @@ export async function agentInspectCommand(
 /** Runs the agent until SIGTERM or SIGINT, against the state store in the AWS account of the environment. */
 export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = process.env): Promise<void> {
   const timeoutMs = timeoutOf(flags);
-  const config = awsConfigFromEnv(env);
+  const base = fleetConfigFromEnv(env);
   const logger = new Logger({ serviceName: 'gpu-fleet-agent' });
   const log: AgentLog = {
     info: (m, extra) => (extra ? logger.info(m, extra) : logger.info(m)),
@@ -136,7 +134,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     log.warn('no instance metadata: running with the given identity and without local interruption notices', {
       error: messageOf(error),
     });
-    identity = { cloud: 'aws', instanceId: flags.instanceId, region: config.region, zone: 'unknown', instanceType: 'unknown' };
+    identity = { cloud: 'aws', instanceId: flags.instanceId, region: base.region, zone: 'unknown', instanceType: 'unknown' };
   }
   if (flags.instanceId) identity = { ...identity, instanceId: flags.instanceId };
   const workDir = flags.workDir ?? env.GPU_FLEET_AGENT_DIR ?? '/var/lib/gpu-fleet';
@@ -146,17 +144,20 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     runnerKind === 'docker'
       ? new DockerRunner('docker', env)
       : new ProcessRunner({ baseEnv: env, stateFile: join(workDir, 'processes.json') });
-  const storeUri = flags.checkpointStore ?? `s3://${config.checkpointBucket}/checkpoints/`;
+  const storeUri =
+    flags.checkpointStore ??
+    (/^(s3|file):\/\//.test(base.checkpointBucket) ? base.checkpointBucket : `s3://${base.checkpointBucket}/checkpoints/`);
   let blobs: CheckpointBlobs;
-  if (storeUri.startsWith('s3://')) blobs = new S3Blobs(new S3Client({ region: config.region }));
+  if (storeUri.startsWith('s3://')) blobs = new S3Blobs(new S3Client({ region: base.region }));
   else if (storeUri.startsWith('file://')) blobs = new DirectoryBlobs(fileURLToPath(storeUri));
   else throw new UsageError(`--checkpoint-store must be s3://bucket/prefix/ or file:///path/; got "${storeUri}"`);
-  const doc = documentClient({ region: config.region, retryMode: 'adaptive', maxAttempts: 5 });
-  const stores = dynamoStores(doc, config.tables, storeUri);
+  // The same wiring as every other entry point, with the checkpoint root this agent was given.
+  const ports = await fleetPorts({ ...base, checkpointBucket: storeUri });
+  const { stores, config } = ports;
   const nvidiaSmi = flags.nvidiaSmi ?? 'nvidia-smi';
   const agent = new NodeAgent(
     {
-      clock: systemClock,
+      clock: ports.clock,
       jobs: stores.jobs,
       nodes: stores.nodes,
       checkpoints: stores.checkpoints,
@@ -165,7 +166,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       gpus: () => readGpuInventory({ command: nvidiaSmi, env }),
       ...(flags.migCreate !== false ? { migControl: nvidiaSmiMig((args) => runCli(nvidiaSmi, args, env)) } : {}),
       ...(metadata ? { metadata } : {}),
-      ...(flags.metrics !== false ? { metrics: new CloudWatchGpuMetricSink(new CloudWatchClient({ region: config.region })) } : {}),
+      ...(flags.metrics !== false ? { metrics: ports.metricSink } : {}),
       log,
     },
     {

@@ -1,57 +1,91 @@
-// Prints what each deployed bundle weighs (the three Lambda functions and the node agent), with
-// the largest packages in each, using the same esbuild settings as the stack.
-//   npm run bench:bundles [-- --json]
+// bench:bundles — what each deployed bundle weighs (the three Lambda functions, with and without
+// GCP, and the node agent), against the target for a Lambda bundle, with the largest packages in
+// each. The esbuild options are the stack's own (infra/bundling.ts).
+//
+//   npm run bench:bundles [-- --json] [--top N]
 import { gzipSync } from 'node:zlib';
-import { resolve } from 'node:path';
-import { buildSync, type Metafile } from 'esbuild';
-import { GCP_ONLY_MODULES } from '../infra/bundling.ts';
+import { Command } from 'commander';
+import { build, type Metafile } from 'esbuild';
+import { wholeNumber } from '../cloud/flags.ts';
+import { AGENT_ENTRY } from '../infra/agent-bundle.ts';
+import { bundleOptions, FUNCTION_ENTRIES, LAMBDA_BUNDLE_TARGET_KIB } from '../infra/bundling.ts';
 
-/** Each bundle, and the packages left out of it (as the stack leaves them out when GCP is not configured). */
-const ENTRIES: Record<string, { entry: string; external: readonly string[] }> = {
-  intake: { entry: 'functions/entries/intake.ts', external: GCP_ONLY_MODULES },
-  reconcile: { entry: 'functions/entries/reconcile.ts', external: GCP_ONLY_MODULES },
-  'reconcile+gcp': { entry: 'functions/entries/reconcile.ts', external: [] },
-  interruption: { entry: 'functions/entries/interruption.ts', external: GCP_ONLY_MODULES },
-  agent: { entry: 'agent/main.ts', external: [] },
-};
+export interface BundleRow {
+  readonly bundle: string;
+  readonly entry: string;
+  /** Minified size, KiB. */
+  readonly kib: number;
+  readonly gzipKib: number;
+  /** The target for this bundle, KiB (none for the agent, which is not a Lambda function). */
+  readonly targetKib?: number;
+  readonly largest: readonly { readonly pkg: string; readonly kib: number }[];
+}
 
-const rows = Object.entries(ENTRIES).map(([name, { entry, external }]) => {
-  const out = buildSync({
-    entryPoints: [resolve(import.meta.dirname, '..', entry)],
-    bundle: true,
-    platform: 'node',
-    target: name === 'agent' ? 'node20' : 'node22',
-    format: 'esm',
-    minify: true,
-    external: [...external],
-    mainFields: ['module', 'main'],
-    write: false,
-    metafile: true,
-    outfile: `${name}.mjs`,
-    logLevel: 'error',
-  });
-  const code = out.outputFiles[0]!.contents;
-  const byPackage = new Map<string, number>();
-  const meta = out.metafile as Metafile;
-  for (const output of Object.values(meta.outputs)) {
-    for (const [input, info] of Object.entries(output.inputs)) {
-      const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(input);
-      const key = m ? m[1]! : '(gpu-fleet)';
-      byPackage.set(key, (byPackage.get(key) ?? 0) + info.bytesInOutput);
+const BUNDLES: readonly { name: string; entry: string; gcp: boolean; target: string; targetKib?: number }[] = [
+  { name: 'intake', entry: FUNCTION_ENTRIES.intake, gcp: false, target: 'node22', targetKib: LAMBDA_BUNDLE_TARGET_KIB },
+  { name: 'reconcile', entry: FUNCTION_ENTRIES.reconcile, gcp: false, target: 'node22', targetKib: LAMBDA_BUNDLE_TARGET_KIB },
+  { name: 'interruption', entry: FUNCTION_ENTRIES.interruption, gcp: false, target: 'node22', targetKib: LAMBDA_BUNDLE_TARGET_KIB },
+  { name: 'reconcile+gcp', entry: FUNCTION_ENTRIES.reconcile, gcp: true, target: 'node22' },
+  { name: 'agent', entry: AGENT_ENTRY, gcp: false, target: 'node20' },
+];
+
+const kib = (bytes: number) => Math.round((bytes / 1024) * 10) / 10;
+
+export async function benchBundles(top = 6): Promise<BundleRow[]> {
+  const rows: BundleRow[] = [];
+  for (const b of BUNDLES) {
+    const out = await build({
+      ...bundleOptions(b.entry, { gcp: b.gcp, target: b.target }),
+      write: false,
+      metafile: true,
+      outfile: `${b.name}.mjs`,
+    });
+    const code = out.outputFiles[0]!.contents;
+    const byPackage = new Map<string, number>();
+    for (const output of Object.values((out.metafile as Metafile).outputs)) {
+      for (const [input, info] of Object.entries(output.inputs)) {
+        const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(input);
+        const key = m ? m[1]! : input.startsWith('data/') ? '(gpu-fleet data)' : '(gpu-fleet)';
+        byPackage.set(key, (byPackage.get(key) ?? 0) + info.bytesInOutput);
+      }
     }
+    rows.push({
+      bundle: b.name,
+      entry: b.entry.replace(/^.*?\/(functions|agent)\//, '$1/'),
+      kib: kib(code.length),
+      gzipKib: kib(gzipSync(code).length),
+      ...(b.targetKib !== undefined ? { targetKib: b.targetKib } : {}),
+      largest: [...byPackage.entries()]
+        .sort((a, c) => c[1] - a[1])
+        .slice(0, top)
+        .map(([pkg, bytes]) => ({ pkg, kib: kib(bytes) })),
+    });
   }
-  const top = [...byPackage.entries()].sort((a, b) => b[1] - a[1]).slice(0, 6);
-  return { bundle: name, entry, bytes: code.length, gzipBytes: gzipSync(code).length, top: top.map(([pkg, bytes]) => ({ pkg, bytes })) };
-});
+  return rows;
+}
 
-if (process.argv.includes('--json')) {
-  process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
-} else {
-  const kib = (n: number) => `${(n / 1024).toFixed(0)} KiB`;
-  for (const r of rows) {
-    process.stdout.write(
-      `${r.bundle.padEnd(13)} ${kib(r.bytes).padStart(9)} minified, ${kib(r.gzipBytes).padStart(8)} gzipped   (${r.entry})\n`,
-    );
-    process.stdout.write(`${''.padEnd(13)} largest: ${r.top.map((t) => `${t.pkg} ${kib(t.bytes)}`).join(', ')}\n`);
+const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+if (invokedDirectly) {
+  const o = new Command('bench:bundles')
+    .description('What each Lambda bundle and the agent bundle weigh (minified), against the target, and their largest packages')
+    .option('--top <n>', 'packages listed per bundle', wholeNumber('--top', 1, 100), 6)
+    .option('--json', 'print the rows as JSON')
+    .parse()
+    .opts<{ top: number; json?: boolean }>();
+  const rows = await benchBundles(o.top);
+  if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+  else {
+    for (const r of rows) {
+      const verdict =
+        r.targetKib === undefined
+          ? '(no target)'
+          : r.kib <= r.targetKib
+            ? `≤ ${r.targetKib} KiB target: met`
+            : `> ${r.targetKib} KiB target: MISSED`;
+      process.stdout.write(
+        `${r.bundle.padEnd(14)} ${`${r.kib.toFixed(0)} KiB`.padStart(9)} minified, ${`${r.gzipKib.toFixed(0)} KiB`.padStart(8)} gzipped  ${verdict}  (${r.entry})\n`,
+      );
+      process.stdout.write(`${''.padEnd(14)} largest: ${r.largest.map((t) => `${t.pkg} ${t.kib.toFixed(0)} KiB`).join(', ')}\n`);
+    }
   }
 }

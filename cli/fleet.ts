@@ -47,10 +47,12 @@ export interface Fleet {
 
 export interface FleetFlags {
   readonly sim?: string;
+  /** The deployed stack (AWS only; default GPU_FLEET_STACK, else GpuFleet). */
+  readonly stack?: string;
 }
 
 export async function openFleet(flags: FleetFlags): Promise<Fleet> {
-  return flags.sim ? openSimFleet(flags.sim) : openAwsFleet();
+  return flags.sim ? openSimFleet(flags.sim) : openAwsFleet(flags);
 }
 
 function openSimFleet(dir: string): Fleet {
@@ -104,16 +106,13 @@ function openSimFleet(dir: string): Fleet {
   };
 }
 
-async function openAwsFleet(): Promise<Fleet> {
-  const [{ awsConfigFromEnv, awsPorts, systemClock }, { CloudWatchGpuMetrics }] = await Promise.all([
-    import('../cloud/aws/runtime.ts'),
-    import('../cloud/aws/cloudwatch-metrics.ts'),
-  ]);
-  const config = awsConfigFromEnv();
-  const ports = awsPorts(config);
+async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
+  const { openAwsPorts } = await import('./aws.ts');
+  const ports = await openAwsPorts(flags);
+  const { config } = ports;
   return {
-    source: `AWS ${config.region}`,
-    clock: systemClock,
+    source: `AWS ${config.region}${ports.stackName ? `, stack ${ports.stackName}` : ''}`,
+    clock: ports.clock,
     policy: config.policy,
     jobs: ports.stores.jobs,
     nodes: ports.stores.nodes,
@@ -122,7 +121,7 @@ async function openAwsFleet(): Promise<Fleet> {
     queue: ports.queue,
     budgets: ports.reconcile.budgets,
     providers: ports.reconcile.providers,
-    gpuMetrics: ports.metrics instanceof CloudWatchGpuMetrics ? ports.metrics : undefined,
+    gpuMetrics: ports.gpuMetrics,
     async submit(team, body, token = randomUUID()) {
       const { messageId } = await ports.queue.send(team, body, token);
       return {

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { plan } from '../core/planner/planner.ts';
 import { DEFAULT_POLICY } from '../core/snapshot.ts';
-import { awsConfigFromEnv, awsPorts, systemClock } from '../cloud/aws/runtime.ts';
 import { DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../cloud/sim/environment.ts';
 import { DEFAULT_SIM_START_MS } from '../cloud/sim/simulation.ts';
@@ -12,11 +11,12 @@ import { createInterruptionHandler } from '../functions/interruption.ts';
 import { observability } from '../functions/observability.ts';
 import { createReconcileHandler } from '../functions/reconcile.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
+import { openAwsPorts, type StackFlags } from './aws.ts';
 
 export const FUNCTIONS = ['intake', 'reconcile', 'interruption'] as const;
 export type FunctionName = (typeof FUNCTIONS)[number];
 
-export interface InvokeFlags {
+export interface InvokeFlags extends StackFlags {
   readonly event?: string;
   readonly aws?: boolean;
   readonly state?: string;
@@ -47,13 +47,13 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
   const notes: string[] = [];
   let result: unknown;
   if (flags.aws) {
-    const config = awsConfigFromEnv();
-    const ports = awsPorts(config);
+    const ports = await openAwsPorts(flags);
+    const { config } = ports;
     result = await run(fn as FunctionName, event, context, {
       intake: () =>
         createIntakeHandler({
           jobs: ports.stores.jobs,
-          clock: systemClock,
+          clock: ports.clock,
           deadLetter: ports.deadLetter,
           teamOfQueue: teamFromQueueArn(config.teamQueuePrefix),
           obs,

@@ -1,9 +1,10 @@
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
-import { decimalNumber, oneOf, wholeNumber } from '../cloud/flags.ts';
+import { collect, decimalNumber, oneOf, wholeNumber } from '../cloud/flags.ts';
 import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
 import { SIM_POLICIES } from '../cloud/sim/policies.ts';
 import { addAgentCommands } from '../agent/commands.ts';
-import { messageOf, UsageError } from '../core/errors.ts';
+import { GpuFleetError, isCloudError, messageOf, UsageError } from '../core/errors.ts';
+import { translateAwsError } from '../cloud/aws/errors.ts';
 
 // Each command's code is loaded when the command runs, so a command pays only for what it uses
 // (the simulator never loads an SDK client, the people commands never load the planner).
@@ -61,10 +62,11 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .description('Run one reconcile against the AWS account in the environment and print the plan with its reasons')
     .option('--once', 'run one turn of the control loop (required)')
     .option('--dry-run', 'plan without acting')
+    .option('--stack <name>', 'the deployed stack whose tables and queues to use (default GPU_FLEET_STACK, else GpuFleet)')
     .option('--json', 'print the decision record as JSON')
     .addHelpText(
       'after',
-      '\nUses the standard AWS configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and\nGPU_FLEET_* variables for the tables and queues (see README).\n\nExamples:\n  gpu-fleet reconcile --once --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --once --json',
+      `${AWS_NOTE}\n\nExamples:\n  gpu-fleet reconcile --once --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --once --stack MyFleet --json`,
     )
     .action(async (flags) => {
       const { reconcileCommand } = await import('./reconcile.ts');
@@ -78,6 +80,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--event <file>', 'the event as JSON (an SQS event for intake, an EventBridge event for interruption)')
     .option('--state <dir>', 'load the simulated world from this folder and save it back (so invocations build on each other)')
     .option('--aws', 'run against AWS instead of the simulated cloud')
+    .option('--stack <name>', 'with --aws: the deployed stack (default GPU_FLEET_STACK, else GpuFleet)')
     .option('--json', 'print the result as JSON')
     .addHelpText(
       'after',
@@ -88,13 +91,12 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       await invokeCommand(fn, flags, io);
     });
 
-  const collect = (v: string, prev: string[] = []) => [...prev, v];
   const sim = (c: Command) =>
     c
       .option('--sim <dir>', 'act on a simulation saved by `gpu-fleet simulate --out DIR` instead of the AWS account in the environment')
+      .option('--stack <name>', 'the deployed stack whose tables and queues to use (default GPU_FLEET_STACK, else GpuFleet)')
       .option('--json', 'print JSON for scripts');
-  const awsNote =
-    '\nAgainst AWS it uses the standard configuration (AWS_REGION, the credential chain, AWS_ENDPOINT_URL[_<SERVICE>]) and the GPU_FLEET_* variables (see README).';
+  const awsNote = AWS_NOTE;
 
   sim(
     program
@@ -213,10 +215,14 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       await cancelCommand(id, flags, io);
     });
 
-  addAgentCommands(program, io);
+  addAgentCommands(program, io, () => import('../agent/cli.ts'));
 
   return program;
 }
+
+/** How the commands that act on AWS find the fleet, for their help. */
+const AWS_NOTE =
+  "\nAgainst AWS it reads the names of the tables, queues and bucket from the deployed stack's outputs (--stack NAME, or\nGPU_FLEET_STACK, default GpuFleet) with the standard AWS configuration (AWS_REGION, the credential chain,\nAWS_ENDPOINT_URL[_<SERVICE>]); GPU_FLEET_* variables override what the stack says (see README).";
 
 /** `traces`, `none` or `rate:R` (spot interruptions per machine-hour). */
 function spotSource(value: string): string {
@@ -224,6 +230,23 @@ function spotSource(value: string): string {
   throw new InvalidArgumentError(
     `--spot must be "traces" (the shipped availability traces), "none" (no interruptions) or "rate:R" (R interruptions per machine-hour), got "${value}"`,
   );
+}
+
+/** One line for a failure that is not a bug: what is missing or refused, and what to do. */
+export function failureLine(error: unknown): string | undefined {
+  const sdk = (error as { $metadata?: unknown; name?: string } | undefined) ?? {};
+  const known =
+    error instanceof GpuFleetError
+      ? error
+      : sdk.$metadata !== undefined || sdk.name === 'CredentialsProviderError'
+        ? translateAwsError(error, { operation: 'the command' })
+        : undefined;
+  if (!known) return undefined;
+  const line = known.message.replace(/\s*\n\s*-?\s*/g, ' ');
+  if (isCloudError(known, 'access-denied')) {
+    return `${line}; check the AWS credentials (AWS_PROFILE, aws configure, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) and that they may use the fleet's tables and queues`;
+  }
+  return line;
 }
 
 export async function main(argv: readonly string[]): Promise<number> {
@@ -239,7 +262,9 @@ export async function main(argv: readonly string[]): Promise<number> {
       process.stderr.write(`gpu-fleet: ${error.message}\n`);
       return 2;
     }
-    process.stderr.write(`gpu-fleet: ${(error instanceof Error && error.stack) || messageOf(error)}\n`);
+    const failure = failureLine(error);
+    // A failure of the world (credentials, a missing stack or table, a config) is one line; a bug keeps its stack.
+    process.stderr.write(`gpu-fleet: ${failure ?? ((error instanceof Error && error.stack) || messageOf(error))}\n`);
     return 1;
   }
 }

@@ -1,10 +1,10 @@
 import { describeAction, describeFailure } from '../core/plan.ts';
 import { plan } from '../core/planner/planner.ts';
 import { reconcile } from '../core/services/reconcile.ts';
-import { awsConfigFromEnv, awsPorts } from '../cloud/aws/runtime.ts';
+import { openAwsPorts, type StackFlags } from './aws.ts';
 import { UsageError } from '../core/errors.ts';
 
-export interface ReconcileFlags {
+export interface ReconcileFlags extends StackFlags {
   readonly once?: boolean;
   readonly dryRun?: boolean;
   readonly json?: boolean;
@@ -19,11 +19,10 @@ export async function reconcileCommand(flags: ReconcileFlags, io: { stdout: Node
     throw new UsageError(
       'give --once: gpu-fleet runs the control loop in Lambda; this command runs one turn of it (add --dry-run to plan without acting)',
     );
-  const config = awsConfigFromEnv();
-  const ports = awsPorts(config);
+  const ports = await openAwsPorts(flags);
   const out = await reconcile(ports.reconcile, {
     planner: plan,
-    policy: config.policy,
+    policy: ports.config.policy,
     dryRun: flags.dryRun ?? false,
     holder: `cli-${process.pid}`,
     stopwatch: () => performance.now(),
@@ -35,13 +34,13 @@ export async function reconcileCommand(flags: ReconcileFlags, io: { stdout: Node
   const d = out.decision;
   if (flags.json) {
     io.stdout.write(
-      `${JSON.stringify({ decision: d, lostJobsRequeued: out.lostJobsRequeued, resumed: out.resumed, problems: ports.groups.problems }, null, 2)}\n`,
+      `${JSON.stringify({ decision: d, lostJobsRequeued: out.lostJobsRequeued, resumed: out.resumed, problems: ports.problems() }, null, 2)}\n`,
     );
     return;
   }
   const lines = [
     `${flags.dryRun ? 'dry run' : 'reconciled'} ${d.id}: ${d.inputs.pendingJobs} jobs waiting, ${d.inputs.activeJobs} running, ${d.inputs.nodes} machines in ${d.inputs.groups.length} groups (planned in ${Math.round(d.planMs)} ms)`,
-    ...ports.groups.problems.map((p) => `problem: ${p}`),
+    ...ports.problems().map((p) => `problem: ${p}`),
     '',
     `actions (${d.plan.actions.length}${flags.dryRun ? ', none applied' : `, ${d.applied} applied`}):`,
     ...d.plan.actions.map((a) => `  ${describeAction(a)}`),

@@ -1,4 +1,5 @@
-import { z } from 'zod';
+import './schema.ts';
+import * as z from 'zod/mini';
 import { GPU_FAMILIES, GPU_MODELS } from './gpu.ts';
 
 /**
@@ -20,18 +21,27 @@ const LABEL_VALUE_RE = /^[A-Za-z0-9._:/@ -]{0,128}$/;
 const MIG_PROFILE_RE = /^[1-8]g\.\d{1,3}gb(\+me|\+gfx)?$/;
 const ZONE_RE = /^[a-z]{2,}-[a-z0-9-]+$/;
 
-const modelList = z
-  .array(z.string().refine((m) => ACCEPTED_MODELS.includes(m), { error: `unknown GPU model; allowed: ${ACCEPTED_MODELS.join(', ')}` }))
-  .min(1, { error: 'give at least one GPU model, or leave the field out to accept any' })
-  .max(ACCEPTED_MODELS.length)
-  .optional();
+const modelList = z.optional(
+  z
+    .array(
+      z
+        .string()
+        .check(z.refine((m) => ACCEPTED_MODELS.includes(m), { error: `unknown GPU model; allowed: ${ACCEPTED_MODELS.join(', ')}` })),
+    )
+    .check(
+      z.minLength(1, { error: 'give at least one GPU model, or leave the field out to accept any' }),
+      z.maxLength(ACCEPTED_MODELS.length),
+    ),
+);
 
 const int = (min: number, max: number, unit = '') =>
   z
     .number({ error: `must be a number from ${min} to ${max}${unit}` })
-    .int({ error: `must be a whole number from ${min} to ${max}${unit}` })
-    .min(min, { error: `must be at least ${min}${unit}` })
-    .max(max, { error: `must be at most ${max}${unit}` });
+    .check(
+      z.int({ error: `must be a whole number from ${min} to ${max}${unit}` }),
+      z.gte(min, { error: `must be at least ${min}${unit}` }),
+      z.lte(max, { error: `must be at most ${max}${unit}` }),
+    );
 
 export const GpuRequestSchema = z.discriminatedUnion(
   'kind',
@@ -40,7 +50,7 @@ export const GpuRequestSchema = z.discriminatedUnion(
       kind: z.literal('whole'),
       count: int(1, 16),
       models: modelList,
-      minMemoryMiB: int(1, 1_048_576).optional(),
+      minMemoryMiB: z.optional(int(1, 1_048_576)),
     }),
     z.strictObject({
       kind: z.literal('fraction'),
@@ -50,7 +60,7 @@ export const GpuRequestSchema = z.discriminatedUnion(
     }),
     z.strictObject({
       kind: z.literal('mig'),
-      profile: z.string().regex(MIG_PROFILE_RE, { error: 'must be a MIG profile such as "1g.10gb", "3g.40gb" or "1g.10gb+me"' }),
+      profile: z.string().check(z.regex(MIG_PROFILE_RE, { error: 'must be a MIG profile such as "1g.10gb", "3g.40gb" or "1g.10gb+me"' })),
       models: modelList,
     }),
   ],
@@ -59,77 +69,99 @@ export const GpuRequestSchema = z.discriminatedUnion(
 
 export const CheckpointSpecSchema = z.strictObject({
   intervalSec: int(60, 86_400),
-  signal: z.enum(['SIGUSR1', 'SIGUSR2', 'SIGTERM', 'SIGINT'], { error: 'must be SIGUSR1, SIGUSR2, SIGTERM or SIGINT' }).default('SIGUSR1'),
-  gracePeriodSec: int(5, 900).default(90),
+  signal: z._default(
+    z.enum(['SIGUSR1', 'SIGUSR2', 'SIGTERM', 'SIGINT'], { error: 'must be SIGUSR1, SIGUSR2, SIGTERM or SIGINT' }),
+    'SIGUSR1',
+  ),
+  gracePeriodSec: z._default(int(5, 900), 90),
 });
 
 const JobSpecObject = z.strictObject({
-  name: z.string().regex(NAME_RE, { error: 'must be 1-128 letters, digits, ".", "_" or "-", starting with a letter or digit' }).optional(),
-  image: z.string({ error: 'must be a container image reference such as "pytorch/pytorch:2.3.0-cuda12.1"' }).max(512).regex(IMAGE_RE, {
-    error: 'must be a container image reference ([registry/]repository[:tag][@sha256:digest]) without spaces or shell characters',
-  }),
+  name: z.optional(
+    z.string().check(z.regex(NAME_RE, { error: 'must be 1-128 letters, digits, ".", "_" or "-", starting with a letter or digit' })),
+  ),
+  image: z.string({ error: 'must be a container image reference such as "pytorch/pytorch:2.3.0-cuda12.1"' }).check(
+    z.maxLength(512),
+    z.regex(IMAGE_RE, {
+      error: 'must be a container image reference ([registry/]repository[:tag][@sha256:digest]) without spaces or shell characters',
+    }),
+  ),
   command: z
-    .array(z.string().max(8192, { error: 'each command argument is at most 8192 characters' }), {
+    .array(z.string().check(z.maxLength(8192, { error: 'each command argument is at most 8192 characters' })), {
       error: 'must be an array of arguments (argv), e.g. ["python", "train.py"]; a shell string is not accepted',
     })
-    .min(1, { error: 'command needs at least the program to run' })
-    .max(256, { error: 'command has at most 256 arguments' })
-    .refine((argv) => argv.every((a) => !a.includes('\u0000')), { error: 'command arguments may not contain NUL characters' }),
-  env: z
-    .record(
-      z
-        .string()
-        .regex(ENV_NAME_RE, { error: 'environment variable names are letters, digits and "_", not starting with a digit' })
-        .refine((k) => !k.startsWith('GPU_FLEET_'), { error: 'GPU_FLEET_* variables are set by gpu-fleet and cannot be given' }),
-      z
-        .string()
-        .max(32_768)
-        .refine((v) => !v.includes('\u0000'), { error: 'environment values may not contain NUL characters' }),
-    )
-    .refine((e) => Object.keys(e).length <= 128, { error: 'at most 128 environment variables' })
-    .default({}),
+    .check(
+      z.minLength(1, { error: 'command needs at least the program to run' }),
+      z.maxLength(256, { error: 'command has at most 256 arguments' }),
+      z.refine((argv) => argv.every((a) => !a.includes('\u0000')), { error: 'command arguments may not contain NUL characters' }),
+    ),
+  env: z._default(
+    z
+      .record(
+        z.string().check(
+          z.regex(ENV_NAME_RE, { error: 'environment variable names are letters, digits and "_", not starting with a digit' }),
+          z.refine((k) => !k.startsWith('GPU_FLEET_'), { error: 'GPU_FLEET_* variables are set by gpu-fleet and cannot be given' }),
+        ),
+        z.string().check(
+          z.maxLength(32_768),
+          z.refine((v) => !v.includes('\u0000'), { error: 'environment values may not contain NUL characters' }),
+        ),
+      )
+      .check(z.refine((e) => Object.keys(e).length <= 128, { error: 'at most 128 environment variables' })),
+    {},
+  ),
   gpu: GpuRequestSchema,
-  nodes: int(1, 64).default(1),
-  priority: int(0, 1000).default(100),
-  interruptible: z.boolean({ error: 'must be true or false' }).default(true),
-  checkpoint: CheckpointSpecSchema.optional(),
-  expectedRuntimeSec: int(1, 90 * 86_400).optional(),
-  deadline: z.iso.datetime({ error: 'must be an ISO 8601 date-time with a zone, e.g. "2026-12-04T17:00:00Z"', offset: true }).optional(),
-  labels: z
-    .record(
-      z.string().regex(LABEL_KEY_RE, { error: 'label keys are lower-case letters, digits, ".", "_", "/" or "-", at most 63 characters' }),
-      z.string().regex(LABEL_VALUE_RE, { error: 'label values are at most 128 letters, digits, spaces or ._:/@-' }),
-    )
-    .refine((l) => Object.keys(l).length <= 32, { error: 'at most 32 labels' })
-    .default({}),
-  placement: z
-    .strictObject({
-      clouds: z
-        .array(z.enum(['aws', 'gcp'], { error: 'entries must be "aws" or "gcp"' }))
-        .min(1)
-        .optional(),
-      regions: z
-        .array(z.string().regex(ZONE_RE, { error: 'entries look like "us-east-1" or "europe-west4"' }))
-        .min(1)
-        .max(32)
-        .optional(),
-      zones: z
-        .array(z.string().regex(ZONE_RE, { error: 'entries look like "us-east-1a" or "europe-west4-a"' }))
-        .min(1)
-        .max(64)
-        .optional(),
-    })
-    .optional(),
+  nodes: z._default(int(1, 64), 1),
+  priority: z._default(int(0, 1000), 100),
+  interruptible: z._default(z.boolean({ error: 'must be true or false' }), true),
+  checkpoint: z.optional(CheckpointSpecSchema),
+  expectedRuntimeSec: z.optional(int(1, 90 * 86_400)),
+  deadline: z.optional(z.iso.datetime({ error: 'must be an ISO 8601 date-time with a zone, e.g. "2026-12-04T17:00:00Z"', offset: true })),
+  labels: z._default(
+    z
+      .record(
+        z
+          .string()
+          .check(
+            z.regex(LABEL_KEY_RE, { error: 'label keys are lower-case letters, digits, ".", "_", "/" or "-", at most 63 characters' }),
+          ),
+        z.string().check(z.regex(LABEL_VALUE_RE, { error: 'label values are at most 128 letters, digits, spaces or ._:/@-' })),
+      )
+      .check(z.refine((l) => Object.keys(l).length <= 32, { error: 'at most 32 labels' })),
+    {},
+  ),
+  placement: z.optional(
+    z.strictObject({
+      clouds: z.optional(z.array(z.enum(['aws', 'gcp'], { error: 'entries must be "aws" or "gcp"' })).check(z.minLength(1))),
+      regions: z.optional(
+        z
+          .array(z.string().check(z.regex(ZONE_RE, { error: 'entries look like "us-east-1" or "europe-west4"' })))
+          .check(z.minLength(1), z.maxLength(32)),
+      ),
+      zones: z.optional(
+        z
+          .array(z.string().check(z.regex(ZONE_RE, { error: 'entries look like "us-east-1a" or "europe-west4-a"' })))
+          .check(z.minLength(1), z.maxLength(64)),
+      ),
+    }),
+  ),
 });
 
 /** The field names a spec may have, for messages about unknown fields. */
 export const JOB_SPEC_FIELDS: readonly string[] = Object.keys(JobSpecObject.shape);
 
-export const JobSpecSchema = JobSpecObject.superRefine((spec, ctx) => {
-  if (spec.nodes > 1 && spec.gpu.kind !== 'whole') {
-    ctx.addIssue({ code: 'custom', path: ['nodes'], message: 'a multi-node gang needs whole GPUs (gpu.kind "whole")', input: spec.nodes });
-  }
-});
+export const JobSpecSchema = JobSpecObject.check(
+  z.superRefine((spec, ctx) => {
+    if (spec.nodes > 1 && spec.gpu.kind !== 'whole') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['nodes'],
+        message: 'a multi-node gang needs whole GPUs (gpu.kind "whole")',
+        input: spec.nodes,
+      });
+    }
+  }),
+);
 
 export type JobSpecInput = z.input<typeof JobSpecSchema>;
 export type JobSpec = z.output<typeof JobSpecSchema>;

@@ -63,6 +63,12 @@ export interface NodeGroupProvider {
   /** Launch failures reported since `sinceMs`, oldest first. */
   launchFailures(sinceMs: number): Promise<LaunchFailure[]>;
   /**
+   * What the last listing found wrong with the groups (a limit tag that is not a number, a
+   * group without instance types), one sentence each; absent or [] when nothing. Dry runs and
+   * status print it.
+   */
+  readonly problems?: readonly string[];
+  /**
    * Lets a terminating instance held by a lifecycle hook go. Idempotent: an expired or
    * already completed action resolves.
    */
@@ -331,4 +337,14 @@ export interface LeaseStore {
   acquire(name: string, holder: string, nowMs: number, ttlMs: number): Promise<boolean>;
   /** Gives the lease up if `holder` holds it; otherwise does nothing. */
   release(name: string, holder: string): Promise<void>;
+}
+
+/** Where a message that cannot even be attributed to a team goes, with why (a dead-letter queue). */
+export interface DeadLetter {
+  send(input: { body: string; reason: string; sourceQueueArn: string; messageId: string }): Promise<void>;
+}
+
+/** Asks for a reconcile now (on AWS an asynchronous invocation of the reconcile function), so replacement capacity is chosen at once. */
+export interface ReconcileTrigger {
+  reconcileSoon(reason: string): Promise<void>;
 }

@@ -4,14 +4,11 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { isCloudError, messageOf } from '../core/errors.ts';
-import type { Clock, JobStore } from '../core/ports.ts';
+import type { Clock, DeadLetter, JobStore } from '../core/ports.ts';
 import { intake } from '../core/services/intake.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
-/** Where a message that cannot even be attributed to a team goes, with why. */
-export interface DeadLetter {
-  send(input: { body: string; reason: string; sourceQueueArn: string; messageId: string }): Promise<void>;
-}
+export type { DeadLetter };
 
 export interface IntakeDeps {
   readonly jobs: JobStore;

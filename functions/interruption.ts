@@ -5,16 +5,14 @@ import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
+import type { ReconcileTrigger } from '../core/ports.ts';
 import { handleNotice, type InterruptionPorts } from '../core/services/interruption.ts';
 import type { Policy } from '../core/snapshot.ts';
 import { parseCloudEvent } from '../cloud/aws/events.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 import { messageOf } from '../core/errors.ts';
 
-/** Asks for a reconcile now (an asynchronous invocation of the reconcile function), so replacement capacity is chosen at once. */
-export interface ReconcileTrigger {
-  reconcileSoon(reason: string): Promise<void>;
-}
+export type { ReconcileTrigger };
 
 export interface InterruptionDeps {
   readonly ports: InterruptionPorts;

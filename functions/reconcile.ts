@@ -2,10 +2,10 @@ import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import { z } from 'zod';
+import '../core/schema.ts';
+import * as z from 'zod/mini';
 import type { ActionFailure } from '../core/plan.ts';
 import type { JobQueue, QueueDepth } from '../core/ports.ts';
-import { pollNotices, type InterruptionPorts, type NoticeSource } from '../core/services/interruption.ts';
 import { reconcileMetrics } from '../core/services/metrics.ts';
 import { reconcile, type Planner, type ReconcilePorts } from '../core/services/reconcile.ts';
 import type { TeamMemory } from '../core/services/snapshot-reader.ts';
@@ -20,12 +20,10 @@ export interface ReconcileDeps {
   readonly policy: Policy;
   readonly obs: Observability;
   readonly timeoutEarlyInMillis?: number;
-  /** Clouds whose interruptions are found by looking (GCP), read before each plan. */
-  readonly notices?: { readonly sources: readonly NoticeSource[]; readonly ports: InterruptionPorts };
 }
 
 /** The scheduled event, an EventBridge "Scheduled Event", or a direct invocation `{ "dryRun": true }`. */
-const ReconcileEvent = z.looseObject({ dryRun: z.boolean().optional(), reason: z.string().max(200).optional() });
+const ReconcileEvent = z.looseObject({ dryRun: z.optional(z.boolean()), reason: z.optional(z.string().check(z.maxLength(200))) });
 
 export interface ReconcileResult {
   readonly status: 'done' | 'skipped';
@@ -58,15 +56,6 @@ export function createReconcileHandler(deps: ReconcileDeps) {
       const parsed = ReconcileEvent.safeParse(event ?? {});
       const dryRun = parsed.success ? (parsed.data.dryRun ?? false) : false;
       if (!parsed.success) logger.warn('reconcile event not understood; running a normal reconcile', { error: parsed.error.message });
-      // Preemptions GCP does not push: found by looking, handled like AWS events, before the plan sees the fleet.
-      let polledNotices: number | undefined;
-      if (deps.notices && deps.notices.sources.length > 0 && !dryRun) {
-        const polled = await pollNotices(deps.notices.ports, deps.notices.sources, deps.policy);
-        polledNotices = polled.handled;
-        if (polled.seen > 0)
-          logger.info('polled interruption notices', { seen: polled.seen, handled: polled.handled, requeued: polled.requeued });
-        for (const e of polled.errors) logger.warn('interruption notices unavailable', { error: e });
-      }
       const out = await reconcile(deps.ports, {
         planner: deps.planner,
         policy: deps.policy,
@@ -90,6 +79,10 @@ export function createReconcileHandler(deps: ReconcileDeps) {
         };
       }
       const d = out.decision;
+      const polled = out.polled;
+      if (polled && polled.seen > 0)
+        logger.info('polled interruption notices', { seen: polled.seen, handled: polled.handled, requeued: polled.requeued });
+      for (const e of polled?.errors ?? []) logger.warn('interruption notices unavailable', { error: e });
       const depths = new Map<string, QueueDepth>();
       for (const team of await deps.queue.teams().catch(() => [] as string[])) {
         try {
@@ -129,7 +122,7 @@ export function createReconcileHandler(deps: ReconcileDeps) {
         errors: d.errors,
         lostJobsRequeued: out.lostJobsRequeued,
         resumedActions: out.resumed,
-        ...(polledNotices !== undefined ? { polledNotices } : {}),
+        ...(polled ? { polledNotices: polled.handled } : {}),
       };
     },
     { timeoutEarlyInMillis: deps.timeoutEarlyInMillis ?? 1000 },

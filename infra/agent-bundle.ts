@@ -1,30 +1,29 @@
 import { mkdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { buildSync } from 'esbuild';
+import { build, buildSync } from 'esbuild';
+import { bundleOptions } from './bundling.ts';
 
 /**
  * Bundles the node agent (agent/main.ts) into one ES module file for the node groups' user data
- * to download and run with Node.js. Deterministic: the same sources give the same bytes (and so
- * the same asset hash, and no needless instance refresh).
+ * to download and run with Node.js (20 or later). Deterministic: the same sources give the same
+ * bytes (and so the same asset hash, and no needless instance refresh). The agent never loads the
+ * GCP side of the wiring.
  */
 export const AGENT_ENTRY = resolve(import.meta.dirname, '../agent/main.ts');
+const AGENT_FILE = 'gpu-fleet-agent.mjs';
 
-export function bundleAgent(outDir: string): { file: string; bytes: number } {
+/** The bundle as the CDK app builds it (with the SDK schema plugin, which needs esbuild's asynchronous API). */
+export async function bundleAgent(outDir: string): Promise<{ file: string; bytes: number }> {
   mkdirSync(outDir, { recursive: true });
-  const file = join(outDir, 'gpu-fleet-agent.mjs');
-  buildSync({
-    entryPoints: [AGENT_ENTRY],
-    outfile: file,
-    bundle: true,
-    platform: 'node',
-    target: 'node20',
-    format: 'esm',
-    minify: true,
-    legalComments: 'none',
-    mainFields: ['module', 'main'],
-    // Some dependencies are CommonJS and call require(): give the module one.
-    banner: { js: "import { createRequire as __gpuFleetRequire } from 'node:module'; const require = __gpuFleetRequire(import.meta.url);" },
-    logLevel: 'error',
-  });
+  const file = join(outDir, AGENT_FILE);
+  await build({ ...bundleOptions(AGENT_ENTRY, { gcp: false, target: 'node20' }), outfile: file });
+  return { file, bytes: statSync(file).size };
+}
+
+/** The same without plugins, for a stack built synchronously outside the app (tests): larger, same behaviour. */
+export function bundleAgentSync(outDir: string): { file: string; bytes: number } {
+  mkdirSync(outDir, { recursive: true });
+  const file = join(outDir, AGENT_FILE);
+  buildSync({ ...bundleOptions(AGENT_ENTRY, { gcp: false, target: 'node20' }), plugins: [], outfile: file });
   return { file, bytes: statSync(file).size };
 }

@@ -4,12 +4,19 @@ import { resolve } from 'node:path';
 import { App, Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { ConfigError, loadConfig } from './config.ts';
+import { bundleAgent } from './agent-bundle.ts';
+import { bundleFunctions } from './bundling.ts';
 import { GpuFleetStack } from './stack.ts';
 
-export function buildApp(app: App, configPath: string): GpuFleetStack {
+export async function buildApp(app: App, configPath: string): Promise<GpuFleetStack> {
   const config = loadConfig(configPath);
+  // The functions are bundled first (esbuild's plugins run only in its asynchronous API).
+  const functionBundles = await bundleFunctions(resolve(import.meta.dirname, '../cdk.out-functions'), { gcp: config.gcp !== undefined });
+  const agent = await bundleAgent(resolve(import.meta.dirname, '../cdk.out-agent'));
   const stack = new GpuFleetStack(app, config.stackName, {
     config,
+    functionBundles,
+    agentBundleFile: agent.file,
     // Region (and account when given) are fixed by the config: synth never looks anything up.
     env: { region: config.region, ...(config.account ? { account: config.account } : {}) },
     description: 'gpu-fleet: serverless autoscaling control plane for GPU work on spot and on-demand capacity',
@@ -25,7 +32,7 @@ const configPath = resolve(
     resolve(import.meta.dirname, 'config.example.json'),
 );
 try {
-  buildApp(app, configPath);
+  await buildApp(app, configPath);
 } catch (error) {
   if (error instanceof ConfigError) {
     process.stderr.write(`${error.message}\n`);

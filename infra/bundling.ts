@@ -1,11 +1,100 @@
+import { mkdirSync, statSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { build, type BuildOptions, type Plugin } from 'esbuild';
+
 /**
- * Packages only the GCP adapter loads (the reconcile entry imports it lazily, when GCP projects
- * are configured). Without GCP they are left out of the bundle: the Compute client's API
- * description alone is about 4 MB.
+ * How gpu-fleet's Lambda functions and node agent are bundled: one ES module file each, minified,
+ * with what a fleet without GCP never loads left out. The stack and `npm run bench:bundles` use
+ * these very options, so what the bench measures is what is deployed.
+ */
+
+/** Each Lambda bundle's size target (minified, not gzipped), without GCP. */
+export const LAMBDA_BUNDLE_TARGET_KIB = 1024;
+
+/**
+ * What only the GCP side of the wiring loads (cloud/wiring.ts imports './gcp/runtime.ts' lazily,
+ * when GCP projects are configured). Without GCP they are left out of the bundle: the Compute
+ * client's API description alone is about 4 MB, and the GCP adapter and its catalogue ~150 KiB.
+ * `./gcp/runtime.ts` is matched as the wiring writes the import.
  */
 export const GCP_ONLY_MODULES: readonly string[] = [
   '@google-cloud/compute',
   'google-gax',
   'google-auth-library',
   '@aws-sdk/client-secrets-manager',
+  './gcp/runtime.ts',
 ];
+
+// Some dependencies are CommonJS and call require(): give the ES module one.
+const REQUIRE_BANNER =
+  "import { createRequire as __gpuFleetRequire } from 'node:module'; const require = __gpuFleetRequire(import.meta.url);";
+
+/**
+ * The AWS SDK's generated schema modules (one per service) declare every shape of the API, and
+ * write each member's serialisation traits with computed keys (`{ [_xN]: "Tag" }` where
+ * `const _xN = "xmlName"`). A bundler must assume a computed key may run code, so it keeps every
+ * shape: EC2's 531 KiB of them for the four calls gpu-fleet makes. This plugin writes those keys
+ * as the literal strings they are (same object, same behaviour), and the unused shapes drop out.
+ */
+export const literalSchemaKeys: Plugin = {
+  name: 'gpu-fleet-literal-schema-keys',
+  setup(b) {
+    b.onLoad({ filter: /[\\/]@aws-sdk[\\/][^\\/]+[\\/]dist-es[\\/]schemas[\\/]schemas_\d+\.js$/ }, async (args) => {
+      const source = await readFile(args.path, 'utf8');
+      const strings = new Map<string, string>();
+      for (const m of source.matchAll(/^const (_\w+) = ("[^"\\\n]*");$/gm)) strings.set(m[1]!, m[2]!);
+      const contents = source.replace(/\[(_\w+)\]:/g, (whole, name: string) => (strings.has(name) ? `${strings.get(name)}:` : whole));
+      return { contents, loader: 'js' };
+    });
+  },
+};
+
+/** esbuild options for one bundle. */
+export function bundleOptions(entry: string, options: { gcp: boolean; target?: string }): BuildOptions {
+  return {
+    entryPoints: [entry],
+    bundle: true,
+    platform: 'node',
+    target: options.target ?? 'node22',
+    format: 'esm',
+    minify: true,
+    legalComments: 'none',
+    mainFields: ['module', 'main'],
+    banner: { js: REQUIRE_BANNER },
+    external: options.gcp ? [] : [...GCP_ONLY_MODULES],
+    plugins: [literalSchemaKeys],
+    logLevel: 'error',
+  };
+}
+
+/** The Lambda functions and their entry files. */
+export const FUNCTION_ENTRIES = {
+  intake: resolve(import.meta.dirname, '../functions/entries/intake.ts'),
+  reconcile: resolve(import.meta.dirname, '../functions/entries/reconcile.ts'),
+  interruption: resolve(import.meta.dirname, '../functions/entries/interruption.ts'),
+} as const;
+export type FunctionName = keyof typeof FUNCTION_ENTRIES;
+
+/** Bundles a Lambda entry into `outDir/index.mjs` (the handler is `index.handler`), with its source map. */
+export async function bundleFunction(entry: string, outDir: string, options: { gcp: boolean }): Promise<{ file: string; bytes: number }> {
+  mkdirSync(outDir, { recursive: true });
+  const file = join(outDir, 'index.mjs');
+  await build({ ...bundleOptions(entry, options), outfile: file, sourcemap: 'linked' });
+  return { file, bytes: statSync(file).size };
+}
+
+/**
+ * Every function's bundle, each in its own folder under `outDir` (the CDK app builds them before
+ * the stack: esbuild runs plugins only in its asynchronous API). Only the reconcile function ever
+ * loads the GCP adapter, and only when GCP is configured.
+ */
+export async function bundleFunctions(outDir: string, options: { gcp: boolean }): Promise<Record<FunctionName, string>> {
+  const out = {} as Record<FunctionName, string>;
+  for (const [name, entry] of Object.entries(FUNCTION_ENTRIES) as [FunctionName, string][]) {
+    const dir = join(outDir, name);
+    await bundleFunction(entry, dir, { gcp: options.gcp && name === 'reconcile' });
+    out[name] = dir;
+  }
+  return out;
+}

@@ -12,7 +12,6 @@ import * as kms from 'aws-cdk-lib/aws-kms';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as destinations from 'aws-cdk-lib/aws-lambda-destinations';
 import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
-import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as s3assets from 'aws-cdk-lib/aws-s3-assets';
@@ -22,11 +21,13 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import { AGENT_METRICS } from '../cloud/aws/cloudwatch-metrics.ts';
 import { GROUP_TAGS } from '../cloud/aws/asg-node-groups.ts';
+import { STACK_OUTPUT_VARIABLES } from '../cloud/aws/stack-outputs.ts';
 import { TABLES, type TableNames } from '../cloud/aws/tables.ts';
+import { FLEET_VARIABLES } from '../cloud/env.ts';
 import { METRICS_NAMESPACE } from '../functions/observability.ts';
-import { bundleAgent } from './agent-bundle.ts';
+import { bundleAgentSync } from './agent-bundle.ts';
 import type { GpuFleetConfig, NodeGroupConfig } from './config.ts';
-import { GCP_ONLY_MODULES } from './bundling.ts';
+import { FUNCTION_ENTRIES, type FunctionName } from './bundling.ts';
 
 /**
  * The whole of gpu-fleet in one stack: state (DynamoDB), checkpoints (S3), team queues (SQS), the
@@ -39,13 +40,11 @@ export interface GpuFleetStackProps extends StackProps {
   readonly config: GpuFleetConfig;
   /** Where the agent bundle is written at synth time (default: cdk.out-agent under the project). */
   readonly agentBundleDir?: string;
+  /** The agent bundle infra/app.ts built (infra/agent-bundle.ts `bundleAgent`); without it the stack bundles the agent itself, without the SDK schema plugin. */
+  readonly agentBundleFile?: string;
+  /** Each function's bundle folder (infra/bundling.ts `bundleFunctions`); needed whenever CDK bundles this stack. */
+  readonly functionBundles?: Readonly<Record<FunctionName, string>>;
 }
-
-const FUNCTION_ENTRIES = {
-  intake: resolve(import.meta.dirname, '../functions/entries/intake.ts'),
-  reconcile: resolve(import.meta.dirname, '../functions/entries/reconcile.ts'),
-  interruption: resolve(import.meta.dirname, '../functions/entries/interruption.ts'),
-} as const;
 
 export const LIFECYCLE_HOOK_NAME = 'gpu-fleet-drain';
 const LIFECYCLE_TIMEOUT_SEC = 300;
@@ -57,14 +56,17 @@ export class GpuFleetStack extends Stack {
   readonly teamQueues: Map<string, sqs.Queue>;
   readonly deadLetters: sqs.Queue;
   readonly failures: sqs.Queue;
-  readonly functions: Record<keyof typeof FUNCTION_ENTRIES, nodejs.NodejsFunction>;
+  readonly functions: Record<FunctionName, lambda.Function>;
   readonly groups: Map<string, autoscaling.AutoScalingGroup>;
   readonly agentRole: iam.Role;
   readonly dashboard: cloudwatch.Dashboard;
   readonly alarms: cloudwatch.Alarm[] = [];
 
+  private readonly bundles: Readonly<Record<FunctionName, string>> | undefined;
+
   constructor(scope: Construct, id: string, props: GpuFleetStackProps) {
     super(scope, id, props);
+    this.bundles = props.functionBundles;
     // Access logs are delivered by bucket policy (no ACLs anywhere in the stack).
     this.node.setContext('@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy', true);
     const config = props.config;
@@ -164,7 +166,7 @@ export class GpuFleetStack extends Stack {
     // ---- network and node groups ------------------------------------------------------------
     const vpc = this.network(config);
     const agentAsset = new s3assets.Asset(this, 'AgentBundle', {
-      path: bundleAgent(props.agentBundleDir ?? resolve(import.meta.dirname, '../cdk.out-agent')).file,
+      path: props.agentBundleFile ?? bundleAgentSync(props.agentBundleDir ?? resolve(import.meta.dirname, '../cdk.out-agent')).file,
     });
     this.agentRole = this.agentRoleFor(agentAsset);
     const nodeSg = new ec2.SecurityGroup(this, 'NodeSecurityGroup', {
@@ -190,19 +192,16 @@ export class GpuFleetStack extends Stack {
       GPU_FLEET_IDLE_COOLDOWN_SEC: String(config.policy.idleCooldownSec),
       GPU_FLEET_NOTICE_MARGIN_SEC: String(config.policy.noticeMarginSec),
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
-      ...(config.gcp
-        ? {
-            GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects),
-            GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName,
-          }
-        : {}),
     };
+    // Only reconcile works with GCP (it scales the managed instance groups and polls preemptions).
+    const gcpEnv: Record<string, string> = config.gcp
+      ? { GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects), GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName }
+      : {};
     const reconcile = this.fn('reconcile', {
       memoryMb: 1769,
       timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)),
-      env,
+      env: { ...env, ...gcpEnv },
       reservedConcurrency: 1,
-      external: config.gcp ? [] : GCP_ONLY_MODULES,
     });
     const intake = this.fn('intake', { memoryMb: 512, timeout: Duration.seconds(30), env });
     const interruption = this.fn('interruption', {
@@ -271,11 +270,24 @@ export class GpuFleetStack extends Stack {
     this.dashboard = this.dashboardFor(config);
     this.alarmsFor(config);
 
+    // ---- outputs: every name the gpu-fleet CLI needs, so it finds the fleet by the stack's name ------
+    const values: Record<string, string> = { ...env, ...gcpEnv, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName };
+    for (const [key, variable] of Object.entries(STACK_OUTPUT_VARIABLES)) {
+      const value = values[variable];
+      if (value !== undefined) new CfnOutput(this, key, { value, description: `${FLEET_VARIABLES[variable]} (${variable})` });
+    }
+    new CfnOutput(this, 'IntakeFunctionName', {
+      value: intake.functionName,
+      description: 'the intake function (SQS event source on the team queues)',
+    });
+    new CfnOutput(this, 'InterruptionFunctionName', {
+      value: interruption.functionName,
+      description: 'the interruption function (EventBridge rules)',
+    });
     new CfnOutput(this, 'TeamQueueUrls', {
       value: [...this.teamQueues].map(([t, q]) => `${t}=${q.queueUrl}`).join(' '),
       description: 'Where each team sends its job specs',
     });
-    new CfnOutput(this, 'CheckpointBucket', { value: this.bucket.bucketName });
     new CfnOutput(this, 'DashboardName', { value: this.dashboard.dashboardName });
   }
 
@@ -479,9 +491,9 @@ export class GpuFleetStack extends Stack {
   }
 
   private fn(
-    name: keyof typeof FUNCTION_ENTRIES,
-    o: { memoryMb: number; timeout: Duration; env: Record<string, string>; reservedConcurrency?: number; external?: readonly string[] },
-  ): nodejs.NodejsFunction {
+    name: FunctionName,
+    o: { memoryMb: number; timeout: Duration; env: Record<string, string>; reservedConcurrency?: number },
+  ): lambda.Function {
     const logGroup = new logs.LogGroup(this, `${name}Logs`, {
       retention: logs.RetentionDays.ONE_MONTH,
       encryptionKey: this.key,
@@ -492,9 +504,9 @@ export class GpuFleetStack extends Stack {
       description: `gpu-fleet ${name} function`,
     });
     logGroup.grantWrite(role);
-    const f = new nodejs.NodejsFunction(this, `${name}Function`, {
-      entry: FUNCTION_ENTRIES[name],
-      handler: 'handler',
+    const f = new lambda.Function(this, `${name}Function`, {
+      code: this.functionCode(name),
+      handler: 'index.handler',
       runtime: lambda.Runtime.NODEJS_22_X,
       architecture: lambda.Architecture.ARM_64,
       memorySize: o.memoryMb,
@@ -505,15 +517,6 @@ export class GpuFleetStack extends Stack {
       environment: { ...o.env, POWERTOOLS_SERVICE_NAME: `gpu-fleet-${name}`, NODE_OPTIONS: '--enable-source-maps' },
       ...(o.reservedConcurrency !== undefined ? { reservedConcurrentExecutions: o.reservedConcurrency } : {}),
       ...(name === 'intake' ? {} : { onFailure: new destinations.SqsDestination(this.failures), retryAttempts: 2 }),
-      bundling: {
-        format: nodejs.OutputFormat.ESM,
-        target: 'node22',
-        minify: true,
-        sourceMap: true,
-        mainFields: ['module', 'main'],
-        banner: "import { createRequire as __gpuFleetRequire } from 'node:module'; const require = __gpuFleetRequire(import.meta.url);",
-        externalModules: [...(o.external ?? GCP_ONLY_MODULES)],
-      },
     });
     acknowledge(role, {
       'AwsSolutions-IAM5[Resource::*]':
@@ -523,6 +526,23 @@ export class GpuFleetStack extends Stack {
       'AwsSolutions-L1': 'Node.js 22 is the runtime gpu-fleet is built and tested for; Node.js 24 has not been qualified yet.',
     });
     return f;
+  }
+
+  /**
+   * A function's code: the folder infra/app.ts bundled it into (infra/bundling.ts, the options
+   * bench:bundles measures). A stack built without bundles is allowed only where CDK skips
+   * bundling (tests, `cdk synth --exclusively` of another stack); it gets a placeholder.
+   */
+  private functionCode(name: FunctionName): lambda.Code {
+    const dir = this.bundles?.[name];
+    if (dir) return lambda.Code.fromAsset(dir);
+    if (this.bundlingRequired)
+      throw new Error(
+        `no bundle for the ${name} function (${FUNCTION_ENTRIES[name]}): infra/app.ts bundles the functions before it builds the stack`,
+      );
+    return lambda.Code.fromInline(
+      `exports.handler = async () => { throw new Error('the ${name} function was synthesised without its bundle'); };`,
+    );
   }
 
   /** Use of the stack's key for the tables, queues and bucket a role touches: no wildcard actions. */
@@ -643,7 +663,7 @@ export class GpuFleetStack extends Stack {
     }
   }
 
-  private grantIntake(intake: nodejs.NodejsFunction): void {
+  private grantIntake(intake: lambda.Function): void {
     const role = intake.role!;
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({ sid: 'Jobs', actions: ['dynamodb:GetItem', 'dynamodb:PutItem'], resources: [this.tables.jobs.tableArn] }),

@@ -7,7 +7,8 @@ import { priorRatePerHour } from '../../core/risk.ts';
 import { DEFAULT_POLICY, type Snapshot } from '../../core/snapshot.ts';
 import type { Team } from '../../core/team.ts';
 import { planBaseline } from '../../core/planner/baseline.ts';
-import { onDemandPrice, regionOfZone, shippedCatalog, spotPrice } from '../../cloud/catalog/shipped.ts';
+import { shippedCatalog } from '../../cloud/catalog/all-shipped.ts';
+import { onDemandPrice, regionOfZone, spotPrice } from '../../cloud/catalog/shipped.ts';
 import { parseCsv } from '../../cloud/csv.ts';
 import { SeededRandom } from '../../cloud/sim/clock.ts';
 

@@ -42,9 +42,32 @@ import type { TableNames } from './tables.ts';
  * CloudErrors in the port vocabulary.
  */
 export function documentClient(config: DynamoDBClientConfig = {}): DynamoDBDocumentClient {
-  return DynamoDBDocumentClient.from(new DynamoDBClient({ retryMode: 'adaptive', ...config }), {
-    marshallOptions: { removeUndefinedValues: true, convertClassInstanceToMap: false },
-  });
+  return documentClientFor(new DynamoDBClient({ retryMode: 'adaptive', ...config }));
+}
+
+/**
+ * The document client the stores use, over a DynamoDB client. `variables` names the setting
+ * behind each table (`GPU_FLEET_JOBS_TABLE` for the jobs table), so a missing table's error says
+ * which setting to fix.
+ */
+export function documentClientFor(client: DynamoDBClient, variables: Readonly<Record<string, string>> = {}): DynamoDBDocumentClient {
+  const doc = DynamoDBDocumentClient.from(client, { marshallOptions: { removeUndefinedValues: true, convertClassInstanceToMap: false } });
+  // A failed call says which table it was about, so "not found" can name the missing table.
+  doc.middlewareStack.add(
+    (next) => async (args) => {
+      try {
+        return await next(args);
+      } catch (error) {
+        const table = (args.input as { TableName?: unknown }).TableName;
+        if (typeof table === 'string' && error !== null && typeof error === 'object') {
+          Object.assign(error, { tableName: table, ...(variables[table] ? { tableVariable: variables[table] } : {}) });
+        }
+        throw error;
+      }
+    },
+    { step: 'initialize', name: 'gpuFleetTableOfError' },
+  );
+  return doc;
 }
 
 const DAY_S = 86_400;

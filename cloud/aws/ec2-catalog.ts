@@ -3,7 +3,7 @@ import type { InstanceType, Offering, PriceQuote } from '../../core/catalog.ts';
 import { normalizeGpuModel } from '../../core/gpu.ts';
 import { microUsdFromUsd } from '../../core/money.ts';
 import type { CatalogSource, Clock, PriceSource } from '../../core/ports.ts';
-import { onDemandPrice, shippedCatalog, spotPrice, type ShippedCatalog } from '../catalog/shipped.ts';
+import { awsShippedCatalog, onDemandPrice, spotPrice, type ShippedCatalog } from '../catalog/shipped.ts';
 import { translateAwsError } from './errors.ts';
 
 /**
@@ -16,7 +16,7 @@ export class Ec2Catalog implements CatalogSource {
 
   constructor(
     private readonly ec2: EC2Client,
-    private readonly shipped: ShippedCatalog = shippedCatalog(),
+    private readonly shipped: ShippedCatalog = awsShippedCatalog(),
   ) {}
 
   async instanceTypes(names: readonly string[]): Promise<Map<string, InstanceType>> {
@@ -91,7 +91,7 @@ export class AwsPriceSource implements PriceSource {
   constructor(
     private readonly ec2: EC2Client,
     private readonly options: AwsPriceOptions,
-    private readonly shipped: ShippedCatalog = shippedCatalog(),
+    private readonly shipped: ShippedCatalog = awsShippedCatalog(),
   ) {}
 
   private async spotPrices(offerings: readonly Offering[]): Promise<Map<string, number>> {

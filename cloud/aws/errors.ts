@@ -25,6 +25,10 @@ const CODES: Readonly<Record<string, CloudErrorCode>> = {
   QueueDoesNotExist: 'not-found',
   'InvalidInstanceID.NotFound': 'not-found',
   AccessDeniedException: 'access-denied',
+  CredentialsProviderError: 'access-denied',
+  SignatureDoesNotMatch: 'access-denied',
+  ExpiredToken: 'access-denied',
+  InvalidSignatureException: 'access-denied',
   AccessDenied: 'access-denied',
   UnauthorizedOperation: 'access-denied',
   UnrecognizedClientException: 'access-denied',
@@ -53,7 +57,33 @@ const CODES: Readonly<Record<string, CloudErrorCode>> = {
  */
 export function translateAwsError(error: unknown, context: { operation: string; resource?: string }): CloudError {
   if (error instanceof CloudError) return error;
-  const e = error as { name?: string; Code?: string; code?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+  const e = error as {
+    name?: string;
+    Code?: string;
+    code?: string;
+    message?: string;
+    $metadata?: { httpStatusCode?: number };
+    tableName?: string;
+    tableVariable?: string;
+  };
+  if (e?.name === 'ResourceNotFoundException' && typeof e.tableName === 'string') {
+    // DynamoDB names no table in this error; the document client's middleware noted which it was.
+    const fix = `deploy the stack, or set ${e.tableVariable ?? 'the GPU_FLEET_*_TABLE variable'} to the name of the table`;
+    return new CloudError(
+      'not-found',
+      `${context.operation} failed: table ${e.tableName} does not exist (ResourceNotFoundException); ${fix}`,
+      { ...context, resource: e.tableName, cloud: 'aws' },
+      { cause: error },
+    );
+  }
+  if (e?.name === 'CredentialsProviderError') {
+    return new CloudError(
+      'access-denied',
+      `${context.operation} failed: no AWS credentials found (${e.message ?? 'no provider gave any'})`,
+      { ...context, cloud: 'aws' },
+      { cause: error },
+    );
+  }
   const name = e?.name ?? e?.Code ?? e?.code ?? 'UnknownError';
   const status = e?.$metadata?.httpStatusCode;
   const code: CloudErrorCode =

@@ -1,4 +1,5 @@
-import { z } from 'zod';
+import '../../core/schema.ts';
+import * as z from 'zod/mini';
 import type { NodeNotice } from '../../core/services/interruption.ts';
 
 /**
@@ -15,33 +16,34 @@ const INSTANCE_ID = /^i-[0-9a-f]{8}(?:[0-9a-f]{9})?$/;
 export const SPOT_NOTICE_MS = 120_000;
 
 const Envelope = z.object({
-  id: z.string({ error: 'id is missing' }).min(1, { error: 'id is empty' }),
+  id: z.string({ error: 'id is missing' }).check(z.minLength(1, { error: 'id is empty' })),
   'detail-type': z.string({ error: 'detail-type is missing' }),
   source: z.string({ error: 'source is missing' }),
-  time: z.string().optional(),
-  region: z.string().optional(),
-  resources: z.array(z.string()).default([]),
+  time: z.optional(z.string()),
+  region: z.optional(z.string()),
+  resources: z._default(z.array(z.string()), []),
   detail: z.record(z.string(), z.unknown(), { error: 'detail must be an object' }),
 });
 
-const instanceId = z.string().regex(INSTANCE_ID, { error: 'is not an EC2 instance id (i- followed by 8 or 17 hex digits)' });
+const instanceId = z.string().check(z.regex(INSTANCE_ID, { error: 'is not an EC2 instance id (i- followed by 8 or 17 hex digits)' }));
+const nonEmpty = () => z.string().check(z.minLength(1));
 
-const SpotWarning = z.object({ 'instance-id': instanceId, 'instance-action': z.string().optional() });
+const SpotWarning = z.object({ 'instance-id': instanceId, 'instance-action': z.optional(z.string()) });
 const Rebalance = z.object({ 'instance-id': instanceId });
-const StateChange = z.object({ 'instance-id': instanceId, state: z.string().min(1) });
+const StateChange = z.object({ 'instance-id': instanceId, state: nonEmpty() });
 const Lifecycle = z.object({
   EC2InstanceId: instanceId,
-  AutoScalingGroupName: z.string().min(1),
-  LifecycleHookName: z.string().min(1),
-  LifecycleActionToken: z.string().optional(),
+  AutoScalingGroupName: nonEmpty(),
+  LifecycleHookName: nonEmpty(),
+  LifecycleActionToken: z.optional(z.string()),
   LifecycleTransition: z.string(),
 });
 const Health = z.object({
   service: z.string(),
   eventTypeCategory: z.string(),
-  eventTypeCode: z.string().optional(),
-  startTime: z.string().optional(),
-  affectedEntities: z.array(z.object({ entityValue: z.string() })).optional(),
+  eventTypeCode: z.optional(z.string()),
+  startTime: z.optional(z.string()),
+  affectedEntities: z.optional(z.array(z.object({ entityValue: z.string() }))),
 });
 
 export type ParsedEvent =
@@ -66,7 +68,7 @@ export function parseCloudEvent(raw: unknown, options: ParseOptions): ParsedEven
     warnings.push(`event time ${JSON.stringify(e.time)} is not a date; using the time it was received`);
     atMs = options.receivedAtMs;
   }
-  const bad = (what: string, error: z.ZodError) => ({ kind: 'invalid' as const, error: `${what} event ${e.id}: ${issues(error)}` });
+  const bad = (what: string, error: z.core.$ZodError) => ({ kind: 'invalid' as const, error: `${what} event ${e.id}: ${issues(error)}` });
   const type = e['detail-type'];
 
   if (e.source === 'aws.ec2' && type === 'EC2 Spot Instance Interruption Warning') {
@@ -135,7 +137,7 @@ export function parseCloudEvent(raw: unknown, options: ParseOptions): ParsedEven
   return { kind: 'ignored', reason: `${e.source} "${type}" events need no action from gpu-fleet` };
 }
 
-function issues(error: z.ZodError): string {
+function issues(error: z.core.$ZodError): string {
   return error.issues.map((i) => `${i.path.map(String).join('.') || '(event)'} ${i.message}`).join('; ');
 }
 

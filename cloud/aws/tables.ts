@@ -44,13 +44,3 @@ export const TABLES: Readonly<Record<keyof TableNames, TableDefinition>> = {
   control: { partitionKey: 'pk', sortKey: 'sk', indexes: [], ttlAttribute: 'expiresAt' },
   idempotency: { partitionKey: 'id', indexes: [], ttlAttribute: 'expiration' },
 };
-
-/** Table names from the environment the stack gives each function (or defaults for local use). */
-export function tableNamesFromEnv(env: Readonly<Record<string, string | undefined>>): TableNames {
-  return {
-    jobs: env.GPU_FLEET_JOBS_TABLE ?? 'gpu-fleet-jobs',
-    nodes: env.GPU_FLEET_NODES_TABLE ?? 'gpu-fleet-nodes',
-    control: env.GPU_FLEET_CONTROL_TABLE ?? 'gpu-fleet-control',
-    idempotency: env.GPU_FLEET_IDEMPOTENCY_TABLE ?? 'gpu-fleet-idempotency',
-  };
-}

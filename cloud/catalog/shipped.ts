@@ -5,7 +5,6 @@ import { normalizeGpuModel } from '../../core/gpu.ts';
 import { microUsdFromUsd } from '../../core/money.ts';
 import type { CatalogSource, PriceSource } from '../../core/ports.ts';
 import awsCatalogJson from '../../data/catalog/aws-gpu-instances.json' with { type: 'json' };
-import gcpCatalogJson from '../../data/catalog/gcp-gpu-machines.json' with { type: 'json' };
 
 /**
  * The GPU catalogues shipped in data/catalog (see data/PROVENANCE.md): instance types with
@@ -31,12 +30,6 @@ interface AwsPricing {
   spot_advisor_2025_06?: { savings_vs_ondemand_pct?: number | null; interruption_freq_bucket?: string | null };
 }
 
-interface GcpZonePrice {
-  region: string;
-  total_ondemand_usd_per_hour?: number | null;
-  total_spot_usd_per_hour?: number | null;
-}
-
 interface AwsCatalogFile {
   instances: {
     instance_type: string;
@@ -49,34 +42,37 @@ interface AwsCatalogFile {
   }[];
 }
 
-interface GcpCatalogFile {
-  machines: {
-    machine_type: string;
-    gpu_model: string;
-    gpu_count: number;
-    gpu_memory_mib_per_gpu: number;
-    vcpus: number;
-    memory_gib: number;
-    zones: Record<string, GcpZonePrice>;
-  }[];
-}
-
 const awsCatalog = awsCatalogJson as unknown as AwsCatalogFile;
-const gcpCatalog = gcpCatalogJson as unknown as GcpCatalogFile;
 
-let cached: ShippedCatalog | undefined;
+let cachedAws: ShippedCatalog | undefined;
 
-export function shippedCatalog(): ShippedCatalog {
-  cached ??= build();
-  return cached;
+/**
+ * The AWS part of the shipped catalogue. The GCP part is its own module
+ * (cloud/catalog/gcp-shipped.ts), loaded only where GCP is configured: a Lambda bundle without
+ * GCP does not carry its 130 KiB of machine types and zone prices.
+ */
+export function awsShippedCatalog(): ShippedCatalog {
+  cachedAws ??= buildAws();
+  return cachedAws;
 }
 
-function build(): ShippedCatalog {
+/** Several clouds' catalogues as one (their instance type names do not collide). */
+export function mergeCatalogs(...parts: readonly ShippedCatalog[]): ShippedCatalog {
+  const merge = <K, V>(maps: readonly ReadonlyMap<K, V>[]) => new Map(maps.flatMap((m) => [...m]));
+  return {
+    instanceTypes: merge(parts.map((p) => p.instanceTypes)),
+    onDemand: merge(parts.map((p) => p.onDemand)),
+    spot: merge(parts.map((p) => p.spot)),
+    advisorBand: merge(parts.map((p) => p.advisorBand)),
+    gcpZones: merge(parts.map((p) => p.gcpZones)),
+  };
+}
+
+function buildAws(): ShippedCatalog {
   const instanceTypes = new Map<string, InstanceType>();
   const onDemand = new Map<string, number>();
   const spot = new Map<string, number>();
   const advisorBand = new Map<string, string>();
-  const gcpZones = new Map<string, string[]>();
 
   for (const it of awsCatalog.instances) {
     const model = normalizeGpuModel(it.gpu_model, it.gpu_memory_gib_per_gpu);
@@ -105,31 +101,7 @@ function build(): ShippedCatalog {
     }
   }
 
-  for (const m of gcpCatalog.machines) {
-    const model = normalizeGpuModel(m.gpu_model === 'H100-MEGA' ? 'H100' : m.gpu_model, m.gpu_memory_mib_per_gpu / 1024);
-    if (!model) continue;
-    instanceTypes.set(m.machine_type, {
-      name: m.machine_type,
-      cloud: 'gcp',
-      gpuModel: model,
-      gpuCount: m.gpu_count,
-      gpuMemoryMiB: m.gpu_memory_mib_per_gpu,
-      vcpus: m.vcpus,
-      memoryMiB: Math.round(m.memory_gib * 1024),
-    });
-    const zones: string[] = [];
-    for (const [zone, raw] of Object.entries(m.zones)) {
-      const od = raw.total_ondemand_usd_per_hour;
-      const sp = raw.total_spot_usd_per_hour;
-      if (od === undefined || od === null) continue;
-      zones.push(zone);
-      onDemand.set(`gcp/${zone}/${m.machine_type}`, microUsdFromUsd(od));
-      if (!onDemand.has(`gcp/${raw.region}/${m.machine_type}`)) onDemand.set(`gcp/${raw.region}/${m.machine_type}`, microUsdFromUsd(od));
-      if (sp !== undefined && sp !== null) spot.set(`gcp/${zone}/${m.machine_type}`, microUsdFromUsd(sp));
-    }
-    gcpZones.set(m.machine_type, zones.sort());
-  }
-  return { instanceTypes, onDemand, spot, advisorBand, gcpZones };
+  return { instanceTypes, onDemand, spot, advisorBand, gcpZones: new Map() };
 }
 
 /** The region of a zone: "us-west-2a" → "us-west-2", "europe-west4-a" → "europe-west4". */
@@ -153,7 +125,7 @@ export function spotPrice(catalog: ShippedCatalog, o: Pick<Offering, 'cloud' | '
 
 /** Catalogue facts from the shipped data (any cloud). */
 export class ShippedCatalogSource implements CatalogSource {
-  constructor(private readonly catalog: ShippedCatalog = shippedCatalog()) {}
+  constructor(private readonly catalog: ShippedCatalog) {}
   async instanceTypes(names: readonly string[]): Promise<Map<string, InstanceType>> {
     const out = new Map<string, InstanceType>();
     for (const n of names) {
@@ -167,7 +139,7 @@ export class ShippedCatalogSource implements CatalogSource {
 /** Prices from the shipped catalogue, optionally overridden per offering id (config). */
 export class ShippedPriceSource implements PriceSource {
   constructor(
-    private readonly catalog: ShippedCatalog = shippedCatalog(),
+    private readonly catalog: ShippedCatalog,
     private readonly overrides: ReadonlyMap<string, number> = new Map(),
   ) {}
   async prices(offerings: readonly Offering[]): Promise<Map<string, PriceQuote>> {

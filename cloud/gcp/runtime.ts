@@ -1,73 +1,58 @@
-import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { z } from 'zod';
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { ConfigError } from '../../core/errors.ts';
 import type { Clock } from '../../core/ports.ts';
-import { shippedCatalog, ShippedCatalogSource, ShippedPriceSource } from '../catalog/shipped.ts';
+import '../../core/schema.ts';
+import * as z from 'zod/mini';
+import { translateAwsError } from '../aws/errors.ts';
+import { gcpShippedCatalog } from '../catalog/gcp-shipped.ts';
+import { ShippedCatalogSource, ShippedPriceSource } from '../catalog/shipped.ts';
+import type { FleetConfig } from '../env.ts';
 import { gcpClients, type GcpClientOptions } from './clients.ts';
 import { GcpMachineTypeCatalog } from './machine-types.ts';
-import { MigNodeGroups, type GcpClients, type GcpScope } from './mig-node-groups.ts';
+import { MigNodeGroups, type GcpClients } from './mig-node-groups.ts';
 import { GcpPreemptions } from './preemptions.ts';
-import { GpuFleetError } from '../../core/errors.ts';
 
-export interface GcpConfig {
-  readonly projects: readonly GcpScope[];
-  /** The Secrets Manager secret holding the service account's JSON key. */
-  readonly credentialsSecret?: string;
-}
+/**
+ * The GCP side of the wiring (cloud/wiring.ts loads this module only when GCP projects are
+ * configured, so a fleet without GCP carries none of it): credentials from Secrets Manager, the
+ * Compute clients, and the GCP ports.
+ */
 
-const Projects = z
-  .array(
-    z.strictObject({
-      projectId: z.string().min(1),
-      zones: z.array(z.string().regex(/^[a-z]+-[a-z]+\d-[a-z]$/, { error: 'GCP zones look like "us-central1-a"' })).min(1),
-    }),
-  )
-  .min(1);
-
-/** GCP settings from the environment the stack sets (`GPU_FLEET_GCP_PROJECTS` as JSON), or undefined when GCP is not configured. */
-export function gcpConfigFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): GcpConfig | undefined {
-  const raw = env.GPU_FLEET_GCP_PROJECTS;
-  if (!raw) return undefined;
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    throw new GpuFleetError(
-      `GPU_FLEET_GCP_PROJECTS must be JSON like [{"projectId":"my-project","zones":["us-central1-a"]}], got "${raw.slice(0, 80)}"`,
-    );
-  }
-  const parsed = Projects.safeParse(json);
-  if (!parsed.success)
-    throw new GpuFleetError(
-      `GPU_FLEET_GCP_PROJECTS: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ')}; expected [{"projectId":"my-project","zones":["us-central1-a"]}]`,
-    );
-  return {
-    projects: parsed.data,
-    ...(env.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: env.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}),
-  };
-}
+export type GcpConfig = NonNullable<FleetConfig['gcp']>;
 
 const ServiceAccountKey = z.looseObject({
-  type: z.literal('service_account').optional(),
-  client_email: z.string().email(),
-  private_key: z.string().min(1),
-  project_id: z.string().optional(),
+  type: z.optional(z.literal('service_account')),
+  client_email: z.email(),
+  private_key: z.string().check(z.minLength(1)),
+  project_id: z.optional(z.string()),
 });
 
 /** The service account key stored in Secrets Manager (the JSON file GCP gives for a key). */
 export async function gcpCredentialsFromSecret(sm: SecretsManagerClient, secretId: string): Promise<GcpClientOptions['credentials']> {
-  const out = await sm.send(new GetSecretValueCommand({ SecretId: secretId }));
+  let text: string | undefined;
+  try {
+    text = (await sm.send(new GetSecretValueCommand({ SecretId: secretId }))).SecretString;
+  } catch (error) {
+    throw translateAwsError(error, { operation: 'read the GCP credentials secret', resource: secretId });
+  }
   let json: unknown;
   try {
-    json = JSON.parse(out.SecretString ?? '');
+    json = JSON.parse(text ?? '');
   } catch {
-    throw new GpuFleetError(
-      `secret ${secretId} is not JSON: store the service account's key file (with client_email and private_key) as the secret string`,
+    throw new ConfigError(
+      `secret ${secretId}`,
+      ["is not JSON: store the service account's key file (with client_email and private_key) as the secret string"],
+      {
+        what: 'GCP service account key',
+      },
     );
   }
   const key = ServiceAccountKey.safeParse(json);
   if (!key.success)
-    throw new GpuFleetError(
-      `secret ${secretId} is not a service account key: ${key.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+    throw new ConfigError(
+      `secret ${secretId}`,
+      key.error.issues.map((i) => `${i.path.join('.') || '(key)'}: ${i.message}`),
+      { what: 'GCP service account key' },
     );
   return { client_email: key.data.client_email, private_key: key.data.private_key };
 }
@@ -75,13 +60,25 @@ export async function gcpCredentialsFromSecret(sm: SecretsManagerClient, secretI
 /** gpu-fleet's GCP ports: node groups, preemption notices, and catalogue and prices from the shipped GCP data. */
 export function gcpPorts(config: GcpConfig, clients: GcpClients, clock: Clock) {
   const groups = new MigNodeGroups(clients, { projects: config.projects, clock });
-  const catalog = shippedCatalog();
+  const catalog = gcpShippedCatalog();
   return {
     groups,
     preemptions: new GcpPreemptions(clients.zoneOperations, groups, { projects: config.projects, clock }),
     catalog: new GcpMachineTypeCatalog(clients.machineTypes, config.projects, new ShippedCatalogSource(catalog)),
     prices: new ShippedPriceSource(catalog),
   };
+}
+
+/** The GCP ports for a fleet config: credentials from the configured secret (or given clients, in tests). */
+export async function loadGcpPorts(config: GcpConfig, input: { region: string; clock: Clock; clients?: GcpClients }) {
+  let clients = input.clients;
+  if (!clients) {
+    const credentials = config.credentialsSecret
+      ? await gcpCredentialsFromSecret(new SecretsManagerClient({ region: input.region }), config.credentialsSecret)
+      : undefined;
+    clients = gcpClients(credentials ? { credentials } : {});
+  }
+  return gcpPorts(config, clients, input.clock);
 }
 
 export { gcpClients };

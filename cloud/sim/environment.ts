@@ -1,14 +1,8 @@
 import type { Offering } from '../../core/catalog.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import type { ReconcilePorts } from '../../core/services/reconcile.ts';
-import {
-  ShippedCatalogSource,
-  ShippedPriceSource,
-  onDemandPrice,
-  shippedCatalog,
-  spotPrice,
-  type ShippedCatalog,
-} from '../catalog/shipped.ts';
+import { shippedCatalog } from '../catalog/all-shipped.ts';
+import { ShippedCatalogSource, ShippedPriceSource, onDemandPrice, spotPrice, type ShippedCatalog } from '../catalog/shipped.ts';
 import { SeededRandom, VirtualClock } from './clock.ts';
 import {
   MemoryCheckpointStore,

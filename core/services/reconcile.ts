@@ -5,7 +5,7 @@ import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore, P
 import { reason, type Reason } from '../reason.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import { accrueSpend, nodeShares } from './accrual.ts';
-import { completeDrainedLifecycles } from './interruption.ts';
+import { completeDrainedLifecycles, pollNotices, type NoticeSource, type PolledNotices } from './interruption.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { jobsOnInstance, requeueAttempt } from './requeue.ts';
 import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from './snapshot-reader.ts';
@@ -19,6 +19,12 @@ export interface ReconcilePorts extends SnapshotPorts {
   readonly decisions: DecisionLog;
   readonly journal: PlanJournal;
   readonly lease?: LeaseStore;
+  /**
+   * Clouds whose interruptions are found by looking rather than pushed as events (GCP's
+   * preemption operations). Each reconcile reads them first, and handles what they found exactly
+   * as the interruption function handles an event, before it reads the fleet.
+   */
+  readonly notices?: readonly NoticeSource[];
 }
 
 export interface ReconcileOptions {
@@ -43,6 +49,8 @@ export type ReconcileOutcome =
       readonly lostJobsRequeued: number;
       /** Actions of an unfinished earlier plan applied before this one (a predecessor crashed half-way). */
       readonly resumed: number;
+      /** What polling the notice sources found (absent without sources, and on a dry run). */
+      readonly polled?: PolledNotices;
     };
 
 export const RECONCILE_LEASE = 'reconcile';
@@ -61,6 +69,9 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
   }
   try {
     const resumed = options.dryRun ? 0 : await resumeUnfinished(ports, options.policy);
+    // Preemptions no cloud pushed (GCP): found by looking, handled like events, before the fleet is read.
+    const polled =
+      !options.dryRun && ports.notices && ports.notices.length > 0 ? await pollNotices(ports, ports.notices, options.policy) : undefined;
     let world = await readWorld(ports);
     const nowMs = ports.clock.nowMs();
     let lostJobsRequeued = 0;
@@ -120,7 +131,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     await forgetGoneNodes(ports, world, nowMs);
     const decision: DecisionRecord = { ...base, applied, errors };
     await ports.decisions.record(decision);
-    return { status: 'done', decision, snapshot, lostJobsRequeued, resumed };
+    return { status: 'done', decision, snapshot, lostJobsRequeued, resumed, ...(polled ? { polled } : {}) };
   } finally {
     if (ports.lease) await ports.lease.release(RECONCILE_LEASE, holder);
   }

@@ -28,6 +28,7 @@ import {
   poolHistoryContract,
   spendLedgerContract,
 } from './state-store.contract.ts';
+import { shippedCatalog } from '../../cloud/catalog/all-shipped.ts';
 
 /** Every port contract, run against the simulated cloud. The AWS and GCP adapters run the same suites. */
 jobStoreContract('sim (memory)', async () => new MemoryJobStore());
@@ -41,8 +42,8 @@ checkpointStoreContract('sim (memory)', async () => new MemoryCheckpointStore())
 jobQueueContract('sim (memory)', async () => ({ queue: new MemoryJobQueue(['nlp']), team: 'nlp' }));
 budgetTagSourceContract('sim (static tags)', async () => ({ source: new StaticBudgetTags(defaultTeamTags(['nlp'])), team: 'nlp' }));
 catalogAndPricesContract('shipped catalogue', async () => ({
-  catalog: new ShippedCatalogSource(),
-  prices: new ShippedPriceSource(),
+  catalog: new ShippedCatalogSource(shippedCatalog()),
+  prices: new ShippedPriceSource(shippedCatalog()),
   known: makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'p3.2xlarge', capacityType: 'spot' }),
   unknown: makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'x9.huge', capacityType: 'spot' }),
 }));

@@ -14,6 +14,7 @@ import { SimCloud } from '../../cloud/sim/sim-cloud.ts';
 import { T0 } from '../builders.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 import { lambdaContext } from '../../functions/context.ts';
+import { shippedCatalog } from '../../cloud/catalog/all-shipped.ts';
 
 let db: LocalDynamo;
 beforeAll(async () => {
@@ -36,8 +37,8 @@ async function setup() {
     ...stores,
     clock,
     providers: [cloud],
-    catalog: new ShippedCatalogSource(),
-    prices: new ShippedPriceSource(),
+    catalog: new ShippedCatalogSource(shippedCatalog()),
+    prices: new ShippedPriceSource(shippedCatalog()),
     budgets: new StaticBudgetTags(defaultTeamTags(['nlp'])),
   };
   const queue = new MemoryJobQueue(['nlp']);
@@ -130,17 +131,10 @@ describe('reconcile function', () => {
       ...stores,
       clock,
       providers: [cloud],
-      catalog: new ShippedCatalogSource(),
-      prices: new ShippedPriceSource(),
+      catalog: new ShippedCatalogSource(shippedCatalog()),
+      prices: new ShippedPriceSource(shippedCatalog()),
       budgets: new StaticBudgetTags(defaultTeamTags(['nlp'])),
-    };
-    const interruption = {
-      clock,
-      jobs: stores.jobs,
-      nodes: stores.nodes,
-      checkpoints: stores.checkpoints,
-      pools: stores.pools,
-      providers: [cloud],
+      notices: [broken, polled],
     };
     const handler = createReconcileHandler({
       ports,
@@ -149,7 +143,6 @@ describe('reconcile function', () => {
       policy: DEFAULT_POLICY,
       obs: observability('reconcile-test'),
       timeoutEarlyInMillis: 0,
-      notices: { sources: [broken, polled], ports: interruption },
     });
     const out = await handler({}, lambdaContext('reconcile'));
     expect(out).toMatchObject({ status: 'done', polledNotices: 1 });

@@ -17,6 +17,7 @@ import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
 import { nodeGroupProviderContract } from '../contract/node-group-provider.contract.ts';
 import { FakeGce, gceFixture } from '../support/fake-gce.ts';
+import { shippedCatalog } from '../../cloud/catalog/all-shipped.ts';
 
 const PROJECT = 'ml-research-7';
 const ZONES = ['us-central1-a', 'us-central1-b'];
@@ -336,7 +337,11 @@ describe('GCP machine types', () => {
       accelerators: [{ guestAcceleratorCount: 1, guestAcceleratorType: 'nvidia-quantum-9000' }],
     });
     w.gce.fail(/zones\/us-central1-a\/machineTypes\/g2-custom-2g$/, 404, gceFixture('error-404-notFound-instanceTemplate.json'));
-    const catalog = new GcpMachineTypeCatalog(w.clients.machineTypes, [{ projectId: PROJECT, zones: ZONES }], new ShippedCatalogSource());
+    const catalog = new GcpMachineTypeCatalog(
+      w.clients.machineTypes,
+      [{ projectId: PROJECT, zones: ZONES }],
+      new ShippedCatalogSource(shippedCatalog()),
+    );
     const before = w.gce.requests.length;
     const types = await catalog.instanceTypes(['a2-highgpu-1g', 'g2-custom-2g', 'z9-mystery-1g', 'no-such-type']);
     expect(types.get('a2-highgpu-1g')).toMatchObject({ cloud: 'gcp', gpuModel: 'A100-40GB', gpuCount: 1 });

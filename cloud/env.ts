@@ -1,0 +1,181 @@
+import { ConfigError } from '../core/errors.ts';
+import '../core/schema.ts';
+import * as z from 'zod/mini';
+import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
+import type { TableNames } from './aws/tables.ts';
+import type { GcpScope } from './gcp/mig-node-groups.ts';
+
+/**
+ * gpu-fleet's settings from the environment: what the stack sets for each function, what the
+ * node groups' user data writes for the agent, and what a person sets (or the CLI reads from the
+ * deployed stack's outputs) to run a command. One schema, so every entry point reads a variable
+ * the same way and a bad value is named with what is allowed. Region and credentials come from
+ * the standard AWS chain; `AWS_ENDPOINT_URL` and `AWS_ENDPOINT_URL_<SERVICE>` point any client at
+ * an AWS-compatible endpoint.
+ */
+
+export interface FleetConfig {
+  readonly region: string;
+  readonly tables: TableNames;
+  readonly checkpointBucket: string;
+  readonly teamQueuePrefix: string;
+  readonly deadLetterQueueUrl?: string;
+  readonly reconcileFunction?: string;
+  readonly lifecycleTimeoutSec: number;
+  readonly policy: Policy;
+  /** GCP managed instance groups beside the Auto Scaling groups; undefined when GCP is not configured. */
+  readonly gcp?: { readonly projects: readonly GcpScope[]; readonly credentialsSecret?: string };
+}
+
+/** The variables, each with what is allowed, for messages and the README. */
+export const FLEET_VARIABLES = {
+  GPU_FLEET_JOBS_TABLE: 'the jobs table (DynamoDB)',
+  GPU_FLEET_NODES_TABLE: 'the nodes table',
+  GPU_FLEET_CONTROL_TABLE: 'the control table (lease, journal, decisions, spend, checkpoints)',
+  GPU_FLEET_IDEMPOTENCY_TABLE: 'the idempotency table (Powertools)',
+  GPU_FLEET_CHECKPOINT_BUCKET: 'the checkpoint bucket, or a checkpoint root s3://bucket/prefix/ or file:///path/',
+  GPU_FLEET_TEAM_QUEUE_PREFIX: 'the team queues are named <prefix><team>',
+  GPU_FLEET_DLQ_URL: 'the dead-letter queue for messages that cannot be attributed to a team',
+  GPU_FLEET_RECONCILE_FUNCTION: 'the reconcile function, invoked when capacity is lost',
+  GPU_FLEET_LIFECYCLE_TIMEOUT_SEC: 'heartbeat timeout of the drain lifecycle hook',
+  GPU_FLEET_RECONCILE_INTERVAL_SEC: 'seconds between reconciles',
+  GPU_FLEET_IDLE_COOLDOWN_SEC: 'seconds a node stays empty before it is removed',
+  GPU_FLEET_NOTICE_MARGIN_SEC: 'seconds kept back from a notice so checkpoints finish',
+  GPU_FLEET_SPOT_PATIENCE_SEC: 'how long interruptible work waits for spot',
+  GPU_FLEET_GCP_PROJECTS: 'GCP projects and zones, JSON',
+  GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
+} as const;
+
+export type FleetVariable = keyof typeof FLEET_VARIABLES;
+export type Environment = Readonly<Record<string, string | undefined>>;
+
+const NAME_RE = /^[A-Za-z0-9_.-]{3,255}$/;
+const GCP_ZONE_RE = /^[a-z]+-[a-z]+\d-[a-z]$/;
+
+const name = (what: string) =>
+  z.optional(z.string().check(z.regex(NAME_RE, { error: `must be ${what}: 3 to 255 letters, digits, "_", "-" or "."` })));
+const seconds = (min: number, max: number) =>
+  z.optional(
+    z.string().check(
+      z.refine((v) => /^\d+$/.test(v.trim()) && Number(v) >= min && Number(v) <= max, {
+        error: `must be a whole number of seconds from ${min} to ${max}`,
+      }),
+    ),
+  );
+
+const GcpProjects = z
+  .array(
+    z.strictObject({
+      projectId: z.string().check(z.minLength(1)),
+      zones: z.array(z.string().check(z.regex(GCP_ZONE_RE, { error: 'GCP zones look like "us-central1-a"' }))).check(z.minLength(1)),
+    }),
+  )
+  .check(z.minLength(1));
+
+const EnvSchema = z.object({
+  GPU_FLEET_JOBS_TABLE: name('a DynamoDB table name'),
+  GPU_FLEET_NODES_TABLE: name('a DynamoDB table name'),
+  GPU_FLEET_CONTROL_TABLE: name('a DynamoDB table name'),
+  GPU_FLEET_IDEMPOTENCY_TABLE: name('a DynamoDB table name'),
+  GPU_FLEET_CHECKPOINT_BUCKET: z.optional(
+    z.string().check(
+      z.refine((v) => /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(v) || /^(s3|file):\/\/./.test(v), {
+        error: 'must be an S3 bucket name, or a checkpoint root s3://bucket/prefix/ or file:///path/',
+      }),
+    ),
+  ),
+  GPU_FLEET_TEAM_QUEUE_PREFIX: z.optional(
+    z.string().check(z.regex(/^[A-Za-z0-9_-]{1,60}$/, { error: 'must be 1 to 60 letters, digits, "_" or "-" (an SQS queue name prefix)' })),
+  ),
+  GPU_FLEET_DLQ_URL: z.optional(z.string().check(z.regex(/^https?:\/\/\S+$/, { error: 'must be an SQS queue URL (https://…)' }))),
+  GPU_FLEET_RECONCILE_FUNCTION: z.optional(
+    z.string().check(z.regex(/^[A-Za-z0-9_:.-]{1,140}$/, { error: 'must be a Lambda function name or ARN' })),
+  ),
+  GPU_FLEET_LIFECYCLE_TIMEOUT_SEC: seconds(30, 7200),
+  GPU_FLEET_RECONCILE_INTERVAL_SEC: seconds(10, 3600),
+  GPU_FLEET_IDLE_COOLDOWN_SEC: seconds(0, 86_400),
+  GPU_FLEET_NOTICE_MARGIN_SEC: seconds(0, 110),
+  GPU_FLEET_SPOT_PATIENCE_SEC: seconds(0, 86_400),
+  GPU_FLEET_GCP_PROJECTS: z.optional(z.string()),
+  GPU_FLEET_GCP_CREDENTIALS_SECRET: z.optional(
+    z.string().check(z.regex(/^[A-Za-z0-9/_+=.@-]{1,512}$/, { error: 'must be a Secrets Manager secret name or ARN' })),
+  ),
+});
+
+/** Defaults for a fleet that is not the stack's (local runs against an AWS-compatible endpoint). */
+export const DEFAULT_NAMES = {
+  jobs: 'gpu-fleet-jobs',
+  nodes: 'gpu-fleet-nodes',
+  control: 'gpu-fleet-control',
+  idempotency: 'gpu-fleet-idempotency',
+  checkpointBucket: 'gpu-fleet-checkpoints',
+  teamQueuePrefix: 'gpufleet-team-',
+} as const;
+
+/**
+ * Reads and checks the environment. Throws one ConfigError naming every bad variable, the value
+ * it has and what is allowed; variables left unset take their defaults. Empty values count as unset.
+ */
+export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig {
+  const present: Record<string, string> = {};
+  for (const key of Object.keys(FLEET_VARIABLES)) {
+    const v = env[key];
+    if (v !== undefined && v.trim() !== '') present[key] = v.trim();
+  }
+  const problems: string[] = [];
+  const parsed = EnvSchema.safeParse(present);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      const key = String(issue.path[0] ?? '(environment)');
+      problems.push(`${key}="${present[key] ?? ''}" ${issue.message}`);
+    }
+  }
+  const gcp = readGcp(present, problems);
+  if (problems.length > 0) throw new ConfigError('the environment', problems, { what: 'gpu-fleet environment' });
+  const e = parsed.data!;
+  const num = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Number(v));
+  return {
+    region: env.AWS_REGION?.trim() || env.AWS_DEFAULT_REGION?.trim() || 'us-east-1',
+    tables: {
+      jobs: e.GPU_FLEET_JOBS_TABLE ?? DEFAULT_NAMES.jobs,
+      nodes: e.GPU_FLEET_NODES_TABLE ?? DEFAULT_NAMES.nodes,
+      control: e.GPU_FLEET_CONTROL_TABLE ?? DEFAULT_NAMES.control,
+      idempotency: e.GPU_FLEET_IDEMPOTENCY_TABLE ?? DEFAULT_NAMES.idempotency,
+    },
+    checkpointBucket: e.GPU_FLEET_CHECKPOINT_BUCKET ?? DEFAULT_NAMES.checkpointBucket,
+    teamQueuePrefix: e.GPU_FLEET_TEAM_QUEUE_PREFIX ?? DEFAULT_NAMES.teamQueuePrefix,
+    ...(e.GPU_FLEET_DLQ_URL ? { deadLetterQueueUrl: e.GPU_FLEET_DLQ_URL } : {}),
+    ...(e.GPU_FLEET_RECONCILE_FUNCTION ? { reconcileFunction: e.GPU_FLEET_RECONCILE_FUNCTION } : {}),
+    lifecycleTimeoutSec: num(e.GPU_FLEET_LIFECYCLE_TIMEOUT_SEC, 300),
+    policy: {
+      ...DEFAULT_POLICY,
+      reconcileIntervalSec: num(e.GPU_FLEET_RECONCILE_INTERVAL_SEC, DEFAULT_POLICY.reconcileIntervalSec),
+      idleCooldownSec: num(e.GPU_FLEET_IDLE_COOLDOWN_SEC, DEFAULT_POLICY.idleCooldownSec),
+      noticeMarginSec: num(e.GPU_FLEET_NOTICE_MARGIN_SEC, DEFAULT_POLICY.noticeMarginSec),
+      spotPatienceSec: num(e.GPU_FLEET_SPOT_PATIENCE_SEC, DEFAULT_POLICY.spotPatienceSec),
+    },
+    ...(gcp
+      ? { gcp: { projects: gcp, ...(e.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: e.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}) } }
+      : {}),
+  };
+}
+
+function readGcp(present: Record<string, string>, problems: string[]): GcpScope[] | undefined {
+  const raw = present.GPU_FLEET_GCP_PROJECTS;
+  if (raw === undefined) return undefined;
+  const example = 'e.g. [{"projectId":"my-project","zones":["us-central1-a"]}]';
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    problems.push(`GPU_FLEET_GCP_PROJECTS="${raw.slice(0, 80)}" is not JSON; give the projects and their zones, ${example}`);
+    return undefined;
+  }
+  const parsed = GcpProjects.safeParse(json);
+  if (!parsed.success) {
+    const why = parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
+    problems.push(`GPU_FLEET_GCP_PROJECTS="${raw.slice(0, 80)}" ${why}; ${example}`);
+    return undefined;
+  }
+  return parsed.data;
+}

@@ -1,0 +1,184 @@
+import { AutoScalingClient } from '@aws-sdk/client-auto-scaling';
+import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { LambdaClient } from '@aws-sdk/client-lambda';
+import { ResourceGroupsTaggingAPIClient } from '@aws-sdk/client-resource-groups-tagging-api';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { ConfigError, messageOf } from '../core/errors.ts';
+import type {
+  BudgetTagSource,
+  CatalogSource,
+  Clock,
+  DeadLetter,
+  GpuMetricSink,
+  GpuMetricsSource,
+  JobQueue,
+  NodeGroupProvider,
+  PriceSource,
+  ReconcileTrigger,
+} from '../core/ports.ts';
+import type { InterruptionPorts, NoticeSource } from '../core/services/interruption.ts';
+import type { ReconcilePorts } from '../core/services/reconcile.ts';
+import { AsgNodeGroups } from './aws/asg-node-groups.ts';
+import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink } from './aws/cloudwatch-metrics.ts';
+import { documentClientFor, dynamoStores } from './aws/dynamo-store.ts';
+import { AwsPriceSource, Ec2Catalog } from './aws/ec2-catalog.ts';
+import { deadLetterFor, SqsJobQueue } from './aws/sqs-queue.ts';
+import { TaggingBudgetSource } from './aws/tagging-budgets.ts';
+import { reconcileTrigger } from './aws/trigger.ts';
+import { fleetConfigFromEnv, type Environment, type FleetConfig } from './env.ts';
+import type { GcpClients } from './gcp/mig-node-groups.ts';
+import type * as GcpRuntime from './gcp/runtime.ts';
+import { MultiCloudCatalog, MultiCloudPrices } from './multi-cloud.ts';
+
+/**
+ * The one place gpu-fleet's ports are built from the environment. Every entry point uses it:
+ * the three Lambda functions, `gpu-fleet reconcile --once`, `gpu-fleet invoke --aws`, the people
+ * commands and the node agent. AWS always; GCP's managed instance groups beside the Auto Scaling
+ * groups when GCP projects are configured, its module (and the Compute client) loaded only then.
+ *
+ * Building the ports makes no call to any cloud: SDK clients are created, not used.
+ */
+
+/** The wall clock, for adapters and functions (core never reads it directly). */
+export const systemClock: Clock = { nowMs: () => Date.now() };
+
+export interface AwsClients {
+  readonly asg: AutoScalingClient;
+  readonly ec2: EC2Client;
+  readonly cloudwatch: CloudWatchClient;
+  readonly sqs: SQSClient;
+  readonly tagging: ResourceGroupsTaggingAPIClient;
+  readonly lambda: LambdaClient;
+  readonly dynamodb: DynamoDBClient;
+}
+
+export interface WiringOptions {
+  readonly clock?: Clock;
+  /** Clients to use instead of new ones (tests; a CLI that already made one). */
+  readonly aws?: Partial<AwsClients>;
+  /** Compute clients for GCP (tests point them at a local server); by default built from the configured secret. */
+  readonly gcp?: GcpClients;
+}
+
+export interface FleetPorts {
+  readonly config: FleetConfig;
+  readonly clock: Clock;
+  /** The SDK clients the ports use, for what an entry builds beside them (Powertools' idempotency store). */
+  readonly clients: AwsClients;
+  readonly stores: ReturnType<typeof dynamoStores>;
+  readonly providers: readonly NodeGroupProvider[];
+  readonly catalog: CatalogSource;
+  readonly prices: PriceSource;
+  readonly budgets: BudgetTagSource;
+  readonly queue: JobQueue;
+  readonly gpuMetrics: GpuMetricsSource;
+  readonly metricSink: GpuMetricSink;
+  readonly deadLetter: DeadLetter;
+  readonly trigger: ReconcileTrigger;
+  /** Clouds whose interruptions are found by polling (GCP). */
+  readonly notices: readonly NoticeSource[];
+  /** The ports as the reconcile service takes them (notice sources included). */
+  readonly reconcile: ReconcilePorts;
+  /** The ports as the interruption service takes them. */
+  readonly interruption: InterruptionPorts;
+  /** What the node group providers found wrong in their last listing. */
+  problems(): string[];
+}
+
+/** SDK clients with adaptive retries, one per service, built once per process (a Lambda container). */
+export function awsClients(config: Pick<FleetConfig, 'region'>, env: Environment = process.env): AwsClients {
+  const common = { region: config.region, retryMode: 'adaptive' as const, maxAttempts: 5 };
+  return {
+    asg: new AutoScalingClient(common),
+    ec2: new EC2Client(common),
+    cloudwatch: new CloudWatchClient(common),
+    // With an SQS endpoint configured (an SQS-compatible server), queue URLs may name hosts only
+    // that server knows: send to the configured endpoint, not to the queue URL's host.
+    sqs: new SQSClient({ ...common, ...(env.AWS_ENDPOINT_URL_SQS || env.AWS_ENDPOINT_URL ? { useQueueUrlAsEndpoint: false } : {}) }),
+    tagging: new ResourceGroupsTaggingAPIClient(common),
+    lambda: new LambdaClient(common),
+    dynamodb: new DynamoDBClient(common),
+  };
+}
+
+/** Every port of a fleet, from its config. */
+export async function fleetPorts(config: FleetConfig, options: WiringOptions = {}): Promise<FleetPorts> {
+  const clock = options.clock ?? systemClock;
+  const clients: AwsClients = { ...awsClients(config), ...options.aws };
+  const variables = {
+    [config.tables.jobs]: 'GPU_FLEET_JOBS_TABLE',
+    [config.tables.nodes]: 'GPU_FLEET_NODES_TABLE',
+    [config.tables.control]: 'GPU_FLEET_CONTROL_TABLE',
+    [config.tables.idempotency]: 'GPU_FLEET_IDEMPOTENCY_TABLE',
+  };
+  const stores = dynamoStores(documentClientFor(clients.dynamodb, variables), config.tables, config.checkpointBucket);
+  const asg = new AsgNodeGroups(clients.asg, clients.ec2, { region: config.region, clock });
+  let providers: NodeGroupProvider[] = [asg];
+  let catalog: CatalogSource = new Ec2Catalog(clients.ec2);
+  let prices: PriceSource = new AwsPriceSource(clients.ec2, { clock });
+  const notices: NoticeSource[] = [];
+  if (config.gcp) {
+    const gcp = await loadGcp(config, clock, options.gcp);
+    providers = [...providers, gcp.groups];
+    catalog = new MultiCloudCatalog([catalog, gcp.catalog]);
+    prices = new MultiCloudPrices(
+      new Map([
+        ['aws', prices],
+        ['gcp', gcp.prices],
+      ]),
+    );
+    notices.push(gcp.preemptions);
+  }
+  const budgets = new TaggingBudgetSource(clients.tagging);
+  const reconcile: ReconcilePorts = { ...stores, clock, providers, catalog, prices, budgets, notices };
+  const interruption: InterruptionPorts = {
+    clock,
+    jobs: stores.jobs,
+    nodes: stores.nodes,
+    checkpoints: stores.checkpoints,
+    pools: stores.pools,
+    providers,
+  };
+  return {
+    config,
+    clock,
+    clients,
+    stores,
+    providers,
+    catalog,
+    prices,
+    budgets,
+    queue: new SqsJobQueue(clients.sqs, { teamQueuePrefix: config.teamQueuePrefix, clock }),
+    gpuMetrics: new CloudWatchGpuMetrics(clients.cloudwatch, clock),
+    metricSink: new CloudWatchGpuMetricSink(clients.cloudwatch),
+    deadLetter: deadLetterFor(clients.sqs, config.deadLetterQueueUrl),
+    trigger: reconcileTrigger(clients.lambda, config.reconcileFunction),
+    notices,
+    reconcile,
+    interruption,
+    problems: () => providers.flatMap((p) => [...(p.problems ?? [])]),
+  };
+}
+
+/** The environment's config and every port built from it: what a Lambda entry does once per container. */
+export async function fleetPortsFromEnv(env: Environment = process.env, options: WiringOptions = {}): Promise<FleetPorts> {
+  return fleetPorts(fleetConfigFromEnv(env), options);
+}
+
+async function loadGcp(config: FleetConfig, clock: Clock, clients: GcpClients | undefined) {
+  let gcp: typeof GcpRuntime;
+  try {
+    gcp = await import('./gcp/runtime.ts');
+  } catch (error) {
+    throw new ConfigError(
+      'the environment',
+      [
+        `GPU_FLEET_GCP_PROJECTS is set, but this build has no GCP adapter (${messageOf(error)}); deploy with "gcp" in the stack's config, which bundles it`,
+      ],
+      { what: 'gpu-fleet environment', cause: error },
+    );
+  }
+  return gcp.loadGcpPorts(config.gcp!, { region: config.region, clock, ...(clients ? { clients } : {}) });
+}

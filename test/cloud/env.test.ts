@@ -1,0 +1,85 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError } from '../../core/errors.ts';
+import { DEFAULT_POLICY } from '../../core/snapshot.ts';
+import { DEFAULT_NAMES, fleetConfigFromEnv } from '../../cloud/env.ts';
+import { fleetPorts } from '../../cloud/wiring.ts';
+
+describe('the environment, read by one schema', () => {
+  it('gives every setting its default when nothing is set', () => {
+    const c = fleetConfigFromEnv({});
+    expect(c).toEqual({
+      region: 'us-east-1',
+      tables: {
+        jobs: DEFAULT_NAMES.jobs,
+        nodes: DEFAULT_NAMES.nodes,
+        control: DEFAULT_NAMES.control,
+        idempotency: DEFAULT_NAMES.idempotency,
+      },
+      checkpointBucket: DEFAULT_NAMES.checkpointBucket,
+      teamQueuePrefix: 'gpufleet-team-',
+      lifecycleTimeoutSec: 300,
+      policy: DEFAULT_POLICY,
+    });
+  });
+
+  it('reads what the stack sets', () => {
+    const c = fleetConfigFromEnv({
+      AWS_REGION: 'us-west-2',
+      GPU_FLEET_JOBS_TABLE: 'GpuFleet-JobsTable1A2B-XYZ',
+      GPU_FLEET_CHECKPOINT_BUCKET: 's3://fleet-ckpt/checkpoints/',
+      GPU_FLEET_DLQ_URL: 'https://sqs.us-west-2.amazonaws.com/123456789012/gpufleet-dead-letters',
+      GPU_FLEET_RECONCILE_INTERVAL_SEC: '120',
+      GPU_FLEET_GCP_PROJECTS: '[{"projectId":"ml-prod","zones":["us-central1-a","us-central1-b"]}]',
+      GPU_FLEET_GCP_CREDENTIALS_SECRET: 'gpu-fleet/gcp-key',
+    });
+    expect(c.region).toBe('us-west-2');
+    expect(c.tables.jobs).toBe('GpuFleet-JobsTable1A2B-XYZ');
+    expect(c.checkpointBucket).toBe('s3://fleet-ckpt/checkpoints/');
+    expect(c.policy.reconcileIntervalSec).toBe(120);
+    expect(c.gcp).toEqual({
+      projects: [{ projectId: 'ml-prod', zones: ['us-central1-a', 'us-central1-b'] }],
+      credentialsSecret: 'gpu-fleet/gcp-key',
+    });
+  });
+
+  it('names every bad variable, its value and what is allowed, in one error', () => {
+    let error: unknown;
+    try {
+      fleetConfigFromEnv({
+        GPU_FLEET_RECONCILE_INTERVAL_SEC: 'soon',
+        GPU_FLEET_NOTICE_MARGIN_SEC: '500',
+        GPU_FLEET_DLQ_URL: 'dead-letters',
+        GPU_FLEET_JOBS_TABLE: 'a b',
+        GPU_FLEET_GCP_PROJECTS: '[{"projectId":"p","zones":["central"]}]',
+      });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    const problems = (error as ConfigError).problems;
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        'GPU_FLEET_RECONCILE_INTERVAL_SEC="soon" must be a whole number of seconds from 10 to 3600',
+        'GPU_FLEET_NOTICE_MARGIN_SEC="500" must be a whole number of seconds from 0 to 110',
+        'GPU_FLEET_DLQ_URL="dead-letters" must be an SQS queue URL (https://…)',
+        'GPU_FLEET_JOBS_TABLE="a b" must be a DynamoDB table name: 3 to 255 letters, digits, "_", "-" or "."',
+        expect.stringMatching(/^GPU_FLEET_GCP_PROJECTS="\[.*\]" 0\.zones\.0: GCP zones look like "us-central1-a"; e\.g\. /),
+      ]),
+    );
+    expect(problems).toHaveLength(5);
+    expect(fleetConfigFromEnv.bind(null, { GPU_FLEET_GCP_PROJECTS: 'not json' })).toThrow(/GPU_FLEET_GCP_PROJECTS="not json" is not JSON/);
+  });
+
+  it('builds every port without calling any cloud, GCP only when configured', async () => {
+    const aws = await fleetPorts(fleetConfigFromEnv({ AWS_REGION: 'us-west-2' }));
+    expect(aws.providers.map((p) => p.cloud)).toEqual(['aws']);
+    expect(aws.notices).toEqual([]);
+    expect(aws.reconcile.notices).toEqual([]);
+    const both = await fleetPorts(
+      fleetConfigFromEnv({ AWS_REGION: 'us-west-2', GPU_FLEET_GCP_PROJECTS: '[{"projectId":"ml-prod","zones":["us-central1-a"]}]' }),
+      { gcp: (await import('../../cloud/gcp/clients.ts')).gcpClients({ apiEndpoint: '127.0.0.1', port: 9, protocol: 'http' }) },
+    );
+    expect(both.providers.map((p) => p.cloud)).toEqual(['aws', 'gcp']);
+    expect(both.reconcile.notices?.map((n) => n.cloud)).toEqual(['gcp']);
+  });
+});

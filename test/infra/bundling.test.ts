@@ -1,0 +1,39 @@
+import { build } from 'esbuild';
+import { describe, expect, it } from 'vitest';
+import { bundleOptions, FUNCTION_ENTRIES } from '../../infra/bundling.ts';
+
+const inputsOf = async (entry: string, gcp: boolean) => {
+  const out = await build({ ...bundleOptions(entry, { gcp }), write: false, metafile: true, outfile: 'x.mjs' });
+  return Object.keys(out.metafile.inputs);
+};
+
+describe('the Lambda bundles', () => {
+  it('leave GCP out unless it is configured: no Compute client, no GCP adapter, no GCP catalogue', async () => {
+    for (const entry of Object.values(FUNCTION_ENTRIES)) {
+      const inputs = await inputsOf(entry, false);
+      expect(inputs.filter((i) => /@google-cloud|google-gax|cloud\/gcp\/|gcp-gpu-machines|client-secrets-manager/.test(i))).toEqual([]);
+      expect(inputs.some((i) => i.startsWith('cloud/wiring.ts'))).toBe(true);
+    }
+    const withGcp = await inputsOf(FUNCTION_ENTRIES.reconcile, true);
+    expect(withGcp).toEqual(
+      expect.arrayContaining(['cloud/gcp/runtime.ts', 'cloud/gcp/mig-node-groups.ts', 'data/catalog/gcp-gpu-machines.json']),
+    );
+  }, 60_000);
+
+  it('keep only the SDK shapes gpu-fleet uses (the schema-keys plugin makes them tree-shakeable)', async () => {
+    const out = await build({
+      ...bundleOptions(FUNCTION_ENTRIES.reconcile, { gcp: false }),
+      write: false,
+      metafile: true,
+      outfile: 'x.mjs',
+    });
+    const ec2 = Object.entries(out.metafile.outputs['x.mjs']!.inputs).find(([f]) =>
+      f.includes('client-ec2/dist-es/schemas/schemas_0.js'),
+    )![1];
+    const code = out.outputFiles[0]!.text;
+    // The shapes of the calls made are there; the other ~3,000 shapes of the EC2 API are not.
+    expect(code).toContain('DescribeSpotPriceHistory');
+    expect(code).not.toContain('AcceptAddressTransferRequest');
+    expect(ec2.bytesInOutput).toBeLessThan(120 * 1024);
+  }, 60_000);
+});
