@@ -1,0 +1,177 @@
+import { describe, expect, it } from 'vitest';
+import type { Instance } from '../../core/fleet.ts';
+import { DAY_PERIOD_PREFIX, IDLE_TEAM, accrueSpend, costByTeam, nodeShares, type NodeShare } from '../../core/services/accrual.ts';
+import type { SpendAccrual, SpendLedger } from '../../core/ports.ts';
+import { MemorySpendLedger } from '../../cloud/sim/memory-stores.ts';
+import { aJob, aTeam, T0 } from '../builders.ts';
+
+/** Spend per team: who holds which share of each machine, and how the ledger counts it. */
+
+const H = 3_600_000;
+const inst = (id: string, over: Partial<Instance> = {}): Instance => ({
+  id,
+  groupId: 'g',
+  cloud: 'aws',
+  region: 'us-east-1',
+  zone: 'us-east-1a',
+  instanceType: 'p3.16xlarge',
+  capacityType: 'on-demand',
+  state: 'running',
+  launchedAtMs: T0 - 10 * H,
+  ...over,
+});
+const onNode = (team: string, node: string, gpus: number[], extra: object = {}) =>
+  aJob({
+    id: `${team}.${node}.${gpus.join('-')}`,
+    team,
+    state: 'running',
+    placement: { nodes: [{ nodeId: node, gpuIndices: gpus, ...extra }], capacityType: 'on-demand' },
+  });
+const price = (id: string, priceMicroUsdPerHour: number) =>
+  [id, { offeringId: id, priceMicroUsdPerHour, onDemandMicroUsdPerHour: priceMicroUsdPerHour, source: 'test' }] as const;
+const prices = new Map([price('aws/us-east-1a/p3.16xlarge/on-demand', 8_000_000), price('aws/us-east-1a/p3.16xlarge/spot', 2_400_000)]);
+
+describe('who holds which share of each machine', () => {
+  it("adds up each team's GPUs on each billed machine: whole GPUs, shares and MIG slices", () => {
+    const shares = nodeShares(
+      [inst('i-1'), inst('i-2', { capacityType: 'spot' }), inst('i-3', { state: 'pending' })],
+      [
+        onNode('nlp', 'i-1', [0, 1, 2]),
+        onNode('nlp', 'i-1', [3], { share: { milliGpu: 250, memoryMiB: 4000 } }),
+        onNode('vision', 'i-1', [4], { mig: { profile: '3g.40gb', startSlice: 0 } }),
+        onNode('vision', 'i-2', [0]),
+        aJob({ id: 'nlp.queued', team: 'nlp' }), // no placement: holds nothing
+      ],
+      prices,
+      () => 8,
+    );
+    expect(shares.map((s) => [s.instance.id, s.priceMicroUsdPerHour, Object.fromEntries(s.milliGpuByTeam), s.totalMilliGpu])).toEqual([
+      ['i-1', 8_000_000, { nlp: 3250, vision: 429 }, 8000],
+      ['i-2', 2_400_000, { vision: 1000 }, 8000],
+      ['i-3', 8_000_000, {}, 8000],
+    ]);
+  });
+
+  it('bills only machines that are booting or running; a machine of unknown price costs 0, one of unknown size counts one GPU', () => {
+    const shares = nodeShares(
+      [inst('gone', { state: 'terminated' }), inst('leaving', { state: 'stopping' }), inst('odd', { instanceType: 'x9.mega' })],
+      [],
+      prices,
+      () => 0,
+    );
+    expect(shares.map((s) => [s.instance.id, s.priceMicroUsdPerHour, s.totalMilliGpu])).toEqual([['odd', 0, 1000]]);
+  });
+});
+
+describe('what each team owes for a window', () => {
+  const share = (over: Partial<NodeShare> & { held: Record<string, number> }): NodeShare => ({
+    instance: inst('i-1'),
+    priceMicroUsdPerHour: 8_000_000,
+    totalMilliGpu: 8000,
+    milliGpuByTeam: new Map(Object.entries(over.held)),
+    ...over,
+  });
+
+  it("splits each machine's price by the GPU share each team holds, the rest to (idle), exactly", () => {
+    const out = costByTeam(
+      [share({ held: { nlp: 3000, vision: 1000 } }), share({ instance: inst('i-2'), held: { vision: 2000 } })],
+      T0,
+      T0 + H,
+    );
+    expect(Object.fromEntries(out)).toEqual({ nlp: 3_000_000, vision: 1_000_000 + 2_000_000, [IDLE_TEAM]: 4_000_000 + 6_000_000 });
+  });
+
+  it('counts a machine from its launch only, and not at all in a window it was not up for', () => {
+    const late = share({ instance: inst('i-1', { launchedAtMs: T0 + H / 2 }), held: { nlp: 8000 } });
+    expect(Object.fromEntries(costByTeam([late], T0, T0 + H))).toEqual({ nlp: 4_000_000, [IDLE_TEAM]: 0 });
+    expect(costByTeam([late], T0, T0 + H / 2).size).toBe(0);
+    expect(costByTeam([late], T0, T0 + H / 4).size).toBe(0);
+  });
+
+  it('caps a team at the machine (shares beyond it are not billed twice), and breaks remainder ties by team name', () => {
+    expect(Object.fromEntries(costByTeam([share({ held: { nlp: 9000 } })], T0, T0 + H))).toEqual({ nlp: 8_000_000, [IDLE_TEAM]: 0 });
+    // 1 µUSD between two equal holders: the first by name gets it.
+    const tiny = share({ priceMicroUsdPerHour: 1, totalMilliGpu: 2000, held: { zeta: 1000, alpha: 1000 } });
+    expect(Object.fromEntries(costByTeam([tiny], T0, T0 + H))).toEqual({ alpha: 1, zeta: 0, [IDLE_TEAM]: 0 });
+  });
+});
+
+describe('accrueSpend: counting each team once per window in the ledger', () => {
+  const shares = (held: Record<string, number>): NodeShare[] => [
+    { instance: inst('i-1'), priceMicroUsdPerHour: 8_000_000, totalMilliGpu: 8000, milliGpuByTeam: new Map(Object.entries(held)) },
+  ];
+  const teams = [aTeam('nlp'), aTeam('vision', { budget: { amountMicroUsd: 1, period: 'weekly', action: 'hold', alertAtPct: [100] } })];
+  const maxWindowMs = 2 * 60_000;
+  const now = T0 + 12 * H; // 2026-11-02, a Monday, noon
+
+  it('counts the window since each cursor, per team in its own budget period, and per day', async () => {
+    const ledger = new MemorySpendLedger();
+    const first = await accrueSpend(ledger, { teams, shares: shares({ nlp: 4000, vision: 2000 }), nowMs: now, maxWindowMs });
+    // No cursor yet: the window reaches back at most maxWindowMs.
+    expect(Object.fromEntries(first)).toEqual({ nlp: 133_333, vision: 66_667, [IDLE_TEAM]: 66_667 });
+    expect((await ledger.read('nlp', '2026-11')).spentMicroUsd).toBe(133_333);
+    expect((await ledger.read('vision', '2026-W45')).spentMicroUsd).toBe(66_667);
+    expect((await ledger.read(IDLE_TEAM, '2026-11')).spentMicroUsd).toBe(66_667);
+    expect((await ledger.read('nlp', `${DAY_PERIOD_PREFIX}2026-11-02`)).spentMicroUsd).toBe(133_333);
+    // A minute later, one minute more.
+    const second = await accrueSpend(ledger, { teams, shares: shares({ nlp: 4000, vision: 2000 }), nowMs: now + 60_000, maxWindowMs });
+    expect(Object.fromEntries(second)).toEqual({ nlp: 66_667, vision: 33_333, [IDLE_TEAM]: 33_333 });
+    expect((await ledger.read('nlp', '2026-11')).spentMicroUsd).toBe(200_000);
+    expect((await ledger.read('nlp', '2026-11')).accruedUntilMs).toBe(now + 60_000);
+    expect((await ledger.read('nlp', `${DAY_PERIOD_PREFIX}2026-11-02`)).accruedUntilMs).toBe(now + 60_000);
+  });
+
+  it('counts teams seen only on the machines, under the monthly period', async () => {
+    const ledger = new MemorySpendLedger();
+    const out = await accrueSpend(ledger, { teams: [], shares: shares({ speech: 8000 }), nowMs: now, maxWindowMs });
+    expect(Object.fromEntries(out)).toEqual({ speech: 266_667, [IDLE_TEAM]: 0 });
+    expect((await ledger.read('speech', '2026-11')).spentMicroUsd).toBe(266_667);
+  });
+
+  it('never reaches back before the period began, and counts nothing twice at the same instant', async () => {
+    const ledger = new MemorySpendLedger();
+    const midnight = Date.UTC(2026, 11, 1, 0, 0, 30); // 30 s into a month and a day
+    const out = await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: midnight, maxWindowMs });
+    expect(out.get('nlp')).toBe(66_667); // 30 s, not 2 min
+    expect((await ledger.read('nlp', `${DAY_PERIOD_PREFIX}2026-12-01`)).spentMicroUsd).toBe(66_667);
+    const again = await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: midnight, maxWindowMs });
+    expect(again.size).toBe(0);
+    expect((await ledger.read('nlp', '2026-12')).spentMicroUsd).toBe(66_667);
+  });
+
+  it('reaches back at most maxWindowMs after a gap, and leaves a window another writer counted to it', async () => {
+    const ledger = new MemorySpendLedger();
+    await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: now, maxWindowMs });
+    const afterGap = await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: now + 30 * 60_000, maxWindowMs });
+    expect(afterGap.get('nlp')).toBe(266_667);
+    const refusing: SpendLedger = {
+      read: (t, p) => ledger.read(t, p),
+      list: () => ledger.list(),
+      accrue: async (_e: SpendAccrual) => false,
+    };
+    const lost = await accrueSpend(refusing, { teams, shares: shares({ nlp: 8000 }), nowMs: now + 31 * 60_000, maxWindowMs });
+    expect(lost.size).toBe(0);
+  });
+
+  it('names the windows it counts from the cursor, so a repeat is recognised', async () => {
+    const calls: SpendAccrual[] = [];
+    const ledger = new MemorySpendLedger();
+    const recording: SpendLedger = {
+      read: (t, p) => ledger.read(t, p),
+      list: () => ledger.list(),
+      accrue: async (e) => {
+        calls.push(e);
+        return ledger.accrue(e);
+      },
+    };
+    await accrueSpend(recording, { teams: [aTeam('nlp')], shares: shares({ nlp: 8000 }), nowMs: now, maxWindowMs });
+    await accrueSpend(recording, { teams: [aTeam('nlp')], shares: shares({ nlp: 8000 }), nowMs: now + 60_000, maxWindowMs });
+    const nlp = calls.filter((c) => c.team === 'nlp');
+    expect(nlp.map((c) => [c.period, c.fromMs, c.toMs, c.amountMicroUsd])).toEqual([
+      ['2026-11', now - maxWindowMs, now, 266_667],
+      [`${DAY_PERIOD_PREFIX}2026-11-02`, now - maxWindowMs, now, 266_667],
+      ['2026-11', now, now + 60_000, 133_333],
+      [`${DAY_PERIOD_PREFIX}2026-11-02`, now, now + 60_000, 133_333],
+    ]);
+  });
+});
