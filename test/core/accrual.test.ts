@@ -96,6 +96,18 @@ describe('what each team owes for a window', () => {
   });
 });
 
+describe('the names spend is kept under', () => {
+  it('idle capacity is the team "(idle)", and days are periods "day:YYYY-MM-DD" (reports read both)', async () => {
+    const ledger = new MemorySpendLedger();
+    const held: NodeShare[] = [
+      { instance: inst('i-1'), priceMicroUsdPerHour: 8_000_000, totalMilliGpu: 8000, milliGpuByTeam: new Map([['nlp', 4000]]) },
+    ];
+    await accrueSpend(ledger, { teams: [aTeam('nlp')], shares: held, nowMs: T0 + H, maxWindowMs: 60_000 });
+    const rows = (await ledger.list()).map((r) => `${r.team} ${r.period}`).sort();
+    expect(rows).toEqual(['(idle) 2026-11', '(idle) day:2026-11-02', 'nlp 2026-11', 'nlp day:2026-11-02']);
+  });
+});
+
 describe('accrueSpend: counting each team once per window in the ledger', () => {
   const shares = (held: Record<string, number>): NodeShare[] => [
     { instance: inst('i-1'), priceMicroUsdPerHour: 8_000_000, totalMilliGpu: 8000, milliGpuByTeam: new Map(Object.entries(held)) },
@@ -165,6 +177,8 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
       },
     };
     await accrueSpend(recording, { teams: [aTeam('nlp')], shares: shares({ nlp: 8000 }), nowMs: now, maxWindowMs });
+    await accrueSpend(recording, { teams: [aTeam('nlp')], shares: shares({ nlp: 8000 }), nowMs: now + 60_000, maxWindowMs });
+    // At the same instant again there is no window left to count: no call at all.
     await accrueSpend(recording, { teams: [aTeam('nlp')], shares: shares({ nlp: 8000 }), nowMs: now + 60_000, maxWindowMs });
     const nlp = calls.filter((c) => c.team === 'nlp');
     expect(nlp.map((c) => [c.period, c.fromMs, c.toMs, c.amountMicroUsd])).toEqual([

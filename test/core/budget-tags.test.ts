@@ -148,6 +148,8 @@ describe('each budget tag, value by value', () => {
       expect(t.tagProblems, v).toEqual([`gpu-fleet:weight="${v}" is not allowed (allowed: a whole number from 1 to 9999)`]);
     }
     expect(read({ 'gpu-fleet:weight': '0' }).weight).toBe(1);
+    // 1 is a weight of its own, not a fallback: it replaces a heavier one.
+    expect(read({ 'gpu-fleet:weight': '1' }, heavy).weight).toBe(1);
   });
 
   it('says the amount is missing, and keeps the last valid amount when it is removed', () => {

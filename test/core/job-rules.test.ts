@@ -141,7 +141,8 @@ describe('event by event', () => {
   it('a failed attempt ends the job with its exit code and closes the attempt', () => {
     const out = transition(inState('running'), { type: 'fail', attempt: 1, exitCode: 137 }, T0 + 3_600_000);
     expect(out).toMatchObject({ ok: true, changed: true, job: { state: 'failed', exitCode: 137, endedAtMs: T0 + 3_600_000 } });
-    expect(out.ok && out.job.usage).toMatchObject({ attempts: 1, heldSec: 3600, costMicroUsd: 3_600_000 });
+    // A failure is the job's own end, not an interruption: no work is counted as lost.
+    expect(out.ok && out.job.usage).toMatchObject({ attempts: 1, heldSec: 3600, costMicroUsd: 3_600_000, reworkSec: 0 });
   });
 
   it('cancelling a pending job ends it at once and counts its wait', () => {
@@ -177,6 +178,18 @@ describe('event by event', () => {
   });
 });
 
+describe('a requeue of a job whose cancel was asked for', () => {
+  it('ends it cancelled, with nothing counted as lost', () => {
+    const out = transition(
+      inState('running', { cancelRequested: true }),
+      { type: 'requeue', attempt: 1, reason: reason('interrupted', 'x') },
+      T0 + 600_000,
+    );
+    expect(out).toMatchObject({ ok: true, changed: true, job: { state: 'cancelled', attempt: 1, endedAtMs: T0 + 600_000 } });
+    expect(out.ok && out.job.usage).toMatchObject({ attempts: 1, heldSec: 600, reworkSec: 0 });
+  });
+});
+
 describe('finishing a cancel', () => {
   it('ends a job whose cancel was asked for, closing its attempt', () => {
     const asked = inState('running', { cancelRequested: true, version: 4 });
@@ -186,7 +199,7 @@ describe('finishing a cancel', () => {
       changed: true,
       job: { state: 'cancelled', version: 5, endedAtMs: T0 + 1_800_000, updatedAtMs: T0 + 1_800_000 },
     });
-    expect(out.ok && out.job.usage).toMatchObject({ attempts: 1, heldSec: 1800 });
+    expect(out.ok && out.job.usage).toMatchObject({ attempts: 1, heldSec: 1800, reworkSec: 0 });
   });
 
   it('is a no-op on a cancelled job, and refuses one without a pending cancel or already ended', () => {

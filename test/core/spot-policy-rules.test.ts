@@ -104,6 +104,11 @@ describe('uniform progress, rule by rule', () => {
       reason: { message: 'behind uniform progress and no spot: on-demand catches up' },
     });
     expect(uniformProgressDecision(idle(1440, { doneWorkSec: 0, elapsedSec: 0 })).commit).toBe(false);
+    // Idle is any job not on spot now, even with spot to be had.
+    expect(uniformProgressDecision(idle(1400, { spotAvailable: true }))).toMatchObject({
+      commit: true,
+      reason: { message: expect.stringMatching(/^safety net: /) },
+    });
     // A spot machine that has spot is not idle; an on-demand one catches up instead.
     expect(uniformProgressDecision(idle(1400, { mode: 'spot', spotAvailable: true })).kind).toBe('spot');
     expect(uniformProgressDecision(idle(1400, { mode: 'spot', spotAvailable: false })).commit).toBe(true);
@@ -111,6 +116,18 @@ describe('uniform progress, rule by rule', () => {
     // With a long interval the net is d + interval, and it still speaks first.
     expect(uniformProgressDecision(idle(1700, { intervalSec: 1200 }))).toMatchObject({
       reason: { message: expect.stringMatching(/^safety net: /) },
+    });
+  });
+
+  it('past the safety net, the last-moment rule commits with its own reason', () => {
+    // On spot with spot: not idle, so no safety net; 700 s of slack with 1200 s intervals is under the last moment.
+    expect(uniformProgressDecision(left(10 * H, 10 * H + 700, { mode: 'spot', intervalSec: 1200 }))).toEqual({
+      kind: 'on-demand',
+      commit: true,
+      reason: {
+        code: 'deadline-on-demand',
+        message: 'waiting longer would miss the deadline: 10.0 h of work left and 10.2 h to the deadline; on-demand to the end',
+      },
     });
   });
 
@@ -189,6 +206,7 @@ describe("gpu-fleet's policy, rule by rule", () => {
       gpuFleetDecision(left(workH * H, 50 * H, { spotAvailable: false, observed: seen(0, 0, 0, currentRunSec) }));
     expect(idle(40, 600)).toMatchObject({
       kind: 'wait',
+      commit: false,
       reason: {
         code: 'deadline-spot-safe',
         message: expect.stringMatching(
