@@ -2,34 +2,55 @@ import { mkdir, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { finishCancel, type Job } from '../core/job.ts';
+import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
+import { checkpointPartLocation, finishCancel, type CheckpointRef, type Job } from '../core/job.ts';
 import type { CheckpointStore, Clock, GpuMetricSample, GpuMetricSink, JobStore, NodeStore } from '../core/ports.ts';
 import { reason, type Reason } from '../core/reason.ts';
 import { applyJobEvent } from '../core/services/job-updates.ts';
+import {
+  afterCheckpoint,
+  checkpointLimits,
+  checkpointSizeMiB,
+  DEFAULT_CHECKPOINT_TIMING,
+  exitReport,
+  gangRank,
+  nextNodeStep,
+  startFailure,
+  uploadAllowanceSec,
+  type CheckpointOutcome,
+  type CheckpointTiming,
+  type LocalAttempt as LocalView,
+  type NodeStep,
+} from '../core/services/node-rules.ts';
 import { requeueAttempt } from '../core/services/requeue.ts';
-import { gangRank, judgeWorkEntry } from '../core/services/work-list.ts';
 import { readMarker, type CheckpointBlobs, type CheckpointMarker } from './checkpoint-files.ts';
 import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts';
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
 import type { Exit, JobProcess, JobRunner } from './runner.ts';
-import { messageOf } from '../core/errors.ts';
+import { UploadWorker, type UploadResult } from './uploads.ts';
 
 /**
- * The node agent: the process on every GPU machine.
+ * The node agent: the process on every GPU machine. What it does with each entry of its work
+ * list is decided by the node-side rules in core (core/services/node-rules.ts), the same rules
+ * the simulated machines follow; this class carries them out with real processes and files.
  *
- * Every `heartbeatSec` it reads its GPUs, sends a heartbeat (with health) and reads its own node
- * record: the draining mark and the work list reconcile wrote before placing jobs here. Each
- * listed attempt that is placed here runs as exactly one local process; an attempt that moved
- * on (requeued, cancelled, placed elsewhere) is stopped. Every `noticeSec` it looks for new
- * checkpoints the jobs marked and for the cloud's notices in the instance metadata: on an
- * interruption notice it drains the node and checkpoints its jobs at once, without waiting for
- * the control plane. Whichever path comes first, a job is requeued once (every change names
- * the attempt it acts on).
- *
- * On a gang, the first node of the placement leads: it starts, checkpoints, requeues and ends
- * the job; the others run their part and stop when the job moves on (or fail it if their part fails).
+ * - The heartbeat has its own timer: every `heartbeatSec` it reads the GPUs and records the
+ *   node's health. Nothing it does waits on a job.
+ * - The work list is read after each heartbeat: each attempt placed here runs as exactly one
+ *   local process; an attempt that moved on (requeued, cancelled, placed elsewhere) is stopped
+ *   before anything new starts.
+ * - Every `noticeSec` it looks for the checkpoints the jobs marked (each is copied to the
+ *   checkpoint store by the upload worker, in the background, retried within its allowance)
+ *   and for the cloud's notices in the instance metadata: on an interruption notice it drains
+ *   the node and checkpoints its jobs at once, without waiting for the control plane.
+ * - A checkpoint asked for (preemption, interruption, cancel) ends within its limits: the job's
+ *   grace to write it, then the upload's allowance; if it cannot be saved in time, the attempt is
+ *   stopped and requeued from the newest checkpoint saved earlier. It never stays `checkpointing`.
+ * - On a gang, every rank saves its own part of each checkpoint (under `rank-<r>/`) and restores
+ *   its own; the first rank leads (it starts and ends the job); a rank that cannot start sends the
+ *   whole attempt back to the queue, and the others stop.
  */
 
 export interface AgentLog {
@@ -68,6 +89,10 @@ export interface AgentConfig {
   readonly noticeMarginSec?: number;
   /** How often the agent looks for the job's marker while it waits for a checkpoint it asked for. */
   readonly checkpointPollMs?: number;
+  /** Upload speed assumed and the margin an upload gets (its allowance is size ÷ speed + margin). */
+  readonly checkpointTiming?: CheckpointTiming;
+  /** Uploads at a time (default 2). */
+  readonly uploadConcurrency?: number;
 }
 
 interface LocalAttempt {
@@ -82,13 +107,22 @@ interface LocalAttempt {
   readonly dirs: { readonly root: string; readonly checkpoint: string; readonly resume?: string };
   readonly startedAtMs: number;
   readonly baseProgressSec: number;
-  /** The modification time of the newest marker already copied to the store. */
+  /** The modification time of the newest marker seen (its save is started). */
   lastMarkerMs: number;
-  /** Set while the agent stops the process on purpose (the job moved on, cancel, checkpoint-and-requeue). */
+  /** The save in flight (one at a time per attempt). */
+  saving?: { readonly markerMs: number; readonly location: string; readonly done: Promise<SaveResult> };
+  /** The save of the newest marker started so far (kept after it ends, for a checkpoint that waits on it). */
+  newestSave?: { readonly markerMs: number; readonly location: string; readonly done: Promise<SaveResult> };
+  /** A marker newer than the one being saved, saved once that ends. */
+  nextMarker?: CheckpointMarker;
+  /** Set while the agent stops the process on purpose. */
   stopping: boolean;
-  checkpointing?: Promise<void>;
+  /** A checkpoint asked for is being taken, and what follows it. */
+  checkpointing?: { readonly then: 'requeue' | 'cancel'; readonly task: Promise<void> };
   exit?: Exit;
 }
+
+type SaveResult = UploadResult & { readonly complete?: boolean; readonly ref?: CheckpointRef };
 
 const NO_DEADLINE_MS = 7 * 86_400_000;
 
@@ -96,10 +130,14 @@ export class NodeAgent {
   private readonly local = new Map<string, LocalAttempt>();
   private readonly handledNotices = new Set<string>();
   private readonly devices: DeviceAllocator;
+  private readonly uploads: UploadWorker;
+  private readonly cleanups = new Set<Promise<void>>();
   private registeredGpus: string | undefined;
   private lastReport: NvidiaSmiReport | undefined;
+  private lastGpus: GpuDevice[] = [];
   private health: { healthy: boolean; problem?: string } = { healthy: true };
   private queue: Promise<unknown> = Promise.resolve();
+  private syncQueued = false;
   private timers: NodeJS.Timeout[] = [];
   private stopped = false;
   readonly instanceId: string;
@@ -116,6 +154,11 @@ export class NodeAgent {
       ports.migControl,
       (m) => ports.log.info(m),
     );
+    this.uploads = new UploadWorker(ports.blobs, ports.clock, config.uploadConcurrency ?? 2);
+  }
+
+  private get timing(): CheckpointTiming {
+    return this.config.checkpointTiming ?? DEFAULT_CHECKPOINT_TIMING;
   }
 
   // ---- the loops ----------------------------------------------------------------------------
@@ -129,7 +172,17 @@ export class NodeAgent {
       });
     await this.heartbeat();
     await this.watch();
-    this.every(this.config.heartbeatSec ?? 15, () => this.heartbeat());
+    // The heartbeat never waits on the work list: a sync still running is not queued twice.
+    this.every(this.config.heartbeatSec ?? 15, async () => {
+      await this.beat();
+      if (this.syncQueued) return;
+      this.syncQueued = true;
+      void this.serial(() => this.syncWork())
+        .catch((error: unknown) =>
+          this.ports.log.error('reading the work list failed; it is read again at the next heartbeat', { error: messageOf(error) }),
+        )
+        .finally(() => (this.syncQueued = false));
+    });
     this.every(this.config.noticeSec ?? 5, () => this.watch());
     if (this.ports.metrics) this.every(this.config.metricsSec ?? 60, () => this.publishMetrics());
   }
@@ -163,7 +216,7 @@ export class NodeAgent {
     loop();
   }
 
-  /** Runs `f` after everything queued before it: the agent's steps never interleave. */
+  /** Runs `f` after everything queued before it: the agent's steps on its work list never interleave. */
   private serial<T>(f: () => Promise<T>): Promise<T> {
     const next = this.queue.then(f, f);
     this.queue = next.catch(() => undefined);
@@ -177,176 +230,167 @@ export class NodeAgent {
     return this.lastReport;
   }
 
-  /** One heartbeat: GPUs and health, the node's record, and the work on its list. */
-  heartbeat(): Promise<void> {
-    return this.serial(async () => {
-      const now = this.ports.clock.nowMs();
-      let gpus: GpuDevice[] | undefined;
-      try {
-        const report = await this.inventory();
-        gpus = toGpuDevices(report);
-        const problems = report.gpus.flatMap(gpuProblems);
-        if (report.gpus.length > 0 && gpus.length === 0)
-          problems.push(`no GPU here is a model gpu-fleet schedules (${report.gpus.map((g) => g.name).join(', ')})`);
-        this.health = problems.length > 0 ? { healthy: false, problem: problems.join('; ') } : { healthy: true };
-      } catch (error) {
-        this.health = { healthy: false, problem: messageOf(error) };
-      }
-      if (!this.health.healthy) this.ports.log.warn('node unhealthy: it takes no new work', { problem: this.health.problem });
-      const gpuKey = gpus ? JSON.stringify(gpus) : this.registeredGpus;
-      const known = gpuKey === this.registeredGpus && (await this.ports.nodes.heartbeat(this.instanceId, now, this.health));
-      if (!known) {
-        await this.ports.nodes.register({
-          instanceId: this.instanceId,
-          groupId: this.groupId,
-          registeredAtMs: now,
-          lastHeartbeatAtMs: now,
-          gpus: gpus ?? [],
-          ...(this.config.identity.privateIp ? { address: this.config.identity.privateIp } : {}),
-          healthy: this.health.healthy,
-          ...(this.health.problem ? { healthProblem: this.health.problem } : {}),
-        });
-        this.registeredGpus = gpuKey;
-      }
-      await this.syncWork();
-    });
+  /** One heartbeat and one look at the work list (the loop does the same, without waiting for the work list). */
+  async heartbeat(): Promise<void> {
+    await this.beat();
+    await this.serial(() => this.syncWork());
+  }
+
+  /** The heartbeat itself: GPUs and health, written to the node's record. Waits on no job. */
+  async beat(): Promise<void> {
+    const now = this.ports.clock.nowMs();
+    let gpus: GpuDevice[] | undefined;
+    try {
+      const report = await this.inventory();
+      gpus = toGpuDevices(report);
+      const problems = report.gpus.flatMap(gpuProblems);
+      if (report.gpus.length > 0 && gpus.length === 0)
+        problems.push(`no GPU here is a model gpu-fleet schedules (${report.gpus.map((g) => g.name).join(', ')})`);
+      this.health = problems.length > 0 ? { healthy: false, problem: problems.join('; ') } : { healthy: true };
+      this.lastGpus = gpus;
+    } catch (error) {
+      this.health = { healthy: false, problem: messageOf(error) };
+    }
+    if (!this.health.healthy) this.ports.log.warn('node unhealthy: it takes no new work', { problem: this.health.problem });
+    const gpuKey = gpus ? JSON.stringify(gpus) : this.registeredGpus;
+    const known = gpuKey === this.registeredGpus && (await this.ports.nodes.heartbeat(this.instanceId, now, this.health));
+    if (!known) {
+      await this.ports.nodes.register({
+        instanceId: this.instanceId,
+        groupId: this.groupId,
+        registeredAtMs: now,
+        lastHeartbeatAtMs: now,
+        gpus: gpus ?? [],
+        ...(this.config.identity.privateIp ? { address: this.config.identity.privateIp } : {}),
+        healthy: this.health.healthy,
+        ...(this.health.problem ? { healthProblem: this.health.problem } : {}),
+      });
+      this.registeredGpus = gpuKey;
+    }
+  }
+
+  private view(l: LocalAttempt | undefined): LocalView | undefined {
+    if (!l) return undefined;
+    return {
+      rank: l.rank,
+      ...(l.exit ? { exitCode: exitCode(l.exit) } : {}),
+      ...(l.checkpointing ? { checkpointing: l.checkpointing.then } : {}),
+      ...(l.stopping ? { stopping: true } : {}),
+    };
   }
 
   private async syncWork(): Promise<void> {
     const record = await this.ports.nodes.get(this.instanceId);
-    const mine = new Set<string>();
+    const steps: { jobId: string; attempt: number; job: Job | undefined; step: NodeStep }[] = [];
+    const current = new Set<string>();
     for (const [jobId, attempt] of Object.entries(record?.assigned ?? {})) {
       const job = await this.ports.jobs.get(jobId);
-      const verdict = judgeWorkEntry(job, this.instanceId, attempt);
-      if (verdict === 'stale') {
-        await this.ports.nodes.unassign(this.instanceId, jobId, attempt);
-        continue;
-      }
-      if (verdict === 'run' && job) {
-        mine.add(keyOf(job.id, job.attempt));
-        await this.runStep(job);
-      }
+      const l = this.local.get(keyOf(jobId, attempt));
+      if (l && job && job.attempt === l.attempt) l.job = job;
+      const step = nextNodeStep(job, this.instanceId, attempt, this.view(l));
+      if (step.kind !== 'drop' && step.kind !== 'wait') current.add(keyOf(jobId, attempt));
+      steps.push({ jobId, attempt, job, step });
     }
-    // Attempts that are no longer this node's: the control plane requeued or moved them.
+    // First stop what is no longer this node's (the attempt moved on), so that two attempts of a job never run at once.
     for (const l of [...this.local.values()]) {
-      if (!mine.has(l.key) && !l.stopping && !l.checkpointing) {
+      if (!current.has(l.key) && !l.stopping && !l.checkpointing) {
         this.ports.log.info('the job moved on; stopping its process here', { job: l.jobId, attempt: l.attempt });
         await this.endLocal(l);
       }
     }
+    for (const s of steps) await this.perform(s.jobId, s.attempt, s.job, s.step);
   }
 
-  private async runStep(job: Job): Promise<void> {
-    const key = keyOf(job.id, job.attempt);
-    const l = this.local.get(key);
-    const where = gangRank(job, this.instanceId)!;
-    const lead = where.rank === 0;
+  private async perform(jobId: string, attempt: number, job: Job | undefined, step: NodeStep): Promise<void> {
+    const l = this.local.get(keyOf(jobId, attempt));
     const now = this.ports.clock.nowMs();
-    if (l) l.job = job;
-
-    if (job.cancelRequested) {
-      // Cancelled while running: a job that can checkpoint is asked to save first, then stopped.
-      if (l && job.spec.checkpoint && !l.exit && !l.stopping) {
-        if (!l.checkpointing)
-          this.beginCheckpoint(
-            l,
-            reason('preempt-for-priority', 'cancelled: checkpointed, then stopped'),
-            now + checkpointGraceMs(job),
-            'cancel',
-          );
+    switch (step.kind) {
+      case 'drop':
+        await this.ports.nodes.unassign(this.instanceId, jobId, attempt);
         return;
-      }
-      if (l?.checkpointing) return; // its checkpoint ends in a stop and the cancel is recorded there
-      if (l) await this.endLocal(l);
-      if (lead) await this.finishCancelled(job.id);
-      return;
+      case 'wait':
+      case 'busy':
+        return;
+      case 'launch':
+        await this.launch(job!, step.rank, step.size);
+        return;
+      case 'run':
+        await this.collectCheckpoint(l!);
+        return;
+      case 'checkpoint':
+        this.beginCheckpoint(l!, step.then, step.reason);
+        return;
+      case 'stop-cancel':
+        await this.endLocal(l!);
+        if (l!.rank === 0) await this.finishCancelled(jobId);
+        return;
+      case 'report-exit':
+        await this.reportExit(l!);
+        return;
+      case 'requeue-from-store':
+        if (job && gangRank(job, this.instanceId)?.rank === 0)
+          await requeueAttempt(this.ports, { jobId, attempt, reason: step.reason, nowMs: now });
+        return;
+      case 'finish-cancel':
+        if (job && gangRank(job, this.instanceId)?.rank === 0) await this.finishCancelled(jobId);
+        return;
     }
-    if (job.state === 'checkpointing') {
-      if (l && !l.checkpointing)
-        this.beginCheckpoint(
-          l,
-          job.checkpointReason ?? reason('preempt-for-priority', 'checkpointed on request and returned to the queue'),
-          now + checkpointGraceMs(job),
-        );
-      if (!l && lead) {
-        // Nothing runs here (the agent restarted): requeue from the newest checkpoint in the store.
-        await requeueAttempt(this.ports, {
-          jobId: job.id,
-          attempt: job.attempt,
-          reason:
-            job.checkpointReason ??
-            reason('preempt-for-priority', 'checkpoint requested while no process ran; requeued from its newest checkpoint'),
-          nowMs: now,
-        });
-      }
-      return;
-    }
-    if (!l) {
-      await this.launch(job, where);
-      return;
-    }
-    if (l.exit) {
-      await this.reportExit(l);
-      return;
-    }
-    await this.collectCheckpoint(l);
   }
 
-  private async launch(job: Job, where: { rank: number; size: number }): Promise<void> {
+  private async launch(job: Job, rank: number, size: number): Promise<void> {
     const now = this.ports.clock.nowMs();
     const key = keyOf(job.id, job.attempt);
-    const assignment = job.placement!.nodes[where.rank]!;
+    const assignment = job.placement!.nodes[rank]!;
     const root = join(this.config.workDir, 'jobs', safeName(job.id), `attempt-${job.attempt}`);
     const dirs = { root, checkpoint: join(root, 'checkpoint'), resume: join(root, 'resume') };
+    const cannotStart = async (why: string) => {
+      this.ports.log.error('cannot start job here; its attempt goes back to the queue', {
+        job: job.id,
+        attempt: job.attempt,
+        rank,
+        error: why,
+      });
+      // Any rank: a gang whose part cannot start cannot run at all; the other ranks stop when they see it requeued.
+      await requeueAttempt(this.ports, { jobId: job.id, attempt: job.attempt, reason: startFailure(this.instanceId, why), nowMs: now });
+    };
     let held: HeldDevices;
     try {
       held = await this.devices.acquire(assignment, key);
     } catch (error) {
-      this.ports.log.error('cannot start job: its devices are not available', {
-        job: job.id,
-        attempt: job.attempt,
-        error: messageOf(error),
-      });
-      if (where.rank === 0)
-        await requeueAttempt(this.ports, {
-          jobId: job.id,
-          attempt: job.attempt,
-          reason: reason('start-failed', `node ${this.instanceId} could not start it: ${messageOf(error)}`),
-          nowMs: now,
-        });
+      await cannotStart(messageOf(error));
       return;
     }
     await mkdir(dirs.checkpoint, { recursive: true });
     const latest = job.checkpoint ?? (await this.ports.checkpoints.latest(job.id));
     let resumed = false;
     if (latest) {
+      const from = checkpointPartLocation(latest, rank);
       try {
-        resumed = await this.ports.blobs.download(latest.location, dirs.resume);
+        resumed = await this.ports.blobs.download(from, dirs.resume);
         if (!resumed)
-          this.ports.log.warn('the newest checkpoint is not in the store; starting from scratch', {
-            job: job.id,
-            location: latest.location,
-          });
+          this.ports.log.warn('the newest checkpoint is not in the store; starting from scratch', { job: job.id, location: from });
       } catch (error) {
         this.ports.log.warn('could not fetch the newest checkpoint; starting from scratch', {
           job: job.id,
-          location: latest.location,
+          location: from,
           error: messageOf(error),
         });
       }
     }
-    const leader = where.size > 1 ? await this.ports.nodes.get(job.placement!.nodes[0]!.nodeId) : undefined;
+    const leader = size > 1 ? await this.ports.nodes.get(job.placement!.nodes[0]!.nodeId) : undefined;
     const cp = job.spec.checkpoint;
     const env: Record<string, string> = {
       ...job.spec.env,
       GPU_FLEET_JOB_ID: job.id,
       GPU_FLEET_ATTEMPT: String(job.attempt),
       GPU_FLEET_TEAM: job.team,
-      GPU_FLEET_NODE_RANK: String(where.rank),
-      GPU_FLEET_NUM_NODES: String(where.size),
+      GPU_FLEET_NODE_RANK: String(rank),
+      GPU_FLEET_NUM_NODES: String(size),
       GPU_FLEET_CHECKPOINT_LOCATION: this.ports.checkpoints.locationFor(job.id, job.attempt),
       ...(cp ? { GPU_FLEET_CHECKPOINT_SIGNAL: cp.signal, GPU_FLEET_CHECKPOINT_INTERVAL_SEC: String(cp.intervalSec) } : {}),
-      ...(resumed && latest ? { GPU_FLEET_RESUME_FROM: latest.location, GPU_FLEET_RESUME_PROGRESS_SEC: String(latest.progressSec) } : {}),
+      ...(resumed && latest
+        ? { GPU_FLEET_RESUME_FROM: checkpointPartLocation(latest, rank), GPU_FLEET_RESUME_PROGRESS_SEC: String(latest.progressSec) }
+        : {}),
       ...(leader?.address ? { GPU_FLEET_LEADER_ADDRESS: leader.address } : {}),
     };
     let proc: JobProcess;
@@ -364,14 +408,7 @@ export class NodeAgent {
       });
     } catch (error) {
       await held.release();
-      this.ports.log.error('cannot start job', { job: job.id, attempt: job.attempt, error: messageOf(error) });
-      if (where.rank === 0)
-        await requeueAttempt(this.ports, {
-          jobId: job.id,
-          attempt: job.attempt,
-          reason: reason('start-failed', `node ${this.instanceId} could not start it: ${messageOf(error)}`),
-          nowMs: now,
-        });
+      await cannotStart(messageOf(error));
       return;
     }
     const l: LocalAttempt = {
@@ -379,8 +416,8 @@ export class NodeAgent {
       jobId: job.id,
       attempt: job.attempt,
       job,
-      rank: where.rank,
-      size: where.size,
+      rank,
+      size,
       proc,
       held,
       dirs: resumed ? dirs : { root, checkpoint: dirs.checkpoint },
@@ -399,12 +436,11 @@ export class NodeAgent {
     this.ports.log.info('job started', {
       job: job.id,
       attempt: job.attempt,
-      rank: where.rank,
+      rank,
       devices: held.devices,
-      resumedFrom: resumed ? latest?.location : undefined,
+      resumedFrom: resumed && latest ? checkpointPartLocation(latest, rank) : undefined,
     });
-    if (where.rank === 0 && job.state === 'placed')
-      await applyJobEvent(this.ports.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
+    if (rank === 0 && job.state === 'placed') await applyJobEvent(this.ports.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
   }
 
   /**
@@ -414,16 +450,13 @@ export class NodeAgent {
    */
   private async reportExit(l: LocalAttempt): Promise<void> {
     const exit = l.exit;
-    if (!exit || l.stopping || l.checkpointing) return; // the path that stopped it (or is checkpointing it) reports
+    if (!exit || l.stopping || l.checkpointing || this.local.get(l.key) !== l) return; // the path that stopped it (or is checkpointing it) reports
     const now = this.ports.clock.nowMs();
-    await this.collectCheckpoint(l).catch(() => undefined);
+    // The exit decides now: a finished or failed attempt needs no checkpoint, so a save in flight never holds the report.
     const code = exitCode(exit);
-    if (code === 0) {
-      if (l.rank === 0) await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
-      // A follower that finished waits for the leader to end the job.
-    } else {
-      await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: code }, now);
-    }
+    const report = exitReport(l.rank, code);
+    if (report?.event === 'succeed') await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
+    if (report?.event === 'fail') await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: code }, now);
     this.ports.log.info('job process ended', { job: l.jobId, attempt: l.attempt, exitCode: code, signal: exit.signal });
     await this.forget(l);
   }
@@ -438,13 +471,23 @@ export class NodeAgent {
   private async forget(l: LocalAttempt): Promise<void> {
     if (this.local.get(l.key) !== l) return;
     this.local.delete(l.key);
+    // A save in flight finishes (within its allowance) before the folder it reads goes.
+    await l.saving?.done;
     await l.held
       .release()
       .catch((error: unknown) => this.ports.log.warn("could not release the job's MIG instance", { job: l.jobId, error: String(error) }));
     await this.ports.nodes.unassign(this.instanceId, l.jobId, l.attempt);
-    // The checkpoint is in the store now; keep only the job's log on the machine.
-    await rm(l.dirs.checkpoint, { recursive: true, force: true });
-    if (l.dirs.resume) await rm(l.dirs.resume, { recursive: true, force: true });
+    // Keep only the job's log on the machine, once a save still reading the folder has ended (in the background: nothing waits on it).
+    const saving = l.saving?.done;
+    const cleanup = (async () => {
+      await saving;
+      await rm(l.dirs.checkpoint, { recursive: true, force: true });
+      if (l.dirs.resume) await rm(l.dirs.resume, { recursive: true, force: true });
+    })().catch((error: unknown) =>
+      this.ports.log.warn("could not remove the job's checkpoint folder", { job: l.jobId, error: messageOf(error) }),
+    );
+    this.cleanups.add(cleanup);
+    void cleanup.finally(() => this.cleanups.delete(cleanup));
   }
 
   private async finishCancelled(jobId: string): Promise<void> {
@@ -459,80 +502,177 @@ export class NodeAgent {
 
   // ---- checkpoints ------------------------------------------------------------------------
 
-  /** Copies a checkpoint the job marked since the last one to the store and records it. */
-  private async collectCheckpoint(l: LocalAttempt): Promise<CheckpointMarker | undefined> {
-    if (l.rank !== 0 || !l.job.spec.checkpoint) return undefined;
+  /**
+   * Starts saving a checkpoint the job marked since the last one (every rank saves its part).
+   * The upload runs in the upload worker; a newer marker found meanwhile is saved after it.
+   */
+  private async collectCheckpoint(l: LocalAttempt): Promise<void> {
+    if (!l.job.spec.checkpoint) return;
     const read = await readMarker(l.dirs.checkpoint);
-    if (!read) return undefined;
+    if (!read) return;
     if (!read.ok) {
       if (l.lastMarkerMs !== -1)
         this.ports.log.warn('the job wrote a checkpoint marker the agent cannot use', { job: l.jobId, problem: read.problem });
       l.lastMarkerMs = -1;
-      return undefined;
+      return;
     }
     const marker = read.marker;
-    if (marker.modifiedAtMs <= l.lastMarkerMs) return undefined;
-    const now = this.ports.clock.nowMs();
-    const location = `${this.ports.checkpoints.locationFor(l.jobId, l.attempt)}${marker.path.replace(/\/+$/, '')}/`;
-    await this.ports.blobs.upload(join(l.dirs.checkpoint, marker.path), location);
-    const progressSec = marker.progressSec ?? Math.floor(l.baseProgressSec + (now - l.startedAtMs) / 1000);
-    const ref = { jobId: l.jobId, attempt: l.attempt, location, completedAtMs: now, progressSec };
-    await this.ports.checkpoints.markComplete(ref);
-    await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-done', checkpoint: ref }, now);
+    if (marker.modifiedAtMs <= l.lastMarkerMs) return;
     l.lastMarkerMs = marker.modifiedAtMs;
-    this.ports.log.info('checkpoint saved', { job: l.jobId, attempt: l.attempt, location, progressSec });
-    return marker;
+    if (l.saving) {
+      l.nextMarker = marker;
+      return;
+    }
+    this.startSave(l, marker);
+  }
+
+  private startSave(l: LocalAttempt, marker: CheckpointMarker): void {
+    const startedAt = this.ports.clock.nowMs();
+    const location = `${this.ports.checkpoints.locationFor(l.jobId, l.attempt)}${marker.path.replace(/\/+$/, '')}/`;
+    const ref: CheckpointRef = {
+      jobId: l.jobId,
+      attempt: l.attempt,
+      location,
+      completedAtMs: startedAt,
+      progressSec: marker.progressSec ?? Math.floor(l.baseProgressSec + (startedAt - l.startedAtMs) / 1000),
+      ...(l.size > 1 ? { ranks: l.size } : {}),
+    };
+    const deadlineMs = startedAt + uploadAllowanceSec(checkpointSizeMiB(l.job, this.lastGpus, l.rank), this.timing) * 1000;
+    const done = (async (): Promise<SaveResult> => {
+      const up = await this.uploads.upload(join(l.dirs.checkpoint, marker.path), checkpointPartLocation(ref, l.rank), deadlineMs);
+      if (!up.ok) {
+        this.ports.log.warn('could not save a checkpoint; the job resumes from an earlier one if it is moved', {
+          job: l.jobId,
+          tries: up.tries,
+          error: up.error,
+        });
+        return up;
+      }
+      const saved: CheckpointRef = { ...ref, completedAtMs: this.ports.clock.nowMs() };
+      const complete = await this.ports.checkpoints.markComplete(saved, l.rank);
+      if (complete) await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-done', checkpoint: saved }, saved.completedAtMs);
+      this.ports.log.info('checkpoint saved', {
+        job: l.jobId,
+        attempt: l.attempt,
+        rank: l.rank,
+        location,
+        progressSec: saved.progressSec,
+        complete,
+      });
+      return { ...up, complete, ref: saved };
+    })().catch((error: unknown): SaveResult => ({ ok: false, tries: 1, error: messageOf(error) }));
+    l.saving = { markerMs: marker.modifiedAtMs, location, done };
+    l.newestSave = l.saving;
+    void done.then(() => {
+      if (l.saving?.done !== done) return;
+      l.saving = undefined;
+      const next = l.nextMarker;
+      l.nextMarker = undefined;
+      if (next && this.local.get(l.key) === l) this.startSave(l, next);
+    });
   }
 
   /**
-   * Checkpoint and requeue: signal the job, wait (until the deadline) for a new marker or its
-   * exit, copy the checkpoint, stop the process, requeue the attempt. A job that declares no
-   * checkpoint support is stopped and requeued to restart from scratch.
+   * A checkpoint asked for: signal the job, wait (within its grace) for the marker, save it
+   * (within the upload's allowance; a gang's leader also waits for every rank's part), stop the
+   * process, then requeue or cancel the attempt as the rules say. Whatever happens on the way,
+   * the attempt ends: a checkpoint that could not be saved in time resumes from an earlier one.
    */
-  private beginCheckpoint(l: LocalAttempt, why: Reason, deadlineMs: number, then: 'requeue' | 'cancel' = 'requeue'): void {
-    l.checkpointing = (async () => {
+  private beginCheckpoint(l: LocalAttempt, then: 'requeue' | 'cancel', why: Reason, hardDeadlineMs?: number): void {
+    const task = (async () => {
       const cp = l.job.spec.checkpoint;
+      const requestedAtMs = this.ports.clock.nowMs();
       // A process that ended before it was asked ended on its own: its exit decides, not the request.
       const endedBefore = l.exit;
       const markerBefore = l.lastMarkerMs;
-      if (cp && !l.exit) {
-        await l.proc.signal(cp.signal);
-        const pollMs = this.config.checkpointPollMs ?? 500;
-        while (!l.exit && l.lastMarkerMs === markerBefore && this.ports.clock.nowMs() < deadlineMs && !this.stopped) {
-          await Promise.race([l.proc.exited, sleep(pollMs)]);
-          await this.serial(() => this.collectCheckpoint(l));
-        }
+      const limits = checkpointLimits({
+        graceSec: cp?.gracePeriodSec ?? 30,
+        sizeMiB: checkpointSizeMiB(l.job, this.lastGpus, l.rank),
+        requestedAtMs,
+        ...(hardDeadlineMs !== undefined ? { hardDeadlineMs } : {}),
+        timing: this.timing,
+      });
+      let outcome: CheckpointOutcome;
+      try {
+        outcome = endedBefore
+          ? { kind: 'exited-before', exitCode: exitCode(endedBefore) }
+          : await this.takeCheckpoint(l, markerBefore, limits);
+      } catch (error) {
+        outcome = { kind: 'not-saved', why: messageOf(error) };
       }
       await this.serial(async () => {
-        if (cp) await this.collectCheckpoint(l); // a marker written just before the exit
         l.stopping = true;
         if (!l.exit) await l.proc.stop((this.config.stopGraceSec ?? 30) * 1000);
         const now = this.ports.clock.nowMs();
-        if (l.rank === 0) {
-          if (endedBefore && exitCode(endedBefore) === 0)
-            await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
-          else if (endedBefore)
-            await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: exitCode(endedBefore) }, now);
-          else if (then === 'cancel' || l.job.cancelRequested) await this.finishCancelled(l.jobId);
-          else {
-            const message = cp ? why.message : `${why.message}; it declares no checkpoint support, so it restarts from scratch`;
-            await requeueAttempt(this.ports, { jobId: l.jobId, attempt: l.attempt, reason: { code: why.code, message }, nowMs: now });
-          }
+        const job = (await this.ports.jobs.get(l.jobId)) ?? l.job;
+        const result = afterCheckpoint(job, then, why, outcome);
+        if (result.event === 'fail')
+          await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: result.exitCode }, now);
+        else if (l.rank === 0) {
+          if (result.event === 'succeed') await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
+          else if (result.event === 'cancel') await this.finishCancelled(l.jobId);
+          else await requeueAttempt(this.ports, { jobId: l.jobId, attempt: l.attempt, reason: result.reason, nowMs: now });
         }
         await this.forget(l);
-        this.ports.log.info(cp ? 'checkpointed and requeued' : 'requeued to restart from scratch', {
+        this.ports.log.info(outcome.kind === 'saved' ? 'checkpointed' : 'stopped without a new checkpoint', {
           job: l.jobId,
           attempt: l.attempt,
+          rank: l.rank,
           reason: why.code,
-          newCheckpoint: l.lastMarkerMs !== markerBefore,
+          then: result.event,
+          ...(outcome.kind === 'not-saved' ? { why: outcome.why } : {}),
         });
       });
     })().catch((error: unknown) =>
-      this.ports.log.error('checkpoint failed; the control plane requeues the job when the machine goes', {
+      this.ports.log.error('checkpoint failed; the control plane requeues the job when its checkpoint times out', {
         job: l.jobId,
-        error: String(error),
+        error: messageOf(error),
       }),
     );
+    l.checkpointing = { then, task };
+  }
+
+  private async takeCheckpoint(
+    l: LocalAttempt,
+    markerBefore: number,
+    limits: { writeByMs: number; uploadByMs: number },
+  ): Promise<CheckpointOutcome> {
+    const cp = l.job.spec.checkpoint;
+    if (!cp) return { kind: 'not-saved', why: 'no checkpoint support' };
+    await l.proc.signal(cp.signal);
+    const pollMs = this.config.checkpointPollMs ?? 500;
+    while (!l.exit && l.lastMarkerMs === markerBefore && this.ports.clock.nowMs() < limits.writeByMs && !this.stopped) {
+      await Promise.race([l.proc.exited, sleep(pollMs)]);
+      await this.serial(() => this.collectCheckpoint(l));
+    }
+    await this.serial(() => this.collectCheckpoint(l)); // a marker written just before the exit
+    if (l.lastMarkerMs === markerBefore) return { kind: 'not-saved', why: `it wrote none within its ${cp.gracePeriodSec} s grace` };
+    // The newest marker's save: it may wait behind an older one still uploading.
+    const left = () => Math.max(0, limits.uploadByMs - this.ports.clock.nowMs());
+    while (l.nextMarker || l.newestSave?.markerMs !== l.lastMarkerMs) {
+      const inFlight = l.saving;
+      if (!inFlight) break;
+      if ((await Promise.race([inFlight.done, sleep(left()).then(() => undefined)])) === undefined) {
+        return { kind: 'not-saved', why: 'its upload did not finish within the allowance' };
+      }
+      await sleep(0);
+    }
+    const newest = l.newestSave;
+    if (!newest) return { kind: 'not-saved', why: 'its checkpoint was not saved' };
+    const r = await Promise.race([newest.done, sleep(left()).then(() => undefined)]);
+    if (r === undefined) return { kind: 'not-saved', why: 'its upload did not finish within the allowance' };
+    if (!r.ok) return { kind: 'not-saved', why: `its upload failed: ${r.error}` };
+    if (l.size > 1 && l.rank === 0 && !r.complete) return this.awaitGang(l, newest.location, limits.uploadByMs);
+    return { kind: 'saved' };
+  }
+
+  /** The leader waits for every rank's part of the gang's checkpoint, within the allowance. */
+  private async awaitGang(l: LocalAttempt, location: string, byMs: number): Promise<CheckpointOutcome> {
+    while (this.ports.clock.nowMs() < byMs) {
+      if ((await this.ports.checkpoints.latest(l.jobId))?.location === location) return { kind: 'saved' };
+      await sleep(this.config.checkpointPollMs ?? 500);
+    }
+    return { kind: 'not-saved', why: 'the other ranks did not save their parts within the allowance' };
   }
 
   // ---- local notices and checkpoint markers -----------------------------------------------
@@ -576,19 +716,25 @@ export class NodeAgent {
     });
     const why = reason('interrupted', `its machine got a ${what}; checkpointed and requeued`);
     for (const l of this.local.values()) {
-      if (l.rank !== 0 || l.stopping || l.checkpointing) continue;
+      if (l.stopping || l.checkpointing) continue;
       const checkpointable = l.job.spec.checkpoint !== undefined;
       if (n.kind === 'rebalance' && !checkpointable) continue; // no hard deadline: let it finish where it is
       if (checkpointable) {
+        // Any rank: the whole gang checkpoints (the other ranks see the job checkpointing).
         await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-requested', attempt: l.attempt, reason: why }, now);
         // The job gets at least its grace period: a notice time in the past (clock skew) must not skip the checkpoint.
-        this.beginCheckpoint(l, why, Math.max(deadlineMs, now + checkpointGraceMs(l.job)));
+        this.beginCheckpoint(
+          l,
+          'requeue',
+          why,
+          n.kind === 'interruption' ? Math.max(deadlineMs, now + checkpointGraceMs(l.job)) : undefined,
+        );
       } else {
         // It cannot keep its work; give it until the deadline to finish, then requeue it from scratch.
         const wait = Math.max(0, deadlineMs - now);
         const t = setTimeout(() => {
           if (this.local.get(l.key) === l && !l.exit && !l.checkpointing)
-            this.beginCheckpoint(l, reason('interrupted', `its machine got a ${what}`), this.ports.clock.nowMs());
+            this.beginCheckpoint(l, 'requeue', reason('interrupted', `its machine got a ${what}`));
         }, wait);
         this.timers.push(t);
       }
@@ -629,10 +775,12 @@ export class NodeAgent {
     return [...this.local.values()].map((l) => ({ jobId: l.jobId, attempt: l.attempt, pid: l.proc.pid, rank: l.rank }));
   }
 
-  /** Resolves when every checkpoint in progress has finished. */
+  /** Resolves when every checkpoint and upload in progress has finished. */
   async settled(): Promise<void> {
-    await Promise.all([...this.local.values()].map((l) => l.checkpointing));
+    await Promise.all([...this.local.values()].map((l) => l.checkpointing?.task));
+    await this.uploads.idle();
     await this.queue;
+    await Promise.all([...this.cleanups]);
   }
 
   get lastInventory(): NvidiaSmiReport | undefined {

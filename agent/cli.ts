@@ -174,6 +174,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       ...(flags.group ? { groupId: flags.group } : {}),
       workDir,
       noticeMarginSec: config.policy.noticeMarginSec,
+      checkpointTiming: { uploadMiBPerSec: config.policy.uploadMiBPerSec, uploadMarginSec: config.policy.uploadMarginSec },
       heartbeatSec: flags.heartbeatSec ?? 15,
       noticeSec: flags.noticeSec ?? 5,
     },

@@ -88,6 +88,8 @@ if (invokedDirectly) {
         f.stormInterruptions && `${f.stormInterruptions} storm interruptions`,
         f.deadAgents && `${f.deadAgents} dead agents`,
         f.checkpointFailures && `${f.checkpointFailures} failed checkpoints`,
+        f.uploadFailures && `${f.uploadFailures} failed uploads (${f.uploadsGivenUp} given up)`,
+        f.rankStartFailures && `${f.rankStartFailures} ranks that could not start`,
       ]
         .filter(Boolean)
         .join(', ');

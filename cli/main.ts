@@ -46,6 +46,11 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       `inject faults: ${Object.keys(FAULT_PROFILES).join(' | ')} (invariants are checked every simulated minute)`,
       oneOf('--faults', Object.keys(FAULT_PROFILES)),
     )
+    .option(
+      '--upload-mibps <n>',
+      "the simulated machines' checkpoint upload and download speed, MiB/s (a fault profile may lower it)",
+      decimalNumber('--upload-mibps', 1, 100_000),
+    )
     .option('--json', 'print the summary as JSON')
     .option('--no-progress', 'no progress bar')
     .addHelpText(

@@ -32,6 +32,7 @@ export interface SimulateFlags {
   readonly progress?: boolean;
   readonly baselines?: boolean;
   readonly faults?: string;
+  readonly uploadMibps?: number;
 }
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
@@ -83,6 +84,7 @@ export async function simulateCommand(
         hours,
         spot,
         ...(faults ? { faults } : {}),
+        ...(flags.uploadMibps !== undefined ? { uploadMiBPerSec: flags.uploadMibps } : {}),
         onProgress: (sec) => {
           const h = Math.floor(sec / 3600);
           if (h !== shown) {
@@ -152,7 +154,7 @@ export function renderReport(run: SimulateRun): string {
       ? [
           [
             'faults',
-            `${s.faults.profile}: ${s.faults.apiErrors} API errors, ${s.faults.storeConflicts} store conflicts, ${s.faults.crashes} crashed reconciles, ${s.faults.duplicateEvents} duplicate events, ${s.faults.stormInterruptions} storm interruptions, ${s.faults.deadAgents} dead agents, ${s.faults.checkpointFailures} failed checkpoints (${s.faults.reconcileFailures} reconciles failed)`,
+            `${s.faults.profile}: ${s.faults.apiErrors} API errors, ${s.faults.storeConflicts} store conflicts, ${s.faults.crashes} crashed reconciles, ${s.faults.duplicateEvents} duplicate events, ${s.faults.stormInterruptions} storm interruptions, ${s.faults.deadAgents} dead agents, ${s.faults.checkpointFailures} failed checkpoints, ${s.faults.uploadFailures} failed uploads, ${s.faults.rankStartFailures} ranks that could not start (${s.faults.reconcileFailures} reconciles failed)`,
           ] as [string, string],
         ]
       : []),

@@ -74,6 +74,15 @@ export const CheckpointSpecSchema = z.strictObject({
     'SIGUSR1',
   ),
   gracePeriodSec: z._default(int(5, 900), 90),
+  /**
+   * How large one node's checkpoint is, GiB (for the upload's time allowance). Default: the GPU
+   * memory the job holds on the node, as a checkpoint of a model and optimiser that fill it is.
+   */
+  sizeGiB: z.optional(
+    z
+      .number({ error: 'must be a number of GiB from 0.001 to 65536' })
+      .check(z.gte(0.001, { error: 'must be at least 0.001 GiB' }), z.lte(65_536, { error: 'must be at most 65536 GiB' })),
+  ),
 });
 
 const JobSpecObject = z.strictObject({

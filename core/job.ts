@@ -74,6 +74,16 @@ export interface CheckpointRef {
   readonly completedAtMs: number;
   /** Seconds of work the checkpoint holds (progress to resume from). */
   readonly progressSec: number;
+  /**
+   * Nodes whose parts make up the checkpoint (a gang's ranks each save their own shard, under
+   * `rank-<r>/` of the location); absent or 1 for a single node, whose files are the location itself.
+   */
+  readonly ranks?: number;
+}
+
+/** Where rank `rank`'s part of a checkpoint lives. */
+export function checkpointPartLocation(ref: Pick<CheckpointRef, 'location' | 'ranks'>, rank: number): string {
+  return (ref.ranks ?? 1) > 1 ? `${ref.location}rank-${rank}/` : ref.location;
 }
 
 export interface Job {
@@ -103,6 +113,8 @@ export interface Job {
   readonly requeueReason?: Reason;
   /** Why its checkpoint was asked for, while it is checkpointing: the reason it is requeued with. */
   readonly checkpointReason?: Reason;
+  /** When its checkpoint was asked for, while it is checkpointing: the control plane gives up waiting after the checkpoint's time limits. */
+  readonly checkpointRequestedAtMs?: number;
   readonly interruptions: number;
   readonly rejection?: { readonly errors: readonly string[]; readonly body: string };
   readonly exitCode?: number;
@@ -170,7 +182,12 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
       return changed({ ...base, state: 'running', startedAtMs: nowMs, firstStartedAtMs: job.firstStartedAtMs ?? nowMs });
     case 'checkpoint-requested':
       if (job.state === 'placed') return { ok: true, job, changed: false };
-      return changed({ ...base, state: 'checkpointing', ...(event.reason ? { checkpointReason: event.reason } : {}) });
+      return changed({
+        ...base,
+        state: 'checkpointing',
+        checkpointRequestedAtMs: nowMs,
+        ...(event.reason ? { checkpointReason: event.reason } : {}),
+      });
     case 'checkpoint-done': {
       const cp = event.checkpoint;
       if (
@@ -196,6 +213,7 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         queuedAtMs: nowMs,
         requeueReason: event.reason,
         checkpointReason: undefined,
+        checkpointRequestedAtMs: undefined,
         interruptions: job.interruptions + 1,
         cancelRequested: undefined,
       });

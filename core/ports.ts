@@ -219,8 +219,13 @@ export interface BudgetTagSource {
 export interface CheckpointStore {
   /** Where attempt `attempt` of a job writes its checkpoints. Pure: same input, same answer. */
   locationFor(jobId: string, attempt: number): string;
-  /** Records a checkpoint as complete. Idempotent by (job, attempt, location). */
-  markComplete(ref: CheckpointRef): Promise<void>;
+  /**
+   * Records that `rank`'s part of a checkpoint is saved (rank 0 for a single node). The
+   * checkpoint is complete once every rank of `ref.ranks` (1 when absent) has recorded its part
+   * under the same location; only complete checkpoints are ever `latest`. Resolves true when the
+   * checkpoint is complete (now, or already). Idempotent by (job, location, rank).
+   */
+  markComplete(ref: CheckpointRef, rank?: number): Promise<boolean>;
   /** The newest complete checkpoint of the job, over all attempts; undefined when there is none. */
   latest(jobId: string): Promise<CheckpointRef | undefined>;
 }

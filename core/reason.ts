@@ -32,7 +32,11 @@ export type ReasonCode =
   | 'start-failed'
   | 'deadline-on-demand'
   | 'deadline-spot-safe'
-  | 'rebalance-to-spot';
+  | 'rebalance-to-spot'
+  /** A person cancelled the job. */
+  | 'cancelled'
+  /** The node took longer than the grace period and the upload allowance to save a checkpoint it was asked for. */
+  | 'checkpoint-timed-out';
 
 export interface Reason {
   readonly code: ReasonCode;

@@ -41,6 +41,13 @@ export interface Policy {
   readonly spotPatienceSec: number;
   /** At most this many jobs are moved to spot by one plan, so a market that turns does not catch them all. */
   readonly moveToSpotPerPlan: number;
+  /**
+   * Upload speed assumed for checkpoints (MiB/s per machine) and the margin an upload gets beyond
+   * size ÷ speed: the agent's allowance for saving a checkpoint it is asked for, and the control
+   * plane's for giving up on one (grace + allowance + a margin).
+   */
+  readonly uploadMiBPerSec: number;
+  readonly uploadMarginSec: number;
 }
 
 export const DEFAULT_POLICY: Policy = {
@@ -58,6 +65,8 @@ export const DEFAULT_POLICY: Policy = {
   moveToSpotPatienceSec: 600,
   spotPatienceSec: 1800,
   moveToSpotPerPlan: 20,
+  uploadMiBPerSec: 500,
+  uploadMarginSec: 120,
 };
 
 /** One consistent view of the world, read at the start of a reconcile. Everything the planner knows. */

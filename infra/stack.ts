@@ -346,9 +346,10 @@ export class GpuFleetStack extends Stack {
     role.addToPolicy(
       new iam.PolicyStatement({
         sid: 'CheckpointIndexOnly',
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+        // The newest checkpoint of each job, and the parts a gang's ranks have saved of one.
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
         resources: [this.tables.control.tableArn],
-        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt'] } },
+        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt', 'ckpt-parts'] } },
       }),
     );
     role.addToPolicy(

@@ -807,7 +807,24 @@ export class DynamoCheckpointIndex implements CheckpointStore {
     return `${this.root}${encodeURIComponent(jobId)}/attempt-${attempt}/`;
   }
 
-  async markComplete(ref: CheckpointRef): Promise<void> {
+  async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
+    const ranks = ref.ranks ?? 1;
+    if (ranks > 1) {
+      // A gang's parts: one atomic set of the ranks saved so far, per checkpoint location.
+      const out = await call('record checkpoint part', ref.jobId, () =>
+        this.doc.send(
+          new UpdateCommand({
+            TableName: this.table,
+            Key: { pk: 'ckpt-parts', sk: `${ref.jobId}#${ref.location}` },
+            UpdateExpression: 'ADD ranksSaved :r SET expiresAt = :e',
+            ExpressionAttributeValues: { ':r': new Set([rank]), ':e': Math.floor(ref.completedAtMs / 1000) + 7 * DAY_S },
+            ReturnValues: 'ALL_NEW',
+          }),
+        ),
+      );
+      const saved = out.Attributes?.ranksSaved as Set<number> | undefined;
+      if ((saved?.size ?? 0) < ranks) return false;
+    }
     try {
       await this.doc.send(
         new PutCommand({
@@ -827,6 +844,7 @@ export class DynamoCheckpointIndex implements CheckpointStore {
     } catch (error) {
       if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'record checkpoint', resource: ref.jobId });
     }
+    return true;
   }
 
   async latest(jobId: string): Promise<CheckpointRef | undefined> {

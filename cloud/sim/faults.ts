@@ -30,6 +30,14 @@ export interface FaultProfile {
   readonly checkpointFailRate?: number;
   /** Share of job-store writes that lose a conditional-write race. */
   readonly storeConflictRate?: number;
+  /** The machines' real upload (and download) speed for checkpoints, MiB/s (the world's; the agents still assume the policy's). */
+  readonly uploadMiBPerSec?: number;
+  /** Share of upload tries that fail; and share of uploads that fail on every try. */
+  readonly uploadFailRate?: number;
+  readonly stubbornUploadRate?: number;
+  /** Share of the multi-GPU jobs replayed as gangs of two nodes (half the GPUs on each), and share of gang attempts whose second rank cannot start. */
+  readonly gangShare?: number;
+  readonly rankStartFailRate?: number;
 }
 
 export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
@@ -53,9 +61,31 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     description: 'half the spot machines interrupted in one minute, 18 h in (about 30 of 60 machines on the built-in trace)',
     stormAtHour: 18,
   },
-  'dead-agents': { name: 'dead-agents', description: '10% of machines lose their agent (no heartbeats)', deadAgentRate: 0.1 },
+  'dead-agents': {
+    name: 'dead-agents',
+    description: '10% of machines lose their agent (no heartbeats; the jobs it ran stop with it)',
+    deadAgentRate: 0.1,
+  },
   'checkpoint-failures': { name: 'checkpoint-failures', description: '30% of checkpoints fail', checkpointFailRate: 0.3 },
   'store-conflicts': { name: 'store-conflicts', description: '10% of job writes lose a conditional-write race', storeConflictRate: 0.1 },
+  'slow-uploads': {
+    name: 'slow-uploads',
+    description: 'checkpoint uploads at 10 MiB/s: a 16 GiB checkpoint takes 27 min, far past the 90 s heartbeat timeout',
+    uploadMiBPerSec: 10,
+  },
+  'upload-failures': {
+    name: 'upload-failures',
+    description: '30% of checkpoint upload tries fail, and 5% of uploads fail on every try',
+    uploadFailRate: 0.3,
+    stubbornUploadRate: 0.05,
+  },
+  'gang-rank-failure': {
+    name: 'gang-rank-failure',
+    description:
+      'half the multi-GPU jobs run as gangs of two nodes (half the GPUs on each), and in 30% of gang attempts the second rank cannot start',
+    gangShare: 0.5,
+    rankStartFailRate: 0.3,
+  },
   all: {
     name: 'all',
     description: 'every fault above at once',
@@ -69,6 +99,11 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     deadAgentRate: 0.1,
     checkpointFailRate: 0.3,
     storeConflictRate: 0.1,
+    uploadMiBPerSec: 10,
+    uploadFailRate: 0.3,
+    stubbornUploadRate: 0.05,
+    gangShare: 0.5,
+    rankStartFailRate: 0.3,
   },
 };
 

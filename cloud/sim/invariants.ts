@@ -4,7 +4,7 @@ import { periodKey } from '../../core/period.ts';
 import type { Instance, NodeGroup } from '../../core/fleet.ts';
 import { JOB_STATES, type Job } from '../../core/job.ts';
 import type { SpendLedger, TeamTagSet } from '../../core/ports.ts';
-import type { LostWork } from './sim-agent.ts';
+import type { LiveProcess, LostWork } from './sim-agent.ts';
 
 /** A broken promise of the control loop, found by the simulation's minute-by-minute check. */
 export class InvariantViolation extends GpuFleetError {
@@ -24,8 +24,10 @@ export interface InvariantInput {
   readonly jobs: readonly Job[];
   /** Ids intake accepted (or rejected): each must still be in the store. */
   readonly submitted: ReadonlySet<string>;
-  /** The attempts the node agents are running, by job. */
-  readonly runningAttempts: ReadonlyMap<string, readonly number[]>;
+  /** Every live process on every machine (draining and terminating ones included), as the machines see it. */
+  readonly processes: readonly LiveProcess[];
+  /** How long the control plane lets this job stay `checkpointing` (grace, upload allowance, margin), seconds. */
+  readonly checkpointTimeoutSec: (job: Job) => number;
   readonly groups: readonly NodeGroup[];
   readonly instances: readonly Instance[];
   /** The exit code each job's own program ends with. */
@@ -44,11 +46,14 @@ export interface InvariantInput {
  * The promises gpu-fleet makes about people's work and money, checked after every simulated
  * minute. Returns the violations found (empty when all hold).
  * 1. every submitted job is in the store, in exactly one known state;
- * 2. no job has two attempts running, and a running attempt is the job's current one;
+ * 2. no job has two live processes for one rank, or processes of two attempts, on any machine (drained or terminating
+ *    ones included), and a running attempt is the job's current one;
  * 3. nothing is lost: accepted = succeeded + failed (by its own exit) + cancelled + pending + placed + running + checkpointing;
  * 4. no group has more desired or live machines than its max;
  * 5. a team whose budget says `hold` gets no new placement more than one reconcile interval after it is over budget;
- * 6. an interrupted attempt of a job whose checkpoints work loses at most its checkpoint interval plus grace period.
+ * 6. an interrupted attempt of a job whose checkpoints work loses at most its checkpoint interval, grace period and save lag
+ *    (two upload times at the machine's bandwidth plus the upload margin: one save in flight, the newest queued behind it);
+ * 7. no job stays `checkpointing` longer than its checkpoint timeout plus one reconcile interval.
  */
 export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: number }): Promise<InvariantViolation[]> {
   const out: InvariantViolation[] = [];
@@ -56,19 +61,40 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
   // One pass over the jobs (this runs every simulated minute): states, platform failures, and how many submitted ids are present.
   let present = 0;
   const current = new Map<string, Job>();
+  // From the machines' side: which attempts of each job have live processes, and where each rank runs.
+  const running = new Map<string, number[]>();
+  const ranks = new Map<string, string>();
+  for (const p of x.processes) {
+    const attempts = running.get(p.jobId) ?? [];
+    if (!attempts.includes(p.attempt)) attempts.push(p.attempt);
+    running.set(p.jobId, attempts);
+    const key = `${p.jobId}#${p.attempt}/${p.rank}`;
+    const other = ranks.get(key);
+    if (other !== undefined)
+      v('no two running attempts', `job ${p.jobId} attempt ${p.attempt} runs rank ${p.rank} on both ${other} and ${p.instanceId}`);
+    else ranks.set(key, p.instanceId);
+  }
   for (const j of x.jobs) {
     if (x.submitted.has(j.id)) present++;
     if (!JOB_STATES.includes(j.state)) v('one state per job', `job ${j.id} is in unknown state "${j.state}"`);
     // Every accepted job is pending, placed, running, checkpointing, succeeded, cancelled, or failed by its own program's exit.
     if (j.state === 'failed' && j.exitCode !== x.exitCodeOf(j))
       v('nothing lost', `job ${j.id} failed with exit code ${j.exitCode}, not its program's ${x.exitCodeOf(j)}: the platform failed it`);
-    if (x.runningAttempts.has(j.id)) current.set(j.id, j);
+    if (running.has(j.id)) current.set(j.id, j);
+    if (j.state === 'checkpointing' && j.checkpointRequestedAtMs !== undefined) {
+      const limitMs = x.checkpointTimeoutSec(j) * 1000 + x.reconcileIntervalMs;
+      if (x.atMs - j.checkpointRequestedAtMs > limitMs)
+        v(
+          'no endless checkpointing',
+          `job ${j.id} has been checkpointing for ${Math.round((x.atMs - j.checkpointRequestedAtMs) / 1000)} s; its timeout and one reconcile interval allow ${limitMs / 1000} s`,
+        );
+    }
   }
   if (present !== x.submitted.size) {
     const ids = new Set(x.jobs.map((j) => j.id));
     for (const id of x.submitted) if (!ids.has(id)) v('one state per job', `job ${id} was submitted but is not in the store`);
   }
-  for (const [jobId, attempts] of x.runningAttempts) {
+  for (const [jobId, attempts] of running) {
     if (attempts.length > 1) v('no two running attempts', `job ${jobId} runs attempts ${attempts.join(' and ')} at once`);
     const j = current.get(jobId);
     if (j && (j.state === 'running' || j.state === 'checkpointing') && !attempts.includes(j.attempt))
@@ -104,7 +130,7 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
     if (l.allowedSec !== undefined && !l.checkpointFailed && l.lostSec > l.allowedSec + x.lostSlackSec) {
       v(
         'bounded rework',
-        `job ${l.jobId} attempt ${l.attempt} lost ${Math.round(l.lostSec)} s of work; its checkpoints every ${l.allowedSec} s (with grace) allow ${l.allowedSec + x.lostSlackSec} s`,
+        `job ${l.jobId} attempt ${l.attempt} lost ${Math.round(l.lostSec)} s of work; its checkpoint interval, grace and save lag allow ${l.allowedSec + x.lostSlackSec} s`,
       );
     }
   }

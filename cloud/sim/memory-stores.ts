@@ -260,11 +260,19 @@ export class MemoryCheckpointStore implements CheckpointStore {
   locationFor(jobId: string, attempt: number): string {
     return `${this.root}/${encodeURIComponent(jobId)}/attempt-${attempt}/`;
   }
-  async markComplete(ref: CheckpointRef): Promise<void> {
+  private readonly parts = new Map<string, Set<number>>();
+  async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
+    const key = `${ref.jobId}\u0000${ref.location}`;
+    const got = this.parts.get(key) ?? new Set<number>();
+    got.add(rank);
+    this.parts.set(key, got);
+    if (got.size < (ref.ranks ?? 1)) return false;
+    this.parts.delete(key);
     const cur = this.newest.get(ref.jobId);
     if (!cur || ref.completedAtMs > cur.completedAtMs || (ref.completedAtMs === cur.completedAtMs && ref.progressSec > cur.progressSec)) {
       this.newest.set(ref.jobId, Object.freeze({ ...ref }));
     }
+    return true;
   }
   async latest(jobId: string): Promise<CheckpointRef | undefined> {
     return this.newest.get(jobId);

@@ -1,12 +1,35 @@
-import { ConflictError } from '../../core/errors.ts';
 import type { InstanceType } from '../../core/catalog.ts';
+import { ConflictError } from '../../core/errors.ts';
 import type { Instance } from '../../core/fleet.ts';
-import { finishCancel, type Job } from '../../core/job.ts';
+import type { GpuDevice } from '../../core/gpu.ts';
+import { finishCancel, type CheckpointRef, type Job } from '../../core/job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
-import { reason } from '../../core/reason.ts';
+import type { Reason } from '../../core/reason.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
+import {
+  afterCheckpoint,
+  checkpointLimits,
+  checkpointSizeMiB,
+  DEFAULT_CHECKPOINT_TIMING,
+  exitReport,
+  gangRank,
+  nextNodeStep,
+  startFailure,
+  uploadAllowanceSec,
+  uploadRetryDelayMs,
+  type CheckpointOutcome,
+  type CheckpointTiming,
+  type LocalAttempt as LocalView,
+} from '../../core/services/node-rules.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
-import { judgeWorkEntry } from '../../core/services/work-list.ts';
+
+/**
+ * The simulated machines. The world is simulated here: machines, the processes on them (a job
+ * makes progress, writes a checkpoint at its interval and when signalled, ends when its work is
+ * done), checkpoint uploads that take time at a bandwidth and can fail, and faults. What each
+ * machine's agent does with its work list is not: every step comes from the node-side rules in
+ * core (core/services/node-rules.ts), the very ones the real agent follows.
+ */
 
 export interface SimAgentOptions {
   readonly clock: Clock;
@@ -18,12 +41,21 @@ export interface SimAgentOptions {
   readonly workSecOf: (job: Job) => number;
   /** The exit code the simulated process ends with (default 0). */
   readonly exitCodeOf?: (job: Job) => number;
-  /** Seconds a resumed job spends restoring before it makes progress again (default 0). */
+  /** Seconds a resumed job spends restoring (beyond downloading its checkpoint) before it makes progress again (default 0). */
   readonly restoreSec?: number;
-  /** Fault injection: the machine's agent is dead at this time (no heartbeats, no work). */
+  /** Upload and download speed of a machine's checkpoints, MiB/s (default 500), and the agent's allowance margin. */
+  readonly uploadMiBPerSec?: number;
+  readonly timing?: CheckpointTiming;
+  /** Seconds a job takes to write a checkpoint after its signal (default 10, never more than its grace). */
+  readonly writeSec?: number;
+  /** Fault injection: the machine's agent (and the jobs it runs) is dead at this time. */
   readonly agentDead?: (inst: Instance, nowMs: number) => boolean;
-  /** Fault injection: this checkpoint fails (nothing is saved). */
+  /** Fault injection: the job fails to write this checkpoint (nothing is saved). */
   readonly checkpointFails?: (job: Job, nowMs: number) => boolean;
+  /** Fault injection: this try of an upload fails. */
+  readonly uploadFails?: (upload: { jobId: string; attempt: number; rank: number; tries: number }) => boolean;
+  /** Fault injection: this rank of this attempt cannot start (its devices are gone, its image will not start). */
+  readonly startFails?: (job: Job, rank: number) => boolean;
 }
 
 /** Work an attempt lost when it ended without finishing (interrupted, node lost, requeued). */
@@ -31,205 +63,542 @@ export interface LostWork {
   readonly jobId: string;
   readonly attempt: number;
   readonly lostSec: number;
-  /** The job's checkpoint interval plus grace period (undefined for a job without checkpoints). */
+  /** What the rules allow it to lose: its checkpoint interval, grace and upload allowance (undefined for a job without checkpoints). */
   readonly allowedSec?: number;
   /** A checkpoint of this job failed (injected), so the bound does not apply. */
   readonly checkpointFailed: boolean;
 }
 
-interface RunningAttempt {
-  lastProgressSec?: number;
-  readonly startedAtMs: number;
-  readonly baseProgressSec: number;
-  lastCheckpointAtMs: number;
+/** A live process, as its machine sees it. */
+export interface LiveProcess {
+  readonly instanceId: string;
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly rank: number;
 }
 
-export interface AgentTickResult {
-  readonly started: number;
-  readonly succeeded: number;
-  readonly checkpoints: number;
-  /** Seconds of work done per job attempt that finished or was lost this tick (for rework figures). */
+/** A job's process on a simulated machine: its part (rank) of one attempt. */
+interface SimProcess {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly rank: number;
+  readonly size: number;
+  job: Job;
+  readonly startedAtMs: number;
+  /** When it makes progress again after downloading and restoring its checkpoint. */
+  readonly readyAtMs: number;
+  readonly baseProgressSec: number;
+  readonly sizeMiB: number;
+  /** The newest checkpoint the job wrote (its marker), and the one whose save was started. */
+  marker?: { readonly atMs: number; readonly progressSec: number; readonly path: string };
+  collectedAtMs: number;
+  nextPeriodicAtMs: number;
+  /** The job was signalled to checkpoint: it writes at this time, then exits. */
+  signalWriteAtMs?: number;
+  exit?: { readonly atMs: number; readonly code: number };
+  /** The agent is taking a checkpoint it was asked for. */
+  checkpointing?: {
+    readonly then: 'requeue' | 'cancel';
+    readonly why: Reason;
+    readonly requestedAtMs: number;
+    readonly markerBefore: number;
+    readonly writeByMs: number;
+    readonly uploadByMs: number;
+    readonly endedBefore?: number;
+  };
+  /** The save in flight, and a newer marker queued behind it. */
+  upload?: SimUpload;
+  queued?: { readonly atMs: number; readonly progressSec: number; readonly path: string };
+  /** How the newest save ended (for a checkpoint that waits on it). */
+  lastSave?: {
+    readonly markerAtMs: number;
+    readonly ok: boolean;
+    readonly complete: boolean;
+    readonly location: string;
+    readonly error?: string;
+  };
+}
+
+interface SimUpload {
+  readonly markerAtMs: number;
+  readonly ref: CheckpointRef;
+  readonly deadlineMs: number;
+  readonly durationMs: number;
+  doneAtMs: number;
+  tries: number;
+}
+
+interface SimMachine {
+  readonly instance: Instance;
+  readonly processes: Map<string, SimProcess>;
+}
+
+export interface AgentStats {
+  started: number;
+  succeeded: number;
+  checkpoints: number;
+  cancelled: number;
+  preempted: number;
+  checkpointFailures: number;
+  uploadFailures: number;
+  uploadsGivenUp: number;
+  startFailures: number;
+  writeRetries: number;
 }
 
 /**
- * The node agents of every simulated machine, in one object: each tick, a booted machine
- * registers, every live agent sends a heartbeat, placed jobs start (resuming from their newest
- * checkpoint), running jobs checkpoint at their interval and finish when their work is done,
- * and jobs asked to checkpoint do so and go back to the queue. An agent on a machine that is
- * gone does nothing, so its jobs are found by the control plane's node-lost check.
+ * Every simulated machine's agent and processes. Each tick, a booted machine registers, every
+ * live agent sends a heartbeat (uploads never hold it back) and reads its work list; each entry's
+ * step comes from the node-side rules. A machine that is gone takes its processes and uploads with it.
  */
 export class SimAgents {
-  private readonly running = new Map<string, RunningAttempt>();
-  readonly stats = { started: 0, succeeded: 0, checkpoints: 0, cancelled: 0, preempted: 0, checkpointFailures: 0, writeRetries: 0 };
+  private readonly machines = new Map<string, SimMachine>();
+  readonly stats: AgentStats = {
+    started: 0,
+    succeeded: 0,
+    checkpoints: 0,
+    cancelled: 0,
+    preempted: 0,
+    checkpointFailures: 0,
+    uploadFailures: 0,
+    uploadsGivenUp: 0,
+    startFailures: 0,
+    writeRetries: 0,
+  };
   /** Attempts ended without finishing, with the work they lost. */
   readonly lost: LostWork[] = [];
   private readonly failedCheckpointJobs = new Set<string>();
+  private readonly timing: CheckpointTiming;
 
-  /** The attempts running now, by job: more than one for a job is a bug. */
-  runningAttempts(): Map<string, number[]> {
-    const out = new Map<string, number[]>();
-    for (const k of this.running.keys()) {
-      const i = k.lastIndexOf('#');
-      const id = k.slice(0, i);
-      out.set(id, [...(out.get(id) ?? []), Number(k.slice(i + 1))]);
+  constructor(private readonly options: SimAgentOptions) {
+    this.timing = options.timing ?? {
+      ...DEFAULT_CHECKPOINT_TIMING,
+      uploadMiBPerSec: options.uploadMiBPerSec ?? DEFAULT_CHECKPOINT_TIMING.uploadMiBPerSec,
+    };
+  }
+
+  private get bandwidth(): number {
+    return this.options.uploadMiBPerSec ?? DEFAULT_CHECKPOINT_TIMING.uploadMiBPerSec;
+  }
+
+  /** Every live process on every machine that still has any (draining, stopping, terminating ones included). */
+  liveProcesses(): LiveProcess[] {
+    const out: LiveProcess[] = [];
+    for (const m of this.machines.values()) {
+      for (const p of m.processes.values())
+        if (!p.exit) out.push({ instanceId: m.instance.id, jobId: p.jobId, attempt: p.attempt, rank: p.rank });
     }
     return out;
   }
 
-  constructor(private readonly options: SimAgentOptions) {}
+  /** The attempts whose processes live now, by job (from the machines' side): more than one attempt for a job is a bug. */
+  runningAttempts(): Map<string, number[]> {
+    const out = new Map<string, number[]>();
+    for (const p of this.liveProcesses()) {
+      const list = out.get(p.jobId) ?? [];
+      if (!list.includes(p.attempt)) list.push(p.attempt);
+      out.set(p.jobId, list);
+    }
+    return out;
+  }
 
-  /** Work done so far by the running attempt of a job, in seconds (0 when it is not running). */
+  /** Work done so far by the running attempt of a job, in seconds (its checkpoint's when nothing runs). */
   progressSec(job: Job, nowMs: number): number {
-    const r = this.running.get(key(job));
-    if (!r) return job.checkpoint?.progressSec ?? 0;
-    const restoreMs = (r.baseProgressSec > 0 ? (this.options.restoreSec ?? 0) : 0) * 1000;
-    return r.baseProgressSec + Math.max(0, nowMs - r.startedAtMs - restoreMs) / 1000;
+    const p = this.processOf(job.id, job.attempt, 0);
+    return p ? this.progress(p, nowMs) : (job.checkpoint?.progressSec ?? 0);
+  }
+
+  private processOf(jobId: string, attempt: number, rank: number): SimProcess | undefined {
+    for (const m of this.machines.values()) {
+      const p = m.processes.get(jobId);
+      if (p && p.attempt === attempt && p.rank === rank) return p;
+    }
+    return undefined;
+  }
+
+  private progress(p: SimProcess, nowMs: number): number {
+    const until = p.exit?.atMs ?? nowMs;
+    return p.baseProgressSec + Math.max(0, until - p.readyAtMs) / 1000;
   }
 
   async tick(instances: readonly Instance[]): Promise<void> {
     const now = this.options.clock.nowMs();
     const live = new Map<string, Instance>();
     for (const inst of instances) if (inst.state === 'running' && !this.options.agentDead?.(inst, now)) live.set(inst.id, inst);
-
+    // Machines that are gone (or whose agent died) take their processes and uploads with them.
+    for (const [id, m] of [...this.machines]) {
+      if (live.has(id)) continue;
+      const gone = instances.find((i) => i.id === id);
+      if (gone && gone.state === 'running' && !this.options.agentDead?.(gone, now)) continue;
+      for (const p of m.processes.values()) await this.noteLost(p, now);
+      this.machines.delete(id);
+    }
     for (const inst of live.values()) {
-      const ok = await this.options.nodes.heartbeat(inst.id, now);
-      if (!ok) {
-        const type = this.options.instanceTypes.get(inst.instanceType);
-        await this.options.nodes.register({
-          instanceId: inst.id,
-          groupId: inst.groupId,
-          registeredAtMs: now,
-          lastHeartbeatAtMs: now,
-          healthy: true,
-          gpus: Array.from({ length: type?.gpuCount ?? 0 }, (_, index) => ({
-            index,
-            model: type!.gpuModel,
-            memoryMiB: type!.gpuMemoryMiB,
-          })),
-        });
+      let m = this.machines.get(inst.id);
+      if (!m) {
+        m = { instance: inst, processes: new Map() };
+        this.machines.set(inst.id, m);
       }
+      this.world(m, now);
+      await this.beat(inst, now);
     }
-
-    // Each agent reads its own work list, as the real agent does; a gang's job is stepped once.
-    const stillActive = new Set<string>();
-    const stepped = new Set<string>();
-    // One read of every record stands for each agent reading its own.
+    // Each agent reads its own work list, as the real agent does (one read of every record stands for each).
     for (const record of await this.options.nodes.list()) {
-      const inst = live.get(record.instanceId);
-      if (!inst || !record.assigned) continue;
-      for (const [jobId, attempt] of Object.entries(record.assigned)) {
-        const job = await this.options.jobs.get(jobId);
-        const verdict = judgeWorkEntry(job, inst.id, attempt);
-        if (verdict === 'stale') await this.options.nodes.unassign(inst.id, jobId, attempt);
-        if (verdict !== 'run' || !job || stepped.has(job.id)) continue;
-        stepped.add(job.id);
-        const nodes = job.placement?.nodes ?? [];
-        if (!nodes.every((n) => live.has(n.nodeId))) continue; // a machine of its gang is gone: the control plane will notice
-        stillActive.add(key(job));
-        try {
-          await this.step(job, now);
-        } catch (error) {
-          // Lost a write race too many times in a row: the agent tries again at its next tick.
-          if (!(error instanceof ConflictError)) throw error;
-          this.stats.writeRetries++;
-        }
+      const m = this.machines.get(record.instanceId);
+      if (!m || !live.has(record.instanceId)) continue;
+      try {
+        await this.syncWork(m, record.assigned ?? {}, record.gpus, now);
+      } catch (error) {
+        // Lost a write race too many times in a row: the agent tries again at its next tick.
+        if (!(error instanceof ConflictError)) throw error;
+        this.stats.writeRetries++;
       }
-    }
-    for (const [k, r] of this.running) {
-      if (stillActive.has(k)) continue;
-      this.running.delete(k);
-      await this.noteLost(k, r);
     }
   }
 
-  /** An attempt this agent ran is over without finishing here: how much work did it lose? */
-  private async noteLost(k: string, r: RunningAttempt): Promise<void> {
-    const i = k.lastIndexOf('#');
-    const jobId = k.slice(0, i);
-    const attempt = Number(k.slice(i + 1));
-    const job = await this.options.jobs.get(jobId);
-    if (!job || job.attempt === attempt || job.state === 'succeeded' || job.state === 'failed' || job.state === 'cancelled') return;
-    const saved = job.checkpoint?.progressSec ?? 0;
-    const lostSec = Math.max(0, (r.lastProgressSec ?? r.baseProgressSec) - Math.max(saved, r.baseProgressSec));
-    const cp = job.spec.checkpoint;
-    this.lost.push({
-      jobId,
-      attempt,
-      lostSec,
-      ...(cp ? { allowedSec: cp.intervalSec + cp.gracePeriodSec } : {}),
-      checkpointFailed: this.failedCheckpointJobs.has(jobId),
+  // ---- the world ----------------------------------------------------------------------------
+
+  /** What happens on a machine between two looks: jobs progress, write checkpoints, end; uploads move. */
+  private world(m: SimMachine, now: number): void {
+    for (const p of m.processes.values()) {
+      if (p.exit) continue;
+      const cp = p.job.spec.checkpoint;
+      if (p.signalWriteAtMs !== undefined && now >= p.signalWriteAtMs) {
+        this.write(p, p.signalWriteAtMs);
+        p.exit = { atMs: p.signalWriteAtMs, code: 0 }; // it checkpoints on its signal and exits, as a job following the protocol does
+        continue;
+      }
+      if (this.progress(p, now) >= this.options.workSecOf(p.job)) {
+        const doneAt = Math.min(now, p.readyAtMs + (this.options.workSecOf(p.job) - p.baseProgressSec) * 1000);
+        p.exit = { atMs: doneAt, code: this.options.exitCodeOf?.(p.job) ?? 0 };
+        continue;
+      }
+      if (cp && now >= p.nextPeriodicAtMs) {
+        this.write(p, now);
+        p.nextPeriodicAtMs = now + cp.intervalSec * 1000;
+      }
+    }
+  }
+
+  private write(p: SimProcess, atMs: number): void {
+    if (this.options.checkpointFails?.(p.job, atMs)) {
+      this.stats.checkpointFailures++;
+      this.failedCheckpointJobs.add(p.jobId);
+      return;
+    }
+    const progressSec = Math.floor(p.baseProgressSec + Math.max(0, atMs - p.readyAtMs) / 1000);
+    p.marker = { atMs, progressSec, path: `step-${progressSec}` };
+  }
+
+  private async beat(inst: Instance, now: number): Promise<void> {
+    if (await this.options.nodes.heartbeat(inst.id, now)) return;
+    const type = this.options.instanceTypes.get(inst.instanceType);
+    await this.options.nodes.register({
+      instanceId: inst.id,
+      groupId: inst.groupId,
+      registeredAtMs: now,
+      lastHeartbeatAtMs: now,
+      healthy: true,
+      gpus: Array.from({ length: type?.gpuCount ?? 0 }, (_, index) => ({ index, model: type!.gpuModel, memoryMiB: type!.gpuMemoryMiB })),
     });
   }
 
-  private async step(job: Job, now: number): Promise<void> {
-    const { jobs, checkpoints } = this.options;
-    if (job.cancelRequested) {
-      const out = finishCancel(job, now);
-      if (out.ok && out.changed) {
-        await jobs.update(out.job, job.version);
-        this.running.delete(key(job));
-        this.stats.cancelled++;
-      }
-      return;
+  // ---- the agent, following the node-side rules ---------------------------------------------
+
+  private view(p: SimProcess | undefined, now: number): LocalView | undefined {
+    if (!p) return undefined;
+    return {
+      rank: p.rank,
+      ...(p.exit && p.exit.atMs <= now ? { exitCode: p.exit.code } : {}),
+      ...(p.checkpointing ? { checkpointing: p.checkpointing.then } : {}),
+    };
+  }
+
+  private async syncWork(
+    m: SimMachine,
+    assigned: Readonly<Record<string, number>>,
+    gpus: readonly GpuDevice[],
+    now: number,
+  ): Promise<void> {
+    const { jobs, nodes } = this.options;
+    const steps: { jobId: string; attempt: number; job: Job | undefined; p: SimProcess | undefined }[] = [];
+    const current = new Set<string>();
+    for (const [jobId, attempt] of Object.entries(assigned)) {
+      const job = await jobs.get(jobId);
+      const p = m.processes.get(jobId);
+      const mine = p && p.attempt === attempt ? p : undefined;
+      if (mine && job && job.attempt === mine.attempt) mine.job = job;
+      steps.push({ jobId, attempt, job, p: mine });
+      const kind = nextNodeStep(job, m.instance.id, attempt, this.view(mine, now)).kind;
+      if (kind !== 'drop' && kind !== 'wait') current.add(`${jobId}#${attempt}`);
     }
-    if (job.state === 'placed') {
-      const started = await applyJobEvent(jobs, job.id, { type: 'start', attempt: job.attempt }, now);
-      if (started.status === 'changed') {
-        this.running.set(key(job), { startedAtMs: now, baseProgressSec: job.checkpoint?.progressSec ?? 0, lastCheckpointAtMs: now });
-        this.stats.started++;
-      }
-      return;
+    // Stop what is no longer this machine's first: two attempts of a job never live at once.
+    for (const p of [...m.processes.values()]) {
+      if (!current.has(`${p.jobId}#${p.attempt}`) && !p.checkpointing) await this.end(m, p, now, true);
     }
-    const r = this.running.get(key(job));
-    if (!r) {
-      // The agent lost track (it restarted): resume the attempt from where the store says it is.
-      this.running.set(key(job), { startedAtMs: now, baseProgressSec: job.checkpoint?.progressSec ?? 0, lastCheckpointAtMs: now });
-      return;
-    }
-    const progress = this.progressSec(job, now);
-    r.lastProgressSec = progress;
-    if (progress >= this.options.workSecOf(job)) {
-      const exitCode = this.options.exitCodeOf?.(job) ?? 0;
-      const done = await applyJobEvent(
-        jobs,
-        job.id,
-        exitCode === 0 ? { type: 'succeed', attempt: job.attempt } : { type: 'fail', attempt: job.attempt, exitCode },
-        now,
-      );
-      if (done.status === 'changed') this.stats.succeeded++;
-      this.running.delete(key(job));
-      return;
-    }
-    const cp = job.spec.checkpoint;
-    const due = cp !== undefined && now - r.lastCheckpointAtMs >= cp.intervalSec * 1000;
-    if (job.state === 'checkpointing' || due) {
-      if (cp !== undefined && this.options.checkpointFails?.(job, now)) {
-        this.stats.checkpointFailures++;
-        this.failedCheckpointJobs.add(job.id);
-        r.lastCheckpointAtMs = now; // it tries again at its next interval
-      } else if (cp !== undefined) {
-        const ref = {
-          jobId: job.id,
-          attempt: job.attempt,
-          location: checkpoints.locationFor(job.id, job.attempt),
-          completedAtMs: now,
-          progressSec: Math.floor(progress),
-        };
-        await checkpoints.markComplete(ref);
-        await applyJobEvent(jobs, job.id, { type: 'checkpoint-done', checkpoint: ref }, now);
-        r.lastCheckpointAtMs = now;
-        this.stats.checkpoints++;
-      }
-      if (job.state === 'checkpointing') {
-        const why = job.checkpointReason ?? reason('preempt-for-priority', 'checkpointed on request and returned to the queue');
-        const out = await requeueAttempt({ jobs, checkpoints }, { jobId: job.id, attempt: job.attempt, reason: why, nowMs: now });
-        if (out.status === 'changed') this.stats.preempted++;
-        this.running.delete(key(job));
+    for (const { jobId, attempt, job, p } of steps) {
+      await this.advanceUpload(m, p, now);
+      const step = nextNodeStep(job, m.instance.id, attempt, this.view(p, now));
+      switch (step.kind) {
+        case 'drop':
+          await nodes.unassign(m.instance.id, jobId, attempt);
+          break;
+        case 'wait':
+          break;
+        case 'launch':
+          await this.launch(m, job!, step.rank, step.size, gpus, now);
+          break;
+        case 'run':
+          this.collect(m, p!, gpus, now);
+          break;
+        case 'busy':
+          await this.advanceCheckpoint(m, p!, gpus, now);
+          break;
+        case 'checkpoint':
+          this.beginCheckpoint(p!, step.then, step.reason, gpus, now);
+          await this.advanceCheckpoint(m, p!, gpus, now);
+          break;
+        case 'stop-cancel':
+          await this.end(m, p!, now, true);
+          if (p!.rank === 0) await this.finishCancelled(jobId, now);
+          break;
+        case 'report-exit': {
+          const report = exitReport(p!.rank, p!.exit!.code);
+          if (report?.event === 'succeed') {
+            const done = await applyJobEvent(jobs, jobId, { type: 'succeed', attempt }, now);
+            if (done.status === 'changed') this.stats.succeeded++;
+          }
+          if (report?.event === 'fail') await applyJobEvent(jobs, jobId, { type: 'fail', attempt, exitCode: report.exitCode }, now);
+          await this.end(m, p!, now, false);
+          break;
+        }
+        case 'requeue-from-store':
+          if (job && gangRank(job, m.instance.id)?.rank === 0)
+            await requeueAttempt(this.options, { jobId, attempt, reason: step.reason, nowMs: now });
+          break;
+        case 'finish-cancel':
+          if (job && gangRank(job, m.instance.id)?.rank === 0) await this.finishCancelled(jobId, now);
+          break;
       }
     }
   }
-}
 
-function key(job: Job): string {
-  return `${job.id}#${job.attempt}`;
+  private async launch(m: SimMachine, job: Job, rank: number, size: number, gpus: readonly GpuDevice[], now: number): Promise<void> {
+    if (this.options.startFails?.(job, rank)) {
+      this.stats.startFailures++;
+      // Any rank: the whole attempt goes back to the queue, and the other ranks stop.
+      await requeueAttempt(this.options, {
+        jobId: job.id,
+        attempt: job.attempt,
+        reason: startFailure(m.instance.id, `rank ${rank} of ${size} could not start (its devices are not available)`),
+        nowMs: now,
+      });
+      return;
+    }
+    const latest = job.checkpoint ?? (await this.options.checkpoints.latest(job.id));
+    const sizeMiB = checkpointSizeMiB(job, gpus, rank);
+    // Downloading this rank's part of the checkpoint, then restoring it, before any progress.
+    const restoreMs = latest ? Math.round((sizeMiB / this.bandwidth) * 1000) + (this.options.restoreSec ?? 0) * 1000 : 0;
+    const cp = job.spec.checkpoint;
+    const p: SimProcess = {
+      jobId: job.id,
+      attempt: job.attempt,
+      rank,
+      size,
+      job,
+      startedAtMs: now,
+      readyAtMs: now + restoreMs,
+      baseProgressSec: latest?.progressSec ?? 0,
+      sizeMiB,
+      collectedAtMs: 0,
+      nextPeriodicAtMs: cp ? now + restoreMs + cp.intervalSec * 1000 : Number.POSITIVE_INFINITY,
+    };
+    m.processes.set(job.id, p);
+    if (rank === 0 && job.state === 'placed') {
+      const started = await applyJobEvent(this.options.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
+      if (started.status === 'changed') this.stats.started++;
+    }
+  }
+
+  /** Starts saving the newest checkpoint the job marked (the upload runs at the machine's bandwidth). */
+  private collect(m: SimMachine, p: SimProcess, gpus: readonly GpuDevice[], now: number): void {
+    if (!p.marker || p.marker.atMs <= p.collectedAtMs) return;
+    p.collectedAtMs = p.marker.atMs;
+    if (p.upload) {
+      p.queued = p.marker;
+      return;
+    }
+    this.startUpload(m, p, p.marker, gpus, now);
+  }
+
+  private startUpload(
+    _m: SimMachine,
+    p: SimProcess,
+    marker: NonNullable<SimProcess['marker']>,
+    gpus: readonly GpuDevice[],
+    now: number,
+  ): void {
+    const location = `${this.options.checkpoints.locationFor(p.jobId, p.attempt)}${marker.path}/`;
+    const durationMs = Math.max(1, Math.round((p.sizeMiB / this.bandwidth) * 1000));
+    p.upload = {
+      markerAtMs: marker.atMs,
+      ref: {
+        jobId: p.jobId,
+        attempt: p.attempt,
+        location,
+        completedAtMs: now,
+        progressSec: marker.progressSec,
+        ...(p.size > 1 ? { ranks: p.size } : {}),
+      },
+      deadlineMs: now + uploadAllowanceSec(p.sizeMiB, this.timing) * 1000,
+      durationMs,
+      doneAtMs: now + durationMs,
+      tries: 1,
+    };
+  }
+
+  /** An upload that has had its time either lands, or fails and is retried (with backoff, within its allowance). */
+  private async advanceUpload(m: SimMachine, p: SimProcess | undefined, now: number): Promise<void> {
+    const u = p?.upload;
+    if (!p || !u || now < u.doneAtMs) return;
+    if (this.options.uploadFails?.({ jobId: p.jobId, attempt: p.attempt, rank: p.rank, tries: u.tries })) {
+      this.stats.uploadFailures++;
+      const retryAt = now + uploadRetryDelayMs(u.tries);
+      if (retryAt + u.durationMs <= u.deadlineMs) {
+        u.tries++;
+        u.doneAtMs = retryAt + u.durationMs;
+        return;
+      }
+      this.stats.uploadsGivenUp++;
+      this.failedCheckpointJobs.add(p.jobId);
+      p.lastSave = { markerAtMs: u.markerAtMs, ok: false, complete: false, location: u.ref.location, error: `failed ${u.tries} times` };
+    } else {
+      const saved: CheckpointRef = { ...u.ref, completedAtMs: now };
+      const complete = await this.options.checkpoints.markComplete(saved, p.rank);
+      if (complete) {
+        await applyJobEvent(this.options.jobs, p.jobId, { type: 'checkpoint-done', checkpoint: saved }, now);
+        this.stats.checkpoints++;
+      }
+      p.lastSave = { markerAtMs: u.markerAtMs, ok: true, complete, location: u.ref.location };
+    }
+    p.upload = undefined;
+    const next = p.queued;
+    p.queued = undefined;
+    if (next && m.processes.get(p.jobId) === p) this.startUpload(m, p, next, [], now);
+  }
+
+  private beginCheckpoint(p: SimProcess, then: 'requeue' | 'cancel', why: Reason, _gpus: readonly GpuDevice[], now: number): void {
+    const cp = p.job.spec.checkpoint;
+    const limits = checkpointLimits({ graceSec: cp?.gracePeriodSec ?? 30, sizeMiB: p.sizeMiB, requestedAtMs: now, timing: this.timing });
+    const endedBefore = p.exit && p.exit.atMs <= now ? p.exit.code : undefined;
+    p.checkpointing = {
+      then,
+      why,
+      requestedAtMs: now,
+      markerBefore: p.marker?.atMs ?? 0,
+      ...limits,
+      ...(endedBefore !== undefined ? { endedBefore } : {}),
+    };
+    // The job writes its checkpoint a little after the signal (within its grace), then exits.
+    if (cp && endedBefore === undefined && !p.exit)
+      p.signalWriteAtMs = now + Math.min(cp.gracePeriodSec, this.options.writeSec ?? 10) * 1000;
+  }
+
+  /** A checkpoint asked for moves on: the marker, its save, a gang's other parts; then the attempt ends as the rules say. */
+  private async advanceCheckpoint(m: SimMachine, p: SimProcess, gpus: readonly GpuDevice[], now: number): Promise<void> {
+    const c = p.checkpointing;
+    if (!c) return;
+    this.world(m, now);
+    this.collect(m, p, gpus, now);
+    await this.advanceUpload(m, p, now);
+    let outcome: CheckpointOutcome | undefined;
+    const cp = p.job.spec.checkpoint;
+    const hasNewMarker = (p.marker?.atMs ?? 0) > c.markerBefore;
+    if (c.endedBefore !== undefined) outcome = { kind: 'exited-before', exitCode: c.endedBefore };
+    else if (!cp) outcome = { kind: 'not-saved', why: 'no checkpoint support' };
+    else if (!hasNewMarker) {
+      if (now >= c.writeByMs || (p.exit && p.exit.atMs <= now))
+        outcome = { kind: 'not-saved', why: `it wrote none within its ${cp.gracePeriodSec} s grace` };
+    } else {
+      const save = p.lastSave;
+      const newest = p.marker!.atMs;
+      if (save && save.markerAtMs === newest && !p.upload) {
+        if (!save.ok) outcome = { kind: 'not-saved', why: `its upload failed: ${save.error ?? 'unknown'}` };
+        else if (p.size > 1 && p.rank === 0 && !save.complete) {
+          if ((await this.options.checkpoints.latest(p.jobId))?.location === save.location) outcome = { kind: 'saved' };
+          else if (now >= c.uploadByMs)
+            outcome = { kind: 'not-saved', why: 'the other ranks did not save their parts within the allowance' };
+        } else outcome = { kind: 'saved' };
+      } else if (now >= c.uploadByMs) outcome = { kind: 'not-saved', why: 'its upload did not finish within the allowance' };
+    }
+    if (!outcome) return;
+    const job = (await this.options.jobs.get(p.jobId)) ?? p.job;
+    const result = afterCheckpoint(job, c.then, c.why, outcome);
+    if (result.event === 'fail')
+      await applyJobEvent(this.options.jobs, p.jobId, { type: 'fail', attempt: p.attempt, exitCode: result.exitCode }, now);
+    else if (p.rank === 0) {
+      if (result.event === 'succeed') {
+        const done = await applyJobEvent(this.options.jobs, p.jobId, { type: 'succeed', attempt: p.attempt }, now);
+        if (done.status === 'changed') this.stats.succeeded++;
+      } else if (result.event === 'cancel') await this.finishCancelled(p.jobId, now);
+      else {
+        const out = await requeueAttempt(this.options, { jobId: p.jobId, attempt: p.attempt, reason: result.reason, nowMs: now });
+        if (out.status === 'changed') this.stats.preempted++;
+      }
+    }
+    await this.end(m, p, now, outcome.kind !== 'exited-before');
+  }
+
+  /** Stops (or forgets an ended) process; an attempt that did not finish counts the work it lost. */
+  private async end(m: SimMachine, p: SimProcess, now: number, stopped: boolean): Promise<void> {
+    if (m.processes.get(p.jobId) !== p) return;
+    m.processes.delete(p.jobId);
+    if (stopped && !p.exit) p.exit = { atMs: now, code: 143 };
+    await this.options.nodes.unassign(m.instance.id, p.jobId, p.attempt);
+    await this.noteLost(p, now);
+  }
+
+  private async finishCancelled(jobId: string, now: number): Promise<void> {
+    for (let i = 0; i < 5; i++) {
+      const job = await this.options.jobs.get(jobId);
+      if (!job) return;
+      const out = finishCancel(job, now);
+      if (!out.ok || !out.changed) return;
+      if ((await this.options.jobs.update(out.job, job.version)).ok) {
+        this.stats.cancelled++;
+        return;
+      }
+    }
+  }
+
+  /** An attempt this machine ran is over: if it did not finish, how much work did it lose? */
+  private async noteLost(p: SimProcess, now: number): Promise<void> {
+    if (p.rank !== 0) return;
+    const job = await this.options.jobs.get(p.jobId);
+    if (!job || job.state === 'succeeded' || job.state === 'failed' || job.state === 'cancelled') return;
+    if (job.attempt === p.attempt && job.state !== 'pending') return;
+    const saved = job.checkpoint?.progressSec ?? 0;
+    const lostSec = Math.max(0, this.progress(p, now) - Math.max(saved, p.baseProgressSec));
+    const cp = job.spec.checkpoint;
+    this.lost.push({
+      jobId: p.jobId,
+      attempt: p.attempt,
+      lostSec,
+      ...(cp ? { allowedSec: cp.intervalSec + cp.gracePeriodSec + this.saveLagSec(p.sizeMiB) } : {}),
+      checkpointFailed: this.failedCheckpointJobs.has(p.jobId),
+    });
+  }
+
+  /**
+   * How far the newest saved checkpoint can trail the newest one written, at this world's bandwidth:
+   * one upload in flight and the newest checkpoint queued behind it (two upload times), plus the margin.
+   */
+  private saveLagSec(sizeMiB: number): number {
+    return Math.ceil((2 * sizeMiB) / this.bandwidth) + this.timing.uploadMarginSec;
+  }
+
+  /** Test hook: the attempt runs here (a live process for this rank). */
+  hasProcess(instanceId: string, jobId: string): boolean {
+    return this.machines.get(instanceId)?.processes.has(jobId) ?? false;
+  }
 }

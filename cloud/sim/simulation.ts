@@ -23,6 +23,7 @@ import { plan } from '../../core/planner/planner.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import { intake } from '../../core/services/intake.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
+import { checkpointSizeMiB, checkpointTimeoutSec } from '../../core/services/node-rules.ts';
 import { reconcile, type Planner, type ReconcilePorts } from '../../core/services/reconcile.ts';
 import { DEFAULT_POLICY, type Policy, type Snapshot } from '../../core/snapshot.ts';
 import type { BudgetState } from '../../core/team.ts';
@@ -56,6 +57,8 @@ export interface SimulationOptions {
   readonly spot?: SpotSetup;
   /** Epoch of virtual time 0 (default 2026-11-02T00:00:00Z, a Monday). */
   readonly startMs?: number;
+  /** The machines' checkpoint upload speed, MiB/s (default: what the policy assumes, 500). */
+  readonly uploadMiBPerSec?: number;
   /** Agent step (default 15 s, the agent's heartbeat period). */
   readonly tickSec?: number;
   /** Timeline sample period for charts (default 300 s). */
@@ -119,6 +122,10 @@ export interface SimulationSummary {
     readonly duplicateEvents: number;
     readonly deadAgents: number;
     readonly checkpointFailures: number;
+    /** Upload tries that failed, uploads given up after their allowance, and ranks that could not start. */
+    readonly uploadFailures: number;
+    readonly uploadsGivenUp: number;
+    readonly rankStartFailures: number;
     readonly stormInterruptions: number;
     readonly reconcileFailures: number;
   };
@@ -200,9 +207,9 @@ export function policySetup(
 export async function runSimulation(options: SimulationOptions): Promise<SimulationResult> {
   const wallStart = performance.now();
   const policyName = options.policy ?? 'gpu-fleet';
-  const setup = policySetup(policyName, options.groups, options.workload);
-  const control: Policy = { ...DEFAULT_POLICY, ...options.controlPolicy };
   const faults = options.faults ?? FAULT_PROFILES.none!;
+  const setup = policySetup(policyName, options.groups, withGangs(options.workload, faults, options.seed));
+  const control: Policy = { ...DEFAULT_POLICY, ...options.controlPolicy };
   const startMs = options.startMs ?? DEFAULT_SIM_START_MS;
   const tickMs = (options.tickSec ?? 15) * 1000;
   const horizonMs = Math.round(options.hours * 3_600_000);
@@ -255,8 +262,24 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     workSecOf: (job) => workOf(job)?.workSec ?? job.spec.expectedRuntimeSec ?? 3600,
     exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
     restoreSec: control.restoreSec,
+    // The world's upload speed (a fault may slow it); the agents assume the policy's.
+    uploadMiBPerSec: faults.uploadMiBPerSec ?? options.uploadMiBPerSec ?? control.uploadMiBPerSec,
+    timing: { uploadMiBPerSec: control.uploadMiBPerSec, uploadMarginSec: control.uploadMarginSec },
     ...(agentDead ? { agentDead } : {}),
     ...(checkpointFails ? { checkpointFails } : {}),
+    ...(faults.uploadFailRate || faults.stubbornUploadRate
+      ? {
+          uploadFails: (u: { jobId: string; attempt: number; rank: number; tries: number }) =>
+            hash01(`${options.seed}/stubborn/${u.jobId}/${u.attempt}/${u.rank}`) < (faults.stubbornUploadRate ?? 0) ||
+            faultRandom.next() < (faults.uploadFailRate ?? 0),
+        }
+      : {}),
+    ...(faults.rankStartFailRate
+      ? {
+          startFails: (job: Job, rank: number) =>
+            rank > 0 && hash01(`${options.seed}/rank/${job.id}/${job.attempt}`) < faults.rankStartFailRate!,
+        }
+      : {}),
   });
 
   // Exact cost: each machine's price over its life, counted when it ends (or at the end).
@@ -317,14 +340,28 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const seenTwice = new Set<string>();
   const checkNow = async (atMs: number, instances: readonly Instance[]) => {
     if ((options.invariants ?? 'stop') === 'off') return;
-    const running = agents.runningAttempts();
-    for (const [id, a] of running) if (a.length > 1) seenTwice.add(id);
+    const processes = agents.liveProcesses();
+    const where = new Map<string, string>();
+    for (const p of processes) {
+      const key = `${p.jobId}/${p.rank}`;
+      const seen = where.get(key);
+      // Two attempts of a job, or one rank on two machines: the job runs twice.
+      if (seen !== undefined && seen !== `${p.attempt}@${p.instanceId}`) seenTwice.add(p.jobId);
+      where.set(key, `${p.attempt}@${p.instanceId}`);
+    }
+    for (const [id, a] of agents.runningAttempts()) if (a.length > 1) seenTwice.add(id);
+    const gpusOf = new Map((await env.nodes.list()).map((r) => [r.instanceId, r.gpus]));
     const found = await checkInvariants(
       {
         atMs,
         jobs: env.jobs.all(),
         submitted,
-        runningAttempts: running,
+        processes,
+        checkpointTimeoutSec: (job) =>
+          checkpointTimeoutSec(job, checkpointSizeMiB(job, gpusOf.get(job.placement?.nodes[0]?.nodeId ?? '')), {
+            uploadMiBPerSec: control.uploadMiBPerSec,
+            uploadMarginSec: control.uploadMarginSec,
+          }),
         groups: await env.cloud.listGroups(),
         instances,
         exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
@@ -528,6 +565,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       duplicateEvents: injected.duplicates,
       deadAgents: deadAgents.size,
       checkpointFailures: agents.stats.checkpointFailures,
+      uploadFailures: agents.stats.uploadFailures,
+      uploadsGivenUp: agents.stats.uploadsGivenUp,
+      rankStartFailures: agents.stats.startFailures,
       stormInterruptions: injected.storm,
       reconcileFailures: injected.reconcileFailures,
     },
@@ -539,6 +579,20 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     ),
   };
   return { summary, timeline, budgetEvents, budgets: teamBudgets, env, jobs };
+}
+
+/** A fault profile's gangs: a share of the multi-GPU jobs replayed as two nodes with half the GPUs each (deterministic per job and seed). */
+function withGangs(workload: Workload, faults: FaultProfile, seed: number): Workload {
+  if (!faults.gangShare) return workload;
+  return {
+    ...workload,
+    jobs: workload.jobs.map((j) => {
+      const g = j.spec.gpu;
+      if (g.kind !== 'whole' || g.count < 2 || g.count % 2 !== 0 || (j.spec.nodes ?? 1) !== 1) return j;
+      if (hash01(`${seed}/gang/${j.id}`) >= faults.gangShare!) return j;
+      return { ...j, spec: { ...j.spec, gpu: { ...g, count: g.count / 2 }, nodes: 2 } };
+    }),
+  };
 }
 
 function buildMarket(spot: SpotSetup, startMs: number, horizonMs: number, random: SeededRandom): SpotMarket | undefined {

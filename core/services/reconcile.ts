@@ -7,6 +7,7 @@ import type { Policy, Snapshot } from '../snapshot.ts';
 import { accrueSpend, nodeShares } from './accrual.ts';
 import { completeDrainedLifecycles, pollNotices, type NoticeSource, type PolledNotices } from './interruption.ts';
 import { applyJobEvent } from './job-updates.ts';
+import { checkpointSizeMiB, checkpointTimeoutSec } from './node-rules.ts';
 import { jobsOnInstance, requeueAttempt } from './requeue.ts';
 import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from './snapshot-reader.ts';
 import { ApplyError, codeOf, messageOf } from '../errors.ts';
@@ -276,7 +277,33 @@ export async function requeueLostWork(
       if (out.status === 'changed') requeued++;
     }
   }
+  // A checkpoint asked for that its node has not saved within every allowance: stop waiting.
+  for (const job of world.activeJobs) {
+    const why = checkpointOverdue(job, records.get(job.placement?.nodes[0]?.nodeId ?? '')?.gpus, nowMs, policy);
+    if (!why) continue;
+    const out = await requeueAttempt(ports, { jobId: job.id, attempt: job.attempt, reason: why, nowMs });
+    if (out.status === 'changed') requeued++;
+  }
   return requeued;
+}
+
+/**
+ * Why a job in `checkpointing` is given up on: its node has not ended the attempt within the
+ * checkpoint's grace, the upload's allowance and a margin (the agent itself ends it within the
+ * first two; past them the node is stuck or gone without a word).
+ */
+export function checkpointOverdue(job: Job, gpus: NodeRecord['gpus'] | undefined, nowMs: number, policy: Policy): Reason | undefined {
+  if (job.state !== 'checkpointing' || job.checkpointRequestedAtMs === undefined) return undefined;
+  const limitSec = checkpointTimeoutSec(job, checkpointSizeMiB(job, gpus), {
+    uploadMiBPerSec: policy.uploadMiBPerSec,
+    uploadMarginSec: policy.uploadMarginSec,
+  });
+  const waitedSec = (nowMs - job.checkpointRequestedAtMs) / 1000;
+  if (waitedSec <= limitSec) return undefined;
+  return reason(
+    'checkpoint-timed-out',
+    `its node did not save the checkpoint asked for ${Math.round(waitedSec)} s ago within ${limitSec} s (grace, upload allowance and margin); requeued from its newest saved checkpoint`,
+  );
 }
 
 export function lostReason(

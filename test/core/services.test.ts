@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { plan as planSimple } from '../../core/planner/planner.ts';
 import { intake } from '../../core/services/intake.ts';
+import { applyJobEvent } from '../../core/services/job-updates.ts';
+import { reason } from '../../core/reason.ts';
 import { reconcile } from '../../core/services/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
@@ -126,6 +128,57 @@ describe('reconcile', () => {
     // A second look changes nothing: the attempt was already requeued.
     const again = await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
     expect(again.status === 'done' && again.lostJobsRequeued).toBe(0);
+  });
+
+  it('gives up on a checkpoint its node never ends after grace, upload allowance and margin, and requeues from the newest saved', async () => {
+    const e = env();
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'a' });
+    await e.cloud.setDesiredCapacity('v100-spot', 1);
+    e.clock.advanceBy(150_000);
+    e.cloud.tick();
+    const [inst] = await e.cloud.listInstances();
+    const gpus = [{ index: 0, model: 'V100' as const, memoryMiB: 16384 }];
+    await e.nodes.register({
+      instanceId: inst!.id,
+      groupId: 'v100-spot',
+      registeredAtMs: e.clock.nowMs(),
+      lastHeartbeatAtMs: e.clock.nowMs(),
+      healthy: true,
+      gpus,
+    });
+    await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    const placed = (await e.jobs.get('nlp.a'))!;
+    await e.jobs.update({ ...placed, state: 'running', version: placed.version + 1 }, placed.version);
+    const cp = {
+      jobId: 'nlp.a',
+      attempt: 1,
+      location: e.checkpoints.locationFor('nlp.a', 1),
+      completedAtMs: e.clock.nowMs(),
+      progressSec: 300,
+    };
+    await e.checkpoints.markComplete(cp);
+    const asked = await applyJobEvent(
+      e.jobs,
+      'nlp.a',
+      { type: 'checkpoint-requested', attempt: 1, reason: reason('interrupted', 'test') },
+      e.clock.nowMs(),
+    );
+    expect(asked.status === 'changed' && asked.job.state).toBe('checkpointing');
+    // 90 s grace (the default) + (16 GiB ÷ 500 MiB/s = 33 s, + 120 s) upload allowance + 60 s margin = 303 s; the node beats all along.
+    const beat = async (sec: number) => {
+      e.clock.advanceBy(sec * 1000);
+      await e.nodes.heartbeat(inst!.id, e.clock.nowMs());
+      return reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    };
+    await beat(300);
+    expect((await e.jobs.get('nlp.a'))!.state).toBe('checkpointing');
+    const out = await beat(5);
+    expect(out.status === 'done' && out.lostJobsRequeued).toBe(1);
+    const job = (await e.jobs.get('nlp.a'))!;
+    // Requeued as attempt 2 from the saved checkpoint (the same reconcile may place it again at once).
+    expect(job).toMatchObject({ attempt: 2, checkpoint: cp, requeueReason: { code: 'checkpoint-timed-out' } });
+    expect(['pending', 'placed']).toContain(job.state);
+    expect(job.requeueReason!.message).toMatch(/did not save the checkpoint asked for 305 s ago within 303 s/);
   });
 
   it('plans without acting in a dry run, and records the decision', async () => {

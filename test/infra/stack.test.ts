@@ -299,7 +299,7 @@ describe('the CDK stack, synthesised from the example config', () => {
   it('lets the agent touch only its state, checkpoint keys and bundle', () => {
     const agent = statements(t, 'AgentRole');
     const control = agent.find((s) => s.Sid === 'CheckpointIndexOnly')!;
-    expect(control.Condition).toEqual({ 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt'] } });
+    expect(control.Condition).toEqual({ 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt', 'ckpt-parts'] } });
     expect(agent.flatMap(actionsOf).sort()).toEqual(
       [
         'cloudwatch:PutMetricData',
@@ -308,6 +308,7 @@ describe('the CDK stack, synthesised from the example config', () => {
         'dynamodb:GetItem',
         'dynamodb:PutItem',
         'dynamodb:PutItem',
+        'dynamodb:UpdateItem',
         'dynamodb:UpdateItem',
         'ecr:BatchCheckLayerAvailability',
         'ecr:BatchGetImage',

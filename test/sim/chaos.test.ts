@@ -25,7 +25,8 @@ function world(over: Partial<InvariantInput> = {}): InvariantInput {
     atMs: T0,
     jobs,
     submitted: new Set(['nlp.a', 'nlp.b']),
-    runningAttempts: new Map([['nlp.b', [2]]]),
+    processes: [{ instanceId: 'i-1', jobId: 'nlp.b', attempt: 2, rank: 0 }],
+    checkpointTimeoutSec: () => 300,
     groups: [group],
     instances: [aNode('i-1', { group }).instance],
     exitCodeOf: () => 0,
@@ -47,10 +48,14 @@ describe('invariants', () => {
 
   it('each one fires when its promise is broken, with a message that says what and where', async () => {
     expect(await names(world({ submitted: new Set(['nlp.a', 'nlp.b', 'nlp.gone']) }))).toEqual(['one state per job']);
-    expect(await names(world({ runningAttempts: new Map([['nlp.b', [1, 2]]]) }))).toEqual(['no two running attempts']);
-    expect(await names(world({ runningAttempts: new Map([['nlp.b', [1]]]) }))).toEqual(['no two running attempts']);
+    const proc = (instanceId: string, attempt: number, rank = 0) => ({ instanceId, jobId: 'nlp.b', attempt, rank });
+    expect(await names(world({ processes: [proc('i-1', 1), proc('i-2', 2)] }))).toEqual(['no two running attempts']);
+    expect(await names(world({ processes: [proc('i-1', 1)] }))).toEqual(['no two running attempts']);
+    // One rank on two machines (one of them being drained, say) is the job running twice too; two ranks of a gang are not.
+    expect(await names(world({ processes: [proc('i-1', 2), proc('i-2', 2)] }))).toEqual(['no two running attempts']);
+    expect(await names(world({ processes: [proc('i-1', 2, 0), proc('i-2', 2, 1)] }))).toEqual([]);
     const failed = aJob({ id: 'nlp.a', team: 'nlp', state: 'failed', exitCode: 137 });
-    const v = await checkInvariants(world({ jobs: [failed], submitted: new Set(['nlp.a']), runningAttempts: new Map() }), { upTo: 0 });
+    const v = await checkInvariants(world({ jobs: [failed], submitted: new Set(['nlp.a']), processes: [] }), { upTo: 0 });
     expect(v.map((x) => x.message)).toEqual([
       expect.stringMatching(/job nlp.a failed with exit code 137, not its program's 0: the platform failed it/),
     ]);
@@ -60,6 +65,12 @@ describe('invariants', () => {
     expect(await names(world({ lost: [{ jobId: 'nlp.b', attempt: 1, lostSec: 2000, allowedSec: 690, checkpointFailed: false }] }))).toEqual(
       ['bounded rework'],
     );
+    // Checkpointing past its timeout plus one reconcile interval (300 s + 60 s here).
+    const asked = (agoSec: number) =>
+      aJob({ id: 'nlp.b', team: 'nlp', state: 'checkpointing', attempt: 2, placedAtMs: T0, checkpointRequestedAtMs: T0 - agoSec * 1000 });
+    expect(await names(world({ jobs: [world().jobs[0]!, asked(360)] }))).toEqual([]);
+    const stuck = await checkInvariants(world({ jobs: [world().jobs[0]!, asked(361)] }), { upTo: 0 });
+    expect(stuck.map((x) => x.message)).toEqual([expect.stringMatching(/job nlp.b has been checkpointing for 361 s; .* allow 360 s/)]);
     // A failed checkpoint voids the bound; a job without checkpoints has none.
     expect(
       await names(
@@ -122,6 +133,9 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
       'stormInterruptions',
       'deadAgents',
       'checkpointFailures',
+      'uploadFailures',
+      'uploadsGivenUp',
+      'rankStartFailures',
     ] as const;
     expect(kinds.filter((k) => f[k] === 0)).toEqual([]);
     expect(summary.accepted).toBe(summary.completed + summary.failed + summary.cancelled + summary.runningAtEnd + summary.pendingAtEnd);

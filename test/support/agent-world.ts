@@ -2,8 +2,8 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { NodeAgent, type AgentLog } from '../../agent/agent.ts';
-import { DirectoryBlobs } from '../../agent/checkpoint-files.ts';
+import { NodeAgent, type AgentConfig, type AgentLog } from '../../agent/agent.ts';
+import { DirectoryBlobs, type CheckpointBlobs } from '../../agent/checkpoint-files.ts';
 import type { Identity, MetadataClient } from '../../agent/metadata.ts';
 import { readGpuInventory } from '../../agent/nvidia-smi.ts';
 import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
@@ -42,6 +42,8 @@ export function agentWorld() {
       identity?: Partial<Identity>;
       workDir?: string;
       metrics?: GpuMetricSink;
+      blobs?: CheckpointBlobs;
+      config?: Partial<AgentConfig>;
     } = {},
   ): NodeAgent {
     const env = fakeNvidiaSmiEnv(
@@ -54,7 +56,7 @@ export function agentWorld() {
         jobs,
         nodes,
         checkpoints,
-        blobs,
+        blobs: options.blobs ?? blobs,
         runner: options.runner ?? new ProcessRunner(),
         gpus: () => readGpuInventory({ env, timeoutMs: 5000 }),
         ...(options.metadata ? { metadata: options.metadata } : {}),
@@ -69,6 +71,7 @@ export function agentWorld() {
         stopGraceSec: 2,
         heartbeatSec: 3600,
         noticeSec: 3600,
+        ...options.config,
       },
     );
     agents.push(a);

@@ -12,8 +12,11 @@ const ignoreSignal = process.argv.includes('--ignore-signal');
 const dir = process.env.GPU_FLEET_CHECKPOINT_DIR;
 const resume = process.env.GPU_FLEET_RESUME_DIR;
 
+const rank = process.env.GPU_FLEET_NODE_RANK;
 let step = 0;
-if (resume && existsSync(join(resume, 'state.json'))) step = JSON.parse(readFileSync(join(resume, 'state.json'), 'utf8')).step;
+let resumedRank;
+if (resume && existsSync(join(resume, 'state.json')))
+  ({ step, rank: resumedRank } = JSON.parse(readFileSync(join(resume, 'state.json'), 'utf8')));
 const startedAt = step;
 console.log(
   JSON.stringify({
@@ -22,15 +25,19 @@ console.log(
     attempt: process.env.GPU_FLEET_ATTEMPT,
     step,
     devices: process.env.CUDA_VISIBLE_DEVICES,
-    rank: process.env.GPU_FLEET_NODE_RANK,
+    rank,
+    // Which rank wrote the checkpoint part this rank resumed from (sharded checkpoints: each rank its own).
+    resumedRank,
   }),
 );
 
-function checkpoint() {
+function checkpoint(onSignal = false) {
   if (!dir) return;
-  const name = `step-${String(step).padStart(6, '0')}`;
+  // The ranks of a gang name a checkpoint alike (FSDP and DeepSpeed save one step on every rank): $SIGNAL_CHECKPOINT_NAME does that here.
+  const name =
+    onSignal && process.env.SIGNAL_CHECKPOINT_NAME ? process.env.SIGNAL_CHECKPOINT_NAME : `step-${String(step).padStart(6, '0')}`;
   mkdirSync(join(dir, name), { recursive: true });
-  writeFileSync(join(dir, name, 'state.json'), JSON.stringify({ step }));
+  writeFileSync(join(dir, name, 'state.json'), JSON.stringify({ step, rank }));
   writeFileSync(join(dir, 'checkpoint.json.tmp'), JSON.stringify({ path: name, progressSec: step }));
   renameSync(join(dir, 'checkpoint.json.tmp'), join(dir, 'checkpoint.json'));
 }
@@ -38,7 +45,7 @@ function checkpoint() {
 const signal = process.env.GPU_FLEET_CHECKPOINT_SIGNAL ?? 'SIGUSR1';
 process.on(signal, () => {
   if (ignoreSignal) return;
-  checkpoint();
+  checkpoint(true);
   console.log(JSON.stringify({ event: 'checkpointed-on-signal', step, ranSteps: step - startedAt }));
   process.exit(0);
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Job } from '../../core/job.ts';
-import { gangRank, judgeWorkEntry } from '../../core/services/work-list.ts';
+import { gangRank, judgeWorkEntry } from '../../core/services/node-rules.ts';
 import { aJob } from '../builders.ts';
 
 const placedOn = (nodes: string[], extra: Partial<Job> = {}): Job =>

@@ -1,0 +1,70 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { messageOf } from '../core/errors.ts';
+import type { Clock } from '../core/ports.ts';
+import { uploadRetryDelayMs } from '../core/services/node-rules.ts';
+import type { CheckpointBlobs } from './checkpoint-files.ts';
+
+export type UploadResult =
+  { readonly ok: true; readonly tries: number } | { readonly ok: false; readonly tries: number; readonly error: string };
+
+/**
+ * Checkpoint uploads, in their own worker: at most `concurrency` at a time, each retried with
+ * backoff (uploadRetryDelayMs) until its deadline. Nothing else of the agent waits on them: the
+ * heartbeat has its own timer, and the work list is read while an upload runs.
+ */
+export class UploadWorker {
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+  private readonly inFlight = new Set<Promise<UploadResult>>();
+
+  constructor(
+    private readonly blobs: CheckpointBlobs,
+    private readonly clock: Clock,
+    private readonly concurrency = 2,
+  ) {}
+
+  /** Copies `localDir` to `location`, retrying until `deadlineMs`. Never rejects: a failure is a result. */
+  upload(localDir: string, location: string, deadlineMs: number): Promise<UploadResult> {
+    const task = this.run(localDir, location, deadlineMs);
+    this.inFlight.add(task);
+    void task.finally(() => this.inFlight.delete(task));
+    return task;
+  }
+
+  /** Resolves when every upload started so far has ended. */
+  async idle(): Promise<void> {
+    await Promise.all([...this.inFlight]);
+  }
+
+  private async run(localDir: string, location: string, deadlineMs: number): Promise<UploadResult> {
+    await this.slot();
+    let tries = 0;
+    let last: string;
+    try {
+      for (;;) {
+        tries++;
+        try {
+          await this.blobs.upload(localDir, location);
+          return { ok: true, tries };
+        } catch (error) {
+          last = messageOf(error);
+        }
+        const wait = uploadRetryDelayMs(tries);
+        if (this.clock.nowMs() + wait >= deadlineMs) return { ok: false, tries, error: last };
+        await sleep(wait, undefined, { ref: false });
+      }
+    } finally {
+      this.running--;
+      this.waiting.shift()?.();
+    }
+  }
+
+  private async slot(): Promise<void> {
+    if (this.running < this.concurrency) {
+      this.running++;
+      return;
+    }
+    await new Promise<void>((resolve) => this.waiting.push(resolve));
+    this.running++;
+  }
+}

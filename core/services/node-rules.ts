@@ -1,0 +1,225 @@
+import type { GpuDevice } from '../gpu.ts';
+import { ACTIVE_STATES, type Job } from '../job.ts';
+import { migProfile } from '../mig.ts';
+import { reason, type Reason } from '../reason.ts';
+
+/**
+ * The node-side rules: what a machine does with each entry of its work list, decided here once
+ * and carried out by the real node agent (agent/agent.ts: processes, files, S3) and by the
+ * simulated machines (cloud/sim/sim-agent.ts: the same steps on a virtual clock). The job record
+ * decides; the machine adds only what it knows locally (what runs here, how it ended, what it is
+ * doing about it).
+ */
+
+/** What a node agent does with one entry of its work list (job id → attempt). */
+export type WorkVerdict = 'run' | 'stale' | 'wait';
+
+/**
+ * Reconcile writes the entry just before it places the attempt, so the job record decides:
+ * - `run`: the attempt is placed on this node (placed, running or checkpointing): run it here.
+ * - `stale`: the job moved on (finished, a newer attempt, or placed elsewhere): drop the entry.
+ * - `wait`: the placement has not landed (yet): keep the entry and look again next time.
+ */
+export function judgeWorkEntry(job: Job | undefined, nodeId: string, attempt: number): WorkVerdict {
+  if (!job || job.attempt > attempt) return 'stale';
+  if (job.attempt < attempt) return 'wait';
+  if (ACTIVE_STATES.includes(job.state)) return job.placement?.nodes.some((n) => n.nodeId === nodeId) ? 'run' : 'stale';
+  return job.state === 'pending' ? 'wait' : 'stale';
+}
+
+/** This node's part of a gang: its rank (0 leads and reports the job's outcome) and how many nodes take part. */
+export function gangRank(job: Job, nodeId: string): { rank: number; size: number } | undefined {
+  const nodes = job.placement?.nodes ?? [];
+  const rank = nodes.findIndex((n) => n.nodeId === nodeId);
+  return rank < 0 ? undefined : { rank, size: nodes.length };
+}
+
+/** What the machine knows of its own process for one attempt. */
+export interface LocalAttempt {
+  readonly rank: number;
+  /** The process ended by itself (the agent did not stop it), with this exit code. */
+  readonly exitCode?: number;
+  /** The agent is taking a checkpoint it was asked for, and what it does once it is taken. */
+  readonly checkpointing?: 'requeue' | 'cancel';
+  /** The agent is stopping the process on purpose. */
+  readonly stopping?: boolean;
+}
+
+/** The next thing a machine does for one entry of its work list. */
+export type NodeStep =
+  /** The entry is stale: drop it, and stop a process of it that still runs here. */
+  | { readonly kind: 'drop' }
+  /** The placement has not landed yet: look again next time. */
+  | { readonly kind: 'wait' }
+  /** Start this node's part of the attempt (the leader then records it running). */
+  | { readonly kind: 'launch'; readonly rank: number; readonly size: number }
+  /** It runs: save each checkpoint the job marks, in the background. */
+  | { readonly kind: 'run' }
+  /** A checkpoint is being taken or the process is being stopped: let that finish. */
+  | { readonly kind: 'busy' }
+  /** Ask the job for a checkpoint, save it, stop the process, then requeue or cancel the attempt. */
+  | { readonly kind: 'checkpoint'; readonly then: 'requeue' | 'cancel'; readonly reason: Reason }
+  /** Stop the process (a cancel of a job that cannot checkpoint); the leader records it cancelled. */
+  | { readonly kind: 'stop-cancel' }
+  /** The process ended by itself: report how (see {@link exitReport}). */
+  | { readonly kind: 'report-exit'; readonly exitCode: number }
+  /** Nothing runs here for an attempt that is checkpointing (the agent restarted): the leader requeues it from the newest checkpoint. */
+  | { readonly kind: 'requeue-from-store'; readonly reason: Reason }
+  /** A job whose cancel was asked for has no process here: the leader records it cancelled. */
+  | { readonly kind: 'finish-cancel' };
+
+const CHECKPOINTED_ON_REQUEST = reason('preempt-for-priority', 'checkpointed on request and returned to the queue');
+export const CANCELLED = reason('cancelled', 'cancelled: checkpointed, then stopped');
+
+/**
+ * The step for one work-list entry, from the job record and what runs here. Pure; called at
+ * every look at the work list (every heartbeat on a real machine, every tick in the simulator).
+ */
+export function nextNodeStep(job: Job | undefined, nodeId: string, attempt: number, local: LocalAttempt | undefined): NodeStep {
+  const verdict = judgeWorkEntry(job, nodeId, attempt);
+  if (verdict === 'stale') return { kind: 'drop' };
+  if (verdict === 'wait' || !job) return { kind: 'wait' };
+  const where = gangRank(job, nodeId)!;
+  if (local?.stopping || local?.checkpointing) return { kind: 'busy' };
+  if (job.cancelRequested) {
+    if (local && local.exitCode === undefined && job.spec.checkpoint) return { kind: 'checkpoint', then: 'cancel', reason: CANCELLED };
+    if (local && local.exitCode === undefined) return { kind: 'stop-cancel' };
+    return { kind: 'finish-cancel' };
+  }
+  if (local?.exitCode !== undefined) return { kind: 'report-exit', exitCode: local.exitCode };
+  if (job.state === 'checkpointing') {
+    if (local) return { kind: 'checkpoint', then: 'requeue', reason: job.checkpointReason ?? CHECKPOINTED_ON_REQUEST };
+    return {
+      kind: 'requeue-from-store',
+      reason:
+        job.checkpointReason ??
+        reason('preempt-for-priority', 'checkpoint requested while no process ran; requeued from its newest checkpoint'),
+    };
+  }
+  if (!local) return { kind: 'launch', rank: where.rank, size: where.size };
+  return { kind: 'run' };
+}
+
+/** How a process that ended by itself is reported: the leader's success ends the job; any rank's failure fails it. */
+export function exitReport(rank: number, exitCode: number): { readonly event: 'succeed' | 'fail'; readonly exitCode: number } | undefined {
+  if (exitCode === 0) return rank === 0 ? { event: 'succeed', exitCode } : undefined; // a follower waits for its leader
+  return { event: 'fail', exitCode };
+}
+
+/** A rank that cannot start its part ends the whole attempt: it goes back to the queue, and the other ranks stop. */
+export function startFailure(nodeId: string, why: string): Reason {
+  return reason('start-failed', `node ${nodeId} could not start it: ${why}`);
+}
+
+/**
+ * How a checkpoint taken on request ended, and what the attempt becomes. A process that had
+ * already ended before it was asked ended by itself, and its own exit decides. Only the leader
+ * writes the result; followers stop and forget.
+ */
+export type CheckpointOutcome =
+  | { readonly kind: 'exited-before'; readonly exitCode: number }
+  /** The job's checkpoint is saved (every rank's part, for a gang). */
+  | { readonly kind: 'saved' }
+  /** No checkpoint in time: the job wrote none within its grace, or the upload failed or ran out of time; it resumes from the newest one saved earlier. */
+  | { readonly kind: 'not-saved'; readonly why: string };
+
+export type CheckpointResult =
+  | { readonly event: 'succeed' }
+  | { readonly event: 'fail'; readonly exitCode: number }
+  | { readonly event: 'cancel' }
+  | { readonly event: 'requeue'; readonly reason: Reason };
+
+export function afterCheckpoint(job: Job, then: 'requeue' | 'cancel', why: Reason, outcome: CheckpointOutcome): CheckpointResult {
+  if (outcome.kind === 'exited-before')
+    return outcome.exitCode === 0 ? { event: 'succeed' } : { event: 'fail', exitCode: outcome.exitCode };
+  if (then === 'cancel' || job.cancelRequested) return { event: 'cancel' };
+  if (!job.spec.checkpoint)
+    return {
+      event: 'requeue',
+      reason: { code: why.code, message: `${why.message}; it declares no checkpoint support, so it restarts from scratch` },
+    };
+  if (outcome.kind === 'not-saved') {
+    return {
+      event: 'requeue',
+      reason: {
+        code: why.code,
+        message: `${why.message}; no new checkpoint was saved (${outcome.why}), so it resumes from its newest earlier one`,
+      },
+    };
+  }
+  return { event: 'requeue', reason: why };
+}
+
+// ---- how long a checkpoint may take -------------------------------------------------------
+
+/** Upload speed assumed for a checkpoint, MiB/s per machine, when nothing better is known. */
+export const DEFAULT_UPLOAD_MIB_PER_SEC = 500;
+/** Extra time an upload gets beyond size ÷ bandwidth. */
+export const DEFAULT_UPLOAD_MARGIN_SEC = 120;
+/** Extra time the control plane waits beyond the grace and the upload allowance before it gives up on a checkpoint. */
+export const CHECKPOINT_TIMEOUT_MARGIN_SEC = 60;
+
+export interface CheckpointTiming {
+  readonly uploadMiBPerSec: number;
+  readonly uploadMarginSec: number;
+}
+
+export const DEFAULT_CHECKPOINT_TIMING: CheckpointTiming = {
+  uploadMiBPerSec: DEFAULT_UPLOAD_MIB_PER_SEC,
+  uploadMarginSec: DEFAULT_UPLOAD_MARGIN_SEC,
+};
+
+/**
+ * How large one rank's checkpoint is, MiB: the spec's `checkpoint.sizeGiB` when given; else the
+ * GPU memory the attempt holds on that node (a checkpoint of the model and optimiser state that
+ * fill it), from the node's GPUs: whole GPUs' memory, a share's memory, or a MIG slice's.
+ */
+export function checkpointSizeMiB(job: Job, gpus: readonly GpuDevice[] | undefined, nodeIndex = 0): number {
+  const given = job.spec.checkpoint?.sizeGiB;
+  if (given !== undefined) return Math.round(given * 1024);
+  const a = job.placement?.nodes[nodeIndex];
+  if (!a) return 0;
+  if (a.share) return a.share.memoryMiB;
+  if (a.mig) {
+    const model = gpus?.find((g) => g.index === a.gpuIndices[0])?.model;
+    return (model ? migProfile(model, a.mig.profile)?.memoryMiB : undefined) ?? Number(/\.(\d+)gb/.exec(a.mig.profile)?.[1] ?? 0) * 1024;
+  }
+  return a.gpuIndices.reduce((sum, i) => sum + (gpus?.find((g) => g.index === i)?.memoryMiB ?? 16_384), 0);
+}
+
+/** Seconds an upload of `sizeMiB` is allowed: its size over the bandwidth, plus the margin. */
+export function uploadAllowanceSec(sizeMiB: number, timing: CheckpointTiming = DEFAULT_CHECKPOINT_TIMING): number {
+  return Math.ceil(sizeMiB / Math.max(1, timing.uploadMiBPerSec)) + timing.uploadMarginSec;
+}
+
+/**
+ * The time limits of a checkpoint asked for at `requestedAtMs`: the job writes it within its
+ * grace period; the upload then has its own allowance; a notice that the machine goes at
+ * `hardDeadlineMs` bounds both (then the newest checkpoint already saved is what it resumes from).
+ */
+export function checkpointLimits(input: {
+  readonly graceSec: number;
+  readonly sizeMiB: number;
+  readonly requestedAtMs: number;
+  readonly hardDeadlineMs?: number;
+  readonly timing?: CheckpointTiming;
+}): { readonly writeByMs: number; readonly uploadByMs: number } {
+  const hard = input.hardDeadlineMs ?? Number.POSITIVE_INFINITY;
+  const writeByMs = Math.min(hard, input.requestedAtMs + input.graceSec * 1000);
+  const uploadByMs = Math.min(hard, writeByMs + uploadAllowanceSec(input.sizeMiB, input.timing) * 1000);
+  return { writeByMs, uploadByMs };
+}
+
+/**
+ * How long the control plane lets a job stay `checkpointing` before it stops waiting for the
+ * node and requeues it from its newest checkpoint: grace + upload allowance + a margin.
+ */
+export function checkpointTimeoutSec(job: Job, sizeMiB: number, timing: CheckpointTiming = DEFAULT_CHECKPOINT_TIMING): number {
+  const grace = job.spec.checkpoint?.gracePeriodSec ?? 30;
+  return grace + uploadAllowanceSec(sizeMiB, timing) + CHECKPOINT_TIMEOUT_MARGIN_SEC;
+}
+
+/** The delay before retry `n` (1, 2, …) of a failed upload: doubling from 2 s, at most 60 s. */
+export function uploadRetryDelayMs(n: number): number {
+  return Math.min(60_000, 2000 * 2 ** Math.max(0, n - 1));
+}

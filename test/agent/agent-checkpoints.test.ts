@@ -1,0 +1,201 @@
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { CheckpointBlobs } from '../../agent/checkpoint-files.ts';
+import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
+import { reason } from '../../core/reason.ts';
+import { applyJobEvent } from '../../core/services/job-updates.ts';
+import { lostReason } from '../../core/services/reconcile.ts';
+import { DEFAULT_POLICY } from '../../core/snapshot.ts';
+import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
+
+// The three ways the agent used to lose work or run a job twice (issue 17), each with real child processes.
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+function world() {
+  const w = agentWorld();
+  cleanups.push(() => w.shutdown());
+  return w;
+}
+const dir = (name: string) => mkdtempSync(join(tmpdir(), `${name}-`));
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const interrupt = reason('interrupted', 'test: its machine got a spot interruption notice');
+
+/** A checkpoint store whose uploads hang until released (a checkpoint of tens of GB on a slow link). */
+function stalledBlobs(inner: CheckpointBlobs) {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const started: number[] = [];
+  const blobs: CheckpointBlobs = {
+    upload: async (localDir, location) => {
+      started.push(Date.now());
+      await gate;
+      await inner.upload(localDir, location);
+    },
+    download: (location, localDir) => inner.download(location, localDir),
+  };
+  return { blobs, started, release };
+}
+
+describe('node agent: checkpoints never hold the node hostage', () => {
+  it('keeps sending heartbeats while a checkpoint upload outlasts the heartbeat timeout, and nothing is requeued', async () => {
+    const w = world();
+    const slow = stalledBlobs(w.blobs);
+    cleanups.push(slow.release);
+    const a = w.agent('i-a', { blobs: slow.blobs, config: { heartbeatSec: 0.1, noticeSec: 0.1 } });
+    await a.start();
+    await w.submit('nlp.big', { command: ['node', COUNTER_JOB, '100000', '20', '5'] });
+    await w.place('nlp.big', ['i-a']);
+    await waitFor('the upload to start', () => slow.started.length > 0);
+    const uploadFrom = slow.started[0]!;
+    await sleep(1200);
+    // The upload is still in flight; a control plane with a 0.5 s heartbeat timeout must still see the node alive.
+    const record = (await w.nodes.get('i-a'))!;
+    expect(record.lastHeartbeatAtMs).toBeGreaterThan(uploadFrom + 800);
+    expect(lostReason(undefined, record, Date.now(), { ...DEFAULT_POLICY, heartbeatTimeoutSec: 0.5 })).toBeUndefined();
+    expect(await w.jobs.get('nlp.big')).toMatchObject({ state: 'running', attempt: 1 });
+    expect(a.running()).toEqual([expect.objectContaining({ jobId: 'nlp.big', attempt: 1 })]);
+    slow.release();
+    await waitFor('the checkpoint to be saved', async () => (await w.jobs.get('nlp.big'))!.checkpoint);
+  });
+
+  it('a requested checkpoint whose upload keeps failing ends the attempt: retried within its allowance, then requeued', async () => {
+    const w = world();
+    const tries: number[] = [];
+    const failing: CheckpointBlobs = {
+      upload: async () => {
+        tries.push(Date.now());
+        throw new Error('SlowDown: Please reduce your request rate (503)');
+      },
+      download: (location, localDir) => w.blobs.download(location, localDir),
+    };
+    // A 1 MiB checkpoint: allowance 1 s ÷ bandwidth + 3 s margin, so one retry (after 2 s) fits and the next (4 s later) does not.
+    const a = w.agent('i-a', { blobs: failing, config: { checkpointTiming: { uploadMiBPerSec: 500, uploadMarginSec: 3 } } });
+    await a.heartbeat();
+    await w.submit('nlp.unlucky', {
+      command: ['node', COUNTER_JOB, '100000', '20', '0'],
+      checkpoint: { intervalSec: 600, gracePeriodSec: 5, sizeGiB: 0.001 },
+    });
+    await w.place('nlp.unlucky', ['i-a']);
+    await a.heartbeat();
+    const pid = a.running()[0]!.pid!;
+    await sleep(200);
+    await applyJobEvent(w.jobs, 'nlp.unlucky', { type: 'checkpoint-requested', attempt: 1, reason: interrupt }, Date.now());
+    await a.heartbeat();
+    await a.settled();
+    const job = (await w.jobs.get('nlp.unlucky'))!;
+    expect(job).toMatchObject({ state: 'pending', attempt: 2 });
+    expect(job.checkpoint).toBeUndefined(); // nothing was ever saved: it restarts from scratch
+    expect(tries.length).toBe(2);
+    expect(() => process.kill(pid, 0)).toThrow();
+    expect((await w.nodes.get('i-a'))!.assigned).toEqual({});
+    expect(w.logs).toContainEqual(
+      expect.objectContaining({
+        message: 'stopped without a new checkpoint',
+        extra: expect.objectContaining({ why: expect.stringMatching(/SlowDown/) }),
+      }),
+    );
+  });
+});
+
+describe('node agent: gangs', () => {
+  it('a follower that cannot start requeues the whole attempt, and the leader stops its rank', async () => {
+    const w = world();
+    const real = new ProcessRunner();
+    const broken: JobRunner = {
+      kind: 'process',
+      start: async () => {
+        throw new Error('CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected');
+      },
+      cleanUpLeftovers: () => real.cleanUpLeftovers(),
+    };
+    const a = w.agent('i-a');
+    const b = w.agent('i-b', { runner: broken });
+    await a.heartbeat();
+    await b.heartbeat();
+    await w.submit('nlp.gang', { command: ['node', COUNTER_JOB, '100000', '20'], nodes: 2 });
+    await w.place('nlp.gang', ['i-a', 'i-b']);
+    await a.heartbeat();
+    const leaderPid = a.running()[0]!.pid!;
+    expect((await w.jobs.get('nlp.gang'))!.state).toBe('running');
+    await b.heartbeat();
+    const job = (await w.jobs.get('nlp.gang'))!;
+    expect(job).toMatchObject({ state: 'pending', attempt: 2, requeueReason: { code: 'start-failed' } });
+    expect(job.requeueReason!.message).toMatch(/node i-b could not start it: CUDA_ERROR_NO_DEVICE/);
+    // At their next heartbeat both see the attempt moved on: the leader stops its rank, the follower drops the entry.
+    await a.heartbeat();
+    await b.heartbeat();
+    expect(a.running()).toEqual([]);
+    expect(() => process.kill(leaderPid, 0)).toThrow();
+    expect((await w.nodes.get('i-a'))!.assigned).toEqual({});
+    expect((await w.nodes.get('i-b'))!.assigned).toEqual({});
+  });
+
+  it('every rank saves its own part of a sharded checkpoint, and each rank resumes from its own part', async () => {
+    const w = world();
+    const workA = dir('agent-a');
+    const workB = dir('agent-b');
+    const a = w.agent('i-a', { workDir: workA });
+    const b = w.agent('i-b', { workDir: workB });
+    await a.heartbeat();
+    await b.heartbeat();
+    await w.submit('nlp.fsdp', {
+      command: ['node', COUNTER_JOB, '100000', '20', '10'],
+      nodes: 2,
+      env: { SIGNAL_CHECKPOINT_NAME: 'on-signal' },
+    });
+    await w.place('nlp.fsdp', ['i-a', 'i-b']);
+    await a.heartbeat();
+    await b.heartbeat();
+    // The checkpoint is complete only when both ranks have saved their parts.
+    const cp = await waitFor('a checkpoint with both parts', async () => {
+      await a.watch();
+      await b.watch();
+      return (await w.jobs.get('nlp.fsdp'))!.checkpoint;
+    }).catch((e) => {
+      console.log(JSON.stringify(w.logs, null, 1));
+      throw e;
+    });
+    expect(cp.ranks).toBe(2);
+    await applyJobEvent(w.jobs, 'nlp.fsdp', { type: 'checkpoint-requested', attempt: 1, reason: interrupt }, Date.now());
+    await a.heartbeat();
+    await b.heartbeat();
+    await Promise.all([a.settled(), b.settled()]);
+    const requeued = (await w.jobs.get('nlp.fsdp'))!;
+    // Requeued from the checkpoint both ranks took on the request, not the older periodic one.
+    expect(requeued).toMatchObject({
+      state: 'pending',
+      attempt: 2,
+      checkpoint: { ranks: 2, location: expect.stringMatching(/on-signal\/$/) },
+    });
+    // In the store: one part per rank, each written by its own rank.
+    const parts = readdirSync(w.storeRoot, { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile() && e.name === 'state.json')
+      .map((e) => join(e.parentPath, e.name))
+      .filter((p) => p.includes(requeued.checkpoint!.location.split('/').filter(Boolean).at(-1)!));
+    expect(parts.map((p) => [/rank-(\d)/.exec(p)?.[1], JSON.parse(readFileSync(p, 'utf8')).rank]).sort()).toEqual([
+      ['0', '0'],
+      ['1', '1'],
+    ]);
+    // Attempt 2 with the nodes swapped: rank 0 now runs on i-b, and still gets rank 0's part.
+    await w.place('nlp.fsdp', ['i-b', 'i-a']);
+    await b.heartbeat();
+    await a.heartbeat();
+    const startOf = (work: string) =>
+      waitFor('the rank to print its start', () => {
+        try {
+          return w.output(work, 'nlp.fsdp', 2).find((l) => l.event === 'start');
+        } catch {
+          return undefined; // its log is not written yet
+        }
+      });
+    const leader = await startOf(workB);
+    expect(leader).toMatchObject({ rank: '0', resumedRank: '0' });
+    expect(await startOf(workA)).toMatchObject({ rank: '1', resumedRank: '1' });
+    expect(Number(leader.step)).toBeGreaterThan(0);
+  });
+});
