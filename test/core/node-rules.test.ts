@@ -1,6 +1,18 @@
 import { describe, expect, it } from 'vitest';
 import type { Job } from '../../core/job.ts';
-import { gangRank, judgeWorkEntry } from '../../core/services/node-rules.ts';
+import { reason } from '../../core/reason.ts';
+import {
+  afterCheckpoint,
+  checkpointLimits,
+  checkpointSizeMiB,
+  checkpointTimeoutSec,
+  exitReport,
+  gangRank,
+  judgeWorkEntry,
+  nextNodeStep,
+  uploadAllowanceSec,
+  uploadRetryDelayMs,
+} from '../../core/services/node-rules.ts';
 import { aJob } from '../builders.ts';
 
 const placedOn = (nodes: string[], extra: Partial<Job> = {}): Job =>
@@ -36,5 +48,87 @@ describe('a node agent judging its work list', () => {
     expect(gangRank(job, 'i-1')).toEqual({ rank: 0, size: 3 });
     expect(gangRank(job, 'i-3')).toEqual({ rank: 2, size: 3 });
     expect(gangRank(job, 'i-9')).toBeUndefined();
+  });
+});
+
+const why = reason('interrupted', 'its machine got a spot interruption notice');
+const cp = { intervalSec: 600, signal: 'SIGUSR1' as const, gracePeriodSec: 30 };
+
+describe('the next step for one work-list entry', () => {
+  const job = (extra: Partial<Job> = {}) => placedOn(['i-1', 'i-2'], { spec: { ...aJob().spec, checkpoint: cp }, ...extra });
+
+  it('launches each node its own rank, runs what runs, and reports what ended by itself', () => {
+    expect(nextNodeStep(job(), 'i-2', 2, undefined)).toEqual({ kind: 'launch', rank: 1, size: 2 });
+    expect(nextNodeStep(job(), 'i-1', 2, { rank: 0 })).toEqual({ kind: 'run' });
+    expect(nextNodeStep(job(), 'i-1', 2, { rank: 0, exitCode: 3 })).toEqual({ kind: 'report-exit', exitCode: 3 });
+    expect(nextNodeStep(job({ attempt: 3 }), 'i-1', 2, { rank: 0 })).toEqual({ kind: 'drop' });
+  });
+
+  it('every rank checkpoints a job asked to; with nothing running here, the job is requeued from the store', () => {
+    const asked = job({ state: 'checkpointing', checkpointReason: why });
+    expect(nextNodeStep(asked, 'i-2', 2, { rank: 1 })).toEqual({ kind: 'checkpoint', then: 'requeue', reason: why });
+    expect(nextNodeStep(asked, 'i-1', 2, undefined)).toEqual({ kind: 'requeue-from-store', reason: why });
+    expect(nextNodeStep(asked, 'i-1', 2, { rank: 0, checkpointing: 'requeue' })).toEqual({ kind: 'busy' });
+  });
+
+  it('a cancel checkpoints a job that can, stops one that cannot, and records one with nothing running', () => {
+    expect(nextNodeStep(job({ cancelRequested: true }), 'i-1', 2, { rank: 0 })).toMatchObject({ kind: 'checkpoint', then: 'cancel' });
+    const plain = placedOn(['i-1'], { cancelRequested: true });
+    expect(nextNodeStep(plain, 'i-1', 2, { rank: 0 })).toEqual({ kind: 'stop-cancel' });
+    expect(nextNodeStep(plain, 'i-1', 2, undefined)).toEqual({ kind: 'finish-cancel' });
+  });
+
+  it("the leader's success ends the job; a follower's does not; any rank's failure fails it", () => {
+    expect(exitReport(0, 0)).toEqual({ event: 'succeed', exitCode: 0 });
+    expect(exitReport(1, 0)).toBeUndefined();
+    expect(exitReport(1, 2)).toEqual({ event: 'fail', exitCode: 2 });
+  });
+});
+
+describe('how a checkpoint asked for ends', () => {
+  const job = placedOn(['i-1'], { spec: { ...aJob().spec, checkpoint: cp } });
+
+  it('saved: requeued with the reason given; not saved: requeued all the same, from the newest earlier checkpoint', () => {
+    expect(afterCheckpoint(job, 'requeue', why, { kind: 'saved' })).toEqual({ event: 'requeue', reason: why });
+    const notSaved = afterCheckpoint(job, 'requeue', why, { kind: 'not-saved', why: 'its upload failed: 503' });
+    expect(notSaved).toMatchObject({ event: 'requeue', reason: { code: 'interrupted' } });
+    expect(notSaved.event === 'requeue' && notSaved.reason.message).toMatch(/no new checkpoint was saved \(its upload failed: 503\)/);
+  });
+
+  it('a process that ended before it was asked decides by its own exit; a cancel is a cancel whatever the save did', () => {
+    expect(afterCheckpoint(job, 'requeue', why, { kind: 'exited-before', exitCode: 0 })).toEqual({ event: 'succeed' });
+    expect(afterCheckpoint(job, 'requeue', why, { kind: 'exited-before', exitCode: 9 })).toEqual({ event: 'fail', exitCode: 9 });
+    expect(afterCheckpoint(job, 'cancel', why, { kind: 'not-saved', why: 'x' })).toEqual({ event: 'cancel' });
+  });
+});
+
+describe('how long a checkpoint may take', () => {
+  it("is the spec's size, else the GPU memory the attempt holds on that node", () => {
+    const gpus = [
+      { index: 0, model: 'A100-80GB' as const, memoryMiB: 81_920 },
+      { index: 1, model: 'A100-80GB' as const, memoryMiB: 81_920 },
+    ];
+    const two = aJob({ placement: { capacityType: 'spot', nodes: [{ nodeId: 'i-1', gpuIndices: [0, 1] }] } });
+    expect(checkpointSizeMiB(two, gpus)).toBe(163_840);
+    expect(checkpointSizeMiB({ ...two, spec: { ...two.spec, checkpoint: { ...cp, sizeGiB: 2.5 } } }, gpus)).toBe(2560);
+    const slice = aJob({
+      placement: { capacityType: 'spot', nodes: [{ nodeId: 'i-1', gpuIndices: [0], mig: { profile: '3g.40gb', startSlice: 0 } }] },
+    });
+    expect(checkpointSizeMiB(slice, gpus)).toBe(40_960);
+  });
+
+  it('uploads get size ÷ bandwidth + margin; a spot warning bounds the write and the upload', () => {
+    expect(uploadAllowanceSec(16_384)).toBe(33 + 120);
+    expect(uploadAllowanceSec(16_384, { uploadMiBPerSec: 10, uploadMarginSec: 0 })).toBe(1639);
+    expect(checkpointLimits({ graceSec: 30, sizeMiB: 16_384, requestedAtMs: 0 })).toEqual({ writeByMs: 30_000, uploadByMs: 183_000 });
+    expect(checkpointLimits({ graceSec: 30, sizeMiB: 16_384, requestedAtMs: 0, hardDeadlineMs: 100_000 })).toEqual({
+      writeByMs: 30_000,
+      uploadByMs: 100_000,
+    });
+    expect(checkpointTimeoutSec(placedOn(['i-1'], { spec: { ...aJob().spec, checkpoint: cp } }), 16_384)).toBe(30 + 153 + 60);
+  });
+
+  it('retries back off from 2 s, doubling, to at most a minute', () => {
+    expect([1, 2, 3, 4, 5, 6, 10].map(uploadRetryDelayMs)).toEqual([2000, 4000, 8000, 16_000, 32_000, 60_000, 60_000]);
   });
 });
