@@ -468,7 +468,7 @@ export class DynamoLeaseStore implements LeaseStore {
         new PutCommand({
           TableName: this.table,
           Item: { pk: 'lease', sk: name, holder, untilMs: nowMs + ttlMs, expiresAt: Math.floor((nowMs + ttlMs) / 1000) + DAY_S },
-          ConditionExpression: 'attribute_not_exists(pk) OR untilMs < :now OR holder = :h',
+          ConditionExpression: 'attribute_not_exists(pk) OR untilMs <= :now OR holder = :h',
           ExpressionAttributeValues: { ':now': nowMs, ':h': holder },
         }),
       );

@@ -57,6 +57,23 @@ export type ReconcileOutcome =
 export const RECONCILE_LEASE = 'reconcile';
 
 /**
+ * How long a reconcile holds its lease: two intervals (at least a minute). A run killed by its
+ * timeout never releases it, so its successor gets the lease only when this runs out.
+ */
+export function leaseTtlMs(policy: Policy): number {
+  return Math.max(2 * policy.reconcileIntervalSec * 1000, 60_000);
+}
+
+/**
+ * How old an unfinished plan may be and still be resumed: the lease's TTL plus two intervals, so
+ * the first run after a killed one's lease has run out (a schedule that fires late included)
+ * finishes its plan instead of abandoning it.
+ */
+export function resumeCutoffMs(policy: Policy): number {
+  return leaseTtlMs(policy) + 2 * policy.reconcileIntervalSec * 1000;
+}
+
+/**
  * One turn of the control loop: take the lease; requeue the work of lost nodes; count spend;
  * read a snapshot; plan; record the decision; apply it (unless dry run); mark idle nodes.
  * Every step is idempotent, so a run that crashed half-way is repaired by the next one.
@@ -64,7 +81,7 @@ export const RECONCILE_LEASE = 'reconcile';
 export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions): Promise<ReconcileOutcome> {
   const holder = options.holder ?? 'reconciler';
   const startMs = ports.clock.nowMs();
-  const ttlMs = Math.max(2 * options.policy.reconcileIntervalSec * 1000, 60_000);
+  const ttlMs = leaseTtlMs(options.policy);
   if (ports.lease && !(await ports.lease.acquire(RECONCILE_LEASE, holder, startMs, ttlMs))) {
     return { status: 'skipped', reason: 'another reconciler holds the lease' };
   }
@@ -174,14 +191,14 @@ export async function applyPlan(
 /**
  * Finishes the newest unfinished plan, if a predecessor crashed while applying it: its remaining
  * actions are applied (each is idempotent, so one that was applied but not yet recorded is
- * harmless to repeat). A plan older than two reconcile intervals is abandoned instead: the world
+ * harmless to repeat). A plan older than {@link resumeCutoffMs} is abandoned instead: the world
  * has moved on, and planning anew converges to the same place.
  */
 async function resumeUnfinished(ports: ReconcilePorts, policy: Policy): Promise<number> {
   const left = await ports.journal.unfinished();
   if (!left) return 0;
   const nowMs = ports.clock.nowMs();
-  if (nowMs - left.atMs > 2 * policy.reconcileIntervalSec * 1000) {
+  if (nowMs - left.atMs > resumeCutoffMs(policy)) {
     await ports.journal.finish(left.planId);
     return 0;
   }

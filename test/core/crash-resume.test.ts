@@ -100,7 +100,49 @@ function crashingAfter(k: number, inner: PlanJournal): PlanJournal {
   };
 }
 
+/**
+ * A reconcile killed by its Lambda timeout after k actions: nothing after the kill runs, so its
+ * lease is not released (a crash by throwing would release it in `finally`) and lives out its TTL.
+ */
+function timedOutAfter(k: number, e: SimEnvironment): SimEnvironment['ports'] {
+  return {
+    ...e.ports,
+    journal: crashingAfter(k, e.journal),
+    lease: { acquire: (...a) => e.ports.lease!.acquire(...a), release: async () => undefined },
+  };
+}
+
 describe('apply after a crash', () => {
+  it('a reconcile killed by its timeout is resumed by the next one that gets the lease, nothing applied twice', async () => {
+    const reference = await world();
+    const first = await reconcile(reference.ports, { planner: plan, policy: DEFAULT_POLICY, holder: 'a' });
+    if (first.status !== 'done') throw new Error('reference did not run');
+    const n = first.decision.plan.actions.length;
+    await reconcile(reference.ports, { planner: plan, policy: DEFAULT_POLICY, holder: 'a' });
+    const expected = await essentials(reference);
+
+    for (let k = 0; k < n; k++) {
+      const e = await world();
+      await expect(reconcile(timedOutAfter(k, e), { planner: plan, policy: DEFAULT_POLICY, holder: 'killed' })).rejects.toThrow();
+      // The schedule fires every minute, a second or two late as EventBridge's do: the first runs find the lease still held.
+      let rerun: Awaited<ReturnType<typeof reconcile>> | undefined;
+      for (let minute = 1; minute <= 5 && rerun?.status !== 'done'; minute++) {
+        e.clock.advanceBy(61_000);
+        // The machines' agents are alive and keep beating meanwhile.
+        for (const r of await e.nodes.list()) await e.nodes.heartbeat(r.instanceId, e.clock.nowMs());
+        rerun = await reconcile(e.ports, { planner: plan, policy: DEFAULT_POLICY, holder: `next-${minute}` });
+      }
+      expect(rerun?.status, `k=${k}`).toBe('done');
+      if (rerun?.status === 'done')
+        expect(rerun.resumed, `k=${k}: the half-applied plan is finished, not abandoned`).toBeGreaterThanOrEqual(n - k - 1);
+      expect(await e.journal.unfinished()).toBeUndefined();
+      const got = await essentials(e);
+      expect(got.jobs, `k=${k}`).toEqual(expected.jobs);
+      expect(got.groups, `k=${k}`).toEqual(expected.groups);
+      expect(got.instances.length, `k=${k}`).toBe(expected.instances.length);
+    }
+  });
+
   it('converges to the same world for a crash after every k actions, repeating and losing nothing', async () => {
     const reference = await world();
     const first = await reconcile(reference.ports, { planner: plan, policy: DEFAULT_POLICY, holder: 'a' });
