@@ -69,6 +69,23 @@ export interface Draining {
   readonly lifecycle?: { readonly groupId: string; readonly hookName: string; readonly token?: string };
 }
 
+/**
+ * A new draining notice merged into the mark a node has: an earlier deadline tightens it (with
+ * its reason), a later one never loosens it, and a lifecycle hook, once known, is kept (a hook
+ * with its token replaces one without). Returns undefined when the mark stays as it is. Notices
+ * arrive at least once and in any order; whatever the order, the mark ends the same.
+ */
+export function mergeDraining(current: Draining | undefined, next: Draining): Draining | undefined {
+  if (!current) return next;
+  const earlier = next.deadlineMs < current.deadlineMs;
+  const lifecycle =
+    !current.lifecycle || (!current.lifecycle.token && next.lifecycle?.token) ? (next.lifecycle ?? current.lifecycle) : current.lifecycle;
+  const sinceMs = Math.min(current.sinceMs, next.sinceMs);
+  if (!earlier && lifecycle === current.lifecycle && sinceMs === current.sinceMs) return undefined;
+  const base = earlier ? next : current;
+  return { sinceMs, reason: base.reason, deadlineMs: base.deadlineMs, ...(lifecycle ? { lifecycle } : {}) };
+}
+
 /** A node as the planner sees it: the cloud's instance joined with its agent's record. */
 export interface FleetNode {
   readonly instance: Instance;

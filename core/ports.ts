@@ -123,8 +123,9 @@ export interface NodeStore {
   get(instanceId: string): Promise<NodeRecord | undefined>;
   list(): Promise<NodeRecord[]>;
   /**
-   * Marks a node draining. Idempotent: the first mark wins and later calls return it unchanged.
-   * Marking an unknown node creates a minimal record so the mark is not lost.
+   * Marks a node draining, merged into any mark it has by mergeDraining (core/fleet.ts): an earlier
+   * deadline or a lifecycle hook updates the mark, nothing loosens it. Idempotent and
+   * order-independent. Marking an unknown node creates a minimal record so the mark is not lost.
    */
   markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord>;
   /** Sets or clears the time since which the node has had no work. */

@@ -11,8 +11,8 @@ import {
   UpdateCommand,
   type QueryCommandInput,
 } from '@aws-sdk/lib-dynamodb';
-import { CloudError, GpuFleetError } from '../../core/errors.ts';
-import type { Draining, NodeRecord } from '../../core/fleet.ts';
+import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
+import { mergeDraining, type Draining, type NodeRecord } from '../../core/fleet.ts';
 import { isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { ActionFailure, PlanAction } from '../../core/plan.ts';
 import type { Team } from '../../core/team.ts';
@@ -270,32 +270,58 @@ export class DynamoNodeStore implements NodeStore {
     return out.sort((a, b) => (a.instanceId < b.instanceId ? -1 : 1));
   }
 
+  /**
+   * Read, merge (core's mergeDraining), and write on the condition that the mark is still the one
+   * read: a concurrent notice makes the write fail, and the merge is done again on what it wrote.
+   */
   async markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord> {
-    const { groupId, ...draining } = drain;
-    try {
-      const out = await this.doc.send(
-        new UpdateCommand({
-          TableName: this.table,
-          Key: { instanceId },
-          UpdateExpression:
-            'SET draining = :d, groupId = if_not_exists(groupId, :g), registeredAtMs = if_not_exists(registeredAtMs, :t), lastHeartbeatAtMs = if_not_exists(lastHeartbeatAtMs, :t), gpus = if_not_exists(gpus, :none), healthy = if_not_exists(healthy, :yes), assigned = if_not_exists(assigned, :empty)',
-          ConditionExpression: 'attribute_not_exists(draining)',
-          ExpressionAttributeValues: {
-            ':d': draining,
-            ':g': groupId ?? 'unknown',
-            ':t': drain.sinceMs,
-            ':none': [],
-            ':yes': true,
-            ':empty': {},
-          },
-          ReturnValues: 'ALL_NEW',
-        }),
-      );
-      return toNode(out.Attributes!);
-    } catch (error) {
-      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'mark node draining', resource: instanceId });
-      return (await this.get(instanceId))!;
+    const { groupId, ...mark } = drain;
+    for (let tries = 0; tries < 8; tries++) {
+      const current = await this.get(instanceId);
+      const merged = mergeDraining(current?.draining, mark);
+      if (current && !merged) return current;
+      const seen = current?.draining;
+      const condition = seen
+        ? [
+            'draining.deadlineMs = :dl0',
+            'draining.sinceMs = :s0',
+            seen.lifecycle?.token !== undefined
+              ? 'draining.lifecycle.#tok = :tok0'
+              : seen.lifecycle
+                ? 'attribute_exists(draining.lifecycle) AND attribute_not_exists(draining.lifecycle.#tok)'
+                : 'attribute_not_exists(draining.lifecycle)',
+          ].join(' AND ')
+        : 'attribute_not_exists(draining)';
+      try {
+        const out = await this.doc.send(
+          new UpdateCommand({
+            TableName: this.table,
+            Key: { instanceId },
+            UpdateExpression:
+              'SET draining = :d, groupId = if_not_exists(groupId, :g), registeredAtMs = if_not_exists(registeredAtMs, :t), lastHeartbeatAtMs = if_not_exists(lastHeartbeatAtMs, :t), gpus = if_not_exists(gpus, :none), healthy = if_not_exists(healthy, :yes), assigned = if_not_exists(assigned, :empty)',
+            ConditionExpression: condition,
+            ...(seen?.lifecycle ? { ExpressionAttributeNames: { '#tok': 'token' } } : {}),
+            ExpressionAttributeValues: {
+              ':d': merged ?? mark,
+              ':g': groupId ?? 'unknown',
+              ':t': drain.sinceMs,
+              ':none': [],
+              ':yes': true,
+              ':empty': {},
+              ...(seen ? { ':dl0': seen.deadlineMs, ':s0': seen.sinceMs } : {}),
+              ...(seen?.lifecycle?.token !== undefined ? { ':tok0': seen.lifecycle.token } : {}),
+            },
+            ReturnValues: 'ALL_NEW',
+          }),
+        );
+        return toNode(out.Attributes!);
+      } catch (error) {
+        if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'mark node draining', resource: instanceId });
+      }
     }
+    throw new ConflictError(`could not mark ${instanceId} draining: its mark kept changing under concurrent notices`, {
+      context: { instanceId },
+    });
   }
 
   async setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void> {

@@ -1,5 +1,5 @@
 import { CloudError } from '../../core/errors.ts';
-import type { Draining, NodeRecord } from '../../core/fleet.ts';
+import { mergeDraining, type Draining, type NodeRecord } from '../../core/fleet.ts';
 import type { CheckpointRef, Job, JobState } from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import type { Team } from '../../core/team.ts';
@@ -122,7 +122,9 @@ export class MemoryNodeStore implements NodeStore {
 
   async markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord> {
     const r = this.records.get(instanceId);
-    if (r?.draining) return r;
+    const { groupId: _g, ...mark } = drain;
+    const merged = mergeDraining(r?.draining, mark);
+    if (r && !merged) return r;
     const base: NodeRecord = r ?? {
       instanceId,
       groupId: drain.groupId ?? 'unknown',
@@ -131,8 +133,7 @@ export class MemoryNodeStore implements NodeStore {
       gpus: [],
       healthy: true,
     };
-    const { groupId: _g, ...draining } = drain;
-    const next = Object.freeze({ ...base, draining });
+    const next = Object.freeze({ ...base, draining: merged ?? mark });
     this.records.set(instanceId, next);
     return next;
   }

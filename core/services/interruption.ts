@@ -1,5 +1,5 @@
 import type { Cloud } from '../catalog.ts';
-import type { Instance, NodeRecord } from '../fleet.ts';
+import type { Draining, Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeGroupProvider, NodeStore, PoolHistory } from '../ports.ts';
 import { reason } from '../reason.ts';
@@ -78,8 +78,8 @@ const NO_DEADLINE_MS = 7 * 86_400_000;
 
 /**
  * Handles one notice about one machine. Idempotent and order-independent: every job change
- * names the attempt it acts on (a repeated or late notice changes nothing); the first draining
- * mark wins; an interruption is counted once per machine. A `terminated` state change that
+ * names the attempt it acts on (a repeated or late notice changes nothing); a draining mark only
+ * tightens (an earlier deadline, a lifecycle hook), never loosens; an interruption is counted once per machine. A `terminated` state change that
  * arrives before (or without) the warning still requeues each job exactly once.
  */
 export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice, policy: Policy): Promise<NoticeOutcome> {
@@ -118,20 +118,9 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
   switch (notice.kind) {
     case 'interruption-warning':
     case 'lifecycle-terminate': {
-      const marginMs = policy.noticeMarginSec * 1000;
-      const deadlineMs = Math.max(notice.atMs, notice.deadlineMs - marginMs);
       const why = notice.kind === 'interruption-warning' ? 'spot interruption warning' : `terminate lifecycle hook ${notice.hookName}`;
-      const lifecycle =
-        notice.kind === 'lifecycle-terminate'
-          ? { groupId: groupId ?? notice.groupName, hookName: notice.hookName, ...(notice.token ? { token: notice.token } : {}) }
-          : undefined;
-      await ports.nodes.markDraining(notice.instanceId, {
-        sinceMs: notice.atMs,
-        reason: why,
-        deadlineMs,
-        ...(lifecycle ? { lifecycle } : {}),
-        ...(groupId ? { groupId } : {}),
-      });
+      const mark = await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId)!);
+      const deadlineMs = mark.draining?.deadlineMs ?? notice.deadlineMs;
       if (notice.kind === 'interruption-warning' && offeringId && instance?.capacityType === 'spot')
         await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
       const { requested, requeued } = await askCheckpoints(ports, onNode, nowMs, why);
@@ -154,12 +143,7 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
       };
     }
     case 'rebalance': {
-      await ports.nodes.markDraining(notice.instanceId, {
-        sinceMs: notice.atMs,
-        reason: 'rebalance recommendation',
-        deadlineMs: notice.atMs + NO_DEADLINE_MS,
-        ...(groupId ? { groupId } : {}),
-      });
+      await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId)!);
       const checkpointable = onNode.filter((j) => j.spec.checkpoint !== undefined);
       const { requested, requeued } = await askCheckpoints(ports, checkpointable, nowMs, 'rebalance recommendation');
       return {
@@ -177,12 +161,7 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
         return { status: 'ignored', why: `state ${notice.state} of ${notice.instanceId} needs no action` };
       }
       const what = notice.kind === 'preempted' ? 'preempted' : notice.state;
-      await ports.nodes.markDraining(notice.instanceId, {
-        sinceMs: notice.atMs,
-        reason: `machine ${what}`,
-        deadlineMs: notice.atMs,
-        ...(groupId ? { groupId } : {}),
-      });
+      await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId)!);
       if (offeringId && instance?.capacityType === 'spot' && (notice.kind === 'preempted' || onNode.length > 0))
         await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
       const requeued: string[] = [];
@@ -204,6 +183,47 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
         lifecycleCompleted: false,
       };
     }
+  }
+}
+
+/**
+ * The draining mark a notice puts on its machine (undefined for one that sets none: a state that
+ * needs no action, planned maintenance, which is handled per machine as a rebalance). The store
+ * merges it into the mark the machine has (core/fleet.ts mergeDraining), so the earliest deadline
+ * and a lifecycle hook survive whatever order the notices come in.
+ */
+export function drainingFor(
+  notice: NodeNotice,
+  policy: Pick<Policy, 'noticeMarginSec'>,
+  groupId?: string,
+): (Draining & { groupId?: string }) | undefined {
+  const group = groupId ? { groupId } : {};
+  switch (notice.kind) {
+    case 'interruption-warning':
+    case 'lifecycle-terminate': {
+      const deadlineMs = Math.max(notice.atMs, notice.deadlineMs - policy.noticeMarginSec * 1000);
+      if (notice.kind === 'interruption-warning')
+        return { sinceMs: notice.atMs, reason: 'spot interruption warning', deadlineMs, ...group };
+      const lifecycle = {
+        groupId: groupId ?? notice.groupName,
+        hookName: notice.hookName,
+        ...(notice.token ? { token: notice.token } : {}),
+      };
+      return { sinceMs: notice.atMs, reason: `terminate lifecycle hook ${notice.hookName}`, deadlineMs, lifecycle, ...group };
+    }
+    case 'rebalance':
+      return { sinceMs: notice.atMs, reason: 'rebalance recommendation', deadlineMs: notice.atMs + NO_DEADLINE_MS, ...group };
+    case 'state-change':
+    case 'preempted':
+      if (notice.kind === 'state-change' && !GONE_STATES.has(notice.state)) return undefined;
+      return {
+        sinceMs: notice.atMs,
+        reason: `machine ${notice.kind === 'preempted' ? 'preempted' : notice.state}`,
+        deadlineMs: notice.atMs,
+        ...group,
+      };
+    case 'scheduled-change':
+      return undefined;
   }
 }
 

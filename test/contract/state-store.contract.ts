@@ -12,6 +12,7 @@ import type {
   SpendLedger,
 } from '../../core/ports.ts';
 import { T0 } from '../builders.ts';
+import { sharedEventMarks, permutations } from '../support/shared-events.ts';
 
 const record = (id: string, at = T0): NodeRecord => ({
   instanceId: id,
@@ -41,17 +42,60 @@ export function nodeStoreContract(name: string, make: () => Promise<NodeStore>):
       expect(await s.get('i-1')).toMatchObject({ lastHeartbeatAtMs: T0 + 15_000, healthy: false, healthProblem: 'nvidia-smi failed' });
     });
 
-    it('marks draining once: the first mark wins, even for a node it has not seen', async () => {
+    it('merges draining marks from the shared events in every order: the earliest deadline and the lifecycle hook win', async () => {
+      const expected = {
+        sinceMs: T0,
+        reason: 'spot interruption warning',
+        deadlineMs: T0 + 60_000 + 120_000 - 20_000,
+        lifecycle: { groupId: 'g', hookName: 'cluster-termination-handler', token: '0befcbdb-6ecd-498a-9ff7-ae9b54447cd6' },
+      };
+      for (const order of permutations(sharedEventMarks())) {
+        const s = await make();
+        await s.register(record('i-1'));
+        let tightest = Number.POSITIVE_INFINITY;
+        for (const mark of [...order, order[0]!]) {
+          const after = (await s.markDraining('i-1', mark)).draining!;
+          // Never loosened on the way: each notice can only bring the deadline forward.
+          expect(after.deadlineMs).toBeLessThanOrEqual(tightest);
+          tightest = after.deadlineMs;
+        }
+        expect((await s.get('i-1'))!.draining, order.map((m) => m.reason).join(' → ')).toEqual(expected);
+      }
+    });
+
+    it('a later hook with its token replaces one without; a later deadline changes nothing; an unseen node gets a record', async () => {
       const s = await make();
       await s.register(record('i-1'));
       const first = await s.markDraining('i-1', { sinceMs: T0, reason: 'spot interruption', deadlineMs: T0 + 120_000 });
       const second = await s.markDraining('i-1', { sinceMs: T0 + 10, reason: 'rebalance', deadlineMs: T0 + 999_999 });
       expect(second.draining).toEqual(first.draining);
+      await s.markDraining('i-1', {
+        sinceMs: T0 + 20,
+        reason: 'hook',
+        deadlineMs: T0 + 300_000,
+        lifecycle: { groupId: 'g', hookName: 'h' },
+      });
+      await s.markDraining('i-1', {
+        sinceMs: T0 + 30,
+        reason: 'hook',
+        deadlineMs: T0 + 300_000,
+        lifecycle: { groupId: 'g', hookName: 'h', token: 't-1' },
+      });
+      expect((await s.get('i-1'))!.draining).toEqual({ ...first.draining, lifecycle: { groupId: 'g', hookName: 'h', token: 't-1' } });
       await s.register(record('i-1', T0 + 20_000));
-      expect((await s.get('i-1'))!.draining).toEqual(first.draining);
+      expect((await s.get('i-1'))!.draining?.lifecycle?.token).toBe('t-1');
       const unknown = await s.markDraining('i-9', { sinceMs: T0, reason: 'terminated', deadlineMs: T0, groupId: 'g' });
       expect(unknown.draining?.reason).toBe('terminated');
       expect((await s.get('i-9'))!.draining?.reason).toBe('terminated');
+    });
+
+    it('concurrent notices all land: the mark ends as tight as the tightest', async () => {
+      const s = await make();
+      await s.register(record('i-1'));
+      await Promise.all(
+        [300, 120, 900, 60, 600].map((sec) => s.markDraining('i-1', { sinceMs: T0, reason: `in ${sec} s`, deadlineMs: T0 + sec * 1000 })),
+      );
+      expect((await s.get('i-1'))!.draining).toMatchObject({ deadlineMs: T0 + 60_000, reason: 'in 60 s' });
     });
 
     it('sets and clears idle time, lists, and forgets nodes idempotently', async () => {

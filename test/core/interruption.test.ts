@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { handleNotice, type NodeNotice } from '../../core/services/interruption.ts';
+import { completeDrainedLifecycles, handleNotice, type NodeNotice } from '../../core/services/interruption.ts';
+import { requeueAttempt } from '../../core/services/requeue.ts';
+import { reason } from '../../core/reason.ts';
+import { permutations, sharedEventNotices } from '../support/shared-events.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { intake } from '../../core/services/intake.ts';
@@ -145,5 +148,34 @@ describe('interruption service', () => {
     expect(e.cloud.calls.filter((c) => c.method === 'completeLifecycleAction')).toEqual([
       { method: 'completeLifecycleAction', args: [{ groupId: 'v100-spot', instanceId, hookName: 'gpu-fleet-drain', token: 'tok' }] },
     ]);
+  });
+
+  it('whatever order the shared rebalance, lifecycle and warning events come in, the hook is kept and completed once the node is empty', async () => {
+    for (const order of permutations([0, 1, 2])) {
+      const { e, instanceId } = await world();
+      const notices = sharedEventNotices(instanceId, e.clock.nowMs());
+      for (const i of order) await handleNotice(e.ports, notices[i]!, DEFAULT_POLICY);
+      const mark = (await e.nodes.get(instanceId))!.draining!;
+      const tag = `order ${order.join(',')}`;
+      expect(mark, tag).toMatchObject({
+        reason: 'spot interruption warning',
+        deadlineMs: e.clock.nowMs() + 60_000 + 120_000 - DEFAULT_POLICY.noticeMarginSec * 1000,
+        lifecycle: { hookName: 'cluster-termination-handler', token: '0befcbdb-6ecd-498a-9ff7-ae9b54447cd6' },
+      });
+      expect((await e.jobs.get('nlp.a'))!.state, tag).toBe('checkpointing');
+      // The work leaves (a checkpointed, b moved from scratch): the next reconcile lets the machine go.
+      for (const id of ['nlp.a', 'nlp.b'])
+        await requeueAttempt(e.ports, { jobId: id, attempt: 1, reason: reason('interrupted', 'test'), nowMs: e.clock.nowMs() });
+      const before = e.cloud.calls.filter((c) => c.method === 'completeLifecycleAction').length;
+      expect(await completeDrainedLifecycles(e.ports, await e.nodes.list(), [], e.clock.nowMs()), tag).toBe(1);
+      expect(e.cloud.calls.filter((c) => c.method === 'completeLifecycleAction').slice(before), tag).toEqual([
+        {
+          method: 'completeLifecycleAction',
+          args: [
+            { groupId: 'v100-spot', instanceId, hookName: 'cluster-termination-handler', token: '0befcbdb-6ecd-498a-9ff7-ae9b54447cd6' },
+          ],
+        },
+      ]);
+    }
   });
 });
