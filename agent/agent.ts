@@ -280,6 +280,7 @@ export class NodeAgent {
   }
 
   private async syncWork(): Promise<void> {
+    if (this.stopped) return; // a look queued by a loop turn that fired just before stop() must not start anything
     const record = await this.ports.nodes.get(this.instanceId);
     const steps: { jobId: string; attempt: number; job: Job | undefined; step: NodeStep }[] = [];
     const current = new Set<string>();
@@ -338,6 +339,7 @@ export class NodeAgent {
   }
 
   private async launch(job: Job, rank: number, size: number): Promise<void> {
+    if (this.stopped) return;
     const now = this.ports.clock.nowMs();
     const key = keyOf(job.id, job.attempt);
     const assignment = job.placement!.nodes[rank]!;
