@@ -90,6 +90,7 @@ if (invokedDirectly) {
         f.checkpointFailures && `${f.checkpointFailures} failed checkpoints`,
         f.uploadFailures && `${f.uploadFailures} failed uploads (${f.uploadsGivenUp} given up)`,
         f.rankStartFailures && `${f.rankStartFailures} ranks that could not start`,
+        f.asgTerminations && `${f.asgTerminations} machines the groups took away`,
       ]
         .filter(Boolean)
         .join(', ');

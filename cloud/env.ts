@@ -146,9 +146,10 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
     teamQueuePrefix: e.GPU_FLEET_TEAM_QUEUE_PREFIX ?? DEFAULT_NAMES.teamQueuePrefix,
     ...(e.GPU_FLEET_DLQ_URL ? { deadLetterQueueUrl: e.GPU_FLEET_DLQ_URL } : {}),
     ...(e.GPU_FLEET_RECONCILE_FUNCTION ? { reconcileFunction: e.GPU_FLEET_RECONCILE_FUNCTION } : {}),
-    lifecycleTimeoutSec: num(e.GPU_FLEET_LIFECYCLE_TIMEOUT_SEC, 300),
+    lifecycleTimeoutSec: num(e.GPU_FLEET_LIFECYCLE_TIMEOUT_SEC, DEFAULT_POLICY.drainHookTimeoutSec),
     policy: {
       ...DEFAULT_POLICY,
+      drainHookTimeoutSec: num(e.GPU_FLEET_LIFECYCLE_TIMEOUT_SEC, DEFAULT_POLICY.drainHookTimeoutSec),
       reconcileIntervalSec: num(e.GPU_FLEET_RECONCILE_INTERVAL_SEC, DEFAULT_POLICY.reconcileIntervalSec),
       idleCooldownSec: num(e.GPU_FLEET_IDLE_COOLDOWN_SEC, DEFAULT_POLICY.idleCooldownSec),
       noticeMarginSec: num(e.GPU_FLEET_NOTICE_MARGIN_SEC, DEFAULT_POLICY.noticeMarginSec),

@@ -19,8 +19,23 @@ export interface NodeGroup {
   readonly migEnabled?: boolean;
 }
 
-/** Instance states as the cloud reports them, in gpu-fleet's words. */
-export type InstanceState = 'pending' | 'running' | 'stopping' | 'terminated';
+/**
+ * Instance states as the cloud reports them, in gpu-fleet's words. The two `-wait` states are a
+ * lifecycle hook holding the machine: `pending-wait` boots and takes no work yet (EC2 Auto Scaling
+ * `Pending:Wait`), `terminating-wait` still runs its work and is being drained until its hook is
+ * completed or times out (`Terminating:Wait`). `stopping` is on its way out with nothing held.
+ */
+export type InstanceState = 'pending' | 'pending-wait' | 'running' | 'terminating-wait' | 'stopping' | 'terminated';
+
+/** The machine counts toward its group's size: booting (hook or not) or in service. */
+export function inService(state: InstanceState): boolean {
+  return state === 'pending' || state === 'pending-wait' || state === 'running';
+}
+
+/** The machine still runs what is on it: in service, or held by a terminate hook while it drains. */
+export function stillRuns(state: InstanceState): boolean {
+  return state === 'running' || state === 'terminating-wait';
+}
 
 /** A machine as the cloud reports it. */
 export interface Instance {

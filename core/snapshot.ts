@@ -48,6 +48,12 @@ export interface Policy {
    */
   readonly uploadMiBPerSec: number;
   readonly uploadMarginSec: number;
+  /**
+   * The node groups' terminate lifecycle hook (the stack's) and its timeout: a machine found held
+   * by it with no lifecycle event seen is drained as if the event had come.
+   */
+  readonly drainHookName: string;
+  readonly drainHookTimeoutSec: number;
 }
 
 export const DEFAULT_POLICY: Policy = {
@@ -67,6 +73,8 @@ export const DEFAULT_POLICY: Policy = {
   moveToSpotPerPlan: 20,
   uploadMiBPerSec: 500,
   uploadMarginSec: 120,
+  drainHookName: 'gpu-fleet-drain',
+  drainHookTimeoutSec: 300,
 };
 
 /** One consistent view of the world, read at the start of a reconcile. Everything the planner knows. */

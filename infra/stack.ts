@@ -25,6 +25,7 @@ import { STACK_OUTPUT_VARIABLES } from '../cloud/aws/stack-outputs.ts';
 import { TABLES, type TableNames } from '../cloud/aws/tables.ts';
 import { FLEET_VARIABLES } from '../cloud/env.ts';
 import { METRICS_NAMESPACE } from '../functions/observability.ts';
+import { DEFAULT_POLICY } from '../core/snapshot.ts';
 import { bundleAgentSync } from './agent-bundle.ts';
 import type { GpuFleetConfig, NodeGroupConfig } from './config.ts';
 import { FUNCTION_ENTRIES, type FunctionName } from './bundling.ts';
@@ -46,8 +47,9 @@ export interface GpuFleetStackProps extends StackProps {
   readonly functionBundles?: Readonly<Record<FunctionName, string>>;
 }
 
-export const LIFECYCLE_HOOK_NAME = 'gpu-fleet-drain';
-const LIFECYCLE_TIMEOUT_SEC = 300;
+/** The drain hook on every node group; reconcile drains a machine it holds even when the event is lost (core's policy names it). */
+export const LIFECYCLE_HOOK_NAME = DEFAULT_POLICY.drainHookName;
+const LIFECYCLE_TIMEOUT_SEC = DEFAULT_POLICY.drainHookTimeoutSec;
 
 export class GpuFleetStack extends Stack {
   readonly key: kms.Key;

@@ -141,7 +141,7 @@ export class AsgNodeGroups implements NodeGroupProvider {
 
   async listInstances(): Promise<Instance[]> {
     const groups = await this.describeManaged(true);
-    const members = groups.flatMap((g) => (g.Instances ?? []).map((i) => ({ g, i })));
+    const members = groups.flatMap((g) => (g.Instances ?? []).filter((i) => !isWarmed(i.LifecycleState)).map((i) => ({ g, i })));
     const details = await this.ec2Details(members.map((m) => m.i.InstanceId!));
     return members.map(({ g, i }) => {
       const d = details.get(i.InstanceId!);
@@ -192,7 +192,7 @@ export class AsgNodeGroups implements NodeGroupProvider {
       this.asg.send(new DescribeAutoScalingInstancesCommand({ InstanceIds: [instanceId] })),
     );
     const i = out.AutoScalingInstances?.[0];
-    if (!i) return undefined;
+    if (!i || isWarmed(i.LifecycleState)) return undefined;
     const groups = await this.describeManaged();
     let g = groups.find((x) => x.AutoScalingGroupName === i.AutoScalingGroupName);
     if (!g) g = (await this.describeManaged(true)).find((x) => x.AutoScalingGroupName === i.AutoScalingGroupName);
@@ -335,13 +335,21 @@ export function capacityTypeOf(g: AutoScalingGroup): CapacityType {
   return 'on-demand';
 }
 
-function stateOf(lifecycle: string | undefined): InstanceState {
+/**
+ * An Auto Scaling LifecycleState in gpu-fleet's words (the API reference's values). Warm pools are
+ * not supported: a `Warmed:*` machine is not the group's capacity yet, and is left out of listings.
+ */
+export function stateOf(lifecycle: string | undefined): InstanceState {
   if (!lifecycle) return 'pending';
   if (lifecycle === 'InService' || lifecycle === 'Standby' || lifecycle.startsWith('EnteringStandby')) return 'running';
-  if (lifecycle.startsWith('Pending')) return 'pending';
+  if (lifecycle === 'Pending:Wait') return 'pending-wait';
+  if (lifecycle.startsWith('Pending')) return 'pending'; // Pending, Pending:Proceed
+  if (lifecycle === 'Terminating:Wait') return 'terminating-wait';
   if (lifecycle === 'Terminated') return 'terminated';
-  return 'stopping'; // Terminating, Terminating:Wait/Proceed, Detaching, Detached, Warmed:*
+  return 'stopping'; // Terminating, Terminating:Proceed, Detaching, Detached
 }
+
+const isWarmed = (lifecycle: string | undefined) => lifecycle?.startsWith('Warmed:') ?? false;
 
 /** The launch failures an activity reports: the code from its message, the zone from its details, per instance type of the group. */
 export function failuresOf(g: NodeGroup, a: Activity, atMs: number): LaunchFailure[] {

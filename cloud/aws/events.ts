@@ -184,3 +184,56 @@ export function instanceStateChange(input: {
     detail: { 'instance-id': input.instanceId, state: input.state },
   };
 }
+
+/** Builds an EC2 rebalance recommendation as EventBridge delivers it. */
+export function rebalanceRecommendation(input: {
+  id: string;
+  instanceId: string;
+  region: string;
+  account?: string;
+  atMs: number;
+}): Record<string, unknown> {
+  const account = input.account ?? '123456789012';
+  return {
+    version: '0',
+    id: input.id,
+    'detail-type': 'EC2 Instance Rebalance Recommendation',
+    source: 'aws.ec2',
+    account,
+    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    region: input.region,
+    resources: [`arn:aws:ec2:${input.region}:${account}:instance/${input.instanceId}`],
+    detail: { 'instance-id': input.instanceId },
+  };
+}
+
+/** Builds an EC2 Auto Scaling terminate lifecycle action as EventBridge delivers it (a hook holds the machine). */
+export function terminateLifecycleAction(input: {
+  id: string;
+  instanceId: string;
+  groupName: string;
+  hookName: string;
+  token: string;
+  region: string;
+  account?: string;
+  atMs: number;
+}): Record<string, unknown> {
+  const account = input.account ?? '123456789012';
+  return {
+    version: '0',
+    id: input.id,
+    'detail-type': 'EC2 Instance-terminate Lifecycle Action',
+    source: 'aws.autoscaling',
+    account,
+    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    region: input.region,
+    resources: [`arn:aws:autoscaling:${input.region}:${account}:autoScalingGroup:*:autoScalingGroupName/${input.groupName}`],
+    detail: {
+      LifecycleActionToken: input.token,
+      AutoScalingGroupName: input.groupName,
+      LifecycleHookName: input.hookName,
+      EC2InstanceId: input.instanceId,
+      LifecycleTransition: 'autoscaling:EC2_INSTANCE_TERMINATING',
+    },
+  };
+}

@@ -38,7 +38,21 @@ export interface FaultProfile {
   /** Share of the multi-GPU jobs replayed as gangs of two nodes (half the GPUs on each), and share of gang attempts whose second rank cannot start. */
   readonly gangShare?: number;
   readonly rankStartFailRate?: number;
+  /**
+   * The groups take machines away themselves, through their terminate hook (the stack's, 300 s):
+   * Capacity Rebalancing on spot groups (a rebalance recommendation, a replacement, then the old
+   * machine), health-check replacements, an instance refresh of the busiest group, and scale-ins
+   * by someone else. Rates are per machine-hour (per group-hour for the scale-ins).
+   */
+  readonly asgTerminations?: {
+    readonly rebalancePerHour: number;
+    readonly unhealthyPerHour: number;
+    readonly refreshAtHour: number;
+    readonly externalScaleInPerHour: number;
+  };
 }
+
+const ASG_TERMINATIONS = { rebalancePerHour: 0.03, unhealthyPerHour: 0.01, refreshAtHour: 20, externalScaleInPerHour: 0.5 };
 
 export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
   none: { name: 'none', description: 'no faults (the baseline)' },
@@ -79,6 +93,12 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     uploadFailRate: 0.3,
     stubbornUploadRate: 0.05,
   },
+  'asg-terminations': {
+    name: 'asg-terminations',
+    description:
+      'the groups take machines away through their 300 s drain hook: Capacity Rebalancing (3% of spot machines an hour), health-check replacements (1% an hour), an instance refresh of the busiest group at hour 20, and scale-ins by someone else',
+    asgTerminations: ASG_TERMINATIONS,
+  },
   'gang-rank-failure': {
     name: 'gang-rank-failure',
     description:
@@ -104,6 +124,7 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     stubbornUploadRate: 0.05,
     gangShare: 0.5,
     rankStartFailRate: 0.3,
+    asgTerminations: ASG_TERMINATIONS,
   },
 };
 

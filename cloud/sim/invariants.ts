@@ -1,7 +1,7 @@
 import { GpuFleetError } from '../../core/errors.ts';
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
 import { periodKey } from '../../core/period.ts';
-import type { Instance, NodeGroup } from '../../core/fleet.ts';
+import { inService, type Instance, type NodeGroup } from '../../core/fleet.ts';
 import { JOB_STATES, type Job } from '../../core/job.ts';
 import type { SpendLedger, TeamTagSet } from '../../core/ports.ts';
 import type { LiveProcess, LostWork } from './sim-agent.ts';
@@ -101,7 +101,8 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
       v('no two running attempts', `job ${jobId} is at attempt ${j.attempt} but attempt ${attempts.join(',')} runs`);
   }
   const live = new Map<string, number>();
-  for (const i of x.instances) if (i.state !== 'terminated') live.set(i.groupId, (live.get(i.groupId) ?? 0) + 1);
+  // The group's size, as Auto Scaling counts it: booting and in-service machines (one a hook holds on its way out is not).
+  for (const i of x.instances) if (inService(i.state)) live.set(i.groupId, (live.get(i.groupId) ?? 0) + 1);
   for (const g of x.groups) {
     if (g.desiredCapacity > g.maxSize)
       v('no group above its max', `group ${g.id} wants ${g.desiredCapacity} machines, its max is ${g.maxSize}`);

@@ -1,6 +1,6 @@
 import type { InstanceType } from '../../core/catalog.ts';
 import { ConflictError } from '../../core/errors.ts';
-import type { Instance } from '../../core/fleet.ts';
+import { stillRuns, type Instance } from '../../core/fleet.ts';
 import type { GpuDevice } from '../../core/gpu.ts';
 import { finishCancel, type CheckpointRef, type Job } from '../../core/job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
@@ -224,12 +224,12 @@ export class SimAgents {
   async tick(instances: readonly Instance[]): Promise<void> {
     const now = this.options.clock.nowMs();
     const live = new Map<string, Instance>();
-    for (const inst of instances) if (inst.state === 'running' && !this.options.agentDead?.(inst, now)) live.set(inst.id, inst);
+    for (const inst of instances) if (stillRuns(inst.state) && !this.options.agentDead?.(inst, now)) live.set(inst.id, inst);
     // Machines that are gone (or whose agent died) take their processes and uploads with them.
     for (const [id, m] of [...this.machines]) {
       if (live.has(id)) continue;
       const gone = instances.find((i) => i.id === id);
-      if (gone && gone.state === 'running' && !this.options.agentDead?.(gone, now)) continue;
+      if (gone && stillRuns(gone.state) && !this.options.agentDead?.(gone, now)) continue;
       for (const p of m.processes.values()) await this.noteLost(p, now);
       this.machines.delete(id);
     }

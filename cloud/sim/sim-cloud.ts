@@ -1,6 +1,6 @@
 import { makeOffering, type CapacityType, type Cloud, type Offering } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
-import type { Instance, NodeGroup } from '../../core/fleet.ts';
+import { inService, type Instance, type NodeGroup } from '../../core/fleet.ts';
 import type { Clock, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
 import { regionOfZone } from '../catalog/shipped.ts';
 import type { SeededRandom } from './clock.ts';
@@ -14,6 +14,8 @@ export interface SimGroupConfig {
   readonly minSize: number;
   readonly maxSize: number;
   readonly desiredCapacity?: number;
+  /** A terminate lifecycle hook (the stack puts one on every group): a machine the group takes away waits in it until completed or timed out. */
+  readonly terminateHook?: { readonly name: string; readonly timeoutSec: number };
 }
 
 /** Whether a pool (offering) can give a machine right now. The spot market plugs in here. */
@@ -34,6 +36,11 @@ export interface SimInstance {
   scaleInProtected: boolean;
   /** Why it ended: scaled in, interrupted, failed. */
   endReason?: string;
+  /** Held by the terminate hook until this time (then the group goes on, the hook's default result), and why it is going. */
+  hookDeadlineMs?: number;
+  leavingWhy?: string;
+  /** Capacity Rebalancing: its replacement is launched, and it goes (through the hook) at this time. */
+  replaceAtMs?: number;
 }
 
 interface SimGroup {
@@ -123,9 +130,9 @@ export class SimCloud implements NodeGroupProvider {
     this.calls.push({ method: 'terminateInstance', args: [groupId, instanceId] });
     const g = this.group(groupId, 'terminateInstance');
     const inst = this.instances.get(instanceId);
-    if (!inst || inst.groupId !== groupId || inst.state === 'terminated' || inst.state === 'stopping') return { alreadyGone: true };
-    this.end(inst, 'scaled in');
+    if (!inst || inst.groupId !== groupId || !inService(inst.state)) return { alreadyGone: true };
     g.desired = Math.max(g.config.minSize, g.desired - 1);
+    this.leave(g, inst, 'scaled in');
     return { alreadyGone: false };
   }
 
@@ -149,6 +156,58 @@ export class SimCloud implements NodeGroupProvider {
 
   async completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
     this.calls.push({ method: 'completeLifecycleAction', args: [input] });
+    const inst = this.instances.get(input.instanceId);
+    const hook = inst ? this.groups.get(inst.groupId)?.config.terminateHook : undefined;
+    // No action waits (already completed, timed out, never held): nothing to do, as the real API's error says.
+    if (!inst || inst.state !== 'terminating-wait' || hook?.name !== input.hookName) return;
+    this.end(inst, inst.leavingWhy ?? 'terminated');
+  }
+
+  /** Listener told when a machine enters its terminate hook (the simulation delivers the lifecycle event). */
+  onHookStarted: ((inst: SimInstance, hook: { name: string; timeoutSec: number; token: string }) => void) | undefined;
+
+  /**
+   * The group takes a machine away itself, replacing it (a health-check replacement, an instance
+   * refresh): the machine enters the terminate hook, and the group launches another at once.
+   */
+  replace(instanceId: string, why: string): void {
+    const inst = this.instances.get(instanceId);
+    const g = inst ? this.groups.get(inst.groupId) : undefined;
+    if (!inst || !g || !inService(inst.state)) return;
+    this.leave(g, inst, why);
+    this.fill(g);
+  }
+
+  /** Capacity Rebalancing: a replacement is launched now; the old machine goes through the hook once the replacement has had its boot time. */
+  rebalance(instanceId: string): void {
+    const inst = this.instances.get(instanceId);
+    const g = inst ? this.groups.get(inst.groupId) : undefined;
+    if (!inst || !g || !inService(inst.state) || inst.replaceAtMs !== undefined) return;
+    inst.replaceAtMs = this.options.clock.nowMs() + (this.options.bootSec ?? 180) * 1000;
+    this.fill(g);
+  }
+
+  /** Someone else lowers the group's desired size by one: the group picks an unprotected machine (the oldest) and takes it away. */
+  externalScaleIn(groupId: string): string | undefined {
+    const g = this.group(groupId, 'externalScaleIn');
+    if (g.desired <= g.config.minSize) return undefined;
+    const victim = [...this.instances.values()]
+      .filter((i) => i.groupId === groupId && inService(i.state) && !i.scaleInProtected && i.replaceAtMs === undefined)
+      .sort((a, b) => a.launchedAtMs - b.launchedAtMs)[0];
+    if (!victim) return undefined;
+    g.desired--;
+    this.leave(g, victim, 'scaled in by someone else');
+    return victim.id;
+  }
+
+  /** The machine leaves the group: through the terminate hook when the group has one, else at once. */
+  private leave(g: SimGroup, inst: SimInstance, why: string): void {
+    const hook = g.config.terminateHook;
+    if (!hook) return this.end(inst, why);
+    inst.state = 'terminating-wait';
+    inst.hookDeadlineMs = this.options.clock.nowMs() + hook.timeoutSec * 1000;
+    inst.leavingWhy = why;
+    this.onHookStarted?.(inst, { ...hook, token: `token-${inst.id}-${++this.counter}` });
   }
 
   /** Makes the next `count` launches fail with `code` (for tests of failure handling). */
@@ -161,6 +220,12 @@ export class SimCloud implements NodeGroupProvider {
     const now = this.options.clock.nowMs();
     for (const inst of this.instances.values()) {
       if (inst.state === 'pending' && now >= inst.readyAtMs) inst.state = 'running';
+      // A hook not completed in time lets the group go on (the stack's default result is CONTINUE).
+      if (inst.state === 'terminating-wait' && now >= (inst.hookDeadlineMs ?? 0)) this.end(inst, inst.leavingWhy ?? 'terminated');
+      if (inst.replaceAtMs !== undefined && now >= inst.replaceAtMs && inService(inst.state)) {
+        const g = this.groups.get(inst.groupId);
+        if (g) this.leave(g, inst, 'replaced by Capacity Rebalancing');
+      }
     }
     for (const g of this.groups.values()) this.fill(g);
     const keepMs = (this.options.keepTerminatedSec ?? 600) * 1000;
@@ -219,9 +284,13 @@ export class SimCloud implements NodeGroupProvider {
   /** Launches machines until the group has its desired number alive, skipping pools without capacity. */
   private fill(g: SimGroup): void {
     const now = this.options.clock.nowMs();
+    // Machines on their way out (in the hook, or being rebalanced away) no longer count toward the desired size.
     const alive = () =>
-      [...this.instances.values()].filter((i) => i.groupId === g.config.id && (i.state === 'pending' || i.state === 'running')).length;
+      [...this.instances.values()].filter((i) => i.groupId === g.config.id && inService(i.state) && i.replaceAtMs === undefined).length;
     let missing = g.desired - alive();
+    // Never above the group's max, machines being rebalanced away included (a real group may go 10% over while it rebalances; this one waits).
+    const inServiceNow = [...this.instances.values()].filter((i) => i.groupId === g.config.id && inService(i.state)).length;
+    missing = Math.min(missing, g.config.maxSize - inServiceNow);
     while (missing > 0) {
       const offering = this.pickOffering(g, now);
       if (!offering) break;

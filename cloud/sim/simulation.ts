@@ -27,7 +27,13 @@ import { checkpointSizeMiB, checkpointTimeoutSec } from '../../core/services/nod
 import { reconcile, type Planner, type ReconcilePorts } from '../../core/services/reconcile.ts';
 import { DEFAULT_POLICY, type Policy, type Snapshot } from '../../core/snapshot.ts';
 import type { BudgetState } from '../../core/team.ts';
-import { instanceStateChange, parseCloudEvent, spotInterruptionWarning } from '../aws/events.ts';
+import {
+  instanceStateChange,
+  parseCloudEvent,
+  rebalanceRecommendation,
+  spotInterruptionWarning,
+  terminateLifecycleAction,
+} from '../aws/events.ts';
 import { SeededRandom } from './clock.ts';
 import { SIM_POLICIES, type SimPolicyName } from './policies.ts';
 import { createSimEnvironment, type SimEnvironment } from './environment.ts';
@@ -126,6 +132,8 @@ export interface SimulationSummary {
     readonly uploadFailures: number;
     readonly uploadsGivenUp: number;
     readonly rankStartFailures: number;
+    /** Machines the groups took away themselves (rebalancing, health checks, a refresh, someone else's scale-in). */
+    readonly asgTerminations: number;
     readonly stormInterruptions: number;
     readonly reconcileFailures: number;
   };
@@ -219,7 +227,10 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const env = createSimEnvironment({
     startMs,
     seed: options.seed,
-    groups: setup.groups,
+    // The stack puts its drain hook on every group; the simulated groups get it when a profile makes them take machines away.
+    groups: faults.asgTerminations
+      ? setup.groups.map((g) => ({ ...g, terminateHook: { name: control.drainHookName, timeoutSec: control.drainHookTimeoutSec } }))
+      : setup.groups,
     teams: [...new Set([...setup.workload.teams, ...options.teamTags.map((t) => t.team)])],
     teamTags: options.teamTags,
     ...(options.bootSec !== undefined ? { bootSec: options.bootSec } : {}),
@@ -231,7 +242,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   });
   // Faults: the control loop's ports (and the agents' store) as the chosen profile breaks them.
   const faultRandom = new SeededRandom(options.seed * 104_729 + 3);
-  const injected = { api: { injected: 0 }, conflicts: { injected: 0 }, duplicates: 0, storm: 0, reconcileFailures: 0 };
+  const injected = { api: { injected: 0 }, conflicts: { injected: 0 }, duplicates: 0, storm: 0, reconcileFailures: 0, asgTerminations: 0 };
   const crash = { armed: false, done: 0, k: faults.crashAfterActions ?? 0, crashes: 0 };
   const jobStore = faults.storeConflictRate
     ? conflictingJobs(env.jobs, faultRandom, faults.storeConflictRate, injected.conflicts)
@@ -297,6 +308,67 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     cost.gpuMsPaid += aliveMs * (env.catalog.instanceTypes.get(inst.offering.instanceType)?.gpuCount ?? 0);
   };
   env.cloud.onEnded = (inst) => account(inst, inst.endedAtMs ?? env.clock.nowMs());
+  // A machine entering its terminate hook: Auto Scaling sends the lifecycle event (EventBridge may repeat it).
+  env.cloud.onHookStarted = (inst, hook) =>
+    deliver(
+      env.clock.nowMs(),
+      terminateLifecycleAction({
+        id: `sim-${++eventCounter}`,
+        instanceId: inst.id,
+        groupName: inst.groupId,
+        hookName: hook.name,
+        token: hook.token,
+        region: inst.offering.region,
+        atMs: env.clock.nowMs(),
+      }),
+    );
+  const refresh = { started: false, groupId: '', before: new Set<string>() };
+  /** What the groups do by themselves this tick (the asg-terminations profile). */
+  const groupsAct = (now: number, t: number) => {
+    const a = faults.asgTerminations;
+    if (!a) return;
+    const perTick = tickMs / 3_600_000;
+    const live = env.cloud.allInstances().filter((i) => i.state === 'running' && i.replaceAtMs === undefined);
+    for (const inst of live) {
+      if (inst.offering.capacityType === 'spot' && faultRandom.next() < a.rebalancePerHour * perTick) {
+        injected.asgTerminations++;
+        deliver(
+          now,
+          rebalanceRecommendation({ id: `sim-${++eventCounter}`, instanceId: inst.id, region: inst.offering.region, atMs: now }),
+        );
+        env.cloud.rebalance(inst.id);
+      } else if (faultRandom.next() < a.unhealthyPerHour * perTick) {
+        injected.asgTerminations++;
+        env.cloud.replace(inst.id, 'failed its EC2 health check');
+      }
+    }
+    if (!refresh.started && t >= a.refreshAtHour * 3_600_000) {
+      const counts = new Map<string, number>();
+      for (const i of live) counts.set(i.groupId, (counts.get(i.groupId) ?? 0) + 1);
+      const busiest = [...counts].sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1))[0];
+      if (busiest) {
+        refresh.started = true;
+        refresh.groupId = busiest[0];
+        for (const i of live) if (i.groupId === busiest[0]) refresh.before.add(i.id);
+      }
+    }
+    // The refresh replaces one machine at a time: the next once none of the group's is in its hook.
+    if (refresh.before.size > 0) {
+      const group = env.cloud.allInstances().filter((i) => i.groupId === refresh.groupId);
+      if (!group.some((i) => i.state === 'terminating-wait')) {
+        const next = group.find((i) => refresh.before.has(i.id) && i.state === 'running');
+        for (const id of [...refresh.before]) if (!group.some((i) => i.id === id && i.state === 'running')) refresh.before.delete(id);
+        if (next) {
+          refresh.before.delete(next.id);
+          injected.asgTerminations++;
+          env.cloud.replace(next.id, 'replaced by an instance refresh');
+        }
+      }
+    }
+    for (const g of new Set(live.map((i) => i.groupId))) {
+      if (faultRandom.next() < a.externalScaleInPerHour * perTick && env.cloud.externalScaleIn(g)) injected.asgTerminations++;
+    }
+  };
 
   const arrivals = [...setup.workload.jobs].sort((a, b) => a.submitSec - b.submitSec);
   const teams = await env.queue.teams();
@@ -338,18 +410,20 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const overBudgetSince = new Map<string, number>();
   const lostChecked = { upTo: 0 };
   const seenTwice = new Set<string>();
-  const checkNow = async (atMs: number, instances: readonly Instance[]) => {
-    if ((options.invariants ?? 'stop') === 'off') return;
-    const processes = agents.liveProcesses();
+  /** Every tick, from the machines' side: two attempts of a job, or one rank on two machines, is the job running twice. */
+  const noteDuplicates = () => {
     const where = new Map<string, string>();
-    for (const p of processes) {
+    for (const p of agents.liveProcesses()) {
       const key = `${p.jobId}/${p.rank}`;
       const seen = where.get(key);
-      // Two attempts of a job, or one rank on two machines: the job runs twice.
       if (seen !== undefined && seen !== `${p.attempt}@${p.instanceId}`) seenTwice.add(p.jobId);
       where.set(key, `${p.attempt}@${p.instanceId}`);
     }
     for (const [id, a] of agents.runningAttempts()) if (a.length > 1) seenTwice.add(id);
+  };
+  const checkNow = async (atMs: number, instances: readonly Instance[]) => {
+    if ((options.invariants ?? 'stop') === 'off') return;
+    const processes = agents.liveProcesses();
     const gpusOf = new Map((await env.nodes.list()).map((r) => [r.instanceId, r.gpus]));
     const found = await checkInvariants(
       {
@@ -465,6 +539,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         );
       }
     }
+    groupsAct(now, t);
     env.cloud.tick();
     let reconcileSoon = false;
     const due: Record<string, unknown>[] = [];
@@ -490,6 +565,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
     const instances = await env.cloud.listInstances();
     await agents.tick(instances);
+    noteDuplicates();
     if (tick % reconcileEvery === 0 || reconcileSoon) {
       await runReconcile();
       await noteBudgetEvents(env, t, lastBudget, budgetEvents);
@@ -568,6 +644,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       uploadFailures: agents.stats.uploadFailures,
       uploadsGivenUp: agents.stats.uploadsGivenUp,
       rankStartFailures: agents.stats.startFailures,
+      asgTerminations: injected.asgTerminations,
       stormInterruptions: injected.storm,
       reconcileFailures: injected.reconcileFailures,
     },

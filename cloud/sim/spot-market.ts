@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { Offering } from '../../core/catalog.ts';
+import { inService } from '../../core/fleet.ts';
 import type { SeededRandom } from './clock.ts';
 import type { CapacityModel, SimInstance } from './sim-cloud.ts';
 import { GpuFleetError } from '../../core/errors.ts';
@@ -73,7 +74,11 @@ export class TraceSpotMarket implements SpotMarket {
   reclaims(instances: readonly SimInstance[], atMs: number): SimInstance[] {
     const out: SimInstance[] = [];
     for (const inst of instances) {
-      if (inst.offering.capacityType !== 'spot' || (inst.state !== 'running' && inst.state !== 'pending') || this.reclaimed.has(inst.id))
+      if (
+        inst.offering.capacityType !== 'spot' ||
+        !(inService(inst.state) || inst.state === 'terminating-wait') ||
+        this.reclaimed.has(inst.id)
+      )
         continue;
       const trace = this.traceOf(inst.offering);
       if (trace && this.valueAt(trace, atMs) <= 0) {
@@ -108,7 +113,11 @@ export class RateSpotMarket implements SpotMarket {
     this.lastMs = atMs;
     const out: SimInstance[] = [];
     for (const inst of instances) {
-      if (inst.offering.capacityType !== 'spot' || (inst.state !== 'running' && inst.state !== 'pending') || this.reclaimed.has(inst.id))
+      if (
+        inst.offering.capacityType !== 'spot' ||
+        !(inService(inst.state) || inst.state === 'terminating-wait') ||
+        this.reclaimed.has(inst.id)
+      )
         continue;
       const p = 1 - Math.exp(-this.ratePerHour(inst.offering) * dtHours);
       if (this.random.next() < p) {

@@ -2,6 +2,7 @@ import { budgetStatus } from '../budget.ts';
 import type { Offering } from '../catalog.ts';
 import { jobSpotFactor } from '../cost-model.ts';
 import { milliGpusUsed } from '../gpu.ts';
+import { inService } from '../fleet.ts';
 import type { Job, NodeAssignment } from '../job.ts';
 import type { Plan, PlanAction, WaitingJob } from '../plan.ts';
 import { reason } from '../reason.ts';
@@ -26,7 +27,7 @@ export function planBaseline(snapshot: Snapshot): Plan {
   const byId = new Map<string, NodeCapacity>();
   for (const f of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
     const inst = f.instance;
-    if (inst.state === 'terminated' || inst.state === 'stopping' || f.record?.draining) continue;
+    if (!inService(inst.state) || f.record?.draining) continue;
     const type = s.instanceTypes.get(inst.instanceType);
     if (!type) continue;
     const offeringId = `${inst.cloud}/${inst.zone}/${inst.instanceType}/${inst.capacityType}`;

@@ -2,7 +2,7 @@ import { budgetStatus } from '../budget.ts';
 import type { InstanceType, Offering } from '../catalog.ts';
 import { jobSpotFactor, remainingWorkSec } from '../cost-model.ts';
 import { deadlineChoice } from '../deadline.ts';
-import type { NodeGroup } from '../fleet.ts';
+import { inService, type NodeGroup } from '../fleet.ts';
 import { milliGpusUsed, type GpuRequest } from '../gpu.ts';
 import type { Job, NodeAssignment, Placement } from '../job.ts';
 import { migProfile } from '../mig.ts';
@@ -310,7 +310,7 @@ class Planner {
     const groupOf = new Map(s.groups.map((g) => [g.id, g]));
     for (const fleetNode of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
       const inst = fleetNode.instance;
-      if (inst.state === 'terminated' || inst.state === 'stopping') continue;
+      if (!inService(inst.state)) continue; // a machine a hook holds while it drains is no longer the group's capacity
       liveByGroup.set(inst.groupId, (liveByGroup.get(inst.groupId) ?? 0) + 1);
       if (fleetNode.record?.draining) continue;
       const type = s.instanceTypes.get(inst.instanceType);
@@ -1256,7 +1256,7 @@ class Planner {
     const busy = new Set(s.activeJobs.flatMap((j) => j.placement?.nodes.map((a) => a.nodeId) ?? []));
     for (const f of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
       const d = f.record?.draining;
-      if (!d || busy.has(f.instance.id) || (f.instance.state !== 'running' && f.instance.state !== 'pending')) continue;
+      if (!d || busy.has(f.instance.id) || !inService(f.instance.state)) continue;
       const left = removable.get(f.instance.groupId) ?? 0;
       if (left <= 0) continue;
       removable.set(f.instance.groupId, left - 1);

@@ -1,6 +1,7 @@
 import type { Snapshot } from '../snapshot.ts';
 import type { DecisionRecord, QueueDepth } from '../ports.ts';
 import { milliGpusUsed } from '../gpu.ts';
+import { inService } from '../fleet.ts';
 
 /** One metric data point, for whatever publishes them (EMF in Lambda, the simulator's report). */
 export interface MetricPoint {
@@ -30,7 +31,7 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
   let spendRate = 0;
   for (const n of snapshot.nodes) {
     const i = n.instance;
-    if (i.state !== 'pending' && i.state !== 'running') continue;
+    if (!inService(i.state) && i.state !== 'terminating-wait') continue; // billed until it is gone
     const key = `${i.groupId}\u0000${i.capacityType}`;
     fleet.set(key, (fleet.get(key) ?? 0) + 1);
     spendRate += snapshot.prices.get(`${i.cloud}/${i.zone}/${i.instanceType}/${i.capacityType}`)?.priceMicroUsdPerHour ?? 0;

@@ -5,7 +5,7 @@ import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore, P
 import { reason, type Reason } from '../reason.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import { accrueSpend, nodeShares } from './accrual.ts';
-import { completeDrainedLifecycles, pollNotices, type NoticeSource, type PolledNotices } from './interruption.ts';
+import { completeDrainedLifecycles, handleNotice, pollNotices, type NoticeSource, type PolledNotices } from './interruption.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { checkpointSizeMiB, checkpointTimeoutSec } from './node-rules.ts';
 import { jobsOnInstance, requeueAttempt } from './requeue.ts';
@@ -94,6 +94,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     const nowMs = ports.clock.nowMs();
     let lostJobsRequeued = 0;
     if (!options.dryRun) {
+      if ((await drainHeldMachines(ports, world, nowMs, options.policy)) > 0) world = await readWorld(ports);
       lostJobsRequeued = await requeueLostWork(ports, world, nowMs, options.policy);
       if (lostJobsRequeued > 0) world = await readWorld(ports);
     }
@@ -321,6 +322,35 @@ export function checkpointOverdue(job: Job, gpus: NodeRecord['gpus'] | undefined
     'checkpoint-timed-out',
     `its node did not save the checkpoint asked for ${Math.round(waitedSec)} s ago within ${limitSec} s (grace, upload allowance and margin); requeued from its newest saved checkpoint`,
   );
+}
+
+/**
+ * Machines a terminate hook holds (the group is taking them away itself: Capacity Rebalancing, a
+ * health-check replacement, an instance refresh, someone else's scale-in) whose lifecycle event
+ * was never seen: drained as that event would have, so their work checkpoints and moves before the
+ * hook times out, and the action is completed once they are empty. Returns how many were found.
+ */
+export async function drainHeldMachines(ports: ReconcilePorts, world: WorldView, nowMs: number, policy: Policy): Promise<number> {
+  const records = new Map(world.records.map((r) => [r.instanceId, r]));
+  let found = 0;
+  for (const i of world.instances) {
+    if (i.state !== 'terminating-wait' || records.get(i.id)?.draining?.lifecycle) continue;
+    found++;
+    await handleNotice(
+      ports,
+      {
+        kind: 'lifecycle-terminate',
+        eventId: `held/${i.id}`,
+        instanceId: i.id,
+        atMs: nowMs,
+        groupName: i.groupId,
+        hookName: policy.drainHookName,
+        deadlineMs: nowMs + policy.drainHookTimeoutSec * 1000,
+      },
+      policy,
+    );
+  }
+  return found;
 }
 
 export function lostReason(

@@ -20,13 +20,22 @@ import { awsError, fakeAutoScaling } from '../support/fake-aws.ts';
 const fixture = (name: string) => JSON.parse(readFileSync(new URL(`../fixtures/api/aws/${name}`, import.meta.url), 'utf8'));
 const creds = { region: 'us-west-2', credentials: { accessKeyId: 'x', secretAccessKey: 'x' } };
 
-nodeGroupProviderContract('EC2 Auto Scaling (stateful fake over aws-sdk-client-mock)', async () => {
-  const fake = fakeAutoScaling([
-    { name: 'gpu-v100-od', min: 0, max: 4, zones: ['us-west-2a', 'us-west-2b'], types: ['p3.2xlarge'], spot: false, managed: true },
-  ]);
-  const provider = new AsgNodeGroups(fake.asgClient, fake.ec2Client, { region: 'us-west-2', clock: new VirtualClock(T0), cacheSec: 0 });
-  return { provider, groupId: 'gpu-v100-od', settle: async () => fake.settle() };
-});
+nodeGroupProviderContract(
+  'EC2 Auto Scaling (stateful fake over aws-sdk-client-mock)',
+  async () => {
+    const fake = fakeAutoScaling([
+      { name: 'gpu-v100-od', min: 0, max: 4, zones: ['us-west-2a', 'us-west-2b'], types: ['p3.2xlarge'], spot: false, managed: true },
+    ]);
+    const provider = new AsgNodeGroups(fake.asgClient, fake.ec2Client, { region: 'us-west-2', clock: new VirtualClock(T0), cacheSec: 0 });
+    return {
+      provider,
+      groupId: 'gpu-v100-od',
+      settle: async () => fake.settle(),
+      holdForTermination: async (id) => fake.holdForTermination(id),
+    };
+  },
+  { lifecycleHooks: true },
+);
 
 describe('Auto Scaling node groups', () => {
   const asgClient = new AutoScalingClient(creds);
@@ -115,6 +124,41 @@ describe('Auto Scaling node groups', () => {
       state: 'running',
       launchedAtMs: new Date(spot.Reservations[0].Instances[0].LaunchTime).getTime(),
     });
+  });
+
+  it('names every LifecycleState of the API reference: the hook states are their own, a warm pool is left out', async () => {
+    // Assembled from the recorded group: the recorded responses show only InService, so the other values are the API reference's.
+    const g = fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances.json').AutoScalingGroups[0];
+    const states: Record<string, string | undefined> = {
+      Pending: 'pending',
+      'Pending:Wait': 'pending-wait',
+      'Pending:Proceed': 'pending',
+      Quarantined: 'stopping',
+      InService: 'running',
+      Terminating: 'stopping',
+      'Terminating:Wait': 'terminating-wait',
+      'Terminating:Proceed': 'stopping',
+      Terminated: 'terminated',
+      Detaching: 'stopping',
+      Detached: 'stopping',
+      EnteringStandby: 'running',
+      Standby: 'running',
+      'Warmed:Pending': undefined,
+      'Warmed:Pending:Wait': undefined,
+      'Warmed:Running': undefined,
+      'Warmed:Stopped': undefined,
+      'Warmed:Hibernated': undefined,
+      'Warmed:Terminating:Wait': undefined,
+    };
+    const ids = Object.keys(states).map((_, k) => `i-${String(k).padStart(17, '0')}`);
+    asg.on(DescribeAutoScalingGroupsCommand).resolves({
+      AutoScalingGroups: [
+        { ...g, Instances: Object.keys(states).map((LifecycleState, k) => ({ ...g.Instances[0], InstanceId: ids[k], LifecycleState })) },
+      ],
+    });
+    ec2.on(DescribeInstancesCommand).resolves({ Reservations: [] });
+    const listed = new Map((await groups().listInstances()).map((i) => [i.id, i.state]));
+    expect(Object.fromEntries(Object.keys(states).map((s, k) => [s, listed.get(ids[k]!)]))).toEqual(states);
   });
 
   it('sets the desired size exactly, and turns the real above-max error into invalid-request with its text', async () => {

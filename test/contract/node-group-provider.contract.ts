@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { isCloudError } from '../../core/errors.ts';
 import type { NodeGroupProvider } from '../../core/ports.ts';
+import { inService } from '../../core/fleet.ts';
 
 export interface ProviderFixture {
   readonly provider: NodeGroupProvider;
@@ -8,10 +9,17 @@ export interface ProviderFixture {
   readonly groupId: string;
   /** Brings launched instances to running (a tick of the simulator, or nothing for a recorded cloud). */
   settle(): Promise<void>;
+  /** The group starts taking this machine away itself (a health-check replacement, say): its terminate hook, `gpu-fleet-drain`, holds it. */
+  holdForTermination?(instanceId: string): Promise<void>;
 }
 
 /** The NodeGroupProvider contract. Every cloud adapter runs this suite. */
-export function nodeGroupProviderContract(name: string, make: () => Promise<ProviderFixture>): void {
+export function nodeGroupProviderContract(
+  name: string,
+  make: () => Promise<ProviderFixture>,
+  /** The cloud has lifecycle hooks (EC2 Auto Scaling, and the simulated groups that copy it; GCP's managed instance groups have none). */
+  options: { lifecycleHooks: boolean } = { lifecycleHooks: false },
+): void {
   describe(`NodeGroupProvider contract: ${name}`, () => {
     it('lists its groups with offerings and limits', async () => {
       const { provider, groupId } = await make();
@@ -48,7 +56,8 @@ export function nodeGroupProviderContract(name: string, make: () => Promise<Prov
       expect(await provider.terminateInstance(groupId, 'i-does-not-exist')).toEqual({ alreadyGone: true });
       await settle();
       expect((await provider.listGroups()).find((g) => g.id === groupId)!.desiredCapacity).toBe(1);
-      const live = (await provider.listInstances()).filter((i) => i.groupId === groupId && i.state !== 'terminated');
+      // Out of service at once (a group with a terminate hook holds it in terminating-wait until that is completed).
+      const live = (await provider.listInstances()).filter((i) => i.groupId === groupId && inService(i.state));
       expect(live.map((i) => i.id)).not.toContain(victim!.id);
     });
 
@@ -62,6 +71,25 @@ export function nodeGroupProviderContract(name: string, make: () => Promise<Prov
       await provider.setScaleInProtection(groupId, [inst!.id], false);
       expect((await provider.listInstances()).find((i) => i.id === inst!.id)!.scaleInProtected).toBe(false);
     });
+
+    it.runIf(options.lifecycleHooks)(
+      'reports a machine its terminate hook holds as terminating-wait, and lets it go when the action is completed',
+      async () => {
+        const { provider, groupId, settle, holdForTermination } = await make();
+        if (!holdForTermination) throw new Error(`${name}: a cloud with lifecycle hooks must say how to hold a machine`);
+        await provider.setDesiredCapacity(groupId, 1);
+        await settle();
+        const [inst] = (await provider.listInstances()).filter((i) => i.groupId === groupId);
+        await holdForTermination(inst!.id);
+        expect((await provider.listInstances()).find((i) => i.id === inst!.id)?.state).toBe('terminating-wait');
+        expect((await provider.describeInstance(inst!.id))?.state).toBe('terminating-wait');
+        await provider.completeLifecycleAction({ groupId, instanceId: inst!.id, hookName: 'gpu-fleet-drain' });
+        await provider.completeLifecycleAction({ groupId, instanceId: inst!.id, hookName: 'gpu-fleet-drain' });
+        await settle();
+        const after = (await provider.listInstances()).find((i) => i.id === inst!.id);
+        expect(['stopping', 'terminated', undefined]).toContain(after?.state);
+      },
+    );
 
     it('completes lifecycle actions idempotently', async () => {
       const { provider, groupId } = await make();

@@ -48,22 +48,35 @@ catalogAndPricesContract('shipped catalogue', async () => ({
   unknown: makeOffering({ cloud: 'aws', region: 'us-west-2', zone: 'us-west-2a', instanceType: 'x9.huge', capacityType: 'spot' }),
 }));
 clockContract('virtual clock', async () => new VirtualClock(T0));
-nodeGroupProviderContract('sim cloud', async () => {
-  const clock = new VirtualClock(T0);
-  const provider = new SimCloud({
-    clock,
-    random: new SeededRandom(1),
-    bootSec: 60,
-    groups: [
-      { id: 'g5-od', instanceTypes: ['g5.xlarge'], zones: ['us-east-1a', 'us-east-1b'], capacityType: 'on-demand', minSize: 0, maxSize: 4 },
-    ],
-  });
-  return {
-    provider,
-    groupId: 'g5-od',
-    settle: async () => {
-      clock.advanceBy(120_000);
-      provider.tick();
-    },
-  };
-});
+nodeGroupProviderContract(
+  'sim cloud',
+  async () => {
+    const clock = new VirtualClock(T0);
+    const provider = new SimCloud({
+      clock,
+      random: new SeededRandom(1),
+      bootSec: 60,
+      groups: [
+        {
+          id: 'g5-od',
+          instanceTypes: ['g5.xlarge'],
+          zones: ['us-east-1a', 'us-east-1b'],
+          capacityType: 'on-demand',
+          minSize: 0,
+          maxSize: 4,
+          terminateHook: { name: 'gpu-fleet-drain', timeoutSec: 300 },
+        },
+      ],
+    });
+    return {
+      provider,
+      groupId: 'g5-od',
+      settle: async () => {
+        clock.advanceBy(120_000);
+        provider.tick();
+      },
+      holdForTermination: async (id) => provider.replace(id, 'failed its EC2 health check'),
+    };
+  },
+  { lifecycleHooks: true },
+);

@@ -3,6 +3,7 @@ import { plan as planSimple } from '../../core/planner/planner.ts';
 import { intake } from '../../core/services/intake.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { reason } from '../../core/reason.ts';
+import { requeueAttempt } from '../../core/services/requeue.ts';
 import { reconcile } from '../../core/services/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
@@ -179,6 +180,78 @@ describe('reconcile', () => {
     expect(job).toMatchObject({ attempt: 2, checkpoint: cp, requeueReason: { code: 'checkpoint-timed-out' } });
     expect(['pending', 'placed']).toContain(job.state);
     expect(job.requeueReason!.message).toMatch(/did not save the checkpoint asked for 305 s ago within 303 s/);
+  });
+
+  it('a machine its group takes away through the drain hook keeps its work until the checkpoint lands, then is let go', async () => {
+    const e = createSimEnvironment({
+      startMs: T0,
+      seed: 1,
+      teams: ['nlp'],
+      teamTags: defaultTeamTags(['nlp']),
+      bootSec: 120,
+      groups: [
+        {
+          id: 'v100-spot',
+          instanceTypes: ['p3.2xlarge'],
+          zones: ['us-west-2a'],
+          capacityType: 'spot',
+          minSize: 0,
+          maxSize: 5,
+          terminateHook: { name: 'gpu-fleet-drain', timeoutSec: 300 },
+        },
+      ],
+    });
+    const events: { instanceId: string; token: string }[] = [];
+    e.cloud.onHookStarted = (inst, hook) => events.push({ instanceId: inst.id, token: hook.token });
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'a' });
+    await e.cloud.setDesiredCapacity('v100-spot', 1);
+    e.clock.advanceBy(150_000);
+    e.cloud.tick();
+    const [inst] = await e.cloud.listInstances();
+    const gpus = [{ index: 0, model: 'V100' as const, memoryMiB: 16384 }];
+    const beat = () => e.nodes.heartbeat(inst!.id, e.clock.nowMs());
+    await e.nodes.register({
+      instanceId: inst!.id,
+      groupId: 'v100-spot',
+      registeredAtMs: e.clock.nowMs(),
+      lastHeartbeatAtMs: e.clock.nowMs(),
+      healthy: true,
+      gpus,
+    });
+    await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    await applyJobEvent(e.jobs, 'nlp.a', { type: 'start', attempt: 1 }, e.clock.nowMs());
+    // A health-check replacement: the group takes the machine away itself; its hook holds it. Its lifecycle event is lost.
+    e.cloud.replace(inst!.id, 'failed its EC2 health check');
+    expect(events.map((x) => x.instanceId)).toEqual([inst!.id]);
+    expect((await e.cloud.describeInstance(inst!.id))!.state).toBe('terminating-wait');
+    e.clock.advanceBy(20_000);
+    await beat();
+    const first = await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    // Not lost: drained as the event would have (checkpoint asked for), the job is still attempt 1 on its machine.
+    expect(first.status === 'done' && first.lostJobsRequeued).toBe(0);
+    expect(await e.jobs.get('nlp.a')).toMatchObject({ state: 'checkpointing', attempt: 1 });
+    expect((await e.nodes.get(inst!.id))!.draining).toMatchObject({ lifecycle: { hookName: 'gpu-fleet-drain' } });
+    e.clock.advanceBy(40_000);
+    await beat();
+    await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    expect(await e.jobs.get('nlp.a')).toMatchObject({ state: 'checkpointing', attempt: 1 });
+    // The agent saves the checkpoint and requeues: the next reconcile lets the machine go at once, long before the hook's 300 s.
+    const cp = {
+      jobId: 'nlp.a',
+      attempt: 1,
+      location: e.checkpoints.locationFor('nlp.a', 1),
+      completedAtMs: e.clock.nowMs(),
+      progressSec: 60,
+    };
+    await e.checkpoints.markComplete(cp);
+    await requeueAttempt(e.ports, { jobId: 'nlp.a', attempt: 1, reason: reason('interrupted', 'checkpointed'), nowMs: e.clock.nowMs() });
+    e.clock.advanceBy(15_000);
+    await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    expect(e.cloud.calls.filter((c) => c.method === 'completeLifecycleAction')).toEqual([
+      { method: 'completeLifecycleAction', args: [{ groupId: 'v100-spot', instanceId: inst!.id, hookName: 'gpu-fleet-drain' }] },
+    ]);
+    expect((await e.cloud.describeInstance(inst!.id))!.state).toBe('terminated');
+    expect(await e.jobs.get('nlp.a')).toMatchObject({ attempt: 2, checkpoint: cp });
   });
 
   it('plans without acting in a dry run, and records the decision', async () => {

@@ -159,8 +159,14 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
     ),
   }));
   asg.on(DescribeScalingActivitiesCommand).resolves({ Activities: [] });
-  asg.on(CompleteLifecycleActionCommand).callsFake(() => {
-    throw awsError('ValidationError', 'No active Lifecycle Action found with instance ID i-0000000000000000');
+  asg.on(CompleteLifecycleActionCommand).callsFake((input: { InstanceId?: string; LifecycleHookName: string }) => {
+    const held = [...state.values()]
+      .flatMap((g) => g.instances)
+      .find((i) => i.InstanceId === input.InstanceId && i.LifecycleState === 'Terminating:Wait');
+    if (!held)
+      throw awsError('ValidationError', `No active Lifecycle Action found with instance ID ${input.InstanceId ?? 'i-0000000000000000'}`);
+    held.LifecycleState = 'Terminating:Proceed';
+    return {};
   });
   ec2.on(DescribeInstancesCommand).callsFake((input: { InstanceIds?: string[] }) => ({
     Reservations: [
@@ -187,10 +193,21 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
     ec2Client,
     asg,
     ec2,
-    /** Launches what each group misses, as Auto Scaling would over the next minutes. */
+    /**
+     * The group starts taking a machine away itself (the LifecycleState values are the API
+     * reference's; the recorded responses in ../shared/data/api/aws show only InService, so these
+     * are assembled): its terminate hook holds it in Terminating:Wait until completed.
+     */
+    holdForTermination(instanceId: string) {
+      const i = [...state.values()].flatMap((g) => g.instances).find((x) => x.InstanceId === instanceId);
+      if (!i) throw new Error(`no instance ${instanceId}`);
+      i.LifecycleState = 'Terminating:Wait';
+    },
+    /** Launches what each group misses, as Auto Scaling would over the next minutes; machines let go by their hook end. */
     settle() {
       for (const g of state.values()) {
-        let live = g.instances.filter((i) => i.LifecycleState !== 'Terminated').length;
+        for (const i of g.instances) if (i.LifecycleState === 'Terminating:Proceed') i.LifecycleState = 'Terminated';
+        let live = g.instances.filter((i) => i.LifecycleState === 'InService' || i.LifecycleState.startsWith('Pending')).length;
         while (live < g.desired) {
           const id = `i-${(++counter).toString(16).padStart(17, '0')}`;
           g.instances.push({
