@@ -20,7 +20,7 @@ import * as subscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
 import { AGENT_METRICS } from '../cloud/aws/cloudwatch-metrics.ts';
-import { GROUP_TAGS } from '../cloud/aws/asg-node-groups.ts';
+import { GROUP_TAGS, MIG_TAG_VALUE } from '../cloud/aws/asg-node-groups.ts';
 import { STACK_OUTPUT_VARIABLES } from '../cloud/aws/stack-outputs.ts';
 import { TABLES, type TableNames } from '../cloud/aws/tables.ts';
 import { FLEET_VARIABLES } from '../cloud/env.ts';
@@ -481,7 +481,7 @@ export class GpuFleetStack extends Stack {
     });
     Tags.of(asg).add(GROUP_TAGS.managed, 'true', { applyToLaunchedInstances: true });
     Tags.of(asg).add(GROUP_TAGS.capacityType, g.capacityType, { applyToLaunchedInstances: true });
-    if (g.migEnabled) Tags.of(asg).add(GROUP_TAGS.mig, 'true', { applyToLaunchedInstances: true });
+    if (g.migEnabled) Tags.of(asg).add(GROUP_TAGS.mig, MIG_TAG_VALUE, { applyToLaunchedInstances: true });
     acknowledge(asg, {
       'AwsSolutions-EC26':
         'The root volume is encrypted (gp3, encrypted) in the launch template; the rule cannot read through the launch template reference.',

@@ -24,6 +24,15 @@ export const GROUP_TAGS = {
   mig: 'gpu-fleet:mig',
 } as const;
 
+/** The value of the `gpu-fleet:mig` tag on a MIG group (the stack writes it; `enabled` is read too, for groups tagged by hand). */
+export const MIG_TAG_VALUE = 'true';
+
+/** The group's machines boot in MIG mode: its `gpu-fleet:mig` tag says `true` (or `enabled`). */
+export function isMigGroup(g: Pick<AutoScalingGroup, 'Tags'>): boolean {
+  const v = tag(g as AutoScalingGroup, GROUP_TAGS.mig)?.toLowerCase();
+  return v === MIG_TAG_VALUE || v === 'enabled';
+}
+
 export interface AsgOptions {
   readonly region: string;
   readonly clock: Clock;
@@ -109,7 +118,7 @@ export class AsgNodeGroups implements NodeGroupProvider {
         minSize: g.MinSize ?? 0,
         maxSize: g.MaxSize ?? 0,
         desiredCapacity: g.DesiredCapacity ?? 0,
-        ...(tag(g, GROUP_TAGS.mig) === 'enabled' ? { migEnabled: true } : {}),
+        ...(isMigGroup(g) ? { migEnabled: true } : {}),
       });
     }
     return out;

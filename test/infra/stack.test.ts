@@ -10,6 +10,13 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfig, type GpuFleetConfig } from '../../infra/config.ts';
 import { GpuFleetStack, LIFECYCLE_HOOK_NAME } from '../../infra/stack.ts';
+import { AutoScalingClient, DescribeAutoScalingGroupsCommand } from '@aws-sdk/client-auto-scaling';
+import { EC2Client } from '@aws-sdk/client-ec2';
+import { mockClient } from 'aws-sdk-client-mock';
+import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
+import { VirtualClock } from '../../cloud/sim/clock.ts';
+import { plan } from '../../core/planner/planner.ts';
+import { aJob, aSnapshot, pricesFor, T0 } from '../builders.ts';
 
 const EXAMPLE = resolve(import.meta.dirname, '../../infra/config.example.json');
 const example = (): GpuFleetConfig => loadConfig(EXAMPLE);
@@ -496,4 +503,56 @@ describe('npm run synth', () => {
     for (const size of bundles) expect(size).toBeLessThan(3 * 1024 * 1024);
     expect(readdirSync(out).some((f) => f.endsWith('.mjs'))).toBe(true); // the agent bundle asset
   }, 300_000);
+});
+
+describe("the stack's MIG group, as the Auto Scaling adapter reads it", () => {
+  it('is MIG (the stack writes the tag value the adapter reads), and a 1g.5gb job is planned onto it', async () => {
+    const { template } = synth(example());
+    const [asgProps] = Object.values(template.findResources('AWS::AutoScaling::AutoScalingGroup'))
+      .map(
+        (r) => (r as { Properties: { AutoScalingGroupName: string; Tags: { Key: string; Value: string }[]; MaxSize: string } }).Properties,
+      )
+      .filter((p) => p.AutoScalingGroupName === 'GpuFleet-a100-mig-od');
+    expect(asgProps).toBeDefined();
+    // DescribeAutoScalingGroups as AWS would answer for that group (the recorded response, with the synthesised group's name and tags).
+    const recorded = JSON.parse(
+      readFileSync(resolve(import.meta.dirname, '../fixtures/api/aws/autoscaling-DescribeAutoScalingGroups-mixed-instances.json'), 'utf8'),
+    ).AutoScalingGroups[0];
+    const group = {
+      ...recorded,
+      AutoScalingGroupName: asgProps!.AutoScalingGroupName,
+      MinSize: 0,
+      MaxSize: Number(asgProps!.MaxSize),
+      DesiredCapacity: 0,
+      AvailabilityZones: ['us-east-1a'],
+      Instances: [],
+      Tags: asgProps!.Tags.map((t) => ({ ...t, ResourceId: asgProps!.AutoScalingGroupName, ResourceType: 'auto-scaling-group' })),
+      MixedInstancesPolicy: {
+        ...recorded.MixedInstancesPolicy,
+        LaunchTemplate: { ...recorded.MixedInstancesPolicy.LaunchTemplate, Overrides: [{ InstanceType: 'p4d.24xlarge' }] },
+      },
+    };
+    const asgClient = new AutoScalingClient({ region: 'us-east-1', credentials: { accessKeyId: 'x', secretAccessKey: 'x' } });
+    const ec2Client = new EC2Client({ region: 'us-east-1', credentials: { accessKeyId: 'x', secretAccessKey: 'x' } });
+    mockClient(asgClient)
+      .on(DescribeAutoScalingGroupsCommand)
+      .resolves({ AutoScalingGroups: [group] });
+    mockClient(ec2Client);
+    const groups = await new AsgNodeGroups(asgClient, ec2Client, {
+      region: 'us-east-1',
+      clock: new VirtualClock(T0),
+      cacheSec: 0,
+    }).listGroups();
+    expect(groups).toEqual([expect.objectContaining({ id: 'GpuFleet-a100-mig-od', migEnabled: true })]);
+    const job = aJob({ id: 'nlp.slice', spec: { gpu: { kind: 'mig', profile: '1g.5gb' } } });
+    const p = plan(aSnapshot({ groups, pendingJobs: [job], prices: pricesFor(groups) }));
+    expect(p.actions).toContainEqual(expect.objectContaining({ kind: 'scale-up', groupId: 'GpuFleet-a100-mig-od' }));
+    // It waits for that machine to boot, not for a group that offers MIG.
+    expect(p.waiting).toEqual([
+      expect.objectContaining({
+        jobId: 'nlp.slice',
+        reason: expect.objectContaining({ message: expect.stringMatching(/new p4d.24xlarge .* ordered for it/) }),
+      }),
+    ]);
+  });
 });
