@@ -26,6 +26,8 @@ export interface MigDeviceReport {
   readonly smCount?: number;
   readonly memoryTotalMiB: number;
   readonly memoryUsedMiB?: number;
+  /** Where its GPU instance sits, in memory slices (`nvidia-smi mig -lgi`, Start:Size). */
+  readonly placement?: { readonly start: number; readonly size: number };
 }
 
 export interface GpuReport {
@@ -399,6 +401,7 @@ export function toGpuDevices(report: NvidiaSmiReport): GpuDevice[] {
               memoryMiB: d.memoryTotalMiB,
               ...(d.profile ? { profile: d.profile } : {}),
               ...(d.uuid ? { uuid: d.uuid } : {}),
+              ...(d.placement ? { startSlice: d.placement.start, slices: d.placement.size } : {}),
             })),
           }
         : {}),
@@ -460,8 +463,63 @@ export async function readGpuInventory(options: NvidiaSmiOptions = {}): Promise<
     } catch (error) {
       warnings.push(`could not list MIG devices with -L (${messageOf(error)}); profiles identified from memory and SMs`);
     }
+    try {
+      report = mergeGpuInstances(report, parseGpuInstances(await run(command, ['mig', '-lgi'], options)));
+    } catch (error) {
+      warnings.push(
+        `could not list GPU-instance placements with mig -lgi (${messageOf(error)}); the planner counts only its own placements`,
+      );
+    }
   }
   return { ...report, warnings };
+}
+
+/** One row of `nvidia-smi mig -lgi`: a GPU instance and its placement. */
+export interface GpuInstanceRow {
+  readonly gpuIndex: number;
+  readonly profile: string;
+  readonly profileId: number;
+  readonly gpuInstanceId: number;
+  readonly start: number;
+  readonly size: number;
+}
+
+/**
+ * Parses `nvidia-smi mig -lgi` (the GPU instances table: GPU, Name, Profile ID, Instance ID,
+ * Placement Start:Size). "No GPU instances found" gives an empty list.
+ */
+export function parseGpuInstances(text: string): GpuInstanceRow[] {
+  const out: GpuInstanceRow[] = [];
+  for (const line of text.split('\n')) {
+    const m = /^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|/.exec(line);
+    if (!m) continue;
+    out.push({
+      gpuIndex: Number(m[1]),
+      profile: m[2]!,
+      profileId: Number(m[3]),
+      gpuInstanceId: Number(m[4]),
+      start: Number(m[5]),
+      size: Number(m[6]),
+    });
+  }
+  return out;
+}
+
+/** Adds each MIG device's placement from `-lgi` rows (matched by GPU and GPU-instance id). */
+export function mergeGpuInstances(report: NvidiaSmiReport, rows: readonly GpuInstanceRow[]): NvidiaSmiReport {
+  return {
+    ...report,
+    gpus: report.gpus.map((g) => ({
+      ...g,
+      mig: {
+        ...g.mig,
+        devices: g.mig.devices.map((d) => {
+          const row = rows.find((r) => r.gpuIndex === g.index && r.gpuInstanceId === d.gpuInstanceId);
+          return row ? { ...d, placement: { start: row.start, size: row.size }, profile: d.profile ?? row.profile } : d;
+        }),
+      },
+    })),
+  };
 }
 
 function withoutUndefined<T extends object>(o: T): T {

@@ -96,6 +96,9 @@ export interface MigDevice {
   readonly profile?: string;
   readonly uuid?: string;
   readonly memoryMiB: number;
+  /** Its GPU instance's placement in memory slices, as the driver reports it (absent when unknown). */
+  readonly startSlice?: number;
+  readonly slices?: number;
 }
 
 /** A GPU on a node as the node agent reports it or the catalogue promises it. */

@@ -5,7 +5,7 @@ import { deadlineChoice } from '../deadline.ts';
 import { inService, type NodeGroup } from '../fleet.ts';
 import { milliGpusUsed, type GpuRequest } from '../gpu.ts';
 import type { Job, NodeAssignment, Placement } from '../job.ts';
-import { migProfile } from '../mig.ts';
+import { migProfile, placementMask } from '../mig.ts';
 import type { Plan, PlanAction, WaitingJob } from '../plan.ts';
 import { reason, type Reason } from '../reason.ts';
 import { priorRatePerHour } from '../risk.ts';
@@ -319,6 +319,14 @@ class Planner {
       const reported = fleetNode.record?.gpus ?? [];
       const migMode = reported.length > 0 ? reported.some((g) => g.migEnabled) : (groupOf.get(inst.groupId)?.migEnabled ?? false);
       const gpus = makeGpus(type, migMode);
+      // The GPU instances the node reports are where they are (the driver's layout, not the planner's memory of it):
+      // their slices are taken whether or not a job here accounts for them.
+      for (const r of reported) {
+        const slot = gpus.find((g) => g.index === r.index);
+        if (!slot?.mig) continue;
+        for (const d of r.migDevices ?? [])
+          if (d.startSlice !== undefined && d.slices !== undefined) slot.mig.mask |= placementMask(d.startSlice, d.slices);
+      }
       const poolKey = poolKeyOf(
         offeringId,
         gpus.some((g) => g.mig !== undefined),

@@ -12,6 +12,9 @@ import {
   toGpuDevices,
 } from '../../agent/nvidia-smi.ts';
 import { fakeNvidiaSmiEnv, NVIDIA_SMI_FIXTURES } from '../support/gpu-fixtures.ts';
+import type { InstanceType } from '../../core/catalog.ts';
+import { plan } from '../../core/planner/planner.ts';
+import { aGroup, aJob, aNode, anOffering, aSnapshot, INSTANCE_TYPES } from '../builders.ts';
 
 /** The stand-in nvidia-smi on PATH prints real captures; the agent reads it as it would the real one. */
 const read = (fixture: Parameters<typeof fakeNvidiaSmiEnv>[0], extra: Record<string, string> = {}) =>
@@ -203,5 +206,51 @@ describe('GPU inventory from nvidia-smi (real captures through a stand-in on PAT
     expect(identifyMigProfile('H100', 81_559, { memoryMiB: 9_984, smCount: 16, ofas: 0 })).toBe('1g.10gb');
     expect(identifyMigProfile('H100', 81_559, { memoryMiB: 81_000, smCount: 132 })).toBe('7g.80gb');
     expect(identifyMigProfile('T4', 15_360, { memoryMiB: 1000 })).toBeUndefined();
+  });
+});
+
+describe('MIG layout: the planner plans from what the GPU reports', () => {
+  it('reads GPU-instance placements (mig -lgi) into the node record, and plans a 1g.10gb into the hole an ended job left', async () => {
+    const r = await read({ capture: 'linux-x86_64__nvidia-h100-mig__590.48.01', phase: 'idle', lgi: 'h100-mig-lgi.assembled.txt' });
+    expect(r.warnings.filter((w) => /lgi/.test(w))).toEqual([]);
+    const full = toGpuDevices(r);
+    expect(full[0]!.migDevices!.map((d) => [d.profile, d.startSlice, d.slices])).toEqual([
+      ['3g.40gb', 4, 4],
+      ['2g.20gb', 0, 2],
+      ['1g.10gb', 2, 1],
+      ['1g.10gb', 3, 1],
+    ]);
+    // The 1g.10gb at slice 2 is destroyed (its job ended): a hole in the middle, slices 0-1, 3 and 4-7 still taken.
+    const holed = full.map((g) => ({ ...g, migDevices: g.migDevices!.filter((d) => d.gpuInstanceId !== 9) }));
+    const h100: InstanceType = {
+      name: 'p5.4xlarge',
+      cloud: 'aws',
+      gpuModel: 'H100',
+      gpuCount: 1,
+      gpuMemoryMiB: 81_920,
+      vcpus: 16,
+      memoryMiB: 262_144,
+    };
+    const types = new Map(Object.entries({ ...INSTANCE_TYPES, 'p5.4xlarge': h100 }));
+    // maxSize 1 with the one machine up: nothing more can be bought, so what does not fit there waits.
+    const g = {
+      ...aGroup({ instanceType: 'p4d.24xlarge', maxSize: 1, desiredCapacity: 1 }),
+      id: 'h100',
+      migEnabled: true,
+      offerings: [anOffering('p5.4xlarge')],
+    };
+    const node = aNode('i-1', { group: g, instanceType: 'p4d.24xlarge', record: { gpus: holed } });
+    const fixed = { ...node, instance: { ...node.instance, instanceType: 'p5.4xlarge' } };
+    const jobs = ['a', 'b'].map((id) => aJob({ id: `nlp.${id}`, spec: { gpu: { kind: 'mig', profile: '1g.10gb' } } }));
+    const prices = new Map([
+      [
+        g.offerings[0]!.id,
+        { offeringId: g.offerings[0]!.id, priceMicroUsdPerHour: 6_880_000, onDemandMicroUsdPerHour: 6_880_000, source: 'test' },
+      ],
+    ]);
+    const p = plan(aSnapshot({ groups: [g], instanceTypes: types, nodes: [fixed], pendingJobs: jobs, prices }));
+    const placed = p.actions.flatMap((a) => (a.kind === 'place' ? [a.placement.nodes[0]!] : []));
+    expect(placed).toEqual([{ nodeId: 'i-1', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 2 } }]);
+    expect(p.waiting.map((w) => w.jobId)).toHaveLength(1); // no other slice is free on that GPU
   });
 });

@@ -8,7 +8,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AwsImds } from '../../agent/metadata.ts';
 import { DirectoryBlobs, readMarker, S3Blobs } from '../../agent/checkpoint-files.ts';
 import { DeviceAllocator, DeviceError, nvidiaSmiMig, type MigControl } from '../../agent/devices.ts';
-import { parseNvidiaSmiList, parseNvidiaSmiText, mergeList, type NvidiaSmiReport } from '../../agent/nvidia-smi.ts';
+import {
+  mergeGpuInstances,
+  mergeList,
+  parseGpuInstances,
+  parseNvidiaSmiList,
+  parseNvidiaSmiText,
+  type NvidiaSmiReport,
+} from '../../agent/nvidia-smi.ts';
 import { containerName, dockerRunArgs, DockerRunner, ProcessRunner } from '../../agent/runner.ts';
 import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
 import { FAKE_BIN, NVIDIA_SMI_FIXTURES } from '../support/gpu-fixtures.ts';
@@ -198,8 +205,8 @@ describe('MIG devices for placements', () => {
     let report = h100();
     const calls: string[] = [];
     const mig: MigControl = {
-      async createInstance(gpu, profile) {
-        calls.push(`create ${gpu} ${profile}`);
+      async createInstance(gpu, profile, start) {
+        calls.push(`create ${gpu} ${profile}:${start}`);
         const gpu0 = report.gpus[0]!;
         report = {
           ...report,
@@ -231,10 +238,10 @@ describe('MIG devices for placements', () => {
     ]);
     const three = await alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 4 } }, 'c#1');
     expect(three.devices).toEqual(['MIG-new']);
-    expect(calls).toEqual(['create 0 1g.10gb']);
+    expect(calls).toEqual(['create 0 1g.10gb:4']);
     await three.release();
     await one.release();
-    expect(calls).toEqual(['create 0 1g.10gb', 'destroy 0 11']); // only what the agent created is destroyed
+    expect(calls).toEqual(['create 0 1g.10gb:4', 'destroy 0 11']); // only what the agent created is destroyed
     expect((await alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 6 } }, 'd#1')).devices).toEqual([
       'MIG-00000002-0000-0000-0000-000000000002',
     ]);
@@ -258,15 +265,56 @@ describe('MIG devices for placements', () => {
         ? 'Successfully created GPU instance ID 13 on GPU  0 using profile MIG 1g.10gb (ID 19)\nSuccessfully created compute instance ID  0 on GPU  0 GPU instance ID 13 using profile MIG 1g.10gb (ID  0)\n'
         : '';
     });
-    expect(await control.createInstance(0, '1g.10gb')).toBe(13);
+    expect(await control.createInstance(0, '1g.10gb', 4)).toBe(13);
     await control.destroyInstance(0, 13);
     expect(seen).toEqual([
-      ['mig', '-i', '0', '-cgi', '1g.10gb', '-C'],
+      ['mig', '-i', '0', '-cgi', '1g.10gb:4', '-C'],
       ['mig', '-i', '0', '-gi', '13', '-dci'],
       ['mig', '-i', '0', '-gi', '13', '-dgi'],
     ]);
     const broken = nvidiaSmiMig(async () => 'Unable to create a GPU instance on GPU 0 using profile 1g.10gb: Insufficient Resources');
-    await expect(broken.createInstance(0, '1g.10gb')).rejects.toThrow(/did not report a new GPU instance: Unable to create a GPU instance/);
+    await expect(broken.createInstance(0, '1g.10gb', 4)).rejects.toThrow(
+      /did not report a new GPU instance: Unable to create a GPU instance/,
+    );
+    const refusing = nvidiaSmiMig(async () => {
+      throw new Error(
+        'nvidia-smi mig -i 0 -cgi 1g.10gb:5 -C failed with exit code 2: Unable to create a GPU instance: Insufficient Resources',
+      );
+    });
+    await expect(refusing.createInstance(0, '1g.10gb', 5)).rejects.toThrow(
+      new DeviceError(
+        'nvidia-smi mig -cgi 1g.10gb:5 on GPU 0 was refused: nvidia-smi mig -i 0 -cgi 1g.10gb:5 -C failed with exit code 2: Unable to create a GPU instance: Insufficient Resources',
+      ),
+    );
+  });
+
+  it('uses an instance only at the planned placement, and creates one there when the free one sits elsewhere', async () => {
+    // The shared H100 MIG capture with the placements `nvidia-smi mig -lgi` reports (assembled: the capture has no -lgi).
+    const report = mergeGpuInstances(
+      h100(),
+      parseGpuInstances(readFileSync(join(import.meta.dirname, '../fixtures/nvidia-smi/h100-mig-lgi.assembled.txt'), 'utf8')),
+    );
+    expect(report.gpus[0]!.mig.devices.map((d) => [d.profile, d.gpuInstanceId, d.placement])).toEqual([
+      ['3g.40gb', 2, { start: 4, size: 4 }],
+      ['2g.20gb', 3, { start: 0, size: 2 }],
+      ['1g.10gb', 9, { start: 2, size: 1 }],
+      ['1g.10gb', 10, { start: 3, size: 1 }],
+    ]);
+    const calls: string[] = [];
+    const mig: MigControl = {
+      async createInstance(gpu, profile, start) {
+        calls.push(`create ${gpu} ${profile}:${start}`);
+        throw new DeviceError(`nvidia-smi mig -cgi ${profile}:${start} on GPU ${gpu} was refused: Insufficient Resources`);
+      },
+      async destroyInstance() {},
+    };
+    const alloc = new DeviceAllocator(async () => report, mig);
+    const at3 = await alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 3 } }, 'a#1');
+    expect(at3.devices).toEqual(['MIG-00000003-0000-0000-0000-000000000003']);
+    await expect(alloc.acquire({ nodeId: 'i', gpuIndices: [0], mig: { profile: '1g.10gb', startSlice: 6 } }, 'b#1')).rejects.toThrow(
+      'nvidia-smi mig -cgi 1g.10gb:6 on GPU 0 was refused: Insufficient Resources',
+    );
+    expect(calls).toEqual(['create 0 1g.10gb:6']); // the free 1g.10gb at slice 2 is not the planned one
   });
 });
 

@@ -7,7 +7,14 @@ export const FAKE_BIN = resolve(import.meta.dirname, 'bin');
 export const NVIDIA_SMI_FIXTURES = resolve(import.meta.dirname, '../fixtures/nvidia-smi');
 
 export type GpuFixture =
-  { readonly xml: string } | { readonly capture: string; readonly phase: 'idle' | 'load'; readonly withList?: boolean };
+  | { readonly xml: string }
+  | {
+      readonly capture: string;
+      readonly phase: 'idle' | 'load';
+      readonly withList?: boolean;
+      /** A `nvidia-smi mig -lgi` answer (a file under test/fixtures/nvidia-smi); without it the stand-in refuses -lgi. */
+      readonly lgi?: string;
+    };
 
 /** A folder the stand-in reads: smi-q.xml, or smi-q.txt and list.txt, copied from one real capture. */
 export function gpuFixtureDir(fixture: GpuFixture): string {
@@ -18,6 +25,7 @@ export function gpuFixtureDir(fixture: GpuFixture): string {
     const base = join(NVIDIA_SMI_FIXTURES, 'captures', fixture.capture);
     copyFileSync(join(base, `${fixture.phase}__smi-q.txt`), join(dir, 'smi-q.txt'));
     if (fixture.withList !== false) copyFileSync(join(base, 'capabilities__list.txt'), join(dir, 'list.txt'));
+    if (fixture.lgi) copyFileSync(join(NVIDIA_SMI_FIXTURES, fixture.lgi), join(dir, 'mig-lgi.txt'));
   }
   return dir;
 }
