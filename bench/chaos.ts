@@ -18,18 +18,44 @@ export interface ChaosRow {
   readonly violations: number;
   readonly costOverheadPct: number;
   readonly p95WaitOverheadPct: number;
+  /** With --mig: machines of the MIG group launched and scaled in over the run, and MIG jobs completed. */
+  readonly migGroup?: {
+    readonly launched: number;
+    readonly scaledIn: number;
+    readonly rebought: number;
+    readonly scaledInWithWorkWaiting: number;
+  };
 }
+
+/**
+ * The MIG fleet of `--mig`: A100 40GB machines booted in MIG mode, beside the V100 groups (in
+ * us-east-1: the shipped catalogue has no us-west-2 on-demand price for p4d.24xlarge).
+ */
+export const MIG_GROUP = {
+  id: 'p4d-mig-od',
+  instanceTypes: ['p4d.24xlarge'],
+  zones: ['us-east-1a', 'us-east-1b'],
+  capacityType: 'on-demand' as const,
+  minSize: 0,
+  maxSize: 20,
+  migEnabled: true,
+};
+export const MIG_TRACE = new URL('../data/traces/alibaba-openb2023-sample.csv', import.meta.url);
 
 export async function benchChaos(options: {
   hours: number;
   seed: number;
   profiles: readonly string[];
+  /** Replay the busiest window of Alibaba's openb trace with its fractional-GPU pods as MIG requests, on a MIG group too. */
+  mig?: boolean;
 }): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
-  const workload = loadWorkload(BUILT_IN_TRACE, { hours: options.hours });
+  const workload = options.mig
+    ? loadWorkload(MIG_TRACE, { hours: options.hours, busiest: true, fractionsAsMig: true, defaultCheckpointSec: 600 })
+    : loadWorkload(BUILT_IN_TRACE, { hours: options.hours });
   const run = (profile: string) =>
     runSimulation({
       workload,
-      groups: DEFAULT_SIM_GROUPS,
+      groups: options.mig ? [...DEFAULT_SIM_GROUPS, MIG_GROUP] : DEFAULT_SIM_GROUPS,
       teamTags: defaultTeamTags(workload.teams),
       seed: options.seed,
       hours: options.hours,
@@ -52,6 +78,9 @@ export async function benchChaos(options: {
       violations: s.violations,
       costOverheadPct: pctOver(s.costMicroUsd, base.costMicroUsd),
       p95WaitOverheadPct: pctOver(s.p95WaitSec, base.p95WaitSec),
+      ...(options.mig
+        ? { migGroup: s.groupActivity[MIG_GROUP.id] ?? { launched: 0, scaledIn: 0, rebought: 0, scaledInWithWorkWaiting: 0 } }
+        : {}),
     });
   }
   return { rows, summaries };
@@ -67,14 +96,18 @@ if (invokedDirectly) {
     .option('--hours <h>', 'virtual hours of the built-in trace', wholeNumber('--hours', 1, 720), 48)
     .option('--seed <s>', 'seed of the simulated cloud, its spot market and the faults', wholeNumber('--seed', 0, 2 ** 31), 1)
     .option('--profiles <list>', `comma-separated fault profiles (default: all of ${Object.keys(FAULT_PROFILES).join(', ')})`)
+    .option(
+      '--mig',
+      "replay the busiest window of Alibaba's openb trace, its fractional-GPU pods as MIG requests, with a MIG group in the fleet",
+    )
     .option('--json', 'print the rows as JSON')
     .parse();
-  const o = program.opts<{ hours: number; seed: number; profiles?: string; json?: boolean }>();
+  const o = program.opts<{ hours: number; seed: number; profiles?: string; json?: boolean; mig?: boolean }>();
   const profiles = o.profiles ? o.profiles.split(',').map((p) => p.trim()) : Object.keys(FAULT_PROFILES);
   for (const p of profiles)
     if (!FAULT_PROFILES[p]) program.error(`--profiles: unknown profile "${p}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
   const started = performance.now();
-  const { rows, summaries } = await benchChaos({ hours: o.hours, seed: o.seed, profiles });
+  const { rows, summaries } = await benchChaos({ hours: o.hours, seed: o.seed, profiles, ...(o.mig ? { mig: true } : {}) });
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   else {
     const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)}  injected`;
@@ -94,7 +127,10 @@ if (invokedDirectly) {
       ]
         .filter(Boolean)
         .join(', ');
-      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)}  ${injected || '-'}`;
+      const mig = r.migGroup
+        ? `  [MIG group: ${r.migGroup.launched} launched, ${r.migGroup.scaledIn} scaled in (${r.migGroup.scaledInWithWorkWaiting} with MIG work waiting), ${r.migGroup.rebought} bought again within 15 min of a scale-in]`
+        : '';
+      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)}  ${injected || '-'}${mig}`;
     });
     const bad = rows.filter((r) => r.lost > 0 || r.duplicated > 0 || r.violations > 0);
     process.stdout.write(

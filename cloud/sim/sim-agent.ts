@@ -1,7 +1,8 @@
 import type { InstanceType } from '../../core/catalog.ts';
 import { ConflictError } from '../../core/errors.ts';
 import { stillRuns, type Instance } from '../../core/fleet.ts';
-import type { GpuDevice } from '../../core/gpu.ts';
+import type { GpuDevice, GpuModel } from '../../core/gpu.ts';
+import { migProfile, MIG_GPUS } from '../../core/mig.ts';
 import { finishCancel, type CheckpointRef, type Job } from '../../core/job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
@@ -56,6 +57,8 @@ export interface SimAgentOptions {
   readonly uploadFails?: (upload: { jobId: string; attempt: number; rank: number; tries: number }) => boolean;
   /** Fault injection: this rank of this attempt cannot start (its devices are gone, its image will not start). */
   readonly startFails?: (job: Job, rank: number) => boolean;
+  /** The machine boots in MIG mode (its group's): its agent reports MIG GPUs and the GPU instances its jobs use, with their placements. */
+  readonly migMachine?: (inst: Instance) => boolean;
 }
 
 /** Work an attempt lost when it ended without finishing (interrupted, node lost, requeued). */
@@ -68,6 +71,8 @@ export interface LostWork {
   /** A checkpoint of this job failed (injected), so the bound does not apply. */
   readonly checkpointFailed: boolean;
 }
+
+const MIG_MODELS = new Set<GpuModel>(Object.keys(MIG_GPUS) as GpuModel[]);
 
 /** A live process, as its machine sees it. */
 export interface LiveProcess {
@@ -131,6 +136,8 @@ interface SimUpload {
 interface SimMachine {
   readonly instance: Instance;
   readonly processes: Map<string, SimProcess>;
+  /** The GPUs last registered (the layout changes as MIG jobs come and go). */
+  registered?: string;
 }
 
 export interface AgentStats {
@@ -240,7 +247,7 @@ export class SimAgents {
         this.machines.set(inst.id, m);
       }
       this.world(m, now);
-      await this.beat(inst, now);
+      await this.beat(m, now);
     }
     // Each agent reads its own work list, as the real agent does (one read of every record stands for each).
     for (const record of await this.options.nodes.list()) {
@@ -290,16 +297,53 @@ export class SimAgents {
     p.marker = { atMs, progressSec, path: `step-${progressSec}` };
   }
 
-  private async beat(inst: Instance, now: number): Promise<void> {
-    if (await this.options.nodes.heartbeat(inst.id, now)) return;
-    const type = this.options.instanceTypes.get(inst.instanceType);
+  /** The heartbeat; the machine registers again when its GPUs (a MIG layout) changed, as the real agent does. */
+  private async beat(m: SimMachine, now: number): Promise<void> {
+    const inst = m.instance;
+    const gpus = this.gpusOf(m);
+    const key = JSON.stringify(gpus);
+    if (key === m.registered && (await this.options.nodes.heartbeat(inst.id, now))) return;
     await this.options.nodes.register({
       instanceId: inst.id,
       groupId: inst.groupId,
       registeredAtMs: now,
       lastHeartbeatAtMs: now,
       healthy: true,
-      gpus: Array.from({ length: type?.gpuCount ?? 0 }, (_, index) => ({ index, model: type!.gpuModel, memoryMiB: type!.gpuMemoryMiB })),
+      gpus,
+    });
+    m.registered = key;
+  }
+
+  /** What nvidia-smi would show: the machine's GPUs, and on a MIG machine the GPU instances its live jobs hold, where they sit. */
+  private gpusOf(m: SimMachine): GpuDevice[] {
+    const type = this.options.instanceTypes.get(m.instance.instanceType);
+    if (!type) return [];
+    const mig = (this.options.migMachine?.(m.instance) ?? false) && MIG_MODELS.has(type.gpuModel);
+    return Array.from({ length: type.gpuCount }, (_, index) => {
+      const base: GpuDevice = { index, model: type.gpuModel, memoryMiB: type.gpuMemoryMiB };
+      if (!mig) return base;
+      const held = [...m.processes.values()]
+        .filter((p) => !p.exit)
+        .map((p) => p.job.placement?.nodes[p.rank])
+        .filter((a) => a?.mig && a.gpuIndices[0] === index)
+        .map((a) => ({ profile: a!.mig!.profile, start: a!.mig!.startSlice }))
+        .sort((a, b) => a.start - b.start);
+      return {
+        ...base,
+        migEnabled: true,
+        migDevices: held.map((h, k) => {
+          const profile = migProfile(type.gpuModel, h.profile);
+          return {
+            index: k,
+            gpuInstanceId: h.start + 1,
+            computeInstanceId: 0,
+            profile: h.profile,
+            memoryMiB: profile?.memoryMiB ?? 0,
+            startSlice: h.start,
+            slices: profile?.memorySlices ?? 1,
+          };
+        }),
+      };
     });
   }
 

@@ -14,6 +14,8 @@ export interface SimGroupConfig {
   readonly minSize: number;
   readonly maxSize: number;
   readonly desiredCapacity?: number;
+  /** Its machines boot with MIG mode on (the stack's `migEnabled`). */
+  readonly migEnabled?: boolean;
   /** A terminate lifecycle hook (the stack puts one on every group): a machine the group takes away waits in it until completed or timed out. */
   readonly terminateHook?: { readonly name: string; readonly timeoutSec: number };
 }
@@ -78,6 +80,16 @@ export class SimCloud implements NodeGroupProvider {
   private readonly instances = new Map<string, SimInstance>();
   private readonly failures: LaunchFailure[] = [];
   private counter = 0;
+  /**
+   * Machines launched and scaled in (by gpu-fleet or anyone else) per group over the whole run, and
+   * launches within 15 minutes after one of the group's scale-ins (a buy-then-scale-in cycle shows as these).
+   */
+  readonly activity = new Map<
+    string,
+    { launched: number; scaledIn: number; rebought: number; scaledInWithWorkWaiting: number; lastScaleInAtMs?: number }
+  >();
+  /** Told at each scale-in: does work this group could run wait in the queue right now? (the simulation answers from the job store) */
+  waitingWorkFor: ((group: SimGroupConfig) => boolean) | undefined;
   /** Every call made to the provider, for tests (method and arguments). */
   readonly calls: { method: string; args: unknown[] }[] = [];
   /** Fail the next N launches with this code, whatever the pool (a fake that can be told to fail). */
@@ -105,6 +117,7 @@ export class SimCloud implements NodeGroupProvider {
       minSize: g.config.minSize,
       maxSize: g.config.maxSize,
       desiredCapacity: g.desired,
+      ...(g.config.migEnabled ? { migEnabled: true } : {}),
     }));
   }
 
@@ -132,6 +145,10 @@ export class SimCloud implements NodeGroupProvider {
     const inst = this.instances.get(instanceId);
     if (!inst || inst.groupId !== groupId || !inService(inst.state)) return { alreadyGone: true };
     g.desired = Math.max(g.config.minSize, g.desired - 1);
+    const a = this.countActivity(groupId);
+    a.scaledIn++;
+    a.lastScaleInAtMs = this.options.clock.nowMs();
+    if (this.waitingWorkFor?.(g.config)) a.scaledInWithWorkWaiting++;
     this.leave(g, inst, 'scaled in');
     return { alreadyGone: false };
   }
@@ -198,6 +215,17 @@ export class SimCloud implements NodeGroupProvider {
     g.desired--;
     this.leave(g, victim, 'scaled in by someone else');
     return victim.id;
+  }
+
+  private countActivity(groupId: string) {
+    let a = this.activity.get(groupId);
+    if (!a) this.activity.set(groupId, (a = { launched: 0, scaledIn: 0, rebought: 0, scaledInWithWorkWaiting: 0 }));
+    return a;
+  }
+
+  /** Whether a group's machines boot in MIG mode. */
+  isMigGroup(groupId: string): boolean {
+    return this.groups.get(groupId)?.config.migEnabled ?? false;
   }
 
   /** The machine leaves the group: through the terminate hook when the group has one, else at once. */
@@ -341,6 +369,9 @@ export class SimCloud implements NodeGroupProvider {
     const jitter = this.options.bootJitter ?? 0.2;
     const readyAtMs = now + Math.round(bootMs * (1 - jitter + 2 * jitter * this.options.random.next()));
     const id = `i-${(++this.counter).toString(16).padStart(17, '0')}`;
+    const a = this.countActivity(g.config.id);
+    a.launched++;
+    if (a.lastScaleInAtMs !== undefined && now - a.lastScaleInAtMs < 15 * 60_000) a.rebought++;
     this.instances.set(id, { id, groupId: g.config.id, offering, state: 'pending', launchedAtMs: now, readyAtMs, scaleInProtected: false });
   }
 }

@@ -137,6 +137,13 @@ export interface SimulationSummary {
     readonly stormInterruptions: number;
     readonly reconcileFailures: number;
   };
+  /** Machines launched and scaled in per group over the run (a buy-then-scale-in cycle shows here). */
+  readonly groupActivity: Readonly<
+    Record<
+      string,
+      { readonly launched: number; readonly scaledIn: number; readonly rebought: number; readonly scaledInWithWorkWaiting: number }
+    >
+  >;
   /** Invariant violations found (each minute's check), and their first messages. */
   readonly violations: number;
   readonly violationMessages: readonly string[];
@@ -273,6 +280,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     workSecOf: (job) => workOf(job)?.workSec ?? job.spec.expectedRuntimeSec ?? 3600,
     exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
     restoreSec: control.restoreSec,
+    migMachine: (inst) => env.cloud.isMigGroup(inst.groupId),
     // The world's upload speed (a fault may slow it); the agents assume the policy's.
     uploadMiBPerSec: faults.uploadMiBPerSec ?? options.uploadMiBPerSec ?? control.uploadMiBPerSec,
     timing: { uploadMiBPerSec: control.uploadMiBPerSec, uploadMarginSec: control.uploadMarginSec },
@@ -308,6 +316,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     cost.gpuMsPaid += aliveMs * (env.catalog.instanceTypes.get(inst.offering.instanceType)?.gpuCount ?? 0);
   };
   env.cloud.onEnded = (inst) => account(inst, inst.endedAtMs ?? env.clock.nowMs());
+  // A MIG group scaled in while MIG work waits is the buy-then-scale-in cycle (counted per group).
+  env.cloud.waitingWorkFor = (group) =>
+    group.migEnabled === true && env.jobs.all().some((j) => j.state === 'pending' && j.spec.gpu.kind === 'mig' && !j.hold);
   // A machine entering its terminate hook: Auto Scaling sends the lifecycle event (EventBridge may repeat it).
   env.cloud.onHookStarted = (inst, hook) =>
     deliver(
@@ -648,6 +659,14 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       stormInterruptions: injected.storm,
       reconcileFailures: injected.reconcileFailures,
     },
+    groupActivity: Object.fromEntries(
+      [...env.cloud.activity]
+        .sort(([a], [b]) => (a < b ? -1 : 1))
+        .map(([id, a]) => [
+          id,
+          { launched: a.launched, scaledIn: a.scaledIn, rebought: a.rebought, scaledInWithWorkWaiting: a.scaledInWithWorkWaiting },
+        ]),
+    ),
     violations: violations.length,
     violationMessages: violations.slice(0, 10).map((v) => v.message),
     duplicated: seenTwice.size,

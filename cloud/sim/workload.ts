@@ -41,6 +41,21 @@ export interface WorkloadOptions {
   readonly fractionMemoryBaseMiB?: number;
   /** Checkpoint interval for jobs of at least twice its length when the trace does not say (default 600 s; 0 for none). */
   readonly defaultCheckpointSec?: number;
+  /**
+   * Replay fractional-GPU rows as MIG requests on an A100 40GB: the smallest GPU-instance profile
+   * with at least the row's share of the GPU's seven compute slices (1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb).
+   */
+  readonly fractionsAsMig?: boolean;
+}
+
+/** The A100 40GB MIG profile a share of a GPU (0–1] needs: the smallest with at least that many of its 7 compute slices. */
+export function migProfileForShare(share: number): string {
+  const slices = Math.ceil(Math.min(1, Math.max(0, share)) * 7 - 1e-9);
+  if (slices <= 1) return '1g.5gb';
+  if (slices === 2) return '2g.10gb';
+  if (slices === 3) return '3g.20gb';
+  if (slices === 4) return '4g.20gb';
+  return '7g.40gb';
 }
 
 const DEFAULT_TEAMS = ['nlp', 'vision', 'speech', 'recsys'];
@@ -104,7 +119,9 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
     const workSec = Math.max(1, Math.round(duration));
     let gpu: JobSpecInput['gpu'];
     let nodes = 1;
-    if (gpus < 1) {
+    if (gpus < 1 && options.fractionsAsMig) {
+      gpu = { kind: 'mig', profile: migProfileForShare(gpus) };
+    } else if (gpus < 1) {
       const milli = Math.max(1, Math.min(999, Math.round(gpus * 1000)));
       gpu = {
         kind: 'fraction',

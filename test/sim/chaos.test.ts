@@ -218,4 +218,13 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
     );
     expect(rows[0]).toMatchObject({ profile: 'none', costOverheadPct: 0, p95WaitOverheadPct: 0, lost: 0, violations: 0 });
   }, 60_000);
+
+  it('runs MIG groups: the fractional pods of the openb trace as MIG slices, none lost, and no MIG machine scaled in while MIG work waits', async () => {
+    const { rows } = await benchChaos({ hours: 12, seed: 1, profiles: ['none'], mig: true });
+    const [row] = rows;
+    expect(row).toMatchObject({ lost: 0, duplicated: 0, violations: 0 });
+    expect(row!.completed).toBeGreaterThan(0);
+    expect(row!.migGroup!.launched).toBeGreaterThan(0);
+    expect(row!.migGroup!.scaledInWithWorkWaiting).toBe(0);
+  }, 120_000);
 });
