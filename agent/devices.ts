@@ -9,7 +9,8 @@ import type { NvidiaSmiReport } from './nvidia-smi.ts';
  * MIG: the planner decides a GPU instance's profile and its placement (start slice) on a GPU. The
  * agent uses a free GPU instance of that profile at that placement when one exists (a layout set
  * at boot, or one left by an earlier job) and otherwise creates one there
- * (`nvidia-smi mig -cgi <profile>:<start> -C`: a profile tuple with a placement specifier);
+ * (`nvidia-smi mig -cgi <profile>:<start> -C`: a profile tuple with a placement specifier, as
+ * nvidia-smi's help describes it; no shared capture shows it, so check it on a MIG host first);
  * instances it created are destroyed when their job ends. A placement the driver refuses is a
  * DeviceError: the attempt goes back to the queue with that reason, and the planner, which plans
  * from the placements the agent reports (`nvidia-smi mig -lgi`), sees the real layout next time.
