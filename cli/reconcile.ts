@@ -1,8 +1,7 @@
 import { describeAction, describeFailure } from '../core/plan.ts';
 import { plan } from '../core/planner/planner.ts';
 import { reconcile, type ReconcilePorts } from '../core/services/reconcile.ts';
-import type { Snapshot } from '../core/snapshot.ts';
-import type { Policy } from '../core/snapshot.ts';
+import type { Policy, Snapshot } from '../core/snapshot.ts';
 import { openAwsPorts, type StackFlags } from './aws.ts';
 import { UsageError } from '../core/errors.ts';
 
