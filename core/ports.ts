@@ -247,6 +247,8 @@ export interface DecisionRecord {
   /** Actions that could not be applied, each with its code and resource. */
   readonly errors: readonly ActionFailure[];
   readonly planMs: number;
+  /** Clouds left out of this reconcile because their calls failed: since when (carried from the decision before), and the last error. */
+  readonly degraded?: readonly { readonly cloud: string; readonly sinceMs: number; readonly error: string; readonly code?: string }[];
 }
 
 export interface DecisionLog {

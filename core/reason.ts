@@ -9,6 +9,8 @@ export type ReasonCode =
   | 'waiting-for-capacity'
   | 'waiting-for-boot'
   | 'no-offering-fits'
+  /** No healthy group can hold it, and a cloud that might is left out because its calls fail. */
+  | 'provider-degraded'
   | 'group-at-max'
   | 'offering-unavailable'
   | 'budget-hold'

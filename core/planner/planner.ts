@@ -586,7 +586,12 @@ class Planner {
                   'no-offering-fits',
                   `no offering allowed for it (${capacity === 'any' ? 'spot or on-demand' : capacity}${spec.placement ? ', placement limits' : ''}) can hold ${describeRequest(job)}`,
                 )
-              : reason('no-offering-fits', `no node group offers a machine that can hold ${describeRequest(job)}`),
+              : this.s.degraded && this.s.degraded.length > 0
+                ? reason(
+                    'provider-degraded',
+                    `no healthy node group offers a machine that can hold ${describeRequest(job)}; ${this.s.degraded.map((d) => `${d.cloud} is left out (its calls fail: ${d.error})`).join('; ')}`,
+                  )
+                : reason('no-offering-fits', `no node group offers a machine that can hold ${describeRequest(job)}`),
           }
         : {}),
     };

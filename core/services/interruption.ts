@@ -6,7 +6,7 @@ import { reason } from '../reason.ts';
 import type { Policy } from '../snapshot.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { requeueAttempt } from './requeue.ts';
-import { messageOf } from '../errors.ts';
+import { CloudError, messageOf } from '../errors.ts';
 
 /**
  * What a cloud (or the node's own agent) says is about to happen, or has happened, to a machine.
@@ -304,15 +304,20 @@ export async function completeDrainedLifecycles(
   for (const r of records) {
     const lc = r.draining?.lifecycle;
     if (!lc || (busy.has(r.instanceId) && nowMs < r.draining!.deadlineMs)) continue;
-    if (
-      await completeLifecycle(ports.providers, undefined, {
-        groupId: lc.groupId,
-        instanceId: r.instanceId,
-        hookName: lc.hookName,
-        ...(lc.token ? { token: lc.token } : {}),
-      })
-    )
-      completed++;
+    try {
+      if (
+        await completeLifecycle(ports.providers, undefined, {
+          groupId: lc.groupId,
+          instanceId: r.instanceId,
+          hookName: lc.hookName,
+          ...(lc.token ? { token: lc.token } : {}),
+        })
+      )
+        completed++;
+    } catch (error) {
+      // The cloud refused or failed the call: the next reconcile completes it (completing twice is harmless).
+      if (!(error instanceof CloudError)) throw error;
+    }
   }
   return completed;
 }

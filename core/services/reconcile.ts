@@ -10,7 +10,7 @@ import { applyJobEvent } from './job-updates.ts';
 import { checkpointSizeMiB, checkpointTimeoutSec } from './node-rules.ts';
 import { jobsOnInstance, requeueAttempt } from './requeue.ts';
 import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from './snapshot-reader.ts';
-import { ApplyError, codeOf, messageOf } from '../errors.ts';
+import { ApplyError, CloudError, codeOf, messageOf } from '../errors.ts';
 
 export type Planner = (snapshot: Snapshot) => Plan;
 
@@ -111,17 +111,22 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
           spotAlive.map((i) => ({ instanceId: i.id, offeringId: `${i.cloud}/${i.zone}/${i.instanceType}/spot`, atMs: nowMs })),
         );
       const shares = nodeShares(world.instances, world.activeJobs, snapshot.prices, (t) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1);
-      await accrueSpend(ports.ledger, {
-        teams: [...snapshot.teams.values()],
-        shares,
-        nowMs,
-        maxWindowMs: 2 * options.policy.reconcileIntervalSec * 1000,
-      });
+      // With a cloud left out its machines are not in view: spend is not counted this minute (the cursor stays, and the
+      // next complete view counts the window, up to its cap), rather than counted without them.
+      if (world.degraded.length === 0)
+        await accrueSpend(ports.ledger, {
+          teams: [...snapshot.teams.values()],
+          shares,
+          nowMs,
+          maxWindowMs: 2 * options.policy.reconcileIntervalSec * 1000,
+        });
     }
     const t0 = options.stopwatch?.() ?? 0;
     const plan = options.planner(snapshot);
     const planMs = (options.stopwatch?.() ?? 0) - t0;
+    const degraded = world.degraded.length > 0 ? await degradedSince(ports, world, nowMs) : [];
     const base: DecisionRecord = {
+      ...(degraded.length > 0 ? { degraded } : {}),
       id: `decision-${String(nowMs).padStart(15, '0')}`,
       atMs: nowMs,
       dryRun: options.dryRun ?? false,
@@ -147,7 +152,8 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     await ports.journal.finish(base.id);
     await trackIdleAndProtection(ports, world, plan, nowMs);
     await completeDrainedLifecycles(ports, world.records, world.activeJobs, nowMs);
-    await forgetGoneNodes(ports, world, nowMs);
+    // A degraded cloud's machines are not in the view: their records are kept, not forgotten.
+    if (world.degraded.length === 0) await forgetGoneNodes(ports, world, nowMs);
     const decision: DecisionRecord = { ...base, applied, errors };
     await ports.decisions.record(decision);
     return { status: 'done', decision, snapshot, lostJobsRequeued, resumed, ...(polled ? { polled } : {}) };
@@ -203,7 +209,8 @@ async function resumeUnfinished(ports: ReconcilePorts, policy: Policy): Promise<
     await ports.journal.finish(left.planId);
     return 0;
   }
-  const groups = (await Promise.all(ports.providers.map((p) => p.listGroups()))).flat();
+  // A provider that cannot be listed now leaves its actions unapplied (each then fails as having no provider; the plan is finished anyway).
+  const groups = (await Promise.all(ports.providers.map((p) => p.listGroups().catch(() => [])))).flat();
   const { applied } = await applyPlan(ports, left.actions, providersByGroup(ports, groups), nowMs, {
     journal: ports.journal,
     planId: left.planId,
@@ -286,8 +293,12 @@ export async function requeueLostWork(
   const instances = new Map(world.instances.map((i) => [i.id, i]));
   const records = new Map(world.records.map((r) => [r.instanceId, r]));
   const nodeIds = new Set(world.activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));
+  const knownGroups = new Set(world.groups.map((g) => g.id));
   let requeued = 0;
   for (const nodeId of [...nodeIds].sort()) {
+    // While a cloud is degraded, a machine missing from the view may be one of its own: kept as it is, never called lost.
+    const record = records.get(nodeId);
+    if ((world.degraded ?? []).length > 0 && !instances.has(nodeId) && !(record && knownGroups.has(record.groupId))) continue;
     const why = lostReason(instances.get(nodeId), records.get(nodeId), nowMs, policy);
     if (!why) continue;
     for (const job of jobsOnInstance(world.activeJobs, nodeId)) {
@@ -353,6 +364,17 @@ export async function drainHeldMachines(ports: ReconcilePorts, world: WorldView,
   return found;
 }
 
+/** The degraded clouds of this reconcile, each with when it first failed (carried over from the newest decision that had it). */
+async function degradedSince(ports: ReconcilePorts, world: WorldView, nowMs: number): Promise<NonNullable<DecisionRecord['degraded']>> {
+  const [previous] = await ports.decisions.recent(1);
+  return world.degraded.map((d) => ({
+    cloud: d.cloud,
+    sinceMs: previous?.degraded?.find((p) => p.cloud === d.cloud)?.sinceMs ?? nowMs,
+    error: d.error,
+    ...(d.code ? { code: d.code } : {}),
+  }));
+}
+
 export function lostReason(
   instance: Instance | undefined,
   record: NodeRecord | undefined,
@@ -403,8 +425,13 @@ async function trackIdleAndProtection(ports: ReconcilePorts, world: WorldView, p
   for (const [groupId, { on, off }] of toProtect) {
     const provider = ports.providers.find((p) => world.groups.some((g) => g.id === groupId && g.cloud === p.cloud));
     if (!provider) continue;
-    if (on.length > 0) await provider.setScaleInProtection(groupId, on, true);
-    if (off.length > 0) await provider.setScaleInProtection(groupId, off, false);
+    // Protection is set again every reconcile: a call that fails now is retried at the next one, and stops nothing else.
+    try {
+      if (on.length > 0) await provider.setScaleInProtection(groupId, on, true);
+      if (off.length > 0) await provider.setScaleInProtection(groupId, off, false);
+    } catch (error) {
+      if (!(error instanceof CloudError)) throw error;
+    }
   }
 }
 

@@ -1,3 +1,4 @@
+import { codeOf, messageOf } from '../errors.ts';
 import { teamFromTags } from '../budget.ts';
 import { periodKey } from '../period.ts';
 import type { InstanceType, Offering, PriceQuote } from '../catalog.ts';
@@ -44,18 +45,45 @@ export interface WorldView {
   readonly records: NodeRecord[];
   readonly pendingJobs: Job[];
   readonly activeJobs: Job[];
+  /** Providers whose listing failed (after the SDK's retries): their groups and machines are not in this view. */
+  readonly degraded: DegradedProvider[];
+}
+
+/** A cloud provider left out of one reconcile because its calls fail. */
+export interface DegradedProvider {
+  readonly cloud: string;
+  readonly error: string;
+  readonly code?: string;
 }
 
 /** Reads what the clouds and the state store say right now. */
 export async function readWorld(ports: SnapshotPorts): Promise<WorldView> {
-  const [groupLists, instanceLists, records, pendingJobs, activeJobs] = await Promise.all([
-    Promise.all(ports.providers.map((p) => p.listGroups())),
-    Promise.all(ports.providers.map((p) => p.listInstances())),
+  // One provider failing does not stop the fleet: it is left out of this view, the others are read.
+  const perProvider = Promise.all(
+    ports.providers.map(async (p) => {
+      try {
+        const [groups, instances] = await Promise.all([p.listGroups(), p.listInstances()]);
+        return { groups, instances };
+      } catch (error) {
+        const code = codeOf(error);
+        return { degraded: { cloud: p.cloud, error: messageOf(error), ...(code ? { code } : {}) } };
+      }
+    }),
+  );
+  const [read, records, pendingJobs, activeJobs] = await Promise.all([
+    perProvider,
     ports.nodes.list(),
     ports.jobs.listByState(['pending']),
     ports.jobs.listByState(ACTIVE_STATES),
   ]);
-  return { groups: groupLists.flat(), instances: instanceLists.flat(), records, pendingJobs, activeJobs };
+  return {
+    groups: read.flatMap((r) => r.groups ?? []),
+    instances: read.flatMap((r) => r.instances ?? []),
+    records,
+    pendingJobs,
+    activeJobs,
+    degraded: read.flatMap((r) => (r.degraded ? [r.degraded] : [])),
+  };
 }
 
 /** A node may take new work when its machine runs, its agent is registered, healthy, fresh and not draining. */
@@ -104,7 +132,13 @@ export async function buildSnapshot(
     ports.catalog.instanceTypes(typeNames),
     ports.prices.prices(uniqueById([...offerings, ...nodeOfferings])),
     ports.budgets.readTeamTags(),
-    Promise.all(ports.providers.map((p) => p.launchFailures(nowMs - policy.unavailableForSec * 1000))),
+    // A degraded provider's launch failures are not read (it would fail again); the others are.
+    Promise.all(
+      ports.providers
+        .filter((p) => !world.degraded.some((d) => d.cloud === p.cloud))
+        // A failed read of the launch failures only means none are known this minute.
+        .map((p) => p.launchFailures(nowMs - policy.unavailableForSec * 1000).catch(() => [])),
+    ),
     ports.pools.stats(nowMs - POOL_HISTORY_WINDOW_MS),
   ]);
   // Spot risk per pool: the Spot Advisor band as prior, updated by what gpu-fleet itself observed.
@@ -143,6 +177,7 @@ export async function buildSnapshot(
     activeJobs: world.activeJobs,
     groups: world.groups,
     nodes: joinNodes(world, nowMs, policy),
+    ...(world.degraded.length > 0 ? { degraded: world.degraded } : {}),
     instanceTypes: instanceTypes as ReadonlyMap<string, InstanceType>,
     prices: prices as ReadonlyMap<string, PriceQuote>,
     poolRiskPerHour,

@@ -5,6 +5,8 @@ import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { reason } from '../../core/reason.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
 import { reconcile } from '../../core/services/reconcile.ts';
+import { CloudError } from '../../core/errors.ts';
+import type { NodeGroupProvider } from '../../core/ports.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
@@ -252,6 +254,83 @@ describe('reconcile', () => {
     ]);
     expect((await e.cloud.describeInstance(inst!.id))!.state).toBe('terminated');
     expect(await e.jobs.get('nlp.a')).toMatchObject({ attempt: 2, checkpoint: cp });
+  });
+
+  it('a cloud whose calls fail is left out: the rest is planned and applied, its machines and jobs kept, and the decision says since when', async () => {
+    const e = env();
+    let gcpDown = true;
+    const gcp: NodeGroupProvider = {
+      cloud: 'gcp',
+      listGroups: async () => {
+        if (gcpDown)
+          throw new CloudError('unavailable', 'compute.googleapis.com: 503 Service Unavailable', {
+            operation: 'list groups',
+            cloud: 'gcp',
+          });
+        return [];
+      },
+      listInstances: async () => {
+        if (gcpDown)
+          throw new CloudError('unavailable', 'compute.googleapis.com: 503 Service Unavailable', {
+            operation: 'list instances',
+            cloud: 'gcp',
+          });
+        return [];
+      },
+      describeInstance: async () => undefined,
+      setDesiredCapacity: async () => {},
+      terminateInstance: async () => ({ alreadyGone: true }),
+      setScaleInProtection: async () => {},
+      launchFailures: async () => [],
+      completeLifecycleAction: async () => {},
+    };
+    const ports = { ...e.ports, providers: [...e.ports.providers, gcp] };
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'a' });
+    await intake(e, {
+      team: 'nlp',
+      body: JSON.stringify({ ...spec, gpu: { kind: 'whole', count: 1, models: ['A100-80GB'] } }),
+      token: 'big',
+    });
+    // A job running on a GCP machine the view cannot see now: its agent still beats.
+    await e.nodes.register({
+      instanceId: 'gce-1',
+      groupId: 'gcp-a100-spot',
+      registeredAtMs: T0,
+      lastHeartbeatAtMs: T0,
+      healthy: true,
+      gpus: [],
+    });
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'on-gcp' });
+    await applyJobEvent(
+      e.jobs,
+      'nlp.on-gcp',
+      { type: 'place', attempt: 1, placement: { capacityType: 'spot', nodes: [{ nodeId: 'gce-1', gpuIndices: [0] }] } },
+      T0,
+    );
+    await applyJobEvent(e.jobs, 'nlp.on-gcp', { type: 'start', attempt: 1 }, T0);
+
+    const first = await reconcile(ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    if (first.status !== 'done') throw new Error('reconcile did not run');
+    expect(first.decision.degraded).toEqual([
+      { cloud: 'gcp', sinceMs: T0, error: 'compute.googleapis.com: 503 Service Unavailable', code: 'unavailable' },
+    ]);
+    expect(first.decision.plan.actions).toContainEqual(expect.objectContaining({ kind: 'scale-up', groupId: 'v100-spot' }));
+    expect(first.decision.applied).toBeGreaterThan(0);
+    expect(first.decision.plan.waiting.find((w) => w.jobId === 'nlp.big')?.reason).toMatchObject({
+      code: 'provider-degraded',
+      message: expect.stringMatching(/gcp is left out \(its calls fail: compute.googleapis.com: 503/),
+    });
+    expect(await e.jobs.get('nlp.on-gcp')).toMatchObject({ state: 'running', attempt: 1 });
+    expect(await e.nodes.get('gce-1')).toBeDefined();
+
+    e.clock.advanceBy(60_000);
+    await e.nodes.heartbeat('gce-1', e.clock.nowMs());
+    const second = await reconcile(ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    expect(second.status === 'done' && second.decision.degraded?.[0]?.sinceMs).toBe(T0);
+    gcpDown = false;
+    e.clock.advanceBy(60_000);
+    const back = await reconcile(ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    expect(back.status === 'done' && back.decision.degraded).toBeUndefined();
   });
 
   it('plans without acting in a dry run, and records the decision', async () => {
