@@ -4,16 +4,16 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
-import { checkpointPartLocation, finishCancel, type CheckpointRef, type Job } from '../core/job.ts';
+import { checkpointPartLocation, type CheckpointRef, type Job } from '../core/job.ts';
 import type { CheckpointStore, Clock, GpuMetricSample, GpuMetricSink, JobStore, NodeStore } from '../core/ports.ts';
 import { reason, type Reason } from '../core/reason.ts';
-import { applyJobEvent } from '../core/services/job-updates.ts';
+import { applyJobEvent, finishCancelled } from '../core/services/job-updates.ts';
+import { recordCheckpointResult, recordExit } from '../core/services/node-reports.ts';
 import {
   afterCheckpoint,
   checkpointLimits,
   checkpointSizeMiB,
   DEFAULT_CHECKPOINT_TIMING,
-  exitReport,
   gangRank,
   nextNodeStep,
   startFailure,
@@ -456,9 +456,7 @@ export class NodeAgent {
     const now = this.ports.clock.nowMs();
     // The exit decides now: a finished or failed attempt needs no checkpoint, so a save in flight never holds the report.
     const code = exitCode(exit);
-    const report = exitReport(l.rank, code);
-    if (report?.event === 'succeed') await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
-    if (report?.event === 'fail') await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: code }, now);
+    await recordExit(this.ports.jobs, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, exitCode: code, nowMs: now });
     this.ports.log.info('job process ended', { job: l.jobId, attempt: l.attempt, exitCode: code, signal: exit.signal });
     await this.forget(l);
   }
@@ -493,13 +491,7 @@ export class NodeAgent {
   }
 
   private async finishCancelled(jobId: string): Promise<void> {
-    for (let i = 0; i < 5; i++) {
-      const job = await this.ports.jobs.get(jobId);
-      if (!job) return;
-      const out = finishCancel(job, this.ports.clock.nowMs());
-      if (!out.ok || !out.changed) return;
-      if ((await this.ports.jobs.update(out.job, job.version)).ok) return;
-    }
+    await finishCancelled(this.ports.jobs, jobId, this.ports.clock.nowMs());
   }
 
   // ---- checkpoints ------------------------------------------------------------------------
@@ -608,13 +600,7 @@ export class NodeAgent {
         const now = this.ports.clock.nowMs();
         const job = (await this.ports.jobs.get(l.jobId)) ?? l.job;
         const result = afterCheckpoint(job, then, why, outcome);
-        if (result.event === 'fail')
-          await applyJobEvent(this.ports.jobs, l.jobId, { type: 'fail', attempt: l.attempt, exitCode: result.exitCode }, now);
-        else if (l.rank === 0) {
-          if (result.event === 'succeed') await applyJobEvent(this.ports.jobs, l.jobId, { type: 'succeed', attempt: l.attempt }, now);
-          else if (result.event === 'cancel') await this.finishCancelled(l.jobId);
-          else await requeueAttempt(this.ports, { jobId: l.jobId, attempt: l.attempt, reason: result.reason, nowMs: now });
-        }
+        await recordCheckpointResult(this.ports, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, result, nowMs: now });
         await this.forget(l);
         this.ports.log.info(outcome.kind === 'saved' ? 'checkpointed' : 'stopped without a new checkpoint', {
           job: l.jobId,

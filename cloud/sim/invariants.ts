@@ -55,25 +55,42 @@ export interface InvariantInput {
  *    (two upload times at the machine's bandwidth plus the upload margin: one save in flight, the newest queued behind it);
  * 7. no job stays `checkpointing` longer than its checkpoint timeout plus one reconcile interval.
  */
-export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: number }): Promise<InvariantViolation[]> {
-  const out: InvariantViolation[] = [];
-  const v = (name: string, message: string) => out.push(new InvariantViolation(name, message, x.atMs));
-  // One pass over the jobs (this runs every simulated minute): states, platform failures, and how many submitted ids are present.
-  let present = 0;
-  const current = new Map<string, Job>();
-  // From the machines' side: which attempts of each job have live processes, and where each rank runs.
+/**
+ * From the machines' side: which attempts of each job have live processes, and the jobs that run
+ * twice (two attempts at once, or one rank of an attempt on two machines), with what was seen.
+ */
+export function fromMachines(processes: readonly LiveProcess[]): {
+  running: Map<string, number[]>;
+  twice: { jobId: string; rankTwice?: string }[];
+} {
   const running = new Map<string, number[]>();
   const ranks = new Map<string, string>();
-  for (const p of x.processes) {
+  const twice: { jobId: string; rankTwice?: string }[] = [];
+  for (const p of processes) {
     const attempts = running.get(p.jobId) ?? [];
     if (!attempts.includes(p.attempt)) attempts.push(p.attempt);
     running.set(p.jobId, attempts);
     const key = `${p.jobId}#${p.attempt}/${p.rank}`;
     const other = ranks.get(key);
     if (other !== undefined)
-      v('no two running attempts', `job ${p.jobId} attempt ${p.attempt} runs rank ${p.rank} on both ${other} and ${p.instanceId}`);
+      twice.push({
+        jobId: p.jobId,
+        rankTwice: `job ${p.jobId} attempt ${p.attempt} runs rank ${p.rank} on both ${other} and ${p.instanceId}`,
+      });
     else ranks.set(key, p.instanceId);
   }
+  for (const [jobId, attempts] of running) if (attempts.length > 1) twice.push({ jobId });
+  return { running, twice };
+}
+
+export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: number }): Promise<InvariantViolation[]> {
+  const out: InvariantViolation[] = [];
+  const v = (name: string, message: string) => out.push(new InvariantViolation(name, message, x.atMs));
+  // One pass over the jobs (this runs every simulated minute): states, platform failures, and how many submitted ids are present.
+  let present = 0;
+  const current = new Map<string, Job>();
+  const { running, twice } = fromMachines(x.processes);
+  for (const t of twice) if (t.rankTwice) v('no two running attempts', t.rankTwice);
   for (const j of x.jobs) {
     if (x.submitted.has(j.id)) present++;
     if (!JOB_STATES.includes(j.state)) v('one state per job', `job ${j.id} is in unknown state "${j.state}"`);

@@ -3,16 +3,16 @@ import { ConflictError } from '../../core/errors.ts';
 import { stillRuns, type Instance } from '../../core/fleet.ts';
 import type { GpuDevice, GpuModel } from '../../core/gpu.ts';
 import { migProfile, MIG_GPUS } from '../../core/mig.ts';
-import { finishCancel, type CheckpointRef, type Job } from '../../core/job.ts';
+import { type CheckpointRef, type Job } from '../../core/job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
-import { applyJobEvent } from '../../core/services/job-updates.ts';
+import { applyJobEvent, finishCancelled } from '../../core/services/job-updates.ts';
+import { recordCheckpointResult, recordExit } from '../../core/services/node-reports.ts';
 import {
   afterCheckpoint,
   checkpointLimits,
   checkpointSizeMiB,
   DEFAULT_CHECKPOINT_TIMING,
-  exitReport,
   gangRank,
   nextNodeStep,
   startFailure,
@@ -194,17 +194,6 @@ export class SimAgents {
     for (const m of this.machines.values()) {
       for (const p of m.processes.values())
         if (!p.exit) out.push({ instanceId: m.instance.id, jobId: p.jobId, attempt: p.attempt, rank: p.rank });
-    }
-    return out;
-  }
-
-  /** The attempts whose processes live now, by job (from the machines' side): more than one attempt for a job is a bug. */
-  runningAttempts(): Map<string, number[]> {
-    const out = new Map<string, number[]>();
-    for (const p of this.liveProcesses()) {
-      const list = out.get(p.jobId) ?? [];
-      if (!list.includes(p.attempt)) list.push(p.attempt);
-      out.set(p.jobId, list);
     }
     return out;
   }
@@ -393,26 +382,22 @@ export class SimAgents {
           await this.launch(m, job!, step.rank, step.size, gpus, now);
           break;
         case 'run':
-          this.collect(m, p!, gpus, now);
+          this.collect(p!, now);
           break;
         case 'busy':
-          await this.advanceCheckpoint(m, p!, gpus, now);
+          await this.advanceCheckpoint(m, p!, now);
           break;
         case 'checkpoint':
-          this.beginCheckpoint(p!, step.then, step.reason, gpus, now);
-          await this.advanceCheckpoint(m, p!, gpus, now);
+          this.beginCheckpoint(p!, step.then, step.reason, now);
+          await this.advanceCheckpoint(m, p!, now);
           break;
         case 'stop-cancel':
           await this.end(m, p!, now, true);
           if (p!.rank === 0) await this.finishCancelled(jobId, now);
           break;
         case 'report-exit': {
-          const report = exitReport(p!.rank, p!.exit!.code);
-          if (report?.event === 'succeed') {
-            const done = await applyJobEvent(jobs, jobId, { type: 'succeed', attempt }, now);
-            if (done.status === 'changed') this.stats.succeeded++;
-          }
-          if (report?.event === 'fail') await applyJobEvent(jobs, jobId, { type: 'fail', attempt, exitCode: report.exitCode }, now);
+          const done = await recordExit(jobs, { jobId, attempt, rank: p!.rank, exitCode: p!.exit!.code, nowMs: now });
+          if (done?.status === 'changed' && done.job.state === 'succeeded') this.stats.succeeded++;
           await this.end(m, p!, now, false);
           break;
         }
@@ -465,23 +450,17 @@ export class SimAgents {
   }
 
   /** Starts saving the newest checkpoint the job marked (the upload runs at the machine's bandwidth). */
-  private collect(m: SimMachine, p: SimProcess, gpus: readonly GpuDevice[], now: number): void {
+  private collect(p: SimProcess, now: number): void {
     if (!p.marker || p.marker.atMs <= p.collectedAtMs) return;
     p.collectedAtMs = p.marker.atMs;
     if (p.upload) {
       p.queued = p.marker;
       return;
     }
-    this.startUpload(m, p, p.marker, gpus, now);
+    this.startUpload(p, p.marker, now);
   }
 
-  private startUpload(
-    _m: SimMachine,
-    p: SimProcess,
-    marker: NonNullable<SimProcess['marker']>,
-    gpus: readonly GpuDevice[],
-    now: number,
-  ): void {
+  private startUpload(p: SimProcess, marker: NonNullable<SimProcess['marker']>, now: number): void {
     const location = `${this.options.checkpoints.locationFor(p.jobId, p.attempt)}${marker.path}/`;
     const durationMs = Math.max(1, Math.round((p.sizeMiB / this.bandwidth) * 1000));
     p.upload = {
@@ -528,10 +507,10 @@ export class SimAgents {
     p.upload = undefined;
     const next = p.queued;
     p.queued = undefined;
-    if (next && m.processes.get(p.jobId) === p) this.startUpload(m, p, next, [], now);
+    if (next && m.processes.get(p.jobId) === p) this.startUpload(p, next, now);
   }
 
-  private beginCheckpoint(p: SimProcess, then: 'requeue' | 'cancel', why: Reason, _gpus: readonly GpuDevice[], now: number): void {
+  private beginCheckpoint(p: SimProcess, then: 'requeue' | 'cancel', why: Reason, now: number): void {
     const cp = p.job.spec.checkpoint;
     const limits = checkpointLimits({ graceSec: cp?.gracePeriodSec ?? 30, sizeMiB: p.sizeMiB, requestedAtMs: now, timing: this.timing });
     const endedBefore = p.exit && p.exit.atMs <= now ? p.exit.code : undefined;
@@ -549,11 +528,11 @@ export class SimAgents {
   }
 
   /** A checkpoint asked for moves on: the marker, its save, a gang's other parts; then the attempt ends as the rules say. */
-  private async advanceCheckpoint(m: SimMachine, p: SimProcess, gpus: readonly GpuDevice[], now: number): Promise<void> {
+  private async advanceCheckpoint(m: SimMachine, p: SimProcess, now: number): Promise<void> {
     const c = p.checkpointing;
     if (!c) return;
     this.world(m, now);
-    this.collect(m, p, gpus, now);
+    this.collect(p, now);
     await this.advanceUpload(m, p, now);
     let outcome: CheckpointOutcome | undefined;
     const cp = p.job.spec.checkpoint;
@@ -578,17 +557,11 @@ export class SimAgents {
     if (!outcome) return;
     const job = (await this.options.jobs.get(p.jobId)) ?? p.job;
     const result = afterCheckpoint(job, c.then, c.why, outcome);
-    if (result.event === 'fail')
-      await applyJobEvent(this.options.jobs, p.jobId, { type: 'fail', attempt: p.attempt, exitCode: result.exitCode }, now);
-    else if (p.rank === 0) {
-      if (result.event === 'succeed') {
-        const done = await applyJobEvent(this.options.jobs, p.jobId, { type: 'succeed', attempt: p.attempt }, now);
-        if (done.status === 'changed') this.stats.succeeded++;
-      } else if (result.event === 'cancel') await this.finishCancelled(p.jobId, now);
-      else {
-        const out = await requeueAttempt(this.options, { jobId: p.jobId, attempt: p.attempt, reason: result.reason, nowMs: now });
-        if (out.status === 'changed') this.stats.preempted++;
-      }
+    const out = await recordCheckpointResult(this.options, { jobId: p.jobId, attempt: p.attempt, rank: p.rank, result, nowMs: now });
+    if (out?.status === 'changed') {
+      if (result.event === 'succeed') this.stats.succeeded++;
+      if (result.event === 'cancel') this.stats.cancelled++;
+      if (result.event === 'requeue') this.stats.preempted++;
     }
     await this.end(m, p, now, outcome.kind !== 'exited-before');
   }
@@ -603,16 +576,7 @@ export class SimAgents {
   }
 
   private async finishCancelled(jobId: string, now: number): Promise<void> {
-    for (let i = 0; i < 5; i++) {
-      const job = await this.options.jobs.get(jobId);
-      if (!job) return;
-      const out = finishCancel(job, now);
-      if (!out.ok || !out.changed) return;
-      if ((await this.options.jobs.update(out.job, job.version)).ok) {
-        this.stats.cancelled++;
-        return;
-      }
-    }
+    if ((await finishCancelled(this.options.jobs, jobId, now)).status === 'changed') this.stats.cancelled++;
   }
 
   /** An attempt this machine ran is over: if it did not finish, how much work did it lose? */

@@ -11,7 +11,7 @@ import {
   stockouts,
   type FaultProfile,
 } from './faults.ts';
-import { checkInvariants, type InvariantViolation } from './invariants.ts';
+import { checkInvariants, fromMachines, type InvariantViolation } from './invariants.ts';
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
 import { periodKey } from '../../core/period.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
@@ -423,14 +423,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const seenTwice = new Set<string>();
   /** Every tick, from the machines' side: two attempts of a job, or one rank on two machines, is the job running twice. */
   const noteDuplicates = () => {
-    const where = new Map<string, string>();
-    for (const p of agents.liveProcesses()) {
-      const key = `${p.jobId}/${p.rank}`;
-      const seen = where.get(key);
-      if (seen !== undefined && seen !== `${p.attempt}@${p.instanceId}`) seenTwice.add(p.jobId);
-      where.set(key, `${p.attempt}@${p.instanceId}`);
-    }
-    for (const [id, a] of agents.runningAttempts()) if (a.length > 1) seenTwice.add(id);
+    for (const t of fromMachines(agents.liveProcesses()).twice) seenTwice.add(t.jobId);
   };
   const checkNow = async (atMs: number, instances: readonly Instance[]) => {
     if ((options.invariants ?? 'stop') === 'off') return;

@@ -1,5 +1,5 @@
 import { ConflictError } from '../errors.ts';
-import { transition, type Job, type JobEvent } from '../job.ts';
+import { finishCancel, transition, type Job, type JobEvent, type TransitionResult } from '../job.ts';
 import type { JobStore } from '../ports.ts';
 
 export type UpdateOutcome =
@@ -20,12 +20,34 @@ export async function applyJobEvent(
   nowMs: number,
   maxTries = 5,
 ): Promise<UpdateOutcome> {
+  return applyTransition(
+    jobs,
+    jobId,
+    (job) => {
+      const ev = typeof event === 'function' ? event(job) : event;
+      return ev === undefined ? undefined : transition(job, ev, nowMs);
+    },
+    maxTries,
+  );
+}
+
+/** Records a job whose cancel was asked for as cancelled, once its process is gone (the leader's report). */
+export function finishCancelled(jobs: JobStore, jobId: string, nowMs: number): Promise<UpdateOutcome> {
+  return applyTransition(jobs, jobId, (job) => finishCancel(job, nowMs));
+}
+
+/** The conditional-write loop under every job update: decide on the stored job, write if it is still that version, else again. */
+async function applyTransition(
+  jobs: JobStore,
+  jobId: string,
+  decide: (job: Job) => TransitionResult | undefined,
+  maxTries = 5,
+): Promise<UpdateOutcome> {
   for (let attempt = 0; attempt < maxTries; attempt++) {
     const job = await jobs.get(jobId);
     if (!job) return { status: 'not-found' };
-    const ev = typeof event === 'function' ? event(job) : event;
-    if (ev === undefined) return { status: 'unchanged', job };
-    const result = transition(job, ev, nowMs);
+    const result = decide(job);
+    if (result === undefined) return { status: 'unchanged', job };
     if (!result.ok) return { status: 'refused', job, error: result.error };
     if (!result.changed) return { status: 'unchanged', job };
     const written = await jobs.update(result.job, job.version);
