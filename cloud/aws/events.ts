@@ -141,7 +141,29 @@ function issues(error: z.core.$ZodError): string {
   return error.issues.map((i) => `${i.path.map(String).join('.') || '(event)'} ${i.message}`).join('; ');
 }
 
-/** Builds a spot interruption warning exactly as EventBridge delivers it (used by the simulated cloud). */
+/** The EventBridge envelope every built event shares (used by the simulated cloud). */
+function envelope(
+  input: { id: string; region: string; account?: string; atMs: number },
+  source: string,
+  detailType: string,
+  resource: (account: string) => string,
+  detail: Record<string, unknown>,
+): Record<string, unknown> {
+  const account = input.account ?? '123456789012';
+  return {
+    version: '0',
+    id: input.id,
+    'detail-type': detailType,
+    source,
+    account,
+    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    region: input.region,
+    resources: [resource(account)],
+    detail,
+  };
+}
+
+/** Builds a spot interruption warning exactly as EventBridge delivers it. */
 export function spotInterruptionWarning(input: {
   id: string;
   instanceId: string;
@@ -150,17 +172,16 @@ export function spotInterruptionWarning(input: {
   account?: string;
   atMs: number;
 }): Record<string, unknown> {
-  return {
-    version: '0',
-    id: input.id,
-    'detail-type': 'EC2 Spot Instance Interruption Warning',
-    source: 'aws.ec2',
-    account: input.account ?? '123456789012',
-    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
-    region: input.region,
-    resources: [`arn:aws:ec2:${input.zone}:instance/${input.instanceId}`],
-    detail: { 'instance-id': input.instanceId, 'instance-action': 'terminate' },
-  };
+  return envelope(
+    input,
+    'aws.ec2',
+    'EC2 Spot Instance Interruption Warning',
+    () => `arn:aws:ec2:${input.zone}:instance/${input.instanceId}`,
+    {
+      'instance-id': input.instanceId,
+      'instance-action': 'terminate',
+    },
+  );
 }
 
 /** Builds an EC2 state-change notification as EventBridge delivers it. */
@@ -172,17 +193,13 @@ export function instanceStateChange(input: {
   atMs: number;
   state: string;
 }): Record<string, unknown> {
-  return {
-    version: '0',
-    id: input.id,
-    'detail-type': 'EC2 Instance State-change Notification',
-    source: 'aws.ec2',
-    account: input.account ?? '123456789012',
-    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
-    region: input.region,
-    resources: [`arn:aws:ec2:${input.region}:${input.account ?? '123456789012'}:instance/${input.instanceId}`],
-    detail: { 'instance-id': input.instanceId, state: input.state },
-  };
+  return envelope(
+    input,
+    'aws.ec2',
+    'EC2 Instance State-change Notification',
+    (account) => `arn:aws:ec2:${input.region}:${account}:instance/${input.instanceId}`,
+    { 'instance-id': input.instanceId, state: input.state },
+  );
 }
 
 /** Builds an EC2 rebalance recommendation as EventBridge delivers it. */
@@ -193,18 +210,13 @@ export function rebalanceRecommendation(input: {
   account?: string;
   atMs: number;
 }): Record<string, unknown> {
-  const account = input.account ?? '123456789012';
-  return {
-    version: '0',
-    id: input.id,
-    'detail-type': 'EC2 Instance Rebalance Recommendation',
-    source: 'aws.ec2',
-    account,
-    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
-    region: input.region,
-    resources: [`arn:aws:ec2:${input.region}:${account}:instance/${input.instanceId}`],
-    detail: { 'instance-id': input.instanceId },
-  };
+  return envelope(
+    input,
+    'aws.ec2',
+    'EC2 Instance Rebalance Recommendation',
+    (account) => `arn:aws:ec2:${input.region}:${account}:instance/${input.instanceId}`,
+    { 'instance-id': input.instanceId },
+  );
 }
 
 /** Builds an EC2 Auto Scaling terminate lifecycle action as EventBridge delivers it (a hook holds the machine). */
@@ -218,22 +230,17 @@ export function terminateLifecycleAction(input: {
   account?: string;
   atMs: number;
 }): Record<string, unknown> {
-  const account = input.account ?? '123456789012';
-  return {
-    version: '0',
-    id: input.id,
-    'detail-type': 'EC2 Instance-terminate Lifecycle Action',
-    source: 'aws.autoscaling',
-    account,
-    time: new Date(input.atMs).toISOString().replace(/\.\d{3}Z$/, 'Z'),
-    region: input.region,
-    resources: [`arn:aws:autoscaling:${input.region}:${account}:autoScalingGroup:*:autoScalingGroupName/${input.groupName}`],
-    detail: {
+  return envelope(
+    input,
+    'aws.autoscaling',
+    'EC2 Instance-terminate Lifecycle Action',
+    (account) => `arn:aws:autoscaling:${input.region}:${account}:autoScalingGroup:*:autoScalingGroupName/${input.groupName}`,
+    {
       LifecycleActionToken: input.token,
       AutoScalingGroupName: input.groupName,
       LifecycleHookName: input.hookName,
       EC2InstanceId: input.instanceId,
       LifecycleTransition: 'autoscaling:EC2_INSTANCE_TERMINATING',
     },
-  };
+  );
 }

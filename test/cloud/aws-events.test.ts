@@ -1,6 +1,12 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { instanceStateChange, parseCloudEvent, spotInterruptionWarning } from '../../cloud/aws/events.ts';
+import {
+  instanceStateChange,
+  parseCloudEvent,
+  rebalanceRecommendation,
+  spotInterruptionWarning,
+  terminateLifecycleAction,
+} from '../../cloud/aws/events.ts';
 
 const dir = new URL('../fixtures/events/', import.meta.url);
 const load = (name: string) => JSON.parse(readFileSync(new URL(name, dir), 'utf8')) as unknown;
@@ -116,5 +122,42 @@ describe('EventBridge events', () => {
       kind: 'notice',
       notice: { kind: 'state-change', state: 'terminated' },
     });
+  });
+
+  it('the rebalance and lifecycle events the simulated groups send read back as the same notices as real ones', () => {
+    const at = Date.UTC(2026, 10, 2, 3, 0, 0);
+    const rebalance = rebalanceRecommendation({ id: 'sim-1', instanceId: 'i-0123456789abcdef0', region: 'us-west-2', atMs: at });
+    expect(parseCloudEvent(rebalance, { receivedAtMs: at })).toEqual({
+      kind: 'notice',
+      warnings: [],
+      notice: { kind: 'rebalance', eventId: 'sim-1', instanceId: 'i-0123456789abcdef0', atMs: at },
+    });
+    const hook = terminateLifecycleAction({
+      id: 'sim-2',
+      instanceId: 'i-0123456789abcdef0',
+      groupName: 'g',
+      hookName: 'gpu-fleet-drain',
+      token: 't',
+      region: 'us-west-2',
+      atMs: at,
+    });
+    expect(parseCloudEvent(hook, { receivedAtMs: at, lifecycleTimeoutSec: 300 })).toEqual({
+      kind: 'notice',
+      warnings: [],
+      notice: {
+        kind: 'lifecycle-terminate',
+        eventId: 'sim-2',
+        instanceId: 'i-0123456789abcdef0',
+        atMs: at,
+        groupName: 'g',
+        hookName: 'gpu-fleet-drain',
+        token: 't',
+        deadlineMs: at + 300_000,
+      },
+    });
+    // The same shape as AWS's documented sample.
+    expect(Object.keys(hook).sort()).toEqual(
+      Object.keys(load('awsdocs-asg-ec2-instance-terminate-lifecycle-action.json') as object).sort(),
+    );
   });
 });
