@@ -6,7 +6,7 @@ import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
 import { checkpointPartLocation, type CheckpointRef, type Job } from '../core/job.ts';
 import type { CheckpointStore, Clock, GpuMetricSample, GpuMetricSink, JobStore, NodeStore } from '../core/ports.ts';
-import { reason, type Reason } from '../core/reason.ts';
+import type { Reason } from '../core/reason.ts';
 import { applyJobEvent, finishCancelled } from '../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../core/services/node-reports.ts';
 import {
@@ -16,6 +16,7 @@ import {
   DEFAULT_CHECKPOINT_TIMING,
   gangRank,
   nextNodeStep,
+  onMachineNotice,
   startFailure,
   uploadAllowanceSec,
   type CheckpointOutcome,
@@ -123,8 +124,6 @@ interface LocalAttempt {
 }
 
 type SaveResult = UploadResult & { readonly complete?: boolean; readonly ref?: CheckpointRef };
-
-const NO_DEADLINE_MS = 7 * 86_400_000;
 
 export class NodeAgent {
   private readonly local = new Map<string, LocalAttempt>();
@@ -690,40 +689,41 @@ export class NodeAgent {
     if (this.handledNotices.has(id)) return;
     this.handledNotices.add(id);
     const now = this.ports.clock.nowMs();
-    const marginMs = (this.config.noticeMarginSec ?? 20) * 1000;
-    const deadlineMs = n.kind === 'interruption' ? Math.max(now, n.actionAtMs - marginMs) : now + NO_DEADLINE_MS;
     const what = n.kind === 'interruption' ? `${n.action} notice (${n.source})` : `rebalance recommendation (${n.source})`;
+    const locals = [...this.local.values()];
+    const rule = onMachineNotice(
+      n.kind === 'interruption' ? { kind: 'interruption', actionAtMs: n.actionAtMs, what } : { kind: 'rebalance', what },
+      now,
+      this.config.noticeMarginSec ?? 20,
+      locals.map((l) => ({
+        key: l.key,
+        checkpointable: l.job.spec.checkpoint !== undefined,
+        busy: l.stopping || l.checkpointing !== undefined,
+        gracePeriodSec: l.job.spec.checkpoint?.gracePeriodSec ?? 30,
+      })),
+    );
     this.ports.log.warn(`the cloud says this machine is at risk: ${what}; draining and checkpointing now`, {
-      deadline: new Date(deadlineMs).toISOString(),
+      deadline: new Date(rule.deadlineMs).toISOString(),
     });
     await this.ports.nodes.markDraining(this.instanceId, {
       sinceMs: now,
-      reason: `${what} seen by the node agent`,
-      deadlineMs,
+      reason: rule.drainReason,
+      deadlineMs: rule.deadlineMs,
       groupId: this.groupId,
     });
-    const why = reason('interrupted', `its machine got a ${what}; checkpointed and requeued`);
-    for (const l of this.local.values()) {
-      if (l.stopping || l.checkpointing) continue;
-      const checkpointable = l.job.spec.checkpoint !== undefined;
-      if (n.kind === 'rebalance' && !checkpointable) continue; // no hard deadline: let it finish where it is
-      if (checkpointable) {
+    for (const step of rule.steps) {
+      const l = locals.find((x) => x.key === step.key)!;
+      if (step.kind === 'checkpoint') {
         // Any rank: the whole gang checkpoints (the other ranks see the job checkpointing).
-        await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-requested', attempt: l.attempt, reason: why }, now);
-        // The job gets at least its grace period: a notice time in the past (clock skew) must not skip the checkpoint.
-        this.beginCheckpoint(
-          l,
-          'requeue',
-          why,
-          n.kind === 'interruption' ? Math.max(deadlineMs, now + checkpointGraceMs(l.job)) : undefined,
+        await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-requested', attempt: l.attempt, reason: rule.reason }, now);
+        this.beginCheckpoint(l, 'requeue', rule.reason, step.hardDeadlineMs);
+      } else if (step.kind === 'requeue-at') {
+        const t = setTimeout(
+          () => {
+            if (this.local.get(l.key) === l && !l.exit && !l.checkpointing) this.beginCheckpoint(l, 'requeue', step.reason);
+          },
+          Math.max(0, step.atMs - now),
         );
-      } else {
-        // It cannot keep its work; give it until the deadline to finish, then requeue it from scratch.
-        const wait = Math.max(0, deadlineMs - now);
-        const t = setTimeout(() => {
-          if (this.local.get(l.key) === l && !l.exit && !l.checkpointing)
-            this.beginCheckpoint(l, 'requeue', reason('interrupted', `its machine got a ${what}`));
-        }, wait);
         this.timers.push(t);
       }
     }
@@ -782,10 +782,6 @@ function keyOf(jobId: string, attempt: number): string {
 
 function safeName(jobId: string): string {
   return jobId.replace(/[^A-Za-z0-9._-]/g, '_');
-}
-
-function checkpointGraceMs(job: Job): number {
-  return (job.spec.checkpoint?.gracePeriodSec ?? 30) * 1000;
 }
 
 /** The exit code a shell would report: 128 + the signal's number for a process killed by a signal. */

@@ -223,3 +223,66 @@ export function checkpointTimeoutSec(job: Job, sizeMiB: number, timing: Checkpoi
 export function uploadRetryDelayMs(n: number): number {
   return Math.min(60_000, 2000 * 2 ** Math.max(0, n - 1));
 }
+
+/** What the machine's own metadata says is coming (AWS instance-action, GCE `instance/preempted`, a rebalance recommendation). */
+export interface MachineNotice {
+  /** `interruption`: the machine is taken at `actionAtMs`; `rebalance`: at higher risk, no hard deadline. */
+  readonly kind: 'interruption' | 'rebalance';
+  readonly actionAtMs?: number;
+  /** For the reason and the log: "preempted notice (instance/preempted)". */
+  readonly what: string;
+}
+
+/** One local attempt as the notice rule sees it. */
+export interface NoticeAttempt {
+  readonly key: string;
+  readonly checkpointable: boolean;
+  /** A checkpoint is being taken or the process is being stopped already. */
+  readonly busy: boolean;
+  readonly gracePeriodSec: number;
+}
+
+export type NoticeStep =
+  /** Mark the job checkpointing (`checkpoint-requested`) and take its checkpoint now, saved by `hardDeadlineMs` at the latest. */
+  | { readonly key: string; readonly kind: 'checkpoint'; readonly hardDeadlineMs?: number }
+  /** It cannot keep its work: let it run until `atMs`, then stop it and requeue it from the start. */
+  | { readonly key: string; readonly kind: 'requeue-at'; readonly atMs: number; readonly reason: Reason }
+  /** Leave it: busy already, or a rebalance recommendation with no checkpoint to take (it finishes where it is). */
+  | { readonly key: string; readonly kind: 'keep' };
+
+/** A rebalance recommendation sets no hard deadline: the drain mark's deadline is a week out. */
+const NOTICE_NO_DEADLINE_MS = 7 * 86_400_000;
+
+/**
+ * What a machine does when its metadata says it is going: mark itself draining (with the
+ * deadline, `marginSec` before the machine goes) so nothing new lands on it, and for each
+ * attempt that runs here, checkpoint now or run until the deadline. Pure; the real agent (at
+ * each look at the metadata) and the simulated machines (told by the simulated cloud) both
+ * follow it.
+ */
+export function onMachineNotice(
+  notice: MachineNotice,
+  nowMs: number,
+  marginSec: number,
+  attempts: readonly NoticeAttempt[],
+): { readonly deadlineMs: number; readonly drainReason: string; readonly reason: Reason; readonly steps: readonly NoticeStep[] } {
+  const interruption = notice.kind === 'interruption';
+  const deadlineMs = interruption ? Math.max(nowMs, (notice.actionAtMs ?? nowMs) - marginSec * 1000) : nowMs + NOTICE_NO_DEADLINE_MS;
+  const steps = attempts.map<NoticeStep>((a) => {
+    if (a.busy) return { key: a.key, kind: 'keep' };
+    if (a.checkpointable)
+      // At least its grace period: a notice time in the past (clock skew) must not skip the checkpoint.
+      return interruption
+        ? { key: a.key, kind: 'checkpoint', hardDeadlineMs: Math.max(deadlineMs, nowMs + a.gracePeriodSec * 1000) }
+        : { key: a.key, kind: 'checkpoint' };
+    return interruption
+      ? { key: a.key, kind: 'requeue-at', atMs: deadlineMs, reason: reason('interrupted', `its machine got a ${notice.what}`) }
+      : { key: a.key, kind: 'keep' };
+  });
+  return {
+    deadlineMs,
+    drainReason: `${notice.what} seen by the node agent`,
+    reason: reason('interrupted', `its machine got a ${notice.what}; checkpointed and requeued`),
+    steps,
+  };
+}

@@ -10,6 +10,7 @@ import {
   gangRank,
   judgeWorkEntry,
   nextNodeStep,
+  onMachineNotice,
   uploadAllowanceSec,
   uploadRetryDelayMs,
 } from '../../core/services/node-rules.ts';
@@ -130,5 +131,54 @@ describe('how long a checkpoint may take', () => {
 
   it('retries back off from 2 s, doubling, to at most a minute', () => {
     expect([1, 2, 3, 4, 5, 6, 10].map(uploadRetryDelayMs)).toEqual([2000, 4000, 8000, 16_000, 32_000, 60_000, 60_000]);
+  });
+});
+
+describe("a machine's own notice (the rule the agent and the simulated machines follow)", () => {
+  const at = (key: string, over: { checkpointable?: boolean; busy?: boolean; gracePeriodSec?: number } = {}) => ({
+    key,
+    checkpointable: over.checkpointable ?? true,
+    busy: over.busy ?? false,
+    gracePeriodSec: over.gracePeriodSec ?? 30,
+  });
+
+  it('on a GCE preemption (30 s ahead): drains with the deadline a margin before, checkpoints what can, lets the rest run until the deadline', () => {
+    const now = 1_000_000;
+    const out = onMachineNotice(
+      { kind: 'interruption', actionAtMs: now + 30_000, what: 'preempted notice (instance/preempted)' },
+      now,
+      20,
+      [at('a'), at('b', { checkpointable: false }), at('c', { busy: true })],
+    );
+    expect(out.deadlineMs).toBe(now + 10_000);
+    expect(out.drainReason).toBe('preempted notice (instance/preempted) seen by the node agent');
+    expect(out.reason).toEqual({
+      code: 'interrupted',
+      message: expect.stringMatching(/got a preempted notice .*checkpointed and requeued/),
+    });
+    expect(out.steps).toEqual([
+      // Its grace (30 s) is longer than the 10 s to the deadline: it gets its grace, not less.
+      { key: 'a', kind: 'checkpoint', hardDeadlineMs: now + 30_000 },
+      { key: 'b', kind: 'requeue-at', atMs: now + 10_000, reason: expect.objectContaining({ code: 'interrupted' }) },
+      { key: 'c', kind: 'keep' },
+    ]);
+  });
+
+  it('a notice time already past (clock skew) still gives the checkpoint its grace; a rebalance has no deadline and keeps what cannot checkpoint', () => {
+    const now = 5_000_000;
+    const late = onMachineNotice({ kind: 'interruption', actionAtMs: now - 60_000, what: 'terminate notice' }, now, 20, [
+      at('a', { gracePeriodSec: 45 }),
+    ]);
+    expect(late.deadlineMs).toBe(now);
+    expect(late.steps).toEqual([{ key: 'a', kind: 'checkpoint', hardDeadlineMs: now + 45_000 }]);
+    const rebalance = onMachineNotice({ kind: 'rebalance', what: 'rebalance recommendation' }, now, 20, [
+      at('a'),
+      at('b', { checkpointable: false }),
+    ]);
+    expect(rebalance.deadlineMs).toBe(now + 7 * 86_400_000);
+    expect(rebalance.steps).toEqual([
+      { key: 'a', kind: 'checkpoint' },
+      { key: 'b', kind: 'keep' },
+    ]);
   });
 });
