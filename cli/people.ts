@@ -3,7 +3,7 @@ import { budgetStatus, isValidTeamId, teamFromTags } from '../core/budget.ts';
 import { periodBounds, periodKey } from '../core/period.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, JOB_STATES, type Job, type JobState } from '../core/job.ts';
 import { checkJobSpec, type JobSpecInput } from '../core/job-spec.ts';
-import type { DecisionRecord, QueueDepth } from '../core/ports.ts';
+import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
 import { IDLE_TEAM } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
@@ -178,15 +178,20 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       };
     });
     // The node groups may be unreachable (permissions, a region without them): the rest still shows.
-    let instances: Awaited<ReturnType<Fleet['providers'][number]['listInstances']>> = [];
-    let groups: Awaited<ReturnType<Fleet['providers'][number]['listGroups']>> = [];
-    let nodesError: string | undefined;
-    try {
-      groups = (await Promise.all(fleet.providers.map((p) => p.listGroups()))).flat();
-      instances = (await Promise.all(fleet.providers.map((p) => p.listInstances()))).flat();
-    } catch (error) {
-      nodesError = messageOf(error);
+    const instances: Awaited<ReturnType<Fleet['providers'][number]['listInstances']>> = [];
+    const groups: Awaited<ReturnType<Fleet['providers'][number]['listGroups']>> = [];
+    // Each provider on its own: one cloud that does not answer leaves the others' groups shown.
+    const nodesErrors: string[] = [];
+    for (const p of fleet.providers) {
+      try {
+        const [g, i] = await Promise.all([p.listGroups(), p.listInstances()]);
+        groups.push(...g);
+        instances.push(...i);
+      } catch (error) {
+        nodesErrors.push(`${degradedName(p)}: ${messageOf(error)}`);
+      }
     }
+    const nodesError = nodesErrors.length > 0 ? nodesErrors.join('; ') : undefined;
     const records = new Map((await fleet.nodes.list()).map((r) => [r.instanceId, r]));
     const active = jobs.filter((j) => ACTIVE_STATES.includes(j.state));
     const allActive = team ? await fleet.jobs.listByState(ACTIVE_STATES) : active;
@@ -234,6 +239,8 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       })),
       groups: [...use.values()].map((u) => ({ ...u, usedGpus: u.usedMilli / 1000 })),
       ...(nodesError ? { nodesError } : {}),
+      /** What the newest reconcile left out because its calls failed: which, since when, the last error. */
+      degraded: (latest?.degraded ?? []).map((d) => ({ ...d, forSec: Math.max(0, (now - d.sinceMs) / 1000) })),
       queues: depths,
     };
     print(io, flags.json, value, () => {
@@ -262,9 +269,16 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
           ),
         );
       }
+      if (value.degraded.length > 0) {
+        out.push('', `Degraded (left out of the newest reconcile, ${latest!.id}: not scaled, and work only it could run waits)`);
+        for (const d of value.degraded)
+          out.push(
+            `  ${degradedName(d)}: since ${new Date(d.sinceMs).toISOString()} (${duration(d.forSec)}), last error${d.code ? ` [${d.code}]` : ''}: ${d.error}`,
+          );
+      }
       out.push('', 'Nodes by group');
-      if (nodesError) out.push(`  unavailable: ${nodesError}`);
-      else
+      for (const e of nodesErrors) out.push(`  unavailable: ${e}`);
+      if (nodesErrors.length === 0 || value.groups.length > 0)
         out.push(
           value.groups.length
             ? table(

@@ -4,6 +4,7 @@ import { reconcile, type ReconcilePorts } from '../core/services/reconcile.ts';
 import type { Policy, Snapshot } from '../core/snapshot.ts';
 import { openAwsPorts, type StackFlags } from './aws.ts';
 import { UsageError } from '../core/errors.ts';
+import { degradedName } from '../core/ports.ts';
 
 /** What one reconcile needs: the ports, the policy, and the problems the wiring found. */
 export interface ReconcileTarget {
@@ -96,6 +97,7 @@ export async function reconcileCommand(
           resumed: out.resumed,
           problems: ports.problems(),
           discovered: discovered(out.snapshot),
+          degraded: d.degraded ?? [],
         },
         null,
         2,
@@ -106,6 +108,10 @@ export async function reconcileCommand(
   const lines = [
     `${flags.dryRun ? 'dry run' : 'reconciled'} ${d.id}: ${d.inputs.pendingJobs} jobs waiting, ${d.inputs.activeJobs} running, ${d.inputs.nodes} machines in ${d.inputs.groups.length} groups (planned in ${Math.round(d.planMs)} ms)`,
     ...ports.problems().map((p) => `problem: ${p}`),
+    ...(d.degraded ?? []).map(
+      (x) =>
+        `degraded: ${degradedName(x)} is left out (not scaled; work only it could run waits) since ${new Date(x.sinceMs).toISOString()}; last error${x.code ? ` [${x.code}]` : ''}: ${x.error}`,
+    ),
     '',
     `groups (${d.inputs.groups.length}):`,
     ...discovered(out.snapshot).map(groupLine),

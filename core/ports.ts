@@ -35,13 +35,38 @@ export interface LaunchFailure {
   readonly message: string;
 }
 
+/** One group's machines, or why they could not be listed. */
+export type GroupListing =
+  { readonly groupId: string; readonly instances: Instance[] } | { readonly groupId: string; readonly error: unknown };
+
+/** What was left out of a reconcile because its calls failed: a cloud's provider (one region or project) or one group. */
+export interface DegradedScope {
+  readonly cloud: string;
+  /** The provider's scope (`us-east-1`, `projects my-proj`) or `group <id>`; absent for a provider without one. */
+  readonly scope?: string;
+  readonly error: string;
+  readonly code?: string;
+}
+
+/** How a degraded scope is named in reasons, logs and `status`: "gcp", "aws us-east-1", "gcp group p/us-central1-a/a2". */
+export function degradedName(d: Pick<DegradedScope, 'cloud' | 'scope'>): string {
+  return d.scope ? `${d.cloud} ${d.scope}` : d.cloud;
+}
+
 /** The machines: node groups and their instances. */
 export interface NodeGroupProvider {
   readonly cloud: Cloud;
+  /** Where this provider acts within its cloud (an AWS region, GCP projects), to name it when it fails. */
+  readonly scope?: string;
   /** Every group gpu-fleet manages (found by its managed tag or label); [] when there are none. */
   listGroups(): Promise<NodeGroup[]>;
   /** Instances of the managed groups in every state the cloud still reports, terminated included while it does. */
   listInstances(): Promise<Instance[]>;
+  /**
+   * The same, group by group (optional): a group whose listing fails comes back with its error,
+   * and only that group is left out of the reconcile, not the provider.
+   */
+  listInstancesByGroup?(groups: readonly NodeGroup[]): Promise<GroupListing[]>;
   /**
    * Sets a group's desired size. Idempotent. Rejects with `invalid-request` when the size is
    * outside [min, max] and with `not-found` when the group does not exist.
@@ -247,8 +272,8 @@ export interface DecisionRecord {
   /** Actions that could not be applied, each with its code and resource. */
   readonly errors: readonly ActionFailure[];
   readonly planMs: number;
-  /** Clouds left out of this reconcile because their calls failed: since when (carried from the decision before), and the last error. */
-  readonly degraded?: readonly { readonly cloud: string; readonly sinceMs: number; readonly error: string; readonly code?: string }[];
+  /** Providers (or groups) left out of this reconcile because their calls failed: since when (carried from the decision before), and the last error. */
+  readonly degraded?: readonly (DegradedScope & { readonly sinceMs: number })[];
 }
 
 export interface DecisionLog {

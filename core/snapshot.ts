@@ -97,6 +97,6 @@ export interface Snapshot {
   /** Each team's spend in its current budget period. */
   readonly spendMicroUsd: ReadonlyMap<string, MicroUsd>;
   readonly policy: Policy;
-  /** Clouds left out of this snapshot because their calls fail: their groups are not here, so work only they could run waits. */
-  readonly degraded?: readonly { readonly cloud: string; readonly error: string }[];
+  /** Providers (a cloud's region or projects) or single groups left out because their calls fail: their groups are not here, so work only they could run waits. */
+  readonly degraded?: readonly { readonly cloud: string; readonly scope?: string; readonly error: string }[];
 }

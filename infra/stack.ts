@@ -891,6 +891,22 @@ export class GpuFleetStack extends Stack {
       datapointsToAlarm: 3,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
+    add('ProviderDegraded', {
+      alarmDescription:
+        'A cloud provider (a region, GCP projects) or a node group has been left out of reconcile for 5 minutes because its API calls fail: it is not scaled, and work only it could run waits (gpu-fleet status says which, since when, and the last error).',
+      metric: new cloudwatch.Metric({
+        namespace: METRICS_NAMESPACE,
+        metricName: 'DegradedProviders',
+        dimensionsMap: { service: 'gpu-fleet-reconcile' },
+        period: Duration.minutes(1),
+        statistic: 'Maximum',
+      }),
+      threshold: 0,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 5,
+      datapointsToAlarm: 5,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
     add('ReconcileNotRunning', {
       alarmDescription: 'Reconcile has not run for 5 minutes: nothing scales, nothing is placed.',
       metric: this.functions.reconcile.metricInvocations({ period: Duration.minutes(5), statistic: 'Sum' }),

@@ -61,6 +61,10 @@ const FAILURE_CODES: readonly [RegExp, string][] = [
  */
 export class AsgNodeGroups implements NodeGroupProvider {
   readonly cloud = 'aws' as const;
+  /** The region it manages groups in, to name it when it fails. */
+  get scope(): string {
+    return this.options.region;
+  }
   private groupsCache: { atMs: number; groups: AutoScalingGroup[] } | undefined;
   private readonly templateTypes = new Map<string, string | undefined>();
   /** Problems found while reading groups (a group whose instance types cannot be known), for logs and status. */

@@ -12,7 +12,7 @@ import type {
 import { makeOffering, type CapacityType } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { Instance, InstanceState, NodeGroup } from '../../core/fleet.ts';
-import type { Clock, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
+import type { Clock, GroupListing, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
 import { operationError, translateGcpError } from './errors.ts';
 
 type Igm = protos.google.cloud.compute.v1.IInstanceGroupManager;
@@ -107,6 +107,10 @@ const LEAVING = new Set(['DELETING', 'ABANDONING', 'STOPPING', 'SUSPENDING']);
  */
 export class MigNodeGroups implements NodeGroupProvider {
   readonly cloud = 'gcp' as const;
+  /** The projects it manages groups in, to name it when it fails. */
+  get scope(): string {
+    return `project ${this.options.projects.map((p) => p.projectId).join(', ')}`;
+  }
   private cache: { atMs: number; migs: Mig[] } | undefined;
   private lastInstances: { atMs: number; list: Instance[] } | undefined;
   private readonly templates = new Map<string, Template>();
@@ -295,21 +299,65 @@ export class MigNodeGroups implements NodeGroupProvider {
   }
 
   private async listInstancesNow(): Promise<Instance[]> {
-    const migs = await this.migs(true);
-    const perMig = await Promise.all(migs.map(async (m) => ({ m, list: await this.managedInstances(m) })));
-    const zones = new Map<string, Map<string, GceInstance>>();
-    for (const { m, list } of perMig) {
-      for (const mi of list) {
-        const zone = zoneOfUrl(mi.instance);
-        const key = `${m.project}/${zone}`;
-        if (zone && !zones.has(key)) zones.set(key, await this.zoneInstances(m.project, zone));
+    const out: Instance[] = [];
+    for (const r of await this.listPerMig(await this.migs(true))) {
+      if ('error' in r) throw r.error;
+      out.push(...r.instances);
+    }
+    return out;
+  }
+
+  /**
+   * The machines group by group: a MIG whose managed instances (or whose zone's instances)
+   * cannot be listed comes back with its error, so only that group is left out of a reconcile.
+   * Uses the groups as `listGroups` just read them.
+   */
+  async listInstancesByGroup(): Promise<GroupListing[]> {
+    const atMs = this.options.clock.nowMs();
+    const per = await this.listPerMig(await this.migs());
+    this.lastInstances = { atMs, list: per.flatMap((r) => ('instances' in r ? r.instances : [])) };
+    return per.map((r) => ('error' in r ? { groupId: r.m.id, error: r.error } : { groupId: r.m.id, instances: r.instances }));
+  }
+
+  private async listPerMig(migs: readonly Mig[]): Promise<({ m: Mig; instances: Instance[] } | { m: Mig; error: unknown })[]> {
+    const perMig = await Promise.all(
+      migs.map(async (m) => {
+        try {
+          return { m, list: await this.managedInstances(m), error: undefined };
+        } catch (error) {
+          return { m, list: undefined, error };
+        }
+      }),
+    );
+    // Creation times and labels: one list per project and zone, shared by the groups in it.
+    const zones = new Map<string, Promise<Map<string, GceInstance>>>();
+    const out: ({ m: Mig; instances: Instance[] } | { m: Mig; error: unknown })[] = [];
+    for (const r of perMig) {
+      const { m, list } = r;
+      if (!list) {
+        out.push({ m, error: r.error });
+        continue;
+      }
+      try {
+        const details = new Map<string, Map<string, GceInstance>>();
+        for (const mi of list) {
+          const zone = zoneOfUrl(mi.instance);
+          const key = `${m.project}/${zone}`;
+          if (!zone || details.has(key)) continue;
+          if (!zones.has(key)) zones.set(key, this.zoneInstances(m.project, zone));
+          details.set(key, await zones.get(key)!);
+        }
+        out.push({
+          m,
+          instances: list
+            .filter((mi) => mi.instance)
+            .map((mi) => this.toInstance(m, mi, details.get(`${m.project}/${zoneOfUrl(mi.instance)}`)?.get(last(mi.instance)))),
+        });
+      } catch (error) {
+        out.push({ m, error });
       }
     }
-    return perMig.flatMap(({ m, list }) =>
-      list
-        .filter((mi) => mi.instance)
-        .map((mi) => this.toInstance(m, mi, zones.get(`${m.project}/${zoneOfUrl(mi.instance)}`)?.get(last(mi.instance)))),
-    );
+    return out;
   }
 
   async describeInstance(instanceId: string): Promise<Instance | undefined> {

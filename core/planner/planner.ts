@@ -589,7 +589,7 @@ class Planner {
               : this.s.degraded && this.s.degraded.length > 0
                 ? reason(
                     'provider-degraded',
-                    `no healthy node group offers a machine that can hold ${describeRequest(job)}; ${this.s.degraded.map((d) => `${d.cloud} is left out (its calls fail: ${d.error})`).join('; ')}`,
+                    `no healthy node group offers a machine that can hold ${describeRequest(job)}; ${this.s.degraded.map((d) => `${d.scope ? `${d.cloud} ${d.scope}` : d.cloud} is left out (its calls fail: ${d.error})`).join('; ')}`,
                   )
                 : reason('no-offering-fits', `no node group offers a machine that can hold ${describeRequest(job)}`),
           }

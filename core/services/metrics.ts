@@ -13,7 +13,8 @@ export interface MetricPoint {
 
 /**
  * What a reconcile run reports: queue depth per team, jobs and GPUs waiting, fleet size by
- * group and capacity type, plan time, errors, and the spend rate of the fleet (µUSD per hour).
+ * group and capacity type, plan time, errors, the spend rate of the fleet (µUSD per hour), and
+ * the providers left out because their calls fail (how many, and how long each has been out).
  */
 export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, depths: ReadonlyMap<string, QueueDepth>): MetricPoint[] {
   const out: MetricPoint[] = [];
@@ -59,5 +60,15 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
   out.push({ name: 'PlanTime', unit: 'Milliseconds', value: decision.planMs });
   out.push({ name: 'ActionsApplied', unit: 'Count', value: decision.applied });
   out.push({ name: 'ReconcileErrors', unit: 'Count', value: decision.errors.length });
+  // Providers (or groups) left out because their calls fail: the count always (0 when all answer, for the alarm), and each one named.
+  const degraded = decision.degraded ?? [];
+  out.push({ name: 'DegradedProviders', unit: 'Count', value: degraded.length });
+  for (const d of degraded)
+    out.push({
+      name: 'ProviderDegradedSeconds',
+      unit: 'None',
+      value: Math.max(0, Math.round((decision.atMs - d.sinceMs) / 1000)),
+      dimensions: { Cloud: d.cloud, Scope: d.scope ?? d.cloud },
+    });
   return out;
 }

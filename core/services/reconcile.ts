@@ -364,14 +364,12 @@ export async function drainHeldMachines(ports: ReconcilePorts, world: WorldView,
   return found;
 }
 
-/** The degraded clouds of this reconcile, each with when it first failed (carried over from the newest decision that had it). */
+/** What is degraded in this reconcile, each with when it first failed (carried over from the newest decision that had it). */
 async function degradedSince(ports: ReconcilePorts, world: WorldView, nowMs: number): Promise<NonNullable<DecisionRecord['degraded']>> {
   const [previous] = await ports.decisions.recent(1);
   return world.degraded.map((d) => ({
-    cloud: d.cloud,
-    sinceMs: previous?.degraded?.find((p) => p.cloud === d.cloud)?.sinceMs ?? nowMs,
-    error: d.error,
-    ...(d.code ? { code: d.code } : {}),
+    ...d,
+    sinceMs: previous?.degraded?.find((p) => p.cloud === d.cloud && p.scope === d.scope)?.sinceMs ?? nowMs,
   }));
 }
 

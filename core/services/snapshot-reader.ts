@@ -9,6 +9,7 @@ import type {
   BudgetMemory,
   BudgetTagSource,
   CatalogSource,
+  DegradedScope,
   JobStore,
   NodeGroupProvider,
   NodeStore,
@@ -45,31 +46,14 @@ export interface WorldView {
   readonly records: NodeRecord[];
   readonly pendingJobs: Job[];
   readonly activeJobs: Job[];
-  /** Providers whose listing failed (after the SDK's retries): their groups and machines are not in this view. */
-  readonly degraded: DegradedProvider[];
-}
-
-/** A cloud provider left out of one reconcile because its calls fail. */
-export interface DegradedProvider {
-  readonly cloud: string;
-  readonly error: string;
-  readonly code?: string;
+  /** Providers (or single groups) whose listing failed (after the SDK's retries): their groups and machines are not in this view. */
+  readonly degraded: DegradedScope[];
 }
 
 /** Reads what the clouds and the state store say right now. */
 export async function readWorld(ports: SnapshotPorts): Promise<WorldView> {
   // One provider failing does not stop the fleet: it is left out of this view, the others are read.
-  const perProvider = Promise.all(
-    ports.providers.map(async (p) => {
-      try {
-        const [groups, instances] = await Promise.all([p.listGroups(), p.listInstances()]);
-        return { groups, instances };
-      } catch (error) {
-        const code = codeOf(error);
-        return { degraded: { cloud: p.cloud, error: messageOf(error), ...(code ? { code } : {}) } };
-      }
-    }),
-  );
+  const perProvider = Promise.all(ports.providers.map((p) => readProvider(p)));
   const [read, records, pendingJobs, activeJobs] = await Promise.all([
     perProvider,
     ports.nodes.list(),
@@ -77,13 +61,42 @@ export async function readWorld(ports: SnapshotPorts): Promise<WorldView> {
     ports.jobs.listByState(ACTIVE_STATES),
   ]);
   return {
-    groups: read.flatMap((r) => r.groups ?? []),
-    instances: read.flatMap((r) => r.instances ?? []),
+    groups: read.flatMap((r) => r.groups),
+    instances: read.flatMap((r) => r.instances),
     records,
     pendingJobs,
     activeJobs,
-    degraded: read.flatMap((r) => (r.degraded ? [r.degraded] : [])),
+    degraded: read.flatMap((r) => r.degraded),
   };
+}
+
+function degradedOf(p: NodeGroupProvider, error: unknown, scope = p.scope): DegradedScope {
+  const code = codeOf(error);
+  return { cloud: p.cloud, ...(scope ? { scope } : {}), error: messageOf(error), ...(code ? { code } : {}) };
+}
+
+/**
+ * One provider's groups and machines. Its groups failing to list leave the whole provider out;
+ * with a per-group listing, a group whose machines cannot be listed is left out alone.
+ */
+async function readProvider(p: NodeGroupProvider): Promise<{ groups: NodeGroup[]; instances: Instance[]; degraded: DegradedScope[] }> {
+  try {
+    if (!p.listInstancesByGroup) {
+      const [groups, instances] = await Promise.all([p.listGroups(), p.listInstances()]);
+      return { groups, instances, degraded: [] };
+    }
+    const groups = await p.listGroups();
+    const listings = await p.listInstancesByGroup(groups);
+    const failed = new Map<string, unknown>();
+    for (const l of listings) if ('error' in l) failed.set(l.groupId, l.error);
+    return {
+      groups: groups.filter((g) => !failed.has(g.id)),
+      instances: listings.flatMap((l) => ('instances' in l ? l.instances : [])),
+      degraded: [...failed].map(([groupId, error]) => degradedOf(p, error, `group ${groupId}`)),
+    };
+  } catch (error) {
+    return { groups: [], instances: [], degraded: [degradedOf(p, error)] };
+  }
 }
 
 /** A node may take new work when its machine runs, its agent is registered, healthy, fresh and not draining. */
@@ -135,7 +148,7 @@ export async function buildSnapshot(
     // A degraded provider's launch failures are not read (it would fail again); the others are.
     Promise.all(
       ports.providers
-        .filter((p) => !world.degraded.some((d) => d.cloud === p.cloud))
+        .filter((p) => !world.degraded.some((d) => d.cloud === p.cloud && d.scope === p.scope))
         // A failed read of the launch failures only means none are known this minute.
         .map((p) => p.launchFailures(nowMs - policy.unavailableForSec * 1000).catch(() => [])),
     ),

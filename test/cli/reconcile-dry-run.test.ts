@@ -3,6 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { reconcileCommand } from '../../cli/reconcile.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
+import { CloudError } from '../../core/errors.ts';
+import type { NodeGroupProvider } from '../../core/ports.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { T0 } from '../builders.ts';
 
@@ -71,5 +73,42 @@ describe('gpu-fleet reconcile --once --dry-run', () => {
       expect.objectContaining({ id: 'v100-spot', capacityTypes: ['spot'], zones: ['us-west-2a', 'us-west-2b'], machines: { running: 1 } }),
     ]);
     expect(j.problems).toEqual(['GCP project ml-7: no credentials secret is configured']);
+  });
+
+  it('names each degraded provider, since when and its last error, in text and in --json', async () => {
+    const t = await target();
+    const fail = async (): Promise<never> => {
+      throw new CloudError('unavailable', 'compute.googleapis.com: 503 Service Unavailable', { operation: 'list groups', cloud: 'gcp' });
+    };
+    const down: NodeGroupProvider = {
+      cloud: 'gcp',
+      scope: 'project ml-7',
+      listGroups: fail,
+      listInstances: fail,
+      setDesiredCapacity: fail,
+      terminateInstance: fail,
+      setScaleInProtection: fail,
+      describeInstance: fail,
+      launchFailures: fail,
+      completeLifecycleAction: fail,
+    };
+    const withGcp = { ...t, reconcile: { ...t.reconcile, providers: [...t.reconcile.providers, down] } };
+    const out = capture();
+    await reconcileCommand({ once: true, dryRun: true }, out, async () => withGcp);
+    expect(out.text()).toContain(
+      `degraded: gcp project ml-7 is left out (not scaled; work only it could run waits) since ${new Date(T0 + 120_000).toISOString()}; last error [unavailable]: compute.googleapis.com: 503 Service Unavailable`,
+    );
+    expect(out.text()).toContain('groups (2):');
+    const json = capture();
+    await reconcileCommand({ once: true, dryRun: true, json: true }, json, async () => withGcp);
+    expect(JSON.parse(json.text()).degraded).toEqual([
+      {
+        cloud: 'gcp',
+        scope: 'project ml-7',
+        sinceMs: T0 + 120_000,
+        error: 'compute.googleapis.com: 503 Service Unavailable',
+        code: 'unavailable',
+      },
+    ]);
   });
 });

@@ -32,5 +32,29 @@ describe('reconcile metrics', () => {
     expect(find('BudgetTagProblems', 'vision')!.value).toBe(1);
     expect(find('ReconcileErrors')!.value).toBe(1);
     expect(find('PlanTime')!.value).toBe(12);
+    expect(find('DegradedProviders')!.value).toBe(0);
+  });
+
+  it('says how many providers are left out and, for each, which and for how long', () => {
+    const decision: DecisionRecord = {
+      id: 'd',
+      atMs: 600_000,
+      dryRun: false,
+      inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] },
+      plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
+      applied: 0,
+      errors: [],
+      planMs: 1,
+      degraded: [
+        { cloud: 'gcp', scope: 'project ml-1', sinceMs: 0, error: '503', code: 'unavailable' },
+        { cloud: 'aws', sinceMs: 540_000, error: 'Rate exceeded', code: 'throttled' },
+      ],
+    };
+    const points = reconcileMetrics(aSnapshot(), decision, new Map());
+    expect(points.find((p) => p.name === 'DegradedProviders')!.value).toBe(2);
+    expect(points.filter((p) => p.name === 'ProviderDegradedSeconds')).toEqual([
+      { name: 'ProviderDegradedSeconds', unit: 'None', value: 600, dimensions: { Cloud: 'gcp', Scope: 'project ml-1' } },
+      { name: 'ProviderDegradedSeconds', unit: 'None', value: 60, dimensions: { Cloud: 'aws', Scope: 'aws' } },
+    ]);
   });
 });

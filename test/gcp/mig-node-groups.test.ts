@@ -4,6 +4,7 @@ import { isCloudError } from '../../core/errors.ts';
 import { plan } from '../../core/planner/planner.ts';
 import { handleNotice, pollNotices } from '../../core/services/interruption.ts';
 import { reconcile } from '../../core/services/reconcile.ts';
+import { readWorld } from '../../core/services/snapshot-reader.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { intake } from '../../core/services/intake.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
@@ -171,6 +172,24 @@ describe('GCP managed instance groups', () => {
     w.gce.stockouts.clear();
     w.gce.settle();
     expect(await w.groups.launchFailures(w.gce.nowMs - 60_000)).toEqual([]);
+  });
+
+  it('a group whose machines cannot be listed is left out of a reconcile alone, named by its id; its provider and other groups stay in', async () => {
+    await w.groups.setDesiredCapacity(OD, 1);
+    w.gce.settle();
+    w.gce.fail(/a100-spot\/listManagedInstances/, 403, gceFixture('error-403-forbidden-permission.assembled.json'), 5);
+    const e = createSimEnvironment({ startMs: w.gce.nowMs, seed: 1, groups: [], teams: ['nlp'], teamTags: defaultTeamTags(['nlp']) });
+    const view = await readWorld({ ...e.ports, providers: [w.groups] });
+    expect(view.groups.map((g) => g.id)).toEqual([OD]);
+    expect(view.instances.map((i) => i.groupId)).toEqual([OD]);
+    expect(view.degraded).toEqual([
+      { cloud: 'gcp', scope: `group ${SPOT}`, error: expect.stringMatching(/list managed instances .*permission/), code: 'access-denied' },
+    ]);
+    // The group listing itself failing leaves the provider out, named by its projects.
+    w.gce.fail(/aggregated\/instanceGroupManagers/, 403, gceFixture('error-403-forbidden-permission.assembled.json'));
+    const down = await readWorld({ ...e.ports, providers: [w.groups] });
+    expect(down.groups).toEqual([]);
+    expect(down.degraded).toEqual([expect.objectContaining({ cloud: 'gcp', scope: `project ${PROJECT}`, code: 'access-denied' })]);
   });
 
   describe('errors, in the port vocabulary with context', () => {
