@@ -190,7 +190,7 @@ export class AwsImds implements MetadataClient {
 // ---- GCE ----------------------------------------------------------------------------------
 
 /** GCE gives a preempted (spot) VM about 30 s; the agent assumes that from the moment it sees it. */
-const GCE_PREEMPTION_NOTICE_MS = 30_000;
+export const GCE_PREEMPTION_NOTICE_MS = 30_000;
 
 export class GceMetadata implements MetadataClient {
   readonly cloud = 'gcp' as const;

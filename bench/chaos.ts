@@ -1,11 +1,12 @@
 // bench:chaos — the whole control loop on the simulated cloud under each fault profile, with the
 // invariants checked every simulated minute, against the fault-free run on the same trace and seed.
 //
-//   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--json]
+//   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--clouds aws,gcp] [--mig] [--json]
 import { Command } from 'commander';
-import { wholeNumber } from '../cloud/flags.ts';
-import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
-import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
+import { listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
+import type { Cloud } from '../core/catalog.ts';
+import { acrossClouds, BUILT_IN_SPOT, BUILT_IN_TRACE, defaultTeamTags, simGroupsFor } from '../cloud/sim/defaults.ts';
+import { FAULT_PROFILES, faultProfile } from '../cloud/sim/faults.ts';
 import { runSimulation, type SimulationSummary } from '../cloud/sim/simulation.ts';
 import { loadWorkload } from '../cloud/sim/workload.ts';
 
@@ -18,6 +19,8 @@ export interface ChaosRow {
   readonly violations: number;
   readonly costOverheadPct: number;
   readonly p95WaitOverheadPct: number;
+  /** With more than one cloud: the p95 wait overhead of the jobs each cloud could run (a job either could run counts in both). */
+  readonly cloudP95WaitOverheadPct?: Readonly<Record<string, number>>;
   /** With --mig: machines of the MIG group launched and scaled in over the run, and MIG jobs completed. */
   readonly migGroup?: {
     readonly launched: number;
@@ -48,19 +51,24 @@ export async function benchChaos(options: {
   profiles: readonly string[];
   /** Replay the busiest window of Alibaba's openb trace with its fractional-GPU pods as MIG requests, on a MIG group too. */
   mig?: boolean;
+  /** The clouds of the simulated fleet (default AWS only); with two, the trace's V100 jobs are split as `simulate --clouds` does. */
+  clouds?: readonly Cloud[];
 }): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
-  const workload = options.mig
+  const clouds = options.clouds ?? ['aws'];
+  const loaded = options.mig
     ? loadWorkload(MIG_TRACE, { hours: options.hours, busiest: true, fractionsAsMig: true, defaultCheckpointSec: 600 })
     : loadWorkload(BUILT_IN_TRACE, { hours: options.hours });
+  const workload = clouds.length > 1 ? acrossClouds(loaded) : loaded;
+  const groups = simGroupsFor(clouds);
   const run = (profile: string) =>
     runSimulation({
       workload,
-      groups: options.mig ? [...DEFAULT_SIM_GROUPS, MIG_GROUP] : DEFAULT_SIM_GROUPS,
+      groups: options.mig ? [...groups, MIG_GROUP] : groups,
       teamTags: defaultTeamTags(workload.teams),
       seed: options.seed,
       hours: options.hours,
       spot: BUILT_IN_SPOT,
-      faults: FAULT_PROFILES[profile]!,
+      faults: faultProfile(profile),
       invariants: 'count',
     });
   const base = (await run('none')).summary;
@@ -78,6 +86,13 @@ export async function benchChaos(options: {
       violations: s.violations,
       costOverheadPct: pctOver(s.costMicroUsd, base.costMicroUsd),
       p95WaitOverheadPct: pctOver(s.p95WaitSec, base.p95WaitSec),
+      ...(s.waitByCloud
+        ? {
+            cloudP95WaitOverheadPct: Object.fromEntries(
+              Object.entries(s.waitByCloud).map(([c, w]) => [c, pctOver(w.p95WaitSec, base.waitByCloud?.[c]?.p95WaitSec ?? 0)]),
+            ),
+          }
+        : {}),
       ...(options.mig
         ? { migGroup: s.groupActivity[MIG_GROUP.id] ?? { launched: 0, scaledIn: 0, rebought: 0, scaledInWithWorkWaiting: 0 } }
         : {}),
@@ -100,14 +115,30 @@ if (invokedDirectly) {
       '--mig',
       "replay the busiest window of Alibaba's openb trace, its fractional-GPU pods as MIG requests, with a MIG group in the fleet",
     )
+    .option(
+      '--clouds <list>',
+      'clouds of the simulated fleet: aws (default), gcp, or aws,gcp',
+      listOf(oneOf('--clouds', ['aws', 'gcp'] as const)),
+    )
     .option('--json', 'print the rows as JSON')
     .parse();
-  const o = program.opts<{ hours: number; seed: number; profiles?: string; json?: boolean; mig?: boolean }>();
+  const o = program.opts<{ hours: number; seed: number; profiles?: string; json?: boolean; mig?: boolean; clouds?: Cloud[] }>();
   const profiles = o.profiles ? o.profiles.split(',').map((p) => p.trim()) : Object.keys(FAULT_PROFILES);
-  for (const p of profiles)
-    if (!FAULT_PROFILES[p]) program.error(`--profiles: unknown profile "${p}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
+  for (const p of profiles) {
+    try {
+      faultProfile(p);
+    } catch (error) {
+      program.error(`--profiles: ${(error as Error).message}`);
+    }
+  }
   const started = performance.now();
-  const { rows, summaries } = await benchChaos({ hours: o.hours, seed: o.seed, profiles, ...(o.mig ? { mig: true } : {}) });
+  const { rows, summaries } = await benchChaos({
+    hours: o.hours,
+    seed: o.seed,
+    profiles,
+    ...(o.mig ? { mig: true } : {}),
+    ...(o.clouds ? { clouds: [...new Set(o.clouds)] } : {}),
+  });
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   else {
     const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)}  injected`;
@@ -115,6 +146,7 @@ if (invokedDirectly) {
       const f = summaries[r.profile]!.faults;
       const injected = [
         f.apiErrors && `${f.apiErrors} API errors`,
+        f.outageErrors && `${f.outageErrors} calls failed by the outage`,
         f.storeConflicts && `${f.storeConflicts} store conflicts`,
         f.crashes && `${f.crashes} crashes`,
         f.duplicateEvents && `${f.duplicateEvents} duplicate events`,
@@ -130,7 +162,12 @@ if (invokedDirectly) {
       const mig = r.migGroup
         ? `  [MIG group: ${r.migGroup.launched} launched, ${r.migGroup.scaledIn} scaled in (${r.migGroup.scaledInWithWorkWaiting} with MIG work waiting), ${r.migGroup.rebought} bought again within 15 min of a scale-in]`
         : '';
-      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)}  ${injected || '-'}${mig}`;
+      const byCloud = r.cloudP95WaitOverheadPct
+        ? `  [p95 wait overhead of the jobs each cloud could run: ${Object.entries(r.cloudP95WaitOverheadPct)
+            .map(([c, v]) => `${c} ${v.toFixed(2)}%`)
+            .join(', ')}]`
+        : '';
+      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)}  ${injected || '-'}${mig}${byCloud}`;
     });
     const bad = rows.filter((r) => r.lost > 0 || r.duplicated > 0 || r.violations > 0);
     process.stdout.write(

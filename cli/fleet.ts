@@ -19,7 +19,7 @@ import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
 import { DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../cloud/sim/environment.ts';
 import { DEFAULT_SIM_START_MS } from '../cloud/sim/simulation.ts';
-import { loadSimState, saveSimState, STATE_FILE } from '../cloud/sim/state.ts';
+import { loadSimState, savedSimGroups, saveSimState, STATE_FILE } from '../cloud/sim/state.ts';
 import { GpuFleetError, UsageError } from '../core/errors.ts';
 
 /**
@@ -64,7 +64,7 @@ function openSimFleet(dir: string): Fleet {
   const env = createSimEnvironment({
     startMs: DEFAULT_SIM_START_MS,
     seed: 1,
-    groups: DEFAULT_SIM_GROUPS,
+    groups: savedSimGroups(folder) ?? DEFAULT_SIM_GROUPS,
     teams,
     teamTags: defaultTeamTags(teams),
   });
@@ -87,7 +87,7 @@ function openSimFleet(dir: string): Fleet {
     ledger: env.ledger,
     queue: env.queue,
     budgets: env.budgets,
-    providers: [env.cloud],
+    providers: env.ports.providers,
     async submit(team, body, token = randomUUID()) {
       if (!(await env.queue.teams()).includes(team))
         throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);

@@ -1,6 +1,6 @@
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
-import { collect, decimalNumber, oneOf, wholeNumber } from '../cloud/flags.ts';
-import { FAULT_PROFILES } from '../cloud/sim/faults.ts';
+import { collect, decimalNumber, listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
+import { FAULT_PROFILES, faultProfile } from '../cloud/sim/faults.ts';
 import { SIM_POLICIES } from '../cloud/sim/policies.ts';
 import { addAgentCommands } from '../agent/commands.ts';
 import { GpuFleetError, isCloudError, messageOf, UsageError } from '../core/errors.ts';
@@ -43,8 +43,20 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--no-baselines', 'run only the chosen policy, not the three baselines')
     .option(
       '--faults <profile>',
-      `inject faults: ${Object.keys(FAULT_PROFILES).join(' | ')} (invariants are checked every simulated minute)`,
-      oneOf('--faults', Object.keys(FAULT_PROFILES)),
+      `inject faults: ${Object.keys(FAULT_PROFILES).join(' | ')}; api-errors and cloud-outage take a cloud (api-errors:gcp) (invariants are checked every simulated minute)`,
+      (value: string) => {
+        try {
+          faultProfile(value);
+          return value;
+        } catch (error) {
+          throw new InvalidArgumentError(`--faults: ${messageOf(error)}`);
+        }
+      },
+    )
+    .option(
+      '--clouds <list>',
+      'clouds of the simulated fleet: aws (the built-in V100 groups in us-west-2), gcp (A100 zonal MIGs in us-central1/us-west1), or aws,gcp',
+      listOf(oneOf('--clouds', ['aws', 'gcp'] as const)),
     )
     .option(
       '--upload-mibps <n>',
@@ -55,7 +67,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--no-progress', 'no progress bar')
     .addHelpText(
       'after',
-      '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines\n  gpu-fleet simulate --faults all --no-baselines',
+      '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines\n  gpu-fleet simulate --faults all --no-baselines\n  gpu-fleet simulate --clouds aws,gcp --faults cloud-outage:gcp --no-baselines',
     )
     .action(async (flags) => {
       const { simulateCommand } = await import('./simulate.ts');

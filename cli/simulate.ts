@@ -1,7 +1,16 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
-import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags, SHIPPED_TRACES } from '../cloud/sim/defaults.ts';
+import type { Cloud } from '../core/catalog.ts';
+import {
+  acrossClouds,
+  BUILT_IN_SPOT,
+  BUILT_IN_TRACE,
+  defaultTeamTags,
+  onModels,
+  SHIPPED_TRACES,
+  simGroupsFor,
+} from '../cloud/sim/defaults.ts';
 import { faultProfile } from '../cloud/sim/faults.ts';
 import {
   runSimulation,
@@ -33,6 +42,7 @@ export interface SimulateFlags {
   readonly baselines?: boolean;
   readonly faults?: string;
   readonly uploadMibps?: number;
+  readonly clouds?: readonly Cloud[];
 }
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
@@ -57,7 +67,10 @@ export async function simulateCommand(
   const spot = spotFlag(flags.spot ?? 'traces');
   const faults = flags.faults === undefined ? undefined : faultProfile(flags.faults);
   const file = traceFile(flags.trace);
-  const workload = loadWorkload(file, { hours, ...(maxJobs !== undefined ? { maxJobs } : {}) });
+  const clouds: Cloud[] = [...new Set<Cloud>(flags.clouds ?? ['aws'])];
+  const loaded = loadWorkload(file, { hours, ...(maxJobs !== undefined ? { maxJobs } : {}) });
+  // Across two clouds the trace's V100 jobs are split into AWS-only, GCP-only and either (see acrossClouds); on GCP alone they take A100s.
+  const workload = clouds.length > 1 ? acrossClouds(loaded) : clouds[0] === 'gcp' ? onModels(loaded, ['A100-40GB']) : loaded;
   if (workload.jobs.length === 0)
     throw new UsageError(`--trace: ${String(file)} has no usable jobs (${workload.skipped.length} rows skipped)`);
 
@@ -77,7 +90,7 @@ export async function simulateCommand(
     results.push(
       await runSimulation({
         workload,
-        groups: DEFAULT_SIM_GROUPS,
+        groups: simGroupsFor(clouds),
         teamTags: defaultTeamTags(workload.teams),
         policy: p,
         seed,

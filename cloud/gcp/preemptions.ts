@@ -1,10 +1,21 @@
-import type { protos, ZoneOperationsClient } from '@google-cloud/compute';
+import type { protos } from '@google-cloud/compute';
+import type { Instance } from '../../core/fleet.ts';
 import type { Clock } from '../../core/ports.ts';
 import type { NodeNotice, NoticeSource } from '../../core/services/interruption.ts';
 import { translateGcpError } from './errors.ts';
-import type { GcpScope, MigNodeGroups } from './mig-node-groups.ts';
+import type { GcpScope } from './mig-node-groups.ts';
 
 type Operation = protos.google.cloud.compute.v1.IOperation;
+
+/** The one call of the zone operations API this needs (`ZoneOperationsClient` has it; the simulator's GCP has it too). */
+export interface ZoneOperationsApi {
+  listAsync(request: { project: string; zone: string; filter: string; maxResults: number }): AsyncIterable<Operation>;
+}
+
+/** The node groups' last listing of their machines (`MigNodeGroups` keeps it). */
+export interface RecentInstances {
+  recentInstances(maxAgeMs: number): Promise<Instance[]>;
+}
 
 export interface PreemptionOptions {
   readonly projects: readonly GcpScope[];
@@ -33,8 +44,8 @@ export class GcpPreemptions implements NoticeSource {
   private lastLookMs: number | undefined;
 
   constructor(
-    private readonly operations: ZoneOperationsClient,
-    private readonly groups: MigNodeGroups,
+    private readonly operations: ZoneOperationsApi,
+    private readonly groups: RecentInstances,
     private readonly options: PreemptionOptions,
   ) {}
 

@@ -1,8 +1,11 @@
 import { BUDGET_TAGS } from '../../core/budget.ts';
+import type { Cloud } from '../../core/catalog.ts';
+import type { GpuModel } from '../../core/gpu.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import type { SimGroupConfig } from './sim-cloud.ts';
 import type { SpotSetup } from './simulation.ts';
 import { loadAvailabilityTrace, type AvailabilityTrace } from './spot-market.ts';
+import { fnv1a, type Workload } from './workload.ts';
 
 /** The trace `npm start` replays (see data/PROVENANCE.md). */
 export const BUILT_IN_TRACE = new URL('../../data/traces/philly-6214e9-48h.csv', import.meta.url);
@@ -56,13 +59,93 @@ export const DEFAULT_SIM_GROUPS: readonly SimGroupConfig[] = [
 ];
 
 const traceCache = new Map<string, AvailabilityTrace>();
-function shippedAvailability(name: string): AvailabilityTrace {
+function shippedAvailability(name: string, folder = 'availability'): AvailabilityTrace {
   let t = traceCache.get(name);
   if (!t) {
-    t = loadAvailabilityTrace(new URL(`../../data/spot/availability/${name}.json`, import.meta.url));
+    t = loadAvailabilityTrace(new URL(`../../data/spot/${folder}/${name}.json`, import.meta.url));
     traceCache.set(name, t);
   }
   return t;
+}
+
+/** GCP zones whose spot availability ships (SkyServe's GCP1 trace, data/spot/spothedge-gcp1). */
+export const GCP_TRACE_ZONES: readonly string[] = [
+  'us-central1-a',
+  'us-central1-b',
+  'us-west1-b',
+  'us-east1-b',
+  'europe-west4-a',
+  'asia-northeast1-a',
+];
+
+const GCP_SIZES = [1, 2, 4, 8] as const;
+/** GCP zones of the two-cloud fleet: spot in three US zones (available 86%, 96% and 48% of the trace's ticks), on-demand in one. */
+const GCP_SPOT_ZONES = ['us-central1-a', 'us-central1-b', 'us-west1-b'] as const;
+const GCP_ON_DEMAND_ZONE = 'us-central1-a';
+
+/**
+ * The simulated GCP fleet beside the AWS one (`simulate --clouds aws,gcp`): A100 machines
+ * (a2-highgpu-1g … 8g), one zonal managed instance group per machine type, zone and provisioning
+ * model, as gpu-fleet's GCP groups are set up (docs: one MIG per type and zone). Prices come
+ * from the shipped GCP catalogue.
+ */
+export const GCP_SIM_GROUPS: readonly SimGroupConfig[] = [
+  ...GCP_SIZES.flatMap((n) =>
+    GCP_SPOT_ZONES.map<SimGroupConfig>((zone) => ({
+      id: `a2-${n}g-spot-${zone}`,
+      cloud: 'gcp',
+      instanceTypes: [`a2-highgpu-${n}g`],
+      zones: [zone],
+      capacityType: 'spot',
+      minSize: 0,
+      maxSize: n === 8 ? 20 : 60,
+    })),
+  ),
+  ...GCP_SIZES.map<SimGroupConfig>((n) => ({
+    id: `a2-${n}g-od-${GCP_ON_DEMAND_ZONE}`,
+    cloud: 'gcp',
+    instanceTypes: [`a2-highgpu-${n}g`],
+    zones: [GCP_ON_DEMAND_ZONE],
+    capacityType: 'on-demand',
+    minSize: 0,
+    maxSize: n === 8 ? 20 : 60,
+  })),
+];
+
+/** The simulated groups of the chosen clouds: AWS's built-in fleet, GCP's, or both. */
+export function simGroupsFor(clouds: readonly Cloud[]): readonly SimGroupConfig[] {
+  return [...(clouds.includes('aws') ? DEFAULT_SIM_GROUPS : []), ...(clouds.includes('gcp') ? GCP_SIM_GROUPS : [])];
+}
+
+/**
+ * The replayed jobs as a fleet over two clouds sees them. The Philly trace's jobs ask for V100s,
+ * which only the AWS groups have; across two clouds, teams differ in what their jobs can use:
+ * by a hash of the job id, 40% keep V100 only (AWS only), 20% need A100 (GCP only) and 40% take
+ * either. Jobs that ask for no model, or for other models, are left as they are.
+ */
+export function acrossClouds(workload: Workload): Workload {
+  return {
+    ...workload,
+    jobs: workload.jobs.map((j) => {
+      const g = j.spec.gpu;
+      if (g.kind === 'mig' || !g.models || g.models.length !== 1 || g.models[0] !== 'V100') return j;
+      const u = fnv1a(`${j.id}/cloud`) % 10;
+      const models: GpuModel[] = u < 4 ? ['V100'] : u < 6 ? ['A100-40GB'] : ['V100', 'A100-40GB'];
+      return { ...j, spec: { ...j.spec, gpu: { ...g, models } } };
+    }),
+  };
+}
+
+/** The replayed jobs with every V100 request turned into a request for these models (a fleet without V100s). */
+export function onModels(workload: Workload, models: readonly GpuModel[]): Workload {
+  return {
+    ...workload,
+    jobs: workload.jobs.map((j) => {
+      const g = j.spec.gpu;
+      if (g.kind === 'mig' || !g.models || g.models.length !== 1 || g.models[0] !== 'V100') return j;
+      return { ...j, spec: { ...j.spec, gpu: { ...g, models: [...models] } } };
+    }),
+  };
 }
 
 /**
@@ -73,6 +156,9 @@ function shippedAvailability(name: string): AvailabilityTrace {
 export const BUILT_IN_SPOT: SpotSetup = {
   kind: 'traces',
   traceOf: ({ zone, instanceType }) => {
+    // GCP: SkyServe's measured availability of A100 ×8 spot machines in each zone; every a2-highgpu size of the zone follows it.
+    if (instanceType.startsWith('a2-highgpu-'))
+      return GCP_TRACE_ZONES.includes(zone) ? shippedAvailability(`${zone}_a100_40gb_8`, 'spothedge-gcp1') : undefined;
     if (zone !== 'us-west-2a' && zone !== 'us-west-2b') return undefined;
     if (instanceType === 'p3.2xlarge') return shippedAvailability(`${zone}_v100_1`);
     if (instanceType === 'p3.8xlarge' || instanceType === 'p3.16xlarge') return shippedAvailability(`${zone}_v100_8`);

@@ -16,7 +16,8 @@ import {
   MemorySpendLedger,
   StaticBudgetTags,
 } from './memory-stores.ts';
-import { SimCloud, type CapacityModel, type SimGroupConfig } from './sim-cloud.ts';
+import { GcpPreemptions } from '../gcp/preemptions.ts';
+import { SIM_GCP_PROJECT, SimCloud, type CapacityModel, type SimGroupConfig } from './sim-cloud.ts';
 
 export interface SimEnvironmentOptions {
   readonly startMs: number;
@@ -81,11 +82,19 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   const lease = new MemoryLeaseStore();
   const pools = new MemoryPoolHistory();
   const journal = new MemoryPlanJournal();
+  // GCP pushes no events: its preemptions are found by polling, with the same source production uses, over the simulated Compute API.
+  const providers = cloud.providers();
+  const gcp = providers.find((p) => p.cloud === 'gcp');
+  const gcpZones = [...new Set(options.groups.filter((g) => g.cloud === 'gcp').flatMap((g) => g.zones))].sort();
+  const notices = gcp
+    ? [new GcpPreemptions(cloud.zoneOperations, gcp, { projects: [{ projectId: SIM_GCP_PROJECT, zones: gcpZones }], clock })]
+    : [];
   const ports: ReconcilePorts = {
+    ...(notices.length > 0 ? { notices } : {}),
     pools,
     journal,
     clock,
-    providers: [cloud],
+    providers,
     catalog: new ShippedCatalogSource(catalog),
     prices: new ShippedPriceSource(catalog),
     jobs,

@@ -1,6 +1,7 @@
 import { CloudError, GpuFleetError } from '../../core/errors.ts';
-import type { Offering } from '../../core/catalog.ts';
-import type { JobStore, LeaseStore, NodeGroupProvider, PlanJournal } from '../../core/ports.ts';
+import type { Cloud, Offering } from '../../core/catalog.ts';
+import type { Clock, JobStore, LeaseStore, NodeGroupProvider, PlanJournal } from '../../core/ports.ts';
+import type { NoticeSource } from '../../core/services/interruption.ts';
 import type { SeededRandom } from './clock.ts';
 import type { CapacityModel } from './sim-cloud.ts';
 
@@ -12,8 +13,14 @@ import type { CapacityModel } from './sim-cloud.ts';
 export interface FaultProfile {
   readonly name: string;
   readonly description: string;
-  /** Share of node-group API calls that fail with throttling or a server error. */
+  /** Share of node-group API calls that fail with throttling or a server error; only this cloud's when set (`api-errors:gcp`). */
   readonly apiErrorRate?: number;
+  readonly apiErrorCloud?: Cloud;
+  /**
+   * One cloud fails every call (its node groups and its preemption listing) for `hours`, from
+   * `atHour` on. Without a cloud: GCP when the fleet has GCP groups, else the fleet's one cloud.
+   */
+  readonly outage?: { readonly cloud?: Cloud; readonly atHour: number; readonly hours: number };
   /** Share of (spot offering × 10-minute window) with no spot capacity: launches there fail. */
   readonly spotStockoutRate?: number;
   /** Every Nth reconcile dies after applying k actions (no clean-up: its lease is left to expire). */
@@ -57,6 +64,12 @@ const ASG_TERMINATIONS = { rebalancePerHour: 0.03, unhealthyPerHour: 0.01, refre
 export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
   none: { name: 'none', description: 'no faults (the baseline)' },
   'api-errors': { name: 'api-errors', description: '10% of node-group API calls throttled or failing with 5xx', apiErrorRate: 0.1 },
+  'cloud-outage': {
+    name: 'cloud-outage',
+    description:
+      'one cloud (GCP unless named: cloud-outage:aws) fails every call for an hour, 16 h in (the busiest hour of the built-in trace); with one cloud in the fleet, that one',
+    outage: { atHour: 16, hours: 1 },
+  },
   'spot-stockout': { name: 'spot-stockout', description: 'spot pools out of capacity 40% of the time', spotStockoutRate: 0.4 },
   'crash-mid-apply': {
     name: 'crash-mid-apply',
@@ -128,20 +141,33 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
   },
 };
 
+const CLOUDS: readonly Cloud[] = ['aws', 'gcp'];
+
+/**
+ * A profile by name; `api-errors` and `cloud-outage` take a cloud after a colon (`api-errors:gcp`,
+ * `cloud-outage:aws`) to hit that cloud only.
+ */
 export function faultProfile(name: string): FaultProfile {
-  const p = FAULT_PROFILES[name];
+  const [base = '', target, ...rest] = name.split(':');
+  const p = FAULT_PROFILES[base];
   if (!p) throw new GpuFleetError(`unknown fault profile "${name}"; profiles: ${Object.keys(FAULT_PROFILES).join(', ')}`);
-  return p;
+  if (target === undefined) return p;
+  if (rest.length > 0 || !CLOUDS.includes(target as Cloud) || (base !== 'api-errors' && base !== 'cloud-outage'))
+    throw new GpuFleetError(
+      `fault profile "${name}": only api-errors and cloud-outage take a cloud, as api-errors:gcp or cloud-outage:aws (clouds: ${CLOUDS.join(', ')})`,
+    );
+  const cloud = target as Cloud;
+  return base === 'api-errors'
+    ? { ...p, name, description: `${p.description}, on ${cloud} only`, apiErrorCloud: cloud }
+    : { ...p, name, description: `${cloud} fails every call for an hour, 16 h in`, outage: { ...p.outage!, cloud } };
 }
 
-/** Node-group calls that fail on a share of calls, as throttling or a server error. */
-export function faultyProvider(
-  provider: NodeGroupProvider,
-  random: SeededRandom,
-  rate: number,
-  counts: { injected: number },
-): NodeGroupProvider {
-  const fail = (operation: string) => {
+/** A check run before each of a provider's calls: it throws to make the call fail. */
+export type CallFault = (operation: string) => void;
+
+/** A share of calls fail, as throttling or a server error. */
+export function randomFailures(random: SeededRandom, rate: number, counts: { injected: number }, cloud: Cloud): CallFault {
+  return (operation) => {
     if (random.next() >= rate) return;
     counts.injected++;
     const throttled = random.next() < 0.5;
@@ -150,9 +176,26 @@ export function faultyProvider(
       throttled
         ? `Rate exceeded (injected fault on ${operation})`
         : `We encountered an internal error. Please try again. (injected fault on ${operation})`,
-      { operation, cloud: provider.cloud },
+      { operation, cloud },
     );
   };
+}
+
+/** Every call fails while the clock is in the outage window, as when a cloud's API (or the credentials for it) is down. */
+export function outageFailures(clock: Clock, fromMs: number, untilMs: number, counts: { injected: number }, cloud: Cloud): CallFault {
+  return (operation) => {
+    const now = clock.nowMs();
+    if (now < fromMs || now >= untilMs) return;
+    counts.injected++;
+    throw new CloudError('unavailable', `${cloud} is not answering: the service is unavailable (injected outage, on ${operation})`, {
+      operation,
+      cloud,
+    });
+  };
+}
+
+/** A provider whose calls go through `fail` first. */
+export function faultyProvider(provider: NodeGroupProvider, fail: CallFault): NodeGroupProvider {
   return {
     cloud: provider.cloud,
     listGroups: async () => (fail('list groups'), provider.listGroups()),
@@ -164,6 +207,11 @@ export function faultyProvider(
     launchFailures: async (s) => (fail('launch failures'), provider.launchFailures(s)),
     completeLifecycleAction: async (input) => (fail('complete lifecycle action'), provider.completeLifecycleAction(input)),
   };
+}
+
+/** A notice source whose polls go through `fail` first (a cloud's preemption listing is one of its API calls). */
+export function faultyNotices(source: NoticeSource, fail: CallFault): NoticeSource {
+  return { cloud: source.cloud, poll: async () => (fail('list preemption operations'), source.poll()) };
 }
 
 /** Spot pools without capacity in a share of 10-minute windows (deterministic per pool and window). */

@@ -15,12 +15,14 @@ import {
   DEFAULT_CHECKPOINT_TIMING,
   gangRank,
   nextNodeStep,
+  onMachineNotice,
   startFailure,
   uploadAllowanceSec,
   uploadRetryDelayMs,
   type CheckpointOutcome,
   type CheckpointTiming,
   type LocalAttempt as LocalView,
+  type MachineNotice,
 } from '../../core/services/node-rules.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
 
@@ -111,6 +113,8 @@ interface SimProcess {
     readonly uploadByMs: number;
     readonly endedBefore?: number;
   };
+  /** Its machine got a notice and it cannot checkpoint: the agent stops and requeues it at this time. */
+  requeueAt?: { readonly atMs: number; readonly why: Reason };
   /** The save in flight, and a newer marker queued behind it. */
   upload?: SimUpload;
   queued?: { readonly atMs: number; readonly progressSec: number; readonly path: string };
@@ -252,6 +256,45 @@ export class SimAgents {
     }
   }
 
+  /**
+   * The machine's own metadata says it is going (GCE sets `instance/preempted` about 30 s before
+   * it takes a spot machine, and tells no one else): its agent, if it runs, does what the real
+   * agent does on that notice, by the same rule (node-rules `onMachineNotice`).
+   */
+  async localNotice(instanceId: string, notice: MachineNotice, marginSec: number): Promise<void> {
+    const m = this.machines.get(instanceId);
+    if (!m) return; // not booted, or its agent is dead: nobody reads the metadata
+    const now = this.options.clock.nowMs();
+    this.world(m, now);
+    const procs = [...m.processes.values()].filter((p) => !p.exit);
+    const keyOf = (p: SimProcess) => `${p.jobId}#${p.attempt}#${p.rank}`;
+    const rule = onMachineNotice(
+      notice,
+      now,
+      marginSec,
+      procs.map((p) => ({
+        key: keyOf(p),
+        checkpointable: p.job.spec.checkpoint !== undefined,
+        busy: p.checkpointing !== undefined,
+        gracePeriodSec: p.job.spec.checkpoint?.gracePeriodSec ?? 30,
+      })),
+    );
+    await this.options.nodes.markDraining(instanceId, {
+      sinceMs: now,
+      reason: rule.drainReason,
+      deadlineMs: rule.deadlineMs,
+      groupId: m.instance.groupId,
+    });
+    for (const step of rule.steps) {
+      const p = procs.find((x) => keyOf(x) === step.key)!;
+      if (step.kind === 'checkpoint') {
+        await applyJobEvent(this.options.jobs, p.jobId, { type: 'checkpoint-requested', attempt: p.attempt, reason: rule.reason }, now);
+        this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
+        await this.advanceCheckpoint(m, p, now);
+      } else if (step.kind === 'requeue-at') p.requeueAt = { atMs: step.atMs, why: step.reason };
+    }
+  }
+
   // ---- the world ----------------------------------------------------------------------------
 
   /** What happens on a machine between two looks: jobs progress, write checkpoints, end; uploads move. */
@@ -383,6 +426,10 @@ export class SimAgents {
           break;
         case 'run':
           this.collect(p!, now);
+          if (p!.requeueAt && now >= p!.requeueAt.atMs) {
+            this.beginCheckpoint(p!, 'requeue', p!.requeueAt.why, now);
+            await this.advanceCheckpoint(m, p!, now);
+          }
           break;
         case 'busy':
           await this.advanceCheckpoint(m, p!, now);
@@ -510,9 +557,15 @@ export class SimAgents {
     if (next && m.processes.get(p.jobId) === p) this.startUpload(p, next, now);
   }
 
-  private beginCheckpoint(p: SimProcess, then: 'requeue' | 'cancel', why: Reason, now: number): void {
+  private beginCheckpoint(p: SimProcess, then: 'requeue' | 'cancel', why: Reason, now: number, hardDeadlineMs?: number): void {
     const cp = p.job.spec.checkpoint;
-    const limits = checkpointLimits({ graceSec: cp?.gracePeriodSec ?? 30, sizeMiB: p.sizeMiB, requestedAtMs: now, timing: this.timing });
+    const limits = checkpointLimits({
+      graceSec: cp?.gracePeriodSec ?? 30,
+      sizeMiB: p.sizeMiB,
+      requestedAtMs: now,
+      timing: this.timing,
+      ...(hardDeadlineMs !== undefined ? { hardDeadlineMs } : {}),
+    });
     const endedBefore = p.exit && p.exit.atMs <= now ? p.exit.code : undefined;
     p.checkpointing = {
       then,

@@ -1,9 +1,13 @@
+import type { protos } from '@google-cloud/compute';
 import { makeOffering, type CapacityType, type Cloud, type Offering } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
 import { inService, type Instance, type NodeGroup } from '../../core/fleet.ts';
 import type { Clock, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
 import { regionOfZone } from '../catalog/shipped.ts';
 import type { SeededRandom } from './clock.ts';
+
+/** The project the simulated GCP groups live in. */
+export const SIM_GCP_PROJECT = 'gpu-fleet-sim';
 
 export interface SimGroupConfig {
   readonly id: string;
@@ -75,6 +79,7 @@ export interface SimCloudOptions {
  * size lowered. Time moves only when {@link tick} is called.
  */
 export class SimCloud implements NodeGroupProvider {
+  /** The cloud of the first group (the whole world answers as one provider; {@link providers} gives one per cloud). */
   readonly cloud: Cloud;
   private readonly groups = new Map<string, SimGroup>();
   private readonly instances = new Map<string, SimInstance>();
@@ -122,7 +127,11 @@ export class SimCloud implements NodeGroupProvider {
   }
 
   async listInstances(): Promise<Instance[]> {
-    return [...this.instances.values()].map((i) => toInstance(i));
+    // EC2 lists terminated instances for a while; a GCE instance its group deleted is gone at once,
+    // and only a preempted one stays listed, TERMINATED (its termination action stops it).
+    return [...this.instances.values()]
+      .filter((i) => !(i.offering.cloud === 'gcp' && i.state === 'terminated' && i.endReason !== 'preempted'))
+      .map((i) => toInstance(i));
   }
 
   async setDesiredCapacity(groupId: string, desired: number): Promise<void> {
@@ -223,6 +232,41 @@ export class SimCloud implements NodeGroupProvider {
     return a;
   }
 
+  /**
+   * One provider per cloud the groups are in, as gpu-fleet sees them in production (an Auto
+   * Scaling client, a Compute client): each lists and acts on its own cloud's groups only, so
+   * one can fail while the other answers.
+   */
+  providers(): SimProvider[] {
+    const clouds = [...new Set([...this.groups.values()].map((g) => g.config.cloud ?? 'aws'))];
+    return clouds.map((cloud) => new SimProvider(this, cloud));
+  }
+
+  /** The groups as configured. */
+  groupConfigs(): SimGroupConfig[] {
+    return [...this.groups.values()].map((g) => g.config);
+  }
+
+  /** The cloud a group is in (undefined for an unknown group). */
+  cloudOf(groupId: string): Cloud | undefined {
+    const g = this.groups.get(groupId);
+    return g ? (g.config.cloud ?? 'aws') : undefined;
+  }
+
+  /**
+   * GCP's zone operations API over the simulated machines: each preempted GCP spot machine
+   * leaves a `compute.instances.preempted` operation in its zone, as Compute Engine does.
+   */
+  readonly zoneOperations = {
+    listAsync: (request: { project: string; zone: string }): AsyncIterable<protos.google.cloud.compute.v1.IOperation> => {
+      const ops = this.preemptionOps.filter((o) => o.zone === request.zone);
+      return (async function* () {
+        for (const o of ops) yield o.op;
+      })();
+    },
+  };
+  private readonly preemptionOps: { zone: string; op: protos.google.cloud.compute.v1.IOperation }[] = [];
+
   /** Whether a group's machines boot in MIG mode. */
   isMigGroup(groupId: string): boolean {
     return this.groups.get(groupId)?.config.migEnabled ?? false;
@@ -267,6 +311,23 @@ export class SimCloud implements NodeGroupProvider {
     const inst = this.instances.get(instanceId);
     if (!inst || inst.state === 'terminated') return;
     this.end(inst, why);
+    if (inst.offering.cloud === 'gcp' && inst.offering.capacityType === 'spot') {
+      const at = new Date(this.options.clock.nowMs()).toISOString();
+      this.preemptionOps.push({
+        zone: inst.offering.zone,
+        op: {
+          name: `systemevent-${this.options.clock.nowMs()}-${inst.id}`,
+          operationType: 'compute.instances.preempted',
+          targetLink: `https://www.googleapis.com/compute/v1/projects/${SIM_GCP_PROJECT}/zones/${inst.offering.zone}/instances/${inst.id}`,
+          insertTime: at,
+          startTime: at,
+          status: 'DONE',
+        },
+      });
+      // Compute Engine keeps operations for a while; the simulation keeps the last day's.
+      const cutoff = this.options.clock.nowMs() - 86_400_000;
+      while (this.preemptionOps.length > 0 && Date.parse(this.preemptionOps[0]!.op.insertTime ?? '') < cutoff) this.preemptionOps.shift();
+    }
   }
 
   dump(): { desired: Record<string, number>; instances: SimInstance[]; counter: number; failures: LaunchFailure[] } {
@@ -368,7 +429,9 @@ export class SimCloud implements NodeGroupProvider {
     const bootMs = (this.options.bootSec ?? 180) * 1000;
     const jitter = this.options.bootJitter ?? 0.2;
     const readyAtMs = now + Math.round(bootMs * (1 - jitter + 2 * jitter * this.options.random.next()));
-    const id = `i-${(++this.counter).toString(16).padStart(17, '0')}`;
+    // EC2 instance ids; GCE instances are named by their group (a MIG's base instance name plus a suffix).
+    const n = ++this.counter;
+    const id = offering.cloud === 'gcp' ? `${g.config.id}-${n.toString(36).padStart(4, '0')}` : `i-${n.toString(16).padStart(17, '0')}`;
     const a = this.countActivity(g.config.id);
     a.launched++;
     if (a.lastScaleInAtMs !== undefined && now - a.lastScaleInAtMs < 15 * 60_000) a.rebought++;
@@ -389,4 +452,58 @@ function toInstance(i: SimInstance): Instance {
     launchedAtMs: i.launchedAtMs,
     scaleInProtected: i.scaleInProtected,
   };
+}
+
+/**
+ * One cloud's part of the simulated world, as gpu-fleet's provider for that cloud sees it: its
+ * groups and machines only; a call about another cloud's group is a `not-found`, as it would be.
+ */
+export class SimProvider implements NodeGroupProvider {
+  constructor(
+    private readonly world: SimCloud,
+    readonly cloud: Cloud,
+  ) {}
+
+  private own(groupId: string, operation: string): void {
+    if (this.world.cloudOf(groupId) !== this.cloud)
+      throw new CloudError('not-found', `node group ${groupId} does not exist in ${this.cloud}`, {
+        operation,
+        resource: groupId,
+        cloud: this.cloud,
+      });
+  }
+
+  async listGroups(): Promise<NodeGroup[]> {
+    return (await this.world.listGroups()).filter((g) => g.cloud === this.cloud);
+  }
+  async listInstances(): Promise<Instance[]> {
+    return (await this.world.listInstances()).filter((i) => i.cloud === this.cloud);
+  }
+  /** The machines as listed now (the simulated groups have no listing to reuse); GCP's preemption poll asks for it. */
+  recentInstances(): Promise<Instance[]> {
+    return this.listInstances();
+  }
+  setDesiredCapacity(groupId: string, desired: number): Promise<void> {
+    this.own(groupId, 'setDesiredCapacity');
+    return this.world.setDesiredCapacity(groupId, desired);
+  }
+  terminateInstance(groupId: string, instanceId: string): Promise<{ alreadyGone: boolean }> {
+    this.own(groupId, 'terminateInstance');
+    return this.world.terminateInstance(groupId, instanceId);
+  }
+  setScaleInProtection(groupId: string, instanceIds: readonly string[], protect: boolean): Promise<void> {
+    this.own(groupId, 'setScaleInProtection');
+    return this.world.setScaleInProtection(groupId, instanceIds, protect);
+  }
+  async describeInstance(instanceId: string): Promise<Instance | undefined> {
+    const i = await this.world.describeInstance(instanceId);
+    return i?.cloud === this.cloud ? i : undefined;
+  }
+  async launchFailures(sinceMs: number): Promise<LaunchFailure[]> {
+    return (await this.world.launchFailures(sinceMs)).filter((f) => this.world.cloudOf(f.groupId) === this.cloud);
+  }
+  async completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
+    if (this.world.cloudOf(input.groupId) !== this.cloud) return;
+    return this.world.completeLifecycleAction(input);
+  }
 }

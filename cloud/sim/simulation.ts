@@ -5,12 +5,18 @@ import {
   conflictingJobs,
   crashingJournal,
   FAULT_PROFILES,
+  faultyNotices,
   faultyProvider,
   hash01,
+  outageFailures,
+  randomFailures,
   SimulatedCrash,
   stockouts,
+  type CallFault,
   type FaultProfile,
 } from './faults.ts';
+import type { Cloud } from '../../core/catalog.ts';
+import { GCE_PREEMPTION_NOTICE_MS } from '../../agent/metadata.ts';
 import { checkInvariants, fromMachines, type InvariantViolation } from './invariants.ts';
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
 import { periodKey } from '../../core/period.ts';
@@ -106,6 +112,12 @@ export interface SimulationSummary {
   readonly costByTeamMicroUsd: Readonly<Record<string, MicroUsd>>;
   readonly p50WaitSec: number;
   readonly p95WaitSec: number;
+  /**
+   * With groups in more than one cloud: the same waits over the jobs each cloud could run (some
+   * group of it has a machine with the GPU model and count the job asks for). A job either
+   * cloud could run counts in both.
+   */
+  readonly waitByCloud?: Readonly<Record<string, { readonly jobs: number; readonly p50WaitSec: number; readonly p95WaitSec: number }>>;
   /** Spot machines the market took back. */
   readonly interruptions: number;
   /** Times a job went back to the queue (interruptions, lost nodes, preemptions). */
@@ -123,6 +135,8 @@ export interface SimulationSummary {
   readonly faults: {
     readonly profile: string;
     readonly apiErrors: number;
+    /** Calls failed by a cloud's outage (`cloud-outage`). */
+    readonly outageErrors: number;
     readonly storeConflicts: number;
     readonly crashes: number;
     readonly duplicateEvents: number;
@@ -249,14 +263,51 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   });
   // Faults: the control loop's ports (and the agents' store) as the chosen profile breaks them.
   const faultRandom = new SeededRandom(options.seed * 104_729 + 3);
-  const injected = { api: { injected: 0 }, conflicts: { injected: 0 }, duplicates: 0, storm: 0, reconcileFailures: 0, asgTerminations: 0 };
+  const injected = {
+    api: { injected: 0 },
+    outage: { injected: 0 },
+    conflicts: { injected: 0 },
+    duplicates: 0,
+    storm: 0,
+    reconcileFailures: 0,
+    asgTerminations: 0,
+  };
   const crash = { armed: false, done: 0, k: faults.crashAfterActions ?? 0, crashes: 0 };
   const jobStore = faults.storeConflictRate
     ? conflictingJobs(env.jobs, faultRandom, faults.storeConflictRate, injected.conflicts)
     : env.jobs;
   let ports: ReconcilePorts = { ...env.ports, jobs: jobStore };
-  if (faults.apiErrorRate)
-    ports = { ...ports, providers: ports.providers.map((p) => faultyProvider(p, faultRandom, faults.apiErrorRate!, injected.api)) };
+  // API faults per cloud: random errors (on every cloud, or one), and one cloud's outage.
+  const clouds = [...new Set(setup.groups.map((g) => g.cloud ?? 'aws'))];
+  const outage = faults.outage
+    ? {
+        cloud: faults.outage.cloud ?? (clouds.includes('gcp') ? 'gcp' : (clouds[0] ?? 'aws')),
+        fromMs: startMs + faults.outage.atHour * 3_600_000,
+        untilMs: startMs + (faults.outage.atHour + faults.outage.hours) * 3_600_000,
+      }
+    : undefined;
+  const callFaults = (cloud: Cloud): CallFault | undefined => {
+    const checks: CallFault[] = [];
+    if (faults.apiErrorRate && (faults.apiErrorCloud === undefined || faults.apiErrorCloud === cloud))
+      checks.push(randomFailures(faultRandom, faults.apiErrorRate, injected.api, cloud));
+    if (outage?.cloud === cloud) checks.push(outageFailures(env.clock, outage.fromMs, outage.untilMs, injected.outage, cloud));
+    return checks.length === 0 ? undefined : (operation) => checks.forEach((check) => check(operation));
+  };
+  ports = {
+    ...ports,
+    providers: ports.providers.map((p) => {
+      const fail = callFaults(p.cloud);
+      return fail ? faultyProvider(p, fail) : p;
+    }),
+    ...(ports.notices
+      ? {
+          notices: ports.notices.map((n) => {
+            const fail = callFaults(n.cloud);
+            return fail ? faultyNotices(n, fail) : n;
+          }),
+        }
+      : {}),
+  };
   if (faults.crashEvery) ports = { ...ports, ...crashingJournal(ports.journal, ports.lease, crash) } as ReconcilePorts;
   const deadAgents = new Set<string>();
   const agentDead = faults.deadAgentRate
@@ -391,6 +442,31 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   );
   const inbox: { atMs: number; event: Record<string, unknown> }[] = [];
   const terminations: { atMs: number; inst: SimInstance }[] = [];
+  const localNotices: { atMs: number; inst: SimInstance }[] = [];
+  /**
+   * The cloud takes a spot machine back at `at` plus its notice: AWS sends the EventBridge
+   * warning two minutes ahead; GCP only sets the machine's metadata about 30 s ahead (its agent
+   * reacts, and reconcile finds the preemption by polling afterwards).
+   */
+  const interrupt = (inst: SimInstance, at: number) => {
+    interruptions++;
+    if (inst.offering.cloud === 'gcp') {
+      localNotices.push({ atMs: at, inst });
+      terminations.push({ atMs: at + GCE_PREEMPTION_NOTICE_MS, inst });
+      return;
+    }
+    deliver(
+      at,
+      spotInterruptionWarning({
+        id: `sim-${++eventCounter}`,
+        instanceId: inst.id,
+        zone: inst.offering.zone,
+        region: inst.offering.region,
+        atMs: at,
+      }),
+    );
+    terminations.push({ atMs: at + NOTICE_MS, inst });
+  };
   const timeline: TimelineSample[] = [];
   const budgetEvents: BudgetEvent[] = [];
   const lastBudget = new Map<string, { state: BudgetState; crossed: number }>();
@@ -481,23 +557,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         await intake({ jobs: env.jobs, clock: env.clock }, { team, body: message.body, token: message.token });
       }
     }
-    // The spot market takes machines back: a warning now, the machine gone two minutes later.
-    if (market) {
-      for (const inst of market.reclaims(env.cloud.allInstances(), now)) {
-        interruptions++;
-        deliver(
-          now,
-          spotInterruptionWarning({
-            id: `sim-${++eventCounter}`,
-            instanceId: inst.id,
-            zone: inst.offering.zone,
-            region: inst.offering.region,
-            atMs: now,
-          }),
-        );
-        terminations.push({ atMs: now + NOTICE_MS, inst });
-      }
-    }
+    // The spot market takes machines back, each with its cloud's notice.
+    if (market) for (const inst of market.reclaims(env.cloud.allInstances(), now)) interrupt(inst, now);
     // An interruption storm: half the live spot machines warned within one minute.
     // (At the first minute from that hour on with at least four spot machines up, so it is a storm.)
     const stormSpot =
@@ -509,27 +570,18 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     if (stormSpot.length >= 4) {
       stormDone = true;
       for (const inst of stormSpot.filter((_, k) => k % 2 === 0)) {
-        interruptions++;
         injected.storm++;
-        const at = now + Math.floor(faultRandom.next() * 4) * tickMs;
-        deliver(
-          at,
-          spotInterruptionWarning({
-            id: `sim-${++eventCounter}`,
-            instanceId: inst.id,
-            zone: inst.offering.zone,
-            region: inst.offering.region,
-            atMs: at,
-          }),
-        );
-        terminations.push({ atMs: at + NOTICE_MS, inst });
+        interrupt(inst, now + Math.floor(faultRandom.next() * 4) * tickMs);
       }
     }
     for (let i = terminations.length - 1; i >= 0; i--) {
       const due = terminations[i]!;
       if (due.atMs > now) continue;
       terminations.splice(i, 1);
-      if (due.inst.state !== 'terminated') {
+      if (due.inst.state !== 'terminated' && due.inst.offering.cloud === 'gcp') {
+        // Compute Engine records the preemption as an operation of its zone; nothing is pushed anywhere.
+        env.cloud.reclaim(due.inst.id, 'preempted');
+      } else if (due.inst.state !== 'terminated') {
         env.cloud.reclaim(due.inst.id, 'spot interruption');
         deliver(
           now,
@@ -542,6 +594,17 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
           }),
         );
       }
+    }
+    // GCE sets a preempted machine's metadata `instance/preempted`: its agent sees it at its next look.
+    for (let i = localNotices.length - 1; i >= 0; i--) {
+      const n = localNotices[i]!;
+      if (n.atMs > now) continue;
+      localNotices.splice(i, 1);
+      await agents.localNotice(
+        n.inst.id,
+        { kind: 'interruption', actionAtMs: n.atMs + GCE_PREEMPTION_NOTICE_MS, what: 'preempted notice (instance/preempted)' },
+        control.noticeMarginSec,
+      );
     }
     groupsAct(now, t);
     env.cloud.tick();
@@ -628,6 +691,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     idealCostMicroUsd: idealCost(env, options.groups, jobs, useful),
     costByTeamMicroUsd: costByTeam,
     ...waits(jobs, endMs),
+    ...(clouds.length > 1 ? { waitByCloud: waitsByCloud(jobs, endMs, setup.groups, env) } : {}),
     interruptions,
     requeues: jobs.reduce((s, j) => s + j.interruptions, 0),
     checkpoints: agents.stats.checkpoints,
@@ -640,6 +704,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     faults: {
       profile: faults.name,
       apiErrors: injected.api.injected,
+      outageErrors: injected.outage.injected,
       storeConflicts: injected.conflicts.injected,
       crashes: crash.crashes,
       duplicateEvents: injected.duplicates,
@@ -819,6 +884,30 @@ function idealCost(
     total += (cheapest * work) / 3_600_000;
   }
   return Math.round(total);
+}
+
+/** Waits of the jobs each cloud's groups could run (by GPU model and count per machine). */
+function waitsByCloud(
+  jobs: readonly Job[],
+  endMs: number,
+  groups: readonly SimGroupConfig[],
+  env: SimEnvironment,
+): Record<string, { jobs: number; p50WaitSec: number; p95WaitSec: number }> {
+  const out: Record<string, { jobs: number; p50WaitSec: number; p95WaitSec: number }> = {};
+  for (const cloud of [...new Set(groups.map((g) => g.cloud ?? 'aws'))].sort()) {
+    const types = groups
+      .filter((g) => (g.cloud ?? 'aws') === cloud)
+      .flatMap((g) => g.instanceTypes.map((t) => env.catalog.instanceTypes.get(t)))
+      .filter((t) => t !== undefined);
+    const mine = jobs.filter((j) => {
+      const g = j.spec.gpu;
+      const need = g.kind === 'whole' ? g.count : 1;
+      const models = g.kind === 'mig' ? undefined : g.models;
+      return types.some((t) => t.gpuCount >= need && (!models || models.some((m) => gpuModelMatches(m, t.gpuModel))));
+    });
+    out[cloud] = { jobs: mine.filter((j) => j.state !== 'rejected').length, ...waits(mine, endMs) };
+  }
+  return out;
 }
 
 function waits(jobs: readonly Job[], endMs: number): { p50WaitSec: number; p95WaitSec: number } {

@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SimEnvironment } from './environment.ts';
+import type { SimGroupConfig } from './sim-cloud.ts';
 import { GpuFleetError } from '../../core/errors.ts';
 
 /**
@@ -17,6 +18,8 @@ export interface SavedSimState {
   readonly checkpoints: ReturnType<SimEnvironment['checkpoints']['dump']>;
   readonly pools: ReturnType<SimEnvironment['pools']['dump']>;
   readonly cloud: ReturnType<SimEnvironment['cloud']['dump']>;
+  /** The simulated fleet's groups (absent in states written before two-cloud runs: the built-in AWS fleet). */
+  readonly groups?: readonly SimGroupConfig[];
 }
 
 export const STATE_FILE = 'state.json';
@@ -33,8 +36,16 @@ export function saveSimState(env: SimEnvironment, dir: string): void {
     checkpoints: env.checkpoints.dump(),
     pools: env.pools.dump(),
     cloud: env.cloud.dump(),
+    groups: env.cloud.groupConfigs(),
   };
   writeFileSync(join(dir, STATE_FILE), JSON.stringify(state));
+}
+
+/** The groups of the fleet saved in a folder, when the state names them. */
+export function savedSimGroups(dir: string): readonly SimGroupConfig[] | undefined {
+  const file = join(dir, STATE_FILE);
+  if (!existsSync(file)) return undefined;
+  return (JSON.parse(readFileSync(file, 'utf8')) as SavedSimState).groups;
 }
 
 /** Loads a saved world into an environment built with the same fleet; false when the folder has none. */

@@ -51,7 +51,7 @@ describe('gpu-fleet command', () => {
     const faults = await cli(['simulate', '--faults', 'meteor']);
     expect(faults.code).toBe(2);
     expect(faults.stderr).toContain(
-      '--faults must be one of none, api-errors, spot-stockout, crash-mid-apply, duplicate-reorder, interruption-storm, dead-agents, checkpoint-failures, store-conflicts, slow-uploads, upload-failures, asg-terminations, gang-rank-failure, all, got "meteor"',
+      '--faults: unknown fault profile "meteor"; profiles: none, api-errors, cloud-outage, spot-stockout, crash-mid-apply, duplicate-reorder, interruption-storm, dead-agents, checkpoint-failures, store-conflicts, slow-uploads, upload-failures, asg-terminations, gang-rank-failure, all',
     );
   });
 

@@ -29,6 +29,54 @@ async function cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promis
 }
 const json = <T = Record<string, unknown>>(out: { stdout: string }) => JSON.parse(out.stdout) as T;
 
+describe('gpu-fleet status on a two-cloud simulation saved while GCP is out', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-sim2-'));
+  beforeAll(async () => {
+    // cloud-outage:gcp runs from 16 h to 17 h: the simulation stops half-way through it.
+    const out = await cli([
+      'simulate',
+      '--hours',
+      '16.5',
+      '--clouds',
+      'aws,gcp',
+      '--faults',
+      'cloud-outage:gcp',
+      '--no-baselines',
+      '--no-progress',
+      '--out',
+      dir,
+    ]);
+    expect(out.code).toBe(0);
+  }, 180_000);
+
+  it('says which provider the newest reconcile left out, since when and the last error; the saved fleet has both clouds', async () => {
+    const s = json<{
+      degraded: { cloud: string; sinceMs: number; error: string; code: string; forSec: number }[];
+      groups: { group: string; cloud: string }[];
+    }>(await cli(['status', '--sim', dir, '--json']));
+    expect(s.degraded).toEqual([
+      expect.objectContaining({
+        cloud: 'gcp',
+        sinceMs: Date.UTC(2026, 10, 2, 16),
+        code: 'unavailable',
+        error: expect.stringMatching(/gcp is not answering/),
+      }),
+    ]);
+    expect(s.degraded[0]!.forSec).toBeGreaterThanOrEqual(1700);
+    expect(new Set(s.groups.map((g) => g.cloud))).toEqual(new Set(['aws', 'gcp']));
+    const human = await cli(['status', '--sim', dir]);
+    expect(human.stdout).toMatch(
+      /Degraded \(left out of the newest reconcile, decision-\d+: not scaled, and work only it could run waits\)\n {2}gcp: since 2026-11-02T16:00:00.000Z \([\d.]+ min\), last error \[unavailable\]: gcp is not answering/,
+    );
+  });
+
+  it('refuses a fault profile aimed at an unknown cloud, saying what is allowed', async () => {
+    const out = await cli(['simulate', '--faults', 'api-errors:azure', '--no-baselines']);
+    expect(out.code).toBe(2);
+    expect(out.stderr).toMatch(/--faults: fault profile "api-errors:azure": only api-errors and cloud-outage take a cloud/);
+  });
+});
+
 describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-sim-'));
   beforeAll(async () => {
