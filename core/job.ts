@@ -346,10 +346,16 @@ const REJECTED_PLACEHOLDER_SPEC: JobSpec = {
 /**
  * Deterministic job id from the team and the submitter's idempotency token (or the queue
  * message id): the same message delivered twice makes the same id, and two teams can never
- * collide. Characters outside [A-Za-z0-9_-] are escaped as ~XX, so distinct tokens stay distinct.
+ * collide. Characters outside [A-Za-z0-9_-] are escaped at a fixed width, so distinct tokens give
+ * distinct ids: a code point up to U+00FF as `~` and two hex digits (`a b` → `a~20b`, as ids were
+ * before), any other as `~~` and six (`Ā` → `~~000100`). An escape never contains a `~`, so
+ * `~~` cannot be read any other way.
  */
 export function jobIdFor(team: string, token: string): string {
-  const safe = token.replace(/[^A-Za-z0-9_-]/g, (c) => `~${c.codePointAt(0)!.toString(16).padStart(2, '0')}`);
+  const safe = token.replace(/[^A-Za-z0-9_-]/gu, (c) => {
+    const code = c.codePointAt(0)!;
+    return code <= 0xff ? `~${code.toString(16).padStart(2, '0')}` : `~~${code.toString(16).padStart(6, '0')}`;
+  });
   return `${team}.${safe}`;
 }
 

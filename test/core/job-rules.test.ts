@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   ACTIVE_STATES,
@@ -259,11 +260,36 @@ describe('records of a job', () => {
     });
   });
 
-  it('escapes every character outside [A-Za-z0-9_-] of a token as ~ and its code in hex, two digits at least', () => {
+  it('escapes every character outside [A-Za-z0-9_-] of a token at a fixed width: ~ and two hex digits up to U+00FF, ~~ and six above', () => {
     expect(jobIdFor('nlp', 'run-7_b')).toBe('nlp.run-7_b');
     expect(jobIdFor('nlp', 'a b')).toBe('nlp.a~20b');
     expect(jobIdFor('nlp', 'x\ny')).toBe('nlp.x~0ay');
     expect(jobIdFor('nlp', 'é')).toBe('nlp.~e9');
+    expect(jobIdFor('nlp', 'Ā')).toBe('nlp.~~000100');
+    expect(jobIdFor('nlp', '🚀')).toBe('nlp.~~01f680');
+    // The collision the variable width allowed: "run-Ā" and "run-\x10" + "0" were both nlp.run-~100.
+    expect(jobIdFor('nlp', 'run-Ā')).not.toBe(jobIdFor('nlp', 'run-\x100'));
+  });
+
+  it('two different tokens never give the same job id: the token can be read back from the id (any unicode, lone surrogates included)', () => {
+    // A left inverse proves the map injective.
+    const tokenOf = (id: string) =>
+      id
+        .slice('nlp.'.length)
+        .replace(/~~([0-9a-f]{6})|~([0-9a-f]{2})/g, (_m, six: string | undefined, two: string | undefined) =>
+          String.fromCodePoint(parseInt(six ?? two!, 16)),
+        );
+    const tricky = fc.string({
+      unit: fc.constantFrom('a', '~', '-', '0', '1', 'f', ' ', '.', 'Ā', '\x10', '\u{1F680}', '\ud800'),
+      maxLength: 12,
+    });
+    for (const token of [tricky, fc.string({ unit: 'binary' }), fc.string({ unit: 'binary-ascii' })])
+      fc.assert(
+        fc.property(token, (t) => {
+          expect(tokenOf(jobIdFor('nlp', t))).toBe(t);
+        }),
+        { numRuns: 2000 },
+      );
   });
 
   it('a job has waited its past waits, plus the current one while it is pending', () => {
