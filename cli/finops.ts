@@ -1,3 +1,4 @@
+import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { closeAttempt, JOB_STATES, ACTIVE_STATES, type Job } from '../core/job.ts';
@@ -59,7 +60,8 @@ export interface FinOpsReport {
     readonly reworkGpuHours: number;
     readonly reworkMicroUsd: number;
   };
-  readonly byTeam: readonly { readonly team: string; readonly costMicroUsd: number }[];
+  /** Paid per team, and what its running work will still cost (as reconcile counts it against hold, spot-only and stop). */
+  readonly byTeam: readonly { readonly team: string; readonly costMicroUsd: number; readonly committedMicroUsd: number }[];
   readonly byProject: readonly {
     readonly project: string;
     readonly costMicroUsd: number;
@@ -139,6 +141,7 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
     const p = byProjectMap.get(r.project) ?? { costMicroUsd: 0, gpuHours: 0, jobs: 0 };
     byProjectMap.set(r.project, { costMicroUsd: p.costMicroUsd + r.costMicroUsd, gpuHours: p.gpuHours + r.gpuHours, jobs: p.jobs + 1 });
   }
+  const committed = committedCostMicroUsd(running, now, fleet.policy, fleet.policy.reconcileIntervalSec);
   const sum = (f: (r: JobCostRow) => number) => rows.reduce((a, r) => a + f(r), 0);
   const paid = [...teamTotals.values()].reduce((a, b) => a + b, 0);
   return {
@@ -156,7 +159,9 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
       reworkGpuHours: sum((r) => r.reworkGpuHours),
       reworkMicroUsd: sum((r) => r.reworkMicroUsd),
     },
-    byTeam: [...teamTotals.entries()].sort((a, b) => b[1] - a[1]).map(([t, c]) => ({ team: t, costMicroUsd: c })),
+    byTeam: [...teamTotals.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .map(([t, c]) => ({ team: t, costMicroUsd: c, committedMicroUsd: committed.get(t) ?? 0 })),
     byProject: [...byProjectMap.entries()].sort((a, b) => b[1].costMicroUsd - a[1].costMicroUsd).map(([project, v]) => ({ project, ...v })),
     byDay,
     jobs: rows.sort((a, b) => b.costMicroUsd - a.costMicroUsd),
@@ -268,8 +273,8 @@ export function reportText(r: FinOpsReport): string {
     'Cost by team',
     r.byTeam.length
       ? table(
-          ['team', 'cost'],
-          r.byTeam.map((x) => [x.team, money(x.costMicroUsd)]),
+          ['team', 'cost', 'committed'],
+          r.byTeam.map((x) => [x.team, money(x.costMicroUsd), money(x.committedMicroUsd)]),
         )
       : '  (none)',
   );

@@ -12,6 +12,7 @@ import type {
   NodeStore,
   SpendLedger,
   BudgetTagSource,
+  BudgetMemory,
 } from '../core/ports.ts';
 import { intake } from '../core/services/intake.ts';
 import { applyJobEvent } from '../core/services/job-updates.ts';
@@ -37,6 +38,8 @@ export interface Fleet {
   readonly ledger: SpendLedger;
   readonly queue: JobQueue;
   readonly budgets: BudgetTagSource;
+  /** The last valid budget values reconcile keeps (a deployed fleet's control table); what is in force is read with them. */
+  readonly budgetMemory?: BudgetMemory;
   readonly providers: readonly NodeGroupProvider[];
   readonly gpuMetrics?: GpuMetricsSource;
   /** Sends a spec to the team's queue (a simulation takes it in at once); the job id follows from team and token. */
@@ -120,6 +123,7 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
     ledger: ports.stores.ledger,
     queue: ports.queue,
     budgets: ports.reconcile.budgets,
+    ...(ports.reconcile.budgetMemory ? { budgetMemory: ports.reconcile.budgetMemory } : {}),
     providers: ports.reconcile.providers,
     gpuMetrics: ports.gpuMetrics,
     async submit(team, body, token = randomUUID()) {

@@ -1,9 +1,11 @@
 import { readFileSync } from 'node:fs';
-import { budgetStatus, isValidTeamId, teamFromTags } from '../core/budget.ts';
+import { budgetStatus, isValidTeamId } from '../core/budget.ts';
 import { periodBounds, periodKey } from '../core/period.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, JOB_STATES, type Job, type JobState } from '../core/job.ts';
 import { checkJobSpec, type JobSpecInput } from '../core/job-spec.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
+import { teamsInForce } from '../core/services/snapshot-reader.ts';
+import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { IDLE_TEAM } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
@@ -413,13 +415,26 @@ export function explainJob(
       details: job.rejection?.errors ?? [],
     };
   if (job.state === 'pending') {
-    if (job.hold)
+    if (job.hold) {
+      // The budget in force when it was last planned, as that reconcile read it.
+      const d = recent.find((r) => r.teams?.some((t) => t.id === job.team));
+      const t = d?.teams?.find((x) => x.id === job.team);
       return {
         job: job.id,
         state: job.state,
         summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}): held — ${job.hold.message}`,
-        details: [`code ${job.hold.code}`],
+        details: [
+          `code ${job.hold.code}`,
+          ...(d && t
+            ? [
+                `team ${t.id} in force at decision ${d.id}: ${t.budget ? `budget ${money(t.budget.amountMicroUsd)} ${t.budget.period}, action ${t.budget.action}` : 'no valid budget (held)'}; spent ${money(t.spentMicroUsd)}, running work will cost about ${money(t.committedMicroUsd)} more; ${t.maxGpus !== undefined ? `at most ${t.maxGpus} GPUs` : 'no GPU cap'}, weight ${t.weight}; state ${t.state}`,
+                ...t.tagProblems.map((p) => `tag problem: ${p}`),
+              ]
+            : []),
+        ],
+        ...(d ? { decisionId: d.id } : {}),
       };
+    }
     const d = recent.find((r) => r.plan.waiting.some((w) => w.jobId === job.id) && r.atMs >= job.queuedAtMs);
     const w = d?.plan.waiting.find((x) => x.jobId === job.id);
     if (job.requeueReason) details.push(`back in the queue since ${new Date(job.queuedAtMs).toISOString()}: ${job.requeueReason.message}`);
@@ -535,6 +550,7 @@ interface BudgetRow {
   team: string;
   period: string;
   spentMicroUsd: number;
+  committedMicroUsd: number;
   budgetMicroUsd: number | undefined;
   usedPct: number | undefined;
   forecastMicroUsd: number;
@@ -549,26 +565,37 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
   const only = teamFlag(flags.team);
   await withFleet(flags, async (fleet) => {
     const now = fleet.clock.nowMs();
+    // The same reader reconcile uses, with the last valid values it keeps: what is shown is what is enforced.
     const tagSets = await fleet.budgets.readTeamTags();
-    const byTeam = new Map<string, Team>();
-    for (const t of tagSets) if (!only || t.team === only) byTeam.set(t.team, teamFromTags(t.team, t.tags));
+    const memory = fleet.budgetMemory ? await fleet.budgetMemory.load() : new Map<string, Team>();
+    const inForce = teamsInForce(tagSets, memory);
+    const byTeam = new Map([...inForce].filter(([id]) => !only || id === only));
     if (only && !byTeam.has(only))
       throw new UsageError(
-        `no team ${only}: no resource carries gpu-fleet:team=${only}; teams: ${tagSets.map((t) => t.team).join(', ') || '(none)'}`,
+        `no team ${only}: no resource carries gpu-fleet:team=${only}; teams: ${[...inForce.keys()].join(', ') || '(none)'}`,
       );
     const rows: BudgetRow[] = [];
+    // What running work will still cost, as reconcile counts it against hold, spot-only and stop.
+    const committed = committedCostMicroUsd(
+      await fleet.jobs.listByState(ACTIVE_STATES),
+      now,
+      fleet.policy,
+      fleet.policy.reconcileIntervalSec,
+    );
     for (const team of [...byTeam.values()].sort((a, b) => a.id.localeCompare(b.id))) {
       const period = team.budget?.period ?? 'monthly';
       const key = periodKey(period, now);
       const { startMs, endMs } = periodBounds(period, now);
       const spent = (await fleet.ledger.read(team.id, key)).spentMicroUsd;
-      const status = budgetStatus(team, spent);
+      const committedMicroUsd = committed.get(team.id) ?? 0;
+      const status = budgetStatus(team, spent, committedMicroUsd);
       const elapsed = Math.max(1, now - startMs);
       const forecast = Math.round((spent * (endMs - startMs)) / elapsed);
       rows.push({
         team: team.id,
         period: key,
         spentMicroUsd: spent,
+        committedMicroUsd,
         budgetMicroUsd: team.budget?.amountMicroUsd,
         usedPct: team.budget ? (100 * spent) / team.budget.amountMicroUsd : undefined,
         forecastMicroUsd: forecast,
@@ -582,11 +609,12 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
     print(io, flags.json, rows, () => {
       const out = [
         table(
-          ['team', 'period', 'spent', 'budget', 'used', 'forecast', 'state', 'when over'],
+          ['team', 'period', 'spent', 'committed', 'budget', 'used', 'forecast', 'state', 'when over'],
           rows.map((r) => [
             r.team,
             r.period,
             money(r.spentMicroUsd),
+            money(r.committedMicroUsd),
             r.budgetMicroUsd !== undefined ? money(r.budgetMicroUsd) : '-',
             r.usedPct !== undefined ? pct(r.usedPct) : '-',
             `${money(r.forecastMicroUsd)}${r.forecastPct !== undefined ? ` (${pct(r.forecastPct)})` : ''}`,
@@ -600,7 +628,12 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
         out.push('', 'Tag problems (a bad tag never lifts a budget: the last valid value, or hold, applies)', ...problems);
       const notes = rows.filter((r) => r.state !== 'ok').map((r) => `  ${r.team}: ${r.message}`);
       if (notes.length > 0) out.push('', ...notes);
-      out.push('', "forecast: this period's spend so far, extended at the same rate to the period's end");
+      out.push(
+        '',
+        "committed: what running work will still cost (each attempt's price times its expected remaining runtime); hold, spot-only and stop count it with the spend",
+        "forecast: this period's spend so far, extended at the same rate to the period's end",
+        "budgets are read only from each team's own queue; tags on any other resource are listed as tag problems and change nothing",
+      );
       return out.join('\n');
     });
   });

@@ -131,7 +131,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     );
     notices.push(gcp.preemptions);
   }
-  const budgets = new TaggingBudgetSource(clients.tagging);
+  const budgets = new TaggingBudgetSource(clients.tagging, { teamQueuePrefix: config.teamQueuePrefix });
   const reconcile: ReconcilePorts = { ...stores, clock, providers, catalog, prices, budgets, notices };
   const interruption: InterruptionPorts = {
     clock,

@@ -14,7 +14,7 @@ export interface BudgetStatus {
  * A team's standing from its budget and what it spent this period. A team whose budget was
  * never valid is `hold`: a missing or broken tag never means "unlimited".
  */
-export function budgetStatus(team: Team, spentMicroUsd: MicroUsd): BudgetStatus {
+export function budgetStatus(team: Team, spentMicroUsd: MicroUsd, committedMicroUsd: MicroUsd = 0): BudgetStatus {
   const budget = team.budget;
   if (!budget) {
     const why = team.tagProblems.length > 0 ? ` (${team.tagProblems.join('; ')})` : '';
@@ -25,17 +25,28 @@ export function budgetStatus(team: Team, spentMicroUsd: MicroUsd): BudgetStatus 
       message: `team ${team.id} has no valid budget${why}; new work is held until one is tagged`,
     };
   }
+  // Alerts follow what was spent; the limits of hold, spot-only and stop count what running work will still cost too.
   const crossed = budget.alertAtPct.filter((pct) => spentMicroUsd * 100 >= budget.amountMicroUsd * pct);
   const base = { spentMicroUsd, budgetMicroUsd: budget.amountMicroUsd, crossedAlertPct: crossed };
-  if (spentMicroUsd >= budget.amountMicroUsd) {
-    const state: BudgetState = budget.action === 'alert' ? 'warn' : budget.action;
+  if (budget.action === 'alert' && spentMicroUsd >= budget.amountMicroUsd)
+    return { ...base, state: 'warn', message: `team ${team.id} spent its ${budget.period} budget; work carries on (action alert)` };
+  if (budget.action === 'stop' && spentMicroUsd >= budget.amountMicroUsd)
+    return {
+      ...base,
+      state: 'stop',
+      message: `team ${team.id} spent its ${budget.period} budget; its running work is checkpointed and requeued, and no work runs until the next period or a larger budget (action stop)`,
+    };
+  if (budget.action !== 'alert' && spentMicroUsd + committedMicroUsd >= budget.amountMicroUsd) {
+    const state: BudgetState = budget.action === 'spot-only' ? 'spot-only' : 'hold';
     const what =
-      budget.action === 'alert'
-        ? 'work carries on (action alert)'
-        : budget.action === 'hold'
-          ? 'no new work is started (action hold)'
-          : 'only interruptible work on spot (action spot-only)';
-    return { ...base, state, message: `team ${team.id} spent its ${budget.period} budget; ${what}` };
+      budget.action === 'spot-only'
+        ? 'only interruptible work on spot (action spot-only)'
+        : `no new work is started (action ${budget.action})`;
+    const how =
+      spentMicroUsd >= budget.amountMicroUsd
+        ? `spent its ${budget.period} budget`
+        : `has spent ${formatUsd(spentMicroUsd)} of its ${budget.period} budget of ${formatUsd(budget.amountMicroUsd)} and its running work will cost about ${formatUsd(committedMicroUsd)} more`;
+    return { ...base, state, message: `team ${team.id} ${how}; ${what}` };
   }
   if (crossed.length > 0) {
     return { ...base, state: 'warn', message: `team ${team.id} passed ${crossed[crossed.length - 1]}% of its ${budget.period} budget` };
@@ -55,7 +66,7 @@ export const BUDGET_TAGS = {
 } as const;
 
 const PERIODS: readonly BudgetPeriod[] = ['monthly', 'weekly', 'daily'];
-const ACTIONS: readonly BudgetAction[] = ['alert', 'spot-only', 'hold'];
+const ACTIONS: readonly BudgetAction[] = ['alert', 'spot-only', 'hold', 'stop'];
 const TEAM_RE = /^[a-z0-9][a-z0-9-]{0,31}$/;
 
 export function isValidTeamId(team: string): boolean {
@@ -69,7 +80,9 @@ export function isValidTeamId(team: string): boolean {
  */
 export function teamFromTags(team: string, tags: Readonly<Record<string, string>>, previous?: Team): Team {
   const problems: string[] = [];
+  // The last valid settings, with or without an amount then.
   const prev = previous?.budget;
+  const prevSettings = previous?.budget ?? previous?.budgetSettings;
   const get = (key: string): string | undefined => {
     const v = tags[key];
     return v === undefined ? undefined : v.trim();
@@ -91,21 +104,21 @@ export function teamFromTags(team: string, tags: Readonly<Record<string, string>
     problems.push(`${BUDGET_TAGS.amount} is missing; the last valid amount (${formatUsd(prev.amountMicroUsd)}) still applies`);
   }
 
-  let period: BudgetPeriod = prev?.period ?? 'monthly';
+  let period: BudgetPeriod = prevSettings?.period ?? 'monthly';
   const periodText = get(BUDGET_TAGS.period);
   if (periodText !== undefined) {
     if ((PERIODS as readonly string[]).includes(periodText)) period = periodText as BudgetPeriod;
     else problems.push(`${BUDGET_TAGS.period}="${periodText}" is not allowed (allowed: ${PERIODS.join(', ')})`);
   }
 
-  let action: BudgetAction = prev?.action ?? 'hold';
+  let action: BudgetAction = prevSettings?.action ?? 'hold';
   const actionText = get(BUDGET_TAGS.action);
   if (actionText !== undefined) {
     if ((ACTIONS as readonly string[]).includes(actionText)) action = actionText as BudgetAction;
     else problems.push(`${BUDGET_TAGS.action}="${actionText}" is not allowed (allowed: ${ACTIONS.join(', ')})`);
   }
 
-  let alertAtPct: readonly number[] = prev?.alertAtPct ?? [80, 100];
+  let alertAtPct: readonly number[] = prevSettings?.alertAtPct ?? [80, 100];
   const alertText = get(BUDGET_TAGS.alertAt);
   if (alertText !== undefined) {
     // AWS tag values cannot hold commas on most services: "/" (or spaces, "+") separate too.
@@ -146,7 +159,7 @@ export function teamFromTags(team: string, tags: Readonly<Record<string, string>
     id: team,
     weight,
     tagProblems: problems,
-    ...(budget ? { budget } : {}),
+    ...(budget ? { budget } : { budgetSettings: { period, action, alertAtPct } }),
     ...(maxGpus !== undefined ? { maxGpus } : {}),
   };
 }

@@ -1,4 +1,5 @@
 import type { Job } from './job.ts';
+import { costForDuration, type MicroUsd } from './money.ts';
 
 /**
  * The cost model: what a job is expected to cost on an offering.
@@ -59,4 +60,29 @@ export function jobSpotFactor(job: Job, interruptionsPerHour: number, policy: Co
     interruptionsPerHour,
     restartSec: policy.restartSec,
   });
+}
+
+/**
+ * What each team's running work will still cost: every active attempt's price share (as placed)
+ * times its expected remaining runtime. The runtime is the spec's `expectedRuntimeSec`, or the
+ * policy's `defaultRuntimeSec` (one hour) for a job without one; the work done is its newest
+ * checkpoint's progress plus the time the current attempt has run; a job past its estimate is
+ * counted for `minRemainingSec` more (one reconcile interval).
+ */
+export function committedCostMicroUsd(
+  activeJobs: readonly Job[],
+  nowMs: number,
+  policy: Pick<CostPolicy, 'defaultRuntimeSec'>,
+  minRemainingSec: number,
+): Map<string, MicroUsd> {
+  const out = new Map<string, MicroUsd>();
+  for (const job of activeJobs) {
+    const price = job.placement?.priceMicroUsdPerHour;
+    if (!price) continue;
+    const total = job.spec.expectedRuntimeSec ?? policy.defaultRuntimeSec;
+    const ranSec = job.startedAtMs !== undefined ? Math.max(0, nowMs - job.startedAtMs) / 1000 : 0;
+    const leftSec = Math.max(minRemainingSec, total - (job.checkpoint?.progressSec ?? 0) - ranSec);
+    out.set(job.team, (out.get(job.team) ?? 0) + costForDuration(price, leftSec * 1000));
+  }
+  return out;
 }

@@ -3,7 +3,7 @@ import type { Draining, Instance, NodeGroup, NodeRecord } from './fleet.ts';
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
-import type { Team } from './team.ts';
+import type { BudgetState, Team } from './team.ts';
 
 /**
  * The ports: what gpu-fleet needs from the outside world. core/ calls these and nothing else;
@@ -33,6 +33,13 @@ export interface LaunchFailure {
   /** Cloud's code, e.g. InsufficientInstanceCapacity, ZONE_RESOURCE_POOL_EXHAUSTED. */
   readonly code: string;
   readonly message: string;
+}
+
+/** A team's budget as one reconcile enforced it: the values in force, what was spent, what running work will still cost. */
+export interface TeamInForce extends Team {
+  readonly spentMicroUsd: MicroUsd;
+  readonly committedMicroUsd: MicroUsd;
+  readonly state: BudgetState;
 }
 
 /** One group's machines, or why they could not be listed. */
@@ -225,6 +232,11 @@ export interface TeamTagSet {
   readonly team: string;
   readonly resource: string;
   readonly tags: Readonly<Record<string, string>>;
+  /**
+   * Set when the resource is not the team's own queue, with why: its tags are reported as a
+   * problem of the team and change nothing (only the team's queue sets its budget).
+   */
+  readonly notTheTeamQueue?: string;
 }
 
 /** The last valid budget of each team, kept so that a broken tag never lifts (or loses) a budget. */
@@ -272,6 +284,8 @@ export interface DecisionRecord {
   /** Actions that could not be applied, each with its code and resource. */
   readonly errors: readonly ActionFailure[];
   readonly planMs: number;
+  /** The budgets in force for this plan, as reconcile read them (what `explain` quotes for a held job). */
+  readonly teams?: readonly TeamInForce[];
   /** Providers (or groups) left out of this reconcile because their calls failed: since when (carried from the decision before), and the last error. */
   readonly degraded?: readonly (DegradedScope & { readonly sinceMs: number })[];
 }

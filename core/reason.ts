@@ -15,6 +15,8 @@ export type ReasonCode =
   | 'offering-unavailable'
   | 'budget-hold'
   | 'budget-spot-only'
+  /** The team's budget (action stop) is spent: its running work is checkpointed and requeued, and waits held. */
+  | 'budget-stop'
   | 'team-gpu-cap'
   | 'fair-share'
   | 'lower-priority'

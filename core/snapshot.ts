@@ -96,6 +96,8 @@ export interface Snapshot {
   readonly teams: ReadonlyMap<string, Team>;
   /** Each team's spend in its current budget period. */
   readonly spendMicroUsd: ReadonlyMap<string, MicroUsd>;
+  /** What each team's running work will still cost (see committedCostMicroUsd); absent counts as none. */
+  readonly committedMicroUsd?: ReadonlyMap<string, MicroUsd>;
   readonly policy: Policy;
   /** Providers (a cloud's region or projects) or single groups left out because their calls fail: their groups are not here, so work only they could run waits. */
   readonly degraded?: readonly { readonly cloud: string; readonly scope?: string; readonly error: string }[];

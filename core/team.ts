@@ -2,9 +2,12 @@ import type { MicroUsd } from './money.ts';
 
 export type BudgetPeriod = 'monthly' | 'weekly' | 'daily';
 /** What happens once a team's budget for the period is spent. */
-export type BudgetAction = 'alert' | 'spot-only' | 'hold';
-/** A team's standing: ok, past an alert threshold, or restricted by its spent budget. */
-export type BudgetState = 'ok' | 'warn' | 'spot-only' | 'hold';
+export type BudgetAction = 'alert' | 'spot-only' | 'hold' | 'stop';
+/**
+ * A team's standing: ok, past an alert threshold, or restricted by its budget: `hold` (no new
+ * work), `spot-only`, or `stop` (spent: running work is checkpointed and requeued, held).
+ */
+export type BudgetState = 'ok' | 'warn' | 'spot-only' | 'hold' | 'stop';
 
 export interface Budget {
   readonly amountMicroUsd: MicroUsd;
@@ -20,6 +23,8 @@ export interface Team {
   readonly weight: number;
   /** Undefined when the team has never had a valid budget: treated as `hold`, never unlimited. */
   readonly budget?: Budget;
+  /** Without a valid amount: the last valid period, action and thresholds, kept for when an amount is tagged. */
+  readonly budgetSettings?: Omit<Budget, 'amountMicroUsd'>;
   /** Most GPUs (in whole-GPU equivalents) the team may hold at once; undefined for no cap. */
   readonly maxGpus?: number;
   /** Problems found in the team's budget tags; the last valid values stay in force. */

@@ -161,6 +161,8 @@ export function aSnapshot(overrides: Partial<Omit<Snapshot, 'policy'>> & { polic
     unavailableUntilMs: overrides.unavailableUntilMs ?? new Map(),
     teams,
     spendMicroUsd: overrides.spendMicroUsd ?? new Map(),
+    ...(overrides.committedMicroUsd ? { committedMicroUsd: overrides.committedMicroUsd } : {}),
+    ...(overrides.degraded ? { degraded: overrides.degraded } : {}),
     policy: { ...DEFAULT_POLICY, ...overrides.policy },
   };
 }

@@ -194,6 +194,7 @@ class Planner {
       if (why) stuck.push({ entry: e, why });
     }
     for (const { entry, why } of stuck) this.preemptFor(entry, why);
+    this.stopSpentTeams();
     this.scaleUps();
     this.scaleIn();
     return {
@@ -435,6 +436,24 @@ class Planner {
     return milliGpusUsed(request, slices);
   }
 
+  /** A team whose budget (action stop) is spent: each of its running attempts is checkpointed and requeued, and then waits held. */
+  private stopSpentTeams(): void {
+    for (const job of this.s.activeJobs) {
+      if (job.state === 'checkpointing' || this.preempted.has(job.id) || this.budget(job.team).state !== 'stop') continue;
+      const status = budgetStatus(this.budget(job.team).team!, this.s.spendMicroUsd.get(job.team) ?? 0);
+      this.preempted.add(job.id);
+      this.actions.push({
+        kind: 'preempt',
+        jobId: job.id,
+        attempt: job.attempt,
+        reason: reason(
+          'budget-stop',
+          `${status.message}: ${job.spec.checkpoint ? 'checkpointed and requeued, it resumes from its checkpoint' : 'it cannot checkpoint, so it is stopped and requeued from the start'}`,
+        ),
+      });
+    }
+  }
+
   // ---- classification -------------------------------------------------------------------
 
   private budget(teamId: string) {
@@ -442,8 +461,13 @@ class Planner {
     if (!t) {
       const team = this.s.teams.get(teamId);
       const spent = this.s.spendMicroUsd.get(teamId) ?? 0;
-      const state = team ? budgetStatus(team, spent).state : 'hold';
-      const leftMicroUsd = team?.budget && team.budget.action === 'hold' ? Math.max(0, team.budget.amountMicroUsd - spent) : undefined;
+      const committed = this.s.committedMicroUsd?.get(teamId) ?? 0;
+      const state = team ? budgetStatus(team, spent, committed).state : 'hold';
+      // What new work may still commit: the budget less what was spent and what running work will still cost.
+      const leftMicroUsd =
+        team?.budget && (team.budget.action === 'hold' || team.budget.action === 'stop')
+          ? Math.max(0, team.budget.amountMicroUsd - spent - committed)
+          : undefined;
       t = { state, team, leftMicroUsd };
       this.teamState.set(teamId, t);
     }
@@ -454,9 +478,15 @@ class Planner {
     const entries: Entry[] = [];
     for (const job of this.s.pendingJobs) {
       const b = this.budget(job.team);
-      if (b.state === 'hold') {
-        const status = b.team ? budgetStatus(b.team, this.s.spendMicroUsd.get(job.team) ?? 0) : undefined;
-        this.wait(job, reason('budget-hold', status?.message ?? `team ${job.team} has no budget; new work is held`), true);
+      if (b.state === 'hold' || b.state === 'stop') {
+        const status = b.team
+          ? budgetStatus(b.team, this.s.spendMicroUsd.get(job.team) ?? 0, this.s.committedMicroUsd?.get(job.team) ?? 0)
+          : undefined;
+        this.wait(
+          job,
+          reason(b.state === 'stop' ? 'budget-stop' : 'budget-hold', status?.message ?? `team ${job.team} has no budget; new work is held`),
+          true,
+        );
         continue;
       }
       if (b.state === 'spot-only' && !job.spec.interruptible) {

@@ -11,6 +11,7 @@ import { checkpointSizeMiB, checkpointTimeoutSec } from './node-rules.ts';
 import { jobsOnInstance, requeueAttempt } from './requeue.ts';
 import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from './snapshot-reader.ts';
 import { ApplyError, CloudError, codeOf, messageOf } from '../errors.ts';
+import { budgetStatus } from '../budget.ts';
 
 export type Planner = (snapshot: Snapshot) => Plan;
 
@@ -140,6 +141,11 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       applied: 0,
       errors: [],
       planMs,
+      teams: [...snapshot.teams.values()].map((t) => {
+        const spentMicroUsd = snapshot.spendMicroUsd.get(t.id) ?? 0;
+        const committedMicroUsd = snapshot.committedMicroUsd?.get(t.id) ?? 0;
+        return { ...t, spentMicroUsd, committedMicroUsd, state: budgetStatus(t, spentMicroUsd, committedMicroUsd).state };
+      }),
     };
     await ports.decisions.record(base);
     if (options.dryRun) return { status: 'done', decision: base, snapshot, lostJobsRequeued, resumed };

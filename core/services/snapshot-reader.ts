@@ -16,7 +16,9 @@ import type {
   PoolHistory,
   PriceSource,
   SpendLedger,
+  TeamTagSet,
 } from '../ports.ts';
+import { committedCostMicroUsd } from '../cost-model.ts';
 import { poolRatePerHour } from '../risk.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import type { Team } from '../team.ts';
@@ -161,9 +163,15 @@ export async function buildSnapshot(
     poolRiskPerHour.set(quote.offeringId, poolRatePerHour(quote.interruptionBand, observed.get(quote.offeringId)));
   }
 
-  const memory: TeamMemory = input.teamMemory ?? (ports.budgetMemory ? await ports.budgetMemory.load() : new Map());
+  // The container's memory, filled from the store on a cold start: the last valid values survive a new container.
+  const memory: TeamMemory = input.teamMemory ?? new Map();
+  if (memory.size === 0 && ports.budgetMemory) for (const [id, team] of await ports.budgetMemory.load()) memory.set(id, team);
   const before = new Map(memory);
-  const teams = readTeams(tagSets, world, memory);
+  const teams = teamsInForce(
+    tagSets,
+    memory,
+    [...world.pendingJobs, ...world.activeJobs].map((j) => j.team),
+  );
   if (ports.budgetMemory) {
     for (const [id, team] of memory) if (JSON.stringify(before.get(id)) !== JSON.stringify(team)) await ports.budgetMemory.save(team);
   }
@@ -197,6 +205,7 @@ export async function buildSnapshot(
     unavailableUntilMs,
     teams,
     spendMicroUsd: spend,
+    committedMicroUsd: committedCostMicroUsd(world.activeJobs, nowMs, policy, policy.reconcileIntervalSec),
     policy,
   };
 }
@@ -206,28 +215,41 @@ export async function buildSnapshot(
  * budget and is therefore held: a missing tag never means "unlimited". When a team carries
  * tags on several resources, its queue's tags are read first and later ones fill gaps only.
  */
-function readTeams(tagSets: Awaited<ReturnType<BudgetTagSource['readTeamTags']>>, world: WorldView, memory: TeamMemory): Map<string, Team> {
-  const merged = new Map<string, Record<string, string>>();
-  for (const set of tagSets) {
-    const tags = merged.get(set.team) ?? {};
-    for (const [k, v] of Object.entries(set.tags)) if (!(k in tags)) tags[k] = v;
-    merged.set(set.team, tags);
+/**
+ * The teams in force, from their tags and the last valid values: the one reader of budgets, used
+ * by reconcile and by the people's commands, so what they show is what is enforced. Only the
+ * team's own queue counts; tags on any other resource are reported as a problem and ignored.
+ * `memory` holds the last valid values of each team and is updated with this read's. Teams in
+ * `alsoTeams` (teams with work) are included even without tags: their last valid values, or none
+ * (held).
+ */
+export function teamsInForce(tagSets: readonly TeamTagSet[], memory: TeamMemory, alsoTeams: Iterable<string> = []): Map<string, Team> {
+  const own = new Map<string, TeamTagSet>();
+  const strays = new Map<string, string[]>();
+  for (const set of [...tagSets].sort((a, b) => (a.resource < b.resource ? -1 : a.resource > b.resource ? 1 : 0))) {
+    if (set.notTheTeamQueue !== undefined) {
+      strays.set(set.team, [
+        ...(strays.get(set.team) ?? []),
+        `${set.resource} carries gpu-fleet:team=${set.team}, and its gpu-fleet tags are ignored: ${set.notTheTeamQueue}`,
+      ]);
+    } else if (!own.has(set.team)) own.set(set.team, set);
   }
   const teams = new Map<string, Team>();
-  for (const [id, tags] of [...merged.entries()].sort(([a], [b]) => a.localeCompare(b))) {
-    const team = teamFromTags(id, tags, memory.get(id));
-    teams.set(id, team);
-    if (team.budget) memory.set(id, { ...team, tagProblems: [] });
-  }
-  for (const job of [...world.pendingJobs, ...world.activeJobs]) {
-    if (!teams.has(job.team)) {
-      const last = memory.get(job.team);
-      teams.set(
-        job.team,
-        last
-          ? { ...last, tagProblems: ['no gpu-fleet budget tags found; the last valid budget stays in force'] }
-          : { id: job.team, weight: 1, tagProblems: ['no gpu-fleet budget tags found for this team'] },
-      );
+  const ids = new Set([...own.keys(), ...strays.keys(), ...alsoTeams]);
+  for (const id of [...ids].sort((a, b) => a.localeCompare(b))) {
+    const set = own.get(id);
+    const last = memory.get(id);
+    const stray = strays.get(id) ?? [];
+    if (set) {
+      const team = teamFromTags(id, set.tags, last);
+      teams.set(id, { ...team, tagProblems: [...team.tagProblems, ...stray] });
+      // Every read's values are the last valid ones from now on (a bad value was replaced by the previous good one).
+      memory.set(id, { ...team, tagProblems: [] });
+    } else {
+      const why = last
+        ? 'no gpu-fleet budget tags found on its queue; the last valid budget stays in force'
+        : 'no gpu-fleet budget tags found on its queue';
+      teams.set(id, last ? { ...last, tagProblems: [why, ...stray] } : { id, weight: 1, tagProblems: [why, ...stray] });
     }
   }
   return teams;

@@ -9,6 +9,7 @@ import { isCloudError } from '../../core/errors.ts';
 import { CloudWatchGpuMetricSink, CloudWatchGpuMetrics } from '../../cloud/aws/cloudwatch-metrics.ts';
 import { AwsPriceSource, Ec2Catalog } from '../../cloud/aws/ec2-catalog.ts';
 import { translateAwsError } from '../../cloud/aws/errors.ts';
+import { teamsInForce } from '../../core/services/snapshot-reader.ts';
 import { TaggingBudgetSource } from '../../cloud/aws/tagging-budgets.ts';
 import { VirtualClock } from '../../cloud/sim/clock.ts';
 import { T0 } from '../builders.ts';
@@ -194,10 +195,11 @@ describe('GPU metrics published by the node agent', () => {
 });
 
 describe('budget tags from the Resource Groups Tagging API', () => {
-  it('reads every resource tagged with a team, page by page until the empty token, queues first', async () => {
+  it("reads every resource tagged with a team, page by page until the empty token; only the team's own queue sets its budget, decoys are marked and change nothing", async () => {
     const client = new ResourceGroupsTaggingAPIClient(creds);
     const tagging = mockClient(client);
     const recorded = fixture('tagging-GetResources-recorded.json');
+    const nlpQueue = 'arn:aws:sqs:us-east-1:644160558196:gpufleet-team-nlp';
     tagging
       .on(GetResourcesCommand, { PaginationToken: undefined })
       .resolves({
@@ -210,10 +212,20 @@ describe('budget tags from the Resource Groups Tagging API', () => {
               { Key: 'gpu-fleet:budget-usd', Value: '100' },
             ],
           },
+          // A queue of the account that is not nlp's (the recorded one), tagged to lift nlp's budget.
           {
             ResourceARN: recorded.ResourceTagMappingList[0].ResourceARN,
             Tags: [
               ...recorded.ResourceTagMappingList[0].Tags,
+              { Key: 'gpu-fleet:team', Value: 'nlp' },
+              { Key: 'gpu-fleet:budget-usd', Value: '999999' },
+              { Key: 'gpu-fleet:budget-action', Value: 'alert' },
+              { Key: 'gpu-fleet:weight', Value: '9999' },
+            ],
+          },
+          {
+            ResourceARN: nlpQueue,
+            Tags: [
               { Key: 'gpu-fleet:team', Value: 'nlp' },
               { Key: 'gpu-fleet:budget-usd', Value: '2500' },
               { Key: 'gpu-fleet:budget-action', Value: 'hold' },
@@ -226,32 +238,46 @@ describe('budget tags from the Resource Groups Tagging API', () => {
         ...recorded,
         ResourceTagMappingList: [
           {
-            ResourceARN: 'arn:aws:sqs:us-east-1:644160558196:vision',
+            ResourceARN: 'arn:aws:sqs:us-east-1:644160558196:aaa-scratch',
             Tags: [
               { Key: 'gpu-fleet:team', Value: 'vision' },
-              { Key: 'gpu-fleet:budget-usd', Value: 'lots' },
+              { Key: 'gpu-fleet:budget-usd', Value: '999999' },
+            ],
+          },
+          {
+            ResourceARN: 'arn:aws:sqs:us-east-1:644160558196:gpufleet-team-vision',
+            Tags: [
+              { Key: 'gpu-fleet:team', Value: 'vision' },
+              { Key: 'gpu-fleet:budget-usd', Value: '5000' },
+              { Key: 'gpu-fleet:budget-action', Value: 'spot-only' },
             ],
           },
         ],
       });
-    const sets = await new TaggingBudgetSource(client).readTeamTags();
-    expect(sets).toEqual([
-      {
-        team: 'nlp',
-        resource: 'arn:aws:sqs:us-east-1:644160558196:my-c7n-test',
-        tags: { 'gpu-fleet:team': 'nlp', 'gpu-fleet:budget-usd': '2500', 'gpu-fleet:budget-action': 'hold' },
-      },
-      {
-        team: 'vision',
-        resource: 'arn:aws:sqs:us-east-1:644160558196:vision',
-        tags: { 'gpu-fleet:team': 'vision', 'gpu-fleet:budget-usd': 'lots' },
-      },
-      { team: 'nlp', resource: 'arn:aws:s3:::nlp-data', tags: { 'gpu-fleet:team': 'nlp', 'gpu-fleet:budget-usd': '100' } },
+    const sets = await new TaggingBudgetSource(client, { teamQueuePrefix: 'gpufleet-team-' }).readTeamTags();
+    const notOwn = (team: string) => `budget tags are read only from the team's queue gpufleet-team-${team}`;
+    expect(sets.map((x) => [x.team, x.resource, x.notTheTeamQueue])).toEqual([
+      ['nlp', 'arn:aws:s3:::nlp-data', notOwn('nlp')],
+      ['vision', 'arn:aws:sqs:us-east-1:644160558196:aaa-scratch', notOwn('vision')],
+      ['nlp', nlpQueue, undefined],
+      ['vision', 'arn:aws:sqs:us-east-1:644160558196:gpufleet-team-vision', undefined],
+      ['nlp', recorded.ResourceTagMappingList[0].ResourceARN, notOwn('nlp')],
     ]);
     expect(tagging.commandCalls(GetResourcesCommand).map((c) => c.args[0].input)).toEqual([
       { TagFilters: [{ Key: 'gpu-fleet:team' }], ResourcesPerPage: 100 },
       { TagFilters: [{ Key: 'gpu-fleet:team' }], ResourcesPerPage: 100, PaginationToken: 'next' },
     ]);
+    // What is in force: each team's own queue, whatever the decoys say; each decoy named as a problem.
+    const teams = teamsInForce(sets, new Map());
+    expect(teams.get('nlp')).toMatchObject({ weight: 1, budget: { amountMicroUsd: 2_500_000_000, action: 'hold' } });
+    expect(teams.get('vision')).toMatchObject({ budget: { amountMicroUsd: 5_000_000_000, action: 'spot-only' } });
+    expect(teams.get('nlp')!.tagProblems).toEqual([
+      `arn:aws:s3:::nlp-data carries gpu-fleet:team=nlp, and its gpu-fleet tags are ignored: ${notOwn('nlp')}`,
+      `${recorded.ResourceTagMappingList[0].ResourceARN} carries gpu-fleet:team=nlp, and its gpu-fleet tags are ignored: ${notOwn('nlp')}`,
+    ]);
+    // A team whose only tags are on a decoy has no budget: it is held.
+    const onlyDecoy = teamsInForce([sets[1]!], new Map());
+    expect(onlyDecoy.get('vision')!.budget).toBeUndefined();
   });
 
   it('says throttled for ThrottledException', async () => {
@@ -259,7 +285,12 @@ describe('budget tags from the Resource Groups Tagging API', () => {
     mockClient(client)
       .on(GetResourcesCommand)
       .rejects(awsError('ThrottledException', fixture('tagging-error-ThrottledException.assembled.json').Message ?? 'Rate exceeded'));
-    expect(isCloudError(await new TaggingBudgetSource(client).readTeamTags().catch((e: unknown) => e), 'throttled')).toBe(true);
+    expect(
+      isCloudError(
+        await new TaggingBudgetSource(client, { teamQueuePrefix: 'gpufleet-team-' }).readTeamTags().catch((e: unknown) => e),
+        'throttled',
+      ),
+    ).toBe(true);
   });
 });
 

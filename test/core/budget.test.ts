@@ -57,7 +57,7 @@ describe('budget tags', () => {
     expect(broken.budget).toEqual(previous.budget);
     expect(broken.tagProblems).toEqual([
       'gpu-fleet:budget-usd="lots" is not a dollar amount (allowed: digits with up to 6 decimals, e.g. "2500" or "2500.50")',
-      'gpu-fleet:budget-action="ignore" is not allowed (allowed: alert, spot-only, hold)',
+      'gpu-fleet:budget-action="ignore" is not allowed (allowed: alert, spot-only, hold, stop)',
     ]);
   });
 
