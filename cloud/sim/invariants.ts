@@ -2,7 +2,10 @@ import { GpuFleetError } from '../../core/errors.ts';
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
 import { periodKey } from '../../core/period.ts';
 import { inService, type Instance, type NodeGroup } from '../../core/fleet.ts';
-import { JOB_STATES, type Job } from '../../core/job.ts';
+import { ACTIVE_STATES, JOB_STATES, type Job } from '../../core/job.ts';
+import { committedCostMicroUsd } from '../../core/cost-model.ts';
+import { costForDuration, formatUsd } from '../../core/money.ts';
+import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import type { SpendLedger, TeamTagSet } from '../../core/ports.ts';
 import type { LiveProcess, LostWork } from './sim-agent.ts';
 
@@ -37,8 +40,10 @@ export interface InvariantInput {
   readonly lostSlackSec: number;
   readonly teamTags: readonly TeamTagSet[];
   readonly ledger: SpendLedger;
-  /** When each hold team was first seen over its budget (kept by the caller between checks). */
+  /** When each hold (or stop) team was first seen with spend plus committed cost at its budget (kept by the caller between checks). */
   readonly overBudgetSince: Map<string, number>;
+  /** When each stop team was first seen spent, with its running work's spend rate then and the longest checkpoint timeout among it (kept by the caller). */
+  readonly stoppedSince?: Map<string, { readonly atMs: number; readonly rateMicroUsdPerHour: number; readonly allowanceSec: number }>;
   readonly reconcileIntervalMs: number;
 }
 
@@ -50,7 +55,10 @@ export interface InvariantInput {
  *    ones included), and a running attempt is the job's current one;
  * 3. nothing is lost: accepted = succeeded + failed (by its own exit) + cancelled + pending + placed + running + checkpointing;
  * 4. no group has more desired or live machines than its max;
- * 5. a team whose budget says `hold` gets no new placement more than one reconcile interval after it is over budget;
+ * 5. a team whose budget says `hold` (or `stop`) gets no new placement more than one reconcile interval after its spend
+ *    plus what its running work will still cost reaches the budget;
+ * 5b. a team whose budget says `stop` never spends more past its budget than its running work costs over one reconcile
+ *    interval and its checkpoint allowance (at the spend rate when it was found spent);
  * 6. an interrupted attempt of a job whose checkpoints work loses at most its checkpoint interval, grace period and save lag
  *    (two upload times at the machine's bandwidth plus the upload margin: one save in flight, the newest queued behind it);
  * 7. no job stays `checkpointing` longer than its checkpoint timeout plus one reconcile interval.
@@ -126,11 +134,34 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
     if ((live.get(g.id) ?? 0) > g.maxSize)
       v('no group above its max', `group ${g.id} has ${live.get(g.id)} live machines, its max is ${g.maxSize}`);
   }
+  const active = x.jobs.filter((j) => ACTIVE_STATES.includes(j.state));
+  const committed = committedCostMicroUsd(active, x.atMs, DEFAULT_POLICY, x.reconcileIntervalMs / 1000);
   for (const t of x.teamTags) {
     const team = teamFromTags(t.team, t.tags);
-    if (team.budget?.action !== 'hold') continue;
-    const spent = (await x.ledger.read(team.id, periodKey(team.budget.period, x.atMs))).spentMicroUsd;
-    if (budgetStatus(team, spent).state !== 'hold') {
+    const action = team.budget?.action;
+    if (action !== 'hold' && action !== 'stop') continue;
+    const spent = (await x.ledger.read(team.id, periodKey(team.budget!.period, x.atMs))).spentMicroUsd;
+    if (action === 'stop' && x.stoppedSince) {
+      if (spent < team.budget!.amountMicroUsd) x.stoppedSince.delete(team.id);
+      else {
+        const mine = active.filter((j) => j.team === team.id);
+        const stop = x.stoppedSince.get(team.id) ?? {
+          atMs: x.atMs,
+          rateMicroUsdPerHour: mine.reduce((a, j) => a + (j.placement?.priceMicroUsdPerHour ?? 0), 0),
+          allowanceSec: Math.max(0, ...mine.map((j) => x.checkpointTimeoutSec(j))),
+        };
+        x.stoppedSince.set(team.id, stop);
+        const allowed = costForDuration(stop.rateMicroUsdPerHour, x.reconcileIntervalMs + stop.allowanceSec * 1000);
+        const over = spent - team.budget!.amountMicroUsd;
+        if (over > allowed)
+          v(
+            'stop keeps the budget',
+            `team ${team.id} (action stop) has spent ${formatUsd(over)} past its budget since ${new Date(stop.atMs).toISOString()}; its running work then (${formatUsd(stop.rateMicroUsdPerHour)}/h) allows ${formatUsd(allowed)} for one reconcile interval and ${stop.allowanceSec} s of checkpointing`,
+          );
+      }
+    }
+    const state = budgetStatus(team, spent, committed.get(team.id) ?? 0).state;
+    if (state !== 'hold' && state !== 'stop') {
       x.overBudgetSince.delete(team.id);
       continue;
     }
@@ -140,7 +171,7 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
     if (late.length > 0)
       v(
         'hold keeps the budget',
-        `team ${team.id} is over its budget (action hold) since ${new Date(since).toISOString()}, yet ${late.map((j) => j.id).join(', ')} was placed`,
+        `team ${team.id} has spent and committed its budget (action ${action}) since ${new Date(since).toISOString()}, yet ${late.map((j) => j.id).join(', ')} was placed`,
       );
   }
   for (let i = lostChecked.upTo; i < x.lost.length; i++) {

@@ -495,6 +495,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const submitted = new Set<string>();
   const violations: InvariantViolation[] = [];
   const overBudgetSince = new Map<string, number>();
+  const stoppedSince = new Map<string, { atMs: number; rateMicroUsdPerHour: number; allowanceSec: number }>();
   const lostChecked = { upTo: 0 };
   const seenTwice = new Set<string>();
   /** Every tick, from the machines' side: two attempts of a job, or one rank on two machines, is the job running twice. */
@@ -524,6 +525,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         teamTags: options.teamTags,
         ledger: env.ledger,
         overBudgetSince,
+        stoppedSince,
         reconcileIntervalMs: control.reconcileIntervalSec * 1000,
       },
       lostChecked,
