@@ -83,7 +83,7 @@ const TeamSchema = z.strictObject({
     .positive({ error: 'must be more than 0' })
     .max(100_000_000, { error: 'must be at most 100000000' }),
   period: z.enum(['monthly', 'weekly', 'daily'], { error: 'must be "monthly", "weekly" or "daily"' }).default('monthly'),
-  action: z.enum(['alert', 'spot-only', 'hold'], { error: 'must be "alert", "spot-only" or "hold"' }).default('hold'),
+  action: z.enum(['alert', 'spot-only', 'hold', 'stop'], { error: 'must be "alert", "spot-only", "hold" or "stop"' }).default('hold'),
   alertAtPct: z
     .array(int(1, 100, '%'))
     .min(1)

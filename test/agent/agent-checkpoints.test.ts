@@ -52,11 +52,18 @@ describe('node agent: checkpoints never hold the node hostage', () => {
     await w.place('nlp.big', ['i-a']);
     await waitFor('the upload to start', () => slow.started.length > 0);
     const uploadFrom = slow.started[0]!;
-    await sleep(1200);
-    // The upload is still in flight; a control plane with a 0.5 s heartbeat timeout must still see the node alive.
+    // The upload stays in flight (its gate is shut) while heartbeats go on: beats that started well after it, one after another.
+    // (Waited for rather than slept for: on a loaded machine one beat, which runs nvidia-smi, can take a second.)
+    const beatsAfter = new Set<number>();
+    await waitFor('heartbeats while the upload is held', async () => {
+      const at = (await w.nodes.get('i-a'))!.lastHeartbeatAtMs;
+      if (at > uploadFrom + 800) beatsAfter.add(at);
+      return beatsAfter.size >= 2;
+    });
+    expect(slow.started).toHaveLength(1);
     const record = (await w.nodes.get('i-a'))!;
-    expect(record.lastHeartbeatAtMs).toBeGreaterThan(uploadFrom + 800);
-    expect(lostReason(undefined, record, Date.now(), { ...DEFAULT_POLICY, heartbeatTimeoutSec: 0.5 })).toBeUndefined();
+    // A control plane with a 0.5 s heartbeat timeout, looking right after the newest beat, sees the node alive.
+    expect(lostReason(undefined, record, record.lastHeartbeatAtMs + 100, { ...DEFAULT_POLICY, heartbeatTimeoutSec: 0.5 })).toBeUndefined();
     expect(await w.jobs.get('nlp.big')).toMatchObject({ state: 'running', attempt: 1 });
     expect(a.running()).toEqual([expect.objectContaining({ jobId: 'nlp.big', attempt: 1 })]);
     slow.release();

@@ -187,6 +187,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(rows.map((r) => r.team)).toEqual(['nlp', 'recsys', 'speech', 'vision']);
     for (const r of rows) {
       expect(r.spentMicroUsd).toBeGreaterThan(0);
+      expect((r as unknown as { committedMicroUsd: number }).committedMicroUsd).toBeGreaterThanOrEqual(0);
       expect(r.forecastMicroUsd).toBeGreaterThanOrEqual(r.spentMicroUsd);
       expect(r.state).toBe('ok');
     }

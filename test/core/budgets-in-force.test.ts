@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { explainJob } from '../../cli/people.ts';
 import { BUDGET_TAGS } from '../../core/budget.ts';
 import { plan } from '../../core/planner/planner.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
@@ -136,6 +137,14 @@ describe('hold and spot-only count what running work will still cost', () => {
     expect(nlp).toMatchObject({ budget: { amountMicroUsd: 100_000_000, action: 'hold' }, state: 'ok' });
     expect(nlp!.committedMicroUsd).toBeGreaterThan(85_000_000);
     expect(nlp!.committedMicroUsd + nlp!.spentMicroUsd).toBeLessThan(100_000_000 + 1_000_000);
+    // explain of the held job quotes the budget that reconcile enforced.
+    const why = explainJob(held!, await e.decisions.recent(10), e.clock.nowMs());
+    expect(why.summary).toMatch(/nlp\.b waits .*: held — its expected cost \(\$88\.\d\d\) is more than what is left of team nlp's budget/);
+    expect(why.details).toContainEqual(
+      expect.stringMatching(
+        /^team nlp in force at decision decision-\d+: budget \$100\.00 monthly, action hold; spent \$\d+\.\d\d, running work will cost about \$8\d\.\d\d more; no GPU cap, weight 1; state ok$/,
+      ),
+    );
   });
 });
 

@@ -437,7 +437,7 @@ describe('the config', () => {
         'nodeGroups.0.capacityType: must be "spot" or "on-demand"; got "cheap"',
         'nodeGroups.0.maxSize: must be at least 1; got -1',
         'teams.1.budgetUsd: must be a number of dollars; got "1000"',
-        'teams.1.action: must be "alert", "spot-only" or "hold"; got "ignore"',
+        'teams.1.action: must be "alert", "spot-only", "hold" or "stop"; got "ignore"',
         'policy.reconcileIntervalSec: must be a whole number of minutes (a multiple of 60): the schedule runs by the minute; got 90',
       ]),
     );
