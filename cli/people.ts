@@ -419,10 +419,13 @@ export function explainJob(
       // The budget in force when it was last planned, as that reconcile read it.
       const d = recent.find((r) => r.teams?.some((t) => t.id === job.team));
       const t = d?.teams?.find((x) => x.id === job.team);
+      // The job record keeps the hold's reason as it began; the newest plan has today's figures.
+      const fresh = recent.find((r) => r.plan.waiting.some((w) => w.jobId === job.id))?.plan.waiting.find((w) => w.jobId === job.id);
+      const why = fresh && fresh.reason.code === job.hold.code ? fresh.reason : job.hold;
       return {
         job: job.id,
         state: job.state,
-        summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}): held — ${job.hold.message}`,
+        summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}): held — ${why.message}`,
         details: [
           `code ${job.hold.code}`,
           ...(d && t

@@ -198,7 +198,8 @@ class Planner {
     this.scaleUps();
     this.scaleIn();
     return {
-      actions: this.actions,
+      // Capacity first: the job records of holds are written after every scale-up, launch and placement.
+      actions: [...this.actions.filter((a) => a.kind !== 'hold'), ...this.actions.filter((a) => a.kind === 'hold')],
       waiting: this.waiting,
       addedCostMicroUsdPerHour: [...this.groups.values()].reduce(
         (sum, g) => sum + g.added.reduce((a, n) => a + n.priceMicroUsdPerHour, 0),
@@ -770,7 +771,8 @@ class Planner {
     this.waitingAt.set(job.id, this.waiting.length);
     this.waiting.push({ jobId: job.id, reason: why });
     if (isHold) {
-      if (job.hold?.code !== why.code || job.hold.message !== why.message) this.actions.push({ kind: 'hold', jobId: job.id, reason: why });
+      // Written when the hold starts or its reason changes, not when a figure in its message moves (the decision has the figures).
+      if (job.hold?.code !== why.code) this.actions.push({ kind: 'hold', jobId: job.id, reason: why });
     } else if (job.hold) {
       this.actions.push({ kind: 'hold', jobId: job.id, reason: undefined });
     }

@@ -188,8 +188,7 @@ export async function applyPlan(
 ): Promise<{ applied: number; errors: ActionFailure[] }> {
   let applied = 0;
   const errors: ActionFailure[] = [];
-  for (const [index, action] of actions.entries()) {
-    if (journal?.done?.has(index)) continue;
+  const one = async (index: number, action: PlanAction) => {
     try {
       await applyAction(ports, action, providerOf, nowMs);
       applied++;
@@ -197,9 +196,28 @@ export async function applyPlan(
       errors.push(failureOf(index, action, error));
     }
     if (journal) await journal.journal.done(journal.planId, index);
+  };
+  const todo = [...actions.entries()].filter(([index]) => !journal?.done?.has(index));
+  for (let i = 0; i < todo.length; ) {
+    // Holds touch one job record each and nothing else: a run of them is written HOLD_WRITE_CONCURRENCY at a time.
+    if (todo[i]![1].kind === 'hold') {
+      let j = i;
+      while (j < todo.length && todo[j]![1].kind === 'hold') j++;
+      const run = todo.slice(i, j);
+      for (let k = 0; k < run.length; k += HOLD_WRITE_CONCURRENCY)
+        await Promise.all(run.slice(k, k + HOLD_WRITE_CONCURRENCY).map(([index, action]) => one(index, action)));
+      i = j;
+    } else {
+      await one(todo[i]![0], todo[i]![1]);
+      i++;
+    }
   }
+  errors.sort((a, b) => a.index - b.index);
   return { applied, errors };
 }
+
+/** How many hold writes are in flight at once (each is one conditional write of one job). */
+export const HOLD_WRITE_CONCURRENCY = 16;
 
 /**
  * Finishes the newest unfinished plan, if a predecessor crashed while applying it: its remaining

@@ -400,6 +400,34 @@ describe('planner: budgets and caps', () => {
     expect(p.actions).toContainEqual({ kind: 'hold', jobId: 'team-a.long', reason: expect.objectContaining({ code: 'budget-hold' }) });
   });
 
+  it('a held job is not rewritten when only a figure in its reason moved; holds come after every capacity action', () => {
+    const g = aGroup();
+    const teams = new Map([['team-a', aTeam('team-a', { budget: budget('hold', 5_000_000) })]]);
+    const dear = aJob({
+      id: 'team-a.long',
+      spec: { expectedRuntimeSec: 10 * 3600 },
+      hold: {
+        code: 'budget-hold',
+        message: "its expected cost ($10.06) is more than what is left of team team-a's budget ($4.10; action hold)",
+      },
+    });
+    const other = aJob({ id: 'team-b.x', team: 'team-b' });
+    const p = plan(
+      aSnapshot({
+        groups: [g],
+        teams: new Map([...teams, ['team-b', aTeam('team-b')]]),
+        spendMicroUsd: new Map([['team-a', 1_500_000]]), // $3.50 left now, not $4.10
+        pendingJobs: [dear, other, aJob({ id: 'team-a.new', spec: { expectedRuntimeSec: 10 * 3600 } })],
+      }),
+    );
+    expect(p.waiting.find((w) => w.jobId === 'team-a.long')?.reason.message).toMatch(/\(\$3\.50; action hold\)/);
+    // Only the job not held before gets a hold write.
+    expect(p.actions.filter((a) => a.kind === 'hold').map((a) => a.kind === 'hold' && a.jobId)).toEqual(['team-a.new']);
+    const kinds = p.actions.map((a) => a.kind);
+    expect(kinds.indexOf('scale-up')).toBeGreaterThanOrEqual(0);
+    expect(kinds.lastIndexOf('scale-up')).toBeLessThan(kinds.indexOf('hold'));
+  });
+
   it('caps a team at its GPU limit', () => {
     const g = aGroup({ instanceType: 'g5.12xlarge' });
     const teams = new Map([['team-a', aTeam('team-a', { maxGpus: 3 })]]);

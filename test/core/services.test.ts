@@ -4,7 +4,7 @@ import { intake } from '../../core/services/intake.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { reason } from '../../core/reason.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
-import { reconcile } from '../../core/services/reconcile.ts';
+import { applyPlan, HOLD_WRITE_CONCURRENCY, reconcile } from '../../core/services/reconcile.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { NodeGroupProvider } from '../../core/ports.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
@@ -353,5 +353,48 @@ describe('reconcile', () => {
       status: 'skipped',
       reason: 'another reconciler holds the lease',
     });
+  });
+});
+
+describe('applying a plan', () => {
+  it('writes holds a bounded number at a time, after the capacity actions, and records each one', async () => {
+    const e = env();
+    for (let i = 0; i < 40; i++) await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: `j${i}` });
+    let inFlight = 0;
+    let most = 0;
+    const jobs = new Proxy(e.jobs, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (prop !== 'update' || typeof v !== 'function')
+          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        return async (...args: unknown[]) => {
+          inFlight++;
+          most = Math.max(most, inFlight);
+          await new Promise((r) => setTimeout(r, 2));
+          try {
+            return await (v as (...a: unknown[]) => unknown).apply(target, args);
+          } finally {
+            inFlight--;
+          }
+        };
+      },
+    });
+    const actions = [
+      {
+        kind: 'scale-up' as const,
+        groupId: 'v100-spot',
+        fromDesired: 0,
+        toDesired: 1,
+        expected: [],
+        reason: reason('scale-up-for-pending', 'x'),
+      },
+      ...Array.from({ length: 40 }, (_, i) => ({ kind: 'hold' as const, jobId: `nlp.j${i}`, reason: reason('budget-hold', 'held') })),
+    ];
+    const out = await applyPlan({ ...e.ports, jobs }, actions, new Map([['v100-spot', e.ports.providers[0]!]]), e.clock.nowMs());
+    expect(out).toEqual({ applied: 41, errors: [] });
+    expect(most).toBeGreaterThan(1);
+    expect(most).toBeLessThanOrEqual(HOLD_WRITE_CONCURRENCY);
+    expect((await e.jobs.listByState(['pending'])).every((j) => j.hold?.code === 'budget-hold')).toBe(true);
+    expect(e.cloud.calls[0]).toEqual({ method: 'setDesiredCapacity', args: ['v100-spot', 1] });
   });
 });
