@@ -198,6 +198,7 @@ export function outageFailures(clock: Clock, fromMs: number, untilMs: number, co
 export function faultyProvider(provider: NodeGroupProvider, fail: CallFault): NodeGroupProvider {
   return {
     cloud: provider.cloud,
+    ...(provider.scope !== undefined ? { scope: provider.scope } : {}),
     listGroups: async () => (fail('list groups'), provider.listGroups()),
     listInstances: async () => (fail('list instances'), provider.listInstances()),
     setDesiredCapacity: async (g, d) => (fail('set desired capacity'), provider.setDesiredCapacity(g, d)),

@@ -67,9 +67,11 @@ export function costByTeam(shares: readonly NodeShare[], fromMs: number, toMs: n
 
 /**
  * Counts each team's spend up to `nowMs`, from its ledger cursor, assuming the holdings seen now
- * held since the cursor (one reconcile interval at most in steady state). Exactly once: the
- * ledger moves each cursor with a conditional write; a lost race is simply left to the winner.
- * A window never reaches back before the current budget period, nor further than `maxWindowMs`.
+ * held since the cursor (one reconcile interval in steady state). Exactly once: the ledger moves
+ * each cursor with a conditional write; a lost race is simply left to the winner. A window never
+ * reaches back before the current budget period; after a gap (reconciles that timed out, a
+ * degraded provider) it reaches back to the cursor, so the machines that ran through the gap are
+ * counted in full. Only a team without a cursor yet starts `maxWindowMs` back.
  */
 export async function accrueSpend(
   ledger: SpendLedger,
@@ -85,7 +87,7 @@ export async function accrueSpend(
     const key = periodKey(period, input.nowMs);
     const { startMs } = periodBounds(period, input.nowMs);
     const cursor = await ledger.read(team, key);
-    const fromMs = Math.max(startMs, cursor.accruedUntilMs ?? input.nowMs - input.maxWindowMs, input.nowMs - input.maxWindowMs);
+    const fromMs = Math.max(startMs, cursor.accruedUntilMs ?? input.nowMs - input.maxWindowMs);
     if (fromMs >= input.nowMs) continue;
     const amount = costByTeam(input.shares, fromMs, input.nowMs).get(team) ?? 0;
     const counted = await ledger.accrue({
@@ -115,7 +117,7 @@ async function accrueDay(
   const key = `${DAY_PERIOD_PREFIX}${periodKey('daily', nowMs)}`;
   const { startMs } = periodBounds('daily', nowMs);
   const cursor = await ledger.read(team, key);
-  const fromMs = Math.max(startMs, cursor.accruedUntilMs ?? nowMs - maxWindowMs, nowMs - maxWindowMs);
+  const fromMs = Math.max(startMs, cursor.accruedUntilMs ?? nowMs - maxWindowMs);
   if (fromMs >= nowMs) return;
   const amount = costByTeam(shares, fromMs, nowMs).get(team) ?? 0;
   await ledger.accrue({ team, period: key, fromMs: cursor.accruedUntilMs ?? fromMs, toMs: nowMs, amountMicroUsd: amount });

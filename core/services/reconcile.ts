@@ -113,7 +113,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
         );
       const shares = nodeShares(world.instances, world.activeJobs, snapshot.prices, (t) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1);
       // With a cloud left out its machines are not in view: spend is not counted this minute (the cursor stays, and the
-      // next complete view counts the window, up to its cap), rather than counted without them.
+      // next complete view counts the whole window from it), rather than counted without them.
       if (world.degraded.length === 0)
         await accrueSpend(ports.ledger, {
           teams: [...snapshot.teams.values()],
@@ -198,7 +198,7 @@ export async function applyPlan(
     if (journal) await journal.journal.done(journal.planId, index);
   };
   const todo = [...actions.entries()].filter(([index]) => !journal?.done?.has(index));
-  for (let i = 0; i < todo.length; ) {
+  for (let i = 0; i < todo.length;) {
     // Holds touch one job record each and nothing else: a run of them is written HOLD_WRITE_CONCURRENCY at a time.
     if (todo[i]![1].kind === 'hold') {
       let j = i;

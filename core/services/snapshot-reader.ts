@@ -211,11 +211,6 @@ export async function buildSnapshot(
 }
 
 /**
- * Teams from their budget tags. A team seen only through its jobs (no tags at all) has no
- * budget and is therefore held: a missing tag never means "unlimited". When a team carries
- * tags on several resources, its queue's tags are read first and later ones fill gaps only.
- */
-/**
  * The teams in force, from their tags and the last valid values: the one reader of budgets, used
  * by reconcile and by the people's commands, so what they show is what is enforced. Only the
  * team's own queue counts; tags on any other resource are reported as a problem and ignored.

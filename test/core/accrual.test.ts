@@ -151,11 +151,12 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
     expect((await ledger.read('nlp', '2026-12')).spentMicroUsd).toBe(66_667);
   });
 
-  it('reaches back at most maxWindowMs after a gap, and leaves a window another writer counted to it', async () => {
+  it('counts the whole gap since the cursor for a machine that ran through it, and leaves a window another writer counted to it', async () => {
     const ledger = new MemorySpendLedger();
     await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: now, maxWindowMs });
+    // 30 minutes without a reconcile: the machine's 30 minutes at $8/h are counted, not the last two.
     const afterGap = await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: now + 30 * 60_000, maxWindowMs });
-    expect(afterGap.get('nlp')).toBe(266_667);
+    expect(afterGap.get('nlp')).toBe(4_000_000);
     const refusing: SpendLedger = {
       read: (t, p) => ledger.read(t, p),
       list: () => ledger.list(),
