@@ -184,13 +184,16 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
     const groups: Awaited<ReturnType<Fleet['providers'][number]['listGroups']>> = [];
     // Each provider on its own: one cloud that does not answer leaves the others' groups shown.
     const nodesErrors: string[] = [];
-    for (const p of fleet.providers) {
-      try {
-        const [g, i] = await Promise.all([p.listGroups(), p.listInstances()]);
-        groups.push(...g);
-        instances.push(...i);
-      } catch (error) {
-        nodesErrors.push(`${degradedName(p)}: ${messageOf(error)}`);
+    const listed = await Promise.all(
+      fleet.providers.map((p) =>
+        Promise.all([p.listGroups(), p.listInstances()]).catch((error: unknown) => `${degradedName(p)}: ${messageOf(error)}`),
+      ),
+    );
+    for (const l of listed) {
+      if (typeof l === 'string') nodesErrors.push(l);
+      else {
+        groups.push(...l[0]);
+        instances.push(...l[1]);
       }
     }
     const nodesError = nodesErrors.length > 0 ? nodesErrors.join('; ') : undefined;

@@ -64,18 +64,12 @@ export async function createTables(client: DynamoDBClient, prefix: string): Prom
   return names;
 }
 
-function clientsFor(endpoint: string) {
-  const config = { endpoint, region: 'us-east-1', credentials: CREDENTIALS, maxAttempts: 3 };
-  return { client: new DynamoDBClient(config), doc: documentClient(config) };
-}
-
-/** dynalite in this process (the tests: quick to start, shares the process's memory). */
-export async function startDynalite(): Promise<LocalDynamo> {
-  const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+/** Clients for the server listening on `port`, closed with it by `stop`. */
+function localDynamo(port: number, stop: () => Promise<void>): LocalDynamo {
   const endpoint = `http://127.0.0.1:${port}`;
-  const { client, doc } = clientsFor(endpoint);
+  const config = { endpoint, region: 'us-east-1', credentials: CREDENTIALS, maxAttempts: 3 };
+  const client = new DynamoDBClient(config);
+  const doc = documentClient(config);
   return {
     endpoint,
     client,
@@ -84,9 +78,17 @@ export async function startDynalite(): Promise<LocalDynamo> {
     async close() {
       client.destroy();
       doc.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await stop();
     },
   };
+}
+
+/** dynalite in this process (the tests: quick to start, shares the process's memory). */
+export async function startDynalite(): Promise<LocalDynamo> {
+  const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return localDynamo(port, () => new Promise<void>((resolve) => server.close(() => resolve())));
 }
 
 /** dynalite in a child process (the benches: its memory and CPU are not the measured process's). */
@@ -104,18 +106,8 @@ export async function startDynaliteProcess(): Promise<LocalDynamo> {
     });
     child.once('exit', (code) => reject(new Error(`dynalite exited with code ${String(code)} before it listened`)));
   });
-  const endpoint = `http://127.0.0.1:${port}`;
-  const { client, doc } = clientsFor(endpoint);
-  return {
-    endpoint,
-    client,
-    doc,
-    createTables: (prefix = `t${++counter}`) => createTables(client, prefix),
-    async close() {
-      client.destroy();
-      doc.destroy();
-      child.kill();
-      await new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once('exit', () => resolve())));
-    },
-  };
+  return localDynamo(port, async () => {
+    child.kill();
+    await new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once('exit', () => resolve())));
+  });
 }

@@ -124,28 +124,27 @@ export function simGroupsFor(clouds: readonly Cloud[]): readonly SimGroupConfig[
  * either. Jobs that ask for no model, or for other models, are left as they are.
  */
 export function acrossClouds(workload: Workload): Workload {
+  return onV100Jobs(workload, (j) => {
+    const u = fnv1a(`${j.id}/cloud`) % 10;
+    return u < 4 ? ['V100'] : u < 6 ? ['A100-40GB'] : ['V100', 'A100-40GB'];
+  });
+}
+
+/** The workload with the models of each job that asks for V100s alone replaced by `models(job)` (other jobs as they are). */
+function onV100Jobs(workload: Workload, models: (job: Workload['jobs'][number]) => GpuModel[]): Workload {
   return {
     ...workload,
     jobs: workload.jobs.map((j) => {
       const g = j.spec.gpu;
       if (g.kind === 'mig' || !g.models || g.models.length !== 1 || g.models[0] !== 'V100') return j;
-      const u = fnv1a(`${j.id}/cloud`) % 10;
-      const models: GpuModel[] = u < 4 ? ['V100'] : u < 6 ? ['A100-40GB'] : ['V100', 'A100-40GB'];
-      return { ...j, spec: { ...j.spec, gpu: { ...g, models } } };
+      return { ...j, spec: { ...j.spec, gpu: { ...g, models: models(j) } } };
     }),
   };
 }
 
 /** The replayed jobs with every V100 request turned into a request for these models (a fleet without V100s). */
 export function onModels(workload: Workload, models: readonly GpuModel[]): Workload {
-  return {
-    ...workload,
-    jobs: workload.jobs.map((j) => {
-      const g = j.spec.gpu;
-      if (g.kind === 'mig' || !g.models || g.models.length !== 1 || g.models[0] !== 'V100') return j;
-      return { ...j, spec: { ...j.spec, gpu: { ...g, models: [...models] } } };
-    }),
-  };
+  return onV100Jobs(workload, () => [...models]);
 }
 
 /**

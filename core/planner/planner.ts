@@ -437,21 +437,24 @@ class Planner {
     return milliGpusUsed(request, slices);
   }
 
+  /** Asks a running attempt to checkpoint and go back to the queue (once per plan). */
+  private preempt(job: Job, why: Reason): void {
+    this.preempted.add(job.id);
+    this.actions.push({ kind: 'preempt', jobId: job.id, attempt: job.attempt, reason: why });
+  }
+
   /** A team whose budget (action stop) is spent: each of its running attempts is checkpointed and requeued, and then waits held. */
   private stopSpentTeams(): void {
     for (const job of this.s.activeJobs) {
       if (job.state === 'checkpointing' || this.preempted.has(job.id) || this.budget(job.team).state !== 'stop') continue;
       const status = budgetStatus(this.budget(job.team).team!, this.s.spendMicroUsd.get(job.team) ?? 0);
-      this.preempted.add(job.id);
-      this.actions.push({
-        kind: 'preempt',
-        jobId: job.id,
-        attempt: job.attempt,
-        reason: reason(
+      this.preempt(
+        job,
+        reason(
           'budget-stop',
           `${status.message}: ${job.spec.checkpoint ? 'checkpointed and requeued, it resumes from its checkpoint' : 'it cannot checkpoint, so it is stopped and requeued from the start'}`,
         ),
-      });
+      );
     }
   }
 
@@ -1232,16 +1235,13 @@ class Planner {
     }
     const victims = picked.flatMap((c) => c.victims);
     for (const v of victims) {
-      this.preempted.add(v.id);
-      this.actions.push({
-        kind: 'preempt',
-        jobId: v.id,
-        attempt: v.attempt,
-        reason: reason(
+      this.preempt(
+        v,
+        reason(
           'preempt-for-priority',
           `checkpointed and requeued to make room for ${e.job.id} (priority ${priority} over ${v.spec.priority}); it resumes from its checkpoint`,
         ),
-      });
+      );
     }
     // Reserve the room so no later job in this plan takes it.
     for (const c of picked) {
@@ -1396,16 +1396,13 @@ class Planner {
         if (timeLeft < workLeft + changeover) continue;
         const choice = deadlineChoice(job, s.nowMs, s.policy, { mode: 'none', spotAvailable: false, workLeftSec: workLeft });
         if (choice.mode !== 'on-demand' || !choice.commit) continue;
-        this.preempted.add(job.id);
-        this.actions.push({
-          kind: 'preempt',
-          jobId: job.id,
-          attempt: job.attempt,
-          reason: reason(
+        this.preempt(
+          job,
+          reason(
             'deadline-on-demand',
             `its slack on spot has run out (${Math.round((timeLeft - workLeft) / 60)} min for ${Math.round(workLeft / 60)} min of work before ${job.spec.deadline}): checkpointed and moved to on-demand while that can still make it`,
           ),
-        });
+        );
       }
     }
   }
@@ -1451,16 +1448,13 @@ class Planner {
     }
     candidates.sort((a, b) => b.saving - a.saving || (a.job.id < b.job.id ? -1 : 1));
     for (const c of candidates.slice(0, s.policy.moveToSpotPerPlan)) {
-      this.preempted.add(c.job.id);
-      this.actions.push({
-        kind: 'preempt',
-        jobId: c.job.id,
-        attempt: c.job.attempt,
-        reason: reason(
+      this.preempt(
+        c.job,
+        reason(
           'rebalance-to-spot',
           `moved from on-demand ${c.node.id} to spot (${c.target.offering.instanceType}, ${c.target.offering.zone}): about $${(c.saving / 1e6).toFixed(2)} saved over its remaining run against $${(c.cost / 1e6).toFixed(2)} for the move; it resumes from its checkpoint`,
         ),
-      });
+      );
     }
   }
 
@@ -1523,16 +1517,13 @@ class Planner {
       );
       if (savingMicroUsd <= restartMicroUsd) continue;
       for (const h of holders) {
-        this.preempted.add(h.job.id);
-        this.actions.push({
-          kind: 'preempt',
-          jobId: h.job.id,
-          attempt: h.job.attempt,
-          reason: reason(
+        this.preempt(
+          h.job,
+          reason(
             'scale-in-consolidate',
             `moved off underused ${node.id} (${Math.round(usedMilli(node) / 10) / 100} of ${node.gpus.length} GPUs used): freeing it saves about $${(savingMicroUsd / 1e6).toFixed(2)} against $${(restartMicroUsd / 1e6).toFixed(2)} of restart cost; it resumes from its checkpoint on another node`,
           ),
-        });
+        );
       }
       return;
     }
