@@ -199,12 +199,13 @@ export async function applyPlan(
   };
   const todo = [...actions.entries()].filter(([index]) => !journal?.done?.has(index));
   for (let i = 0; i < todo.length;) {
-    // Placements and holds touch their job's record and their nodes' work lists only: a run of them is applied in waves
-    // of up to JOB_WRITE_CONCURRENCY, no two in a wave on the same node. Cloud actions go one at a time, in order.
-    if (concurrent(todo[i]![1])) {
+    // Holds touch one job record each and nothing else: a run of them is written HOLD_WRITE_CONCURRENCY at a time.
+    if (todo[i]![1].kind === 'hold') {
       let j = i;
-      while (j < todo.length && concurrent(todo[j]![1])) j++;
-      for (const wave of waves(todo.slice(i, j))) await Promise.all(wave.map(([index, action]) => one(index, action)));
+      while (j < todo.length && todo[j]![1].kind === 'hold') j++;
+      const run = todo.slice(i, j);
+      for (let k = 0; k < run.length; k += HOLD_WRITE_CONCURRENCY)
+        await Promise.all(run.slice(k, k + HOLD_WRITE_CONCURRENCY).map(([index, action]) => one(index, action)));
       i = j;
     } else {
       await one(todo[i]![0], todo[i]![1]);
@@ -215,31 +216,8 @@ export async function applyPlan(
   return { applied, errors };
 }
 
-function concurrent(action: PlanAction): boolean {
-  return action.kind === 'hold' || action.kind === 'place';
-}
-
-/** Consecutive waves of at most JOB_WRITE_CONCURRENCY actions, in plan order, no two of a wave touching the same node. */
-function waves(run: readonly (readonly [number, PlanAction])[]): (readonly [number, PlanAction])[][] {
-  const out: (readonly [number, PlanAction])[][] = [];
-  let wave: (readonly [number, PlanAction])[] = [];
-  let nodes = new Set<string>();
-  for (const entry of run) {
-    const mine = entry[1].kind === 'place' ? entry[1].placement.nodes.map((n) => n.nodeId) : [];
-    if (wave.length >= JOB_WRITE_CONCURRENCY || mine.some((n) => nodes.has(n))) {
-      out.push(wave);
-      wave = [];
-      nodes = new Set();
-    }
-    wave.push(entry);
-    for (const n of mine) nodes.add(n);
-  }
-  if (wave.length > 0) out.push(wave);
-  return out;
-}
-
-/** How many placements or holds are applied at once (each a few conditional writes of one job and its nodes). */
-export const JOB_WRITE_CONCURRENCY = 16;
+/** How many hold writes are in flight at once (each is one conditional write of one job). */
+export const HOLD_WRITE_CONCURRENCY = 16;
 
 /**
  * Finishes the newest unfinished plan, if a predecessor crashed while applying it: its remaining

@@ -4,7 +4,7 @@ import { intake } from '../../core/services/intake.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { reason } from '../../core/reason.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
-import { applyPlan, JOB_WRITE_CONCURRENCY, reconcile } from '../../core/services/reconcile.ts';
+import { applyPlan, HOLD_WRITE_CONCURRENCY, reconcile } from '../../core/services/reconcile.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { NodeGroupProvider } from '../../core/ports.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
@@ -393,67 +393,8 @@ describe('applying a plan', () => {
     const out = await applyPlan({ ...e.ports, jobs }, actions, new Map([['v100-spot', e.ports.providers[0]!]]), e.clock.nowMs());
     expect(out).toEqual({ applied: 41, errors: [] });
     expect(most).toBeGreaterThan(1);
-    expect(most).toBeLessThanOrEqual(JOB_WRITE_CONCURRENCY);
+    expect(most).toBeLessThanOrEqual(HOLD_WRITE_CONCURRENCY);
     expect((await e.jobs.listByState(['pending'])).every((j) => j.hold?.code === 'budget-hold')).toBe(true);
     expect(e.cloud.calls[0]).toEqual({ method: 'setDesiredCapacity', args: ['v100-spot', 1] });
-  });
-
-  it('applies placements concurrently, never two at once on the same node, and each lands', async () => {
-    const e = env();
-    for (const id of ['i-a', 'i-b'])
-      await e.nodes.register({
-        instanceId: id,
-        groupId: 'v100-spot',
-        registeredAtMs: T0,
-        lastHeartbeatAtMs: T0,
-        healthy: true,
-        gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
-      });
-    for (let i = 0; i < 6; i++) await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: `p${i}` });
-    const inFlight = new Map<string, number>();
-    let mostOnOneNode = 0;
-    let mostOverall = 0;
-    const nodes = new Proxy(e.nodes, {
-      get(target, prop, receiver) {
-        const v = Reflect.get(target, prop, receiver) as unknown;
-        if (prop !== 'assign' || typeof v !== 'function')
-          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-        return async (nodeId: string, ...rest: unknown[]) => {
-          inFlight.set(nodeId, (inFlight.get(nodeId) ?? 0) + 1);
-          mostOnOneNode = Math.max(mostOnOneNode, inFlight.get(nodeId)!);
-          mostOverall = Math.max(
-            mostOverall,
-            [...inFlight.values()].reduce((a, b) => a + b, 0),
-          );
-          await new Promise((r) => setTimeout(r, 2));
-          try {
-            return await (v as (...a: unknown[]) => unknown).call(target, nodeId, ...rest);
-          } finally {
-            inFlight.set(nodeId, inFlight.get(nodeId)! - 1);
-          }
-        };
-      },
-    });
-    const actions = Array.from({ length: 6 }, (_, i) => ({
-      kind: 'place' as const,
-      jobId: `nlp.p${i}`,
-      attempt: 1,
-      placement: { nodes: [{ nodeId: i < 3 ? 'i-a' : 'i-b', gpuIndices: [0] }], capacityType: 'spot' as const },
-      reason: reason('placed-on-free-capacity', 'x'),
-    }));
-    // Interleaved: a, b, a, b, ...
-    const order = [0, 3, 1, 4, 2, 5].map((k) => actions[k]!);
-    expect(await applyPlan({ ...e.ports, nodes }, order, new Map(), e.clock.nowMs())).toEqual({ applied: 6, errors: [] });
-    expect(mostOnOneNode).toBe(1);
-    expect(mostOverall).toBe(2);
-    expect((await e.jobs.listByState(['placed'])).map((j) => j.id).sort()).toEqual([
-      'nlp.p0',
-      'nlp.p1',
-      'nlp.p2',
-      'nlp.p3',
-      'nlp.p4',
-      'nlp.p5',
-    ]);
-    expect(Object.keys((await e.nodes.get('i-a'))!.assigned ?? {}).sort()).toEqual(['nlp.p0', 'nlp.p1', 'nlp.p2']);
   });
 });
