@@ -19,6 +19,10 @@ export interface ChaosRow {
   readonly violations: number;
   readonly costOverheadPct: number;
   readonly p95WaitOverheadPct: number;
+  /** The ledger's total against the exact integral of price × machine-time from the simulated cloud, in percent. */
+  readonly spendErrorPct: number;
+  /** Spend the ledger put on the wrong team (or none): Σ |ledger − exact| per team, idle included, ÷ the exact total, in percent. */
+  readonly teamSpendErrorPct: number;
   /** With more than one cloud: the p95 wait overhead of the jobs each cloud could run (a job either could run counts in both). */
   readonly cloudP95WaitOverheadPct?: Readonly<Record<string, number>>;
   /** With --mig: machines of the MIG group launched and scaled in over the run, and MIG jobs completed. */
@@ -86,6 +90,8 @@ export async function benchChaos(options: {
       violations: s.violations,
       costOverheadPct: pctOver(s.costMicroUsd, base.costMicroUsd),
       p95WaitOverheadPct: pctOver(s.p95WaitSec, base.p95WaitSec),
+      spendErrorPct: s.spendErrorPct,
+      teamSpendErrorPct: s.teamSpendErrorPct,
       ...(s.waitByCloud
         ? {
             cloudP95WaitOverheadPct: Object.fromEntries(
@@ -141,7 +147,7 @@ if (invokedDirectly) {
   });
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   else {
-    const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)}  injected`;
+    const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)} ${'spendError'.padStart(10)} ${'team spendError'.padStart(15)}  injected`;
     const lines = rows.map((r) => {
       const f = summaries[r.profile]!.faults;
       const injected = [
@@ -167,7 +173,7 @@ if (invokedDirectly) {
             .map(([c, v]) => `${c} ${v.toFixed(2)}%`)
             .join(', ')}]`
         : '';
-      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)}  ${injected || '-'}${mig}${byCloud}`;
+      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)} ${`${r.spendErrorPct.toFixed(3)}%`.padStart(10)} ${`${r.teamSpendErrorPct.toFixed(3)}%`.padStart(15)}  ${injected || '-'}${mig}${byCloud}`;
     });
     const bad = rows.filter((r) => r.lost > 0 || r.duplicated > 0 || r.violations > 0);
     process.stdout.write(

@@ -73,6 +73,21 @@ export interface NodeRecord {
    * pointer whose placement lost a race is dropped by the agent).
    */
   readonly assigned?: Readonly<Record<string, number>>;
+  /**
+   * What the machine costs, stamped by reconcile the first time it sees the machine listed, so
+   * that its last minutes are still counted once the cloud no longer lists it.
+   */
+  readonly meter?: MachineMeterFacts;
+  /** When the cloud said the machine stopped or terminated (EC2 state change, GCE preemption): its bill ends here. */
+  readonly endedAtMs?: number;
+}
+
+/** A machine's billing facts, as reconcile saw it listed. */
+export interface MachineMeterFacts {
+  readonly offeringId: string;
+  readonly priceMicroUsdPerHour: number;
+  readonly launchedAtMs: number;
+  readonly gpuCount: number;
 }
 
 export interface Draining {

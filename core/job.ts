@@ -122,6 +122,36 @@ export interface Job {
   readonly cancelRequested?: boolean;
   /** Finished attempts' use and cost (absent until an attempt ends). */
   readonly usage?: JobUsage;
+  /** The attempts that ended in the last {@link HELD_ATTEMPTS_KEPT_MS}: what they held and when, for exact spend. */
+  readonly heldAttempts?: readonly HeldAttempt[];
+}
+
+/** One finished attempt's hold on its machines: its GPUs on each node, from placement to end. */
+export interface HeldAttempt {
+  readonly attempt: number;
+  readonly nodes: readonly { readonly nodeId: string; readonly milliGpu: number }[];
+  readonly fromMs: number;
+  readonly toMs: number;
+}
+
+/**
+ * How long a finished attempt's holdings stay on its job: spend accrual charges them from there,
+ * so a gap between reconciles up to this long (a degraded cloud, a stuck lease) is still charged
+ * to the teams that held the machines; an older gap's share goes to (idle).
+ */
+export const HELD_ATTEMPTS_KEPT_MS = 48 * 3_600_000;
+
+/** The job's recent holdings with its current attempt's added (unchanged when it was never placed). */
+export function closeHolding(job: Job, nowMs: number): { heldAttempts?: readonly HeldAttempt[] } {
+  const kept = (job.heldAttempts ?? []).filter((h) => h.toMs >= nowMs - HELD_ATTEMPTS_KEPT_MS);
+  const p = job.placement;
+  const fromMs = job.placedAtMs ?? job.startedAtMs;
+  const current: HeldAttempt[] =
+    p && fromMs !== undefined
+      ? [{ attempt: job.attempt, nodes: p.nodes.map((a) => ({ nodeId: a.nodeId, milliGpu: assignmentMilliGpu(a) })), fromMs, toMs: nowMs }]
+      : [];
+  const all = [...kept.filter((h) => h.attempt !== job.attempt), ...current];
+  return all.length > 0 ? { heldAttempts: all } : {};
 }
 
 export type JobEvent =
@@ -201,10 +231,12 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
     }
     case 'requeue':
       // A job whose cancel was asked for is not put back in the queue: it ends cancelled.
-      if (job.cancelRequested) return changed({ ...base, state: 'cancelled', endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false) });
+      if (job.cancelRequested)
+        return changed({ ...base, state: 'cancelled', endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false), ...closeHolding(job, nowMs) });
       return changed({
         ...base,
         usage: closeAttempt(job, nowMs, true),
+        ...closeHolding(job, nowMs),
         state: 'pending',
         attempt: job.attempt + 1,
         placement: undefined,
@@ -218,9 +250,23 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         cancelRequested: undefined,
       });
     case 'succeed':
-      return changed({ ...base, state: 'succeeded', exitCode: 0, endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false) });
+      return changed({
+        ...base,
+        state: 'succeeded',
+        exitCode: 0,
+        endedAtMs: nowMs,
+        usage: closeAttempt(job, nowMs, false),
+        ...closeHolding(job, nowMs),
+      });
     case 'fail':
-      return changed({ ...base, state: 'failed', exitCode: event.exitCode, endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false) });
+      return changed({
+        ...base,
+        state: 'failed',
+        exitCode: event.exitCode,
+        endedAtMs: nowMs,
+        usage: closeAttempt(job, nowMs, false),
+        ...closeHolding(job, nowMs),
+      });
     case 'cancel':
       if (job.state === 'pending') {
         return changed({ ...base, state: 'cancelled', endedAtMs: nowMs, waitedMs: job.waitedMs + (nowMs - job.queuedAtMs) });
@@ -266,6 +312,7 @@ export function finishCancel(job: Job, nowMs: number): TransitionResult {
     updatedAtMs: nowMs,
     endedAtMs: nowMs,
     usage: closeAttempt(job, nowMs, false),
+    ...closeHolding(job, nowMs),
   });
 }
 

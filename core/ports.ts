@@ -1,5 +1,5 @@
 import type { Cloud, InstanceType, Offering, PriceQuote } from './catalog.ts';
-import type { Draining, Instance, NodeGroup, NodeRecord } from './fleet.ts';
+import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord } from './fleet.ts';
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
@@ -143,6 +143,11 @@ export interface JobStore {
   update(next: Job, expectedVersion: number): Promise<WriteResult>;
   /** Jobs in any of the given states (optionally of one team), in submission order. */
   listByState(states: readonly JobState[], team?: string): Promise<Job[]>;
+  /**
+   * Finished jobs (succeeded, failed, cancelled) that held machines and ended in [sinceMs,
+   * untilMs]: what spend accrual needs of them (their last attempts' holdings).
+   */
+  listEndedSince(sinceMs: number, untilMs: number): Promise<Job[]>;
 }
 
 /** What node agents report, and the node's draining mark. */
@@ -164,6 +169,17 @@ export interface NodeStore {
   setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void>;
   /** Forgets a node that is gone, its work list with it. Idempotent. */
   remove(instanceId: string): Promise<void>;
+  /**
+   * Stamps a registered node's billing facts, once (a node that has them keeps them). Returns
+   * false, writing nothing, when the node has no record: a machine whose agent never registered
+   * is counted only while its cloud lists it.
+   */
+  noteMeter(instanceId: string, meter: MachineMeterFacts): Promise<boolean>;
+  /**
+   * Records when the machine stopped or terminated; the earliest report wins, whatever the order
+   * reports come in. A node without a record is left alone (mark it draining first, which makes one).
+   */
+  noteEnded(instanceId: string, atMs: number): Promise<void>;
   /**
    * Adds attempt `attempt` of a job to a node's work list, before the job is placed there (so an
    * agent can never miss a placement). A newer attempt replaces an older pointer; an older one

@@ -98,7 +98,7 @@ export class GpuFleetStack extends Stack {
         table.addGlobalSecondaryIndex({
           indexName: ix.name,
           partitionKey: { name: ix.partitionKey, type: dynamodb.AttributeType.STRING },
-          sortKey: { name: ix.sortKey, type: dynamodb.AttributeType.STRING },
+          sortKey: { name: ix.sortKey, type: ix.sortKeyType === 'number' ? dynamodb.AttributeType.NUMBER : dynamodb.AttributeType.STRING },
         });
       }
       this.tables[kind] = table;

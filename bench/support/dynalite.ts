@@ -36,7 +36,7 @@ export async function createTables(client: DynamoDBClient, prefix: string): Prom
     if (def.sortKey) attrs.set(def.sortKey, { AttributeName: def.sortKey, AttributeType: 'S' });
     for (const ix of def.indexes) {
       attrs.set(ix.partitionKey, { AttributeName: ix.partitionKey, AttributeType: 'S' });
-      attrs.set(ix.sortKey, { AttributeName: ix.sortKey, AttributeType: 'S' });
+      attrs.set(ix.sortKey, { AttributeName: ix.sortKey, AttributeType: ix.sortKeyType === 'number' ? 'N' : 'S' });
     }
     const input: CreateTableCommandInput = {
       TableName: names[kind],

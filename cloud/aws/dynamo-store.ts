@@ -12,7 +12,7 @@ import {
   type QueryCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
-import { mergeDraining, type Draining, type NodeRecord } from '../../core/fleet.ts';
+import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
 import { isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { ActionFailure, PlanAction } from '../../core/plan.ts';
 import type { Team } from '../../core/team.ts';
@@ -72,6 +72,12 @@ export function documentClientFor(client: DynamoDBClient, variables: Readonly<Re
 
 const DAY_S = 86_400;
 const FINISHED_JOB_TTL_S = 90 * DAY_S;
+const DAY_MS = DAY_S * 1000;
+
+/** The UTC day (`2026-12-01`) of a time: the partition of the ended-jobs index. */
+function endedDayOf(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10);
+}
 
 async function call<T>(operation: string, resource: string, f: () => Promise<T>): Promise<T> {
   try {
@@ -114,7 +120,35 @@ export class DynamoJobStore implements JobStore {
       version: job.version,
       job,
       ...(isTerminal(job.state) ? { expiresAt: Math.floor((job.endedAtMs ?? job.updatedAtMs) / 1000) + FINISHED_JOB_TTL_S } : {}),
+      // Sparse index of finished jobs that held machines, by UTC day of their end: spend accrual
+      // reads the few that ended since its oldest cursor, one query per day.
+      ...(isTerminal(job.state) && job.heldAttempts && job.endedAtMs !== undefined
+        ? { endedDay: endedDayOf(job.endedAtMs), endedAtMs: job.endedAtMs }
+        : {}),
     };
+  }
+
+  async listEndedSince(sinceMs: number, untilMs: number): Promise<Job[]> {
+    const days: string[] = [];
+    for (let d = Math.floor(sinceMs / DAY_MS); d <= Math.floor(Math.max(sinceMs, untilMs) / DAY_MS); d++) days.push(endedDayOf(d * DAY_MS));
+    const lists = await Promise.all(
+      days.map((day) =>
+        queryAll(
+          this.doc,
+          {
+            TableName: this.table,
+            IndexName: 'byEndedDay',
+            KeyConditionExpression: 'endedDay = :d AND endedAtMs BETWEEN :from AND :to',
+            ExpressionAttributeValues: { ':d': day, ':from': sinceMs, ':to': untilMs },
+          },
+          'list ended jobs',
+        ),
+      ),
+    );
+    return lists
+      .flat()
+      .map((it) => it.job as Job)
+      .sort((a, b) => (a.endedAtMs ?? 0) - (b.endedAtMs ?? 0) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   }
 
   async create(job: Job): Promise<{ created: boolean; job: Job }> {
@@ -340,6 +374,41 @@ export class DynamoNodeStore implements NodeStore {
     }
   }
 
+  async noteMeter(instanceId: string, meter: MachineMeterFacts): Promise<boolean> {
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { instanceId },
+          UpdateExpression: 'SET meter = :m',
+          ConditionExpression: 'attribute_exists(instanceId) AND attribute_not_exists(meter)',
+          ExpressionAttributeValues: { ':m': meter },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'note node meter', resource: instanceId });
+      // Either the node has no record (nothing written) or it has its meter already.
+      return (await this.get(instanceId)) !== undefined;
+    }
+  }
+
+  async noteEnded(instanceId: string, atMs: number): Promise<void> {
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: { instanceId },
+          UpdateExpression: 'SET endedAtMs = :t',
+          ConditionExpression: 'attribute_exists(instanceId) AND (attribute_not_exists(endedAtMs) OR endedAtMs > :t)',
+          ExpressionAttributeValues: { ':t': atMs },
+        }),
+      );
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'note node ended', resource: instanceId });
+    }
+  }
+
   async remove(instanceId: string): Promise<void> {
     await call('remove node', instanceId, () => this.doc.send(new DeleteCommand({ TableName: this.table, Key: { instanceId } })));
   }
@@ -431,6 +500,8 @@ function toNode(it: Record<string, unknown>): NodeRecord {
     ...(it.draining ? { draining: it.draining as Draining } : {}),
     ...(it.idleSinceMs !== undefined ? { idleSinceMs: it.idleSinceMs as number } : {}),
     ...(it.assigned !== undefined ? { assigned: it.assigned as Record<string, number> } : {}),
+    ...(it.meter ? { meter: it.meter as MachineMeterFacts } : {}),
+    ...(it.endedAtMs !== undefined ? { endedAtMs: it.endedAtMs as number } : {}),
   };
 }
 

@@ -5,7 +5,8 @@
  * Design, and why:
  * - `jobs`: one item per job, keyed by job id. Reconcile asks "all pending jobs" and "all active
  *   jobs" every minute, and the CLI "jobs of team T in state S": two global secondary indexes,
- *   by state and by team+state, both sorted by submission time. Every change is a conditional
+ *   by state and by team+state, both sorted by submission time. Spend accrual asks "finished jobs
+ *   that held machines and ended since T": a sparse index by UTC day of end, sorted by end time. Every change is a conditional
  *   put on the job's version, so two writers can never both win. Finished jobs expire after 90
  *   days (TTL).
  * - `nodes`: one item per machine, keyed by instance id: agents write heartbeats there at their
@@ -27,7 +28,13 @@ export interface TableNames {
 export interface TableDefinition {
   readonly partitionKey: string;
   readonly sortKey?: string;
-  readonly indexes: readonly { readonly name: string; readonly partitionKey: string; readonly sortKey: string }[];
+  readonly indexes: readonly {
+    readonly name: string;
+    readonly partitionKey: string;
+    readonly sortKey: string;
+    /** The sort key's type (string unless said). */
+    readonly sortKeyType?: 'string' | 'number';
+  }[];
   readonly ttlAttribute?: string;
 }
 
@@ -37,6 +44,7 @@ export const TABLES: Readonly<Record<keyof TableNames, TableDefinition>> = {
     indexes: [
       { name: 'byState', partitionKey: 'state', sortKey: 'order' },
       { name: 'byTeamState', partitionKey: 'teamState', sortKey: 'order' },
+      { name: 'byEndedDay', partitionKey: 'endedDay', sortKey: 'endedAtMs', sortKeyType: 'number' },
     ],
     ttlAttribute: 'expiresAt',
   },

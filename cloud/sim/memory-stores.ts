@@ -1,5 +1,5 @@
 import { CloudError } from '../../core/errors.ts';
-import { mergeDraining, type Draining, type NodeRecord } from '../../core/fleet.ts';
+import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
 import type { CheckpointRef, Job, JobState } from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import type { Team } from '../../core/team.ts';
@@ -24,6 +24,9 @@ import type {
   TeamTagSet,
   WriteResult,
 } from '../../core/ports.ts';
+
+/** The finished states a job can reach after holding machines (a rejected job never held any). */
+const ENDED_STATES: readonly JobState[] = ['succeeded', 'failed', 'cancelled'];
 
 /**
  * In-memory implementations of the state-store ports, for the simulator, the CLI's local mode
@@ -60,6 +63,14 @@ export class MemoryJobStore implements JobStore {
     return out.sort((a, b) => a.submittedAtMs - b.submittedAtMs || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   }
 
+  async listEndedSince(sinceMs: number, untilMs: number): Promise<Job[]> {
+    const out: Job[] = [];
+    for (const s of ENDED_STATES)
+      for (const j of this.byState.get(s)?.values() ?? [])
+        if (j.heldAttempts && j.endedAtMs !== undefined && j.endedAtMs >= sinceMs && j.endedAtMs <= untilMs) out.push(j);
+    return out.sort((a, b) => (a.endedAtMs ?? 0) - (b.endedAtMs ?? 0) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
   /** Every job, for reports. */
   all(): Job[] {
     return [...this.byId.values()];
@@ -73,7 +84,11 @@ export class MemoryJobStore implements JobStore {
     for (const j of jobs) this.put(Object.freeze({ ...j }));
   }
 
+  /** Told of every job written (the simulator keeps its own log of who held what from it). */
+  onWrite: ((job: Job) => void) | undefined;
+
   private put(job: Job): void {
+    this.onWrite?.(job);
     this.byId.set(job.id, job);
     let m = this.byState.get(job.state);
     if (!m) {
@@ -95,6 +110,8 @@ export class MemoryNodeStore implements NodeStore {
         ...record,
         ...(existing?.draining ? { draining: existing.draining } : {}),
         ...(existing?.assigned ? { assigned: existing.assigned } : {}),
+        ...(existing?.meter ? { meter: existing.meter } : {}),
+        ...(existing?.endedAtMs !== undefined ? { endedAtMs: existing.endedAtMs } : {}),
         registeredAtMs: existing?.registeredAtMs ?? record.registeredAtMs,
       }),
     );
@@ -147,6 +164,19 @@ export class MemoryNodeStore implements NodeStore {
 
   async remove(instanceId: string): Promise<void> {
     this.records.delete(instanceId);
+  }
+
+  async noteMeter(instanceId: string, meter: MachineMeterFacts): Promise<boolean> {
+    const r = this.records.get(instanceId);
+    if (!r) return false;
+    if (!r.meter) this.records.set(instanceId, Object.freeze({ ...r, meter }));
+    return true;
+  }
+
+  async noteEnded(instanceId: string, atMs: number): Promise<void> {
+    const r = this.records.get(instanceId);
+    if (!r || (r.endedAtMs !== undefined && r.endedAtMs <= atMs)) return;
+    this.records.set(instanceId, Object.freeze({ ...r, endedAtMs: atMs }));
   }
 
   async assign(instanceId: string, jobId: string, attempt: number): Promise<boolean> {

@@ -1,4 +1,4 @@
-import { DAY_PERIOD_PREFIX } from '../../core/services/accrual.ts';
+import { costByTeam as exactCostByTeam, DAY_PERIOD_PREFIX, type Holding, type MachineMeter } from '../../core/services/accrual.ts';
 import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import type { Instance } from '../../core/fleet.ts';
 import {
@@ -21,7 +21,7 @@ import { checkInvariants, fromMachines, type InvariantViolation } from './invari
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
 import { periodKey } from '../../core/period.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
-import { jobIdFor, TERMINAL_STATES, type Job } from '../../core/job.ts';
+import { ACTIVE_STATES, assignmentMilliGpu, jobIdFor, TERMINAL_STATES, type Job } from '../../core/job.ts';
 import { costForDuration, type MicroUsd } from '../../core/money.ts';
 import type { Plan } from '../../core/plan.ts';
 import { planBaseline } from '../../core/planner/baseline.ts';
@@ -110,6 +110,16 @@ export interface SimulationSummary {
   /** The limit no policy can beat: useful work at the cheapest price each job could use, no idle, no boot, no rework. */
   readonly idealCostMicroUsd: MicroUsd;
   readonly costByTeamMicroUsd: Readonly<Record<string, MicroUsd>>;
+  /**
+   * What each team (and idle) really owed up to where the ledger counted it: the simulated
+   * cloud's machine lives at their prices, split by every attempt's holding as the job records
+   * say. The ledger is measured against it.
+   */
+  readonly exactCostByTeamMicroUsd: Readonly<Record<string, MicroUsd>>;
+  /** (ledger total − exact total) ÷ exact total, in percent. */
+  readonly spendErrorPct: number;
+  /** Spend counted to the wrong team or not at all: Σ |ledger − exact| over teams (idle included) ÷ exact total, in percent. */
+  readonly teamSpendErrorPct: number;
   readonly p50WaitSec: number;
   readonly p95WaitSec: number;
   /**
@@ -355,10 +365,28 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   // Exact cost: each machine's price over its life, counted when it ends (or at the end).
   const cost = { actual: 0, onDemand: 0, gpuMsPaid: 0, running: 0 };
   const accounted = new Set<string>();
+  // The truth spend accrual is measured against: every machine's life as the simulated cloud ran it, and
+  // every attempt's holding as the job records say (logged as they are written, none trimmed).
+  const lives: { id: string; priceMicroUsdPerHour: number; launchedAtMs: number; endedAtMs: number; gpus: number }[] = [];
+  const heldLog = new Map<string, Holding & { nodeId: string }>();
+  env.jobs.onWrite = (job) => {
+    for (const h of job.heldAttempts ?? [])
+      for (const n of h.nodes) {
+        const key = `${job.id}#${h.attempt}#${n.nodeId}`;
+        if (!heldLog.has(key)) heldLog.set(key, { team: job.team, nodeId: n.nodeId, milliGpu: n.milliGpu, fromMs: h.fromMs, toMs: h.toMs });
+      }
+  };
   const account = (inst: SimInstance, endMs: number) => {
     if (accounted.has(inst.id)) return;
     accounted.add(inst.id);
     const p = env.priceOf(inst.offering);
+    lives.push({
+      id: inst.id,
+      priceMicroUsdPerHour: p?.price ?? 0,
+      launchedAtMs: inst.launchedAtMs,
+      endedAtMs: endMs,
+      gpus: env.catalog.instanceTypes.get(inst.offering.instanceType)?.gpuCount ?? 1,
+    });
     const aliveMs = Math.max(0, endMs - inst.launchedAtMs);
     if (p) {
       cost.actual += costForDuration(p.price, aliveMs);
@@ -366,7 +394,15 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
     cost.gpuMsPaid += aliveMs * (env.catalog.instanceTypes.get(inst.offering.instanceType)?.gpuCount ?? 0);
   };
-  env.cloud.onEnded = (inst) => account(inst, inst.endedAtMs ?? env.clock.nowMs());
+  env.cloud.onEnded = (inst) => {
+    account(inst, inst.endedAtMs ?? env.clock.nowMs());
+    // EC2 tells EventBridge of every machine that terminates (reclaimed, scaled in, let go by its hook), and the
+    // stack's rule sends it to the interruption handler; Compute Engine pushes nothing.
+    if (inst.offering.cloud === 'aws') {
+      const atMs = inst.endedAtMs ?? env.clock.nowMs();
+      deliver(atMs, instanceStateChange({ id: `sim-${++eventCounter}`, instanceId: inst.id, region: inst.offering.region, atMs, state: 'terminated' }));
+    }
+  };
   // A MIG group scaled in while MIG work waits is the buy-then-scale-in cycle (counted per group).
   env.cloud.waitingWorkFor = (group) =>
     group.migEnabled === true && env.jobs.all().some((j) => j.state === 'pending' && j.spec.gpu.kind === 'mig' && !j.hold);
@@ -584,17 +620,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         // Compute Engine records the preemption as an operation of its zone; nothing is pushed anywhere.
         env.cloud.reclaim(due.inst.id, 'preempted');
       } else if (due.inst.state !== 'terminated') {
+        // (its state-change event goes out from onEnded, as for every machine that ends)
         env.cloud.reclaim(due.inst.id, 'spot interruption');
-        deliver(
-          now,
-          instanceStateChange({
-            id: `sim-${++eventCounter}`,
-            instanceId: due.inst.id,
-            region: due.inst.offering.region,
-            atMs: now,
-            state: 'terminated',
-          }),
-        );
       }
     }
     // GCE sets a preempted machine's metadata `instance/preempted`: its agent sees it at its next look.
@@ -667,8 +694,13 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
 
   const jobs = env.jobs.all();
   const costByTeam: Record<string, MicroUsd> = {};
+  const countedUntil = new Map<string, number>();
   for (const row of await env.ledger.list())
-    if (!row.period.startsWith(DAY_PERIOD_PREFIX)) costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
+    if (!row.period.startsWith(DAY_PERIOD_PREFIX)) {
+      costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
+      countedUntil.set(row.team, Math.max(countedUntil.get(row.team) ?? 0, row.accruedUntilMs ?? 0));
+    }
+  const spend = spendAccuracy(costByTeam, countedUntil, lives, [...heldLog.values()], jobs, startMs);
   const useful = usefulWork(jobs, agents, workOf, endMs);
   const summary: SimulationSummary = {
     policy: policyName,
@@ -692,6 +724,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     onDemandCostMicroUsd: cost.onDemand,
     idealCostMicroUsd: idealCost(env, options.groups, jobs, useful),
     costByTeamMicroUsd: costByTeam,
+    ...spend,
     ...waits(jobs, endMs),
     ...(clouds.length > 1 ? { waitByCloud: waitsByCloud(jobs, endMs, setup.groups, env) } : {}),
     interruptions,
@@ -932,6 +965,52 @@ function deadlines(jobs: readonly Job[], endMs: number): { deadlineJobs: number;
   return { deadlineJobs: n, deadlineMisses: misses };
 }
 
+/**
+ * The ledger against the truth: each team's exact spend up to its own cursor, from the machines'
+ * true lives and every holding ever written (not only what the reconciles saw).
+ */
+function spendAccuracy(
+  ledger: Readonly<Record<string, MicroUsd>>,
+  countedUntil: ReadonlyMap<string, number>,
+  lives: readonly { id: string; priceMicroUsdPerHour: number; launchedAtMs: number; endedAtMs: number; gpus: number }[],
+  closed: readonly (Holding & { nodeId: string })[],
+  jobs: readonly Job[],
+  startMs: number,
+): Pick<SimulationSummary, 'exactCostByTeamMicroUsd' | 'spendErrorPct' | 'teamSpendErrorPct'> {
+  const byNode = new Map<string, Holding[]>();
+  const hold = (nodeId: string, h: Holding) => byNode.set(nodeId, [...(byNode.get(nodeId) ?? []), h]);
+  for (const h of closed) hold(h.nodeId, { team: h.team, milliGpu: h.milliGpu, fromMs: h.fromMs, toMs: h.toMs! });
+  for (const j of jobs) {
+    const fromMs = j.placedAtMs ?? j.startedAtMs;
+    if (ACTIVE_STATES.includes(j.state) && j.placement && fromMs !== undefined)
+      for (const a of j.placement.nodes) hold(a.nodeId, { team: j.team, milliGpu: assignmentMilliGpu(a), fromMs });
+  }
+  const machines: MachineMeter[] = lives.map((l) => ({
+    id: l.id,
+    priceMicroUsdPerHour: l.priceMicroUsdPerHour,
+    launchedAtMs: l.launchedAtMs,
+    endedAtMs: l.endedAtMs,
+    totalMilliGpu: Math.max(1, l.gpus) * 1000,
+    holdings: byNode.get(l.id) ?? [],
+  }));
+  const exact: Record<string, MicroUsd> = {};
+  const untils = [...new Set(countedUntil.values())];
+  const costs = new Map(untils.map((u) => [u, exactCostByTeam(machines, startMs - 86_400_000, u)] as const));
+  const teams = new Set([...Object.keys(ledger), ...[...costs.values()].flatMap((c) => [...c.keys()])]);
+  for (const t of [...teams].sort()) {
+    const until = countedUntil.get(t);
+    exact[t] = until === undefined ? 0 : (costs.get(until)!.get(t) ?? 0);
+  }
+  const total = Object.values(exact).reduce((a, b) => a + b, 0);
+  const counted = Object.values(ledger).reduce((a, b) => a + b, 0);
+  const misplaced = [...teams].reduce((a, t) => a + Math.abs((ledger[t] ?? 0) - (exact[t] ?? 0)), 0);
+  return {
+    exactCostByTeamMicroUsd: exact,
+    spendErrorPct: total > 0 ? round4((100 * (counted - total)) / total) : 0,
+    teamSpendErrorPct: total > 0 ? round4((100 * misplaced) / total) : 0,
+  };
+}
+
 /** Jobs submitted that are not in the store in exactly one known state. */
 function lostJobs(submitted: readonly WorkloadJob[], jobs: readonly Job[]): number {
   const stored = new Map(jobs.map((j) => [j.id, j]));
@@ -947,6 +1026,10 @@ export function percentile(sorted: readonly number[], q: number): number {
   if (sorted.length === 0) return 0;
   const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
   return sorted[rank]!;
+}
+
+function round4(x: number): number {
+  return Math.round(x * 10_000) / 10_000;
 }
 
 function round2(x: number): number {

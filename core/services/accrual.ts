@@ -1,124 +1,254 @@
-import { periodBounds, periodKey } from '../period.ts';
-import type { PriceQuote } from '../catalog.ts';
-import type { Instance } from '../fleet.ts';
-import { assignmentMilliGpu, type Job } from '../job.ts';
+import { offeringId, type PriceQuote } from '../catalog.ts';
+import type { Instance, NodeRecord } from '../fleet.ts';
+import { ACTIVE_STATES, assignmentMilliGpu, type Job } from '../job.ts';
 import { allocate, costForDuration, type MicroUsd } from '../money.ts';
+import { periodBounds, periodKey } from '../period.ts';
 import type { SpendLedger } from '../ports.ts';
-import type { Team } from '../team.ts';
+import type { BudgetPeriod, Team } from '../team.ts';
 
 /** Spend on capacity that no job held is counted under this name, so idle capacity shows as such. */
 export const IDLE_TEAM = '(idle)';
 
-export interface NodeShare {
-  readonly instance: Instance;
-  readonly priceMicroUsdPerHour: MicroUsd;
-  /** Thousandths of a GPU held, per team; the rest of the node's GPUs is idle. */
-  readonly milliGpuByTeam: ReadonlyMap<string, number>;
-  readonly totalMilliGpu: number;
+/** One attempt's hold on part of a machine: its team's GPUs there, from placement to its end (open while it runs). */
+export interface Holding {
+  readonly team: string;
+  readonly milliGpu: number;
+  readonly fromMs: number;
+  readonly toMs?: number;
 }
 
-/** Who holds how much of each billed node right now. */
-export function nodeShares(
-  instances: readonly Instance[],
-  activeJobs: readonly Job[],
-  prices: ReadonlyMap<string, PriceQuote>,
-  gpuCountOf: (instanceType: string) => number,
-): NodeShare[] {
-  const byNode = new Map<string, Map<string, number>>();
-  for (const job of activeJobs) {
-    for (const a of job.placement?.nodes ?? []) {
-      const held = assignmentMilliGpu(a);
-      const m = byNode.get(a.nodeId) ?? new Map<string, number>();
-      m.set(job.team, (m.get(job.team) ?? 0) + held);
-      byNode.set(a.nodeId, m);
+/**
+ * One machine's bill and who held it: its price from launch to its end (open while it runs), and
+ * every attempt's holding on it over the time accrual looks at.
+ */
+export interface MachineMeter {
+  readonly id: string;
+  readonly priceMicroUsdPerHour: MicroUsd;
+  readonly launchedAtMs: number;
+  readonly endedAtMs?: number;
+  readonly totalMilliGpu: number;
+  readonly holdings: readonly Holding[];
+}
+
+/** The states in which a listed machine is on the bill (booting, in service, held by a hook, stopping). */
+const BILLED: ReadonlySet<Instance['state']> = new Set(['pending', 'pending-wait', 'running', 'terminating-wait', 'stopping']);
+
+/**
+ * Every machine's bill and holdings, as the cloud and the node records say: machines the cloud
+ * lists (their price now), and machines it no longer lists whose record has their billing facts
+ * (stamped when they were listed), ended when the cloud's state change said or, without one, at
+ * their agent's last heartbeat. Holdings come from the jobs given: each active attempt from its
+ * placement, and each finished attempt the job keeps (core/job.ts `heldAttempts`) over its span.
+ */
+export function machineMeters(input: {
+  instances: readonly Instance[];
+  records: readonly NodeRecord[];
+  jobs: readonly Job[];
+  prices: ReadonlyMap<string, PriceQuote>;
+  gpuCountOf: (instanceType: string) => number;
+}): MachineMeter[] {
+  const holdings = new Map<string, Holding[]>();
+  const hold = (nodeId: string, h: Holding) => {
+    const list = holdings.get(nodeId);
+    if (list) list.push(h);
+    else holdings.set(nodeId, [h]);
+  };
+  const seenJobs = new Set<string>();
+  for (const job of input.jobs) {
+    if (seenJobs.has(job.id)) continue;
+    seenJobs.add(job.id);
+    const fromMs = job.placedAtMs ?? job.startedAtMs;
+    if (ACTIVE_STATES.includes(job.state) && job.placement && fromMs !== undefined)
+      for (const a of job.placement.nodes) hold(a.nodeId, { team: job.team, milliGpu: assignmentMilliGpu(a), fromMs });
+    for (const h of job.heldAttempts ?? [])
+      for (const n of h.nodes) hold(n.nodeId, { team: job.team, milliGpu: n.milliGpu, fromMs: h.fromMs, toMs: h.toMs });
+  }
+  const records = new Map(input.records.map((r) => [r.instanceId, r]));
+  const out: MachineMeter[] = [];
+  const listed = new Set<string>();
+  for (const i of input.instances) {
+    listed.add(i.id);
+    const record = records.get(i.id);
+    const price = input.prices.get(offeringId(i))?.priceMicroUsdPerHour ?? record?.meter?.priceMicroUsdPerHour ?? 0;
+    const totalMilliGpu = Math.max(1, input.gpuCountOf(i.instanceType)) * 1000;
+    if (BILLED.has(i.state)) {
+      out.push({
+        id: i.id,
+        priceMicroUsdPerHour: price,
+        launchedAtMs: i.launchedAtMs,
+        ...(record?.endedAtMs !== undefined ? { endedAtMs: record.endedAtMs } : {}),
+        totalMilliGpu,
+        holdings: holdings.get(i.id) ?? [],
+      });
+    } else if (record) {
+      out.push({
+        id: i.id,
+        priceMicroUsdPerHour: price,
+        launchedAtMs: i.launchedAtMs,
+        endedAtMs: endOf(record, i.launchedAtMs),
+        totalMilliGpu,
+        holdings: holdings.get(i.id) ?? [],
+      });
     }
   }
-  return instances
-    .filter((i) => i.state === 'pending' || i.state === 'running')
-    .map((instance) => ({
-      instance,
-      priceMicroUsdPerHour:
-        prices.get(`${instance.cloud}/${instance.zone}/${instance.instanceType}/${instance.capacityType}`)?.priceMicroUsdPerHour ?? 0,
-      milliGpuByTeam: byNode.get(instance.id) ?? new Map(),
-      totalMilliGpu: Math.max(1, gpuCountOf(instance.instanceType)) * 1000,
-    }));
+  for (const r of input.records) {
+    if (listed.has(r.instanceId) || !r.meter) continue;
+    out.push({
+      id: r.instanceId,
+      priceMicroUsdPerHour: r.meter.priceMicroUsdPerHour,
+      launchedAtMs: r.meter.launchedAtMs,
+      endedAtMs: endOf(r, r.meter.launchedAtMs),
+      totalMilliGpu: Math.max(1, r.meter.gpuCount) * 1000,
+      holdings: holdings.get(r.instanceId) ?? [],
+    });
+  }
+  return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/** When a machine the cloud no longer bills ended: as its cloud said, or (no word) at its agent's last heartbeat. */
+function endOf(record: NodeRecord, launchedAtMs: number): number {
+  return record.endedAtMs ?? Math.max(launchedAtMs, record.lastHeartbeatAtMs);
 }
 
 /**
- * What each team owes for [fromMs, toMs): every billed node's price over the part of the window
- * it was up, split by the GPU share each team holds; the unheld part goes to {@link IDLE_TEAM}.
- * The split preserves the total exactly.
+ * What each team owes for [fromMs, toMs): every machine's price over the part of the window it
+ * was up, split, moment by moment, by the GPU share each team's attempts held then; the unheld
+ * part goes to {@link IDLE_TEAM}. A machine's cost over the window is priced once and cut at the
+ * moments its holdings change, so the parts add up to it exactly.
  */
-export function costByTeam(shares: readonly NodeShare[], fromMs: number, toMs: number): Map<string, MicroUsd> {
+export function costByTeam(machines: readonly MachineMeter[], fromMs: number, toMs: number): Map<string, MicroUsd> {
   const out = new Map<string, MicroUsd>();
-  for (const s of shares) {
-    const start = Math.max(fromMs, s.instance.launchedAtMs);
-    if (toMs <= start) continue;
-    const cost = costForDuration(s.priceMicroUsdPerHour, toMs - start);
-    const teams = [...s.milliGpuByTeam.keys()].sort();
-    const held = teams.map((t) => Math.min(s.milliGpuByTeam.get(t)!, s.totalMilliGpu));
-    const heldSum = held.reduce((a, b) => a + b, 0);
-    const parts = allocate(cost, [...held, Math.max(0, s.totalMilliGpu - heldSum)]);
-    teams.forEach((t, i) => out.set(t, (out.get(t) ?? 0) + parts[i]!));
-    out.set(IDLE_TEAM, (out.get(IDLE_TEAM) ?? 0) + parts[teams.length]!);
+  const add = (team: string, amount: MicroUsd) => out.set(team, (out.get(team) ?? 0) + amount);
+  for (const m of machines) {
+    const start = Math.max(fromMs, m.launchedAtMs);
+    const end = Math.min(toMs, m.endedAtMs ?? toMs);
+    if (end <= start) continue;
+    const inWindow = m.holdings.filter((h) => h.fromMs < end && (h.toMs ?? end) > start);
+    const cuts = new Set<number>([start, end]);
+    for (const h of inWindow) {
+      if (h.fromMs > start) cuts.add(h.fromMs);
+      if (h.toMs !== undefined && h.toMs < end) cuts.add(h.toMs);
+    }
+    const times = [...cuts].sort((a, b) => a - b);
+    let priced = 0;
+    for (let k = 1; k < times.length; k++) {
+      const a = times[k - 1]!;
+      const b = times[k]!;
+      const upTo = costForDuration(m.priceMicroUsdPerHour, b - start);
+      const cost = upTo - priced;
+      priced = upTo;
+      const held = new Map<string, number>();
+      for (const h of inWindow) if (h.fromMs <= a && (h.toMs ?? end) >= b) held.set(h.team, (held.get(h.team) ?? 0) + h.milliGpu);
+      const teams = [...held.keys()].sort();
+      const weights = teams.map((t) => Math.min(held.get(t)!, m.totalMilliGpu));
+      const heldSum = weights.reduce((x, y) => x + y, 0);
+      const parts = allocate(cost, [...weights, Math.max(0, m.totalMilliGpu - heldSum)]);
+      teams.forEach((t, i) => add(t, parts[i]!));
+      add(IDLE_TEAM, parts[teams.length]!);
+    }
   }
   return out;
-}
-
-/**
- * Counts each team's spend up to `nowMs`, from its ledger cursor, assuming the holdings seen now
- * held since the cursor (one reconcile interval in steady state). Exactly once: the ledger moves
- * each cursor with a conditional write; a lost race is simply left to the winner. A window never
- * reaches back before the current budget period; after a gap (reconciles that timed out, a
- * degraded provider) it reaches back to the cursor, so the machines that ran through the gap are
- * counted in full. Only a team without a cursor yet starts `maxWindowMs` back.
- */
-export async function accrueSpend(
-  ledger: SpendLedger,
-  input: { teams: readonly Team[]; shares: readonly NodeShare[]; nowMs: number; maxWindowMs: number },
-): Promise<Map<string, MicroUsd>> {
-  const accrued = new Map<string, MicroUsd>();
-  const teamIds = [
-    ...new Set([...input.teams.map((t) => t.id), ...input.shares.flatMap((s) => [...s.milliGpuByTeam.keys()]), IDLE_TEAM]),
-  ].sort();
-  const periodOf = new Map(input.teams.map((t) => [t.id, t.budget?.period ?? 'monthly'] as const));
-  for (const team of teamIds) {
-    const period = periodOf.get(team) ?? 'monthly';
-    const key = periodKey(period, input.nowMs);
-    const { startMs } = periodBounds(period, input.nowMs);
-    const cursor = await ledger.read(team, key);
-    const fromMs = Math.max(startMs, cursor.accruedUntilMs ?? input.nowMs - input.maxWindowMs);
-    if (fromMs >= input.nowMs) continue;
-    const amount = costByTeam(input.shares, fromMs, input.nowMs).get(team) ?? 0;
-    const counted = await ledger.accrue({
-      team,
-      period: key,
-      fromMs: cursor.accruedUntilMs ?? fromMs,
-      toMs: input.nowMs,
-      amountMicroUsd: amount,
-    });
-    if (counted) accrued.set(team, amount);
-    await accrueDay(ledger, team, input.shares, input.nowMs, input.maxWindowMs);
-  }
-  return accrued;
 }
 
 /** Prefix of the ledger's day periods (`day:2026-11-30`): spend per team and UTC day, for reports' trends. */
 export const DAY_PERIOD_PREFIX = 'day:';
 
-/** The same spend counted per UTC day (its own cursor, so a day's total is exact and counted once). */
-async function accrueDay(
+/** One ledger window to count: a team's period (its budget's, or a UTC day) from its cursor to `toMs`. */
+interface Window {
+  readonly team: string;
+  readonly key: string;
+  readonly cursorMs: number | undefined;
+  readonly fromMs: number;
+  readonly toMs: number;
+}
+
+/**
+ * Counts each team's spend up to `nowMs`, from its ledger cursor, by the holdings over the window
+ * (not by what runs at the moment of the reconcile): an attempt that started and ended between two
+ * reconciles is charged to its team, a machine's minutes after its last listing up to its end are
+ * charged too. Exactly once: the ledger moves each cursor with a conditional write; a lost race
+ * is simply left to the winner. After a gap (reconciles that timed out, a degraded provider) a
+ * window reaches back to the cursor, so the machines that ran through the gap are counted in full;
+ * only a team without a cursor yet starts `maxWindowMs` back. A new period first closes the old
+ * one up to its end, so no minute falls between two periods.
+ *
+ * `machines(sinceMs)` gives the meters over [sinceMs, nowMs) (the caller reads the jobs that
+ * ended since then); it is asked once, for the oldest window (again if a team seen only in the
+ * holdings has an older cursor).
+ */
+export async function accrueSpend(
+  ledger: SpendLedger,
+  input: {
+    teams: readonly Team[];
+    nowMs: number;
+    maxWindowMs: number;
+    machines: (sinceMs: number) => Promise<readonly MachineMeter[]>;
+  },
+): Promise<Map<string, MicroUsd>> {
+  const periodOf = new Map(input.teams.map((t) => [t.id, t.budget?.period ?? 'monthly'] as const));
+  const windowsOf = async (team: string): Promise<Window[]> => {
+    const period = periodOf.get(team) ?? 'monthly';
+    return [
+      ...(await windowsFor(ledger, team, period, '', input.nowMs, input.maxWindowMs)),
+      ...(await windowsFor(ledger, team, 'daily', DAY_PERIOD_PREFIX, input.nowMs, input.maxWindowMs)),
+    ];
+  };
+  const known = [...new Set([...input.teams.map((t) => t.id), IDLE_TEAM])].sort();
+  const windows: Window[] = [];
+  for (const team of known) windows.push(...(await windowsOf(team)));
+  const oldest = (ws: readonly Window[]) => Math.min(input.nowMs, ...ws.map((w) => w.fromMs));
+  let sinceMs = oldest(windows);
+  let machines = await input.machines(sinceMs);
+  const extra = [...new Set(machines.flatMap((m) => m.holdings.map((h) => h.team)))].filter((t) => !known.includes(t)).sort();
+  for (const team of extra) windows.push(...(await windowsOf(team)));
+  if (oldest(windows) < sinceMs) {
+    sinceMs = oldest(windows);
+    machines = await input.machines(sinceMs);
+  }
+  const costs = new Map<string, Map<string, MicroUsd>>();
+  const costOver = (fromMs: number, toMs: number) => {
+    const k = `${fromMs}/${toMs}`;
+    let c = costs.get(k);
+    if (!c) costs.set(k, (c = costByTeam(machines, fromMs, toMs)));
+    return c;
+  };
+  const accrued = new Map<string, MicroUsd>();
+  for (const w of windows) {
+    const amount = costOver(w.fromMs, w.toMs).get(w.team) ?? 0;
+    const counted = await ledger.accrue({ team: w.team, period: w.key, fromMs: w.cursorMs ?? w.fromMs, toMs: w.toMs, amountMicroUsd: amount });
+    if (counted && !w.key.startsWith(DAY_PERIOD_PREFIX) && w.toMs === input.nowMs)
+      accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
+  }
+  return accrued;
+}
+
+/**
+ * The windows one team's period needs counted: from its cursor in the current period to now;
+ * and, at the start of a period (no cursor yet), the previous period's rest up to its end.
+ */
+async function windowsFor(
   ledger: SpendLedger,
   team: string,
-  shares: readonly NodeShare[],
+  period: BudgetPeriod,
+  prefix: string,
   nowMs: number,
   maxWindowMs: number,
-): Promise<void> {
-  const key = `${DAY_PERIOD_PREFIX}${periodKey('daily', nowMs)}`;
-  const { startMs } = periodBounds('daily', nowMs);
+): Promise<Window[]> {
+  const key = `${prefix}${periodKey(period, nowMs)}`;
+  const { startMs } = periodBounds(period, nowMs);
   const cursor = await ledger.read(team, key);
-  const fromMs = Math.max(startMs, cursor.accruedUntilMs ?? nowMs - maxWindowMs);
-  if (fromMs >= nowMs) return;
-  const amount = costByTeam(shares, fromMs, nowMs).get(team) ?? 0;
-  await ledger.accrue({ team, period: key, fromMs: cursor.accruedUntilMs ?? fromMs, toMs: nowMs, amountMicroUsd: amount });
+  const out: Window[] = [];
+  let fromMs = Math.max(startMs, cursor.accruedUntilMs ?? nowMs - maxWindowMs);
+  if (cursor.accruedUntilMs === undefined) {
+    // Nothing counted in this period yet: if the previous one was being counted, end it first and start this one at its start.
+    const prevKey = `${prefix}${periodKey(period, startMs - 1)}`;
+    const prev = await ledger.read(team, prevKey);
+    if (prev.accruedUntilMs !== undefined) {
+      if (prev.accruedUntilMs < startMs)
+        out.push({ team, key: prevKey, cursorMs: prev.accruedUntilMs, fromMs: prev.accruedUntilMs, toMs: startMs });
+      fromMs = startMs;
+    }
+  }
+  if (fromMs < nowMs) out.push({ team, key, cursorMs: cursor.accruedUntilMs, fromMs, toMs: nowMs });
+  return out;
 }

@@ -162,6 +162,8 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
       }
       const what = notice.kind === 'preempted' ? 'preempted' : notice.state;
       await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId)!);
+      // The machine's bill ends here: spend accrual charges its time up to this moment, not to when reconcile next looks.
+      await ports.nodes.noteEnded(notice.instanceId, notice.atMs);
       if (offeringId && instance?.capacityType === 'spot' && (notice.kind === 'preempted' || onNode.length > 0))
         await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
       const requeued: string[] = [];

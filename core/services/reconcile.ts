@@ -1,10 +1,11 @@
+import { offeringId, type PriceQuote } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import { actionResource, type ActionFailure, type Plan, type PlanAction } from '../plan.ts';
 import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore, PlanJournal } from '../ports.ts';
 import { reason, type Reason } from '../reason.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
-import { accrueSpend, nodeShares } from './accrual.ts';
+import { accrueSpend, machineMeters } from './accrual.ts';
 import { completeDrainedLifecycles, handleNotice, pollNotices, type NoticeSource, type PolledNotices } from './interruption.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { checkpointSizeMiB, checkpointTimeoutSec } from './node-rules.ts';
@@ -111,15 +112,23 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
         await ports.pools.noteAlive(
           spotAlive.map((i) => ({ instanceId: i.id, offeringId: `${i.cloud}/${i.zone}/${i.instanceType}/spot`, atMs: nowMs })),
         );
-      const shares = nodeShares(world.instances, world.activeJobs, snapshot.prices, (t) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1);
+      const gpuCountOf = (t: string) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1;
+      await stampMeters(ports, world, snapshot.prices, gpuCountOf);
       // With a cloud left out its machines are not in view: spend is not counted this minute (the cursor stays, and the
       // next complete view counts the whole window from it), rather than counted without them.
       if (world.degraded.length === 0)
         await accrueSpend(ports.ledger, {
           teams: [...snapshot.teams.values()],
-          shares,
           nowMs,
           maxWindowMs: 2 * options.policy.reconcileIntervalSec * 1000,
+          machines: async (sinceMs) =>
+            machineMeters({
+              instances: world.instances,
+              records: world.records,
+              jobs: [...world.activeJobs, ...world.pendingJobs, ...(await ports.jobs.listEndedSince(sinceMs, nowMs))],
+              prices: snapshot.prices,
+              gpuCountOf,
+            }),
         });
     }
     const t0 = options.stopwatch?.() ?? 0;
@@ -458,6 +467,31 @@ async function trackIdleAndProtection(ports: ReconcilePorts, world: WorldView, p
 }
 
 /** Forgets the records of machines that are gone and hold no work, a while after they went. */
+/**
+ * Stamps each listed machine's billing facts on its record, once, so its last minutes can be
+ * charged after its cloud stops listing it (one write per machine in its life).
+ */
+async function stampMeters(
+  ports: ReconcilePorts,
+  world: WorldView,
+  prices: ReadonlyMap<string, PriceQuote>,
+  gpuCountOf: (instanceType: string) => number,
+): Promise<void> {
+  const records = new Map(world.records.map((r) => [r.instanceId, r]));
+  for (const i of world.instances) {
+    const record = records.get(i.id);
+    if (!record || record.meter || i.state === 'terminated') continue;
+    const price = prices.get(offeringId(i));
+    if (!price) continue;
+    await ports.nodes.noteMeter(i.id, {
+      offeringId: offeringId(i),
+      priceMicroUsdPerHour: price.priceMicroUsdPerHour,
+      launchedAtMs: i.launchedAtMs,
+      gpuCount: gpuCountOf(i.instanceType),
+    });
+  }
+}
+
 async function forgetGoneNodes(ports: ReconcilePorts, world: WorldView, nowMs: number): Promise<void> {
   const instances = new Map(world.instances.map((i) => [i.id, i]));
   const busy = new Set(world.activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));

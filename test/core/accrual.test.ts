@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { Instance } from '../../core/fleet.ts';
-import { DAY_PERIOD_PREFIX, IDLE_TEAM, accrueSpend, costByTeam, nodeShares, type NodeShare } from '../../core/services/accrual.ts';
+import type { Instance, NodeRecord } from '../../core/fleet.ts';
+import { DAY_PERIOD_PREFIX, IDLE_TEAM, accrueSpend, costByTeam, machineMeters, type MachineMeter } from '../../core/services/accrual.ts';
 import type { SpendAccrual, SpendLedger } from '../../core/ports.ts';
 import { MemorySpendLedger } from '../../cloud/sim/memory-stores.ts';
 import { aJob, aTeam, T0 } from '../builders.ts';
@@ -31,50 +31,120 @@ const price = (id: string, priceMicroUsdPerHour: number) =>
   [id, { offeringId: id, priceMicroUsdPerHour, onDemandMicroUsdPerHour: priceMicroUsdPerHour, source: 'test' }] as const;
 const prices = new Map([price('aws/us-east-1a/p3.16xlarge/on-demand', 8_000_000), price('aws/us-east-1a/p3.16xlarge/spot', 2_400_000)]);
 
-describe('who holds which share of each machine', () => {
-  it("adds up each team's GPUs on each billed machine: whole GPUs, shares and MIG slices", () => {
-    const shares = nodeShares(
-      [inst('i-1'), inst('i-2', { capacityType: 'spot' }), inst('i-3', { state: 'pending' })],
-      [
-        onNode('nlp', 'i-1', [0, 1, 2]),
-        onNode('nlp', 'i-1', [3], { share: { milliGpu: 250, memoryMiB: 4000 } }),
-        onNode('vision', 'i-1', [4], { mig: { profile: '3g.40gb', startSlice: 0 } }),
-        onNode('vision', 'i-2', [0]),
+const record = (id: string, over: Partial<NodeRecord> = {}): NodeRecord => ({
+  instanceId: id,
+  groupId: 'g',
+  registeredAtMs: T0 - 10 * H,
+  lastHeartbeatAtMs: T0,
+  gpus: [],
+  healthy: true,
+  ...over,
+});
+const running = (team: string, node: string, gpus: number[], extra: object = {}, placedAtMs = T0 - H) =>
+  aJob({
+    id: `${team}.${node}.${gpus.join('-')}`,
+    team,
+    state: 'running',
+    placedAtMs,
+    placement: { nodes: [{ nodeId: node, gpuIndices: gpus, ...extra }], capacityType: 'on-demand' },
+  });
+const summary = (ms: readonly MachineMeter[]) =>
+  ms.map((m) => [m.id, m.priceMicroUsdPerHour, m.endedAtMs ?? null, m.holdings.map((h) => `${h.team}:${h.milliGpu}@${h.fromMs - T0}..${h.toMs === undefined ? '' : h.toMs - T0}`)]);
+
+describe('which machines are on the bill, and who held them when', () => {
+  it("adds each team's GPUs on each machine from its placement: whole GPUs, shares and MIG slices", () => {
+    const meters = machineMeters({
+      instances: [inst('i-1'), inst('i-2', { capacityType: 'spot' }), inst('i-3', { state: 'pending' })],
+      records: [],
+      jobs: [
+        running('nlp', 'i-1', [0, 1, 2]),
+        running('nlp', 'i-1', [3], { share: { milliGpu: 250, memoryMiB: 4000 } }),
+        running('vision', 'i-1', [4], { mig: { profile: '3g.40gb', startSlice: 0 } }),
+        running('vision', 'i-2', [0]),
         aJob({ id: 'nlp.queued', team: 'nlp' }), // no placement: holds nothing
       ],
       prices,
-      () => 8,
-    );
-    expect(shares.map((s) => [s.instance.id, s.priceMicroUsdPerHour, Object.fromEntries(s.milliGpuByTeam), s.totalMilliGpu])).toEqual([
-      ['i-1', 8_000_000, { nlp: 3250, vision: 429 }, 8000],
-      ['i-2', 2_400_000, { vision: 1000 }, 8000],
-      ['i-3', 8_000_000, {}, 8000],
+      gpuCountOf: () => 8,
+    });
+    expect(summary(meters)).toEqual([
+      ['i-1', 8_000_000, null, [`nlp:3000@${-H}..`, `nlp:250@${-H}..`, `vision:429@${-H}..`]],
+      ['i-2', 2_400_000, null, [`vision:1000@${-H}..`]],
+      ['i-3', 8_000_000, null, []],
     ]);
   });
 
-  it('bills only machines that are booting or running; a machine of unknown price costs 0, one of unknown size counts one GPU', () => {
-    const shares = nodeShares(
-      [inst('gone', { state: 'terminated' }), inst('leaving', { state: 'stopping' }), inst('odd', { instanceType: 'x9.mega' })],
-      [],
+  it("keeps a finished attempt's holding over its span, and counts a job once however often it is given", () => {
+    const done = aJob({
+      id: 'nlp.done',
+      team: 'nlp',
+      state: 'succeeded',
+      heldAttempts: [
+        { attempt: 1, nodes: [{ nodeId: 'i-1', milliGpu: 2000 }], fromMs: T0 - 3 * H, toMs: T0 - 2 * H },
+        { attempt: 2, nodes: [{ nodeId: 'i-1', milliGpu: 1000 }], fromMs: T0 - 90_000, toMs: T0 - 30_000 },
+      ],
+    });
+    const meters = machineMeters({ instances: [inst('i-1')], records: [], jobs: [done, done], prices, gpuCountOf: () => 8 });
+    expect(summary(meters)[0]![3]).toEqual([`nlp:2000@${-3 * H}..${-2 * H}`, 'nlp:1000@-90000..-30000']);
+  });
+
+  it('bills every listed state a machine is paid in (a hook holding it included); an ended machine until its end', () => {
+    const meters = machineMeters({
+      instances: [
+        inst('booting', { state: 'pending-wait' }),
+        inst('held', { state: 'terminating-wait' }),
+        inst('leaving', { state: 'stopping' }),
+        inst('gone-unknown', { state: 'terminated' }),
+        inst('gone', { state: 'terminated' }),
+        inst('odd', { instanceType: 'x9.mega' }),
+      ],
+      // The cloud said when 'gone' ended; 'gone-unknown' has no record (its agent never registered): nothing more is counted.
+      records: [record('gone', { endedAtMs: T0 - 5_000 })],
+      jobs: [],
       prices,
-      () => 0,
-    );
-    expect(shares.map((s) => [s.instance.id, s.priceMicroUsdPerHour, s.totalMilliGpu])).toEqual([['odd', 0, 1000]]);
+      gpuCountOf: (t) => (t === 'x9.mega' ? 0 : 8),
+    });
+    expect(meters.map((m) => [m.id, m.priceMicroUsdPerHour, m.endedAtMs ?? null, m.totalMilliGpu])).toEqual([
+      ['booting', 8_000_000, null, 8000],
+      ['gone', 8_000_000, T0 - 5_000, 8000],
+      ['held', 8_000_000, null, 8000],
+      ['leaving', 8_000_000, null, 8000],
+      ['odd', 0, null, 1000],
+    ]);
+  });
+
+  it('still bills a machine its cloud no longer lists, from the facts stamped on its record: to its end, or its last heartbeat', () => {
+    const meter = { offeringId: 'aws/us-east-1a/p3.16xlarge/spot', priceMicroUsdPerHour: 2_400_000, launchedAtMs: T0 - H, gpuCount: 8 };
+    const meters = machineMeters({
+      instances: [],
+      records: [
+        record('ended', { meter, endedAtMs: T0 - 20_000 }),
+        record('silent', { meter, lastHeartbeatAtMs: T0 - 45_000 }),
+        record('never-stamped', { endedAtMs: T0 - 1_000 }),
+      ],
+      jobs: [running('nlp', 'ended', [0, 1])],
+      prices,
+      gpuCountOf: () => 8,
+    });
+    expect(summary(meters)).toEqual([
+      ['ended', 2_400_000, T0 - 20_000, [`nlp:2000@${-H}..`]],
+      ['silent', 2_400_000, T0 - 45_000, []],
+    ]);
   });
 });
 
 describe('what each team owes for a window', () => {
-  const share = (over: Partial<NodeShare> & { held: Record<string, number> }): NodeShare => ({
-    instance: inst('i-1'),
+  const share = (over: Partial<MachineMeter> & { held: Record<string, number> }): MachineMeter => ({
+    id: 'i-1',
     priceMicroUsdPerHour: 8_000_000,
+    launchedAtMs: T0 - 10 * H,
     totalMilliGpu: 8000,
-    milliGpuByTeam: new Map(Object.entries(over.held)),
+    holdings: Object.entries(over.held).map(([team, milliGpu]) => ({ team, milliGpu, fromMs: T0 - 10 * H })),
     ...over,
   });
 
   it("splits each machine's price by the GPU share each team holds, the rest to (idle), exactly", () => {
     const out = costByTeam(
-      [share({ held: { nlp: 3000, vision: 1000 } }), share({ instance: inst('i-2'), held: { vision: 2000 } })],
+      [share({ held: { nlp: 3000, vision: 1000 } }), share({ id: 'i-2', held: { vision: 2000 } })],
       T0,
       T0 + H,
     );
@@ -82,7 +152,7 @@ describe('what each team owes for a window', () => {
   });
 
   it('counts a machine from its launch only, and not at all in a window it was not up for', () => {
-    const late = share({ instance: inst('i-1', { launchedAtMs: T0 + H / 2 }), held: { nlp: 8000 } });
+    const late = share({ launchedAtMs: T0 + H / 2, held: { nlp: 8000 } });
     expect(Object.fromEntries(costByTeam([late], T0, T0 + H))).toEqual({ nlp: 4_000_000, [IDLE_TEAM]: 0 });
     expect(costByTeam([late], T0, T0 + H / 2).size).toBe(0);
     expect(costByTeam([late], T0, T0 + H / 4).size).toBe(0);
@@ -96,29 +166,37 @@ describe('what each team owes for a window', () => {
   });
 });
 
+/** One $8/h machine with 8 GPUs, up for days, held by each team since long before (a MachineMeter source for accrueSpend). */
+const meters =
+  (held: Record<string, number>) =>
+  async (): Promise<MachineMeter[]> => [
+    {
+      id: 'i-1',
+      priceMicroUsdPerHour: 8_000_000,
+      launchedAtMs: T0 - 10 * H,
+      totalMilliGpu: 8000,
+      holdings: Object.entries(held).map(([team, milliGpu]) => ({ team, milliGpu, fromMs: T0 - 10 * H })),
+    },
+  ];
+
 describe('the names spend is kept under', () => {
   it('idle capacity is the team "(idle)", and days are periods "day:YYYY-MM-DD" (reports read both)', async () => {
     const ledger = new MemorySpendLedger();
-    const held: NodeShare[] = [
-      { instance: inst('i-1'), priceMicroUsdPerHour: 8_000_000, totalMilliGpu: 8000, milliGpuByTeam: new Map([['nlp', 4000]]) },
-    ];
-    await accrueSpend(ledger, { teams: [aTeam('nlp')], shares: held, nowMs: T0 + H, maxWindowMs: 60_000 });
+    const held = meters({ nlp: 4000 });
+    await accrueSpend(ledger, { teams: [aTeam('nlp')], machines: held, nowMs: T0 + H, maxWindowMs: 60_000 });
     const rows = (await ledger.list()).map((r) => `${r.team} ${r.period}`).sort();
     expect(rows).toEqual(['(idle) 2026-11', '(idle) day:2026-11-02', 'nlp 2026-11', 'nlp day:2026-11-02']);
   });
 });
 
 describe('accrueSpend: counting each team once per window in the ledger', () => {
-  const shares = (held: Record<string, number>): NodeShare[] => [
-    { instance: inst('i-1'), priceMicroUsdPerHour: 8_000_000, totalMilliGpu: 8000, milliGpuByTeam: new Map(Object.entries(held)) },
-  ];
   const teams = [aTeam('nlp'), aTeam('vision', { budget: { amountMicroUsd: 1, period: 'weekly', action: 'hold', alertAtPct: [100] } })];
   const maxWindowMs = 2 * 60_000;
   const now = T0 + 12 * H; // 2026-11-02, a Monday, noon
 
   it('counts the window since each cursor, per team in its own budget period, and per day', async () => {
     const ledger = new MemorySpendLedger();
-    const first = await accrueSpend(ledger, { teams, shares: shares({ nlp: 4000, vision: 2000 }), nowMs: now, maxWindowMs });
+    const first = await accrueSpend(ledger, { teams, machines: meters({ nlp: 4000, vision: 2000 }), nowMs: now, maxWindowMs });
     // No cursor yet: the window reaches back at most maxWindowMs.
     expect(Object.fromEntries(first)).toEqual({ nlp: 133_333, vision: 66_667, [IDLE_TEAM]: 66_667 });
     expect((await ledger.read('nlp', '2026-11')).spentMicroUsd).toBe(133_333);
@@ -126,7 +204,7 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
     expect((await ledger.read(IDLE_TEAM, '2026-11')).spentMicroUsd).toBe(66_667);
     expect((await ledger.read('nlp', `${DAY_PERIOD_PREFIX}2026-11-02`)).spentMicroUsd).toBe(133_333);
     // A minute later, one minute more.
-    const second = await accrueSpend(ledger, { teams, shares: shares({ nlp: 4000, vision: 2000 }), nowMs: now + 60_000, maxWindowMs });
+    const second = await accrueSpend(ledger, { teams, machines: meters({ nlp: 4000, vision: 2000 }), nowMs: now + 60_000, maxWindowMs });
     expect(Object.fromEntries(second)).toEqual({ nlp: 66_667, vision: 33_333, [IDLE_TEAM]: 33_333 });
     expect((await ledger.read('nlp', '2026-11')).spentMicroUsd).toBe(200_000);
     expect((await ledger.read('nlp', '2026-11')).accruedUntilMs).toBe(now + 60_000);
@@ -135,7 +213,7 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
 
   it('counts teams seen only on the machines, under the monthly period', async () => {
     const ledger = new MemorySpendLedger();
-    const out = await accrueSpend(ledger, { teams: [], shares: shares({ speech: 8000 }), nowMs: now, maxWindowMs });
+    const out = await accrueSpend(ledger, { teams: [], machines: meters({ speech: 8000 }), nowMs: now, maxWindowMs });
     expect(Object.fromEntries(out)).toEqual({ speech: 266_667, [IDLE_TEAM]: 0 });
     expect((await ledger.read('speech', '2026-11')).spentMicroUsd).toBe(266_667);
   });
@@ -143,26 +221,26 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
   it('never reaches back before the period began, and counts nothing twice at the same instant', async () => {
     const ledger = new MemorySpendLedger();
     const midnight = Date.UTC(2026, 11, 1, 0, 0, 30); // 30 s into a month and a day
-    const out = await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: midnight, maxWindowMs });
+    const out = await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), nowMs: midnight, maxWindowMs });
     expect(out.get('nlp')).toBe(66_667); // 30 s, not 2 min
     expect((await ledger.read('nlp', `${DAY_PERIOD_PREFIX}2026-12-01`)).spentMicroUsd).toBe(66_667);
-    const again = await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: midnight, maxWindowMs });
+    const again = await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), nowMs: midnight, maxWindowMs });
     expect(again.size).toBe(0);
     expect((await ledger.read('nlp', '2026-12')).spentMicroUsd).toBe(66_667);
   });
 
   it('counts the whole gap since the cursor for a machine that ran through it, and leaves a window another writer counted to it', async () => {
     const ledger = new MemorySpendLedger();
-    await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: now, maxWindowMs });
+    await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), nowMs: now, maxWindowMs });
     // 30 minutes without a reconcile: the machine's 30 minutes at $8/h are counted, not the last two.
-    const afterGap = await accrueSpend(ledger, { teams, shares: shares({ nlp: 8000 }), nowMs: now + 30 * 60_000, maxWindowMs });
+    const afterGap = await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), nowMs: now + 30 * 60_000, maxWindowMs });
     expect(afterGap.get('nlp')).toBe(4_000_000);
     const refusing: SpendLedger = {
       read: (t, p) => ledger.read(t, p),
       list: () => ledger.list(),
       accrue: async (_e: SpendAccrual) => false,
     };
-    const lost = await accrueSpend(refusing, { teams, shares: shares({ nlp: 8000 }), nowMs: now + 31 * 60_000, maxWindowMs });
+    const lost = await accrueSpend(refusing, { teams, machines: meters({ nlp: 8000 }), nowMs: now + 31 * 60_000, maxWindowMs });
     expect(lost.size).toBe(0);
   });
 
@@ -177,10 +255,10 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
         return ledger.accrue(e);
       },
     };
-    await accrueSpend(recording, { teams: [aTeam('nlp')], shares: shares({ nlp: 8000 }), nowMs: now, maxWindowMs });
-    await accrueSpend(recording, { teams: [aTeam('nlp')], shares: shares({ nlp: 8000 }), nowMs: now + 60_000, maxWindowMs });
+    await accrueSpend(recording, { teams: [aTeam('nlp')], machines: meters({ nlp: 8000 }), nowMs: now, maxWindowMs });
+    await accrueSpend(recording, { teams: [aTeam('nlp')], machines: meters({ nlp: 8000 }), nowMs: now + 60_000, maxWindowMs });
     // At the same instant again there is no window left to count: no call at all.
-    await accrueSpend(recording, { teams: [aTeam('nlp')], shares: shares({ nlp: 8000 }), nowMs: now + 60_000, maxWindowMs });
+    await accrueSpend(recording, { teams: [aTeam('nlp')], machines: meters({ nlp: 8000 }), nowMs: now + 60_000, maxWindowMs });
     const nlp = calls.filter((c) => c.team === 'nlp');
     expect(nlp.map((c) => [c.period, c.fromMs, c.toMs, c.amountMicroUsd])).toEqual([
       ['2026-11', now - maxWindowMs, now, 266_667],

@@ -5,6 +5,9 @@ import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { reason } from '../../core/reason.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
 import { applyPlan, HOLD_WRITE_CONCURRENCY, reconcile } from '../../core/services/reconcile.ts';
+import { IDLE_TEAM } from '../../core/services/accrual.ts';
+import { handleNotice } from '../../core/services/interruption.ts';
+import { costForDuration } from '../../core/money.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { NodeGroupProvider } from '../../core/ports.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
@@ -353,6 +356,70 @@ describe('reconcile', () => {
       status: 'skipped',
       reason: 'another reconciler holds the lease',
     });
+  });
+});
+
+describe('spend: every second of every machine, to the team that held it then', () => {
+  /** One V100 machine booted and registered, job `nlp.a` placed on it; returns the machine and its price. */
+  async function withPlacedJob() {
+    const e = env();
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'a' });
+    const run = () => reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    await run(); // scale-up
+    e.clock.advanceBy(150_000);
+    e.cloud.tick();
+    const [inst] = e.cloud.allInstances();
+    await e.nodes.register({
+      instanceId: inst!.id,
+      groupId: 'v100-spot',
+      registeredAtMs: e.clock.nowMs(),
+      lastHeartbeatAtMs: e.clock.nowMs(),
+      healthy: true,
+      gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
+    });
+    await run(); // places nlp.a
+    expect((await e.jobs.get('nlp.a'))?.state).toBe('placed');
+    const price = e.priceOf(inst!.offering)!.price;
+    const spent = async (team: string) => (await e.ledger.list()).filter((r) => r.team === team && !r.period.startsWith('day:')).reduce((a, r) => a + r.spentMicroUsd, 0);
+    return { e, run, inst: inst!, price, spent };
+  }
+
+  it('charges a job that starts and ends between two reconciles to its team, from its placement to its end', async () => {
+    const { e, run, inst, price, spent } = await withPlacedJob();
+    const placedAtMs = (await e.jobs.get('nlp.a'))!.placedAtMs!;
+    e.clock.advanceBy(10_000);
+    await applyJobEvent(e.jobs, 'nlp.a', { type: 'start', attempt: 1 }, e.clock.nowMs());
+    e.clock.advanceBy(30_000);
+    await applyJobEvent(e.jobs, 'nlp.a', { type: 'succeed', attempt: 1 }, e.clock.nowMs());
+    e.clock.advanceBy(20_000);
+    await e.nodes.heartbeat(inst.id, e.clock.nowMs());
+    await run(); // nothing of nlp.a is running now
+    // Its one GPU of the one-GPU machine for the 40 s it held it; the rest of the machine's time is idle.
+    expect(await spent('nlp')).toBe(costForDuration(price, 40_000));
+    expect((await spent('nlp')) + (await spent(IDLE_TEAM))).toBe(costForDuration(price, e.clock.nowMs() - inst.launchedAtMs));
+    expect(placedAtMs).toBeGreaterThan(inst.launchedAtMs);
+  });
+
+  it("charges a machine's minutes after the last reconcile that listed it, up to the end its cloud reported", async () => {
+    const { e, run, inst, price, spent } = await withPlacedJob();
+    expect((await e.nodes.get(inst.id))?.meter).toMatchObject({ launchedAtMs: inst.launchedAtMs, priceMicroUsdPerHour: price, gpuCount: 1 });
+    await applyJobEvent(e.jobs, 'nlp.a', { type: 'start', attempt: 1 }, e.clock.nowMs());
+    e.clock.advanceBy(25_000);
+    e.cloud.reclaim(inst.id, 'spot interruption');
+    const endedAtMs = e.clock.nowMs();
+    const notice = { kind: 'state-change', eventId: 'evt-1', instanceId: inst.id, atMs: endedAtMs, state: 'terminated' } as const;
+    await handleNotice(e.ports, notice, DEFAULT_POLICY);
+    e.clock.advanceBy(35_000);
+    e.cloud.tick();
+    await run(); // the machine is gone, its record forgotten once counted
+    e.clock.advanceBy(60_000);
+    await run();
+    expect(await spent('nlp')).toBe(costForDuration(price, endedAtMs - (await e.jobs.get('nlp.a'))!.heldAttempts![0]!.fromMs));
+    // Every machine to the second: the one that ended, and the replacement the requeued job asked for (idle so far).
+    const machines = e.cloud.allInstances().map((i) => costForDuration(price, (i.endedAtMs ?? e.clock.nowMs()) - i.launchedAtMs));
+    expect(machines).toHaveLength(2);
+    expect((await spent('nlp')) + (await spent(IDLE_TEAM))).toBe(machines[0]! + machines[1]!);
+    expect(await e.nodes.get(inst.id)).toBeUndefined();
   });
 });
 

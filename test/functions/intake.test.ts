@@ -97,6 +97,7 @@ describe('intake function', () => {
       get: (id) => store.get(id),
       update: (n, v) => store.update(n, v),
       listByState: (s, t) => store.listByState(s, t),
+      listEndedSince: (a, b) => store.listEndedSince(a, b),
       create: async (job) => {
         if (job.id === 'nlp.m2') throw new CloudError('throttled', 'ProvisionedThroughputExceededException', { operation: 'create job' });
         return store.create(job);
