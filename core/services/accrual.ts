@@ -36,8 +36,7 @@ const BILLED: ReadonlySet<Instance['state']> = new Set(['pending', 'pending-wait
 /**
  * Every machine's bill and holdings, as the cloud and the node records say: machines the cloud
  * lists (their price now), and machines it no longer lists whose record has their billing facts
- * (stamped when they were listed), ended when the cloud's state change said or, without one, at
- * their agent's last heartbeat. Holdings come from the jobs given: each active attempt from its
+ * (stamped when they were listed), ended when the cloud's state change said (see endOf without one). Holdings come from the jobs given: each active attempt from its
  * placement, and each finished attempt the job keeps (core/job.ts `heldAttempts`) over its span.
  */
 export function machineMeters(input: {
@@ -46,6 +45,9 @@ export function machineMeters(input: {
   jobs: readonly Job[];
   prices: ReadonlyMap<string, PriceQuote>;
   gpuCountOf: (instanceType: string) => number;
+  nowMs: number;
+  /** How long an agent may be silent before its machine counts as gone (the policy's heartbeat timeout). */
+  heartbeatTimeoutMs: number;
 }): MachineMeter[] {
   const holdings = new Map<string, Holding[]>();
   const hold = (nodeId: string, h: Holding) => {
@@ -85,7 +87,7 @@ export function machineMeters(input: {
         id: i.id,
         priceMicroUsdPerHour: price,
         launchedAtMs: i.launchedAtMs,
-        endedAtMs: endOf(record, i.launchedAtMs),
+        endedAtMs: endOf(record, i.launchedAtMs, input.nowMs, input.heartbeatTimeoutMs),
         totalMilliGpu,
         holdings: holdings.get(i.id) ?? [],
       });
@@ -97,7 +99,7 @@ export function machineMeters(input: {
       id: r.instanceId,
       priceMicroUsdPerHour: r.meter.priceMicroUsdPerHour,
       launchedAtMs: r.meter.launchedAtMs,
-      endedAtMs: endOf(r, r.meter.launchedAtMs),
+      endedAtMs: endOf(r, r.meter.launchedAtMs, input.nowMs, input.heartbeatTimeoutMs),
       totalMilliGpu: Math.max(1, r.meter.gpuCount) * 1000,
       holdings: holdings.get(r.instanceId) ?? [],
     });
@@ -105,9 +107,15 @@ export function machineMeters(input: {
   return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
-/** When a machine the cloud no longer bills ended: as its cloud said, or (no word) at its agent's last heartbeat. */
-function endOf(record: NodeRecord, launchedAtMs: number): number {
-  return record.endedAtMs ?? Math.max(launchedAtMs, record.lastHeartbeatAtMs);
+/**
+ * When a machine the cloud no longer bills ended: as its cloud said; or, with no word yet (the
+ * state change is usually seconds behind), now, but never later than its agent's last heartbeat
+ * plus the heartbeat timeout (a machine whose agent is silent that long is counted as gone then).
+ * So a late state change costs nothing when it lands before the next reconcile, and a lost one
+ * overcounts a machine by at most the heartbeat timeout.
+ */
+function endOf(record: NodeRecord, launchedAtMs: number, nowMs: number, silentMs: number): number {
+  return record.endedAtMs ?? Math.max(launchedAtMs, Math.min(nowMs, record.lastHeartbeatAtMs + silentMs));
 }
 
 /**
@@ -215,9 +223,14 @@ export async function accrueSpend(
   const accrued = new Map<string, MicroUsd>();
   for (const w of windows) {
     const amount = costOver(w.fromMs, w.toMs).get(w.team) ?? 0;
-    const counted = await ledger.accrue({ team: w.team, period: w.key, fromMs: w.cursorMs ?? w.fromMs, toMs: w.toMs, amountMicroUsd: amount });
-    if (counted && !w.key.startsWith(DAY_PERIOD_PREFIX) && w.toMs === input.nowMs)
-      accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
+    const counted = await ledger.accrue({
+      team: w.team,
+      period: w.key,
+      fromMs: w.cursorMs ?? w.fromMs,
+      toMs: w.toMs,
+      amountMicroUsd: amount,
+    });
+    if (counted && !w.key.startsWith(DAY_PERIOD_PREFIX) && w.toMs === input.nowMs) accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
   }
   return accrued;
 }

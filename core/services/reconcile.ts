@@ -128,6 +128,8 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
               jobs: [...world.activeJobs, ...world.pendingJobs, ...(await ports.jobs.listEndedSince(sinceMs, nowMs))],
               prices: snapshot.prices,
               gpuCountOf,
+              nowMs,
+              heartbeatTimeoutMs: options.policy.heartbeatTimeoutSec * 1000,
             }),
         });
     }
@@ -306,7 +308,7 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
       const provider = providerOf.get(action.groupId);
       if (!provider) throw new ApplyError('no-provider', `no configured cloud holds group ${action.groupId}`, action.groupId);
       await provider.terminateInstance(action.groupId, action.instanceId);
-      await ports.nodes.remove(action.instanceId);
+      // The record stays until the machine is gone and its last minutes are counted (forgetGoneNodes).
       return;
     }
   }

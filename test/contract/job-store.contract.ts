@@ -53,5 +53,45 @@ export function jobStoreContract(name: string, make: () => Promise<JobStore>): v
       expect((await store.listByState(['pending'], 'nlp')).map((j) => j.id)).toEqual(['nlp.b', 'nlp.a']);
       expect(await store.listByState(['running'])).toEqual([]);
     });
+
+    it('lists the finished jobs that held machines by when they ended, across days, and none that never ran', async () => {
+      const store = await make();
+      const H = 3_600_000;
+      const ran = async (id: string, endAt: number, end: 'succeed' | 'fail') => {
+        const j = job(id);
+        await store.create(j);
+        const steps = [
+          transition(
+            j,
+            { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: 'i-1', gpuIndices: [0] }], capacityType: 'spot' } },
+            endAt - H,
+          ),
+        ];
+        steps.push(
+          transition(
+            (steps[0] as { job: Job }).job,
+            end === 'succeed' ? { type: 'succeed', attempt: 1 } : { type: 'fail', attempt: 1, exitCode: 2 },
+            endAt,
+          ),
+        );
+        for (const [k, st] of steps.entries()) {
+          if (!st.ok) throw new Error(st.error);
+          await store.update(st.job, k + 1);
+        }
+      };
+      await ran('nlp.early', T0 + 2 * H, 'succeed');
+      await ran('nlp.late', T0 + 30 * H, 'fail'); // the next UTC day
+      await ran('nlp.old', T0 - H, 'succeed');
+      const cancelledPending = transition(job('nlp.never'), { type: 'cancel' }, T0 + 3 * H);
+      await store.create(job('nlp.never'));
+      if (cancelledPending.ok) await store.update(cancelledPending.job, 1);
+      const ended = await store.listEndedSince(T0, T0 + 31 * H);
+      expect(ended.map((j) => [j.id, j.state, j.heldAttempts?.map((h) => [h.fromMs - T0, h.toMs - T0])])).toEqual([
+        ['nlp.early', 'succeeded', [[H, 2 * H]]],
+        ['nlp.late', 'failed', [[29 * H, 30 * H]]],
+      ]);
+      expect((await store.listEndedSince(T0 + 3 * H, T0 + 31 * H)).map((j) => j.id)).toEqual(['nlp.late']);
+      expect(await store.listEndedSince(T0 + 31 * H, T0 + 40 * H)).toEqual([]);
+    });
   });
 }

@@ -147,6 +147,24 @@ export function nodeStoreContract(name: string, make: () => Promise<NodeStore>):
       expect((await s.get('i-2'))!.assigned).toEqual({ 'nlp.c': 1 });
     });
 
+    it("stamps a registered node's billing facts once, keeps them and its end across re-registration; the earliest end wins", async () => {
+      const s = await make();
+      const meter = { offeringId: 'aws/us-east-1a/g5.xlarge/spot', priceMicroUsdPerHour: 400_000, launchedAtMs: T0 - 60_000, gpuCount: 1 };
+      expect(await s.noteMeter('i-9', meter)).toBe(false); // no record: nothing written
+      expect(await s.get('i-9')).toBeUndefined();
+      await s.register(record('i-1'));
+      expect(await s.noteMeter('i-1', meter)).toBe(true);
+      expect(await s.noteMeter('i-1', { ...meter, priceMicroUsdPerHour: 1 })).toBe(true);
+      await s.noteEnded('i-1', T0 + 9000);
+      await s.noteEnded('i-1', T0 + 7000);
+      await s.noteEnded('i-1', T0 + 8000);
+      await s.noteEnded('i-9', T0); // unknown: left alone
+      await s.register(record('i-1', T0 + 10_000));
+      expect(await s.get('i-1')).toMatchObject({ meter, endedAtMs: T0 + 7000, lastHeartbeatAtMs: T0 + 10_000 });
+      expect((await s.list()).find((r) => r.instanceId === 'i-1')).toMatchObject({ meter, endedAtMs: T0 + 7000 });
+      expect(await s.get('i-9')).toBeUndefined();
+    });
+
     it('lets racing writers all land their pointers', async () => {
       const s = await make();
       await s.register(record('i-1'));

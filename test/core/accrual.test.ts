@@ -49,7 +49,12 @@ const running = (team: string, node: string, gpus: number[], extra: object = {},
     placement: { nodes: [{ nodeId: node, gpuIndices: gpus, ...extra }], capacityType: 'on-demand' },
   });
 const summary = (ms: readonly MachineMeter[]) =>
-  ms.map((m) => [m.id, m.priceMicroUsdPerHour, m.endedAtMs ?? null, m.holdings.map((h) => `${h.team}:${h.milliGpu}@${h.fromMs - T0}..${h.toMs === undefined ? '' : h.toMs - T0}`)]);
+  ms.map((m) => [
+    m.id,
+    m.priceMicroUsdPerHour,
+    m.endedAtMs ?? null,
+    m.holdings.map((h) => `${h.team}:${h.milliGpu}@${h.fromMs - T0}..${h.toMs === undefined ? '' : h.toMs - T0}`),
+  ]);
 
 describe('which machines are on the bill, and who held them when', () => {
   it("adds each team's GPUs on each machine from its placement: whole GPUs, shares and MIG slices", () => {
@@ -65,6 +70,8 @@ describe('which machines are on the bill, and who held them when', () => {
       ],
       prices,
       gpuCountOf: () => 8,
+      nowMs: T0,
+      heartbeatTimeoutMs: 90_000,
     });
     expect(summary(meters)).toEqual([
       ['i-1', 8_000_000, null, [`nlp:3000@${-H}..`, `nlp:250@${-H}..`, `vision:429@${-H}..`]],
@@ -83,7 +90,15 @@ describe('which machines are on the bill, and who held them when', () => {
         { attempt: 2, nodes: [{ nodeId: 'i-1', milliGpu: 1000 }], fromMs: T0 - 90_000, toMs: T0 - 30_000 },
       ],
     });
-    const meters = machineMeters({ instances: [inst('i-1')], records: [], jobs: [done, done], prices, gpuCountOf: () => 8 });
+    const meters = machineMeters({
+      instances: [inst('i-1')],
+      records: [],
+      jobs: [done, done],
+      prices,
+      gpuCountOf: () => 8,
+      nowMs: T0,
+      heartbeatTimeoutMs: 90_000,
+    });
     expect(summary(meters)[0]![3]).toEqual([`nlp:2000@${-3 * H}..${-2 * H}`, 'nlp:1000@-90000..-30000']);
   });
 
@@ -102,6 +117,8 @@ describe('which machines are on the bill, and who held them when', () => {
       jobs: [],
       prices,
       gpuCountOf: (t) => (t === 'x9.mega' ? 0 : 8),
+      nowMs: T0,
+      heartbeatTimeoutMs: 90_000,
     });
     expect(meters.map((m) => [m.id, m.priceMicroUsdPerHour, m.endedAtMs ?? null, m.totalMilliGpu])).toEqual([
       ['booting', 8_000_000, null, 8000],
@@ -112,22 +129,26 @@ describe('which machines are on the bill, and who held them when', () => {
     ]);
   });
 
-  it('still bills a machine its cloud no longer lists, from the facts stamped on its record: to its end, or its last heartbeat', () => {
+  it('still bills a machine its cloud no longer lists, from the facts stamped on its record: to its end, or (no word yet) now, at most a heartbeat timeout past its agent', () => {
     const meter = { offeringId: 'aws/us-east-1a/p3.16xlarge/spot', priceMicroUsdPerHour: 2_400_000, launchedAtMs: T0 - H, gpuCount: 8 };
     const meters = machineMeters({
       instances: [],
       records: [
         record('ended', { meter, endedAtMs: T0 - 20_000 }),
-        record('silent', { meter, lastHeartbeatAtMs: T0 - 45_000 }),
+        record('silent', { meter, lastHeartbeatAtMs: T0 - 300_000 }),
+        record('just-gone', { meter, lastHeartbeatAtMs: T0 - 20_000 }),
         record('never-stamped', { endedAtMs: T0 - 1_000 }),
       ],
       jobs: [running('nlp', 'ended', [0, 1])],
       prices,
       gpuCountOf: () => 8,
+      nowMs: T0,
+      heartbeatTimeoutMs: 90_000,
     });
     expect(summary(meters)).toEqual([
       ['ended', 2_400_000, T0 - 20_000, [`nlp:2000@${-H}..`]],
-      ['silent', 2_400_000, T0 - 45_000, []],
+      ['just-gone', 2_400_000, T0, []],
+      ['silent', 2_400_000, T0 - 210_000, []],
     ]);
   });
 });
@@ -143,11 +164,7 @@ describe('what each team owes for a window', () => {
   });
 
   it("splits each machine's price by the GPU share each team holds, the rest to (idle), exactly", () => {
-    const out = costByTeam(
-      [share({ held: { nlp: 3000, vision: 1000 } }), share({ id: 'i-2', held: { vision: 2000 } })],
-      T0,
-      T0 + H,
-    );
+    const out = costByTeam([share({ held: { nlp: 3000, vision: 1000 } }), share({ id: 'i-2', held: { vision: 2000 } })], T0, T0 + H);
     expect(Object.fromEntries(out)).toEqual({ nlp: 3_000_000, vision: 1_000_000 + 2_000_000, [IDLE_TEAM]: 4_000_000 + 6_000_000 });
   });
 
@@ -167,17 +184,15 @@ describe('what each team owes for a window', () => {
 });
 
 /** One $8/h machine with 8 GPUs, up for days, held by each team since long before (a MachineMeter source for accrueSpend). */
-const meters =
-  (held: Record<string, number>) =>
-  async (): Promise<MachineMeter[]> => [
-    {
-      id: 'i-1',
-      priceMicroUsdPerHour: 8_000_000,
-      launchedAtMs: T0 - 10 * H,
-      totalMilliGpu: 8000,
-      holdings: Object.entries(held).map(([team, milliGpu]) => ({ team, milliGpu, fromMs: T0 - 10 * H })),
-    },
-  ];
+const meters = (held: Record<string, number>) => async (): Promise<MachineMeter[]> => [
+  {
+    id: 'i-1',
+    priceMicroUsdPerHour: 8_000_000,
+    launchedAtMs: T0 - 10 * H,
+    totalMilliGpu: 8000,
+    holdings: Object.entries(held).map(([team, milliGpu]) => ({ team, milliGpu, fromMs: T0 - 10 * H })),
+  },
+];
 
 describe('the names spend is kept under', () => {
   it('idle capacity is the team "(idle)", and days are periods "day:YYYY-MM-DD" (reports read both)', async () => {

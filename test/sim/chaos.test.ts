@@ -214,9 +214,25 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
   it('bench:chaos reports every profile with the keys the issue names, against the fault-free run', async () => {
     const { rows } = await benchChaos({ hours: 4, seed: 1, profiles: ['none', 'store-conflicts'] });
     expect(rows.map((r) => Object.keys(r).sort())).toEqual(
-      Array(2).fill(['accepted', 'completed', 'costOverheadPct', 'duplicated', 'lost', 'p95WaitOverheadPct', 'profile', 'violations']),
+      Array(2).fill([
+        'accepted',
+        'completed',
+        'costOverheadPct',
+        'duplicated',
+        'lost',
+        'p95WaitOverheadPct',
+        'profile',
+        'spendErrorPct',
+        'teamSpendErrorPct',
+        'violations',
+      ]),
     );
     expect(rows[0]).toMatchObject({ profile: 'none', costOverheadPct: 0, p95WaitOverheadPct: 0, lost: 0, violations: 0 });
+    // The ledger against the exact integral of the simulated machines' prices over their lives, per team: within 0.1%.
+    for (const r of rows) {
+      expect(Math.abs(r.spendErrorPct)).toBeLessThanOrEqual(0.1);
+      expect(r.teamSpendErrorPct).toBeLessThanOrEqual(0.1);
+    }
   }, 60_000);
 
   it('runs MIG groups: the fractional pods of the openb trace as MIG slices, none lost, and no MIG machine scaled in while MIG work waits', async () => {

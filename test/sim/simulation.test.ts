@@ -63,6 +63,9 @@ describe('simulation', () => {
     expect(firstStart - DEFAULT_SIM_START_MS).toBeGreaterThanOrEqual(144_000); // nothing before the first machine booted
     const teams = Object.values(summary.costByTeamMicroUsd).reduce((a, b) => a + b, 0);
     expect(Math.abs(teams - summary.costMicroUsd) / summary.costMicroUsd).toBeLessThan(0.05);
+    // Up to where the ledger counted, it matches the machines' exact cost, team by team.
+    expect(Math.abs(summary.spendErrorPct)).toBeLessThanOrEqual(0.1);
+    expect(summary.teamSpendErrorPct).toBeLessThanOrEqual(0.1);
   });
 
   it('checkpoints and requeues work through real interruption events, finishing it all the same', async () => {
