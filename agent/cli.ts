@@ -142,7 +142,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
   const runnerKind = flags.runner ?? 'docker';
   const runner =
     runnerKind === 'docker'
-      ? new DockerRunner('docker', env)
+      ? new DockerRunner('docker', env, [], join(workDir, 'env'))
       : new ProcessRunner({ baseEnv: env, stateFile: join(workDir, 'processes.json') });
   const storeUri =
     flags.checkpointStore ??

@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, closeSync, constants, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, isAbsolute, join } from 'node:path';
 import { GpuFleetError } from '../core/errors.ts';
 import { setTimeout as delay } from 'node:timers/promises';
 
@@ -75,8 +77,11 @@ export function directoryEnv(paths: JobPaths): Record<string, string> {
 
 /**
  * Runs the command as a process of this machine, in its own process group, with a small
- * environment (PATH, HOME, LANG, TZ from the agent's; the job's variables; CUDA_VISIBLE_DEVICES
- * for its devices). The image is not used.
+ * environment (PATH, HOME, LANG, TZ from the agent's; the job's variables, which may replace
+ * those for the job; CUDA_VISIBLE_DEVICES for its devices). The program itself is looked up on
+ * the agent's PATH, so a job's PATH changes what the job starts, never which program the agent
+ * runs. This runner isolates nothing else: the process runs as the agent's user, on the host
+ * (tests, and machines whose jobs are trusted); production runs jobs in containers. The image is not used.
  */
 export class ProcessRunner implements JobRunner {
   readonly kind = 'process' as const;
@@ -95,8 +100,10 @@ export class ProcessRunner implements JobRunner {
   private readonly stateFile: string | undefined;
 
   async start(launch: Launch): Promise<JobProcess> {
-    const [program, ...args] = launch.command;
-    if (!program) throw new GpuFleetError(`job ${launch.jobId} has an empty command`);
+    const [name, ...args] = launch.command;
+    if (!name) throw new GpuFleetError(`job ${launch.jobId} has an empty command`);
+    // The program is found on the agent's PATH, not on one the job gives (that one is the job's own, for what it starts).
+    const program = onPath(name, this.baseEnv.PATH ?? '');
     const inherited = Object.fromEntries(
       ['PATH', 'HOME', 'LANG', 'TZ'].flatMap((k) => (this.baseEnv[k] !== undefined ? [[k, this.baseEnv[k]!]] : [])),
     );
@@ -184,6 +191,25 @@ export class ProcessRunner implements JobRunner {
   }
 }
 
+/**
+ * Where a command's program is: itself when it names a path, else the first executable of that
+ * name in the folders of `path`; the bare name when none is (the spawn then fails as a shell's would, exit 127).
+ */
+export function onPath(program: string, path: string): string {
+  if (program.includes('/')) return program;
+  for (const dir of path.split(delimiter)) {
+    if (!isAbsolute(dir)) continue; // a relative entry would depend on the working folder
+    const candidate = join(dir, program);
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return program;
+}
+
 /** A process's start time (field 22 of /proc/<pid>/stat), to tell it from a later process with the same pid. */
 function processStartTime(pid: number): string | undefined {
   try {
@@ -206,18 +232,25 @@ export function containerName(jobId: string, attempt: number): string {
 }
 
 /**
- * The `docker run` arguments for a launch. Variables are passed by name only (`-e NAME`) and
- * their values through the docker client's environment, so no value appears in a process list
- * and values may hold any character.
+ * The `docker run` arguments for a launch, and the env file that carries the job's variables.
+ * The variables go to the container only, through `--env-file` (a file the runner writes with
+ * mode 0600 in a folder only the agent can read, and deletes once the container exists): never
+ * through the docker CLI's own environment, where a job's `PATH`, `LD_PRELOAD`, `DOCKER_HOST` or
+ * `HOME` would change which program runs, what it loads and which daemon it talks to. No value
+ * appears in a process list. Docker's env-file format is one `NAME=value` per line, the value
+ * taken as written, so values may hold any character but a line break (job specs refuse those).
  */
 export function dockerRunArgs(
   launch: Launch,
-  options: { extraArgs?: readonly string[] } = {},
-): { args: string[]; env: Record<string, string> } {
+  options: { extraArgs?: readonly string[]; envFile: string },
+): { args: string[]; envFileText: string } {
   const env: Record<string, string> = {
     ...launch.env,
     ...directoryEnv({ checkpointDir: CONTAINER_CHECKPOINT_DIR, ...(launch.resumeDir ? { resumeDir: CONTAINER_RESUME_DIR } : {}) }),
   };
+  for (const [name, value] of Object.entries(env))
+    if (/[\r\n]/.test(value))
+      throw new GpuFleetError(`variable ${name} of job ${launch.jobId} holds a line break, which an env file cannot carry`);
   const args = [
     'run',
     '--rm',
@@ -233,10 +266,22 @@ export function dockerRunArgs(
   if (launch.devices.length > 0) args.push('--gpus', `"device=${launch.devices.join(',')}"`);
   args.push('--mount', `type=bind,source=${launch.checkpointDir},target=${CONTAINER_CHECKPOINT_DIR}`);
   if (launch.resumeDir) args.push('--mount', `type=bind,source=${launch.resumeDir},target=${CONTAINER_RESUME_DIR},readonly`);
-  for (const name of Object.keys(env).sort()) args.push('--env', name);
+  args.push('--env-file', options.envFile);
   args.push(...(options.extraArgs ?? []));
   args.push('--', launch.image, ...launch.command);
-  return { args, env };
+  const envFileText = Object.keys(env)
+    .sort()
+    .map((name) => `${name}=${env[name]}\n`)
+    .join('');
+  return { args, envFileText };
+}
+
+/**
+ * The environment of the host programs the agent runs (the docker CLI, nvidia-smi): the agent's
+ * own, as its service was started, never anything from a job spec.
+ */
+export function hostEnv(agentEnv: NodeJS.ProcessEnv): Record<string, string> {
+  return Object.fromEntries(Object.entries(agentEnv).filter((e): e is [string, string] => e[1] !== undefined));
 }
 
 /**
@@ -245,16 +290,24 @@ export function dockerRunArgs(
  */
 export class DockerRunner implements JobRunner {
   readonly kind = 'docker' as const;
+  private readonly env: Record<string, string>;
 
+  /**
+   * @param envDir the folder for the jobs' env files (made mode 0700; default a folder of the
+   *   system's temporary directory named for this user).
+   */
   constructor(
     private readonly docker = 'docker',
-    private readonly baseEnv: NodeJS.ProcessEnv = process.env,
+    agentEnv: NodeJS.ProcessEnv = process.env,
     private readonly extraArgs: readonly string[] = [],
-  ) {}
+    private readonly envDir: string = join(tmpdir(), `gpu-fleet-env-${process.getuid?.() ?? 'user'}`),
+  ) {
+    this.env = hostEnv(agentEnv);
+  }
 
   private cli(args: readonly string[]): Promise<{ code: number | null; output: string }> {
     return new Promise((resolve) => {
-      const child = spawn(this.docker, args, { stdio: ['ignore', 'pipe', 'pipe'], env: this.baseEnv, shell: false });
+      const child = spawn(this.docker, args, { stdio: ['ignore', 'pipe', 'pipe'], env: this.env, shell: false });
       let output = '';
       child.stdout.on('data', (b: Buffer) => (output += b.toString()));
       child.stderr.on('data', (b: Buffer) => (output += b.toString()));
@@ -263,18 +316,31 @@ export class DockerRunner implements JobRunner {
     });
   }
 
+  private envFileOf(name: string): string {
+    return join(this.envDir, `${name}.env`);
+  }
+
   async start(launch: Launch): Promise<JobProcess> {
-    const { args, env } = dockerRunArgs(launch, { extraArgs: this.extraArgs });
     const name = containerName(launch.jobId, launch.attempt);
+    const envFile = this.envFileOf(name);
+    const { args, envFileText } = dockerRunArgs(launch, { extraArgs: this.extraArgs, envFile });
     await this.cli(['rm', '--force', name]); // a container of this attempt left by an earlier agent
+    mkdirSync(this.envDir, { recursive: true, mode: 0o700 });
+    chmodSync(this.envDir, 0o700);
+    rmSync(envFile, { force: true });
+    writeFileSync(envFile, envFileText, { mode: 0o600, flag: 'wx' });
     const log = openSync(launch.logFile, 'a');
     let child: ChildProcess;
     try {
-      child = spawn(this.docker, args, { env: { ...this.baseEnv, ...env }, stdio: ['ignore', log, log], shell: false });
+      child = spawn(this.docker, args, { env: this.env, stdio: ['ignore', log, log], shell: false });
     } finally {
       closeSync(log);
     }
     const exited = childExit(child);
+    const forget = () => rmSync(envFile, { force: true });
+    void exited.then(forget);
+    // The CLI reads the file before it creates the container: once the container exists, the file goes.
+    void this.whenCreated(name, exited).then(forget);
     return {
       pid: child.pid,
       exited,
@@ -291,11 +357,26 @@ export class DockerRunner implements JobRunner {
     };
   }
 
+  /**
+   * Resolves once `docker container inspect` finds the container, looking every second (an image
+   * pull comes first and may take minutes); or when its `docker run` has exited, or after 30 minutes.
+   */
+  private async whenCreated(name: string, exited: Promise<Exit>): Promise<void> {
+    let gone = false;
+    void exited.then(() => (gone = true));
+    for (let waited = 0; !gone && waited < 30 * 60_000; waited += 1000) {
+      if ((await this.cli(['container', 'inspect', '--format', '{{.Id}}', name])).code === 0) return;
+      await delay(1000, undefined, { ref: false });
+    }
+  }
+
   async cleanUpLeftovers(): Promise<string[]> {
     const listed = await this.cli(['ps', '--all', '--filter', `label=${LABEL}`, '--format', '{{.Names}}']);
     if (listed.code !== 0) throw new GpuFleetError(`docker ps failed: ${listed.output.trim()}`);
     const names = listed.output.split(/\s+/).filter((s) => /^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/.test(s));
     if (names.length > 0) await this.cli(['rm', '--force', ...names]);
+    // Env files an earlier agent left (it crashed before its containers were created).
+    rmSync(this.envDir, { recursive: true, force: true });
     return names;
   }
 }

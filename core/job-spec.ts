@@ -114,6 +114,8 @@ const JobSpecObject = z.strictObject({
         z.string().check(
           z.maxLength(32_768),
           z.refine((v) => !v.includes('\u0000'), { error: 'environment values may not contain NUL characters' }),
+          // They reach the container through docker's env file, one NAME=value per line.
+          z.refine((v) => !/[\r\n]/.test(v), { error: 'environment values may not contain line breaks (\\n or \\r)' }),
         ),
       )
       .check(z.refine((e) => Object.keys(e).length <= 128, { error: 'at most 128 environment variables' })),

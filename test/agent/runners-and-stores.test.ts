@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -27,7 +27,7 @@ const launch = (over: Partial<Parameters<typeof dockerRunArgs>[0]> = {}) => ({
   attempt: 2,
   image: 'pytorch/pytorch:2.3.0-cuda12.1',
   command: ['python', 'train.py', '--lr', '3e-4; rm -rf /', '$HOME'],
-  env: { WANDB_API_KEY: 'secret-value', MULTI: 'line one\nline two', GPU_FLEET_JOB_ID: 'nlp.train-7' },
+  env: { WANDB_API_KEY: 'secret-value', ODD: ' spaces, "quotes", = and #hash ', GPU_FLEET_JOB_ID: 'nlp.train-7' },
   devices: ['GPU-aaaa', 'GPU-bbbb'],
   checkpointDir: '/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/checkpoint',
   resumeDir: '/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/resume',
@@ -36,8 +36,8 @@ const launch = (over: Partial<Parameters<typeof dockerRunArgs>[0]> = {}) => ({
 });
 
 describe('docker runner', () => {
-  it('builds docker run with exactly the given GPUs, both folders, variables by name only, and the argv untouched', () => {
-    const { args, env } = dockerRunArgs(launch());
+  it('builds docker run with exactly the given GPUs, both folders, variables in an env file only, and the argv untouched', () => {
+    const { args, envFileText } = dockerRunArgs(launch(), { envFile: '/var/lib/gpu-fleet/env/x.env' });
     expect(args).toEqual([
       'run',
       '--rm',
@@ -54,16 +54,8 @@ describe('docker runner', () => {
       'type=bind,source=/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/checkpoint,target=/gpu-fleet/checkpoint',
       '--mount',
       'type=bind,source=/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/resume,target=/gpu-fleet/resume,readonly',
-      '--env',
-      'GPU_FLEET_CHECKPOINT_DIR',
-      '--env',
-      'GPU_FLEET_JOB_ID',
-      '--env',
-      'GPU_FLEET_RESUME_DIR',
-      '--env',
-      'MULTI',
-      '--env',
-      'WANDB_API_KEY',
+      '--env-file',
+      '/var/lib/gpu-fleet/env/x.env',
       '--',
       'pytorch/pytorch:2.3.0-cuda12.1',
       'python',
@@ -73,13 +65,19 @@ describe('docker runner', () => {
       '$HOME',
     ]);
     expect(args.join(' ')).not.toContain('secret-value');
-    expect(env).toMatchObject({
-      WANDB_API_KEY: 'secret-value',
-      MULTI: 'line one\nline two',
-      GPU_FLEET_CHECKPOINT_DIR: '/gpu-fleet/checkpoint',
-      GPU_FLEET_RESUME_DIR: '/gpu-fleet/resume',
-    });
-    expect(dockerRunArgs(launch({ devices: [] })).args).not.toContain('--gpus');
+    // Docker takes each value as written after the first "=": spaces, quotes and "#" included.
+    expect(envFileText).toBe(
+      [
+        'GPU_FLEET_CHECKPOINT_DIR=/gpu-fleet/checkpoint',
+        'GPU_FLEET_JOB_ID=nlp.train-7',
+        'GPU_FLEET_RESUME_DIR=/gpu-fleet/resume',
+        'ODD= spaces, "quotes", = and #hash ',
+        'WANDB_API_KEY=secret-value',
+        '',
+      ].join('\n'),
+    );
+    expect(() => dockerRunArgs(launch({ env: { MULTI: 'line one\nline two' } }), { envFile: '/x.env' })).toThrow(/MULTI .* line break/);
+    expect(dockerRunArgs(launch({ devices: [] }), { envFile: '/x.env' }).args).not.toContain('--gpus');
     expect(containerName('nlp.odd/id~7e', 3)).toBe('gpu-fleet-nlp.odd_id_7e-a3');
   });
 
@@ -90,7 +88,11 @@ describe('docker runner', () => {
     const env = { ...process.env, PATH: `${FAKE_BIN}:${process.env.PATH}`, FAKE_DOCKER_STATE: state, FAKE_DOCKER_LOG: dockerLog };
     const server = await startMetadataServer('aws', awsInstance('i-d'));
     const work = tmp('agent-d');
-    const a = w.agent('i-d', { workDir: work, runner: new DockerRunner('docker', env), metadata: new AwsImds(server.url) });
+    const a = w.agent('i-d', {
+      workDir: work,
+      runner: new DockerRunner('docker', env, [], join(work, 'env')),
+      metadata: new AwsImds(server.url),
+    });
     try {
       await a.heartbeat();
       await w.submit('nlp.boxed', { command: ['node', COUNTER_JOB, '100000', '20', '20'], env: { SECRET: 'hunter2' } });
@@ -108,7 +110,9 @@ describe('docker runner', () => {
         .trim()
         .split('\n')
         .map((l) => JSON.parse(l) as { args: string[]; envNames?: string[]; gpus?: string });
-      const run = calls.find((c) => c.args[0] === 'run')!;
+      const run = calls.find((c) => c.args[0] === 'run')! as (typeof calls)[number] & { envFileMode?: string };
+      expect(run.envFileMode).toBe('600');
+      expect(readdirSync(join(work, 'env'))).toEqual([]); // each env file is gone once its container exists
       expect(run.gpus).toBe('"device=GPU-d37e67a5-91dd-3774-a5cb-99096249601a"');
       expect(run.envNames).toEqual(
         expect.arrayContaining([
@@ -139,7 +143,8 @@ describe('docker runner', () => {
   it('after a crash, removes the containers an earlier agent left', async () => {
     const state = tmp('docker-state');
     const env = { ...process.env, PATH: `${FAKE_BIN}:${process.env.PATH}`, FAKE_DOCKER_STATE: state };
-    const first = new DockerRunner('docker', env);
+    const envDir = join(tmp('docker-env'), 'env');
+    const first = new DockerRunner('docker', env, [], envDir);
     const dir = tmp('job');
     const { resumeDir: _none, ...noResume } = launch({
       command: ['node', COUNTER_JOB, '100000', '20'],
@@ -149,7 +154,7 @@ describe('docker runner', () => {
     });
     const proc = await first.start(noResume);
     await waitFor('the container to be recorded', () => readdirSync(state).length === 1);
-    const second = new DockerRunner('docker', env);
+    const second = new DockerRunner('docker', env, [], envDir);
     expect(await second.cleanUpLeftovers()).toEqual(['gpu-fleet-nlp.train-7-a2']);
     expect((await proc.exited).exitCode).not.toBe(0);
   });
@@ -189,6 +194,78 @@ describe('process runner', () => {
       GPU_FLEET_JOB_ID: 'nlp.train-7',
     });
     expect(env.AWS_SECRET_ACCESS_KEY).toBeUndefined();
+  });
+});
+
+describe("a job's variables reach the job only, never the host programs the agent runs", () => {
+  /** A folder a hostile spec points PATH at: its `docker` and `node` only leave a trace that they ran. */
+  const hostileBin = () => {
+    const dir = tmp('hostile-bin');
+    const trace = join(dir, 'ran.txt');
+    for (const name of ['docker', 'node']) {
+      writeFileSync(join(dir, name), `#!/bin/sh\necho "$0 $*" >> ${trace}\nexit 0\n`);
+      chmodSync(join(dir, name), 0o755);
+    }
+    return { dir, trace };
+  };
+  const hostile = (dir: string) => ({ PATH: dir, LD_PRELOAD: join(dir, 'evil.so'), DOCKER_HOST: 'tcp://203.0.113.9:2375', HOME: dir });
+  const printEnv = (out: string) => [
+    process.execPath,
+    '-e',
+    `require('fs').writeFileSync(${JSON.stringify(out)}, JSON.stringify(process.env))`,
+  ];
+
+  it('docker: the CLI runs as the agent set it up (its PATH, no LD_PRELOAD, its daemon), the container sees the variables', async () => {
+    const { dir, trace } = hostileBin();
+    const state = tmp('docker-state');
+    const dockerLog = join(tmp('docker-log'), 'calls.jsonl');
+    const agentPath = `${FAKE_BIN}:${process.env.PATH}`;
+    const runner = new DockerRunner(
+      'docker',
+      { PATH: agentPath, FAKE_DOCKER_STATE: state, FAKE_DOCKER_LOG: dockerLog },
+      [],
+      join(tmp('env'), 'env'),
+    );
+    const job = tmp('job');
+    const out = join(job, 'env.json');
+    const { resumeDir: _none, ...noResume } = launch({
+      command: printEnv(out),
+      env: hostile(dir),
+      checkpointDir: job,
+      logFile: join(job, 'out.log'),
+      devices: [],
+    });
+    const proc = await runner.start(noResume);
+    expect((await proc.exited).exitCode).toBe(0);
+    expect(existsSync(trace)).toBe(false); // the spec's "docker" never ran
+    const run = readFileSync(dockerLog, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { args: string[]; cliEnv?: Record<string, string | null> })
+      .find((c) => c.args[0] === 'run')!;
+    expect(run.cliEnv).toEqual({ PATH: agentPath, LD_PRELOAD: null, HOME: null, DOCKER_HOST: null });
+    const seen = JSON.parse(readFileSync(out, 'utf8')) as Record<string, string>;
+    expect(seen).toMatchObject(hostile(dir));
+  });
+
+  it("process runner: the program is found on the agent's PATH; the job gets its own variables", async () => {
+    const { dir, trace } = hostileBin();
+    const job = tmp('job');
+    const out = join(job, 'env.json');
+    const runner = new ProcessRunner({ baseEnv: { PATH: process.env.PATH } });
+    const { LD_PRELOAD: _preload, ...env } = hostile(dir); // a preload would be the job's own process's business here
+    const proc = await runner.start(
+      launch({
+        command: ['node', '-e', `require('fs').writeFileSync(${JSON.stringify(out)}, JSON.stringify(process.env))`],
+        env,
+        checkpointDir: job,
+        logFile: join(job, 'out.log'),
+        devices: [],
+      }),
+    );
+    expect((await proc.exited).exitCode).toBe(0);
+    expect(existsSync(trace)).toBe(false); // the spec's "node" never ran: the agent's did
+    expect(JSON.parse(readFileSync(out, 'utf8'))).toMatchObject(env);
   });
 });
 
