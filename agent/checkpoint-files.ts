@@ -1,5 +1,5 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { cp, mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { cp, lstat, mkdir, readdir, readFile, realpath, rm, stat } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
@@ -40,7 +40,10 @@ export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
   let body: string;
   let modifiedAtMs: number;
   try {
-    [body, modifiedAtMs] = await Promise.all([readFile(file, 'utf8'), stat(file).then((s) => s.mtimeMs)]);
+    // The job owns this folder: the marker must be a file of it, not a link the agent would follow elsewhere on the host.
+    const info = await lstat(file);
+    if (!info.isFile()) return { ok: false, problem: `${file} must be a regular file (not a link or a folder)` };
+    [body, modifiedAtMs] = [await readFile(file, 'utf8'), info.mtimeMs];
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     return { ok: false, problem: `cannot read ${file}: ${messageOf(error)}` };
@@ -59,6 +62,11 @@ export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
   }
   try {
     if (!(await stat(folder)).isDirectory()) return { ok: false, problem: `${file}: ${p.path} is not a folder` };
+    // Links are resolved: a folder (or a parent of it) that links out of the checkpoint directory is refused, so the
+    // agent never copies the host's files into a checkpoint the job can read back.
+    const [real, root] = await Promise.all([realpath(folder), realpath(checkpointDir)]);
+    if (real === root || !real.startsWith(root + sep))
+      return { ok: false, problem: `${file}: "path" must be a folder inside the checkpoint directory; ${p.path} links outside it` };
   } catch {
     return { ok: false, problem: `${file}: the folder ${p.path} does not exist` };
   }
@@ -76,6 +84,12 @@ export interface CheckpointBlobs {
   upload(localDir: string, location: string): Promise<void>;
   /** Copies `location` into a local folder; false when nothing is there. */
   download(location: string, localDir: string): Promise<boolean>;
+}
+
+/** A checkpoint folder the job swapped for a link (after its marker was read) is not uploaded. */
+async function refuseLink(dir: string): Promise<void> {
+  if ((await lstat(dir)).isSymbolicLink())
+    throw new GpuFleetError(`${dir} is a link; a checkpoint folder must be a folder of the job's own`);
 }
 
 async function filesUnder(dir: string): Promise<string[]> {
@@ -100,10 +114,12 @@ export class DirectoryBlobs implements CheckpointBlobs {
   }
 
   async upload(localDir: string, location: string): Promise<void> {
+    await refuseLink(localDir);
     const target = this.pathOf(location);
     await rm(target, { recursive: true, force: true });
     await mkdir(dirname(target), { recursive: true });
-    await cp(localDir, target, { recursive: true });
+    // Regular files and folders only: a link the job left is not followed, nor copied.
+    await cp(localDir, target, { recursive: true, filter: async (src) => src === localDir || !(await lstat(src)).isSymbolicLink() });
   }
 
   async download(location: string, localDir: string): Promise<boolean> {
@@ -131,6 +147,7 @@ export class S3Blobs implements CheckpointBlobs {
   }
 
   async upload(localDir: string, location: string): Promise<void> {
+    await refuseLink(localDir);
     const { bucket, prefix } = this.parse(location);
     for (const file of await filesUnder(localDir)) {
       const key = prefix + relative(localDir, file).split(sep).join('/');

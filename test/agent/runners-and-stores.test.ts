@@ -1,4 +1,15 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -417,6 +428,32 @@ describe('checkpoint files', () => {
     expect(await readMarker(dir)).toMatchObject({ ok: false, problem: expect.stringContaining('is not JSON') });
     writeCheckpoint(dir, 'step-13', { path: 'step-99' });
     expect(await readMarker(dir)).toMatchObject({ ok: false, problem: expect.stringContaining('the folder step-99 does not exist') });
+  });
+
+  it('follows no link the job leaves in its folder: not as the marker, not as the checkpoint folder, not inside it', async () => {
+    const dir = tmp('ckpt');
+    const host = tmp('host-secrets');
+    writeFileSync(join(host, 'id_rsa'), 'PRIVATE');
+    // The checkpoint folder is a link to a host folder: the agent (which may read more than the job) must not copy it.
+    symlinkSync(host, join(dir, 'step-1'));
+    writeFileSync(join(dir, 'checkpoint.json'), JSON.stringify({ path: 'step-1' }));
+    expect(await readMarker(dir)).toEqual({
+      ok: false,
+      problem: `${join(dir, 'checkpoint.json')}: "path" must be a folder inside the checkpoint directory; step-1 links outside it`,
+    });
+    // The marker itself a link to a host file.
+    rmSync(join(dir, 'checkpoint.json'));
+    writeFileSync(join(host, 'marker.json'), JSON.stringify({ path: 'step-2' }));
+    mkdirSync(join(dir, 'step-2'));
+    symlinkSync(join(host, 'marker.json'), join(dir, 'checkpoint.json'));
+    expect(await readMarker(dir)).toMatchObject({ ok: false, problem: expect.stringContaining('must be a regular file') });
+    // A link inside a real checkpoint folder is neither followed nor copied.
+    writeFileSync(join(dir, 'step-2', 'weights.bin'), 'w');
+    symlinkSync(join(host, 'id_rsa'), join(dir, 'step-2', 'key'));
+    const root = tmp('store');
+    const location = `${pathToFileURL(join(root, 'nlp.a', 'attempt-1')).href}/`;
+    await new DirectoryBlobs(root).upload(join(dir, 'step-2'), location);
+    expect(readdirSync(join(root, 'nlp.a', 'attempt-1'))).toEqual(['weights.bin']);
   });
 
   it('copies checkpoints to and from a directory store, and never outside it', async () => {
