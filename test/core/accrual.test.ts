@@ -20,13 +20,6 @@ const inst = (id: string, over: Partial<Instance> = {}): Instance => ({
   launchedAtMs: T0 - 10 * H,
   ...over,
 });
-const onNode = (team: string, node: string, gpus: number[], extra: object = {}) =>
-  aJob({
-    id: `${team}.${node}.${gpus.join('-')}`,
-    team,
-    state: 'running',
-    placement: { nodes: [{ nodeId: node, gpuIndices: gpus, ...extra }], capacityType: 'on-demand' },
-  });
 const price = (id: string, priceMicroUsdPerHour: number) =>
   [id, { offeringId: id, priceMicroUsdPerHour, onDemandMicroUsdPerHour: priceMicroUsdPerHour, source: 'test' }] as const;
 const prices = new Map([price('aws/us-east-1a/p3.16xlarge/on-demand', 8_000_000), price('aws/us-east-1a/p3.16xlarge/spot', 2_400_000)]);
