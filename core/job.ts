@@ -232,7 +232,13 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
     case 'requeue':
       // A job whose cancel was asked for is not put back in the queue: it ends cancelled.
       if (job.cancelRequested)
-        return changed({ ...base, state: 'cancelled', endedAtMs: nowMs, usage: closeAttempt(job, nowMs, false), ...closeHolding(job, nowMs) });
+        return changed({
+          ...base,
+          state: 'cancelled',
+          endedAtMs: nowMs,
+          usage: closeAttempt(job, nowMs, false),
+          ...closeHolding(job, nowMs),
+        });
       return changed({
         ...base,
         usage: closeAttempt(job, nowMs, true),

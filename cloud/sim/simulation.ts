@@ -400,7 +400,10 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     // stack's rule sends it to the interruption handler; Compute Engine pushes nothing.
     if (inst.offering.cloud === 'aws') {
       const atMs = inst.endedAtMs ?? env.clock.nowMs();
-      deliver(atMs, instanceStateChange({ id: `sim-${++eventCounter}`, instanceId: inst.id, region: inst.offering.region, atMs, state: 'terminated' }));
+      deliver(
+        atMs,
+        instanceStateChange({ id: `sim-${++eventCounter}`, instanceId: inst.id, region: inst.offering.region, atMs, state: 'terminated' }),
+      );
     }
   };
   // A MIG group scaled in while MIG work waits is the buy-then-scale-in cycle (counted per group).

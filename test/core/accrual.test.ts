@@ -237,6 +237,20 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
     expect((await ledger.read('nlp', '2026-12')).spentMicroUsd).toBe(66_667);
   });
 
+  it('ends the old period at its end before counting the new one, so no second falls between two periods', async () => {
+    const ledger = new MemorySpendLedger();
+    const before = Date.UTC(2026, 10, 30, 23, 59, 30); // 30 s before a new month and day
+    await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), nowMs: before, maxWindowMs });
+    const after = Date.UTC(2026, 11, 1, 0, 0, 30);
+    await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), nowMs: after, maxWindowMs });
+    const nov = await ledger.read('nlp', '2026-11');
+    expect(nov.accruedUntilMs).toBe(Date.UTC(2026, 11, 1));
+    expect(nov.spentMicroUsd).toBe(266_667 + 66_667); // its first 2 min, then the last 30 s of November
+    expect(await ledger.read('nlp', '2026-12')).toMatchObject({ spentMicroUsd: 66_667, accruedUntilMs: after });
+    expect((await ledger.read('nlp', `${DAY_PERIOD_PREFIX}2026-11-30`)).accruedUntilMs).toBe(Date.UTC(2026, 11, 1));
+    expect((await ledger.read('nlp', `${DAY_PERIOD_PREFIX}2026-12-01`)).spentMicroUsd).toBe(66_667);
+  });
+
   it('counts the whole gap since the cursor for a machine that ran through it, and leaves a window another writer counted to it', async () => {
     const ledger = new MemorySpendLedger();
     await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), nowMs: now, maxWindowMs });

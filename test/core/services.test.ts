@@ -380,7 +380,8 @@ describe('spend: every second of every machine, to the team that held it then', 
     await run(); // places nlp.a
     expect((await e.jobs.get('nlp.a'))?.state).toBe('placed');
     const price = e.priceOf(inst!.offering)!.price;
-    const spent = async (team: string) => (await e.ledger.list()).filter((r) => r.team === team && !r.period.startsWith('day:')).reduce((a, r) => a + r.spentMicroUsd, 0);
+    const spent = async (team: string) =>
+      (await e.ledger.list()).filter((r) => r.team === team && !r.period.startsWith('day:')).reduce((a, r) => a + r.spentMicroUsd, 0);
     return { e, run, inst: inst!, price, spent };
   }
 
@@ -402,7 +403,11 @@ describe('spend: every second of every machine, to the team that held it then', 
 
   it("charges a machine's minutes after the last reconcile that listed it, up to the end its cloud reported", async () => {
     const { e, run, inst, price, spent } = await withPlacedJob();
-    expect((await e.nodes.get(inst.id))?.meter).toMatchObject({ launchedAtMs: inst.launchedAtMs, priceMicroUsdPerHour: price, gpuCount: 1 });
+    expect((await e.nodes.get(inst.id))?.meter).toMatchObject({
+      launchedAtMs: inst.launchedAtMs,
+      priceMicroUsdPerHour: price,
+      gpuCount: 1,
+    });
     await applyJobEvent(e.jobs, 'nlp.a', { type: 'start', attempt: 1 }, e.clock.nowMs());
     e.clock.advanceBy(25_000);
     e.cloud.reclaim(inst.id, 'spot interruption');
