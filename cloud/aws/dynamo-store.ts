@@ -868,7 +868,8 @@ export class DynamoPoolHistory implements PoolHistory {
     };
     for (const i of items) {
       const o = i.offeringId as string;
-      const last = i.lastMs as number | undefined;
+      // A machine's span runs to its last note, or to its interruption when that came later (notes are minutes apart).
+      const last = i.lastMs === undefined ? undefined : Math.max(i.lastMs as number, (i.interruptedAtMs as number | undefined) ?? 0);
       const first = i.firstMs as number | undefined;
       if (last !== undefined && first !== undefined && last >= sinceMs)
         entry(o).exposureHours += (last - Math.max(first, sinceMs)) / 3_600_000;

@@ -425,8 +425,11 @@ export class MemoryPoolHistory implements PoolHistory {
       }
       return e;
     };
-    for (const s of this.spans.values())
-      if (s.lastMs >= sinceMs) entry(s.offeringId).exposureHours += (s.lastMs - Math.max(s.firstMs, sinceMs)) / 3_600_000;
+    // A machine's span runs to its last note, or to its interruption when that came later (notes are minutes apart).
+    for (const [id, s] of this.spans) {
+      const last = Math.max(s.lastMs, this.interrupted.get(id)?.atMs ?? 0);
+      if (last >= sinceMs) entry(s.offeringId).exposureHours += (last - Math.max(s.firstMs, sinceMs)) / 3_600_000;
+    }
     for (const i of this.interrupted.values()) {
       if (i.atMs < sinceMs) continue;
       const e = entry(i.offeringId);

@@ -107,7 +107,12 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       ...(options.poolRiskPerHour ? { poolRiskPerHour: options.poolRiskPerHour } : {}),
     });
     if (!options.dryRun) {
-      const spotAlive = world.instances.filter((i) => i.capacityType === 'spot' && (i.state === 'running' || i.state === 'pending'));
+      // Each spot machine's exposure is noted once per POOL_NOTE_EVERY_MS of its life, not every minute (one write per
+      // machine per note: at 1,000 spot machines, every minute was 1,000 writes a minute that changed nothing of note).
+      const intervalMs = options.policy.reconcileIntervalSec * 1000;
+      const spotAlive = world.instances.filter(
+        (i) => i.capacityType === 'spot' && (i.state === 'running' || i.state === 'pending') && poolNoteDue(i.launchedAtMs, nowMs, intervalMs),
+      );
       if (spotAlive.length > 0)
         await ports.pools.noteAlive(
           spotAlive.map((i) => ({ instanceId: i.id, offeringId: `${i.cloud}/${i.zone}/${i.instanceType}/spot`, atMs: nowMs })),
@@ -210,13 +215,18 @@ export async function applyPlan(
   };
   const todo = [...actions.entries()].filter(([index]) => !journal?.done?.has(index));
   for (let i = 0; i < todo.length;) {
-    // Holds touch one job record each and nothing else: a run of them is written HOLD_WRITE_CONCURRENCY at a time.
-    if (todo[i]![1].kind === 'hold') {
+    // Placements and holds touch their job's record and their nodes' work lists only: a run of them is applied in waves
+    // of up to JOB_WRITE_CONCURRENCY, no two in a wave on the same node. Cloud actions go one at a time, in plan order.
+    if (concurrent(todo[i]![1])) {
       let j = i;
-      while (j < todo.length && todo[j]![1].kind === 'hold') j++;
-      const run = todo.slice(i, j);
-      for (let k = 0; k < run.length; k += HOLD_WRITE_CONCURRENCY)
-        await Promise.all(run.slice(k, k + HOLD_WRITE_CONCURRENCY).map(([index, action]) => one(index, action)));
+      while (j < todo.length && concurrent(todo[j]![1])) j++;
+      for (const wave of waves(todo.slice(i, j))) {
+        // Every write of a wave ends before the apply goes on or gives up: none lands after this reconcile has
+        // stopped (its successor would otherwise race writes it cannot see).
+        const settled = await Promise.allSettled(wave.map(([index, action]) => one(index, action)));
+        const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+        if (failed) throw failed.reason;
+      }
       i = j;
     } else {
       await one(todo[i]![0], todo[i]![1]);
@@ -227,8 +237,31 @@ export async function applyPlan(
   return { applied, errors };
 }
 
-/** How many hold writes are in flight at once (each is one conditional write of one job). */
-export const HOLD_WRITE_CONCURRENCY = 16;
+function concurrent(action: PlanAction): boolean {
+  return action.kind === 'hold' || action.kind === 'place';
+}
+
+/** Consecutive waves of at most JOB_WRITE_CONCURRENCY actions, in plan order, no two of a wave touching the same node. */
+function waves(run: readonly (readonly [number, PlanAction])[]): (readonly [number, PlanAction])[][] {
+  const out: (readonly [number, PlanAction])[][] = [];
+  let wave: (readonly [number, PlanAction])[] = [];
+  let nodes = new Set<string>();
+  for (const entry of run) {
+    const mine = entry[1].kind === 'place' ? entry[1].placement.nodes.map((n) => n.nodeId) : [];
+    if (wave.length >= JOB_WRITE_CONCURRENCY || mine.some((n) => nodes.has(n))) {
+      out.push(wave);
+      wave = [];
+      nodes = new Set();
+    }
+    wave.push(entry);
+    for (const n of mine) nodes.add(n);
+  }
+  if (wave.length > 0) out.push(wave);
+  return out;
+}
+
+/** How many placements or holds are applied at once (each a few conditional writes of one job and its nodes). */
+export const JOB_WRITE_CONCURRENCY = 16;
 
 /**
  * Finishes the newest unfinished plan, if a predecessor crashed while applying it: its remaining
@@ -469,6 +502,19 @@ async function trackIdleAndProtection(ports: ReconcilePorts, world: WorldView, p
 }
 
 /** Forgets the records of machines that are gone and hold no work, a while after they went. */
+/** How often a spot machine's time alive is noted in the pool history (its exposure, for the interruption rate). */
+export const POOL_NOTE_EVERY_MS = 10 * 60_000;
+
+/**
+ * Whether a machine launched at `launchedAtMs` is noted alive at `nowMs`: at its first reconcile,
+ * then once in each {@link POOL_NOTE_EVERY_MS} of its life (the first reconcile past each slot
+ * start). Exposure is undercounted by at most one slot per machine, which errs toward more risk.
+ */
+export function poolNoteDue(launchedAtMs: number, nowMs: number, intervalMs: number): boolean {
+  const slot = (t: number) => Math.floor((t - launchedAtMs) / POOL_NOTE_EVERY_MS);
+  return nowMs - launchedAtMs < intervalMs || slot(nowMs) !== slot(nowMs - intervalMs);
+}
+
 /**
  * Stamps each listed machine's billing facts on its record, once, so its last minutes can be
  * charged after its cloud stops listing it (one write per machine in its life).

@@ -311,6 +311,15 @@ export function poolHistoryContract(name: string, make: () => Promise<PoolHistor
       expect((await h.stats(T0 - 1)).get(o)!.interruptions).toBe(2);
       expect((await h.stats(T0 + 6)).get(o)?.interruptions ?? 0).toBe(1);
     });
+
+    it("runs an interrupted instance's span to its interruption when that came after its last note", async () => {
+      const h = await make();
+      const o = 'aws/us-west-2c/p3.2xlarge/spot';
+      await h.noteAlive([{ instanceId: 'i-7', offeringId: o, atMs: T0 }]);
+      await h.noteAlive([{ instanceId: 'i-7', offeringId: o, atMs: T0 + 600_000 }]);
+      await h.noteInterrupted('i-7', o, T0 + 900_000);
+      expect((await h.stats(T0 - 1)).get(o)!.exposureHours).toBeCloseTo(0.25, 9);
+    });
   });
 }
 

@@ -4,7 +4,7 @@ import { intake } from '../../core/services/intake.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { reason } from '../../core/reason.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
-import { applyPlan, HOLD_WRITE_CONCURRENCY, reconcile } from '../../core/services/reconcile.ts';
+import { applyPlan, JOB_WRITE_CONCURRENCY, poolNoteDue, POOL_NOTE_EVERY_MS, reconcile } from '../../core/services/reconcile.ts';
 import { IDLE_TEAM } from '../../core/services/accrual.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
 import { costForDuration } from '../../core/money.ts';
@@ -428,6 +428,15 @@ describe('spend: every second of every machine, to the team that held it then', 
   });
 });
 
+describe('noting spot exposure', () => {
+  it('notes a machine at its first reconcile, then once per slot of its life, whatever the minute it was launched in', () => {
+    const launched = T0 + 17_000;
+    const due = Array.from({ length: 40 }, (_, k) => T0 + 30_000 + k * 60_000).filter((t) => poolNoteDue(launched, t, 60_000));
+    expect(due.map((t) => Math.round((t - launched) / 1000))).toEqual([13, 613, 1213, 1813]);
+    expect(POOL_NOTE_EVERY_MS).toBe(600_000);
+  });
+});
+
 describe('applying a plan', () => {
   it('writes holds a bounded number at a time, after the capacity actions, and records each one', async () => {
     const e = env();
@@ -465,8 +474,115 @@ describe('applying a plan', () => {
     const out = await applyPlan({ ...e.ports, jobs }, actions, new Map([['v100-spot', e.ports.providers[0]!]]), e.clock.nowMs());
     expect(out).toEqual({ applied: 41, errors: [] });
     expect(most).toBeGreaterThan(1);
-    expect(most).toBeLessThanOrEqual(HOLD_WRITE_CONCURRENCY);
+    expect(most).toBeLessThanOrEqual(JOB_WRITE_CONCURRENCY);
     expect((await e.jobs.listByState(['pending'])).every((j) => j.hold?.code === 'budget-hold')).toBe(true);
     expect(e.cloud.calls[0]).toEqual({ method: 'setDesiredCapacity', args: ['v100-spot', 1] });
+  });
+  it('applies placements concurrently, never two at once on the same node, and each lands', async () => {
+    const e = env();
+    for (const id of ['i-a', 'i-b'])
+      await e.nodes.register({
+        instanceId: id,
+        groupId: 'v100-spot',
+        registeredAtMs: T0,
+        lastHeartbeatAtMs: T0,
+        healthy: true,
+        gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
+      });
+    for (let i = 0; i < 6; i++) await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: `p${i}` });
+    const inFlight = new Map<string, number>();
+    let mostOnOneNode = 0;
+    let mostOverall = 0;
+    const nodes = new Proxy(e.nodes, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (prop !== 'assign' || typeof v !== 'function')
+          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        return async (nodeId: string, ...rest: unknown[]) => {
+          inFlight.set(nodeId, (inFlight.get(nodeId) ?? 0) + 1);
+          mostOnOneNode = Math.max(mostOnOneNode, inFlight.get(nodeId)!);
+          mostOverall = Math.max(
+            mostOverall,
+            [...inFlight.values()].reduce((a, b) => a + b, 0),
+          );
+          await new Promise((r) => setTimeout(r, 2));
+          try {
+            return await (v as (...a: unknown[]) => unknown).call(target, nodeId, ...rest);
+          } finally {
+            inFlight.set(nodeId, inFlight.get(nodeId)! - 1);
+          }
+        };
+      },
+    });
+    const actions = Array.from({ length: 6 }, (_, i) => ({
+      kind: 'place' as const,
+      jobId: `nlp.p${i}`,
+      attempt: 1,
+      placement: { nodes: [{ nodeId: i < 3 ? 'i-a' : 'i-b', gpuIndices: [0] }], capacityType: 'spot' as const },
+      reason: reason('placed-on-free-capacity', 'x'),
+    }));
+    // Interleaved: a, b, a, b, ...
+    const order = [0, 3, 1, 4, 2, 5].map((k) => actions[k]!);
+    expect(await applyPlan({ ...e.ports, nodes }, order, new Map(), e.clock.nowMs())).toEqual({ applied: 6, errors: [] });
+    expect(mostOnOneNode).toBe(1);
+    expect(mostOverall).toBe(2);
+    expect((await e.jobs.listByState(['placed'])).map((j) => j.id).sort()).toEqual([
+      'nlp.p0',
+      'nlp.p1',
+      'nlp.p2',
+      'nlp.p3',
+      'nlp.p4',
+      'nlp.p5',
+    ]);
+    expect(Object.keys((await e.nodes.get('i-a'))!.assigned ?? {}).sort()).toEqual(['nlp.p0', 'nlp.p1', 'nlp.p2']);
+  });
+
+  it('a failure in a wave gives up only once every write of the wave has ended: none lands after the apply stopped', async () => {
+    const e = env();
+    for (const id of ['i-a', 'i-b', 'i-c'])
+      await e.nodes.register({
+        instanceId: id,
+        groupId: 'v100-spot',
+        registeredAtMs: T0,
+        lastHeartbeatAtMs: T0,
+        healthy: true,
+        gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
+      });
+    for (let i = 0; i < 3; i++) await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: `w${i}` });
+    const landed: string[] = [];
+    // The two other nodes' work-list writes are slow; the first placement's journal entry fails (the function is being stopped).
+    const nodes = new Proxy(e.nodes, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (prop !== 'assign' || typeof v !== 'function')
+          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        return async (nodeId: string, jobId: string, attempt: number) => {
+          if (nodeId !== 'i-a') await new Promise((r) => setTimeout(r, 30));
+          const out = await (v as (...a: unknown[]) => Promise<boolean>).call(target, nodeId, jobId, attempt);
+          landed.push(jobId);
+          return out;
+        };
+      },
+    });
+    const actions = ['i-a', 'i-b', 'i-c'].map((nodeId, i) => ({
+      kind: 'place' as const,
+      jobId: `nlp.w${i}`,
+      attempt: 1,
+      placement: { nodes: [{ nodeId, gpuIndices: [0] }], capacityType: 'spot' as const },
+      reason: reason('placed-on-free-capacity', 'x'),
+    }));
+    const journal = {
+      ...e.ports.journal,
+      done: async (_planId: string, index: number) => {
+        if (index === 0) throw new Error('the store is gone');
+      },
+    };
+    await expect(applyPlan({ ...e.ports, nodes }, actions, new Map(), e.clock.nowMs(), { journal, planId: 'p' })).rejects.toThrow(
+      'the store is gone',
+    );
+    const atStop = [...landed];
+    await new Promise((r) => setTimeout(r, 80));
+    expect(atStop.sort()).toEqual(['nlp.w0', 'nlp.w1', 'nlp.w2']);
+    expect(landed).toHaveLength(3);
   });
 });
