@@ -48,6 +48,8 @@ export interface LoadRow {
   readonly totalSec: number;
   readonly actions: number;
   readonly placed: number;
+  /** On dynalite: the writes by command, table and control-record kind. */
+  readonly writesByKind?: Readonly<Record<string, number>>;
   readonly holdsWritten: number;
   readonly waiting: number;
   /** Items read and written, and capacity units consumed (reads + writes): dynalite only (null in memory). */
@@ -67,7 +69,7 @@ const READS = new Set(['GetCommand', 'QueryCommand', 'ScanCommand', 'BatchGetCom
 
 /** Counts what every DynamoDB call read, wrote and consumed (asking each for its consumed capacity). */
 function meter(doc: DynamoDBDocumentClient) {
-  const m = { itemsRead: 0, itemsWritten: 0, readUnits: 0, writeUnits: 0 };
+  const m = { itemsRead: 0, itemsWritten: 0, readUnits: 0, writeUnits: 0, writesByKind: {} as Record<string, number> };
   doc.middlewareStack.add(
     (next, context) => async (args) => {
       const input = args.input as Record<string, unknown>;
@@ -89,6 +91,10 @@ function meter(doc: DynamoDBDocumentClient) {
           m.itemsWritten += Object.values((input.RequestItems ?? {}) as Record<string, unknown[]>).reduce((a, r) => a + r.length, 0);
         else if (command === 'TransactWriteCommand') m.itemsWritten += ((input.TransactItems ?? []) as unknown[]).length;
         else m.itemsWritten += 1;
+        // What was written, by table and (in the control table) record kind: "UpdateCommand load-control/spend".
+        const key = (input.Key ?? input.Item) as Record<string, unknown> | undefined;
+        const kind = `${command} ${String(input.TableName ?? 'batch')}${typeof key?.pk === 'string' ? `/${key.pk.split('#')[0]}` : ''}`;
+        m.writesByKind[kind] = (m.writesByKind[kind] ?? 0) + 1;
       }
       return out;
     },
@@ -213,7 +219,7 @@ export async function benchLoad(o: { jobs: number; nodes: number; teams: number;
       await agents.tick(await env.cloud.listInstances());
     }
     global.gc?.();
-    if (metered) Object.assign(metered, { itemsRead: 0, itemsWritten: 0, readUnits: 0, writeUnits: 0 });
+    if (metered) Object.assign(metered, { itemsRead: 0, itemsWritten: 0, readUnits: 0, writeUnits: 0, writesByKind: {} });
     const t: { planFrom?: number; planTo?: number } = {};
     const t0 = performance.now();
     const out = await reconcile(ports, {
@@ -228,7 +234,7 @@ export async function benchLoad(o: { jobs: number; nodes: number; teams: number;
     });
     const t1 = performance.now();
     if (out.status !== 'done') throw new Error(`reconcile ${n} skipped: ${out.reason}`);
-    const m = metered ? { ...metered } : undefined;
+    const m = metered ? { ...metered, writesByKind: { ...metered.writesByKind } } : undefined;
     const units = m ? m.readUnits + m.writeUnits : null;
     rows.push({
       store,
@@ -247,6 +253,7 @@ export async function benchLoad(o: { jobs: number; nodes: number; teams: number;
       waiting: out.decision.plan.waiting.length,
       itemsRead: m ? m.itemsRead : null,
       itemsWritten: m ? m.itemsWritten : null,
+      ...(m ? { writesByKind: m.writesByKind } : {}),
       capacityUnits: units === null ? null : r2(units),
       readUnits: m ? r2(m.readUnits) : null,
       writeUnits: m ? r2(m.writeUnits) : null,
