@@ -111,7 +111,8 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       // machine per note: at 1,000 spot machines, every minute was 1,000 writes a minute that changed nothing of note).
       const intervalMs = options.policy.reconcileIntervalSec * 1000;
       const spotAlive = world.instances.filter(
-        (i) => i.capacityType === 'spot' && (i.state === 'running' || i.state === 'pending') && poolNoteDue(i.launchedAtMs, nowMs, intervalMs),
+        (i) =>
+          i.capacityType === 'spot' && (i.state === 'running' || i.state === 'pending') && poolNoteDue(i.launchedAtMs, nowMs, intervalMs),
       );
       if (spotAlive.length > 0)
         await ports.pools.noteAlive(
