@@ -65,7 +65,8 @@ export interface LoadRow {
   readonly lambdaTimeoutSec: number;
 }
 
-const READS = new Set(['GetCommand', 'QueryCommand', 'ScanCommand', 'BatchGetCommand', 'TransactGetCommand']);
+// The middleware sees the low-level client's command names (GetItemCommand), not the document client's (GetCommand).
+const READS = new Set(['GetItemCommand', 'QueryCommand', 'ScanCommand', 'BatchGetItemCommand', 'TransactGetItemsCommand']);
 
 /** Counts what every DynamoDB call read, wrote and consumed (asking each for its consumed capacity). */
 function meter(doc: DynamoDBDocumentClient) {

@@ -30,5 +30,10 @@ describe('bench:load', () => {
     // The held team's jobs are held once, in the first reconcile only.
     expect(first.holdsWritten).toBe(60);
     expect(second.holdsWritten).toBe(0);
+    // A quiet minute writes what changed only: spend cursors, the decision, the lease and journal; no job, no node.
+    const kinds = Object.keys(second.writesByKind ?? {});
+    expect(kinds.filter((k) => /jobs|nodes/.test(k))).toEqual([]);
+    expect(kinds.filter((k) => /^(GetItem|Query|Scan)/.test(k))).toEqual([]); // reads are not counted as writes
+    expect(second.itemsWritten!).toBeLessThan(first.itemsWritten! / 5);
   }, 120_000);
 });

@@ -148,7 +148,8 @@ describe('reconcile function', () => {
     expect(out).toMatchObject({ status: 'done', polledNotices: 1 });
     // The preempted machine is drained and let go in the same run, instead of receiving one of the waiting jobs.
     expect((await cloud.listInstances()).find((i) => i.id === inst!.id)!.state).toBe('terminated');
-    expect(await stores.nodes.get(inst!.id)).toBeUndefined();
+    // Its record stays, with when its bill ended, until a reconcile has seen it gone and counted its last minutes.
+    expect(await stores.nodes.get(inst!.id)).toMatchObject({ endedAtMs: expect.any(Number), draining: expect.anything() });
     const placedOnIt = (await stores.jobs.listByState(['placed'])).filter((j) => j.placement?.nodes.some((n) => n.nodeId === inst!.id));
     expect(placedOnIt).toEqual([]);
   });
