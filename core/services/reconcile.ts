@@ -1,6 +1,6 @@
 import { offeringId, type PriceQuote } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
-import { ACTIVE_STATES, type Job } from '../job.ts';
+import { ACTIVE_STATES, HELD_ATTEMPTS_KEPT_MS, type Job } from '../job.ts';
 import { actionResource, type ActionFailure, type Plan, type PlanAction } from '../plan.ts';
 import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore, PlanJournal } from '../ports.ts';
 import { reason, type Reason } from '../reason.ts';
@@ -131,7 +131,12 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
             machineMeters({
               instances: world.instances,
               records: world.records,
-              jobs: [...world.activeJobs, ...world.pendingJobs, ...(await ports.jobs.listEndedSince(sinceMs, nowMs))],
+              // Finished attempts are kept on their jobs for HELD_ATTEMPTS_KEPT_MS: no older job can add a holding.
+              jobs: [
+                ...world.activeJobs,
+                ...world.pendingJobs,
+                ...(await ports.jobs.listEndedSince(Math.max(sinceMs, nowMs - HELD_ATTEMPTS_KEPT_MS), nowMs)),
+              ],
               prices: snapshot.prices,
               gpuCountOf,
               nowMs,
