@@ -207,7 +207,8 @@ export function reportCsv(r: FinOpsReport): string {
   const rows: (string | number)[][] = [];
   const row = (kind: string, fields: Partial<Record<(typeof CSV_COLUMNS)[number], string | number>>) =>
     rows.push([kind, ...CSV_COLUMNS.slice(1).map((c) => fields[c] ?? '')]);
-  for (const t of r.byTeam) row('team', { name: t.team, team: t.team, cost_usd: usd(t.costMicroUsd) });
+  for (const t of r.byTeam)
+    row('team', { name: t.team, team: t.team, cost_usd: usd(t.costMicroUsd), committed_usd: usd(t.committedMicroUsd) });
   for (const d of r.byDay) for (const [t, v] of Object.entries(d.byTeam)) row('day', { name: d.day, team: t, cost_usd: usd(v) });
   for (const p of r.byProject)
     row('project', { name: p.project, project: p.project, cost_usd: usd(p.costMicroUsd), gpu_hours: p.gpuHours.toFixed(3) });
@@ -236,6 +237,8 @@ const CSV_COLUMNS = [
   'project',
   'state',
   'cost_usd',
+  /** Team rows: what the team's running work will still cost (as budgets count it). */
+  'committed_usd',
   'on_demand_usd',
   'gpu_hours',
   'spot_share',

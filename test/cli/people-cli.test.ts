@@ -198,7 +198,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   it('report: cost by team, project and job, paid against held, spot savings, the trend by day; as a table, CSV and HTML', async () => {
     const r = json<{
       totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number; spotSavingsMicroUsd: number };
-      byTeam: { team: string; costMicroUsd: number }[];
+      byTeam: { team: string; costMicroUsd: number; committedMicroUsd: number }[];
       byProject: { project: string; costMicroUsd: number }[];
       byDay: { day: string }[];
       jobs: { costMicroUsd: number; onDemandMicroUsd: number }[];
@@ -215,9 +215,15 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(r.totals.spotSavingsMicroUsd).toBeGreaterThan(0);
     const csv = await cli(['report', '--sim', dir, '--csv']);
     expect(csv.stdout.split('\n')[0]).toBe(
-      'kind,name,team,project,state,cost_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct',
+      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct',
     );
     expect(csv.stdout).toMatch(/\nteam,nlp,nlp,/);
+    // Team rows carry the committed cost beside the spend, as `budget` and the text report do.
+    const nlpRow = csv.stdout
+      .split('\n')
+      .find((l) => l.startsWith('team,nlp,'))!
+      .split(',');
+    expect(nlpRow[6]).toBe((r.byTeam.find((t) => t.team === 'nlp')!.committedMicroUsd / 1e6).toFixed(2));
     const out = join(dir, 'finops');
     const human = await cli(['report', '--sim', dir, '--out', out]);
     expect(human.stdout).toMatch(/paid \(all machines\)\s+\$[\d,]+\.\d\d/);
