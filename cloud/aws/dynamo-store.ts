@@ -10,6 +10,7 @@ import {
   ScanCommand,
   UpdateCommand,
   type QueryCommandInput,
+  type UpdateCommandInput,
 } from '@aws-sdk/lib-dynamodb';
 import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
@@ -84,6 +85,20 @@ async function call<T>(operation: string, resource: string, f: () => Promise<T>)
     return await f();
   } catch (error) {
     throw translateAwsError(error, { operation, resource });
+  }
+}
+
+/**
+ * An update that applies only when its condition holds: true when written, false when the
+ * condition failed (the caller's "nothing to do"); any other failure is translated and thrown.
+ */
+async function updateIf(doc: DynamoDBDocumentClient, input: UpdateCommandInput, operation: string, resource: string): Promise<boolean> {
+  try {
+    await doc.send(new UpdateCommand(input));
+    return true;
+  } catch (error) {
+    if (!isConditionFailure(error)) throw translateAwsError(error, { operation, resource });
+    return false;
   }
 }
 
@@ -359,54 +374,45 @@ export class DynamoNodeStore implements NodeStore {
   }
 
   async setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void> {
-    try {
-      await this.doc.send(
-        new UpdateCommand({
-          TableName: this.table,
-          Key: { instanceId },
-          UpdateExpression: idleSinceMs === undefined ? 'REMOVE idleSinceMs' : 'SET idleSinceMs = :i',
-          ConditionExpression: 'attribute_exists(instanceId)',
-          ...(idleSinceMs === undefined ? {} : { ExpressionAttributeValues: { ':i': idleSinceMs } }),
-        }),
-      );
-    } catch (error) {
-      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'set idle time', resource: instanceId });
-    }
+    await updateIf(
+      this.doc,
+      {
+        TableName: this.table,
+        Key: { instanceId },
+        UpdateExpression: idleSinceMs === undefined ? 'REMOVE idleSinceMs' : 'SET idleSinceMs = :i',
+        ConditionExpression: 'attribute_exists(instanceId)',
+        ...(idleSinceMs === undefined ? {} : { ExpressionAttributeValues: { ':i': idleSinceMs } }),
+      },
+      'set idle time',
+      instanceId,
+    );
   }
 
   async noteMeter(instanceId: string, meter: MachineMeterFacts): Promise<boolean> {
-    try {
-      await this.doc.send(
-        new UpdateCommand({
-          TableName: this.table,
-          Key: { instanceId },
-          UpdateExpression: 'SET meter = :m',
-          ConditionExpression: 'attribute_exists(instanceId) AND attribute_not_exists(meter)',
-          ExpressionAttributeValues: { ':m': meter },
-        }),
-      );
-      return true;
-    } catch (error) {
-      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'note node meter', resource: instanceId });
-      // Either the node has no record (nothing written) or it has its meter already.
-      return (await this.get(instanceId)) !== undefined;
-    }
+    const input = {
+      TableName: this.table,
+      Key: { instanceId },
+      UpdateExpression: 'SET meter = :m',
+      ConditionExpression: 'attribute_exists(instanceId) AND attribute_not_exists(meter)',
+      ExpressionAttributeValues: { ':m': meter },
+    };
+    // Not written: either the node has no record, or it has its meter already.
+    return (await updateIf(this.doc, input, 'note node meter', instanceId)) || (await this.get(instanceId)) !== undefined;
   }
 
   async noteEnded(instanceId: string, atMs: number): Promise<void> {
-    try {
-      await this.doc.send(
-        new UpdateCommand({
-          TableName: this.table,
-          Key: { instanceId },
-          UpdateExpression: 'SET endedAtMs = :t',
-          ConditionExpression: 'attribute_exists(instanceId) AND (attribute_not_exists(endedAtMs) OR endedAtMs > :t)',
-          ExpressionAttributeValues: { ':t': atMs },
-        }),
-      );
-    } catch (error) {
-      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'note node ended', resource: instanceId });
-    }
+    await updateIf(
+      this.doc,
+      {
+        TableName: this.table,
+        Key: { instanceId },
+        UpdateExpression: 'SET endedAtMs = :t',
+        ConditionExpression: 'attribute_exists(instanceId) AND (attribute_not_exists(endedAtMs) OR endedAtMs > :t)',
+        ExpressionAttributeValues: { ':t': atMs },
+      },
+      'note node ended',
+      instanceId,
+    );
   }
 
   async remove(instanceId: string): Promise<void> {
@@ -469,21 +475,19 @@ export class DynamoNodeStore implements NodeStore {
   }
 
   async unassign(instanceId: string, jobId: string, attempt: number): Promise<void> {
-    try {
-      await this.doc.send(
-        new UpdateCommand({
-          TableName: this.table,
-          Key: { instanceId },
-          UpdateExpression: 'REMOVE assigned.#j',
-          ConditionExpression: 'assigned.#j <= :a',
-          ExpressionAttributeNames: { '#j': jobId },
-          ExpressionAttributeValues: { ':a': attempt },
-        }),
-      );
-    } catch (error) {
-      if (!isConditionFailure(error))
-        throw translateAwsError(error, { operation: 'unassign job from node', resource: `${instanceId}/${jobId}` });
-    }
+    await updateIf(
+      this.doc,
+      {
+        TableName: this.table,
+        Key: { instanceId },
+        UpdateExpression: 'REMOVE assigned.#j',
+        ConditionExpression: 'assigned.#j <= :a',
+        ExpressionAttributeNames: { '#j': jobId },
+        ExpressionAttributeValues: { ':a': attempt },
+      },
+      'unassign job from node',
+      `${instanceId}/${jobId}`,
+    );
   }
 }
 

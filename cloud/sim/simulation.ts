@@ -981,7 +981,11 @@ function spendAccuracy(
   startMs: number,
 ): Pick<SimulationSummary, 'exactCostByTeamMicroUsd' | 'spendErrorPct' | 'teamSpendErrorPct'> {
   const byNode = new Map<string, Holding[]>();
-  const hold = (nodeId: string, h: Holding) => byNode.set(nodeId, [...(byNode.get(nodeId) ?? []), h]);
+  const hold = (nodeId: string, h: Holding) => {
+    const list = byNode.get(nodeId);
+    if (list) list.push(h);
+    else byNode.set(nodeId, [h]);
+  };
   for (const h of closed) hold(h.nodeId, { team: h.team, milliGpu: h.milliGpu, fromMs: h.fromMs, toMs: h.toMs! });
   for (const j of jobs) {
     const fromMs = j.placedAtMs ?? j.startedAtMs;

@@ -116,7 +116,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       );
       if (spotAlive.length > 0)
         await ports.pools.noteAlive(
-          spotAlive.map((i) => ({ instanceId: i.id, offeringId: `${i.cloud}/${i.zone}/${i.instanceType}/spot`, atMs: nowMs })),
+          spotAlive.map((i) => ({ instanceId: i.id, offeringId: offeringId(i), atMs: nowMs })),
         );
       const gpuCountOf = (t: string) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1;
       await stampMeters(ports, world, snapshot.prices, gpuCountOf);
@@ -507,7 +507,6 @@ async function trackIdleAndProtection(ports: ReconcilePorts, world: WorldView, p
   }
 }
 
-/** Forgets the records of machines that are gone and hold no work, a while after they went. */
 /** How often a spot machine's time alive is noted in the pool history (its exposure, for the interruption rate). */
 export const POOL_NOTE_EVERY_MS = 10 * 60_000;
 
@@ -546,6 +545,7 @@ async function stampMeters(
   }
 }
 
+/** Forgets the records of machines that are gone and hold no work, a while after they went. */
 async function forgetGoneNodes(ports: ReconcilePorts, world: WorldView, nowMs: number): Promise<void> {
   const instances = new Map(world.instances.map((i) => [i.id, i]));
   const busy = new Set(world.activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));

@@ -9,7 +9,7 @@ import { IDLE_TEAM } from '../../core/services/accrual.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
 import { costForDuration } from '../../core/money.ts';
 import { CloudError } from '../../core/errors.ts';
-import type { NodeGroupProvider } from '../../core/ports.ts';
+import type { NodeGroupProvider, NodeStore } from '../../core/ports.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
@@ -30,6 +30,36 @@ function env() {
     teamTags: defaultTeamTags(['nlp']),
     bootSec: 120,
     groups: [{ id: 'v100-spot', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 5 }],
+  });
+}
+
+/** Registers one-V100 nodes of the spot group, as their agents would. */
+async function registerV100(e: ReturnType<typeof env>, ids: readonly string[]): Promise<void> {
+  for (const id of ids)
+    await e.nodes.register({
+      instanceId: id,
+      groupId: 'v100-spot',
+      registeredAtMs: T0,
+      lastHeartbeatAtMs: T0,
+      healthy: true,
+      gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
+    });
+}
+
+/** The node store with its work-list writes (`assign`) going through `wrap`, to watch or delay them. */
+function onAssign(
+  store: NodeStore,
+  wrap: (assign: NodeStore['assign'], nodeId: string, jobId: string, attempt: number) => Promise<boolean>,
+): NodeStore {
+  return new Proxy(store, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof v !== 'function') return v;
+      const bound = (v as (...a: unknown[]) => unknown).bind(target);
+      return prop === 'assign'
+        ? (nodeId: string, jobId: string, attempt: number) => wrap(bound as NodeStore['assign'], nodeId, jobId, attempt)
+        : bound;
+    },
   });
 }
 
@@ -401,6 +431,22 @@ describe('spend: every second of every machine, to the team that held it then', 
     expect(placedAtMs).toBeGreaterThan(inst.launchedAtMs);
   });
 
+  it('charges a machine that a resumed plan scales in, up to its end, though the plan ran before the spend was counted', async () => {
+    const { e, run, inst, price, spent } = await withPlacedJob();
+    await applyJobEvent(e.jobs, 'nlp.a', { type: 'start', attempt: 1 }, e.clock.nowMs());
+    await applyJobEvent(e.jobs, 'nlp.a', { type: 'succeed', attempt: 1 }, e.clock.nowMs());
+    // A reconcile that crashed left a plan with the idle machine's scale-in; the next one resumes it first.
+    e.clock.advanceBy(60_000);
+    await e.nodes.heartbeat(inst.id, e.clock.nowMs());
+    const action = { kind: 'scale-in' as const, groupId: 'v100-spot', instanceId: inst.id, reason: reason('scale-in-idle', 'idle') };
+    await e.ports.journal.start('decision-crashed', e.clock.nowMs() - 30_000, [action]);
+    await run();
+    const endedAtMs = e.clock.nowMs();
+    expect(e.cloud.allInstances().find((i) => i.id === inst.id)?.endedAtMs).toBe(endedAtMs);
+    const machines = e.cloud.allInstances().map((i) => costForDuration(price, (i.endedAtMs ?? e.clock.nowMs()) - i.launchedAtMs));
+    expect((await spent('nlp')) + (await spent(IDLE_TEAM))).toBe(machines.reduce((a, b) => a + b, 0));
+  });
+
   it("charges a machine's minutes after the last reconcile that listed it, up to the end its cloud reported", async () => {
     const { e, run, inst, price, spent } = await withPlacedJob();
     expect((await e.nodes.get(inst.id))?.meter).toMatchObject({
@@ -480,39 +526,24 @@ describe('applying a plan', () => {
   });
   it('applies placements concurrently, never two at once on the same node, and each lands', async () => {
     const e = env();
-    for (const id of ['i-a', 'i-b'])
-      await e.nodes.register({
-        instanceId: id,
-        groupId: 'v100-spot',
-        registeredAtMs: T0,
-        lastHeartbeatAtMs: T0,
-        healthy: true,
-        gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
-      });
+    await registerV100(e, ['i-a', 'i-b']);
     for (let i = 0; i < 6; i++) await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: `p${i}` });
     const inFlight = new Map<string, number>();
     let mostOnOneNode = 0;
     let mostOverall = 0;
-    const nodes = new Proxy(e.nodes, {
-      get(target, prop, receiver) {
-        const v = Reflect.get(target, prop, receiver) as unknown;
-        if (prop !== 'assign' || typeof v !== 'function')
-          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-        return async (nodeId: string, ...rest: unknown[]) => {
-          inFlight.set(nodeId, (inFlight.get(nodeId) ?? 0) + 1);
-          mostOnOneNode = Math.max(mostOnOneNode, inFlight.get(nodeId)!);
-          mostOverall = Math.max(
-            mostOverall,
-            [...inFlight.values()].reduce((a, b) => a + b, 0),
-          );
-          await new Promise((r) => setTimeout(r, 2));
-          try {
-            return await (v as (...a: unknown[]) => unknown).call(target, nodeId, ...rest);
-          } finally {
-            inFlight.set(nodeId, inFlight.get(nodeId)! - 1);
-          }
-        };
-      },
+    const nodes = onAssign(e.nodes, async (assign, nodeId, jobId, attempt) => {
+      inFlight.set(nodeId, (inFlight.get(nodeId) ?? 0) + 1);
+      mostOnOneNode = Math.max(mostOnOneNode, inFlight.get(nodeId)!);
+      mostOverall = Math.max(
+        mostOverall,
+        [...inFlight.values()].reduce((a, b) => a + b, 0),
+      );
+      await new Promise((r) => setTimeout(r, 2));
+      try {
+        return await assign(nodeId, jobId, attempt);
+      } finally {
+        inFlight.set(nodeId, inFlight.get(nodeId)! - 1);
+      }
     });
     const actions = Array.from({ length: 6 }, (_, i) => ({
       kind: 'place' as const,
@@ -539,30 +570,15 @@ describe('applying a plan', () => {
 
   it('a failure in a wave gives up only once every write of the wave has ended: none lands after the apply stopped', async () => {
     const e = env();
-    for (const id of ['i-a', 'i-b', 'i-c'])
-      await e.nodes.register({
-        instanceId: id,
-        groupId: 'v100-spot',
-        registeredAtMs: T0,
-        lastHeartbeatAtMs: T0,
-        healthy: true,
-        gpus: [{ index: 0, model: 'V100', memoryMiB: 16384 }],
-      });
+    await registerV100(e, ['i-a', 'i-b', 'i-c']);
     for (let i = 0; i < 3; i++) await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: `w${i}` });
     const landed: string[] = [];
     // The two other nodes' work-list writes are slow; the first placement's journal entry fails (the function is being stopped).
-    const nodes = new Proxy(e.nodes, {
-      get(target, prop, receiver) {
-        const v = Reflect.get(target, prop, receiver) as unknown;
-        if (prop !== 'assign' || typeof v !== 'function')
-          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-        return async (nodeId: string, jobId: string, attempt: number) => {
-          if (nodeId !== 'i-a') await new Promise((r) => setTimeout(r, 30));
-          const out = await (v as (...a: unknown[]) => Promise<boolean>).call(target, nodeId, jobId, attempt);
-          landed.push(jobId);
-          return out;
-        };
-      },
+    const nodes = onAssign(e.nodes, async (assign, nodeId, jobId, attempt) => {
+      if (nodeId !== 'i-a') await new Promise((r) => setTimeout(r, 30));
+      const out = await assign(nodeId, jobId, attempt);
+      landed.push(jobId);
+      return out;
     });
     const actions = ['i-a', 'i-b', 'i-c'].map((nodeId, i) => ({
       kind: 'place' as const,
