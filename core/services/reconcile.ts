@@ -115,9 +115,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
           i.capacityType === 'spot' && (i.state === 'running' || i.state === 'pending') && poolNoteDue(i.launchedAtMs, nowMs, intervalMs),
       );
       if (spotAlive.length > 0)
-        await ports.pools.noteAlive(
-          spotAlive.map((i) => ({ instanceId: i.id, offeringId: offeringId(i), atMs: nowMs })),
-        );
+        await ports.pools.noteAlive(spotAlive.map((i) => ({ instanceId: i.id, offeringId: offeringId(i), atMs: nowMs })));
       const gpuCountOf = (t: string) => snapshot.instanceTypes.get(t)?.gpuCount ?? 1;
       await stampMeters(ports, world, snapshot.prices, gpuCountOf);
       // With a cloud left out its machines are not in view: spend is not counted this minute (the cursor stays, and the
