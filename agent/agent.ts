@@ -73,6 +73,12 @@ export interface AgentPorts {
   readonly metadata?: MetadataClient;
   readonly metrics?: GpuMetricSink;
   readonly log: AgentLog;
+  /**
+   * Removes a job's folder once its attempt is over (default: the agent removes it itself). On a
+   * fleet machine the agent is not root and a container writes as root: a root-owned helper that
+   * removes folders under the jobs folder only does it (see infra/node-setup.ts).
+   */
+  readonly removeFolder?: (dir: string) => Promise<void>;
 }
 
 export interface AgentConfig {
@@ -480,8 +486,9 @@ export class NodeAgent {
     const saving = l.saving?.done;
     const cleanup = (async () => {
       await saving;
-      await rm(l.dirs.checkpoint, { recursive: true, force: true });
-      if (l.dirs.resume) await rm(l.dirs.resume, { recursive: true, force: true });
+      const remove = this.ports.removeFolder ?? ((dir: string) => rm(dir, { recursive: true, force: true }));
+      await remove(l.dirs.checkpoint);
+      if (l.dirs.resume) await remove(l.dirs.resume);
     })().catch((error: unknown) =>
       this.ports.log.warn("could not remove the job's checkpoint folder", { job: l.jobId, error: messageOf(error) }),
     );

@@ -3,9 +3,13 @@ import { cp, lstat, mkdir, readdir, readFile, realpath, rm, stat } from 'node:fs
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { GetObjectCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
-import { GpuFleetError, messageOf } from '../core/errors.ts';
+import { jobOfLocation, type AgentApiClient } from '../cloud/aws/agent-api-client.ts';
+import { parseS3Location } from '../cloud/aws/checkpoint-urls.ts';
+import { CloudError, GpuFleetError, messageOf } from '../core/errors.ts';
 
 /**
  * Checkpoint files: the protocol between a job and its agent, and the store the agent copies
@@ -140,10 +144,7 @@ export class S3Blobs implements CheckpointBlobs {
   constructor(private readonly s3: S3Client) {}
 
   private parse(location: string): { bucket: string; prefix: string } {
-    const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])\/(.*)$/.exec(location);
-    if (!m) throw new GpuFleetError(`not an S3 location (s3://bucket/prefix/): ${location}`);
-    const prefix = m[2]!;
-    return { bucket: m[1]!, prefix: prefix === '' || prefix.endsWith('/') ? prefix : `${prefix}/` };
+    return parseS3Location(location);
   }
 
   async upload(localDir: string, location: string): Promise<void> {
@@ -184,4 +185,115 @@ export class S3Blobs implements CheckpointBlobs {
     }
     return true;
   }
+}
+
+/**
+ * The checkpoint store through the agent API: the API hands out a presigned URL per object (or per
+ * part of a large one) for folders of the jobs this machine holds, and the agent moves the bytes
+ * straight to and from S3. The machine itself has no S3 permission on the checkpoints.
+ */
+export class AgentApiBlobs implements CheckpointBlobs {
+  constructor(
+    private readonly api: AgentApiClient,
+    private readonly root: string,
+  ) {}
+
+  private jobOf(location: string): string {
+    const jobId = jobOfLocation(this.root, location);
+    if (jobId === undefined) throw new GpuFleetError(`${location} is not under the checkpoint root ${this.root}`);
+    return jobId;
+  }
+
+  async upload(localDir: string, location: string): Promise<void> {
+    await refuseLink(localDir);
+    const jobId = this.jobOf(location);
+    const files = await Promise.all(
+      (await filesUnder(localDir)).map(async (file) => ({
+        file,
+        path: relative(localDir, file).split(sep).join('/'),
+        bytes: (await stat(file)).size,
+      })),
+    );
+    for (let i = 0; i < files.length; i += 100) {
+      const batch = files.slice(i, i + 100);
+      const { files: targets } = await this.api.call('checkpoint/upload', {
+        jobId,
+        location,
+        files: batch.map(({ path, bytes }) => ({ path, bytes })),
+      });
+      for (const t of targets) {
+        const f = batch.find((b) => b.path === t.path)!;
+        if ('url' in t) {
+          await transfer('PUT', t.url, { file: f.file, start: 0, bytes: f.bytes });
+          continue;
+        }
+        const parts: { partNumber: number; etag: string }[] = [];
+        for (let n = 0; n < t.partUrls.length; n++) {
+          const start = n * t.partBytes;
+          const etag = await transfer('PUT', t.partUrls[n]!, { file: f.file, start, bytes: Math.min(t.partBytes, f.bytes - start) });
+          parts.push({ partNumber: n + 1, etag: etag ?? '' });
+        }
+        await this.api.call('checkpoint/finish-upload', { jobId, location, path: t.path, uploadId: t.uploadId, parts });
+      }
+    }
+  }
+
+  async download(location: string, localDir: string): Promise<boolean> {
+    const { files } = await this.api.call('checkpoint/download', { jobId: this.jobOf(location), location });
+    if (files.length === 0) return false;
+    await rm(localDir, { recursive: true, force: true });
+    for (const f of files) {
+      const target = resolve(localDir, ...f.path.split('/'));
+      if (!target.startsWith(resolve(localDir) + sep)) throw new GpuFleetError(`checkpoint file ${f.path} would land outside ${localDir}`);
+      await mkdir(dirname(target), { recursive: true });
+      await transfer('GET', f.url, { into: target });
+    }
+    return true;
+  }
+}
+
+/** One presigned request: a PUT of a file's byte range (with its length, as S3 asks), or a GET into a file. Resolves the ETag. */
+function transfer(
+  method: 'PUT' | 'GET',
+  url: string,
+  body: { file: string; start: number; bytes: number } | { into: string },
+): Promise<string | undefined> {
+  const where = new URL(url);
+  const send = where.protocol === 'https:' ? httpsRequest : httpRequest;
+  return new Promise((resolvePromise, reject) => {
+    const req = send(
+      where,
+      { method, headers: 'file' in body ? { 'content-length': String(body.bytes) } : {}, timeout: 120_000 },
+      (res: IncomingMessage) => {
+        const fail = (detail: string) =>
+          reject(
+            new CloudError(
+              res.statusCode === 403 ? 'access-denied' : 'unavailable',
+              `${method} ${where.host}${where.pathname} failed: ${res.statusCode} ${detail}`,
+              { operation: `checkpoint ${method}` },
+            ),
+          );
+        if ((res.statusCode ?? 0) >= 300) {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (text += c.slice(0, 500)));
+          res.on('end', () => fail(text.slice(0, 500)));
+          return;
+        }
+        const etag = typeof res.headers.etag === 'string' ? res.headers.etag : undefined;
+        if ('into' in body) pipeline(res, createWriteStream(body.into)).then(() => resolvePromise(etag), reject);
+        else {
+          res.resume();
+          res.on('end', () => resolvePromise(etag));
+        }
+      },
+    );
+    req.on('timeout', () =>
+      req.destroy(new CloudError('unavailable', `${method} ${where.host} timed out`, { operation: `checkpoint ${method}` })),
+    );
+    req.on('error', reject);
+    if ('file' in body && body.bytes > 0)
+      pipeline(createReadStream(body.file, { start: body.start, end: body.start + body.bytes - 1 }), req).catch(reject);
+    else req.end();
+  });
 }

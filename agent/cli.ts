@@ -5,14 +5,16 @@ import { fileURLToPath } from 'node:url';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { NodeAgent, type AgentLog } from './agent.ts';
-import { DirectoryBlobs, S3Blobs, type CheckpointBlobs } from './checkpoint-files.ts';
+import { AgentApiBlobs, DirectoryBlobs, S3Blobs, type CheckpointBlobs } from './checkpoint-files.ts';
 import { nvidiaSmiMig } from './devices.ts';
 import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, type Identity, type MetadataClient } from './metadata.ts';
 import { gpuProblems, readGpuInventory, toGpuDevices } from './nvidia-smi.ts';
 import { DockerRunner, ProcessRunner } from './runner.ts';
+import { AgentApiCheckpointStore, AgentApiClient, AgentApiJobStore, AgentApiNodeStore } from '../cloud/aws/agent-api-client.ts';
 import { fleetConfigFromEnv } from '../cloud/env.ts';
 import { fleetPorts } from '../cloud/wiring.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
+import type { CheckpointStore, JobStore, NodeStore } from '../core/ports.ts';
 
 /** `gpu-fleet agent inspect` and `gpu-fleet agent run`: the node agent from the command line. */
 
@@ -32,6 +34,10 @@ export interface RunFlags extends AgentCommonFlags {
   readonly workDir?: string;
   readonly runner?: 'docker' | 'process';
   readonly checkpointStore?: string;
+  /** The agent API's URL (default $GPU_FLEET_AGENT_API_URL); without one the agent uses the tables directly (off-cloud, tests). */
+  readonly apiUrl?: string;
+  /** Not root: MIG changes go through sudo, and job folders are removed by this root-owned helper, through sudo. */
+  readonly sudoHelper?: string;
   readonly instanceId?: string;
   readonly metrics?: boolean;
   readonly migCreate?: boolean;
@@ -147,13 +153,29 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
   const storeUri =
     flags.checkpointStore ??
     (/^(s3|file):\/\//.test(base.checkpointBucket) ? base.checkpointBucket : `s3://${base.checkpointBucket}/checkpoints/`);
-  let blobs: CheckpointBlobs;
-  if (storeUri.startsWith('s3://')) blobs = new S3Blobs(new S3Client({ region: base.region }));
-  else if (storeUri.startsWith('file://')) blobs = new DirectoryBlobs(fileURLToPath(storeUri));
-  else throw new UsageError(`--checkpoint-store must be s3://bucket/prefix/ or file:///path/; got "${storeUri}"`);
+  if (!/^(s3|file):\/\//.test(storeUri))
+    throw new UsageError(`--checkpoint-store must be s3://bucket/prefix/ or file:///path/; got "${storeUri}"`);
   // The same wiring as every other entry point, with the checkpoint root this agent was given.
   const ports = await fleetPorts({ ...base, checkpointBucket: storeUri });
-  const { stores, config } = ports;
+  const { config } = ports;
+  const apiUrl = flags.apiUrl ?? env.GPU_FLEET_AGENT_API_URL;
+  let stores: { jobs: JobStore; nodes: NodeStore; checkpoints: CheckpointStore };
+  let blobs: CheckpointBlobs;
+  if (apiUrl) {
+    // On a fleet machine: every write goes through the agent API, which checks it against this machine's records.
+    const api = new AgentApiClient({ url: apiUrl, region: base.region });
+    stores = {
+      jobs: new AgentApiJobStore(api),
+      nodes: new AgentApiNodeStore(api, identity.instanceId),
+      checkpoints: new AgentApiCheckpointStore(api, storeUri),
+    };
+    if (!storeUri.startsWith('s3://'))
+      throw new UsageError(`with the agent API, checkpoints are kept in S3 (s3://bucket/prefix/); got "${storeUri}"`);
+    blobs = new AgentApiBlobs(api, storeUri);
+  } else {
+    stores = ports.stores;
+    blobs = storeUri.startsWith('s3://') ? new S3Blobs(new S3Client({ region: base.region })) : new DirectoryBlobs(fileURLToPath(storeUri));
+  }
   const nvidiaSmi = flags.nvidiaSmi ?? 'nvidia-smi';
   const agent = new NodeAgent(
     {
@@ -164,7 +186,14 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       blobs,
       runner,
       gpus: () => readGpuInventory({ command: nvidiaSmi, env }),
-      ...(flags.migCreate !== false ? { migControl: nvidiaSmiMig((args) => runCli(nvidiaSmi, args, env)) } : {}),
+      ...(flags.migCreate !== false
+        ? {
+            migControl: nvidiaSmiMig((args) =>
+              flags.sudoHelper ? runCli('sudo', ['-n', nvidiaSmi, ...args], env) : runCli(nvidiaSmi, args, env),
+            ),
+          }
+        : {}),
+      ...(flags.sudoHelper ? { removeFolder: sudoRemover(flags.sudoHelper, env) } : {}),
       ...(metadata ? { metadata } : {}),
       ...(flags.metrics !== false ? { metrics: ports.metricSink } : {}),
       log,
@@ -180,7 +209,13 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     },
   );
   await agent.start();
-  log.info('agent running', { instanceId: agent.instanceId, group: agent.groupId, runner: runnerKind, checkpointStore: storeUri });
+  log.info('agent running', {
+    instanceId: agent.instanceId,
+    group: agent.groupId,
+    runner: runnerKind,
+    checkpointStore: storeUri,
+    state: apiUrl ? `agent API ${apiUrl}` : 'the tables, directly',
+  });
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       log.info('stopping: job processes stop; their jobs restart from their newest checkpoint when the agent is back', { signal });
@@ -189,6 +224,13 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+}
+
+/** Job folders removed by the root-owned helper (infra/node-setup.ts), through sudo: the agent is not root, the containers' files are. */
+export function sudoRemover(helper: string, env: NodeJS.ProcessEnv, sudo = 'sudo'): (dir: string) => Promise<void> {
+  return async (dir) => {
+    await runCli(sudo, ['-n', helper, dir], env);
+  };
 }
 
 function runCli(command: string, args: readonly string[], env: NodeJS.ProcessEnv): Promise<string> {

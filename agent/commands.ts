@@ -55,6 +55,11 @@ export function addAgentCommands(
       'docker',
     )
     .option('--checkpoint-store <uri>', 's3://bucket/ (default: GPU_FLEET_CHECKPOINT_BUCKET) or file:///path/')
+    .option('--api-url <url>', 'the agent API (default: GPU_FLEET_AGENT_API_URL); without one, the tables are written directly')
+    .option(
+      '--sudo-helper <path>',
+      'not running as root: run nvidia-smi mig through sudo, and remove job folders with this root-owned helper (through sudo)',
+    )
     .option('--instance-id <id>', 'off-cloud only: the id to register under')
     .option('--no-metrics', 'do not publish GPU metrics to CloudWatch')
     .option('--no-mig-create', 'use only existing MIG instances; never create or destroy them')
@@ -67,7 +72,7 @@ export function addAgentCommands(
     )
     .addHelpText(
       'after',
-      '\nUses the standard AWS configuration and the GPU_FLEET_* table variables (see README).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev',
+      '\nUses the standard AWS configuration; on a fleet machine, the agent API (GPU_FLEET_AGENT_API_URL), elsewhere the GPU_FLEET_* table variables (see README).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev',
     )
     .action(async (flags) => {
       const { agentRunCommand } = await load();

@@ -81,6 +81,11 @@ export interface CheckpointRef {
   readonly ranks?: number;
 }
 
+/** The folder attempt `attempt` of a job writes its checkpoints in, under a checkpoint root (`s3://bucket/prefix/`, `file:///path/`). */
+export function checkpointFolder(root: string, jobId: string, attempt: number): string {
+  return `${root.endsWith('/') ? root : `${root}/`}${encodeURIComponent(jobId)}/attempt-${attempt}/`;
+}
+
 /** Where rank `rank`'s part of a checkpoint lives. */
 export function checkpointPartLocation(ref: Pick<CheckpointRef, 'location' | 'ranks'>, rank: number): string {
   return (ref.ranks ?? 1) > 1 ? `${ref.location}rank-${rank}/` : ref.location;

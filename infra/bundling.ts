@@ -73,6 +73,7 @@ export const FUNCTION_ENTRIES = {
   intake: resolve(import.meta.dirname, '../functions/entries/intake.ts'),
   reconcile: resolve(import.meta.dirname, '../functions/entries/reconcile.ts'),
   interruption: resolve(import.meta.dirname, '../functions/entries/interruption.ts'),
+  agentApi: resolve(import.meta.dirname, '../functions/entries/agent-api.ts'),
 } as const;
 export type FunctionName = keyof typeof FUNCTION_ENTRIES;
 

@@ -27,6 +27,7 @@ import { FLEET_VARIABLES } from '../cloud/env.ts';
 import { METRICS_NAMESPACE } from '../functions/observability.ts';
 import { DEFAULT_POLICY } from '../core/snapshot.ts';
 import { bundleAgentSync } from './agent-bundle.ts';
+import { agentUserData } from './node-setup.ts';
 import type { GpuFleetConfig, NodeGroupConfig } from './config.ts';
 import { FUNCTION_ENTRIES, type FunctionName } from './bundling.ts';
 
@@ -61,6 +62,7 @@ export class GpuFleetStack extends Stack {
   readonly functions: Record<FunctionName, lambda.Function>;
   readonly groups: Map<string, autoscaling.AutoScalingGroup>;
   readonly agentRole: iam.Role;
+  readonly agentApiUrl: lambda.FunctionUrl;
   readonly dashboard: cloudwatch.Dashboard;
   readonly alarms: cloudwatch.Alarm[] = [];
 
@@ -165,22 +167,7 @@ export class GpuFleetStack extends Stack {
       this.teamQueues.set(team.name, q);
     }
 
-    // ---- network and node groups ------------------------------------------------------------
-    const vpc = this.network(config);
-    const agentAsset = new s3assets.Asset(this, 'AgentBundle', {
-      path: props.agentBundleFile ?? bundleAgentSync(props.agentBundleDir ?? resolve(import.meta.dirname, '../cdk.out-agent')).file,
-    });
-    this.agentRole = this.agentRoleFor(agentAsset);
-    const nodeSg = new ec2.SecurityGroup(this, 'NodeSecurityGroup', {
-      vpc,
-      description: 'gpu-fleet GPU nodes: all egress; nodes of a gang talk to each other',
-      allowAllOutbound: true,
-    });
-    nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
-    this.groups = new Map();
-    for (const g of config.nodeGroups) this.groups.set(g.name, this.nodeGroup(g, config, vpc, nodeSg, agentAsset));
-
-    // ---- functions --------------------------------------------------------------------------
+    // ---- the settings every function reads --------------------------------------------------
     const env: Record<string, string> = {
       GPU_FLEET_JOBS_TABLE: this.tables.jobs.tableName,
       GPU_FLEET_NODES_TABLE: this.tables.nodes.tableName,
@@ -195,6 +182,31 @@ export class GpuFleetStack extends Stack {
       GPU_FLEET_NOTICE_MARGIN_SEC: String(config.policy.noticeMarginSec),
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
     };
+    // ---- network and node groups ------------------------------------------------------------
+    const vpc = this.network(config);
+    const agentAsset = new s3assets.Asset(this, 'AgentBundle', {
+      path: props.agentBundleFile ?? bundleAgentSync(props.agentBundleDir ?? resolve(import.meta.dirname, '../cdk.out-agent')).file,
+    });
+    this.agentRole = this.agentRoleFor(agentAsset);
+    // The one way a machine writes state: a function URL its instance role may call (and nothing else may).
+    const agentApi = this.fn('agentApi', {
+      memoryMb: 512,
+      timeout: Duration.seconds(30),
+      env: { ...env, GPU_FLEET_AGENT_ROLE_NAME: this.agentRole.roleName },
+    });
+    this.agentApiUrl = agentApi.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
+    agentApi.grantInvokeUrl(this.agentRole);
+    this.grantAgentApi(agentApi.role!);
+    const nodeSg = new ec2.SecurityGroup(this, 'NodeSecurityGroup', {
+      vpc,
+      description: 'gpu-fleet GPU nodes: all egress; nodes of a gang talk to each other',
+      allowAllOutbound: true,
+    });
+    nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
+    this.groups = new Map();
+    for (const g of config.nodeGroups) this.groups.set(g.name, this.nodeGroup(g, config, vpc, nodeSg, agentAsset));
+
+    // ---- functions --------------------------------------------------------------------------
     // Only reconcile works with GCP (it scales the managed instance groups and polls preemptions).
     const gcpEnv: Record<string, string> = config.gcp
       ? { GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects), GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName }
@@ -211,7 +223,7 @@ export class GpuFleetStack extends Stack {
       timeout: Duration.seconds(60),
       env: { ...env, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName },
     });
-    this.functions = { reconcile, intake, interruption };
+    this.functions = { reconcile, intake, interruption, agentApi };
     this.grantReconcile(reconcile.role!, config);
     this.grantIntake(intake);
     this.grantInterruption(interruption.role!, reconcile);
@@ -290,6 +302,10 @@ export class GpuFleetStack extends Stack {
       value: [...this.teamQueues].map(([t, q]) => `${t}=${q.queueUrl}`).join(' '),
       description: 'Where each team sends its job specs',
     });
+    new CfnOutput(this, 'AgentApiUrl', {
+      value: this.agentApiUrl.url,
+      description: 'the agent API (IAM-signed calls from the node agents only)',
+    });
     new CfnOutput(this, 'DashboardName', { value: this.dashboard.dashboardName });
   }
 
@@ -325,51 +341,16 @@ export class GpuFleetStack extends Stack {
     return vpc;
   }
 
-  /** What the agent on a GPU node may do: its state, its checkpoints, its metrics, its bundle, job images. Nothing else. */
+  /**
+   * What the agent on a GPU node may do: call the agent API (which checks each write against the
+   * node's own records), publish its GPU metrics, fetch its bundle, pull job images. No table, no
+   * checkpoint object, no key: its state and its jobs' checkpoints go through the API.
+   */
   private agentRoleFor(agentAsset: s3assets.Asset): iam.Role {
     const role = new iam.Role(this, 'AgentRole', {
       assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
       description: 'gpu-fleet node agent',
     });
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        sid: 'JobsItsNodeRuns',
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
-        resources: [this.tables.jobs.tableArn],
-      }),
-    );
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        sid: 'ItsNodeRecord',
-        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
-        resources: [this.tables.nodes.tableArn],
-      }),
-    );
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        sid: 'CheckpointIndexOnly',
-        // The newest checkpoint of each job, and the parts a gang's ranks have saved of one.
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
-        resources: [this.tables.control.tableArn],
-        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt', 'ckpt-parts'] } },
-      }),
-    );
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        sid: 'CheckpointObjects',
-        actions: ['s3:GetObject', 's3:PutObject', 's3:AbortMultipartUpload'],
-        resources: [this.bucket.arnForObjects('checkpoints/*')],
-      }),
-    );
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        sid: 'ListCheckpoints',
-        actions: ['s3:ListBucket'],
-        resources: [this.bucket.bucketArn],
-        conditions: { StringLike: { 's3:prefix': ['checkpoints/*'] } },
-      }),
-    );
-    this.allowKey(role);
     role.addToPolicy(
       new iam.PolicyStatement({
         sid: 'GpuMetrics',
@@ -397,8 +378,6 @@ export class GpuFleetStack extends Stack {
     acknowledge(role, {
       'AwsSolutions-IAM5[Resource::*]':
         'cloudwatch:PutMetricData and ecr:GetAuthorizationToken support no resource-level permissions; PutMetricData is held to the GpuFleet namespace by a condition.',
-      [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/checkpoints/*]`]:
-        'The agent writes and reads checkpoints of whichever jobs run on its node: every key under the checkpoints/ prefix, nothing else in the bucket.',
       [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecr:${nagRegion(this)}:<AWS::AccountId>:repository/*]`]:
         'Jobs name their own images; the agent may pull (read only) from any ECR repository of the account, none elsewhere.',
     });
@@ -421,7 +400,7 @@ export class GpuFleetStack extends Stack {
       ...agentUserData({
         assetUrl: agentAsset.s3ObjectUrl,
         region: this.region,
-        tables: { jobs: this.tables.jobs.tableName, nodes: this.tables.nodes.tableName, control: this.tables.control.tableName },
+        agentApiUrl: this.agentApiUrl.url,
         bucket: this.bucket.bucketName,
         noticeMarginSec: config.policy.noticeMarginSec,
         migEnabled: g.migEnabled,
@@ -519,7 +498,7 @@ export class GpuFleetStack extends Stack {
       tracing: lambda.Tracing.ACTIVE,
       environment: { ...o.env, POWERTOOLS_SERVICE_NAME: `gpu-fleet-${name}`, NODE_OPTIONS: '--enable-source-maps' },
       ...(o.reservedConcurrency !== undefined ? { reservedConcurrentExecutions: o.reservedConcurrency } : {}),
-      ...(name === 'intake' ? {} : { onFailure: new destinations.SqsDestination(this.failures), retryAttempts: 2 }),
+      ...(name === 'intake' || name === 'agentApi' ? {} : { onFailure: new destinations.SqsDestination(this.failures), retryAttempts: 2 }),
     });
     acknowledge(role, {
       'AwsSolutions-IAM5[Resource::*]':
@@ -589,6 +568,57 @@ export class GpuFleetStack extends Stack {
         'An Auto Scaling group ARN holds a UUID assigned at creation; the group is named exactly and the gpu-fleet:managed tag is required by condition.';
     }
     acknowledge(role, reasons);
+  }
+
+  /**
+   * The agent API's own permissions: what the agents needed when they wrote directly, now held by
+   * the one function that checks every call against the caller's records first.
+   */
+  private grantAgentApi(role: iam.IRole): void {
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'JobsOfTheCallingNode',
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+        resources: [this.tables.jobs.tableArn],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'TheCallingNodesRecord',
+        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
+        resources: [this.tables.nodes.tableArn],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'CheckpointIndexOnly',
+        // The newest checkpoint of each job, and the parts a gang's ranks have saved of one.
+        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+        resources: [this.tables.control.tableArn],
+        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt', 'ckpt-parts'] } },
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'CheckpointObjects',
+        // Presigned URLs carry these: each URL it hands out is one object of a job the caller holds.
+        actions: ['s3:GetObject', 's3:PutObject', 's3:AbortMultipartUpload'],
+        resources: [this.bucket.arnForObjects('checkpoints/*')],
+      }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'ListCheckpoints',
+        actions: ['s3:ListBucket'],
+        resources: [this.bucket.bucketArn],
+        conditions: { StringLike: { 's3:prefix': ['checkpoints/*'] } },
+      }),
+    );
+    this.allowKey(role);
+    acknowledge(role, {
+      [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/checkpoints/*]`]:
+        'The agent API signs URLs for the checkpoints of whichever jobs the calling machine holds (checked per call): every key under the checkpoints/ prefix, nothing else in the bucket.',
+    });
   }
 
   private grantReconcile(role: iam.IRole, config: GpuFleetConfig): void {
@@ -944,55 +974,4 @@ function nagRegion(stack: Stack): string {
 /** Acknowledges cdk-nag findings on a construct (and its children), each with its reason. */
 function acknowledge(scope: Construct, reasons: Record<string, string>): void {
   for (const [id, reason] of Object.entries(reasons)) Validations.of(scope).acknowledge({ id: `AwsSolutions::${id}`, reason });
-}
-
-/**
- * The node's boot script: Node.js from the distribution, the agent bundle from the stack's asset
- * bucket, its settings in an environment file, and a systemd service that restarts it.
- */
-export function agentUserData(o: {
-  assetUrl: string;
-  region: string;
-  tables: { jobs: string; nodes: string; control: string };
-  bucket: string;
-  noticeMarginSec: number;
-  migEnabled: boolean;
-}): string[] {
-  const envFile = [
-    `AWS_REGION=${o.region}`,
-    `GPU_FLEET_JOBS_TABLE=${o.tables.jobs}`,
-    `GPU_FLEET_NODES_TABLE=${o.tables.nodes}`,
-    `GPU_FLEET_CONTROL_TABLE=${o.tables.control}`,
-    `GPU_FLEET_CHECKPOINT_BUCKET=${o.bucket}`,
-    `GPU_FLEET_NOTICE_MARGIN_SEC=${o.noticeMarginSec}`,
-    'GPU_FLEET_AGENT_DIR=/var/lib/gpu-fleet',
-  ];
-  return [
-    'set -euo pipefail',
-    'mkdir -p /opt/gpu-fleet /etc/gpu-fleet /var/lib/gpu-fleet',
-    '(dnf install -y nodejs22 || dnf install -y nodejs20 || dnf install -y nodejs) >/var/log/gpu-fleet-node-install.log 2>&1',
-    'NODE_BIN=$(command -v node-22 || command -v node22 || command -v node)',
-    `aws s3 cp --region ${o.region} ${o.assetUrl} /opt/gpu-fleet/gpu-fleet-agent.mjs`,
-    `cat > /etc/gpu-fleet/agent.env <<'EOF'\n${envFile.join('\n')}\nEOF`,
-    ...(o.migEnabled ? ['nvidia-smi -mig 1 || true  # MIG mode on; instances are created per job by the agent'] : []),
-    `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF
-[Unit]
-Description=gpu-fleet node agent
-After=network-online.target docker.service
-Wants=network-online.target docker.service
-
-[Service]
-EnvironmentFile=/etc/gpu-fleet/agent.env
-ExecStart=\${NODE_BIN} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker
-Restart=always
-RestartSec=5
-KillMode=mixed
-TimeoutStopSec=60
-
-[Install]
-WantedBy=multi-user.target
-EOF`,
-    'systemctl daemon-reload',
-    'systemctl enable --now gpu-fleet-agent.service',
-  ];
 }

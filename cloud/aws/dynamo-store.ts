@@ -14,7 +14,7 @@ import {
 } from '@aws-sdk/lib-dynamodb';
 import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
-import { isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
+import { checkpointFolder, isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { ActionFailure, PlanAction } from '../../core/plan.ts';
 import type { Team } from '../../core/team.ts';
 import type {
@@ -906,7 +906,7 @@ export class DynamoCheckpointIndex implements CheckpointStore {
   }
 
   locationFor(jobId: string, attempt: number): string {
-    return `${this.root}${encodeURIComponent(jobId)}/attempt-${attempt}/`;
+    return checkpointFolder(this.root, jobId, attempt);
   }
 
   async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {

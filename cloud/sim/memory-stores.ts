@@ -1,6 +1,6 @@
 import { CloudError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
-import type { CheckpointRef, Job, JobState } from '../../core/job.ts';
+import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import type { Team } from '../../core/team.ts';
 import type {
@@ -286,10 +286,10 @@ export class MemoryLeaseStore implements LeaseStore {
 
 export class MemoryCheckpointStore implements CheckpointStore {
   private readonly newest = new Map<string, CheckpointRef>();
-  constructor(private readonly root = 'sim://checkpoints') {}
+  constructor(readonly root = 'sim://checkpoints') {}
 
   locationFor(jobId: string, attempt: number): string {
-    return `${this.root}/${encodeURIComponent(jobId)}/attempt-${attempt}/`;
+    return checkpointFolder(this.root, jobId, attempt);
   }
   private readonly parts = new Map<string, Set<number>>();
   async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {

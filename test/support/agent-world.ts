@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { NodeAgent, type AgentConfig, type AgentLog } from '../../agent/agent.ts';
-import { DirectoryBlobs, type CheckpointBlobs } from '../../agent/checkpoint-files.ts';
+import { AgentApiBlobs, DirectoryBlobs, type CheckpointBlobs } from '../../agent/checkpoint-files.ts';
 import type { Identity, MetadataClient } from '../../agent/metadata.ts';
 import { readGpuInventory } from '../../agent/nvidia-smi.ts';
 import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
@@ -12,9 +12,13 @@ import type { GpuMetricSample, GpuMetricSink } from '../../core/ports.ts';
 import { newPendingJob, type Job } from '../../core/job.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
+import { AgentApiCheckpointStore, AgentApiClient, AgentApiJobStore, AgentApiNodeStore } from '../../cloud/aws/agent-api-client.ts';
+import { credentialsFor, startAgentApi } from './agent-api-server.ts';
 import { fakeNvidiaSmiEnv, type GpuFixture } from './gpu-fixtures.ts';
 
 export const COUNTER_JOB = resolve(import.meta.dirname, 'jobs/counter-job.mjs');
+
+export type AgentApi = Awaited<ReturnType<typeof startAgentApi>>;
 
 /** A state store, a checkpoint store on disk, and node agents running real child processes. */
 export function agentWorld() {
@@ -44,19 +48,29 @@ export function agentWorld() {
       metrics?: GpuMetricSink;
       blobs?: CheckpointBlobs;
       config?: Partial<AgentConfig>;
+      /** Reach the state and the checkpoints through this agent API (as a fleet machine does), not directly. */
+      api?: AgentApi;
     } = {},
   ): NodeAgent {
     const env = fakeNvidiaSmiEnv(
       options.fixture ?? { xml: 'telegraf__tesla-t4.xml' },
       options.nvidiaSmiMode ? { FAKE_NVIDIA_SMI_MODE: options.nvidiaSmiMode } : {},
     );
+    const client = options.api
+      ? new AgentApiClient({ url: options.api.url, region: options.api.region, credentials: credentialsFor(instanceId) })
+      : undefined;
+    const state = client
+      ? {
+          jobs: new AgentApiJobStore(client),
+          nodes: new AgentApiNodeStore(client, instanceId),
+          checkpoints: new AgentApiCheckpointStore(client, checkpoints.root),
+          blobs: options.blobs ?? new AgentApiBlobs(client, checkpoints.root),
+        }
+      : { jobs, nodes, checkpoints, blobs: options.blobs ?? blobs };
     const a = new NodeAgent(
       {
         clock,
-        jobs,
-        nodes,
-        checkpoints,
-        blobs: options.blobs ?? blobs,
+        ...state,
         runner: options.runner ?? new ProcessRunner(),
         gpus: () => readGpuInventory({ env, timeoutMs: 5000 }),
         ...(options.metadata ? { metadata: options.metadata } : {}),
@@ -122,11 +136,20 @@ export function agentWorld() {
       .map((l) => JSON.parse(l) as Record<string, unknown>);
   }
 
-  async function shutdown(): Promise<void> {
-    await Promise.all(agents.map((a) => a.stop()));
+  const servers: AgentApi[] = [];
+  /** The agent API over this world's stores, on a local port (checked signatures, real handler). */
+  async function startApi(options: { partBytes?: number } = {}): Promise<AgentApi> {
+    const api = await startAgentApi({ jobs, nodes, checkpoints, clock, storeRoot, ...options });
+    servers.push(api);
+    return api;
   }
 
-  return { clock, jobs, nodes, checkpoints, blobs, storeRoot, logs, agent, submit, place, output, shutdown };
+  async function shutdown(): Promise<void> {
+    await Promise.all(agents.map((a) => a.stop()));
+    await Promise.all(servers.map((s) => s.close()));
+  }
+
+  return { clock, jobs, nodes, checkpoints, blobs, storeRoot, logs, agent, submit, place, output, shutdown, startApi };
 }
 
 /** Polls until `check` returns a value (not undefined/false), or fails after `timeoutMs`. */

@@ -1,0 +1,201 @@
+import { defaultProvider } from '@aws-sdk/credential-provider-node';
+import { Sha256 } from '@smithy/core/checksum';
+import { SignatureV4 } from '@smithy/signature-v4';
+import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
+import { CloudError, GpuFleetError, type CloudErrorCode } from '../../core/errors.ts';
+import type { Draining, MachineMeterFacts, NodeRecord } from '../../core/fleet.ts';
+import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
+import type { CheckpointStore, JobStore, NodeStore, WriteResult } from '../../core/ports.ts';
+import type { AgentApiOp, AgentApiRequest, AgentApiResponses } from './agent-api-protocol.ts';
+
+/**
+ * The node agent's side of the agent API: each call a signed POST to the API's function URL (SigV4
+ * with the machine's instance role, service `lambda`). The stores below are what the agent is
+ * given in place of the tables: the same ports, carried out by the API after its checks, so the
+ * agent's code and the node-side rules in core are the same whichever way it is wired.
+ */
+export interface AgentApiClientOptions {
+  /** The function URL (https://<id>.lambda-url.<region>.on.aws/). */
+  readonly url: string;
+  readonly region: string;
+  /** The machine's credentials (default: the AWS SDK's chain, which finds the instance role). */
+  readonly credentials?: AwsCredentialIdentity | AwsCredentialIdentityProvider;
+  readonly timeoutMs?: number;
+}
+
+export class AgentApiClient {
+  private readonly signer: SignatureV4;
+  private readonly base: URL;
+
+  constructor(private readonly options: AgentApiClientOptions) {
+    this.base = new URL(options.url);
+    this.signer = new SignatureV4({
+      service: 'lambda',
+      region: options.region,
+      credentials: options.credentials ?? defaultProvider(),
+      sha256: Sha256,
+    });
+  }
+
+  async call<Op extends AgentApiOp>(op: Op, body: AgentApiRequest<Op>): Promise<AgentApiResponses[Op]> {
+    const url = new URL(`v1/${op}`, this.base.href.endsWith('/') ? this.base : new URL(`${this.base.href}/`));
+    const payload = JSON.stringify(body);
+    const signed = await this.signer.sign({
+      method: 'POST',
+      protocol: url.protocol,
+      hostname: url.hostname,
+      ...(url.port ? { port: Number(url.port) } : {}),
+      path: url.pathname,
+      query: {},
+      headers: { host: url.host, 'content-type': 'application/json' },
+      body: payload,
+    });
+    let response: Response;
+    try {
+      response = await fetch(url, {
+        method: 'POST',
+        headers: signed.headers,
+        body: payload,
+        signal: AbortSignal.timeout(this.options.timeoutMs ?? 15_000),
+      });
+    } catch (error) {
+      throw new CloudError(
+        'unavailable',
+        `the agent API (${url.host}) did not answer ${op}: ${(error as Error).message}`,
+        { operation: op },
+        { cause: error },
+      );
+    }
+    const text = await response.text();
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = { error: text.slice(0, 500) };
+    }
+    if (response.ok) return parsed as AgentApiResponses[Op];
+    const said = parsed as { error?: string; code?: string };
+    const code: CloudErrorCode =
+      response.status === 403
+        ? 'access-denied'
+        : response.status === 400 || response.status === 404
+          ? 'invalid-request'
+          : response.status === 429
+            ? 'throttled'
+            : 'unavailable';
+    throw new CloudError(code, `the agent API refused ${op} (${response.status}): ${said.error ?? text.slice(0, 500)}`, { operation: op });
+  }
+}
+
+function notForAgents(what: string): never {
+  throw new GpuFleetError(`${what} is not available to a node agent: the agent API carries out only what an agent does`);
+}
+
+/** The agent's job store: reads of the jobs it has a part in, and the writes an agent makes to them. */
+export class AgentApiJobStore implements JobStore {
+  constructor(private readonly api: AgentApiClient) {}
+  async get(id: string): Promise<Job | undefined> {
+    return (await this.api.call('job/get', { jobId: id })).job;
+  }
+  async update(next: Job, expectedVersion: number): Promise<WriteResult> {
+    return this.api.call('job/update', { next: next as unknown as Record<string, unknown>, expectedVersion });
+  }
+  create(): Promise<{ created: boolean; job: Job }> {
+    notForAgents('creating a job');
+  }
+  listByState(_states: readonly JobState[]): Promise<Job[]> {
+    notForAgents('listing jobs');
+  }
+  listEndedSince(): Promise<Job[]> {
+    notForAgents('listing jobs');
+  }
+}
+
+/** The agent's node store: its own record (the API names the machine from the request's signature). */
+export class AgentApiNodeStore implements NodeStore {
+  constructor(
+    private readonly api: AgentApiClient,
+    private readonly self: string,
+  ) {}
+  private own(instanceId: string, what: string): void {
+    if (instanceId !== this.self)
+      throw new GpuFleetError(`${what} of machine ${instanceId}: this agent writes only its own record (${this.self})`);
+  }
+  async register(record: NodeRecord): Promise<void> {
+    this.own(record.instanceId, 'registering');
+    await this.api.call('node/register', {
+      record: {
+        groupId: record.groupId,
+        gpus: record.gpus as unknown as Record<string, unknown>[],
+        ...(record.address !== undefined ? { address: record.address } : {}),
+        healthy: record.healthy,
+        ...(record.healthProblem !== undefined ? { healthProblem: record.healthProblem } : {}),
+      },
+    });
+  }
+  async heartbeat(instanceId: string, _atMs: number, health?: { healthy: boolean; problem?: string }): Promise<boolean> {
+    this.own(instanceId, 'a heartbeat');
+    return (await this.api.call('node/heartbeat', health ? { health } : {})).known;
+  }
+  async get(instanceId: string): Promise<NodeRecord | undefined> {
+    return (await this.api.call('node/get', { instanceId })).record;
+  }
+  async markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord> {
+    this.own(instanceId, 'draining');
+    const { sinceMs, reason, deadlineMs, groupId } = drain;
+    return (await this.api.call('node/drain', { drain: { sinceMs, reason, deadlineMs, ...(groupId !== undefined ? { groupId } : {}) } }))
+      .record;
+  }
+  async unassign(instanceId: string, jobId: string, attempt: number): Promise<void> {
+    this.own(instanceId, 'the work list');
+    await this.api.call('node/unassign', { jobId, attempt });
+  }
+  list(): Promise<NodeRecord[]> {
+    notForAgents('listing nodes');
+  }
+  setIdleSince(): Promise<void> {
+    notForAgents('marking a node idle');
+  }
+  remove(): Promise<void> {
+    notForAgents('removing a node');
+  }
+  noteMeter(_id: string, _meter: MachineMeterFacts): Promise<boolean> {
+    notForAgents("stamping a machine's billing facts");
+  }
+  noteEnded(): Promise<void> {
+    notForAgents("recording a machine's end");
+  }
+  assign(): Promise<boolean> {
+    notForAgents('placing work on a node');
+  }
+}
+
+/** The agent's checkpoint index: the folders are laid out as the control plane's (same root, same names). */
+export class AgentApiCheckpointStore implements CheckpointStore {
+  constructor(
+    private readonly api: AgentApiClient,
+    private readonly root: string,
+  ) {}
+  locationFor(jobId: string, attempt: number): string {
+    return checkpointFolder(this.root, jobId, attempt);
+  }
+  async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
+    return (await this.api.call('checkpoint/complete', { ref: ref as unknown as Record<string, unknown>, rank })).complete;
+  }
+  async latest(jobId: string): Promise<CheckpointRef | undefined> {
+    return (await this.api.call('checkpoint/latest', { jobId })).ref;
+  }
+}
+
+/** The job id a checkpoint folder under `root` belongs to (its first segment), or undefined. */
+export function jobOfLocation(root: string, location: string): string | undefined {
+  const base = root.endsWith('/') ? root : `${root}/`;
+  if (!location.startsWith(base)) return undefined;
+  const first = location.slice(base.length).split('/')[0];
+  if (!first) return undefined;
+  try {
+    return decodeURIComponent(first);
+  } catch {
+    return undefined;
+  }
+}

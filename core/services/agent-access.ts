@@ -1,0 +1,163 @@
+import type { NodeRecord } from '../fleet.ts';
+import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../job.ts';
+
+/**
+ * What a node's agent may read and write, judged from the stored records. The agent API
+ * (functions/agent-api.ts) asks these before every read it answers and every write it makes for
+ * an agent; the agent itself never holds a write permission on a table.
+ *
+ * The rules, for the machine `nodeId` (the instance id its credentials name):
+ * - its own node record only (register, heartbeat, unassign, drain mark);
+ * - a job, to read, while the job is on its work list or it holds or held one of its attempts;
+ * - a job, to write, only while it holds the job's current attempt, and only a write that is the
+ *   job's transition under one event an agent sends (start, checkpoint asked for, checkpoint
+ *   saved, requeue, success, failure, cancel finished): nothing else of the job (its spec, team,
+ *   priority, usage, holdings) can be set to a value of the agent's choosing;
+ * - a checkpoint, to write, only under the job's folder for an attempt it holds or held; to
+ *   read, only under a job it may read.
+ */
+
+/** How far an agent's clock may be from the API's: the times in a write it makes are checked against this. */
+export const AGENT_CLOCK_SKEW_MS = 5 * 60_000;
+
+/** Whether `nodeId` holds attempt `attempt` of the job now (its placement) or held it (its recent holdings). */
+export function heldAttempt(job: Job, nodeId: string, attempt: number): boolean {
+  if (job.attempt === attempt && job.placement?.nodes.some((n) => n.nodeId === nodeId)) return true;
+  return (job.heldAttempts ?? []).some((h) => h.attempt === attempt && h.nodes.some((n) => n.nodeId === nodeId));
+}
+
+/** Whether the agent of `nodeId` may read the job: it is on the node's work list, or the node holds or held an attempt of it. */
+export function mayReadJob(job: Job, nodeId: string, record: NodeRecord | undefined): boolean {
+  if (record?.assigned && Object.hasOwn(record.assigned, job.id)) return true;
+  if (job.placement?.nodes.some((n) => n.nodeId === nodeId)) return true;
+  return (job.heldAttempts ?? []).some((h) => h.nodes.some((n) => n.nodeId === nodeId));
+}
+
+/** The rank the node holds in the job's current placement, or undefined. */
+function rankOf(job: Job, nodeId: string): number | undefined {
+  const i = job.placement?.nodes.findIndex((n) => n.nodeId === nodeId) ?? -1;
+  return i < 0 ? undefined : i;
+}
+
+/**
+ * Why the agent of `nodeId` may not replace `stored` with `next`, or undefined when it may: the
+ * write must be exactly the transition of one event an agent sends, at a time within
+ * {@link AGENT_CLOCK_SKEW_MS} of `nowMs`, with a checkpoint (when it attaches one) that is the
+ * job's newest complete one, `latest`.
+ */
+export function agentJobWriteProblem(
+  stored: Job,
+  next: Job,
+  nodeId: string,
+  nowMs: number,
+  latest: CheckpointRef | undefined,
+): string | undefined {
+  if (next.id !== stored.id) return `the write is for job ${next.id}, not ${stored.id}`;
+  const rank = rankOf(stored, nodeId);
+  if (rank === undefined) return `machine ${nodeId} does not hold job ${stored.id} (attempt ${stored.attempt})`;
+  const at = next.updatedAtMs;
+  if (!Number.isFinite(at) || Math.abs(at - nowMs) > AGENT_CLOCK_SKEW_MS)
+    return `the write is dated ${at}, more than ${AGENT_CLOCK_SKEW_MS / 1000} s from the API's clock (${nowMs})`;
+  const candidates: { readonly event: JobEvent | 'finish-cancel'; readonly leaderOnly: boolean }[] = [
+    { event: { type: 'start', attempt: stored.attempt }, leaderOnly: true },
+    { event: { type: 'checkpoint-requested', attempt: stored.attempt, ...reasonOf(next.checkpointReason) }, leaderOnly: false },
+    { event: { type: 'succeed', attempt: stored.attempt }, leaderOnly: true },
+    { event: { type: 'fail', attempt: stored.attempt, exitCode: next.exitCode ?? 1 }, leaderOnly: false },
+    { event: 'finish-cancel', leaderOnly: true },
+  ];
+  // Any rank that cannot start sends the whole attempt back (node-rules: startFailure).
+  if (next.requeueReason)
+    candidates.push({ event: { type: 'requeue', attempt: stored.attempt, reason: next.requeueReason }, leaderOnly: false });
+  if (next.checkpoint && !sameJson(next.checkpoint, stored.checkpoint)) {
+    if (!latest || !sameJson(next.checkpoint, latest))
+      return `the checkpoint attached to job ${stored.id} is not its newest complete checkpoint`;
+    candidates.push({ event: { type: 'checkpoint-done', checkpoint: next.checkpoint }, leaderOnly: false });
+  }
+  const want = canonical(next);
+  let leaderOnly: string | undefined;
+  for (const c of candidates) {
+    const result = c.event === 'finish-cancel' ? finishCancel(stored, at) : transition(stored, c.event, at);
+    if (!result.ok || !result.changed || canonical(result.job) !== want) continue;
+    if (!c.leaderOnly || rank === 0) return undefined;
+    leaderOnly = `only the first rank of job ${stored.id} may record it ${eventName(c.event)}; machine ${nodeId} is rank ${rank}`;
+  }
+  return (
+    leaderOnly ??
+    `the write to job ${stored.id} is not a change an agent makes (start, checkpoint, requeue, success, failure or cancel of attempt ${stored.attempt})`
+  );
+}
+
+/**
+ * Why the agent of `nodeId` may not write the checkpoint folder `location` of job `job`, or
+ * undefined: the folder must be under the job's own folder for an attempt the node holds or held
+ * (`attemptFolder(jobId, attempt)` gives that folder, as the checkpoint store lays it out).
+ */
+export function agentCheckpointWriteProblem(
+  job: Job,
+  nodeId: string,
+  location: string,
+  attemptFolder: (jobId: string, attempt: number) => string,
+): string | undefined {
+  const attempt = attemptOfLocation(job.id, location, attemptFolder);
+  if (attempt === undefined) return `${location} is not a checkpoint folder of job ${job.id}`;
+  if (!heldAttempt(job, nodeId, attempt)) return `machine ${nodeId} did not hold attempt ${attempt} of job ${job.id}`;
+  return undefined;
+}
+
+/** Why the agent of `nodeId` may not read the checkpoint folder `location`, or undefined: it must be the job's, and the job one it may read. */
+export function agentCheckpointReadProblem(
+  job: Job,
+  nodeId: string,
+  record: NodeRecord | undefined,
+  location: string,
+  attemptFolder: (jobId: string, attempt: number) => string,
+): string | undefined {
+  if (attemptOfLocation(job.id, location, attemptFolder) === undefined) return `${location} is not a checkpoint folder of job ${job.id}`;
+  if (!mayReadJob(job, nodeId, record)) return `machine ${nodeId} has no part in job ${job.id}`;
+  return undefined;
+}
+
+/** The attempt whose folder `location` is in (the folder itself or below it), or undefined when it is none of the job's. */
+export function attemptOfLocation(
+  jobId: string,
+  location: string,
+  attemptFolder: (jobId: string, attempt: number) => string,
+): number | undefined {
+  const probe = attemptFolder(jobId, 0);
+  const stem = probe.slice(0, probe.length - 'attempt-0/'.length);
+  if (!probe.endsWith('attempt-0/') || !location.startsWith(stem)) return undefined;
+  const m = /^attempt-([1-9]\d{0,8})\/(.*)$/.exec(location.slice(stem.length));
+  if (!m) return undefined;
+  // No way out of the folder: no empty, "." or ".." segment below it.
+  const rest = m[2]!;
+  if (
+    rest !== '' &&
+    rest
+      .replace(/\/$/, '')
+      .split('/')
+      .some((s) => s === '' || s === '.' || s === '..')
+  )
+    return undefined;
+  return Number(m[1]);
+}
+
+function reasonOf(reason: Job['checkpointReason']): { reason?: NonNullable<Job['checkpointReason']> } {
+  return reason ? { reason } : {};
+}
+
+function eventName(event: JobEvent | 'finish-cancel'): string {
+  return event === 'finish-cancel' ? 'cancelled' : event.type === 'succeed' ? 'succeeded' : 'started';
+}
+
+/** JSON with keys in order and undefined members left out: what two records mean, whatever order their keys came in. */
+function canonical(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v,
+  );
+}
+
+function sameJson(a: unknown, b: unknown): boolean {
+  return canonical(a) === canonical(b);
+}

@@ -1,0 +1,28 @@
+// Lambda entry: the agent API (a function URL with IAM auth, called by the node agents).
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { S3Client } from '@aws-sdk/client-s3';
+import { documentClientFor, dynamoStores } from '../../cloud/aws/dynamo-store.ts';
+import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
+import { systemClock } from '../../cloud/wiring.ts';
+import { fleetConfigFromEnv } from '../../cloud/env.ts';
+import { ConfigError } from '../../core/errors.ts';
+import { createAgentApiHandler } from '../agent-api.ts';
+import { observability } from '../observability.ts';
+
+const config = fleetConfigFromEnv();
+const agentRoleName = process.env.GPU_FLEET_AGENT_ROLE_NAME;
+if (!agentRoleName)
+  throw new ConfigError('the environment', ['GPU_FLEET_AGENT_ROLE_NAME is not set: it names the node agent role whose sessions may call'], {
+    what: 'gpu-fleet environment',
+  });
+const common = { region: config.region, retryMode: 'adaptive' as const, maxAttempts: 5 };
+const stores = dynamoStores(documentClientFor(new DynamoDBClient(common)), config.tables, config.checkpointBucket);
+export const handler = createAgentApiHandler({
+  jobs: stores.jobs,
+  nodes: stores.nodes,
+  checkpoints: stores.checkpoints,
+  urls: new S3CheckpointUrls(new S3Client(common)),
+  clock: systemClock,
+  agentRoleName,
+  obs: observability('gpu-fleet-agent-api'),
+});

@@ -1,0 +1,195 @@
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { AgentApiClient } from '../../cloud/aws/agent-api-client.ts';
+import { isCloudError } from '../../core/errors.ts';
+import type { Job } from '../../core/job.ts';
+import { reason } from '../../core/reason.ts';
+import { applyJobEvent } from '../../core/services/job-updates.ts';
+import { credentialsFor, type startAgentApi } from '../support/agent-api-server.ts';
+import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
+
+/**
+ * The node agent on a fleet machine: no table and no bucket of its own, every read and write
+ * through the agent API (SigV4-signed as its machine, checked by the real handler against the
+ * stored records). The same agent code as with direct stores; these tests show the API carries
+ * everything an agent does, and refuses what a machine may not do to work that is not its own.
+ */
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+function world() {
+  const w = agentWorld();
+  cleanups.push(() => w.shutdown());
+  return w;
+}
+const dir = (name: string) => mkdtempSync(join(tmpdir(), `${name}-`));
+const A = 'i-0aaaaaaaa1';
+const B = 'i-0bbbbbbbb2';
+const interrupt = reason('interrupted', 'spot interruption warning');
+
+type Api = Awaited<ReturnType<typeof startAgentApi>>;
+/** What an escaped job on machine `instanceId` can send: the machine's own credentials, any request. */
+function asMachine(api: Api, instanceId: string): AgentApiClient {
+  return new AgentApiClient({ url: api.url, region: api.region, credentials: credentialsFor(instanceId) });
+}
+async function refusal(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (error) {
+    if (isCloudError(error, 'access-denied')) return error.message;
+    throw error;
+  }
+  throw new Error('the call was not refused');
+}
+
+describe('node agent through the agent API', () => {
+  it('runs a gang, saves each rank’s part of a sharded checkpoint (in parts, by presigned URLs), and resumes each rank from its own part', async () => {
+    const w = world();
+    // Parts of 8 bytes: every checkpoint file goes up as a multipart upload.
+    const api = await w.startApi({ partBytes: 8 });
+    const workA = dir('agent-a');
+    const workB = dir('agent-b');
+    const a = w.agent(A, { workDir: workA, api });
+    const b = w.agent(B, { workDir: workB, api });
+    await a.heartbeat();
+    await b.heartbeat();
+    expect(await w.nodes.get(A)).toMatchObject({ groupId: 'g4dn-spot', healthy: true, gpus: [{ model: 'T4' }] });
+    await w.submit('nlp.fsdp', {
+      command: ['node', COUNTER_JOB, '100000', '20', '10'],
+      nodes: 2,
+      env: { SIGNAL_CHECKPOINT_NAME: 'on-signal' },
+    });
+    await w.place('nlp.fsdp', [A, B]);
+    await a.heartbeat();
+    await b.heartbeat();
+    expect((await w.jobs.get('nlp.fsdp'))!.state).toBe('running');
+    const cp = await waitFor('a checkpoint with both parts', async () => {
+      await a.watch();
+      await b.watch();
+      return (await w.jobs.get('nlp.fsdp'))!.checkpoint;
+    });
+    expect(cp.ranks).toBe(2);
+    await applyJobEvent(w.jobs, 'nlp.fsdp', { type: 'checkpoint-requested', attempt: 1, reason: interrupt }, Date.now());
+    await a.heartbeat();
+    await b.heartbeat();
+    await Promise.all([a.settled(), b.settled()]);
+    const requeued = (await w.jobs.get('nlp.fsdp'))!;
+    expect(requeued).toMatchObject({
+      state: 'pending',
+      attempt: 2,
+      checkpoint: { ranks: 2, location: expect.stringMatching(/on-signal\/$/) },
+    });
+    // Each rank's part is in the store, whole (reassembled from its parts), written by that rank.
+    const parts = readdirSync(w.storeRoot, { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile() && e.name === 'state.json' && e.parentPath.includes('on-signal'))
+      .map((e) => join(e.parentPath, e.name));
+    expect(parts.map((p) => [/rank-(\d)/.exec(p)?.[1], JSON.parse(readFileSync(p, 'utf8')).rank]).sort()).toEqual([
+      ['0', '0'],
+      ['1', '1'],
+    ]);
+    expect(api.calls.some((c) => c.op === 'checkpoint/finish-upload' && c.status === 200)).toBe(true);
+
+    // Attempt 2 with the machines swapped: each rank downloads its own part by presigned GETs.
+    await w.place('nlp.fsdp', [B, A]);
+    await b.heartbeat();
+    await a.heartbeat();
+    const startOf = (work: string) =>
+      waitFor('the rank to print its start', () => {
+        try {
+          return w.output(work, 'nlp.fsdp', 2).find((l) => l.event === 'start');
+        } catch {
+          return undefined;
+        }
+      });
+    expect(await startOf(workB)).toMatchObject({ rank: '0', resumedRank: '0' });
+    expect(await startOf(workA)).toMatchObject({ rank: '1', resumedRank: '1' });
+    expect((await startOf(workB))!.step).toBeGreaterThan(0);
+    // Nothing the agents did was refused: the API carries all of it.
+    expect(api.calls.filter((c) => c.status !== 200)).toEqual([]);
+  }, 30_000);
+
+  it('a machine cannot touch another machine’s record, jobs or checkpoints, nor change its own jobs beyond what an agent does', async () => {
+    const w = world();
+    const api = await w.startApi();
+    const a = w.agent(A, { api });
+    const b = w.agent(B, { api });
+    await a.heartbeat();
+    await b.heartbeat();
+    await w.submit('nlp.mine', { command: ['node', COUNTER_JOB, '100000', '20', '5'] });
+    await w.submit('cv.theirs', { command: ['node', COUNTER_JOB, '100000', '20', '5'], env: { TOKEN: 'cv-secret' } });
+    await w.place('nlp.mine', [A]);
+    await w.place('cv.theirs', [B]);
+    await a.heartbeat();
+    await b.heartbeat();
+    await waitFor('a checkpoint of the other team’s job', async () => {
+      await b.watch();
+      return (await w.jobs.get('cv.theirs'))!.checkpoint;
+    });
+    const hostile = asMachine(api, A);
+    const theirs = (await w.jobs.get('cv.theirs'))!;
+    const mine = (await w.jobs.get('nlp.mine'))!;
+    const bBefore = (await w.nodes.get(B))!;
+
+    // Another machine's job: not readable (answered as absent), not writable.
+    expect((await hostile.call('job/get', { jobId: 'cv.theirs' })).job).toBeUndefined();
+    const fail = { ...theirs, state: 'failed', exitCode: 1, version: theirs.version + 1, updatedAtMs: Date.now() } as Job;
+    expect(await refusal(hostile.call('job/update', { next: fail as never, expectedVersion: theirs.version }))).toMatch(
+      /has no part in job cv\.theirs/,
+    );
+    // Its checkpoints: neither readable nor writable.
+    expect(await refusal(hostile.call('checkpoint/latest', { jobId: 'cv.theirs' }))).toMatch(/no part in job cv\.theirs/);
+    expect(await refusal(hostile.call('checkpoint/download', { jobId: 'cv.theirs', location: theirs.checkpoint!.location }))).toMatch(
+      /no part in job cv\.theirs/,
+    );
+    expect(
+      await refusal(
+        hostile.call('checkpoint/upload', {
+          jobId: 'cv.theirs',
+          location: w.checkpoints.locationFor('cv.theirs', 1),
+          files: [{ path: 'x', bytes: 1 }],
+        }),
+      ),
+    ).toMatch(/did not hold attempt 1 of job cv\.theirs/);
+    // A checkpoint folder of its own job that is really the other job's (a path that climbs out) is not its own.
+    expect(
+      await refusal(
+        hostile.call('checkpoint/upload', {
+          jobId: 'nlp.mine',
+          location: `${w.checkpoints.locationFor('nlp.mine', 1)}../../cv.theirs/attempt-1/`,
+          files: [{ path: 'x', bytes: 1 }],
+        }),
+      ),
+    ).toMatch(/not a checkpoint folder of job nlp\.mine/);
+    // Another machine's record: the body cannot name it; drains and work-list changes land on the caller's own record.
+    await hostile.call('node/unassign', { jobId: 'cv.theirs', attempt: 1 });
+    await hostile.call('node/register', { record: { groupId: 'evil', gpus: [], healthy: false } });
+    expect(await w.nodes.get(B)).toEqual(bBefore);
+    expect(await refusal(hostile.call('node/get', { instanceId: B }))).toMatch(/shares no job/);
+
+    // Its own job: only what an agent writes. Not the spec, the team, the usage, a success it did not see.
+    const tampered = [
+      { ...mine, spec: { ...mine.spec, image: 'evil/miner:1' } },
+      { ...mine, team: 'cv-other' },
+      { ...mine, usage: { attempts: 0, heldSec: 0, gpuSec: 0, spotSec: 0, costMicroUsd: 0, onDemandMicroUsd: 0, reworkSec: 0 } },
+      { ...mine, checkpoint: { ...theirs.checkpoint!, jobId: 'nlp.mine' } },
+    ].map((j) => ({ ...j, version: mine.version + 1, updatedAtMs: Date.now() }));
+    for (const next of tampered)
+      expect(await refusal(hostile.call('job/update', { next: next as never, expectedVersion: mine.version }))).toMatch(
+        /not a change an agent makes|not its newest complete checkpoint/,
+      );
+    // A signature made with another machine's key, or none, is not the caller it claims.
+    const forged = new AgentApiClient({
+      url: api.url,
+      region: api.region,
+      credentials: { accessKeyId: credentialsFor(B).accessKeyId, secretAccessKey: 'guessed' },
+    });
+    expect(await refusal(forged.call('job/get', { jobId: 'cv.theirs' }))).toMatch(/signature/);
+    const stillTheirs = (await w.jobs.get('cv.theirs'))!;
+    expect(stillTheirs).toMatchObject({ state: 'running', attempt: 1, team: theirs.team, spec: { image: theirs.spec.image } });
+    expect((await w.jobs.get('nlp.mine'))!).toMatchObject({ state: 'running', team: 'nlp', spec: { image: mine.spec.image } });
+  }, 30_000);
+});

@@ -1,0 +1,218 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, readFile, rm, stat, writeFile, readdir } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { fileURLToPath } from 'node:url';
+import { Sha256 } from '@smithy/core/checksum';
+import { SignatureV4 } from '@smithy/signature-v4';
+import type { AwsCredentialIdentity } from '@smithy/types';
+import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
+import type { UploadTarget } from '../../cloud/aws/agent-api-protocol.ts';
+import type { CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
+import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
+import { createAgentApiHandler } from '../../functions/agent-api.ts';
+import { lambdaContext } from '../../functions/context.ts';
+import { observability } from '../../functions/observability.ts';
+
+export const AGENT_ROLE = 'gpu-fleet-AgentRole1234';
+const REGION = 'us-west-2';
+
+/**
+ * The agent API as a function URL would run it, on a local port: each request's SigV4 signature
+ * is checked (recomputed with the caller's secret, as IAM does), the caller becomes the instance
+ * role session of its machine, and the real handler answers. Checkpoint URLs are this server's
+ * own (HMAC-signed, one file and one method each) over a folder standing in for the bucket.
+ */
+export async function startAgentApi(o: {
+  jobs: JobStore;
+  nodes: NodeStore;
+  checkpoints: CheckpointStore;
+  clock: Clock;
+  /** The folder of `file://` checkpoint locations (the checkpoint store's root). */
+  storeRoot: string;
+  /** Files larger than this go up in parts of this size (small, so that tests exercise multipart uploads). */
+  partBytes?: number;
+}) {
+  const secret = 'local-url-secret';
+  const calls: { op: string; caller: string | undefined; status: number; error?: string }[] = [];
+  let base = '';
+  const sign = (method: string, path: string) => createHmac('sha256', secret).update(`${method} ${path}`).digest('hex');
+  const fileOf = (location: string, path = '') => {
+    const dir = fileURLToPath(location);
+    const p = resolve(dir, path);
+    if (p !== resolve(o.storeRoot) && !p.startsWith(resolve(o.storeRoot) + sep)) throw new Error(`${location} is outside the store`);
+    return p;
+  };
+  const urlFor = (method: string, path: string) => `${base}/blob?path=${encodeURIComponent(path)}&sig=${sign(method, path)}`;
+  const partBytes = o.partBytes ?? 64 * 1024 * 1024;
+  const urls: CheckpointUrls = {
+    async uploadTargets(location, files) {
+      const out: UploadTarget[] = [];
+      for (const f of files) {
+        const file = fileOf(location, f.path);
+        if (f.bytes <= partBytes) out.push({ path: f.path, url: urlFor('PUT', file) });
+        else {
+          const parts = Math.ceil(f.bytes / partBytes);
+          const uploadId = `up-${Math.random().toString(36).slice(2)}`;
+          out.push({
+            path: f.path,
+            uploadId,
+            partBytes,
+            partUrls: Array.from({ length: parts }, (_, n) => urlFor('PUT', `${file}.${uploadId}.part-${n + 1}`)),
+          });
+        }
+      }
+      return out;
+    },
+    async finishUpload(location, path, uploadId, parts) {
+      const file = fileOf(location, path);
+      const chunks: Buffer[] = [];
+      for (const p of [...parts].sort((a, b) => a.partNumber - b.partNumber)) {
+        const part = `${file}.${uploadId}.part-${p.partNumber}`;
+        const body = await readFile(part);
+        if (p.etag !== etagOf(body)) throw new Error(`part ${p.partNumber} of ${path}: ETag ${p.etag} is not the part's`);
+        chunks.push(body);
+        await rm(part);
+      }
+      await writeFile(file, Buffer.concat(chunks));
+    },
+    async downloadUrls(location) {
+      const dir = fileOf(location);
+      let entries: string[];
+      try {
+        entries = (await readdir(dir, { recursive: true, withFileTypes: true }))
+          .filter((e) => e.isFile())
+          .map((e) => join(e.parentPath, e.name));
+      } catch {
+        return [];
+      }
+      return entries.sort().map((file) => ({ path: relative(dir, file).split(sep).join('/'), url: urlFor('GET', file) }));
+    },
+  };
+  const handler = createAgentApiHandler({
+    jobs: o.jobs,
+    nodes: o.nodes,
+    checkpoints: o.checkpoints,
+    urls,
+    clock: o.clock,
+    agentRoleName: AGENT_ROLE,
+    obs: observability('agent-api-test'),
+  });
+
+  const server: Server = createServer((req, res) => {
+    void (async () => {
+      const url = new URL(req.url ?? '/', 'http://localhost');
+      if (url.pathname === '/blob') {
+        const path = url.searchParams.get('path') ?? '';
+        const sig = url.searchParams.get('sig') ?? '';
+        const want = sign(req.method ?? '', path);
+        if (sig.length !== want.length || !timingSafeEqual(Buffer.from(sig), Buffer.from(want))) {
+          res.writeHead(403).end('SignatureDoesNotMatch');
+          return;
+        }
+        if (req.method === 'PUT') {
+          if (req.headers['content-length'] === undefined) {
+            res.writeHead(411).end('MissingContentLength');
+            return;
+          }
+          await mkdir(dirname(path), { recursive: true });
+          await pipeline(req, createWriteStream(path));
+          res.writeHead(200, { etag: etagOf(await readFile(path)) }).end();
+          return;
+        }
+        try {
+          await stat(path);
+        } catch {
+          res.writeHead(404).end('NoSuchKey');
+          return;
+        }
+        res.writeHead(200);
+        await pipeline(createReadStream(path), res);
+        return;
+      }
+      const body = await readBody(req);
+      const caller = await verify(req, url, body);
+      if (typeof caller !== 'string') {
+        res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ message: caller.error }));
+        return;
+      }
+      const event = {
+        rawPath: url.pathname,
+        body,
+        isBase64Encoded: false,
+        headers: req.headers,
+        requestContext: {
+          http: { method: req.method ?? 'GET', path: url.pathname },
+          authorizer: { iam: { userArn: `arn:aws:sts::123456789012:assumed-role/${AGENT_ROLE}/${caller}` } },
+        },
+      } as unknown as LambdaFunctionURLEventWithIAMAuthorizer;
+      const out = (await handler(event, lambdaContext('agent-api'))) as { statusCode: number; body: string };
+      calls.push({
+        op: url.pathname.replace(/^\/v1\//, ''),
+        caller,
+        status: out.statusCode,
+        ...(out.statusCode >= 400 ? { error: (JSON.parse(out.body) as { error: string }).error } : {}),
+      });
+      res.writeHead(out.statusCode, { 'content-type': 'application/json' }).end(out.body);
+    })().catch((error: unknown) => res.writeHead(500).end(String(error)));
+  });
+
+  /** The caller's machine, when the request's SigV4 signature is right for its credentials. */
+  async function verify(req: IncomingMessage, url: URL, body: string): Promise<string | { error: string }> {
+    const auth = req.headers.authorization ?? '';
+    const m =
+      /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/lambda\/aws4_request, SignedHeaders=([^,]+), Signature=([0-9a-f]{64})$/.exec(
+        auth,
+      );
+    if (!m) return { error: 'missing or malformed SigV4 authorization' };
+    const [, accessKeyId, , region, signedHeaders, signature] = m;
+    const instanceId = /^AKIDLOCAL(i-[0-9a-f]+)$/.exec(accessKeyId!)?.[1];
+    if (!instanceId) return { error: `unknown access key ${accessKeyId}` };
+    const headers: Record<string, string> = {};
+    for (const h of signedHeaders!.split(';')) headers[h] = String(req.headers[h] ?? '');
+    const date = String(req.headers['x-amz-date'] ?? '');
+    const signingDate = new Date(
+      `${date.slice(0, 4)}-${date.slice(4, 6)}-${date.slice(6, 8)}T${date.slice(9, 11)}:${date.slice(11, 13)}:${date.slice(13, 15)}Z`,
+    );
+    const signer = new SignatureV4({ service: 'lambda', region: region!, credentials: credentialsFor(instanceId), sha256: Sha256 });
+    const again = await signer.sign(
+      { method: req.method ?? 'POST', protocol: 'http:', hostname: url.hostname, path: url.pathname, query: {}, headers, body },
+      { signingDate },
+    );
+    const got = /Signature=([0-9a-f]{64})/.exec(String(again.headers.authorization))?.[1];
+    if (got !== signature) return { error: 'The request signature we calculated does not match the signature you provided' };
+    return instanceId;
+  }
+
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url: `${base}/`,
+    region: REGION,
+    calls,
+    credentialsFor,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
+/** A machine's credentials, as its instance role would give them (the access key names the machine, for the local IAM). */
+export function credentialsFor(instanceId: string): AwsCredentialIdentity {
+  return { accessKeyId: `AKIDLOCAL${instanceId}`, secretAccessKey: `secret-of-${instanceId}` };
+}
+
+function etagOf(body: Buffer): string {
+  return `"${createHmac('md5', '').update(body).digest('hex')}"`;
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolveBody, reject) => {
+    let text = '';
+    req.setEncoding('utf8');
+    req.on('data', (c: string) => (text += c));
+    req.on('end', () => resolveBody(text));
+    req.on('error', reject);
+  });
+}
