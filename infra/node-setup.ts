@@ -30,7 +30,7 @@ export function cleanJobDirScript(jobsDir: string = JOBS_DIR): string {
 # gpu-fleet: removes one job folder under ${jobsDir} (the node agent's jobs), nothing else.
 set -euo pipefail
 root=${jobsDir}
-if [ "$#" -ne 1 ]; then echo "usage: $0 <a folder under $root>" >&2; exit 2; fi
+if [ "$#" -ne 1 ] || [ -z "$1" ]; then echo "usage: $0 <a folder under $root>" >&2; exit 2; fi
 if [ ! -e "$1" ] && [ ! -L "$1" ]; then exit 0; fi
 if [ -L "$1" ]; then echo "refused: $1 is a link" >&2; exit 2; fi
 target=$(realpath -e -- "$1")

@@ -66,8 +66,9 @@ export function agentJobWriteProblem(
     { event: 'finish-cancel', leaderOnly: true },
   ];
   // Any rank that cannot start sends the whole attempt back (node-rules: startFailure).
-  if (next.requeueReason)
-    candidates.push({ event: { type: 'requeue', attempt: stored.attempt, reason: next.requeueReason }, leaderOnly: false });
+  // A job whose cancel was asked for ends cancelled instead, whatever the reason given.
+  const requeueReason = next.requeueReason ?? stored.requeueReason ?? { code: 'node-lost', message: 'requeued by its node' };
+  candidates.push({ event: { type: 'requeue', attempt: stored.attempt, reason: requeueReason }, leaderOnly: false });
   if (next.checkpoint && !sameJson(next.checkpoint, stored.checkpoint)) {
     if (!latest || !sameJson(next.checkpoint, latest))
       return `the checkpoint attached to job ${stored.id} is not its newest complete checkpoint`;

@@ -170,7 +170,7 @@ describe('the CDK stack, synthesised from the example config', () => {
           'gpu-fleet-',
         ),
       );
-    expect(fns).toHaveLength(3);
+    expect(fns).toHaveLength(4); // reconcile, intake, interruption, the agent API
     for (const f of fns) expect(f).toMatchObject({ Runtime: 'nodejs22.x', Architectures: ['arm64'], TracingConfig: { Mode: 'Active' } });
     t.hasResourceProperties('AWS::Lambda::Function', {
       Environment: { Variables: Match.objectLike({ POWERTOOLS_SERVICE_NAME: 'gpu-fleet-reconcile' }) },
@@ -234,14 +234,23 @@ describe('the CDK stack, synthesised from the example config', () => {
     );
   });
 
-  it("boots nodes with the agent as a systemd service, configured with the stack's tables and bucket", () => {
+  it("boots nodes with the agent as a systemd service of its own user, configured with the agent API and the stack's bucket", () => {
     const lt = Object.values(t.findResources('AWS::EC2::LaunchTemplate'))[0] as {
       Properties: { LaunchTemplateData: { UserData: unknown } };
     };
     const userData = JSON.stringify(lt.Properties.LaunchTemplateData.UserData);
     expect(userData).toContain('gpu-fleet-agent.mjs agent run --runner docker');
     expect(userData).toContain('systemctl enable --now gpu-fleet-agent.service');
-    expect(userData).toContain('GPU_FLEET_JOBS_TABLE=');
+    // Not root: a user of its own, in the docker group, with sudo for MIG and the folder helper only.
+    expect(userData).toContain('User=gpu-fleet');
+    expect(userData).toContain('SupplementaryGroups=docker');
+    expect(userData).toContain('--sudo-helper /usr/local/sbin/gpu-fleet-clean-job-dir');
+    expect(userData).toContain('visudo -cf /etc/sudoers.d/gpu-fleet-agent');
+    // The agent API's URL, from the stack's function URL; no table names (the machine writes no table).
+    expect(userData).toContain('GPU_FLEET_AGENT_API_URL=');
+    expect(userData).toMatch(/"Fn::GetAtt":\["agentApiFunction\w*","FunctionUrl"\]/);
+    expect(userData).not.toContain('GPU_FLEET_JOBS_TABLE=');
+    expect(userData).not.toContain('GPU_FLEET_NODES_TABLE=');
     expect(userData).toContain('GPU_FLEET_CHECKPOINT_BUCKET=');
     // The AMI comes from the Deep Learning AMI's public SSM parameter, resolved at deploy time.
     expect(JSON.stringify(t.toJSON().Parameters)).toContain(
@@ -303,30 +312,75 @@ describe('the CDK stack, synthesised from the example config', () => {
     ).toEqual([]);
   });
 
-  it('lets the agent touch only its state, checkpoint keys and bundle', () => {
+  it('gives the agent no table, no checkpoint object and no key: only the agent API (through its URL), its metrics, its bundle and image pulls', () => {
     const agent = statements(t, 'AgentRole');
-    const control = agent.find((s) => s.Sid === 'CheckpointIndexOnly')!;
-    expect(control.Condition).toEqual({ 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt', 'ckpt-parts'] } });
     expect(agent.flatMap(actionsOf).sort()).toEqual(
       [
         'cloudwatch:PutMetricData',
-        'dynamodb:GetItem',
-        'dynamodb:GetItem',
-        'dynamodb:GetItem',
-        'dynamodb:PutItem',
-        'dynamodb:PutItem',
-        'dynamodb:UpdateItem',
-        'dynamodb:UpdateItem',
         'ecr:BatchCheckLayerAvailability',
         'ecr:BatchGetImage',
         'ecr:GetAuthorizationToken',
         'ecr:GetDownloadUrlForLayer',
-        'kms:Decrypt',
-        'kms:DescribeKey',
-        'kms:Encrypt',
-        'kms:GenerateDataKey',
-        's3:AbortMultipartUpload',
+        'lambda:InvokeFunction',
+        'lambda:InvokeFunctionUrl',
         's3:GetObject',
+      ].sort(),
+    );
+    const apiFn = Object.keys(t.findResources('AWS::Lambda::Function')).find((id) => id.startsWith('agentApiFunction'))!;
+    const onApi = { 'Fn::GetAtt': [apiFn, 'Arn'] };
+    // Only through the function URL with IAM auth: a direct Invoke (with an event naming any caller) is not allowed.
+    expect(agent.find((s) => actionsOf(s).includes('lambda:InvokeFunctionUrl'))).toMatchObject({
+      Resource: onApi,
+      Condition: { StringEquals: { 'lambda:FunctionUrlAuthType': 'AWS_IAM' } },
+    });
+    expect(agent.find((s) => actionsOf(s).includes('lambda:InvokeFunction'))).toMatchObject({
+      Resource: onApi,
+      Condition: { Bool: { 'lambda:InvokedViaFunctionUrl': true } },
+    });
+    // The one S3 object it reads is its bundle, in the asset bucket, not the checkpoint bucket.
+    const bucketId = Object.keys(t.findResources('AWS::S3::Bucket')).find((id) => id.startsWith('Checkpoints'))!;
+    expect(JSON.stringify(agent.find((s) => actionsOf(s).includes('s3:GetObject'))!.Resource)).not.toContain(bucketId);
+    t.hasResourceProperties('AWS::Lambda::Url', { AuthType: 'AWS_IAM', TargetFunctionArn: onApi });
+    // The API knows which role's sessions are machines.
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: {
+        Variables: Match.objectLike({ POWERTOOLS_SERVICE_NAME: 'gpu-fleet-agentApi', GPU_FLEET_AGENT_ROLE_NAME: Match.anyValue() }),
+      },
+    });
+  });
+
+  it('lets the agent API write only the tables, keys and prefix an agent’s calls need', () => {
+    const api = statements(t, 'agentApiRole');
+    const control = api.find((s) => s.Sid === 'CheckpointIndexOnly')!;
+    expect(control.Condition).toEqual({ 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['ckpt', 'ckpt-parts'] } });
+    const tableOf = (prefix: string) => ({
+      'Fn::GetAtt': [Object.keys(t.findResources('AWS::DynamoDB::Table')).find((id) => id.startsWith(prefix))!, 'Arn'],
+    });
+    expect(api.find((s) => s.Sid === 'JobsOfTheCallingNode')).toMatchObject({
+      Action: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+      Resource: tableOf('Jobs'),
+    });
+    expect(api.find((s) => s.Sid === 'TheCallingNodesRecord')).toMatchObject({
+      Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
+      Resource: tableOf('Nodes'),
+    });
+    const objects = api.find((s) => s.Sid === 'CheckpointObjects')!;
+    expect(JSON.stringify(objects.Resource)).toContain('/checkpoints/*');
+    expect(
+      api
+        .flatMap(actionsOf)
+        .filter((a) => /^(dynamodb|s3):/.test(a))
+        .sort(),
+    ).toEqual(
+      [
+        'dynamodb:GetItem',
+        'dynamodb:GetItem',
+        'dynamodb:GetItem',
+        'dynamodb:PutItem',
+        'dynamodb:PutItem',
+        'dynamodb:UpdateItem',
+        'dynamodb:UpdateItem',
+        's3:AbortMultipartUpload',
         's3:GetObject',
         's3:ListBucket',
         's3:PutObject',
@@ -499,7 +553,7 @@ describe('npm run synth', () => {
     const bundles = readdirSync(out)
       .filter((d) => existsSync(join(out, d, 'index.mjs')))
       .map((d) => statSync(join(out, d, 'index.mjs')).size);
-    expect(bundles).toHaveLength(3);
+    expect(bundles).toHaveLength(4);
     for (const size of bundles) expect(size).toBeLessThan(3 * 1024 * 1024);
     expect(readdirSync(out).some((f) => f.endsWith('.mjs'))).toBe(true); // the agent bundle asset
   }, 300_000);

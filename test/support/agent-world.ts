@@ -50,6 +50,7 @@ export function agentWorld() {
       config?: Partial<AgentConfig>;
       /** Reach the state and the checkpoints through this agent API (as a fleet machine does), not directly. */
       api?: AgentApi;
+      removeFolder?: (dir: string) => Promise<void>;
     } = {},
   ): NodeAgent {
     const env = fakeNvidiaSmiEnv(
@@ -75,6 +76,7 @@ export function agentWorld() {
         gpus: () => readGpuInventory({ env, timeoutMs: 5000 }),
         ...(options.metadata ? { metadata: options.metadata } : {}),
         ...(options.metrics ? { metrics: options.metrics } : {}),
+        ...(options.removeFolder ? { removeFolder: options.removeFolder } : {}),
         log,
       },
       {

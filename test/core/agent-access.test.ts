@@ -1,0 +1,181 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { checkpointFolder, finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../../core/job.ts';
+import { reason } from '../../core/reason.ts';
+import {
+  AGENT_CLOCK_SKEW_MS,
+  agentCheckpointReadProblem,
+  agentCheckpointWriteProblem,
+  agentJobWriteProblem,
+  attemptOfLocation,
+  mayReadJob,
+} from '../../core/services/agent-access.ts';
+import { aJob } from '../builders.ts';
+
+const ROOT = 's3://ckpt-bucket/checkpoints/';
+const folder = (jobId: string, attempt: number) => checkpointFolder(ROOT, jobId, attempt);
+const T = 1_800_000_000_000;
+const N0 = 'i-0aaaaaaaa0';
+const N1 = 'i-0aaaaaaaa1';
+const OTHER = 'i-0bbbbbbbb9';
+
+/** A job placed on a gang of two (N0 leads), in one of the states an agent writes from. */
+function placedJob(state: 'placed' | 'running' | 'checkpointing', extra: Partial<Job> = {}): Job {
+  const pending = aJob({ id: 'nlp.j1', team: 'nlp', attempt: 2, version: 4, spec: { nodes: 2 } });
+  return {
+    ...pending,
+    state,
+    placement: {
+      capacityType: 'spot',
+      nodes: [
+        { nodeId: N0, gpuIndices: [0] },
+        { nodeId: N1, gpuIndices: [0] },
+      ],
+    },
+    placedAtMs: T - 600_000,
+    ...(state !== 'placed' ? { startedAtMs: T - 590_000, firstStartedAtMs: T - 590_000 } : {}),
+    ...(state === 'checkpointing' ? { checkpointRequestedAtMs: T - 5_000, checkpointReason: reason('interrupted', 'spot') } : {}),
+    updatedAtMs: T - 1_000,
+    ...extra,
+  };
+}
+const cp = (attempt: number, at: number): CheckpointRef => ({
+  jobId: 'nlp.j1',
+  attempt,
+  location: `${folder('nlp.j1', attempt)}step-9/`,
+  completedAtMs: at,
+  progressSec: 900,
+  ranks: 2,
+});
+
+/** The events an agent sends, and who may send them. */
+function agentEvents(job: Job): { event: JobEvent | 'finish-cancel'; leaderOnly: boolean }[] {
+  const a = job.attempt;
+  return [
+    { event: { type: 'start', attempt: a }, leaderOnly: true },
+    { event: { type: 'checkpoint-requested', attempt: a, reason: reason('interrupted', 'spot') }, leaderOnly: false },
+    { event: { type: 'checkpoint-done', checkpoint: cp(a, T - 100) }, leaderOnly: false },
+    { event: { type: 'requeue', attempt: a, reason: reason('interrupted', 'spot') }, leaderOnly: false },
+    { event: { type: 'succeed', attempt: a }, leaderOnly: true },
+    { event: { type: 'fail', attempt: a, exitCode: 3 }, leaderOnly: false },
+    { event: 'finish-cancel', leaderOnly: true },
+  ];
+}
+function apply(job: Job, e: JobEvent | 'finish-cancel', at: number) {
+  return e === 'finish-cancel' ? finishCancel(job, at) : transition(job, e, at);
+}
+/** Through JSON, as the write reaches the API. */
+const wire = (j: Job): Job => JSON.parse(JSON.stringify(j)) as Job;
+
+describe('what an agent may write to a job', () => {
+  it('accepts every write an agent makes, from the rank that may make it, and nothing from a machine that does not hold the job', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom('placed', 'running', 'checkpointing' as const),
+        fc.boolean(),
+        fc.integer({ min: -AGENT_CLOCK_SKEW_MS, max: AGENT_CLOCK_SKEW_MS }),
+        (state, cancelRequested, skew) => {
+          const stored = placedJob(state as 'placed', cancelRequested ? { cancelRequested: true } : {});
+          for (const { event, leaderOnly } of agentEvents(stored)) {
+            const at = T + skew;
+            const r = apply(stored, event, at);
+            if (!r.ok || !r.changed) continue;
+            const next = wire(r.job);
+            const latest = event !== 'finish-cancel' && event.type === 'checkpoint-done' ? event.checkpoint : undefined;
+            expect(agentJobWriteProblem(stored, next, N0, T, latest), JSON.stringify(event)).toBeUndefined();
+            const asFollower = agentJobWriteProblem(stored, next, N1, T, latest);
+            if (!leaderOnly) expect(asFollower, JSON.stringify(event)).toBeUndefined();
+            expect(agentJobWriteProblem(stored, next, OTHER, T, latest)).toMatch(/does not hold job nlp\.j1/);
+          }
+        },
+      ),
+    );
+  });
+
+  it('refuses a success or a start from a follower rank: only the leader ends or starts a gang', () => {
+    const stored = placedJob('running');
+    const done = wire((transition(stored, { type: 'succeed', attempt: 2 }, T) as { job: Job }).job);
+    expect(agentJobWriteProblem(stored, done, N1, T, undefined)).toMatch(
+      /only the first rank .* succeeded; machine i-0aaaaaaaa1 is rank 1/,
+    );
+    const started = wire((transition(placedJob('placed'), { type: 'start', attempt: 2 }, T) as { job: Job }).job);
+    expect(agentJobWriteProblem(placedJob('placed'), started, N1, T, undefined)).toMatch(/only the first rank/);
+  });
+
+  it('refuses any change beyond the transition: spec, team, usage, holdings, priority, attempt, placement, or a time far from the API’s', () => {
+    const stored = placedJob('running');
+    const ok = wire((transition(stored, { type: 'fail', attempt: 2, exitCode: 3 }, T) as { job: Job }).job);
+    expect(agentJobWriteProblem(stored, ok, N0, T, undefined)).toBeUndefined();
+    const tampered: Job[] = [
+      { ...ok, spec: { ...ok.spec, image: 'evil/miner:1' } },
+      { ...ok, spec: { ...ok.spec, priority: 1000 } },
+      { ...ok, team: 'vision' },
+      { ...ok, usage: { ...ok.usage!, heldSec: 1 } },
+      { ...ok, heldAttempts: [] },
+      { ...ok, attempt: 9 },
+      { ...ok, placement: { capacityType: 'on-demand', nodes: [{ nodeId: N0, gpuIndices: [0, 1, 2, 3] }] } },
+      { ...ok, endedAtMs: T - 3_600_000 },
+    ];
+    for (const next of tampered)
+      expect(agentJobWriteProblem(stored, next, N0, T, undefined), JSON.stringify(next)).toMatch(/not a change an agent makes/);
+    const late = wire((transition(stored, { type: 'fail', attempt: 2, exitCode: 3 }, T + AGENT_CLOCK_SKEW_MS + 1) as { job: Job }).job);
+    expect(agentJobWriteProblem(stored, late, N0, T, undefined)).toMatch(/more than 300 s from the API's clock/);
+    expect(agentJobWriteProblem(stored, { ...ok, id: 'cv.other' }, N0, T, undefined)).toMatch(/is for job cv\.other/);
+  });
+
+  it('attaches only the job’s newest complete checkpoint: not one the agent made up, nor another job’s', () => {
+    const stored = placedJob('running');
+    const made = cp(2, T - 100);
+    const next = wire((transition(stored, { type: 'checkpoint-done', checkpoint: made }, T) as { job: Job }).job);
+    expect(agentJobWriteProblem(stored, next, N1, T, made)).toBeUndefined();
+    expect(agentJobWriteProblem(stored, next, N1, T, undefined)).toMatch(/not its newest complete checkpoint/);
+    expect(agentJobWriteProblem(stored, next, N1, T, { ...made, progressSec: 10 })).toMatch(/not its newest complete checkpoint/);
+  });
+});
+
+describe('what an agent may read, and which checkpoint folders it may write', () => {
+  it('reads a job on its work list or one it holds or held, and no other', () => {
+    const job = placedJob('running', { heldAttempts: [{ attempt: 1, nodes: [{ nodeId: OTHER, milliGpu: 1000 }], fromMs: 0, toMs: 1 }] });
+    expect(mayReadJob(job, N1, undefined)).toBe(true);
+    expect(mayReadJob(job, OTHER, undefined)).toBe(true); // it ran attempt 1
+    expect(mayReadJob(job, 'i-0ccccccccc', undefined)).toBe(false);
+    const record = {
+      instanceId: 'i-0ccccccccc',
+      groupId: 'g',
+      registeredAtMs: 0,
+      lastHeartbeatAtMs: 0,
+      gpus: [],
+      healthy: true,
+      assigned: { 'nlp.j1': 3 },
+    };
+    expect(mayReadJob(job, 'i-0ccccccccc', record)).toBe(true); // placed there next
+  });
+
+  it('writes only the folders of attempts it holds or held, with no way out of them', () => {
+    const job = placedJob('running', { heldAttempts: [{ attempt: 1, nodes: [{ nodeId: OTHER, milliGpu: 1000 }], fromMs: 0, toMs: 1 }] });
+    expect(agentCheckpointWriteProblem(job, N0, `${folder('nlp.j1', 2)}step-9/`, folder)).toBeUndefined();
+    expect(agentCheckpointWriteProblem(job, N0, `${folder('nlp.j1', 2)}step-9/rank-1/`, folder)).toBeUndefined();
+    expect(agentCheckpointWriteProblem(job, OTHER, `${folder('nlp.j1', 1)}step-1/`, folder)).toBeUndefined(); // a late upload of the attempt it ran
+    expect(agentCheckpointWriteProblem(job, N0, `${folder('nlp.j1', 1)}step-1/`, folder)).toMatch(/did not hold attempt 1/);
+    expect(agentCheckpointWriteProblem(job, OTHER, `${folder('nlp.j1', 2)}x/`, folder)).toMatch(/did not hold attempt 2/);
+    for (const bad of [
+      `${folder('nlp.j1', 2)}../../cv.j9/attempt-1/`,
+      `${folder('nlp.j1', 2)}a/./b/`,
+      `${folder('nlp.j1', 2)}a//b/`,
+      `${folder('cv.j9', 2)}x/`,
+      `${ROOT}nlp.j1/attempt-0/`,
+      `${ROOT}nlp.j1/attempt-02/`,
+      `${ROOT}nlp.j1/`,
+      's3://other-bucket/checkpoints/nlp.j1/attempt-2/',
+    ])
+      expect(agentCheckpointWriteProblem(job, N0, bad, folder), bad).toMatch(/is not a checkpoint folder of job nlp\.j1/);
+    expect(attemptOfLocation('nlp.j1', `${folder('nlp.j1', 12)}a/b/`, folder)).toBe(12);
+  });
+
+  it('reads the checkpoint folders of a job it may read, and no others', () => {
+    const job = placedJob('running');
+    expect(agentCheckpointReadProblem(job, N0, undefined, `${folder('nlp.j1', 1)}step-1/`, folder)).toBeUndefined();
+    expect(agentCheckpointReadProblem(job, OTHER, undefined, `${folder('nlp.j1', 1)}step-1/`, folder)).toMatch(/has no part in job/);
+    expect(agentCheckpointReadProblem(job, N0, undefined, `${folder('cv.j9', 1)}step-1/`, folder)).toMatch(/not a checkpoint folder/);
+  });
+});

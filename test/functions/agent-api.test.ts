@@ -1,0 +1,179 @@
+import { S3Client, CreateMultipartUploadCommand, CompleteMultipartUploadCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
+import { mockClient } from 'aws-sdk-client-mock';
+import { describe, expect, it } from 'vitest';
+import { callerMachine, partBytesFor } from '../../cloud/aws/agent-api-protocol.ts';
+import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
+import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
+import { CloudError } from '../../core/errors.ts';
+import type { JobStore } from '../../core/ports.ts';
+import { createAgentApiHandler } from '../../functions/agent-api.ts';
+import { lambdaContext } from '../../functions/context.ts';
+import { observability } from '../../functions/observability.ts';
+
+const ROLE = 'GpuFleet-AgentRole-1A2B3C';
+const ARN = (session: string, role = ROLE) => `arn:aws:sts::123456789012:assumed-role/${role}/${session}`;
+
+function setup(jobs: JobStore = new MemoryJobStore()) {
+  const nodes = new MemoryNodeStore();
+  const handler = createAgentApiHandler({
+    jobs,
+    nodes,
+    checkpoints: new MemoryCheckpointStore('s3://ckpt/checkpoints/'),
+    urls: new S3CheckpointUrls(new S3Client({ region: 'us-west-2', credentials: { accessKeyId: 'AKID', secretAccessKey: 's' } })),
+    clock: { nowMs: () => 1_800_000_000_000 },
+    agentRoleName: ROLE,
+    obs: observability('agent-api-test'),
+  });
+  const call = async (o: { path: string; body?: string; userArn?: string; method?: string }) => {
+    const event = {
+      rawPath: o.path,
+      body: o.body ?? '{}',
+      isBase64Encoded: false,
+      requestContext: {
+        http: { method: o.method ?? 'POST' },
+        ...(o.userArn ? { authorizer: { iam: { userArn: o.userArn } } } : {}),
+      },
+    } as unknown as LambdaFunctionURLEventWithIAMAuthorizer;
+    const out = (await handler(event, lambdaContext('agent-api'))) as { statusCode: number; body: string };
+    return { status: out.statusCode, body: JSON.parse(out.body) as Record<string, unknown> };
+  };
+  return { call, nodes };
+}
+
+describe('agent API: who may call, and what a malformed call gets back', () => {
+  it('takes the caller’s machine from its instance role session, and refuses any other caller', async () => {
+    expect(callerMachine(ARN('i-0123456789abcdef0'), ROLE)).toBe('i-0123456789abcdef0');
+    expect(callerMachine('arn:aws-us-gov:sts::123456789012:assumed-role/R/i-0123456789abcdef0', 'R')).toBe('i-0123456789abcdef0');
+    expect(callerMachine(ARN('i-0123456789abcdef0', 'AdminRole'), ROLE)).toMatchObject({
+      error: expect.stringMatching(/not the node agent's role/),
+    });
+    expect(callerMachine(ARN('alice'), ROLE)).toMatchObject({ error: expect.stringMatching(/not a machine's instance role session/) });
+    expect(callerMachine('arn:aws:iam::123456789012:user/alice', ROLE)).toMatchObject({ error: expect.any(String) });
+    const { call } = setup();
+    expect(await call({ path: '/v1/job/get', body: '{"jobId":"j"}' })).toMatchObject({ status: 403, body: { code: 'access-denied' } });
+    expect(await call({ path: '/v1/job/get', body: '{"jobId":"j"}', userArn: ARN('i-0aaaaaaaa1', 'Other') })).toMatchObject({
+      status: 403,
+    });
+  });
+
+  it('answers a malformed call with what was wrong and what is allowed, and writes nothing', async () => {
+    const { call, nodes } = setup();
+    const me = ARN('i-0aaaaaaaa1');
+    expect(await call({ path: '/v1/node/teleport', userArn: me })).toMatchObject({
+      status: 404,
+      body: { error: expect.stringMatching(/not an agent API call; the calls are .*\/v1\/node\/register/) },
+    });
+    expect(await call({ path: '/v1/node/register', userArn: me, method: 'GET' })).toMatchObject({ status: 400, body: { error: /POST/ } });
+    expect(await call({ path: '/v1/node/register', userArn: me, body: '{not json' })).toMatchObject({
+      status: 400,
+      body: { error: /not JSON/ },
+    });
+    const bad = await call({
+      path: '/v1/node/register',
+      userArn: me,
+      body: JSON.stringify({ record: { groupId: '', gpus: 'many', healthy: 'yes' } }),
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatch(/record\.groupId: .*record\.gpus: .*record\.healthy: /);
+    expect(
+      (
+        await call({
+          path: '/v1/checkpoint/upload',
+          userArn: me,
+          body: JSON.stringify({ jobId: 'j', location: 's3://b/x/', files: [{ path: '../../etc/passwd', bytes: 1 }] }),
+        })
+      ).body.error,
+    ).toMatch(/files\.0\.path: a relative path with no empty, "\." or "\.\." part/);
+    expect(await nodes.list()).toEqual([]);
+  });
+
+  it('registers the caller under its own id and the API’s clock, whatever the body says', async () => {
+    const { call, nodes } = setup();
+    const out = await call({
+      path: '/v1/node/register',
+      userArn: ARN('i-0aaaaaaaa1'),
+      body: JSON.stringify({
+        record: { instanceId: 'i-0bbbbbbbb2', groupId: 'g', gpus: [], healthy: true, registeredAtMs: 9e15, draining: { reason: 'x' } },
+      }),
+    });
+    expect(out.status).toBe(200);
+    expect((await nodes.list()).map((n) => [n.instanceId, n.registeredAtMs, n.lastHeartbeatAtMs, n.draining])).toEqual([
+      ['i-0aaaaaaaa1', 1_800_000_000_000, 1_800_000_000_000, undefined],
+    ]);
+  });
+
+  it('says a store failure is worth retrying (503) when it is', async () => {
+    const failing = new MemoryJobStore();
+    failing.get = () => Promise.reject(new CloudError('throttled', 'slow down', { operation: 'get job' }));
+    const { call } = setup(failing);
+    expect(await call({ path: '/v1/job/get', userArn: ARN('i-0aaaaaaaa1'), body: '{"jobId":"j"}' })).toMatchObject({
+      status: 503,
+      body: { code: 'throttled' },
+    });
+  });
+});
+
+describe('presigned checkpoint URLs', () => {
+  const s3 = new S3Client({ region: 'us-west-2', credentials: { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'secret' } });
+
+  it('signs one PUT per small file and one PUT per part of a large one, each for its own key, and completes the parts', async () => {
+    const mock = mockClient(s3);
+    mock.on(CreateMultipartUploadCommand).resolves({ UploadId: 'up-1' });
+    mock.on(CompleteMultipartUploadCommand).resolves({});
+    const urls = new S3CheckpointUrls(s3, 900);
+    const big = 200 * 1024 * 1024;
+    const targets = await urls.uploadTargets('s3://ckpt-bucket/checkpoints/nlp.j1/attempt-2/step-9/', [
+      { path: 'meta.json', bytes: 120 },
+      { path: 'shards/model.pt', bytes: big },
+    ]);
+    const small = targets[0] as { url: string };
+    const u = new URL(small.url);
+    expect(u.pathname).toMatch(/\/checkpoints\/nlp\.j1\/attempt-2\/step-9\/meta\.json$/);
+    expect(u.searchParams.get('X-Amz-Expires')).toBe('900');
+    expect(u.searchParams.get('X-Amz-Signature')).toMatch(/^[0-9a-f]{64}$/);
+    const multi = targets[1] as { uploadId: string; partBytes: number; partUrls: string[] };
+    expect(multi.uploadId).toBe('up-1');
+    expect(multi.partBytes).toBe(partBytesFor(big));
+    expect(multi.partUrls).toHaveLength(Math.ceil(big / multi.partBytes));
+    multi.partUrls.forEach((p, i) => {
+      const q = new URL(p);
+      expect(q.pathname).toMatch(/step-9\/shards\/model\.pt$/);
+      expect([q.searchParams.get('partNumber'), q.searchParams.get('uploadId')]).toEqual([String(i + 1), 'up-1']);
+    });
+    expect(mock.commandCalls(CreateMultipartUploadCommand)[0]!.args[0].input).toMatchObject({
+      Bucket: 'ckpt-bucket',
+      Key: 'checkpoints/nlp.j1/attempt-2/step-9/shards/model.pt',
+    });
+    await urls.finishUpload('s3://ckpt-bucket/checkpoints/nlp.j1/attempt-2/step-9/', 'shards/model.pt', 'up-1', [
+      { partNumber: 2, etag: '"b"' },
+      { partNumber: 1, etag: '"a"' },
+    ]);
+    expect(mock.commandCalls(CompleteMultipartUploadCommand)[0]!.args[0].input).toMatchObject({
+      UploadId: 'up-1',
+      MultipartUpload: {
+        Parts: [
+          { PartNumber: 1, ETag: '"a"' },
+          { PartNumber: 2, ETag: '"b"' },
+        ],
+      },
+    });
+    mock.restore();
+  });
+
+  it('signs one GET per object under the folder (all pages), named by its path below it', async () => {
+    const mock = mockClient(s3);
+    mock
+      .on(ListObjectsV2Command)
+      .resolvesOnce({
+        Contents: [{ Key: 'checkpoints/j/attempt-1/s/a.pt' }, { Key: 'checkpoints/j/attempt-1/s/sub/' }],
+        IsTruncated: true,
+        NextContinuationToken: 't',
+      })
+      .resolvesOnce({ Contents: [{ Key: 'checkpoints/j/attempt-1/s/sub/b.pt' }] });
+    const got = await new S3CheckpointUrls(s3).downloadUrls('s3://ckpt-bucket/checkpoints/j/attempt-1/s/');
+    expect(got.map((g) => g.path)).toEqual(['a.pt', 'sub/b.pt']);
+    expect(new URL(got[1]!.url).pathname).toMatch(/checkpoints\/j\/attempt-1\/s\/sub\/b\.pt$/);
+    mock.restore();
+  });
+});

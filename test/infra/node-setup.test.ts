@@ -1,0 +1,97 @@
+import { execFile } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterEach, describe, expect, it } from 'vitest';
+import { sudoRemover } from '../../agent/cli.ts';
+import { agentSudoers, agentUnit, cleanJobDirScript, CLEAN_JOB_DIR_HELPER, NVIDIA_SMI } from '../../infra/node-setup.ts';
+import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
+
+const run = promisify(execFile);
+
+/** A jobs folder, a folder outside it, and the helper (for that jobs folder) as a real script. */
+function machine() {
+  const top = mkdtempSync(join(tmpdir(), 'node-setup-'));
+  const jobs = join(top, 'var-lib-gpu-fleet', 'jobs');
+  const outside = join(top, 'etc');
+  mkdirSync(jobs, { recursive: true });
+  mkdirSync(outside);
+  writeFileSync(join(outside, 'passwd'), 'root:x:0:0');
+  const helper = join(top, 'gpu-fleet-clean-job-dir');
+  writeFileSync(helper, cleanJobDirScript(jobs));
+  chmodSync(helper, 0o755);
+  const clean = (path: string) =>
+    run('bash', [helper, path]).then(
+      () => ({ code: 0, stderr: '' }),
+      (e: { code: number; stderr: string }) => ({ code: e.code, stderr: e.stderr }),
+    );
+  return { top, jobs, outside, helper, clean };
+}
+
+describe('the job-folder helper the agent runs as root (through sudo)', () => {
+  it('removes a job folder under the jobs folder, and a folder already gone is fine', async () => {
+    const m = machine();
+    const folder = join(m.jobs, 'nlp.j1', 'attempt-1', 'checkpoint');
+    mkdirSync(join(folder, 'step-1'), { recursive: true });
+    writeFileSync(join(folder, 'step-1', 'weights.pt'), 'x');
+    expect(await m.clean(folder)).toEqual({ code: 0, stderr: '' });
+    expect(existsSync(folder)).toBe(false);
+    expect(await m.clean(folder)).toEqual({ code: 0, stderr: '' });
+  });
+
+  it('refuses anything that is not under the jobs folder once links and ".." are resolved', async () => {
+    const m = machine();
+    mkdirSync(join(m.jobs, 'nlp.j1'));
+    const link = join(m.jobs, 'nlp.j1', 'checkpoint');
+    symlinkSync(m.outside, link); // a job swapped its folder for a link to the host
+    for (const path of [m.outside, `${m.jobs}/nlp.j1/../../../etc`, m.jobs, `${m.jobs}/`, link]) {
+      const out = await m.clean(path);
+      expect(out.code, path).toBe(2);
+      expect(out.stderr, path).toMatch(/refused/);
+    }
+    expect(existsSync(join(m.outside, 'passwd'))).toBe(true);
+    expect((await m.clean('')).code).toBe(2);
+  });
+
+  it('is what the agent runs to remove a finished attempt’s folders (sudo, then the helper)', async () => {
+    const m = machine();
+    // sudo as a test stand-in: records what it was asked to run, then runs it.
+    const sudo = join(m.top, 'sudo');
+    const asked = join(m.top, 'sudo.log');
+    writeFileSync(sudo, `#!/bin/bash\necho "$*" >> ${asked}\n[ "$1" = "-n" ] && shift\nexec bash "$@"\n`);
+    chmodSync(sudo, 0o755);
+    const w = agentWorld();
+    try {
+      const workDir = join(m.jobs, '..');
+      const a = w.agent('i-a', { workDir, removeFolder: sudoRemover(m.helper, process.env, sudo) });
+      await a.heartbeat();
+      await w.submit('nlp.j1', { command: ['node', COUNTER_JOB, '10', '10', '5'] });
+      await w.place('nlp.j1', ['i-a']);
+      await a.heartbeat();
+      await waitFor('the job to succeed', async () => (await w.jobs.get('nlp.j1'))!.state === 'succeeded');
+      const checkpointDir = join(m.jobs, 'nlp.j1', 'attempt-1', 'checkpoint');
+      await waitFor('the checkpoint folder to be removed', () => !existsSync(checkpointDir));
+      await a.settled();
+      const { readFileSync } = await import('node:fs');
+      expect(readFileSync(asked, 'utf8')).toContain(`-n ${m.helper} ${checkpointDir}`);
+      expect(existsSync(join(m.jobs, 'nlp.j1', 'attempt-1', 'output.log'))).toBe(true); // the log stays
+    } finally {
+      await w.shutdown();
+    }
+  });
+});
+
+describe('the agent’s service and sudo rules', () => {
+  it('runs the agent as its own user with the docker group, and lets it run as root only MIG changes and the helper', () => {
+    const unit = agentUnit('/usr/bin/node');
+    expect(unit).toMatch(/^User=gpu-fleet$/m);
+    expect(unit).toMatch(/^SupplementaryGroups=docker$/m);
+    expect(unit).toMatch(/^AmbientCapabilities=CAP_DAC_READ_SEARCH$/m);
+    expect(unit).toMatch(/^ExecStart=\/usr\/bin\/node .* --sudo-helper \/usr\/local\/sbin\/gpu-fleet-clean-job-dir$/m);
+    const rules = agentSudoers()
+      .split('\n')
+      .filter((l) => l && !l.startsWith('#') && !l.startsWith('Defaults'));
+    expect(rules).toEqual([`gpu-fleet ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} /var/lib/gpu-fleet/jobs/*`]);
+  });
+});
