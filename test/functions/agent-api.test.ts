@@ -132,7 +132,7 @@ describe('presigned checkpoint URLs', () => {
     expect(u.pathname).toMatch(/\/checkpoints\/nlp\.j1\/attempt-2\/step-9\/meta\.json$/);
     expect(u.searchParams.get('X-Amz-Expires')).toBe('900');
     expect(u.searchParams.get('X-Amz-Signature')).toMatch(/^[0-9a-f]{64}$/);
-    const multi = targets[1] as { uploadId: string; partBytes: number; partUrls: string[] };
+    const multi = targets[1] as { uploadId: string; partBytes: number; partUrls: readonly string[] };
     expect(multi.uploadId).toBe('up-1');
     expect(multi.partBytes).toBe(partBytesFor(big));
     expect(multi.partUrls).toHaveLength(Math.ceil(big / multi.partBytes));

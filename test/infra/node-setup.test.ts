@@ -3,7 +3,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sudoRemover } from '../../agent/cli.ts';
 import { agentSudoers, agentUnit, cleanJobDirScript, CLEAN_JOB_DIR_HELPER, NVIDIA_SMI } from '../../infra/node-setup.ts';
 import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
