@@ -1,5 +1,7 @@
+import { GpuFleetError } from '../errors.ts';
 import type { NodeRecord } from '../fleet.ts';
 import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../job.ts';
+import type { CheckpointStore, Clock, JobStore, NodeStore } from '../ports.ts';
 
 /**
  * What a node's agent may read and write, judged from the stored records. The agent API
@@ -161,4 +163,159 @@ function canonical(value: unknown): string {
 
 function sameJson(a: unknown, b: unknown): boolean {
   return canonical(a) === canonical(b);
+}
+
+/** A call an agent may not make: the agent API answers it with 403, the simulator counts it. */
+export class AgentRefused extends GpuFleetError {
+  override name = 'AgentRefused';
+  constructor(
+    readonly nodeId: string,
+    message: string,
+  ) {
+    super(message, { context: { nodeId } });
+  }
+}
+
+type AgentStores = { readonly jobs: JobStore; readonly nodes: NodeStore; readonly checkpoints: CheckpointStore };
+
+/** The stores as the agent of one machine may use them, plus the checks for its checkpoint bytes. */
+export interface AgentView extends AgentStores {
+  readonly nodeId: string;
+  /** Throws {@link AgentRefused} unless the machine may write files in the checkpoint folder `location` of job `jobId`. */
+  checkCheckpointWrite(jobId: string, location: string): Promise<void>;
+  /** Throws {@link AgentRefused} unless the machine may read the checkpoint folder `location` of job `jobId`. */
+  checkCheckpointRead(jobId: string, location: string): Promise<void>;
+}
+
+/**
+ * The rules above applied to every call: the agent API carries out an agent's calls through this
+ * view of the control plane's stores, and the simulator hands each simulated machine's agent the
+ * same view, so what a real machine is refused a simulated one is too. Reads it may not make of
+ * a job answer as if the job did not exist; writes it may not make throw {@link AgentRefused}.
+ * Times of its own record (registration, heartbeats) are the view's clock, never the machine's.
+ */
+export function agentView(stores: AgentStores, nodeId: string, clock: Clock): AgentView {
+  const refuse = (message: string): never => {
+    throw new AgentRefused(nodeId, message);
+  };
+  const own = (instanceId: string, what: string) => {
+    if (instanceId !== nodeId) refuse(`machine ${nodeId} may not ${what} of machine ${instanceId}`);
+  };
+  const folder = (jobId: string, attempt: number) => stores.checkpoints.locationFor(jobId, attempt);
+  const jobOf = async (jobId: string): Promise<Job> => (await stores.jobs.get(jobId)) ?? refuse(`job ${jobId} does not exist`);
+  const readable = async (jobId: string): Promise<Job> => {
+    const [job, record] = await Promise.all([jobOf(jobId), stores.nodes.get(nodeId)]);
+    if (!mayReadJob(job, nodeId, record)) refuse(`machine ${nodeId} has no part in job ${jobId}`);
+    return job;
+  };
+  const notForAgents = (what: string): never => refuse(`${what} is not something a node agent does`);
+
+  const jobs: JobStore = {
+    async get(id) {
+      const [job, record] = await Promise.all([stores.jobs.get(id), stores.nodes.get(nodeId)]);
+      return job && mayReadJob(job, nodeId, record) ? job : undefined;
+    },
+    async update(next, expectedVersion) {
+      const stored = await readable(next.id);
+      if (stored.version !== expectedVersion) return { ok: false, current: stored };
+      const latest = next.checkpoint ? await stores.checkpoints.latest(stored.id) : undefined;
+      const problem = agentJobWriteProblem(stored, next, nodeId, clock.nowMs(), latest);
+      if (problem !== undefined) refuse(problem);
+      return stores.jobs.update(next, expectedVersion);
+    },
+    create: () => notForAgents('creating a job'),
+    listByState: () => notForAgents('listing jobs'),
+    listEndedSince: () => notForAgents('listing jobs'),
+  };
+
+  const nodes: NodeStore = {
+    async register(record) {
+      own(record.instanceId, 'register');
+      const now = clock.nowMs();
+      // Only what an agent reports: never a drain mark, a work list or billing facts of its choosing.
+      await stores.nodes.register({
+        instanceId: nodeId,
+        groupId: record.groupId,
+        registeredAtMs: now,
+        lastHeartbeatAtMs: now,
+        gpus: record.gpus,
+        ...(record.address !== undefined ? { address: record.address } : {}),
+        healthy: record.healthy,
+        ...(record.healthProblem !== undefined ? { healthProblem: record.healthProblem } : {}),
+      });
+    },
+    async heartbeat(instanceId, _atMs, health) {
+      own(instanceId, 'send the heartbeat');
+      return stores.nodes.heartbeat(nodeId, clock.nowMs(), health);
+    },
+    async get(instanceId) {
+      if (instanceId !== nodeId) {
+        // Another machine's record only when the two share a job on this one's work list (a gang's leader, for its address).
+        const record = await stores.nodes.get(nodeId);
+        const shared = await Promise.all(Object.keys(record?.assigned ?? {}).map((id) => stores.jobs.get(id)));
+        const sharesOne = shared.some(
+          (j) => j?.placement?.nodes.some((n) => n.nodeId === nodeId) && j.placement.nodes.some((n) => n.nodeId === instanceId),
+        );
+        if (!sharesOne) refuse(`machine ${nodeId} shares no job with machine ${instanceId}`);
+      }
+      return stores.nodes.get(instanceId);
+    },
+    async markDraining(instanceId, drain) {
+      own(instanceId, 'drain');
+      const { sinceMs, reason, deadlineMs, groupId } = drain;
+      return stores.nodes.markDraining(nodeId, { sinceMs, reason, deadlineMs, ...(groupId !== undefined ? { groupId } : {}) });
+    },
+    async unassign(instanceId, jobId, attempt) {
+      own(instanceId, 'change the work list');
+      await stores.nodes.unassign(nodeId, jobId, attempt);
+    },
+    list: () => notForAgents('listing nodes'),
+    setIdleSince: () => notForAgents('marking a node idle'),
+    remove: () => notForAgents('removing a node'),
+    noteMeter: () => notForAgents("stamping a machine's billing facts"),
+    noteEnded: () => notForAgents("recording a machine's end"),
+    assign: () => notForAgents('placing work on a node'),
+  };
+
+  const checkpoints: CheckpointStore = {
+    locationFor: (jobId, attempt) => stores.checkpoints.locationFor(jobId, attempt),
+    async latest(jobId) {
+      await readable(jobId);
+      return stores.checkpoints.latest(jobId);
+    },
+    async markComplete(ref, rank = 0) {
+      const job = await jobOf(ref.jobId);
+      const problem = agentCheckpointWriteProblem(job, nodeId, ref.location, folder);
+      if (problem !== undefined) refuse(problem);
+      const attempt = attemptOfLocation(job.id, ref.location, folder)!;
+      if (ref.attempt !== attempt) refuse(`the checkpoint at ${ref.location} is of attempt ${attempt}, not ${ref.attempt}`);
+      // The attempt's machines in rank order: its placement now, or its holding once it ended.
+      const held =
+        job.attempt === attempt && job.placement
+          ? job.placement.nodes.map((n) => n.nodeId)
+          : (job.heldAttempts ?? []).find((h) => h.attempt === attempt)!.nodes.map((n) => n.nodeId);
+      if (held[rank] !== nodeId) refuse(`machine ${nodeId} is not rank ${rank} of attempt ${attempt} of job ${job.id}`);
+      if ((ref.ranks ?? 1) !== held.length)
+        refuse(
+          `attempt ${attempt} of job ${job.id} ran on ${held.length} machines; its checkpoints have that many parts, not ${ref.ranks ?? 1}`,
+        );
+      return stores.checkpoints.markComplete(ref, rank);
+    },
+  };
+
+  return {
+    nodeId,
+    jobs,
+    nodes,
+    checkpoints,
+    async checkCheckpointWrite(jobId, location) {
+      const problem = agentCheckpointWriteProblem(await jobOf(jobId), nodeId, location, folder);
+      if (problem !== undefined) refuse(problem);
+    },
+    async checkCheckpointRead(jobId, location) {
+      const [job, record] = await Promise.all([jobOf(jobId), stores.nodes.get(nodeId)]);
+      const problem = agentCheckpointReadProblem(job, nodeId, record, location, folder);
+      if (problem !== undefined) refuse(problem);
+    },
+  };
 }
