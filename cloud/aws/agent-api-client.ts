@@ -100,13 +100,13 @@ export class AgentApiJobStore implements JobStore {
   async update(next: Job, expectedVersion: number): Promise<WriteResult> {
     return this.api.call('job/update', { next: next as unknown as Record<string, unknown>, expectedVersion });
   }
-  create(): Promise<{ created: boolean; job: Job }> {
+  async create(): Promise<{ created: boolean; job: Job }> {
     notForAgents('creating a job');
   }
-  listByState(_states: readonly JobState[]): Promise<Job[]> {
+  async listByState(_states: readonly JobState[]): Promise<Job[]> {
     notForAgents('listing jobs');
   }
-  listEndedSince(): Promise<Job[]> {
+  async listEndedSince(): Promise<Job[]> {
     notForAgents('listing jobs');
   }
 }
@@ -150,22 +150,22 @@ export class AgentApiNodeStore implements NodeStore {
     this.own(instanceId, 'the work list');
     await this.api.call('node/unassign', { jobId, attempt });
   }
-  list(): Promise<NodeRecord[]> {
+  async list(): Promise<NodeRecord[]> {
     notForAgents('listing nodes');
   }
-  setIdleSince(): Promise<void> {
+  async setIdleSince(): Promise<void> {
     notForAgents('marking a node idle');
   }
-  remove(): Promise<void> {
+  async remove(): Promise<void> {
     notForAgents('removing a node');
   }
-  noteMeter(_id: string, _meter: MachineMeterFacts): Promise<boolean> {
+  async noteMeter(_id: string, _meter: MachineMeterFacts): Promise<boolean> {
     notForAgents("stamping a machine's billing facts");
   }
-  noteEnded(): Promise<void> {
+  async noteEnded(): Promise<void> {
     notForAgents("recording a machine's end");
   }
-  assign(): Promise<boolean> {
+  async assign(): Promise<boolean> {
     notForAgents('placing work on a node');
   }
 }

@@ -6,6 +6,7 @@ import { migProfile, MIG_GPUS } from '../../core/mig.ts';
 import { type CheckpointRef, type Job } from '../../core/job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
+import { AgentRefused, agentView, type AgentView } from '../../core/services/agent-access.ts';
 import { applyJobEvent, finishCancelled } from '../../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../../core/services/node-reports.ts';
 import {
@@ -155,6 +156,8 @@ export interface AgentStats {
   uploadsGivenUp: number;
   startFailures: number;
   writeRetries: number;
+  /** Calls the agent API's rules refused (core/services/agent-access.ts): an agent following the node-side rules makes none. */
+  refusedCalls: number;
 }
 
 /**
@@ -175,7 +178,12 @@ export class SimAgents {
     uploadsGivenUp: 0,
     startFailures: 0,
     writeRetries: 0,
+    refusedCalls: 0,
   };
+  /** The first calls refused, with why (kept to 20). */
+  readonly refusals: string[] = [];
+  /** Each machine's agent sees the stores as a real machine does through the agent API: the same rules, the same view. */
+  private readonly views = new Map<string, AgentView>();
   /** Attempts ended without finishing, with the work they lost. */
   readonly lost: LostWork[] = [];
   private readonly failedCheckpointJobs = new Set<string>();
@@ -186,6 +194,24 @@ export class SimAgents {
       ...DEFAULT_CHECKPOINT_TIMING,
       uploadMiBPerSec: options.uploadMiBPerSec ?? DEFAULT_CHECKPOINT_TIMING.uploadMiBPerSec,
     };
+  }
+
+  private as(m: SimMachine | string): AgentView {
+    const id = typeof m === 'string' ? m : m.instance.id;
+    let view = this.views.get(id);
+    if (!view) {
+      view = agentView(this.options, id, this.options.clock);
+      this.views.set(id, view);
+    }
+    return view;
+  }
+
+  /** A call the rules refused is counted (and the first few kept), as the agent API's metric would; the agent carries on. */
+  private refused(error: unknown): boolean {
+    if (!(error instanceof AgentRefused)) return false;
+    this.stats.refusedCalls++;
+    if (this.refusals.length < 20) this.refusals.push(`${error.nodeId}: ${error.message}`);
+    return true;
   }
 
   private get bandwidth(): number {
@@ -240,7 +266,9 @@ export class SimAgents {
         this.machines.set(inst.id, m);
       }
       this.world(m, now);
-      await this.beat(m, now);
+      await this.beat(m, now).catch((error: unknown) => {
+        if (!this.refused(error)) throw error;
+      });
     }
     // Each agent reads its own work list, as the real agent does (one read of every record stands for each).
     for (const record of await this.options.nodes.list()) {
@@ -249,6 +277,7 @@ export class SimAgents {
       try {
         await this.syncWork(m, record.assigned ?? {}, record.gpus, now);
       } catch (error) {
+        if (this.refused(error)) continue;
         // Lost a write race too many times in a row: the agent tries again at its next tick.
         if (!(error instanceof ConflictError)) throw error;
         this.stats.writeRetries++;
@@ -279,7 +308,7 @@ export class SimAgents {
         gracePeriodSec: p.job.spec.checkpoint?.gracePeriodSec ?? 30,
       })),
     );
-    await this.options.nodes.markDraining(instanceId, {
+    await this.as(instanceId).nodes.markDraining(instanceId, {
       sinceMs: now,
       reason: rule.drainReason,
       deadlineMs: rule.deadlineMs,
@@ -288,7 +317,12 @@ export class SimAgents {
     for (const step of rule.steps) {
       const p = procs.find((x) => keyOf(x) === step.key)!;
       if (step.kind === 'checkpoint') {
-        await applyJobEvent(this.options.jobs, p.jobId, { type: 'checkpoint-requested', attempt: p.attempt, reason: rule.reason }, now);
+        await applyJobEvent(
+          this.as(instanceId).jobs,
+          p.jobId,
+          { type: 'checkpoint-requested', attempt: p.attempt, reason: rule.reason },
+          now,
+        );
         this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
         await this.advanceCheckpoint(m, p, now);
       } else if (step.kind === 'requeue-at') p.requeueAt = { atMs: step.atMs, why: step.reason };
@@ -334,8 +368,8 @@ export class SimAgents {
     const inst = m.instance;
     const gpus = this.gpusOf(m);
     const key = JSON.stringify(gpus);
-    if (key === m.registered && (await this.options.nodes.heartbeat(inst.id, now))) return;
-    await this.options.nodes.register({
+    if (key === m.registered && (await this.as(m).nodes.heartbeat(inst.id, now))) return;
+    await this.as(m).nodes.register({
       instanceId: inst.id,
       groupId: inst.groupId,
       registeredAtMs: now,
@@ -396,7 +430,7 @@ export class SimAgents {
     gpus: readonly GpuDevice[],
     now: number,
   ): Promise<void> {
-    const { jobs, nodes } = this.options;
+    const { jobs, nodes } = this.as(m);
     const steps: { jobId: string; attempt: number; job: Job | undefined; p: SimProcess | undefined }[] = [];
     const current = new Set<string>();
     for (const [jobId, attempt] of Object.entries(assigned)) {
@@ -440,7 +474,7 @@ export class SimAgents {
           break;
         case 'stop-cancel':
           await this.end(m, p!, now, true);
-          if (p!.rank === 0) await this.finishCancelled(jobId, now);
+          if (p!.rank === 0) await this.finishCancelled(m, jobId, now);
           break;
         case 'report-exit': {
           const done = await recordExit(jobs, { jobId, attempt, rank: p!.rank, exitCode: p!.exit!.code, nowMs: now });
@@ -450,10 +484,10 @@ export class SimAgents {
         }
         case 'requeue-from-store':
           if (job && gangRank(job, m.instance.id)?.rank === 0)
-            await requeueAttempt(this.options, { jobId, attempt, reason: step.reason, nowMs: now });
+            await requeueAttempt(this.as(m), { jobId, attempt, reason: step.reason, nowMs: now });
           break;
         case 'finish-cancel':
-          if (job && gangRank(job, m.instance.id)?.rank === 0) await this.finishCancelled(jobId, now);
+          if (job && gangRank(job, m.instance.id)?.rank === 0) await this.finishCancelled(m, jobId, now);
           break;
       }
     }
@@ -463,7 +497,7 @@ export class SimAgents {
     if (this.options.startFails?.(job, rank)) {
       this.stats.startFailures++;
       // Any rank: the whole attempt goes back to the queue, and the other ranks stop.
-      await requeueAttempt(this.options, {
+      await requeueAttempt(this.as(m), {
         jobId: job.id,
         attempt: job.attempt,
         reason: startFailure(m.instance.id, `rank ${rank} of ${size} could not start (its devices are not available)`),
@@ -471,7 +505,7 @@ export class SimAgents {
       });
       return;
     }
-    const latest = job.checkpoint ?? (await this.options.checkpoints.latest(job.id));
+    const latest = job.checkpoint ?? (await this.as(m).checkpoints.latest(job.id));
     const sizeMiB = checkpointSizeMiB(job, gpus, rank);
     // Downloading this rank's part of the checkpoint, then restoring it, before any progress.
     const restoreMs = latest ? Math.round((sizeMiB / this.bandwidth) * 1000) + (this.options.restoreSec ?? 0) * 1000 : 0;
@@ -491,7 +525,7 @@ export class SimAgents {
     };
     m.processes.set(job.id, p);
     if (rank === 0 && job.state === 'placed') {
-      const started = await applyJobEvent(this.options.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
+      const started = await applyJobEvent(this.as(m).jobs, job.id, { type: 'start', attempt: job.attempt }, now);
       if (started.status === 'changed') this.stats.started++;
     }
   }
@@ -544,9 +578,9 @@ export class SimAgents {
       p.lastSave = { markerAtMs: u.markerAtMs, ok: false, complete: false, location: u.ref.location, error: `failed ${u.tries} times` };
     } else {
       const saved: CheckpointRef = { ...u.ref, completedAtMs: now };
-      const complete = await this.options.checkpoints.markComplete(saved, p.rank);
+      const complete = await this.as(m).checkpoints.markComplete(saved, p.rank);
       if (complete) {
-        await applyJobEvent(this.options.jobs, p.jobId, { type: 'checkpoint-done', checkpoint: saved }, now);
+        await applyJobEvent(this.as(m).jobs, p.jobId, { type: 'checkpoint-done', checkpoint: saved }, now);
         this.stats.checkpoints++;
       }
       p.lastSave = { markerAtMs: u.markerAtMs, ok: true, complete, location: u.ref.location };
@@ -601,16 +635,16 @@ export class SimAgents {
       if (save && save.markerAtMs === newest && !p.upload) {
         if (!save.ok) outcome = { kind: 'not-saved', why: `its upload failed: ${save.error ?? 'unknown'}` };
         else if (p.size > 1 && p.rank === 0 && !save.complete) {
-          if ((await this.options.checkpoints.latest(p.jobId))?.location === save.location) outcome = { kind: 'saved' };
+          if ((await this.as(m).checkpoints.latest(p.jobId))?.location === save.location) outcome = { kind: 'saved' };
           else if (now >= c.uploadByMs)
             outcome = { kind: 'not-saved', why: 'the other ranks did not save their parts within the allowance' };
         } else outcome = { kind: 'saved' };
       } else if (now >= c.uploadByMs) outcome = { kind: 'not-saved', why: 'its upload did not finish within the allowance' };
     }
     if (!outcome) return;
-    const job = (await this.options.jobs.get(p.jobId)) ?? p.job;
+    const job = (await this.as(m).jobs.get(p.jobId)) ?? p.job;
     const result = afterCheckpoint(job, c.then, c.why, outcome);
-    const out = await recordCheckpointResult(this.options, { jobId: p.jobId, attempt: p.attempt, rank: p.rank, result, nowMs: now });
+    const out = await recordCheckpointResult(this.as(m), { jobId: p.jobId, attempt: p.attempt, rank: p.rank, result, nowMs: now });
     if (out?.status === 'changed') {
       if (result.event === 'succeed') this.stats.succeeded++;
       if (result.event === 'cancel') this.stats.cancelled++;
@@ -624,12 +658,12 @@ export class SimAgents {
     if (m.processes.get(p.jobId) !== p) return;
     m.processes.delete(p.jobId);
     if (stopped && !p.exit) p.exit = { atMs: now, code: 143 };
-    await this.options.nodes.unassign(m.instance.id, p.jobId, p.attempt);
+    await this.as(m).nodes.unassign(m.instance.id, p.jobId, p.attempt);
     await this.noteLost(p, now);
   }
 
-  private async finishCancelled(jobId: string, now: number): Promise<void> {
-    if ((await finishCancelled(this.options.jobs, jobId, now)).status === 'changed') this.stats.cancelled++;
+  private async finishCancelled(m: SimMachine, jobId: string, now: number): Promise<void> {
+    if ((await finishCancelled(this.as(m).jobs, jobId, now)).status === 'changed') this.stats.cancelled++;
   }
 
   /** An attempt this machine ran is over: if it did not finish, how much work did it lose? */

@@ -17,7 +17,7 @@ import {
 } from './faults.ts';
 import type { Cloud } from '../../core/catalog.ts';
 import { GCE_PREEMPTION_NOTICE_MS } from '../../agent/metadata.ts';
-import { checkInvariants, fromMachines, type InvariantViolation } from './invariants.ts';
+import { checkInvariants, fromMachines, InvariantViolation } from './invariants.ts';
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
 import { periodKey } from '../../core/period.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
@@ -156,6 +156,8 @@ export interface SimulationSummary {
     readonly uploadFailures: number;
     readonly uploadsGivenUp: number;
     readonly rankStartFailures: number;
+    /** Agent calls the agent API's rules refused (each one is also an invariant violation). */
+    readonly agentCallsRefused: number;
     /** Machines the groups took away themselves (rebalancing, health checks, a refresh, someone else's scale-in). */
     readonly asgTerminations: number;
     readonly stormInterruptions: number;
@@ -541,6 +543,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const noteDuplicates = () => {
     for (const t of fromMachines(agents.liveProcesses()).twice) seenTwice.add(t.jobId);
   };
+  let refusedSeen = 0;
   const checkNow = async (atMs: number, instances: readonly Instance[]) => {
     if ((options.invariants ?? 'stop') === 'off') return;
     const processes = agents.liveProcesses();
@@ -569,6 +572,17 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       },
       lostChecked,
     );
+    // The agents go through the agent API's rules (core/services/agent-access.ts): following the node-side rules, they are never refused.
+    if (agents.stats.refusedCalls > refusedSeen) {
+      found.push(
+        new InvariantViolation(
+          'agents-never-refused',
+          `${agents.stats.refusedCalls - refusedSeen} agent call(s) refused by the agent API's rules, first: ${agents.refusals[Math.min(refusedSeen, agents.refusals.length - 1)] ?? '?'}`,
+          atMs,
+        ),
+      );
+      refusedSeen = agents.stats.refusedCalls;
+    }
     if (found.length > 0 && (options.invariants ?? 'stop') === 'stop') throw found[0]!;
     violations.push(...found);
   };
@@ -751,6 +765,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       uploadFailures: agents.stats.uploadFailures,
       uploadsGivenUp: agents.stats.uploadsGivenUp,
       rankStartFailures: agents.stats.startFailures,
+      agentCallsRefused: agents.stats.refusedCalls,
       asgTerminations: injected.asgTerminations,
       stormInterruptions: injected.storm,
       reconcileFailures: injected.reconcileFailures,

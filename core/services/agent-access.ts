@@ -60,27 +60,39 @@ export function agentJobWriteProblem(
   const at = next.updatedAtMs;
   if (!Number.isFinite(at) || Math.abs(at - nowMs) > AGENT_CLOCK_SKEW_MS)
     return `the write is dated ${at}, more than ${AGENT_CLOCK_SKEW_MS / 1000} s from the API's clock (${nowMs})`;
-  const candidates: { readonly event: JobEvent | 'finish-cancel'; readonly leaderOnly: boolean }[] = [
-    { event: { type: 'start', attempt: stored.attempt }, leaderOnly: true },
-    { event: { type: 'checkpoint-requested', attempt: stored.attempt, ...reasonOf(next.checkpointReason) }, leaderOnly: false },
-    { event: { type: 'succeed', attempt: stored.attempt }, leaderOnly: true },
-    { event: { type: 'fail', attempt: stored.attempt, exitCode: next.exitCode ?? 1 }, leaderOnly: false },
-    { event: 'finish-cancel', leaderOnly: true },
+  // Each event an agent sends, who may send it, and the state it leads to (only those that reach next's state are tried).
+  const candidates: { readonly event: JobEvent | 'finish-cancel'; readonly leaderOnly: boolean; readonly yields: readonly string[] }[] = [
+    { event: { type: 'start', attempt: stored.attempt }, leaderOnly: true, yields: ['running'] },
+    {
+      event: { type: 'checkpoint-requested', attempt: stored.attempt, ...reasonOf(next.checkpointReason) },
+      leaderOnly: false,
+      yields: ['checkpointing'],
+    },
+    { event: { type: 'succeed', attempt: stored.attempt }, leaderOnly: true, yields: ['succeeded'] },
+    { event: { type: 'fail', attempt: stored.attempt, exitCode: next.exitCode ?? 1 }, leaderOnly: false, yields: ['failed'] },
+    { event: 'finish-cancel', leaderOnly: true, yields: ['cancelled'] },
+    // Any rank that cannot start sends the whole attempt back (node-rules: startFailure); a job whose cancel was
+    // asked for ends cancelled instead, whatever the reason given.
+    {
+      event: {
+        type: 'requeue',
+        attempt: stored.attempt,
+        reason: next.requeueReason ?? stored.requeueReason ?? { code: 'node-lost', message: 'requeued by its node' },
+      },
+      leaderOnly: false,
+      yields: ['pending', 'cancelled'],
+    },
   ];
-  // Any rank that cannot start sends the whole attempt back (node-rules: startFailure).
-  // A job whose cancel was asked for ends cancelled instead, whatever the reason given.
-  const requeueReason = next.requeueReason ?? stored.requeueReason ?? { code: 'node-lost', message: 'requeued by its node' };
-  candidates.push({ event: { type: 'requeue', attempt: stored.attempt, reason: requeueReason }, leaderOnly: false });
-  if (next.checkpoint && !sameJson(next.checkpoint, stored.checkpoint)) {
-    if (!latest || !sameJson(next.checkpoint, latest))
+  if (next.checkpoint && !sameValue(next.checkpoint, stored.checkpoint)) {
+    if (!latest || !sameValue(next.checkpoint, latest))
       return `the checkpoint attached to job ${stored.id} is not its newest complete checkpoint`;
-    candidates.push({ event: { type: 'checkpoint-done', checkpoint: next.checkpoint }, leaderOnly: false });
+    candidates.push({ event: { type: 'checkpoint-done', checkpoint: next.checkpoint }, leaderOnly: false, yields: [stored.state] });
   }
-  const want = canonical(next);
   let leaderOnly: string | undefined;
   for (const c of candidates) {
+    if (!c.yields.includes(next.state)) continue;
     const result = c.event === 'finish-cancel' ? finishCancel(stored, at) : transition(stored, c.event, at);
-    if (!result.ok || !result.changed || canonical(result.job) !== want) continue;
+    if (!result.ok || !result.changed || !sameValue(result.job, next)) continue;
     if (!c.leaderOnly || rank === 0) return undefined;
     leaderOnly = `only the first rank of job ${stored.id} may record it ${eventName(c.event)}; machine ${nodeId} is rank ${rank}`;
   }
@@ -152,17 +164,22 @@ function eventName(event: JobEvent | 'finish-cancel'): string {
   return event === 'finish-cancel' ? 'cancelled' : event.type === 'succeed' ? 'succeeded' : 'started';
 }
 
-/** JSON with keys in order and undefined members left out: what two records mean, whatever order their keys came in. */
-function canonical(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) =>
-    v && typeof v === 'object' && !Array.isArray(v)
-      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
-      : v,
-  );
-}
-
-function sameJson(a: unknown, b: unknown): boolean {
-  return canonical(a) === canonical(b);
+/**
+ * Whether two records mean the same: equal values, a member that is undefined the same as one that
+ * is absent (a record that went through JSON has no undefined members).
+ */
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+    return a.every((v, i) => sameValue(v, b[i]));
+  }
+  const x = a as Record<string, unknown>;
+  const y = b as Record<string, unknown>;
+  for (const k of Object.keys(x)) if (x[k] !== undefined && !sameValue(x[k], y[k])) return false;
+  for (const k of Object.keys(y)) if (y[k] !== undefined && x[k] === undefined) return false;
+  return true;
 }
 
 /** A call an agent may not make: the agent API answers it with 403, the simulator counts it. */
@@ -203,17 +220,20 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
   };
   const folder = (jobId: string, attempt: number) => stores.checkpoints.locationFor(jobId, attempt);
   const jobOf = async (jobId: string): Promise<Job> => (await stores.jobs.get(jobId)) ?? refuse(`job ${jobId} does not exist`);
+  // The node's record is read only when the job itself does not name the node (most reads are of jobs placed on it).
+  const mayRead = async (job: Job): Promise<boolean> =>
+    mayReadJob(job, nodeId, undefined) || mayReadJob(job, nodeId, await stores.nodes.get(nodeId));
   const readable = async (jobId: string): Promise<Job> => {
-    const [job, record] = await Promise.all([jobOf(jobId), stores.nodes.get(nodeId)]);
-    if (!mayReadJob(job, nodeId, record)) refuse(`machine ${nodeId} has no part in job ${jobId}`);
+    const job = await jobOf(jobId);
+    if (!(await mayRead(job))) refuse(`machine ${nodeId} has no part in job ${jobId}`);
     return job;
   };
   const notForAgents = (what: string): never => refuse(`${what} is not something a node agent does`);
 
   const jobs: JobStore = {
     async get(id) {
-      const [job, record] = await Promise.all([stores.jobs.get(id), stores.nodes.get(nodeId)]);
-      return job && mayReadJob(job, nodeId, record) ? job : undefined;
+      const job = await stores.jobs.get(id);
+      return job && (await mayRead(job)) ? job : undefined;
     },
     async update(next, expectedVersion) {
       const stored = await readable(next.id);
@@ -223,9 +243,9 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
       if (problem !== undefined) refuse(problem);
       return stores.jobs.update(next, expectedVersion);
     },
-    create: () => notForAgents('creating a job'),
-    listByState: () => notForAgents('listing jobs'),
-    listEndedSince: () => notForAgents('listing jobs'),
+    create: async () => notForAgents('creating a job'),
+    listByState: async () => notForAgents('listing jobs'),
+    listEndedSince: async () => notForAgents('listing jobs'),
   };
 
   const nodes: NodeStore = {
@@ -269,12 +289,12 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
       own(instanceId, 'change the work list');
       await stores.nodes.unassign(nodeId, jobId, attempt);
     },
-    list: () => notForAgents('listing nodes'),
-    setIdleSince: () => notForAgents('marking a node idle'),
-    remove: () => notForAgents('removing a node'),
-    noteMeter: () => notForAgents("stamping a machine's billing facts"),
-    noteEnded: () => notForAgents("recording a machine's end"),
-    assign: () => notForAgents('placing work on a node'),
+    list: async () => notForAgents('listing nodes'),
+    setIdleSince: async () => notForAgents('marking a node idle'),
+    remove: async () => notForAgents('removing a node'),
+    noteMeter: async () => notForAgents("stamping a machine's billing facts"),
+    noteEnded: async () => notForAgents("recording a machine's end"),
+    assign: async () => notForAgents('placing work on a node'),
   };
 
   const checkpoints: CheckpointStore = {
@@ -313,7 +333,8 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
       if (problem !== undefined) refuse(problem);
     },
     async checkCheckpointRead(jobId, location) {
-      const [job, record] = await Promise.all([jobOf(jobId), stores.nodes.get(nodeId)]);
+      const job = await jobOf(jobId);
+      const record = mayReadJob(job, nodeId, undefined) ? undefined : await stores.nodes.get(nodeId);
       const problem = agentCheckpointReadProblem(job, nodeId, record, location, folder);
       if (problem !== undefined) refuse(problem);
     },

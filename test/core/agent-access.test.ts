@@ -4,6 +4,8 @@ import { checkpointFolder, finishCancel, transition, type CheckpointRef, type Jo
 import { reason } from '../../core/reason.ts';
 import {
   AGENT_CLOCK_SKEW_MS,
+  AgentRefused,
+  agentView,
   agentCheckpointReadProblem,
   agentCheckpointWriteProblem,
   agentJobWriteProblem,
@@ -177,5 +179,57 @@ describe('what an agent may read, and which checkpoint folders it may write', ()
     expect(agentCheckpointReadProblem(job, N0, undefined, `${folder('nlp.j1', 1)}step-1/`, folder)).toBeUndefined();
     expect(agentCheckpointReadProblem(job, OTHER, undefined, `${folder('nlp.j1', 1)}step-1/`, folder)).toMatch(/has no part in job/);
     expect(agentCheckpointReadProblem(job, N0, undefined, `${folder('cv.j9', 1)}step-1/`, folder)).toMatch(/not a checkpoint folder/);
+  });
+});
+
+describe('the stores as one machine’s agent sees them (agentView)', () => {
+  async function world() {
+    const { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } = await import('../../cloud/sim/memory-stores.ts');
+    const stores = { jobs: new MemoryJobStore(), nodes: new MemoryNodeStore(), checkpoints: new MemoryCheckpointStore(ROOT) };
+    const job = placedJob('running');
+    await stores.jobs.create(job);
+    for (const n of [N0, N1, OTHER]) {
+      await stores.nodes.register({ instanceId: n, groupId: 'g', registeredAtMs: 0, lastHeartbeatAtMs: 0, gpus: [], healthy: true });
+    }
+    await stores.nodes.assign(N0, job.id, job.attempt);
+    await stores.nodes.assign(N1, job.id, job.attempt);
+    const clock = { nowMs: () => T };
+    return { stores, job, as: (n: string) => agentView(stores, n, clock) };
+  }
+
+  it('records a checkpoint part only for the machine’s own rank, with as many parts as the attempt has machines', async () => {
+    const { as, stores } = await world();
+    const part = cp(2, T - 100);
+    await expect(as(N1).checkpoints.markComplete(part, 0)).rejects.toThrow(/machine i-0aaaaaaaa1 is not rank 0 of attempt 2/);
+    await expect(as(N0).checkpoints.markComplete({ ...part, ranks: 1 }, 0)).rejects.toThrow(/ran on 2 machines; .* not 1/);
+    await expect(as(OTHER).checkpoints.markComplete(part, 0)).rejects.toThrow(AgentRefused);
+    await expect(as(N0).checkpoints.markComplete({ ...part, attempt: 1 }, 0)).rejects.toThrow(/is of attempt 2, not 1/);
+    expect(await as(N0).checkpoints.markComplete(part, 0)).toBe(false);
+    expect(await as(N1).checkpoints.markComplete(part, 1)).toBe(true);
+    expect(await stores.checkpoints.latest('nlp.j1')).toEqual(part);
+  });
+
+  it('still records a late part of an attempt the machine held, after the job moved on', async () => {
+    const { as, stores, job } = await world();
+    const moved = transition(job, { type: 'requeue', attempt: 2, reason: reason('interrupted', 'spot') }, T - 10);
+    await stores.jobs.update((moved as { job: Job }).job, job.version);
+    const late: CheckpointRef = { ...cp(2, T - 50), ranks: 2 };
+    expect(await as(N1).checkpoints.markComplete(late, 1)).toBe(false);
+    await expect(as(N1).jobs.update({ ...(moved as { job: Job }).job, version: 99 }, 5)).rejects.toThrow(/does not hold job/);
+  });
+
+  it('writes only its own record, at the view’s clock, and reads another’s only when they share a job', async () => {
+    const { as, stores } = await world();
+    await expect(as(N0).nodes.heartbeat(N1, T)).rejects.toThrow(/may not send the heartbeat of machine i-0aaaaaaaa1/);
+    await expect(as(N0).nodes.markDraining(OTHER, { sinceMs: T, reason: 'x', deadlineMs: T })).rejects.toThrow(AgentRefused);
+    await expect(as(N0).nodes.unassign(N1, 'nlp.j1', 2)).rejects.toThrow(AgentRefused);
+    await expect(as(N0).nodes.list()).rejects.toThrow(/not something a node agent does/);
+    expect(await as(N0).nodes.heartbeat(N0, 5)).toBe(true);
+    expect((await stores.nodes.get(N0))!.lastHeartbeatAtMs).toBe(T);
+    expect((await as(N1).nodes.get(N0))!.instanceId).toBe(N0); // its gang's leader
+    await expect(as(OTHER).nodes.get(N0)).rejects.toThrow(/shares no job/);
+    // A drain mark with a lifecycle hook is the control plane's: the agent's drain carries none.
+    await as(N0).nodes.markDraining(N0, { sinceMs: T, reason: 'x', deadlineMs: T + 1, lifecycle: { groupId: 'g', hookName: 'h' } });
+    expect((await stores.nodes.get(N0))!.draining).toEqual({ sinceMs: T, reason: 'x', deadlineMs: T + 1 });
   });
 });

@@ -138,6 +138,8 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
       'rankStartFailures',
     ] as const;
     expect(kinds.filter((k) => f[k] === 0)).toEqual([]);
+    // The simulated agents go through the agent API's rules, and through every fault none of their calls is refused.
+    expect(f.agentCallsRefused).toBe(0);
     expect(summary.accepted).toBe(summary.completed + summary.failed + summary.cancelled + summary.runningAtEnd + summary.pendingAtEnd);
   }, 120_000);
 
