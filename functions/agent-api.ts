@@ -2,7 +2,7 @@ import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context, LambdaFunctionURLEventWithIAMAuthorizer, LambdaFunctionURLResult } from 'aws-lambda';
-import type { z } from 'zod';
+import type * as z from 'zod/mini';
 import { AGENT_API, callerMachine, type AgentApiOp, type AgentApiResponses } from '../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';

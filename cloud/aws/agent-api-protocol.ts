@@ -1,4 +1,5 @@
-import { z } from 'zod';
+import '../../core/schema.ts';
+import * as z from 'zod/mini';
 import type { Draining, NodeRecord } from '../../core/fleet.ts';
 import type { CheckpointRef, Job } from '../../core/job.ts';
 import type { WriteResult } from '../../core/ports.ts';
@@ -12,61 +13,55 @@ import type { WriteResult } from '../../core/ports.ts';
  * `{ error, code }` with status 400 (the request is malformed), 403 (the caller may not) or 500.
  */
 
-const object = z.custom<Record<string, unknown>>((v) => typeof v === 'object' && v !== null && !Array.isArray(v), 'an object');
-const jobId = z.string().min(1).max(256);
-const attempt = z.number().int().min(1);
-const timeMs = z.number().int().min(0);
-const health = z.object({ healthy: z.boolean(), problem: z.string().max(2000).optional() });
+const object = z.custom<Record<string, unknown>>((v) => typeof v === 'object' && v !== null && !Array.isArray(v), { error: 'an object' });
+const text = (min: number, max: number) => z.string().check(z.minLength(min), z.maxLength(max));
+const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.number().check(z.int(), z.gte(min), z.lte(max));
+const jobId = text(1, 256);
+const attempt = int(1);
+const timeMs = int(0);
+const location = text(1, 2048);
+const health = z.object({ healthy: z.boolean(), problem: z.optional(text(0, 2000)) });
 
 /** A checkpoint file, named by its path under the folder ("/"-separated, no "." or ".." parts). */
-const filePath = z
-  .string()
-  .min(1)
-  .max(1024)
-  .refine(
-    (p) => !p.startsWith('/') && p.split('/').every((s) => s !== '' && s !== '.' && s !== '..'),
-    'a relative path with no empty, "." or ".." part',
-  );
+const filePath = text(1, 1024).check(
+  z.refine((p: string) => !p.startsWith('/') && p.split('/').every((s) => s !== '' && s !== '.' && s !== '..'), {
+    error: 'a relative path with no empty, "." or ".." part',
+  }),
+);
 
 export const AGENT_API = {
   'node/register': z.object({
     record: z.object({
-      groupId: z.string().min(1).max(256),
-      gpus: z.array(object).max(64),
-      address: z.string().max(64).optional(),
+      groupId: text(1, 256),
+      gpus: z.array(object).check(z.maxLength(64)),
+      address: z.optional(text(0, 64)),
       healthy: z.boolean(),
-      healthProblem: z.string().max(2000).optional(),
+      healthProblem: z.optional(text(0, 2000)),
     }),
   }),
-  'node/heartbeat': z.object({ health: health.optional() }),
-  'node/get': z.object({ instanceId: z.string().min(1).max(128) }),
+  'node/heartbeat': z.object({ health: z.optional(health) }),
+  'node/get': z.object({ instanceId: text(1, 128) }),
   'node/unassign': z.object({ jobId, attempt }),
   'node/drain': z.object({
-    drain: z.object({ sinceMs: timeMs, reason: z.string().min(1).max(2000), deadlineMs: timeMs, groupId: z.string().max(256).optional() }),
+    drain: z.object({ sinceMs: timeMs, reason: text(1, 2000), deadlineMs: timeMs, groupId: z.optional(text(0, 256)) }),
   }),
   'job/get': z.object({ jobId }),
-  'job/update': z.object({ next: object, expectedVersion: z.number().int().min(0) }),
+  'job/update': z.object({ next: object, expectedVersion: int(0) }),
   'checkpoint/latest': z.object({ jobId }),
-  'checkpoint/complete': z.object({ ref: object, rank: z.number().int().min(0).max(4096) }),
+  'checkpoint/complete': z.object({ ref: object, rank: int(0, 4096) }),
   'checkpoint/upload': z.object({
     jobId,
-    location: z.string().min(1).max(2048),
-    files: z
-      .array(z.object({ path: filePath, bytes: z.number().int().min(0) }))
-      .min(1)
-      .max(100),
+    location,
+    files: z.array(z.object({ path: filePath, bytes: int(0) })).check(z.minLength(1), z.maxLength(100)),
   }),
   'checkpoint/finish-upload': z.object({
     jobId,
-    location: z.string().min(1).max(2048),
+    location,
     path: filePath,
-    uploadId: z.string().min(1).max(1024),
-    parts: z
-      .array(z.object({ partNumber: z.number().int().min(1).max(10_000), etag: z.string().min(1).max(256) }))
-      .min(1)
-      .max(10_000),
+    uploadId: text(1, 1024),
+    parts: z.array(z.object({ partNumber: int(1, 10_000), etag: text(1, 256) })).check(z.minLength(1), z.maxLength(10_000)),
   }),
-  'checkpoint/download': z.object({ jobId, location: z.string().min(1).max(2048) }),
+  'checkpoint/download': z.object({ jobId, location }),
 } as const;
 
 export type AgentApiOp = keyof typeof AGENT_API;
