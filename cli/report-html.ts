@@ -63,7 +63,7 @@ export function renderHtmlReport(run: SimulateRun): string {
   const compareRows = all
     .map((r) => {
       const x = r.summary;
-      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${od > 0 ? (x.costMicroUsd / od).toFixed(3) : '-'}×</td><td>${x.idealCostMicroUsd > 0 ? (x.costMicroUsd / x.idealCostMicroUsd).toFixed(3) : '-'}×</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
+      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${od > 0 ? (x.costMicroUsd / od).toFixed(3) : '-'}×</td><td>${x.lowerBoundCostMicroUsd > 0 ? (x.costMicroUsd / x.lowerBoundCostMicroUsd).toFixed(3) : '-'}×</td><td>${x.spotFloorCostMicroUsd > 0 ? (x.costMicroUsd / x.spotFloorCostMicroUsd).toFixed(3) : '-'}×</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
     })
     .join('');
   const events = main.budgetEvents
@@ -92,14 +92,14 @@ svg text{font-size:11px;fill:#5f6b73}
 ${kv('jobs completed / failed / lost', `${s.completed} / ${s.failed} / ${s.lost}`)}
 ${kv('still running / pending at the end', `${s.runningAtEnd} / ${s.pendingAtEnd}`)}
 ${kv('GPU-hours used / paid (utilisation)', `${s.gpuHoursUsed.toFixed(1)} / ${s.gpuHoursPaid.toFixed(1)} (${s.utilizationPct.toFixed(1)}%)`)}
-${kv('cost', `${formatUsd(s.costMicroUsd)} — ${od > 0 ? (s.costMicroUsd / od).toFixed(3) : '-'}× all on-demand (${formatUsd(od)}), ${s.idealCostMicroUsd > 0 ? (s.costMicroUsd / s.idealCostMicroUsd).toFixed(3) : '-'}× ideal (${formatUsd(s.idealCostMicroUsd)})`)}
+${kv('cost', `${formatUsd(s.costMicroUsd)} — ${od > 0 ? (s.costMicroUsd / od).toFixed(3) : '-'}× all on-demand (${formatUsd(od)}), ${s.lowerBoundCostMicroUsd > 0 ? (s.costMicroUsd / s.lowerBoundCostMicroUsd).toFixed(3) : '-'}× the lower bound (${formatUsd(s.lowerBoundCostMicroUsd)}: useful work, spot only while it could be had), ${s.spotFloorCostMicroUsd > 0 ? (s.costMicroUsd / s.spotFloorCostMicroUsd).toFixed(3) : '-'}× the spot floor (${formatUsd(s.spotFloorCostMicroUsd)}: all at spot)`)}
 ${kv('queue wait p50 / p95', `${(s.p50WaitSec / 60).toFixed(1)} / ${(s.p95WaitSec / 60).toFixed(1)} min`)}
 ${kv('spot interruptions / jobs requeued / checkpoints', `${s.interruptions} / ${s.requeues} / ${s.checkpoints}`)}
 ${kv('lost work (rework)', `${s.reworkGpuHours.toFixed(1)} GPU-h`)}
 ${kv('deadline jobs / misses', `${s.deadlineJobs} / ${s.deadlineMisses}`)}
 </table>
 <h2>Against the alternatives (same trace, same seed, same spot market)</h2>
-<table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ ideal</th><th>wait p95</th><th>lost</th><th>rework GPU-h</th><th>interruptions</th><th>deadline misses</th></tr>${compareRows}</table>
+<table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>wait p95</th><th>lost</th><th>rework GPU-h</th><th>interruptions</th><th>deadline misses</th></tr>${compareRows}</table>
 <h2>Charts</h2>
 <div class="grid">${fleet}${gpus}${queue}${cost}</div>
 <h2>Spend against budget</h2>

@@ -210,9 +210,11 @@ export function renderReport(run: SimulateRun): string {
     [
       ['total', money(s.costMicroUsd)],
       ['all on-demand (baseline run)', money(od)],
-      ['ideal (no idle, no boot, no rework)', money(s.idealCostMicroUsd)],
+      ['lower bound (useful work, spot only while it could be had)', money(s.lowerBoundCostMicroUsd)],
+      ['spot floor (useful work, all at spot)', money(s.spotFloorCostMicroUsd)],
       ['cost ÷ all on-demand', od > 0 ? `${(s.costMicroUsd / od).toFixed(3)}×` : '-'],
-      ['cost ÷ ideal', s.idealCostMicroUsd > 0 ? `${(s.costMicroUsd / s.idealCostMicroUsd).toFixed(3)}×` : '-'],
+      ['cost ÷ lower bound', ratio(s.costMicroUsd, s.lowerBoundCostMicroUsd)],
+      ['cost ÷ spot floor', ratio(s.costMicroUsd, s.spotFloorCostMicroUsd)],
       ...Object.entries(s.costByTeamMicroUsd)
         .sort(([a], [b]) => a.localeCompare(b))
         .map(([team, amount]) => [`team ${team}`, money(amount)] as [string, string]),
@@ -222,12 +224,24 @@ export function renderReport(run: SimulateRun): string {
   const compare =
     run.baselines.length > 0
       ? table(
-          ['policy', 'cost', '÷ on-demand', '÷ ideal', 'wait p95', 'lost', 'rework GPU-h', 'interruptions', 'deadline misses'],
+          [
+            'policy',
+            'cost',
+            '÷ on-demand',
+            '÷ lower bound',
+            '÷ spot floor',
+            'wait p95',
+            'lost',
+            'rework GPU-h',
+            'interruptions',
+            'deadline misses',
+          ],
           all.map((r) => [
             r.summary.policy,
             money(r.summary.costMicroUsd),
             od > 0 ? `${(r.summary.costMicroUsd / od).toFixed(3)}×` : '-',
-            r.summary.idealCostMicroUsd > 0 ? `${(r.summary.costMicroUsd / r.summary.idealCostMicroUsd).toFixed(3)}×` : '-',
+            ratio(r.summary.costMicroUsd, r.summary.lowerBoundCostMicroUsd),
+            ratio(r.summary.costMicroUsd, r.summary.spotFloorCostMicroUsd),
             duration(r.summary.p95WaitSec),
             r.summary.lost,
             r.summary.reworkGpuHours,
@@ -253,3 +267,7 @@ export function renderReport(run: SimulateRun): string {
 }
 
 export type { Workload };
+
+function ratio(cost: number, against: number): string {
+  return against > 0 ? `${(cost / against).toFixed(3)}×` : '-';
+}

@@ -45,6 +45,7 @@ import { SIM_POLICIES, type SimPolicyName } from './policies.ts';
 import { createSimEnvironment, type SimEnvironment } from './environment.ts';
 import { SimAgents } from './sim-agent.ts';
 import { ALWAYS_OBTAINABLE, type SimGroupConfig, type SimInstance } from './sim-cloud.ts';
+import { AvailabilityLowerBound, floorPools, spotFloorCost } from './cost-floors.ts';
 import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarket } from './spot-market.ts';
 import type { Workload, WorkloadJob } from './workload.ts';
 
@@ -107,8 +108,16 @@ export interface SimulationSummary {
   readonly sameMachinesOnDemandMicroUsd: MicroUsd;
   /** The all-on-demand baseline's cost on the same trace and seed, when it was run. */
   readonly onDemandCostMicroUsd: MicroUsd;
-  /** The limit no policy can beat: useful work at the cheapest price each job could use, no idle, no boot, no rework. */
-  readonly idealCostMicroUsd: MicroUsd;
+  /**
+   * Useful work at the cheapest spot price each job could use, no idle, no boot, no rework, whether
+   * or not spot could be had then: a floor no policy reaches on a market with outages (cloud/sim/cost-floors.ts).
+   */
+  readonly spotFloorCostMicroUsd: MicroUsd;
+  /**
+   * The same useful work priced tick by tick at the cheapest pool that had capacity then (spot only
+   * while a spot pool the job may use could give a machine, else on-demand): what cost is judged against.
+   */
+  readonly lowerBoundCostMicroUsd: MicroUsd;
   readonly costByTeamMicroUsd: Readonly<Record<string, MicroUsd>>;
   /**
    * What each team (and idle) really owed up to where the ledger counted it: the simulated
@@ -334,6 +343,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const checkpointFails = faults.checkpointFailRate ? () => faultRandom.next() < faults.checkpointFailRate! : undefined;
   const byJobId = new Map<string, WorkloadJob>(setup.workload.jobs.map((j) => [jobIdFor(j.team, j.id), j]));
   const workOf = (job: Job): WorkloadJob | undefined => byJobId.get(job.id);
+  const pools = floorPools(env, options.groups);
+  const lowerBound = new AvailabilityLowerBound(pools, (o, atMs) => market?.obtainable(o, atMs) ?? true);
   const agents = new SimAgents({
     clock: env.clock,
     jobs: jobStore,
@@ -686,6 +697,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     if (tick % reconcileEvery === 0) await checkNow(now, await env.cloud.listInstances());
     const running = await env.jobs.listByState(['running', 'checkpointing']);
     for (const job of running) gpuMsUsed += (tickMs * milliGpusUsed(job.spec.gpu) * job.spec.nodes) / 1000;
+    lowerBound.note(now, tickMs, running);
     let liveGpus = 0;
     for (const i of instances) {
       if (i.state === 'terminated') continue;
@@ -739,7 +751,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     costMicroUsd: cost.actual,
     sameMachinesOnDemandMicroUsd: cost.onDemand,
     onDemandCostMicroUsd: cost.onDemand,
-    idealCostMicroUsd: idealCost(env, options.groups, jobs, useful),
+    spotFloorCostMicroUsd: spotFloorCost(pools, jobs, useful),
+    lowerBoundCostMicroUsd: lowerBound.cost(jobs, useful),
     costByTeamMicroUsd: costByTeam,
     ...spend,
     ...waits(jobs, endMs),
@@ -898,45 +911,6 @@ function usefulWork(
     out.set(j.id, doneSec * milliGpusUsed(j.spec.gpu) * j.spec.nodes);
   }
   return out;
-}
-
-/** Every GPU-hour of useful work at the cheapest price that job could use (spot for interruptible work, on-demand otherwise). */
-function idealCost(
-  env: SimEnvironment,
-  groups: readonly SimGroupConfig[],
-  jobs: readonly Job[],
-  useful: ReadonlyMap<string, number>,
-): MicroUsd {
-  const perGpu: { model: string; spot: boolean; price: number }[] = [];
-  for (const g of groups) {
-    for (const type of g.instanceTypes) {
-      const it = env.catalog.instanceTypes.get(type);
-      if (!it) continue;
-      for (const zone of g.zones) {
-        const p = env.priceOf({
-          cloud: g.cloud ?? 'aws',
-          region: zone.replace(/[a-z]$/, ''),
-          zone,
-          instanceType: type,
-          capacityType: g.capacityType,
-        });
-        if (p) perGpu.push({ model: it.gpuModel, spot: g.capacityType === 'spot', price: p.price / it.gpuCount });
-      }
-    }
-  }
-  let total = 0;
-  for (const j of jobs) {
-    const work = useful.get(j.id) ?? 0;
-    if (work <= 0) continue;
-    const models = j.spec.gpu.models;
-    const options = perGpu.filter(
-      (o) => (j.spec.interruptible || !o.spot) && (!models || models.some((m) => gpuModelMatches(m, o.model as never))),
-    );
-    if (options.length === 0) continue;
-    const cheapest = Math.min(...options.map((o) => o.price));
-    total += (cheapest * work) / 3_600_000;
-  }
-  return Math.round(total);
 }
 
 /** Waits of the jobs each cloud's groups could run (by GPU model and count per machine). */

@@ -25,6 +25,10 @@ describe('gpu-fleet command', () => {
     expect(summary).toMatchObject({ policy: 'gpu-fleet', seed: 3, jobs: 40, lost: 0 });
     for (const key of ['completed', 'gpuHoursUsed', 'gpuHoursPaid', 'costMicroUsd', 'onDemandCostMicroUsd', 'p50WaitSec', 'p95WaitSec'])
       expect(summary).toHaveProperty(key);
+    // Cost beside its two yardsticks: the spot floor ≤ the lower bound that respects spot availability ≤ the cost.
+    expect(summary.spotFloorCostMicroUsd).toBeLessThanOrEqual(summary.lowerBoundCostMicroUsd);
+    expect(summary.lowerBoundCostMicroUsd).toBeLessThanOrEqual(summary.costMicroUsd);
+    expect(summary).not.toHaveProperty('idealCostMicroUsd');
   });
 
   it('prints a table for people', async () => {
@@ -33,6 +37,8 @@ describe('gpu-fleet command', () => {
     expect(stdout).toMatch(/GPU-hours paid\s+[\d.]+ GPU-h/);
     expect(stdout).toMatch(/all on-demand \(baseline run\)\s+\$[\d,]+\.\d\d/);
     expect(stdout).toMatch(/queue wait p95/);
+    expect(stdout).toMatch(/cost ÷ lower bound\s+[\d.]+×/);
+    expect(stdout).toMatch(/cost ÷ spot floor\s+[\d.]+×/);
     // The three baselines ran on the same trace and seed.
     for (const policy of ['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit'])
       expect(stdout).toMatch(new RegExp(`^${policy}\\s+\\$`, 'm'));

@@ -84,6 +84,14 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(out.code).toBe(0);
   }, 120_000);
 
+  it('simulate --out: the report reads cost against the lower bound (spot only while it could be had) and the spot floor', () => {
+    const html = readFileSync(join(dir, 'report.html'), 'utf8');
+    expect(html).toMatch(
+      /[\d.]+× the lower bound \(\$[\d,.]+: useful work, spot only while it could be had\), [\d.]+× the spot floor \(\$[\d,.]+: all at spot\)/,
+    );
+    expect(html).toMatch(/<th>÷ lower bound<\/th><th>÷ spot floor<\/th>/);
+  });
+
   it('status: jobs by state with their waits, nodes by group with GPU use, queue depth per team', async () => {
     const s = json<{
       jobs: { state: string; jobs: number }[];
