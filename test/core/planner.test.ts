@@ -722,9 +722,15 @@ describe('planner properties', () => {
           const job = s.pendingJobs.find((j) => j.id === a.jobId)!;
           if (!job.spec.interruptible) expect(a.placement.capacityType).toBe('on-demand');
         }
-        const spotBuys = scaleUps(p).filter((a) => a.groupId.endsWith('-spot'));
-        const interruptibleWaiting = p.waiting.filter((w) => s.pendingJobs.find((j) => j.id === w.jobId)!.spec.interruptible);
-        if (spotBuys.length > 0) expect(interruptibleWaiting.length).toBeGreaterThan(0);
+        // Purchases: the same world with only its non-interruptible work buys no spot capacity at all.
+        const steady = {
+          ...s,
+          pendingJobs: s.pendingJobs.filter((j) => !j.spec.interruptible),
+          activeJobs: s.activeJobs.filter((j) => !j.spec.interruptible),
+        };
+        expect(
+          scaleUps(plan(steady)).filter((a) => s.groups.find((g) => g.id === a.groupId)!.offerings.some((o) => o.capacityType === 'spot')),
+        ).toEqual([]);
       }),
       { numRuns: 200 },
     );
@@ -739,6 +745,10 @@ describe('planner properties', () => {
           .map((t) => t.id);
         for (const a of placements(p)) expect(heldTeams).not.toContain(a.jobId.split('.')[0]);
         for (const w of p.waiting) if (heldTeams.includes(w.jobId.split('.')[0]!)) expect(w.reason.code).toBe('budget-hold');
+        // No purchase: the held teams' waiting jobs buy nothing; the plan scales as if they were not there.
+        const without = { ...s, pendingJobs: s.pendingJobs.filter((j) => !heldTeams.includes(j.team)) };
+        const buys = (x: typeof p) => scaleUps(x).map((a) => [a.groupId, a.toDesired]);
+        expect(buys(p)).toEqual(buys(plan(without)));
       }),
       { numRuns: 200 },
     );
