@@ -250,7 +250,7 @@ export async function benchLoad(o: { jobs: number; nodes: number; teams: number;
       totalSec: r2((t1 - t0) / 1000),
       actions: out.decision.plan.actions.length,
       placed: out.decision.plan.actions.filter((a) => a.kind === 'place').length,
-      holdsWritten: out.decision.plan.actions.filter((a) => a.kind === 'hold').length,
+      holdsWritten: out.decision.plan.actions.filter((a) => a.kind === 'hold' || a.kind === 'release-hold').length,
       waiting: out.decision.plan.waiting.length,
       itemsRead: m ? m.itemsRead : null,
       itemsWritten: m ? m.itemsWritten : null,

@@ -9,7 +9,7 @@ import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { IDLE_TEAM } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
-import { describeFailure } from '../core/plan.ts';
+import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
 import { cancelJob, openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { duration, keyValues, money, pct, table } from './format.ts';
 
@@ -467,12 +467,12 @@ export function explainJob(
   const placeDecision = recent.find((r) =>
     r.plan.actions.some((a) => a.kind === 'place' && a.jobId === job.id && a.attempt === job.attempt),
   );
-  const place = placeDecision?.plan.actions.find((a) => a.kind === 'place' && a.jobId === job.id && a.attempt === job.attempt);
+  const place = placeDecision?.plan.actions.find(
+    (a): a is Extract<PlanAction, { kind: 'place' }> => a.kind === 'place' && a.jobId === job.id && a.attempt === job.attempt,
+  );
   const where = job.placement ? `${job.placement.nodes.map((n) => n.nodeId).join(', ')} (${job.placement.capacityType})` : 'nowhere now';
   if (place)
-    details.push(
-      `placed by decision ${placeDecision!.id} at ${new Date(placeDecision!.atMs).toISOString()}: ${place.reason?.message ?? ''}`,
-    );
+    details.push(`placed by decision ${placeDecision!.id} at ${new Date(placeDecision!.atMs).toISOString()}: ${place.reason.message}`);
   if (job.placement?.priceMicroUsdPerHour !== undefined)
     details.push(
       `its share costs ${money(job.placement.priceMicroUsdPerHour)}/h (on-demand would be ${money(job.placement.onDemandMicroUsdPerHour ?? job.placement.priceMicroUsdPerHour)}/h)`,
@@ -499,10 +499,10 @@ function describeDecision(d: DecisionRecord): string {
     `decision ${d.id} at ${new Date(d.atMs).toISOString()}${d.dryRun ? ' (dry run)' : ''}: ${d.inputs.pendingJobs} pending and ${d.inputs.activeJobs} active jobs, ${d.inputs.nodes} nodes; ${d.plan.actions.length} actions, ${d.applied} applied, planned in ${Math.round(d.planMs)} ms`,
   ];
   if (d.plan.addedCostMicroUsdPerHour > 0) out.push(`capacity added costs ${money(d.plan.addedCostMicroUsdPerHour)}/h`);
-  const fleetActions = d.plan.actions.filter((a) => a.kind !== 'place' && a.kind !== 'hold');
+  const fleetActions = d.plan.actions.filter((a) => a.kind !== 'place' && a.kind !== 'hold' && a.kind !== 'release-hold');
   if (fleetActions.length > 0) {
     out.push('', 'Fleet changes');
-    for (const a of fleetActions) out.push(`  ${describeAction(a)}: ${a.reason?.message ?? ''}`);
+    for (const a of fleetActions) out.push(`  ${describeAction(a)}`);
   }
   const places = d.plan.actions.filter((a) => a.kind === 'place');
   if (places.length > 0)
@@ -530,19 +530,6 @@ function describeDecision(d: DecisionRecord): string {
   }
   if (d.errors.length > 0) out.push('', 'Errors', ...d.errors.map((e) => `  ${describeFailure(e)}`));
   return out.join('\n');
-}
-
-function describeAction(a: DecisionRecord['plan']['actions'][number]): string {
-  switch (a.kind) {
-    case 'scale-up':
-      return `scale up ${a.groupId} ${a.fromDesired} → ${a.toDesired}`;
-    case 'scale-in':
-      return `remove ${a.instanceId} from ${a.groupId}`;
-    case 'preempt':
-      return `preempt ${a.jobId}`;
-    default:
-      return a.kind;
-  }
 }
 
 // ---- budget -----------------------------------------------------------------------------------

@@ -169,7 +169,8 @@ export type JobEvent =
   | { readonly type: 'succeed'; readonly attempt: number }
   | { readonly type: 'fail'; readonly attempt: number; readonly exitCode: number }
   | { readonly type: 'cancel' }
-  | { readonly type: 'hold'; readonly reason: Reason | undefined };
+  | { readonly type: 'hold'; readonly reason: Reason }
+  | { readonly type: 'release-hold' };
 
 export type TransitionResult =
   { readonly ok: true; readonly job: Job; readonly changed: boolean } | { readonly ok: false; readonly error: string };
@@ -184,6 +185,7 @@ const ALLOWED: Record<JobEvent['type'], readonly JobState[]> = {
   fail: ['placed', 'running', 'checkpointing'],
   cancel: ['pending', 'placed', 'running', 'checkpointing'],
   hold: ['pending'],
+  'release-hold': ['pending'],
 };
 
 /**
@@ -288,6 +290,9 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
     case 'hold':
       if (sameReason(job.hold, event.reason)) return { ok: true, job, changed: false };
       return changed({ ...base, hold: event.reason });
+    case 'release-hold':
+      if (!job.hold) return { ok: true, job, changed: false };
+      return changed({ ...base, hold: undefined });
   }
 }
 

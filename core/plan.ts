@@ -23,7 +23,10 @@ export type PlanAction =
       readonly reason: Reason;
     }
   | { readonly kind: 'preempt'; readonly jobId: string; readonly attempt: number; readonly reason: Reason }
-  | { readonly kind: 'hold'; readonly jobId: string; readonly reason: Reason | undefined };
+  /** Keeps a pending job waiting for a budget or limit, with why (a job already held for the same reason is left as it is). */
+  | { readonly kind: 'hold'; readonly jobId: string; readonly reason: Reason }
+  /** Lifts a hold that no longer applies: the job waits only for capacity again. */
+  | { readonly kind: 'release-hold'; readonly jobId: string };
 
 /**
  * An action of a plan that could not be applied, as data: which action, what it acted on, and
@@ -48,6 +51,7 @@ export function actionResource(action: PlanAction): string {
     case 'place':
     case 'preempt':
     case 'hold':
+    case 'release-hold':
       return action.jobId;
     case 'scale-up':
     case 'cancel-launches':
@@ -93,7 +97,12 @@ export function describeAction(action: PlanAction): string {
       return `cancel launches of ${action.groupId} ${action.fromDesired} → ${action.toDesired}: ${action.reason.message}`;
     case 'preempt':
       return `preempt ${action.jobId} (attempt ${action.attempt}): ${action.reason.message}`;
-    case 'hold':
-      return action.reason ? `hold ${action.jobId}: ${action.reason.message}` : `release hold on ${action.jobId}`;
+    case 'hold': {
+      // Decision records and plan journals written before release-hold existed say a release as a hold without a reason.
+      const why = action.reason as Reason | undefined;
+      return why ? `hold ${action.jobId}: ${why.message}` : `release the hold on ${action.jobId}`;
+    }
+    case 'release-hold':
+      return `release the hold on ${action.jobId}`;
   }
 }

@@ -27,6 +27,9 @@ import {
 } from './capacity.ts';
 import { describeRequest, fairShareOrder } from './ordering.ts';
 
+/** Holds and their releases go last in a plan (after every placement they could have let through). */
+const isHoldAction = (a: PlanAction): boolean => a.kind === 'hold' || a.kind === 'release-hold';
+
 /**
  * The planner: one snapshot in, one plan out, with a reason for every action and every job
  * left waiting. Pure and deterministic.
@@ -199,7 +202,7 @@ class Planner {
     this.scaleIn();
     return {
       // Capacity first: the job records of holds are written after every scale-up, launch and placement.
-      actions: [...this.actions.filter((a) => a.kind !== 'hold'), ...this.actions.filter((a) => a.kind === 'hold')],
+      actions: [...this.actions.filter((a) => !isHoldAction(a)), ...this.actions.filter(isHoldAction)],
       waiting: this.waiting,
       addedCostMicroUsdPerHour: [...this.groups.values()].reduce(
         (sum, g) => sum + g.added.reduce((a, n) => a + n.priceMicroUsdPerHour, 0),
@@ -777,7 +780,7 @@ class Planner {
       // Written when the hold starts or its reason changes, not when a figure in its message moves (the decision has the figures).
       if (job.hold?.code !== why.code) this.actions.push({ kind: 'hold', jobId: job.id, reason: why });
     } else if (job.hold) {
-      this.actions.push({ kind: 'hold', jobId: job.id, reason: undefined });
+      this.actions.push({ kind: 'release-hold', jobId: job.id });
     }
   }
 
@@ -848,7 +851,7 @@ class Planner {
       this.holders.set(f.node.id, list);
     }
     this.commitLimits(e, this.shareOf(fits[0]!.node, e), factor);
-    if (e.job.hold) this.actions.push({ kind: 'hold', jobId: e.job.id, reason: undefined });
+    if (e.job.hold) this.actions.push({ kind: 'release-hold', jobId: e.job.id });
     const where = fits.map((f) => `${f.node.id} (${f.node.instanceType}, ${f.node.capacityType}, ${f.node.zone})`).join(', ');
     this.actions.push({
       kind: 'place',

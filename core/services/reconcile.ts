@@ -242,7 +242,7 @@ export async function applyPlan(
 }
 
 function concurrent(action: PlanAction): boolean {
-  return action.kind === 'hold' || action.kind === 'place';
+  return action.kind === 'hold' || action.kind === 'release-hold' || action.kind === 'place';
 }
 
 /** Consecutive waves of at most JOB_WRITE_CONCURRENCY actions, in plan order, no two of a wave touching the same node. */
@@ -319,6 +319,10 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
         nowMs,
       );
       if (out.status === 'refused') throw new ApplyError('refused', out.error, action.jobId);
+      return;
+    }
+    case 'release-hold': {
+      await applyJobEvent(ports.jobs, action.jobId, { type: 'release-hold' }, nowMs);
       return;
     }
     case 'hold': {

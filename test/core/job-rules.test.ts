@@ -174,8 +174,8 @@ describe('event by event', () => {
       changed: true,
       job: { hold: { code: 'team-gpu-cap' } },
     });
-    expect(transition(held, { type: 'hold', reason: undefined }, T0)).toMatchObject({ changed: true, job: { hold: undefined } });
-    expect(transition(aJob(), { type: 'hold', reason: undefined }, T0)).toMatchObject({ changed: false });
+    expect(transition(held, { type: 'release-hold' }, T0)).toMatchObject({ changed: true, job: { hold: undefined } });
+    expect(transition(aJob(), { type: 'release-hold' }, T0)).toMatchObject({ changed: false });
   });
 });
 

@@ -92,7 +92,7 @@ describe('job state machine', () => {
     const held = apply(aJob(), { type: 'hold', reason: hold });
     expect(held.hold).toEqual(hold);
     expect(transition(held, { type: 'hold', reason: hold }, T0 + 5000)).toMatchObject({ changed: false });
-    expect(apply(held, { type: 'hold', reason: undefined }).hold).toBeUndefined();
+    expect(apply(held, { type: 'release-hold' }).hold).toBeUndefined();
   });
 
   it('derives ids from team and token so that distinct tokens never collide', () => {

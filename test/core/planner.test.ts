@@ -444,7 +444,7 @@ describe('planner: budgets and caps', () => {
     const g = aGroup();
     const held = aJob({ hold: { code: 'budget-hold', message: 'old' } });
     const p = plan(aSnapshot({ groups: [g], nodes: [aNode('i-1', { group: g })], pendingJobs: [held] }));
-    expect(p.actions).toContainEqual({ kind: 'hold', jobId: held.id, reason: undefined });
+    expect(p.actions).toContainEqual({ kind: 'release-hold', jobId: held.id });
     expect(placements(p)).toHaveLength(1);
   });
 });
