@@ -5,7 +5,6 @@
 export type ReasonCode =
   // placements and waiting
   | 'placed-on-free-capacity'
-  | 'placed-on-new-capacity'
   | 'waiting-for-capacity'
   | 'waiting-for-boot'
   | 'no-offering-fits'
@@ -18,16 +17,12 @@ export type ReasonCode =
   /** The team's budget (action stop) is spent: its running work is checkpointed and requeued, and waits held. */
   | 'budget-stop'
   | 'team-gpu-cap'
-  | 'fair-share'
-  | 'lower-priority'
   // scaling
   | 'scale-up-for-pending'
-  | 'scale-up-to-min'
   | 'scale-in-idle'
   /** The machine's agent is silent (or never registered): it can run nothing. */
   | 'scale-in-unhealthy'
   | 'scale-in-consolidate'
-  | 'scale-in-above-max'
   // interruptions and preemption
   | 'preempt-for-priority'
   | 'interrupted'
