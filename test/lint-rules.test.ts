@@ -61,3 +61,18 @@ describe('the project conventions', () => {
     expect(await lint(code, 'cloud/aws/example.ts')).toEqual([]);
   });
 });
+
+describe('the reason codes', () => {
+  it('declares only codes some decision gives (each appears in a source file besides its declaration)', async () => {
+    const { readFileSync, readdirSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const declared = [...readFileSync(join(root, 'core/reason.ts'), 'utf8').matchAll(/^ {2}\| '([a-z-]+)'/gm)].map((m) => m[1]!);
+    expect(declared.length).toBeGreaterThan(20);
+    const sources = ['core', 'cloud', 'functions', 'agent', 'cli']
+      .flatMap((d) => readdirSync(join(root, d), { recursive: true, encoding: 'utf8' }).map((f) => join(root, d, f)))
+      .filter((f) => f.endsWith('.ts') && !f.endsWith(join('core', 'reason.ts')))
+      .map((f) => readFileSync(f, 'utf8'))
+      .join('\n');
+    expect(declared.filter((code) => !sources.includes(`'${code}'`))).toEqual([]);
+  });
+});
