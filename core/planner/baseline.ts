@@ -1,5 +1,5 @@
 import { budgetStatus } from '../budget.ts';
-import type { Offering } from '../catalog.ts';
+import { offeringId, type Offering } from '../catalog.ts';
 import { jobSpotFactor } from '../cost-model.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import { inService } from '../fleet.ts';
@@ -30,7 +30,7 @@ export function planBaseline(snapshot: Snapshot): Plan {
     if (!inService(inst.state) || f.record?.draining) continue;
     const type = s.instanceTypes.get(inst.instanceType);
     if (!type) continue;
-    const offeringId = `${inst.cloud}/${inst.zone}/${inst.instanceType}/${inst.capacityType}`;
+    const offerId = offeringId(inst);
     const group = s.groups.find((g) => g.id === inst.groupId);
     const reported = f.record?.gpus ?? [];
     const gpus = makeGpus(type, reported.length > 0 ? reported.some((g) => g.migEnabled) : (group?.migEnabled ?? false));
@@ -42,13 +42,13 @@ export function planBaseline(snapshot: Snapshot): Plan {
       zone: inst.zone,
       instanceType: inst.instanceType,
       capacityType: inst.capacityType,
-      offeringId,
+      offeringId: offerId,
       poolKey: poolKeyOf(
-        offeringId,
+        offerId,
         gpus.some((g) => g.mig !== undefined),
       ),
       kind: f.schedulable ? 'ready' : 'booting',
-      priceMicroUsdPerHour: s.prices.get(offeringId)?.priceMicroUsdPerHour ?? 0,
+      priceMicroUsdPerHour: s.prices.get(offerId)?.priceMicroUsdPerHour ?? 0,
       gpus,
       freeWhole: countFreeWhole(gpus),
     };

@@ -1,5 +1,5 @@
 import { budgetStatus } from '../budget.ts';
-import type { InstanceType, Offering } from '../catalog.ts';
+import { offeringId, type InstanceType, type Offering } from '../catalog.ts';
 import { jobSpotFactor, remainingWorkSec } from '../cost-model.ts';
 import { deadlineChoice } from '../deadline.ts';
 import { inService, type NodeGroup } from '../fleet.ts';
@@ -320,7 +320,7 @@ class Planner {
       if (fleetNode.record?.draining) continue;
       const type = s.instanceTypes.get(inst.instanceType);
       if (!type) continue;
-      const offeringId = `${inst.cloud}/${inst.zone}/${inst.instanceType}/${inst.capacityType}`;
+      const offerId = offeringId(inst);
       const reported = fleetNode.record?.gpus ?? [];
       const migMode = reported.length > 0 ? reported.some((g) => g.migEnabled) : (groupOf.get(inst.groupId)?.migEnabled ?? false);
       const gpus = makeGpus(type, migMode);
@@ -333,7 +333,7 @@ class Planner {
           if (d.startSlice !== undefined && d.slices !== undefined) slot.mig.mask |= placementMask(d.startSlice, d.slices);
       }
       const poolKey = poolKeyOf(
-        offeringId,
+        offerId,
         gpus.some((g) => g.mig !== undefined),
       );
       // Ready: schedulable now. Booting: launching, or up but its agent not registered yet.
@@ -347,10 +347,10 @@ class Planner {
         zone: inst.zone,
         instanceType: inst.instanceType,
         capacityType: inst.capacityType,
-        offeringId,
+        offeringId: offerId,
         poolKey,
         kind: kind ?? 'booting',
-        priceMicroUsdPerHour: s.prices.get(offeringId)?.priceMicroUsdPerHour ?? 0,
+        priceMicroUsdPerHour: s.prices.get(offerId)?.priceMicroUsdPerHour ?? 0,
         gpus,
         freeWhole: countFreeWhole(gpus),
       };

@@ -1,4 +1,4 @@
-import type { Cloud } from '../catalog.ts';
+import { offeringId, type Cloud } from '../catalog.ts';
 import type { Draining, Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeGroupProvider, NodeStore, PoolHistory } from '../ports.ts';
@@ -112,7 +112,7 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
     return { status: 'ignored', why: `instance ${notice.instanceId} is not in a node group gpu-fleet manages` };
   }
   const onNode = await jobsOn(ports.jobs, notice.instanceId);
-  const offeringId = instance ? `${instance.cloud}/${instance.zone}/${instance.instanceType}/${instance.capacityType}` : undefined;
+  const offerId = instance ? offeringId(instance) : undefined;
   const groupId = instance?.groupId ?? record?.groupId;
 
   switch (notice.kind) {
@@ -121,8 +121,8 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
       const why = notice.kind === 'interruption-warning' ? 'spot interruption warning' : `terminate lifecycle hook ${notice.hookName}`;
       const mark = await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId)!);
       const deadlineMs = mark.draining?.deadlineMs ?? notice.deadlineMs;
-      if (notice.kind === 'interruption-warning' && offeringId && instance?.capacityType === 'spot')
-        await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
+      if (notice.kind === 'interruption-warning' && offerId && instance?.capacityType === 'spot')
+        await ports.pools.noteInterrupted(notice.instanceId, offerId, notice.atMs);
       const { requested, requeued } = await askCheckpoints(ports, onNode, nowMs, why);
       let lifecycleCompleted = false;
       if (notice.kind === 'lifecycle-terminate' && onNode.length === 0) {
@@ -164,8 +164,8 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
       await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId)!);
       // The machine's bill ends here: spend accrual charges its time up to this moment, not to when reconcile next looks.
       await ports.nodes.noteEnded(notice.instanceId, notice.atMs);
-      if (offeringId && instance?.capacityType === 'spot' && (notice.kind === 'preempted' || onNode.length > 0))
-        await ports.pools.noteInterrupted(notice.instanceId, offeringId, notice.atMs);
+      if (offerId && instance?.capacityType === 'spot' && (notice.kind === 'preempted' || onNode.length > 0))
+        await ports.pools.noteInterrupted(notice.instanceId, offerId, notice.atMs);
       const requeued: string[] = [];
       for (const job of onNode) {
         const out = await requeueAttempt(ports, {

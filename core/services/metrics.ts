@@ -2,6 +2,7 @@ import type { Snapshot } from '../snapshot.ts';
 import type { DecisionRecord, QueueDepth } from '../ports.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import { inService } from '../fleet.ts';
+import { offeringId } from '../catalog.ts';
 
 /** One metric data point, for whatever publishes them (EMF in Lambda, the simulator's report). */
 export interface MetricPoint {
@@ -35,7 +36,7 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     if (!inService(i.state) && i.state !== 'terminating-wait') continue; // billed until it is gone
     const key = `${i.groupId}\u0000${i.capacityType}`;
     fleet.set(key, (fleet.get(key) ?? 0) + 1);
-    spendRate += snapshot.prices.get(`${i.cloud}/${i.zone}/${i.instanceType}/${i.capacityType}`)?.priceMicroUsdPerHour ?? 0;
+    spendRate += snapshot.prices.get(offeringId(i))?.priceMicroUsdPerHour ?? 0;
   }
   for (const [key, count] of [...fleet.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     const [group, capacityType] = key.split('\u0000') as [string, string];

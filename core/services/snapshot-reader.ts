@@ -1,7 +1,7 @@
 import { codeOf, messageOf } from '../errors.ts';
 import { teamFromTags } from '../budget.ts';
 import { periodKey } from '../period.ts';
-import type { InstanceType, Offering, PriceQuote } from '../catalog.ts';
+import { offeringId, type InstanceType, type Offering, type PriceQuote } from '../catalog.ts';
 import type { FleetNode, Instance, NodeGroup, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { MicroUsd } from '../money.ts';
@@ -136,7 +136,7 @@ export async function buildSnapshot(
   const offerings = uniqueOfferings(world.groups);
   const typeNames = [...new Set([...offerings.map((o) => o.instanceType), ...world.instances.map((i) => i.instanceType)])].sort();
   const nodeOfferings = world.instances.map<Offering>((i) => ({
-    id: `${i.cloud}/${i.zone}/${i.instanceType}/${i.capacityType}`,
+    id: offeringId(i),
     cloud: i.cloud,
     region: i.region,
     zone: i.zone,
