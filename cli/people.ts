@@ -3,6 +3,7 @@ import { budgetStatus, isValidTeamId } from '../core/budget.ts';
 import { periodBounds, periodKey } from '../core/period.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, JOB_STATES, type Job, type JobState } from '../core/job.ts';
 import { checkJobSpec, type JobSpecInput } from '../core/job-spec.ts';
+import { milliGpusUsed } from '../core/gpu.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
 import { teamsInForce } from '../core/services/snapshot-reader.ts';
 import { committedCostMicroUsd } from '../core/cost-model.ts';
@@ -317,9 +318,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
 
 function gpusOf(j: Job): number {
   if (!j.spec) return 0;
-  const g = j.spec.gpu;
-  const per = g.kind === 'whole' ? g.count : g.kind === 'fraction' ? g.milliGpu / 1000 : Number(g.profile[0]) / 7;
-  return per * j.spec.nodes;
+  return (milliGpusUsed(j.spec.gpu) / 1000) * j.spec.nodes;
 }
 
 const fmtGpus = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(2));

@@ -75,15 +75,30 @@ export function gpusTouched(request: GpuRequest): number {
   return request.kind === 'whole' ? request.count : 1;
 }
 
-/** The GPU-equivalents a request uses, in thousandths of a GPU (for fair share and accounting). */
-export function milliGpusUsed(request: GpuRequest, migComputeSlices?: number): number {
+/**
+ * The compute slices of a MIG profile, from its name ("3g.40gb": 3 of the GPU's 7): the one parser
+ * of profile names. 1 for a name that does not say.
+ */
+export function migComputeSlices(profile: string): number {
+  const m = /^(\d)g\./.exec(profile);
+  return m ? Number(m[1]) : 1;
+}
+
+/**
+ * The GPU-equivalents a request uses, in thousandths of a GPU: for fair share, team caps,
+ * accounting, status and reports alike. A MIG instance counts its compute slices ÷ 7 — the share
+ * its name states, the same on every GPU model (its memory slices are not: a 1g.10gb takes one of
+ * eight on an A100-80GB or H100 and two on an A100-40GB, so a memory-based share would need the
+ * GPU model wherever a share is counted, and a job's holding does not carry it).
+ */
+export function milliGpusUsed(request: GpuRequest): number {
   switch (request.kind) {
     case 'whole':
       return request.count * 1000;
     case 'fraction':
       return request.milliGpu;
     case 'mig':
-      return Math.round(((migComputeSlices ?? 1) * 1000) / 7);
+      return Math.round((migComputeSlices(request.profile) * 1000) / 7);
   }
 }
 

@@ -31,7 +31,7 @@ export interface NodeAssignment {
 /** Thousandths of a GPU one node's part of a placement holds (a whole GPU is 1000). */
 export function assignmentMilliGpu(a: NodeAssignment): number {
   if (a.share) return a.share.milliGpu;
-  if (a.mig) return milliGpusUsed({ kind: 'mig', profile: a.mig.profile }, Number(a.mig.profile[0]));
+  if (a.mig) return milliGpusUsed({ kind: 'mig', profile: a.mig.profile });
   return a.gpuIndices.length * 1000;
 }
 

@@ -62,7 +62,7 @@ export function planBaseline(snapshot: Snapshot): Plan {
   let expectedExtra = 0;
   const restartSec = s.policy.expectedBootSec + s.policy.restoreSec;
   const costPolicy = { defaultRuntimeSec: s.policy.defaultRuntimeSec, restartSec };
-  const size = (j: Job) => milliGpusUsed(j.spec.gpu, j.spec.gpu.kind === 'mig' ? Number(j.spec.gpu.profile[0]) : undefined) * j.spec.nodes;
+  const size = (j: Job) => milliGpusUsed(j.spec.gpu) * j.spec.nodes;
   const pending = [...s.pendingJobs].sort((a, b) => size(b) - size(a) || b.spec.priority - a.spec.priority || (a.id < b.id ? -1 : 1));
 
   for (const job of pending) {

@@ -162,7 +162,11 @@ export function isEmpty(node: NodeCapacity): boolean {
   return node.gpus.every((g) => (g.mig ? g.mig.mask === 0 : !g.whole && g.freeMilli === 1000));
 }
 
-/** GPU-equivalents in use on a node, in thousandths (a MIG slice counts its share of compute slices). */
+/**
+ * Room taken on a node, in thousandths of its GPUs, for packing: a MIG GPU by the memory slices its
+ * instances block (÷ 8), since placement is by memory slice. This is room, not the share a job is
+ * charged or capped by (milliGpusUsed, compute slices ÷ 7).
+ */
 export function usedMilli(node: NodeCapacity): number {
   let used = 0;
   for (const g of node.gpus) {

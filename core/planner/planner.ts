@@ -435,9 +435,7 @@ class Planner {
   }
 
   private milliOf(request: GpuRequest): number {
-    if (request.kind !== 'mig') return milliGpusUsed(request);
-    const slices = Number(/^(\d)g/.exec(request.profile)?.[1] ?? 1);
-    return milliGpusUsed(request, slices);
+    return milliGpusUsed(request);
   }
 
   /** Asks a running attempt to checkpoint and go back to the queue (once per plan). */

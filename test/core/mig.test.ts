@@ -86,3 +86,15 @@ describe('MIG profile tables', () => {
     expect(bestStart('A100-40GB', { mask: 0, counts: new Map() }, p)).not.toBe(0);
   });
 });
+
+describe('one share of a GPU for a MIG instance', () => {
+  it('is its compute slices ÷ 7, from its name, the same in a request, a holding (accrual), team caps and status', async () => {
+    const { milliGpusUsed, migComputeSlices } = await import('../../core/gpu.ts');
+    const { assignmentMilliGpu } = await import('../../core/job.ts');
+    expect(['3g.40gb', '3g.20gb', '1g.10gb', '1g.20gb', '7g.80gb', 'odd'].map(migComputeSlices)).toEqual([3, 3, 1, 1, 7, 1]);
+    expect(milliGpusUsed({ kind: 'mig', profile: '3g.40gb' })).toBe(429);
+    expect(assignmentMilliGpu({ nodeId: 'n', gpuIndices: [0], mig: { profile: '3g.40gb', startSlice: 4 } })).toBe(429);
+    // A request's share no longer depends on its caller passing the slices: before, a MIG request counted one slice.
+    expect(milliGpusUsed({ kind: 'mig', profile: '7g.80gb' })).toBe(1000);
+  });
+});
