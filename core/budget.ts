@@ -138,6 +138,9 @@ export function teamFromTags(team: string, tags: Readonly<Record<string, string>
   if (maxText !== undefined) {
     if (/^\d{1,6}$/.test(maxText)) maxGpus = Number(maxText);
     else problems.push(`${BUDGET_TAGS.maxGpus}="${maxText}" is not allowed (allowed: a whole number of GPUs, 0 to 999999)`);
+  } else if (maxGpus !== undefined) {
+    // As with the amount, a removed cap is not lifted silently: the last one applies, and it is said.
+    problems.push(`${BUDGET_TAGS.maxGpus} is missing; the last cap (${maxGpus} GPUs) still applies (set it to 999999 to lift it)`);
   }
 
   let weight = previous?.weight ?? 1;

@@ -161,6 +161,14 @@ describe('each budget tag, value by value', () => {
     expect(kept.tagProblems).toEqual(['gpu-fleet:budget-usd is missing; the last valid amount ($1,000.00) still applies']);
   });
 
+  it('keeps the last GPU cap when its tag is removed, and says so (a removed limit is never lifted silently)', () => {
+    const capped = read({ 'gpu-fleet:max-gpus': '8' });
+    const kept = teamFromTags('nlp', { 'gpu-fleet:team': 'nlp', 'gpu-fleet:budget-usd': '1000' }, capped);
+    expect(kept.maxGpus).toBe(8);
+    expect(kept.tagProblems).toEqual(['gpu-fleet:max-gpus is missing; the last cap (8 GPUs) still applies (set it to 999999 to lift it)']);
+    expect(teamFromTags('nlp', { 'gpu-fleet:budget-usd': '1000', 'gpu-fleet:max-gpus': '999999' }, capped).maxGpus).toBe(999_999);
+  });
+
   it('trims values before reading them', () => {
     const t = teamFromTags('nlp', { 'gpu-fleet:budget-usd': ' 250.5 ', 'gpu-fleet:budget-action': ' alert ', 'gpu-fleet:weight': ' 2 ' });
     expect(t.budget).toMatchObject({ amountMicroUsd: 250_500_000, action: 'alert' });
