@@ -51,26 +51,18 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
   const ops: {
     [Op in AgentApiOp]: (view: AgentView, body: z.infer<(typeof AGENT_API)[Op]>) => Promise<AgentApiResponses[Op]>;
   } = {
+    // The bodies hold only what the schemas allow (zod drops the rest); the view sets the caller's id and the times.
     'node/register': async (view, { record }) => {
       await view.nodes.register({
-        instanceId: view.nodeId,
-        groupId: record.groupId,
-        registeredAtMs: 0, // the view's clock
-        lastHeartbeatAtMs: 0,
+        ...record,
         gpus: record.gpus as unknown as NodeRecord['gpus'],
-        ...(record.address !== undefined ? { address: record.address } : {}),
-        healthy: record.healthy,
-        ...(record.healthProblem !== undefined ? { healthProblem: record.healthProblem } : {}),
+        instanceId: view.nodeId,
+        registeredAtMs: 0,
+        lastHeartbeatAtMs: 0,
       });
       return {};
     },
-    'node/heartbeat': async (view, { health }) => ({
-      known: await view.nodes.heartbeat(
-        view.nodeId,
-        0, // the view's clock
-        health && { healthy: health.healthy, ...(health.problem ? { problem: health.problem } : {}) },
-      ),
-    }),
+    'node/heartbeat': async (view, { health }) => ({ known: await view.nodes.heartbeat(view.nodeId, 0, health) }),
     'node/get': async (view, { instanceId }) => {
       const record = await view.nodes.get(instanceId);
       return record ? { record } : {};

@@ -369,7 +369,7 @@ class Planner {
         list.push({ job, assignment: a });
         this.holders.set(node.id, list);
       }
-      this.teamUsedMilli.set(job.team, (this.teamUsedMilli.get(job.team) ?? 0) + this.milliOf(job.spec.gpu) * job.spec.nodes);
+      this.teamUsedMilli.set(job.team, (this.teamUsedMilli.get(job.team) ?? 0) + milliGpusUsed(job.spec.gpu) * job.spec.nodes);
     }
     // Launches in flight: the group wants more machines than it has reported so far. A group
     // whose every offering failed to launch (or was interrupted) recently will not deliver them:
@@ -432,10 +432,6 @@ class Planner {
       if (found && (!best || found.price < best.price || (found.price === best.price && found.key < best.key))) best = found;
     }
     return best;
-  }
-
-  private milliOf(request: GpuRequest): number {
-    return milliGpusUsed(request);
   }
 
   /** Asks a running attempt to checkpoint and go back to the queue (once per plan). */
@@ -612,7 +608,7 @@ class Planner {
       key,
       request: spec.gpu,
       nodes: spec.nodes,
-      milli: this.milliOf(spec.gpu),
+      milli: milliGpusUsed(spec.gpu),
       eligible,
       ...(eligible.size === 0
         ? {
@@ -1512,7 +1508,7 @@ class Planner {
         (sum, h) =>
           sum +
           ((this.lostWorkSec(h.job) + s.policy.restoreSec) *
-            this.shareOf(node, { job: h.job, team: h.job.team, cls: { milli: this.milliOf(h.job.spec.gpu), nodes: 1 } as JobClass })) /
+            this.shareOf(node, { job: h.job, team: h.job.team, cls: { milli: milliGpusUsed(h.job.spec.gpu), nodes: 1 } as JobClass })) /
             3600,
         0,
       );
