@@ -1,5 +1,5 @@
 import highsModule, { type Highs } from 'highs';
-import type { CapacityProblem } from '../../core/planner/planner.ts';
+import type { CapacityProblem } from './capacity-problem.ts';
 
 export interface Bound {
   /** Lower bound on the expected hourly cost of the capacity any plan must add, µUSD/h. */

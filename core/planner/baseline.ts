@@ -9,7 +9,7 @@ import { reason } from '../reason.ts';
 import { priorRatePerHour } from '../risk.ts';
 import type { Snapshot } from '../snapshot.ts';
 import { commitFit, countFreeWhole, isEmpty, makeGpus, poolKeyOf, tryFit, typeCanHold, type NodeCapacity } from './capacity.ts';
-import { describeRequest } from './ordering.ts';
+import { describeRequest } from './reasons.ts';
 
 /**
  * The baseline: a planner of the kind Karpenter uses, for comparison in benchmarks and as the

@@ -93,15 +93,3 @@ class TeamHeap {
 function less(a: { team: string; key: number }, b: { team: string; key: number }): boolean {
   return a.key < b.key || (a.key === b.key && a.team < b.team);
 }
-
-export function describeRequest(job: Job): string {
-  const g = job.spec.gpu;
-  const models = g.models ? ` ${g.models.join('/')}` : '';
-  const what =
-    g.kind === 'whole'
-      ? `${g.count}${models} GPU${g.count > 1 ? 's' : ''}`
-      : g.kind === 'fraction'
-        ? `${g.milliGpu / 1000} of a${models} GPU with ${g.memoryMiB} MiB`
-        : `a ${g.profile}${models} MIG slice`;
-  return job.spec.nodes > 1 ? `${job.spec.nodes} nodes × ${what}` : what;
-}

@@ -1,0 +1,190 @@
+/**
+ * Classification: what each pending job may run on and in what order jobs are served. Decides,
+ * per job, the capacity types it may use (interruptible or not, a spot-only budget, deadline
+ * slack, patience for spot) and so its class: the offerings that may hold it, each with the
+ * expected cost factor of rework on spot. Held teams' jobs wait here. Then the order: priority,
+ * weighted fair share between teams, and (when capacity is not scarce) largest first for packing.
+ * It must not take room on any machine or buy anything.
+ */
+import type { Offering } from '../catalog.ts';
+import { jobSpotFactor, remainingWorkSec } from '../cost-model.ts';
+import { deadlineChoice } from '../deadline.ts';
+import { milliGpusUsed } from '../gpu.ts';
+import type { Job } from '../job.ts';
+import { typeCanHold, usedMilli } from './capacity.ts';
+import { budgetMessage, teamBudget } from './limits.ts';
+import { fairShareOrder } from './ordering.ts';
+import { budgetHeld, noGroupOffers, noOfferingFits, providerDegraded, spotOnlyBudget } from './reasons.ts';
+import { unavailable, wait, type CapacityChoice, type Entry, type JobClass, type PlanningState } from './state.ts';
+
+/** The pending jobs that may be planned, classified and in planning order; held ones wait. Sets `st.scarce`. */
+export function classify(st: PlanningState): Entry[] {
+  const s = st.s;
+  const entries: Entry[] = [];
+  for (const job of s.pendingJobs) {
+    const b = teamBudget(st, job.team);
+    if (b.state === 'hold' || b.state === 'stop') {
+      wait(st, job, budgetHeld(b.state, job.team, budgetMessage(st, job.team)), true);
+      continue;
+    }
+    if (b.state === 'spot-only' && !job.spec.interruptible) {
+      wait(st, job, spotOnlyBudget(job.team), true);
+      continue;
+    }
+    let capacity: CapacityChoice = job.spec.interruptible ? 'any' : 'on-demand';
+    if (b.state === 'spot-only') capacity = 'spot';
+    const deadline = job.spec.deadline
+      ? deadlineChoice(job, s.nowMs, s.policy, {
+          mode: 'none',
+          spotAvailable: job.spec.interruptible && spotObtainable(st, classOf(st, job, 'spot')),
+        })
+      : ({ mode: 'free' } as const);
+    if (deadline.mode === 'on-demand' && capacity !== 'spot') capacity = 'on-demand';
+    // The deadline allows waiting for spot rather than paying for on-demand now.
+    if (deadline.mode === 'wait-for-spot' && capacity === 'any') capacity = 'spot';
+    // A job moved off on-demand to save money waits a while for spot, so it does not land back where it was.
+    const waitedMs = s.nowMs - job.queuedAtMs;
+    if (capacity === 'any' && job.requeueReason?.code === 'rebalance-to-spot' && waitedMs < s.policy.moveToSpotPatienceSec * 1000)
+      capacity = 'spot';
+    let cls = classOf(st, job, capacity);
+    // Interruptible work without deadline pressure waits a while for spot when none can be had now:
+    // up to half its remaining work (at least a boot time), capped by the policy.
+    if (capacity === 'any' && deadline.mode !== 'on-demand' && s.policy.spotPatienceSec > 0 && !spotObtainable(st, cls)) {
+      const patienceSec = Math.min(s.policy.spotPatienceSec, Math.max(s.policy.expectedBootSec, remainingWorkSec(job, s.policy) / 2));
+      if (waitedMs < patienceSec * 1000) {
+        const spotOnly = classOf(st, job, 'spot');
+        if (spotOnly.eligible.size > 0) cls = spotOnly;
+      }
+    }
+    entries.push({ job, team: job.team, cls });
+  }
+  const fair = fairShareOrder(
+    entries,
+    st.teamUsedMilli,
+    (team) => s.teams.get(team)?.weight ?? 1,
+    (e) => e.cls.milli * e.cls.nodes,
+  );
+  st.scarce = capacityIsScarce(st, entries);
+  if (!st.scarce) {
+    // Everyone will get capacity within a boot time: pack well (largest first within a
+    // priority, first-fit decreasing); fair-share order still breaks ties between equal sizes.
+    const rank = new Map(fair.map((e, i) => [e, i]));
+    fair.sort(
+      (a, b) =>
+        b.job.spec.priority - a.job.spec.priority || b.cls.milli * b.cls.nodes - a.cls.milli * a.cls.nodes || rank.get(a)! - rank.get(b)!,
+    );
+  }
+  return fair;
+}
+
+/**
+ * Capacity is scarce when the waiting work could not all be held by the free GPUs of live
+ * machines plus what the groups may still add. Then the order decides who runs, and it is
+ * priority and fair share; otherwise it only decides packing.
+ */
+function capacityIsScarce(st: PlanningState, entries: readonly Entry[]): boolean {
+  let demand = 0;
+  for (const e of entries) demand += e.cls.milli * e.cls.nodes;
+  let supply = 0;
+  for (const n of st.nodeById.values()) supply += n.gpus.length * 1000 - usedMilli(n);
+  for (const gs of st.groups.values()) {
+    let biggest = 0;
+    for (const o of gs.group.offerings) biggest = Math.max(biggest, st.s.instanceTypes.get(o.instanceType)?.gpuCount ?? 0);
+    supply += gs.room * biggest * 1000;
+    if (supply > demand) return false;
+  }
+  return supply < demand;
+}
+
+/** Jobs that ask the same thing in the same way share one class and one eligibility computation. */
+export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): JobClass {
+  const s = st.s;
+  const spec = job.spec;
+  const work = remainingWorkSec(job, s.policy);
+  // Spot factors depend on remaining work and checkpointing; bucket the work (×2 steps) so classes stay few.
+  const workBucket = Math.ceil(Math.log2(Math.max(60, work)));
+  const g = spec.gpu;
+  const shape =
+    g.kind === 'whole' ? `w${g.count}/${g.minMemoryMiB ?? 0}` : g.kind === 'fraction' ? `f${g.milliGpu}/${g.memoryMiB}` : `m${g.profile}`;
+  const where = spec.placement
+    ? `${spec.placement.clouds?.join('+') ?? ''}/${spec.placement.regions?.join('+') ?? ''}/${spec.placement.zones?.join('+') ?? ''}`
+    : '';
+  const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}`;
+  const cached = st.classes.get(key);
+  if (cached) return cached;
+  const eligible = new Map<string, number>();
+  let sawType = false;
+  const restartSec = s.policy.expectedBootSec + s.policy.restoreSec;
+  const representative = { ...job, spec: { ...spec, expectedRuntimeSec: 2 ** workBucket }, checkpoint: undefined } as Job;
+  for (const info of st.allOfferings) {
+    const o = info.offering;
+    if (!typeCanHold(info.type, spec.gpu, info.migEnabled)) continue;
+    sawType = true;
+    if (capacity === 'spot' && o.capacityType !== 'spot') continue;
+    if (capacity === 'on-demand' && o.capacityType !== 'on-demand') continue;
+    if (!placementAllowed(spec.placement, o)) continue;
+    let factor = 1;
+    if (o.capacityType === 'spot') {
+      factor = jobSpotFactor(representative, info.riskPerHour, { defaultRuntimeSec: s.policy.defaultRuntimeSec, restartSec });
+      // Spot is not chosen when its expected cost, rework included, is higher than on-demand.
+      if (!Number.isFinite(factor) || (capacity !== 'spot' && info.onDemandPrice > 0 && info.price * factor > info.onDemandPrice)) continue;
+    }
+    eligible.set(info.key, factor);
+  }
+  const noFit =
+    eligible.size > 0
+      ? undefined
+      : sawType
+        ? noOfferingFits(job, capacity)
+        : s.degraded && s.degraded.length > 0
+          ? providerDegraded(job, s.degraded)
+          : noGroupOffers(job);
+  const cls: JobClass = {
+    key,
+    request: spec.gpu,
+    nodes: spec.nodes,
+    milli: milliGpusUsed(spec.gpu),
+    eligible,
+    ...(noFit ? { noFit } : {}),
+  };
+  st.classes.set(key, cls);
+  return cls;
+}
+
+/**
+ * Whether some spot pool the class may use has free capacity now or could launch a machine.
+ * True when the class has no spot pool at all (there is nothing to wait for).
+ */
+export function spotObtainable(st: PlanningState, cls: JobClass): boolean {
+  let ok = st.obtainableCache.get(cls);
+  if (ok === undefined) {
+    ok = true;
+    let sawSpot = false;
+    for (const key of cls.eligible.keys()) {
+      const info = st.offerings.get(key);
+      if (!info || info.offering.capacityType !== 'spot') continue;
+      if (!sawSpot) {
+        sawSpot = true;
+        ok = false;
+      }
+      if (info.groups.some((g) => g.room > 0) && !unavailable(st.s, info.offering.id)) {
+        ok = true;
+        break;
+      }
+      if (st.ready.pool(key)?.hasFree() || st.booting.pool(key)?.hasFree()) {
+        ok = true;
+        break;
+      }
+    }
+    st.obtainableCache.set(cls, ok);
+  }
+  return ok;
+}
+
+function placementAllowed(limits: Job['spec']['placement'], o: Offering): boolean {
+  if (!limits) return true;
+  if (limits.clouds && !limits.clouds.includes(o.cloud as 'aws' | 'gcp')) return false;
+  if (limits.regions && !limits.regions.includes(o.region)) return false;
+  if (limits.zones && !limits.zones.includes(o.zone)) return false;
+  return true;
+}

@@ -1,0 +1,152 @@
+/**
+ * Existing capacity: puts classified jobs on capacity that is already paid for. First on free
+ * GPUs of ready machines (placements), then on machines still booting or launching (the job
+ * waits for them instead of buying more). When capacity is not scarce, each job first tries only
+ * its cheapest kind of machine, so scarce expensive GPUs stay for the jobs that need them; what
+ * is left goes to the work that would cost most to buy for. Decides only placements and waits on
+ * existing machines; it must not buy, preempt or scale anything.
+ */
+import type { Placement } from '../job.ts';
+import type { CapacityIndex, NodeCapacity } from './capacity.ts';
+import { findFits, homes } from './fits.ts';
+import { commitPlacement } from './indexing.ts';
+import { commitLimits, limitProblem } from './limits.ts';
+import { placedOnFree, sharesNewMachine, waitsForStarting } from './reasons.ts';
+import { perMilli, shareOf, sharedReason, unitOf, wait, type Entry, type Fit, type PlanningState } from './state.ts';
+
+/** Places or parks each job it can on existing capacity; returns the jobs left to buy for, in planning order. */
+export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]): Entry[] {
+  const unplaced: Entry[] = [];
+  if (st.scarce) {
+    for (const e of entries) if (!placeOnReady(st, e)) unplaced.push(e);
+  } else {
+    // First each job on free capacity of its cheapest kind, so that scarce expensive GPUs stay
+    // for the jobs that need them; then what is left on any free capacity (it is paid for).
+    const second: Entry[] = [];
+    for (const e of entries) if (!placeOnReady(st, e, true)) second.push(e);
+    // Free capacity that is nobody's cheapest kind goes to the work that would cost most to buy for.
+    for (const e of byBuyCost(st, second)) if (!placeOnReady(st, e)) unplaced.push(e);
+  }
+  let toBuy: Entry[] = [];
+  if (st.scarce) {
+    for (const e of unplaced) if (!claim(st, st.booting, e, false)) toBuy.push(e);
+  } else {
+    const second: Entry[] = [];
+    for (const e of unplaced) if (!claim(st, st.booting, e, true)) second.push(e);
+    for (const e of byBuyCost(st, second)) if (!claim(st, st.booting, e, false)) toBuy.push(e);
+    // Buying follows the planning order again (priority, then size).
+    const rank = new Map(entries.map((e, i) => [e, i]));
+    toBuy.sort((a, b) => rank.get(a)! - rank.get(b)!);
+  }
+  toBuy = toBuy.filter((e) => !st.waitingIds.has(e.job.id));
+  return toBuy;
+}
+
+function placeOnReady(st: PlanningState, e: Entry, homeOnly = false): boolean {
+  if (e.cls.eligible.size === 0) return false;
+  const fits = findFits(st, st.ready, e, homeOnly ? homes(st, e.cls) : undefined);
+  if (!fits) return false;
+  const node = fits[0]!.node;
+  const factor = e.cls.eligible.get(node.poolKey) ?? 1;
+  const share = shareOf(node, e.cls.milli, e.cls.nodes);
+  const held = limitProblem(st, e, share, factor);
+  if (held) {
+    wait(st, e.job, held, true);
+    return true;
+  }
+  commitPlacement(st, fits, e.job);
+  commitLimits(st, e, share, factor);
+  if (e.job.hold) st.actions.push({ kind: 'release-hold', jobId: e.job.id });
+  st.actions.push({
+    kind: 'place',
+    jobId: e.job.id,
+    attempt: e.job.attempt,
+    placement: placementOf(st, e, fits),
+    reason: placedOnFree(fits.map((f) => f.node)),
+  });
+  return true;
+}
+
+/**
+ * Claims room on a booting machine, or on one bought in this plan (optionally only of the job's
+ * cheapest kind, and only machines `accept` allows); the job waits for it. True when the job is
+ * dealt with (claimed, or held by a limit).
+ */
+export function claim(
+  st: PlanningState,
+  index: CapacityIndex,
+  e: Entry,
+  homeOnly: boolean,
+  accept?: (node: NodeCapacity) => boolean,
+): boolean {
+  if (e.cls.eligible.size === 0) return false;
+  const fits = findFits(st, index, e, homeOnly ? homes(st, e.cls) : undefined, accept);
+  if (!fits) return false;
+  const node = fits[0]!.node;
+  const factor = e.cls.eligible.get(node.poolKey) ?? 1;
+  const share = shareOf(node, e.cls.milli, e.cls.nodes);
+  const held = limitProblem(st, e, share, factor);
+  if (held) {
+    wait(st, e.job, held, true);
+    return true;
+  }
+  commitPlacement(st, fits, undefined);
+  commitLimits(st, e, share, factor);
+  const planned = node.kind === 'planned';
+  if (planned) addExpected(st, node, e, factor);
+  const why =
+    planned && fits.length === 1
+      ? sharedReason(st, `share:${node.poolKey}`, () => sharesNewMachine(node))
+      : waitsForStarting(
+          planned,
+          fits.map((f) => f.node),
+        );
+  wait(st, e.job, why);
+  return true;
+}
+
+/** Adds a job's expected rework on spot to the plan's expected cost. */
+export function addExpected(st: PlanningState, node: NodeCapacity, e: Entry, factor: number, perNode = 1): void {
+  if (factor <= 1) return;
+  st.addedExpected += (node.priceMicroUsdPerHour * e.cls.milli * e.cls.nodes * perNode * (factor - 1)) / (node.gpus.length * 1000);
+}
+
+/** The placement with what it holds and costs, for per-job accounting. */
+function placementOf(st: PlanningState, e: Entry, fits: readonly Fit[]): Placement {
+  const node = fits[0]!.node;
+  const price = Math.round(shareOf(node, e.cls.milli, e.cls.nodes));
+  const od = st.s.prices.get(node.offeringId)?.onDemandMicroUsdPerHour;
+  const fraction = (e.cls.milli * e.cls.nodes) / Math.max(1, node.gpus.length * 1000);
+  return {
+    nodes: fits.map((f) => f.assignment),
+    capacityType: node.capacityType,
+    milliGpu: e.cls.milli * e.cls.nodes,
+    priceMicroUsdPerHour: price,
+    onDemandMicroUsdPerHour: od !== undefined ? Math.round(od * fraction) : price,
+  };
+}
+
+/**
+ * The work whose cheapest new capacity costs most per job first: free capacity left after
+ * every job had its cheapest kind goes where it saves the most. Used only when capacity is
+ * not scarce, when every job gets a machine within a boot time and the order decides cost,
+ * not who runs; priority breaks ties.
+ */
+function byBuyCost(st: PlanningState, entries: readonly Entry[]): Entry[] {
+  const cost = (e: Entry) => {
+    let c = st.buyCostCache.get(e.cls);
+    if (c === undefined) {
+      let best = Infinity;
+      for (const [key, factor] of e.cls.eligible) {
+        const info = st.offerings.get(key);
+        if (info && info.groups.length > 0) best = Math.min(best, perMilli(info, factor));
+      }
+      c = Number.isFinite(best) ? best * unitOf(e.cls) * e.cls.nodes : 0;
+      st.buyCostCache.set(e.cls, c);
+    }
+    return c;
+  };
+  const keyed = entries.map((e, i) => ({ e, i, c: cost(e) }));
+  keyed.sort((a, b) => b.c - a.c || b.e.job.spec.priority - a.e.job.spec.priority || a.i - b.i);
+  return keyed.map((k) => k.e);
+}

@@ -1,0 +1,200 @@
+/**
+ * Indexing: turns the snapshot into planning capacity. Decides nothing: it files the offerings
+ * the groups may buy (with price, on-demand price and interruption risk), the live machines
+ * (ready, booting, or neither) with the GPUs their running work already holds, the launches in
+ * flight of groups that will deliver them, and what each team holds. It emits no action;
+ * `commitPlacement` is the one way any phase takes room on a machine.
+ */
+import { offeringId, type Offering } from '../catalog.ts';
+import { inService, type NodeGroup } from '../fleet.ts';
+import { milliGpusUsed } from '../gpu.ts';
+import type { Job } from '../job.ts';
+import { placementMask } from '../mig.ts';
+import { priorRatePerHour } from '../risk.ts';
+import { commitFit, countFreeWhole, isMigModel, makeGpus, poolKeyOf, type NodeCapacity } from './capacity.ts';
+import type { Fit, GroupState, OfferingInfo, PlanningState } from './state.ts';
+
+/** Takes the room of each fit on its machine (re-filing it in its index) and, for a job that holds it, records the holder. */
+export function commitPlacement(st: PlanningState, fits: readonly Fit[], holder: Job | undefined): void {
+  for (const f of fits) {
+    commitFit(f.node, f.assignment);
+    st.indexOf(f.node.kind).update(f.node);
+    if (!holder) continue;
+    const list = st.holders.get(f.node.id) ?? [];
+    list.push({ job: holder, assignment: f.assignment });
+    st.holders.set(f.node.id, list);
+  }
+}
+
+/** The groups and the offerings they may launch (one info per offering and GPU mode). */
+export function indexOfferings(st: PlanningState): void {
+  const s = st.s;
+  for (const group of [...s.groups].sort((a, b) => (a.id < b.id ? -1 : 1))) {
+    const gs: GroupState = { group, room: Math.max(0, group.maxSize - group.desiredCapacity), added: [] };
+    st.groups.set(group.id, gs);
+    for (const o of group.offerings) {
+      const type = s.instanceTypes.get(o.instanceType);
+      const migEnabled = (group.migEnabled ?? false) && isMigModel(type?.gpuModel ?? 'T4');
+      const key = poolKeyOf(o.id, migEnabled);
+      const existing = st.offerings.get(key);
+      if (existing) {
+        existing.groups.push(gs);
+        continue;
+      }
+      const quote = s.prices.get(o.id);
+      if (!type || !quote) continue;
+      st.offerings.set(key, {
+        key,
+        offering: o,
+        type,
+        price: quote.priceMicroUsdPerHour,
+        onDemandPrice: quote.onDemandMicroUsdPerHour,
+        riskPerHour: o.capacityType === 'spot' ? (s.poolRiskPerHour.get(o.id) ?? priorRatePerHour(undefined)) : 0,
+        groups: [gs],
+        migEnabled,
+      });
+    }
+  }
+}
+
+/** Live machines, with the room their running work holds; and what each team holds. */
+export function indexNodes(st: PlanningState): void {
+  const s = st.s;
+  const groupOf = new Map(s.groups.map((g) => [g.id, g]));
+  for (const fleetNode of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
+    const inst = fleetNode.instance;
+    if (!inService(inst.state)) continue; // a machine a hook holds while it drains is no longer the group's capacity
+    st.liveByGroup.set(inst.groupId, (st.liveByGroup.get(inst.groupId) ?? 0) + 1);
+    if (fleetNode.record?.draining) continue;
+    const type = s.instanceTypes.get(inst.instanceType);
+    if (!type) continue;
+    const offerId = offeringId(inst);
+    const reported = fleetNode.record?.gpus ?? [];
+    const migMode = reported.length > 0 ? reported.some((g) => g.migEnabled) : (groupOf.get(inst.groupId)?.migEnabled ?? false);
+    const gpus = makeGpus(type, migMode);
+    // The GPU instances the node reports are where they are (the driver's layout, not the planner's memory of it):
+    // their slices are taken whether or not a job here accounts for them.
+    for (const r of reported) {
+      const slot = gpus.find((g) => g.index === r.index);
+      if (!slot?.mig) continue;
+      for (const d of r.migDevices ?? [])
+        if (d.startSlice !== undefined && d.slices !== undefined) slot.mig.mask |= placementMask(d.startSlice, d.slices);
+    }
+    // Ready: schedulable now. Booting: launching, or up but its agent not registered yet.
+    // A registered node that is unhealthy or silent is neither: it takes no work and is not counted on.
+    const kind = fleetNode.schedulable ? 'ready' : inst.state === 'pending' || !fleetNode.record ? 'booting' : undefined;
+    const node: NodeCapacity = {
+      id: inst.id,
+      groupId: inst.groupId,
+      cloud: inst.cloud,
+      region: inst.region,
+      zone: inst.zone,
+      instanceType: inst.instanceType,
+      capacityType: inst.capacityType,
+      offeringId: offerId,
+      poolKey: poolKeyOf(
+        offerId,
+        gpus.some((g) => g.mig !== undefined),
+      ),
+      kind: kind ?? 'booting',
+      priceMicroUsdPerHour: s.prices.get(offerId)?.priceMicroUsdPerHour ?? 0,
+      gpus,
+      freeWhole: countFreeWhole(gpus),
+    };
+    st.nodeById.set(node.id, node);
+    if (kind) st.indexOf(kind).add(node);
+  }
+  for (const job of s.activeJobs) {
+    for (const a of job.placement?.nodes ?? []) {
+      const node = st.nodeById.get(a.nodeId);
+      if (node) commitPlacement(st, [{ node, assignment: a }], job);
+    }
+    st.teamUsedMilli.set(job.team, (st.teamUsedMilli.get(job.team) ?? 0) + milliGpusUsed(job.spec.gpu) * job.spec.nodes);
+  }
+}
+
+/**
+ * Launches in flight: the group wants more machines than it has reported so far. They are filed
+ * as booting machines of the group's cheapest offering, so waiting work counts on them instead
+ * of buying more; not for a group whose launches will not be delivered (see launch cancellation).
+ */
+export function indexInFlight(st: PlanningState): void {
+  for (const gs of st.groups.values()) {
+    if (st.undeliverable.has(gs.group.id)) continue;
+    const inFlight = gs.group.desiredCapacity - (st.liveByGroup.get(gs.group.id) ?? 0);
+    const o = cheapestOfGroup(st, gs.group);
+    if (!o || inFlight <= 0) continue;
+    for (let i = 0; i < inFlight; i++) {
+      const gpus = makeGpus(o.type, o.migEnabled);
+      st.booting.add({
+        ...nodeShape(o, gs.group.id),
+        id: `inflight:${gs.group.id}:${i}`,
+        kind: 'booting',
+        gpus,
+        freeWhole: countFreeWhole(gpus),
+      });
+    }
+  }
+}
+
+/**
+ * Every offering the plan may meet, sorted by key: the groups', and those of live nodes whose
+ * offering has left every group's list (they hold work and free room, but cannot be bought).
+ */
+export function indexAllOfferings(st: PlanningState): void {
+  const s = st.s;
+  const list = [...st.offerings.values()];
+  for (const node of st.nodeById.values()) {
+    if (st.offerings.has(node.poolKey)) continue;
+    const type = s.instanceTypes.get(node.instanceType);
+    if (!type) continue;
+    const offering: Offering = {
+      id: node.offeringId,
+      cloud: node.cloud,
+      region: node.region,
+      zone: node.zone,
+      instanceType: node.instanceType,
+      capacityType: node.capacityType,
+    };
+    const quote = s.prices.get(node.offeringId);
+    const info: OfferingInfo = {
+      key: node.poolKey,
+      offering,
+      type,
+      price: quote?.priceMicroUsdPerHour ?? node.priceMicroUsdPerHour,
+      onDemandPrice: quote?.onDemandMicroUsdPerHour ?? 0,
+      riskPerHour: node.capacityType === 'spot' ? (s.poolRiskPerHour.get(node.offeringId) ?? priorRatePerHour(undefined)) : 0,
+      groups: [],
+      migEnabled: node.gpus.some((g) => g.mig !== undefined),
+    };
+    st.offerings.set(node.poolKey, info);
+    list.push(info);
+  }
+  list.sort((a, b) => (a.key < b.key ? -1 : 1));
+  st.allOfferings = list;
+}
+
+/** The shape a machine of this offering in this group has, before its GPUs. */
+export function nodeShape(o: OfferingInfo, groupId: string) {
+  return {
+    groupId,
+    cloud: o.offering.cloud,
+    region: o.offering.region,
+    zone: o.offering.zone,
+    instanceType: o.offering.instanceType,
+    capacityType: o.offering.capacityType,
+    offeringId: o.offering.id,
+    poolKey: o.key,
+    priceMicroUsdPerHour: o.price,
+  };
+}
+
+function cheapestOfGroup(st: PlanningState, group: NodeGroup): OfferingInfo | undefined {
+  let best: OfferingInfo | undefined;
+  for (const o of group.offerings) {
+    const key = poolKeyOf(o.id, group.migEnabled ?? false);
+    const found = st.offerings.get(key) ?? st.offerings.get(o.id);
+    if (found && (!best || found.price < best.price || (found.price === best.price && found.key < best.key))) best = found;
+  }
+  return best;
+}

@@ -1,0 +1,150 @@
+/**
+ * New capacity: buys machines for the jobs existing capacity could not take, in planning order.
+ * A job first shares a machine bought earlier in this plan whose purchase counted on work like
+ * it; otherwise it opens the offering with the lowest expected cost per GPU actually used,
+ * judged by filling the machine from the demand still waiting (so an 8-GPU machine is not bought
+ * for two 1-GPU jobs when 1-GPU machines are cheaper for them), within each group's maximum.
+ * The machines bought become the plan's scale-ups. Decides only purchases; it must not place on
+ * or take from live machines.
+ */
+import type { PlanAction } from '../plan.ts';
+import type { Reason } from '../reason.ts';
+import { countFreeWhole, commitFit, makeGpus, tryFit, type NodeCapacity } from './capacity.ts';
+import { Demand } from './demand.ts';
+import { addExpected, claim } from './existing-capacity.ts';
+import { nodeShape } from './indexing.ts';
+import { commitLimits, limitProblem } from './limits.ts';
+import { cheapestPerGpu, groupsAtMax, noGroupLaunches, offeringsAvoided, ordered, scaleUp } from './reasons.ts';
+import { sharedReason, unavailable, wait, type Entry, type Fit, type OfferingChoice, type PlanningState } from './state.ts';
+
+/** A job that could not be bought for, and why (the preemption phase may still make room for it). */
+export interface Stuck {
+  readonly entry: Entry;
+  readonly why: Reason;
+}
+
+/** Buys for each job in turn; returns the jobs no offering could take. */
+export function buyNewCapacity(st: PlanningState, toBuy: readonly Entry[]): Stuck[] {
+  const stuck: Stuck[] = [];
+  const demand = new Demand(toBuy, st.offerings);
+  for (const e of toBuy) {
+    const why = buy(st, e, demand);
+    demand.take(e);
+    if (why) stuck.push({ entry: e, why });
+  }
+  return stuck;
+}
+
+function buy(st: PlanningState, e: Entry, demand: Demand): Reason | undefined {
+  if (e.cls.noFit) {
+    wait(st, e.job, e.cls.noFit);
+    return undefined;
+  }
+  // Machines already bought in this plan first: those whose purchase counted on work like this.
+  const group = demand.groupFor(e);
+  if (claim(st, st.planned, e, false, (node) => st.fillers.get(node)?.has(group) ?? false)) return undefined;
+  const choice = chooseOffering(st, e, demand);
+  if (!choice.ok) {
+    wait(st, e.job, choice.reason);
+    return choice.reason;
+  }
+  const { info, gs, factor } = choice;
+  const share = (info.price * e.cls.milli * e.cls.nodes) / (info.type.gpuCount * 1000);
+  const held = limitProblem(st, e, share, factor);
+  if (held) {
+    wait(st, e.job, held, true);
+    return undefined;
+  }
+  const opened: Fit[] = [];
+  for (let i = 0; i < e.cls.nodes; i++) {
+    const gpus = makeGpus(info.type, info.migEnabled);
+    const node: NodeCapacity = {
+      ...nodeShape(info, gs.group.id),
+      id: `planned:${gs.group.id}:${st.plannedCount++}`,
+      kind: 'planned',
+      gpus,
+      freeWhole: countFreeWhole(gpus),
+    };
+    const assignment = tryFit(node, e.cls.request);
+    if (!assignment) break;
+    commitFit(node, assignment); // before it is filed: a new machine
+    gs.added.push(node);
+    gs.room--;
+    st.planned.add(node);
+    st.fillers.set(node, demand.fillers(info.key, e));
+    st.addedExpected += node.priceMicroUsdPerHour;
+    opened.push({ node, assignment });
+  }
+  commitLimits(st, e, share, factor);
+  for (const f of opened) addExpected(st, f.node, e, factor, 1 / e.cls.nodes);
+  wait(
+    st,
+    e.job,
+    sharedReason(st, choice, () => ordered(info.offering, choice.why)),
+  );
+  return undefined;
+}
+
+function chooseOffering(st: PlanningState, e: Entry, demand: Demand): OfferingChoice | { ok: false; reason: Reason } {
+  // While the demand has not shrunk enough to change any fill, the last choice for this kind stands (if it still has room).
+  const cached = st.choiceCache.get(e.cls);
+  if (cached && cached.epoch === demand.epoch && cached.choice.gs.room >= e.cls.nodes) return cached.choice;
+  const fresh = chooseOfferingNow(st, e, demand);
+  if (fresh.ok) st.choiceCache.set(e.cls, { epoch: demand.epoch, choice: fresh });
+  return fresh;
+}
+
+function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): OfferingChoice | { ok: false; reason: Reason } {
+  let best: { info: OfferingChoice['info']; gs: OfferingChoice['gs']; factor: number; eff: number; fill: number } | undefined;
+  let sawAtMax = false;
+  let sawUnavailable = false;
+  for (const [key, factor] of e.cls.eligible) {
+    const info = st.offerings.get(key);
+    if (!info || info.groups.length === 0) continue;
+    if (unavailable(st.s, info.offering.id)) {
+      sawUnavailable = true;
+      continue;
+    }
+    const gs = info.groups.find((g) => g.room >= e.cls.nodes);
+    if (!gs) {
+      sawAtMax = true;
+      continue;
+    }
+    const { eff, fill } = demand.efficiency(info, e, factor);
+    if (
+      !best ||
+      eff < best.eff - 1e-9 ||
+      (Math.abs(eff - best.eff) <= 1e-9 && (info.price < best.info.price || (info.price === best.info.price && key < best.info.key)))
+    ) {
+      best = { info, gs, factor, eff, fill };
+    }
+  }
+  if (!best) {
+    if (sawAtMax) return { ok: false, reason: groupsAtMax(e.job) };
+    if (sawUnavailable) return { ok: false, reason: offeringsAvoided(e.job) };
+    return { ok: false, reason: noGroupLaunches(e.job) };
+  }
+  const why = cheapestPerGpu(best.eff, best.factor, best.fill, best.info.type.gpuCount);
+  return { ok: true, info: best.info, gs: best.gs, factor: best.factor, why };
+}
+
+/** One scale-up per group that had machines bought for it, from its desired size (or what a cancellation set it to). */
+export function scaleUps(st: PlanningState): PlanAction[] {
+  const actions: PlanAction[] = [];
+  for (const gs of st.groups.values()) {
+    if (gs.added.length === 0) continue;
+    const byOffering = new Map<string, number>();
+    for (const n of gs.added) byOffering.set(n.offeringId, (byOffering.get(n.offeringId) ?? 0) + 1);
+    const first = gs.added[0]!;
+    const from = st.cancelled.get(gs.group.id) ?? gs.group.desiredCapacity;
+    actions.push({
+      kind: 'scale-up',
+      groupId: gs.group.id,
+      fromDesired: from,
+      toDesired: from + gs.added.length,
+      expected: [...byOffering.entries()].map(([offeringId, count]) => ({ offeringId, count })),
+      reason: scaleUp(gs.added.length, first.instanceType, first.capacityType),
+    });
+  }
+  return actions;
+}

@@ -1,0 +1,199 @@
+/**
+ * The one planning state every phase reads and writes, and the few verbs they share. The state
+ * is explicit: a phase gets it as its argument, and nothing else is kept between phases.
+ *
+ * What lives here: the snapshot, the capacity indexes (ready, booting and bought-in-this-plan
+ * machines), the groups with the room they have left, the job classes, each team's GPUs and
+ * budget left, and the plan being written (actions, waiting jobs). The caches are derived facts
+ * (a class's cheapest pools, the pools of an index it may search), never decisions.
+ */
+import type { InstanceType, Offering } from '../catalog.ts';
+import { remainingWorkSec } from '../cost-model.ts';
+import type { NodeGroup } from '../fleet.ts';
+import type { GpuRequest } from '../gpu.ts';
+import type { Job, NodeAssignment } from '../job.ts';
+import type { PlanAction, WaitingJob } from '../plan.ts';
+import type { Reason } from '../reason.ts';
+import type { Snapshot } from '../snapshot.ts';
+import type { BudgetState, Team } from '../team.ts';
+import { CapacityIndex, type NodeCapacity, type NodeKind } from './capacity.ts';
+
+export interface OfferingInfo {
+  /** Offering id plus GPU mode (see poolKeyOf). */
+  readonly key: string;
+  readonly offering: Offering;
+  readonly type: InstanceType;
+  readonly price: number;
+  readonly onDemandPrice: number;
+  readonly riskPerHour: number;
+  /** Groups that can launch it, with room left. */
+  readonly groups: GroupState[];
+  readonly migEnabled: boolean;
+}
+
+export interface GroupState {
+  readonly group: NodeGroup;
+  /** Machines the group may still add in this plan. */
+  room: number;
+  readonly added: NodeCapacity[];
+}
+
+/** Which capacity types a job may use in this plan. */
+export type CapacityChoice = 'any' | 'spot' | 'on-demand';
+
+export interface JobClass {
+  readonly key: string;
+  readonly request: GpuRequest;
+  readonly nodes: number;
+  readonly milli: number;
+  /** Offerings that may hold this class, with the expected cost factor on each. */
+  readonly eligible: Map<string, number>;
+  /** Why no offering is eligible, when none is. */
+  readonly noFit?: Reason;
+}
+
+/** A pending job as the phases after classification see it. */
+export interface Entry {
+  readonly job: Job;
+  readonly cls: JobClass;
+  readonly team: string;
+}
+
+export type Fit = { node: NodeCapacity; assignment: NodeAssignment };
+
+/** The offering new capacity for a job is bought from, and why it won. */
+export interface OfferingChoice {
+  readonly ok: true;
+  readonly info: OfferingInfo;
+  readonly gs: GroupState;
+  readonly factor: number;
+  readonly why: string;
+}
+
+export interface TeamBudget {
+  readonly state: BudgetState;
+  readonly team: Team | undefined;
+  /** What new work may still commit, µUSD, for a team whose budget action is hold or stop; undefined when not limited so. */
+  leftMicroUsd: number | undefined;
+}
+
+export class PlanningState {
+  // ---- indexing: what exists and what may be bought
+  readonly offerings = new Map<string, OfferingInfo>();
+  /** Every offering info, groups' and live nodes' (set once by indexing). */
+  allOfferings: readonly OfferingInfo[] = [];
+  readonly groups = new Map<string, GroupState>();
+  readonly ready = new CapacityIndex();
+  /** Machines launching or booting: already paid for, so any work may claim them. */
+  readonly booting = new CapacityIndex();
+  /** Machines bought in this plan: shared only by work whose cheapest home they are. */
+  readonly planned = new CapacityIndex();
+  readonly nodeById = new Map<string, NodeCapacity>();
+  /** Live machines in service per group (a machine a hook holds while it drains is not). */
+  readonly liveByGroup = new Map<string, number>();
+  readonly holders = new Map<string, { job: Job; assignment: NodeAssignment }[]>();
+  // ---- launch cancellation
+  /** Groups whose launches in flight were cancelled, with the desired size they were set to. */
+  readonly cancelled = new Map<string, number>();
+  /** Groups whose launches in flight will not be delivered (every offering failing): nothing waits for them. */
+  readonly undeliverable = new Set<string>();
+  // ---- classification and limits
+  readonly classes = new Map<string, JobClass>();
+  readonly teamUsedMilli = new Map<string, number>();
+  readonly teamBudgets = new Map<string, TeamBudget>();
+  /** Whether the waiting work exceeds what live machines and group room can hold. */
+  scarce = false;
+  // ---- the plan being written
+  readonly actions: PlanAction[] = [];
+  readonly waiting: WaitingJob[] = [];
+  readonly waitingIds = new Set<string>();
+  /** Where each waiting job's entry is in `waiting` (the last one written for it). */
+  readonly waitingAt = new Map<string, number>();
+  readonly preempted = new Set<string>();
+  plannedCount = 0;
+  /** Expected hourly cost of the capacity this plan adds, rework on spot included, µUSD (not rounded). */
+  addedExpected = 0;
+  /** For each machine bought in this plan, the kinds of work its purchase counted on. */
+  readonly fillers = new Map<NodeCapacity, ReadonlySet<unknown>>();
+  /** Per job class, the highest priority for which preemption found no room: lower or equal ones will not find any either. */
+  readonly noPreemptRoom = new Map<JobClass, number>();
+  // ---- derived-fact caches
+  readonly homeCache = new Map<JobClass, Set<string>>();
+  readonly obtainableCache = new Map<JobClass, boolean>();
+  readonly buyCostCache = new Map<JobClass, number>();
+  readonly searchCache = new Map<CapacityIndex, Map<ReadonlyMap<string, number>, { version: number; keys: string[] }>>();
+  readonly reasonCache = new Map<unknown, Reason>();
+  /** The last offering chosen for a class, valid while the waiting demand's epoch stands. */
+  readonly choiceCache = new Map<JobClass, { epoch: number; choice: OfferingChoice }>();
+
+  constructor(readonly s: Snapshot) {}
+
+  /** The index that files a node of this kind. */
+  indexOf(kind: NodeKind): CapacityIndex {
+    return kind === 'ready' ? this.ready : kind === 'booting' ? this.booting : this.planned;
+  }
+}
+
+/** Records that a job waits, and why. A hold is written as an action when it starts or its reason changes; a hold that ends is released. */
+export function wait(st: PlanningState, job: Job, why: Reason, isHold = false): void {
+  st.waitingIds.add(job.id);
+  st.waitingAt.set(job.id, st.waiting.length);
+  st.waiting.push({ jobId: job.id, reason: why });
+  if (isHold) {
+    // Written when the hold starts or its reason changes, not when a figure in its message moves (the decision has the figures).
+    if (job.hold?.code !== why.code) st.actions.push({ kind: 'hold', jobId: job.id, reason: why });
+  } else if (job.hold) {
+    st.actions.push({ kind: 'release-hold', jobId: job.id });
+  }
+}
+
+/** Adds actions to the plan; a preempted job is marked so that no later step asks it again. */
+export function emit(st: PlanningState, actions: readonly PlanAction[]): void {
+  for (const a of actions) {
+    if (a.kind === 'preempt') st.preempted.add(a.jobId);
+    st.actions.push(a);
+  }
+}
+
+/** Jobs waiting for the same thing share one (immutable) reason object. */
+export function sharedReason(st: PlanningState, key: unknown, make: () => Reason): Reason {
+  let r = st.reasonCache.get(key);
+  if (!r) {
+    r = make();
+    st.reasonCache.set(key, r);
+  }
+  return r;
+}
+
+/** Expected price per thousandth of a GPU per hour on a pool, rework included. */
+export function perMilli(info: OfferingInfo, factor: number): number {
+  return (info.price * factor) / (info.type.gpuCount * 1000);
+}
+
+/** Thousandths of a GPU one member of the class takes when filling a machine (a whole request counts its GPUs). */
+export function unitOf(cls: Pick<JobClass, 'request' | 'milli'>): number {
+  return cls.request.kind === 'whole' ? cls.request.count * 1000 : cls.milli;
+}
+
+/** The hourly price share of a node that `milli` thousandths of a GPU on each of `nodes` machines take. */
+export function shareOf(node: NodeCapacity, milli: number, nodes: number): number {
+  return (node.priceMicroUsdPerHour * milli * nodes) / Math.max(1, node.gpus.length * 1000);
+}
+
+/** Seconds of work a running job would lose if stopped now: since its newest checkpoint of this attempt (or its start). */
+export function lostWorkSec(s: Snapshot, job: Job): number {
+  const started = job.startedAtMs ?? job.placedAtMs ?? s.nowMs;
+  const cp = job.checkpoint && job.checkpoint.attempt === job.attempt ? Math.max(job.checkpoint.completedAtMs, started) : started;
+  return Math.max(0, (s.nowMs - cp) / 1000) + s.policy.restoreSec;
+}
+
+/** Work left of a running attempt: its expected total less its checkpoint and its time running since. */
+export function workLeftSec(s: Snapshot, job: Job): number {
+  const elapsedSec = Math.max(0, (s.nowMs - (job.startedAtMs ?? s.nowMs)) / 1000);
+  return Math.max(0, remainingWorkSec(job, s.policy) - elapsedSec);
+}
+
+/** Whether an offering failed to launch or was interrupted recently (and is avoided for now). */
+export function unavailable(s: Snapshot, offeringId: string): boolean {
+  return (s.unavailableUntilMs.get(offeringId) ?? 0) > s.nowMs;
+}
