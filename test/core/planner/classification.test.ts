@@ -1,0 +1,75 @@
+import { describe, expect, it } from 'vitest';
+import { classOf } from '../../../core/planner/classification.ts';
+import { aGroup, aJob, aNode, aTeam } from '../../builders.ts';
+import { classified, freeWhole } from './support.ts';
+
+const spot = aGroup({ capacityType: 'spot' });
+const od = aGroup();
+const pools = (eligible: ReadonlyMap<string, number>) => [...eligible.keys()].map((k) => k.split('/').slice(-1)[0]);
+
+describe('planner phase: classification', () => {
+  it('holds the jobs of held teams and of spot-only teams that cannot use spot, with a hold action each', () => {
+    const teams = new Map([
+      ['team-a', aTeam('team-a', { budget: { amountMicroUsd: 100, period: 'monthly', action: 'spot-only', alertAtPct: [100] } })],
+    ]);
+    const { st, entries } = classified({
+      groups: [spot, od],
+      teams,
+      spendMicroUsd: new Map([['team-a', 500]]),
+      pendingJobs: [
+        aJob({ id: 'team-a.i' }),
+        aJob({ id: 'team-a.n', spec: { interruptible: false } }),
+        aJob({ id: 'team-x.no-team', team: 'team-x' }),
+      ],
+    });
+    expect(entries.map((e) => e.job.id)).toEqual(['team-a.i']);
+    expect(pools(entries[0]!.cls.eligible)).toEqual(['spot']);
+    expect(st.waiting.map((w) => [w.jobId, w.reason.code])).toEqual([
+      ['team-a.n', 'budget-spot-only'],
+      ['team-x.no-team', 'budget-hold'],
+    ]);
+    expect(st.actions.map((a) => a.kind)).toEqual(['hold', 'hold']);
+  });
+
+  it('gives non-interruptible work only on-demand pools, and interruptible work spot only where rework leaves it cheaper', () => {
+    const { st } = classified({ groups: [spot, od] });
+    const firm = classOf(st, aJob({ spec: { interruptible: false } }), 'on-demand');
+    expect(pools(firm.eligible)).toEqual(['on-demand']);
+    const cheap = classOf(st, aJob({ spec: { expectedRuntimeSec: 3600 } }), 'any');
+    expect([...cheap.eligible.values()].some((f) => f > 1)).toBe(true);
+    expect(pools(cheap.eligible).sort()).toEqual(['on-demand', 'spot']);
+    // A pool interrupted every few minutes makes a long job without checkpoints dearer on spot than on-demand.
+    const risky = classified({ groups: [spot, od], poolRiskPerHour: new Map([[spot.offerings[0]!.id, 30]]) }).st;
+    const long = classOf(risky, aJob({ spec: { expectedRuntimeSec: 10 * 3600 } }), 'any');
+    expect(pools(long.eligible)).toEqual(['on-demand']);
+  });
+
+  it('says why nothing fits: a limit the job sets, or no group offering such a machine', () => {
+    const { st } = classified({ groups: [od] });
+    const pinned = classOf(st, aJob({ spec: { placement: { zones: ['us-west-2a'] } } }), 'any');
+    expect(pinned.noFit).toMatchObject({ code: 'no-offering-fits', message: expect.stringContaining('placement limits') });
+    const huge = classOf(st, aJob({ spec: { gpu: { kind: 'whole', count: 8 } } }), 'any');
+    expect(huge.noFit).toMatchObject({ code: 'no-offering-fits', message: expect.stringContaining('no node group offers') });
+  });
+
+  it('orders by priority; when capacity is short, by fair share between teams; otherwise largest first', () => {
+    const job = (id: string, team: string, count: number, priority = 100) =>
+      aJob({ id, team, queuedAtMs: 0, spec: { priority, gpu: { kind: 'whole', count } } });
+    const pending = [job('a.1', 'a', 1), job('a.2', 'a', 1), job('b.4', 'b', 4), job('c.urgent', 'c', 1, 900)];
+    const big = aGroup({ instanceType: 'g5.12xlarge' });
+    const roomy = classified({ groups: [big], pendingJobs: pending });
+    expect(roomy.st.scarce).toBe(false);
+    expect(roomy.entries.map((e) => e.job.id)).toEqual(['c.urgent', 'b.4', 'a.1', 'a.2']);
+    const short = classified({ groups: [{ ...big, maxSize: 1 }], pendingJobs: pending });
+    expect(short.st.scarce).toBe(true);
+    expect(short.entries.map((e) => e.job.id)).toEqual(['c.urgent', 'a.1', 'b.4', 'a.2']);
+  });
+
+  it('takes no room and buys nothing', () => {
+    const g = aGroup({ instanceType: 'g5.12xlarge' });
+    const { st } = classified({ groups: [g], nodes: [aNode('i-1', { group: g })], pendingJobs: [aJob(), aJob({ id: 'team-a.2' })] });
+    expect(freeWhole(st.ready.allNodes())).toEqual({ 'i-1': 4 });
+    expect([...st.groups.values()].map((gs) => gs.added.length)).toEqual([0]);
+    expect(st.actions).toEqual([]);
+  });
+});

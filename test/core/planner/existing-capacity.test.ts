@@ -1,0 +1,52 @@
+import { describe, expect, it } from 'vitest';
+import { useExistingCapacity } from '../../../core/planner/existing-capacity.ts';
+import { aGroup, aJob, aNode, aTeam } from '../../builders.ts';
+import { classified, freeWhole, kinds } from './support.ts';
+
+describe('planner phase: existing capacity', () => {
+  it('gives each job free capacity of its cheapest kind first, so dearer GPUs stay for the work that needs them', () => {
+    const a10 = aGroup({ instanceType: 'g5.12xlarge' });
+    const v100 = aGroup({ instanceType: 'p3.2xlarge' });
+    const nodes = [aNode('i-a10', { group: a10 }), aNode('i-v100', { group: v100 })];
+    // By best fit alone the any-model job, served first, would take the full-fitting V100 machine and
+    // leave the V100 job to buy one; its cheapest kind per GPU is the A10 machine, so it goes there.
+    const anyModel = aJob({ id: 'team-a.any', queuedAtMs: 0 });
+    const needsV100 = aJob({ id: 'team-a.v100', queuedAtMs: 1, spec: { gpu: { kind: 'whole', count: 1, models: ['V100'] } } });
+    const { st, entries } = classified({ groups: [a10, v100], nodes, pendingJobs: [anyModel, needsV100] });
+    expect(entries.map((e) => e.job.id)).toEqual(['team-a.any', 'team-a.v100']);
+    expect(useExistingCapacity(st, entries)).toEqual([]);
+    const placed = st.actions.flatMap((a) => (a.kind === 'place' ? [[a.jobId, a.placement.nodes[0]!.nodeId]] : []));
+    expect(placed).toEqual([
+      ['team-a.any', 'i-a10'],
+      ['team-a.v100', 'i-v100'],
+    ]);
+  });
+
+  it('parks jobs on booting machines instead of returning them to be bought for, and returns the rest in planning order', () => {
+    const g = aGroup({ instanceType: 'g5.12xlarge', desiredCapacity: 1 });
+    const jobs = [1, 2, 3].map((i) => aJob({ id: `team-a.${i}`, queuedAtMs: i, spec: { gpu: { kind: 'whole', count: 2 } } }));
+    const { st, entries } = classified({ groups: [g], pendingJobs: jobs });
+    const toBuy = useExistingCapacity(st, entries);
+    expect(toBuy.map((e) => e.job.id)).toEqual(['team-a.3']);
+    expect(st.waiting.map((w) => [w.jobId, w.reason.code])).toEqual([
+      ['team-a.1', 'waiting-for-boot'],
+      ['team-a.2', 'waiting-for-boot'],
+    ]);
+    expect(freeWhole(st.booting.allNodes())).toEqual({ [`inflight:${g.id}:0`]: 0 });
+    expect(kinds(st.actions)).toEqual([]); // a wait on a booting machine is not an action
+  });
+
+  it('holds a job its team may not have, and neither places it nor returns it to buy for', () => {
+    const g = aGroup({ instanceType: 'g5.12xlarge' });
+    const teams = new Map([['team-a', aTeam('team-a', { maxGpus: 1 })]]);
+    const { st, entries } = classified({
+      groups: [g],
+      nodes: [aNode('i-1', { group: g })],
+      teams,
+      pendingJobs: [aJob({ spec: { gpu: { kind: 'whole', count: 2 } } })],
+    });
+    expect(useExistingCapacity(st, entries)).toEqual([]);
+    expect(kinds(st.actions)).toEqual(['hold']);
+    expect(freeWhole(st.ready.allNodes())).toEqual({ 'i-1': 4 });
+  });
+});
