@@ -1,5 +1,5 @@
 import { budgetStatus } from '../budget.ts';
-import { offeringId, type Offering } from '../catalog.ts';
+import type { Offering } from '../catalog.ts';
 import { jobSpotFactor } from '../cost-model.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import { inService } from '../fleet.ts';
@@ -9,6 +9,7 @@ import { reason } from '../reason.ts';
 import { priorRatePerHour } from '../risk.ts';
 import type { Snapshot } from '../snapshot.ts';
 import { commitFit, countFreeWhole, isEmpty, makeGpus, poolKeyOf, tryFit, typeCanHold, type NodeCapacity } from './capacity.ts';
+import { machineCapacity } from './indexing.ts';
 import { describeRequest } from './reasons.ts';
 
 /**
@@ -28,30 +29,9 @@ export function planBaseline(snapshot: Snapshot): Plan {
   for (const f of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
     const inst = f.instance;
     if (!inService(inst.state) || f.record?.draining) continue;
-    const type = s.instanceTypes.get(inst.instanceType);
-    if (!type) continue;
-    const offerId = offeringId(inst);
     const group = s.groups.find((g) => g.id === inst.groupId);
-    const reported = f.record?.gpus ?? [];
-    const gpus = makeGpus(type, reported.length > 0 ? reported.some((g) => g.migEnabled) : (group?.migEnabled ?? false));
-    const node: NodeCapacity = {
-      id: inst.id,
-      groupId: inst.groupId,
-      cloud: inst.cloud,
-      region: inst.region,
-      zone: inst.zone,
-      instanceType: inst.instanceType,
-      capacityType: inst.capacityType,
-      offeringId: offerId,
-      poolKey: poolKeyOf(
-        offerId,
-        gpus.some((g) => g.mig !== undefined),
-      ),
-      kind: f.schedulable ? 'ready' : 'booting',
-      priceMicroUsdPerHour: s.prices.get(offerId)?.priceMicroUsdPerHour ?? 0,
-      gpus,
-      freeWhole: countFreeWhole(gpus),
-    };
+    const node = machineCapacity(s, f, group?.migEnabled ?? false, f.schedulable ? 'ready' : 'booting');
+    if (!node) continue;
     nodes.push(node);
     byId.set(node.id, node);
   }

@@ -43,17 +43,9 @@ export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]
 }
 
 function placeOnReady(st: PlanningState, e: Entry, homeOnly = false): boolean {
-  if (e.cls.eligible.size === 0) return false;
-  const fits = findFits(st, st.ready, e, homeOnly ? homes(st, e.cls) : undefined);
-  if (!fits) return false;
-  const node = fits[0]!.node;
-  const factor = e.cls.eligible.get(node.poolKey) ?? 1;
-  const share = shareOf(node, e.cls.milli, e.cls.nodes);
-  const held = limitProblem(st, e, share, factor);
-  if (held) {
-    wait(st, e.job, held, true);
-    return true;
-  }
+  const found = fitWithinLimits(st, st.ready, e, homeOnly);
+  if (!found || found === 'held') return found === 'held';
+  const { fits, share, factor } = found;
   commitPlacement(st, fits, e.job);
   commitLimits(st, e, share, factor);
   if (e.job.hold) st.actions.push({ kind: 'release-hold', jobId: e.job.id });
@@ -79,17 +71,10 @@ export function claim(
   homeOnly: boolean,
   accept?: (node: NodeCapacity) => boolean,
 ): boolean {
-  if (e.cls.eligible.size === 0) return false;
-  const fits = findFits(st, index, e, homeOnly ? homes(st, e.cls) : undefined, accept);
-  if (!fits) return false;
+  const found = fitWithinLimits(st, index, e, homeOnly, accept);
+  if (!found || found === 'held') return found === 'held';
+  const { fits, share, factor } = found;
   const node = fits[0]!.node;
-  const factor = e.cls.eligible.get(node.poolKey) ?? 1;
-  const share = shareOf(node, e.cls.milli, e.cls.nodes);
-  const held = limitProblem(st, e, share, factor);
-  if (held) {
-    wait(st, e.job, held, true);
-    return true;
-  }
   commitPlacement(st, fits, undefined);
   commitLimits(st, e, share, factor);
   const planned = node.kind === 'planned';
@@ -103,6 +88,29 @@ export function claim(
         );
   wait(st, e.job, why);
   return true;
+}
+
+/**
+ * The best fit for the job in the index and what it would cost the team; 'held' (and the job
+ * waits held) when a limit refuses it; undefined when nothing fits.
+ */
+function fitWithinLimits(
+  st: PlanningState,
+  index: CapacityIndex,
+  e: Entry,
+  homeOnly: boolean,
+  accept?: (node: NodeCapacity) => boolean,
+): { fits: Fit[]; share: number; factor: number } | 'held' | undefined {
+  if (e.cls.eligible.size === 0) return undefined;
+  const fits = findFits(st, index, e, homeOnly ? homes(st, e.cls) : undefined, accept);
+  if (!fits) return undefined;
+  const node = fits[0]!.node;
+  const factor = e.cls.eligible.get(node.poolKey) ?? 1;
+  const share = shareOf(node, e.cls.milli, e.cls.nodes);
+  const held = limitProblem(st, e, share, factor);
+  if (!held) return { fits, share, factor };
+  wait(st, e.job, held, true);
+  return 'held';
 }
 
 /** Adds a job's expected rework on spot to the plan's expected cost. */

@@ -6,12 +6,13 @@
  * `commitPlacement` is the one way any phase takes room on a machine.
  */
 import { offeringId, type Offering } from '../catalog.ts';
-import { inService, type NodeGroup } from '../fleet.ts';
+import { inService, type FleetNode, type NodeGroup } from '../fleet.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
 import { placementMask } from '../mig.ts';
 import { priorRatePerHour } from '../risk.ts';
-import { commitFit, countFreeWhole, isMigModel, makeGpus, poolKeyOf, type NodeCapacity } from './capacity.ts';
+import type { Snapshot } from '../snapshot.ts';
+import { commitFit, countFreeWhole, isMigModel, makeGpus, poolKeyOf, type NodeCapacity, type NodeKind } from './capacity.ts';
 import type { Fit, GroupState, OfferingInfo, PlanningState } from './state.ts';
 
 /** Takes the room of each fit on its machine (re-filing it in its index) and, for a job that holds it, records the holder. */
@@ -66,41 +67,11 @@ export function indexNodes(st: PlanningState): void {
     if (!inService(inst.state)) continue; // a machine a hook holds while it drains is no longer the group's capacity
     st.liveByGroup.set(inst.groupId, (st.liveByGroup.get(inst.groupId) ?? 0) + 1);
     if (fleetNode.record?.draining) continue;
-    const type = s.instanceTypes.get(inst.instanceType);
-    if (!type) continue;
-    const offerId = offeringId(inst);
-    const reported = fleetNode.record?.gpus ?? [];
-    const migMode = reported.length > 0 ? reported.some((g) => g.migEnabled) : (groupOf.get(inst.groupId)?.migEnabled ?? false);
-    const gpus = makeGpus(type, migMode);
-    // The GPU instances the node reports are where they are (the driver's layout, not the planner's memory of it):
-    // their slices are taken whether or not a job here accounts for them.
-    for (const r of reported) {
-      const slot = gpus.find((g) => g.index === r.index);
-      if (!slot?.mig) continue;
-      for (const d of r.migDevices ?? [])
-        if (d.startSlice !== undefined && d.slices !== undefined) slot.mig.mask |= placementMask(d.startSlice, d.slices);
-    }
     // Ready: schedulable now. Booting: launching, or up but its agent not registered yet.
     // A registered node that is unhealthy or silent is neither: it takes no work and is not counted on.
     const kind = fleetNode.schedulable ? 'ready' : inst.state === 'pending' || !fleetNode.record ? 'booting' : undefined;
-    const node: NodeCapacity = {
-      id: inst.id,
-      groupId: inst.groupId,
-      cloud: inst.cloud,
-      region: inst.region,
-      zone: inst.zone,
-      instanceType: inst.instanceType,
-      capacityType: inst.capacityType,
-      offeringId: offerId,
-      poolKey: poolKeyOf(
-        offerId,
-        gpus.some((g) => g.mig !== undefined),
-      ),
-      kind: kind ?? 'booting',
-      priceMicroUsdPerHour: s.prices.get(offerId)?.priceMicroUsdPerHour ?? 0,
-      gpus,
-      freeWhole: countFreeWhole(gpus),
-    };
+    const node = machineCapacity(s, fleetNode, groupOf.get(inst.groupId)?.migEnabled ?? false, kind ?? 'booting');
+    if (!node) continue;
     st.nodeById.set(node.id, node);
     if (kind) st.indexOf(kind).add(node);
   }
@@ -111,6 +82,44 @@ export function indexNodes(st: PlanningState): void {
     }
     st.teamUsedMilli.set(job.team, (st.teamUsedMilli.get(job.team) ?? 0) + milliGpusUsed(job.spec.gpu) * job.spec.nodes);
   }
+}
+
+/**
+ * A live machine as planning capacity, or undefined for an unknown instance type: its GPUs in the
+ * mode its agent reports (else its group's), with the MIG instances the driver reports taken
+ * (the driver's layout, not the planner's memory of it: taken whether or not a job accounts for them).
+ */
+export function machineCapacity(s: Snapshot, fleetNode: FleetNode, groupMigEnabled: boolean, kind: NodeKind): NodeCapacity | undefined {
+  const inst = fleetNode.instance;
+  const type = s.instanceTypes.get(inst.instanceType);
+  if (!type) return undefined;
+  const offerId = offeringId(inst);
+  const reported = fleetNode.record?.gpus ?? [];
+  const gpus = makeGpus(type, reported.length > 0 ? reported.some((g) => g.migEnabled) : groupMigEnabled);
+  for (const r of reported) {
+    const slot = gpus.find((g) => g.index === r.index);
+    if (!slot?.mig) continue;
+    for (const d of r.migDevices ?? [])
+      if (d.startSlice !== undefined && d.slices !== undefined) slot.mig.mask |= placementMask(d.startSlice, d.slices);
+  }
+  return {
+    id: inst.id,
+    groupId: inst.groupId,
+    cloud: inst.cloud,
+    region: inst.region,
+    zone: inst.zone,
+    instanceType: inst.instanceType,
+    capacityType: inst.capacityType,
+    offeringId: offerId,
+    poolKey: poolKeyOf(
+      offerId,
+      gpus.some((g) => g.mig !== undefined),
+    ),
+    kind,
+    priceMicroUsdPerHour: s.prices.get(offerId)?.priceMicroUsdPerHour ?? 0,
+    gpus,
+    freeWhole: countFreeWhole(gpus),
+  };
 }
 
 /**
