@@ -49,3 +49,44 @@ export function poolRatePerHour(
   const e = Math.max(0, observed.exposureHours);
   return (prior * priorWeightHours + k) / (priorWeightHours + e);
 }
+
+/** What the pool history holds for one machine: when it was first and last noted, and when it was interrupted. */
+export interface MachineHistory {
+  readonly offeringId: string;
+  readonly firstMs?: number;
+  readonly lastMs?: number;
+  readonly interruptedAtMs?: number;
+}
+
+/**
+ * Per pool, since `sinceMs`: the machine-hours of exposure and the interruptions. A machine's
+ * span runs to its last note, or to its interruption when that came later (notes are minutes
+ * apart, the interruption is its end).
+ */
+export function poolStatsOf(
+  machines: Iterable<MachineHistory>,
+  sinceMs: number,
+): Map<string, { interruptions: number; exposureHours: number; lastInterruptedAtMs?: number }> {
+  const out = new Map<string, { interruptions: number; exposureHours: number; lastInterruptedAtMs?: number }>();
+  const entry = (o: string) => {
+    let e = out.get(o);
+    if (!e) {
+      e = { interruptions: 0, exposureHours: 0 };
+      out.set(o, e);
+    }
+    return e;
+  };
+  for (const m of machines) {
+    if (m.firstMs !== undefined && m.lastMs !== undefined) {
+      const last = Math.max(m.lastMs, m.interruptedAtMs ?? 0);
+      if (last >= sinceMs) entry(m.offeringId).exposureHours += (last - Math.max(m.firstMs, sinceMs)) / 3_600_000;
+    }
+    const at = m.interruptedAtMs;
+    if (at !== undefined && at >= sinceMs) {
+      const e = entry(m.offeringId);
+      e.interruptions++;
+      e.lastInterruptedAtMs = Math.max(e.lastInterruptedAtMs ?? 0, at);
+    }
+  }
+  return out;
+}

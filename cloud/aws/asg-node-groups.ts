@@ -156,28 +156,12 @@ export class AsgNodeGroups implements NodeGroupProvider {
     const groups = await this.describeManaged(true);
     const members = groups.flatMap((g) => (g.Instances ?? []).filter((i) => !isWarmed(i.LifecycleState)).map((i) => ({ g, i })));
     const details = await this.ec2Details(members.map((m) => m.i.InstanceId!));
-    return members.map(({ g, i }) => {
-      const d = details.get(i.InstanceId!);
-      return {
-        id: i.InstanceId!,
-        groupId: g.AutoScalingGroupName!,
-        cloud: 'aws',
-        region: this.options.region,
-        zone: i.AvailabilityZone ?? d?.zone ?? '',
-        instanceType: i.InstanceType ?? d?.instanceType ?? '',
-        capacityType: d?.spot ? 'spot' : d ? 'on-demand' : capacityTypeOf(g),
-        state: stateOf(i.LifecycleState),
-        launchedAtMs: d?.launchedAtMs ?? this.options.clock.nowMs(),
-        scaleInProtected: i.ProtectedFromScaleIn ?? false,
-      };
-    });
+    return members.map(({ g, i }) => this.instanceOf(g, i, details.get(i.InstanceId!)));
   }
 
   /** Market, launch time, zone and type of instances, from EC2 (batched, paginated). */
-  private async ec2Details(
-    ids: readonly string[],
-  ): Promise<Map<string, { spot: boolean; launchedAtMs: number; zone: string; instanceType: string }>> {
-    const out = new Map<string, { spot: boolean; launchedAtMs: number; zone: string; instanceType: string }>();
+  private async ec2Details(ids: readonly string[]): Promise<Map<string, Ec2Details>> {
+    const out = new Map<string, Ec2Details>();
     for (let i = 0; i < ids.length; i += 500) {
       let token: string | undefined;
       do {
@@ -210,10 +194,21 @@ export class AsgNodeGroups implements NodeGroupProvider {
     let g = groups.find((x) => x.AutoScalingGroupName === i.AutoScalingGroupName);
     if (!g) g = (await this.describeManaged(true)).find((x) => x.AutoScalingGroupName === i.AutoScalingGroupName);
     if (!g) return undefined; // in a group gpu-fleet does not manage
-    const d = (await this.ec2Details([instanceId])).get(instanceId);
+    return this.instanceOf(g, i, (await this.ec2Details([instanceId])).get(instanceId));
+  }
+
+  /**
+   * A group member as gpu-fleet sees it: the group's view (zone, type, lifecycle, protection),
+   * with EC2's for what the group does not say (purchase option, launch time).
+   */
+  private instanceOf(
+    g: AutoScalingGroup,
+    i: { InstanceId?: string; AvailabilityZone?: string; InstanceType?: string; LifecycleState?: string; ProtectedFromScaleIn?: boolean },
+    d: Ec2Details | undefined,
+  ): Instance {
     return {
-      id: instanceId,
-      groupId: i.AutoScalingGroupName!,
+      id: i.InstanceId!,
+      groupId: g.AutoScalingGroupName!,
       cloud: 'aws',
       region: this.options.region,
       zone: i.AvailabilityZone ?? d?.zone ?? '',
@@ -340,6 +335,14 @@ function tag(g: AutoScalingGroup, key: string): string | undefined {
 }
 
 /** The group's capacity type: its tag, else spot when the distribution is all spot, else on-demand. */
+/** What EC2 says of an instance that its group does not. */
+interface Ec2Details {
+  readonly spot: boolean;
+  readonly launchedAtMs: number;
+  readonly zone: string;
+  readonly instanceType: string;
+}
+
 export function capacityTypeOf(g: AutoScalingGroup): CapacityType {
   const t = tag(g, GROUP_TAGS.capacityType);
   if (t === 'spot' || t === 'on-demand') return t;

@@ -16,6 +16,7 @@ import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
 import { checkpointFolder, isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { ActionFailure, PlanAction } from '../../core/plan.ts';
+import { poolStatsOf } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
 import type {
   BudgetMemory,
@@ -861,30 +862,15 @@ export class DynamoPoolHistory implements PoolHistory {
       { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'poolinst' } },
       'read pool history',
     );
-    const out = new Map<string, { interruptions: number; exposureHours: number; lastInterruptedAtMs?: number }>();
-    const entry = (o: string) => {
-      let e = out.get(o);
-      if (!e) {
-        e = { interruptions: 0, exposureHours: 0 };
-        out.set(o, e);
-      }
-      return e;
-    };
-    for (const i of items) {
-      const o = i.offeringId as string;
-      // A machine's span runs to its last note, or to its interruption when that came later (notes are minutes apart).
-      const last = i.lastMs === undefined ? undefined : Math.max(i.lastMs as number, (i.interruptedAtMs as number | undefined) ?? 0);
-      const first = i.firstMs as number | undefined;
-      if (last !== undefined && first !== undefined && last >= sinceMs)
-        entry(o).exposureHours += (last - Math.max(first, sinceMs)) / 3_600_000;
-      const at = i.interruptedAtMs as number | undefined;
-      if (at !== undefined && at >= sinceMs) {
-        const e = entry(o);
-        e.interruptions++;
-        e.lastInterruptedAtMs = Math.max(e.lastInterruptedAtMs ?? 0, at);
-      }
-    }
-    return out;
+    return poolStatsOf(
+      items.map((i) => ({
+        offeringId: i.offeringId as string,
+        firstMs: i.firstMs as number | undefined,
+        lastMs: i.lastMs as number | undefined,
+        interruptedAtMs: i.interruptedAtMs as number | undefined,
+      })),
+      sinceMs,
+    );
   }
 }
 

@@ -2,6 +2,7 @@ import { CloudError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
 import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
+import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
 import type {
   BudgetMemory,
@@ -416,27 +417,9 @@ export class MemoryPoolHistory implements PoolHistory {
   }
 
   async stats(sinceMs: number): Promise<Map<string, PoolStats>> {
-    const out = new Map<string, { interruptions: number; exposureHours: number; lastInterruptedAtMs?: number }>();
-    const entry = (o: string) => {
-      let e = out.get(o);
-      if (!e) {
-        e = { interruptions: 0, exposureHours: 0 };
-        out.set(o, e);
-      }
-      return e;
-    };
-    // A machine's span runs to its last note, or to its interruption when that came later (notes are minutes apart).
-    for (const [id, s] of this.spans) {
-      const last = Math.max(s.lastMs, this.interrupted.get(id)?.atMs ?? 0);
-      if (last >= sinceMs) entry(s.offeringId).exposureHours += (last - Math.max(s.firstMs, sinceMs)) / 3_600_000;
-    }
-    for (const i of this.interrupted.values()) {
-      if (i.atMs < sinceMs) continue;
-      const e = entry(i.offeringId);
-      e.interruptions++;
-      e.lastInterruptedAtMs = Math.max(e.lastInterruptedAtMs ?? 0, i.atMs);
-    }
-    return out;
+    const machines = new Map<string, MachineHistory>([...this.spans].map(([id, s]) => [id, { ...s }]));
+    for (const [id, i] of this.interrupted) machines.set(id, { offeringId: i.offeringId, ...machines.get(id), interruptedAtMs: i.atMs });
+    return poolStatsOf(machines.values(), sinceMs);
   }
 }
 

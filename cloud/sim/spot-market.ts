@@ -74,12 +74,7 @@ export class TraceSpotMarket implements SpotMarket {
   reclaims(instances: readonly SimInstance[], atMs: number): SimInstance[] {
     const out: SimInstance[] = [];
     for (const inst of instances) {
-      if (
-        inst.offering.capacityType !== 'spot' ||
-        !(inService(inst.state) || inst.state === 'terminating-wait') ||
-        this.reclaimed.has(inst.id)
-      )
-        continue;
+      if (!reclaimable(inst, this.reclaimed)) continue;
       const trace = this.traceOf(inst.offering);
       if (trace && this.valueAt(trace, atMs) <= 0) {
         this.reclaimed.add(inst.id);
@@ -113,12 +108,7 @@ export class RateSpotMarket implements SpotMarket {
     this.lastMs = atMs;
     const out: SimInstance[] = [];
     for (const inst of instances) {
-      if (
-        inst.offering.capacityType !== 'spot' ||
-        !(inService(inst.state) || inst.state === 'terminating-wait') ||
-        this.reclaimed.has(inst.id)
-      )
-        continue;
+      if (!reclaimable(inst, this.reclaimed)) continue;
       const p = 1 - Math.exp(-this.ratePerHour(inst.offering) * dtHours);
       if (this.random.next() < p) {
         this.reclaimed.add(inst.id);
@@ -131,4 +121,9 @@ export class RateSpotMarket implements SpotMarket {
   describe(): string {
     return 'interruptions at fixed rates per pool';
   }
+}
+
+/** A spot machine the market may still take: running (or held by a hook) and not already reclaimed. */
+function reclaimable(inst: SimInstance, reclaimed: ReadonlySet<string>): boolean {
+  return inst.offering.capacityType === 'spot' && (inService(inst.state) || inst.state === 'terminating-wait') && !reclaimed.has(inst.id);
 }
