@@ -529,13 +529,7 @@ export class GpuFleetStack extends Stack {
 
   /** Use of the stack's key for the tables, queues and bucket a role touches: no wildcard actions. */
   private allowKey(role: iam.IRole): void {
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'StackKey',
-        actions: ['kms:Decrypt', 'kms:Encrypt', 'kms:GenerateDataKey', 'kms:DescribeKey'],
-        resources: [this.key.keyArn],
-      }),
-    );
+    allow(role, 'StackKey', ['kms:Decrypt', 'kms:Encrypt', 'kms:GenerateDataKey', 'kms:DescribeKey'], [this.key.keyArn]);
   }
 
   private groupArns(): string[] {
@@ -552,14 +546,7 @@ export class GpuFleetStack extends Stack {
 
   /** Mutating Auto Scaling calls: gpu-fleet's groups by name, and only while they carry the managed tag. */
   private managedGroupStatement(role: iam.IRole, sid: string, actions: string[]): void {
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid,
-        actions,
-        resources: this.groupArns(),
-        conditions: { StringEquals: { [`aws:ResourceTag/${GROUP_TAGS.managed}`]: 'true' } },
-      }),
-    );
+    allow(role, sid, actions, this.groupArns(), { StringEquals: { [`aws:ResourceTag/${GROUP_TAGS.managed}`]: 'true' } });
     const reasons: Record<string, string> = {};
     for (const name of this.groups.keys()) {
       reasons[
@@ -575,20 +562,8 @@ export class GpuFleetStack extends Stack {
    * the one function that checks every call against the caller's records first.
    */
   private grantAgentApi(role: iam.IRole): void {
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'JobsOfTheCallingNode',
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
-        resources: [this.tables.jobs.tableArn],
-      }),
-    );
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'TheCallingNodesRecord',
-        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
-        resources: [this.tables.nodes.tableArn],
-      }),
-    );
+    allow(role, 'JobsOfTheCallingNode', ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.tables.jobs.tableArn]);
+    allow(role, 'TheCallingNodesRecord', ['dynamodb:GetItem', 'dynamodb:UpdateItem'], [this.tables.nodes.tableArn]);
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({
         sid: 'CheckpointIndexOnly',
@@ -606,14 +581,7 @@ export class GpuFleetStack extends Stack {
         resources: [this.bucket.arnForObjects('checkpoints/*')],
       }),
     );
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'ListCheckpoints',
-        actions: ['s3:ListBucket'],
-        resources: [this.bucket.bucketArn],
-        conditions: { StringLike: { 's3:prefix': ['checkpoints/*'] } },
-      }),
-    );
+    allow(role, 'ListCheckpoints', ['s3:ListBucket'], [this.bucket.bucketArn], { StringLike: { 's3:prefix': ['checkpoints/*'] } });
     this.allowKey(role);
     acknowledge(role, {
       [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/checkpoints/*]`]:
@@ -623,52 +591,36 @@ export class GpuFleetStack extends Stack {
 
   private grantReconcile(role: iam.IRole, config: GpuFleetConfig): void {
     const jobs = this.tables.jobs;
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Jobs',
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'],
-        resources: [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)],
-      }),
+    allow(
+      role,
+      'Jobs',
+      ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'],
+      [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)],
     );
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Nodes',
-        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:Scan'],
-        resources: [this.tables.nodes.tableArn],
-      }),
-    );
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Control',
-        actions: [
-          'dynamodb:GetItem',
-          'dynamodb:PutItem',
-          'dynamodb:UpdateItem',
-          'dynamodb:DeleteItem',
-          'dynamodb:Query',
-          'dynamodb:BatchWriteItem',
-        ],
-        resources: [this.tables.control.tableArn],
-      }),
+    allow(role, 'Nodes', ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:Scan'], [this.tables.nodes.tableArn]);
+    allow(
+      role,
+      'Control',
+      ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:Query', 'dynamodb:BatchWriteItem'],
+      [this.tables.control.tableArn],
     );
     this.allowKey(role);
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Describe',
-        actions: [
-          'autoscaling:DescribeAutoScalingGroups',
-          'autoscaling:DescribeScalingActivities',
-          'autoscaling:DescribeAutoScalingInstances',
-          'ec2:DescribeInstances',
-          'ec2:DescribeInstanceTypes',
-          'ec2:DescribeSpotPriceHistory',
-          'ec2:DescribeLaunchTemplateVersions',
-          'tag:GetResources',
-          'cloudwatch:GetMetricData',
-          'sqs:ListQueues',
-        ],
-        resources: ['*'],
-      }),
+    allow(
+      role,
+      'Describe',
+      [
+        'autoscaling:DescribeAutoScalingGroups',
+        'autoscaling:DescribeScalingActivities',
+        'autoscaling:DescribeAutoScalingInstances',
+        'ec2:DescribeInstances',
+        'ec2:DescribeInstanceTypes',
+        'ec2:DescribeSpotPriceHistory',
+        'ec2:DescribeLaunchTemplateVersions',
+        'tag:GetResources',
+        'cloudwatch:GetMetricData',
+        'sqs:ListQueues',
+      ],
+      ['*'],
     );
     this.managedGroupStatement(role, 'ScaleManagedGroups', [
       'autoscaling:SetDesiredCapacity',
@@ -676,12 +628,11 @@ export class GpuFleetStack extends Stack {
       'autoscaling:SetInstanceProtection',
       'autoscaling:CompleteLifecycleAction',
     ]);
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'QueueDepth',
-        actions: ['sqs:GetQueueAttributes'],
-        resources: [...this.teamQueues.values()].map((q) => q.queueArn),
-      }),
+    allow(
+      role,
+      'QueueDepth',
+      ['sqs:GetQueueAttributes'],
+      [...this.teamQueues.values()].map((q) => q.queueArn),
     );
     if (config.gcp) {
       role.addToPrincipalPolicy(
@@ -701,12 +652,11 @@ export class GpuFleetStack extends Stack {
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({ sid: 'Jobs', actions: ['dynamodb:GetItem', 'dynamodb:PutItem'], resources: [this.tables.jobs.tableArn] }),
     );
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Idempotency',
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
-        resources: [this.tables.idempotency.tableArn],
-      }),
+    allow(
+      role,
+      'Idempotency',
+      ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+      [this.tables.idempotency.tableArn],
     );
     this.deadLetters.grantSendMessages(role);
     this.allowKey(role);
@@ -714,41 +664,31 @@ export class GpuFleetStack extends Stack {
 
   private grantInterruption(role: iam.IRole, reconcile: lambda.IFunction): void {
     const jobs = this.tables.jobs;
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Jobs',
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'],
-        resources: [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)],
-      }),
+    allow(
+      role,
+      'Jobs',
+      ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'],
+      [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)],
     );
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Nodes',
-        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
-        resources: [this.tables.nodes.tableArn],
-      }),
+    allow(role, 'Nodes', ['dynamodb:GetItem', 'dynamodb:UpdateItem'], [this.tables.nodes.tableArn]);
+    allow(
+      role,
+      'Control',
+      ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:Query'],
+      [this.tables.control.tableArn],
     );
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Control',
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:Query'],
-        resources: [this.tables.control.tableArn],
-      }),
-    );
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Idempotency',
-        actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
-        resources: [this.tables.idempotency.tableArn],
-      }),
+    allow(
+      role,
+      'Idempotency',
+      ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+      [this.tables.idempotency.tableArn],
     );
     this.allowKey(role);
-    role.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'Describe',
-        actions: ['autoscaling:DescribeAutoScalingInstances', 'autoscaling:DescribeAutoScalingGroups', 'ec2:DescribeInstances'],
-        resources: ['*'],
-      }),
+    allow(
+      role,
+      'Describe',
+      ['autoscaling:DescribeAutoScalingInstances', 'autoscaling:DescribeAutoScalingGroups', 'ec2:DescribeInstances'],
+      ['*'],
     );
     this.managedGroupStatement(role, 'ReleaseDrainedMachines', ['autoscaling:CompleteLifecycleAction']);
     role.addToPrincipalPolicy(
@@ -974,4 +914,9 @@ function nagRegion(stack: Stack): string {
 /** Acknowledges cdk-nag findings on a construct (and its children), each with its reason. */
 function acknowledge(scope: Construct, reasons: Record<string, string>): void {
   for (const [id, reason] of Object.entries(reasons)) Validations.of(scope).acknowledge({ id: `AwsSolutions::${id}`, reason });
+}
+
+/** One least-privilege statement on a role: these actions on these resources (under these conditions). */
+function allow(role: iam.IRole, sid: string, actions: string[], resources: string[], conditions?: Record<string, unknown>): void {
+  role.addToPrincipalPolicy(new iam.PolicyStatement({ sid, actions, resources, ...(conditions ? { conditions } : {}) }));
 }

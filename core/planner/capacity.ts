@@ -1,4 +1,5 @@
-import type { CapacityType, Cloud, InstanceType } from '../catalog.ts';
+import type { InstanceType } from '../catalog.ts';
+import type { Instance } from '../fleet.ts';
 import { gpuModelMatches, type GpuModel, type GpuRequest } from '../gpu.ts';
 import type { NodeAssignment } from '../job.ts';
 import { bestStart, MIG_GPUS, migProfile, placementMask, type MigState } from '../mig.ts';
@@ -24,14 +25,7 @@ export interface GpuSlot {
 export type NodeKind = 'ready' | 'booting' | 'planned';
 
 /** A node as the planner packs it: ready (schedulable now), booting (or launching), or planned (to be bought). */
-export interface NodeCapacity {
-  readonly id: string;
-  readonly groupId: string;
-  readonly cloud: Cloud;
-  readonly region: string;
-  readonly zone: string;
-  readonly instanceType: string;
-  readonly capacityType: CapacityType;
+export interface NodeCapacity extends Pick<Instance, 'id' | 'groupId' | 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'> {
   readonly offeringId: string;
   /** The offering plus its GPU mode: a MIG-mode pool and a plain pool of one offering are different pools. */
   readonly poolKey: string;
