@@ -1,5 +1,5 @@
 /**
- * npm run bench:planner [-- --json] [--scenario NAME] [--runs N] [--quick] [--help]
+ * npm run bench:planner [-- --json] [--scenario NAME] [--runs N] [--quick | --sweep] [--help]
  *
  * For each scenario (1k/10k/50k pending jobs × 50/200/500 offerings × 0/1,000 live nodes, built
  * from the real traces and catalogues), in a fresh child process so its heap is its own:
@@ -8,6 +8,10 @@
  *   - a lower bound on cost from the LP relaxation of the new-capacity problem (HiGHS), and the
  *     MIP with integer machines on the 1k-job scenarios.
  * Costs are one measure: the expected hourly cost of the capacity each plan adds.
+ *
+ * --sweep: the scale sweep instead (scenarios.ts, SWEEP): one axis at a time around 10k jobs ×
+ * 200 offerings × 1,000 live nodes, and the corner 100k × 500 × 10,000; with the growth exponent
+ * of plan time along each axis (the least-squares slope of log time against log size).
  */
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -16,8 +20,9 @@ import { wholeNumber } from '../cloud/flags.ts';
 import { plan } from '../core/planner/planner.ts';
 import { capacityProblem } from './planner/capacity-problem.ts';
 import { planBaseline } from '../core/planner/baseline.ts';
+import { growthExponent } from './planner/growth.ts';
 import { lowerBound } from './planner/lower-bound.ts';
-import { buildScenario, SCENARIOS, type ScenarioSpec } from './planner/scenarios.ts';
+import { buildScenario, scenarioNamed, SCENARIOS, SWEEP, type ScenarioSpec, type SweepAxis } from './planner/scenarios.ts';
 
 export interface PlannerBenchRow {
   scenario: string;
@@ -30,9 +35,16 @@ export interface PlannerBenchRow {
   costMicroUsd: number;
   baselineCostMicroUsd: number;
   lowerBoundMicroUsd: number;
-  lowerBoundKind: 'lp' | 'mip';
+  lowerBoundKind: 'lp' | 'mip' | 'none';
   baselineMs: number;
+  /** Why there is no bound (lowerBoundMicroUsd 0), when there is none. */
+  boundNote?: string;
+  /** Sweep rows: the axes the scenario lies on. */
+  axes?: readonly SweepAxis[];
 }
+
+/** How long HiGHS may take on one scenario's bound before the row is reported without one. */
+const BOUND_SECONDS = 180;
 
 async function runOne(spec: ScenarioSpec, runs: number): Promise<PlannerBenchRow> {
   const snapshot = buildScenario(spec);
@@ -54,7 +66,15 @@ async function runOne(spec: ScenarioSpec, runs: number): Promise<PlannerBenchRow
   const baseline = planBaseline(snapshot);
   const baselineMs = performance.now() - tb;
   const problem = capacityProblem(snapshot);
-  const bound = await lowerBound(problem, { integerMachines: spec.jobs <= 1000, timeLimitSec: 60 });
+  const tBound = performance.now();
+  const bound = await lowerBound(problem, {
+    integerMachines: spec.jobs <= 1000,
+    timeLimitSec: spec.jobs <= 1000 ? 60 : BOUND_SECONDS,
+  }).catch((error: unknown) => ({
+    microUsdPerHour: 0,
+    kind: 'none' as const,
+    note: `HiGHS gave no bound in ${Math.round((performance.now() - tBound) / 1000)} s (${error instanceof Error ? error.message : String(error)})`,
+  }));
   return {
     scenario: spec.name,
     jobs: spec.jobs,
@@ -68,6 +88,7 @@ async function runOne(spec: ScenarioSpec, runs: number): Promise<PlannerBenchRow
     lowerBoundMicroUsd: Math.round(bound.microUsdPerHour),
     lowerBoundKind: bound.kind,
     baselineMs: round1(baselineMs),
+    ...('note' in bound ? { boundNote: bound.note } : {}),
   };
 }
 
@@ -81,6 +102,7 @@ interface PlannerBenchOptions {
   readonly scenario?: string;
   readonly runs: number;
   readonly quick?: boolean;
+  readonly sweep?: boolean;
 }
 
 function options(): PlannerBenchOptions {
@@ -91,6 +113,7 @@ function options(): PlannerBenchOptions {
     .option('--scenario <name>', 'only scenarios whose name contains this')
     .option('--runs <n>', 'plans per scenario (the median is reported)', wholeNumber('--runs', 1, 1000), 5)
     .option('--quick', 'only the 1k and 10k job scenarios with up to 200 offerings')
+    .option('--sweep', 'the scale sweep: jobs 1k-100k, live nodes 100-10,000, offerings 50-500 around 10k × 200 × 1,000, and the corner')
     .option('--json', 'print the rows as JSON')
     .addOption(new Option('--child <name>', 'run one scenario in this process (used by the bench itself)').hideHelp())
     .parse()
@@ -100,13 +123,14 @@ function options(): PlannerBenchOptions {
 async function main(): Promise<void> {
   const args = options();
   if (args.child) {
-    const spec = SCENARIOS.find((s) => s.name === args.child)!;
+    const spec = scenarioNamed(args.child);
+    if (!spec) throw new Error(`no scenario is named ${args.child}`);
     const row = await runOne(spec, args.runs);
     process.stdout.write(`RESULT ${JSON.stringify(row)}\n`);
     return;
   }
-  let scenarios = SCENARIOS;
-  if (args.scenario) scenarios = SCENARIOS.filter((s) => s.name.includes(args.scenario!));
+  let scenarios: readonly (ScenarioSpec & { axes?: readonly SweepAxis[] })[] = args.sweep ? SWEEP : SCENARIOS;
+  if (args.scenario) scenarios = scenarios.filter((s) => s.name.includes(args.scenario!));
   if (args.quick) scenarios = scenarios.filter((s) => s.jobs <= 10_000 && s.offerings <= 200);
   const rows: PlannerBenchRow[] = [];
   const self = fileURLToPath(import.meta.url);
@@ -143,6 +167,7 @@ async function main(): Promise<void> {
       if (m) peak = Math.max(peak, Number(m[1]));
     }
     if (peak > 0) row.peakHeapMiB = Math.max(row.peakHeapMiB, round1(peak));
+    if (spec.axes) row.axes = spec.axes;
     rows.push(row);
     if (!args.json) printRow(row, rows.length === 1);
   }
@@ -156,7 +181,35 @@ async function main(): Promise<void> {
     );
     return;
   }
-  printSummary(rows);
+  if (args.sweep) printGrowth(rows);
+  else printSummary(rows);
+}
+
+function printGrowth(rows: PlannerBenchRow[]): void {
+  console.log('');
+  const size = {
+    jobs: (r: PlannerBenchRow) => r.jobs,
+    nodes: (r: PlannerBenchRow) => r.liveNodes,
+    offerings: (r: PlannerBenchRow) => r.offerings,
+  };
+  for (const axis of ['jobs', 'nodes', 'offerings'] as const) {
+    const on = rows.filter((r) => r.axes?.includes(axis)).sort((a, b) => size[axis](a) - size[axis](b));
+    if (on.length < 2) continue;
+    const time = growthExponent(on.map((r) => [size[axis](r), r.medianMs] as const));
+    const heap = growthExponent(on.map((r) => [size[axis](r), r.peakHeapMiB] as const));
+    const target = axis === 'offerings' ? '' : ' (target ≤ 1.15)';
+    console.log(
+      `growth in ${axis} (${on.map((r) => size[axis](r).toLocaleString('en-US')).join(' → ')}): time ∝ n^${time.toFixed(2)}${target}, heap ∝ n^${heap.toFixed(2)}`,
+    );
+  }
+  const corner = rows.find((r) => r.axes?.includes('corner'));
+  if (corner)
+    console.log(
+      `corner ${corner.scenario}: median ${corner.medianMs.toFixed(0)} ms (target < 5,000), peak heap ${corner.peakHeapMiB.toFixed(0)} MiB (target < 1,024)`,
+    );
+  const center = rows.find((r) => r.jobs === 10_000 && r.offerings === 200 && r.liveNodes === 1_000);
+  if (center) console.log(`10k × 200 with 1,000 live nodes: median ${center.medianMs.toFixed(1)} ms (target < 500)`);
+  for (const r of rows) if (r.boundNote) console.log(`${r.scenario}: ${r.boundNote}`);
 }
 
 function printRow(r: PlannerBenchRow, header: boolean): void {
@@ -185,9 +238,9 @@ function printRow(r: PlannerBenchRow, header: boolean): void {
       r.peakHeapMiB.toFixed(1).padStart(9),
       usd(r.costMicroUsd).padStart(10),
       usd(r.baselineCostMicroUsd).padStart(10),
-      `${usd(r.lowerBoundMicroUsd)}${r.lowerBoundKind === 'mip' ? '*' : ''}`.padStart(10),
-      ratio(r.costMicroUsd, r.lowerBoundMicroUsd).padStart(11),
-      ratio(r.baselineCostMicroUsd, r.lowerBoundMicroUsd).padStart(11),
+      (r.lowerBoundKind === 'none' ? 'none' : `${usd(r.lowerBoundMicroUsd)}${r.lowerBoundKind === 'mip' ? '*' : ''}`).padStart(10),
+      (r.lowerBoundKind === 'none' ? '—' : ratio(r.costMicroUsd, r.lowerBoundMicroUsd)).padStart(11),
+      (r.lowerBoundKind === 'none' ? '—' : ratio(r.baselineCostMicroUsd, r.lowerBoundMicroUsd)).padStart(11),
       r.baselineMs.toFixed(0).padStart(9),
     ].join(' '),
   );

@@ -29,7 +29,7 @@ export interface ScenarioSpec {
 export const SCENARIOS: readonly ScenarioSpec[] = [1_000, 10_000, 50_000].flatMap((jobs) =>
   [50, 200, 500].flatMap((offerings) =>
     [0, 1_000].map((liveNodes) => ({
-      name: `${jobs / 1000}k-jobs/${offerings}-offerings/${liveNodes}-nodes`,
+      name: scenarioName(jobs, offerings, liveNodes),
       jobs,
       offerings,
       liveNodes,
@@ -37,6 +37,43 @@ export const SCENARIOS: readonly ScenarioSpec[] = [1_000, 10_000, 50_000].flatMa
     })),
   ),
 );
+
+/** The name a scenario goes by: `10k-jobs/200-offerings/1000-nodes`. */
+export function scenarioName(jobs: number, offerings: number, liveNodes: number): string {
+  return `${jobs / 1000}k-jobs/${offerings}-offerings/${liveNodes}-nodes`;
+}
+
+/** The scenario a name stands for (the same seed as the fixed set), or undefined for a name of another shape. */
+export function scenarioNamed(name: string): ScenarioSpec | undefined {
+  const m = /^(\d+(?:\.\d+)?)k-jobs\/(\d+)-offerings\/(\d+)-nodes$/.exec(name);
+  if (!m) return undefined;
+  const jobs = Math.round(Number(m[1]) * 1000);
+  return { name, jobs, offerings: Number(m[2]), liveNodes: Number(m[3]), seed: 42 };
+}
+
+/** The axis a sweep scenario lies on: jobs, live nodes, offerings, or the corner of all three. */
+export type SweepAxis = 'jobs' | 'nodes' | 'offerings' | 'corner';
+
+/**
+ * The scale sweep: one axis at a time around 10k jobs × 200 offerings × 1,000 live nodes
+ * (jobs 1k → 100k, nodes 100 → 10,000, offerings 50 → 500), and the corner 100k × 500 × 10,000.
+ */
+export const SWEEP: readonly (ScenarioSpec & { readonly axes: readonly SweepAxis[] })[] = (() => {
+  const points: [number, number, number, SweepAxis][] = [
+    ...[1_000, 10_000, 100_000].map((j) => [j, 200, 1_000, 'jobs'] as [number, number, number, SweepAxis]),
+    ...[100, 1_000, 10_000].map((n) => [10_000, 200, n, 'nodes'] as [number, number, number, SweepAxis]),
+    ...[50, 200, 500].map((o) => [10_000, o, 1_000, 'offerings'] as [number, number, number, SweepAxis]),
+    [100_000, 500, 10_000, 'corner'],
+  ];
+  const byName = new Map<string, ScenarioSpec & { axes: SweepAxis[] }>();
+  for (const [jobs, offerings, liveNodes, axis] of points) {
+    const name = scenarioName(jobs, offerings, liveNodes);
+    const spec = byName.get(name) ?? { ...scenarioNamed(name)!, axes: [] };
+    spec.axes.push(axis);
+    byName.set(name, spec);
+  }
+  return [...byName.values()];
+})();
 
 export const T0 = Date.UTC(2026, 10, 30, 12, 0, 0);
 
@@ -210,9 +247,10 @@ export function buildScenario(spec: ScenarioSpec): Snapshot {
       instanceTypes: cat.instanceTypes,
       policy: { ...DEFAULT_POLICY, consolidate: false },
     });
+    const fillerById = new Map(filler.map((j) => [j.id, j]));
     for (const a of seeded.actions) {
       if (a.kind !== 'place') continue;
-      const job = filler.find((j) => j.id === a.jobId)!;
+      const job = fillerById.get(a.jobId)!;
       const placed = transition(job, { type: 'place', attempt: 1, placement: a.placement }, T0 - 6_000_000);
       if (!placed.ok) continue;
       const started = transition(placed.job, { type: 'start', attempt: 1 }, T0 - 6_000_000);
