@@ -17,6 +17,7 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Command, Option } from 'commander';
 import { wholeNumber } from '../cloud/flags.ts';
+import { messageOf } from '../core/errors.ts';
 import { plan } from '../core/planner/planner.ts';
 import { capacityProblem } from './planner/capacity-problem.ts';
 import { planBaseline } from '../core/planner/baseline.ts';
@@ -73,7 +74,7 @@ async function runOne(spec: ScenarioSpec, runs: number): Promise<PlannerBenchRow
   }).catch((error: unknown) => ({
     microUsdPerHour: 0,
     kind: 'none' as const,
-    note: `HiGHS gave no bound in ${Math.round((performance.now() - tBound) / 1000)} s (${error instanceof Error ? error.message : String(error)})`,
+    note: `HiGHS gave no bound in ${Math.round((performance.now() - tBound) / 1000)} s (${messageOf(error)})`,
   }));
   return {
     scenario: spec.name,
