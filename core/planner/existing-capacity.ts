@@ -12,7 +12,7 @@ import { findFits, homes } from './fits.ts';
 import { commitPlacement } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';
 import { placedOnFree, sharesNewMachine, waitsForStarting } from './reasons.ts';
-import { perMilli, shareOf, sharedReason, unitOf, wait, type Entry, type Fit, type PlanningState } from './state.ts';
+import { perMilli, shareOf, sharedReason, unitOf, wait, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
 
 /** Places or parks each job it can on existing capacity; returns the jobs left to buy for, in planning order. */
 export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]): Entry[] {
@@ -102,8 +102,15 @@ function fitWithinLimits(
   accept?: (node: NodeCapacity) => boolean,
 ): { fits: Fit[]; share: number; factor: number } | 'held' | undefined {
   if (e.cls.eligible.size === 0) return undefined;
+  // Machines bought in this plan are added as it goes: only the ready and booting indexes keep the misses.
+  const misses = index === st.planned ? undefined : missesOf(st, index);
+  const key = misses ? searchKey(st, e.cls, homeOnly) : '';
+  if (misses?.has(key)) return undefined;
   const fits = findFits(st, index, e, homeOnly ? homes(st, e.cls) : undefined, accept);
-  if (!fits) return undefined;
+  if (!fits) {
+    misses?.add(key);
+    return undefined;
+  }
   const node = fits[0]!.node;
   const factor = e.cls.eligible.get(node.poolKey) ?? 1;
   const share = shareOf(node, e.cls.milli, e.cls.nodes);
@@ -111,6 +118,26 @@ function fitWithinLimits(
   if (!held) return { fits, share, factor };
   wait(st, e.job, held, true);
   return 'held';
+}
+
+function missesOf(st: PlanningState, index: CapacityIndex): Set<string> {
+  let m = st.noFitIn.get(index);
+  if (!m) {
+    m = new Set();
+    st.noFitIn.set(index, m);
+  }
+  return m;
+}
+
+/** What a fit search for the class depends on: its request, its gang size and the pools searched. */
+function searchKey(st: PlanningState, cls: JobClass, homeOnly: boolean): string {
+  let k = st.searchKeys.get(cls);
+  if (!k) {
+    const what = `${JSON.stringify(cls.request)}|${cls.nodes}|`;
+    k = { any: `${what}${[...cls.eligible.keys()].join(',')}`, homes: `${what}h:${[...homes(st, cls)].join(',')}` };
+    st.searchKeys.set(cls, k);
+  }
+  return homeOnly ? k.homes : k.any;
 }
 
 /** Adds a job's expected rework on spot to the plan's expected cost. */

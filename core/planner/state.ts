@@ -123,6 +123,13 @@ export class PlanningState {
   readonly buyCostCache = new Map<JobClass, number>();
   readonly searchCache = new Map<CapacityIndex, Map<ReadonlyMap<string, number>, { version: number; keys: string[] }>>();
   readonly reasonCache = new Map<unknown, Reason>();
+  /**
+   * Searches (see searchKeys) that found no fit in the ready or the booting index. Room there only shrinks while a plan is made (machines are filed once, at
+   * indexing, and every later step only takes room), so a class that found none finds none later.
+   */
+  readonly noFitIn = new Map<CapacityIndex, Set<string>>();
+  /** Per class, what a fit search depends on (the request and the pools searched), as a key: classes that differ only in cost factors share it. */
+  readonly searchKeys = new Map<JobClass, { readonly any: string; readonly homes: string }>();
   /** The last offering chosen for a class, valid while the waiting demand's epoch stands. */
   readonly choiceCache = new Map<JobClass, { epoch: number; choice: OfferingChoice }>();
 
