@@ -104,7 +104,7 @@ function fitWithinLimits(
   if (e.cls.eligible.size === 0) return undefined;
   // Machines bought in this plan are added as it goes: only the ready and booting indexes keep the misses.
   const misses = index === st.planned ? undefined : missesOf(st, index);
-  const key = misses ? searchKey(st, e.cls, homeOnly) : '';
+  const key = misses ? searchKey(st, e.cls, homeOnly) : -1;
   if (misses?.has(key)) return undefined;
   const fits = findFits(st, index, e, homeOnly ? homes(st, e.cls) : undefined, accept);
   if (!fits) {
@@ -120,7 +120,7 @@ function fitWithinLimits(
   return 'held';
 }
 
-function missesOf(st: PlanningState, index: CapacityIndex): Set<string> {
+function missesOf(st: PlanningState, index: CapacityIndex): Set<number> {
   let m = st.noFitIn.get(index);
   if (!m) {
     m = new Set();
@@ -130,11 +130,19 @@ function missesOf(st: PlanningState, index: CapacityIndex): Set<string> {
 }
 
 /** What a fit search for the class depends on: its request, its gang size and the pools searched. */
-function searchKey(st: PlanningState, cls: JobClass, homeOnly: boolean): string {
+function searchKey(st: PlanningState, cls: JobClass, homeOnly: boolean): number {
   let k = st.searchKeys.get(cls);
   if (!k) {
     const what = `${JSON.stringify(cls.request)}|${cls.nodes}|`;
-    k = { any: `${what}${[...cls.eligible.keys()].join(',')}`, homes: `${what}h:${[...homes(st, cls)].join(',')}` };
+    const id = (key: string) => {
+      let n = st.searchIds.get(key);
+      if (n === undefined) {
+        n = st.searchIds.size;
+        st.searchIds.set(key, n);
+      }
+      return n;
+    };
+    k = { any: id(`${what}${[...cls.eligible.keys()].join(',')}`), homes: id(`${what}h:${[...homes(st, cls)].join(',')}`) };
     st.searchKeys.set(cls, k);
   }
   return homeOnly ? k.homes : k.any;

@@ -127,9 +127,14 @@ export class PlanningState {
    * Searches (see searchKeys) that found no fit in the ready or the booting index. Room there only shrinks while a plan is made (machines are filed once, at
    * indexing, and every later step only takes room), so a class that found none finds none later.
    */
-  readonly noFitIn = new Map<CapacityIndex, Set<string>>();
-  /** Per class, what a fit search depends on (the request and the pools searched), as a key: classes that differ only in cost factors share it. */
-  readonly searchKeys = new Map<JobClass, { readonly any: string; readonly homes: string }>();
+  readonly noFitIn = new Map<CapacityIndex, Set<number>>();
+  /**
+   * Per class, what a fit search depends on (the request and the pools searched), as a number:
+   * classes that differ only in cost factors share it. Numbered through `searchIds` so that a
+   * lookup never compares the long keys themselves.
+   */
+  readonly searchKeys = new Map<JobClass, { readonly any: number; readonly homes: number }>();
+  readonly searchIds = new Map<string, number>();
   /** The last offering chosen for a class, valid while the waiting demand's epoch stands. */
   readonly choiceCache = new Map<JobClass, { epoch: number; choice: OfferingChoice }>();
 
