@@ -9,10 +9,10 @@
  */
 import type { PlanAction } from '../plan.ts';
 import type { Reason } from '../reason.ts';
-import { countFreeWhole, commitFit, makeGpus, tryFit, type NodeCapacity } from './capacity.ts';
+import { commitFit, tryFit } from './capacity.ts';
 import { Demand } from './demand.ts';
 import { addExpected, claim } from './existing-capacity.ts';
-import { nodeShape } from './indexing.ts';
+import { newMachine } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';
 import { cheapestPerGpu, groupsAtMax, noGroupLaunches, offeringsAvoided, ordered, scaleUp } from './reasons.ts';
 import { sharedReason, unavailable, wait, type Entry, type Fit, type OfferingChoice, type PlanningState } from './state.ts';
@@ -57,14 +57,7 @@ function buy(st: PlanningState, e: Entry, demand: Demand): Reason | undefined {
   }
   const opened: Fit[] = [];
   for (let i = 0; i < e.cls.nodes; i++) {
-    const gpus = makeGpus(info.type, info.migEnabled);
-    const node: NodeCapacity = {
-      ...nodeShape(info, gs.group.id),
-      id: `planned:${gs.group.id}:${st.plannedCount++}`,
-      kind: 'planned',
-      gpus,
-      freeWhole: countFreeWhole(gpus),
-    };
+    const node = newMachine(info, gs.group.id, `planned:${gs.group.id}:${st.plannedCount++}`, 'planned');
     const assignment = tryFit(node, e.cls.request);
     if (!assignment) break;
     commitFit(node, assignment); // before it is filed: a new machine
