@@ -46,15 +46,19 @@ export function isMigModel(model: GpuModel): boolean {
 
 export function makeGpus(type: InstanceType, migMode: boolean): GpuSlot[] {
   const mig = migMode && isMigModel(type.gpuModel);
-  return Array.from({ length: type.gpuCount }, (_, index) => ({
-    index,
-    model: type.gpuModel,
-    memoryMiB: type.gpuMemoryMiB,
-    freeMilli: 1000,
-    freeMemoryMiB: type.gpuMemoryMiB,
-    whole: false,
-    ...(mig ? { mig: { mask: 0, counts: new Map<string, number>() } } : {}),
-  }));
+  const gpus: GpuSlot[] = [];
+  // One literal with every field (mig undefined when not in MIG mode): one object shape for every slot.
+  for (let index = 0; index < type.gpuCount; index++)
+    gpus.push({
+      index,
+      model: type.gpuModel,
+      memoryMiB: type.gpuMemoryMiB,
+      freeMilli: 1000,
+      freeMemoryMiB: type.gpuMemoryMiB,
+      whole: false,
+      mig: mig ? { mask: 0, counts: new Map<string, number>() } : undefined,
+    });
+  return gpus;
 }
 
 export function countFreeWhole(gpus: readonly GpuSlot[]): number {

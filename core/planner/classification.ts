@@ -68,11 +68,9 @@ export function classify(st: PlanningState): Entry[] {
   if (!st.scarce) {
     // Everyone will get capacity within a boot time: pack well (largest first within a
     // priority, first-fit decreasing); fair-share order still breaks ties between equal sizes.
-    const rank = new Map(fair.map((e, i) => [e, i]));
-    fair.sort(
-      (a, b) =>
-        b.job.spec.priority - a.job.spec.priority || b.cls.milli * b.cls.nodes - a.cls.milli * a.cls.nodes || rank.get(a)! - rank.get(b)!,
-    );
+    const keyed = fair.map((e, i) => ({ e, i, priority: e.job.spec.priority, size: e.cls.milli * e.cls.nodes }));
+    keyed.sort((a, b) => b.priority - a.priority || b.size - a.size || a.i - b.i);
+    return keyed.map((k) => k.e);
   }
   return fair;
 }

@@ -16,30 +16,26 @@ import { perMilli, shareOf, sharedReason, unitOf, wait, type Entry, type Fit, ty
 
 /** Places or parks each job it can on existing capacity; returns the jobs left to buy for, in planning order. */
 export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]): Entry[] {
-  const unplaced: Entry[] = [];
   if (st.scarce) {
-    for (const e of entries) if (!placeOnReady(st, e)) unplaced.push(e);
-  } else {
-    // First each job on free capacity of its cheapest kind, so that scarce expensive GPUs stay
-    // for the jobs that need them; then what is left on any free capacity (it is paid for).
-    const second: Entry[] = [];
-    for (const e of entries) if (!placeOnReady(st, e, true)) second.push(e);
-    // Free capacity that is nobody's cheapest kind goes to the work that would cost most to buy for.
-    for (const e of byBuyCost(st, second)) if (!placeOnReady(st, e)) unplaced.push(e);
+    const unplaced = entries.filter((e) => !placeOnReady(st, e));
+    return unplaced.filter((e) => !claim(st, st.booting, e, false) && !st.waitingIds.has(e.job.id));
   }
-  let toBuy: Entry[] = [];
-  if (st.scarce) {
-    for (const e of unplaced) if (!claim(st, st.booting, e, false)) toBuy.push(e);
-  } else {
-    const second: Entry[] = [];
-    for (const e of unplaced) if (!claim(st, st.booting, e, true)) second.push(e);
-    for (const e of byBuyCost(st, second)) if (!claim(st, st.booting, e, false)) toBuy.push(e);
-    // Buying follows the planning order again (priority, then size).
-    const rank = new Map(entries.map((e, i) => [e, i]));
-    toBuy.sort((a, b) => rank.get(a)! - rank.get(b)!);
-  }
-  toBuy = toBuy.filter((e) => !st.waitingIds.has(e.job.id));
-  return toBuy;
+  // Free capacity that is nobody's cheapest kind goes to the work that would cost most to buy for:
+  // the order is worked out once; a subset taken in it is that subset sorted the same way.
+  const buyOrder = byBuyCost(st, entries);
+  const inBuyOrder = (subset: readonly Entry[]) => {
+    const members = new Set(subset);
+    return buyOrder.filter((e) => members.has(e));
+  };
+  // First each job on free capacity of its cheapest kind, so that scarce expensive GPUs stay
+  // for the jobs that need them; then what is left on any free capacity (it is paid for).
+  const second = entries.filter((e) => !placeOnReady(st, e, true));
+  const unplaced = inBuyOrder(second).filter((e) => !placeOnReady(st, e));
+  // The same two passes over machines still booting; unplaced is already in buy-cost order.
+  const secondBooting = unplaced.filter((e) => !claim(st, st.booting, e, true));
+  const left = new Set(secondBooting.filter((e) => !claim(st, st.booting, e, false)));
+  // Buying follows the planning order again (priority, then size).
+  return entries.filter((e) => left.has(e) && !st.waitingIds.has(e.job.id));
 }
 
 function placeOnReady(st: PlanningState, e: Entry, homeOnly = false): boolean {
