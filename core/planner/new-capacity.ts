@@ -15,7 +15,17 @@ import { addExpected, claim } from './existing-capacity.ts';
 import { newMachine } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';
 import { cheapestPerGpu, groupsAtMax, noGroupLaunches, offeringsAvoided, ordered, scaleUp } from './reasons.ts';
-import { sharedReason, unavailable, wait, type Entry, type Fit, type OfferingChoice, type PlanningState } from './state.ts';
+import {
+  perMilli,
+  sharedReason,
+  unavailable,
+  wait,
+  type Entry,
+  type Fit,
+  type OfferingChoice,
+  type OfferingInfo,
+  type PlanningState,
+} from './state.ts';
 
 /** A job that could not be bought for, and why (the preemption phase may still make room for it). */
 export interface Stuck {
@@ -90,14 +100,11 @@ function chooseOffering(st: PlanningState, e: Entry, demand: Demand): OfferingCh
 function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): OfferingChoice | { ok: false; reason: Reason } {
   let best: { info: OfferingChoice['info']; gs: OfferingChoice['gs']; factor: number; eff: number; fill: number } | undefined;
   let sawAtMax = false;
-  let sawUnavailable = false;
-  for (const [key, factor] of e.cls.eligible) {
-    const info = st.offerings.get(key);
-    if (!info || info.groups.length === 0) continue;
-    if (unavailable(st.s, info.offering.id)) {
-      sawUnavailable = true;
-      continue;
-    }
+  const { pools, sawUnavailable } = buyablePools(st, e.cls);
+  for (const { key, factor, info, floor } of pools) {
+    // A machine's expected cost per GPU-thousandth used is at least its price per GPU-thousandth
+    // (fill ≤ capacity, rework ≥ 0): past a floor above the best, nothing can win.
+    if (best && floor > best.eff + 1e-9) break;
     const gs = info.groups.find((g) => g.room >= e.cls.nodes);
     if (!gs) {
       sawAtMax = true;
@@ -119,6 +126,32 @@ function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): Offerin
   }
   const why = cheapestPerGpu(best.eff, best.factor, best.fill, best.info.type.gpuCount);
   return { ok: true, info: best.info, gs: best.gs, factor: best.factor, why };
+}
+
+/**
+ * The pools a class may buy from (groups can launch them and they are not avoided), cheapest
+ * per GPU first, each with its price floor per GPU-thousandth; and whether some were avoided.
+ * Fixed for the plan (offerings and avoidance do not change while it is made), so worked out once.
+ */
+function buyablePools(st: PlanningState, cls: Entry['cls']) {
+  let found = st.buyable.get(cls);
+  if (!found) {
+    const pools: { key: string; factor: number; info: OfferingInfo; floor: number }[] = [];
+    let sawUnavailable = false;
+    for (const [key, factor] of cls.eligible) {
+      const info = st.offerings.get(key);
+      if (!info || info.groups.length === 0) continue;
+      if (unavailable(st.s, info.offering.id)) {
+        sawUnavailable = true;
+        continue;
+      }
+      pools.push({ key, factor, info, floor: perMilli(info, 1) });
+    }
+    pools.sort((a, b) => a.floor - b.floor || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    found = { pools, sawUnavailable };
+    st.buyable.set(cls, found);
+  }
+  return found;
 }
 
 /** One scale-up per group that had machines bought for it, from its desired size (or what a cancellation set it to). */

@@ -135,6 +135,11 @@ export class PlanningState {
    */
   readonly searchKeys = new Map<JobClass, { readonly any: number; readonly homes: number }>();
   readonly searchIds = new Map<string, number>();
+  /** Per class, the pools it may buy from, cheapest per GPU first (see new-capacity.ts). */
+  readonly buyable = new Map<
+    JobClass,
+    { readonly pools: readonly { key: string; factor: number; info: OfferingInfo; floor: number }[]; readonly sawUnavailable: boolean }
+  >();
   /** The last offering chosen for a class, valid while the waiting demand's epoch stands. */
   readonly choiceCache = new Map<JobClass, { epoch: number; choice: OfferingChoice }>();
 
