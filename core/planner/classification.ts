@@ -114,6 +114,7 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
   let sawType = false;
   const restartSec = s.policy.expectedBootSec + s.policy.restoreSec;
   const representative = { ...job, spec: { ...spec, expectedRuntimeSec: 2 ** workBucket }, checkpoint: undefined } as Job;
+  const factorByRisk = new Map<number, number>();
   for (const info of st.allOfferings) {
     const o = info.offering;
     if (!typeCanHold(info.type, spec.gpu, info.migEnabled)) continue;
@@ -123,7 +124,12 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
     if (!placementAllowed(spec.placement, o)) continue;
     let factor = 1;
     if (o.capacityType === 'spot') {
-      factor = jobSpotFactor(representative, info.riskPerHour, { defaultRuntimeSec: s.policy.defaultRuntimeSec, restartSec });
+      // Pools share a few interruption rates (the Advisor's bands): one factor per rate.
+      factor = factorByRisk.get(info.riskPerHour) ?? NaN;
+      if (Number.isNaN(factor)) {
+        factor = jobSpotFactor(representative, info.riskPerHour, { defaultRuntimeSec: s.policy.defaultRuntimeSec, restartSec });
+        factorByRisk.set(info.riskPerHour, factor);
+      }
       // Spot is not chosen when its expected cost, rework included, is higher than on-demand.
       if (!Number.isFinite(factor) || (capacity !== 'spot' && info.onDemandPrice > 0 && info.price * factor > info.onDemandPrice)) continue;
     }
