@@ -7,20 +7,13 @@ import type { Plan, PlanAction } from '../../core/plan.ts';
 import { plan } from '../../core/planner/planner.ts';
 import type { Snapshot } from '../../core/snapshot.ts';
 import { aGroup, aJob, aNode, anOffering, aSnapshot, aTeam, INSTANCE_TYPES, PRICES, T0 } from '../builders.ts';
+import { running } from './planner/support.ts';
 
 const placements = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { kind: 'place' }> => a.kind === 'place');
 const scaleUps = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { kind: 'scale-up' }> => a.kind === 'scale-up');
 const preempts = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { kind: 'preempt' }> => a.kind === 'preempt');
 const waitingCode = (p: Plan, id: string) => p.waiting.find((w) => w.jobId === id)?.reason.code;
 const placedOn = (p: Plan, id: string) => placements(p).find((a) => a.jobId === id)?.placement.nodes;
-const running = (id: string, nodeId: string, a: Omit<NodeAssignment, 'nodeId'>, extra: Parameters<typeof aJob>[0] = {}) =>
-  aJob({
-    id,
-    state: 'running',
-    startedAtMs: T0 - 3_600_000,
-    placement: { nodes: [{ nodeId, ...a }], capacityType: 'on-demand' },
-    ...extra,
-  });
 
 describe('planner: GPU shapes', () => {
   it('packs time-sliced shares onto one GPU within its time and memory', () => {
