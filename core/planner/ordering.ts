@@ -26,7 +26,10 @@ export function fairShareOrder<E extends { readonly job: Job; readonly team: str
   const out: E[] = [];
   for (const priority of [...byPriority.keys()].sort((a, b) => b - a)) {
     const queues = new Map<string, E[]>();
-    for (const e of byPriority.get(priority)!.sort((a, b) => jobOrder(a.job, b.job))) {
+    // jobOrder within one priority (longest waiting, then id), on keys read once per job.
+    const keyed = byPriority.get(priority)!.map((e) => ({ e, queuedAtMs: e.job.queuedAtMs, id: e.job.id }));
+    keyed.sort((a, b) => a.queuedAtMs - b.queuedAtMs || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    for (const { e } of keyed) {
       const q = queues.get(e.team) ?? [];
       q.push(e);
       queues.set(e.team, q);
