@@ -6,12 +6,11 @@
  * restarts), nor work that started within the cool-down. Returns preempt actions only; it must
  * not let the machine go (scale-in does, once it is empty).
  */
-import { remainingWorkSec } from '../cost-model.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { PlanAction } from '../plan.ts';
 import { commitFit, isEmpty, tryFit, usedMilli, type NodeCapacity } from './capacity.ts';
 import { consolidated } from './reasons.ts';
-import { lostWorkSec, shareOf, type PlanningState } from './state.ts';
+import { lostWorkSec, shareOf, workLeftSec, type PlanningState } from './state.ts';
 
 /** `removed`: machines this plan already lets go. */
 export function consolidate(st: PlanningState, removed: ReadonlySet<string>): PlanAction[] {
@@ -44,10 +43,9 @@ export function consolidate(st: PlanningState, removed: ReadonlySet<string>): Pl
       commitFit(target, tryFit(target, h.job.spec.gpu)!);
     }
     if (!allFit) continue;
-    const remainingSec = Math.min(
-      ...holders.map((h) => remainingWorkSec(h.job, s.policy) - Math.max(0, (s.nowMs - (h.job.startedAtMs ?? s.nowMs)) / 1000)),
-    );
-    const savingMicroUsd = (node.priceMicroUsdPerHour * Math.max(0, remainingSec)) / 3600;
+    // The machine is freed when its shortest job would have ended anyway.
+    const remainingSec = Math.min(...holders.map((h) => workLeftSec(s, h.job)));
+    const savingMicroUsd = (node.priceMicroUsdPerHour * remainingSec) / 3600;
     const restartMicroUsd = holders.reduce(
       (sum, h) => sum + ((lostWorkSec(s, h.job) + s.policy.restoreSec) * shareOf(node, milliGpusUsed(h.job.spec.gpu), 1)) / 3600,
       0,
