@@ -1,9 +1,9 @@
-import { makeOffering, type Offering } from '../../core/catalog.ts';
+import type { Offering } from '../../core/catalog.ts';
 import { gpuModelMatches, type GpuModel } from '../../core/gpu.ts';
 import type { Job } from '../../core/job.ts';
 import type { MicroUsd } from '../../core/money.ts';
 import type { SimEnvironment } from './environment.ts';
-import type { SimGroupConfig } from './sim-cloud.ts';
+import { groupOfferings, type SimGroupConfig } from './sim-cloud.ts';
 
 /**
  * The yardsticks a replay's cost is read against. Both price only useful work (no idle machine,
@@ -30,14 +30,10 @@ export interface FloorPool {
 export function floorPools(env: SimEnvironment, groups: readonly SimGroupConfig[]): FloorPool[] {
   const out: FloorPool[] = [];
   for (const g of groups) {
-    for (const type of g.instanceTypes) {
-      const it = env.catalog.instanceTypes.get(type);
-      if (!it) continue;
-      for (const zone of g.zones) {
-        const o = { cloud: g.cloud ?? 'aws', region: zone.replace(/[a-z]$/, ''), zone, instanceType: type, capacityType: g.capacityType };
-        const p = env.priceOf(o);
-        if (p) out.push({ offering: makeOffering(o), model: it.gpuModel, spot: g.capacityType === 'spot', perGpu: p.price / it.gpuCount });
-      }
+    for (const offering of groupOfferings(g)) {
+      const it = env.catalog.instanceTypes.get(offering.instanceType);
+      const p = it ? env.priceOf(offering) : undefined;
+      if (it && p) out.push({ offering, model: it.gpuModel, spot: g.capacityType === 'spot', perGpu: p.price / it.gpuCount });
     }
   }
   return out;

@@ -103,13 +103,13 @@ export class SimCloud implements NodeGroupProvider {
   constructor(private readonly options: SimCloudOptions) {
     this.cloud = options.groups[0]?.cloud ?? 'aws';
     for (const g of options.groups) {
-      const cloud = g.cloud ?? 'aws';
-      const offerings = g.instanceTypes.flatMap((t) =>
-        g.zones.map((zone) =>
-          makeOffering({ cloud, region: regionOfZone(cloud, zone), zone, instanceType: t, capacityType: g.capacityType }),
-        ),
-      );
-      this.groups.set(g.id, { config: g, offerings, desired: g.desiredCapacity ?? g.minSize, nextZone: 0, lastFailureAtMs: new Map() });
+      this.groups.set(g.id, {
+        config: g,
+        offerings: groupOfferings(g),
+        desired: g.desiredCapacity ?? g.minSize,
+        nextZone: 0,
+        lastFailureAtMs: new Map(),
+      });
     }
   }
 
@@ -506,4 +506,12 @@ export class SimProvider implements NodeGroupProvider {
     if (this.world.cloudOf(input.groupId) !== this.cloud) return;
     return this.world.completeLifecycleAction(input);
   }
+}
+
+/** The offerings a simulated group launches: each of its instance types in each of its zones. */
+export function groupOfferings(g: SimGroupConfig): Offering[] {
+  const cloud = g.cloud ?? 'aws';
+  return g.instanceTypes.flatMap((t) =>
+    g.zones.map((zone) => makeOffering({ cloud, region: regionOfZone(cloud, zone), zone, instanceType: t, capacityType: g.capacityType })),
+  );
 }

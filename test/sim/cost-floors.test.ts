@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { makeOffering } from '../../core/catalog.ts';
-import { AvailabilityLowerBound, spotFloorCost, type FloorPool } from '../../cloud/sim/cost-floors.ts';
+import { shippedCatalog } from '../../cloud/catalog/all-shipped.ts';
+import { AvailabilityLowerBound, floorPools, spotFloorCost, type FloorPool } from '../../cloud/sim/cost-floors.ts';
+import type { SimEnvironment } from '../../cloud/sim/environment.ts';
+import { groupOfferings, type SimGroupConfig } from '../../cloud/sim/sim-cloud.ts';
 import { aJob } from '../builders.ts';
 
 const pool = (zone: string, capacityType: 'spot' | 'on-demand', perGpu: number): FloorPool => ({
@@ -36,5 +39,23 @@ describe('the yardsticks of a replay', () => {
     const idle = aJob({ id: 'cv.idle', spec: { interruptible: true } });
     bound.note(0, HOUR, [a100, idle]);
     expect(bound.cost([a100, idle], new Map([[a100.id, HOUR]]))).toBe(0);
+  });
+});
+
+describe('the yardsticks’ pools', () => {
+  it('are the offerings the simulated groups launch, GCP regions included (us-central1-a is in us-central1)', () => {
+    const env = { catalog: shippedCatalog(), priceOf: () => ({ price: 4_000_000, onDemand: 4_000_000 }) } as unknown as SimEnvironment;
+    const gcp: SimGroupConfig = {
+      id: 'a100-spot',
+      cloud: 'gcp',
+      instanceTypes: ['a2-highgpu-1g'],
+      zones: ['us-central1-a'],
+      capacityType: 'spot',
+      minSize: 0,
+      maxSize: 4,
+    };
+    const pools = floorPools(env, [gcp]);
+    expect(pools.map((p) => p.offering)).toEqual(groupOfferings(gcp));
+    expect(pools[0]).toMatchObject({ offering: { region: 'us-central1', zone: 'us-central1-a' }, model: 'A100-40GB', spot: true });
   });
 });
