@@ -7,7 +7,7 @@ import type { GpuRequest } from '../../core/gpu.ts';
 import { popcount } from '../../core/planner/capacity.ts';
 import { classify } from '../../core/planner/classification.ts';
 import { indexSnapshot } from '../../core/planner/planner.ts';
-import { unavailable, unitOf } from '../../core/planner/state.ts';
+import { unavailable, unitOf, type Entry, type PlanningState } from '../../core/planner/state.ts';
 import type { Snapshot } from '../../core/snapshot.ts';
 
 export interface CapacityProblem {
@@ -35,6 +35,21 @@ export interface CapacityProblem {
    * of partly used GPUs (shares only); `mig` bins the free memory slices of MIG GPUs (MIG only).
    */
   readonly live: readonly Bin[];
+  /**
+   * The same free room machine by machine, for the exact bound on live capacity: each ready
+   * machine's untouched GPUs and each of its partly shared GPUs on their own (MIG room stays in
+   * the `mig` bins of `live`).
+   */
+  readonly machines: readonly LiveMachine[];
+}
+
+export interface LiveMachine {
+  readonly pool: string;
+  /** GPUs with nothing on them, and the memory of each. */
+  readonly freeWhole: number;
+  readonly gpuMemoryMiB: number;
+  /** Partly shared GPUs: the time and memory each has left. */
+  readonly shared: readonly { readonly freeMilli: number; readonly freeMemoryMiB: number }[];
 }
 
 interface Bin {
@@ -50,7 +65,12 @@ type ProblemClass = CapacityProblem['classes'][number] & { count: number };
 
 export function capacityProblem(snapshot: Snapshot): CapacityProblem {
   const st = indexSnapshot(snapshot);
-  const entries = classify(st);
+  return problemOf(st, classify(st));
+}
+
+/** The problem of the given waiting work on a planning state's ready room and pools as they stand. */
+export function problemOf(st: PlanningState, entries: readonly Entry[]): CapacityProblem {
+  const snapshot = st.s;
   const classes = new Map<string, ProblemClass>();
   for (const e of entries) {
     if (e.cls.eligible.size === 0) continue;
@@ -72,7 +92,16 @@ export function capacityProblem(snapshot: Snapshot): CapacityProblem {
     }
     return b;
   };
+  const machines: LiveMachine[] = [];
   for (const n of st.ready.allNodes()) {
+    const shared = n.gpus.filter((g) => !g.mig && !g.whole && g.freeMilli > 0 && g.freeMilli < 1000);
+    if (n.freeWhole > 0 || shared.length > 0)
+      machines.push({
+        pool: n.poolKey,
+        freeWhole: n.freeWhole,
+        gpuMemoryMiB: n.gpus[0]?.memoryMiB ?? 0,
+        shared: shared.map((g) => ({ freeMilli: g.freeMilli, freeMemoryMiB: g.freeMemoryMiB })),
+      });
     if (n.freeWhole > 0) {
       const b = bin(n.poolKey, 'whole', n.freeWhole);
       b.machines++;
@@ -96,5 +125,5 @@ export function capacityProblem(snapshot: Snapshot): CapacityProblem {
     gpuMemoryMiB: info.type.gpuMemoryMiB,
     room: unavailable(snapshot, info.offering.id) ? 0 : info.groups.reduce((sum, g) => sum + g.room, 0),
   }));
-  return { classes: [...classes.values()], pools, live: [...bins.values()] };
+  return { classes: [...classes.values()], pools, live: [...bins.values()], machines };
 }
