@@ -20,8 +20,8 @@ export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]
     const unplaced = entries.filter((e) => !placeOnReady(st, e));
     return unplaced.filter((e) => !claim(st, st.booting, e, false) && !st.waitingIds.has(e.job.id));
   }
-  // Free capacity that is nobody's cheapest kind goes to the work that would cost most to buy for:
-  // the order is worked out once; a subset taken in it is that subset sorted the same way.
+  // Free capacity that is nobody's cheapest kind goes to the work that would cost most per GPU to
+  // buy for: the order is worked out once; a subset taken in it is that subset sorted the same way.
   const buyOrder = byBuyCost(st, entries);
   const inBuyOrder = (subset: readonly Entry[]) => {
     const members = new Set(subset);
@@ -166,10 +166,12 @@ function placementOf(st: PlanningState, e: Entry, fits: readonly Fit[]): Placeme
 }
 
 /**
- * The work whose cheapest new capacity costs most per job first: free capacity left after
- * every job had its cheapest kind goes where it saves the most. Used only when capacity is
- * not scarce, when every job gets a machine within a boot time and the order decides cost,
- * not who runs; priority breaks ties.
+ * The work whose cheapest new capacity costs most per GPU first: every GPU-thousandth of free
+ * room saves what the work on it would cost to buy for, so the room goes first to the work
+ * that is dearest per unit of room (the greedy order of a fractional knapsack). Among equals,
+ * the work with the fewest pools to go to first: the more flexible work can still use room
+ * elsewhere. Used only when capacity is not scarce, when every job gets a machine within a boot
+ * time and the order decides cost, not who runs; priority breaks the remaining ties.
  */
 function byBuyCost(st: PlanningState, entries: readonly Entry[]): Entry[] {
   const cost = (e: Entry) => {
@@ -180,12 +182,12 @@ function byBuyCost(st: PlanningState, entries: readonly Entry[]): Entry[] {
         const info = st.offerings.get(key);
         if (info && info.groups.length > 0) best = Math.min(best, perMilli(info, factor));
       }
-      c = Number.isFinite(best) ? best * unitOf(e.cls) * e.cls.nodes : 0;
+      c = Number.isFinite(best) ? best : 0;
       st.buyCostCache.set(e.cls, c);
     }
     return c;
   };
-  const keyed = entries.map((e, i) => ({ e, i, c: cost(e) }));
-  keyed.sort((a, b) => b.c - a.c || b.e.job.spec.priority - a.e.job.spec.priority || a.i - b.i);
+  const keyed = entries.map((e, i) => ({ e, i, c: cost(e), pools: e.cls.eligible.size }));
+  keyed.sort((a, b) => b.c - a.c || a.pools - b.pools || b.e.job.spec.priority - a.e.job.spec.priority || a.i - b.i);
   return keyed.map((k) => k.e);
 }

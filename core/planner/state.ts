@@ -120,6 +120,7 @@ export class PlanningState {
   // ---- derived-fact caches
   readonly homeCache = new Map<JobClass, Set<string>>();
   readonly obtainableCache = new Map<JobClass, boolean>();
+  /** Per class, its cheapest expected price per GPU-thousandth to buy (see byBuyCost). */
   readonly buyCostCache = new Map<JobClass, number>();
   readonly searchCache = new Map<CapacityIndex, Map<ReadonlyMap<string, number>, { version: number; keys: string[] }>>();
   readonly reasonCache = new Map<unknown, Reason>();

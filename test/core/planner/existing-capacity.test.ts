@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { useExistingCapacity } from '../../../core/planner/existing-capacity.ts';
 import { aGroup, aJob, aNode, aTeam } from '../../builders.ts';
-import { classified, freeWhole, kinds } from './support.ts';
+import { classified, freeWhole, kinds, running } from './support.ts';
 
 describe('planner phase: existing capacity', () => {
   it('gives each job free capacity of its cheapest kind first, so dearer GPUs stay for the work that needs them', () => {
@@ -19,6 +19,36 @@ describe('planner phase: existing capacity', () => {
     expect(placed).toEqual([
       ['team-a.any', 'i-a10'],
       ['team-a.v100', 'i-v100'],
+    ]);
+  });
+
+  it("gives room that is nobody's cheapest kind to the work dearest per GPU to buy for, not per job", () => {
+    // The live V100 machine has 2 GPUs free and is no job's cheapest kind. The 2-GPU job would cost
+    // $2.84/h to buy for ($1.42 per GPU on a g5.12xlarge), each 1-GPU job $2.75/h (an A100 of a
+    // p4d). Per job the 2-GPU job is dearer, and taking the room it would leave both 1-GPU jobs to
+    // open a $21.96/h p4d; per GPU the 1-GPU jobs are dearer, and the 2-GPU job opens a $5.67/h machine.
+    const a10 = aGroup({ instanceType: 'g5.12xlarge' });
+    const a100 = aGroup({ instanceType: 'p4d.24xlarge' });
+    const v100 = aGroup({ instanceType: 'p3.16xlarge', maxSize: 1, desiredCapacity: 1 });
+    const busy = running(
+      'team-b.busy',
+      'i-v100',
+      { gpuIndices: [0, 1, 2, 3, 4, 5] },
+      { team: 'team-b', spec: { gpu: { kind: 'whole', count: 6 } } },
+    );
+    const twoGpus = aJob({ id: 'team-a.two', queuedAtMs: 0, spec: { gpu: { kind: 'whole', count: 2 } } });
+    const oneGpu = (id: string) => aJob({ id, queuedAtMs: 1, spec: { gpu: { kind: 'whole', count: 1, models: ['V100', 'A100'] } } });
+    const { st, entries } = classified({
+      groups: [a10, a100, v100],
+      nodes: [aNode('i-v100', { group: v100 })],
+      activeJobs: [busy],
+      pendingJobs: [twoGpus, oneGpu('team-a.one-1'), oneGpu('team-a.one-2')],
+    });
+    expect(useExistingCapacity(st, entries).map((e) => e.job.id)).toEqual(['team-a.two']);
+    const placed = st.actions.flatMap((a) => (a.kind === 'place' ? [[a.jobId, a.placement.nodes[0]!.nodeId]] : []));
+    expect(placed).toEqual([
+      ['team-a.one-1', 'i-v100'],
+      ['team-a.one-2', 'i-v100'],
     ]);
   });
 
