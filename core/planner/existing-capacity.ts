@@ -12,7 +12,7 @@ import { findFits, homes } from './fits.ts';
 import { commitPlacement } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';
 import { placedOnFree, sharesNewMachine, waitsForStarting } from './reasons.ts';
-import { perMilli, shareOf, sharedReason, unitOf, wait, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
+import { perMilli, shareOf, sharedReason, wait, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
 
 /** Places or parks each job it can on existing capacity; returns the jobs left to buy for, in planning order. */
 export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]): Entry[] {
