@@ -234,9 +234,11 @@ export class PoolNodes {
   private readonly byFree: Set<NodeCapacity>[];
   /** Nodes with a partly shared GPU, by that GPU's free thousandths (the largest such GPU on the node). */
   private readonly byShare: Set<NodeCapacity>[] = Array.from({ length: Math.ceil(1000 / SHARE_BUCKET) }, () => new Set<NodeCapacity>());
-  /** Nodes with MIG GPUs that have free slices. */
-  private readonly migRoom = new Set<NodeCapacity>();
-  private readonly where = new Map<NodeCapacity, { free: number; share: number }>();
+  /** Nodes with MIG GPUs that have free slices, by the room the node has free in all (thousandths of GPUs, as usedMilli counts). */
+  private readonly migRoom = new Map<number, Set<NodeCapacity>>();
+  /** The keys of migRoom, fewest free first. */
+  private migKeys: number[] = [];
+  private readonly where = new Map<NodeCapacity, { free: number; share: number; mig: number }>();
   private readonly all: NodeCapacity[] = [];
   /** Price of the pool's machines, µUSD/h (for tie-breaks between pools). */
   priceHint = 0;
@@ -274,7 +276,14 @@ export class PoolNodes {
     const was = this.where.get(node)!;
     this.byFree[was.free]?.delete(node);
     if (was.share >= 0) this.byShare[was.share]?.delete(node);
-    this.migRoom.delete(node);
+    if (was.mig >= 0) {
+      const group = this.migRoom.get(was.mig)!;
+      group.delete(node);
+      if (group.size === 0) {
+        this.migRoom.delete(was.mig);
+        this.migKeys = this.migKeys.filter((k) => k !== was.mig);
+      }
+    }
   }
 
   private file(node: NodeCapacity): void {
@@ -288,8 +297,17 @@ export class PoolNodes {
         share = Math.max(share, Math.min(this.byShare.length - 1, Math.floor(g.freeMilli / SHARE_BUCKET)));
     }
     if (share >= 0) this.byShare[share]!.add(node);
-    if (mig) this.migRoom.add(node);
-    this.where.set(node, { free, share });
+    const migAt = mig ? node.gpus.length * 1000 - usedMilli(node) : -1;
+    if (migAt >= 0) {
+      let group = this.migRoom.get(migAt);
+      if (!group) {
+        group = new Set();
+        this.migRoom.set(migAt, group);
+        this.migKeys = [...this.migKeys, migAt].sort((a, b) => a - b);
+      }
+      group.add(node);
+    }
+    this.where.set(node, { free, share, mig: migAt });
   }
 
   /** The node with the fewest free whole GPUs that still has at least `n` (first filed wins ties). */
@@ -310,9 +328,9 @@ export class PoolNodes {
     for (let k = Math.floor(milli / SHARE_BUCKET); k < this.byShare.length; k++) yield* this.byShare[k]!;
   }
 
-  /** Nodes with MIG GPUs that have free slices. */
-  migNodes(): ReadonlySet<NodeCapacity> {
-    return this.migRoom;
+  /** Nodes with MIG GPUs that have free slices, in groups of equal free room, fewest first. */
+  *migNodesByRoom(): Generator<ReadonlySet<NodeCapacity>> {
+    for (const k of this.migKeys) yield this.migRoom.get(k)!;
   }
 
   nodes(): readonly NodeCapacity[] {

@@ -121,16 +121,19 @@ function bestInPool(pool: PoolNodes, request: GpuRequest, accept?: (node: NodeCa
     }
     return undefined;
   }
-  // MIG slices: GPUs already partly used first (tryFit prefers the fullest GPU of a node), then any node.
-  let best: { fit: Fit; score: number } | undefined;
-  for (const node of pool.migNodes()) {
-    if (accept && !accept(node)) continue;
-    const assignment = tryFit(node, request);
-    if (!assignment) continue;
-    const score = freeAfter(node, assignment);
-    if (!best || score < best.score || (score === best.score && node.id < best.fit.node.id)) best = { fit: { node, assignment }, score };
+  // MIG slices: the fullest node that fits (the room a slice leaves is its node's free room less
+  // the slice), so nodes are looked at by free room, fewest first, and the first group
+  // with a fit decides (lowest id within it); tryFit prefers the fullest GPU of a node.
+  for (const group of pool.migNodesByRoom()) {
+    let best: Fit | undefined;
+    for (const node of group) {
+      if ((best && node.id >= best.node.id) || (accept && !accept(node))) continue;
+      const assignment = tryFit(node, request);
+      if (assignment) best = { node, assignment };
+    }
+    if (best) return best;
   }
-  return best?.fit;
+  return undefined;
 }
 
 /** The pools that are a class's cheapest per GPU (within 0.01%): where it is best placed. */
