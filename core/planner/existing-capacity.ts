@@ -18,7 +18,7 @@ import { perMilli, shareOf, sharedReason, wait, type Entry, type Fit, type JobCl
 export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]): Entry[] {
   if (st.scarce) {
     const unplaced = entries.filter((e) => !placeOnReady(st, e));
-    return unplaced.filter((e) => !claim(st, st.booting, e, false) && !st.waitingIds.has(e.job.id));
+    return unplaced.filter((e) => !claim(st, st.booting, e, false) && !st.waitingAt.has(e.job.id));
   }
   // Free capacity that is nobody's cheapest kind goes to the work that would cost most per GPU to
   // buy for: the order is worked out once; a subset taken in it is that subset sorted the same way.
@@ -35,7 +35,7 @@ export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]
   const secondBooting = unplaced.filter((e) => !claim(st, st.booting, e, true));
   const left = new Set(secondBooting.filter((e) => !claim(st, st.booting, e, false)));
   // Buying follows the planning order again (priority, then size).
-  return entries.filter((e) => left.has(e) && !st.waitingIds.has(e.job.id));
+  return entries.filter((e) => left.has(e) && !st.waitingAt.has(e.job.id));
 }
 
 function placeOnReady(st: PlanningState, e: Entry, homeOnly = false): boolean {

@@ -106,8 +106,7 @@ export class PlanningState {
   // ---- the plan being written
   readonly actions: PlanAction[] = [];
   readonly waiting: WaitingJob[] = [];
-  readonly waitingIds = new Set<string>();
-  /** Where each waiting job's entry is in `waiting` (the last one written for it). */
+  /** Where each waiting job's entry is in `waiting` (the last one written for it); a job is waiting when it has one. */
   readonly waitingAt = new Map<string, number>();
   readonly preempted = new Set<string>();
   plannedCount = 0;
@@ -154,7 +153,6 @@ export class PlanningState {
 
 /** Records that a job waits, and why. A hold is written as an action when it starts or its reason changes; a hold that ends is released. */
 export function wait(st: PlanningState, job: Job, why: Reason, isHold = false): void {
-  st.waitingIds.add(job.id);
   st.waitingAt.set(job.id, st.waiting.length);
   st.waiting.push({ jobId: job.id, reason: why });
   if (isHold) {
