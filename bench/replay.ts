@@ -3,7 +3,9 @@
  *
  * Every trace sample (CSV in the shared cleaned format) under every policy, on the built-in
  * simulated fleet and spot market: per trace and policy, the cost against the all-on-demand
- * baseline and against the lower bound (spot only while it could be had) and the spot floor, lost jobs, GPU-hours of rework and p95 wait. Each trace is
+ * baseline and against the lower bound (spot only while it could be had) and the spot floor, lost jobs, GPU-hours of rework,
+ * the p95 first wait, the total wait over all attempts, attempts per job and the slowdown against
+ * the same job all on-demand. Each trace is
  * replayed over its busiest H hours of submissions (default 72), for H virtual hours; the same
  * seed gives every policy the same market.
  */
@@ -12,6 +14,7 @@ import { Command } from 'commander';
 import { listOf, wholeNumber } from '../cloud/flags.ts';
 import { join } from 'node:path';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
+import { withSlowdowns } from '../cloud/sim/job-times.ts';
 import { runSimulation, SIM_POLICIES } from '../cloud/sim/simulation.ts';
 import { loadWorkload } from '../cloud/sim/workload.ts';
 
@@ -27,6 +30,11 @@ interface Row {
   reworkGpuHours: number;
   p95WaitSec: number;
   p95WaitOverOnDemandSec: number;
+  /** Time pending over all attempts, seconds. */
+  totalWaitSec: { p50: number; p95: number; p99: number; max: number };
+  attempts: { p50: number; p99: number; max: number };
+  /** Completion time ÷ the same job's all on-demand (jobs done under both); absent for the on-demand run. */
+  slowdown?: { mean: number; p95: number; p99: number; jobs: number };
   deadlineMisses: number;
 }
 
@@ -87,7 +95,7 @@ async function main(): Promise<void> {
         );
       }
       const od = results.find((r) => r.summary.policy === 'on-demand')!.summary;
-      for (const r of results) {
+      for (const r of withSlowdowns(results)) {
         const s = r.summary;
         const row: Row = {
           trace: workload.name,
@@ -101,6 +109,23 @@ async function main(): Promise<void> {
           reworkGpuHours: s.reworkGpuHours,
           p95WaitSec: Math.round(s.p95WaitSec),
           p95WaitOverOnDemandSec: Math.round(s.p95WaitSec - od.p95WaitSec),
+          totalWaitSec: {
+            p50: Math.round(s.jobTimes.totalWaitSec.p50),
+            p95: Math.round(s.jobTimes.totalWaitSec.p95),
+            p99: Math.round(s.jobTimes.totalWaitSec.p99),
+            max: Math.round(s.jobTimes.totalWaitSec.max),
+          },
+          attempts: { p50: s.jobTimes.attempts.p50, p99: s.jobTimes.attempts.p99, max: s.jobTimes.attempts.max },
+          ...(s.slowdownVsOnDemand
+            ? {
+                slowdown: {
+                  mean: round(s.slowdownVsOnDemand.mean),
+                  p95: round(s.slowdownVsOnDemand.p95),
+                  p99: round(s.slowdownVsOnDemand.p99),
+                  jobs: s.slowdownVsOnDemand.jobs,
+                },
+              }
+            : {}),
           deadlineMisses: s.deadlineMisses,
         };
         rows.push(row);
@@ -130,6 +155,9 @@ function print(r: Row, header: boolean): void {
         'rework GPU-h'.padStart(13),
         'p95 wait'.padStart(9),
         'vs OD'.padStart(7),
+        'total wait p99'.padStart(15),
+        'attempts p99/max'.padStart(17),
+        'slowdown mean/p99'.padStart(18),
         'dl miss'.padStart(8),
       ].join(' '),
     );
@@ -146,6 +174,9 @@ function print(r: Row, header: boolean): void {
       r.reworkGpuHours.toFixed(1).padStart(13),
       `${(r.p95WaitSec / 60).toFixed(1)}m`.padStart(9),
       `${r.p95WaitOverOnDemandSec >= 0 ? '+' : ''}${(r.p95WaitOverOnDemandSec / 60).toFixed(1)}m`.padStart(7),
+      `${(r.totalWaitSec.p99 / 60).toFixed(1)}m`.padStart(15),
+      `${r.attempts.p99} / ${r.attempts.max}`.padStart(17),
+      (r.slowdown ? `${r.slowdown.mean.toFixed(3)}× / ${r.slowdown.p99.toFixed(2)}×` : '-').padStart(18),
       String(r.deadlineMisses).padStart(8),
     ].join(' '),
   );

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { budgetStatus, isValidTeamId } from '../core/budget.ts';
 import { periodBounds, periodKey } from '../core/period.ts';
-import { ACTIVE_STATES, assignmentMilliGpu, JOB_STATES, type Job, type JobState } from '../core/job.ts';
+import { ACTIVE_STATES, assignmentMilliGpu, firstWaitMs, JOB_STATES, waitMsSoFar, type Job, type JobState } from '../core/job.ts';
 import { checkJobSpec, type JobSpecInput } from '../core/job-spec.ts';
 import { milliGpusUsed } from '../core/gpu.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
@@ -171,13 +171,17 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
     for (const j of jobs) byState.set(j.state, [...(byState.get(j.state) ?? []), j]);
     const stateRows = JOB_STATES.filter((s) => byState.has(s)).map((s) => {
       const list = byState.get(s)!;
-      const waits = list.map((j) => (s === 'pending' ? now - j.queuedAtMs : j.waitedMs) / 1000).sort((a, b) => a - b);
+      const first = list.map((j) => firstWaitMs(j, now) / 1000).sort((a, b) => a - b);
+      const total = list.map((j) => waitMsSoFar(j, now) / 1000).sort((a, b) => a - b);
       return {
         state: s,
         jobs: list.length,
         gpus: list.reduce((a, j) => a + gpusOf(j), 0),
-        medianWaitSec: waits[Math.floor(waits.length / 2)] ?? 0,
-        longestWaitSec: waits[waits.length - 1] ?? 0,
+        /** Submission to first start (to now for a job that never started). */
+        medianFirstWaitSec: first[Math.floor(first.length / 2)] ?? 0,
+        /** Time pending over all attempts, the current wait included. */
+        medianTotalWaitSec: total[Math.floor(total.length / 2)] ?? 0,
+        longestTotalWaitSec: total[total.length - 1] ?? 0,
       };
     });
     // The node groups may be unreachable (permissions, a region without them): the rest still shows.
@@ -254,8 +258,15 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       out.push(
         stateRows.length
           ? table(
-              ['state', 'jobs', 'GPUs', 'median wait', 'longest wait'],
-              stateRows.map((r) => [r.state, r.jobs, fmtGpus(r.gpus), duration(r.medianWaitSec), duration(r.longestWaitSec)]),
+              ['state', 'jobs', 'GPUs', 'median first wait', 'median total wait', 'longest total wait'],
+              stateRows.map((r) => [
+                r.state,
+                r.jobs,
+                fmtGpus(r.gpus),
+                duration(r.medianFirstWaitSec),
+                duration(r.medianTotalWaitSec),
+                duration(r.longestTotalWaitSec),
+              ]),
             )
           : '  (none)',
       );
@@ -331,7 +342,15 @@ function jobLines(job: Job, now: number): [string, string][] {
     ['attempt', String(job.attempt)],
     ['submitted', new Date(job.submittedAtMs).toISOString()],
   ];
-  if (job.state === 'pending') lines.push(['waiting', duration((now - job.queuedAtMs) / 1000)]);
+  if (job.state === 'pending') lines.push(['waiting now', duration((now - job.queuedAtMs) / 1000)]);
+  if (job.state !== 'rejected')
+    lines.push(
+      [
+        'first wait',
+        `${duration(firstWaitMs(job, now) / 1000)} (submission to ${job.firstStartedAtMs !== undefined ? 'first start' : 'now, not started yet'})`,
+      ],
+      ['total wait', `${duration(waitMsSoFar(job, now) / 1000)} (pending over ${job.attempt} attempt(s))`],
+    );
   if (job.spec)
     lines.push(
       ['GPUs', `${fmtGpus(gpusOf(job))} (${job.spec.gpu.kind}${job.spec.gpu.models ? ` ${job.spec.gpu.models.join('/')}` : ''})`],

@@ -63,7 +63,7 @@ export function renderHtmlReport(run: SimulateRun): string {
   const compareRows = all
     .map((r) => {
       const x = r.summary;
-      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${od > 0 ? (x.costMicroUsd / od).toFixed(3) : '-'}×</td><td>${x.lowerBoundCostMicroUsd > 0 ? (x.costMicroUsd / x.lowerBoundCostMicroUsd).toFixed(3) : '-'}×</td><td>${x.spotFloorCostMicroUsd > 0 ? (x.costMicroUsd / x.spotFloorCostMicroUsd).toFixed(3) : '-'}×</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
+      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${od > 0 ? (x.costMicroUsd / od).toFixed(3) : '-'}×</td><td>${x.lowerBoundCostMicroUsd > 0 ? (x.costMicroUsd / x.lowerBoundCostMicroUsd).toFixed(3) : '-'}×</td><td>${x.spotFloorCostMicroUsd > 0 ? (x.costMicroUsd / x.spotFloorCostMicroUsd).toFixed(3) : '-'}×</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${(x.jobTimes.totalWaitSec.p99 / 60).toFixed(1)} min</td><td>${x.jobTimes.attempts.p99} / ${x.jobTimes.attempts.max}</td><td>${x.slowdownVsOnDemand ? `${x.slowdownVsOnDemand.mean.toFixed(3)}×` : '-'}</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
     })
     .join('');
   const events = main.budgetEvents
@@ -93,13 +93,16 @@ ${kv('jobs completed / failed / lost', `${s.completed} / ${s.failed} / ${s.lost}
 ${kv('still running / pending at the end', `${s.runningAtEnd} / ${s.pendingAtEnd}`)}
 ${kv('GPU-hours used / paid (utilisation)', `${s.gpuHoursUsed.toFixed(1)} / ${s.gpuHoursPaid.toFixed(1)} (${s.utilizationPct.toFixed(1)}%)`)}
 ${kv('cost', `${formatUsd(s.costMicroUsd)} — ${od > 0 ? (s.costMicroUsd / od).toFixed(3) : '-'}× all on-demand (${formatUsd(od)}), ${s.lowerBoundCostMicroUsd > 0 ? (s.costMicroUsd / s.lowerBoundCostMicroUsd).toFixed(3) : '-'}× the lower bound (${formatUsd(s.lowerBoundCostMicroUsd)}: useful work, spot only while it could be had), ${s.spotFloorCostMicroUsd > 0 ? (s.costMicroUsd / s.spotFloorCostMicroUsd).toFixed(3) : '-'}× the spot floor (${formatUsd(s.spotFloorCostMicroUsd)}: all at spot)`)}
-${kv('queue wait p50 / p95', `${(s.p50WaitSec / 60).toFixed(1)} / ${(s.p95WaitSec / 60).toFixed(1)} min`)}
+${kv('first wait (submit to first start) p50 / p95', `${(s.p50WaitSec / 60).toFixed(1)} / ${(s.p95WaitSec / 60).toFixed(1)} min`)}
+${kv('total wait (all attempts) p50 / p95 / p99 / max', [s.jobTimes.totalWaitSec.p50, s.jobTimes.totalWaitSec.p95, s.jobTimes.totalWaitSec.p99, s.jobTimes.totalWaitSec.max].map((v) => `${(v / 60).toFixed(1)}`).join(' / ') + ' min')}
+${kv('attempts per job p50 / p99 / max', `${s.jobTimes.attempts.p50} / ${s.jobTimes.attempts.p99} / ${s.jobTimes.attempts.max}`)}
+${kv('completion ÷ the same job all on-demand (mean / p95 / p99)', s.slowdownVsOnDemand ? `${s.slowdownVsOnDemand.mean.toFixed(3)} / ${s.slowdownVsOnDemand.p95.toFixed(2)} / ${s.slowdownVsOnDemand.p99.toFixed(2)} over ${s.slowdownVsOnDemand.jobs} jobs` : '-')}
 ${kv('spot interruptions / jobs requeued / checkpoints', `${s.interruptions} / ${s.requeues} / ${s.checkpoints}`)}
 ${kv('lost work (rework)', `${s.reworkGpuHours.toFixed(1)} GPU-h`)}
 ${kv('deadline jobs / misses', `${s.deadlineJobs} / ${s.deadlineMisses}`)}
 </table>
 <h2>Against the alternatives (same trace, same seed, same spot market)</h2>
-<table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>wait p95</th><th>lost</th><th>rework GPU-h</th><th>interruptions</th><th>deadline misses</th></tr>${compareRows}</table>
+<table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>first wait p95</th><th>total wait p99</th><th>attempts p99 / max</th><th>slowdown (mean)</th><th>lost</th><th>rework GPU-h</th><th>interruptions</th><th>deadline misses</th></tr>${compareRows}</table>
 <h2>Charts</h2>
 <div class="grid">${fleet}${gpus}${queue}${cost}</div>
 <h2>Spend against budget</h2>

@@ -22,6 +22,7 @@ import {
 } from '../cloud/sim/simulation.ts';
 import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
+import { withSlowdowns, type Spread } from '../cloud/sim/job-times.ts';
 import { UsageError } from '../core/errors.ts';
 import { duration, keyValues, money, pct, table } from './format.ts';
 import { renderHtmlReport, type SimulateRun } from './report-html.ts';
@@ -110,7 +111,8 @@ export async function simulateCommand(
     bar?.update((i + 1) * Math.ceil(hours), { policy: p });
   }
   bar?.stop();
-  const run: SimulateRun = { main: results[0]!, baselines: results.slice(1) };
+  const compared = withSlowdowns(results);
+  const run: SimulateRun = { main: compared[0]!, baselines: compared.slice(1) };
   const summary = jsonSummary(run);
   if (flags.out) {
     const dir = resolve(flags.out);
@@ -196,8 +198,15 @@ export function renderReport(run: SimulateRun): string {
       ['utilisation', pct(s.utilizationPct)],
       ['peak fleet', `${s.peakGpus} GPUs`],
       ['machines launched', String(s.machinesLaunched)],
-      ['queue wait p50', duration(s.p50WaitSec)],
-      ['queue wait p95', duration(s.p95WaitSec)],
+      ['first wait (submit to first start) p50 / p95', `${duration(s.p50WaitSec)} / ${duration(s.p95WaitSec)}`],
+      ['total wait (all attempts) p50 / p95 / p99 / max', spreadOf(s.jobTimes.totalWaitSec, duration)],
+      ['attempts per job p50 / p99 / max', `${s.jobTimes.attempts.p50} / ${s.jobTimes.attempts.p99} / ${s.jobTimes.attempts.max}`],
+      [
+        'completion ÷ all on-demand (mean / p95 / p99)',
+        s.slowdownVsOnDemand
+          ? `${s.slowdownVsOnDemand.mean.toFixed(2)}× / ${s.slowdownVsOnDemand.p95.toFixed(2)}× / ${s.slowdownVsOnDemand.p99.toFixed(2)}× over ${s.slowdownVsOnDemand.jobs} jobs done under both`
+          : '-',
+      ],
       ['spot interruptions', String(s.interruptions)],
       ['jobs requeued', String(s.requeues)],
       ['checkpoints', String(s.checkpoints)],
@@ -230,7 +239,10 @@ export function renderReport(run: SimulateRun): string {
             '÷ on-demand',
             '÷ lower bound',
             '÷ spot floor',
-            'wait p95',
+            'first wait p95',
+            'total wait p99',
+            'attempts p99 / max',
+            'slowdown mean',
             'lost',
             'rework GPU-h',
             'interruptions',
@@ -243,6 +255,9 @@ export function renderReport(run: SimulateRun): string {
             ratio(r.summary.costMicroUsd, r.summary.lowerBoundCostMicroUsd),
             ratio(r.summary.costMicroUsd, r.summary.spotFloorCostMicroUsd),
             duration(r.summary.p95WaitSec),
+            duration(r.summary.jobTimes.totalWaitSec.p99),
+            `${r.summary.jobTimes.attempts.p99} / ${r.summary.jobTimes.attempts.max}`,
+            r.summary.slowdownVsOnDemand ? `${r.summary.slowdownVsOnDemand.mean.toFixed(3)}×` : '-',
             r.summary.lost,
             r.summary.reworkGpuHours,
             r.summary.interruptions,
@@ -267,6 +282,10 @@ export function renderReport(run: SimulateRun): string {
 }
 
 export type { Workload };
+
+function spreadOf(x: Spread, f: (v: number) => string): string {
+  return `${f(x.p50)} / ${f(x.p95)} / ${f(x.p99)} / ${f(x.max)}`;
+}
 
 function ratio(cost: number, against: number): string {
   return against > 0 ? `${(cost / against).toFixed(3)}×` : '-';

@@ -424,7 +424,18 @@ export function jobIdFor(team: string, token: string): string {
 
 export const MAX_IDEMPOTENCY_TOKEN_LENGTH = 128;
 
-/** The time a job has waited so far, for reports. */
+/** The total wait: time pending over every attempt so far, the current wait included (boots not counted). */
 export function waitMsSoFar(job: Job, nowMs: number): number {
   return job.waitedMs + (job.state === 'pending' ? nowMs - job.queuedAtMs : 0);
+}
+
+/** The first wait: from submission to the first start, or to now (or its end) for a job that never started. */
+export function firstWaitMs(job: Job, nowMs: number): number {
+  return (job.firstStartedAtMs ?? (isTerminal(job.state) ? (job.endedAtMs ?? nowMs) : nowMs)) - job.submittedAtMs;
+}
+
+/** Attempts that started: each requeue ended one, and the current one counts once it has been placed on a machine. */
+export function attemptsRun(job: Job): number {
+  if (job.firstStartedAtMs === undefined && job.state !== 'placed') return 0;
+  return job.interruptions + (job.state === 'pending' ? 0 : 1);
 }

@@ -48,6 +48,7 @@ import { ALWAYS_OBTAINABLE, type SimGroupConfig, type SimInstance } from './sim-
 import { AvailabilityLowerBound, floorPools, spotFloorCost } from './cost-floors.ts';
 import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarket } from './spot-market.ts';
 import type { Workload, WorkloadJob } from './workload.ts';
+import { jobTimes, type JobTimes, type Slowdown } from './job-times.ts';
 
 export { SIM_POLICIES, type SimPolicyName };
 
@@ -129,8 +130,16 @@ export interface SimulationSummary {
   readonly spendErrorPct: number;
   /** Spend counted to the wrong team or not at all: Σ |ledger − exact| over teams (idle included) ÷ exact total, in percent. */
   readonly teamSpendErrorPct: number;
+  /** Submission to first start (the first wait), over accepted jobs. */
   readonly p50WaitSec: number;
   readonly p95WaitSec: number;
+  /** First wait, total wait over all attempts, and attempts per job (job-times.ts). */
+  readonly jobTimes: JobTimes;
+  /**
+   * Completion time against the same job's under the all-on-demand baseline of the same run
+   * (filled in by whoever ran both: `gpu-fleet simulate`, bench:replay).
+   */
+  readonly slowdownVsOnDemand?: Slowdown;
   /**
    * With groups in more than one cloud: the same waits over the jobs each cloud could run (some
    * group of it has a machine with the GPU model and count the job asks for). A job either
@@ -756,6 +765,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     costByTeamMicroUsd: costByTeam,
     ...spend,
     ...waits(jobs, endMs),
+    jobTimes: jobTimes(jobs, endMs),
     ...(clouds.length > 1 ? { waitByCloud: waitsByCloud(jobs, endMs, setup.groups, env) } : {}),
     interruptions,
     requeues: jobs.reduce((s, j) => s + j.interruptions, 0),
@@ -938,11 +948,8 @@ function waitsByCloud(
 }
 
 function waits(jobs: readonly Job[], endMs: number): { p50WaitSec: number; p95WaitSec: number } {
-  const w = jobs
-    .filter((j) => j.state !== 'rejected')
-    .map((j) => (j.firstStartedAtMs ?? (TERMINAL_STATES.includes(j.state) ? (j.endedAtMs ?? endMs) : endMs)) - j.submittedAtMs)
-    .sort((a, b) => a - b);
-  return { p50WaitSec: percentile(w, 0.5) / 1000, p95WaitSec: percentile(w, 0.95) / 1000 };
+  const first = jobTimes(jobs, endMs).firstWaitSec;
+  return { p50WaitSec: first.p50, p95WaitSec: first.p95 };
 }
 
 function deadlines(jobs: readonly Job[], endMs: number): { deadlineJobs: number; deadlineMisses: number } {
@@ -1015,13 +1022,6 @@ function lostJobs(submitted: readonly WorkloadJob[], jobs: readonly Job[]): numb
     const job = stored.get(jobIdFor(w.team, w.id));
     return !job || !known.has(job.state);
   }).length;
-}
-
-/** Nearest-rank percentile of sorted values (0 for none). */
-export function percentile(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return 0;
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
-  return sorted[rank]!;
 }
 
 function round4(x: number): number {

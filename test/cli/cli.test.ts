@@ -29,6 +29,11 @@ describe('gpu-fleet command', () => {
     expect(summary.spotFloorCostMicroUsd).toBeLessThanOrEqual(summary.lowerBoundCostMicroUsd);
     expect(summary.lowerBoundCostMicroUsd).toBeLessThanOrEqual(summary.costMicroUsd);
     expect(summary).not.toHaveProperty('idealCostMicroUsd');
+    // First wait, total wait over all attempts and attempts per job; the slowdown against the same jobs all on-demand.
+    expect(summary.jobTimes.totalWaitSec.max).toBeGreaterThanOrEqual(summary.jobTimes.totalWaitSec.p99);
+    expect(summary.jobTimes.attempts.max).toBeGreaterThanOrEqual(1);
+    expect(summary.slowdownVsOnDemand.jobs).toBeGreaterThan(0);
+    expect(summary.baselines['on-demand']).not.toHaveProperty('slowdownVsOnDemand');
   });
 
   it('prints a table for people', async () => {
@@ -36,7 +41,10 @@ describe('gpu-fleet command', () => {
     expect(code).toBe(0);
     expect(stdout).toMatch(/GPU-hours paid\s+[\d.]+ GPU-h/);
     expect(stdout).toMatch(/all on-demand \(baseline run\)\s+\$[\d,]+\.\d\d/);
-    expect(stdout).toMatch(/queue wait p95/);
+    expect(stdout).toMatch(/first wait \(submit to first start\) p50 \/ p95/);
+    expect(stdout).toMatch(/total wait \(all attempts\) p50 \/ p95 \/ p99 \/ max/);
+    expect(stdout).toMatch(/attempts per job p50 \/ p99 \/ max\s+\d+ \/ \d+ \/ \d+/);
+    expect(stdout).toMatch(/completion ÷ all on-demand \(mean \/ p95 \/ p99\)\s+[\d.]+×/);
     expect(stdout).toMatch(/cost ÷ lower bound\s+[\d.]+×/);
     expect(stdout).toMatch(/cost ÷ spot floor\s+[\d.]+×/);
     // The three baselines ran on the same trace and seed.

@@ -103,7 +103,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(s.groups.some((g) => g.usedGpus > 0 && g.usedGpus <= g.gpus)).toBe(true);
     expect(s.queues.map((q) => q.team)).toEqual(['nlp', 'recsys', 'speech', 'vision']);
     const human = await cli(['status', '--sim', dir, '--team', 'nlp']);
-    expect(human.stdout).toMatch(/Jobs\nstate\s+jobs\s+GPUs\s+median wait\s+longest wait/);
+    expect(human.stdout).toMatch(/Jobs\nstate\s+jobs\s+GPUs\s+median first wait\s+median total wait\s+longest total wait/);
     expect(human.stdout).toMatch(/Nodes by group\ngroup\s+cloud\s+capacity/);
   });
 
