@@ -17,7 +17,7 @@ function lived(id: string, steps: readonly (readonly ['place' | 'start' | 'reque
       type === 'place'
         ? ({ type, attempt: job.attempt, placement } as const)
         : type === 'requeue'
-          ? ({ type, attempt: job.attempt, reason: reason('spot-interrupted', 'interrupted') } as const)
+          ? ({ type, attempt: job.attempt, reason: reason('interrupted', 'the spot machine was taken back') } as const)
           : ({ type, attempt: job.attempt } as const);
     const r = transition(job, event, at);
     if (!r.ok) throw new Error(r.error);
