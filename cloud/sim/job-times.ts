@@ -5,7 +5,6 @@
  * figures per job come from core (firstWaitMs, waitMsSoFar, attemptsRun), as `status` shows them.
  */
 import { attemptsRun, firstWaitMs, waitMsSoFar, type Job } from '../../core/job.ts';
-import type { SimulationSummary } from './simulation.ts';
 
 export interface Spread {
   readonly p50: number;
@@ -82,7 +81,9 @@ export function percentile(sorted: readonly number[], q: number): number {
  * The runs of one trace and seed under several policies, each given its slowdown against the
  * all-on-demand run among them (the on-demand run itself and a set without one are unchanged).
  */
-export function withSlowdowns<R extends { readonly summary: SimulationSummary; readonly jobs: readonly Job[] }>(runs: readonly R[]): R[] {
+export function withSlowdowns<
+  R extends { readonly summary: { readonly policy: string; readonly slowdownVsOnDemand?: Slowdown }; readonly jobs: readonly Job[] },
+>(runs: readonly R[]): R[] {
   const od = runs.find((r) => r.summary.policy === 'on-demand');
   return runs.map((r) => {
     if (!od || r === od) return r;
