@@ -1,6 +1,7 @@
 import './schema.ts';
 import * as z from 'zod/mini';
 import { GPU_FAMILIES, GPU_MODELS } from './gpu.ts';
+import { migProfileProblem } from './mig.ts';
 
 /**
  * The job spec: what a person submits to a team queue. One schema, used by intake, by
@@ -58,11 +59,19 @@ export const GpuRequestSchema = z.discriminatedUnion(
       memoryMiB: int(1, 1_048_576),
       models: modelList,
     }),
-    z.strictObject({
-      kind: z.literal('mig'),
-      profile: z.string().check(z.regex(MIG_PROFILE_RE, { error: 'must be a MIG profile such as "1g.10gb", "3g.40gb" or "1g.10gb+me"' })),
-      models: modelList,
-    }),
+    z
+      .strictObject({
+        kind: z.literal('mig'),
+        profile: z.string().check(z.regex(MIG_PROFILE_RE, { error: 'must be a MIG profile such as "1g.10gb", "3g.40gb" or "1g.10gb+me"' })),
+        models: modelList,
+      })
+      .check(
+        // NVIDIA's table, not only the shape of a name: "1g.99gb" exists on no GPU.
+        z.superRefine((g, ctx) => {
+          const problem = MIG_PROFILE_RE.test(g.profile) ? migProfileProblem(g.profile, g.models) : undefined;
+          if (problem) ctx.addIssue({ code: 'custom', path: ['profile'], message: problem, input: g.profile });
+        }),
+      ),
   ],
   { error: 'must be "whole", "fraction" or "mig"' },
 );

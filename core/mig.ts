@@ -1,4 +1,4 @@
-import type { GpuModel } from './gpu.ts';
+import { gpuModelMatches, type GpuModel } from './gpu.ts';
 
 /**
  * NVIDIA Multi-Instance GPU profiles and their placement rules, restated from
@@ -150,4 +150,18 @@ export function validateMigLayout(model: GpuModel, instances: readonly { profile
     counts.set(p.name, n);
   }
   return undefined;
+}
+
+/**
+ * Why a MIG request names no real profile, or undefined: the profile must be in NVIDIA's table
+ * for some MIG-capable model (of `models`, when the request limits them). The message lists the
+ * profiles of each model that could have been meant.
+ */
+export function migProfileProblem(profile: string, models?: readonly string[]): string | undefined {
+  const candidates = (Object.keys(MIG_GPUS) as GpuModel[]).filter((m) => !models || models.some((w) => gpuModelMatches(w, m)));
+  if (candidates.length === 0)
+    return `none of the GPU models ${models!.join(', ')} supports MIG (MIG GPUs: ${Object.keys(MIG_GPUS).join(', ')})`;
+  if (candidates.some((m) => migProfile(m, profile) !== undefined)) return undefined;
+  const listed = candidates.map((m) => `${m}: ${MIG_GPUS[m]!.profiles.map((p) => p.name).join(', ')}`).join('; ');
+  return `"${profile}" is not a MIG profile of ${models ? 'the GPU models asked for' : 'any GPU'} (${listed})`;
 }

@@ -36,6 +36,16 @@ describe('job spec', () => {
     [{ ...valid, gpu: { kind: 'quantum', count: 1 } }, 'gpu.kind: must be "whole", "fraction" or "mig"'],
     [{ ...valid, gpu: { kind: 'whole', count: 1, models: ['Z100'] } }, 'gpu.models.0: unknown GPU model; allowed: K80, T4'],
     [{ ...valid, gpu: { kind: 'mig', profile: 'big' } }, 'gpu.profile: must be a MIG profile such as "1g.10gb"'],
+    // Shaped like a profile but in no GPU's table: the error lists each model's profiles.
+    [
+      { ...valid, gpu: { kind: 'mig', profile: '1g.99gb' } },
+      'gpu.profile: "1g.99gb" is not a MIG profile of any GPU (A100-40GB: 1g.5gb, 1g.5gb+me',
+    ],
+    [
+      { ...valid, gpu: { kind: 'mig', profile: '1g.5gb', models: ['H100'] } },
+      'of the GPU models asked for (H100: 1g.10gb, 1g.10gb+me, 1g.20gb',
+    ],
+    [{ ...valid, gpu: { kind: 'mig', profile: '1g.10gb', models: ['T4'] } }, 'gpu.profile: none of the GPU models T4 supports MIG'],
     [{ ...valid, gpu: { kind: 'fraction', milliGpu: 250, memoryMiB: 1024 }, nodes: 2 }, 'nodes: a multi-node gang needs whole GPUs'],
     [{ ...valid, env: { GPU_FLEET_JOB_ID: 'x' } }, 'env.GPU_FLEET_JOB_ID: GPU_FLEET_* variables are set by gpu-fleet'],
     [{ ...valid, deadline: 'friday' }, 'deadline: must be an ISO 8601 date-time'],
