@@ -11,6 +11,8 @@ import { CHART_WIDTH, colorFor, esc, lineChart, palette, stackedChart } from './
 export interface SimulateRun {
   readonly main: SimulationResult;
   readonly baselines: readonly SimulationResult[];
+  /** Wall time of the whole command: every policy's replay, loading and reports (absent for a run put together elsewhere). */
+  readonly wallMs?: number;
 }
 
 export function renderHtmlReport(run: SimulateRun): string {

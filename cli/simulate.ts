@@ -61,6 +61,7 @@ export async function simulateCommand(
   flags: SimulateFlags,
   io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WriteStream },
 ): Promise<SimulateRun> {
+  const wallStart = performance.now();
   const seed = flags.seed ?? 1;
   const hours = flags.hours ?? 72;
   const maxJobs = flags.maxJobs;
@@ -112,7 +113,7 @@ export async function simulateCommand(
   }
   bar?.stop();
   const compared = withSlowdowns(results);
-  const run: SimulateRun = { main: compared[0]!, baselines: compared.slice(1) };
+  const run: SimulateRun = { main: compared[0]!, baselines: compared.slice(1), wallMs: Math.round(performance.now() - wallStart) };
   const summary = jsonSummary(run);
   if (flags.out) {
     const dir = resolve(flags.out);
@@ -164,7 +165,14 @@ export function renderReport(run: SimulateRun): string {
     ['trace', `${s.trace} (${s.jobs.toLocaleString('en-US')} jobs)`],
     ['policy', s.policy],
     ['seed', String(s.seed)],
-    ['virtual time', `${s.virtualHours} h (wall ${(s.wallMs / 1000).toFixed(1)} s)`],
+    [
+      'virtual time',
+      `${s.virtualHours} h (wall ${(s.wallMs / 1000).toFixed(1)} s for ${s.policy}${
+        run.wallMs !== undefined && run.baselines.length > 0
+          ? `; ${(run.wallMs / 1000).toFixed(1)} s in all for ${run.baselines.length + 1} policies`
+          : ''
+      })`,
+    ],
     ...(s.faults.profile !== 'none'
       ? [
           [

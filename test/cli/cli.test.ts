@@ -40,6 +40,8 @@ describe('gpu-fleet command', () => {
     const { code, stdout } = await cli(['simulate', '--hours', '1', '--max-jobs', '10']);
     expect(code).toBe(0);
     expect(stdout).toMatch(/GPU-hours paid\s+[\d.]+ GPU-h/);
+    // The wall time of the whole command, not only the main policy's replay.
+    expect(stdout).toMatch(/wall [\d.]+ s for gpu-fleet; [\d.]+ s in all for 4 policies/);
     expect(stdout).toMatch(/all on-demand \(baseline run\)\s+\$[\d,]+\.\d\d/);
     expect(stdout).toMatch(/first wait \(submit to first start\) p50 \/ p95/);
     expect(stdout).toMatch(/total wait \(all attempts\) p50 \/ p95 \/ p99 \/ max/);
