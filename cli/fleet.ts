@@ -14,7 +14,8 @@ import type {
   BudgetTagSource,
   BudgetMemory,
 } from '../core/ports.ts';
-import { intake } from '../core/services/intake.ts';
+import { intake, repeated } from '../core/services/intake.ts';
+import { checkJobSpec, type JobSpec } from '../core/job-spec.ts';
 import { applyJobEvent } from '../core/services/job-updates.ts';
 import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
 import { DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
@@ -95,6 +96,7 @@ function openSimFleet(dir: string): Fleet {
       if (!(await env.queue.teams()).includes(team))
         throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
       const out = await intake(env, { team, body, token });
+      if (out.outcome === 'token-reused') throw new UsageError(`--token: ${out.error}`);
       dirty = true;
       const jobId = jobIdFor(team, token);
       return {
@@ -127,6 +129,12 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
     providers: ports.reconcile.providers,
     gpuMetrics: ports.gpuMetrics,
     async submit(team, body, token = randomUUID()) {
+      // Intake would not take a reused token with another spec: say so now, before the message is sent.
+      const stored = await ports.stores.jobs.get(jobIdFor(team, token));
+      if (stored) {
+        const again = repeated(stored, { team, body, token }, checkedSpec(body));
+        if (again.outcome === 'token-reused') throw new UsageError(`--token: ${again.error}`);
+      }
       const { messageId } = await ports.queue.send(team, body, token);
       return {
         jobId: jobIdFor(team, token),
@@ -153,4 +161,10 @@ export async function cancelJob(fleet: Fleet, jobId: string): Promise<{ status: 
     status: 'cancel-requested',
     message: `${jobId}: ${job.spec?.checkpoint ? 'asked to checkpoint, then ' : ''}its node's agent stops it and reports it cancelled`,
   };
+}
+
+/** The validated spec of a body the command wrote (JSON), or undefined when it is not a valid spec. */
+function checkedSpec(body: string): JobSpec | undefined {
+  const check = checkJobSpec(JSON.parse(body) as unknown);
+  return check.ok ? check.spec : undefined;
 }

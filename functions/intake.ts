@@ -67,6 +67,11 @@ export function createIntakeHandler(deps: IntakeDeps) {
           log.info('duplicate delivery: the job already exists', { jobId: out.job.id, team });
           metrics.addMetric('JobsDuplicate', MetricUnit.Count, 1);
           return out.job.id;
+        case 'token-reused':
+          // The stored job stands; a retry would meet the same answer, so the message is not failed.
+          log.warn('token reused with a different spec: not taken', { jobId: out.job.id, team, error: out.error });
+          metrics.addMetric('JobsTokenReused', MetricUnit.Count, 1);
+          return out.job.id;
         case 'rejected':
           log.warn('job rejected', { jobId: out.job.id, team, errors: out.errors });
           metrics.addMetric('JobsRejected', MetricUnit.Count, 1);

@@ -1,6 +1,6 @@
 import { isValidTeamId } from '../budget.ts';
 import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
-import { checkJobSpec } from '../job-spec.ts';
+import { checkJobSpec, type JobSpec } from '../job-spec.ts';
 import type { Clock, JobStore } from '../ports.ts';
 import { messageOf } from '../errors.ts';
 
@@ -15,6 +15,8 @@ export interface IntakeMessage {
 export type IntakeOutcome =
   | { readonly outcome: 'accepted'; readonly job: Job }
   | { readonly outcome: 'duplicate'; readonly job: Job }
+  /** The token was used before for a different spec: the stored job stands and this one is not taken (a retry cannot help). */
+  | { readonly outcome: 'token-reused'; readonly job: Job; readonly error: string }
   | { readonly outcome: 'rejected'; readonly job: Job; readonly errors: readonly string[] }
   /** Cannot be attributed to a team or given an id: the caller sends it to the dead-letter queue. */
   | { readonly outcome: 'unattributable'; readonly error: string };
@@ -22,7 +24,9 @@ export type IntakeOutcome =
 /**
  * Takes one submitted job. A valid spec becomes a pending job; a bad one a rejected job that
  * keeps the body and says what was wrong and what is allowed. Idempotent: the same token from
- * the same team makes one job, and a repeat returns `duplicate` with the stored job.
+ * the same team makes one job, and a repeat returns `duplicate` with the stored job; the same
+ * token with a different spec (compared as validated, keys in any order; a bad spec by its body)
+ * returns `token-reused` and changes nothing, as Powertools' idempotency payload validation does.
  * Store failures propagate (the caller retries them); nothing else throws.
  */
 export async function intake(ports: { jobs: JobStore; clock: Clock }, message: IntakeMessage): Promise<IntakeOutcome> {
@@ -51,12 +55,35 @@ export async function intake(ports: { jobs: JobStore; clock: Clock }, message: I
     const check = checkJobSpec(parsed);
     if (check.ok) {
       const { created, job } = await ports.jobs.create(newPendingJob({ id, team: message.team, spec: check.spec, submittedAtMs: nowMs }));
-      return created ? { outcome: 'accepted', job } : { outcome: 'duplicate', job };
+      return created ? { outcome: 'accepted', job } : repeated(job, message, check.spec);
     }
     errors = check.errors;
   }
   const { created, job } = await ports.jobs.create(
     newRejectedJob({ id, team: message.team, submittedAtMs: nowMs, errors, body: message.body }),
   );
-  return created ? { outcome: 'rejected', job, errors } : { outcome: 'duplicate', job };
+  return created ? { outcome: 'rejected', job, errors } : repeated(job, message, undefined);
+}
+
+/** A repeat of a stored submission: `duplicate` when it is the same one, `token-reused` when its spec differs. */
+export function repeated(stored: Job, message: IntakeMessage, spec: JobSpec | undefined): IntakeOutcome {
+  const same =
+    stored.state === 'rejected'
+      ? stored.rejection?.body === message.body
+      : spec !== undefined && canonical(stored.spec) === canonical(spec);
+  if (same) return { outcome: 'duplicate', job: stored };
+  return {
+    outcome: 'token-reused',
+    job: stored,
+    error: `token "${message.token}" was already used for ${stored.id} with a different spec; submit with a new token (or none) for a new job`,
+  };
+}
+
+/** JSON with every object's keys sorted, so two specs compare equal however a store ordered them. */
+function canonical(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v,
+  );
 }

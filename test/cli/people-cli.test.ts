@@ -134,6 +134,10 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     const first = json<{ jobId: string }>(await cli(args));
     expect(first.jobId).toBe('nlp.paper-1');
     expect(json<{ jobId: string; note: string }>(await cli(args)).note).toMatch(/already submitted with this token/);
+    // The same token with another spec is refused, and the first job stands.
+    const other = await cli(args.map((a) => (a === '2' ? '4' : a)));
+    expect(other.code).toBe(2);
+    expect(other.stderr).toContain('token "paper-1" was already used for nlp.paper-1 with a different spec');
     const job = json<{ state: string; spec: { command: string[]; labels: Record<string, string> } }>(
       await cli(['status', '--sim', dir, '--job', 'nlp.paper-1', '--json']),
     );

@@ -72,6 +72,20 @@ describe('intake', () => {
     expect(await e.jobs.listByState(['pending'])).toHaveLength(1);
   });
 
+  it('refuses a token used before for a different spec, and takes the same spec with its keys in another order as a repeat', async () => {
+    const e = env();
+    await intake(e, { team: 'nlp', body: JSON.stringify(spec), token: 'run-7' });
+    const reordered = JSON.stringify(Object.fromEntries(Object.entries(spec).reverse()));
+    expect(await intake(e, { team: 'nlp', body: reordered, token: 'run-7' })).toMatchObject({ outcome: 'duplicate' });
+    const other = await intake(e, { team: 'nlp', body: JSON.stringify({ ...spec, priority: 900 }), token: 'run-7' });
+    expect(other).toMatchObject({ outcome: 'token-reused', job: { id: 'nlp.run-7' } });
+    if (other.outcome === 'token-reused')
+      expect(other.error).toContain('token "run-7" was already used for nlp.run-7 with a different spec');
+    // The stored job is the first one, unchanged; a bad body under a used token is refused too.
+    expect((await e.jobs.get('nlp.run-7'))?.spec.priority).toBe(100);
+    expect(await intake(e, { team: 'nlp', body: '{', token: 'run-7' })).toMatchObject({ outcome: 'token-reused' });
+  });
+
   it('records a bad spec as rejected with the reasons and the body', async () => {
     const e = env();
     const out = await intake(e, { team: 'nlp', body: JSON.stringify({ ...spec, gpu: { kind: 'whole', count: 99 } }), token: 'bad' });
