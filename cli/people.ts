@@ -148,6 +148,8 @@ interface GroupUse {
   pending: number;
   gpus: number;
   usedMilli: number;
+  /** With --team: what that team's jobs hold on the group's nodes. */
+  teamMilli: number;
 }
 
 function heldMilli(job: Job, nodeId: string): number {
@@ -216,6 +218,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
         pending: 0,
         gpus: 0,
         usedMilli: 0,
+        teamMilli: 0,
       });
     for (const i of instances) {
       const u = use.get(i.groupId);
@@ -224,6 +227,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       else if (i.state === 'pending') u.pending++;
       u.gpus += records.get(i.id)?.gpus.length ?? 0;
       for (const j of allActive) u.usedMilli += heldMilli(j, i.id);
+      if (team) for (const j of active) u.teamMilli += heldMilli(j, i.id);
     }
     const depths: { team: string; depth?: QueueDepth; error?: string }[] = [];
     for (const t of team ? [team] : await fleet.queue.teams()) {
@@ -247,7 +251,11 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
         waitingSec: (now - j.queuedAtMs) / 1000,
         reason: j.hold ?? waitingWhy.get(j.id),
       })),
-      groups: [...use.values()].map((u) => ({ ...u, usedGpus: u.usedMilli / 1000 })),
+      groups: [...use.values()].map(({ teamMilli, ...u }) => ({
+        ...u,
+        usedGpus: u.usedMilli / 1000,
+        ...(team ? { teamGpus: teamMilli / 1000 } : {}),
+      })),
       ...(nodesError ? { nodesError } : {}),
       /** What the newest reconcile left out because its calls failed: which, since when, the last error. */
       degraded: (latest?.degraded ?? []).map((d) => ({ ...d, forSec: Math.max(0, (now - d.sinceMs) / 1000) })),
@@ -293,13 +301,13 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
             `  ${degradedName(d)}: since ${new Date(d.sinceMs).toISOString()} (${duration(d.forSec)}), last error${d.code ? ` [${d.code}]` : ''}: ${d.error}`,
           );
       }
-      out.push('', 'Nodes by group');
+      out.push('', team ? `Nodes by group (the whole fleet's; "${team} holds" is what the team's jobs hold)` : 'Nodes by group');
       for (const e of nodesErrors) out.push(`  unavailable: ${e}`);
       if (nodesErrors.length === 0 || value.groups.length > 0)
         out.push(
           value.groups.length
             ? table(
-                ['group', 'cloud', 'capacity', 'desired', 'running', 'booting', 'GPUs in use', 'use'],
+                ['group', 'cloud', 'capacity', 'desired', 'running', 'booting', 'GPUs in use', 'use', ...(team ? [`${team} holds`] : [])],
                 value.groups.map((g) => [
                   g.group,
                   g.cloud,
@@ -309,6 +317,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
                   g.pending,
                   `${fmtGpus(g.usedGpus)} of ${g.gpus}`,
                   g.gpus > 0 ? pct((100 * g.usedGpus) / g.gpus) : '-',
+                  ...(g.teamGpus !== undefined ? [`${fmtGpus(g.teamGpus)} GPUs`] : []),
                 ]),
               )
             : '  (no node groups)',

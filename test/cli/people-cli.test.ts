@@ -104,7 +104,17 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(s.queues.map((q) => q.team)).toEqual(['nlp', 'recsys', 'speech', 'vision']);
     const human = await cli(['status', '--sim', dir, '--team', 'nlp']);
     expect(human.stdout).toMatch(/Jobs\nstate\s+jobs\s+GPUs\s+median first wait\s+median total wait\s+longest total wait/);
-    expect(human.stdout).toMatch(/Nodes by group\ngroup\s+cloud\s+capacity/);
+    expect(human.stdout).toMatch(
+      /Nodes by group \(the whole fleet's; "nlp holds" is what the team's jobs hold\)\ngroup\s+cloud\s+capacity.*nlp holds/,
+    );
+    // With --team, each group also says what that team holds there: never more than the group's use, and in all what its jobs hold.
+    const mine = json<{ groups: { usedGpus: number; teamGpus: number }[]; jobs: { state: string; gpus: number }[] }>(
+      await cli(['status', '--sim', dir, '--team', 'nlp', '--json']),
+    );
+    for (const g of mine.groups) expect(g.teamGpus).toBeLessThanOrEqual(g.usedGpus);
+    const held = mine.jobs.filter((r) => ['placed', 'running', 'checkpointing'].includes(r.state)).reduce((a, r) => a + r.gpus, 0);
+    expect(mine.groups.reduce((a, g) => a + g.teamGpus, 0)).toBeCloseTo(held, 6);
+    expect(held).toBeGreaterThan(0);
   });
 
   it('submit validates with the intake schema, prints the job id, and the same token makes one job; cancel stops it', async () => {
