@@ -12,7 +12,7 @@ import type { Team } from '../core/team.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
 import { cancelJob, openFleet, type Fleet, type FleetFlags } from './fleet.ts';
-import { duration, keyValues, money, pct, table } from './format.ts';
+import { count, duration, formatNumber, keyValues, money, pct, table } from './format.ts';
 
 export interface Io {
   readonly stdout: NodeJS.WritableStream;
@@ -523,7 +523,7 @@ export function explainJob(
 
 function describeDecision(d: DecisionRecord): string {
   const out = [
-    `decision ${d.id} at ${new Date(d.atMs).toISOString()}${d.dryRun ? ' (dry run)' : ''}: ${d.inputs.pendingJobs} pending and ${d.inputs.activeJobs} active jobs, ${d.inputs.nodes} nodes; ${d.plan.actions.length} actions, ${d.applied} applied, planned in ${Math.round(d.planMs)} ms`,
+    `decision ${d.id} at ${new Date(d.atMs).toISOString()}${d.dryRun ? ' (dry run)' : ''}: ${formatNumber(d.inputs.pendingJobs)} pending and ${count(d.inputs.activeJobs, 'active job')}, ${count(d.inputs.nodes, 'node')}; ${count(d.plan.actions.length, 'action')}, ${formatNumber(d.applied)} applied, planned in ${Math.round(d.planMs)} ms`,
   ];
   if (d.plan.addedCostMicroUsdPerHour > 0) out.push(`capacity added costs ${money(d.plan.addedCostMicroUsdPerHour)}/h`);
   const fleetActions = d.plan.actions.filter((a) => a.kind !== 'place' && a.kind !== 'hold' && a.kind !== 'release-hold');

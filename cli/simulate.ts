@@ -24,7 +24,7 @@ import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
 import { withSlowdowns, type Spread } from '../cloud/sim/job-times.ts';
 import { UsageError } from '../core/errors.ts';
-import { duration, keyValues, money, pct, table } from './format.ts';
+import { count, duration, formatNumber, keyValues, money, pct, table } from './format.ts';
 import { renderHtmlReport, type SimulateRun } from './report-html.ts';
 
 export type { SimulateRun };
@@ -169,7 +169,7 @@ export function renderReport(run: SimulateRun): string {
       'virtual time',
       `${s.virtualHours} h (wall ${(s.wallMs / 1000).toFixed(1)} s for ${s.policy}${
         run.wallMs !== undefined && run.baselines.length > 0
-          ? `; ${(run.wallMs / 1000).toFixed(1)} s in all for ${run.baselines.length + 1} policies`
+          ? `; ${(run.wallMs / 1000).toFixed(1)} s in all for ${count(run.baselines.length + 1, 'policy', 'policies')}`
           : ''
       })`,
     ],
@@ -205,7 +205,7 @@ export function renderReport(run: SimulateRun): string {
       ['GPU-hours paid', `${s.gpuHoursPaid.toFixed(1)} GPU-h`],
       ['utilisation', pct(s.utilizationPct)],
       ['peak fleet', `${s.peakGpus} GPUs`],
-      ['machines launched', String(s.machinesLaunched)],
+      ['machines launched', formatNumber(s.machinesLaunched)],
       ['first wait (submit to first start) p50 / p95', `${duration(s.p50WaitSec)} / ${duration(s.p95WaitSec)}`],
       ['total wait (all attempts) p50 / p95 / p99 / max', spreadOf(s.jobTimes.totalWaitSec, duration)],
       ['attempts per job p50 / p99 / max', `${s.jobTimes.attempts.p50} / ${s.jobTimes.attempts.p99} / ${s.jobTimes.attempts.max}`],
@@ -215,11 +215,11 @@ export function renderReport(run: SimulateRun): string {
           ? `${s.slowdownVsOnDemand.mean.toFixed(2)}× / ${s.slowdownVsOnDemand.p95.toFixed(2)}× / ${s.slowdownVsOnDemand.p99.toFixed(2)}× over ${s.slowdownVsOnDemand.jobs} jobs done under both`
           : '-',
       ],
-      ['spot interruptions', String(s.interruptions)],
-      ['jobs requeued', String(s.requeues)],
-      ['checkpoints', String(s.checkpoints)],
+      ['spot interruptions', formatNumber(s.interruptions)],
+      ['jobs requeued', formatNumber(s.requeues)],
+      ['checkpoints', formatNumber(s.checkpoints)],
       ['lost work (rework)', `${s.reworkGpuHours.toFixed(1)} GPU-h`],
-      ['budget events', String(s.budgetEvents)],
+      ['budget events', formatNumber(s.budgetEvents)],
     ],
   );
   const cost = table(
