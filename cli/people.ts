@@ -2,7 +2,9 @@ import { readFileSync } from 'node:fs';
 import { budgetStatus, isValidTeamId } from '../core/budget.ts';
 import { periodBounds, periodKey } from '../core/period.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, firstWaitMs, JOB_STATES, waitMsSoFar, type Job, type JobState } from '../core/job.ts';
-import { checkJobSpec, type JobSpecInput } from '../core/job-spec.ts';
+import { checkJobSpec, type JobSpec, type JobSpecInput } from '../core/job-spec.ts';
+import { whyNoGroupHolds } from '../core/planner/capacity.ts';
+import { shippedCatalog } from '../cloud/catalog/all-shipped.ts';
 import { milliGpusUsed } from '../core/gpu.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
 import { teamsInForce } from '../core/services/snapshot-reader.ts';
@@ -119,16 +121,54 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
   if (flags.token !== undefined && (flags.token.length === 0 || flags.token.length > 128))
     throw new UsageError('--token must be 1 to 128 characters (the same token always makes the same job)');
   if (flags.dryRun) {
-    print(io, flags.json, { valid: true, team, spec: check.spec }, () => `valid; not sent (--dry-run)`);
+    // A dry run needs no fleet, but checks the spec against the node groups when it can reach them.
+    const fit = await openFleet(flags)
+      .then(async (fleet) => {
+        try {
+          return await holdable(fleet, check.spec);
+        } finally {
+          await fleet.close();
+        }
+      })
+      .catch((error: unknown): GroupFit => ({ checked: false, why: `not checked against the node groups: ${messageOf(error)}` }));
+    print(
+      io,
+      flags.json,
+      { valid: true, team, spec: check.spec, nodeGroups: fit },
+      () => `valid; not sent (--dry-run)${fit.checked && fit.canHold ? '; a node group can hold it' : `\n# ${fit.why}`}`,
+    );
     return;
   }
-  const out = await withFleet(flags, (fleet) => fleet.submit(team, JSON.stringify(spec), flags.token));
+  const { out, fit } = await withFleet(flags, async (fleet) => {
+    const fit = await holdable(fleet, check.spec);
+    return { out: await fleet.submit(team, JSON.stringify(spec), flags.token), fit };
+  });
   print(
     io,
     flags.json,
-    { jobId: out.jobId, team, token: out.token, note: out.note },
-    () => `${out.jobId}\n# ${out.note}; resubmitting with --token ${out.token} makes no second job`,
+    { jobId: out.jobId, team, token: out.token, note: out.note, nodeGroups: fit },
+    () =>
+      `${out.jobId}\n# ${out.note}; resubmitting with --token ${out.token} makes no second job${fit.checked && !fit.canHold ? `\n# warning: ${fit.why}; it waits until a group that can hold it is added` : ''}`,
   );
+}
+
+/** Whether the spec was checked against the fleet's node groups, whether one could ever hold it, and why not. */
+interface GroupFit {
+  readonly checked: boolean;
+  readonly canHold?: boolean;
+  readonly why?: string;
+}
+
+/** Whether some node group of the fleet could ever hold the spec, and what the groups offer when none can. */
+async function holdable(fleet: Fleet, spec: JobSpec): Promise<GroupFit> {
+  const listed = await Promise.all(
+    fleet.providers.map((p) => p.listGroups().catch((error: unknown) => `${degradedName(p)}: ${messageOf(error)}`)),
+  );
+  const failed = listed.filter((l): l is string => typeof l === 'string');
+  const groups = listed.flatMap((l) => (typeof l === 'string' ? [] : l));
+  const why = whyNoGroupHolds(spec, groups, shippedCatalog().instanceTypes);
+  if (why && failed.length > 0) return { checked: false, why: `not checked against every node group (${failed.join('; ')})` };
+  return why ? { checked: true, canHold: false, why } : { checked: true, canHold: true };
 }
 
 // ---- status ----------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-import type { InstanceType } from '../catalog.ts';
-import type { Instance } from '../fleet.ts';
+import type { InstanceType, InstanceTypeCatalog } from '../catalog.ts';
+import type { Instance, NodeGroup } from '../fleet.ts';
+import type { JobSpec } from '../job-spec.ts';
 import { gpuModelMatches, type GpuModel, type GpuRequest } from '../gpu.ts';
 import type { NodeAssignment } from '../job.ts';
 import { bestStart, MIG_GPUS, migProfile, placementMask, type MigState } from '../mig.ts';
@@ -83,6 +84,44 @@ export function typeCanHold(type: InstanceType, request: GpuRequest, migMode: bo
     case 'mig':
       return mig && migProfile(type.gpuModel, request.profile) !== undefined;
   }
+}
+
+/**
+ * Why no node group could ever hold the spec (undefined when one could): no offering of any group
+ * has a machine type, in the group's GPU mode, that can hold the request on each of its nodes,
+ * within its placement limits and capacity type (on-demand only for work that may not be
+ * interrupted), and enough machines for a gang. The message says what the groups offer.
+ */
+export function whyNoGroupHolds(
+  spec: Pick<JobSpec, 'gpu' | 'nodes' | 'interruptible' | 'placement'>,
+  groups: readonly NodeGroup[],
+  types: InstanceTypeCatalog,
+): string | undefined {
+  const offered = new Map<string, string>();
+  for (const g of groups) {
+    for (const o of g.offerings) {
+      const type = types.get(o.instanceType);
+      if (!type) continue;
+      const mig = g.migEnabled === true && isMigModel(type.gpuModel);
+      offered.set(
+        `${o.instanceType}${mig ? ' MIG' : ''}`,
+        `${o.instanceType} (${type.gpuCount} ${type.gpuModel}${mig ? ', MIG mode' : ''})`,
+      );
+      if (!typeCanHold(type, spec.gpu, g.migEnabled === true)) continue;
+      if (!spec.interruptible && o.capacityType !== 'on-demand') continue;
+      const p = spec.placement;
+      if (
+        p &&
+        ((p.clouds && !p.clouds.includes(o.cloud as 'aws' | 'gcp')) ||
+          (p.regions && !p.regions.includes(o.region)) ||
+          (p.zones && !p.zones.includes(o.zone)))
+      )
+        continue;
+      if (g.maxSize >= spec.nodes) return undefined;
+    }
+  }
+  const list = [...offered.values()].sort();
+  return `no node group can hold it: ${list.length > 0 ? `the groups offer ${list.join(', ')}` : 'there are no node groups'}${spec.interruptible ? '' : ' (it may not be interrupted, so on-demand only)'}${spec.placement ? ', within its placement limits' : ''}`;
 }
 
 /**

@@ -117,6 +117,36 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(held).toBeGreaterThan(0);
   });
 
+  it('submit says when no node group could ever hold the job, naming what the groups offer, with --dry-run too', async () => {
+    const l4 = [
+      'submit',
+      '--sim',
+      dir,
+      '--team',
+      'nlp',
+      '--image',
+      'pytorch/pytorch:2.3.0',
+      '--gpus',
+      '1',
+      '--gpu-model',
+      'L4',
+      '--gpu-model',
+      'A10G',
+    ];
+    const dry = await cli([...l4, '--dry-run', '--', 'python', 'x.py']);
+    expect(dry.code).toBe(0);
+    expect(dry.stdout).toMatch(
+      /valid; not sent \(--dry-run\)\n# no node group can hold it: the groups offer p3\.16xlarge \(8 V100\), p3\.2xlarge \(1 V100\)/,
+    );
+    const anyModel = await cli([...l4.slice(0, l4.indexOf('--gpu-model')), '--dry-run', '--', 'python', 'x.py']);
+    expect(anyModel.stdout).toMatch(/valid; not sent \(--dry-run\); a node group can hold it/);
+    const sent = json<{ jobId: string; nodeGroups: { checked: boolean; canHold: boolean; why: string } }>(
+      await cli([...l4, '--token', 'l4-1', '--json', '--', 'python', 'x.py']),
+    );
+    expect(sent.nodeGroups).toMatchObject({ checked: true, canHold: false, why: expect.stringMatching(/^no node group can hold it/) });
+    await cli(['cancel', '--sim', dir, sent.jobId]);
+  });
+
   it('submit validates with the intake schema, prints the job id, and the same token makes one job; cancel stops it', async () => {
     const args = [
       'submit',
