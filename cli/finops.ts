@@ -414,15 +414,16 @@ export async function reportCommand(flags: ReportFlags, io: Io): Promise<FinOpsR
   if (flags.out) {
     const dir = resolve(flags.out);
     mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, 'report.html'), reportHtml(report));
-    writeFileSync(join(dir, 'report.csv'), reportCsv(report));
-    writeFileSync(join(dir, 'report.json'), `${JSON.stringify(report, null, 2)}\n`);
+    // Its own names: a simulation's folder already holds the simulation's report.html.
+    writeFileSync(join(dir, 'finops.html'), reportHtml(report));
+    writeFileSync(join(dir, 'finops.csv'), reportCsv(report));
+    writeFileSync(join(dir, 'finops.json'), `${JSON.stringify(report, null, 2)}\n`);
   }
   if (flags.json) io.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
   else if (flags.csv) io.stdout.write(reportCsv(report));
   else
     io.stdout.write(
-      `${reportText(report)}\n${flags.out ? `\nwritten: ${join(resolve(flags.out), 'report.html')}, report.csv, report.json\n` : ''}`,
+      `${reportText(report)}\n${flags.out ? `\nwritten: ${join(resolve(flags.out), 'finops.html')}, finops.csv, finops.json\n` : ''}`,
     );
   return report;
 }

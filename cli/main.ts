@@ -203,7 +203,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       )
       .option('--team <team>', 'only this team')
       .option('--period <period>', 'a month (2026-11), a day (2026-11-30) or the last N days (last-7d); default: this month')
-      .option('--out <dir>', 'also write report.html (charts), report.csv and report.json there')
+      .option('--out <dir>', 'also write finops.html (charts), finops.csv and finops.json there')
       .option('--csv', 'print CSV (one row per team, day, project and job)')
       .option(
         '--low-util <pct>',

@@ -276,14 +276,18 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
       .find((l) => l.startsWith('team,nlp,'))!
       .split(',');
     expect(nlpRow[6]).toBe((r.byTeam.find((t) => t.team === 'nlp')!.committedMicroUsd / 1e6).toFixed(2));
-    const out = join(dir, 'finops');
+    // Written into the simulation's own folder, it leaves the simulation's report.html as it was.
+    const out = dir;
+    const simReport = readFileSync(join(dir, 'report.html'), 'utf8');
     const human = await cli(['report', '--sim', dir, '--out', out]);
     expect(human.stdout).toMatch(/paid \(all machines\)\s+\$[\d,]+\.\d\d/);
-    const html = readFileSync(join(out, 'report.html'), 'utf8');
+    expect(human.stdout).toMatch(/written: .*finops\.html, finops\.csv, finops\.json/);
+    expect(readFileSync(join(dir, 'report.html'), 'utf8')).toBe(simReport);
+    const html = readFileSync(join(out, 'finops.html'), 'utf8');
     expect(html).toMatch(/data-chart="daily"/);
     expect(html).toMatch(/data-chart="teams"/);
     expect(html).not.toMatch(/<script|https?:\/\/(?!www\.w3)/);
-    expect(existsSync(join(out, 'report.csv'))).toBe(true);
+    expect(existsSync(join(out, 'finops.csv'))).toBe(true);
     expect(await cli(['report', '--sim', dir, '--period', '2026-13'])).toMatchObject({
       code: 2,
       stderr: expect.stringMatching(
