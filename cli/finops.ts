@@ -10,7 +10,7 @@ import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { money, pct, table } from './format.ts';
 import type { Io } from './people.ts';
-import { esc, palette, stackedChart } from './charts.ts';
+import { colorsByName, esc, palette, stackedChart } from './charts.ts';
 
 export interface ReportFlags extends FleetFlags {
   readonly team?: string;
@@ -335,7 +335,7 @@ export function reportText(r: FinOpsReport): string {
   return out.join('\n');
 }
 
-function bars(id: string, title: string, rows: readonly { name: string; value: number }[]): string {
+function bars(id: string, title: string, rows: readonly { name: string; value: number }[], colors?: ReadonlyMap<string, string>): string {
   if (rows.length === 0) return `<p>No ${esc(title.toLowerCase())}.</p>`;
   const max = Math.max(...rows.map((r) => r.value), 1);
   const rowH = 24;
@@ -344,7 +344,7 @@ function bars(id: string, title: string, rows: readonly { name: string; value: n
     .map((r, i) => {
       const y = 6 + i * rowH;
       const w = ((width - 380) * r.value) / max;
-      return `<g class="series" data-series="${esc(r.name)}" data-points="1"><title>${esc(r.name)}: ${formatUsd(Math.round(r.value))}</title><text x="174" y="${y + 14}" text-anchor="end">${esc(r.name.length > 28 ? `${r.name.slice(0, 27)}…` : r.name)}</text><rect x="180" y="${y}" width="${w.toFixed(1)}" height="16" fill="${palette(i)}"/><text x="${(186 + w).toFixed(1)}" y="${y + 13}">${formatUsd(Math.round(r.value))}</text></g>`;
+      return `<g class="series" data-series="${esc(r.name)}" data-points="1"><title>${esc(r.name)}: ${formatUsd(Math.round(r.value))}</title><text x="174" y="${y + 14}" text-anchor="end">${esc(r.name.length > 28 ? `${r.name.slice(0, 27)}…` : r.name)}</text><rect x="180" y="${y}" width="${w.toFixed(1)}" height="16" fill="${colors?.get(r.name) ?? palette(i)}"/><text x="${(186 + w).toFixed(1)}" y="${y + 13}">${formatUsd(Math.round(r.value))}</text></g>`;
     })
     .join('');
   return `<figure class="chart" data-chart="${id}"><figcaption>${esc(title)}</figcaption><svg viewBox="0 0 ${width} ${rows.length * rowH + 12}" width="100%" role="img" aria-label="${esc(title)}">${body}</svg></figure>`;
@@ -352,13 +352,15 @@ function bars(id: string, title: string, rows: readonly { name: string; value: n
 
 export function reportHtml(r: FinOpsReport): string {
   const teams = [...new Set(r.byDay.flatMap((d) => Object.keys(d.byTeam)))].sort();
+  // A team has one colour in every chart (idle is grey).
+  const teamColors = colorsByName([...teams, ...r.byTeam.map((x) => x.team)], new Map([[IDLE_TEAM, '#9aa4ab']]));
   const daily = stackedChart({
     id: 'daily',
     title: 'Spend by day and team (USD)',
     xLabel: `days from ${r.byDay[0]?.day ?? '-'}`,
-    series: teams.map((t, i) => ({
+    series: teams.map((t) => ({
       name: t,
-      color: t === IDLE_TEAM ? '#9aa4ab' : palette(i),
+      color: teamColors.get(t)!,
       points: r.byDay.map((d, k) => [k, (d.byTeam[t] ?? 0) / 1e6] as const),
     })),
   });
@@ -388,6 +390,7 @@ svg text{font-size:11px;fill:#3c464d}.legend span{margin-right:12px}.legend i{di
     'teams',
     'Cost by team',
     r.byTeam.map((x) => ({ name: x.team, value: x.costMicroUsd })),
+    teamColors,
   )}
 <h2>Cost by project</h2>${bars(
     'projects',
