@@ -102,7 +102,10 @@ function openSimFleet(dir: string): Fleet {
       return {
         jobId,
         token,
-        note: out.outcome === 'duplicate' ? `already submitted with this token: ${jobId}` : `taken in by the simulation (${out.outcome})`,
+        note:
+          out.outcome === 'duplicate'
+            ? `already submitted with this token: ${jobId}`
+            : `taken in by the simulation (${out.outcome}); a saved simulation is a snapshot whose clock does not move, so the job waits there`,
       };
     },
     async close() {

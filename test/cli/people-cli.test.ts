@@ -171,8 +171,10 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
       '--epochs',
       '3',
     ];
-    const first = json<{ jobId: string }>(await cli(args));
+    const first = json<{ jobId: string; note: string }>(await cli(args));
     expect(first.jobId).toBe('nlp.paper-1');
+    // A saved simulation is a snapshot: the job waits there, and the note says so.
+    expect(first.note).toMatch(/a saved simulation is a snapshot whose clock does not move, so the job waits there/);
     expect(json<{ jobId: string; note: string }>(await cli(args)).note).toMatch(/already submitted with this token/);
     // The same token with another spec is refused, and the first job stands.
     const other = await cli(args.map((a) => (a === '2' ? '4' : a)));
