@@ -398,7 +398,7 @@ function jobLines(job: Job, now: number): [string, string][] {
         'first wait',
         `${duration(firstWaitMs(job, now) / 1000)} (submission to ${job.firstStartedAtMs !== undefined ? 'first start' : 'now, not started yet'})`,
       ],
-      ['total wait', `${duration(waitMsSoFar(job, now) / 1000)} (pending over ${job.attempt} attempt(s))`],
+      ['total wait', `${duration(waitMsSoFar(job, now) / 1000)} (pending over ${count(job.attempt, 'attempt')})`],
     );
   if (job.spec)
     lines.push(

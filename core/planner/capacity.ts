@@ -1,4 +1,4 @@
-import type { InstanceType, InstanceTypeCatalog } from '../catalog.ts';
+import type { InstanceType, InstanceTypeCatalog, Offering } from '../catalog.ts';
 import type { Instance, NodeGroup } from '../fleet.ts';
 import type { JobSpec } from '../job-spec.ts';
 import { gpuModelMatches, type GpuModel, type GpuRequest } from '../gpu.ts';
@@ -86,6 +86,15 @@ export function typeCanHold(type: InstanceType, request: GpuRequest, migMode: bo
   }
 }
 
+/** Whether an offering is within a spec's placement limits (clouds, regions, zones). */
+export function placementAllowed(limits: JobSpec['placement'], o: Offering): boolean {
+  if (!limits) return true;
+  if (limits.clouds && !limits.clouds.includes(o.cloud as 'aws' | 'gcp')) return false;
+  if (limits.regions && !limits.regions.includes(o.region)) return false;
+  if (limits.zones && !limits.zones.includes(o.zone)) return false;
+  return true;
+}
+
 /**
  * Why no node group could ever hold the spec (undefined when one could): no offering of any group
  * has a machine type, in the group's GPU mode, that can hold the request on each of its nodes,
@@ -109,14 +118,7 @@ export function whyNoGroupHolds(
       );
       if (!typeCanHold(type, spec.gpu, g.migEnabled === true)) continue;
       if (!spec.interruptible && o.capacityType !== 'on-demand') continue;
-      const p = spec.placement;
-      if (
-        p &&
-        ((p.clouds && !p.clouds.includes(o.cloud as 'aws' | 'gcp')) ||
-          (p.regions && !p.regions.includes(o.region)) ||
-          (p.zones && !p.zones.includes(o.zone)))
-      )
-        continue;
+      if (!placementAllowed(spec.placement, o)) continue;
       if (g.maxSize >= spec.nodes) return undefined;
     }
   }

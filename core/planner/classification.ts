@@ -6,12 +6,11 @@
  * weighted fair share between teams, and (when capacity is not scarce) largest first for packing.
  * It must not take room on any machine or buy anything.
  */
-import type { Offering } from '../catalog.ts';
 import { jobSpotFactor, remainingWorkSec } from '../cost-model.ts';
 import { deadlineChoice } from '../deadline.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
-import { typeCanHold, usedMilli } from './capacity.ts';
+import { placementAllowed, typeCanHold, usedMilli } from './capacity.ts';
 import { budgetMessage, teamBudget } from './limits.ts';
 import { fairShareOrder } from './ordering.ts';
 import { budgetHeld, noGroupOffers, noOfferingFits, providerDegraded, spotOnlyBudget } from './reasons.ts';
@@ -183,12 +182,4 @@ export function spotObtainable(st: PlanningState, cls: JobClass): boolean {
     st.obtainableCache.set(cls, ok);
   }
   return ok;
-}
-
-function placementAllowed(limits: Job['spec']['placement'], o: Offering): boolean {
-  if (!limits) return true;
-  if (limits.clouds && !limits.clouds.includes(o.cloud as 'aws' | 'gcp')) return false;
-  if (limits.regions && !limits.regions.includes(o.region)) return false;
-  if (limits.zones && !limits.zones.includes(o.zone)) return false;
-  return true;
 }
