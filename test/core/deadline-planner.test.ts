@@ -109,7 +109,10 @@ describe('planner: deadline jobs follow the spot policy', () => {
     const nodes = [aNode('i-od', { group: odGroup })];
 
     it('moves back to spot when the deadline is far enough to ride out the spot it expects', () => {
-      const p = plan(aSnapshot({ groups: [spot, odGroup], nodes, activeJobs: [onOd(T0 + 120 * H)] }));
+      const spotUp = { ...spot, desiredCapacity: 1 };
+      const p = plan(
+        aSnapshot({ groups: [spotUp, odGroup], nodes: [...nodes, aNode('i-spot', { group: spotUp })], activeJobs: [onOd(T0 + 120 * H)] }),
+      );
       expect(preempts(p)).toEqual([
         expect.objectContaining({ jobId: 'team-a.paper', reason: expect.objectContaining({ code: 'rebalance-to-spot' }) }),
       ]);

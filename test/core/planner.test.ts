@@ -453,12 +453,34 @@ describe('planner: moving work back to spot', () => {
       { spec: { gpu: { kind: 'whole', count: 4 }, checkpoint: { intervalSec: 600 }, expectedRuntimeSec: 48 * 3600 }, ...extra },
     );
 
-  it('moves long checkpointable work from on-demand to spot when spot is available, and says what it saves', () => {
-    const p = plan(aSnapshot({ groups: [spot, od], nodes: [aNode('i-od', { group: od })], activeJobs: [onOd()] }));
+  it('moves long checkpointable work from on-demand to free room on a ready spot machine, and says what it saves', () => {
+    const spotUp = { ...spot, desiredCapacity: 1 };
+    const p = plan(
+      aSnapshot({ groups: [spotUp, od], nodes: [aNode('i-od', { group: od }), aNode('i-spot', { group: spotUp })], activeJobs: [onOd()] }),
+    );
     expect(preempts(p)).toEqual([
       expect.objectContaining({ jobId: 'team-a.long', reason: expect.objectContaining({ code: 'rebalance-to-spot' }) }),
     ]);
     expect(preempts(p)[0]!.reason.message).toMatch(/about \$[\d.]+ saved over its remaining run against \$[\d.]+ for the move/);
+    expect(scaleUps(p)).toEqual([]);
+  });
+
+  // The defect: a move preempted the job first and bought spot after, so a spot pool that gave
+  // nothing sent the job back to on-demand 10 minutes later, and the next plan moved it again.
+  it('makes a move before it breaks anything: buys the spot machine first, waits while it boots, moves the job once it is up', () => {
+    const nodes = [aNode('i-od', { group: od })];
+    const buying = plan(aSnapshot({ groups: [spot, od], nodes, activeJobs: [onOd()] }));
+    expect(preempts(buying)).toEqual([]);
+    expect(scaleUps(buying).map((a) => [a.groupId, a.toDesired])).toEqual([[spot.id, 1]]);
+    // While the machine boots, the job keeps running and nothing more is bought for it.
+    const booting = plan(aSnapshot({ groups: [{ ...spot, desiredCapacity: 1 }, od], nodes, activeJobs: [onOd()] }));
+    expect(preempts(booting)).toEqual([]);
+    expect(scaleUps(booting)).toEqual([]);
+    // A pool that cannot launch costs the job nothing: it is neither moved nor bought for.
+    const failing = plan(
+      aSnapshot({ groups: [spot, od], nodes, activeJobs: [onOd()], unavailableUntilMs: new Map([[spot.offerings[0]!.id, T0 + 60_000]]) }),
+    );
+    expect(failing.actions.filter((a) => a.kind === 'preempt' || a.kind === 'scale-up')).toEqual([]);
   });
 
   it('does not move work that cannot checkpoint, work about to finish, or work whose spot pool is unavailable', () => {

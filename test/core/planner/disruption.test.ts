@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { PlanAction } from '../../../core/plan.ts';
-import { moveToSpot } from '../../../core/planner/back-to-spot.ts';
+import { landMovesToSpot, prepareMovesToSpot } from '../../../core/planner/back-to-spot.ts';
 import { consolidate } from '../../../core/planner/consolidation.ts';
 import { deadlineMoves } from '../../../core/planner/deadline-moves.ts';
 import { scaleIn } from '../../../core/planner/scale-in.ts';
 import { wait } from '../../../core/planner/state.ts';
 import { aGroup, aJob, aNode, T0 } from '../../builders.ts';
-import { classified, running } from './support.ts';
+import { classified, freeWhole, running } from './support.ts';
 
 const ids = (actions: readonly PlanAction[]) =>
   actions.map((a) =>
@@ -54,8 +54,8 @@ describe('planner phase: disruption steps', () => {
     expect(consolidate(st, new Set())).toEqual([]);
   });
 
-  it('back to spot: moves long checkpointable work off on-demand, at most the policy number per plan, biggest saving first', () => {
-    const spot = aGroup({ instanceType: 'g5.12xlarge', capacityType: 'spot' });
+  it('back to spot: lands moves on free room of ready spot machines, biggest saving first, at most the policy number per plan', () => {
+    const spot = aGroup({ instanceType: 'g5.12xlarge', capacityType: 'spot', desiredCapacity: 1 });
     const od = aGroup({ instanceType: 'g5.12xlarge', desiredCapacity: 2 });
     const onOd = (id: string, nodeId: string, hours: number) =>
       running(
@@ -68,13 +68,19 @@ describe('planner phase: disruption steps', () => {
       );
     const { st } = classified({
       groups: [spot, od],
-      nodes: [aNode('i-od1', { group: od }), aNode('i-od2', { group: od })],
+      nodes: [aNode('i-od1', { group: od }), aNode('i-od2', { group: od }), aNode('i-spot', { group: spot })],
       activeJobs: [onOd('team-a.short', 'i-od1', 12), onOd('team-a.long', 'i-od2', 48)],
       policy: { moveToSpotPerPlan: 1 },
     });
-    expect(ids(moveToSpot(st))).toEqual(['team-a.long:rebalance-to-spot']);
-    st.preempted.add('team-a.long');
-    expect(ids(moveToSpot(st))).toEqual(['team-a.short:rebalance-to-spot']);
+    const { actions, left } = landMovesToSpot(st);
+    expect(ids(actions)).toEqual(['team-a.long:rebalance-to-spot']);
+    expect(actions[0]!.kind === 'preempt' && actions[0]!.reason.message).toMatch(/to spot \(g5\.12xlarge/);
+    // The spot machine's room is taken by the move; the other job is left for a machine of its own.
+    expect(freeWhole(st.ready.allNodes().filter((n) => n.id === 'i-spot'))).toEqual({ 'i-spot': 0 });
+    expect(left.map((c) => c.entry.job.id)).toEqual(['team-a.short']);
+    prepareMovesToSpot(st, left);
+    expect(st.groups.get(spot.id)!.added).toHaveLength(1);
+    expect(st.groups.get(od.id)!.added).toHaveLength(0);
   });
 
   it('deadline moves: work on spot whose slack ran out goes to on-demand once, a gang too; work without checkpoints stays', () => {
