@@ -45,12 +45,11 @@ export interface Candidate {
 }
 
 /**
- * Runs before existing capacity is shared out, so a move has the first claim on free spot room
- * (a pending job that loses it to a move buys, or waits a boot time, where the move would have
- * kept paying on-demand): the moves that land now, as preempt actions, and the candidates left,
- * biggest saving first, for `prepareMovesToSpot`.
+ * `removed`: machines this plan already lets go. Runs after pending work has had the free room
+ * (a move is optional; waiting work is not): the moves that land now, as preempt actions, and
+ * the candidates left, biggest saving first, for `prepareMovesToSpot`.
  */
-export function landMovesToSpot(st: PlanningState): { actions: PlanAction[]; left: Candidate[] } {
+export function landMovesToSpot(st: PlanningState, removed: ReadonlySet<string>): { actions: PlanAction[]; left: Candidate[] } {
   const s = st.s;
   const candidates: Candidate[] = [];
   for (const node of st.ready.allNodes()) {
@@ -69,7 +68,7 @@ export function landMovesToSpot(st: PlanningState): { actions: PlanAction[]; lef
       left.push(c);
       continue;
     }
-    const ready = findFits(st, st.ready, entry, undefined, isSpot)?.[0];
+    const ready = findFits(st, st.ready, entry, undefined, (n) => isSpot(n) && !removed.has(n.id))?.[0];
     const perHour = ready ? shareOf(ready.node, entry.cls.milli, 1) * (entry.cls.eligible.get(ready.node.poolKey) ?? 1) : 0;
     const saving = ((c.odShare - perHour) * c.remainingSec) / 3600;
     if (!ready || saving <= 2 * c.cost) {
@@ -89,7 +88,7 @@ export function landMovesToSpot(st: PlanningState): { actions: PlanAction[]; lef
 }
 
 /**
- * The disruption step for the moves that found no ready room: each counts on a spot machine
+ * For the moves that found no ready room: each counts on a spot machine
  * already starting (or bought in this plan) with room for it, or has one bought for it. Adds
  * purchases only (they become the plan's scale-ups); the jobs keep running where they are.
  */

@@ -7,18 +7,18 @@
  *  2. Launch cancellation: launches of groups whose every offering is failing are cancelled.
  *     Then launches in flight of the other groups are counted as booting capacity.
  *  3. Classification: what each pending job may run on (its class) and the order they are served.
- *     Then moves to spot land on free room of ready spot machines (they have the first claim).
  *  4. Existing capacity: placements on free GPUs of ready machines, then waits on booting ones.
  *  5. New capacity: purchases for the rest, the cheapest per GPU actually used.
  *  6. Preemption: lower-priority work makes room for jobs whose groups are at their maximum.
  *  7. Limits: running work of teams whose stop budget is spent is checkpointed and requeued.
  *     (Team GPU caps and hold budgets are checked by phases 4 and 5 before each placement.)
- *  8. Disruption: scale-in, consolidation, machines for the moves to spot that found no room, deadline moves.
+ *  8. Disruption: scale-in, consolidation, back to spot (onto free spot room, or a machine bought
+ *     for the move while the job keeps running), deadline moves.
  *  9. Scale-ups: one per group that had machines bought for it (by new capacity, or for a move to spot).
  */
 import type { Plan, PlanAction } from '../plan.ts';
 import type { Snapshot } from '../snapshot.ts';
-import { landMovesToSpot, prepareMovesToSpot, type Candidate } from './back-to-spot.ts';
+import { landMovesToSpot, prepareMovesToSpot } from './back-to-spot.ts';
 import { classify } from './classification.ts';
 import { consolidate } from './consolidation.ts';
 import { deadlineMoves } from './deadline-moves.ts';
@@ -34,12 +34,10 @@ import { emit, PlanningState } from './state.ts';
 export function plan(snapshot: Snapshot): Plan {
   const st = indexSnapshot(snapshot);
   const entries = classify(st);
-  const moves = st.s.policy.moveToSpot && !st.scarce ? landMovesToSpot(st) : { actions: [], left: [] };
-  emit(st, moves.actions);
   const toBuy = useExistingCapacity(st, entries);
   preemptForStuck(st, buyNewCapacity(st, toBuy));
   emit(st, stopSpentTeams(st));
-  disrupt(st, moves.left);
+  disrupt(st);
   // After disruption: a move to spot may buy the machine it will land on.
   emit(st, scaleUps(st));
   return {
@@ -63,13 +61,17 @@ export function indexSnapshot(snapshot: Snapshot): PlanningState {
 }
 
 /** The disruption steps in order; each sees what the steps before it decided. */
-function disrupt(st: PlanningState, movesLeft: readonly Candidate[]): void {
+function disrupt(st: PlanningState): void {
   const policy = st.s.policy;
   const letGo = scaleIn(st);
   emit(st, letGo);
   const removed = new Set(letGo.flatMap((a) => (a.kind === 'scale-in' ? [a.instanceId] : [])));
   if (policy.consolidate) emit(st, consolidate(st, removed));
-  prepareMovesToSpot(st, movesLeft);
+  if (policy.moveToSpot && !st.scarce) {
+    const moves = landMovesToSpot(st, removed);
+    emit(st, moves.actions);
+    prepareMovesToSpot(st, moves.left);
+  }
   emit(st, deadlineMoves(st));
 }
 

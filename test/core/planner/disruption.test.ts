@@ -72,7 +72,7 @@ describe('planner phase: disruption steps', () => {
       activeJobs: [onOd('team-a.short', 'i-od1', 12), onOd('team-a.long', 'i-od2', 48)],
       policy: { moveToSpotPerPlan: 1 },
     });
-    const { actions, left } = landMovesToSpot(st);
+    const { actions, left } = landMovesToSpot(st, new Set());
     expect(ids(actions)).toEqual(['team-a.long:rebalance-to-spot']);
     expect(actions[0]!.kind === 'preempt' && actions[0]!.reason.message).toMatch(/to spot \(g5\.12xlarge/);
     // The spot machine's room is taken by the move; the other job is left for a machine of its own.
