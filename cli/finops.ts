@@ -1,14 +1,14 @@
 import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { closeAttempt, JOB_STATES, ACTIVE_STATES, type Job } from '../core/job.ts';
+import { closeAttempt, JOB_STATES, ACTIVE_STATES, requeueCounts, reworkGpuHours, type Job } from '../core/job.ts';
 import { formatUsd } from '../core/money.ts';
 import { dayStartMs, reportPeriod, type ReportPeriod } from '../core/period.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
 import { stringify } from 'csv-stringify/sync';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
-import { money, pct, table } from './format.ts';
+import { formatNumber, money, pct, table } from './format.ts';
 import type { Io } from './people.ts';
 import { colorsByName, esc, palette, stackedChart } from './charts.ts';
 
@@ -39,7 +39,10 @@ export interface JobCostRow {
   readonly onDemandMicroUsd: number;
   readonly gpuHours: number;
   readonly spotShare: number;
+  /** Times it went back to the queue: interruptions (machine taken back, lost or failed) plus moves gpu-fleet decided. */
+  readonly requeues: number;
   readonly interruptions: number;
+  readonly moves: number;
   readonly reworkGpuHours: number;
   readonly reworkMicroUsd: number;
   readonly utilizationPct?: number;
@@ -56,7 +59,9 @@ export interface FinOpsReport {
     readonly gpuHoursUsed: number;
     readonly spotSavingsMicroUsd: number;
     readonly onDemandEquivalentMicroUsd: number;
+    readonly requeues: number;
     readonly interruptions: number;
+    readonly moves: number;
     readonly reworkGpuHours: number;
     readonly reworkMicroUsd: number;
   };
@@ -155,7 +160,9 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
       gpuHoursUsed: sum((r) => r.gpuHours),
       spotSavingsMicroUsd: sum((r) => r.onDemandMicroUsd - r.costMicroUsd),
       onDemandEquivalentMicroUsd: sum((r) => r.onDemandMicroUsd),
+      requeues: sum((r) => r.requeues),
       interruptions: sum((r) => r.interruptions),
+      moves: sum((r) => r.moves),
       reworkGpuHours: sum((r) => r.reworkGpuHours),
       reworkMicroUsd: sum((r) => r.reworkMicroUsd),
     },
@@ -181,8 +188,6 @@ function jobRow(j: Job, atMs: number): JobCostRow {
   const u = ACTIVE_STATES.includes(j.state) && j.placement ? closeAttempt(j, Math.max(atMs, j.placedAtMs ?? atMs), false) : j.usage;
   const gpuHours = (u?.gpuSec ?? 0) / 3600;
   const heldSec = u?.heldSec ?? 0;
-  const gpus = heldSec > 0 ? u!.gpuSec / heldSec : 0;
-  const reworkGpuHours = ((u?.reworkSec ?? 0) * gpus) / 3600;
   const cost = u?.costMicroUsd ?? 0;
   return {
     job: j.id,
@@ -193,8 +198,8 @@ function jobRow(j: Job, atMs: number): JobCostRow {
     onDemandMicroUsd: u?.onDemandMicroUsd ?? cost,
     gpuHours,
     spotShare: heldSec > 0 ? u!.spotSec / heldSec : 0,
-    interruptions: j.interruptions,
-    reworkGpuHours,
+    ...requeueCounts(j),
+    reworkGpuHours: reworkGpuHours(j),
     reworkMicroUsd: heldSec > 0 ? Math.round((cost * (u!.reworkSec ?? 0)) / heldSec) : 0,
   };
 }
@@ -222,7 +227,9 @@ export function reportCsv(r: FinOpsReport): string {
       on_demand_usd: usd(j.onDemandMicroUsd),
       gpu_hours: j.gpuHours.toFixed(3),
       spot_share: j.spotShare.toFixed(3),
+      requeues: j.requeues,
       interruptions: j.interruptions,
+      moves: j.moves,
       rework_gpu_hours: j.reworkGpuHours.toFixed(3),
       rework_usd: usd(j.reworkMicroUsd),
       utilization_pct: j.utilizationPct?.toFixed(1) ?? '',
@@ -242,7 +249,9 @@ const CSV_COLUMNS = [
   'on_demand_usd',
   'gpu_hours',
   'spot_share',
+  'requeues',
   'interruptions',
+  'moves',
   'rework_gpu_hours',
   'rework_usd',
   'utilization_pct',
@@ -266,8 +275,8 @@ export function reportText(r: FinOpsReport): string {
         ['idle capacity', `${money(t.idleMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.idleMicroUsd) / t.paidMicroUsd)})` : ''}`],
         ['GPU-hours held by jobs', `${t.gpuHoursUsed.toFixed(1)} GPU-h`],
         ['spot savings vs on-demand', `${money(t.spotSavingsMicroUsd)} (on-demand would be ${money(t.onDemandEquivalentMicroUsd)})`],
-        ['interruptions', String(t.interruptions)],
-        ['rework (work redone)', `${t.reworkGpuHours.toFixed(1)} GPU-h, ${money(t.reworkMicroUsd)}`],
+        ['requeues (interruptions / moves)', `${formatNumber(t.requeues)} (${formatNumber(t.interruptions)} / ${formatNumber(t.moves)})`],
+        ['rework (work lost since the last checkpoint)', `${t.reworkGpuHours.toFixed(1)} GPU-h, ${money(t.reworkMicroUsd)}`],
       ],
     ),
   );
@@ -296,7 +305,7 @@ export function reportText(r: FinOpsReport): string {
     `Jobs by cost (top ${Math.min(10, r.jobs.length)} of ${r.jobs.length})`,
     r.jobs.length
       ? table(
-          ['job', 'team', 'state', 'GPU-h', 'spot', 'cost', 'saved', 'interruptions'],
+          ['job', 'team', 'state', 'GPU-h', 'spot', 'cost', 'saved', 'interruptions', 'moves'],
           r.jobs
             .slice(0, 10)
             .map((j) => [
@@ -308,6 +317,7 @@ export function reportText(r: FinOpsReport): string {
               money(j.costMicroUsd),
               money(j.onDemandMicroUsd - j.costMicroUsd),
               j.interruptions,
+              j.moves,
             ]),
         )
       : '  (none)',
@@ -370,7 +380,7 @@ export function reportHtml(r: FinOpsReport): string {
     .slice(0, 50)
     .map(
       (j) =>
-        `<tr><td>${esc(j.job)}</td><td>${esc(j.team)}</td><td>${esc(j.project)}</td><td>${esc(j.state)}</td><td>${j.gpuHours.toFixed(2)}</td><td>${(100 * j.spotShare).toFixed(0)}%</td><td>${formatUsd(j.costMicroUsd)}</td><td>${formatUsd(j.onDemandMicroUsd - j.costMicroUsd)}</td><td>${j.interruptions}</td><td>${j.utilizationPct === undefined ? '' : `${j.utilizationPct.toFixed(0)}%`}</td></tr>`,
+        `<tr><td>${esc(j.job)}</td><td>${esc(j.team)}</td><td>${esc(j.project)}</td><td>${esc(j.state)}</td><td>${j.gpuHours.toFixed(2)}</td><td>${(100 * j.spotShare).toFixed(0)}%</td><td>${formatUsd(j.costMicroUsd)}</td><td>${formatUsd(j.onDemandMicroUsd - j.costMicroUsd)}</td><td>${j.interruptions}</td><td>${j.moves}</td><td>${j.utilizationPct === undefined ? '' : `${j.utilizationPct.toFixed(0)}%`}</td></tr>`,
     )
     .join('');
   return `<!doctype html>
@@ -384,7 +394,7 @@ svg text{font-size:11px;fill:#3c464d}.legend span{margin-right:12px}.legend i{di
 </style></head><body>
 <h1>gpu-fleet FinOps report: ${esc(r.period.label)}${r.team ? `, team ${esc(r.team)}` : ''}</h1>
 <p>${esc(r.source)}; ${new Date(r.period.startMs).toISOString().slice(0, 10)} to ${new Date(r.period.endMs - 1).toISOString().slice(0, 10)}.</p>
-<div class="cards">${card('paid', formatUsd(t.paidMicroUsd))}${card('idle capacity', formatUsd(t.idleMicroUsd))}${card('spot savings', formatUsd(t.spotSavingsMicroUsd))}${card('GPU-hours held', t.gpuHoursUsed.toFixed(1))}${card('interruptions', String(t.interruptions))}${card('rework', `${t.reworkGpuHours.toFixed(1)} GPU-h`)}${card('rework cost', formatUsd(t.reworkMicroUsd))}${card('held by jobs', formatUsd(t.heldByJobsMicroUsd))}</div>
+<div class="cards">${card('paid', formatUsd(t.paidMicroUsd))}${card('idle capacity', formatUsd(t.idleMicroUsd))}${card('spot savings', formatUsd(t.spotSavingsMicroUsd))}${card('GPU-hours held', t.gpuHoursUsed.toFixed(1))}${card('interruptions', formatNumber(t.interruptions))}${card('moves', formatNumber(t.moves))}${card('rework', `${t.reworkGpuHours.toFixed(1)} GPU-h`)}${card('rework cost', formatUsd(t.reworkMicroUsd))}${card('held by jobs', formatUsd(t.heldByJobsMicroUsd))}</div>
 <h2>Trend</h2>${r.byDay.length ? daily : '<p>No spend counted in this period.</p>'}
 <h2>Cost by team</h2>${bars(
     'teams',
@@ -397,7 +407,7 @@ svg text{font-size:11px;fill:#3c464d}.legend span{margin-right:12px}.legend i{di
     'Cost by project',
     r.byProject.slice(0, 20).map((x) => ({ name: x.project, value: x.costMicroUsd })),
   )}
-<h2>Jobs by cost</h2><table><thead><tr><th>job</th><th>team</th><th>project</th><th>state</th><th>GPU-h</th><th>spot</th><th>cost</th><th>saved</th><th>interruptions</th><th>GPU use</th></tr></thead><tbody>${jobRows}</tbody></table>
+<h2>Jobs by cost</h2><table><thead><tr><th>job</th><th>team</th><th>project</th><th>state</th><th>GPU-h</th><th>spot</th><th>cost</th><th>saved</th><th>interruptions</th><th>moves</th><th>GPU use</th></tr></thead><tbody>${jobRows}</tbody></table>
 ${r.lowUtilization.length ? `<h2>Running jobs with GPUs mostly idle</h2><ul>${r.lowUtilization.map((j) => `<li>${esc(j.job)} (${esc(j.team)}): ${(j.utilizationPct ?? 0).toFixed(0)}% GPU use, ${formatUsd(j.costMicroUsd)} so far</li>`).join('')}</ul>` : ''}
 ${r.notes.length ? `<h2>Notes</h2><ul>${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : ''}
 </body></html>

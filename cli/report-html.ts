@@ -1,4 +1,5 @@
 import { formatUsd } from '../core/money.ts';
+import { formatNumber } from './format.ts';
 import type { SimulationResult } from '../cloud/sim/simulation.ts';
 import { CHART_WIDTH, colorFor, esc, lineChart, palette, stackedChart } from './charts.ts';
 
@@ -99,12 +100,15 @@ ${kv('first wait (submit to first start) p50 / p95', `${(s.p50WaitSec / 60).toFi
 ${kv('total wait (all attempts) p50 / p95 / p99 / max', [s.jobTimes.totalWaitSec.p50, s.jobTimes.totalWaitSec.p95, s.jobTimes.totalWaitSec.p99, s.jobTimes.totalWaitSec.max].map((v) => `${(v / 60).toFixed(1)}`).join(' / ') + ' min')}
 ${kv('attempts per job p50 / p99 / max', `${s.jobTimes.attempts.p50} / ${s.jobTimes.attempts.p99} / ${s.jobTimes.attempts.max}`)}
 ${kv('completion ÷ the same job all on-demand (mean / p95 / p99)', s.slowdownVsOnDemand ? `${s.slowdownVsOnDemand.mean.toFixed(3)} / ${s.slowdownVsOnDemand.p95.toFixed(2)} / ${s.slowdownVsOnDemand.p99.toFixed(2)} over ${s.slowdownVsOnDemand.jobs} jobs` : '-')}
-${kv('spot interruptions / jobs requeued / checkpoints', `${s.interruptions} / ${s.requeues} / ${s.checkpoints}`)}
-${kv('lost work (rework)', `${s.reworkGpuHours.toFixed(1)} GPU-h`)}
+${kv('spot machines taken back', formatNumber(s.interruptions))}
+${kv('requeues (interruptions / moves)', `${formatNumber(s.requeues)} (${formatNumber(s.requeues - s.moves)} / ${formatNumber(s.moves)})`)}
+${kv('checkpoints', formatNumber(s.checkpoints))}
+${kv('rework (work lost since the last checkpoint)', `${s.reworkGpuHours.toFixed(1)} GPU-h`)}
+${kv('restoring and writing checkpoints', `${s.overheadGpuHours.toFixed(1)} GPU-h`)}
 ${kv('deadline jobs / misses', `${s.deadlineJobs} / ${s.deadlineMisses}`)}
 </table>
 <h2>Against the alternatives (same trace, same seed, same spot market)</h2>
-<table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>first wait p95</th><th>total wait p99</th><th>attempts p99 / max</th><th>slowdown (mean)</th><th>lost</th><th>rework GPU-h</th><th>interruptions</th><th>deadline misses</th></tr>${compareRows}</table>
+<table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>first wait p95</th><th>total wait p99</th><th>attempts p99 / max</th><th>slowdown (mean)</th><th>lost</th><th>rework GPU-h</th><th>spot machines taken back</th><th>deadline misses</th></tr>${compareRows}</table>
 <h2>Charts</h2>
 <div class="grid">${fleet}${gpus}${queue}${cost}</div>
 <h2>Spend against budget</h2>

@@ -215,10 +215,14 @@ export function renderReport(run: SimulateRun): string {
           ? `${s.slowdownVsOnDemand.mean.toFixed(2)}× / ${s.slowdownVsOnDemand.p95.toFixed(2)}× / ${s.slowdownVsOnDemand.p99.toFixed(2)}× over ${s.slowdownVsOnDemand.jobs} jobs done under both`
           : '-',
       ],
-      ['spot interruptions', formatNumber(s.interruptions)],
-      ['jobs requeued', formatNumber(s.requeues)],
+      ['spot machines taken back', formatNumber(s.interruptions)],
+      [
+        'requeues (interruptions / moves)',
+        `${formatNumber(s.requeues)} (${formatNumber(s.requeues - s.moves)} / ${formatNumber(s.moves)})`,
+      ],
       ['checkpoints', formatNumber(s.checkpoints)],
-      ['lost work (rework)', `${s.reworkGpuHours.toFixed(1)} GPU-h`],
+      ['rework (work lost since the last checkpoint)', `${s.reworkGpuHours.toFixed(1)} GPU-h`],
+      ['restoring and writing checkpoints', `${s.overheadGpuHours.toFixed(1)} GPU-h`],
       ['budget events', formatNumber(s.budgetEvents)],
     ],
   );
@@ -253,7 +257,7 @@ export function renderReport(run: SimulateRun): string {
             'slowdown mean',
             'lost',
             'rework GPU-h',
-            'interruptions',
+            'spot machines taken back',
             'deadline misses',
           ],
           all.map((r) => [

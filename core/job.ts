@@ -1,7 +1,7 @@
 import type { JobSpec } from './job-spec.ts';
 import { milliGpusUsed } from './gpu.ts';
 import { costForDuration } from './money.ts';
-import type { Reason } from './reason.ts';
+import type { Reason, ReasonCode } from './reason.ts';
 
 /**
  * A job's life: pending → placed → running → succeeded | failed | cancelled, with
@@ -120,7 +120,10 @@ export interface Job {
   readonly checkpointReason?: Reason;
   /** When its checkpoint was asked for, while it is checkpointing: the control plane gives up waiting after the checkpoint's time limits. */
   readonly checkpointRequestedAtMs?: number;
+  /** Times the job went back to the queue, whatever the cause (interruptions and moves; see requeueCounts). */
   readonly interruptions: number;
+  /** Of those, the moves gpu-fleet decided itself (see isMove); absent on records written before it was counted. */
+  readonly moves?: number;
   readonly rejection?: { readonly errors: readonly string[]; readonly body: string };
   readonly exitCode?: number;
   readonly endedAtMs?: number;
@@ -260,6 +263,7 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         checkpointReason: undefined,
         checkpointRequestedAtMs: undefined,
         interruptions: job.interruptions + 1,
+        ...(isMove(event.reason.code) ? { moves: (job.moves ?? 0) + 1 } : {}),
         cancelRequested: undefined,
       });
     case 'succeed':
@@ -438,4 +442,37 @@ export function firstWaitMs(job: Job, nowMs: number): number {
 export function attemptsRun(job: Job): number {
   if (job.firstStartedAtMs === undefined && job.state !== 'placed') return 0;
   return job.interruptions + (job.state === 'pending' ? 0 : 1);
+}
+
+/**
+ * Rework: GPU-hours of work lost since the newest checkpoint at the end of each attempt that was
+ * requeued (an attempt still running has lost nothing yet). Restores and checkpoint pauses are
+ * not rework: the simulation counts them apart.
+ */
+export function reworkGpuHours(job: Job): number {
+  return ((job.usage?.reworkSec ?? 0) * milliGpusUsed(job.spec.gpu) * job.spec.nodes) / 1000 / 3600;
+}
+
+/**
+ * A move is a requeue gpu-fleet decided itself to save money or keep a promise: back to spot,
+ * consolidation, a deadline, a higher priority, a spent budget. Everything else is an
+ * interruption: the machine was taken back, lost, or could not run the job.
+ */
+export function isMove(code: ReasonCode): boolean {
+  return MOVE_CODES.has(code);
+}
+
+const MOVE_CODES: ReadonlySet<ReasonCode> = new Set<ReasonCode>([
+  'rebalance-to-spot',
+  'scale-in-consolidate',
+  'deadline-on-demand',
+  'deadline-spot-safe',
+  'preempt-for-priority',
+  'budget-stop',
+]);
+
+/** A job's requeues split into interruptions (machine taken back, lost or failed) and moves gpu-fleet decided. */
+export function requeueCounts(job: Pick<Job, 'interruptions' | 'moves'>): { requeues: number; interruptions: number; moves: number } {
+  const moves = Math.min(job.moves ?? 0, job.interruptions);
+  return { requeues: job.interruptions, interruptions: job.interruptions - moves, moves };
 }

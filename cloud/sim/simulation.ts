@@ -21,7 +21,7 @@ import { checkInvariants, fromMachines, InvariantViolation } from './invariants.
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
 import { periodKey } from '../../core/period.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
-import { ACTIVE_STATES, assignmentMilliGpu, jobIdFor, TERMINAL_STATES, type Job } from '../../core/job.ts';
+import { ACTIVE_STATES, assignmentMilliGpu, jobIdFor, requeueCounts, reworkGpuHours, TERMINAL_STATES, type Job } from '../../core/job.ts';
 import { costForDuration, type MicroUsd } from '../../core/money.ts';
 import type { Plan } from '../../core/plan.ts';
 import { planBaseline } from '../../core/planner/baseline.ts';
@@ -146,13 +146,17 @@ export interface SimulationSummary {
    * cloud could run counts in both.
    */
   readonly waitByCloud?: Readonly<Record<string, { readonly jobs: number; readonly p50WaitSec: number; readonly p95WaitSec: number }>>;
-  /** Spot machines the market took back. */
+  /** Spot machines the market took back (one may hold several jobs). */
   readonly interruptions: number;
-  /** Times a job went back to the queue (interruptions, lost nodes, preemptions). */
+  /** Times a job went back to the queue, whatever the cause (core/job.ts, requeueCounts). */
   readonly requeues: number;
+  /** Of those, the moves gpu-fleet decided itself (back to spot, consolidation, deadline, priority, budget stop). */
+  readonly moves: number;
   readonly checkpoints: number;
-  /** GPU-hours of work done twice: lost since the last checkpoint, or spent restoring. */
+  /** GPU-hours of work done twice: lost since the newest checkpoint when an attempt was requeued, summed over the jobs (core/job.ts, reworkGpuHours). */
   readonly reworkGpuHours: number;
+  /** GPU-hours jobs ran without making progress that is not rework: restoring from checkpoints and pausing to write them. */
+  readonly overheadGpuHours: number;
   readonly deadlineJobs: number;
   readonly deadlineMisses: number;
   readonly budgetEvents: number;
@@ -740,6 +744,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
   const spend = spendAccuracy(costByTeam, countedUntil, lives, [...heldLog.values()], jobs, startMs);
   const useful = usefulWork(jobs, agents, workOf, endMs);
+  const reworkTotal = jobs.reduce((sum, j) => sum + reworkGpuHours(j), 0);
   const summary: SimulationSummary = {
     policy: policyName,
     trace: options.workload.name,
@@ -768,9 +773,11 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     jobTimes: jobTimes(jobs, endMs),
     ...(clouds.length > 1 ? { waitByCloud: waitsByCloud(jobs, endMs, setup.groups, env) } : {}),
     interruptions,
-    requeues: jobs.reduce((s, j) => s + j.interruptions, 0),
+    requeues: jobs.reduce((s, j) => s + requeueCounts(j).requeues, 0),
+    moves: jobs.reduce((s, j) => s + requeueCounts(j).moves, 0),
     checkpoints: agents.stats.checkpoints,
-    reworkGpuHours: round2(Math.max(0, gpuMsUsed - [...useful.values()].reduce((a, b) => a + b, 0)) / 3_600_000),
+    reworkGpuHours: round2(reworkTotal),
+    overheadGpuHours: round2(Math.max(0, (gpuMsUsed - [...useful.values()].reduce((a, b) => a + b, 0)) / 3_600_000 - reworkTotal)),
     ...deadlines(jobs, endMs),
     budgetEvents: budgetEvents.length,
     machinesLaunched: accounted.size,

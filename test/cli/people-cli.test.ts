@@ -251,7 +251,16 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
 
   it('report: cost by team, project and job, paid against held, spot savings, the trend by day; as a table, CSV and HTML', async () => {
     const r = json<{
-      totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number; spotSavingsMicroUsd: number };
+      totals: {
+        requeues: number;
+        interruptions: number;
+        moves: number;
+        reworkGpuHours: number;
+        paidMicroUsd: number;
+        heldByJobsMicroUsd: number;
+        idleMicroUsd: number;
+        spotSavingsMicroUsd: number;
+      };
       byTeam: { team: string; costMicroUsd: number; committedMicroUsd: number }[];
       byProject: { project: string; costMicroUsd: number }[];
       byDay: { day: string }[];
@@ -269,8 +278,12 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(r.totals.spotSavingsMicroUsd).toBeGreaterThan(0);
     const csv = await cli(['report', '--sim', dir, '--csv']);
     expect(csv.stdout.split('\n')[0]).toBe(
-      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,interruptions,rework_gpu_hours,rework_usd,utilization_pct',
+      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,utilization_pct',
     );
+    // Requeues (interruptions and moves) and rework mean what the simulation's summary means by them.
+    const sim = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as { requeues: number; moves: number; reworkGpuHours: number };
+    expect(r.totals).toMatchObject({ requeues: sim.requeues, moves: sim.moves, interruptions: sim.requeues - sim.moves });
+    expect(r.totals.reworkGpuHours).toBeCloseTo(sim.reworkGpuHours, 2);
     expect(csv.stdout).toMatch(/\nteam,nlp,nlp,/);
     // Team rows carry the committed cost beside the spend, as `budget` and the text report do.
     const nlpRow = csv.stdout

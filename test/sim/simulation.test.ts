@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { DEFAULT_SIM_START_MS, runSimulation, SIM_POLICIES, type SimPolicyName, type SpotSetup } from '../../cloud/sim/simulation.ts';
 import { loadWorkload, parseWorkload } from '../../cloud/sim/workload.ts';
+import { reworkGpuHours } from '../../core/job.ts';
 
 describe('workload from a trace', () => {
   it('reads the built-in sample: 2,181 Philly jobs, rebased, with teams, checkpoints and some deadlines', () => {
@@ -81,6 +82,14 @@ describe('simulation', () => {
     expect(resumed.length).toBeGreaterThan(0);
     // Work lost per interruption is bounded by the checkpoint interval plus the restore, not the whole run.
     expect(summary.reworkGpuHours).toBeLessThan(summary.gpuHoursUsed * 0.25);
+    // Rework is one figure: each job's work lost since its newest checkpoint, summed (what report shows per job).
+    // Restoring and writing checkpoints are counted apart.
+    expect(summary.reworkGpuHours).toBeGreaterThan(0);
+    expect(summary.reworkGpuHours).toBeCloseTo(
+      jobs.reduce((sum, j) => sum + reworkGpuHours(j), 0),
+      2,
+    );
+    expect(summary.overheadGpuHours).toBeGreaterThan(0);
   });
 
   it('loses no job under any policy', async () => {
