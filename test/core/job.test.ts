@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { finishCancel, jobIdFor, transition, type Job, type JobEvent } from '../../core/job.ts';
+import { finishCancel, jobIdFor, requeueCounts, transition, type Job, type JobEvent } from '../../core/job.ts';
 import { reason } from '../../core/reason.ts';
 import { aJob, T0 } from '../builders.ts';
 
@@ -33,6 +33,22 @@ describe('job state machine', () => {
     expect(job).toMatchObject({ state: 'pending', attempt: 2, interruptions: 1, checkpoint: cp, requeueReason: lost });
     expect(job.spec.priority).toBe(700);
     expect(job.placement).toBeUndefined();
+  });
+
+  it('counts the moves gpu-fleet decided apart from interruptions, and each once', () => {
+    const run = (j: Job, attempt: number, why: ReturnType<typeof reason>) =>
+      apply(j, { type: 'place', attempt, placement }, { type: 'start', attempt }, { type: 'requeue', attempt, reason: why });
+    let job = run(aJob(), 1, reason('rebalance-to-spot', 'moved to spot'));
+    job = run(job, 2, lost);
+    job = run(job, 3, reason('interrupted', 'spot warning'));
+    job = run(job, 4, reason('scale-in-consolidate', 'moved off an underused node'));
+    expect(requeueCounts(job)).toEqual({ requeues: 4, interruptions: 2, moves: 2 });
+    // A repeated requeue of an attempt that is over changes nothing, the counts included.
+    expect(transition(job, { type: 'requeue', attempt: 4, reason: reason('rebalance-to-spot', 'again') }, T0 + 99_000)).toMatchObject({
+      changed: false,
+    });
+    // A record written before moves were counted reads as all interruptions.
+    expect(requeueCounts({ interruptions: 3 })).toEqual({ requeues: 3, interruptions: 3, moves: 0 });
   });
 
   it('ignores a repeated or late requeue for an attempt that is already over', () => {
