@@ -1,7 +1,7 @@
 import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { closeAttempt, JOB_STATES, ACTIVE_STATES, requeueCounts, reworkGpuHours, type Job } from '../core/job.ts';
+import { JOB_STATES, ACTIVE_STATES, requeueCounts, reworkGpuHours, usageSoFar, type Job } from '../core/job.ts';
 import { formatUsd } from '../core/money.ts';
 import { dayStartMs, reportPeriod, type ReportPeriod } from '../core/period.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
@@ -185,7 +185,7 @@ function touches(j: Job, startMs: number, endMs: number): boolean {
 
 function jobRow(j: Job, atMs: number): JobCostRow {
   // A running attempt counts up to now, as if it ended here.
-  const u = ACTIVE_STATES.includes(j.state) && j.placement ? closeAttempt(j, Math.max(atMs, j.placedAtMs ?? atMs), false) : j.usage;
+  const u = usageSoFar(j, atMs);
   const gpuHours = (u?.gpuSec ?? 0) / 3600;
   const heldSec = u?.heldSec ?? 0;
   const cost = u?.costMicroUsd ?? 0;

@@ -1,7 +1,18 @@
 import { readFileSync } from 'node:fs';
 import { budgetStatus, isValidTeamId } from '../core/budget.ts';
 import { periodBounds, periodKey } from '../core/period.ts';
-import { ACTIVE_STATES, assignmentMilliGpu, firstWaitMs, JOB_STATES, waitMsSoFar, type Job, type JobState } from '../core/job.ts';
+import {
+  ACTIVE_STATES,
+  assignmentMilliGpu,
+  firstWaitMs,
+  JOB_STATES,
+  requeueCounts,
+  reworkGpuHours,
+  usageSoFar,
+  waitMsSoFar,
+  type Job,
+  type JobState,
+} from '../core/job.ts';
 import { checkJobSpec, type JobSpec, type JobSpecInput } from '../core/job-spec.ts';
 import { whyNoGroupHolds } from '../core/planner/capacity.ts';
 import { shippedCatalog } from '../cloud/catalog/all-shipped.ts';
@@ -417,11 +428,20 @@ function jobLines(job: Job, now: number): [string, string][] {
       'checkpoint',
       `${duration(job.checkpoint.progressSec)} of work at ${new Date(job.checkpoint.completedAtMs).toISOString()}`,
     ]);
-  if (job.usage)
+  const usage = usageSoFar(job, now);
+  if (usage)
     lines.push([
       'cost so far',
-      `${money(job.usage.costMicroUsd)} for ${(job.usage.gpuSec / 3600).toFixed(2)} GPU-h over ${job.usage.attempts} attempt(s)`,
+      `${money(usage.costMicroUsd)} for ${(usage.gpuSec / 3600).toFixed(2)} GPU-h over ${count(usage.attempts, 'attempt')}${ACTIVE_STATES.includes(job.state) ? ' (the running one up to now)' : ''}`,
     ]);
+  if (job.interruptions > 0) {
+    const r = requeueCounts(job);
+    lines.push([
+      'requeues',
+      `${count(r.requeues, 'requeue')}: ${count(r.interruptions, 'interruption')} (machine taken back, lost or failed), ${count(r.moves, 'move')} gpu-fleet decided`,
+    ]);
+  }
+  if (reworkGpuHours(job) > 0) lines.push(['rework', `${reworkGpuHours(job).toFixed(2)} GPU-h (work lost since the last checkpoint)`]);
   if (job.rejection) lines.push(['rejected', job.rejection.errors.join('; ')]);
   if (job.exitCode !== undefined) lines.push(['exit code', String(job.exitCode)]);
   return lines;

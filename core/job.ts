@@ -476,3 +476,13 @@ export function requeueCounts(job: Pick<Job, 'interruptions' | 'moves'>): { requ
   const moves = Math.min(job.moves ?? 0, job.interruptions);
   return { requeues: job.interruptions, interruptions: job.interruptions - moves, moves };
 }
+
+/**
+ * What the job has held and cost up to `nowMs`: its finished attempts and, while one is placed or
+ * running, that attempt as if it ended now. The one "cost so far" of status, report and explain.
+ */
+export function usageSoFar(job: Job, nowMs: number): JobUsage | undefined {
+  return ACTIVE_STATES.includes(job.state) && job.placement
+    ? closeAttempt(job, Math.max(nowMs, job.placedAtMs ?? nowMs), false)
+    : job.usage;
+}

@@ -13,6 +13,7 @@ import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import type { TableNames } from '../../cloud/aws/tables.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 import { startSqs } from '../support/fauxqs.ts';
+import { money } from '../../cli/format.ts';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -211,8 +212,12 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   }, 60_000);
 
   it('explain: where and why a job runs, and why the fleet changed in a decision', async () => {
-    const report = json<{ jobs: { job: string; state: string }[] }>(await cli(['report', '--sim', dir, '--json']));
+    const report = json<{ jobs: { job: string; state: string; costMicroUsd: number }[] }>(await cli(['report', '--sim', dir, '--json']));
     const running = report.jobs.find((j) => j.state === 'running')!;
+    // Cost so far is one figure: status --job counts the running attempt up to now, as report does.
+    const status = await cli(['status', '--sim', dir, '--job', running.job]);
+    expect(status.stdout).toMatch(new RegExp(`cost so far\\s+${money(running.costMicroUsd).replace(/[$.]/g, '\\$&')} for`));
+    expect(status.stdout).toMatch(/(the running one up to now)/);
     const why = json<{ summary: string; details: string[]; decisionId?: string }>(
       await cli(['explain', '--sim', dir, '--job', running.job, '--json']),
     );
