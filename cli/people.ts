@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { budgetStatus, isValidTeamId } from '../core/budget.ts';
-import { periodBounds, periodKey } from '../core/period.ts';
+import { dayStartMs, forecastSpend, periodBounds, periodKey } from '../core/period.ts';
+import { DAY_PERIOD_PREFIX } from '../core/services/accrual.ts';
 import {
   ACTIVE_STATES,
   assignmentMilliGpu,
@@ -655,6 +656,8 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
         `no team ${only}: no resource carries gpu-fleet:team=${only}; teams: ${[...inForce.keys()].join(', ') || '(none)'}`,
       );
     const rows: BudgetRow[] = [];
+    // The days each team spent on: its forecast runs from the first one in the period.
+    const spendDays = (await fleet.ledger.list()).filter((r) => r.period.startsWith(DAY_PERIOD_PREFIX) && r.spentMicroUsd > 0);
     // What running work will still cost, as reconcile counts it against hold, spot-only and stop.
     const committed = committedCostMicroUsd(
       await fleet.jobs.listByState(ACTIVE_STATES),
@@ -669,8 +672,11 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
       const spent = (await fleet.ledger.read(team.id, key)).spentMicroUsd;
       const committedMicroUsd = committed.get(team.id) ?? 0;
       const status = budgetStatus(team, spent, committedMicroUsd);
-      const elapsed = Math.max(1, now - startMs);
-      const forecast = Math.round((spent * (endMs - startMs)) / elapsed);
+      const firstDay = spendDays
+        .filter((r) => r.team === team.id)
+        .map((r) => dayStartMs(r.period.slice(DAY_PERIOD_PREFIX.length)))
+        .filter((at): at is number => at !== undefined && at >= startMs && at < endMs && at <= now);
+      const forecast = forecastSpend(spent, { startMs, endMs }, now, firstDay.length > 0 ? Math.min(...firstDay) : undefined);
       rows.push({
         team: team.id,
         period: key,
@@ -711,7 +717,7 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
       out.push(
         '',
         "committed: what running work will still cost (each attempt's price times its expected remaining runtime); hold, spot-only and stop count it with the spend",
-        "forecast: this period's spend so far, extended at the same rate to the period's end",
+        "forecast: this period's spend so far, extended to the period's end at the rate since the team's first day of spend in it",
         "budgets are read only from each team's own queue; tags on any other resource are listed as tag problems and change nothing",
       );
       return out.join('\n');

@@ -104,3 +104,22 @@ export function dayStartMs(day: string): number | undefined {
 export function dayKey(atMs: number): string {
   return periodKey('daily', atMs);
 }
+
+/**
+ * The spend a period will have at its end if it goes on at the rate seen so far. The rate is
+ * measured from when spending began in the period (`spendingSinceMs`, e.g. the first day with
+ * spend), not from the period's start: a team, or a simulation, that began mid-period would
+ * otherwise have its rate spread over days it did not exist (half the real rate after one day of
+ * a run that began on the 2nd).
+ */
+export function forecastSpend(
+  spentMicroUsd: number,
+  bounds: { startMs: number; endMs: number },
+  nowMs: number,
+  spendingSinceMs?: number,
+): number {
+  const from = Math.min(nowMs, Math.max(bounds.startMs, spendingSinceMs ?? bounds.startMs));
+  if (spentMicroUsd <= 0 || nowMs >= bounds.endMs) return spentMicroUsd;
+  const elapsed = Math.max(60_000, nowMs - from);
+  return Math.round(spentMicroUsd + (spentMicroUsd * (bounds.endMs - nowMs)) / elapsed);
+}

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
-import { dayKey, dayStartMs, periodBounds, periodKey, reportPeriod } from '../../core/period.ts';
+import { dayKey, dayStartMs, forecastSpend, periodBounds, periodKey, reportPeriod } from '../../core/period.ts';
 import { aTeam } from '../builders.ts';
 
 const tags = (extra: Record<string, string> = {}) => ({
@@ -34,6 +34,34 @@ describe('budget periods', () => {
           expect(periodKey(p, startMs)).toBe(periodKey(p, t));
           expect(periodKey(p, endMs)).not.toBe(periodKey(p, t));
         },
+      ),
+    );
+  });
+});
+
+describe('budget forecast', () => {
+  const nov = periodBounds('monthly', Date.UTC(2026, 10, 15));
+  const day = 86_400_000;
+
+  it('extends the spend at the rate since spending began in the period, not since the period began', () => {
+    // $100 spent over one day of a run that began on the 2nd: $100 a day for the 28 days left.
+    const now = Date.UTC(2026, 10, 3);
+    expect(forecastSpend(100_000_000, nov, now, Date.UTC(2026, 10, 2))).toBe(100_000_000 + 28 * 100_000_000);
+    // Without knowing when spending began, the period's start is used (the rate of a whole-month spender).
+    expect(forecastSpend(100_000_000, nov, now)).toBe(100_000_000 + 14 * 100_000_000);
+    // A first day of spend before the period (or after now) is clamped to the period and to now.
+    expect(forecastSpend(100_000_000, nov, now, Date.UTC(2026, 9, 20))).toBe(forecastSpend(100_000_000, nov, now));
+  });
+
+  it('is the spend itself when nothing was spent or the period is over, and never below it', () => {
+    expect(forecastSpend(0, nov, nov.startMs + 3 * day)).toBe(0);
+    expect(forecastSpend(5_000_000, nov, nov.endMs + day)).toBe(5_000_000);
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 1e12 }),
+        fc.integer({ min: 0, max: 30 * day }),
+        fc.integer({ min: 0, max: 30 * day }),
+        (spent, at, since) => forecastSpend(spent, nov, nov.startMs + at, nov.startMs + since) >= spent,
       ),
     );
   });
