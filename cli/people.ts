@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { budgetStatus, isValidTeamId } from '../core/budget.ts';
 import { dayStartMs, forecastSpend, periodBounds, periodKey } from '../core/period.ts';
-import { DAY_PERIOD_PREFIX } from '../core/services/accrual.ts';
 import {
   ACTIVE_STATES,
   assignmentMilliGpu,
@@ -21,7 +20,7 @@ import { milliGpusUsed } from '../core/gpu.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
 import { teamsInForce } from '../core/services/snapshot-reader.ts';
 import { committedCostMicroUsd } from '../core/cost-model.ts';
-import { IDLE_TEAM } from '../core/services/accrual.ts';
+import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
