@@ -1,4 +1,6 @@
 import { readFileSync } from 'node:fs';
+import awsRegionsJson from 'aws-regions/regions.json' with { type: 'json' };
+import { closest, distance } from 'fastest-levenshtein';
 import { z } from 'zod';
 import { ConfigError, messageOf } from '../core/errors.ts';
 import awsCatalogJson from '../data/catalog/aws-gpu-instances.json' with { type: 'json' };
@@ -12,6 +14,38 @@ const AWS_GPU_TYPES: readonly string[] =
   (awsCatalogJson as unknown as { instances?: { instance_type?: string; instanceType?: string }[] }).instances
     ?.map((i) => i.instance_type ?? i.instanceType ?? '')
     .filter(Boolean) ?? [];
+
+/** The shipped catalogue's types by family, sizes smallest first: "g5 (xlarge, 2xlarge, …, 48xlarge)". */
+const SIZE_ORDER = (size: string) => (size === 'metal' ? 1e6 : size === 'xlarge' ? 1 : Number.parseInt(size, 10) || 0);
+const TYPES_BY_FAMILY = (() => {
+  const families = new Map<string, string[]>();
+  for (const t of AWS_GPU_TYPES) {
+    const [family, size] = t.split('.') as [string, string];
+    families.set(family, [...(families.get(family) ?? []), size]);
+  }
+  return [...families.entries()]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([family, sizes]) => `${family} (${sizes.sort((a, b) => SIZE_ORDER(a) - SIZE_ORDER(b)).join(', ')})`)
+    .join('; ');
+})();
+
+/**
+ * Availability Zones per region, from the aws-regions package (jsonmaur/aws-regions). Zone letters
+ * map to different zones in each account and not every account has every zone (`aws ec2
+ * describe-availability-zones` says which yours has); a letter the region does not have at all is
+ * a mistake. Regions the package does not list are not checked.
+ */
+const ZONES_BY_REGION = new Map<string, readonly string[]>(
+  (awsRegionsJson as readonly { code: string; zones: readonly string[] }[]).map((r) => [r.code, r.zones]),
+);
+
+/** The zone problem of `zone` in `region`, if any. */
+function zoneProblem(zone: string, region: string): string | undefined {
+  if (!zone.startsWith(region) || !/^[a-z]$/.test(zone.slice(region.length))) return `zone is not in region ${region}`;
+  const known = ZONES_BY_REGION.get(region);
+  if (!known || known.includes(zone)) return undefined;
+  return `${region} has no zone ${zone}; its zones are ${known.join(', ')} (which of them your account has: aws ec2 describe-availability-zones --region ${region})`;
+}
 
 const NAME_RE = /^[a-z][a-z0-9-]{1,38}[a-z0-9]$/;
 const ZONE_RE = /^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$/;
@@ -32,7 +66,8 @@ const NodeGroupSchema = z
     instanceTypes: z
       .array(
         z.string().refine((t) => AWS_GPU_TYPES.length === 0 || AWS_GPU_TYPES.includes(t), {
-          error: `not a GPU instance type in the shipped catalogue (data/catalog/aws-gpu-instances.json); allowed: ${AWS_GPU_TYPES.slice(0, 12).join(', ')}, …`,
+          error: (issue) =>
+            `not a GPU instance type in the shipped catalogue (data/catalog/aws-gpu-instances.json)${didYouMean(String(issue.input), AWS_GPU_TYPES)}; allowed: ${TYPES_BY_FAMILY}`,
         }),
       )
       .min(1, { error: 'give at least one instance type' })
@@ -188,9 +223,12 @@ export const ConfigSchema = z
           message: 'subnetIds need an existing VPC; with "vpc.create" give zones',
           input: g.subnetIds,
         });
-      for (const z of vpcZones)
-        if (!z.startsWith(c.region))
-          ctx.addIssue({ code: 'custom', path: ['vpc'], message: `zone is not in region ${c.region}`, input: z });
+    });
+    const vpcZones = 'create' in c.vpc ? c.vpc.create.zones : c.vpc.existing.zones;
+    vpcZones.forEach((z, i) => {
+      const problem = zoneProblem(z, c.region);
+      if (problem)
+        ctx.addIssue({ code: 'custom', path: ['vpc', 'create' in c.vpc ? 'create' : 'existing', 'zones', i], message: problem, input: z });
     });
     const teams = new Set<string>();
     c.teams.forEach((t, i) => {
@@ -210,7 +248,10 @@ export { ConfigError };
 export function parseConfig(input: unknown, source = 'config'): GpuFleetConfig {
   const result = ConfigSchema.safeParse(input, { reportInput: true });
   if (result.success) return result.data;
-  throw new ConfigError(source, result.error.issues.map(describe));
+  throw new ConfigError(
+    source,
+    result.error.issues.map((issue) => describe(issue, input)),
+  );
 }
 
 export function loadConfig(path: string): GpuFleetConfig {
@@ -229,13 +270,71 @@ export function loadConfig(path: string): GpuFleetConfig {
   return parseConfig(value, path);
 }
 
-function describe(issue: z.core.$ZodIssue): string {
-  const where = issue.path.length > 0 ? issue.path.map(String).join('.') : '(config)';
+function describe(issue: z.core.$ZodIssue, input: unknown): string {
+  const where = issue.path.length > 0 ? pathOf(issue.path, input) : '(config)';
   let message = issue.message;
-  if (issue.code === 'unrecognized_keys') message = `unknown field(s) ${issue.keys.map((k) => JSON.stringify(k)).join(', ')}`;
-  else if (issue.code === 'invalid_type' && issue.input === undefined) message = `is required; ${issue.message}`;
+  if (issue.code === 'unrecognized_keys') {
+    const allowed = keysAt(ConfigSchema, issue.path);
+    const each = issue.keys.map((k) => `${JSON.stringify(k)}${didYouMean(k, allowed)}`);
+    message = `unknown field${issue.keys.length > 1 ? 's' : ''} ${each.join(', ')}${allowed.length > 0 ? `; allowed: ${allowed.join(', ')}` : ''}`;
+  } else if (issue.code === 'invalid_type' && issue.input === undefined) message = `is required; ${issue.message}`;
   const got = 'input' in issue && issue.input !== undefined && issue.code !== 'unrecognized_keys' ? `; got ${short(issue.input)}` : '';
   return `${where}: ${message}${got}`;
+}
+
+/**
+ * Where in the config, by name where the config has one: `nodeGroups["a100-spot"].instanceTypes[1]`
+ * rather than `nodeGroups.2.instanceTypes.1` (an index is hard to count in a long file).
+ */
+function pathOf(path: readonly PropertyKey[], input: unknown): string {
+  let out = '';
+  let at: unknown = input;
+  for (const key of path) {
+    const here = at;
+    at = here !== null && typeof here === 'object' ? (here as Record<PropertyKey, unknown>)[key] : undefined;
+    if (typeof key !== 'number') {
+      out += out ? `.${String(key)}` : String(key);
+      continue;
+    }
+    const named =
+      at !== null && typeof at === 'object'
+        ? ((at as { name?: unknown; projectId?: unknown }).name ?? (at as { projectId?: unknown }).projectId)
+        : undefined;
+    out += typeof named === 'string' && named !== '' ? `[${JSON.stringify(named)}]` : `[${key}]`;
+  }
+  return out;
+}
+
+/** The fields an object of the schema has at `path` (array indexes step into the element). */
+function keysAt(schema: z.ZodType, path: readonly PropertyKey[]): string[] {
+  const inner = (s: z.ZodType): z.ZodType[] => {
+    const def = (s as unknown as { _zod: { def: { type: string; innerType?: z.ZodType; in?: z.ZodType; options?: z.ZodType[] } } })._zod
+      .def;
+    if ((def.type === 'default' || def.type === 'optional' || def.type === 'nullable' || def.type === 'prefault') && def.innerType)
+      return inner(def.innerType);
+    if (def.type === 'pipe' && def.in) return inner(def.in);
+    if (def.type === 'union' && def.options) return def.options.flatMap(inner);
+    return [s];
+  };
+  let here = inner(schema);
+  for (const key of path) {
+    here = here.flatMap((s) => {
+      if (s instanceof z.ZodArray && typeof key === 'number') return inner(s.element as z.ZodType);
+      if (s instanceof z.ZodObject && typeof key === 'string' && key in s.shape) return inner(s.shape[key] as z.ZodType);
+      return [];
+    });
+  }
+  return [...new Set(here.flatMap((s) => (s instanceof z.ZodObject ? Object.keys(s.shape) : [])))];
+}
+
+/** ` (did you mean "maxSize"?)` when a known value is close to what was written (case, a typo or two), else nothing. */
+function didYouMean(value: string, known: readonly string[]): string {
+  if (known.length === 0 || value === '') return '';
+  const lower = known.find((k) => k.toLowerCase() === value.toLowerCase());
+  const best = lower ?? closest(value, [...known]);
+  return best && best !== value && (lower !== undefined || distance(value, best) <= Math.max(1, Math.floor(value.length / 6)))
+    ? ` (did you mean ${JSON.stringify(best)}?)`
+    : '';
 }
 
 function short(value: unknown): string {

@@ -463,6 +463,17 @@ describe('the config', () => {
     expect(c.teams[2]).toMatchObject({ name: 'research', period: 'weekly', action: 'alert', alertAtPct: [80, 100], weight: 1 });
   });
 
+  it('suggests the field or the instance type meant by a typo', () => {
+    const bad = base();
+    bad.nodeGroups[0] = { ...bad.nodeGroups[0], maxsize: 4, instanceTypes: ['g6.xlarg'] };
+    bad.policy = { idleCoolDownSec: 60 };
+    expect(() => parseConfig(bad)).toThrow(
+      /nodeGroups\["l4-spot"\]: unknown field "maxsize" \(did you mean "maxSize"\?\); allowed: name, instanceTypes, capacityType, zones, subnetIds, minSize, maxSize, ami, diskGiB, migEnabled/,
+    );
+    expect(() => parseConfig(bad)).toThrow(/policy: unknown field "idleCoolDownSec" \(did you mean "idleCooldownSec"\?\)/);
+    expect(() => parseConfig(bad)).toThrow(/instanceTypes\[0\]: not a GPU instance type .* \(did you mean "g6\.xlarge"\?\)/);
+  });
+
   it('says which field, which value, and what is allowed', () => {
     const bad = base();
     bad.nodeGroups[0] = {
@@ -484,14 +495,15 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field(s) "extra"',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, gcp',
+        // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
-          /^nodeGroups\.0\.instanceTypes\.1: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn\.12xlarge, .*; got "m5\.large"$/,
+          /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
         ),
-        'nodeGroups.0.capacityType: must be "spot" or "on-demand"; got "cheap"',
-        'nodeGroups.0.maxSize: must be at least 1; got -1',
-        'teams.1.budgetUsd: must be a number of dollars; got "1000"',
-        'teams.1.action: must be "alert", "spot-only", "hold" or "stop"; got "ignore"',
+        'nodeGroups["l4-spot"].capacityType: must be "spot" or "on-demand"; got "cheap"',
+        'nodeGroups["l4-spot"].maxSize: must be at least 1; got -1',
+        'teams["vision"].budgetUsd: must be a number of dollars; got "1000"',
+        'teams["vision"].action: must be "alert", "spot-only", "hold" or "stop"; got "ignore"',
         'policy.reconcileIntervalSec: must be a whole number of minutes (a multiple of 60): the schedule runs by the minute; got 90',
       ]),
     );
@@ -502,7 +514,13 @@ describe('the config', () => {
     const bad = base();
     bad.nodeGroups[1] = { ...bad.nodeGroups[1], name: 'l4-spot', zones: ['us-east-1f'] };
     expect(() => parseConfig(bad)).toThrow(
-      /nodeGroups\.1\.name: node group names must be unique; got "l4-spot"[\s\S]*nodeGroups\.1\.zones: zone is not one of the VPC's zones \(us-east-1a, us-east-1b, us-east-1c\); got "us-east-1f"/,
+      /nodeGroups\["l4-spot"\]\.name: node group names must be unique; got "l4-spot"[\s\S]*nodeGroups\["l4-spot"\]\.zones: zone is not one of the VPC's zones \(us-east-1a, us-east-1b, us-east-1c\); got "us-east-1f"/,
+    );
+    // A zone the region does not have at all, against the region's zones (aws-regions).
+    const nowhere = base();
+    nowhere.vpc = { create: { cidr: '10.40.0.0/16', zones: ['us-east-1a', 'us-east-1g'] } };
+    expect(() => parseConfig(nowhere)).toThrow(
+      /vpc\.create\.zones\[1\]: us-east-1 has no zone us-east-1g; its zones are us-east-1a, us-east-1b, us-east-1c, us-east-1d, us-east-1e, us-east-1f \(which of them your account has: aws ec2 describe-availability-zones --region us-east-1\); got "us-east-1g"/,
     );
     const both = base();
     both.nodeGroups[0] = { ...both.nodeGroups[0], subnetIds: ['subnet-0123456789abcdef0'] };
