@@ -211,6 +211,38 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     });
   }, 60_000);
 
+  it('simulate, report, budget and status agree on every figure they share, to the micro-dollar and the second', async () => {
+    const sim = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as {
+      costMicroUsd: number;
+      costByTeamMicroUsd: Record<string, number>;
+      completed: number;
+      jobTimes: { totalWaitSec: { max: number } };
+    };
+    const report = json<{
+      totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number };
+      byTeam: { team: string; costMicroUsd: number }[];
+      byProject: { costMicroUsd: number }[];
+      jobs: { costMicroUsd: number }[];
+    }>(await cli(['report', '--sim', dir, '--json']));
+    const budget = json<{ team: string; spentMicroUsd: number }[]>(await cli(['budget', '--sim', dir, '--json']));
+    const status = json<{ jobs: { state: string; jobs: number; longestTotalWaitSec: number }[] }>(
+      await cli(['status', '--sim', dir, '--json']),
+    );
+    const sum = (xs: readonly { costMicroUsd: number }[]) => xs.reduce((a, x) => a + x.costMicroUsd, 0);
+    // What was paid: the simulation's bill, the report's ledger, each team's budget spend.
+    expect(report.totals.paidMicroUsd).toBe(sim.costMicroUsd);
+    expect(Object.fromEntries(report.byTeam.map((t) => [t.team, t.costMicroUsd]))).toEqual(sim.costByTeamMicroUsd);
+    expect(budget.length).toBeGreaterThan(0);
+    for (const b of budget) expect(b.spentMicroUsd).toBe(sim.costByTeamMicroUsd[b.team]);
+    // What jobs held: projects and jobs add up to it, and with idle capacity to what was paid.
+    expect(sum(report.byProject)).toBe(report.totals.heldByJobsMicroUsd);
+    expect(sum(report.jobs)).toBe(report.totals.heldByJobsMicroUsd);
+    expect(report.totals.heldByJobsMicroUsd + report.totals.idleMicroUsd).toBe(report.totals.paidMicroUsd);
+    // Jobs and waits: status counts the jobs simulate finished, and the longest total wait is the same one.
+    expect(status.jobs.find((j) => j.state === 'succeeded')?.jobs).toBe(sim.completed);
+    expect(Math.max(...status.jobs.map((j) => j.longestTotalWaitSec))).toBe(Math.round(sim.jobTimes.totalWaitSec.max));
+  }, 60_000);
+
   it('explain: where and why a job runs, and why the fleet changed in a decision', async () => {
     const report = json<{ jobs: { job: string; state: string; costMicroUsd: number }[] }>(await cli(['report', '--sim', dir, '--json']));
     const running = report.jobs.find((j) => j.state === 'running')!;
