@@ -8,7 +8,7 @@ import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
 import { stringify } from 'csv-stringify/sync';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
-import { formatNumber, money, pct, table } from './format.ts';
+import { formatNumber, gpuHours, money, pct, table } from './format.ts';
 import type { Io } from './people.ts';
 import { colorsByName, esc, palette, stackedChart } from './charts.ts';
 
@@ -273,10 +273,10 @@ export function reportText(r: FinOpsReport): string {
           `${money(t.heldByJobsMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.heldByJobsMicroUsd) / t.paidMicroUsd)})` : ''}`,
         ],
         ['idle capacity', `${money(t.idleMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.idleMicroUsd) / t.paidMicroUsd)})` : ''}`],
-        ['GPU-hours held by jobs', `${t.gpuHoursUsed.toFixed(1)} GPU-h`],
+        ['GPU-hours held by jobs', gpuHours(t.gpuHoursUsed)],
         ['spot savings vs on-demand', `${money(t.spotSavingsMicroUsd)} (on-demand would be ${money(t.onDemandEquivalentMicroUsd)})`],
         ['requeues (interruptions / moves)', `${formatNumber(t.requeues)} (${formatNumber(t.interruptions)} / ${formatNumber(t.moves)})`],
-        ['rework (work lost since the last checkpoint)', `${t.reworkGpuHours.toFixed(1)} GPU-h, ${money(t.reworkMicroUsd)}`],
+        ['rework (work lost since the last checkpoint)', `${gpuHours(t.reworkGpuHours)}, ${money(t.reworkMicroUsd)}`],
       ],
     ),
   );
@@ -394,7 +394,7 @@ svg text{font-size:11px;fill:#3c464d}.legend span{margin-right:12px}.legend i{di
 </style></head><body>
 <h1>gpu-fleet FinOps report: ${esc(r.period.label)}${r.team ? `, team ${esc(r.team)}` : ''}</h1>
 <p>${esc(r.source)}; ${new Date(r.period.startMs).toISOString().slice(0, 10)} to ${new Date(r.period.endMs - 1).toISOString().slice(0, 10)}.</p>
-<div class="cards">${card('paid', formatUsd(t.paidMicroUsd))}${card('idle capacity', formatUsd(t.idleMicroUsd))}${card('spot savings', formatUsd(t.spotSavingsMicroUsd))}${card('GPU-hours held', t.gpuHoursUsed.toFixed(1))}${card('interruptions', formatNumber(t.interruptions))}${card('moves', formatNumber(t.moves))}${card('rework', `${t.reworkGpuHours.toFixed(1)} GPU-h`)}${card('rework cost', formatUsd(t.reworkMicroUsd))}${card('held by jobs', formatUsd(t.heldByJobsMicroUsd))}</div>
+<div class="cards">${card('paid', formatUsd(t.paidMicroUsd))}${card('idle capacity', formatUsd(t.idleMicroUsd))}${card('spot savings', formatUsd(t.spotSavingsMicroUsd))}${card('GPU-hours held', gpuHours(t.gpuHoursUsed))}${card('interruptions', formatNumber(t.interruptions))}${card('moves', formatNumber(t.moves))}${card('rework', gpuHours(t.reworkGpuHours))}${card('rework cost', formatUsd(t.reworkMicroUsd))}${card('held by jobs', formatUsd(t.heldByJobsMicroUsd))}</div>
 <h2>Trend</h2>${r.byDay.length ? daily : '<p>No spend counted in this period.</p>'}
 <h2>Cost by team</h2>${bars(
     'teams',

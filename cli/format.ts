@@ -28,6 +28,11 @@ export function formatNumber(n: number): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: 2, minimumFractionDigits: 2 });
 }
 
+/** GPU-hours in the one number format, to `digits` decimals: "6,501.4 GPU-h". */
+export function gpuHours(n: number, digits = 1): string {
+  return `${n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })} GPU-h`;
+}
+
 /** A count with its noun, in the one number format: "1 action", "2,181 jobs". */
 export function count(n: number, noun: string, plural = `${noun}s`): string {
   return `${formatNumber(n)} ${n === 1 ? noun : plural}`;

@@ -25,7 +25,7 @@ import type { Team } from '../core/team.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
 import { cancelJob, openFleet, type Fleet, type FleetFlags } from './fleet.ts';
-import { count, duration, formatNumber, keyValues, money, pct, table } from './format.ts';
+import { count, duration, formatNumber, gpuHours, keyValues, money, pct, table } from './format.ts';
 
 export interface Io {
   readonly stdout: NodeJS.WritableStream;
@@ -432,7 +432,7 @@ function jobLines(job: Job, now: number): [string, string][] {
   if (usage)
     lines.push([
       'cost so far',
-      `${money(usage.costMicroUsd)} for ${(usage.gpuSec / 3600).toFixed(2)} GPU-h over ${count(usage.attempts, 'attempt')}${ACTIVE_STATES.includes(job.state) ? ' (the running one up to now)' : ''}`,
+      `${money(usage.costMicroUsd)} for ${gpuHours(usage.gpuSec / 3600, 2)} over ${count(usage.attempts, 'attempt')}${ACTIVE_STATES.includes(job.state) ? ' (the running one up to now)' : ''}`,
     ]);
   if (job.interruptions > 0) {
     const r = requeueCounts(job);
@@ -441,7 +441,7 @@ function jobLines(job: Job, now: number): [string, string][] {
       `${count(r.requeues, 'requeue')}: ${count(r.interruptions, 'interruption')} (machine taken back, lost or failed), ${count(r.moves, 'move')} gpu-fleet decided`,
     ]);
   }
-  if (reworkGpuHours(job) > 0) lines.push(['rework', `${reworkGpuHours(job).toFixed(2)} GPU-h (work lost since the last checkpoint)`]);
+  if (reworkGpuHours(job) > 0) lines.push(['rework', `${gpuHours(reworkGpuHours(job), 2)} (work lost since the last checkpoint)`]);
   if (job.rejection) lines.push(['rejected', job.rejection.errors.join('; ')]);
   if (job.exitCode !== undefined) lines.push(['exit code', String(job.exitCode)]);
   return lines;

@@ -1,5 +1,5 @@
 import { formatUsd } from '../core/money.ts';
-import { formatNumber } from './format.ts';
+import { formatNumber, gpuHours } from './format.ts';
 import type { SimulationResult } from '../cloud/sim/simulation.ts';
 import { CHART_WIDTH, colorFor, esc, lineChart, palette, stackedChart } from './charts.ts';
 
@@ -103,8 +103,8 @@ ${kv('completion ÷ the same job all on-demand (mean / p95 / p99)', s.slowdownVs
 ${kv('spot machines taken back', formatNumber(s.interruptions))}
 ${kv('requeues (interruptions / moves)', `${formatNumber(s.requeues)} (${formatNumber(s.requeues - s.moves)} / ${formatNumber(s.moves)})`)}
 ${kv('checkpoints', formatNumber(s.checkpoints))}
-${kv('rework (work lost since the last checkpoint)', `${s.reworkGpuHours.toFixed(1)} GPU-h`)}
-${kv('restoring and writing checkpoints', `${s.overheadGpuHours.toFixed(1)} GPU-h`)}
+${kv('rework (work lost since the last checkpoint)', gpuHours(s.reworkGpuHours))}
+${kv('restoring and writing checkpoints', gpuHours(s.overheadGpuHours))}
 ${kv('deadline jobs / misses', `${s.deadlineJobs} / ${s.deadlineMisses}`)}
 </table>
 <h2>Against the alternatives (same trace, same seed, same spot market)</h2>

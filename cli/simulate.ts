@@ -24,7 +24,7 @@ import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
 import { withSlowdowns, type Spread } from '../cloud/sim/job-times.ts';
 import { UsageError } from '../core/errors.ts';
-import { count, duration, formatNumber, keyValues, money, pct, table } from './format.ts';
+import { count, duration, formatNumber, gpuHours, keyValues, money, pct, table } from './format.ts';
 import { renderHtmlReport, type SimulateRun } from './report-html.ts';
 
 export type { SimulateRun };
@@ -201,8 +201,8 @@ export function renderReport(run: SimulateRun): string {
   const capacity = table(
     ['capacity', 'value'],
     [
-      ['GPU-hours used', `${s.gpuHoursUsed.toFixed(1)} GPU-h`],
-      ['GPU-hours paid', `${s.gpuHoursPaid.toFixed(1)} GPU-h`],
+      ['GPU-hours used', gpuHours(s.gpuHoursUsed)],
+      ['GPU-hours paid', gpuHours(s.gpuHoursPaid)],
       ['utilisation', pct(s.utilizationPct)],
       ['peak fleet', `${s.peakGpus} GPUs`],
       ['machines launched', formatNumber(s.machinesLaunched)],
@@ -221,8 +221,8 @@ export function renderReport(run: SimulateRun): string {
         `${formatNumber(s.requeues)} (${formatNumber(s.requeues - s.moves)} / ${formatNumber(s.moves)})`,
       ],
       ['checkpoints', formatNumber(s.checkpoints)],
-      ['rework (work lost since the last checkpoint)', `${s.reworkGpuHours.toFixed(1)} GPU-h`],
-      ['restoring and writing checkpoints', `${s.overheadGpuHours.toFixed(1)} GPU-h`],
+      ['rework (work lost since the last checkpoint)', gpuHours(s.reworkGpuHours)],
+      ['restoring and writing checkpoints', gpuHours(s.overheadGpuHours)],
       ['budget events', formatNumber(s.budgetEvents)],
     ],
   );

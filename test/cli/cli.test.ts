@@ -39,7 +39,7 @@ describe('gpu-fleet command', () => {
   it('prints a table for people', async () => {
     const { code, stdout } = await cli(['simulate', '--hours', '1', '--max-jobs', '10']);
     expect(code).toBe(0);
-    expect(stdout).toMatch(/GPU-hours paid\s+[\d.]+ GPU-h/);
+    expect(stdout).toMatch(/GPU-hours paid\s+[\d,.]+ GPU-h/);
     // The wall time of the whole command, not only the main policy's replay.
     expect(stdout).toMatch(/wall [\d.]+ s for gpu-fleet; [\d.]+ s in all for 4 policies/);
     expect(stdout).toMatch(/all on-demand \(baseline run\)\s+\$[\d,]+\.\d\d/);
