@@ -14,7 +14,7 @@ import type {
   BudgetTagSource,
   BudgetMemory,
 } from '../core/ports.ts';
-import { intake, repeated } from '../core/services/intake.ts';
+import { fleetShapeFrom, intake, repeated } from '../core/services/intake.ts';
 import { checkJobSpec, type JobSpec } from '../core/job-spec.ts';
 import { applyJobEvent } from '../core/services/job-updates.ts';
 import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
@@ -95,7 +95,10 @@ function openSimFleet(dir: string): Fleet {
     async submit(team, body, token = randomUUID()) {
       if (!(await env.queue.teams()).includes(team))
         throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
-      const out = await intake(env, { team, body, token });
+      const out = await intake(
+        { jobs: env.jobs, clock: env.clock, fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes) },
+        { team, body, token },
+      );
       if (out.outcome === 'token-reused') throw new UsageError(`--token: ${out.error}`);
       dirty = true;
       const jobId = jobIdFor(team, token);

@@ -422,6 +422,7 @@ function jobLines(job: Job, now: number): [string, string][] {
       `${job.placement.nodes.map((n) => `${n.nodeId} GPU ${n.gpuIndices.join(',')}${n.mig ? ` MIG ${n.mig.profile}` : ''}`).join('; ')} (${job.placement.capacityType})`,
     ]);
   if (job.hold) lines.push(['held', `${job.hold.code}: ${job.hold.message}`]);
+  if (job.unschedulable && job.state === 'pending') lines.push(['unschedulable', job.unschedulable.message]);
   if (job.requeueReason) lines.push(['last requeue', `${job.requeueReason.code}: ${job.requeueReason.message}`]);
   if (job.checkpoint)
     lines.push([
@@ -531,11 +532,12 @@ export function explainJob(
     const d = recent.find((r) => r.plan.waiting.some((w) => w.jobId === job.id) && r.atMs >= job.queuedAtMs);
     const w = d?.plan.waiting.find((x) => x.jobId === job.id);
     if (job.requeueReason) details.push(`back in the queue since ${new Date(job.queuedAtMs).toISOString()}: ${job.requeueReason.message}`);
+    if (job.unschedulable) details.push(`recorded when it was taken in: ${job.unschedulable.message}`);
     if (!d || !w)
       return {
         job: job.id,
         state: job.state,
-        summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}); no reconcile has planned since it was queued`,
+        summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}); ${job.unschedulable ? `no node group can ever hold it (${job.unschedulable.message})` : 'no reconcile has planned since it was queued'}`,
         details,
       };
     const scale = d.plan.actions.filter((a) => a.kind === 'scale-up');

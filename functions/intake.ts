@@ -5,7 +5,7 @@ import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { isCloudError, messageOf } from '../core/errors.ts';
 import type { Clock, DeadLetter, JobStore } from '../core/ports.ts';
-import { intake } from '../core/services/intake.ts';
+import { intake, type FleetShape } from '../core/services/intake.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
 export type { DeadLetter };
@@ -16,6 +16,8 @@ export interface IntakeDeps {
   readonly deadLetter: DeadLetter;
   /** The team whose queue this is, from the queue ARN; undefined for a queue that is not a team queue. */
   readonly teamOfQueue: (queueArn: string) => string | undefined;
+  /** The node groups a job could run on, to record at intake a job none of them can ever hold; absent: not checked. */
+  readonly fleetShape?: FleetShape;
   readonly obs: Observability;
   readonly timeoutEarlyInMillis?: number;
 }
@@ -57,11 +59,16 @@ export function createIntakeHandler(deps: IntakeDeps) {
       return 'dead-lettered';
     }
     try {
-      const out = await intake({ jobs: deps.jobs, clock: deps.clock }, { team, body: r.body, token });
+      const out = await intake({ jobs: deps.jobs, clock: deps.clock, fleetShape: deps.fleetShape }, { team, body: r.body, token });
       switch (out.outcome) {
         case 'accepted':
           log.info('job accepted', { jobId: out.job.id, team });
           metrics.addMetric('JobsAccepted', MetricUnit.Count, 1);
+          if (out.unschedulable) {
+            // Kept pending (a group that can hold it may be added), and said now rather than after a reconcile.
+            log.warn('job accepted, but no node group can ever hold it', { jobId: out.job.id, team, why: out.unschedulable });
+            metrics.addMetric('JobsUnschedulable', MetricUnit.Count, 1);
+          }
           return out.job.id;
         case 'duplicate':
           log.info('duplicate delivery: the job already exists', { jobId: out.job.id, team });

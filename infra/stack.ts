@@ -660,6 +660,8 @@ export class GpuFleetStack extends Stack {
     );
     this.deadLetters.grantSendMessages(role);
     this.allowKey(role);
+    // Intake says at once when no node group can ever hold a job: it lists the managed groups (read only).
+    allow(role, 'DescribeGroups', ['autoscaling:DescribeAutoScalingGroups', 'ec2:DescribeLaunchTemplateVersions'], ['*']);
   }
 
   private grantInterruption(role: iam.IRole, reconcile: lambda.IFunction): void {

@@ -27,7 +27,7 @@ import type { Plan } from '../../core/plan.ts';
 import { planBaseline } from '../../core/planner/baseline.ts';
 import { plan } from '../../core/planner/planner.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
-import { intake } from '../../core/services/intake.ts';
+import { fleetShapeFrom, intake } from '../../core/services/intake.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
 import { checkpointSizeMiB, checkpointTimeoutSec } from '../../core/services/node-rules.ts';
 import { reconcile, type Planner, type ReconcilePorts } from '../../core/services/reconcile.ts';
@@ -633,7 +633,10 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
     for (const team of teams) {
       for (const message of env.queue.receive(team, Number.MAX_SAFE_INTEGER)) {
-        await intake({ jobs: env.jobs, clock: env.clock }, { team, body: message.body, token: message.token });
+        await intake(
+          { jobs: env.jobs, clock: env.clock, fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes) },
+          { team, body: message.body, token: message.token },
+        );
       }
     }
     // The spot market takes machines back, each with its cloud's notice.

@@ -1,8 +1,18 @@
 import { isValidTeamId } from '../budget.ts';
 import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
 import { checkJobSpec, type JobSpec } from '../job-spec.ts';
-import type { Clock, JobStore } from '../ports.ts';
+import type { Clock, JobStore, NodeGroupProvider } from '../ports.ts';
 import { messageOf } from '../errors.ts';
+import type { InstanceTypeCatalog } from '../catalog.ts';
+import type { NodeGroup } from '../fleet.ts';
+import { whyNoGroupHolds } from '../planner/capacity.ts';
+import { reason } from '../reason.ts';
+
+/**
+ * The node groups a job could ever run on, for intake's check; undefined when they cannot all be
+ * known here (then nothing is recorded: a job is never called unschedulable on half the fleet).
+ */
+export type FleetShape = () => Promise<{ readonly groups: readonly NodeGroup[]; readonly types: InstanceTypeCatalog } | undefined>;
 
 export interface IntakeMessage {
   /** The team whose queue the message arrived on. Never taken from the body. */
@@ -13,7 +23,8 @@ export interface IntakeMessage {
 }
 
 export type IntakeOutcome =
-  | { readonly outcome: 'accepted'; readonly job: Job }
+  /** `unschedulable`: no node group can ever hold it (the job is kept pending for a group that may appear). */
+  | { readonly outcome: 'accepted'; readonly job: Job; readonly unschedulable?: string }
   | { readonly outcome: 'duplicate'; readonly job: Job }
   /** The token was used before for a different spec: the stored job stands and this one is not taken (a retry cannot help). */
   | { readonly outcome: 'token-reused'; readonly job: Job; readonly error: string }
@@ -29,7 +40,10 @@ export type IntakeOutcome =
  * returns `token-reused` and changes nothing, as Powertools' idempotency payload validation does.
  * Store failures propagate (the caller retries them); nothing else throws.
  */
-export async function intake(ports: { jobs: JobStore; clock: Clock }, message: IntakeMessage): Promise<IntakeOutcome> {
+export async function intake(
+  ports: { jobs: JobStore; clock: Clock; fleetShape?: FleetShape },
+  message: IntakeMessage,
+): Promise<IntakeOutcome> {
   if (!isValidTeamId(message.team)) {
     return {
       outcome: 'unattributable',
@@ -54,8 +68,13 @@ export async function intake(ports: { jobs: JobStore; clock: Clock }, message: I
   if (!errors) {
     const check = checkJobSpec(parsed);
     if (check.ok) {
-      const { created, job } = await ports.jobs.create(newPendingJob({ id, team: message.team, spec: check.spec, submittedAtMs: nowMs }));
-      return created ? { outcome: 'accepted', job } : repeated(job, message, check.spec);
+      const why = await unschedulable(ports.fleetShape, check.spec);
+      const pending = newPendingJob({ id, team: message.team, spec: check.spec, submittedAtMs: nowMs });
+      const { created, job } = await ports.jobs.create(
+        why ? { ...pending, unschedulable: reason('no-offering-fits', `at intake: ${why}; it waits for a group that can`) } : pending,
+      );
+      if (!created) return repeated(job, message, check.spec);
+      return why ? { outcome: 'accepted', job, unschedulable: why } : { outcome: 'accepted', job };
     }
     errors = check.errors;
   }
@@ -86,4 +105,24 @@ function canonical(value: unknown): string {
       ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
       : v,
   );
+}
+
+/** The fleet's shape from every provider's groups; a provider that cannot list them leaves it unknown. */
+export function fleetShapeFrom(providers: readonly Pick<NodeGroupProvider, 'listGroups'>[], types: InstanceTypeCatalog): FleetShape {
+  return async () => ({ groups: (await Promise.all(providers.map((p) => p.listGroups()))).flat(), types });
+}
+
+/** Why no node group can ever hold the spec, when the fleet's shape is known; a failed read checks nothing. */
+async function unschedulable(shape: FleetShape | undefined, spec: JobSpec): Promise<string | undefined> {
+  if (!shape) return undefined;
+  let known: Awaited<ReturnType<FleetShape>>;
+  try {
+    known = await shape();
+  } catch {
+    return undefined;
+  }
+  if (!known) return undefined;
+  // A group with a machine type the catalogue does not know could hold anything: then nothing is said.
+  if (known.groups.some((g) => g.offerings.some((o) => !known.types.has(o.instanceType)))) return undefined;
+  return whyNoGroupHolds(spec, known.groups, known.types);
 }

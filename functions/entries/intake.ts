@@ -1,5 +1,7 @@
 // Lambda entry: the intake function (SQS event source on every team queue).
+import { shippedCatalog } from '../../cloud/catalog/all-shipped.ts';
 import { fleetPortsFromEnv } from '../../cloud/wiring.ts';
+import { fleetShapeFrom } from '../../core/services/intake.ts';
 import { createIntakeHandler, teamFromQueueArn } from '../intake.ts';
 import { observability } from '../observability.ts';
 
@@ -9,5 +11,7 @@ export const handler = createIntakeHandler({
   clock: ports.clock,
   deadLetter: ports.deadLetter,
   teamOfQueue: teamFromQueueArn(ports.config.teamQueuePrefix),
+  // AWS groups only: intake has no GCP credentials, and a job is never called unschedulable on half the fleet.
+  ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, shippedCatalog().instanceTypes) }),
   obs: observability('gpu-fleet-intake'),
 });

@@ -145,6 +145,14 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
       await cli([...l4, '--token', 'l4-1', '--json', '--', 'python', 'x.py']),
     );
     expect(sent.nodeGroups).toMatchObject({ checked: true, canHold: false, why: expect.stringMatching(/^no node group can hold it/) });
+    // Intake recorded it so: it waits, and explain says why before any reconcile has planned it.
+    const why = json<{ state: string; summary: string; details: string[] }>(
+      await cli(['explain', '--sim', dir, '--job', sent.jobId, '--json']),
+    );
+    expect(why.state).toBe('pending');
+    expect(why.summary).toMatch(
+      /waits \([^)]*\); no node group can ever hold it \(at intake: no node group can hold it: the groups offer p3\.16xlarge/,
+    );
     await cli(['cancel', '--sim', dir, sent.jobId]);
   });
 

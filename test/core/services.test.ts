@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { plan as planSimple } from '../../core/planner/planner.ts';
-import { intake } from '../../core/services/intake.ts';
+import { fleetShapeFrom, intake } from '../../core/services/intake.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { reason } from '../../core/reason.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
@@ -84,6 +84,41 @@ describe('intake', () => {
     // The stored job is the first one, unchanged; a bad body under a used token is refused too.
     expect((await e.jobs.get('nlp.run-7'))?.spec.priority).toBe(100);
     expect(await intake(e, { team: 'nlp', body: '{', token: 'run-7' })).toMatchObject({ outcome: 'token-reused' });
+  });
+
+  it('records at intake a spec no node group can ever hold, keeps it pending, and says what the groups offer', async () => {
+    const e = env();
+    const ports = { jobs: e.jobs, clock: e.clock, fleetShape: fleetShapeFrom(e.ports.providers, e.catalog.instanceTypes) };
+    const l4 = { ...spec, gpu: { kind: 'whole', count: 1, models: ['L4', 'A10G'] } };
+    const out = await intake(ports, { team: 'nlp', body: JSON.stringify(l4), token: 'l4' });
+    expect(out).toMatchObject({ outcome: 'accepted', job: { state: 'pending' } });
+    expect(out.outcome === 'accepted' && out.unschedulable).toMatch(/^no node group can hold it: the groups offer p3\.2xlarge \(1 V100\)/);
+    expect((await e.jobs.get('nlp.l4'))!.unschedulable).toMatchObject({
+      code: 'no-offering-fits',
+      message: expect.stringMatching(/it waits for a group that can$/),
+    });
+    // A spec a group can hold is taken as it was.
+    const v100 = await intake(ports, { team: 'nlp', body: JSON.stringify(spec), token: 'v100' });
+    expect(v100).toEqual({ outcome: 'accepted', job: expect.not.objectContaining({ unschedulable: expect.anything() }) });
+    // When the groups cannot be listed, or one has a machine type the catalogue does not know, nothing is said.
+    const failing = { ...ports, fleetShape: async () => Promise.reject(new Error('throttled')) };
+    expect(await intake(failing, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-b' })).not.toHaveProperty('unschedulable');
+    const unknownType = fleetShapeFrom(
+      [
+        {
+          listGroups: async () => [
+            {
+              ...(await e.ports.providers[0]!.listGroups())[0]!,
+              offerings: [{ ...(await e.ports.providers[0]!.listGroups())[0]!.offerings[0]!, instanceType: 'p9.huge' }],
+            },
+          ],
+        },
+      ],
+      e.catalog.instanceTypes,
+    );
+    expect(
+      await intake({ ...ports, fleetShape: unknownType }, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-c' }),
+    ).not.toHaveProperty('unschedulable');
   });
 
   it('records a bad spec as rejected with the reasons and the body', async () => {

@@ -306,10 +306,17 @@ describe('the CDK stack, synthesised from the example config', () => {
       expect(s.Condition).toEqual({ StringEquals: { 'aws:ResourceTag/gpu-fleet:managed': 'true' } });
       expect(JSON.stringify(s.Resource)).toContain('autoScalingGroupName/GpuFleet-');
     }
-    // Intake and the agent cannot scale anything.
+    // Intake and the agent cannot scale anything; intake may only list the groups (to say at once when none can hold a job).
     expect(
-      [...statements(t, 'intakeRole'), ...statements(t, 'AgentRole')].flatMap(actionsOf).filter((a) => a.startsWith('autoscaling:')),
+      statements(t, 'AgentRole')
+        .flatMap(actionsOf)
+        .filter((a) => a.startsWith('autoscaling:')),
     ).toEqual([]);
+    expect(
+      statements(t, 'intakeRole')
+        .flatMap(actionsOf)
+        .filter((a) => a.startsWith('autoscaling:')),
+    ).toEqual(['autoscaling:DescribeAutoScalingGroups']);
   });
 
   it('gives the agent no table, no checkpoint object and no key: only the agent API (through its URL), its metrics, its bundle and image pulls', () => {
