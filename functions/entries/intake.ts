@@ -1,5 +1,5 @@
 // Lambda entry: the intake function (SQS event source on every team queue).
-import { shippedCatalog } from '../../cloud/catalog/all-shipped.ts';
+import { awsShippedCatalog } from '../../cloud/catalog/shipped.ts';
 import { fleetPortsFromEnv } from '../../cloud/wiring.ts';
 import { fleetShapeFrom } from '../../core/services/intake.ts';
 import { createIntakeHandler, teamFromQueueArn } from '../intake.ts';
@@ -12,6 +12,6 @@ export const handler = createIntakeHandler({
   deadLetter: ports.deadLetter,
   teamOfQueue: teamFromQueueArn(ports.config.teamQueuePrefix),
   // AWS groups only: intake has no GCP credentials, and a job is never called unschedulable on half the fleet.
-  ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, shippedCatalog().instanceTypes) }),
+  ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, awsShippedCatalog().instanceTypes) }),
   obs: observability('gpu-fleet-intake'),
 });
