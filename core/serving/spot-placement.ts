@@ -1,0 +1,139 @@
+/**
+ * Where a service's replicas run, tick by tick, across failure domains (zones, regions, clouds):
+ * how many spot replicas to hold in each zone and how many on-demand ones beside them. Pure: the
+ * caller keeps the memory between ticks and supplies the random choice (seeded), so the same
+ * decision serves the simulator, the benchmarks and the control loop.
+ *
+ * The policies are those of SkyServe's evaluation (Mao et al., EuroSys'25), as its artifact
+ * (MaoZiming/spothedge_ae) runs them:
+ * - `on-demand`: every replica on-demand.
+ * - `even-spread`: spot only, spread evenly over every zone, no fallback.
+ * - `round-robin`: spot only, each new replica in the next zone in turn, no fallback.
+ * - `spothedge`: target + N_extra spot replicas, each new one in an "active" zone (one that has
+ *   not taken a replica back or refused one since it last gave one) holding none yet if there is
+ *   such a zone; all zones are active again when too few are; on-demand replicas cover the spot
+ *   replicas that are not ready, at most the target (dynamic fallback).
+ */
+
+export type ServingPolicyName = 'on-demand' | 'even-spread' | 'round-robin' | 'spothedge';
+
+export const SERVING_POLICIES: readonly ServingPolicyName[] = ['on-demand', 'even-spread', 'round-robin', 'spothedge'];
+
+/** What a policy sees at a tick. */
+export interface ServingView {
+  /** Ready replicas the service needs. */
+  readonly target: number;
+  /** Spot replicas held in each zone now (what the zones gave of what was asked, after take-backs). */
+  readonly spotHeld: readonly number[];
+  /** Spot replicas ready now (past their cold start). */
+  readonly spotReady: number;
+}
+
+/** What a policy asks for at a tick: spot replicas per zone, and on-demand replicas. */
+export interface ServingPlan {
+  readonly spot: readonly number[];
+  readonly onDemand: number;
+}
+
+/** What a policy remembers between ticks. */
+export interface ServingMemory {
+  /** Round robin: the zone the next replica goes to. */
+  readonly next: number;
+  /** SpotHedge: zones that last gave what was asked, and zones that took back or refused. */
+  readonly active: readonly number[];
+  readonly preempted: readonly number[];
+  /** What was asked per zone at the last tick. */
+  readonly asked?: readonly number[];
+}
+
+export interface ServingOptions {
+  /** Spot replicas beyond the target (SpotHedge's N_extra). */
+  readonly nExtra: number;
+  /** A random index below `n` (seeded by the caller). */
+  readonly pick: (n: number) => number;
+}
+
+export function initialMemory(zones: number): ServingMemory {
+  return { next: 0, active: range(zones), preempted: [] };
+}
+
+export function planServing(
+  policy: ServingPolicyName,
+  view: ServingView,
+  memory: ServingMemory,
+  options: ServingOptions,
+): { plan: ServingPlan; memory: ServingMemory } {
+  const zones = view.spotHeld.length;
+  switch (policy) {
+    case 'on-demand':
+      return { plan: { spot: new Array<number>(zones).fill(0), onDemand: view.target }, memory };
+    case 'even-spread': {
+      const { spot, toPlace } = keepOrRestart(view.spotHeld, view.target);
+      // Each new replica goes to a zone with the fewest, in zone order.
+      for (let level = 0; toPlace.n > 0; level++)
+        for (let z = 0; z < zones && toPlace.n > 0; z++)
+          if (spot[z] === level) {
+            spot[z] = spot[z]! + 1;
+            toPlace.n--;
+          }
+      return { plan: { spot, onDemand: 0 }, memory };
+    }
+    case 'round-robin': {
+      const { spot, toPlace } = keepOrRestart(view.spotHeld, view.target);
+      let next = memory.next;
+      for (; toPlace.n > 0; toPlace.n--) {
+        spot[next]!++;
+        next = (next + 1) % zones;
+      }
+      return { plan: { spot, onDemand: 0 }, memory: { ...memory, next } };
+    }
+    case 'spothedge':
+      return spotHedge(view, memory, options);
+  }
+}
+
+function spotHedge(view: ServingView, memory: ServingMemory, options: ServingOptions): { plan: ServingPlan; memory: ServingMemory } {
+  const zones = view.spotHeld.length;
+  const provision = view.target + options.nExtra;
+  let active = [...memory.active];
+  let preempted = [...memory.preempted];
+  // A zone that gave less than was asked goes to the preempted list; one that gave all of it (some) comes back.
+  if (memory.asked)
+    for (let z = 0; z < zones; z++) {
+      const asked = memory.asked[z] ?? 0;
+      const held = view.spotHeld[z] ?? 0;
+      if (asked > held && active.includes(z)) {
+        active = active.filter((x) => x !== z);
+        preempted = [...preempted, z];
+      } else if (asked > 0 && asked === held && preempted.includes(z)) {
+        preempted = preempted.filter((x) => x !== z);
+        active = [...active, z];
+      }
+    }
+  const { spot, toPlace } = keepOrRestart(view.spotHeld, provision);
+  // Too few active zones to spread over: every zone is tried again.
+  if (active.length <= Math.min(1, zones - 3)) {
+    active = range(zones);
+    preempted = [];
+  }
+  for (; toPlace.n > 0; toPlace.n--) {
+    const empty = active.filter((z) => spot[z] === 0);
+    const from = empty.length > 0 ? empty : active;
+    const z = from[options.pick(from.length)]!;
+    spot[z] = (spot[z] ?? 0) + 1;
+  }
+  // Dynamic fallback: on-demand replicas for the spot replicas that are not ready, at most the target.
+  const onDemand = provision > view.spotReady ? Math.min(view.target, provision - view.spotReady) : 0;
+  return { plan: { spot, onDemand }, memory: { ...memory, active, preempted, asked: spot } };
+}
+
+/** Keeps what the zones hold when asking for at least as many, else starts the spread again from nothing. */
+function keepOrRestart(held: readonly number[], wanted: number): { spot: number[]; toPlace: { n: number } } {
+  const total = held.reduce((a, b) => a + b, 0);
+  if (wanted >= total) return { spot: [...held], toPlace: { n: wanted - total } };
+  return { spot: new Array<number>(held.length).fill(0), toPlace: { n: wanted } };
+}
+
+function range(n: number): number[] {
+  return Array.from({ length: n }, (_, i) => i);
+}

@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import { initialMemory, planServing, type ServingMemory } from '../../core/serving/spot-placement.ts';
+import { replayServing } from '../../bench/serve/world.ts';
+
+const first = { nExtra: 1, pick: () => 0 };
+
+describe('serving placement (SkyServe policies)', () => {
+  it('on-demand runs the target on on-demand', () => {
+    expect(planServing('on-demand', { target: 3, spotHeld: [0, 0], spotReady: 0 }, initialMemory(2), first).plan).toEqual({
+      spot: [0, 0],
+      onDemand: 3,
+    });
+  });
+
+  it('even spread fills the zones with the fewest replicas in zone order; round robin takes the next zone each time', () => {
+    const even = planServing('even-spread', { target: 5, spotHeld: [0, 0, 0], spotReady: 0 }, initialMemory(3), first);
+    expect(even.plan).toEqual({ spot: [2, 2, 1], onDemand: 0 });
+    // A zone that took its replica back is asked again first: even spread does not move away.
+    expect(planServing('even-spread', { target: 3, spotHeld: [0, 1, 1], spotReady: 2 }, initialMemory(3), first).plan.spot).toEqual([
+      1, 1, 1,
+    ]);
+    let memory: ServingMemory = initialMemory(3);
+    const rr = planServing('round-robin', { target: 2, spotHeld: [0, 0, 0], spotReady: 0 }, memory, first);
+    expect(rr.plan.spot).toEqual([1, 1, 0]);
+    memory = rr.memory;
+    // Zone 0 took its replica back: the replacement goes to the next zone in turn (2), not back to 0.
+    expect(planServing('round-robin', { target: 2, spotHeld: [0, 1, 0], spotReady: 1 }, memory, first).plan.spot).toEqual([0, 1, 1]);
+  });
+
+  it('SpotHedge keeps target + N_extra spot replicas, moves a zone that took one back to the preempted list, and covers what is not ready with on-demand', () => {
+    const zones = 5;
+    const start = planServing('spothedge', { target: 3, spotHeld: new Array(zones).fill(0), spotReady: 0 }, initialMemory(zones), first);
+    // Four replicas, one per zone (spread), and three on-demand while none is ready.
+    expect(start.plan.spot.reduce((a, b) => a + b, 0)).toBe(4);
+    expect(start.plan.spot.every((n) => n <= 1)).toBe(true);
+    expect(start.plan.onDemand).toBe(3);
+    const asked = start.plan.spot;
+    const lost = asked.indexOf(1);
+    const held = asked.map((n, z) => (z === lost ? 0 : n));
+    const next = planServing('spothedge', { target: 3, spotHeld: held, spotReady: 3 }, start.memory, first);
+    expect(next.memory.preempted).toEqual([lost]);
+    expect(next.memory.active).not.toContain(lost);
+    // The replacement goes to an active zone holding none, never to the one that took it back.
+    expect(next.plan.spot[lost]).toBe(0);
+    expect(next.plan.spot.reduce((a, b) => a + b, 0)).toBe(4);
+    // One spot replica short of target + N_extra: one on-demand replica; none once all four are ready.
+    expect(next.plan.onDemand).toBe(1);
+    expect(planServing('spothedge', { target: 3, spotHeld: next.plan.spot, spotReady: 4 }, next.memory, first).plan.onDemand).toBe(0);
+  });
+
+  it('SpotHedge tries every zone again when too few are active', () => {
+    const memory: ServingMemory = { next: 0, active: [0], preempted: [1, 2, 3, 4], asked: [1, 0, 0, 0, 0] };
+    const out = planServing('spothedge', { target: 1, spotHeld: [1, 0, 0, 0, 0], spotReady: 1 }, memory, { nExtra: 1, pick: () => 0 });
+    expect(out.memory.active).toEqual([0, 1, 2, 3, 4]);
+    expect(out.memory.preempted).toEqual([]);
+  });
+});
+
+describe('the serving world of bench:serve', () => {
+  const run = (zones: number[][], extra: Partial<Parameters<typeof replayServing>[1]> = {}) => ({
+    zones,
+    ticks: 100,
+    tickSec: 30,
+    offset: 0,
+    coldStartTicks: 4,
+    target: 3,
+    nExtra: 1,
+    priceRatio: 3,
+    seed: 1,
+    ...extra,
+  });
+
+  it('a zone that never gives spot leaves even spread short for good, while SpotHedge and round robin move on', () => {
+    const dead = new Array(100).fill(0);
+    const up = new Array(100).fill(4);
+    const zones = [dead, up, up];
+    expect(replayServing('even-spread', run(zones)).availabilityPct).toBe(0);
+    expect(replayServing('round-robin', run(zones)).availabilityPct).toBeGreaterThan(90);
+    const hedge = replayServing('spothedge', run(zones));
+    expect(hedge.availabilityPct).toBe(100);
+    // Four spot replicas at 1 and, only during the first cold start, on-demand at 3: well under all on-demand.
+    expect(hedge.costRatio).toBeLessThan(0.5);
+    expect(replayServing('on-demand', run(zones))).toMatchObject({ availabilityPct: 100, costRatio: 1 });
+  });
+
+  it('counts replica-minutes short of the target and the cold starts', () => {
+    const flicker = Array.from({ length: 100 }, (_, t) => (t % 20 < 10 ? 4 : 0));
+    const r = replayServing('even-spread', run([flicker]));
+    expect(r.availabilityPct).toBeGreaterThan(0);
+    expect(r.availabilityPct).toBeLessThan(60);
+    expect(r.shortReplicaMinutes).toBeGreaterThan(0);
+    expect(r.coldStarts).toBeGreaterThan(3);
+  });
+});
