@@ -2,7 +2,8 @@
  * bench:serve: services replayed on real spot availability, SkyServe's protocol by default (30 s
  * ticks, 24 h windows at seeded random offsets, target 3, N_extra 1 for SpotHedge, cold start
  * 120 s, on-demand priced 3× spot). Every folder of SkyPilot-format availability traces given is
- * one trace set (each file a zone); all policies run on the same ticks and windows.
+ * one trace set (each file a zone); all policies run on the same ticks and windows, beside the
+ * optimum (bench/serve/optimal.ts), which knows each window's availability in advance.
  *
  *   npm run bench:serve -- [--traces DIR[,DIR]] [--target N] [--n-extra N] [--cold-start-sec S]
  *                          [--price-ratio K] [--window-hours H] [--repeats R] [--seed S] [--json]
@@ -13,7 +14,8 @@ import { Command } from 'commander';
 import { loadAvailabilityTrace } from '../cloud/sim/spot-market.ts';
 import { SeededRandom } from '../cloud/sim/clock.ts';
 import { SERVING_POLICIES } from '../core/serving/spot-placement.ts';
-import { replayServing } from './serve/world.ts';
+import { optimalServing } from './serve/optimal.ts';
+import { replayServing, type ServingRun } from './serve/world.ts';
 
 const TICK_SEC = 30;
 const DEFAULT_TRACES = new URL('../data/spot/spothedge-gcp1', import.meta.url).pathname;
@@ -28,6 +30,7 @@ interface Options {
   repeats: number;
   seed: number;
   json?: boolean;
+  optimal?: boolean;
 }
 
 const num = (v: string) => {
@@ -46,6 +49,7 @@ const o = new Command()
   .option('--repeats <r>', 'windows per trace set, at seeded random offsets', num, 10)
   .option('--seed <s>', 'seed of the offsets and the random choices', num, 0)
   .option('--json', 'print the rows as JSON')
+  .option('--no-optimal', 'leave out the optimum (an integer program per window, about 5 s each)')
   .parse()
   .opts<Options>();
 
@@ -77,18 +81,22 @@ for (const dir of o.traces.split(',')) {
     const offset = shortest > ticks ? random.int(0, shortest - ticks - 1) : 0;
     // The zones in a new order each window, as the paper's runs shuffle them.
     const order = zones.map((z, i) => ({ z, k: random.next(), i })).sort((a, b) => a.k - b.k || a.i - b.i);
-    for (const policy of SERVING_POLICIES) {
-      const res = replayServing(policy, {
-        zones: order.map((x) => x.z),
-        ticks,
-        tickSec: TICK_SEC,
-        offset,
-        coldStartTicks: Math.round(o.coldStartSec / TICK_SEC),
-        target: o.target,
-        nExtra: o.nExtra,
-        priceRatio: o.priceRatio,
-        seed: o.seed * 1000 + r,
-      });
+    const run: ServingRun = {
+      zones: order.map((x) => x.z),
+      ticks,
+      tickSec: TICK_SEC,
+      offset,
+      coldStartTicks: Math.round(o.coldStartSec / TICK_SEC),
+      target: o.target,
+      nExtra: o.nExtra,
+      priceRatio: o.priceRatio,
+      seed: o.seed * 1000 + r,
+    };
+    const results = [
+      ...SERVING_POLICIES.map((policy) => ({ policy, res: replayServing(policy, run) })),
+      ...(o.optimal === false ? [] : [{ policy: 'optimal', res: { ...(await optimalServing(run)), shortReplicaMinutes: 0 } }]),
+    ];
+    for (const { policy, res } of results) {
       const s = sums.get(policy) ?? {
         trace: basename(dir),
         policy,

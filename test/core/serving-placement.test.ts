@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { initialMemory, planServing, type ServingMemory } from '../../core/serving/spot-placement.ts';
+import { optimalServing } from '../../bench/serve/optimal.ts';
 import { replayServing } from '../../bench/serve/world.ts';
 
 const first = { nExtra: 1, pick: () => 0 };
@@ -90,5 +91,18 @@ describe('the serving world of bench:serve', () => {
     expect(r.availabilityPct).toBeLessThan(60);
     expect(r.shortReplicaMinutes).toBeGreaterThan(0);
     expect(r.coldStarts).toBeGreaterThan(3);
+  });
+
+  it('the optimum covers every tick at least cost: all spot where spot lasts, on-demand only through the gaps', async () => {
+    const up = new Array(100).fill(4);
+    const dead = new Array(100).fill(0);
+    expect(await optimalServing(run([up]))).toMatchObject({ availabilityPct: 100, costRatio: 1 / 3 });
+    expect(await optimalServing(run([dead]))).toMatchObject({ availabilityPct: 100, costRatio: 1 });
+    // On a zone that drops out now and then, no policy that keeps the target ready costs less.
+    const gaps = Array.from({ length: 100 }, (_, t) => (t % 25 < 20 ? 4 : 0));
+    const best = await optimalServing(run([gaps, up.map((v, t) => (t % 40 < 30 ? v : 0))]));
+    const hedge = replayServing('spothedge', run([gaps, up.map((v, t) => (t % 40 < 30 ? v : 0))]));
+    expect(best.costRatio).toBeGreaterThan(1 / 3);
+    expect(best.costRatio).toBeLessThanOrEqual(hedge.costRatio);
   });
 });
