@@ -94,6 +94,59 @@ export const CheckpointSpecSchema = z.strictObject({
   ),
 });
 
+/** The metrics a service scales on, and the Prometheus series read for them by default (vLLM's names). */
+export const SERVICE_METRICS = ['requests-per-second', 'waiting-requests', 'running-requests', 'gpu-utilization', 'gpu-memory'] as const;
+export const DEFAULT_PROMETHEUS_METRIC: Partial<Record<(typeof SERVICE_METRICS)[number], string>> = {
+  'waiting-requests': 'vllm:num_requests_waiting',
+  'running-requests': 'vllm:num_requests_running',
+};
+const PROMETHEUS_NAME_RE = /^[a-zA-Z_:][a-zA-Z0-9_:]{0,199}$/;
+
+const positive = (max: number, unit = '') =>
+  z
+    .number({ error: `must be a number above 0 and at most ${max}${unit}` })
+    .check(z.gt(0, { error: `must be above 0${unit}` }), z.lte(max, { error: `must be at most ${max}${unit}` }));
+
+/**
+ * A service: replicas of the same container behind a port, each a job of its own (no checkpoints),
+ * scaled on load (core/serving/autoscale.ts) between `replicas.min` and `replicas.max`.
+ */
+const ServiceSpecSchema = z.strictObject({
+  port: int(1, 65_535),
+  readiness: z._default(
+    z.strictObject({
+      path: z._default(
+        z.string().check(z.regex(/^\/[!-~]{0,255}$/, { error: 'an HTTP path starting with "/", without spaces, e.g. "/health"' })),
+        '/health',
+      ),
+      initialDelaySec: z._default(int(0, 3600, ' s'), 30),
+      periodSec: z._default(int(1, 300, ' s'), 10),
+    }),
+    { path: '/health', initialDelaySec: 30, periodSec: 10 },
+  ),
+  replicas: z
+    .strictObject({ min: int(0, 1000), max: int(1, 1000) })
+    .check(z.refine((r) => r.max >= r.min, { error: 'max must be at least min' })),
+  targets: z
+    .array(
+      z.strictObject({
+        metric: z.enum(SERVICE_METRICS, { error: `must be one of ${SERVICE_METRICS.join(', ')}` }),
+        perReplica: positive(1_000_000),
+        prometheusMetric: z.optional(
+          z.string().check(z.regex(PROMETHEUS_NAME_RE, { error: 'a Prometheus metric name, e.g. "vllm:num_requests_waiting"' })),
+        ),
+      }),
+      { error: 'must be a list of scaling targets, e.g. [{"metric": "waiting-requests", "perReplica": 6}]' },
+    )
+    .check(z.minLength(1, { error: 'give at least one scaling target' }), z.maxLength(5)),
+  /** Spot replicas beyond the target (SpotHedge's N_extra); gpu-fleet chooses when absent. */
+  spareSpot: z.optional(int(0, 100)),
+  /** Replicas kept on on-demand whatever spot does. */
+  onDemandBase: z._default(int(0, 1000), 0),
+  scaleUpDelaySec: z._default(int(0, 3600, ' s'), 0),
+  scaleDownWindowSec: z._default(int(0, 86_400, ' s'), 300),
+});
+
 const JobSpecObject = z.strictObject({
   name: z.optional(
     z.string().check(z.regex(NAME_RE, { error: 'must be 1-128 letters, digits, ".", "_" or "-", starting with a letter or digit' })),
@@ -150,6 +203,7 @@ const JobSpecObject = z.strictObject({
       .check(z.refine((l) => Object.keys(l).length <= 32, { error: 'at most 32 labels' })),
     {},
   ),
+  service: z.optional(ServiceSpecSchema),
   placement: z.optional(
     z.strictObject({
       clouds: z.optional(z.array(z.enum(['aws', 'gcp'], { error: 'entries must be "aws" or "gcp"' })).check(z.minLength(1))),
@@ -172,6 +226,15 @@ export const JOB_SPEC_FIELDS: readonly string[] = Object.keys(JobSpecObject.shap
 
 export const JobSpecSchema = JobSpecObject.check(
   z.superRefine((spec, ctx) => {
+    if (spec.service) {
+      const problem = (path: PropertyKey[], message: string, input: unknown) => ctx.addIssue({ code: 'custom', path, message, input });
+      if (!spec.name) problem(['name'], 'a service needs a name: it is known as team.name', spec.name);
+      if (spec.nodes > 1) problem(['nodes'], 'a service replica runs on one machine', spec.nodes);
+      if (spec.checkpoint) problem(['checkpoint'], 'a service replica has no checkpoints: a new one starts in its place', spec.checkpoint);
+      if (spec.deadline) problem(['deadline'], 'a service has no deadline: it runs until it is cancelled', spec.deadline);
+      if (spec.service.onDemandBase > spec.service.replicas.max)
+        problem(['service', 'onDemandBase'], `must be at most replicas.max (${spec.service.replicas.max})`, spec.service.onDemandBase);
+    }
     if (spec.nodes > 1 && spec.gpu.kind !== 'whole') {
       ctx.addIssue({
         code: 'custom',
@@ -186,6 +249,7 @@ export const JobSpecSchema = JobSpecObject.check(
 export type JobSpecInput = z.input<typeof JobSpecSchema>;
 export type JobSpec = z.output<typeof JobSpecSchema>;
 export type CheckpointSpec = z.output<typeof CheckpointSpecSchema>;
+export type ServiceSpec = z.output<typeof ServiceSpecSchema>;
 
 export type SpecCheck = { ok: true; spec: JobSpec } | { ok: false; errors: string[] };
 

@@ -67,7 +67,11 @@ export async function intake(
   }
   if (!errors) {
     const check = checkJobSpec(parsed);
-    if (check.ok) {
+    if (check.ok && check.spec.service)
+      errors = [
+        'service: the service is valid, but this version does not run services yet (its replicas, scaling and front door are being built); nothing was started',
+      ];
+    else if (check.ok) {
       const why = await unschedulable(ports.fleetShape, check.spec);
       const pending = newPendingJob({ id, team: message.team, spec: check.spec, submittedAtMs: nowMs });
       const { created, job } = await ports.jobs.create(
@@ -75,8 +79,7 @@ export async function intake(
       );
       if (!created) return repeated(job, message, check.spec);
       return why ? { outcome: 'accepted', job, unschedulable: why } : { outcome: 'accepted', job };
-    }
-    errors = check.errors;
+    } else errors = check.errors;
   }
   const { created, job } = await ports.jobs.create(
     newRejectedJob({ id, team: message.team, submittedAtMs: nowMs, errors, body: message.body }),

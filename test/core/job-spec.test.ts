@@ -62,3 +62,63 @@ describe('job spec', () => {
     expect(r.errors.join('\n')).toContain(expected);
   });
 });
+
+describe('a service in the spec', () => {
+  const service = {
+    name: 'chat',
+    image: 'vllm/vllm-openai:v0.6.3',
+    command: ['vllm', 'serve', 'meta-llama/Llama-3.1-8B-Instruct'],
+    gpu: { kind: 'whole', count: 1 },
+    service: { port: 8000, replicas: { min: 0, max: 8 }, targets: [{ metric: 'waiting-requests', perReplica: 6 }] },
+  };
+
+  it('is checked by the same schema, with readiness, on-demand base and delays defaulted', () => {
+    const out = checkJobSpec(service);
+    expect(out.ok).toBe(true);
+    if (!out.ok) return;
+    expect(out.spec.service).toEqual({
+      port: 8000,
+      readiness: { path: '/health', initialDelaySec: 30, periodSec: 10 },
+      replicas: { min: 0, max: 8 },
+      targets: [{ metric: 'waiting-requests', perReplica: 6 }],
+      onDemandBase: 0,
+      scaleUpDelaySec: 0,
+      scaleDownWindowSec: 300,
+    });
+  });
+
+  it('says per field what is wrong with a service and what is allowed', () => {
+    const bad = {
+      ...service,
+      name: undefined,
+      checkpoint: { intervalSec: 600 },
+      service: {
+        port: 70_000,
+        replicas: { min: 5, max: 2 },
+        targets: [{ metric: 'gpu-temperature', perReplica: 0, prometheusMetric: 'not a name' }],
+        readiness: { path: 'health' },
+      },
+    };
+    const out = checkJobSpec(bad);
+    expect(out.ok).toBe(false);
+    if (out.ok) return;
+    expect(out.errors).toEqual(
+      expect.arrayContaining([
+        'service.port: must be at most 65535; got 70000',
+        'service.replicas: max must be at least min; got {"min":5,"max":2}',
+        'service.targets.0.metric: must be one of requests-per-second, waiting-requests, running-requests, gpu-utilization, gpu-memory; got "gpu-temperature"',
+        'service.targets.0.perReplica: must be above 0; got 0',
+        'service.targets.0.prometheusMetric: a Prometheus metric name, e.g. "vllm:num_requests_waiting"; got "not a name"',
+        'service.readiness.path: an HTTP path starting with "/", without spaces, e.g. "/health"; got "health"',
+      ]),
+    );
+    const rules = checkJobSpec({ ...service, name: undefined, checkpoint: { intervalSec: 600 }, nodes: 2 });
+    expect(rules.ok || rules.errors).toEqual(
+      expect.arrayContaining([
+        'name: a service needs a name: it is known as team.name',
+        expect.stringMatching(/^checkpoint: a service replica has no checkpoints: a new one starts in its place; got \{"intervalSec":600/),
+        'nodes: a service replica runs on one machine; got 2',
+      ]),
+    );
+  });
+});

@@ -121,6 +121,24 @@ describe('intake', () => {
     ).not.toHaveProperty('unschedulable');
   });
 
+  it('does not take a service as a job: it is recorded as rejected, saying services are not run yet', async () => {
+    const e = env();
+    const svc = {
+      ...spec,
+      name: 'chat',
+      checkpoint: undefined,
+      service: { port: 8000, replicas: { min: 1, max: 4 }, targets: [{ metric: 'waiting-requests', perReplica: 6 }] },
+    };
+    const out = await intake(e, { team: 'nlp', body: JSON.stringify(svc), token: 'svc' });
+    expect(out).toMatchObject({
+      outcome: 'rejected',
+      job: {
+        state: 'rejected',
+        rejection: { errors: [expect.stringMatching(/^service: the service is valid, but this version does not run services yet/)] },
+      },
+    });
+  });
+
   it('records a bad spec as rejected with the reasons and the body', async () => {
     const e = env();
     const out = await intake(e, { team: 'nlp', body: JSON.stringify({ ...spec, gpu: { kind: 'whole', count: 99 } }), token: 'bad' });
