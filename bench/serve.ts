@@ -20,7 +20,7 @@ import { replayServing, type ServingRun } from './serve/world.ts';
 const TICK_SEC = 30;
 const DEFAULT_TRACES = new URL('../data/spot/spothedge-gcp1', import.meta.url).pathname;
 
-interface Options {
+export interface ServeOptions {
   traces: string;
   target: number;
   nExtra: number;
@@ -39,21 +39,34 @@ const num = (v: string) => {
   return n;
 };
 
-const o = new Command()
-  .option('--traces <dirs>', 'comma-separated folders of availability traces (one zone per file)', DEFAULT_TRACES)
-  .option('--target <n>', 'ready replicas the service needs', num, 3)
-  .option('--n-extra <n>', "SpotHedge's spot replicas beyond the target", num, 1)
-  .option('--cold-start-sec <s>', 'seconds from launch to ready', num, 120)
-  .option('--price-ratio <k>', 'on-demand price ÷ spot price', num, 3)
-  .option('--window-hours <h>', 'hours per replayed window', num, 24)
-  .option('--repeats <r>', 'windows per trace set, at seeded random offsets', num, 10)
-  .option('--seed <s>', 'seed of the offsets and the random choices', num, 0)
-  .option('--json', 'print the rows as JSON')
-  .option('--no-optimal', 'leave out the optimum (an integer program per window, about 5 s each)')
-  .parse()
-  .opts<Options>();
+export const SERVE_DEFAULTS: ServeOptions = {
+  traces: DEFAULT_TRACES,
+  target: 3,
+  nExtra: 1,
+  coldStartSec: 120,
+  priceRatio: 3,
+  windowHours: 24,
+  repeats: 10,
+  seed: 0,
+};
 
-interface Row {
+function cli(): ServeOptions {
+  return new Command()
+    .option('--traces <dirs>', 'comma-separated folders of availability traces (one zone per file)', DEFAULT_TRACES)
+    .option('--target <n>', 'ready replicas the service needs', num, 3)
+    .option('--n-extra <n>', "SpotHedge's spot replicas beyond the target", num, 1)
+    .option('--cold-start-sec <s>', 'seconds from launch to ready', num, 120)
+    .option('--price-ratio <k>', 'on-demand price ÷ spot price', num, 3)
+    .option('--window-hours <h>', 'hours per replayed window', num, 24)
+    .option('--repeats <r>', 'windows per trace set, at seeded random offsets', num, 10)
+    .option('--seed <s>', 'seed of the offsets and the random choices', num, 0)
+    .option('--json', 'print the rows as JSON')
+    .option('--no-optimal', 'leave out the optimum (an integer program per window, about 5 s each)')
+    .parse()
+    .opts<ServeOptions>();
+}
+
+export interface ServeRow {
   trace: string;
   policy: string;
   availabilityPct: number;
@@ -62,84 +75,115 @@ interface Row {
   coldStarts: number;
 }
 
-const rows: Row[] = [];
-for (const dir of o.traces.split(',')) {
-  const files = readdirSync(dir)
-    .filter((f) => f.endsWith('.json'))
-    .sort();
-  // Each trace expanded to the run's ticks (a value holds for its whole gap).
-  const zones = files.map((f) => {
-    const t = loadAvailabilityTrace(join(dir, f));
-    const per = Math.max(1, Math.round(t.gapSec / TICK_SEC));
-    return t.data.flatMap((v) => new Array<number>(per).fill(v));
-  });
-  const ticks = Math.round((o.windowHours * 3600) / TICK_SEC);
-  const shortest = Math.min(...zones.map((z) => z.length));
-  const random = new SeededRandom(o.seed);
-  const sums = new Map<string, Row>();
-  for (let r = 0; r < o.repeats; r++) {
-    const offset = shortest > ticks ? random.int(0, shortest - ticks - 1) : 0;
-    // The zones in a new order each window, as the paper's runs shuffle them.
-    const order = zones.map((z, i) => ({ z, k: random.next(), i })).sort((a, b) => a.k - b.k || a.i - b.i);
-    const run: ServingRun = {
-      zones: order.map((x) => x.z),
-      ticks,
-      tickSec: TICK_SEC,
-      offset,
-      coldStartTicks: Math.round(o.coldStartSec / TICK_SEC),
-      target: o.target,
-      nExtra: o.nExtra,
-      priceRatio: o.priceRatio,
-      seed: o.seed * 1000 + r,
-    };
-    const results = [
-      ...SERVING_POLICIES.map((policy) => ({ policy, res: replayServing(policy, run) })),
-      ...(o.optimal === false ? [] : [{ policy: 'optimal', res: { ...(await optimalServing(run)), shortReplicaMinutes: 0 } }]),
-    ];
-    for (const { policy, res } of results) {
-      const s = sums.get(policy) ?? {
-        trace: basename(dir),
-        policy,
+/** One row per trace set and policy, averaged over the windows; with several sets, "ALL" rows averaging over them. */
+export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
+  const rows: ServeRow[] = [];
+  for (const dir of o.traces.split(',')) {
+    const files = readdirSync(dir)
+      .filter((f) => f.endsWith('.json'))
+      .sort();
+    // Each trace expanded to the run's ticks (a value holds for its whole gap).
+    const zones = files.map((f) => {
+      const t = loadAvailabilityTrace(join(dir, f));
+      const per = Math.max(1, Math.round(t.gapSec / TICK_SEC));
+      return t.data.flatMap((v) => new Array<number>(per).fill(v));
+    });
+    const ticks = Math.round((o.windowHours * 3600) / TICK_SEC);
+    const shortest = Math.min(...zones.map((z) => z.length));
+    const random = new SeededRandom(o.seed);
+    const sums = new Map<string, ServeRow>();
+    for (let r = 0; r < o.repeats; r++) {
+      const offset = shortest > ticks ? random.int(0, shortest - ticks - 1) : 0;
+      // The zones in a new order each window, as the paper's runs shuffle them.
+      const order = zones.map((z, i) => ({ z, k: random.next(), i })).sort((a, b) => a.k - b.k || a.i - b.i);
+      const run: ServingRun = {
+        zones: order.map((x) => x.z),
+        ticks,
+        tickSec: TICK_SEC,
+        offset,
+        coldStartTicks: Math.round(o.coldStartSec / TICK_SEC),
+        target: o.target,
+        nExtra: o.nExtra,
+        priceRatio: o.priceRatio,
+        seed: o.seed * 1000 + r,
+      };
+      const results = [
+        ...SERVING_POLICIES.map((policy) => ({ policy, res: replayServing(policy, run) })),
+        ...(o.optimal === false ? [] : [{ policy: 'optimal', res: { ...(await optimalServing(run)), shortReplicaMinutes: 0 } }]),
+      ];
+      for (const { policy, res } of results) {
+        const s = sums.get(policy) ?? {
+          trace: basename(dir),
+          policy,
+          availabilityPct: 0,
+          costRatio: 0,
+          shortReplicaMinutes: 0,
+          coldStarts: 0,
+        };
+        s.availabilityPct += res.availabilityPct / o.repeats;
+        s.costRatio += res.costRatio / o.repeats;
+        s.shortReplicaMinutes += res.shortReplicaMinutes / o.repeats;
+        s.coldStarts += res.coldStarts / o.repeats;
+        sums.set(policy, s);
+      }
+    }
+    rows.push(...sums.values());
+  }
+
+  // With more than one trace set: each policy averaged over them, as trace "ALL".
+  const sets = new Set(rows.map((r) => r.trace)).size;
+  if (sets > 1) {
+    const all = new Map<string, ServeRow>();
+    for (const r of rows) {
+      const a = all.get(r.policy) ?? {
+        trace: 'ALL',
+        policy: r.policy,
         availabilityPct: 0,
         costRatio: 0,
         shortReplicaMinutes: 0,
         coldStarts: 0,
       };
-      s.availabilityPct += res.availabilityPct / o.repeats;
-      s.costRatio += res.costRatio / o.repeats;
-      s.shortReplicaMinutes += res.shortReplicaMinutes / o.repeats;
-      s.coldStarts += res.coldStarts / o.repeats;
-      sums.set(policy, s);
+      a.availabilityPct += r.availabilityPct / sets;
+      a.costRatio += r.costRatio / sets;
+      a.shortReplicaMinutes += r.shortReplicaMinutes / sets;
+      a.coldStarts += r.coldStarts / sets;
+      all.set(r.policy, a);
     }
+    rows.push(...all.values());
   }
-  rows.push(...sums.values());
+  return rows;
 }
 
-if (o.json) {
-  process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
-} else {
-  console.log(
-    `bench:serve: target ${o.target}, N_extra ${o.nExtra} (spothedge), cold start ${o.coldStartSec} s, on-demand ${o.priceRatio}× spot, ${o.windowHours} h windows × ${o.repeats}, ${TICK_SEC} s ticks, seed ${o.seed}`,
-  );
-  console.log(
-    [
-      'trace'.padEnd(20),
-      'policy'.padEnd(12),
-      'availability'.padStart(12),
-      'cost (OD=100)'.padStart(14),
-      'short repl-min'.padStart(15),
-      'cold starts'.padStart(12),
-    ].join(' '),
-  );
-  for (const r of rows)
+const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+if (invokedDirectly) {
+  const o = cli();
+  const rows = await benchServe(o);
+  if (o.json) {
+    process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+  } else {
+    console.log(
+      `bench:serve: target ${o.target}, N_extra ${o.nExtra} (spothedge), cold start ${o.coldStartSec} s, on-demand ${o.priceRatio}× spot, ${o.windowHours} h windows × ${o.repeats}, ${TICK_SEC} s ticks, seed ${o.seed}`,
+    );
     console.log(
       [
-        r.trace.padEnd(20),
-        r.policy.padEnd(12),
-        `${r.availabilityPct.toFixed(1)}%`.padStart(12),
-        (100 * r.costRatio).toFixed(1).padStart(14),
-        r.shortReplicaMinutes.toFixed(0).padStart(15),
-        r.coldStarts.toFixed(1).padStart(12),
+        'trace'.padEnd(20),
+        'policy'.padEnd(12),
+        'availability'.padStart(12),
+        'cost (OD=100)'.padStart(14),
+        'short repl-min'.padStart(15),
+        'cold starts'.padStart(12),
       ].join(' '),
     );
+    for (const r of rows)
+      console.log(
+        [
+          r.trace.padEnd(20),
+          r.policy.padEnd(12),
+          `${r.availabilityPct.toFixed(1)}%`.padStart(12),
+          (100 * r.costRatio).toFixed(1).padStart(14),
+          r.shortReplicaMinutes.toFixed(0).padStart(15),
+          r.coldStarts.toFixed(1).padStart(12),
+        ].join(' '),
+      );
+  }
 }

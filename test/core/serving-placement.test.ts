@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { initialMemory, planServing, type ServingMemory } from '../../core/serving/spot-placement.ts';
+import { benchServe, SERVE_DEFAULTS } from '../../bench/serve.ts';
 import { optimalServing } from '../../bench/serve/optimal.ts';
 import { replayServing } from '../../bench/serve/world.ts';
 
@@ -105,4 +106,26 @@ describe('the serving world of bench:serve', () => {
     expect(best.costRatio).toBeGreaterThan(1 / 3);
     expect(best.costRatio).toBeLessThanOrEqual(hedge.costRatio);
   });
+});
+
+describe('bench:serve', () => {
+  it('reports every policy per trace set, the optimum beside them, and ALL rows averaging over the sets', async () => {
+    const gcp = new URL('../../data/spot/spothedge-gcp1', import.meta.url).pathname;
+    const aws = new URL('../../data/spot/availability', import.meta.url).pathname;
+    const rows = await benchServe({ ...SERVE_DEFAULTS, traces: `${gcp},${aws}`, repeats: 1, windowHours: 2, optimal: false });
+    expect(rows.map((r) => `${r.trace}/${r.policy}`)).toEqual(
+      ['spothedge-gcp1', 'availability', 'ALL'].flatMap((t) =>
+        ['on-demand', 'even-spread', 'round-robin', 'spothedge'].map((p) => `${t}/${p}`),
+      ),
+    );
+    for (const r of rows)
+      expect(Object.keys(r).sort()).toEqual(['availabilityPct', 'coldStarts', 'costRatio', 'policy', 'shortReplicaMinutes', 'trace']);
+    const od = rows.filter((r) => r.policy === 'on-demand');
+    for (const r of od) expect(r).toMatchObject({ availabilityPct: 100, costRatio: 1 });
+    const all = rows.find((r) => r.trace === 'ALL' && r.policy === 'spothedge')!;
+    const each = rows.filter((r) => r.trace !== 'ALL' && r.policy === 'spothedge');
+    expect(all.costRatio).toBeCloseTo((each[0]!.costRatio + each[1]!.costRatio) / 2, 10);
+    const withOptimum = await benchServe({ ...SERVE_DEFAULTS, repeats: 1, windowHours: 1 });
+    expect(withOptimum.find((r) => r.policy === 'optimal')).toMatchObject({ availabilityPct: 100 });
+  }, 60_000);
 });
