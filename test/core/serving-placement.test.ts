@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { initialMemory, planServing, type ServingMemory } from '../../core/serving/spot-placement.ts';
 import { benchServe, SERVE_DEFAULTS } from '../../bench/serve.ts';
+import { erlangC, latencyPercentiles } from '../../bench/serve/latency.ts';
 import { optimalServing } from '../../bench/serve/optimal.ts';
 import { replayServing } from '../../bench/serve/world.ts';
 
@@ -119,7 +120,16 @@ describe('bench:serve', () => {
       ),
     );
     for (const r of rows)
-      expect(Object.keys(r).sort()).toEqual(['availabilityPct', 'coldStarts', 'costRatio', 'policy', 'shortReplicaMinutes', 'trace']);
+      expect(Object.keys(r).sort()).toEqual([
+        'availabilityPct',
+        'coldStarts',
+        'costRatio',
+        'p50LatencyMs',
+        'p99LatencyMs',
+        'policy',
+        'shortReplicaMinutes',
+        'trace',
+      ]);
     const od = rows.filter((r) => r.policy === 'on-demand');
     for (const r of od) expect(r).toMatchObject({ availabilityPct: 100, costRatio: 1 });
     const all = rows.find((r) => r.trace === 'ALL' && r.policy === 'spothedge')!;
@@ -128,4 +138,26 @@ describe('bench:serve', () => {
     const withOptimum = await benchServe({ ...SERVE_DEFAULTS, repeats: 1, windowHours: 1 });
     expect(withOptimum.find((r) => r.policy === 'optimal')).toMatchObject({ availabilityPct: 100 });
   }, 60_000);
+});
+
+describe('the latency model of bench:serve (M/M/c per tick)', () => {
+  const model = { arrivalPerSec: 1, serviceSec: 2, timeoutSec: 60 };
+
+  it('waits with the Erlang C probability', () => {
+    expect(erlangC(1, 0.5)).toBeCloseTo(0.5, 12); // M/M/1: the utilisation
+    expect(erlangC(2, 1)).toBeCloseTo(1 / 3, 12);
+  });
+
+  it('is the service time alone with plenty of replicas, and the timeout at ticks that cannot keep up', () => {
+    // 50 replicas for 2 offered: almost nobody waits, so the median is the median service time, 2 s × ln 2.
+    expect(latencyPercentiles(new Array(100).fill(50), model).p50Ms).toBeCloseTo(Math.LN2 * 2000, -1);
+    // One replica cannot serve one request a second at 2 s each: every request there times out.
+    expect(latencyPercentiles(new Array(100).fill(1), model)).toEqual({ p50Ms: 60_000, p99Ms: 60_000 });
+    // A few ticks without enough replicas show in the p99 first.
+    const mostly = [...new Array(995).fill(4), ...new Array(5).fill(0)];
+    const l = latencyPercentiles(mostly, model);
+    expect(l.p50Ms).toBeLessThan(5_000);
+    expect(l.p99Ms).toBeLessThan(60_000);
+    expect(latencyPercentiles([...new Array(980).fill(4), ...new Array(20).fill(0)], model).p99Ms).toBe(60_000);
+  });
 });
