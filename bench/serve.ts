@@ -86,6 +86,22 @@ export interface ServeRow {
   p99LatencyMs: number;
 }
 
+function emptyRow(trace: string, policy: string): ServeRow {
+  return { trace, policy, availabilityPct: 0, costRatio: 0, shortReplicaMinutes: 0, coldStarts: 0, p50LatencyMs: 0, p99LatencyMs: 0 };
+}
+
+/** Adds a run's (or a trace set's) figures into a row, weighted (1 ÷ the runs averaged). */
+function addInto(
+  row: ServeRow,
+  r: Pick<ServeRow, 'availabilityPct' | 'costRatio' | 'shortReplicaMinutes' | 'coldStarts'>,
+  weight: number,
+): void {
+  row.availabilityPct += r.availabilityPct * weight;
+  row.costRatio += r.costRatio * weight;
+  row.shortReplicaMinutes += r.shortReplicaMinutes * weight;
+  row.coldStarts += r.coldStarts * weight;
+}
+
 function latencyOf(ready: readonly number[], queue: QueueModel): { p50LatencyMs: number; p99LatencyMs: number } {
   const l = latencyPercentiles(ready, queue);
   return { p50LatencyMs: l.p50Ms, p99LatencyMs: l.p99Ms };
@@ -142,22 +158,12 @@ export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
             ]),
       ];
       for (const { policy, res } of results) {
-        const s = sums.get(policy) ?? {
-          trace: basename(dir),
-          policy,
-          availabilityPct: 0,
-          costRatio: 0,
-          shortReplicaMinutes: 0,
-          coldStarts: 0,
-          p50LatencyMs: 0,
-          p99LatencyMs: 0,
-        };
-        s.availabilityPct += res.availabilityPct / o.repeats;
-        s.costRatio += res.costRatio / o.repeats;
-        s.shortReplicaMinutes += res.shortReplicaMinutes / o.repeats;
-        s.coldStarts += res.coldStarts / o.repeats;
+        const s = sums.get(policy) ?? emptyRow(basename(dir), policy);
+        addInto(s, res, 1 / o.repeats);
         sums.set(policy, s);
-        readyOf.set(policy, [...(readyOf.get(policy) ?? []), ...res.ready]);
+        const ready = readyOf.get(policy) ?? [];
+        ready.push(...res.ready);
+        readyOf.set(policy, ready);
       }
     }
     // Latency over every window's ticks at once.
@@ -170,20 +176,8 @@ export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
   if (sets > 1) {
     const all = new Map<string, ServeRow>();
     for (const r of rows) {
-      const a = all.get(r.policy) ?? {
-        trace: 'ALL',
-        policy: r.policy,
-        availabilityPct: 0,
-        costRatio: 0,
-        shortReplicaMinutes: 0,
-        coldStarts: 0,
-        p50LatencyMs: 0,
-        p99LatencyMs: 0,
-      };
-      a.availabilityPct += r.availabilityPct / sets;
-      a.costRatio += r.costRatio / sets;
-      a.shortReplicaMinutes += r.shortReplicaMinutes / sets;
-      a.coldStarts += r.coldStarts / sets;
+      const a = all.get(r.policy) ?? emptyRow('ALL', r.policy);
+      addInto(a, r, 1 / sets);
       a.p50LatencyMs += r.p50LatencyMs / sets;
       a.p99LatencyMs += r.p99LatencyMs / sets;
       all.set(r.policy, a);
