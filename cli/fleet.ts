@@ -96,7 +96,7 @@ function openSimFleet(dir: string): Fleet {
       if (!(await env.queue.teams()).includes(team))
         throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
       const out = await intake(
-        { jobs: env.jobs, clock: env.clock, fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes) },
+        { jobs: env.jobs, clock: env.clock, fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock) },
         { team, body, token },
       );
       if (out.outcome === 'token-reused') throw new UsageError(`--token: ${out.error}`);

@@ -634,7 +634,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     for (const team of teams) {
       for (const message of env.queue.receive(team, Number.MAX_SAFE_INTEGER)) {
         await intake(
-          { jobs: env.jobs, clock: env.clock, fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes) },
+          { jobs: env.jobs, clock: env.clock, fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock) },
           { team, body: message.body, token: message.token },
         );
       }

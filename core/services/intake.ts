@@ -110,9 +110,30 @@ function canonical(value: unknown): string {
   );
 }
 
-/** The fleet's shape from every provider's groups; a provider that cannot list them leaves it unknown. */
-export function fleetShapeFrom(providers: readonly Pick<NodeGroupProvider, 'listGroups'>[], types: InstanceTypeCatalog): FleetShape {
-  return async () => ({ groups: (await Promise.all(providers.map((p) => p.listGroups()))).flat(), types });
+/**
+ * The fleet's shape from every provider's groups; a provider that cannot list them leaves it
+ * unknown. Node groups change rarely and intake takes messages in batches: a listing is kept for
+ * `ttlMs` (shared by the calls made meanwhile), so intake does not list the groups once per
+ * message; a failed listing is not kept.
+ */
+export function fleetShapeFrom(
+  providers: readonly Pick<NodeGroupProvider, 'listGroups'>[],
+  types: InstanceTypeCatalog,
+  clock: Clock,
+  ttlMs = 60_000,
+): FleetShape {
+  let kept: { atMs: number; shape: ReturnType<FleetShape> } | undefined;
+  return () => {
+    const now = clock.nowMs();
+    if (kept && now - kept.atMs < ttlMs) return kept.shape;
+    const shape = Promise.all(providers.map((p) => p.listGroups())).then((lists) => ({ groups: lists.flat(), types }));
+    const entry = { atMs: now, shape };
+    kept = entry;
+    shape.catch(() => {
+      if (kept === entry) kept = undefined;
+    });
+    return shape;
+  };
 }
 
 /** Why no node group can ever hold the spec, when the fleet's shape is known; a failed read checks nothing. */

@@ -12,6 +12,6 @@ export const handler = createIntakeHandler({
   deadLetter: ports.deadLetter,
   teamOfQueue: teamFromQueueArn(ports.config.teamQueuePrefix),
   // AWS groups only: intake has no GCP credentials, and a job is never called unschedulable on half the fleet.
-  ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, awsShippedCatalog().instanceTypes) }),
+  ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, awsShippedCatalog().instanceTypes, ports.clock) }),
   obs: observability('gpu-fleet-intake'),
 });

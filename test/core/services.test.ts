@@ -88,7 +88,7 @@ describe('intake', () => {
 
   it('records at intake a spec no node group can ever hold, keeps it pending, and says what the groups offer', async () => {
     const e = env();
-    const ports = { jobs: e.jobs, clock: e.clock, fleetShape: fleetShapeFrom(e.ports.providers, e.catalog.instanceTypes) };
+    const ports = { jobs: e.jobs, clock: e.clock, fleetShape: fleetShapeFrom(e.ports.providers, e.catalog.instanceTypes, e.clock) };
     const l4 = { ...spec, gpu: { kind: 'whole', count: 1, models: ['L4', 'A10G'] } };
     const out = await intake(ports, { team: 'nlp', body: JSON.stringify(l4), token: 'l4' });
     expect(out).toMatchObject({ outcome: 'accepted', job: { state: 'pending' } });
@@ -115,10 +115,35 @@ describe('intake', () => {
         },
       ],
       e.catalog.instanceTypes,
+      e.clock,
     );
     expect(
       await intake({ ...ports, fleetShape: unknownType }, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-c' }),
     ).not.toHaveProperty('unschedulable');
+  });
+
+  it('lists the node groups once a minute for intake, not once per message, and keeps no failed listing', async () => {
+    const e = env();
+    let listings = 0;
+    let fail = false;
+    const provider = {
+      listGroups: async () => {
+        listings++;
+        if (fail) throw new Error('throttled');
+        return e.ports.providers[0]!.listGroups();
+      },
+    };
+    const shape = fleetShapeFrom([provider], e.catalog.instanceTypes, e.clock, 60_000);
+    await Promise.all([shape(), shape(), shape()]);
+    e.clock.advanceTo(e.clock.nowMs() + 30_000);
+    await shape();
+    expect(listings).toBe(1);
+    e.clock.advanceTo(e.clock.nowMs() + 31_000);
+    fail = true;
+    await expect(shape()).rejects.toThrow('throttled');
+    fail = false;
+    expect((await shape())!.groups.map((g) => g.id)).toEqual(['v100-spot']);
+    expect(listings).toBe(3);
   });
 
   it('does not take a service as a job: it is recorded as rejected, saying services are not run yet', async () => {
