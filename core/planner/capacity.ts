@@ -99,7 +99,8 @@ export function placementAllowed(limits: JobSpec['placement'], o: Offering): boo
  * Why no node group could ever hold the spec (undefined when one could): no offering of any group
  * has a machine type, in the group's GPU mode, that can hold the request on each of its nodes,
  * within its placement limits and capacity type (on-demand only for work that may not be
- * interrupted), and enough machines for a gang. The message says what the groups offer.
+ * interrupted), and enough machines for a gang. The message says what the groups offer. A group
+ * with a machine type the catalogue does not know could hold anything: then nothing is said.
  */
 export function whyNoGroupHolds(
   spec: Pick<JobSpec, 'gpu' | 'nodes' | 'interruptible' | 'placement'>,
@@ -110,7 +111,7 @@ export function whyNoGroupHolds(
   for (const g of groups) {
     for (const o of g.offerings) {
       const type = types.get(o.instanceType);
-      if (!type) continue;
+      if (!type) return undefined;
       const mig = g.migEnabled === true && isMigModel(type.gpuModel);
       offered.set(
         `${o.instanceType}${mig ? ' MIG' : ''}`,

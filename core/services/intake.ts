@@ -145,8 +145,5 @@ async function unschedulable(shape: FleetShape | undefined, spec: JobSpec): Prom
   } catch {
     return undefined;
   }
-  if (!known) return undefined;
-  // A group with a machine type the catalogue does not know could hold anything: then nothing is said.
-  if (known.groups.some((g) => g.offerings.some((o) => !known.types.has(o.instanceType)))) return undefined;
-  return whyNoGroupHolds(spec, known.groups, known.types);
+  return known ? whyNoGroupHolds(spec, known.groups, known.types) : undefined;
 }

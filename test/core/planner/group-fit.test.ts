@@ -18,5 +18,8 @@ describe('whether any node group could ever hold a spec', () => {
     expect(whyNoGroupHolds(spec({ nodes: 2 }), [v100Spot], types)).toMatch(/^no node group can hold it/);
     expect(whyNoGroupHolds(spec({ placement: { zones: ['us-west-2a'] } }), [v100Spot], types)).toMatch(/within its placement limits$/);
     expect(whyNoGroupHolds(spec({}), [], types)).toBe('no node group can hold it: there are no node groups');
+    // A machine type the catalogue does not know could hold anything: nothing is said against it.
+    const unknown = { ...v100Spot, offerings: [{ ...v100Spot.offerings[0]!, instanceType: 'p9.huge' }] };
+    expect(whyNoGroupHolds(spec({ gpu: { kind: 'whole', count: 1, models: ['L4'] } }), [unknown], types)).toBeUndefined();
   });
 });
