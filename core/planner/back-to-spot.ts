@@ -62,13 +62,16 @@ export function landMovesToSpot(st: PlanningState, removed: ReadonlySet<string>)
   candidates.sort((a, b) => b.saving - a.saving || (a.entry.job.id < b.entry.job.id ? -1 : 1));
   const actions: PlanAction[] = [];
   const left: Candidate[] = [];
+  // Room only shrinks while moves land: a kind of job that found none will not find any later.
+  const noRoom = new Set<Entry['cls']>();
   for (const c of candidates) {
     const { entry } = c;
-    if (actions.length >= s.policy.moveToSpotPerPlan) {
+    if (actions.length >= s.policy.moveToSpotPerPlan || noRoom.has(entry.cls)) {
       left.push(c);
       continue;
     }
     const ready = findFits(st, st.ready, entry, undefined, (n) => isSpot(n) && !removed.has(n.id))?.[0];
+    if (!ready) noRoom.add(entry.cls);
     const perHour = ready ? shareOf(ready.node, entry.cls.milli, 1) * (entry.cls.eligible.get(ready.node.poolKey) ?? 1) : 0;
     const saving = ((c.odShare - perHour) * c.remainingSec) / 3600;
     if (!ready || saving <= 2 * c.cost) {
@@ -108,7 +111,8 @@ export function prepareMovesToSpot(st: PlanningState, left: readonly Candidate[]
     gs.added.push(machine);
     gs.room--;
     st.planned.add(machine);
-    st.addedExpected += machine.priceMicroUsdPerHour;
+    // Not counted in the plan's expected added cost: the machine replaces the on-demand share the
+    // job releases once it moves, which saves more than twice the move's cost (see candidate).
   }
 }
 

@@ -110,7 +110,10 @@ export class PlanningState {
   readonly waitingAt = new Map<string, number>();
   readonly preempted = new Set<string>();
   plannedCount = 0;
-  /** Expected hourly cost of the capacity this plan adds, rework on spot included, µUSD (not rounded). */
+  /**
+   * Expected hourly cost of the capacity this plan adds for waiting work, rework on spot included,
+   * µUSD (not rounded). Machines bought for moves to spot are left out: each replaces on-demand.
+   */
   addedExpected = 0;
   /** For each machine bought in this plan, the kinds of work its purchase counted on. */
   readonly fillers = new Map<NodeCapacity, ReadonlySet<unknown>>();
