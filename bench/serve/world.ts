@@ -62,6 +62,8 @@ export function replayServing(policy: ServingPolicyName, run: ServingRun): Servi
     const out = planServing(policy, { target: run.target, spotHeld: held, spotReady: t > 0 ? readySpot(t - 1) : 0 }, memory, {
       nExtra: policy === 'spothedge' ? run.nExtra : 0,
       pick: (n) => random.int(0, n - 1),
+      tickSec: run.tickSec,
+      coldStartTicks: run.coldStartTicks,
     });
     memory = out.memory;
     const given = out.plan.spot.map((want, z) => {

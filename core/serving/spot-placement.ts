@@ -13,11 +13,12 @@
  *   not taken a replica back or refused one since it last gave one) holding none yet if there is
  *   such a zone; all zones are active again when too few are; on-demand replicas cover the spot
  *   replicas that are not ready, at most the target (dynamic fallback).
+ * - `gpu-fleet`: ours, below (GPU_FLEET_SERVING).
  */
 
-export type ServingPolicyName = 'on-demand' | 'even-spread' | 'round-robin' | 'spothedge';
+export type ServingPolicyName = 'on-demand' | 'even-spread' | 'round-robin' | 'spothedge' | 'gpu-fleet';
 
-export const SERVING_POLICIES: readonly ServingPolicyName[] = ['on-demand', 'even-spread', 'round-robin', 'spothedge'];
+export const SERVING_POLICIES: readonly ServingPolicyName[] = ['on-demand', 'even-spread', 'round-robin', 'spothedge', 'gpu-fleet'];
 
 /** What a policy sees at a tick. */
 export interface ServingView {
@@ -44,6 +45,11 @@ export interface ServingMemory {
   readonly preempted: readonly number[];
   /** What was asked per zone at the last tick. */
   readonly asked?: readonly number[];
+  /** gpu-fleet: ticks seen, per zone the replicas it took back or refused and the replica-ticks it held, and the tick of the last loss anywhere. */
+  readonly tick?: number;
+  readonly losses?: readonly number[];
+  readonly exposure?: readonly number[];
+  readonly lastLoss?: number;
 }
 
 export interface ServingOptions {
@@ -51,6 +57,11 @@ export interface ServingOptions {
   readonly nExtra: number;
   /** A random index below `n` (seeded by the caller). */
   readonly pick: (n: number) => number;
+  /** gpu-fleet: spare spot replicas, a fixed number or chosen from the pools' risk (the default). */
+  readonly spare?: number | 'risk';
+  /** gpu-fleet: seconds between decisions, and ticks from launch to ready (defaults 30 s and 120 s's worth). */
+  readonly tickSec?: number;
+  readonly coldStartTicks?: number;
 }
 
 export function initialMemory(zones: number): ServingMemory {
@@ -89,6 +100,8 @@ export function planServing(
     }
     case 'spothedge':
       return spotHedge(view, memory, options);
+    case 'gpu-fleet':
+      return gpuFleet(view, memory, options);
   }
 }
 
@@ -125,6 +138,54 @@ function spotHedge(view: ServingView, memory: ServingMemory, options: ServingOpt
   // Dynamic fallback: on-demand replicas for the spot replicas that are not ready, at most the target.
   const onDemand = provision > view.spotReady ? Math.min(view.target, provision - view.spotReady) : 0;
   return { plan: { spot, onDemand }, memory: { ...memory, active, preempted, asked: spot } };
+}
+
+/**
+ * gpu-fleet's serving policy. What it changes from SpotHedge, each measured by bench:serve:
+ * - Zones are ranked by their observed risk, not by the last thing they did: each zone's losses
+ *   (replicas taken back or refused) per replica-tick held, with a prior of one loss per
+ *   `priorReplicaHours` so an unseen zone is neither trusted nor shunned; a new replica goes to the
+ *   zone with the least risk × (1 + replicas it already holds), so a calm zone takes a second
+ *   replica before a stormy one takes its first.
+ * - The spare spot replica is kept only while the pools are risky: when the replicas held are
+ *   expected to lose more than `spareAboveExpectedLosses` between them within one cold start.
+ * - On-demand covers what ready spot replicas lack of the target, plus one replica for
+ *   `hedgeSec` after any loss (a lost zone often loses again while its replacement boots).
+ */
+export const GPU_FLEET_SERVING = { priorReplicaHours: 2, spareAboveExpectedLosses: 0.1, hedgeSec: 600 } as const;
+
+function gpuFleet(view: ServingView, memory: ServingMemory, options: ServingOptions): { plan: ServingPlan; memory: ServingMemory } {
+  const k = GPU_FLEET_SERVING;
+  const tickSec = options.tickSec ?? 30;
+  const coldStartTicks = options.coldStartTicks ?? Math.round(120 / tickSec);
+  const zones = view.spotHeld.length;
+  const tick = (memory.tick ?? 0) + 1;
+  const losses = [...(memory.losses ?? new Array<number>(zones).fill(0))];
+  const exposure = [...(memory.exposure ?? new Array<number>(zones).fill(0))];
+  let lastLoss = memory.lastLoss ?? -Infinity;
+  for (let z = 0; z < zones; z++) {
+    const asked = memory.asked?.[z] ?? 0;
+    const held = view.spotHeld[z] ?? 0;
+    exposure[z] = exposure[z]! + held;
+    if (asked > held) {
+      losses[z] = losses[z]! + (asked - held);
+      lastLoss = tick;
+    }
+  }
+  const prior = (k.priorReplicaHours * 3600) / tickSec;
+  const risk = (z: number) => (losses[z]! + 1) / (exposure[z]! + prior);
+  let expectedLosses = 0;
+  for (let z = 0; z < zones; z++) expectedLosses += view.spotHeld[z]! * risk(z) * (coldStartTicks + 1);
+  const spare = typeof options.spare === 'number' ? options.spare : expectedLosses > k.spareAboveExpectedLosses ? 1 : 0;
+  const { spot, toPlace } = keepOrRestart(view.spotHeld, view.target + spare);
+  for (; toPlace.n > 0; toPlace.n--) {
+    let best = 0;
+    for (let z = 1; z < zones; z++) if (risk(z) * (1 + spot[z]!) < risk(best) * (1 + spot[best]!) - 1e-15) best = z;
+    spot[best] = spot[best]! + 1;
+  }
+  const hedge = (tick - lastLoss) * tickSec <= k.hedgeSec ? 1 : 0;
+  const onDemand = Math.min(view.target, Math.max(0, view.target + hedge - view.spotReady));
+  return { plan: { spot, onDemand }, memory: { ...memory, asked: spot, tick, losses, exposure, lastLoss } };
 }
 
 /** Keeps what the zones hold when asking for at least as many, else starts the spread again from nothing. */

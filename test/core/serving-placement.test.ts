@@ -59,6 +59,58 @@ describe('serving placement (SkyServe policies)', () => {
   });
 });
 
+describe("gpu-fleet's serving policy", () => {
+  const opts = { nExtra: 0, pick: () => 0, tickSec: 30, coldStartTicks: 4 };
+
+  it('on calm pools holds no spare and spreads one replica per zone; on-demand covers only what is not ready', () => {
+    const start = planServing('gpu-fleet', { target: 3, spotHeld: [0, 0, 0, 0], spotReady: 0 }, initialMemory(4), opts);
+    expect(start.plan.spot).toEqual([1, 1, 1, 0]);
+    expect(start.plan.onDemand).toBe(3);
+    const ready = planServing('gpu-fleet', { target: 3, spotHeld: [1, 1, 1, 0], spotReady: 3 }, start.memory, opts);
+    expect(ready.plan).toEqual({ spot: [1, 1, 1, 0], onDemand: 0 });
+  });
+
+  it('after a loss: the replacement goes to the zone that has not lost, one on-demand replica hedges for ten minutes, then is released', () => {
+    let step = planServing('gpu-fleet', { target: 3, spotHeld: [0, 0, 0, 0], spotReady: 0 }, initialMemory(4), opts);
+    for (let t = 0; t < 10; t++)
+      step = planServing('gpu-fleet', { target: 3, spotHeld: [1, 1, 1, 0], spotReady: t < 4 ? 0 : 3 }, step.memory, opts);
+    // Zone 0 takes its replica back.
+    const lost = planServing('gpu-fleet', { target: 3, spotHeld: [0, 1, 1, 0], spotReady: 2 }, step.memory, opts);
+    expect(lost.plan.spot).toEqual([0, 1, 1, 1]);
+    // One short of the target plus one hedge replica.
+    expect(lost.plan.onDemand).toBe(2);
+    step = lost;
+    for (let t = 0; t < 25; t++) step = planServing('gpu-fleet', { target: 3, spotHeld: [0, 1, 1, 1], spotReady: 3 }, step.memory, opts);
+    expect(step.plan.onDemand).toBe(0);
+    expect(step.plan.spot).toEqual([0, 1, 1, 1]);
+  });
+
+  it('keeps a spare spot replica while the pools are risky, and a fixed spare when told', () => {
+    // Zones that have lost one replica per ten minutes held: the three held are expected to lose about 0.4 between them in a cold start.
+    const stormy: ServingMemory = {
+      ...initialMemory(4),
+      tick: 100,
+      losses: [10, 10, 10, 10],
+      exposure: [200, 200, 200, 200],
+      asked: [1, 1, 1, 0],
+    };
+    const risky = planServing('gpu-fleet', { target: 3, spotHeld: [1, 1, 1, 0], spotReady: 3 }, stormy, opts);
+    expect(risky.plan.spot).toEqual([1, 1, 1, 1]);
+    const calm: ServingMemory = { ...stormy, losses: [0, 0, 0, 0], exposure: [5000, 5000, 5000, 5000] };
+    expect(planServing('gpu-fleet', { target: 3, spotHeld: [1, 1, 1, 0], spotReady: 3 }, calm, opts).plan.spot).toEqual([1, 1, 1, 0]);
+    expect(planServing('gpu-fleet', { target: 3, spotHeld: [1, 1, 1, 0], spotReady: 3 }, calm, { ...opts, spare: 2 }).plan.spot).toEqual([
+      2, 1, 1, 1,
+    ]);
+  });
+
+  it('a calm zone takes a second replica before a stormy zone takes its first', () => {
+    const memory: ServingMemory = { ...initialMemory(2), tick: 1000, losses: [0, 20], exposure: [4000, 1000], asked: [0, 0] };
+    expect(planServing('gpu-fleet', { target: 2, spotHeld: [0, 0], spotReady: 0 }, memory, { ...opts, spare: 0 }).plan.spot).toEqual([
+      2, 0,
+    ]);
+  });
+});
+
 describe('the serving world of bench:serve', () => {
   const run = (zones: number[][], extra: Partial<Parameters<typeof replayServing>[1]> = {}) => ({
     zones,
@@ -116,7 +168,7 @@ describe('bench:serve', () => {
     const rows = await benchServe({ ...SERVE_DEFAULTS, traces: `${gcp},${aws}`, repeats: 1, windowHours: 2, optimal: false });
     expect(rows.map((r) => `${r.trace}/${r.policy}`)).toEqual(
       ['spothedge-gcp1', 'availability', 'ALL'].flatMap((t) =>
-        ['on-demand', 'even-spread', 'round-robin', 'spothedge'].map((p) => `${t}/${p}`),
+        ['on-demand', 'even-spread', 'round-robin', 'spothedge', 'gpu-fleet'].map((p) => `${t}/${p}`),
       ),
     );
     for (const r of rows)
