@@ -7,8 +7,9 @@
  * The machines bought become the plan's scale-ups. Decides only purchases; it must not place on
  * or take from live machines.
  */
+import type { NodeGroup } from '../fleet.ts';
 import type { PlanAction } from '../plan.ts';
-import type { Reason } from '../reason.ts';
+import { reason, type Reason } from '../reason.ts';
 import { commitFit, tryFit } from './capacity.ts';
 import { Demand } from './demand.ts';
 import { addExpected, claim } from './existing-capacity.ts';
@@ -100,12 +101,20 @@ function chooseOffering(st: PlanningState, e: Entry, demand: Demand): OfferingCh
 function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): OfferingChoice | { ok: false; reason: Reason } {
   let best: { info: OfferingChoice['info']; gs: OfferingChoice['gs']; factor: number; eff: number; fill: number } | undefined;
   let sawAtMax = false;
+  let sawZoneSpan = false;
   const { pools, sawUnavailable } = buyablePools(st, e.cls);
   for (const { key, factor, info, floor } of pools) {
     // A machine's expected cost per GPU-thousandth used is at least its price per GPU-thousandth
     // (fill ≤ capacity, rework ≥ 0): past a floor above the best, nothing can win.
     if (best && floor > best.eff + 1e-9) break;
-    const gs = info.groups.find((g) => g.room >= e.cls.nodes);
+    // A job limited to some zones is bought for only from a group whose zones all fit: a group spanning several zones
+    // launches in the zone it picks (the cheapest, or the next in balance), not the one the plan named.
+    const fitting = info.groups.filter((g) => zonesFit(g.group, e.job.spec.placement?.zones));
+    if (fitting.length === 0) {
+      sawZoneSpan = true;
+      continue;
+    }
+    const gs = fitting.find((g) => g.room >= e.cls.nodes);
     if (!gs) {
       sawAtMax = true;
       continue;
@@ -122,6 +131,14 @@ function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): Offerin
   if (!best) {
     if (sawAtMax) return { ok: false, reason: groupsAtMax(e.job) };
     if (sawUnavailable) return { ok: false, reason: offeringsAvoided(e.job) };
+    if (sawZoneSpan)
+      return {
+        ok: false,
+        reason: reason(
+          'no-offering-fits',
+          `its zones (${e.job.spec.placement?.zones?.join(', ') ?? ''}) are offered only by groups that also launch elsewhere, and such a group picks the zone itself; a group within its zones is needed`,
+        ),
+      };
     return { ok: false, reason: noGroupLaunches(e.job) };
   }
   const why = cheapestPerGpu(best.eff, best.factor, best.fill, best.info.type.gpuCount);
@@ -152,6 +169,11 @@ function buyablePools(st: PlanningState, cls: Entry['cls']) {
     st.buyable.set(cls, found);
   }
   return found;
+}
+
+/** Every zone the group launches in is one the job allows (no limit: any group). */
+function zonesFit(group: NodeGroup, zones: readonly string[] | undefined): boolean {
+  return zones === undefined || group.offerings.every((o) => zones.includes(o.zone));
 }
 
 /** One scale-up per group that had machines bought for it, from its desired size (or what a cancellation set it to). */

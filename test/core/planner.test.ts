@@ -246,6 +246,20 @@ describe('planner: cheapest new capacity', () => {
     ).toEqual(['g5.xlarge-on-demand']);
   });
 
+  it('buys for a job limited to some zones only from a group whose zones all fit: a group spanning others picks its own zone', () => {
+    const both = { ...aGroup({ zones: ['us-east-1a', 'us-east-1b'] }), id: 'both-zones' };
+    const pinned = aJob({ spec: { placement: { zones: ['us-east-1b'] } } });
+    // The group would launch in the zone it picks; before, the plan bought from it and the job waited for a machine that landed elsewhere.
+    const p = plan(aSnapshot({ groups: [both], pendingJobs: [pinned] }));
+    expect(scaleUps(p)).toEqual([]);
+    expect(p.waiting.find((w) => w.jobId === pinned.id)?.reason.message).toMatch(/offered only by groups that also launch elsewhere/);
+    const onlyB = { ...aGroup({ zones: ['us-east-1b'] }), id: 'only-b' };
+    expect(scaleUps(plan(aSnapshot({ groups: [both, onlyB], pendingJobs: [pinned] }))).map((a) => a.groupId)).toEqual(['only-b']);
+    // A job allowed in both zones may use the group that spans them.
+    const either = aJob({ spec: { placement: { zones: ['us-east-1a', 'us-east-1b'] } } });
+    expect(scaleUps(plan(aSnapshot({ groups: [both], pendingJobs: [either] }))).map((a) => a.groupId)).toEqual(['both-zones']);
+  });
+
   it('keeps a gang in one zone on new capacity too, and buys all of it or none', () => {
     const g = aGroup({ instanceType: 'p3.16xlarge', zones: ['us-east-1a', 'us-east-1b'], maxSize: 3 });
     const gang = aJob({ spec: { gpu: { kind: 'whole', count: 8 }, nodes: 3 } });
