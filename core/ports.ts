@@ -4,6 +4,8 @@ import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
 import type { BudgetState, Team } from './team.ts';
+import type { ServiceMetric } from './serving/autoscale.ts';
+import type { ServiceRecord } from './serving/service.ts';
 
 /**
  * The ports: what gpu-fleet needs from the outside world. core/ calls these and nothing else;
@@ -148,6 +150,28 @@ export interface JobStore {
    * untilMs]: what spend accrual needs of them (their last attempts' holdings).
    */
   listEndedSince(sinceMs: number, untilMs: number): Promise<Job[]>;
+}
+
+/** Service records (core/serving/service.ts): one per service, written with the same conditional writes as jobs. */
+export interface ServiceStore {
+  /** Stores a new service unless one with the same id exists (then returns it, unchanged). */
+  create(record: ServiceRecord): Promise<{ created: boolean; record: ServiceRecord }>;
+  get(id: string): Promise<ServiceRecord | undefined>;
+  /** Replaces the record only if the stored version is `expectedVersion`; `next.version` must be `expectedVersion + 1`. */
+  update(
+    next: ServiceRecord,
+    expectedVersion: number,
+  ): Promise<{ ok: true; record: ServiceRecord } | { ok: false; current: ServiceRecord | undefined }>;
+  list(): Promise<ServiceRecord[]>;
+}
+
+/**
+ * A service's load now, as its replicas and its front door report it: totals over the service
+ * for requests per second and waiting or running requests; averages over its ready replicas
+ * for GPU use and memory (%). A metric not reported is left out.
+ */
+export interface ServiceLoadSource {
+  read(service: ServiceRecord, replicas: readonly Job[], nowMs: number): Promise<Partial<Record<ServiceMetric, number>>>;
 }
 
 /** What node agents report, and the node's draining mark. */
@@ -304,6 +328,8 @@ export interface DecisionRecord {
   readonly teams?: readonly TeamInForce[];
   /** Providers (or groups) left out of this reconcile because their calls failed: since when (carried from the decision before), and the last error. */
   readonly degraded?: readonly (DegradedScope & { readonly sinceMs: number })[];
+  /** Each service's decision in this reconcile: its target, its ready replicas, and why. */
+  readonly services?: readonly { readonly service: string; readonly target: number; readonly ready: number; readonly reason: string }[];
 }
 
 export interface DecisionLog {

@@ -83,6 +83,11 @@ export function createIntakeHandler(deps: IntakeDeps) {
           log.warn('job rejected', { jobId: out.job.id, team, errors: out.errors });
           metrics.addMetric('JobsRejected', MetricUnit.Count, 1);
           return out.job.id;
+        case 'service':
+          // (only with a service table, which the Lambda wiring gets with the load balancer)
+          log.info(out.created ? 'service created' : 'service updated', { serviceId: out.service.id, team });
+          metrics.addMetric('ServicesTaken', MetricUnit.Count, 1);
+          return out.service.id;
         case 'unattributable':
           await deps.deadLetter.send({ body: r.body, reason: out.error, sourceQueueArn: r.eventSourceARN, messageId: r.messageId });
           log.error('message sent to the dead-letter queue', { reason: out.error });

@@ -4,6 +4,7 @@ import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '.
 import type { PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
+import type { ServiceRecord } from '../../core/serving/service.ts';
 import type {
   BudgetMemory,
   JournaledPlan,
@@ -19,6 +20,7 @@ import type {
   LeaseStore,
   NodeStore,
   QueueDepth,
+  ServiceStore,
   SpendAccrual,
   SpendCursor,
   SpendLedger,
@@ -97,6 +99,43 @@ export class MemoryJobStore implements JobStore {
       this.byState.set(job.state, m);
     }
     m.set(job.id, job);
+  }
+}
+
+export class MemoryServiceStore implements ServiceStore {
+  private readonly byId = new Map<string, ServiceRecord>();
+
+  async create(record: ServiceRecord): Promise<{ created: boolean; record: ServiceRecord }> {
+    const existing = this.byId.get(record.id);
+    if (existing) return { created: false, record: existing };
+    this.byId.set(record.id, Object.freeze({ ...record }));
+    return { created: true, record: this.byId.get(record.id)! };
+  }
+
+  async get(id: string): Promise<ServiceRecord | undefined> {
+    return this.byId.get(id);
+  }
+
+  async update(
+    next: ServiceRecord,
+    expectedVersion: number,
+  ): Promise<{ ok: true; record: ServiceRecord } | { ok: false; current: ServiceRecord | undefined }> {
+    const current = this.byId.get(next.id);
+    if (!current || current.version !== expectedVersion || next.version !== expectedVersion + 1) return { ok: false, current };
+    this.byId.set(next.id, Object.freeze({ ...next }));
+    return { ok: true, record: this.byId.get(next.id)! };
+  }
+
+  async list(): Promise<ServiceRecord[]> {
+    return this.dump();
+  }
+
+  dump(): ServiceRecord[] {
+    return [...this.byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
+  restore(records: readonly ServiceRecord[]): void {
+    for (const r of records) this.byId.set(r.id, Object.freeze({ ...r }));
   }
 }
 

@@ -45,6 +45,8 @@ export function classify(st: PlanningState): Entry[] {
     const waitedMs = s.nowMs - job.queuedAtMs;
     if (capacity === 'any' && job.requeueReason?.code === 'rebalance-to-spot' && waitedMs < s.policy.moveToSpotPatienceSec * 1000)
       capacity = 'spot';
+    // A service's spot replica goes on spot or nowhere: its service chose the capacity (its on-demand replicas are jobs of their own).
+    if (capacity === 'any' && job.spec.service) capacity = 'spot';
     let cls = classOf(st, job, capacity);
     // Interruptible work without deadline pressure waits a while for spot when none can be had now:
     // up to half its remaining work (at least a boot time), capped by the policy.
@@ -106,7 +108,7 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
   const where = spec.placement
     ? `${spec.placement.clouds?.join('+') ?? ''}/${spec.placement.regions?.join('+') ?? ''}/${spec.placement.zones?.join('+') ?? ''}`
     : '';
-  const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}`;
+  const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}${spec.service ? '|service' : ''}`;
   const cached = st.classes.get(key);
   if (cached) return cached;
   const eligible = new Map<string, number>();
@@ -114,6 +116,7 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
   const restartSec = s.policy.expectedBootSec + s.policy.restoreSec;
   const representative = { ...job, spec: { ...spec, expectedRuntimeSec: 2 ** workBucket }, checkpoint: undefined } as Job;
   const factorByRisk = new Map<number, number>();
+  const gpusOf = new Map<string, number>();
   for (const info of st.allOfferings) {
     const o = info.offering;
     if (!typeCanHold(info.type, spec.gpu, info.migEnabled)) continue;
@@ -133,6 +136,13 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
       if (!Number.isFinite(factor) || (capacity !== 'spot' && info.onDemandPrice > 0 && info.price * factor > info.onDemandPrice)) continue;
     }
     eligible.set(info.key, factor);
+    gpusOf.set(info.key, info.type.gpuCount);
+  }
+  // A service replica runs for days and cannot be moved by checkpoint: it gets a machine of the smallest size that holds
+  // it, so it never keeps a larger machine alive whose other GPUs batch work has left idle.
+  if (spec.service && eligible.size > 0) {
+    const smallest = Math.min(...gpusOf.values());
+    for (const k of [...eligible.keys()]) if (gpusOf.get(k) !== smallest) eligible.delete(k);
   }
   const noFit =
     eligible.size > 0

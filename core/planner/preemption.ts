@@ -34,7 +34,15 @@ function preemptFor(st: PlanningState, { entry: e, why }: Stuck): void {
       // Capacity already being freed (checkpointing jobs) counts first: no new victims needed for it.
       const leaving = holders.filter((h) => h.job.state === 'checkpointing');
       const candidates = holders
-        .filter((h) => h.job.state === 'running' && h.job.spec.interruptible && h.job.spec.priority < priority && h.job.spec.nodes === 1)
+        // A service replica is never a victim: its service keeps its ready replicas at target and decides where they go.
+        .filter(
+          (h) =>
+            h.job.state === 'running' &&
+            h.job.spec.interruptible &&
+            !h.job.spec.service &&
+            h.job.spec.priority < priority &&
+            h.job.spec.nodes === 1,
+        )
         .map((h) => ({ h, lost: lostWorkSec(st.s, h.job) }))
         .sort((a, b) => a.lost - b.lost || (a.h.job.id < b.h.job.id ? -1 : 1));
       const chosen: typeof candidates = [];

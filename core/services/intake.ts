@@ -1,8 +1,9 @@
 import { isValidTeamId } from '../budget.ts';
 import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
 import { checkJobSpec, type JobSpec } from '../job-spec.ts';
-import type { Clock, JobStore, NodeGroupProvider } from '../ports.ts';
-import { messageOf } from '../errors.ts';
+import type { Clock, JobStore, NodeGroupProvider, ServiceStore } from '../ports.ts';
+import { ConflictError, messageOf } from '../errors.ts';
+import { newServiceRecord, type ServiceRecord } from '../serving/service.ts';
 import type { InstanceTypeCatalog } from '../catalog.ts';
 import type { NodeGroup } from '../fleet.ts';
 import { whyNoGroupHolds } from '../planner/capacity.ts';
@@ -29,6 +30,12 @@ export type IntakeOutcome =
   /** The token was used before for a different spec: the stored job stands and this one is not taken (a retry cannot help). */
   | { readonly outcome: 'token-reused'; readonly job: Job; readonly error: string }
   | { readonly outcome: 'rejected'; readonly job: Job; readonly errors: readonly string[] }
+  /**
+   * A service, stored as its record (`team.name`); its replicas are started by reconcile. `created`
+   * is false for a repeat or an update of a service that exists (an update takes the new spec for
+   * replicas started from then on; running ones keep theirs).
+   */
+  | { readonly outcome: 'service'; readonly service: ServiceRecord; readonly created: boolean }
   /** Cannot be attributed to a team or given an id: the caller sends it to the dead-letter queue. */
   | { readonly outcome: 'unattributable'; readonly error: string };
 
@@ -41,7 +48,7 @@ export type IntakeOutcome =
  * Store failures propagate (the caller retries them); nothing else throws.
  */
 export async function intake(
-  ports: { jobs: JobStore; clock: Clock; fleetShape?: FleetShape },
+  ports: { jobs: JobStore; clock: Clock; fleetShape?: FleetShape; services?: ServiceStore },
   message: IntakeMessage,
 ): Promise<IntakeOutcome> {
   if (!isValidTeamId(message.team)) {
@@ -67,11 +74,12 @@ export async function intake(
   }
   if (!errors) {
     const check = checkJobSpec(parsed);
-    if (check.ok && check.spec.service)
+    if (check.ok && check.spec.service) {
+      if (ports.services) return takeService(ports.services, message, check.spec, nowMs);
       errors = [
-        'service: the service is valid, but this version does not run services yet (its replicas, scaling and front door are being built); nothing was started',
+        'service: the service is valid, but this deployment has no service table yet (services run in the simulator; the account gets its table and load balancer with the next release); nothing was started',
       ];
-    else if (check.ok) {
+    } else if (check.ok) {
       const why = await unschedulable(ports.fleetShape, check.spec);
       const pending = newPendingJob({ id, team: message.team, spec: check.spec, submittedAtMs: nowMs });
       const { created, job } = await ports.jobs.create(
@@ -85,6 +93,21 @@ export async function intake(
     newRejectedJob({ id, team: message.team, submittedAtMs: nowMs, errors, body: message.body }),
   );
   return created ? { outcome: 'rejected', job, errors } : repeated(job, message, undefined);
+}
+
+/** Stores a service's record, or takes a new spec for one that exists (a repeat changes nothing). */
+async function takeService(services: ServiceStore, message: IntakeMessage, spec: JobSpec, nowMs: number): Promise<IntakeOutcome> {
+  const fresh = newServiceRecord(message.team, spec, nowMs);
+  for (let tries = 0; tries < 5; tries++) {
+    const { created, record } = await services.create(fresh);
+    if (created) return { outcome: 'service', service: record, created: true };
+    if (canonical(record.spec) === canonical(spec) && record.state === 'active')
+      return { outcome: 'service', service: record, created: false };
+    const next: ServiceRecord = { ...record, spec, state: 'active', version: record.version + 1, updatedAtMs: nowMs };
+    const out = await services.update(next, record.version);
+    if (out.ok) return { outcome: 'service', service: out.record, created: false };
+  }
+  throw new ConflictError(`service ${fresh.id}: its record kept changing under intake; the message is retried`);
 }
 
 /** A repeat of a stored submission: `duplicate` when it is the same one, `token-reused` when its spec differs. */

@@ -2,7 +2,17 @@ import { offeringId, type PriceQuote } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, HELD_ATTEMPTS_KEPT_MS, type Job } from '../job.ts';
 import { actionResource, type ActionFailure, type Plan, type PlanAction } from '../plan.ts';
-import type { CheckpointStore, Clock, DecisionLog, DecisionRecord, LeaseStore, PlanJournal } from '../ports.ts';
+import type {
+  CheckpointStore,
+  Clock,
+  DecisionLog,
+  DecisionRecord,
+  LeaseStore,
+  PlanJournal,
+  ServiceLoadSource,
+  ServiceStore,
+} from '../ports.ts';
+import { reconcileServices, type ServiceStepResult } from './serving.ts';
 import { reason, type Reason } from '../reason.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import { accrueSpend, machineMeters } from './accrual.ts';
@@ -28,6 +38,9 @@ export interface ReconcilePorts extends SnapshotPorts {
    * as the interruption function handles an event, before it reads the fleet.
    */
   readonly notices?: readonly NoticeSource[];
+  /** Services (their records, and their load): without them, services are not run. */
+  readonly services?: ServiceStore;
+  readonly serviceLoad?: ServiceLoadSource;
 }
 
 export interface ReconcileOptions {
@@ -95,10 +108,19 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     let world = await readWorld(ports);
     const nowMs = ports.clock.nowMs();
     let lostJobsRequeued = 0;
+    let services: ServiceStepResult | undefined;
     if (!options.dryRun) {
       if ((await drainHeldMachines(ports, world, nowMs, options.policy)) > 0) world = await readWorld(ports);
       lostJobsRequeued = await requeueLostWork(ports, world, nowMs, options.policy);
       if (lostJobsRequeued > 0) world = await readWorld(ports);
+      // Services decide their replicas before the planner reads the queue, so new replicas are placed in this plan.
+      if (ports.services) {
+        services = await reconcileServices({ ...ports, services: ports.services }, world, nowMs, {
+          intervalSec: options.policy.reconcileIntervalSec,
+          bootSec: options.policy.expectedBootSec,
+        });
+        if (services.started > 0 || services.cancelled > 0) world = await readWorld(ports);
+      }
     }
     const snapshot = await buildSnapshot(ports, world, {
       nowMs,
@@ -161,6 +183,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       applied: 0,
       errors: [],
       planMs,
+      ...(services && services.decisions.length > 0 ? { services: services.decisions } : {}),
       teams: [...snapshot.teams.values()].map((t) => {
         const spentMicroUsd = snapshot.spendMicroUsd.get(t.id) ?? 0;
         const committedMicroUsd = snapshot.committedMicroUsd?.get(t.id) ?? 0;

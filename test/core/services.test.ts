@@ -146,7 +146,7 @@ describe('intake', () => {
     expect(listings).toBe(3);
   });
 
-  it('does not take a service as a job: it is recorded as rejected, saying services are not run yet', async () => {
+  it('takes a service as one record (team.name), idempotently; a new spec updates it; without a service table it is rejected and says why', async () => {
     const e = env();
     const svc = {
       ...spec,
@@ -154,12 +154,26 @@ describe('intake', () => {
       checkpoint: undefined,
       service: { port: 8000, replicas: { min: 1, max: 4 }, targets: [{ metric: 'waiting-requests', perReplica: 6 }] },
     };
-    const out = await intake(e, { team: 'nlp', body: JSON.stringify(svc), token: 'svc' });
-    expect(out).toMatchObject({
+    const out = await intake({ ...e, services: e.services }, { team: 'nlp', body: JSON.stringify(svc), token: 'svc' });
+    expect(out).toMatchObject({ outcome: 'service', created: true, service: { id: 'nlp.chat', team: 'nlp', target: 1, version: 1 } });
+    // No job is made for the submission itself: replicas are started by reconcile.
+    expect(await e.jobs.listByState(['pending', 'rejected'])).toEqual([]);
+    const again = await intake({ ...e, services: e.services }, { team: 'nlp', body: JSON.stringify(svc), token: 'svc-2' });
+    expect(again).toMatchObject({ outcome: 'service', created: false, service: { version: 1 } });
+    const bigger = { ...svc, service: { ...svc.service, replicas: { min: 2, max: 8 } } };
+    const updated = await intake({ ...e, services: e.services }, { team: 'nlp', body: JSON.stringify(bigger), token: 'svc-3' });
+    expect(updated).toMatchObject({
+      outcome: 'service',
+      created: false,
+      service: { version: 2, spec: { service: { replicas: { max: 8 } } } },
+    });
+
+    const without = await intake({ jobs: e.jobs, clock: e.clock }, { team: 'nlp', body: JSON.stringify(svc), token: 'svc-4' });
+    expect(without).toMatchObject({
       outcome: 'rejected',
       job: {
         state: 'rejected',
-        rejection: { errors: [expect.stringMatching(/^service: the service is valid, but this version does not run services yet/)] },
+        rejection: { errors: [expect.stringMatching(/^service: the service is valid, but this deployment has no service table yet/)] },
       },
     });
   });

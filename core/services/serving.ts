@@ -1,0 +1,151 @@
+/**
+ * The services step of reconcile: for each service, read its replicas (jobs labelled with its
+ * id), the machines they are on and its load; decide (core/serving/service.ts); start the new
+ * replicas as pending jobs and cancel the ones given up; write the record. Runs before the
+ * planner reads its snapshot, so replicas started here are placed in the same reconcile.
+ * Idempotent: replica job ids come from the record's counter, written with the record; a
+ * repeated run after a crash creates nothing twice (create is idempotent by id), and a lost race
+ * on the record leaves it for the next run.
+ */
+import type { InstanceTypeCatalog } from '../catalog.ts';
+import type { NodeGroup } from '../fleet.ts';
+import { jobIdFor, newPendingJob, type Job } from '../job.ts';
+import type { JobSpec } from '../job-spec.ts';
+import { whyNoGroupHolds } from '../planner/capacity.ts';
+import { milliGpusUsed } from '../gpu.ts';
+import type { CatalogSource, DecisionLog, JobStore, ServiceLoadSource, ServiceStore, TeamInForce } from '../ports.ts';
+import { applyJobEvent } from './job-updates.ts';
+import { decideReplicas, replicaSpec, SERVICE_LABEL, type ReplicaView, type ServiceRecord } from '../serving/service.ts';
+import type { WorldView } from './snapshot-reader.ts';
+
+export interface ServicePorts {
+  readonly services: ServiceStore;
+  /** Where the last decision's budgets in force are read (for the team's limit). */
+  readonly decisions?: Pick<DecisionLog, 'recent'>;
+  readonly serviceLoad?: ServiceLoadSource;
+  readonly jobs: JobStore;
+  readonly catalog: CatalogSource;
+}
+
+export interface ServiceStepResult {
+  readonly started: number;
+  readonly cancelled: number;
+  readonly decisions: readonly { readonly service: string; readonly target: number; readonly ready: number; readonly reason: string }[];
+}
+
+/** The most replicas the team's budget and GPU cap allow the service now, and why; undefined when nothing limits it. */
+export function replicaLimit(
+  record: ServiceRecord,
+  team: TeamInForce | undefined,
+  jobs: readonly Job[],
+): { replicas: number; why: string } | undefined {
+  if (!team) return undefined;
+  if (team.state === 'hold' || team.state === 'stop')
+    return { replicas: record.target, why: `team ${team.id}'s budget is spent (action ${team.state})` };
+  if (team.maxGpus === undefined) return undefined;
+  const perReplica = milliGpusUsed(record.spec.gpu) / 1000;
+  // GPUs the team's other work holds now count against the cap.
+  const others = jobs
+    .filter((j) => j.team === record.team && j.spec.labels?.[SERVICE_LABEL] !== record.id && j.state !== 'pending')
+    .reduce((a, j) => a + (milliGpusUsed(j.spec.gpu) * j.spec.nodes) / 1000, 0);
+  const replicas = Math.max(0, Math.floor((team.maxGpus - others) / perReplica + 1e-9));
+  return { replicas, why: `team ${team.id}'s GPU cap of ${team.maxGpus} (its other work holds ${others})` };
+}
+
+/** The replica jobs of a service among the jobs read. */
+export function replicasOf(serviceId: string, jobs: readonly Job[]): Job[] {
+  return jobs.filter((j) => j.spec.labels?.[SERVICE_LABEL] === serviceId);
+}
+
+export async function reconcileServices(
+  ports: ServicePorts,
+  world: WorldView,
+  nowMs: number,
+  options: { readonly intervalSec: number; readonly bootSec: number },
+): Promise<ServiceStepResult> {
+  const services = await ports.services.list();
+  if (services.length === 0) return { started: 0, cancelled: 0, decisions: [] };
+  // The budgets in force as the last reconcile read them: a team whose budget holds its work, or whose GPU cap is
+  // reached, gets no more replicas (the planner would hold them pending anyway; the decision says why).
+  const teams = new Map(((await ports.decisions?.recent(1))?.[0]?.teams ?? []).map((t) => [t.id, t]));
+  const typeNames = [...new Set(world.groups.flatMap((g) => g.offerings.map((o) => o.instanceType)))];
+  const types = await ports.catalog.instanceTypes(typeNames);
+  const instances = new Map(world.instances.map((i) => [i.id, i]));
+  const records = new Map(world.records.map((r) => [r.instanceId, r]));
+  const jobs = [...world.pendingJobs, ...world.activeJobs];
+  let started = 0;
+  let cancelled = 0;
+  const decisions: { service: string; target: number; ready: number; reason: string }[] = [];
+  for (const record of services) {
+    const replicas = replicasOf(record.id, jobs);
+    if (record.state === 'cancelled' && replicas.length === 0) continue;
+    const spotZones = spotZonesFor(record.spec, world.groups, types);
+    const views: ReplicaView[] = replicas.map((job) => {
+      const nodeId = job.placement?.nodes[0]?.nodeId;
+      const inst = nodeId ? instances.get(nodeId) : undefined;
+      const pinned = job.spec.placement?.zones ? [...job.spec.placement.zones].sort().join('+') : undefined;
+      const zone = inst ? (domainOfZone(inst.zone, spotZones) ?? inst.zone) : pinned;
+      const leaving = inst !== undefined && (inst.state === 'terminating-wait' || records.get(inst.id)?.draining !== undefined);
+      return { job, leaving, ...(zone ? { zone } : {}) };
+    });
+    const load = ports.serviceLoad ? await ports.serviceLoad.read(record, replicas, nowMs) : {};
+    const coldStartSec = options.bootSec + (record.spec.service?.readiness.initialDelaySec ?? 0);
+    const limit = replicaLimit(record, teams.get(record.team), jobs);
+    const decision = decideReplicas({
+      nowMs,
+      record,
+      replicas: views,
+      spotZones,
+      load,
+      intervalSec: options.intervalSec,
+      coldStartSec,
+      ...(limit ? { limit } : {}),
+    });
+    // The record first: its counter reserves the new replicas' ids, so a crash after it starts nothing twice.
+    const written = await ports.services.update(decision.record, record.version);
+    if (!written.ok) continue;
+    for (const [k, r] of decision.start.entries()) {
+      const n = record.nextReplica + k;
+      const spec = replicaSpec({ ...record, nextReplica: n }, r);
+      const job = newPendingJob({ id: jobIdFor(record.team, `${record.name}-r${n}`), team: record.team, spec, submittedAtMs: nowMs });
+      if ((await ports.jobs.create(job)).created) started++;
+    }
+    // Why each replica goes is in the record's reason; the cancel itself is the one people use.
+    for (const c of decision.cancel) {
+      const out = await applyJobEvent(ports.jobs, c.jobId, { type: 'cancel' }, nowMs);
+      if (out.status === 'changed') cancelled++;
+    }
+    decisions.push({ service: record.id, target: decision.record.target, ready: decision.ready, reason: decision.record.reason ?? '' });
+  }
+  return { started, cancelled, decisions };
+}
+
+/**
+ * The failure domains a spot replica of the spec can be placed in, each as the zones it spans
+ * joined by "+": a spot group in one zone is that zone; a group spanning several zones launches
+ * in whichever it picks, so its zones are one domain (the service cannot choose between them),
+ * unless single-zone groups already cover each of them. Only groups of the machine size the
+ * planner gives a replica count: the smallest that holds it (core/planner/classification.ts).
+ */
+export function spotZonesFor(spec: JobSpec, groups: readonly NodeGroup[], types: InstanceTypeCatalog): string[] {
+  const candidates: { zones: string[]; gpus: number }[] = [];
+  for (const g of groups) {
+    const spot = g.offerings.filter((o) => o.capacityType === 'spot' && (!spec.placement?.zones || spec.placement.zones.includes(o.zone)));
+    if (spot.length === 0 || spot.length !== g.offerings.length) continue;
+    const zones = [...new Set(spot.map((o) => o.zone))].sort();
+    if (whyNoGroupHolds({ ...spec, interruptible: true, placement: { ...spec.placement, zones } }, [g], types) !== undefined) continue;
+    const gpus = Math.min(...spot.map((o) => types.get(o.instanceType)?.gpuCount ?? Infinity));
+    candidates.push({ zones, gpus });
+  }
+  const smallest = Math.min(...candidates.map((c) => c.gpus));
+  const sized = candidates.filter((c) => c.gpus === smallest);
+  const single = new Set(sized.filter((c) => c.zones.length === 1).map((c) => c.zones[0]!));
+  const domains = new Set<string>();
+  for (const c of sized) if (c.zones.length === 1 || !c.zones.every((z) => single.has(z))) domains.add(c.zones.join('+'));
+  return [...domains].sort();
+}
+
+/** The domain (of `domains`) a zone belongs to. */
+export function domainOfZone(zone: string, domains: readonly string[]): string | undefined {
+  return domains.find((d) => d.split('+').includes(zone));
+}

@@ -1,0 +1,291 @@
+/**
+ * A service in the control loop: one record per service (id `team.name`) and one job per replica.
+ * Each reconcile decides, from the record and the replicas' jobs, how many replicas the service
+ * wants (autoscale.ts, HPA semantics) and where they run (spot-placement.ts, gpu-fleet's policy
+ * unless the spec fixes the spare), then which replica jobs to start and which to cancel. Pure:
+ * the caller reads the jobs, the machines and the load, and writes what this returns.
+ *
+ * A replica is a job of its own (no checkpoints; the usual attempts, placement and billing). A
+ * spot replica is pinned to the zone the policy chose and may run on spot only; an on-demand one
+ * may run anywhere its spec allows. A replica that its zone took back (interrupted, its machine
+ * warned or lost) or never gave (still pending after `SPOT_GIVE_UP_MS`) is a loss of that zone:
+ * the policy learns from it, and the job is cancelled rather than put back in the queue, since
+ * the policy starts its replacement wherever it now judges best, at once.
+ */
+import type { Job } from '../job.ts';
+import type { JobSpec } from '../job-spec.ts';
+import { HPA_BEHAVIOUR, scale, type Recommendation, type ScalingBehaviour, type ServiceMetric } from './autoscale.ts';
+import { initialMemory, planServing, type ServingMemory } from './spot-placement.ts';
+
+/** How long a spot replica may wait for its zone to give a machine before the zone counts as refusing. */
+export const SPOT_GIVE_UP_MS = 10 * 60_000;
+
+/** The label every replica job carries: the id of its service. */
+export const SERVICE_LABEL = 'gpu-fleet/service';
+
+export interface ServiceRecord {
+  /** `team.name`. */
+  readonly id: string;
+  readonly team: string;
+  readonly name: string;
+  /** The spec as submitted (with its `service` section); each replica runs it. */
+  readonly spec: JobSpec;
+  readonly state: 'active' | 'cancelled';
+  /** Bumped on every write (conditional writes, as for jobs). */
+  readonly version: number;
+  readonly createdAtMs: number;
+  readonly updatedAtMs: number;
+  /** The replicas the service wants now (the autoscaler's last decision). */
+  readonly target: number;
+  /** The autoscaler's recent recommendations (its delays and stabilisation window read them). */
+  readonly history: readonly Recommendation[];
+  /** The placement policy's memory, over `zones` (their order is the memory's). */
+  readonly zones: readonly string[];
+  readonly memory: ServingMemory;
+  /** The next replica's number (replica job ids are `<service id>.r<n>`). */
+  readonly nextReplica: number;
+  /** Why the service has the replicas it has, as of the last decision. */
+  readonly reason?: string;
+}
+
+export function serviceId(team: string, name: string): string {
+  return `${team}.${name}`;
+}
+
+/** A new service's record: it starts at its minimum (at least one replica while it has load to read). */
+export function newServiceRecord(team: string, spec: JobSpec, nowMs: number): ServiceRecord {
+  const name = spec.name ?? 'service';
+  return {
+    id: serviceId(team, name),
+    team,
+    name,
+    spec,
+    state: 'active',
+    version: 1,
+    createdAtMs: nowMs,
+    updatedAtMs: nowMs,
+    target: spec.service?.replicas.min ?? 0,
+    history: [],
+    zones: [],
+    memory: initialMemory(0),
+    nextReplica: 1,
+  };
+}
+
+/** What the caller knows of one replica job beyond the job itself. */
+export interface ReplicaView {
+  readonly job: Job;
+  /** The zone its machine is in (placed or running), or the zone it is pinned to (pending). */
+  readonly zone?: string;
+  /** Its machine was warned (spot notice, rebalance, drain): it still serves, but is on its way out. */
+  readonly leaving: boolean;
+}
+
+export interface ReplicaDecisionInput {
+  readonly nowMs: number;
+  readonly record: ServiceRecord;
+  /** The service's replica jobs that have not ended. */
+  readonly replicas: readonly ReplicaView[];
+  /** Failure domains with spot capacity the replicas may use: a zone, or the zones one node group spans joined by "+". */
+  readonly spotZones: readonly string[];
+  /** Observed load, each the total over the service (the caller does not divide). */
+  readonly load: Partial<Record<ServiceMetric, number>>;
+  /** Seconds between decisions (the reconcile interval). */
+  readonly intervalSec: number;
+  /** Seconds from a replica's launch until it is ready (a machine's boot plus the readiness delay), as the policy assumes. */
+  readonly coldStartSec: number;
+  readonly limit?: { readonly replicas: number; readonly why: string };
+}
+
+export interface ReplicaToStart {
+  readonly capacity: 'spot' | 'on-demand';
+  /** The zone a spot replica is pinned to. */
+  readonly zone?: string;
+}
+
+export interface ReplicaDecision {
+  readonly record: ServiceRecord;
+  readonly start: readonly ReplicaToStart[];
+  readonly cancel: readonly { readonly jobId: string; readonly why: string }[];
+  /** Replicas ready now (running past their readiness delay, machine not leaving). */
+  readonly ready: number;
+}
+
+/** A replica serves once its process has run for the readiness probe's initial delay. */
+export function replicaReady(job: Job, spec: JobSpec, nowMs: number): boolean {
+  const delayMs = (spec.service?.readiness.initialDelaySec ?? 0) * 1000;
+  return job.state === 'running' && job.startedAtMs !== undefined && job.startedAtMs + delayMs <= nowMs;
+}
+
+/**
+ * The capacity a replica was asked for (its spec), not where a planner put it: a planner that puts
+ * spot replicas on on-demand (the all-on-demand baseline) must not make them look lost and asked again.
+ */
+function capacityOf(job: Job): 'spot' | 'on-demand' {
+  return job.spec.interruptible ? 'spot' : 'on-demand';
+}
+
+/**
+ * One decision for one service: its target, the replicas to start, and the ones to cancel, with
+ * the reason. Never cancels a ready replica when that would leave fewer ready than the target.
+ */
+export function decideReplicas(input: ReplicaDecisionInput): ReplicaDecision {
+  const { nowMs, record } = input;
+  const spec = record.spec;
+  const svc = spec.service;
+  if (!svc) throw new Error(`service ${record.id} has no service section`);
+  const cancel: { jobId: string; why: string }[] = [];
+  if (record.state === 'cancelled') {
+    for (const r of input.replicas) cancel.push({ jobId: r.job.id, why: `service ${record.id} was cancelled` });
+    return { record, start: [], cancel, ready: 0 };
+  }
+
+  // The zones the policy spreads over: the ones it has memory of first (their order is its memory's), then new ones.
+  const zones = [...record.zones.filter((z) => input.spotZones.includes(z)), ...input.spotZones.filter((z) => !record.zones.includes(z))];
+  const memory = remapMemory(record.memory, record.zones, zones);
+
+  // Each replica: lost (its zone took it back or never gave it), held, ready.
+  const live: ReplicaView[] = [];
+  for (const r of input.replicas) {
+    const j = r.job;
+    const spot = capacityOf(j) === 'spot';
+    if (j.cancelRequested) continue;
+    if (j.state === 'pending' && j.attempt > 1) {
+      cancel.push({
+        jobId: j.id,
+        why: `replica ${j.id} lost its machine (${j.requeueReason?.message ?? 'requeued'}): a replacement is started instead`,
+      });
+      continue;
+    }
+    if (spot && j.state === 'pending' && nowMs - j.queuedAtMs > SPOT_GIVE_UP_MS) {
+      cancel.push({
+        jobId: j.id,
+        why: `spot replica ${j.id} waited ${Math.round((nowMs - j.queuedAtMs) / 60_000)} min for ${r.zone ?? 'its zone'} to give a machine: asked elsewhere`,
+      });
+      continue;
+    }
+    live.push(r);
+  }
+  const ready = (r: ReplicaView) => !r.leaving && replicaReady(r.job, spec, nowMs);
+  const readyCount = live.filter(ready).length;
+
+  // How many replicas: HPA semantics on the observed load, per ready replica.
+  const behaviour: ScalingBehaviour = {
+    ...HPA_BEHAVIOUR,
+    minReplicas: svc.replicas.min,
+    maxReplicas: svc.replicas.max,
+    scaleUpDelaySec: svc.scaleUpDelaySec,
+    scaleDownWindowSec: svc.scaleDownWindowSec,
+  };
+  // A total over the service (requests, waiting or running requests) is spread over the replicas it has asked for,
+  // as HPA counts a replica that is not ready yet at the average rather than leaving it out (which would multiply
+  // the count again at every decision while new replicas boot): desired = ceil(total ÷ per-replica target).
+  const observed: Partial<Record<ServiceMetric, number>> = {};
+  for (const [metric, total] of Object.entries(input.load) as [ServiceMetric, number][])
+    observed[metric] = metric === 'gpu-utilization' || metric === 'gpu-memory' ? total : total / Math.max(1, record.target);
+  const scaled = scale(
+    svc.targets.map((t) => ({ metric: t.metric, perReplica: t.perReplica })),
+    behaviour,
+    { nowMs, current: record.target, observed, history: record.history, ...(input.limit ? { limit: input.limit } : {}) },
+  );
+  const target = scaled.replicas;
+
+  // Where: spot per zone and on-demand, from the placement policy (or all on-demand for work that may not be interrupted).
+  const spotLive = live.filter((r) => capacityOf(r.job) === 'spot');
+  const odLive = live.filter((r) => capacityOf(r.job) === 'on-demand');
+  const held = zones.map((z) => spotLive.filter((r) => r.zone === z && !r.leaving).length);
+  const spotReady = spotLive.filter(ready).length;
+  const base = Math.min(svc.onDemandBase, target);
+  let wantSpot = zones.map(() => 0);
+  let wantOd = target;
+  let nextMemory = memory;
+  if (spec.interruptible && zones.length > 0) {
+    const out = planServing('gpu-fleet', { target: target - base, spotHeld: held, spotReady }, memory, {
+      nExtra: 0,
+      pick: () => 0,
+      spare: svc.spareSpot ?? 'risk',
+      tickSec: input.intervalSec,
+      coldStartTicks: Math.max(1, Math.ceil(input.coldStartSec / input.intervalSec)),
+    });
+    wantSpot = [...out.plan.spot];
+    wantOd = base + out.plan.onDemand;
+    nextMemory = out.memory;
+  }
+
+  // Keep ready replicas first, then those starting, newest cancelled first; never take ready below the target.
+  let readyLeft = readyCount;
+  const order = (a: ReplicaView, b: ReplicaView) =>
+    Number(ready(b)) - Number(ready(a)) || a.job.submittedAtMs - b.job.submittedAtMs || (a.job.id < b.job.id ? -1 : 1);
+  const trim = (pool: ReplicaView[], keep: number, what: string) => {
+    const sorted = [...pool].sort(order);
+    for (const r of sorted.slice(keep).reverse()) {
+      if (ready(r)) {
+        if (readyLeft - 1 < target) continue;
+        readyLeft--;
+      }
+      cancel.push({ jobId: r.job.id, why: `${what}: ${scaled.reason}` });
+    }
+  };
+  const start: ReplicaToStart[] = [];
+  zones.forEach((z, i) => {
+    const inZone = spotLive.filter((r) => r.zone === z && !r.leaving);
+    if (inZone.length > wantSpot[i]!) trim(inZone, wantSpot[i]!, `fewer spot replicas in ${z}`);
+    for (let n = inZone.length; n < wantSpot[i]!; n++) start.push({ capacity: 'spot', zone: z });
+  });
+  // Spot replicas in zones no longer offered are trimmed like any surplus.
+  const elsewhere = spotLive.filter((r) => !r.leaving && (r.zone === undefined || !zones.includes(r.zone)));
+  if (elsewhere.length > 0) trim(elsewhere, 0, 'spot replicas outside the zones offered');
+  const odKept = odLive.filter((r) => !r.leaving);
+  if (odKept.length > wantOd) trim(odKept, wantOd, 'fewer on-demand replicas');
+  for (let n = odKept.length; n < wantOd; n++) start.push({ capacity: 'on-demand' });
+
+  const spotWanted = wantSpot.reduce((a, b) => a + b, 0);
+  const reason = `${scaled.reason}; ${spotWanted} on spot${zones.length > 0 ? ` (${zones.map((z, i) => `${z} ${wantSpot[i]}`).join(', ')})` : ''}, ${wantOd} on-demand; ${readyCount} ready`;
+  return {
+    record: {
+      ...record,
+      target,
+      history: scaled.history,
+      zones,
+      memory: nextMemory,
+      nextReplica: record.nextReplica + start.length,
+      reason,
+      updatedAtMs: nowMs,
+      version: record.version + 1,
+    },
+    start,
+    cancel,
+    ready: readyCount,
+  };
+}
+
+/** The spec of a replica job: the service's, pinned to a zone and kept off on-demand for a spot replica. */
+export function replicaSpec(record: ServiceRecord, replica: ReplicaToStart): JobSpec {
+  const spec = record.spec;
+  return {
+    ...spec,
+    name: `${record.name}-r${record.nextReplica}`,
+    interruptible: replica.capacity === 'spot',
+    labels: { ...spec.labels, [SERVICE_LABEL]: record.id },
+    // A failure domain is a zone, or zones one node group spans ("us-west-2a+us-west-2b").
+    ...(replica.zone ? { placement: { ...spec.placement, zones: replica.zone.split('+') } } : {}),
+  };
+}
+
+/** Reorders per-zone memory from one zone list to another (zones that left are dropped, new ones start fresh). */
+function remapMemory(memory: ServingMemory, from: readonly string[], to: readonly string[]): ServingMemory {
+  if (from.length === to.length && from.every((z, i) => to[i] === z)) return memory;
+  const pick = <T>(xs: readonly T[] | undefined, fresh: T): T[] | undefined =>
+    xs === undefined ? undefined : to.map((z) => (from.includes(z) ? (xs[from.indexOf(z)] ?? fresh) : fresh));
+  const losses = pick(memory.losses, 0);
+  const exposure = pick(memory.exposure, 0);
+  const asked = pick(memory.asked, 0);
+  return {
+    ...initialMemory(to.length),
+    ...(memory.tick !== undefined ? { tick: memory.tick } : {}),
+    ...(memory.lastLoss !== undefined ? { lastLoss: memory.lastLoss } : {}),
+    ...(losses ? { losses } : {}),
+    ...(exposure ? { exposure } : {}),
+    ...(asked ? { asked } : {}),
+  };
+}
