@@ -42,6 +42,10 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--out <dir>', 'write report.html (charts), summary.json, jobs.json and decisions.json to this folder')
     .option('--no-baselines', 'run only the chosen policy, not the three baselines')
     .option(
+      '--no-services',
+      'leave out the built-in services (a chat service on the Azure LLM trace, a recommendation service on an Alibaba app)',
+    )
+    .option(
       '--faults <profile>',
       `inject faults: ${Object.keys(FAULT_PROFILES).join(' | ')}; api-errors and cloud-outage take a cloud (api-errors:gcp) (invariants are checked every simulated minute)`,
       (value: string) => {

@@ -19,6 +19,7 @@ import { shippedCatalog } from '../cloud/catalog/all-shipped.ts';
 import { milliGpusUsed } from '../core/gpu.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
 import { teamsInForce } from '../core/services/snapshot-reader.ts';
+import { SERVICE_LABEL } from '../core/serving/service.ts';
 import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
@@ -219,7 +220,13 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       print(io, flags.json, job, () => keyValues(jobLines(job, now)));
       return;
     }
-    const jobs = await fleet.jobs.listByState(JOB_STATES, team);
+    const everything = await fleet.jobs.listByState(JOB_STATES, team);
+    // Service replicas are counted as services, apart from the jobs (a replica waits and runs unlike a job).
+    const jobs = everything.filter((j) => j.spec?.labels?.[SERVICE_LABEL] === undefined);
+    const replicaRows = JOB_STATES.map((s) => {
+      const list = everything.filter((j) => j.state === s && j.spec?.labels?.[SERVICE_LABEL] !== undefined);
+      return { state: s, replicas: list.length, gpus: list.reduce((a, j) => a + gpusOf(j), 0) };
+    }).filter((r) => r.replicas > 0);
     const byState = new Map<JobState, Job[]>();
     for (const j of jobs) byState.set(j.state, [...(byState.get(j.state) ?? []), j]);
     const stateRows = JOB_STATES.filter((s) => byState.has(s)).map((s) => {
@@ -256,7 +263,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
     }
     const nodesError = nodesErrors.length > 0 ? nodesErrors.join('; ') : undefined;
     const records = new Map((await fleet.nodes.list()).map((r) => [r.instanceId, r]));
-    const active = jobs.filter((j) => ACTIVE_STATES.includes(j.state));
+    const active = everything.filter((j) => ACTIVE_STATES.includes(j.state));
     const allActive = team ? await fleet.jobs.listByState(ACTIVE_STATES) : active;
     const use = new Map<string, GroupUse>();
     for (const g of groups)
@@ -295,6 +302,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       source: fleet.source,
       atMs: now,
       jobs: stateRows,
+      ...(replicaRows.length > 0 ? { serviceReplicas: replicaRows } : {}),
       pending: pending.map((j) => ({
         id: j.id,
         team: j.team,
@@ -329,6 +337,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
             )
           : '  (none)',
       );
+      if (replicaRows.length > 0) out.push('', `Service replicas: ${replicaRows.map((r) => `${r.replicas} ${r.state}`).join(', ')}`);
       if (pending.length > 0) {
         out.push('', `Waiting (oldest first${pending.length > 10 ? ', 10 of ' + pending.length : ''})`);
         out.push(

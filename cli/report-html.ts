@@ -63,6 +63,41 @@ export function renderHtmlReport(run: SimulateRun): string {
     })),
   });
   const budget = budgetChart(main);
+  // Each service: replicas its load needed against ready replicas (spot and on-demand).
+  const serviceIds = [...new Set(main.timeline.flatMap((p) => Object.keys(p.services ?? {})))].sort();
+  const serviceCharts = serviceIds
+    .map((id) =>
+      lineChart({
+        id: `service-${id}`,
+        title: `Service ${id}: replicas needed and ready`,
+        xLabel: 'hours into the replay',
+        series: [
+          {
+            name: 'needed (load ÷ target)',
+            color: '#264653',
+            points: main.timeline.map((p) => [hours(p.tSec), p.services?.[id]?.needed ?? 0] as const),
+          },
+          { name: 'ready', color: '#8ab17d', points: main.timeline.map((p) => [hours(p.tSec), p.services?.[id]?.ready ?? 0] as const) },
+          {
+            name: 'ready on spot',
+            color: '#2a9d8f',
+            points: main.timeline.map((p) => [hours(p.tSec), p.services?.[id]?.spot ?? 0] as const),
+          },
+          {
+            name: 'ready on on-demand',
+            color: '#e76f51',
+            points: main.timeline.map((p) => [hours(p.tSec), p.services?.[id]?.onDemand ?? 0] as const),
+          },
+        ],
+      }),
+    )
+    .join('');
+  const serviceRows = (s.services ?? [])
+    .map(
+      (x) =>
+        `<tr><td>${esc(x.id)}</td><td>${x.availabilityPct.toFixed(2)}%</td><td>${formatNumber(x.shortReplicaMinutes)}</td><td>${x.neededReplicaHours} / ${x.replicaHours} (${x.spotReplicaHours})</td><td>${formatUsd(x.costMicroUsd)}</td><td>${formatUsd(x.onDemandMicroUsd)}</td><td>${x.replicasStarted} / ${x.replicasLost}</td><td>${esc(x.demand)}</td></tr>`,
+    )
+    .join('');
   const compareRows = all
     .map((r) => {
       const x = r.summary;
@@ -109,6 +144,14 @@ ${kv('deadline jobs / misses', `${s.deadlineJobs} / ${s.deadlineMisses}`)}
 </table>
 <h2>Against the alternatives (same trace, same seed, same spot market)</h2>
 <table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>first wait p95</th><th>total wait p99</th><th>attempts p99 / max</th><th>slowdown (mean)</th><th>lost</th><th>rework GPU-h</th><th>spot machines taken back</th><th>deadline misses</th></tr>${compareRows}</table>
+${
+  serviceRows
+    ? `<h2>Services</h2>
+<p class="sub">Availability: the share of 15 s ticks (after the first quarter hour) with at least as many ready replicas as the load needed at the service's target per replica. Charts sample every 5 minutes.</p>
+<table class="services"><tr><th>service</th><th>availability</th><th>short (replica-min)</th><th>replica-h needed / held (spot)</th><th>cost</th><th>same at on-demand</th><th>replicas started / lost</th><th>load</th></tr>${serviceRows}</table>
+<div class="grid">${serviceCharts}</div>`
+    : ''
+}
 <h2>Charts</h2>
 <div class="grid">${fleet}${gpus}${queue}${cost}</div>
 <h2>Spend against budget</h2>

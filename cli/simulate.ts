@@ -6,6 +6,7 @@ import {
   acrossClouds,
   BUILT_IN_SPOT,
   BUILT_IN_TRACE,
+  defaultSimServices,
   defaultTeamTags,
   onModels,
   SHIPPED_TRACES,
@@ -44,6 +45,8 @@ export interface SimulateFlags {
   readonly faults?: string;
   readonly uploadMibps?: number;
   readonly clouds?: readonly Cloud[];
+  /** false: leave out the built-in services (`--no-services`). */
+  readonly services?: boolean;
 }
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
@@ -76,6 +79,8 @@ export async function simulateCommand(
   if (workload.jobs.length === 0)
     throw new UsageError(`--trace: ${String(file)} has no usable jobs (${workload.skipped.length} rows skipped)`);
 
+  // The built-in services, on the GPU the fleet has (the A100s of a GCP-only fleet, else V100).
+  const services = flags.services === false ? [] : defaultSimServices(clouds.length === 1 && clouds[0] === 'gcp' ? 'A100-40GB' : 'V100');
   const policies: SimPolicyName[] = [policy, ...(flags.baselines === false ? [] : SIM_POLICIES.filter((p) => p !== policy))];
   const showBar = flags.progress !== false && !flags.json && io.stderr.isTTY === true;
   const bar = showBar
@@ -98,6 +103,7 @@ export async function simulateCommand(
         seed,
         hours,
         spot,
+        services,
         ...(faults ? { faults } : {}),
         ...(flags.uploadMibps !== undefined ? { uploadMiBPerSec: flags.uploadMibps } : {}),
         onProgress: (sec) => {
@@ -234,8 +240,14 @@ export function renderReport(run: SimulateRun): string {
       ['lower bound (useful work, spot only while it could be had)', money(s.lowerBoundCostMicroUsd)],
       ['spot floor (useful work, all at spot)', money(s.spotFloorCostMicroUsd)],
       ['cost ÷ all on-demand', od > 0 ? `${(s.costMicroUsd / od).toFixed(3)}×` : '-'],
-      ['cost ÷ lower bound', ratio(s.costMicroUsd, s.lowerBoundCostMicroUsd)],
-      ['cost ÷ spot floor', ratio(s.costMicroUsd, s.spotFloorCostMicroUsd)],
+      ...(s.services
+        ? [
+            ['of it, the services’ replicas', money(serviceCost(s))] as [string, string],
+            ['batch work (total less the services)', money(batchCost(s))] as [string, string],
+          ]
+        : []),
+      [`${s.services ? 'batch ' : ''}cost ÷ lower bound`, ratio(batchCost(s), s.lowerBoundCostMicroUsd)],
+      [`${s.services ? 'batch ' : ''}cost ÷ spot floor`, ratio(batchCost(s), s.spotFloorCostMicroUsd)],
       ...Object.entries(s.costByTeamMicroUsd)
         .sort(([a], [b]) => a.localeCompare(b))
         .map(([team, amount]) => [`team ${team}`, money(amount)] as [string, string]),
@@ -259,13 +271,14 @@ export function renderReport(run: SimulateRun): string {
             'rework GPU-h',
             'spot machines taken back',
             'deadline misses',
+            ...(s.services ? ['services available (worst)'] : []),
           ],
           all.map((r) => [
             r.summary.policy,
             money(r.summary.costMicroUsd),
             od > 0 ? `${(r.summary.costMicroUsd / od).toFixed(3)}×` : '-',
-            ratio(r.summary.costMicroUsd, r.summary.lowerBoundCostMicroUsd),
-            ratio(r.summary.costMicroUsd, r.summary.spotFloorCostMicroUsd),
+            ratio(batchCost(r.summary), r.summary.lowerBoundCostMicroUsd),
+            ratio(batchCost(r.summary), r.summary.spotFloorCostMicroUsd),
             duration(r.summary.p95WaitSec),
             duration(r.summary.jobTimes.totalWaitSec.p99),
             `${r.summary.jobTimes.attempts.p99} / ${r.summary.jobTimes.attempts.max}`,
@@ -274,9 +287,34 @@ export function renderReport(run: SimulateRun): string {
             r.summary.reworkGpuHours,
             r.summary.interruptions,
             r.summary.deadlineMisses,
+            ...(s.services ? [pct(Math.min(...(r.summary.services ?? []).map((x) => x.availabilityPct)))] : []),
           ]),
         )
       : '';
+  const services = s.services
+    ? table(
+        [
+          'service',
+          'availability',
+          'short',
+          'replica-h needed / held (spot)',
+          'cost',
+          'same at on-demand',
+          'replicas started / lost',
+          'load',
+        ],
+        s.services.map((x) => [
+          x.id,
+          pct(x.availabilityPct),
+          `${formatNumber(x.shortReplicaMinutes)} replica-min`,
+          `${x.neededReplicaHours} / ${x.replicaHours} (${x.spotReplicaHours})`,
+          money(x.costMicroUsd),
+          money(x.onDemandMicroUsd),
+          `${x.replicasStarted} / ${x.replicasLost}`,
+          x.demand,
+        ]),
+      )
+    : '';
   const events = run.main.budgetEvents
     .slice(0, 12)
     .map((e) => `  ${duration(e.tSec).padStart(8)}  ${e.team.padEnd(8)} ${e.state.padEnd(9)} ${e.message}`);
@@ -288,6 +326,7 @@ export function renderReport(run: SimulateRun): string {
     capacity,
     '',
     cost,
+    ...(services ? ['', services] : []),
     ...(compare ? ['', compare] : []),
     ...(events.length > 0 ? ['', 'budget events (time into the replay):', ...events] : []),
   ].join('\n');
@@ -297,6 +336,16 @@ export type { Workload };
 
 function spreadOf(x: Spread, f: (v: number) => string): string {
   return `${f(x.p50)} / ${f(x.p95)} / ${f(x.p99)} / ${f(x.max)}`;
+}
+
+/** What the services' replicas cost (their share of the machines they ran on). */
+function serviceCost(s: SimulationSummary): number {
+  return (s.services ?? []).reduce((sum, x) => sum + x.costMicroUsd, 0);
+}
+
+/** The cost of the batch work: the total less the services' replicas (the lower bound and spot floor price batch work only). */
+function batchCost(s: SimulationSummary): number {
+  return s.costMicroUsd - serviceCost(s);
 }
 
 function ratio(cost: number, against: number): string {

@@ -6,6 +6,7 @@ import type { SimGroupConfig } from './sim-cloud.ts';
 import type { SpotSetup } from './simulation.ts';
 import { loadAvailabilityTrace, type AvailabilityTrace } from './spot-market.ts';
 import { fnv1a, type Workload } from './workload.ts';
+import { alibabaAppDemand, azureLlmDemand, type SimService } from './service-demand.ts';
 
 /** The trace `npm start` replays (see data/PROVENANCE.md). */
 export const BUILT_IN_TRACE = new URL('../../data/traces/philly-6214e9-48h.csv', import.meta.url);
@@ -179,4 +180,55 @@ export function defaultTeamTags(teams: readonly string[], budgetUsd: number | ((
       [BUDGET_TAGS.weight]: '1',
     },
   }));
+}
+
+/** The request trace and the app trace `npm start`'s services follow (see data/PROVENANCE.md). */
+export const BUILT_IN_CHAT_TRACE = new URL('../../data/serving/AzureLLMInferenceTrace_conv.csv', import.meta.url);
+export const BUILT_IN_APP_TRACE = new URL('../../data/traces/alibaba-dlrm2025-sample.csv', import.meta.url);
+
+/**
+ * Requests per second one V100 replica is scaled to hold for the chat service: Vidur (MLSys'24)
+ * serves the Azure conv trace with Llama-3-8B at 6.45 requests per second on one A100-80GB;
+ * decoding is bound by memory bandwidth, and a V100's (900 GB/s) is 0.44 of an A100-80GB's
+ * (2,039 GB/s), so about 2.8 per second; the target holds 70% of that.
+ */
+export const CHAT_RPS_PER_V100 = 2;
+
+/**
+ * The services `npm start` replays beside the jobs (`--no-services` leaves them out): a chat
+ * service on the Azure LLM conversation trace's requests, and a recommendation service following
+ * the live inference instances of Alibaba's app_0 (one replica per instance). Both scale on
+ * requests per second per replica, on spot where gpu-fleet judges it safe.
+ */
+export function defaultSimServices(gpuModel: GpuModel = 'V100'): SimService[] {
+  const spec = (name: string, perReplica: number, max: number, image: string, command: string[]) => ({
+    name,
+    image,
+    command,
+    gpu: { kind: 'whole' as const, count: 1, models: [gpuModel] },
+    service: {
+      port: 8000,
+      readiness: { path: '/health', initialDelaySec: 120, periodSec: 10 },
+      replicas: { min: 1, max },
+      targets: [{ metric: 'requests-per-second' as const, perReplica }],
+      scaleDownWindowSec: 600,
+    },
+  });
+  return [
+    {
+      team: 'nlp',
+      spec: spec('chat', CHAT_RPS_PER_V100, 8, 'vllm/vllm-openai:v0.6.3', [
+        '--model',
+        'meta-llama/Meta-Llama-3-8B-Instruct',
+        '--port',
+        '8000',
+      ]),
+      demand: azureLlmDemand(BUILT_IN_CHAT_TRACE),
+    },
+    {
+      team: 'recsys',
+      spec: spec('recommend', 1, 12, 'registry.example.com/recsys/dlrm-serve:2025.1', ['serve', '--port', '8000']),
+      demand: alibabaAppDemand(BUILT_IN_APP_TRACE, 'app_0', 1),
+    },
+  ];
 }

@@ -12,6 +12,7 @@ import {
   MemoryLeaseStore,
   MemoryNodeStore,
   MemoryPlanJournal,
+  MemoryServiceStore,
   MemoryPoolHistory,
   MemorySpendLedger,
   StaticBudgetTags,
@@ -45,6 +46,7 @@ export interface SimEnvironment {
   readonly lease: MemoryLeaseStore;
   readonly pools: MemoryPoolHistory;
   readonly journal: MemoryPlanJournal;
+  readonly services: MemoryServiceStore;
   readonly catalog: ShippedCatalog;
   /** The ports as the reconcile service takes them. */
   readonly ports: ReconcilePorts;
@@ -82,6 +84,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   const lease = new MemoryLeaseStore();
   const pools = new MemoryPoolHistory();
   const journal = new MemoryPlanJournal();
+  const services = new MemoryServiceStore();
   // GCP pushes no events: its preemptions are found by polling, with the same source production uses, over the simulated Compute API.
   const providers = cloud.providers();
   const gcp = providers.find((p) => p.cloud === 'gcp');
@@ -104,6 +107,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     decisions,
     checkpoints,
     lease,
+    services,
   };
   return {
     clock,
@@ -119,6 +123,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     lease,
     pools,
     journal,
+    services,
     catalog,
     ports,
     priceOf,

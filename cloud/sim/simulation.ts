@@ -49,6 +49,9 @@ import { AvailabilityLowerBound, floorPools, spotFloorCost } from './cost-floors
 import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarket } from './spot-market.ts';
 import type { Workload, WorkloadJob } from './workload.ts';
 import { jobTimes, type JobTimes, type Slowdown } from './job-times.ts';
+import type { SimService } from './service-demand.ts';
+import { ServiceMeter, type ServiceSample, type ServiceSummary } from './service-meter.ts';
+import { SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
 
 export { SIM_POLICIES, type SimPolicyName };
 
@@ -84,6 +87,8 @@ export interface SimulationOptions {
   readonly faults?: FaultProfile;
   /** After every simulated minute, check the invariants: `stop` throws at the first violation (default), `count` records them. */
   readonly invariants?: 'stop' | 'count' | 'off';
+  /** Services replayed beside the jobs, each with its load (submitted at the start, through the team's queue and intake). */
+  readonly services?: readonly SimService[];
 }
 
 export interface SimulationSummary {
@@ -199,6 +204,11 @@ export interface SimulationSummary {
   readonly duplicated: number;
   /** The most work one interrupted attempt lost, seconds. */
   readonly maxLostWorkSec: number;
+  /**
+   * Each service: its load's source, availability (ready replicas ≥ what the load needed), replica-hours and
+   * cost. Its replicas are not in the job counts above; its machines are in the fleet's cost.
+   */
+  readonly services?: readonly ServiceSummary[];
 }
 
 export interface TimelineSample {
@@ -212,6 +222,8 @@ export interface TimelineSample {
   readonly runningJobs: number;
   readonly cumulativeCostMicroUsd: number;
   readonly spendByTeamMicroUsd: Readonly<Record<string, number>>;
+  /** Per service: replicas its load needed, and ready ones (spot and on-demand). */
+  readonly services?: Readonly<Record<string, ServiceSample>>;
 }
 
 export interface BudgetEvent {
@@ -233,6 +245,8 @@ export interface SimulationResult {
 
 export const DEFAULT_SIM_START_MS = Date.UTC(2026, 10, 2, 0, 0, 0);
 const NOTICE_MS = 120_000;
+/** Seconds at the start of a run in which services are not scored (their first replicas boot). */
+const SERVICE_GRACE_SEC = 900;
 
 /** The planner, fleet and workload each policy runs with. */
 export function policySetup(
@@ -358,13 +372,28 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const workOf = (job: Job): WorkloadJob | undefined => byJobId.get(job.id);
   const pools = floorPools(env, options.groups);
   const lowerBound = new AvailabilityLowerBound(pools, (o, atMs) => market?.obtainable(o, atMs) ?? true);
+  // Each service's load, as its replicas would report it (requests per second over the service).
+  const demandOf = new Map((options.services ?? []).map((svc) => [serviceId(svc.team, svc.spec.name ?? ''), svc.demand]));
+  ports = {
+    ...ports,
+    serviceLoad: {
+      read: async (svc, _replicas, atMs) => {
+        const d = demandOf.get(svc.id);
+        return d ? { 'requests-per-second': d.rpsAt((atMs - startMs) / 1000) } : {};
+      },
+    },
+  };
+  // The first quarter hour, while the first replicas boot, is not scored.
+  const serviceMeter = new ServiceMeter(options.services ?? [], startMs, SERVICE_GRACE_SEC);
+  let serviceNow: Record<string, ServiceSample>;
   const agents = new SimAgents({
     clock: env.clock,
     jobs: jobStore,
     nodes: env.nodes,
     checkpoints: env.checkpoints,
     instanceTypes: env.catalog.instanceTypes,
-    workSecOf: (job) => workOf(job)?.workSec ?? job.spec.expectedRuntimeSec ?? 3600,
+    // A service replica serves until it is cancelled.
+    workSecOf: (job) => (job.spec.service ? Infinity : (workOf(job)?.workSec ?? job.spec.expectedRuntimeSec ?? 3600)),
     exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
     restoreSec: control.restoreSec,
     migMachine: (inst) => env.cloud.isMigGroup(inst.groupId),
@@ -623,6 +652,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   for (let t = 0; t <= horizonMs; t += tickMs, tick++) {
     const now = startMs + t;
     env.clock.advanceTo(now);
+    // Services are submitted first, through their team's queue like jobs.
+    if (t === 0)
+      for (const svc of options.services ?? []) await env.queue.send(svc.team, JSON.stringify(svc.spec), `service-${svc.spec.name ?? ''}`);
     // Arrivals go through the team queue and intake, as in production.
     while (next < arrivals.length && arrivals[next]!.submitSec * 1000 <= t) {
       const job = arrivals[next++]!;
@@ -634,7 +666,12 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     for (const team of teams) {
       for (const message of env.queue.receive(team, Number.MAX_SAFE_INTEGER)) {
         await intake(
-          { jobs: env.jobs, clock: env.clock, fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock) },
+          {
+            jobs: env.jobs,
+            clock: env.clock,
+            fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock),
+            services: env.services,
+          },
           { team, body: message.body, token: message.token },
         );
       }
@@ -712,6 +749,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
     if (tick % reconcileEvery === 0) await checkNow(now, await env.cloud.listInstances());
     const running = await env.jobs.listByState(['running', 'checkpointing']);
+    serviceNow = serviceMeter.note(now, tickMs, running, new Set(instances.filter((i) => i.state !== 'terminated').map((i) => i.id)));
     for (const job of running) gpuMsUsed += (tickMs * milliGpusUsed(job.spec.gpu) * job.spec.nodes) / 1000;
     lowerBound.note(now, tickMs, running);
     let liveGpus = 0;
@@ -724,7 +762,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
     peakGpus = Math.max(peakGpus, liveGpus);
     if (t >= nextSampleMs) {
-      timeline.push(await sample(env, t, instances, cost.running));
+      const at = await sample(env, t, instances, cost.running);
+      timeline.push(Object.keys(serviceNow).length > 0 ? { ...at, services: serviceNow } : at);
       nextSampleMs += sampleEveryMs;
     }
     options.onProgress?.(t / 1000, horizonMs / 1000);
@@ -737,7 +776,11 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const endMs = env.clock.nowMs();
   for (const inst of env.cloud.allInstances()) account(inst, inst.endedAtMs ?? endMs);
 
-  const jobs = env.jobs.all();
+  const everything = env.jobs.all();
+  // Service replicas are counted as services, not jobs.
+  const isReplica = (j: Job) => j.spec?.labels?.[SERVICE_LABEL] !== undefined;
+  const jobs = everything.filter((j) => !isReplica(j));
+  const services = options.services && options.services.length > 0 ? serviceMeter.summary(everything, endMs, tickMs) : undefined;
   const costByTeam: Record<string, MicroUsd> = {};
   const countedUntil = new Map<string, number>();
   for (const row of await env.ledger.list())
@@ -745,7 +788,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
       countedUntil.set(row.team, Math.max(countedUntil.get(row.team) ?? 0, row.accruedUntilMs ?? 0));
     }
-  const spend = spendAccuracy(costByTeam, countedUntil, lives, [...heldLog.values()], jobs, startMs);
+  const spend = spendAccuracy(costByTeam, countedUntil, lives, [...heldLog.values()], everything, startMs);
   const useful = usefulWork(jobs, agents, workOf, endMs);
   const reworkTotal = jobs.reduce((sum, j) => sum + reworkGpuHours(j), 0);
   const summary: SimulationSummary = {
@@ -817,6 +860,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     maxLostWorkSec: Math.round(
       Math.max(0, ...agents.lost.filter((l) => !l.checkpointFailed && l.allowedSec !== undefined).map((l) => l.lostSec)),
     ),
+    ...(services ? { services } : {}),
   };
   return { summary, timeline, budgetEvents, budgets: teamBudgets, env, jobs };
 }

@@ -20,6 +20,8 @@ export interface SavedSimState {
   readonly cloud: ReturnType<SimEnvironment['cloud']['dump']>;
   /** The simulated fleet's groups (absent in states written before two-cloud runs: the built-in AWS fleet). */
   readonly groups?: readonly SimGroupConfig[];
+  /** Service records (absent in states written before services ran). */
+  readonly services?: ReturnType<SimEnvironment['services']['dump']>;
 }
 
 export const STATE_FILE = 'state.json';
@@ -37,6 +39,7 @@ export function saveSimState(env: SimEnvironment, dir: string): void {
     pools: env.pools.dump(),
     cloud: env.cloud.dump(),
     groups: env.cloud.groupConfigs(),
+    services: env.services.dump(),
   };
   writeFileSync(join(dir, STATE_FILE), JSON.stringify(state));
 }
@@ -62,5 +65,6 @@ export function loadSimState(env: SimEnvironment, dir: string): boolean {
   env.checkpoints.restore(state.checkpoints);
   env.pools.restore(state.pools);
   env.cloud.restore(state.cloud);
+  env.services.restore(state.services ?? []);
   return true;
 }

@@ -108,13 +108,19 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(human.stdout).toMatch(
       /Nodes by group \(the whole fleet's; "nlp holds" is what the team's jobs hold\)\ngroup\s+cloud\s+capacity.*nlp holds/,
     );
-    // With --team, each group also says what that team holds there: never more than the group's use, and in all what its jobs hold.
-    const mine = json<{ groups: { usedGpus: number; teamGpus: number }[]; jobs: { state: string; gpus: number }[] }>(
-      await cli(['status', '--sim', dir, '--team', 'nlp', '--json']),
-    );
+    // With --team, each group also says what that team holds there: never more than the group's use, and in all what its jobs
+    // and its service's replicas (listed apart) hold.
+    const mine = json<{
+      groups: { usedGpus: number; teamGpus: number }[];
+      jobs: { state: string; gpus: number }[];
+      serviceReplicas?: { state: string; replicas: number; gpus: number }[];
+    }>(await cli(['status', '--sim', dir, '--team', 'nlp', '--json']));
     for (const g of mine.groups) expect(g.teamGpus).toBeLessThanOrEqual(g.usedGpus);
-    const held = mine.jobs.filter((r) => ['placed', 'running', 'checkpointing'].includes(r.state)).reduce((a, r) => a + r.gpus, 0);
-    expect(mine.groups.reduce((a, g) => a + g.teamGpus, 0)).toBeCloseTo(held, 6);
+    const holding = (r: { state: string }) => ['placed', 'running', 'checkpointing'].includes(r.state);
+    const replicas = (mine.serviceReplicas ?? []).filter(holding).reduce((a, r) => a + r.gpus, 0);
+    expect(replicas).toBeGreaterThan(0);
+    const held = mine.jobs.filter(holding).reduce((a, r) => a + r.gpus, 0);
+    expect(mine.groups.reduce((a, g) => a + g.teamGpus, 0)).toBeCloseTo(held + replicas, 6);
     expect(held).toBeGreaterThan(0);
   });
 

@@ -1,0 +1,145 @@
+/**
+ * What a simulated service's users got, tick by tick: the replicas its load needed (the load ÷
+ * the requests per second one replica is scaled to hold, within its min and max), the replicas
+ * ready (running past their readiness delay, on a machine still up), and on which capacity. A
+ * tick is available when ready ≥ needed. Measures only; the decisions are reconcile's.
+ */
+import { usageSoFar, type Job } from '../../core/job.ts';
+import { replicaReady, serviceId, SERVICE_LABEL } from '../../core/serving/service.ts';
+import { checkJobSpec, type JobSpec } from '../../core/job-spec.ts';
+import type { MicroUsd } from '../../core/money.ts';
+import type { ServiceDemand, SimService } from './service-demand.ts';
+
+export interface ServiceSample {
+  readonly needed: number;
+  readonly ready: number;
+  readonly spot: number;
+  readonly onDemand: number;
+}
+
+export interface ServiceSummary {
+  readonly id: string;
+  readonly demand: string;
+  /** Ticks with ready ≥ needed, over the ticks after the first replica could have been ready. */
+  readonly availabilityPct: number;
+  readonly shortReplicaMinutes: number;
+  readonly peakNeeded: number;
+  readonly peakReplicas: number;
+  /** Replica-hours held (placement to end), and of them on spot. */
+  readonly replicaHours: number;
+  readonly spotReplicaHours: number;
+  /** Needed replica-hours: what the load asked for. */
+  readonly neededReplicaHours: number;
+  readonly costMicroUsd: MicroUsd;
+  /** The same replica holdings at on-demand prices. */
+  readonly onDemandMicroUsd: MicroUsd;
+  readonly replicasStarted: number;
+  /** Replicas whose machine was taken (requeued, then replaced). */
+  readonly replicasLost: number;
+}
+
+interface Tracked {
+  readonly id: string;
+  readonly spec: JobSpec;
+  readonly demand: ServiceDemand;
+  readonly perReplicaRps: number | undefined;
+  ticks: number;
+  met: number;
+  shortTicks: number;
+  peakNeeded: number;
+  peakReplicas: number;
+  neededMs: number;
+}
+
+export class ServiceMeter {
+  private readonly tracked: Tracked[];
+
+  constructor(
+    services: readonly SimService[],
+    private readonly startMs: number,
+    /** Seconds before which no replica could be ready (first boot plus readiness delay): not scored. */
+    private readonly graceSec: number,
+  ) {
+    this.tracked = services.flatMap((s) => {
+      const check = checkJobSpec(s.spec);
+      if (!check.ok || !check.spec.service) return [];
+      const rps = check.spec.service.targets.find((t) => t.metric === 'requests-per-second')?.perReplica;
+      return [
+        {
+          id: serviceId(s.team, check.spec.name ?? ''),
+          spec: check.spec,
+          demand: s.demand,
+          perReplicaRps: rps,
+          ticks: 0,
+          met: 0,
+          shortTicks: 0,
+          peakNeeded: 0,
+          peakReplicas: 0,
+          neededMs: 0,
+        },
+      ];
+    });
+  }
+
+  /** Replicas needed at a moment: the load over what one replica is scaled to hold, within min and max. */
+  needed(t: Tracked, sec: number): number {
+    const svc = t.spec.service!;
+    const raw = t.perReplicaRps ? Math.ceil(t.demand.rpsAt(sec) / t.perReplicaRps - 1e-9) : svc.replicas.min;
+    return Math.min(svc.replicas.max, Math.max(svc.replicas.min, raw));
+  }
+
+  /** One tick: `running` are the jobs running now; `liveMachines` the ids of machines still up. */
+  note(nowMs: number, tickMs: number, running: readonly Job[], liveMachines: ReadonlySet<string>): Record<string, ServiceSample> {
+    const sec = (nowMs - this.startMs) / 1000;
+    const out: Record<string, ServiceSample> = {};
+    for (const t of this.tracked) {
+      const replicas = running.filter((j) => j.spec.labels?.[SERVICE_LABEL] === t.id);
+      const up = replicas.filter((j) => j.placement?.nodes.every((n) => liveMachines.has(n.nodeId)) && replicaReady(j, t.spec, nowMs));
+      const spot = up.filter((j) => j.placement?.capacityType === 'spot').length;
+      const needed = this.needed(t, sec);
+      t.peakNeeded = Math.max(t.peakNeeded, needed);
+      t.peakReplicas = Math.max(t.peakReplicas, replicas.length);
+      t.neededMs += needed * tickMs;
+      if (sec >= this.graceSec) {
+        t.ticks++;
+        if (up.length >= needed) t.met++;
+        t.shortTicks += Math.max(0, needed - up.length);
+      }
+      out[t.id] = { needed, ready: up.length, spot, onDemand: up.length - spot };
+    }
+    return out;
+  }
+
+  summary(jobs: readonly Job[], endMs: number, tickMs: number): ServiceSummary[] {
+    return this.tracked.map((t) => {
+      const replicas = jobs.filter((j) => j.spec?.labels?.[SERVICE_LABEL] === t.id);
+      let heldSec = 0;
+      let spotSec = 0;
+      let cost = 0;
+      let od = 0;
+      for (const j of replicas) {
+        const u = usageSoFar(j, endMs);
+        if (!u) continue;
+        heldSec += u.heldSec;
+        spotSec += u.spotSec;
+        cost += u.costMicroUsd;
+        od += u.onDemandMicroUsd;
+      }
+      return {
+        id: t.id,
+        demand: t.demand.source,
+        availabilityPct: t.ticks > 0 ? Math.round((10_000 * t.met) / t.ticks) / 100 : 0,
+        shortReplicaMinutes: Math.round((t.shortTicks * tickMs) / 60_000),
+        peakNeeded: t.peakNeeded,
+        peakReplicas: t.peakReplicas,
+        replicaHours: Math.round((100 * heldSec) / 3600) / 100,
+        spotReplicaHours: Math.round((100 * spotSec) / 3600) / 100,
+        neededReplicaHours: Math.round((100 * t.neededMs) / 3_600_000) / 100,
+        costMicroUsd: Math.round(cost),
+        onDemandMicroUsd: Math.round(od),
+        replicasStarted: replicas.length,
+        replicasLost: replicas.filter((j) => j.attempt > 1).length,
+      };
+    });
+  }
+}

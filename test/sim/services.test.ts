@@ -1,0 +1,121 @@
+import { describe, expect, it } from 'vitest';
+import {
+  BUILT_IN_APP_TRACE,
+  BUILT_IN_CHAT_TRACE,
+  BUILT_IN_SPOT,
+  BUILT_IN_TRACE,
+  DEFAULT_SIM_GROUPS,
+  defaultSimServices,
+  defaultTeamTags,
+} from '../../cloud/sim/defaults.ts';
+import { alibabaAppDemand, azureLlmDemand, fixedDemand, type SimService } from '../../cloud/sim/service-demand.ts';
+import { runSimulation, type SpotSetup } from '../../cloud/sim/simulation.ts';
+import type { SimGroupConfig } from '../../cloud/sim/sim-cloud.ts';
+import { loadWorkload } from '../../cloud/sim/workload.ts';
+import { SERVICE_LABEL } from '../../core/serving/service.ts';
+
+describe('service load from real traces', () => {
+  it('Azure LLM conversation trace: requests per minute as requests per second, the hour repeated', () => {
+    const d = azureLlmDemand(BUILT_IN_CHAT_TRACE);
+    expect(d.source).toMatch(/19366 requests over 59 min, repeated/);
+    const perMinute = Array.from({ length: 59 }, (_, m) => d.rpsAt(m * 60) * 60);
+    expect(perMinute.reduce((a, b) => a + b, 0)).toBeCloseTo(19_366, 6);
+    // PROVENANCE: 37 to 507 requests a minute (its last minute is partial here).
+    expect(Math.max(...perMinute)).toBeLessThanOrEqual(507);
+    expect(d.rpsAt(59 * 60 + 30)).toBe(d.rpsAt(30));
+  });
+
+  it("Alibaba app: the app's live instances over time, from its first one", () => {
+    const d = alibabaAppDemand(BUILT_IN_APP_TRACE, 'app_0', 2);
+    expect(d.rpsAt(-1)).toBe(0);
+    expect(d.rpsAt(0)).toBe(2);
+    // Three instances start within the first 40 s.
+    expect(d.rpsAt(60)).toBe(6);
+    expect(d.rpsAt(17 * 86_400)).toBeGreaterThan(d.rpsAt(86_400));
+    expect(() => alibabaAppDemand(BUILT_IN_APP_TRACE, 'app_none', 1)).toThrow(/no instances of app "app_none"/);
+  });
+});
+
+describe('services in the simulated control loop', () => {
+  const workload = loadWorkload(BUILT_IN_TRACE, { hours: 4, maxJobs: 40 });
+  const chat = (rps: number): SimService => ({
+    team: 'nlp',
+    spec: {
+      name: 'chat',
+      image: 'vllm/vllm-openai:v0.6.3',
+      command: ['--port', '8000'],
+      gpu: { kind: 'whole', count: 1, models: ['V100'] },
+      service: {
+        port: 8000,
+        readiness: { path: '/health', initialDelaySec: 60, periodSec: 10 },
+        replicas: { min: 1, max: 6 },
+        targets: [{ metric: 'requests-per-second', perReplica: 2 }],
+      },
+    },
+    demand: fixedDemand(rps),
+  });
+  // The built-in fleet, with its 1-GPU spot group split into one group per zone so a service can choose the zone.
+  const perZone: SimGroupConfig[] = [
+    ...DEFAULT_SIM_GROUPS.filter((g) => g.id !== 'p3-2xl-spot'),
+    ...['us-west-2a', 'us-west-2b'].map((z): SimGroupConfig => ({
+      id: `p3-2xl-spot-${z}`,
+      instanceTypes: ['p3.2xlarge'],
+      zones: [z],
+      capacityType: 'spot',
+      minSize: 0,
+      maxSize: 200,
+    })),
+  ];
+  const run = (services: readonly SimService[], spot: SpotSetup = BUILT_IN_SPOT, groups: readonly SimGroupConfig[] = perZone) =>
+    runSimulation({ workload, groups, teamTags: defaultTeamTags(workload.teams), seed: 1, hours: 6, spot, services });
+
+  it('a service scales to its load on spot, across zones, through intake and reconcile, beside the jobs', async () => {
+    const { summary, env, jobs } = await run([chat(6)]);
+    const s = summary.services![0]!;
+    expect(s.id).toBe('nlp.chat');
+    expect(s.availabilityPct).toBeGreaterThan(95);
+    expect(s.peakNeeded).toBe(3);
+    expect(s.spotReplicaHours / s.replicaHours).toBeGreaterThan(0.8);
+    // Replicas are not jobs in the counts: every trace job is accounted for, none lost.
+    expect(summary.accepted).toBe(workload.jobs.length);
+    expect(summary.lost).toBe(0);
+    expect(summary.violations).toBe(0);
+    expect(jobs.some((j) => j.spec?.labels?.[SERVICE_LABEL])).toBe(false);
+    const replicas = env.jobs.all().filter((j) => j.spec.labels[SERVICE_LABEL] === 'nlp.chat');
+    const running = replicas.filter((j) => j.state === 'running');
+    expect(running.length).toBeGreaterThanOrEqual(3);
+    // Attributed to the service's team, with checkpoints off; spot replicas pinned to a zone.
+    for (const r of replicas) expect(r.team).toBe('nlp');
+    for (const r of replicas) expect(r.spec.checkpoint).toBeUndefined();
+    const spotReplicas = replicas.filter((x) => x.spec.interruptible);
+    for (const r of spotReplicas) expect(r.spec.placement?.zones).toHaveLength(1);
+    expect(new Set(spotReplicas.map((r) => r.spec.placement?.zones?.[0]))).toEqual(new Set(['us-west-2a', 'us-west-2b']));
+    const decision = (await env.decisions.recent(1))[0]!;
+    expect(decision.services?.[0]).toMatchObject({ service: 'nlp.chat', target: 3 });
+    expect(decision.services?.[0]?.reason).toMatch(/^3 → 3: 2 requests per second per replica against a target of 2 \(within 10%\)/);
+  }, 60_000);
+
+  it('with spot groups that each span both zones, the zones are one failure domain: replicas are allowed in both', async () => {
+    const { summary, env } = await run([chat(6)], BUILT_IN_SPOT, DEFAULT_SIM_GROUPS);
+    expect(summary.services![0]!.availabilityPct).toBeGreaterThan(95);
+    const spotReplicas = env.jobs.all().filter((j) => j.spec.labels[SERVICE_LABEL] === 'nlp.chat' && j.spec.interruptible);
+    expect(spotReplicas.length).toBeGreaterThan(0);
+    for (const r of spotReplicas) expect(r.spec.placement?.zones).toEqual(['us-west-2a', 'us-west-2b']);
+  }, 60_000);
+
+  it('replicas taken by spot are replaced at once; the service stays available', async () => {
+    const { summary } = await run([chat(6)], { kind: 'rates', ratePerHour: () => 0.4 });
+    const s = summary.services![0]!;
+    expect(s.replicasLost).toBeGreaterThan(0);
+    expect(s.replicasStarted).toBeGreaterThan(s.peakReplicas);
+    expect(s.availabilityPct).toBeGreaterThan(90);
+    expect(summary.violations).toBe(0);
+  }, 60_000);
+
+  it("npm start's services load from the shipped traces", () => {
+    const services = defaultSimServices();
+    expect(services.map((s) => `${s.team}.${s.spec.name}`)).toEqual(['nlp.chat', 'recsys.recommend']);
+    expect(services[0]!.demand.source).toMatch(/AzureLLMInferenceTrace_conv/);
+    expect(services[1]!.demand.source).toMatch(/app_0/);
+  });
+});
