@@ -174,6 +174,33 @@ export interface ServiceLoadSource {
   read(service: ServiceRecord, replicas: readonly Job[], nowMs: number): Promise<Partial<Record<ServiceMetric, number>>>;
 }
 
+/** A replica as its service's front door addresses it: the machine's private address and the service's port. */
+export interface FrontDoorTarget {
+  readonly ip: string;
+  readonly port: number;
+}
+
+/** A target's state at the front door (Elastic Load Balancing's target health states). */
+export type FrontDoorTargetState = 'initial' | 'healthy' | 'unhealthy' | 'draining' | 'unused' | 'unavailable';
+
+/**
+ * The cloud's own load balancer in front of each service (an Application Load Balancer target
+ * group per service, IP targets). A replica is registered once ready and deregistered before its
+ * machine goes; the target group drains its connections for its deregistration delay.
+ */
+export interface FrontDoor {
+  /** Whether this front door has a target group for the service (services without one are not fronted). */
+  fronts(serviceId: string): boolean;
+  /** Adds targets. Idempotent: a target already registered stays as it is. */
+  register(serviceId: string, targets: readonly FrontDoorTarget[]): Promise<void>;
+  /** Removes targets (they drain first). Idempotent: a target not registered is no error. */
+  deregister(serviceId: string, targets: readonly FrontDoorTarget[]): Promise<void>;
+  /** The targets the service's group holds, with their state (a draining one included until it is gone). */
+  targets(
+    serviceId: string,
+  ): Promise<{ readonly target: FrontDoorTarget; readonly state: FrontDoorTargetState; readonly reason?: string }[]>;
+}
+
 /** What node agents report, and the node's draining mark. */
 export interface NodeStore {
   /** Records a node's agent. Idempotent: registering again refreshes GPUs and heartbeat. */

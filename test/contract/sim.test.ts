@@ -16,6 +16,8 @@ import {
 } from '../../cloud/sim/memory-stores.ts';
 import { SimCloud } from '../../cloud/sim/sim-cloud.ts';
 import { T0 } from '../builders.ts';
+import { SimFrontDoor } from '../../cloud/sim/front-door.ts';
+import { frontDoorContract } from './front-door.contract.ts';
 import { jobStoreContract } from './job-store.contract.ts';
 import { nodeGroupProviderContract } from './node-group-provider.contract.ts';
 import { budgetTagSourceContract, catalogAndPricesContract, clockContract, jobQueueContract } from './sources.contract.ts';
@@ -80,3 +82,9 @@ nodeGroupProviderContract(
   },
   { lifecycleHooks: true },
 );
+
+frontDoorContract('sim (a target group on the virtual clock)', async () => {
+  const clock = new VirtualClock(T0);
+  const door = new SimFrontDoor(clock, { healthyAfterSec: 10, deregistrationDelaySec: 30 });
+  return { door, service: 'nlp.chat', settle: () => clock.advanceTo(clock.nowMs() + 60_000) };
+});
