@@ -1,7 +1,8 @@
 /**
  * What a simulated service's users got, tick by tick: the replicas its load needed (the load ÷
  * the requests per second one replica is scaled to hold, within its min and max), the replicas
- * ready (running past their readiness delay, on a machine still up), and on which capacity. A
+ * ready (running past their readiness delay, on a machine still up, and with a load balancer a
+ * healthy target of it), and on which capacity. A
  * tick is available when ready ≥ needed. Measures only; the decisions are reconcile's.
  */
 import { usageSoFar, type Job } from '../../core/job.ts';
@@ -88,13 +89,24 @@ export class ServiceMeter {
     return Math.min(svc.replicas.max, Math.max(svc.replicas.min, raw));
   }
 
-  /** One tick: `running` are the jobs running now; `liveMachines` the ids of machines still up. */
-  note(nowMs: number, tickMs: number, running: readonly Job[], liveMachines: ReadonlySet<string>): Record<string, ServiceSample> {
+  /**
+   * One tick: `running` are the jobs running now; `liveMachines` the ids of machines still up; with a front door,
+   * `taking(serviceId, job)` says whether the load balancer sends the replica traffic (a healthy target).
+   */
+  note(
+    nowMs: number,
+    tickMs: number,
+    running: readonly Job[],
+    liveMachines: ReadonlySet<string>,
+    taking?: (serviceId: string, job: Job) => boolean,
+  ): Record<string, ServiceSample> {
     const sec = (nowMs - this.startMs) / 1000;
     const out: Record<string, ServiceSample> = {};
     for (const t of this.tracked) {
       const replicas = running.filter((j) => j.spec.labels?.[SERVICE_LABEL] === t.id);
-      const up = replicas.filter((j) => j.placement?.nodes.every((n) => liveMachines.has(n.nodeId)) && replicaReady(j, t.spec, nowMs));
+      const up = replicas.filter(
+        (j) => j.placement?.nodes.every((n) => liveMachines.has(n.nodeId)) && replicaReady(j, t.spec, nowMs) && (taking?.(t.id, j) ?? true),
+      );
       const spot = up.filter((j) => j.placement?.capacityType === 'spot').length;
       const needed = this.needed(t, sec);
       t.peakNeeded = Math.max(t.peakNeeded, needed);

@@ -376,6 +376,7 @@ export class SimAgents {
       lastHeartbeatAtMs: now,
       healthy: true,
       gpus,
+      address: simulatedAddress(inst.id),
     });
     m.registered = key;
   }
@@ -696,4 +697,11 @@ export class SimAgents {
   hasProcess(instanceId: string, jobId: string): boolean {
     return this.machines.get(instanceId)?.processes.has(jobId) ?? false;
   }
+}
+
+/** A machine's private address in the simulated VPC (10.0.0.0/16), fixed by its id, as the real agent reports the instance's. */
+export function simulatedAddress(instanceId: string): string {
+  let h = 2166136261;
+  for (let i = 0; i < instanceId.length; i++) h = Math.imul(h ^ instanceId.charCodeAt(i), 16777619) >>> 0;
+  return `10.0.${(h >>> 8) & 0xff}.${h & 0xff || 1}`;
 }

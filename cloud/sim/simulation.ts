@@ -43,7 +43,8 @@ import {
 import { SeededRandom } from './clock.ts';
 import { SIM_POLICIES, type SimPolicyName } from './policies.ts';
 import { createSimEnvironment, type SimEnvironment } from './environment.ts';
-import { SimAgents } from './sim-agent.ts';
+import { SimAgents, simulatedAddress } from './sim-agent.ts';
+import { SimFrontDoor } from './front-door.ts';
 import { ALWAYS_OBTAINABLE, type SimGroupConfig, type SimInstance } from './sim-cloud.ts';
 import { AvailabilityLowerBound, floorPools, spotFloorCost } from './cost-floors.ts';
 import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarket } from './spot-market.ts';
@@ -51,7 +52,7 @@ import type { Workload, WorkloadJob } from './workload.ts';
 import { jobTimes, type JobTimes, type Slowdown } from './job-times.ts';
 import type { SimService } from './service-demand.ts';
 import { ServiceMeter, type ServiceSample, type ServiceSummary } from './service-meter.ts';
-import { SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
+import { replicaReady, SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
 
 export { SIM_POLICIES, type SimPolicyName };
 
@@ -241,6 +242,8 @@ export interface SimulationResult {
   readonly budgets: Readonly<Record<string, { amountMicroUsd: number; period: string }>>;
   readonly env: SimEnvironment;
   readonly jobs: readonly Job[];
+  /** The services' simulated load balancer (with services only): its register/deregister log. */
+  readonly frontDoor?: SimFrontDoor;
 }
 
 export const DEFAULT_SIM_START_MS = Date.UTC(2026, 10, 2, 0, 0, 0);
@@ -383,6 +386,32 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       },
     },
   };
+  // The services' load balancer: a target group per service on the virtual clock.
+  // Its health check answers once the replica behind the address is ready (its readiness delay passed).
+  let runningNow: readonly Job[] = [];
+  const readyAt = (serviceId: string, target: { ip: string; port: number }, atMs: number) =>
+    runningNow.some(
+      (j) =>
+        j.state === 'running' &&
+        j.spec.labels[SERVICE_LABEL] === serviceId &&
+        j.spec.service?.port === target.port &&
+        simulatedAddress(j.placement?.nodes[0]?.nodeId ?? '') === target.ip &&
+        replicaReady(j, j.spec, atMs),
+    );
+  const frontDoor =
+    options.services && options.services.length > 0
+      ? new SimFrontDoor(env.clock, { healthyAfterSec: 10, deregistrationDelaySec: 30, probe: readyAt })
+      : undefined;
+  if (frontDoor) ports = { ...ports, frontDoor };
+  const taking = frontDoor
+    ? (serviceId: string, job: Job) => {
+        const nodeId = job.placement?.nodes[0]?.nodeId;
+        const port = job.spec.service?.port;
+        if (!nodeId || port === undefined) return false;
+        const ip = simulatedAddress(nodeId);
+        return frontDoor.healthy(serviceId).some((t) => t.ip === ip && t.port === port);
+      }
+    : undefined;
   // The first quarter hour, while the first replicas boot, is not scored.
   const serviceMeter = new ServiceMeter(options.services ?? [], startMs, SERVICE_GRACE_SEC);
   let serviceNow: Record<string, ServiceSample>;
@@ -749,7 +778,14 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
     if (tick % reconcileEvery === 0) await checkNow(now, await env.cloud.listInstances());
     const running = await env.jobs.listByState(['running', 'checkpointing']);
-    serviceNow = serviceMeter.note(now, tickMs, running, new Set(instances.filter((i) => i.state !== 'terminated').map((i) => i.id)));
+    runningNow = running;
+    serviceNow = serviceMeter.note(
+      now,
+      tickMs,
+      running,
+      new Set(instances.filter((i) => i.state !== 'terminated').map((i) => i.id)),
+      taking,
+    );
     for (const job of running) gpuMsUsed += (tickMs * milliGpusUsed(job.spec.gpu) * job.spec.nodes) / 1000;
     lowerBound.note(now, tickMs, running);
     let liveGpus = 0;
@@ -862,7 +898,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     ),
     ...(services ? { services } : {}),
   };
-  return { summary, timeline, budgetEvents, budgets: teamBudgets, env, jobs };
+  return { summary, timeline, budgetEvents, budgets: teamBudgets, env, jobs, ...(frontDoor ? { frontDoor } : {}) };
 }
 
 /** A fault profile's gangs: a share of the multi-GPU jobs replayed as two nodes with half the GPUs each (deterministic per job and seed). */

@@ -7,6 +7,7 @@ import type {
   Clock,
   DecisionLog,
   DecisionRecord,
+  FrontDoor,
   LeaseStore,
   PlanJournal,
   ServiceLoadSource,
@@ -41,6 +42,7 @@ export interface ReconcilePorts extends SnapshotPorts {
   /** Services (their records, and their load): without them, services are not run. */
   readonly services?: ServiceStore;
   readonly serviceLoad?: ServiceLoadSource;
+  readonly frontDoor?: FrontDoor;
 }
 
 export interface ReconcileOptions {

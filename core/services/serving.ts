@@ -8,12 +8,21 @@
  * on the record leaves it for the next run.
  */
 import type { InstanceTypeCatalog } from '../catalog.ts';
-import type { NodeGroup } from '../fleet.ts';
+import type { NodeGroup, NodeRecord } from '../fleet.ts';
 import { jobIdFor, newPendingJob, type Job } from '../job.ts';
 import type { JobSpec } from '../job-spec.ts';
 import { whyNoGroupHolds } from '../planner/capacity.ts';
 import { milliGpusUsed } from '../gpu.ts';
-import type { CatalogSource, DecisionLog, JobStore, ServiceLoadSource, ServiceStore, TeamInForce } from '../ports.ts';
+import type {
+  CatalogSource,
+  DecisionLog,
+  FrontDoor,
+  FrontDoorTarget,
+  JobStore,
+  ServiceLoadSource,
+  ServiceStore,
+  TeamInForce,
+} from '../ports.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { decideReplicas, replicaSpec, SERVICE_LABEL, type ReplicaView, type ServiceRecord } from '../serving/service.ts';
 import type { WorldView } from './snapshot-reader.ts';
@@ -23,6 +32,8 @@ export interface ServicePorts {
   /** Where the last decision's budgets in force are read (for the team's limit). */
   readonly decisions?: Pick<DecisionLog, 'recent'>;
   readonly serviceLoad?: ServiceLoadSource;
+  /** The services' load balancer; without it (or for a service it does not front) nothing is registered. */
+  readonly frontDoor?: FrontDoor;
   readonly jobs: JobStore;
   readonly catalog: CatalogSource;
 }
@@ -30,6 +41,9 @@ export interface ServicePorts {
 export interface ServiceStepResult {
   readonly started: number;
   readonly cancelled: number;
+  /** Targets registered with and deregistered from the services' load balancers. */
+  readonly registered: number;
+  readonly deregistered: number;
   readonly decisions: readonly { readonly service: string; readonly target: number; readonly ready: number; readonly reason: string }[];
 }
 
@@ -64,7 +78,7 @@ export async function reconcileServices(
   options: { readonly intervalSec: number; readonly bootSec: number },
 ): Promise<ServiceStepResult> {
   const services = await ports.services.list();
-  if (services.length === 0) return { started: 0, cancelled: 0, decisions: [] };
+  if (services.length === 0) return { started: 0, cancelled: 0, registered: 0, deregistered: 0, decisions: [] };
   // The budgets in force as the last reconcile read them: a team whose budget holds its work, or whose GPU cap is
   // reached, gets no more replicas (the planner would hold them pending anyway; the decision says why).
   const teams = new Map(((await ports.decisions?.recent(1))?.[0]?.teams ?? []).map((t) => [t.id, t]));
@@ -75,6 +89,8 @@ export async function reconcileServices(
   const jobs = [...world.pendingJobs, ...world.activeJobs];
   let started = 0;
   let cancelled = 0;
+  let registered = 0;
+  let deregistered = 0;
   const decisions: { service: string; target: number; ready: number; reason: string }[] = [];
   for (const record of services) {
     const replicas = replicasOf(record.id, jobs);
@@ -110,6 +126,12 @@ export async function reconcileServices(
       const job = newPendingJob({ id: jobIdFor(record.team, `${record.name}-r${n}`), team: record.team, spec, submittedAtMs: nowMs });
       if ((await ports.jobs.create(job)).created) started++;
     }
+    // The front door first: a replica leaves the load balancer before it is stopped or its machine goes.
+    if (ports.frontDoor?.fronts(record.id)) {
+      const out = await reconcileFrontDoor(ports.frontDoor, record, views, decision.cancel, records);
+      registered += out.registered;
+      deregistered += out.deregistered;
+    }
     // Why each replica goes is in the record's reason; the cancel itself is the one people use.
     for (const c of decision.cancel) {
       const out = await applyJobEvent(ports.jobs, c.jobId, { type: 'cancel' }, nowMs);
@@ -117,7 +139,50 @@ export async function reconcileServices(
     }
     decisions.push({ service: record.id, target: decision.record.target, ready: decision.ready, reason: decision.record.reason ?? '' });
   }
-  return { started, cancelled, decisions };
+  return { started, cancelled, registered, deregistered, decisions };
+}
+
+/**
+ * Brings the service's target group in line with its replicas: a running replica (machine not
+ * leaving, not being cancelled) is registered, and the target group's health check on the
+ * readiness path (`service.readiness`) lets traffic reach it only once it answers, as the
+ * readiness probe does; a replica on a warned
+ * machine, one being cancelled, and a target no live replica stands behind any more are
+ * deregistered (they drain for the group's deregistration delay).
+ */
+async function reconcileFrontDoor(
+  door: FrontDoor,
+  record: ServiceRecord,
+  views: readonly ReplicaView[],
+  cancel: readonly { readonly jobId: string }[],
+  records: ReadonlyMap<string, NodeRecord>,
+): Promise<{ registered: number; deregistered: number }> {
+  const port = record.spec.service?.port ?? 0;
+  const going = new Set(cancel.map((c) => c.jobId));
+  const targetOf = (v: ReplicaView): FrontDoorTarget | undefined => {
+    const address = records.get(v.job.placement?.nodes[0]?.nodeId ?? '')?.address;
+    return address ? { ip: address, port } : undefined;
+  };
+  const want = new Map<string, FrontDoorTarget>();
+  const leave = new Map<string, FrontDoorTarget>();
+  for (const v of views) {
+    const t = targetOf(v);
+    if (!t) continue;
+    const key = `${t.ip}:${t.port}`;
+    if (v.leaving || going.has(v.job.id) || v.job.cancelRequested) leave.set(key, t);
+    else if (v.job.state === 'running') want.set(key, t);
+  }
+  const now = await door.targets(record.id);
+  const live = new Set(now.filter((t) => t.state !== 'draining').map((t) => `${t.target.ip}:${t.target.port}`));
+  const register = [...want.entries()].filter(([k]) => !live.has(k)).map(([, t]) => t);
+  // Stale targets too: a replica that ended, or a machine that went without a notice.
+  const deregister = now
+    .filter((t) => t.state !== 'draining')
+    .map((t) => t.target)
+    .filter((t) => leave.has(`${t.ip}:${t.port}`) || !want.has(`${t.ip}:${t.port}`));
+  await door.deregister(record.id, deregister);
+  await door.register(record.id, register);
+  return { registered: register.length, deregistered: deregister.length };
 }
 
 /**

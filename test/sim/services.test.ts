@@ -9,7 +9,8 @@ import {
   defaultTeamTags,
 } from '../../cloud/sim/defaults.ts';
 import { alibabaAppDemand, azureLlmDemand, fixedDemand, type SimService } from '../../cloud/sim/service-demand.ts';
-import { runSimulation, type SpotSetup } from '../../cloud/sim/simulation.ts';
+import { DEFAULT_SIM_START_MS, runSimulation, type SpotSetup } from '../../cloud/sim/simulation.ts';
+import { simulatedAddress } from '../../cloud/sim/sim-agent.ts';
 import type { SimGroupConfig } from '../../cloud/sim/sim-cloud.ts';
 import { loadWorkload } from '../../cloud/sim/workload.ts';
 import { SERVICE_LABEL } from '../../core/serving/service.ts';
@@ -109,6 +110,42 @@ describe('services in the simulated control loop', () => {
     expect(s.replicasLost).toBeGreaterThan(0);
     expect(s.replicasStarted).toBeGreaterThan(s.peakReplicas);
     expect(s.availabilityPct).toBeGreaterThan(90);
+    expect(summary.violations).toBe(0);
+  }, 60_000);
+
+  it('end to end: a demand step scales it out; a spot warning takes a replica off the load balancer before its machine goes; replacements register once ready', async () => {
+    const step: SimService = {
+      ...chat(2),
+      demand: { source: 'a step from 2 to 8 requests per second at 1 h', rpsAt: (sec) => (sec < 3600 ? 2 : 8) },
+    };
+    const { summary, env, frontDoor } = await run([step], { kind: 'rates', ratePerHour: () => 0.3 });
+    const decisions = (await env.decisions.recent(1000)).reverse();
+    const targetAt = (h: number) => decisions.filter((d) => d.atMs <= DEFAULT_SIM_START_MS + h * 3_600_000).at(-1)?.services?.[0]?.target;
+    expect(targetAt(0.9)).toBe(1);
+    expect(targetAt(1.2)).toBe(4);
+    const log = frontDoor!.log.filter((l) => l.serviceId === 'nlp.chat');
+    expect(log.filter((l) => l.action === 'register').length).toBeGreaterThanOrEqual(4);
+    // Each replica spot took: its machine's address left the target group before the machine was gone.
+    const lost = env.jobs.all().filter((j) => j.spec.labels[SERVICE_LABEL] === 'nlp.chat' && j.attempt > 1);
+    expect(lost.length).toBeGreaterThan(0);
+    let checked = 0;
+    for (const j of lost) {
+      // The first attempt ended when its machine went (the job was requeued then).
+      const first = j.heldAttempts?.find((h) => h.attempt === 1);
+      const nodeId = first?.nodes[0]?.nodeId;
+      const ip = simulatedAddress(nodeId!);
+      const registered = log.find((l) => l.action === 'register' && l.target.ip === ip);
+      if (!registered) continue; // lost before it was ever ready
+      const out = log.find((l) => l.action === 'deregister' && l.target.ip === ip && l.atMs >= registered.atMs);
+      expect(out, `replica ${j.id} on ${nodeId}`).toBeDefined();
+      expect(out!.atMs).toBeLessThan(first!.toMs);
+      checked++;
+    }
+    expect(checked).toBeGreaterThan(0);
+    // Replacements were registered after each loss, and the service stayed available.
+    const lastLoss = Math.max(...lost.map((j) => j.heldAttempts?.find((h) => h.attempt === 1)?.toMs ?? 0));
+    expect(log.some((l) => l.action === 'register' && l.atMs > lastLoss - 600_000)).toBe(true);
+    expect(summary.services![0]!.availabilityPct).toBeGreaterThan(90);
     expect(summary.violations).toBe(0);
   }, 60_000);
 
