@@ -13,6 +13,7 @@ import type {
   SpendLedger,
   BudgetTagSource,
   BudgetMemory,
+  ServiceStore,
 } from '../core/ports.ts';
 import { fleetShapeFrom, intake, repeated } from '../core/services/intake.ts';
 import { checkJobSpec, type JobSpec } from '../core/job-spec.ts';
@@ -43,6 +44,8 @@ export interface Fleet {
   readonly budgetMemory?: BudgetMemory;
   readonly providers: readonly NodeGroupProvider[];
   readonly gpuMetrics?: GpuMetricsSource;
+  /** Service records, where the fleet has them (a simulation; a deployed fleet gets its table with the load balancer). */
+  readonly services?: ServiceStore;
   /** Sends a spec to the team's queue (a simulation takes it in at once); the job id follows from team and token. */
   submit(team: string, body: string, token?: string): Promise<{ jobId: string; token: string; note: string }>;
   /** Saves what changed (a simulation's world); a deployed fleet has nothing to save. */
@@ -92,15 +95,27 @@ function openSimFleet(dir: string): Fleet {
     queue: env.queue,
     budgets: env.budgets,
     providers: env.ports.providers,
+    services: env.services,
     async submit(team, body, token = randomUUID()) {
       if (!(await env.queue.teams()).includes(team))
         throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
       const out = await intake(
-        { jobs: env.jobs, clock: env.clock, fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock) },
+        {
+          jobs: env.jobs,
+          clock: env.clock,
+          fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock),
+          services: env.services,
+        },
         { team, body, token },
       );
       if (out.outcome === 'token-reused') throw new UsageError(`--token: ${out.error}`);
       dirty = true;
+      if (out.outcome === 'service')
+        return {
+          jobId: out.service.id,
+          token,
+          note: `service ${out.service.id} ${out.created ? 'created' : 'updated'} (version ${out.service.version}); reconcile starts its replicas`,
+        };
       const jobId = jobIdFor(team, token);
       return {
         jobId,

@@ -173,6 +173,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       .command('explain')
       .description('Why a job waits, or where and why it runs; why the fleet scaled (from the decision records)')
       .option('--job <id>', 'the job to explain')
+      .option('--service <team.name>', 'a service: why it has its replicas, and where they are')
       .option(
         '--decision <latest|last-change|id>',
         'a reconcile decision: its actions and reasons (last-change: the newest that scaled or preempted)',
@@ -180,7 +181,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
   )
     .addHelpText(
       'after',
-      `\nExamples:\n  gpu-fleet explain --job nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision last-change --sim ./sim --json\n${awsNote}`,
+      `\nExamples:\n  gpu-fleet explain --job nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision last-change --sim ./sim --json\n  gpu-fleet explain --service nlp.chat --sim ./sim\n${awsNote}`,
     )
     .action(async (flags) => {
       const { explainCommand } = await import('./people.ts');

@@ -19,7 +19,7 @@ import { shippedCatalog } from '../cloud/catalog/all-shipped.ts';
 import { milliGpusUsed } from '../core/gpu.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
 import { teamsInForce } from '../core/services/snapshot-reader.ts';
-import { SERVICE_LABEL } from '../core/serving/service.ts';
+import { replicaReady, SERVICE_LABEL, type ServiceRecord } from '../core/serving/service.ts';
 import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
@@ -227,6 +227,9 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       const list = everything.filter((j) => j.state === s && j.spec?.labels?.[SERVICE_LABEL] !== undefined);
       return { state: s, replicas: list.length, gpus: list.reduce((a, j) => a + gpusOf(j), 0) };
     }).filter((r) => r.replicas > 0);
+    const services = fleet.services
+      ? (await fleet.services.list()).filter((r) => !team || r.team === team).map((r) => summarizeService(r, everything, now))
+      : [];
     const byState = new Map<JobState, Job[]>();
     for (const j of jobs) byState.set(j.state, [...(byState.get(j.state) ?? []), j]);
     const stateRows = JOB_STATES.filter((s) => byState.has(s)).map((s) => {
@@ -303,6 +306,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       atMs: now,
       jobs: stateRows,
       ...(replicaRows.length > 0 ? { serviceReplicas: replicaRows } : {}),
+      ...(services.length > 0 ? { services } : {}),
       pending: pending.map((j) => ({
         id: j.id,
         team: j.team,
@@ -337,7 +341,15 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
             )
           : '  (none)',
       );
-      if (replicaRows.length > 0) out.push('', `Service replicas: ${replicaRows.map((r) => `${r.replicas} ${r.state}`).join(', ')}`);
+      if (services.length > 0) {
+        out.push('', 'Services');
+        out.push(
+          table(
+            ['service', 'wanted', 'ready', 'starting', 'spot / on-demand', 'scales on', 'last decision'],
+            services.map((v) => [v.id, v.target, v.ready, v.starting, `${v.spot} / ${v.onDemand}`, v.metric ?? '-', v.reason ?? '-']),
+          ),
+        );
+      } else if (replicaRows.length > 0) out.push('', `Service replicas: ${replicaRows.map((r) => `${r.replicas} ${r.state}`).join(', ')}`);
       if (pending.length > 0) {
         out.push('', `Waiting (oldest first${pending.length > 10 ? ', 10 of ' + pending.length : ''})`);
         out.push(
@@ -461,17 +473,33 @@ function jobLines(job: Job, now: number): [string, string][] {
 
 export interface ExplainFlags extends FleetFlags {
   readonly job?: string;
+  /** A service, TEAM.NAME. */
+  readonly service?: string;
   readonly decision?: string;
   readonly json?: boolean;
 }
 
 export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void> {
-  if (!!flags.job === !!flags.decision)
+  if ([flags.job, flags.decision, flags.service].filter((x) => x !== undefined).length !== 1)
     throw new UsageError(
-      'give one of --job ID (why a job waits, or where and why it runs) or --decision latest|last-change|ID (why the fleet changed)',
+      'give one of --job ID (why a job waits, or where and why it runs), --decision latest|last-change|ID (why the fleet changed) or --service TEAM.NAME (why a service has its replicas, and where they are)',
     );
   await withFleet(flags, async (fleet) => {
     const now = fleet.clock.nowMs();
+    if (flags.service) {
+      const view = await serviceView(fleet, flags.service, now);
+      print(io, flags.json, view, () =>
+        [
+          `${view.id}: ${view.target} wanted, ${view.ready} ready, ${view.starting} starting (${view.spot} spot, ${view.onDemand} on-demand)`,
+          `  why: ${view.reason ?? 'no decision yet (reconcile has not run since it was submitted)'}`,
+          ...view.replicas.map(
+            (r) =>
+              `  ${r.job}: ${r.state}${r.ready ? ' (ready)' : ''}, ${r.capacity}${r.zone ? ` in ${r.zone}` : ''}${r.node ? ` on ${r.node}` : ''}`,
+          ),
+        ].join('\n'),
+      );
+      return;
+    }
     if (flags.job) {
       const job = await fleet.jobs.get(flags.job);
       if (!job) throw new UsageError(`no job ${flags.job}; gpu-fleet status lists the jobs there are`);
@@ -743,3 +771,43 @@ export async function cancelCommand(jobId: string, flags: FleetFlags & { json?: 
 }
 
 export { IDLE_TEAM };
+
+/** A service as `explain --service` shows it: its target, its replicas and where they are, and why. */
+async function serviceView(fleet: Fleet, id: string, now: number) {
+  if (!fleet.services)
+    throw new UsageError(
+      `this fleet (${fleet.source}) keeps no services yet: they run in a simulation (--sim DIR) until the stack gets its service table`,
+    );
+  const record = await fleet.services.get(id);
+  if (!record) {
+    const known = (await fleet.services.list()).map((r) => r.id);
+    throw new UsageError(`no service ${id}; the services are ${known.join(', ') || 'none'} (a service is TEAM.NAME)`);
+  }
+  return summarizeService(record, await fleet.jobs.listByState(JOB_STATES, record.team), now);
+}
+
+/** A service's target, ready and starting replicas, spot/on-demand split, scaling targets and last reason. */
+function summarizeService(record: ServiceRecord, jobs: readonly Job[], now: number) {
+  const ended = ['succeeded', 'failed', 'cancelled', 'rejected'];
+  const live = jobs.filter((j) => j.spec?.labels?.[SERVICE_LABEL] === record.id && !ended.includes(j.state) && !j.cancelRequested);
+  const ready = live.filter((j) => replicaReady(j, record.spec, now));
+  return {
+    id: record.id,
+    state: record.state,
+    target: record.target,
+    ready: ready.length,
+    starting: live.length - ready.length,
+    spot: live.filter((j) => j.spec.interruptible).length,
+    onDemand: live.filter((j) => !j.spec.interruptible).length,
+    metric: record.spec.service?.targets.map((t) => `${t.metric} ${t.perReplica} per replica`).join(', '),
+    ...(record.reason ? { reason: record.reason } : {}),
+    replicas: live.map((j) => ({
+      job: j.id,
+      state: j.state,
+      ready: replicaReady(j, record.spec, now),
+      capacity: j.spec.interruptible ? 'spot' : 'on-demand',
+      ...(j.spec.placement?.zones ? { zone: j.spec.placement.zones.join('+') } : {}),
+      ...(j.placement?.nodes[0] ? { node: j.placement.nodes[0].nodeId } : {}),
+    })),
+  };
+}

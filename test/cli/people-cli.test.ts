@@ -124,6 +124,43 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(held).toBeGreaterThan(0);
   });
 
+  it('services: status lists them (wanted, ready, starting, spot / on-demand, why); explain --service says where the replicas are; submit takes one', async () => {
+    const s = json<{ services: { id: string; target: number; ready: number; spot: number; onDemand: number; reason: string }[] }>(
+      await cli(['status', '--sim', dir, '--json']),
+    );
+    expect(s.services.map((v) => v.id)).toEqual(['nlp.chat', 'recsys.recommend']);
+    const chat = s.services[0]!;
+    expect(chat.target).toBeGreaterThanOrEqual(1);
+    expect(chat.reason).toMatch(/requests per second per replica against a target of 2/);
+    const human = await cli(['status', '--sim', dir]);
+    expect(human.stdout).toMatch(
+      /Services\nservice\s+wanted\s+ready\s+starting\s+spot \/ on-demand\s+scales on\s+last decision\nnlp\.chat/,
+    );
+    const why = await cli(['explain', '--sim', dir, '--service', 'nlp.chat']);
+    expect(why.code).toBe(0);
+    expect(why.stdout).toMatch(
+      new RegExp(`^nlp\\.chat: ${chat.target} wanted, \\d+ ready, \\d+ starting \\(\\d+ spot, \\d+ on-demand\\)\n  why: `),
+    );
+    expect(why.stdout).toMatch(/ {2}nlp\.chat-r\d+: running( \(ready\))?, (spot|on-demand)/);
+    const none = await cli(['explain', '--sim', dir, '--service', 'nlp.nope']);
+    expect(none).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/no service nlp\.nope; the services are nlp\.chat, recsys\.recommend/),
+    });
+    const body = JSON.stringify({
+      name: 'embed',
+      image: 'ghcr.io/huggingface/text-embeddings-inference:1.5',
+      command: ['--port', '8080'],
+      gpu: { kind: 'whole', count: 1, models: ['V100'] },
+      service: { port: 8080, replicas: { min: 1, max: 2 }, targets: [{ metric: 'requests-per-second', perReplica: 20 }] },
+    });
+    const specFile = join(dir, 'embed.json');
+    writeFileSync(specFile, body);
+    const sent = await cli(['submit', '--sim', dir, '--team', 'nlp', '--file', specFile]);
+    expect(sent.code).toBe(0);
+    expect(sent.stdout).toMatch(/service nlp\.embed created \(version 1\); reconcile starts its replicas/);
+  }, 60_000);
+
   it('submit says when no node group could ever hold the job, naming what the groups offer, with --dry-run too', async () => {
     const l4 = [
       'submit',
