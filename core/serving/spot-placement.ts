@@ -185,7 +185,10 @@ function gpuFleet(view: ServingView, memory: ServingMemory, options: ServingOpti
   }
   const hedge = (tick - lastLoss) * tickSec <= k.hedgeSec ? 1 : 0;
   const onDemand = Math.min(view.target, Math.max(0, view.target + hedge - view.spotReady));
-  return { plan: { spot, onDemand }, memory: { ...memory, asked: spot, tick, losses, exposure, lastLoss } };
+  return {
+    plan: { spot, onDemand },
+    memory: { ...memory, asked: spot, tick, losses, exposure, ...(Number.isFinite(lastLoss) ? { lastLoss } : {}) },
+  };
 }
 
 /** Keeps what the zones hold when asking for at least as many, else starts the spread again from nothing. */

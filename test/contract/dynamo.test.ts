@@ -1,7 +1,8 @@
 import { afterAll, beforeAll } from 'vitest';
-import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
+import { DynamoServiceStore, dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 import { jobStoreContract } from './job-store.contract.ts';
+import { serviceStoreContract } from './service-store.contract.ts';
 import {
   checkpointStoreContract,
   decisionLogContract,
@@ -31,3 +32,4 @@ decisionLogContract('DynamoDB', async () => (await stores()).decisions);
 checkpointStoreContract('DynamoDB', async () => (await stores()).checkpoints);
 poolHistoryContract('DynamoDB', async () => (await stores()).pools);
 planJournalContract('DynamoDB', async () => (await stores()).journal);
+serviceStoreContract('DynamoDB (control table)', async () => new DynamoServiceStore(db.doc, (await db.createTables()).control));

@@ -11,6 +11,7 @@ import {
   MemoryNodeStore,
   MemoryPlanJournal,
   MemoryPoolHistory,
+  MemoryServiceStore,
   MemorySpendLedger,
   StaticBudgetTags,
 } from '../../cloud/sim/memory-stores.ts';
@@ -18,6 +19,7 @@ import { SimCloud } from '../../cloud/sim/sim-cloud.ts';
 import { T0 } from '../builders.ts';
 import { SimFrontDoor } from '../../cloud/sim/front-door.ts';
 import { frontDoorContract } from './front-door.contract.ts';
+import { serviceStoreContract } from './service-store.contract.ts';
 import { jobStoreContract } from './job-store.contract.ts';
 import { nodeGroupProviderContract } from './node-group-provider.contract.ts';
 import { budgetTagSourceContract, catalogAndPricesContract, clockContract, jobQueueContract } from './sources.contract.ts';
@@ -88,3 +90,5 @@ frontDoorContract('sim (a target group on the virtual clock)', async () => {
   const door = new SimFrontDoor(clock, { healthyAfterSec: 10, deregistrationDelaySec: 30 });
   return { door, service: 'nlp.chat', settle: () => clock.advanceTo(clock.nowMs() + 60_000) };
 });
+
+serviceStoreContract('sim (memory)', async () => new MemoryServiceStore());
