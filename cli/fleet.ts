@@ -149,6 +149,7 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
     ...(ports.reconcile.budgetMemory ? { budgetMemory: ports.reconcile.budgetMemory } : {}),
     providers: ports.reconcile.providers,
     gpuMetrics: ports.gpuMetrics,
+    ...(ports.services ? { services: ports.services } : {}),
     async submit(team, body, token = randomUUID()) {
       // Intake would not take a reused token with another spec: say so now, before the message is sent.
       const stored = await ports.stores.jobs.get(jobIdFor(team, token));

@@ -25,6 +25,8 @@ export interface FleetConfig {
   readonly policy: Policy;
   /** GCP managed instance groups beside the Auto Scaling groups; undefined when GCP is not configured. */
   readonly gcp?: { readonly projects: readonly GcpScope[]; readonly credentialsSecret?: string };
+  /** Services and their load balancer target groups (service id → ARN); undefined: the fleet runs no services. */
+  readonly services?: { readonly targetGroups: Readonly<Record<string, string>> };
 }
 
 /** The variables, each with what is allowed, for messages and the README. */
@@ -44,6 +46,7 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_SPOT_PATIENCE_SEC: 'how long interruptible work waits for spot',
   GPU_FLEET_GCP_PROJECTS: 'GCP projects and zones, JSON',
   GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
+  GPU_FLEET_SERVICE_TARGET_GROUPS: 'services and their target groups, JSON: {"team.name": "arn:aws:elasticloadbalancing:…:targetgroup/…"}',
 } as const;
 
 export type FleetVariable = keyof typeof FLEET_VARIABLES;
@@ -97,6 +100,7 @@ const EnvSchema = z.object({
   GPU_FLEET_NOTICE_MARGIN_SEC: seconds(0, 110),
   GPU_FLEET_SPOT_PATIENCE_SEC: seconds(0, 86_400),
   GPU_FLEET_GCP_PROJECTS: z.optional(z.string()),
+  GPU_FLEET_SERVICE_TARGET_GROUPS: z.optional(z.string()),
   GPU_FLEET_GCP_CREDENTIALS_SECRET: z.optional(
     z.string().check(z.regex(/^[A-Za-z0-9/_+=.@-]{1,512}$/, { error: 'must be a Secrets Manager secret name or ARN' })),
   ),
@@ -131,6 +135,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
     }
   }
   const gcp = readGcp(present, problems);
+  const targetGroups = readTargetGroups(present, problems);
   if (problems.length > 0) throw new ConfigError('the environment', problems, { what: 'gpu-fleet environment' });
   const e = parsed.data!;
   const num = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Number(v));
@@ -158,7 +163,37 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
     ...(gcp
       ? { gcp: { projects: gcp, ...(e.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: e.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}) } }
       : {}),
+    ...(targetGroups ? { services: { targetGroups } } : {}),
   };
+}
+
+const SERVICE_ID_RE = /^[a-z0-9][a-z0-9-]{0,31}\.[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const TARGET_GROUP_ARN_RE = /^arn:aws[a-z-]*:elasticloadbalancing:[a-z0-9-]+:\d{12}:targetgroup\/[A-Za-z0-9-]{1,32}\/[0-9a-f]{16}$/;
+
+/** Service id → target group ARN, each checked; a bad entry is named with what is allowed. */
+function readTargetGroups(present: Record<string, string>, problems: string[]): Record<string, string> | undefined {
+  const raw = present.GPU_FLEET_SERVICE_TARGET_GROUPS;
+  if (raw === undefined) return undefined;
+  const example = 'e.g. {"nlp.chat":"arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188"}';
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    problems.push(`GPU_FLEET_SERVICE_TARGET_GROUPS="${raw.slice(0, 80)}" is not JSON; give each service's target group, ${example}`);
+    return undefined;
+  }
+  if (!json || typeof json !== 'object' || Array.isArray(json)) {
+    problems.push(`GPU_FLEET_SERVICE_TARGET_GROUPS must be a JSON object of service id → target group ARN, ${example}`);
+    return undefined;
+  }
+  const out: Record<string, string> = {};
+  for (const [id, arn] of Object.entries(json as Record<string, unknown>)) {
+    if (!SERVICE_ID_RE.test(id)) problems.push(`GPU_FLEET_SERVICE_TARGET_GROUPS: "${id}" is not a service id (team.name)`);
+    else if (typeof arn !== 'string' || !TARGET_GROUP_ARN_RE.test(arn))
+      problems.push(`GPU_FLEET_SERVICE_TARGET_GROUPS: the target group of ${id} must be a target group ARN, got ${JSON.stringify(arn)}`);
+    else out[id] = arn;
+  }
+  return out;
 }
 
 function readGcp(present: Record<string, string>, problems: string[]): GcpScope[] | undefined {

@@ -5,6 +5,7 @@ import { LambdaClient } from '@aws-sdk/client-lambda';
 import { ResourceGroupsTaggingAPIClient } from '@aws-sdk/client-resource-groups-tagging-api';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { ConfigError, messageOf } from '../core/errors.ts';
 import type {
   BudgetTagSource,
@@ -17,12 +18,15 @@ import type {
   NodeGroupProvider,
   PriceSource,
   ReconcileTrigger,
+  ServiceStore,
 } from '../core/ports.ts';
 import type { InterruptionPorts, NoticeSource } from '../core/services/interruption.ts';
 import type { ReconcilePorts } from '../core/services/reconcile.ts';
 import { AsgNodeGroups } from './aws/asg-node-groups.ts';
 import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink } from './aws/cloudwatch-metrics.ts';
-import { documentClientFor, dynamoStores } from './aws/dynamo-store.ts';
+import { documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
+import { ElbFrontDoor } from './aws/elb-front-door.ts';
+import { ElbRequestLoad } from './aws/elb-load.ts';
 import { AwsPriceSource, Ec2Catalog } from './aws/ec2-catalog.ts';
 import { deadLetterFor, SqsJobQueue } from './aws/sqs-queue.ts';
 import { TaggingBudgetSource } from './aws/tagging-budgets.ts';
@@ -52,6 +56,7 @@ export interface AwsClients {
   readonly tagging: ResourceGroupsTaggingAPIClient;
   readonly lambda: LambdaClient;
   readonly dynamodb: DynamoDBClient;
+  readonly elb: ElasticLoadBalancingV2Client;
 }
 
 export interface WiringOptions {
@@ -83,6 +88,8 @@ export interface FleetPorts {
   readonly reconcile: ReconcilePorts;
   /** The ports as the interruption service takes them. */
   readonly interruption: InterruptionPorts;
+  /** Service records, when the fleet runs services. */
+  readonly services?: ServiceStore;
   /** What the node group providers found wrong in their last listing. */
   problems(): string[];
 }
@@ -100,6 +107,7 @@ export function awsClients(config: Pick<FleetConfig, 'region'>, env: Environment
     tagging: new ResourceGroupsTaggingAPIClient(common),
     lambda: new LambdaClient(common),
     dynamodb: new DynamoDBClient(common),
+    elb: new ElasticLoadBalancingV2Client(common),
   };
 }
 
@@ -113,7 +121,8 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     [config.tables.control]: 'GPU_FLEET_CONTROL_TABLE',
     [config.tables.idempotency]: 'GPU_FLEET_IDEMPOTENCY_TABLE',
   };
-  const stores = dynamoStores(documentClientFor(clients.dynamodb, variables), config.tables, config.checkpointBucket);
+  const doc = documentClientFor(clients.dynamodb, variables);
+  const stores = dynamoStores(doc, config.tables, config.checkpointBucket);
   const asg = new AsgNodeGroups(clients.asg, clients.ec2, { region: config.region, clock });
   let providers: NodeGroupProvider[] = [asg];
   let catalog: CatalogSource = new Ec2Catalog(clients.ec2);
@@ -132,7 +141,15 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     notices.push(gcp.preemptions);
   }
   const budgets = new TaggingBudgetSource(clients.tagging, { teamQueuePrefix: config.teamQueuePrefix });
-  const reconcile: ReconcilePorts = { ...stores, clock, providers, catalog, prices, budgets, notices };
+  // Services, when the stack declares them: their records in the control table, their target groups, their load.
+  const services = config.services
+    ? {
+        services: new DynamoServiceStore(doc, config.tables.control),
+        frontDoor: new ElbFrontDoor(clients.elb, config.services.targetGroups),
+        serviceLoad: new ElbRequestLoad(clients.cloudwatch, clock, config.services.targetGroups),
+      }
+    : undefined;
+  const reconcile: ReconcilePorts = { ...stores, clock, providers, catalog, prices, budgets, notices, ...services };
   const interruption: InterruptionPorts = {
     clock,
     jobs: stores.jobs,
@@ -158,6 +175,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     notices,
     reconcile,
     interruption,
+    ...(services ? { services: services.services } : {}),
     problems: () => providers.flatMap((p) => [...(p.problems ?? [])]),
   };
 }

@@ -4,7 +4,7 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import { isCloudError, messageOf } from '../core/errors.ts';
-import type { Clock, DeadLetter, JobStore } from '../core/ports.ts';
+import type { Clock, DeadLetter, JobStore, ServiceStore } from '../core/ports.ts';
 import { intake, type FleetShape } from '../core/services/intake.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
@@ -18,6 +18,8 @@ export interface IntakeDeps {
   readonly teamOfQueue: (queueArn: string) => string | undefined;
   /** The node groups a job could run on, to record at intake a job none of them can ever hold; absent: not checked. */
   readonly fleetShape?: FleetShape;
+  /** Service records, when the fleet runs services (GPU_FLEET_SERVICE_TARGET_GROUPS); without them a service spec is rejected, saying why. */
+  readonly services?: ServiceStore;
   readonly obs: Observability;
   readonly timeoutEarlyInMillis?: number;
 }
@@ -59,7 +61,10 @@ export function createIntakeHandler(deps: IntakeDeps) {
       return 'dead-lettered';
     }
     try {
-      const out = await intake({ jobs: deps.jobs, clock: deps.clock, fleetShape: deps.fleetShape }, { team, body: r.body, token });
+      const out = await intake(
+        { jobs: deps.jobs, clock: deps.clock, fleetShape: deps.fleetShape, ...(deps.services ? { services: deps.services } : {}) },
+        { team, body: r.body, token },
+      );
       switch (out.outcome) {
         case 'accepted':
           log.info('job accepted', { jobId: out.job.id, team });
@@ -84,7 +89,6 @@ export function createIntakeHandler(deps: IntakeDeps) {
           metrics.addMetric('JobsRejected', MetricUnit.Count, 1);
           return out.job.id;
         case 'service':
-          // (only with a service table, which the Lambda wiring gets with the load balancer)
           log.info(out.created ? 'service created' : 'service updated', { serviceId: out.service.id, team });
           metrics.addMetric('ServicesTaken', MetricUnit.Count, 1);
           return out.service.id;

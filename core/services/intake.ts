@@ -77,7 +77,7 @@ export async function intake(
     if (check.ok && check.spec.service) {
       if (ports.services) return takeService(ports.services, message, check.spec, nowMs);
       errors = [
-        'service: the service is valid, but this deployment has no service table yet (services run in the simulator; the account gets its table and load balancer with the next release); nothing was started',
+        'service: the service is valid, but this deployment runs no services: give the stack its services and their load balancer target groups (GPU_FLEET_SERVICE_TARGET_GROUPS); nothing was started',
       ];
     } else if (check.ok) {
       const why = await unschedulable(ports.fleetShape, check.spec);

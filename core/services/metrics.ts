@@ -15,7 +15,8 @@ export interface MetricPoint {
 /**
  * What a reconcile run reports: queue depth per team, jobs and GPUs waiting, fleet size by
  * group and capacity type, plan time, errors, the spend rate of the fleet (µUSD per hour), and
- * the providers left out because their calls fail (how many, and how long each has been out).
+ * the providers left out because their calls fail (how many, and how long each has been out),
+ * and per service the replicas wanted and ready.
  */
 export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, depths: ReadonlyMap<string, QueueDepth>): MetricPoint[] {
   const out: MetricPoint[] = [];
@@ -57,6 +58,11 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     }
     if (team.tagProblems.length > 0)
       out.push({ name: 'BudgetTagProblems', unit: 'Count', value: team.tagProblems.length, dimensions: { Team: team.id } });
+  }
+  // Each service: the replicas it wants and the ready ones (the dashboard's service panel; the alarm on ready < wanted).
+  for (const svc of decision.services ?? []) {
+    out.push({ name: 'ServiceReplicasWanted', unit: 'Count', value: svc.target, dimensions: { Service: svc.service } });
+    out.push({ name: 'ServiceReplicasReady', unit: 'Count', value: svc.ready, dimensions: { Service: svc.service } });
   }
   out.push({ name: 'PlanTime', unit: 'Milliseconds', value: decision.planMs });
   out.push({ name: 'ActionsApplied', unit: 'Count', value: decision.applied });

@@ -13,5 +13,6 @@ export const handler = createIntakeHandler({
   teamOfQueue: teamFromQueueArn(ports.config.teamQueuePrefix),
   // AWS groups only: intake has no GCP credentials, and a job is never called unschedulable on half the fleet.
   ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, awsShippedCatalog().instanceTypes, ports.clock) }),
+  ...(ports.services ? { services: ports.services } : {}),
   obs: observability('gpu-fleet-intake'),
 });

@@ -22,6 +22,22 @@ describe('the environment, read by one schema', () => {
     });
   });
 
+  it('reads the services and their target groups, naming each bad entry; with them the ports run services', async () => {
+    const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
+    const c = fleetConfigFromEnv({ GPU_FLEET_SERVICE_TARGET_GROUPS: JSON.stringify({ 'nlp.chat': arn }) });
+    expect(c.services).toEqual({ targetGroups: { 'nlp.chat': arn } });
+    const ports = await fleetPorts(c);
+    expect(ports.services).toBeDefined();
+    expect(ports.reconcile.frontDoor?.fronts('nlp.chat')).toBe(true);
+    expect(ports.reconcile.serviceLoad).toBeDefined();
+    expect((await fleetPorts(fleetConfigFromEnv({}))).reconcile.services).toBeUndefined();
+    const bad = () => fleetConfigFromEnv({ GPU_FLEET_SERVICE_TARGET_GROUPS: JSON.stringify({ chat: arn, 'nlp.embed': 'tg-1' }) });
+    expect(bad).toThrow(ConfigError);
+    expect(bad).toThrow(/"chat" is not a service id \(team\.name\)/);
+    expect(bad).toThrow(/the target group of nlp\.embed must be a target group ARN, got "tg-1"/);
+    expect(() => fleetConfigFromEnv({ GPU_FLEET_SERVICE_TARGET_GROUPS: '{oops' })).toThrow(/is not JSON; give each service's target group/);
+  });
+
   it('reads what the stack sets', () => {
     const c = fleetConfigFromEnv({
       AWS_REGION: 'us-west-2',

@@ -57,4 +57,23 @@ describe('reconcile metrics', () => {
       { name: 'ProviderDegradedSeconds', unit: 'None', value: 60, dimensions: { Cloud: 'aws', Scope: 'aws' } },
     ]);
   });
+
+  it('reports each service’s replicas wanted and ready, by service', () => {
+    const decision: DecisionRecord = {
+      id: 'd',
+      atMs: 600_000,
+      dryRun: false,
+      inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] },
+      plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
+      applied: 0,
+      errors: [],
+      planMs: 1,
+      services: [{ service: 'nlp.chat', target: 4, ready: 3, reason: '3 → 4: …' }],
+    };
+    const points = reconcileMetrics(aSnapshot(), decision, new Map()).filter((p) => p.name.startsWith('Service'));
+    expect(points).toEqual([
+      { name: 'ServiceReplicasWanted', unit: 'Count', value: 4, dimensions: { Service: 'nlp.chat' } },
+      { name: 'ServiceReplicasReady', unit: 'Count', value: 3, dimensions: { Service: 'nlp.chat' } },
+    ]);
+  });
 });

@@ -173,7 +173,7 @@ describe('intake', () => {
       outcome: 'rejected',
       job: {
         state: 'rejected',
-        rejection: { errors: [expect.stringMatching(/^service: the service is valid, but this deployment has no service table yet/)] },
+        rejection: { errors: [expect.stringMatching(/^service: the service is valid, but this deployment runs no services/)] },
       },
     });
   });

@@ -1,0 +1,63 @@
+/**
+ * A service's load on AWS, from its Application Load Balancer target group's CloudWatch metric
+ * `RequestCountPerTarget` (namespace AWS/ApplicationELB, dimension TargetGroup, Sum per minute):
+ * requests per second per target over the newest complete minute, times the replicas running,
+ * is the service's total the autoscaler spreads over its replicas.
+ */
+import { GetMetricDataCommand, type CloudWatchClient } from '@aws-sdk/client-cloudwatch';
+import type { Job } from '../../core/job.ts';
+import type { Clock, ServiceLoadSource } from '../../core/ports.ts';
+import type { ServiceMetric } from '../../core/serving/autoscale.ts';
+import type { ServiceRecord } from '../../core/serving/service.ts';
+import { translateAwsError } from './errors.ts';
+
+/** The TargetGroup dimension of a target group's ARN ("targetgroup/name/id"). */
+export function targetGroupDimension(arn: string): string {
+  const i = arn.indexOf(':targetgroup/');
+  return i >= 0 ? arn.slice(i + 1) : arn;
+}
+
+export class ElbRequestLoad implements ServiceLoadSource {
+  constructor(
+    private readonly cw: CloudWatchClient,
+    private readonly clock: Clock,
+    /** Service id → target group ARN. */
+    private readonly targetGroups: Readonly<Record<string, string>>,
+  ) {}
+
+  async read(service: ServiceRecord, replicas: readonly Job[]): Promise<Partial<Record<ServiceMetric, number>>> {
+    const arn = this.targetGroups[service.id];
+    if (!arn) return {};
+    const end = Math.floor(this.clock.nowMs() / 60_000) * 60_000;
+    try {
+      const out = await this.cw.send(
+        new GetMetricDataCommand({
+          StartTime: new Date(end - 5 * 60_000),
+          EndTime: new Date(end),
+          ScanBy: 'TimestampDescending',
+          MetricDataQueries: [
+            {
+              Id: 'perTarget',
+              MetricStat: {
+                Metric: {
+                  Namespace: 'AWS/ApplicationELB',
+                  MetricName: 'RequestCountPerTarget',
+                  Dimensions: [{ Name: 'TargetGroup', Value: targetGroupDimension(arn) }],
+                },
+                Period: 60,
+                Stat: 'Sum',
+              },
+            },
+          ],
+        }),
+      );
+      const newest = out.MetricDataResults?.find((r) => r.Id === 'perTarget')?.Values?.[0];
+      // No datapoint: no request reached the group in the window (the metric is only published when there are requests).
+      const perTargetPerSec = (newest ?? 0) / 60;
+      const running = replicas.filter((j) => j.state === 'running').length;
+      return { 'requests-per-second': perTargetPerSec * Math.max(1, running) };
+    } catch (error) {
+      throw translateAwsError(error, { operation: 'GetMetricData (RequestCountPerTarget)', resource: arn });
+    }
+  }
+}
