@@ -184,6 +184,32 @@ export const ConfigSchema = z
       })
       .default({ expireAfterDays: 30 }),
     alarmEmail: z.email({ error: 'must be an e-mail address' }).optional(),
+    /**
+     * Services run by the fleet, each fronted by a load balancer target group the platform team
+     * already has (IP targets, the service's port): service id (team.name) → target group ARN.
+     */
+    services: z
+      .strictObject({
+        targetGroups: z
+          .record(
+            z.string(),
+            z.string().regex(/^arn:aws[a-z-]*:elasticloadbalancing:[a-z0-9-]+:\d{12}:targetgroup\/[A-Za-z0-9-]{1,32}\/[0-9a-f]{16}$/, {
+              error:
+                'must be a target group ARN, e.g. "arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188"',
+            }),
+          )
+          .superRefine((groups, ctx) => {
+            for (const id of Object.keys(groups))
+              if (!/^[a-z0-9][a-z0-9-]{0,31}\.[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(id))
+                ctx.addIssue({
+                  code: 'custom',
+                  path: [id],
+                  message: `"${id}" is not a service id: services are known as team.name, e.g. "nlp.chat"`,
+                  input: id,
+                });
+          }),
+      })
+      .optional(),
     gcp: z
       .strictObject({
         projects: z

@@ -24,6 +24,7 @@ import { GROUP_TAGS, MIG_TAG_VALUE } from '../cloud/aws/asg-node-groups.ts';
 import { STACK_OUTPUT_VARIABLES } from '../cloud/aws/stack-outputs.ts';
 import { TABLES, type TableNames } from '../cloud/aws/tables.ts';
 import { FLEET_VARIABLES } from '../cloud/env.ts';
+import { targetGroupDimension } from '../cloud/aws/elb-load.ts';
 import { METRICS_NAMESPACE } from '../functions/observability.ts';
 import { DEFAULT_POLICY } from '../core/snapshot.ts';
 import { bundleAgentSync } from './agent-bundle.ts';
@@ -211,13 +212,17 @@ export class GpuFleetStack extends Stack {
     const gcpEnv: Record<string, string> = config.gcp
       ? { GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects), GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName }
       : {};
+    // Services: reconcile registers their replicas in their target groups and reads their load; intake stores their records.
+    const serviceEnv: Record<string, string> = config.services
+      ? { GPU_FLEET_SERVICE_TARGET_GROUPS: JSON.stringify(config.services.targetGroups) }
+      : {};
     const reconcile = this.fn('reconcile', {
       memoryMb: 1769,
       timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)),
-      env: { ...env, ...gcpEnv },
+      env: { ...env, ...gcpEnv, ...serviceEnv },
       reservedConcurrency: 1,
     });
-    const intake = this.fn('intake', { memoryMb: 512, timeout: Duration.seconds(30), env });
+    const intake = this.fn('intake', { memoryMb: 512, timeout: Duration.seconds(30), env: { ...env, ...serviceEnv } });
     const interruption = this.fn('interruption', {
       memoryMb: 512,
       timeout: Duration.seconds(60),
@@ -225,7 +230,7 @@ export class GpuFleetStack extends Stack {
     });
     this.functions = { reconcile, intake, interruption, agentApi };
     this.grantReconcile(reconcile.role!, config);
-    this.grantIntake(intake);
+    this.grantIntake(intake, config);
     this.grantInterruption(interruption.role!, reconcile);
 
     for (const q of this.teamQueues.values())
@@ -285,7 +290,7 @@ export class GpuFleetStack extends Stack {
     this.alarmsFor(config);
 
     // ---- outputs: every name the gpu-fleet CLI needs, so it finds the fleet by the stack's name ------
-    const values: Record<string, string> = { ...env, ...gcpEnv, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName };
+    const values: Record<string, string> = { ...env, ...gcpEnv, ...serviceEnv, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName };
     for (const [key, variable] of Object.entries(STACK_OUTPUT_VARIABLES)) {
       const value = values[variable];
       if (value !== undefined) new CfnOutput(this, key, { value, description: `${FLEET_VARIABLES[variable]} (${variable})` });
@@ -634,6 +639,17 @@ export class GpuFleetStack extends Stack {
       ['sqs:GetQueueAttributes'],
       [...this.teamQueues.values()].map((q) => q.queueArn),
     );
+    if (config.services) {
+      // Register and deregister replicas in the services' own target groups only.
+      allow(
+        role,
+        'ServiceTargets',
+        ['elasticloadbalancing:RegisterTargets', 'elasticloadbalancing:DeregisterTargets'],
+        Object.values(config.services.targetGroups),
+      );
+      // DescribeTargetHealth takes no resource-level permission (Service Authorization Reference).
+      allow(role, 'ServiceTargetHealth', ['elasticloadbalancing:DescribeTargetHealth'], ['*']);
+    }
     if (config.gcp) {
       role.addToPrincipalPolicy(
         new iam.PolicyStatement({
@@ -647,8 +663,18 @@ export class GpuFleetStack extends Stack {
     }
   }
 
-  private grantIntake(intake: lambda.Function): void {
+  private grantIntake(intake: lambda.Function, config: GpuFleetConfig): void {
     const role = intake.role!;
+    // A service's record is a control-table item (pk "service"): intake creates and updates it, and touches nothing else there.
+    if (config.services)
+      role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'ServiceRecords',
+          actions: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+          resources: [this.tables.control.tableArn],
+          conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['service'] } },
+        }),
+      );
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({ sid: 'Jobs', actions: ['dynamodb:GetItem', 'dynamodb:PutItem'], resources: [this.tables.jobs.tableArn] }),
     );
@@ -727,6 +753,41 @@ export class GpuFleetStack extends Stack {
         ),
       }),
     );
+    // Services: replicas wanted against ready (from reconcile), and what each target group's load balancer sees.
+    if (config.services) {
+      const groups = Object.entries(config.services.targetGroups);
+      d.addWidgets(
+        new cloudwatch.GraphWidget({
+          title: 'Service replicas: wanted and ready',
+          width: 12,
+          left: [
+            search(`SEARCH('{${ns},Service,service} MetricName="ServiceReplicasWanted"', 'Maximum', 60)`, 'wanted'),
+            search(`SEARCH('{${ns},Service,service} MetricName="ServiceReplicasReady"', 'Minimum', 60)`, 'ready'),
+          ],
+        }),
+        new cloudwatch.GraphWidget({
+          title: 'Service requests per target (per minute) and healthy targets',
+          width: 12,
+          left: groups.map(
+            ([id, arn]) =>
+              new cloudwatch.Metric({
+                namespace: 'AWS/ApplicationELB',
+                metricName: 'RequestCountPerTarget',
+                dimensionsMap: { TargetGroup: targetGroupDimension(arn) },
+                statistic: 'Sum',
+                period: Duration.minutes(1),
+                label: `${id} requests per target`,
+              }),
+          ),
+          right: groups.map(([id, arn]) =>
+            search(
+              `SEARCH('{AWS/ApplicationELB,LoadBalancer,TargetGroup} MetricName="HealthyHostCount" TargetGroup="${targetGroupDimension(arn)}"', 'Minimum', 60)`,
+              `${id} healthy targets`,
+            ),
+          ),
+        }),
+      );
+    }
     d.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Fleet size by node group and capacity type',

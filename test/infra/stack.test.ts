@@ -444,6 +444,42 @@ describe('cdk-nag', () => {
     );
   });
 
+  it('with services: reconcile may register targets in their own target groups only, intake may write service records only; cdk-nag clean', () => {
+    const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const config = parseConfig({ ...raw, services: { targetGroups: { 'nlp.chat': arn } } });
+    const { app, stack } = build(config, { nag: true });
+    expect(() => app.synth()).not.toThrow();
+    const template = Template.fromStack(stack);
+    const reconcile = statements(template, 'reconcileRole');
+    expect(reconcile.find((x) => x.Sid === 'ServiceTargets')).toMatchObject({
+      Action: ['elasticloadbalancing:RegisterTargets', 'elasticloadbalancing:DeregisterTargets'],
+      Resource: arn,
+    });
+    expect(reconcile.find((x) => x.Sid === 'ServiceTargetHealth')).toMatchObject({ Action: 'elasticloadbalancing:DescribeTargetHealth' });
+    const intake = statements(template, 'intakeRole');
+    expect(intake.find((x) => x.Sid === 'ServiceRecords')).toMatchObject({
+      Action: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+      Condition: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['service'] } },
+    });
+    const fns = Object.values(template.findResources('AWS::Lambda::Function')) as {
+      Properties: { Environment?: { Variables?: Record<string, unknown> } };
+    }[];
+    const withServices = fns.filter((f) => f.Properties.Environment?.Variables?.GPU_FLEET_SERVICE_TARGET_GROUPS !== undefined);
+    expect(withServices).toHaveLength(2);
+    expect(JSON.parse(withServices[0]!.Properties.Environment!.Variables!.GPU_FLEET_SERVICE_TARGET_GROUPS as string)).toEqual({
+      'nlp.chat': arn,
+    });
+    // The dashboard's service panel: replicas wanted and ready, and what the target group's load balancer sees.
+    const dashboard = JSON.stringify(template.findResources('AWS::CloudWatch::Dashboard'));
+    expect(dashboard).toMatch(/Service replicas: wanted and ready/);
+    expect(dashboard).toMatch(/ServiceReplicasReady/);
+    expect(dashboard).toMatch(/RequestCountPerTarget.*targetgroup\/gf-nlp-chat\/50dc6c495c0c9188/);
+    expect(() => parseConfig({ ...raw, services: { targetGroups: { chat: 'tg-1' } } })).toThrow(
+      /services\.targetGroups\.chat: must be a target group ARN[\s\S]*"chat" is not a service id/,
+    );
+  });
+
   it('fails the synth on a finding nobody acknowledged', () => {
     const { app, stack } = build(example(), { nag: true });
     new sqs.Queue(stack, 'Unencrypted', { encryption: sqs.QueueEncryption.UNENCRYPTED });
@@ -502,7 +538,7 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, gcp',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, services, gcp',
         // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
           /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
