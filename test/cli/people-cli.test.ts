@@ -319,7 +319,10 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     const human = await cli(['explain', '--sim', dir, '--decision', 'last-change']);
     expect(human.stdout).toMatch(/Fleet changes\n {2}(scale up|remove|preempt|cancel-launches)/);
     const both = await cli(['explain', '--sim', dir]);
-    expect(both).toMatchObject({ code: 2, stderr: expect.stringMatching(/give one of --job ID .*, --decision latest\|last-change\|ID .* or --service TEAM\.NAME/) });
+    expect(both).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/give one of --job ID .*, --decision latest\|last-change\|ID .* or --service TEAM\.NAME/),
+    });
   }, 60_000);
 
   it('budget: spend this period against budget, forecast and state per team', async () => {
