@@ -5,7 +5,18 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
 import { checkpointPartLocation, type CheckpointRef, type Job } from '../core/job.ts';
-import type { CheckpointStore, Clock, GpuMetricSample, GpuMetricSink, JobStore, NodeStore } from '../core/ports.ts';
+import type {
+  CheckpointStore,
+  Clock,
+  GpuMetricSample,
+  GpuMetricSink,
+  JobStore,
+  NodeStore,
+  ServiceMetricSample,
+  ServiceMetricSink,
+} from '../core/ports.ts';
+import type { ServiceMetric } from '../core/serving/autoscale.ts';
+import { SERVICE_LABEL } from '../core/serving/service.ts';
 import type { Reason } from '../core/reason.ts';
 import { applyJobEvent, finishCancelled } from '../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../core/services/node-reports.ts';
@@ -31,6 +42,7 @@ import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
 import type { Exit, JobProcess, JobRunner } from './runner.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
+import { scrapeReplica } from './prometheus.ts';
 
 /**
  * The node agent: the process on every GPU machine. What it does with each entry of its work
@@ -72,6 +84,8 @@ export interface AgentPorts {
   readonly migControl?: MigControl;
   readonly metadata?: MetadataClient;
   readonly metrics?: GpuMetricSink;
+  /** Where a service replica's waiting and running requests go (read from its metrics endpoint with the GPU metrics). */
+  readonly serviceMetrics?: ServiceMetricSink;
   readonly log: AgentLog;
   /**
    * Removes a job's folder once its attempt is over (default: the agent removes it itself). On a
@@ -760,7 +774,22 @@ export class NodeAgent {
         ...(g.ecc.volatileUncorrectable !== undefined ? { uncorrectableEccErrors: g.ecc.volatileUncorrectable } : {}),
       }));
       if (samples.length > 0) await this.ports.metrics.put(samples);
+      await this.publishServiceMetrics(atMs);
     });
+  }
+
+  /** Each service replica's own load figures, read from its metrics endpoint (the leader rank only). */
+  private async publishServiceMetrics(atMs: number): Promise<void> {
+    if (!this.ports.serviceMetrics) return;
+    const out: ServiceMetricSample[] = [];
+    for (const l of this.local.values()) {
+      const serviceId = l.job.spec.labels?.[SERVICE_LABEL];
+      if (!serviceId || l.rank !== 0) continue;
+      const values = await scrapeReplica(l.job.spec);
+      for (const [metric, value] of Object.entries(values) as [ServiceMetric, number][])
+        out.push({ serviceId, jobId: l.jobId, metric, value, atMs });
+    }
+    if (out.length > 0) await this.ports.serviceMetrics.put(out);
   }
 
   // ---- for inspection and tests -----------------------------------------------------------

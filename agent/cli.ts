@@ -195,7 +195,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
         : {}),
       ...(flags.sudoHelper ? { removeFolder: sudoRemover(flags.sudoHelper, env) } : {}),
       ...(metadata ? { metadata } : {}),
-      ...(flags.metrics !== false ? { metrics: ports.metricSink } : {}),
+      ...(flags.metrics !== false ? { metrics: ports.metricSink, serviceMetrics: ports.serviceMetricSink } : {}),
       log,
     },
     {

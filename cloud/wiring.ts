@@ -18,12 +18,13 @@ import type {
   NodeGroupProvider,
   PriceSource,
   ReconcileTrigger,
+  ServiceMetricSink,
   ServiceStore,
 } from '../core/ports.ts';
 import type { InterruptionPorts, NoticeSource } from '../core/services/interruption.ts';
 import type { ReconcilePorts } from '../core/services/reconcile.ts';
 import { AsgNodeGroups } from './aws/asg-node-groups.ts';
-import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink } from './aws/cloudwatch-metrics.ts';
+import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink, CloudWatchServiceMetricSink } from './aws/cloudwatch-metrics.ts';
 import { documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
 import { ElbFrontDoor } from './aws/elb-front-door.ts';
 import { ElbRequestLoad } from './aws/elb-load.ts';
@@ -80,6 +81,8 @@ export interface FleetPorts {
   readonly queue: JobQueue;
   readonly gpuMetrics: GpuMetricsSource;
   readonly metricSink: GpuMetricSink;
+  /** Where agents publish their replicas' waiting and running requests. */
+  readonly serviceMetricSink: ServiceMetricSink;
   readonly deadLetter: DeadLetter;
   readonly trigger: ReconcileTrigger;
   /** Clouds whose interruptions are found by polling (GCP). */
@@ -170,6 +173,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     queue: new SqsJobQueue(clients.sqs, { teamQueuePrefix: config.teamQueuePrefix, clock }),
     gpuMetrics: new CloudWatchGpuMetrics(clients.cloudwatch, clock),
     metricSink: new CloudWatchGpuMetricSink(clients.cloudwatch),
+    serviceMetricSink: new CloudWatchServiceMetricSink(clients.cloudwatch),
     deadLetter: deadLetterFor(clients.sqs, config.deadLetterQueueUrl),
     trigger: reconcileTrigger(clients.lambda, config.reconcileFunction),
     notices,

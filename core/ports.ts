@@ -288,6 +288,20 @@ export interface GpuMetricSink {
   put(samples: readonly GpuMetricSample[]): Promise<void>;
 }
 
+/** One replica's own load figure (waiting or running requests), as the agent read it from the replica's metrics endpoint. */
+export interface ServiceMetricSample {
+  readonly serviceId: string;
+  readonly jobId: string;
+  readonly metric: ServiceMetric;
+  readonly value: number;
+  readonly atMs: number;
+}
+
+/** Where the agents publish their replicas' load figures, one sample per replica and minute. */
+export interface ServiceMetricSink {
+  put(samples: readonly ServiceMetricSample[]): Promise<void>;
+}
+
 /** GPU utilisation of nodes. */
 export interface GpuMetricsSource {
   /** The newest sample per GPU of each instance within the last `windowSec`; instances without data are absent. */

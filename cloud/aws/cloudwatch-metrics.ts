@@ -6,7 +6,15 @@ import {
   type MetricDataQuery,
   type StandardUnit,
 } from '@aws-sdk/client-cloudwatch';
-import type { Clock, GpuMetricSample, GpuMetricSink, GpuMetricsSource, GpuSample } from '../../core/ports.ts';
+import type {
+  Clock,
+  GpuMetricSample,
+  GpuMetricSink,
+  GpuMetricsSource,
+  GpuSample,
+  ServiceMetricSample,
+  ServiceMetricSink,
+} from '../../core/ports.ts';
 import { translateAwsError } from './errors.ts';
 
 /** Where the node agent publishes GPU metrics (per GPU, with the dimensions GpuIndex, InstanceId, NodeGroup). */
@@ -18,6 +26,12 @@ export const AGENT_METRICS = {
   temperature: 'GpuTemperature',
   eccErrors: 'GpuUncorrectableEccErrors',
 } as const;
+/** Replicas' own load figures, by service (each replica publishes its value once a minute: the minute's Sum is the service's total). */
+export const SERVICE_METRICS = {
+  'waiting-requests': 'ServiceWaitingRequests',
+  'running-requests': 'ServiceRunningRequests',
+} as const;
+
 /** What the CloudWatch agent publishes for fleets that already run it (nvidia_gpu plugin). */
 export const CWAGENT_METRICS = {
   namespace: 'CWAgent',
@@ -144,6 +158,38 @@ export class CloudWatchGpuMetricSink implements GpuMetricSink {
         await this.cw.send(new PutMetricDataCommand({ Namespace: this.namespace, MetricData: data.slice(i, i + 1000) }));
       } catch (error) {
         throw translateAwsError(error, { operation: 'put GPU metrics', resource: this.namespace });
+      }
+    }
+  }
+}
+
+/** Publishes replicas' load figures in gpu-fleet's namespace, by service. */
+export class CloudWatchServiceMetricSink implements ServiceMetricSink {
+  constructor(
+    private readonly cw: CloudWatchClient,
+    private readonly namespace: string = AGENT_METRICS.namespace,
+  ) {}
+
+  async put(samples: readonly ServiceMetricSample[]): Promise<void> {
+    const data: MetricDatum[] = samples.flatMap((s) => {
+      const name = SERVICE_METRICS[s.metric as keyof typeof SERVICE_METRICS];
+      return name
+        ? [
+            {
+              MetricName: name,
+              Dimensions: [{ Name: 'Service', Value: s.serviceId }],
+              Timestamp: new Date(s.atMs),
+              Value: s.value,
+              Unit: 'Count' as const,
+            },
+          ]
+        : [];
+    });
+    for (let i = 0; i < data.length; i += 1000) {
+      try {
+        await this.cw.send(new PutMetricDataCommand({ Namespace: this.namespace, MetricData: data.slice(i, i + 1000) }));
+      } catch (error) {
+        throw translateAwsError(error, { operation: 'put service metrics', resource: this.namespace });
       }
     }
   }

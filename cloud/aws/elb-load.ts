@@ -2,13 +2,16 @@
  * A service's load on AWS, from its Application Load Balancer target group's CloudWatch metric
  * `RequestCountPerTarget` (namespace AWS/ApplicationELB, dimension TargetGroup, Sum per minute):
  * requests per second per target over the newest complete minute, times the replicas running,
- * is the service's total the autoscaler spreads over its replicas.
+ * is the service's total the autoscaler spreads over its replicas. Waiting and running requests
+ * come from the replicas themselves (their agents publish them, `ServiceWaitingRequests` and
+ * `ServiceRunningRequests` by Service): the newest minute's Sum over the replicas.
  */
 import { GetMetricDataCommand, type CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import type { Job } from '../../core/job.ts';
 import type { Clock, ServiceLoadSource } from '../../core/ports.ts';
 import type { ServiceMetric } from '../../core/serving/autoscale.ts';
 import type { ServiceRecord } from '../../core/serving/service.ts';
+import { AGENT_METRICS, SERVICE_METRICS } from './cloudwatch-metrics.ts';
 import { translateAwsError } from './errors.ts';
 
 /** The TargetGroup dimension of a target group's ARN ("targetgroup/name/id"). */
@@ -36,6 +39,15 @@ export class ElbRequestLoad implements ServiceLoadSource {
           EndTime: new Date(end),
           ScanBy: 'TimestampDescending',
           MetricDataQueries: [
+            // The replicas' own figures, as their agents published them: the minute's Sum over the replicas.
+            ...Object.entries(SERVICE_METRICS).map(([metric, name]) => ({
+              Id: metric === 'waiting-requests' ? 'waiting' : 'running',
+              MetricStat: {
+                Metric: { Namespace: AGENT_METRICS.namespace, MetricName: name, Dimensions: [{ Name: 'Service', Value: service.id }] },
+                Period: 60,
+                Stat: 'Sum',
+              },
+            })),
             {
               Id: 'perTarget',
               MetricStat: {
@@ -55,7 +67,14 @@ export class ElbRequestLoad implements ServiceLoadSource {
       // No datapoint: no request reached the group in the window (the metric is only published when there are requests).
       const perTargetPerSec = (newest ?? 0) / 60;
       const running = replicas.filter((j) => j.state === 'running').length;
-      return { 'requests-per-second': perTargetPerSec * Math.max(1, running) };
+      const newestOf = (id: string) => out.MetricDataResults?.find((r) => r.Id === id)?.Values?.[0];
+      const waiting = newestOf('waiting');
+      const inFlight = newestOf('running');
+      return {
+        'requests-per-second': perTargetPerSec * Math.max(1, running),
+        ...(waiting !== undefined ? { 'waiting-requests': waiting } : {}),
+        ...(inFlight !== undefined ? { 'running-requests': inFlight } : {}),
+      };
     } catch (error) {
       throw translateAwsError(error, { operation: 'GetMetricData (RequestCountPerTarget)', resource: arn });
     }

@@ -30,14 +30,23 @@ describe('service load from the load balancer (RequestCountPerTarget)', () => {
     const cw = new CloudWatchClient({ region: 'us-west-2' });
     const mock = mockClient(cw);
     // Shape of a GetMetricData answer (API reference): newest first with ScanBy TimestampDescending.
-    mock
-      .on(GetMetricDataCommand)
-      .resolves({ MetricDataResults: [{ Id: 'perTarget', StatusCode: 'Complete', Values: [150, 90], Timestamps: [] }] });
+    mock.on(GetMetricDataCommand).resolves({
+      MetricDataResults: [
+        { Id: 'perTarget', StatusCode: 'Complete', Values: [150, 90], Timestamps: [] },
+        { Id: 'waiting', StatusCode: 'Complete', Values: [14], Timestamps: [] },
+        { Id: 'running', StatusCode: 'Complete', Values: [], Timestamps: [] },
+      ],
+    });
     const load = new ElbRequestLoad(cw, { nowMs: () => NOW }, { 'nlp.chat': ARN });
-    // 150 requests per target in a minute, three replicas: 7.5 requests per second in all.
-    expect(await load.read(record, running(3))).toEqual({ 'requests-per-second': 7.5 });
+    // 150 requests per target in a minute, three replicas: 7.5 requests per second in all; the replicas' own waiting requests summed.
+    expect(await load.read(record, running(3))).toEqual({ 'requests-per-second': 7.5, 'waiting-requests': 14 });
     const input = mock.commandCalls(GetMetricDataCommand)[0]!.args[0].input;
-    expect(input.MetricDataQueries![0]!.MetricStat).toEqual({
+    expect(input.MetricDataQueries!.find((q) => q.Id === 'waiting')!.MetricStat).toEqual({
+      Metric: { Namespace: 'GpuFleet', MetricName: 'ServiceWaitingRequests', Dimensions: [{ Name: 'Service', Value: 'nlp.chat' }] },
+      Period: 60,
+      Stat: 'Sum',
+    });
+    expect(input.MetricDataQueries!.find((q) => q.Id === 'perTarget')!.MetricStat).toEqual({
       Metric: {
         Namespace: 'AWS/ApplicationELB',
         MetricName: 'RequestCountPerTarget',
