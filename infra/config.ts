@@ -207,7 +207,63 @@ export const ConfigSchema = z
                   message: `"${id}" is not a service id: services are known as team.name, e.g. "nlp.chat"`,
                   input: id,
                 });
-          }),
+          })
+          .default({}),
+        /**
+         * A load balancer the stack creates (internal unless `internetFacing`), with a listener per
+         * service on its own port (HTTPS with `certificateArn`) forwarding to the service's target
+         * group of IP targets, health-checked on its readiness path.
+         */
+        loadBalancer: z
+          .strictObject({
+            internetFacing: z.boolean().default(false),
+            /** Who may reach the listeners (default: the VPC). */
+            allowFrom: z
+              .string()
+              .regex(/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/, { error: 'a CIDR block, e.g. "10.0.0.0/16"' })
+              .optional(),
+            certificateArn: z
+              .string()
+              .regex(/^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate\/[0-9a-f-]{36}$/, { error: 'an ACM certificate ARN' })
+              .optional(),
+            services: z
+              .array(
+                z.strictObject({
+                  id: z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}\.[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/, {
+                    error: 'services are known as team.name, e.g. "nlp.chat"',
+                  }),
+                  port: z.number().int().min(1).max(65_535),
+                  listenerPort: z.number().int().min(1).max(65_535),
+                  healthCheckPath: z
+                    .string()
+                    .regex(/^\/[!-~]{0,255}$/, { error: 'an HTTP path starting with "/"' })
+                    .default('/health'),
+                }),
+              )
+              .min(1)
+              .max(20),
+          })
+          .optional(),
+      })
+      .superRefine((svc, ctx) => {
+        const ports = new Set<number>();
+        (svc.loadBalancer?.services ?? []).forEach((x, i) => {
+          if (svc.targetGroups[x.id])
+            ctx.addIssue({
+              code: 'custom',
+              path: ['loadBalancer', 'services', i, 'id'],
+              message: `${x.id} already has a target group in targetGroups`,
+              input: x.id,
+            });
+          if (ports.has(x.listenerPort))
+            ctx.addIssue({
+              code: 'custom',
+              path: ['loadBalancer', 'services', i, 'listenerPort'],
+              message: 'each service needs its own listener port',
+              input: x.listenerPort,
+            });
+          ports.add(x.listenerPort);
+        });
       })
       .optional(),
     gcp: z

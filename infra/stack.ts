@@ -5,6 +5,7 @@ import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -65,6 +66,8 @@ export class GpuFleetStack extends Stack {
   readonly agentRole: iam.Role;
   readonly agentApiUrl: lambda.FunctionUrl;
   readonly dashboard: cloudwatch.Dashboard;
+  /** Each service's target group: id, ARN and its CloudWatch dimension (configured or created). */
+  readonly serviceTargets: { id: string; arn: string; dimension: string }[];
   readonly alarms: cloudwatch.Alarm[] = [];
 
   private readonly bundles: Readonly<Record<FunctionName, string>> | undefined;
@@ -206,6 +209,7 @@ export class GpuFleetStack extends Stack {
     nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
     this.groups = new Map();
     for (const g of config.nodeGroups) this.groups.set(g.name, this.nodeGroup(g, config, vpc, nodeSg, agentAsset));
+    this.serviceTargets = this.servicesFrontDoor(config, vpc, nodeSg, accessLogs);
 
     // ---- functions --------------------------------------------------------------------------
     // Only reconcile works with GCP (it scales the managed instance groups and polls preemptions).
@@ -213,9 +217,10 @@ export class GpuFleetStack extends Stack {
       ? { GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects), GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName }
       : {};
     // Services: reconcile registers their replicas in their target groups and reads their load; intake stores their records.
-    const serviceEnv: Record<string, string> = config.services
-      ? { GPU_FLEET_SERVICE_TARGET_GROUPS: JSON.stringify(config.services.targetGroups) }
-      : {};
+    const serviceEnv: Record<string, string> =
+      this.serviceTargets.length > 0
+        ? { GPU_FLEET_SERVICE_TARGET_GROUPS: this.toJsonString(Object.fromEntries(this.serviceTargets.map((t) => [t.id, t.arn]))) }
+        : {};
     const reconcile = this.fn('reconcile', {
       memoryMb: 1769,
       timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)),
@@ -315,6 +320,73 @@ export class GpuFleetStack extends Stack {
   }
 
   // ---- pieces ---------------------------------------------------------------------------------
+  /**
+   * The services' front door: the target groups the config names, and, with `loadBalancer`, an
+   * Application Load Balancer the stack creates (internal unless said, access logs on, invalid
+   * headers dropped) with a listener per service on its own port (HTTPS with a certificate)
+   * forwarding to an IP target group on the service's port, health-checked on its readiness path,
+   * 30 s deregistration delay. Its security group takes the listener ports from `allowFrom` (the
+   * VPC by default) and reaches the nodes on the services' ports only.
+   */
+  private servicesFrontDoor(
+    config: GpuFleetConfig,
+    vpc: ec2.IVpc,
+    nodeSg: ec2.SecurityGroup,
+    accessLogs: s3.Bucket,
+  ): { id: string; arn: string; dimension: string }[] {
+    const out = Object.entries(config.services?.targetGroups ?? {}).map(([id, arn]) => ({ id, arn, dimension: targetGroupDimension(arn) }));
+    const lb = config.services?.loadBalancer;
+    if (!lb) return out;
+    const from = lb.allowFrom ?? ('create' in config.vpc ? config.vpc.create.cidr : undefined);
+    if (!from)
+      throw new Error(
+        'services.loadBalancer.allowFrom: give the CIDR that may reach the services (with an existing VPC the stack does not know its range)',
+      );
+    if (lb.internetFacing && !('create' in config.vpc))
+      throw new Error(
+        'services.loadBalancer.internetFacing: an existing VPC is described by its private subnets only; an internet-facing load balancer needs the stack to create the VPC',
+      );
+    const sg = new ec2.SecurityGroup(this, 'ServicesLoadBalancerSecurityGroup', {
+      vpc,
+      description: 'gpu-fleet services load balancer: listener ports from allowFrom, the services ports on the nodes',
+      allowAllOutbound: false,
+    });
+    const alb = new elbv2.ApplicationLoadBalancer(this, 'ServicesLoadBalancer', {
+      vpc,
+      internetFacing: lb.internetFacing,
+      securityGroup: sg,
+      dropInvalidHeaderFields: true,
+      vpcSubnets: { subnetType: lb.internetFacing ? ec2.SubnetType.PUBLIC : ec2.SubnetType.PRIVATE_WITH_EGRESS },
+    });
+    alb.logAccessLogs(accessLogs, 'services-load-balancer');
+    lb.services.forEach((svc, i) => {
+      const tg = new elbv2.ApplicationTargetGroup(this, `ServiceTargetGroup${i}`, {
+        vpc,
+        targetType: elbv2.TargetType.IP,
+        port: svc.port,
+        protocol: elbv2.ApplicationProtocol.HTTP,
+        healthCheck: { path: svc.healthCheckPath, interval: Duration.seconds(10), healthyThresholdCount: 2 },
+        deregistrationDelay: Duration.seconds(30),
+      });
+      alb.addListener(`ServiceListener${i}`, {
+        port: svc.listenerPort,
+        open: false,
+        ...(lb.certificateArn
+          ? { protocol: elbv2.ApplicationProtocol.HTTPS, certificates: [elbv2.ListenerCertificate.fromArn(lb.certificateArn)] }
+          : { protocol: elbv2.ApplicationProtocol.HTTP }),
+        defaultTargetGroups: [tg],
+      });
+      sg.addIngressRule(ec2.Peer.ipv4(from), ec2.Port.tcp(svc.listenerPort), `${svc.id}: clients`);
+      sg.addEgressRule(nodeSg, ec2.Port.tcp(svc.port), `${svc.id}: its replicas`);
+      nodeSg.addIngressRule(sg, ec2.Port.tcp(svc.port), `${svc.id}: from the services load balancer`);
+      out.push({ id: svc.id, arn: tg.targetGroupArn, dimension: tg.targetGroupFullName });
+    });
+    new CfnOutput(this, 'ServicesLoadBalancerDns', {
+      value: alb.loadBalancerDnsName,
+      description: 'the services load balancer (one listener port per service)',
+    });
+    return out;
+  }
 
   private network(config: GpuFleetConfig): ec2.IVpc {
     if ('existing' in config.vpc) {
@@ -639,13 +711,13 @@ export class GpuFleetStack extends Stack {
       ['sqs:GetQueueAttributes'],
       [...this.teamQueues.values()].map((q) => q.queueArn),
     );
-    if (config.services) {
+    if (this.serviceTargets.length > 0) {
       // Register and deregister replicas in the services' own target groups only.
       allow(
         role,
         'ServiceTargets',
         ['elasticloadbalancing:RegisterTargets', 'elasticloadbalancing:DeregisterTargets'],
-        Object.values(config.services.targetGroups),
+        this.serviceTargets.map((t) => t.arn),
       );
       // DescribeTargetHealth takes no resource-level permission (Service Authorization Reference).
       allow(role, 'ServiceTargetHealth', ['elasticloadbalancing:DescribeTargetHealth'], ['*']);
@@ -754,8 +826,8 @@ export class GpuFleetStack extends Stack {
       }),
     );
     // Services: replicas wanted against ready (from reconcile), and what each target group's load balancer sees.
-    if (config.services) {
-      const groups = Object.entries(config.services.targetGroups);
+    if (this.serviceTargets.length > 0) {
+      const groups = this.serviceTargets.map((t) => [t.id, t.dimension] as const);
       d.addWidgets(
         new cloudwatch.GraphWidget({
           title: 'Service replicas: wanted and ready',
@@ -773,7 +845,7 @@ export class GpuFleetStack extends Stack {
               new cloudwatch.Metric({
                 namespace: 'AWS/ApplicationELB',
                 metricName: 'RequestCountPerTarget',
-                dimensionsMap: { TargetGroup: targetGroupDimension(arn) },
+                dimensionsMap: { TargetGroup: arn },
                 statistic: 'Sum',
                 period: Duration.minutes(1),
                 label: `${id} requests per target`,
@@ -781,7 +853,7 @@ export class GpuFleetStack extends Stack {
           ),
           right: groups.map(([id, arn]) =>
             search(
-              `SEARCH('{AWS/ApplicationELB,LoadBalancer,TargetGroup} MetricName="HealthyHostCount" TargetGroup="${targetGroupDimension(arn)}"', 'Minimum', 60)`,
+              `SEARCH('{AWS/ApplicationELB,LoadBalancer,TargetGroup} MetricName="HealthyHostCount" TargetGroup="${arn}"', 'Minimum', 60)`,
               `${id} healthy targets`,
             ),
           ),

@@ -480,6 +480,60 @@ describe('cdk-nag', () => {
     );
   });
 
+  it('with a load balancer the stack creates: internal, logged, a listener per service (HTTPS with a certificate), IP targets health-checked on the readiness path; cdk-nag clean', () => {
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const cert = 'arn:aws:acm:us-west-2:123456789012:certificate/0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0';
+    const config = parseConfig({
+      ...raw,
+      services: {
+        loadBalancer: { certificateArn: cert, services: [{ id: 'nlp.chat', port: 8000, listenerPort: 443, healthCheckPath: '/health' }] },
+      },
+    });
+    const { app, stack } = build(config, { nag: true });
+    expect(() => app.synth()).not.toThrow();
+    const template = Template.fromStack(stack);
+    template.hasResourceProperties('AWS::ElasticLoadBalancingV2::LoadBalancer', {
+      Scheme: 'internal',
+      LoadBalancerAttributes: Match.arrayWith([{ Key: 'access_logs.s3.enabled', Value: 'true' }]),
+    });
+    template.hasResourceProperties('AWS::ElasticLoadBalancingV2::LoadBalancer', {
+      LoadBalancerAttributes: Match.arrayWith([{ Key: 'routing.http.drop_invalid_header_fields.enabled', Value: 'true' }]),
+    });
+    template.hasResourceProperties('AWS::ElasticLoadBalancingV2::TargetGroup', {
+      TargetType: 'ip',
+      Port: 8000,
+      HealthCheckPath: '/health',
+      TargetGroupAttributes: Match.arrayWith([{ Key: 'deregistration_delay.timeout_seconds', Value: '30' }]),
+    });
+    template.hasResourceProperties('AWS::ElasticLoadBalancingV2::Listener', {
+      Port: 443,
+      Protocol: 'HTTPS',
+      Certificates: [{ CertificateArn: cert }],
+    });
+    // The load balancer's clients come from the VPC only, and it reaches the nodes on the service's port only.
+    template.hasResourceProperties('AWS::EC2::SecurityGroup', {
+      SecurityGroupIngress: [
+        Match.objectLike({ CidrIp: (raw.vpc as { create: { cidr: string } }).create.cidr, FromPort: 443, ToPort: 443 }),
+      ],
+    });
+    template.hasResourceProperties('AWS::EC2::SecurityGroupIngress', { FromPort: 8000, ToPort: 8000, IpProtocol: 'tcp' });
+    const reconcile = statements(template, 'reconcileRole').find((x) => x.Sid === 'ServiceTargets')!;
+    expect(JSON.stringify(reconcile.Resource)).toMatch(/ServiceTargetGroup0/);
+    expect(() =>
+      parseConfig({
+        ...raw,
+        services: {
+          loadBalancer: {
+            services: [
+              { id: 'nlp.a', port: 1, listenerPort: 80 },
+              { id: 'nlp.b', port: 2, listenerPort: 80 },
+            ],
+          },
+        },
+      }),
+    ).toThrow(/services\.loadBalancer\.services\[1\]\.listenerPort: each service needs its own listener port/);
+  });
+
   it('fails the synth on a finding nobody acknowledged', () => {
     const { app, stack } = build(example(), { nag: true });
     new sqs.Queue(stack, 'Unencrypted', { encryption: sqs.QueueEncryption.UNENCRYPTED });
