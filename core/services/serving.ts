@@ -127,13 +127,18 @@ export async function reconcileServices(
       if ((await ports.jobs.create(job)).created) started++;
     }
     // The front door first: a replica leaves the load balancer before it is stopped or its machine goes.
+    // A replica still in the target group (registered, or draining for the deregistration delay) is
+    // stopped only once it has left it: its cancel waits for a later reconcile, so no request it holds is cut.
+    let stillFronted = new Set<string>();
     if (ports.frontDoor?.fronts(record.id)) {
       const out = await reconcileFrontDoor(ports.frontDoor, record, views, decision.cancel, records);
       registered += out.registered;
       deregistered += out.deregistered;
+      stillFronted = out.stillFronted;
     }
     // Why each replica goes is in the record's reason; the cancel itself is the one people use.
     for (const c of decision.cancel) {
+      if (stillFronted.has(c.jobId)) continue;
       const out = await applyJobEvent(ports.jobs, c.jobId, { type: 'cancel' }, nowMs);
       if (out.status === 'changed') cancelled++;
     }
@@ -156,7 +161,7 @@ async function reconcileFrontDoor(
   views: readonly ReplicaView[],
   cancel: readonly { readonly jobId: string }[],
   records: ReadonlyMap<string, NodeRecord>,
-): Promise<{ registered: number; deregistered: number }> {
+): Promise<{ registered: number; deregistered: number; stillFronted: Set<string> }> {
   const port = record.spec.service?.port ?? 0;
   const going = new Set(cancel.map((c) => c.jobId));
   const targetOf = (v: ReplicaView): FrontDoorTarget | undefined => {
@@ -175,6 +180,17 @@ async function reconcileFrontDoor(
   const now = await door.targets(record.id);
   const live = new Set(now.filter((t) => t.state !== 'draining').map((t) => `${t.target.ip}:${t.target.port}`));
   const register = [...want.entries()].filter(([k]) => !live.has(k)).map(([, t]) => t);
+  // Replicas being cancelled whose address the group still holds (before this step's deregistration, or draining).
+  const held = new Set(now.map((t) => `${t.target.ip}:${t.target.port}`));
+  const stillFronted = new Set(
+    views
+      .filter((v) => going.has(v.job.id))
+      .filter((v) => {
+        const t = targetOf(v);
+        return t !== undefined && held.has(`${t.ip}:${t.port}`);
+      })
+      .map((v) => v.job.id),
+  );
   // Stale targets too: a replica that ended, or a machine that went without a notice.
   const deregister = now
     .filter((t) => t.state !== 'draining')
@@ -182,7 +198,7 @@ async function reconcileFrontDoor(
     .filter((t) => leave.has(`${t.ip}:${t.port}`) || !want.has(`${t.ip}:${t.port}`));
   await door.deregister(record.id, deregister);
   await door.register(record.id, register);
-  return { registered: register.length, deregistered: deregister.length };
+  return { registered: register.length, deregistered: deregister.length, stillFronted };
 }
 
 /**

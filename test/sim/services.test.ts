@@ -149,6 +149,27 @@ describe('services in the simulated control loop', () => {
     expect(summary.violations).toBe(0);
   }, 60_000);
 
+  it('scale-in takes a replica off the load balancer and stops it only once it has drained (the deregistration delay)', async () => {
+    const drop: SimService = {
+      ...chat(8),
+      demand: { source: 'a drop from 8 to 2 requests per second at 1 h', rpsAt: (sec) => (sec < 3600 ? 8 : 2) },
+    };
+    const { env, frontDoor } = await run([drop], { kind: 'none' });
+    const log = frontDoor!.log.filter((l) => l.serviceId === 'nlp.chat');
+    const stopped = env.jobs.all().filter((j) => j.spec.labels[SERVICE_LABEL] === 'nlp.chat' && j.state === 'cancelled' && j.attempt === 1);
+    let checked = 0;
+    for (const j of stopped) {
+      const nodeId = j.heldAttempts?.find((h) => h.attempt === 1)?.nodes[0]?.nodeId;
+      if (!nodeId) continue;
+      const ip = simulatedAddress(nodeId);
+      const out = log.filter((l) => l.action === 'deregister' && l.target.ip === ip).at(-1);
+      if (!out) continue; // never registered (stopped while starting)
+      expect(j.endedAtMs! - out.atMs, j.id).toBeGreaterThanOrEqual(30_000);
+      checked++;
+    }
+    expect(checked).toBeGreaterThanOrEqual(2);
+  }, 60_000);
+
   it("npm start's services load from the shipped traces", () => {
     const services = defaultSimServices();
     expect(services.map((s) => `${s.team}.${s.spec.name}`)).toEqual(['nlp.chat', 'recsys.recommend']);
