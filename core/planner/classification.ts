@@ -136,7 +136,7 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
       if (!Number.isFinite(factor) || (capacity !== 'spot' && info.onDemandPrice > 0 && info.price * factor > info.onDemandPrice)) continue;
     }
     eligible.set(info.key, factor);
-    gpusOf.set(info.key, info.type.gpuCount);
+    if (spec.service) gpusOf.set(info.key, info.type.gpuCount);
   }
   // A service replica runs for days and cannot be moved by checkpoint: it gets a machine of the smallest size that holds
   // it, so it never keeps a larger machine alive whose other GPUs batch work has left idle.

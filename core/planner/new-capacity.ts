@@ -109,7 +109,8 @@ function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): Offerin
     if (best && floor > best.eff + 1e-9) break;
     // A job limited to some zones is bought for only from a group whose zones all fit: a group spanning several zones
     // launches in the zone it picks (the cheapest, or the next in balance), not the one the plan named.
-    const fitting = info.groups.filter((g) => zonesFit(g.group, e.job.spec.placement?.zones));
+    const zones = e.job.spec.placement?.zones;
+    const fitting = zones ? info.groups.filter((g) => zonesFit(g.group, zones)) : info.groups;
     if (fitting.length === 0) {
       sawZoneSpan = true;
       continue;
@@ -171,9 +172,9 @@ function buyablePools(st: PlanningState, cls: Entry['cls']) {
   return found;
 }
 
-/** Every zone the group launches in is one the job allows (no limit: any group). */
-function zonesFit(group: NodeGroup, zones: readonly string[] | undefined): boolean {
-  return zones === undefined || group.offerings.every((o) => zones.includes(o.zone));
+/** Every zone the group launches in is one the job allows. */
+function zonesFit(group: NodeGroup, zones: readonly string[]): boolean {
+  return group.offerings.every((o) => zones.includes(o.zone));
 }
 
 /** One scale-up per group that had machines bought for it, from its desired size (or what a cancellation set it to). */
