@@ -828,6 +828,14 @@ export class GpuFleetStack extends Stack {
     // Services: replicas wanted against ready (from reconcile), and what each target group's load balancer sees.
     if (this.serviceTargets.length > 0) {
       const groups = this.serviceTargets.map((t) => [t.id, t.dimension] as const);
+      const reconcileMetric = (metricName: string, service: string, statistic: string, period: Duration) =>
+        new cloudwatch.Metric({
+          namespace: ns,
+          metricName,
+          dimensionsMap: { Service: service, service: 'gpu-fleet-reconcile' },
+          statistic,
+          period,
+        });
       d.addWidgets(
         new cloudwatch.GraphWidget({
           title: 'Service replicas: wanted and ready',
@@ -836,6 +844,29 @@ export class GpuFleetStack extends Stack {
             search(`SEARCH('{${ns},Service,service} MetricName="ServiceReplicasWanted"', 'Maximum', 60)`, 'wanted'),
             search(`SEARCH('{${ns},Service,service} MetricName="ServiceReplicasReady"', 'Minimum', 60)`, 'ready'),
           ],
+        }),
+        new cloudwatch.GraphWidget({
+          title: 'Service availability (% of reconciles with ready ≥ wanted, hourly) and cost ($ per hour)',
+          width: 12,
+          left: groups.map(
+            ([id]) =>
+              new cloudwatch.MathExpression({
+                expression: '100 * a',
+                label: `${id} availability %`,
+                period: Duration.hours(1),
+                usingMetrics: { a: reconcileMetric('ServiceAvailable', id, 'Average', Duration.hours(1)) },
+              }),
+          ),
+          right: groups.map(
+            ([id]) =>
+              new cloudwatch.MathExpression({
+                expression: 'c / 1000000',
+                label: `${id} $ per hour`,
+                period: Duration.minutes(5),
+                usingMetrics: { c: reconcileMetric('ServiceCostMicroUsdPerHour', id, 'Average', Duration.minutes(5)) },
+              }),
+          ),
+          leftYAxis: { min: 0, max: 100 },
         }),
         new cloudwatch.GraphWidget({
           title: 'Service requests per target (per minute) and healthy targets',

@@ -3,6 +3,8 @@ import type { DecisionRecord, QueueDepth } from '../ports.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import { inService } from '../fleet.ts';
 import { offeringId } from '../catalog.ts';
+import { assignmentMilliGpu } from '../job.ts';
+import { SERVICE_LABEL } from '../serving/service.ts';
 
 /** One metric data point, for whatever publishes them (EMF in Lambda, the simulator's report). */
 export interface MetricPoint {
@@ -59,10 +61,16 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     if (team.tagProblems.length > 0)
       out.push({ name: 'BudgetTagProblems', unit: 'Count', value: team.tagProblems.length, dimensions: { Team: team.id } });
   }
-  // Each service: the replicas it wants and the ready ones (the dashboard's service panel; the alarm on ready < wanted).
-  for (const svc of decision.services ?? []) {
-    out.push({ name: 'ServiceReplicasWanted', unit: 'Count', value: svc.target, dimensions: { Service: svc.service } });
-    out.push({ name: 'ServiceReplicasReady', unit: 'Count', value: svc.ready, dimensions: { Service: svc.service } });
+  // Each service: the replicas it wants and the ready ones (the dashboard's service panel; the alarm on ready < wanted),
+  // whether it was available at this look (its average over a period is the availability), and what its replicas cost per hour.
+  const services = decision.services ?? [];
+  const serviceCost = services.length > 0 ? serviceCostRates(snapshot) : new Map<string, number>();
+  for (const svc of services) {
+    const dims = { Service: svc.service };
+    out.push({ name: 'ServiceReplicasWanted', unit: 'Count', value: svc.target, dimensions: dims });
+    out.push({ name: 'ServiceReplicasReady', unit: 'Count', value: svc.ready, dimensions: dims });
+    out.push({ name: 'ServiceAvailable', unit: 'None', value: svc.ready >= svc.target ? 1 : 0, dimensions: dims });
+    out.push({ name: 'ServiceCostMicroUsdPerHour', unit: 'None', value: serviceCost.get(svc.service) ?? 0, dimensions: dims });
   }
   out.push({ name: 'PlanTime', unit: 'Milliseconds', value: decision.planMs });
   out.push({ name: 'ActionsApplied', unit: 'Count', value: decision.applied });
@@ -77,5 +85,28 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
       value: Math.max(0, Math.round((decision.atMs - d.sinceMs) / 1000)),
       dimensions: { Cloud: d.cloud, Scope: d.scope ?? d.cloud },
     });
+  return out;
+}
+
+/**
+ * What each service's replicas cost per hour now (µUSD): each replica's share of its machines' price, by the GPUs it holds
+ * there (a replica that fills its machine pays all of it, as the planner places replicas on the smallest machine that holds them).
+ */
+function serviceCostRates(snapshot: Snapshot): Map<string, number> {
+  const nodes = new Map(snapshot.nodes.map((n) => [n.instance.id, n.instance]));
+  const out = new Map<string, number>();
+  for (const job of snapshot.activeJobs) {
+    const service = job.spec.labels?.[SERVICE_LABEL];
+    if (service === undefined || job.placement === undefined) continue;
+    let rate = 0;
+    for (const a of job.placement.nodes) {
+      const inst = nodes.get(a.nodeId);
+      if (inst === undefined) continue;
+      const price = snapshot.prices.get(offeringId(inst))?.priceMicroUsdPerHour ?? 0;
+      const gpus = snapshot.instanceTypes.get(inst.instanceType)?.gpuCount ?? 0;
+      rate += gpus > 0 ? Math.round(price * Math.min(1, assignmentMilliGpu(a) / (gpus * 1000))) : price;
+    }
+    out.set(service, (out.get(service) ?? 0) + rate);
+  }
   return out;
 }

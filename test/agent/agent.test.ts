@@ -8,7 +8,8 @@ import { handleNotice } from '../../core/services/interruption.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryPoolHistory } from '../../cloud/sim/memory-stores.ts';
 import { reason } from '../../core/reason.ts';
-import { agentWorld, COUNTER_JOB, RecordingSink, waitFor } from '../support/agent-world.ts';
+import { agentWorld, COUNTER_JOB, RecordingServiceSink, RecordingSink, REPLICA_JOB, waitFor } from '../support/agent-world.ts';
+import { createServer } from 'node:net';
 import { awsInstance, IMDS_BODIES, startMetadataServer, type MetadataServer } from '../support/metadata-server.ts';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -24,6 +25,15 @@ async function imds(instanceId: string): Promise<MetadataServer> {
   const s = await startMetadataServer('aws', awsInstance(instanceId));
   cleanups.push(() => s.close());
   return s;
+}
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
 }
 const dir = (name: string) => mkdtempSync(join(tmpdir(), `${name}-`));
 
@@ -157,6 +167,39 @@ describe('node agent: running placed jobs as real processes', () => {
         uncorrectableEccErrors: 0,
         atMs: expect.any(Number),
       },
+    ]);
+  });
+
+  it('reads a running replica’s own metrics endpoint and publishes its load figures by service, beside the GPU readings', async () => {
+    const w = world();
+    const gpu = new RecordingSink();
+    const load = new RecordingServiceSink();
+    const a = w.agent('i-a', { metrics: gpu, serviceMetrics: load });
+    await a.heartbeat();
+    const port = await freePort();
+    await w.submit('nlp.chat-r1', {
+      name: 'chat',
+      command: ['node', REPLICA_JOB, String(port), '7', '3'],
+      checkpoint: undefined,
+      labels: { 'gpu-fleet/service': 'nlp.chat' },
+      service: {
+        port,
+        replicas: { min: 1, max: 4 },
+        targets: [
+          { metric: 'waiting-requests', perReplica: 6 },
+          { metric: 'running-requests', perReplica: 8 },
+        ],
+      },
+    });
+    await w.place('nlp.chat-r1', ['i-a']);
+    await a.heartbeat();
+    // Wait until the replica answers, as the load balancer's health check would.
+    await waitFor('the replica to listen', async () => (await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined))?.ok);
+    await a.publishMetrics();
+    expect(gpu.samples).toHaveLength(1);
+    expect(load.samples).toEqual([
+      { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'waiting-requests', value: 7, atMs: expect.any(Number) },
+      { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'running-requests', value: 3, atMs: expect.any(Number) },
     ]);
   });
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { reconcileMetrics } from '../../core/services/metrics.ts';
 import type { DecisionRecord } from '../../core/ports.ts';
-import { aSnapshot, aTeam } from '../builders.ts';
+import { aGroup, aJob, aNode, aSnapshot, aTeam } from '../builders.ts';
 
 describe('reconcile metrics', () => {
   it('reports queue depth per team, spend against each team budget, and tag problems', () => {
@@ -58,7 +58,7 @@ describe('reconcile metrics', () => {
     ]);
   });
 
-  it('reports each service’s replicas wanted and ready, by service', () => {
+  it('reports each service’s replicas wanted and ready, whether it is available, and what its replicas cost per hour', () => {
     const decision: DecisionRecord = {
       id: 'd',
       atMs: 600_000,
@@ -68,12 +68,46 @@ describe('reconcile metrics', () => {
       applied: 0,
       errors: [],
       planMs: 1,
-      services: [{ service: 'nlp.chat', target: 4, ready: 3, reason: '3 → 4: …' }],
+      services: [
+        { service: 'nlp.chat', target: 4, ready: 3, reason: '3 → 4: …' },
+        { service: 'cv.detect', target: 1, ready: 1, reason: '1 → 1: …' },
+      ],
     };
-    const points = reconcileMetrics(aSnapshot(), decision, new Map()).filter((p) => p.name.startsWith('Service'));
-    expect(points).toEqual([
-      { name: 'ServiceReplicasWanted', unit: 'Count', value: 4, dimensions: { Service: 'nlp.chat' } },
-      { name: 'ServiceReplicasReady', unit: 'Count', value: 3, dimensions: { Service: 'nlp.chat' } },
+    // Two chat replicas share a 4-GPU spot machine (a quarter of its price each), one fills a 1-GPU on-demand machine;
+    // a batch job on the shared machine is no service's cost.
+    const big = aGroup({ instanceType: 'g5.12xlarge', capacityType: 'spot' });
+    const small = aGroup({ instanceType: 'g5.xlarge' });
+    const replica = (id: string, nodeId: string, gpu: number, service = 'nlp.chat') =>
+      aJob({
+        id,
+        state: 'running',
+        spec: { labels: { 'gpu-fleet/service': service } },
+        placement: { nodes: [{ nodeId, gpuIndices: [gpu] }], capacityType: nodeId === 'i-big' ? 'spot' : 'on-demand' },
+      });
+    const snapshot = aSnapshot({
+      groups: [big, small],
+      nodes: [aNode('i-big', { group: big }), aNode('i-small', { group: small })],
+      activeJobs: [
+        replica('r1', 'i-big', 0),
+        replica('r2', 'i-big', 1),
+        replica('r3', 'i-small', 0),
+        aJob({ id: 'batch', state: 'running', placement: { nodes: [{ nodeId: 'i-big', gpuIndices: [2, 3] }], capacityType: 'spot' } }),
+      ],
+    });
+    const points = reconcileMetrics(snapshot, decision, new Map()).filter((p) => p.name.startsWith('Service'));
+    const chat = { Service: 'nlp.chat' };
+    expect(points.filter((p) => p.dimensions?.Service === 'nlp.chat')).toEqual([
+      { name: 'ServiceReplicasWanted', unit: 'Count', value: 4, dimensions: chat },
+      { name: 'ServiceReplicasReady', unit: 'Count', value: 3, dimensions: chat },
+      { name: 'ServiceAvailable', unit: 'None', value: 0, dimensions: chat },
+      { name: 'ServiceCostMicroUsdPerHour', unit: 'None', value: 2_100_000 / 2 + 1_006_000, dimensions: chat },
+    ]);
+    // Available with its one replica ready; no replica running here, so no cost.
+    expect(points.filter((p) => p.dimensions?.Service === 'cv.detect').map((p) => [p.name, p.value])).toEqual([
+      ['ServiceReplicasWanted', 1],
+      ['ServiceReplicasReady', 1],
+      ['ServiceAvailable', 1],
+      ['ServiceCostMicroUsdPerHour', 0],
     ]);
   });
 });

@@ -474,6 +474,8 @@ describe('cdk-nag', () => {
     const dashboard = JSON.stringify(template.findResources('AWS::CloudWatch::Dashboard'));
     expect(dashboard).toMatch(/Service replicas: wanted and ready/);
     expect(dashboard).toMatch(/ServiceReplicasReady/);
+    expect(dashboard).toMatch(/ServiceAvailable/);
+    expect(dashboard).toMatch(/ServiceCostMicroUsdPerHour/);
     expect(dashboard).toMatch(/RequestCountPerTarget.*targetgroup\/gf-nlp-chat\/50dc6c495c0c9188/);
     expect(() => parseConfig({ ...raw, services: { targetGroups: { chat: 'tg-1' } } })).toThrow(
       /services\.targetGroups\.chat: must be a target group ARN[\s\S]*"chat" is not a service id/,

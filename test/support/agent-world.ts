@@ -8,7 +8,7 @@ import type { Identity, MetadataClient } from '../../agent/metadata.ts';
 import { readGpuInventory } from '../../agent/nvidia-smi.ts';
 import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
 import { checkJobSpec, type JobSpecInput } from '../../core/job-spec.ts';
-import type { GpuMetricSample, GpuMetricSink } from '../../core/ports.ts';
+import type { GpuMetricSample, GpuMetricSink, ServiceMetricSample, ServiceMetricSink } from '../../core/ports.ts';
 import { newPendingJob, type Job } from '../../core/job.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
@@ -17,6 +17,7 @@ import { credentialsFor, startAgentApi } from './agent-api-server.ts';
 import { fakeNvidiaSmiEnv, type GpuFixture } from './gpu-fixtures.ts';
 
 export const COUNTER_JOB = resolve(import.meta.dirname, 'jobs/counter-job.mjs');
+export const REPLICA_JOB = resolve(import.meta.dirname, 'jobs/replica.mjs');
 
 export type AgentApi = Awaited<ReturnType<typeof startAgentApi>>;
 
@@ -46,6 +47,7 @@ export function agentWorld() {
       identity?: Partial<Identity>;
       workDir?: string;
       metrics?: GpuMetricSink;
+      serviceMetrics?: ServiceMetricSink;
       blobs?: CheckpointBlobs;
       config?: Partial<AgentConfig>;
       /** Reach the state and the checkpoints through this agent API (as a fleet machine does), not directly. */
@@ -76,6 +78,7 @@ export function agentWorld() {
         gpus: () => readGpuInventory({ env, timeoutMs: 5000 }),
         ...(options.metadata ? { metadata: options.metadata } : {}),
         ...(options.metrics ? { metrics: options.metrics } : {}),
+        ...(options.serviceMetrics ? { serviceMetrics: options.serviceMetrics } : {}),
         ...(options.removeFolder ? { removeFolder: options.removeFolder } : {}),
         log,
       },
@@ -174,5 +177,13 @@ export class RecordingSink implements GpuMetricSink {
   readonly samples: GpuMetricSample[] = [];
   async put(samples: readonly GpuMetricSample[]): Promise<void> {
     this.samples.push(...samples);
+  }
+}
+
+export class RecordingServiceSink implements ServiceMetricSink {
+  readonly samples: ServiceMetricSample[] = [];
+  put(samples: readonly ServiceMetricSample[]): Promise<void> {
+    this.samples.push(...samples);
+    return Promise.resolve();
   }
 }
