@@ -1,11 +1,11 @@
 // bench:chaos — the whole control loop on the simulated cloud under each fault profile, with the
 // invariants checked every simulated minute, against the fault-free run on the same trace and seed.
 //
-//   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--clouds aws,gcp] [--mig] [--json]
+//   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--clouds aws,gcp] [--mig] [--services] [--json]
 import { Command } from 'commander';
 import { listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
 import type { Cloud } from '../core/catalog.ts';
-import { acrossClouds, BUILT_IN_SPOT, BUILT_IN_TRACE, defaultTeamTags, simGroupsFor } from '../cloud/sim/defaults.ts';
+import { acrossClouds, BUILT_IN_SPOT, BUILT_IN_TRACE, defaultSimServices, defaultTeamTags, simGroupsFor } from '../cloud/sim/defaults.ts';
 import { FAULT_PROFILES, faultProfile } from '../cloud/sim/faults.ts';
 import { runSimulation, type SimulationSummary } from '../cloud/sim/simulation.ts';
 import { loadWorkload } from '../cloud/sim/workload.ts';
@@ -32,6 +32,8 @@ export interface ChaosRow {
     readonly rebought: number;
     readonly scaledInWithWorkWaiting: number;
   };
+  /** With --services: each service's availability (ready and registered replicas ≥ needed) and replicas lost. */
+  readonly services?: Readonly<Record<string, { readonly availabilityPct: number; readonly replicasLost: number }>>;
 }
 
 /**
@@ -57,6 +59,8 @@ export async function benchChaos(options: {
   mig?: boolean;
   /** The clouds of the simulated fleet (default AWS only); with two, the trace's V100 jobs are split as `simulate --clouds` does. */
   clouds?: readonly Cloud[];
+  /** Run npm start's two services (nlp.chat, recsys.recommend) beside the jobs in every profile. */
+  services?: boolean;
 }): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
   const clouds = options.clouds ?? ['aws'];
   const loaded = options.mig
@@ -74,6 +78,7 @@ export async function benchChaos(options: {
       spot: BUILT_IN_SPOT,
       faults: faultProfile(profile),
       invariants: 'count',
+      ...(options.services ? { services: defaultSimServices() } : {}),
     });
   const base = (await run('none')).summary;
   const summaries: Record<string, SimulationSummary> = { none: base };
@@ -102,6 +107,13 @@ export async function benchChaos(options: {
       ...(options.mig
         ? { migGroup: s.groupActivity[MIG_GROUP.id] ?? { launched: 0, scaledIn: 0, rebought: 0, scaledInWithWorkWaiting: 0 } }
         : {}),
+      ...(s.services
+        ? {
+            services: Object.fromEntries(
+              s.services.map((v) => [v.id, { availabilityPct: v.availabilityPct, replicasLost: v.replicasLost }]),
+            ),
+          }
+        : {}),
     });
   }
   return { rows, summaries };
@@ -126,9 +138,18 @@ if (invokedDirectly) {
       'clouds of the simulated fleet: aws (default), gcp, or aws,gcp',
       listOf(oneOf('--clouds', ['aws', 'gcp'] as const)),
     )
+    .option('--services', "run npm start's services (nlp.chat, recsys.recommend) beside the jobs in every profile")
     .option('--json', 'print the rows as JSON')
     .parse();
-  const o = program.opts<{ hours: number; seed: number; profiles?: string; json?: boolean; mig?: boolean; clouds?: Cloud[] }>();
+  const o = program.opts<{
+    hours: number;
+    seed: number;
+    profiles?: string;
+    json?: boolean;
+    mig?: boolean;
+    clouds?: Cloud[];
+    services?: boolean;
+  }>();
   const profiles = o.profiles ? o.profiles.split(',').map((p) => p.trim()) : Object.keys(FAULT_PROFILES);
   for (const p of profiles) {
     try {
@@ -143,6 +164,7 @@ if (invokedDirectly) {
     seed: o.seed,
     profiles,
     ...(o.mig ? { mig: true } : {}),
+    ...(o.services ? { services: true } : {}),
     ...(o.clouds ? { clouds: [...new Set(o.clouds)] } : {}),
   });
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
@@ -173,7 +195,12 @@ if (invokedDirectly) {
             .map(([c, v]) => `${c} ${v.toFixed(2)}%`)
             .join(', ')}]`
         : '';
-      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)} ${`${r.spendErrorPct.toFixed(3)}%`.padStart(10)} ${`${r.teamSpendErrorPct.toFixed(3)}%`.padStart(15)}  ${injected || '-'}${mig}${byCloud}`;
+      const svc = r.services
+        ? `  [services: ${Object.entries(r.services)
+            .map(([id, v]) => `${id} ${v.availabilityPct.toFixed(1)}% available, ${v.replicasLost} replicas lost`)
+            .join('; ')}]`
+        : '';
+      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)} ${`${r.spendErrorPct.toFixed(3)}%`.padStart(10)} ${`${r.teamSpendErrorPct.toFixed(3)}%`.padStart(15)}  ${injected || '-'}${mig}${byCloud}${svc}`;
     });
     const bad = rows.filter((r) => r.lost > 0 || r.duplicated > 0 || r.violations > 0);
     process.stdout.write(
