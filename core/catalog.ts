@@ -2,7 +2,12 @@ import type { GpuModel } from './gpu.ts';
 import type { MicroUsd } from './money.ts';
 
 export type Cloud = 'aws' | 'gcp' | 'sim';
-export type CapacityType = 'spot' | 'on-demand';
+/**
+ * How a machine is bought: spot, on-demand at list price, or inside a capacity reservation the
+ * customer already pays for (an On-Demand Capacity Reservation, a Capacity Block for ML, a GCP
+ * reservation; see core/reservation.ts).
+ */
+export type CapacityType = 'spot' | 'on-demand' | 'reserved';
 
 /** The facts about a machine type that matter to placement. */
 export interface InstanceType {
@@ -15,19 +20,22 @@ export interface InstanceType {
   readonly memoryMiB: number;
 }
 
-/** One way to buy a machine: instance type × zone × capacity type × cloud. */
+/** One way to buy a machine: instance type × zone × capacity type × cloud (× reservation, for reserved capacity). */
 export interface Offering {
-  /** Stable id: `${cloud}/${zone}/${instanceType}/${capacityType}`. */
+  /** Stable id: `${cloud}/${zone}/${instanceType}/${capacityType}`, and `/${reservationId}` for reserved capacity. */
   readonly id: string;
   readonly cloud: Cloud;
   readonly region: string;
   readonly zone: string;
   readonly instanceType: string;
   readonly capacityType: CapacityType;
+  /** The reservation a reserved offering launches into: two reservations of one type and zone are two offerings. */
+  readonly reservationId?: string;
 }
 
 export function offeringId(o: Omit<Offering, 'id' | 'region'>): string {
-  return `${o.cloud}/${o.zone}/${o.instanceType}/${o.capacityType}`;
+  const base = `${o.cloud}/${o.zone}/${o.instanceType}/${o.capacityType}`;
+  return o.capacityType === 'reserved' ? `${base}/${o.reservationId ?? '?'}` : base;
 }
 
 export function makeOffering(o: Omit<Offering, 'id'>): Offering {
@@ -40,10 +48,20 @@ export interface PriceQuote {
   readonly priceMicroUsdPerHour: MicroUsd;
   /** The on-demand price of the same instance type in the same region, for savings figures. */
   readonly onDemandMicroUsdPerHour: MicroUsd;
+  /**
+   * What a machine of it is billed per hour when that differs from the price the planner weighs: a
+   * reserved offering costs nothing at the margin but bills its reservation's rate to whoever uses it.
+   */
+  readonly billedMicroUsdPerHour?: MicroUsd;
   readonly source: string;
   readonly asOfMs?: number;
   /** For spot: the Spot Advisor interruption-frequency band ("<5%" … ">20%"), the prior of the pool's risk. */
   readonly interruptionBand?: string;
+}
+
+/** What a machine of the quote's offering is billed per hour (its reservation's rate for reserved capacity, else its price). */
+export function billedPrice(q: PriceQuote): MicroUsd {
+  return q.billedMicroUsdPerHour ?? q.priceMicroUsdPerHour;
 }
 
 /** The catalogue the planner sees: instance types by name. */

@@ -46,6 +46,8 @@ export interface Instance {
   readonly zone: string;
   readonly instanceType: string;
   readonly capacityType: CapacityType;
+  /** The capacity reservation the machine runs in (capacity type `reserved`). */
+  readonly reservationId?: string;
   readonly state: InstanceState;
   readonly launchedAtMs: number;
   /** Protected from the group's own scale-in (because it runs work). */

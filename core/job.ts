@@ -1,3 +1,4 @@
+import type { CapacityType } from './catalog.ts';
 import type { JobSpec } from './job-spec.ts';
 import { milliGpusUsed } from './gpu.ts';
 import { costForDuration } from './money.ts';
@@ -38,7 +39,9 @@ export function assignmentMilliGpu(a: NodeAssignment): number {
 export interface Placement {
   readonly nodes: readonly NodeAssignment[];
   /** Capacity type of the nodes, for accounting and the spot rules. */
-  readonly capacityType: 'spot' | 'on-demand';
+  readonly capacityType: CapacityType;
+  /** The capacity reservation of the machines, when reserved (for `explain` and the reservation report). */
+  readonly reservationId?: string;
   /** Thousandths of a GPU the attempt holds, over all its nodes. */
   readonly milliGpu?: number;
   /** What the attempt's share of its machines costs per hour when placed (µUSD), and the same share on on-demand. */

@@ -3,6 +3,7 @@ import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord } fro
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
+import type { Reservation } from './reservation.ts';
 import type { BudgetState, Team } from './team.ts';
 import type { ServiceMetric } from './serving/autoscale.ts';
 import type { ServiceRecord } from './serving/service.ts';
@@ -113,6 +114,18 @@ export interface NodeGroupProvider {
 export interface CatalogSource {
   /** Facts for the named instance types; names the cloud does not know are left out of the map. */
   instanceTypes(names: readonly string[]): Promise<Map<string, InstanceType>>;
+}
+
+/** Capacity reservations in a cloud (AWS Capacity Reservations and Capacity Blocks; GCP reservations). */
+export interface ReservationSource {
+  readonly cloud: Cloud;
+  /** Where it reads, to name it when it fails (a region). */
+  readonly scope?: string;
+  /**
+   * The reservations gpu-fleet may use: those its selector finds (the `gpu-fleet:managed=true` tag,
+   * or the ids and tags the config names) and those named here (the ones node groups launch into).
+   */
+  listReservations(named: readonly string[]): Promise<Reservation[]>;
 }
 
 /** Prices of offerings. */

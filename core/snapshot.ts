@@ -3,6 +3,7 @@ import type { FleetNode, NodeGroup } from './fleet.ts';
 import type { Job } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { Team } from './team.ts';
+import type { Reservation } from './reservation.ts';
 
 /** Tunables of the control loop. Durations in seconds. */
 export interface Policy {
@@ -99,6 +100,8 @@ export interface Snapshot {
   /** What each team's running work will still cost (see committedCostMicroUsd); absent counts as none. */
   readonly committedMicroUsd?: ReadonlyMap<string, MicroUsd>;
   readonly policy: Policy;
+  /** Capacity reservations the reserved offerings launch into (and the others found), by reservation id. */
+  readonly reservations?: ReadonlyMap<string, Reservation>;
   /** Providers (a cloud's region or projects) or single groups left out because their calls fail: their groups are not here, so work only they could run waits. */
   readonly degraded?: readonly { readonly cloud: string; readonly scope?: string; readonly error: string }[];
 }

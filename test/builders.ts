@@ -163,6 +163,7 @@ export function aSnapshot(overrides: Partial<Omit<Snapshot, 'policy'>> & { polic
     spendMicroUsd: overrides.spendMicroUsd ?? new Map(),
     ...(overrides.committedMicroUsd ? { committedMicroUsd: overrides.committedMicroUsd } : {}),
     ...(overrides.degraded ? { degraded: overrides.degraded } : {}),
+    ...(overrides.reservations ? { reservations: overrides.reservations } : {}),
     policy: { ...DEFAULT_POLICY, ...overrides.policy },
   };
 }

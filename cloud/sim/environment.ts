@@ -18,7 +18,7 @@ import {
   StaticBudgetTags,
 } from './memory-stores.ts';
 import { GcpPreemptions } from '../gcp/preemptions.ts';
-import { SIM_GCP_PROJECT, SimCloud, type CapacityModel, type SimGroupConfig } from './sim-cloud.ts';
+import { SIM_GCP_PROJECT, SimCloud, type CapacityModel, type SimGroupConfig, type SimReservationConfig } from './sim-cloud.ts';
 
 export interface SimEnvironmentOptions {
   readonly startMs: number;
@@ -29,6 +29,8 @@ export interface SimEnvironmentOptions {
   readonly bootSec?: number;
   readonly capacity?: CapacityModel;
   readonly catalog?: ShippedCatalog;
+  /** Capacity reservations (ODCRs, Capacity Blocks) the `reserved` groups launch into. */
+  readonly reservations?: readonly SimReservationConfig[];
 }
 
 /** Every port of gpu-fleet, simulated and wired together on one virtual clock. */
@@ -52,7 +54,7 @@ export interface SimEnvironment {
   readonly ports: ReconcilePorts;
   /** Price of an offering from the shipped catalogue (µUSD/h), and its on-demand price. */
   priceOf(
-    offering: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'>,
+    offering: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType' | 'reservationId'>,
   ): { price: number; onDemand: number } | undefined;
 }
 
@@ -60,10 +62,17 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   const clock = new VirtualClock(options.startMs);
   const random = new SeededRandom(options.seed);
   const catalog = options.catalog ?? shippedCatalog();
-  const priceOf = (o: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'>) => {
+  const reservationRate = new Map((options.reservations ?? []).map((r) => [r.id, r.priceMicroUsdPerHour]));
+  // What a machine is billed: spot or list price, or in a reservation its reservation's rate.
+  const priceOf = (o: Pick<Offering, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType' | 'reservationId'>) => {
     const od = onDemandPrice(catalog, o);
     if (od === undefined) return undefined;
-    const price = o.capacityType === 'spot' ? spotPrice(catalog, o) : od;
+    const price =
+      o.capacityType === 'spot'
+        ? spotPrice(catalog, o)
+        : o.capacityType === 'reserved'
+          ? (reservationRate.get(o.reservationId ?? '') ?? od)
+          : od;
     return price === undefined ? undefined : { price, onDemand: od };
   };
   const cloud = new SimCloud({
@@ -73,6 +82,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     ...(options.bootSec !== undefined ? { bootSec: options.bootSec } : {}),
     ...(options.capacity ? { capacity: options.capacity } : {}),
     priceOf: (o) => priceOf(o)?.price,
+    ...(options.reservations ? { reservations: options.reservations } : {}),
   });
   const jobs = new MemoryJobStore();
   const nodes = new MemoryNodeStore();
@@ -108,6 +118,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     checkpoints,
     lease,
     services,
+    ...(options.reservations && options.reservations.length > 0 ? { reservations: [cloud] } : {}),
   };
   return {
     clock,

@@ -2,7 +2,8 @@ import type { protos } from '@google-cloud/compute';
 import { makeOffering, type CapacityType, type Cloud, type Offering } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
 import { inService, type Instance, type NodeGroup } from '../../core/fleet.ts';
-import type { Clock, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
+import type { Clock, LaunchFailure, NodeGroupProvider, ReservationSource } from '../../core/ports.ts';
+import { reservationTerminationMs, type Reservation, type ReservationKind } from '../../core/reservation.ts';
 import { regionOfZone } from '../catalog/shipped.ts';
 import type { SeededRandom } from './clock.ts';
 
@@ -22,6 +23,23 @@ export interface SimGroupConfig {
   readonly migEnabled?: boolean;
   /** A terminate lifecycle hook (the stack puts one on every group): a machine the group takes away waits in it until completed or timed out. */
   readonly terminateHook?: { readonly name: string; readonly timeoutSec: number };
+  /** With capacity type `reserved`: the reservation its launch template targets (its instance type and zone are the group's). */
+  readonly reservationId?: string;
+}
+
+/** A simulated capacity reservation: an ODCR, or a Capacity Block delivered at `startMs` whose machines go 30 min before `endMs`. */
+export interface SimReservationConfig {
+  readonly id: string;
+  readonly cloud?: Cloud;
+  readonly zone: string;
+  readonly instanceType: string;
+  readonly kind: ReservationKind;
+  readonly interruptible?: boolean;
+  readonly count: number;
+  readonly startMs?: number;
+  readonly endMs?: number;
+  /** What one machine-hour of it costs, used or not. */
+  readonly priceMicroUsdPerHour: number;
 }
 
 /** Whether a pool (offering) can give a machine right now. The spot market plugs in here. */
@@ -70,6 +88,8 @@ export interface SimCloudOptions {
   readonly priceOf?: (offering: Offering) => number | undefined;
   /** How long terminated instances stay listed (default 10 min), as clouds keep them for a while. */
   readonly keepTerminatedSec?: number;
+  /** Capacity reservations the `reserved` groups launch into. */
+  readonly reservations?: readonly SimReservationConfig[];
 }
 
 /**
@@ -78,7 +98,7 @@ export interface SimCloudOptions {
  * capacity and records the failure, and lets specific machines be terminated with the desired
  * size lowered. Time moves only when {@link tick} is called.
  */
-export class SimCloud implements NodeGroupProvider {
+export class SimCloud implements NodeGroupProvider, ReservationSource {
   /** The cloud of the first group (the whole world answers as one provider; {@link providers} gives one per cloud). */
   readonly cloud: Cloud;
   private readonly groups = new Map<string, SimGroup>();
@@ -124,6 +144,39 @@ export class SimCloud implements NodeGroupProvider {
       desiredCapacity: g.desired,
       ...(g.config.migEnabled ? { migEnabled: true } : {}),
     }));
+  }
+
+  /** The reservations as the cloud describes them now: each one's state by the clock, and what it still has free. */
+  async listReservations(named: readonly string[] = []): Promise<Reservation[]> {
+    void named; // the simulated account holds only the configured reservations, all of them gpu-fleet's
+    const now = this.options.clock.nowMs();
+    return (this.options.reservations ?? []).map((r) => {
+      const cloud = r.cloud ?? 'aws';
+      const state = reservationStateAt(r, now);
+      const used = this.usedOf(r.id);
+      return {
+        id: r.id,
+        cloud,
+        region: regionOfZone(cloud, r.zone),
+        zone: r.zone,
+        instanceType: r.instanceType,
+        kind: r.kind,
+        interruptible: r.interruptible ?? false,
+        totalCount: r.count,
+        availableCount: state === 'active' ? Math.max(0, r.count - used) : 0,
+        state,
+        ...(r.startMs !== undefined ? { startMs: r.startMs } : {}),
+        ...(r.endMs !== undefined ? { endMs: r.endMs } : {}),
+        priceMicroUsdPerHour: r.priceMicroUsdPerHour,
+      };
+    });
+  }
+
+  /** Machines running in (or launching into) a reservation. */
+  private usedOf(reservationId: string): number {
+    let used = 0;
+    for (const i of this.instances.values()) if (i.offering.reservationId === reservationId && inService(i.state)) used++;
+    return used;
   }
 
   async listInstances(): Promise<Instance[]> {
@@ -299,6 +352,13 @@ export class SimCloud implements NodeGroupProvider {
         if (g) this.leave(g, inst, 'replaced by Capacity Rebalancing');
       }
     }
+    // A reservation's machines go when it takes them away (a Capacity Block 30 min before its end).
+    for (const r of this.options.reservations ?? []) {
+      const goesAtMs = reservationTerminationMs(r);
+      if (goesAtMs === undefined || now < goesAtMs) continue;
+      for (const inst of this.instances.values())
+        if (inst.offering.reservationId === r.id && inst.state !== 'terminated') this.end(inst, `reservation ${r.id} ended`);
+    }
     for (const g of this.groups.values()) this.fill(g);
     const keepMs = (this.options.keepTerminatedSec ?? 600) * 1000;
     for (const [id, inst] of this.instances) {
@@ -405,6 +465,13 @@ export class SimCloud implements NodeGroupProvider {
         this.recordFailure(g, o, now, this.forcedFailures.code);
         continue;
       }
+      if (o.reservationId !== undefined) {
+        // A targeted reservation gives a machine only while it is active and has one free.
+        const r = this.options.reservations?.find((x) => x.id === o.reservationId);
+        if (r && reservationStateAt(r, now) === 'active' && this.usedOf(r.id) < r.count) return o;
+        this.recordFailure(g, o, now, 'ReservationCapacityExceeded');
+        continue;
+      }
       if (capacity.obtainable(o, now)) return o;
       this.recordFailure(g, o, now, g.config.capacityType === 'spot' ? 'InsufficientInstanceCapacity' : 'InsufficientInstanceCapacity');
     }
@@ -448,6 +515,7 @@ function toInstance(i: SimInstance): Instance {
     zone: i.offering.zone,
     instanceType: i.offering.instanceType,
     capacityType: i.offering.capacityType,
+    ...(i.offering.reservationId !== undefined ? { reservationId: i.offering.reservationId } : {}),
     state: i.state,
     launchedAtMs: i.launchedAtMs,
     scaleInProtected: i.scaleInProtected,
@@ -512,6 +580,23 @@ export class SimProvider implements NodeGroupProvider {
 export function groupOfferings(g: SimGroupConfig): Offering[] {
   const cloud = g.cloud ?? 'aws';
   return g.instanceTypes.flatMap((t) =>
-    g.zones.map((zone) => makeOffering({ cloud, region: regionOfZone(cloud, zone), zone, instanceType: t, capacityType: g.capacityType })),
+    g.zones.map((zone) =>
+      makeOffering({
+        cloud,
+        region: regionOfZone(cloud, zone),
+        zone,
+        instanceType: t,
+        capacityType: g.capacityType,
+        ...(g.reservationId !== undefined ? { reservationId: g.reservationId } : {}),
+      }),
+    ),
   );
+}
+
+/** A simulated reservation's state at a time: scheduled before its start, expired once its machines are gone, else active. */
+export function reservationStateAt(r: SimReservationConfig, atMs: number): Reservation['state'] {
+  if (r.startMs !== undefined && atMs < r.startMs) return 'scheduled';
+  const goesAtMs = reservationTerminationMs(r);
+  if (goesAtMs !== undefined && atMs >= goesAtMs) return 'expired';
+  return 'active';
 }

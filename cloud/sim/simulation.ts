@@ -23,6 +23,7 @@ import { periodKey } from '../../core/period.ts';
 import { gpuModelMatches, milliGpusUsed } from '../../core/gpu.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, jobIdFor, requeueCounts, reworkGpuHours, TERMINAL_STATES, type Job } from '../../core/job.ts';
 import { costForDuration, type MicroUsd } from '../../core/money.ts';
+import { fitsBeforeTermination, reservationTerminationMs } from '../../core/reservation.ts';
 import type { Plan } from '../../core/plan.ts';
 import { planBaseline } from '../../core/planner/baseline.ts';
 import { plan } from '../../core/planner/planner.ts';
@@ -41,11 +42,14 @@ import {
   terminateLifecycleAction,
 } from '../aws/events.ts';
 import { SeededRandom } from './clock.ts';
-import { SIM_POLICIES, type SimPolicyName } from './policies.ts';
+import { RESERVATION_POLICIES, SIM_POLICIES, type SimPolicyName } from './policies.ts';
+import { ReservationsHidden } from './views.ts';
+import { ReservationMeter, type ReservationSummary } from './reservation-meter.ts';
+import { typeCanHold } from '../../core/planner/capacity.ts';
 import { createSimEnvironment, type SimEnvironment } from './environment.ts';
 import { SimAgents, simulatedAddress } from './sim-agent.ts';
 import { SimFrontDoor } from './front-door.ts';
-import { ALWAYS_OBTAINABLE, type SimGroupConfig, type SimInstance } from './sim-cloud.ts';
+import { ALWAYS_OBTAINABLE, type SimGroupConfig, type SimInstance, type SimReservationConfig } from './sim-cloud.ts';
 import { AvailabilityLowerBound, floorPools, spotFloorCost } from './cost-floors.ts';
 import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarket } from './spot-market.ts';
 import type { Workload, WorkloadJob } from './workload.ts';
@@ -54,7 +58,7 @@ import type { SimService } from './service-demand.ts';
 import { ServiceMeter, type ServiceSample, type ServiceSummary } from './service-meter.ts';
 import { replicaReady, SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
 
-export { SIM_POLICIES, type SimPolicyName };
+export { RESERVATION_POLICIES, SIM_POLICIES, type SimPolicyName, type ReservationSummary };
 
 /** Where spot interruptions come from. */
 export type SpotSetup =
@@ -90,6 +94,8 @@ export interface SimulationOptions {
   readonly invariants?: 'stop' | 'count' | 'off';
   /** Services replayed beside the jobs, each with its load (submitted at the start, through the team's queue and intake). */
   readonly services?: readonly SimService[];
+  /** Capacity reservations (ODCRs, Capacity Blocks) the `reserved` groups launch into, paid in full whether used or not. */
+  readonly reservations?: readonly SimReservationConfig[];
 }
 
 export interface SimulationSummary {
@@ -210,6 +216,9 @@ export interface SimulationSummary {
    * cost. Its replicas are not in the job counts above; its machines are in the fleet's cost.
    */
   readonly services?: readonly ServiceSummary[];
+  /** With reservations: each one's cost and use, and the run's cost with every reservation paid in full. */
+  readonly reservations?: readonly ReservationSummary[];
+  readonly costWithReservationsMicroUsd?: MicroUsd;
 }
 
 export interface TimelineSample {
@@ -256,7 +265,7 @@ export function policySetup(
   policy: SimPolicyName,
   groups: readonly SimGroupConfig[],
   workload: Workload,
-): { planner: Planner; groups: readonly SimGroupConfig[]; workload: Workload } {
+): { planner: Planner; groups: readonly SimGroupConfig[]; workload: Workload; hideReservations?: boolean } {
   switch (policy) {
     case 'gpu-fleet':
       return { planner: plan, groups, workload };
@@ -272,7 +281,11 @@ export function policySetup(
         workload: { ...workload, jobs: workload.jobs.map((j) => ({ ...j, spec: { ...j.spec, checkpoint: undefined } })) },
       };
     case 'cheapest-fit':
+    case 'reserved-first':
+      // Reserved capacity costs nothing at the margin, so the cheapest-first baseline takes it first.
       return { planner: planBaseline, groups, workload };
+    case 'reservation-unaware':
+      return { planner: plan, groups, workload, hideReservations: true };
   }
 }
 
@@ -311,6 +324,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       : market
         ? { capacity: market }
         : {}),
+    ...(options.reservations ? { reservations: options.reservations } : {}),
   });
   // Faults: the control loop's ports (and the agents' store) as the chosen profile breaks them.
   const faultRandom = new SeededRandom(options.seed * 104_729 + 3);
@@ -328,6 +342,13 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     ? conflictingJobs(env.jobs, faultRandom, faults.storeConflictRate, injected.conflicts)
     : env.jobs;
   let ports: ReconcilePorts = { ...env.ports, jobs: jobStore };
+  if (setup.hideReservations) {
+    // The control plane as it was before it knew reservations: reserved groups look on-demand, and no reservation is read.
+    const { reservations: _unread, ...rest } = ports;
+    void _unread;
+    ports = { ...rest, providers: rest.providers.map((p) => new ReservationsHidden(p)) };
+  }
+  const reservationMeter = new ReservationMeter(options.reservations ?? [], startMs);
   // API faults per cloud: random errors (on every cloud, or one), and one cloud's outage.
   const clouds = [...new Set(setup.groups.map((g) => g.cloud ?? 'aws'))];
   const outage = faults.outage
@@ -480,6 +501,16 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   };
   env.cloud.onEnded = (inst) => {
     account(inst, inst.endedAtMs ?? env.clock.nowMs());
+    reservationMeter.ended(inst, inst.endedAtMs ?? env.clock.nowMs());
+    // A reservation taking its machines away: whatever still runs there is killed (its last checkpoint is what survives).
+    if (inst.offering.reservationId !== undefined && inst.endReason?.startsWith('reservation '))
+      reservationMeter.killed(
+        inst.offering.reservationId,
+        env.jobs
+          .all()
+          .filter((j) => (j.state === 'running' || j.state === 'checkpointing') && j.placement?.nodes.some((a) => a.nodeId === inst.id))
+          .map((j) => j.id),
+      );
     // EC2 tells EventBridge of every machine that terminates (reclaimed, scaled in, let go by its hook), and the
     // stack's rule sends it to the interruption handler; Compute Engine pushes nothing.
     if (inst.offering.cloud === 'aws') {
@@ -777,6 +808,35 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       await noteBudgetEvents(env, t, lastBudget, budgetEvents);
     }
     if (tick % reconcileEvery === 0) await checkNow(now, await env.cloud.listInstances());
+    if (reservationMeter.active && tick % reconcileEvery === 0) {
+      // Work it could hold still waits after the plan, longer than a machine takes to boot and be planned for (what waits less is on its
+      // way to a machine being launched): a job its type can hold that would finish, or reach a checkpoint, before it takes its machines.
+      const settledMs = (control.expectedBootSec + 2 * control.reconcileIntervalSec) * 1000;
+      const pending = (await env.jobs.listByState(['pending'])).filter((j) => now - j.queuedAtMs > settledMs);
+      reservationMeter.noteAfterPlan(
+        now,
+        reconcileEvery * tickMs,
+        await env.cloud.listInstances(),
+        (r, type) =>
+          pending.some(
+            (j) =>
+              !j.hold &&
+              j.spec.gpu.kind !== 'mig' &&
+              typeCanHold(type, j.spec.gpu, false) &&
+              fitsBeforeTermination(
+                {
+                  remainingSec: Math.max(0, (workOf(j)?.workSec ?? j.spec.expectedRuntimeSec ?? 3600) - (j.checkpoint?.progressSec ?? 0)),
+                  ...(j.spec.checkpoint ? { checkpointIntervalSec: j.spec.checkpoint.intervalSec } : {}),
+                  interruptible: j.spec.interruptible,
+                },
+                control.expectedBootSec,
+                now,
+                reservationTerminationMs(r),
+              ),
+          ),
+        (t) => env.catalog.instanceTypes.get(t),
+      );
+    }
     const running = await env.jobs.listByState(['running', 'checkpointing']);
     runningNow = running;
     serviceNow = serviceMeter.note(
@@ -787,6 +847,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       taking,
     );
     for (const job of running) gpuMsUsed += (tickMs * milliGpusUsed(job.spec.gpu) * job.spec.nodes) / 1000;
+    reservationMeter.note(now, tickMs, instances);
     lowerBound.note(now, tickMs, running);
     let liveGpus = 0;
     for (const i of instances) {
@@ -897,6 +958,14 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       Math.max(0, ...agents.lost.filter((l) => !l.checkpointFailed && l.allowedSec !== undefined).map((l) => l.lostSec)),
     ),
     ...(services ? { services } : {}),
+    ...(reservationMeter.active
+      ? (() => {
+          const reservations = reservationMeter.summary(endMs, env.cloud.allInstances());
+          const used = reservations.reduce((a, r) => a + r.usedMicroUsd, 0);
+          const paid = reservations.reduce((a, r) => a + r.paidMicroUsd, 0);
+          return { reservations, costWithReservationsMicroUsd: cost.actual - used + paid };
+        })()
+      : {}),
   };
   return { summary, timeline, budgetEvents, budgets: teamBudgets, env, jobs, ...(frontDoor ? { frontDoor } : {}) };
 }

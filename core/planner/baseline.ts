@@ -1,12 +1,13 @@
 import { budgetStatus } from '../budget.ts';
-import type { Offering } from '../catalog.ts';
+import type { CapacityType, Offering } from '../catalog.ts';
 import { jobSpotFactor } from '../cost-model.ts';
 import { milliGpusUsed } from '../gpu.ts';
-import { inService } from '../fleet.ts';
+import { inService, type NodeGroup } from '../fleet.ts';
 import type { Job, NodeAssignment } from '../job.ts';
 import type { Plan, PlanAction, WaitingJob } from '../plan.ts';
 import { reason } from '../reason.ts';
 import { priorRatePerHour } from '../risk.ts';
+import { reservationRoom } from '../reservation.ts';
 import type { Snapshot } from '../snapshot.ts';
 import { commitFit, countFreeWhole, isEmpty, makeGpus, poolKeyOf, tryFit, typeCanHold, type NodeCapacity } from './capacity.ts';
 import { machineCapacity } from './indexing.ts';
@@ -23,7 +24,23 @@ import { describeRequest } from './reasons.ts';
 export function planBaseline(snapshot: Snapshot): Plan {
   const s = snapshot;
   const nodes: NodeCapacity[] = [];
-  const groupRoom = new Map(s.groups.map((g) => [g.id, Math.max(0, g.maxSize - g.desiredCapacity)]));
+  // A group launching into a reservation has no more room than the reservation has free (less its launches under way), as Karpenter counts it.
+  const live = new Map<string, number>();
+  for (const n of s.nodes) if (inService(n.instance.state)) live.set(n.instance.groupId, (live.get(n.instance.groupId) ?? 0) + 1);
+  const reservedRoom = (g: NodeGroup) => {
+    let free = 0;
+    for (const o of g.offerings) {
+      const r = o.reservationId !== undefined ? s.reservations?.get(o.reservationId) : undefined;
+      if (r) free += reservationRoom(r, g.desiredCapacity - (live.get(g.id) ?? 0), s.nowMs, 0);
+    }
+    return free;
+  };
+  const groupRoom = new Map(
+    s.groups.map((g) => {
+      const room = Math.max(0, g.maxSize - g.desiredCapacity);
+      return [g.id, g.offerings.some((o) => o.capacityType === 'reserved') ? Math.min(room, reservedRoom(g)) : room];
+    }),
+  );
   const added = new Map<string, NodeCapacity[]>();
   const byId = new Map<string, NodeCapacity>();
   for (const f of [...s.nodes].sort((a, b) => (a.instance.id < b.instance.id ? -1 : 1))) {
@@ -55,8 +72,8 @@ export function planBaseline(snapshot: Snapshot): Plan {
       });
       continue;
     }
-    const capacityOk = (c: 'spot' | 'on-demand') =>
-      (job.spec.interruptible || c === 'on-demand') && (state !== 'spot-only' || c === 'spot');
+    // Reserved capacity counts as on-demand for work that may not be interrupted, and as prepaid under a spot-only budget.
+    const capacityOk = (c: CapacityType) => (job.spec.interruptible || c !== 'spot') && (state !== 'spot-only' || c !== 'on-demand');
     const placementOk = (o: { cloud: string; region: string; zone: string }) => {
       const p = job.spec.placement;
       return (

@@ -118,7 +118,7 @@ export function whyNoGroupHolds(
         `${o.instanceType} (${type.gpuCount} ${type.gpuModel}${mig ? ', MIG mode' : ''})`,
       );
       if (!typeCanHold(type, spec.gpu, g.migEnabled === true)) continue;
-      if (!spec.interruptible && o.capacityType !== 'on-demand') continue;
+      if (!spec.interruptible && o.capacityType === 'spot') continue;
       if (!placementAllowed(spec.placement, o)) continue;
       if (g.maxSize >= spec.nodes) return undefined;
     }

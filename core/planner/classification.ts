@@ -14,6 +14,7 @@ import { placementAllowed, typeCanHold, usedMilli } from './capacity.ts';
 import { budgetMessage, teamBudget } from './limits.ts';
 import { fairShareOrder } from './ordering.ts';
 import { budgetHeld, noGroupOffers, noOfferingFits, providerDegraded, spotOnlyBudget } from './reasons.ts';
+import { fitsBeforeTermination } from '../reservation.ts';
 import { unavailable, wait, type CapacityChoice, type Entry, type JobClass, type PlanningState } from './state.ts';
 
 /** The pending jobs that may be planned, classified and in planning order; held ones wait. Sets `st.scarce`. */
@@ -121,8 +122,27 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
     const o = info.offering;
     if (!typeCanHold(info.type, spec.gpu, info.migEnabled)) continue;
     sawType = true;
-    if (capacity === 'spot' && o.capacityType !== 'spot') continue;
-    if (capacity === 'on-demand' && o.capacityType !== 'on-demand') continue;
+    if (o.capacityType === 'reserved') {
+      // Prepaid capacity: any work may use it, except a service's spot replica (its service chose spot for its zones),
+      // and work that may not be interrupted on a reservation its owner may take back.
+      if (capacity === 'spot' && spec.service) continue;
+      if (capacity === 'on-demand' && info.interruptible) continue;
+      // On a reservation that ends (a Capacity Block), only work that finishes or reaches a checkpoint before its machines go.
+      const fits = fitsBeforeTermination(
+        {
+          remainingSec: 2 ** workBucket,
+          ...(spec.checkpoint ? { checkpointIntervalSec: spec.checkpoint.intervalSec } : {}),
+          interruptible: spec.interruptible && capacity !== 'on-demand',
+        },
+        s.policy.expectedBootSec,
+        s.nowMs,
+        info.terminationMs,
+      );
+      if (!fits) continue;
+    } else {
+      if (capacity === 'spot' && o.capacityType !== 'spot') continue;
+      if (capacity === 'on-demand' && o.capacityType !== 'on-demand') continue;
+    }
     if (!placementAllowed(spec.placement, o)) continue;
     let factor = 1;
     if (o.capacityType === 'spot') {

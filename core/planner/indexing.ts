@@ -11,6 +11,7 @@ import { milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
 import { placementMask } from '../mig.ts';
 import { priorRatePerHour } from '../risk.ts';
+import { reservationRoom, reservationTerminationMs } from '../reservation.ts';
 import type { Snapshot } from '../snapshot.ts';
 import { commitFit, countFreeWhole, isMigModel, makeGpus, poolKeyOf, type NodeCapacity, type NodeKind } from './capacity.ts';
 import type { Fit, GroupState, OfferingInfo, PlanningState } from './state.ts';
@@ -30,9 +31,22 @@ export function commitPlacement(st: PlanningState, fits: readonly Fit[], holder:
 /** The groups and the offerings they may launch (one info per offering and GPU mode). */
 export function indexOfferings(st: PlanningState): void {
   const s = st.s;
+  const minRunMs = (s.policy.expectedBootSec + RESERVED_MIN_RUN_SEC) * 1000;
   for (const group of [...s.groups].sort((a, b) => (a.id < b.id ? -1 : 1))) {
     const gs: GroupState = { group, room: Math.max(0, group.maxSize - group.desiredCapacity), added: [] };
     st.groups.set(group.id, gs);
+    // A group launching into reservations adds no more than they still hold free (less its launches under way).
+    const reserved = group.offerings.filter((o) => o.capacityType === 'reserved');
+    if (reserved.length > 0) {
+      const live = s.nodes.filter((n) => n.instance.groupId === group.id && inService(n.instance.state)).length;
+      const inFlight = group.desiredCapacity - live;
+      let free = 0;
+      for (const o of reserved) {
+        const r = o.reservationId !== undefined ? s.reservations?.get(o.reservationId) : undefined;
+        if (r) free += reservationRoom(r, inFlight, s.nowMs, minRunMs);
+      }
+      gs.room = Math.min(gs.room, free);
+    }
     for (const o of group.offerings) {
       const type = s.instanceTypes.get(o.instanceType);
       const migEnabled = (group.migEnabled ?? false) && isMigModel(type?.gpuModel ?? 'T4');
@@ -50,12 +64,36 @@ export function indexOfferings(st: PlanningState): void {
         type,
         price: quote.priceMicroUsdPerHour,
         onDemandPrice: quote.onDemandMicroUsdPerHour,
-        riskPerHour: o.capacityType === 'spot' ? (s.poolRiskPerHour.get(o.id) ?? priorRatePerHour(undefined)) : 0,
+        riskPerHour: riskOf(s, o.id, o.capacityType, o.reservationId),
+        ...reservationFacts(s, o.reservationId),
         groups: [gs],
         migEnabled,
       });
     }
   }
+}
+
+/** A reserved machine that stays up this long after boot is worth launching into a reservation that ends. */
+const RESERVED_MIN_RUN_SEC = 600;
+
+/** Interruptions per hour expected of an offering: spot pools and interruptible reservations carry a risk, the rest none. */
+function riskOf(s: Snapshot, offeringId: string, capacityType: string, reservationId: string | undefined): number {
+  if (capacityType === 'spot') return s.poolRiskPerHour.get(offeringId) ?? priorRatePerHour(undefined);
+  if (capacityType === 'reserved' && reservationId !== undefined && s.reservations?.get(reservationId)?.interruptible)
+    return s.poolRiskPerHour.get(offeringId) ?? priorRatePerHour(undefined);
+  return 0;
+}
+
+/** When a reservation takes its machines away, and whether its owner may take them back, for a reserved offering. */
+function reservationFacts(s: Snapshot, reservationId: string | undefined): { terminationMs?: number; interruptible?: boolean } {
+  const r = reservationId !== undefined ? s.reservations?.get(reservationId) : undefined;
+  if (!r) return {};
+  const terminationMs = reservationTerminationMs(r);
+  return { ...(terminationMs !== undefined ? { terminationMs } : {}), ...(r.interruptible ? { interruptible: true } : {}) };
+}
+
+function reservationIdOf(s: Snapshot, instanceId: string): string | undefined {
+  return s.nodes.find((n) => n.instance.id === instanceId)?.instance.reservationId;
 }
 
 /** Live machines, with the room their running work holds; and what each team holds. */
@@ -148,6 +186,7 @@ export function indexAllOfferings(st: PlanningState): void {
     if (st.offerings.has(node.poolKey)) continue;
     const type = s.instanceTypes.get(node.instanceType);
     if (!type) continue;
+    const reservationId = reservationIdOf(s, node.id);
     const offering: Offering = {
       id: node.offeringId,
       cloud: node.cloud,
@@ -155,6 +194,7 @@ export function indexAllOfferings(st: PlanningState): void {
       zone: node.zone,
       instanceType: node.instanceType,
       capacityType: node.capacityType,
+      ...(reservationId !== undefined ? { reservationId } : {}),
     };
     const quote = s.prices.get(node.offeringId);
     const info: OfferingInfo = {
@@ -163,7 +203,8 @@ export function indexAllOfferings(st: PlanningState): void {
       type,
       price: quote?.priceMicroUsdPerHour ?? node.priceMicroUsdPerHour,
       onDemandPrice: quote?.onDemandMicroUsdPerHour ?? 0,
-      riskPerHour: node.capacityType === 'spot' ? (s.poolRiskPerHour.get(node.offeringId) ?? priorRatePerHour(undefined)) : 0,
+      riskPerHour: riskOf(s, node.offeringId, node.capacityType, reservationIdOf(s, node.id)),
+      ...reservationFacts(s, reservationIdOf(s, node.id)),
       groups: [],
       migEnabled: node.gpus.some((g) => g.mig !== undefined),
     };

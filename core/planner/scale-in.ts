@@ -2,7 +2,8 @@
  * Scale-in, the first disruption step: lets go of machines that cost money and will run nothing.
  * Draining machines with no work left, at once; machines whose agent went silent (or never
  * registered) and hold no work; and ready machines empty for the cool-down, oldest idle first.
- * Never below a group's minimum (counted from what a launch cancellation left it). Returns
+ * Never below a group's minimum (counted from what a launch cancellation left it); never an idle
+ * reserved machine (it is paid for anyway). Returns
  * scale-in actions only; it must not move work (consolidation does that, with its own rules).
  */
 import { inService } from '../fleet.ts';
@@ -51,7 +52,8 @@ export function scaleIn(st: PlanningState): PlanAction[] {
     letGo(f.instance.groupId, f.instance.id, silentMachine(f.instance.id, f.record !== undefined, silentMs));
   }
   for (const { node, since } of idle) {
-    if (removed.has(node.id)) continue;
+    // A reserved machine is paid for whether it runs or not: letting it go saves nothing (its idle reservation is shown as waste).
+    if (removed.has(node.id) || node.capacityType === 'reserved') continue;
     letGo(node.groupId, node.id, idleMachine(node, s.nowMs - since, s.policy.idleCooldownSec));
   }
   return actions;

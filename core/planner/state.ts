@@ -26,6 +26,10 @@ export interface OfferingInfo {
   readonly price: number;
   readonly onDemandPrice: number;
   readonly riskPerHour: number;
+  /** For a reserved offering: when its reservation takes its machines away (a block's end less 30 min), if ever. */
+  readonly terminationMs?: number;
+  /** For a reserved offering: its owner may take the machines back (an interruptible reservation). */
+  readonly interruptible?: boolean;
   /** Groups that can launch it, with room left. */
   readonly groups: GroupState[];
   readonly migEnabled: boolean;

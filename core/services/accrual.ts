@@ -1,4 +1,4 @@
-import { offeringId, type PriceQuote } from '../catalog.ts';
+import { billedPrice, offeringId, type PriceQuote } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, type Job } from '../job.ts';
 import { allocate, costForDuration, type MicroUsd } from '../money.ts';
@@ -71,7 +71,8 @@ export function machineMeters(input: {
   for (const i of input.instances) {
     listed.add(i.id);
     const record = records.get(i.id);
-    const price = input.prices.get(offeringId(i))?.priceMicroUsdPerHour ?? record?.meter?.priceMicroUsdPerHour ?? 0;
+    const quote = input.prices.get(offeringId(i));
+    const price = (quote ? billedPrice(quote) : undefined) ?? record?.meter?.priceMicroUsdPerHour ?? 0;
     const totalMilliGpu = Math.max(1, input.gpuCountOf(i.instanceType)) * 1000;
     if (BILLED.has(i.state)) {
       out.push({

@@ -21,7 +21,22 @@ export type NodeNotice =
       readonly instanceId: string;
       readonly atMs: number;
       readonly deadlineMs: number;
+      /** What takes the machine, when it is not spot: "reservation cr-… ends", "interruptible reservation cr-… reclaimed". */
+      readonly cause?: string;
     }
+  /**
+   * A capacity reservation takes its machines away at `terminationMs` (a Capacity Block's end less
+   * 30 min, announced 10 min before): every machine in it is handled as an interruption warning.
+   */
+  | {
+      readonly kind: 'reservation-ending';
+      readonly eventId: string;
+      readonly reservationId: string;
+      readonly atMs: number;
+      readonly terminationMs: number;
+    }
+  /** A reservation's capacity became usable (a Capacity Block delivered): plan now rather than at the next minute. */
+  | { readonly kind: 'reservation-delivered'; readonly eventId: string; readonly reservationId: string; readonly atMs: number }
   /** The machine is at higher risk of interruption: move work early, let a replacement start. */
   | { readonly kind: 'rebalance'; readonly eventId: string; readonly instanceId: string; readonly atMs: number }
   /** The cloud reports a new state for the machine. */
@@ -105,6 +120,47 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
     return last;
   }
 
+  if (notice.kind === 'reservation-delivered') {
+    return {
+      status: 'handled',
+      summary: `reservation ${notice.reservationId} delivered: its capacity is planned for now`,
+      checkpointsRequested: [],
+      requeued: [],
+      reconcileSoon: true,
+      lifecycleCompleted: false,
+    };
+  }
+  if (notice.kind === 'reservation-ending') {
+    const instances = await instancesIn(ports.providers, notice.reservationId);
+    const parts: NoticeOutcome[] = [];
+    for (const i of instances) {
+      parts.push(
+        await handleNotice(
+          ports,
+          {
+            kind: 'interruption-warning',
+            eventId: `${notice.eventId}/${i.id}`,
+            instanceId: i.id,
+            atMs: notice.atMs,
+            deadlineMs: notice.terminationMs,
+            cause: `reservation ${notice.reservationId} ends`,
+          },
+          policy,
+        ),
+      );
+    }
+    const handled = parts.filter((p): p is Extract<NoticeOutcome, { status: 'handled' }> => p.status === 'handled');
+    if (handled.length === 0) return { status: 'ignored', why: `no managed machine runs in reservation ${notice.reservationId}` };
+    return {
+      status: 'handled',
+      summary: `reservation ${notice.reservationId} ends at ${new Date(notice.terminationMs).toISOString()}: ${handled.map((h) => h.summary).join('; ')}`,
+      checkpointsRequested: handled.flatMap((h) => h.checkpointsRequested),
+      requeued: handled.flatMap((h) => h.requeued),
+      reconcileSoon: true,
+      lifecycleCompleted: false,
+    };
+  }
+
   const nowMs = ports.clock.nowMs();
   const record = await ports.nodes.get(notice.instanceId);
   const instance = await describe(ports.providers, notice.instanceId);
@@ -118,7 +174,10 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
   switch (notice.kind) {
     case 'interruption-warning':
     case 'lifecycle-terminate': {
-      const why = notice.kind === 'interruption-warning' ? 'spot interruption warning' : `terminate lifecycle hook ${notice.hookName}`;
+      const why =
+        notice.kind === 'interruption-warning'
+          ? (notice.cause ?? 'spot interruption warning')
+          : `terminate lifecycle hook ${notice.hookName}`;
       const mark = await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId)!);
       const deadlineMs = mark.draining?.deadlineMs ?? notice.deadlineMs;
       if (notice.kind === 'interruption-warning' && offerId && instance?.capacityType === 'spot')
@@ -205,7 +264,7 @@ export function drainingFor(
     case 'lifecycle-terminate': {
       const deadlineMs = Math.max(notice.atMs, notice.deadlineMs - policy.noticeMarginSec * 1000);
       if (notice.kind === 'interruption-warning')
-        return { sinceMs: notice.atMs, reason: 'spot interruption warning', deadlineMs, ...group };
+        return { sinceMs: notice.atMs, reason: notice.cause ?? 'spot interruption warning', deadlineMs, ...group };
       const lifecycle = {
         groupId: groupId ?? notice.groupName,
         hookName: notice.hookName,
@@ -225,8 +284,23 @@ export function drainingFor(
         ...group,
       };
     case 'scheduled-change':
+    case 'reservation-ending':
+    case 'reservation-delivered':
       return undefined;
   }
+}
+
+/** The managed machines running in a reservation, as the clouds list them (a provider that fails is skipped). */
+async function instancesIn(providers: readonly NodeGroupProvider[], reservationId: string): Promise<Instance[]> {
+  const out: Instance[] = [];
+  for (const p of providers) {
+    try {
+      for (const i of await p.listInstances()) if (i.reservationId === reservationId && !GONE_STATES.has(i.state)) out.push(i);
+    } catch {
+      // Its machines are found by reconcile's own look at the reservation's end (reconcile drains them then).
+    }
+  }
+  return out.sort((a, b) => (a.id < b.id ? -1 : 1));
 }
 
 /**

@@ -2,7 +2,7 @@ import type { Snapshot } from '../snapshot.ts';
 import type { DecisionRecord, QueueDepth } from '../ports.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import { inService } from '../fleet.ts';
-import { offeringId } from '../catalog.ts';
+import { billedPrice, offeringId } from '../catalog.ts';
 import { assignmentMilliGpu } from '../job.ts';
 import { SERVICE_LABEL } from '../serving/service.ts';
 
@@ -39,7 +39,8 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     if (!inService(i.state) && i.state !== 'terminating-wait') continue; // billed until it is gone
     const key = `${i.groupId}\u0000${i.capacityType}`;
     fleet.set(key, (fleet.get(key) ?? 0) + 1);
-    spendRate += snapshot.prices.get(offeringId(i))?.priceMicroUsdPerHour ?? 0;
+    const quote = snapshot.prices.get(offeringId(i));
+    spendRate += quote ? billedPrice(quote) : 0;
   }
   for (const [key, count] of [...fleet.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     const [group, capacityType] = key.split('\u0000') as [string, string];
@@ -102,7 +103,8 @@ function serviceCostRates(snapshot: Snapshot): Map<string, number> {
     for (const a of job.placement.nodes) {
       const inst = nodes.get(a.nodeId);
       if (inst === undefined) continue;
-      const price = snapshot.prices.get(offeringId(inst))?.priceMicroUsdPerHour ?? 0;
+      const quote = snapshot.prices.get(offeringId(inst));
+      const price = quote ? billedPrice(quote) : 0;
       const gpus = snapshot.instanceTypes.get(inst.instanceType)?.gpuCount ?? 0;
       rate += gpus > 0 ? Math.round(price * Math.min(1, assignmentMilliGpu(a) / (gpus * 1000))) : price;
     }

@@ -1,5 +1,6 @@
-import { offeringId, type PriceQuote } from '../catalog.ts';
-import type { Instance, NodeRecord } from '../fleet.ts';
+import { billedPrice, offeringId, type PriceQuote } from '../catalog.ts';
+import { inService, type Instance, type NodeRecord } from '../fleet.ts';
+import { drainLeadMs, reservationTerminationMs } from '../reservation.ts';
 import { ACTIVE_STATES, HELD_ATTEMPTS_KEPT_MS, type Job } from '../job.ts';
 import { actionResource, type ActionFailure, type Plan, type PlanAction } from '../plan.ts';
 import type {
@@ -124,12 +125,18 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
         if (services.started > 0 || services.cancelled > 0) world = await readWorld(ports);
       }
     }
-    const snapshot = await buildSnapshot(ports, world, {
+    const snapshotInput = {
       nowMs,
       policy: options.policy,
       ...(options.teamMemory ? { teamMemory: options.teamMemory } : {}),
       ...(options.poolRiskPerHour ? { poolRiskPerHour: options.poolRiskPerHour } : {}),
-    });
+    };
+    let snapshot = await buildSnapshot(ports, world, snapshotInput);
+    // Machines of a reservation about to end (a Capacity Block) are drained ahead of it, whether or not its warning came.
+    if (!options.dryRun && (await drainEndingReservations(ports, snapshot, options.policy)) > 0) {
+      world = await readWorld(ports);
+      snapshot = await buildSnapshot(ports, world, snapshotInput);
+    }
     if (!options.dryRun) {
       // Each spot machine's exposure is noted once per POOL_NOTE_EVERY_MS of its life, not every minute (one write per
       // machine per note: at 1,000 spot machines, every minute was 1,000 writes a minute that changed nothing of note).
@@ -465,6 +472,43 @@ export async function drainHeldMachines(ports: ReconcilePorts, world: WorldView,
   return found;
 }
 
+/**
+ * Drains every machine whose reservation takes it away soon (see core/reservation.ts drainLeadMs):
+ * its work is checkpointed and requeued ahead of the end, as on a spot warning. The same notice as
+ * the cloud's warning (handled once per machine), so it does not matter which comes first.
+ */
+export async function drainEndingReservations(ports: ReconcilePorts, snapshot: Snapshot, policy: Policy): Promise<number> {
+  let drained = 0;
+  for (const n of snapshot.nodes) {
+    const i = n.instance;
+    if (i.reservationId === undefined || n.record?.draining || !inService(i.state)) continue;
+    const r = snapshot.reservations?.get(i.reservationId);
+    const terminationMs = r ? reservationTerminationMs(r) : undefined;
+    if (terminationMs === undefined) continue;
+    const graceSec = Math.max(
+      0,
+      ...snapshot.activeJobs
+        .filter((j) => j.placement?.nodes.some((a) => a.nodeId === i.id))
+        .map((j) => j.spec.checkpoint?.gracePeriodSec ?? 0),
+    );
+    if (terminationMs - snapshot.nowMs > drainLeadMs(graceSec)) continue;
+    drained++;
+    await handleNotice(
+      ports,
+      {
+        kind: 'interruption-warning',
+        eventId: `reservation-end/${i.reservationId}/${i.id}`,
+        instanceId: i.id,
+        atMs: snapshot.nowMs,
+        deadlineMs: terminationMs,
+        cause: `reservation ${i.reservationId} ends`,
+      },
+      policy,
+    );
+  }
+  return drained;
+}
+
 /** What is degraded in this reconcile, each with when it first failed (carried over from the newest decision that had it). */
 async function degradedSince(ports: ReconcilePorts, world: WorldView, nowMs: number): Promise<NonNullable<DecisionRecord['degraded']>> {
   const [previous] = await ports.decisions.recent(1);
@@ -565,7 +609,7 @@ async function stampMeters(
     if (!price) continue;
     await ports.nodes.noteMeter(i.id, {
       offeringId: offeringId(i),
-      priceMicroUsdPerHour: price.priceMicroUsdPerHour,
+      priceMicroUsdPerHour: billedPrice(price),
       launchedAtMs: i.launchedAtMs,
       gpuCount: gpuCountOf(i.instanceType),
     });

@@ -1,7 +1,8 @@
 import { codeOf, messageOf } from '../errors.ts';
 import { teamFromTags } from '../budget.ts';
 import { periodKey } from '../period.ts';
-import { offeringId, type InstanceType, type Offering, type PriceQuote } from '../catalog.ts';
+import { makeOffering, offeringId, type InstanceType, type Offering, type PriceQuote } from '../catalog.ts';
+import { reservedQuote, type Reservation } from '../reservation.ts';
 import type { FleetNode, Instance, NodeGroup, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { MicroUsd } from '../money.ts';
@@ -15,6 +16,7 @@ import type {
   NodeStore,
   PoolHistory,
   PriceSource,
+  ReservationSource,
   SpendLedger,
   TeamTagSet,
 } from '../ports.ts';
@@ -34,6 +36,8 @@ export interface SnapshotPorts {
   readonly pools: PoolHistory;
   /** Where last valid budgets are kept between runs; without it, only within `teamMemory`. */
   readonly budgetMemory?: BudgetMemory;
+  /** The clouds' capacity reservations; without them, reserved offerings have no price and are not bought. */
+  readonly reservations?: readonly ReservationSource[];
 }
 
 /** How far back observed interruptions count towards a pool's risk. */
@@ -101,6 +105,36 @@ async function readProvider(p: NodeGroupProvider): Promise<{ groups: NodeGroup[]
   }
 }
 
+function withoutReservation(o: Offering): Omit<Offering, 'id' | 'reservationId'> {
+  return { cloud: o.cloud, region: o.region, zone: o.zone, instanceType: o.instanceType, capacityType: o.capacityType };
+}
+
+/** Every source's reservations by id; a source that fails is named among the degraded (its reserved offerings go unpriced). */
+async function readReservations(
+  sources: readonly ReservationSource[],
+  named: readonly string[],
+): Promise<{ reservations: Map<string, Reservation>; degraded: DegradedScope[] }> {
+  const reservations = new Map<string, Reservation>();
+  const degraded: DegradedScope[] = [];
+  const ids = [...new Set(named)].sort();
+  await Promise.all(
+    sources.map(async (src) => {
+      try {
+        for (const r of await src.listReservations(ids)) reservations.set(r.id, r);
+      } catch (error) {
+        const code = codeOf(error);
+        degraded.push({
+          cloud: src.cloud,
+          scope: `reservations${src.scope ? ` in ${src.scope}` : ''}`,
+          error: messageOf(error),
+          ...(code ? { code } : {}),
+        });
+      }
+    }),
+  );
+  return { reservations, degraded };
+}
+
 /** A node may take new work when its machine runs, its agent is registered, healthy, fresh and not draining. */
 export function isSchedulable(instance: Instance, record: NodeRecord | undefined, nowMs: number, policy: Policy): boolean {
   return (
@@ -142,10 +176,16 @@ export async function buildSnapshot(
     zone: i.zone,
     instanceType: i.instanceType,
     capacityType: i.capacityType,
+    ...(i.reservationId !== undefined ? { reservationId: i.reservationId } : {}),
   }));
-  const [instanceTypes, prices, tagSets, failures, observed] = await Promise.all([
+  // Reserved offerings are priced from their reservation, with the on-demand price of their type beside it.
+  const allOfferings = uniqueById([...offerings, ...nodeOfferings]);
+  const priced = uniqueById(
+    allOfferings.map((o) => (o.capacityType === 'reserved' ? makeOffering({ ...withoutReservation(o), capacityType: 'on-demand' }) : o)),
+  );
+  const [instanceTypes, listPrices, tagSets, failures, observed, reserved] = await Promise.all([
     ports.catalog.instanceTypes(typeNames),
-    ports.prices.prices(uniqueById([...offerings, ...nodeOfferings])),
+    ports.prices.prices(priced),
     ports.budgets.readTeamTags(),
     // A degraded provider's launch failures are not read (it would fail again); the others are.
     Promise.all(
@@ -155,7 +195,19 @@ export async function buildSnapshot(
         .map((p) => p.launchFailures(nowMs - policy.unavailableForSec * 1000).catch(() => [])),
     ),
     ports.pools.stats(nowMs - POOL_HISTORY_WINDOW_MS),
+    readReservations(
+      ports.reservations ?? [],
+      allOfferings.flatMap((o) => (o.reservationId !== undefined ? [o.reservationId] : [])),
+    ),
   ]);
+  const prices = new Map(listPrices);
+  for (const o of allOfferings) {
+    if (o.capacityType !== 'reserved' || o.reservationId === undefined) continue;
+    const r = reserved.reservations.get(o.reservationId);
+    const od = listPrices.get(offeringId({ ...withoutReservation(o), capacityType: 'on-demand' }));
+    if (r) prices.set(o.id, reservedQuote(r, od?.priceMicroUsdPerHour ?? r.priceMicroUsdPerHour));
+  }
+  const degraded = [...world.degraded, ...reserved.degraded];
   // Spot risk per pool: the Spot Advisor band as prior, updated by what gpu-fleet itself observed.
   const poolRiskPerHour = new Map<string, number>(input.poolRiskPerHour ?? []);
   for (const quote of prices.values()) {
@@ -198,7 +250,8 @@ export async function buildSnapshot(
     activeJobs: world.activeJobs,
     groups: world.groups,
     nodes: joinNodes(world, nowMs, policy),
-    ...(world.degraded.length > 0 ? { degraded: world.degraded } : {}),
+    ...(degraded.length > 0 ? { degraded } : {}),
+    ...(reserved.reservations.size > 0 ? { reservations: reserved.reservations } : {}),
     instanceTypes: instanceTypes as ReadonlyMap<string, InstanceType>,
     prices: prices as ReadonlyMap<string, PriceQuote>,
     poolRiskPerHour,

@@ -179,3 +179,99 @@ describe('interruption service', () => {
     }
   });
 });
+
+describe('interruption service: reservations', () => {
+  it('a reservation ending drains every machine in it, checkpoints what can, and a repeat changes nothing', async () => {
+    const H = 3_600_000;
+    const e = createSimEnvironment({
+      startMs: T0,
+      seed: 1,
+      teams: ['nlp'],
+      teamTags: defaultTeamTags(['nlp']),
+      bootSec: 60,
+      groups: [
+        {
+          id: 'v100-block',
+          instanceTypes: ['p3.8xlarge'],
+          zones: ['us-west-2a'],
+          capacityType: 'reserved',
+          reservationId: 'cr-0b10c0000000000a1',
+          minSize: 0,
+          maxSize: 2,
+        },
+        { id: 'v100-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 5 },
+      ],
+      reservations: [
+        {
+          id: 'cr-0b10c0000000000a1',
+          zone: 'us-west-2a',
+          instanceType: 'p3.8xlarge',
+          kind: 'capacity-block',
+          count: 2,
+          startMs: T0,
+          endMs: T0 + 4 * H,
+          priceMicroUsdPerHour: 6_000_000,
+        },
+      ],
+    });
+    await e.cloud.setDesiredCapacity('v100-block', 2);
+    await e.cloud.setDesiredCapacity('v100-spot', 1);
+    e.clock.advanceBy(120_000);
+    e.cloud.tick();
+    const all = await e.cloud.listInstances();
+    const inBlock = all.filter((i) => i.reservationId === 'cr-0b10c0000000000a1');
+    expect(inBlock.map((i) => i.capacityType)).toEqual(['reserved', 'reserved']);
+    for (const i of all)
+      await e.nodes.register({
+        instanceId: i.id,
+        groupId: i.groupId,
+        registeredAtMs: e.clock.nowMs(),
+        lastHeartbeatAtMs: e.clock.nowMs(),
+        healthy: true,
+        gpus: [0, 1, 2, 3].map((index) => ({ index, model: 'V100' as const, memoryMiB: 16_384 })),
+      });
+    await intake(e, { team: 'nlp', body: spec(true), token: 'on-block' });
+    await applyJobEvent(
+      e.jobs,
+      'nlp.on-block',
+      {
+        type: 'place',
+        attempt: 1,
+        placement: {
+          nodes: [{ nodeId: inBlock[0]!.id, gpuIndices: [0] }],
+          capacityType: 'reserved',
+          reservationId: 'cr-0b10c0000000000a1',
+        },
+      },
+      e.clock.nowMs(),
+    );
+    await applyJobEvent(e.jobs, 'nlp.on-block', { type: 'start', attempt: 1 }, e.clock.nowMs());
+    const notice: NodeNotice = {
+      kind: 'reservation-ending',
+      eventId: 'cr-0b10c0000000000a1-approaching-expiry',
+      reservationId: 'cr-0b10c0000000000a1',
+      atMs: e.clock.nowMs(),
+      terminationMs: T0 + 4 * H - 30 * 60_000,
+    };
+    const out = await handleNotice(e.ports, notice, DEFAULT_POLICY);
+    expect(out).toMatchObject({ status: 'handled', checkpointsRequested: ['nlp.on-block'], reconcileSoon: true });
+    for (const i of inBlock) expect((await e.nodes.get(i.id))!.draining).toMatchObject({ reason: 'reservation cr-0b10c0000000000a1 ends' });
+    // The spot machine is not in the reservation: untouched; and a block ending is no spot interruption.
+    const spot = all.find((i) => i.capacityType === 'spot')!;
+    expect((await e.nodes.get(spot.id))!.draining).toBeUndefined();
+    expect([...(await e.pools.stats(0)).values()].every((p) => p.interruptions === 0)).toBe(true);
+    const again = await handleNotice(e.ports, notice, DEFAULT_POLICY);
+    expect(again).toMatchObject({ status: 'handled', checkpointsRequested: [] });
+    expect((await e.jobs.get('nlp.on-block'))!.state).toBe('checkpointing');
+  });
+
+  it('a reservation delivered asks for a plan now', async () => {
+    const { e } = await world([]);
+    const out = await handleNotice(
+      e.ports,
+      { kind: 'reservation-delivered', eventId: 'cr-1-delivered', reservationId: 'cr-1', atMs: e.clock.nowMs() },
+      DEFAULT_POLICY,
+    );
+    expect(out).toMatchObject({ status: 'handled', reconcileSoon: true });
+  });
+});
