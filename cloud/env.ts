@@ -1,3 +1,4 @@
+import type { ReservationSelectorTerm } from './aws/ec2-reservations.ts';
 import { ConfigError } from '../core/errors.ts';
 import '../core/schema.ts';
 import * as z from 'zod/mini';
@@ -27,6 +28,8 @@ export interface FleetConfig {
   readonly gcp?: { readonly projects: readonly GcpScope[]; readonly credentialsSecret?: string };
   /** Services and their load balancer target groups (service id → ARN); undefined: the fleet runs no services. */
   readonly services?: { readonly targetGroups: Readonly<Record<string, string>> };
+  /** Which capacity reservations gpu-fleet may use (ids or tags); undefined: those tagged gpu-fleet:managed=true. */
+  readonly reservationSelector?: readonly ReservationSelectorTerm[];
 }
 
 /** The variables, each with what is allowed, for messages and the README. */
@@ -47,6 +50,8 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_GCP_PROJECTS: 'GCP projects and zones, JSON',
   GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
   GPU_FLEET_SERVICE_TARGET_GROUPS: 'services and their target groups, JSON: {"team.name": "arn:aws:elasticloadbalancing:…:targetgroup/…"}',
+  GPU_FLEET_RESERVATION_SELECTOR:
+    'capacity reservations gpu-fleet may use, JSON: [{"id": "cr-…"}, {"tags": {"team": "nlp"}}] (default: tagged gpu-fleet:managed=true)',
 } as const;
 
 export type FleetVariable = keyof typeof FLEET_VARIABLES;
@@ -136,6 +141,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
   }
   const gcp = readGcp(present, problems);
   const targetGroups = readTargetGroups(present, problems);
+  const reservationSelector = readReservationSelector(present, problems);
   if (problems.length > 0) throw new ConfigError('the environment', problems, { what: 'gpu-fleet environment' });
   const e = parsed.data!;
   const num = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Number(v));
@@ -164,7 +170,49 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
       ? { gcp: { projects: gcp, ...(e.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: e.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}) } }
       : {}),
     ...(targetGroups ? { services: { targetGroups } } : {}),
+    ...(reservationSelector ? { reservationSelector } : {}),
   };
+}
+
+const RESERVATION_ID_RE = /^cr-[0-9a-f]{8,17}$/;
+
+/** The reservation selector terms, each checked: a reservation id, or tags (every one must match). */
+function readReservationSelector(present: Record<string, string>, problems: string[]): ReservationSelectorTerm[] | undefined {
+  const raw = present.GPU_FLEET_RESERVATION_SELECTOR;
+  if (raw === undefined) return undefined;
+  const example = 'e.g. [{"id":"cr-0123456789abcdef0"},{"tags":{"gpu-fleet:managed":"true"}}]';
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    problems.push(`GPU_FLEET_RESERVATION_SELECTOR="${raw.slice(0, 80)}" is not JSON; ${example}`);
+    return undefined;
+  }
+  if (!Array.isArray(json) || json.length === 0) {
+    problems.push(`GPU_FLEET_RESERVATION_SELECTOR must be a non-empty JSON list of terms, ${example}`);
+    return undefined;
+  }
+  const out: ReservationSelectorTerm[] = [];
+  for (const [i, term] of json.entries()) {
+    const t = term as { id?: unknown; tags?: unknown };
+    if (typeof t === 'object' && t !== null && typeof t.id === 'string' && RESERVATION_ID_RE.test(t.id) && t.tags === undefined)
+      out.push({ id: t.id });
+    else if (
+      typeof t === 'object' &&
+      t !== null &&
+      t.id === undefined &&
+      typeof t.tags === 'object' &&
+      t.tags !== null &&
+      Object.keys(t.tags).length > 0 &&
+      Object.values(t.tags).every((v) => typeof v === 'string')
+    )
+      out.push({ tags: t.tags as Record<string, string> });
+    else
+      problems.push(
+        `GPU_FLEET_RESERVATION_SELECTOR[${i}] must be {"id": "cr-…"} or {"tags": {"key": "value", …}}, got ${JSON.stringify(term)}`,
+      );
+  }
+  return out;
 }
 
 const SERVICE_ID_RE = /^[a-z0-9][a-z0-9-]{0,31}\.[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;

@@ -24,6 +24,8 @@ import type {
 import type { InterruptionPorts, NoticeSource } from '../core/services/interruption.ts';
 import type { ReconcilePorts } from '../core/services/reconcile.ts';
 import { AsgNodeGroups } from './aws/asg-node-groups.ts';
+import { Ec2Reservations } from './aws/ec2-reservations.ts';
+import { awsShippedCatalog, onDemandPrice } from './catalog/shipped.ts';
 import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink, CloudWatchServiceMetricSink } from './aws/cloudwatch-metrics.ts';
 import { documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
 import { ElbFrontDoor } from './aws/elb-front-door.ts';
@@ -127,6 +129,13 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
   const doc = documentClientFor(clients.dynamodb, variables);
   const stores = dynamoStores(doc, config.tables, config.checkpointBucket);
   const asg = new AsgNodeGroups(clients.asg, clients.ec2, { region: config.region, clock });
+  // Capacity reservations: read from EC2, an ODCR priced at its type's on-demand price from the shipped catalogue.
+  const shipped = awsShippedCatalog();
+  const reservations = new Ec2Reservations(clients.ec2, {
+    region: config.region,
+    ...(config.reservationSelector ? { selector: config.reservationSelector } : {}),
+    onDemandPrice: (instanceType, zone) => onDemandPrice(shipped, { cloud: 'aws', region: config.region, zone, instanceType }),
+  });
   let providers: NodeGroupProvider[] = [asg];
   let catalog: CatalogSource = new Ec2Catalog(clients.ec2);
   let prices: PriceSource = new AwsPriceSource(clients.ec2, { clock });
@@ -152,7 +161,17 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
         serviceLoad: new ElbRequestLoad(clients.cloudwatch, clock, config.services.targetGroups),
       }
     : undefined;
-  const reconcile: ReconcilePorts = { ...stores, clock, providers, catalog, prices, budgets, notices, ...services };
+  const reconcile: ReconcilePorts = {
+    ...stores,
+    clock,
+    providers,
+    catalog,
+    prices,
+    budgets,
+    notices,
+    reservations: [reservations],
+    ...services,
+  };
   const interruption: InterruptionPorts = {
     clock,
     jobs: stores.jobs,
@@ -180,7 +199,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     reconcile,
     interruption,
     ...(services ? { services: services.services } : {}),
-    problems: () => providers.flatMap((p) => [...(p.problems ?? [])]),
+    problems: () => [...providers.flatMap((p) => [...(p.problems ?? [])]), ...reservations.problems],
   };
 }
 

@@ -72,7 +72,18 @@ const NodeGroupSchema = z
       )
       .min(1, { error: 'give at least one instance type' })
       .max(20, { error: 'an Auto Scaling group takes at most 20 instance types' }),
-    capacityType: z.enum(['spot', 'on-demand'], { error: 'must be "spot" or "on-demand"' }),
+    capacityType: z.enum(['spot', 'on-demand', 'reserved'], { error: 'must be "spot", "on-demand" or "reserved"' }),
+    /**
+     * With capacity type "reserved": the capacity reservation the group's launch template targets, and
+     * its kind (an On-Demand Capacity Reservation, or a Capacity Block for ML, launched with the
+     * capacity-block market type). The group takes the reservation's one instance type and zone.
+     */
+    reservation: z
+      .strictObject({
+        id: z.string().regex(/^cr-[0-9a-f]{8,17}$/, { error: 'capacity reservation ids look like "cr-0123456789abcdef0"' }),
+        kind: z.enum(['odcr', 'capacity-block'], { error: 'must be "odcr" or "capacity-block"' }).default('odcr'),
+      })
+      .optional(),
     zones: z
       .array(z.string().regex(ZONE_RE, { error: 'zones look like "us-east-1a"' }))
       .min(1)
@@ -98,6 +109,35 @@ const NodeGroupSchema = z
     migEnabled: z.boolean({ error: 'must be true or false' }).default(false),
   })
   .superRefine((g, ctx) => {
+    if (g.capacityType === 'reserved') {
+      if (!g.reservation)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['reservation'],
+          message: 'a reserved group names the reservation it launches into: {"id": "cr-…", "kind": "odcr" | "capacity-block"}',
+          input: g.reservation,
+        });
+      if (g.instanceTypes.length !== 1)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['instanceTypes'],
+          message: 'a reserved group has one instance type: its reservation’s',
+          input: g.instanceTypes,
+        });
+      if ((g.zones ?? g.subnetIds ?? []).length !== 1)
+        ctx.addIssue({
+          code: 'custom',
+          path: [g.zones ? 'zones' : 'subnetIds'],
+          message: 'a reserved group is in one zone: its reservation’s (one zone, or one subnet)',
+          input: g.zones ?? g.subnetIds,
+        });
+    } else if (g.reservation)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['reservation'],
+        message: 'only a group with capacityType "reserved" launches into a reservation',
+        input: g.reservation,
+      });
     if (g.maxSize < g.minSize)
       ctx.addIssue({ code: 'custom', path: ['maxSize'], message: `must be at least minSize (${g.minSize})`, input: g.maxSize });
     if (!g.zones === !g.subnetIds)
@@ -184,6 +224,33 @@ export const ConfigSchema = z
       })
       .default({ expireAfterDays: 30 }),
     alarmEmail: z.email({ error: 'must be an e-mail address' }).optional(),
+    /**
+     * Which capacity reservations gpu-fleet reads (beside those its reserved groups launch into), as
+     * Karpenter's capacityReservationSelectorTerms: any term matches, a reservation id or every tag
+     * of a term. Default: those tagged gpu-fleet:managed=true.
+     */
+    reservations: z
+      .strictObject({
+        selector: z
+          .array(
+            z.union(
+              [
+                z.strictObject({
+                  id: z.string().regex(/^cr-[0-9a-f]{8,17}$/, { error: 'capacity reservation ids look like "cr-0123456789abcdef0"' }),
+                }),
+                z.strictObject({
+                  tags: z
+                    .record(z.string().min(1).max(128), z.string().max(256))
+                    .refine((t) => Object.keys(t).length > 0, { error: 'give at least one tag' }),
+                }),
+              ],
+              { error: 'each term is {"id": "cr-…"} or {"tags": {"key": "value"}}' },
+            ),
+          )
+          .min(1)
+          .max(50),
+      })
+      .optional(),
     /**
      * Services run by the fleet, each fronted by a load balancer target group the platform team
      * already has (IP targets, the service's port): service id (team.name) → target group ARN.

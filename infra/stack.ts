@@ -221,10 +221,14 @@ export class GpuFleetStack extends Stack {
       this.serviceTargets.length > 0
         ? { GPU_FLEET_SERVICE_TARGET_GROUPS: this.toJsonString(Object.fromEntries(this.serviceTargets.map((t) => [t.id, t.arn]))) }
         : {};
+    // Which capacity reservations reconcile reads, beside those the reserved groups launch into.
+    const reservationEnv: Record<string, string> = config.reservations
+      ? { GPU_FLEET_RESERVATION_SELECTOR: JSON.stringify(config.reservations.selector) }
+      : {};
     const reconcile = this.fn('reconcile', {
       memoryMb: 1769,
       timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)),
-      env: { ...env, ...gcpEnv, ...serviceEnv },
+      env: { ...env, ...gcpEnv, ...serviceEnv, ...reservationEnv },
       reservedConcurrency: 1,
     });
     const intake = this.fn('intake', { memoryMb: 512, timeout: Duration.seconds(30), env: { ...env, ...serviceEnv } });
@@ -280,6 +284,21 @@ export class GpuFleetStack extends Stack {
       },
       targets: [toInterruption()],
     });
+    new events.Rule(this, 'ReservationNotices', {
+      description: 'gpu-fleet: Capacity Blocks delivered and ending, and interruptible reservations taking machines back',
+      eventPattern: {
+        source: ['aws.ec2'],
+        // AWS's documentation spells the Capacity Block events with and without "Reservation": both are matched.
+        detailType: [
+          'Capacity Block Delivered',
+          'Capacity Block Reservation Delivered',
+          'Capacity Block Expiration Warning',
+          'Capacity Block Reservation Expiration Warning',
+          'EC2 Capacity Reservation Instance Interruption Warning',
+        ],
+      },
+      targets: [toInterruption()],
+    });
     new events.Rule(this, 'ScheduledMaintenance', {
       description: 'gpu-fleet: AWS Health scheduled changes for EC2 machines',
       eventPattern: {
@@ -295,7 +314,13 @@ export class GpuFleetStack extends Stack {
     this.alarmsFor(config);
 
     // ---- outputs: every name the gpu-fleet CLI needs, so it finds the fleet by the stack's name ------
-    const values: Record<string, string> = { ...env, ...gcpEnv, ...serviceEnv, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName };
+    const values: Record<string, string> = {
+      ...env,
+      ...gcpEnv,
+      ...serviceEnv,
+      ...reservationEnv,
+      GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName,
+    };
     for (const [key, variable] of Object.entries(STACK_OUTPUT_VARIABLES)) {
       const value = values[variable];
       if (value !== undefined) new CfnOutput(this, key, { value, description: `${FLEET_VARIABLES[variable]} (${variable})` });
@@ -502,7 +527,18 @@ export class GpuFleetStack extends Stack {
         },
       ],
       detailedMonitoring: true,
+      // A reserved group launches its one type into its reservation (the template names both).
+      ...(g.reservation ? { instanceType: new ec2.InstanceType(g.instanceTypes[0]!) } : {}),
     });
+    if (g.reservation) {
+      // The L2 template has no reservation target or capacity-block market: set them on the template's data.
+      const data = template.node.defaultChild as ec2.CfnLaunchTemplate;
+      data.addPropertyOverride('LaunchTemplateData.CapacityReservationSpecification', {
+        CapacityReservationTarget: { CapacityReservationId: g.reservation.id },
+      });
+      if (g.reservation.kind === 'capacity-block')
+        data.addPropertyOverride('LaunchTemplateData.InstanceMarketOptions', { MarketType: 'capacity-block' });
+    }
     const spot = g.capacityType === 'spot';
     const subnets: ec2.SubnetSelection = g.subnetIds
       ? { subnets: g.subnetIds.map((id, i) => ec2.Subnet.fromSubnetAttributes(this, `Subnet-${g.name}-${i}`, { subnetId: id })) }
@@ -514,17 +550,22 @@ export class GpuFleetStack extends Stack {
       minCapacity: g.minSize,
       maxCapacity: g.maxSize,
       // No desired capacity: reconcile owns it, and a deploy must not reset it.
-      mixedInstancesPolicy: {
-        launchTemplate: template,
-        launchTemplateOverrides: g.instanceTypes.map((t) => ({ instanceType: new ec2.InstanceType(t) })),
-        instancesDistribution: {
-          onDemandBaseCapacity: 0,
-          onDemandPercentageAboveBaseCapacity: spot ? 0 : 100,
-          ...(spot
-            ? { spotAllocationStrategy: autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED }
-            : { onDemandAllocationStrategy: autoscaling.OnDemandAllocationStrategy.LOWEST_PRICE }),
-        },
-      },
+      // A reserved group launches its template as it is (one type, into its reservation); the others mix their types.
+      ...(g.reservation
+        ? { launchTemplate: template }
+        : {
+            mixedInstancesPolicy: {
+              launchTemplate: template,
+              launchTemplateOverrides: g.instanceTypes.map((t) => ({ instanceType: new ec2.InstanceType(t) })),
+              instancesDistribution: {
+                onDemandBaseCapacity: 0,
+                onDemandPercentageAboveBaseCapacity: spot ? 0 : 100,
+                ...(spot
+                  ? { spotAllocationStrategy: autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED }
+                  : { onDemandAllocationStrategy: autoscaling.OnDemandAllocationStrategy.LOWEST_PRICE }),
+              },
+            },
+          }),
       capacityRebalance: spot,
       healthChecks: autoscaling.HealthChecks.ec2({ gracePeriod: Duration.minutes(10) }),
       groupMetrics: [autoscaling.GroupMetrics.all()],
@@ -538,6 +579,7 @@ export class GpuFleetStack extends Stack {
     Tags.of(asg).add(GROUP_TAGS.managed, 'true', { applyToLaunchedInstances: true });
     Tags.of(asg).add(GROUP_TAGS.capacityType, g.capacityType, { applyToLaunchedInstances: true });
     if (g.migEnabled) Tags.of(asg).add(GROUP_TAGS.mig, MIG_TAG_VALUE, { applyToLaunchedInstances: true });
+    if (g.reservation) Tags.of(asg).add(GROUP_TAGS.reservation, g.reservation.id, { applyToLaunchedInstances: true });
     acknowledge(asg, {
       'AwsSolutions-EC26':
         'The root volume is encrypted (gp3, encrypted) in the launch template; the rule cannot read through the launch template reference.',
@@ -693,6 +735,7 @@ export class GpuFleetStack extends Stack {
         'ec2:DescribeInstanceTypes',
         'ec2:DescribeSpotPriceHistory',
         'ec2:DescribeLaunchTemplateVersions',
+        'ec2:DescribeCapacityReservations',
         'tag:GetResources',
         'cloudwatch:GetMetricData',
         'sqs:ListQueues',

@@ -22,6 +22,8 @@ export const GROUP_TAGS = {
   managed: 'gpu-fleet:managed',
   capacityType: 'gpu-fleet:capacity-type',
   mig: 'gpu-fleet:mig',
+  /** The capacity reservation a `reserved` group's launch template targets (the stack writes it; else the template is read). */
+  reservation: 'gpu-fleet:reservation',
 } as const;
 
 /** The value of the `gpu-fleet:mig` tag on a MIG group (the stack writes it; `enabled` is read too, for groups tagged by hand). */
@@ -66,7 +68,7 @@ export class AsgNodeGroups implements NodeGroupProvider {
     return this.options.region;
   }
   private groupsCache: { atMs: number; groups: AutoScalingGroup[] } | undefined;
-  private readonly templateTypes = new Map<string, string | undefined>();
+  private readonly templateFacts = new Map<string, { instanceType?: string; reservationId?: string }>();
   /** Problems found while reading groups (a group whose instance types cannot be known), for logs and status. */
   readonly problems: string[] = [];
 
@@ -112,12 +114,30 @@ export class AsgNodeGroups implements NodeGroupProvider {
       }
       const capacityType = capacityTypeOf(g);
       const zones = [...(g.AvailabilityZones ?? [])].sort();
+      // A reserved group launches into one reservation: its tag names it, or its launch template's capacity reservation target does.
+      const reservationId =
+        capacityType === 'reserved' ? (tag(g, GROUP_TAGS.reservation) ?? (await this.template(g))?.reservationId) : undefined;
+      if (capacityType === 'reserved' && !reservationId) {
+        this.problems.push(
+          `group ${name}: tagged ${GROUP_TAGS.capacityType}=reserved but names no reservation (tag ${GROUP_TAGS.reservation}, or a capacity reservation target in its launch template); left out`,
+        );
+        continue;
+      }
       out.push({
         id: name,
         cloud: 'aws',
         region: this.options.region,
         offerings: types.flatMap((instanceType) =>
-          zones.map((zone) => makeOffering({ cloud: 'aws', region: this.options.region, zone, instanceType, capacityType })),
+          zones.map((zone) =>
+            makeOffering({
+              cloud: 'aws',
+              region: this.options.region,
+              zone,
+              instanceType,
+              capacityType,
+              ...(reservationId ? { reservationId } : {}),
+            }),
+          ),
         ),
         minSize: g.MinSize ?? 0,
         maxSize: g.MaxSize ?? 0,
@@ -134,10 +154,16 @@ export class AsgNodeGroups implements NodeGroupProvider {
     if (fromOverrides.length > 0) return [...new Set(fromOverrides)];
     // Attribute-based selection: Auto Scaling picks the types, so gpu-fleet cannot plan with them.
     if (overrides.some((o) => o.InstanceRequirements !== undefined)) return [];
+    const t = (await this.template(g))?.instanceType;
+    return t ? [t] : [];
+  }
+
+  /** What gpu-fleet reads in a group's launch template (cached by template and version): its instance type and reservation target. */
+  private async template(g: AutoScalingGroup): Promise<{ instanceType?: string; reservationId?: string } | undefined> {
     const spec = g.MixedInstancesPolicy?.LaunchTemplate?.LaunchTemplateSpecification ?? g.LaunchTemplate;
-    if (!spec?.LaunchTemplateId && !spec?.LaunchTemplateName) return [];
+    if (!spec?.LaunchTemplateId && !spec?.LaunchTemplateName) return undefined;
     const key = `${spec.LaunchTemplateId ?? spec.LaunchTemplateName}@${spec.Version ?? '$Default'}`;
-    if (!this.templateTypes.has(key)) {
+    if (!this.templateFacts.has(key)) {
       const out = await this.call('read launch template', key, () =>
         this.ec2.send(
           new DescribeLaunchTemplateVersionsCommand({
@@ -146,10 +172,14 @@ export class AsgNodeGroups implements NodeGroupProvider {
           }),
         ),
       );
-      this.templateTypes.set(key, out.LaunchTemplateVersions?.[0]?.LaunchTemplateData?.InstanceType);
+      const data = out.LaunchTemplateVersions?.[0]?.LaunchTemplateData;
+      const reservationId = data?.CapacityReservationSpecification?.CapacityReservationTarget?.CapacityReservationId;
+      this.templateFacts.set(key, {
+        ...(data?.InstanceType ? { instanceType: data.InstanceType } : {}),
+        ...(reservationId ? { reservationId } : {}),
+      });
     }
-    const t = this.templateTypes.get(key);
-    return t ? [t] : [];
+    return this.templateFacts.get(key);
   }
 
   async listInstances(): Promise<Instance[]> {
@@ -172,6 +202,7 @@ export class AsgNodeGroups implements NodeGroupProvider {
           for (const inst of r.Instances ?? []) {
             out.set(inst.InstanceId!, {
               spot: inst.InstanceLifecycle === 'spot',
+              ...(inst.CapacityReservationId ? { reservationId: inst.CapacityReservationId } : {}),
               launchedAtMs: inst.LaunchTime ? new Date(inst.LaunchTime).getTime() : this.options.clock.nowMs(),
               zone: inst.Placement?.AvailabilityZone ?? '',
               instanceType: inst.InstanceType ?? '',
@@ -213,7 +244,10 @@ export class AsgNodeGroups implements NodeGroupProvider {
       region: this.options.region,
       zone: i.AvailabilityZone ?? d?.zone ?? '',
       instanceType: i.InstanceType ?? d?.instanceType ?? '',
-      capacityType: d?.spot ? 'spot' : d ? 'on-demand' : capacityTypeOf(g),
+      // A machine in a reservation is reserved capacity (EC2 names the reservation it runs in); otherwise its market says.
+      ...(d?.reservationId && capacityTypeOf(g) === 'reserved'
+        ? { capacityType: 'reserved' as const, reservationId: d.reservationId }
+        : { capacityType: d?.spot ? ('spot' as const) : d ? ('on-demand' as const) : capacityTypeOf(g) }),
       state: stateOf(i.LifecycleState),
       launchedAtMs: d?.launchedAtMs ?? this.options.clock.nowMs(),
       scaleInProtected: i.ProtectedFromScaleIn ?? false,
@@ -338,6 +372,8 @@ function tag(g: AutoScalingGroup, key: string): string | undefined {
 /** What EC2 says of an instance that its group does not. */
 interface Ec2Details {
   readonly spot: boolean;
+  /** The capacity reservation it runs in (EC2 CapacityReservationId). */
+  readonly reservationId?: string;
   readonly launchedAtMs: number;
   readonly zone: string;
   readonly instanceType: string;
@@ -345,7 +381,7 @@ interface Ec2Details {
 
 export function capacityTypeOf(g: AutoScalingGroup): CapacityType {
   const t = tag(g, GROUP_TAGS.capacityType);
-  if (t === 'spot' || t === 'on-demand') return t;
+  if (t === 'spot' || t === 'on-demand' || t === 'reserved') return t;
   const d = g.MixedInstancesPolicy?.InstancesDistribution;
   if (d && (d.OnDemandPercentageAboveBaseCapacity ?? 100) === 0 && (d.OnDemandBaseCapacity ?? 0) === 0) return 'spot';
   return 'on-demand';

@@ -9,7 +9,12 @@ import type { NodeNotice } from '../../core/services/interruption.ts';
  * Handled: aws.ec2 "EC2 Spot Instance Interruption Warning" (two minutes' notice),
  * "EC2 Instance Rebalance Recommendation", "EC2 Instance State-change Notification";
  * aws.autoscaling "EC2 Instance-terminate Lifecycle Action"; aws.health scheduled changes for
- * EC2. Everything else is reported as ignored with the reason; malformed events as invalid.
+ * EC2; capacity reservations: "Capacity Block Delivered", "Capacity Block Expiration Warning"
+ * (AWS's documentation spells both with and without "Reservation" after "Block", and shows
+ * `detail_type` and `customer_event_id` where EventBridge sends `detail-type` and `id`: all are
+ * read), and "EC2 Capacity Reservation Instance Interruption Warning" (an interruptible
+ * reservation taking a machine back, two minutes' notice). Everything else is reported as ignored
+ * with the reason; malformed events as invalid.
  */
 
 const INSTANCE_ID = /^i-[0-9a-f]{8}(?:[0-9a-f]{9})?$/;
@@ -27,6 +32,15 @@ const Envelope = z.object({
 
 const instanceId = z.string().check(z.regex(INSTANCE_ID, { error: 'is not an EC2 instance id (i- followed by 8 or 17 hex digits)' }));
 const nonEmpty = () => z.string().check(z.minLength(1));
+
+const ReservationDetail = z.object({
+  'capacity-reservation-id': z.string().check(z.regex(/^cr-[0-9a-f]{8,17}$/, { error: 'is not a capacity reservation id (cr-…)' })),
+  'end-date': z.optional(z.string()),
+});
+const ReclaimWarning = z.object({ 'instance-id': instanceId, 'instance-termination-time': z.optional(z.string()) });
+/** How long before its end a Capacity Block's machines go, and how long after its expiration warning that is. */
+const BLOCK_LEAD_MS = 30 * 60_000;
+const BLOCK_WARNING_MS = 40 * 60_000;
 
 const SpotWarning = z.object({ 'instance-id': instanceId, 'instance-action': z.optional(z.string()) });
 const Rebalance = z.object({ 'instance-id': instanceId });
@@ -59,7 +73,7 @@ export interface ParseOptions {
 }
 
 export function parseCloudEvent(raw: unknown, options: ParseOptions): ParsedEvent {
-  const env = Envelope.safeParse(raw);
+  const env = Envelope.safeParse(documentedSpelling(raw));
   if (!env.success) return { kind: 'invalid', error: `not an EventBridge event: ${issues(env.error)}` };
   const e = env.data;
   const warnings: string[] = [];
@@ -134,7 +148,62 @@ export function parseCloudEvent(raw: unknown, options: ParseOptions): ParsedEven
       notice: { kind: 'scheduled-change', eventId: e.id, instanceIds: ids, atMs, ...(Number.isFinite(start) ? { startMs: start } : {}) },
     };
   }
+  if (e.source === 'aws.ec2' && (type === 'Capacity Block Delivered' || type === 'Capacity Block Reservation Delivered')) {
+    const d = ReservationDetail.safeParse(e.detail);
+    if (!d.success) return bad('Capacity Block delivered', d.error);
+    return {
+      kind: 'notice',
+      warnings,
+      notice: { kind: 'reservation-delivered', eventId: e.id, reservationId: d.data['capacity-reservation-id'], atMs },
+    };
+  }
+  if (
+    e.source === 'aws.ec2' &&
+    (type === 'Capacity Block Expiration Warning' || type === 'Capacity Block Reservation Expiration Warning')
+  ) {
+    const d = ReservationDetail.safeParse(e.detail);
+    if (!d.success) return bad('Capacity Block expiration warning', d.error);
+    // The block's machines go 30 min before its end; without an end date, 10 min after the warning (sent 40 min before the end).
+    const endMs = d.data['end-date'] !== undefined ? Date.parse(d.data['end-date']) : NaN;
+    if (d.data['end-date'] !== undefined && !Number.isFinite(endMs))
+      warnings.push(`end-date ${JSON.stringify(d.data['end-date'])} is not a date; its machines are taken to go 10 min after the warning`);
+    const terminationMs = Number.isFinite(endMs) ? endMs - BLOCK_LEAD_MS : atMs + BLOCK_WARNING_MS - BLOCK_LEAD_MS;
+    return {
+      kind: 'notice',
+      warnings,
+      notice: { kind: 'reservation-ending', eventId: e.id, reservationId: d.data['capacity-reservation-id'], atMs, terminationMs },
+    };
+  }
+  if (e.source === 'aws.ec2' && type === 'EC2 Capacity Reservation Instance Interruption Warning') {
+    const d = ReclaimWarning.safeParse(e.detail);
+    if (!d.success) return bad('capacity reservation interruption warning', d.error);
+    const at = d.data['instance-termination-time'] !== undefined ? Date.parse(d.data['instance-termination-time']) : NaN;
+    return {
+      kind: 'notice',
+      warnings,
+      notice: {
+        kind: 'interruption-warning',
+        eventId: e.id,
+        instanceId: d.data['instance-id'],
+        atMs,
+        deadlineMs: Number.isFinite(at) ? at : atMs + SPOT_NOTICE_MS,
+        cause: 'interruptible capacity reservation reclaimed',
+      },
+    };
+  }
   return { kind: 'ignored', reason: `${e.source} "${type}" events need no action from gpu-fleet` };
+}
+
+/** AWS's Capacity Block examples write `detail_type` and `customer_event_id`; EventBridge sends `detail-type` and `id`. Both are read. */
+function documentedSpelling(raw: unknown): unknown {
+  if (typeof raw !== 'object' || raw === null) return raw;
+  const r = raw as Record<string, unknown>;
+  if (r['detail-type'] !== undefined && r.id !== undefined) return raw;
+  return {
+    ...r,
+    ...(r['detail-type'] === undefined && typeof r.detail_type === 'string' ? { 'detail-type': r.detail_type } : {}),
+    ...(r.id === undefined && typeof r.customer_event_id === 'string' ? { id: r.customer_event_id } : {}),
+  };
 }
 
 function issues(error: z.core.$ZodError): string {

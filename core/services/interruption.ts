@@ -121,6 +121,8 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
   }
 
   if (notice.kind === 'reservation-delivered') {
+    if (!(await launchesInto(ports.providers, notice.reservationId)))
+      return { status: 'ignored', why: `reservation ${notice.reservationId} is not one a node group of gpu-fleet launches into` };
     return {
       status: 'handled',
       summary: `reservation ${notice.reservationId} delivered: its capacity is planned for now`,
@@ -288,6 +290,18 @@ export function drainingFor(
     case 'reservation-delivered':
       return undefined;
   }
+}
+
+/** Whether some managed group launches into the reservation (a provider that fails counts as yes: better a plan too many). */
+async function launchesInto(providers: readonly NodeGroupProvider[], reservationId: string): Promise<boolean> {
+  for (const p of providers) {
+    try {
+      if ((await p.listGroups()).some((g) => g.offerings.some((o) => o.reservationId === reservationId))) return true;
+    } catch {
+      return true;
+    }
+  }
+  return false;
 }
 
 /** The managed machines running in a reservation, as the clouds list them (a provider that fails is skipped). */

@@ -126,6 +126,66 @@ describe('Auto Scaling node groups', () => {
     });
   });
 
+  it('a group tagged reserved launches into the reservation its launch template targets; its machines in it are reserved', async () => {
+    // The recorded group, retagged; the template data and the instance's CapacityReservationId are assembled from the
+    // EC2 API reference (LaunchTemplateCapacityReservationSpecificationResponse, Instance.CapacityReservationId).
+    const g = fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances.json').AutoScalingGroups[0];
+    const reservedTag = {
+      Key: 'gpu-fleet:capacity-type',
+      Value: 'reserved',
+      ResourceId: 'x',
+      ResourceType: 'auto-scaling-group',
+      PropagateAtLaunch: true,
+    };
+    const reserved = {
+      ...g,
+      AutoScalingGroupName: 'p5-block',
+      Tags: [...g.Tags, reservedTag],
+      MixedInstancesPolicy: {
+        ...g.MixedInstancesPolicy,
+        LaunchTemplate: {
+          ...g.MixedInstancesPolicy.LaunchTemplate,
+          LaunchTemplateSpecification: { LaunchTemplateId: 'lt-0abc', Version: '3' },
+        },
+      },
+    };
+    const unnamed = {
+      ...g,
+      AutoScalingGroupName: 'no-target',
+      Tags: [...g.Tags, reservedTag],
+      MixedInstancesPolicy: undefined,
+      LaunchTemplate: undefined,
+    };
+    const spot = fixture('ec2-DescribeInstances-spot.json');
+    const inst = spot.Reservations[0].Instances[0];
+    asg
+      .on(DescribeAutoScalingGroupsCommand)
+      .resolves({ AutoScalingGroups: [{ ...reserved, Instances: [{ ...g.Instances[0], InstanceId: inst.InstanceId }] }, unnamed] });
+    ec2.on(DescribeLaunchTemplateVersionsCommand, { LaunchTemplateId: 'lt-0abc', Versions: ['3'] }).resolves({
+      LaunchTemplateVersions: [
+        {
+          LaunchTemplateData: {
+            InstanceType: 't3.medium',
+            CapacityReservationSpecification: { CapacityReservationTarget: { CapacityReservationId: 'cr-0123456789abcdef0' } },
+            InstanceMarketOptions: { MarketType: 'capacity-block' },
+          },
+        },
+      ],
+    });
+    ec2.on(DescribeInstancesCommand).resolves({
+      Reservations: [{ Instances: [{ ...inst, InstanceLifecycle: 'capacity-block', CapacityReservationId: 'cr-0123456789abcdef0' }] }],
+    });
+    const provider = groups();
+    const out = await provider.listGroups();
+    expect(out.map((x) => x.id)).toEqual(['p5-block']);
+    expect(out[0]!.offerings.map((o) => o.id)).toEqual(
+      g.AvailabilityZones.map((z: string) => `aws/${z}/t3.medium/reserved/cr-0123456789abcdef0`),
+    );
+    expect(provider.problems.some((p) => p.includes('no-target') && p.includes('names no reservation'))).toBe(true);
+    const [machine] = await provider.listInstances();
+    expect(machine).toMatchObject({ id: inst.InstanceId, capacityType: 'reserved', reservationId: 'cr-0123456789abcdef0' });
+  });
+
   it('names every LifecycleState of the API reference: the hook states are their own, a warm pool is left out', async () => {
     // Assembled from the recorded group: the recorded responses show only InService, so the other values are the API reference's.
     const g = fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances.json').AutoScalingGroups[0];

@@ -62,8 +62,12 @@ describe('the deployed stack tells the CLI every name it needs', () => {
       .map((f) => (f.Properties.Environment as { Variables: Record<string, unknown> }).Variables)
       .find((v) => v.POWERTOOLS_SERVICE_NAME === 'gpu-fleet-interruption')!;
     for (const [key, variable] of Object.entries(STACK_OUTPUT_VARIABLES)) {
-      if (variable.startsWith('GPU_FLEET_GCP_') || variable === 'GPU_FLEET_SERVICE_TARGET_GROUPS') {
-        expect(t.Outputs[key], `${key} only with GCP (or with services)`).toBeUndefined();
+      if (
+        variable.startsWith('GPU_FLEET_GCP_') ||
+        variable === 'GPU_FLEET_SERVICE_TARGET_GROUPS' ||
+        variable === 'GPU_FLEET_RESERVATION_SELECTOR'
+      ) {
+        expect(t.Outputs[key], `${key} only with GCP (or with services, or a reservation selector)`).toBeUndefined();
         continue;
       }
       expect(t.Outputs[key], `output ${key}`).toBeDefined();

@@ -28,6 +28,48 @@ describe('EventBridge events', () => {
     });
   });
 
+  it('reads Capacity Block events in both of the documentation’s spellings, and the interruptible reservation’s warning', () => {
+    const parse = (f: string) => parseCloudEvent(load(f), { receivedAtMs: RECEIVED });
+    for (const f of ['built-ec2-capacity-block-delivered.json', 'built-ec2-capacity-block-reservation-delivered-docs-spelling.json'])
+      expect(parse(f)).toEqual({
+        kind: 'notice',
+        warnings: [],
+        notice: {
+          kind: 'reservation-delivered',
+          eventId: 'cr-0b10c0000000000a1-delivered',
+          reservationId: 'cr-0b10c0000000000a1',
+          atMs: Date.parse('2026-12-03T11:30:00Z'),
+        },
+      });
+    // The machines go 30 min before the block's end; without an end date, 10 min after the warning (sent 40 min before the end).
+    expect(parse('built-ec2-capacity-block-expiration-warning.json')).toMatchObject({
+      kind: 'notice',
+      notice: { kind: 'reservation-ending', reservationId: 'cr-0b10c0000000000a1', terminationMs: Date.parse('2026-12-04T11:00:00Z') },
+    });
+    expect(parse('built-ec2-capacity-block-reservation-expiration-warning.json')).toMatchObject({
+      kind: 'notice',
+      notice: { kind: 'reservation-ending', atMs: Date.parse('2026-12-04T10:50:00Z'), terminationMs: Date.parse('2026-12-04T11:00:00Z') },
+    });
+    expect(parse('built-ec2-capacity-reservation-instance-interruption-warning.json')).toEqual({
+      kind: 'notice',
+      warnings: [],
+      notice: {
+        kind: 'interruption-warning',
+        eventId: '3f1e2d4c-5b6a-4789-8a9b-0c1d2e3f4a5b',
+        instanceId: 'i-0abcdef1234567890',
+        atMs: Date.parse('2026-12-02T09:00:00Z'),
+        deadlineMs: Date.parse('2026-12-02T09:02:00Z'),
+        cause: 'interruptible capacity reservation reclaimed',
+      },
+    });
+    // A bad reservation id is invalid, with what was wrong.
+    const bad = { ...(load('built-ec2-capacity-block-expiration-warning.json') as object), detail: { 'capacity-reservation-id': 'i-123' } };
+    expect(parseCloudEvent(bad, { receivedAtMs: RECEIVED })).toMatchObject({
+      kind: 'invalid',
+      error: expect.stringMatching(/capacity-reservation-id is not a capacity reservation id/),
+    });
+  });
+
   it('reads rebalance recommendations, state changes, terminate lifecycle actions and Health scheduled changes', () => {
     expect(parseCloudEvent(load('nth-ec2-instance-rebalance-recommendation.json'), { receivedAtMs: RECEIVED })).toMatchObject({
       kind: 'notice',
@@ -84,7 +126,7 @@ describe('EventBridge events', () => {
       'imds-spot-instance-action-stop.json',
       'imds-spot-instance-action-terminate.json',
     ]);
-    expect(kinds.notice).toHaveLength(10);
+    expect(kinds.notice).toHaveLength(15); // 10 shared samples, 5 built reservation events
     expect(kinds.ignored!.filter((f) => f.includes('launch'))).not.toHaveLength(0);
   });
 

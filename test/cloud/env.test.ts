@@ -38,6 +38,19 @@ describe('the environment, read by one schema', () => {
     expect(() => fleetConfigFromEnv({ GPU_FLEET_SERVICE_TARGET_GROUPS: '{oops' })).toThrow(/is not JSON; give each service's target group/);
   });
 
+  it('reads the reservation selector, naming each bad term; the reconcile ports read reservations either way', async () => {
+    const c = fleetConfigFromEnv({
+      GPU_FLEET_RESERVATION_SELECTOR: JSON.stringify([{ id: 'cr-0123456789abcdef0' }, { tags: { team: 'nlp' } }]),
+    });
+    expect(c.reservationSelector).toEqual([{ id: 'cr-0123456789abcdef0' }, { tags: { team: 'nlp' } }]);
+    expect((await fleetPorts(c)).reconcile.reservations).toHaveLength(1);
+    expect(fleetConfigFromEnv({}).reservationSelector).toBeUndefined();
+    const bad = () => fleetConfigFromEnv({ GPU_FLEET_RESERVATION_SELECTOR: JSON.stringify([{ id: 'i-123' }, { tags: {} }]) });
+    expect(bad).toThrow(/GPU_FLEET_RESERVATION_SELECTOR\[0\] must be \{"id": "cr-…"\}/);
+    expect(bad).toThrow(/GPU_FLEET_RESERVATION_SELECTOR\[1\] must be/);
+    expect(() => fleetConfigFromEnv({ GPU_FLEET_RESERVATION_SELECTOR: '[]' })).toThrow(/non-empty JSON list of terms/);
+  });
+
   it('reads what the stack sets', () => {
     const c = fleetConfigFromEnv({
       AWS_REGION: 'us-west-2',

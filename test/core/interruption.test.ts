@@ -265,13 +265,34 @@ describe('interruption service: reservations', () => {
     expect((await e.jobs.get('nlp.on-block'))!.state).toBe('checkpointing');
   });
 
-  it('a reservation delivered asks for a plan now', async () => {
-    const { e } = await world([]);
-    const out = await handleNotice(
-      e.ports,
-      { kind: 'reservation-delivered', eventId: 'cr-1-delivered', reservationId: 'cr-1', atMs: e.clock.nowMs() },
-      DEFAULT_POLICY,
-    );
-    expect(out).toMatchObject({ status: 'handled', reconcileSoon: true });
+  it('a reservation delivered asks for a plan now, when a group launches into it', async () => {
+    const e = createSimEnvironment({
+      startMs: T0,
+      seed: 1,
+      teams: ['nlp'],
+      teamTags: defaultTeamTags(['nlp']),
+      groups: [
+        {
+          id: 'v100-block',
+          instanceTypes: ['p3.8xlarge'],
+          zones: ['us-west-2a'],
+          capacityType: 'reserved',
+          reservationId: 'cr-0b10c0000000000a1',
+          minSize: 0,
+          maxSize: 2,
+        },
+      ],
+    });
+    const delivered = (reservationId: string) =>
+      handleNotice(
+        e.ports,
+        { kind: 'reservation-delivered', eventId: `${reservationId}-delivered`, reservationId, atMs: T0 },
+        DEFAULT_POLICY,
+      );
+    expect(await delivered('cr-0b10c0000000000a1')).toMatchObject({ status: 'handled', reconcileSoon: true });
+    expect(await delivered('cr-0ffff000000000000')).toEqual({
+      status: 'ignored',
+      why: 'reservation cr-0ffff000000000000 is not one a node group of gpu-fleet launches into',
+    });
   });
 });

@@ -87,9 +87,19 @@ describe('the CDK stack, synthesised from the example config', () => {
           'detail-type': ['AWS Health Event'],
           detail: { service: ['EC2'], eventTypeCategory: ['scheduledChange'] },
         },
+        {
+          source: ['aws.ec2'],
+          'detail-type': [
+            'Capacity Block Delivered',
+            'Capacity Block Reservation Delivered',
+            'Capacity Block Expiration Warning',
+            'Capacity Block Reservation Expiration Warning',
+            'EC2 Capacity Reservation Instance Interruption Warning',
+          ],
+        },
       ]),
     );
-    expect(patterns).toHaveLength(4);
+    expect(patterns).toHaveLength(5);
     expect(rules.map((r) => r.ScheduleExpression).filter(Boolean)).toEqual(['rate(1 minute)']);
     // Every event rule hands failed deliveries to the failure queue after its retries.
     t.allResourcesProperties('AWS::Events::Rule', {
@@ -444,6 +454,92 @@ describe('cdk-nag', () => {
     );
   });
 
+  it('with reserved groups: the launch template names the reservation (and the capacity-block market for a block), reconcile reads reservations, the events reach the interruption handler; cdk-nag clean', () => {
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as { nodeGroups: Record<string, unknown>[] } & Record<string, unknown>;
+    const zone = (raw.nodeGroups[0]!.zones as string[])[0]!;
+    const reserved = [
+      {
+        name: 'p4d-odcr',
+        instanceTypes: ['p4d.24xlarge'],
+        capacityType: 'reserved',
+        reservation: { id: 'cr-0a1b2c3d4e5f60718' },
+        zones: [zone],
+        maxSize: 4,
+      },
+      {
+        name: 'p5-block',
+        instanceTypes: ['p5.48xlarge'],
+        capacityType: 'reserved',
+        reservation: { id: 'cr-0b10c0000000000a1', kind: 'capacity-block' },
+        zones: [zone],
+        maxSize: 2,
+      },
+    ];
+    const config = parseConfig({
+      ...raw,
+      nodeGroups: [...raw.nodeGroups, ...reserved],
+      reservations: { selector: [{ tags: { 'gpu-fleet:managed': 'true' } }, { id: 'cr-0c0ffee0000000001' }] },
+    });
+    const { app, stack } = build(config, { nag: true });
+    expect(() => app.synth()).not.toThrow();
+    const template = Template.fromStack(stack);
+    const templates = Object.values(template.findResources('AWS::EC2::LaunchTemplate')) as {
+      Properties: { LaunchTemplateData: Record<string, unknown> };
+    }[];
+    const targeting = (id: string) =>
+      templates.find(
+        (t) =>
+          (
+            t.Properties.LaunchTemplateData.CapacityReservationSpecification as {
+              CapacityReservationTarget?: { CapacityReservationId?: string };
+            }
+          )?.CapacityReservationTarget?.CapacityReservationId === id,
+      )?.Properties.LaunchTemplateData;
+    expect(targeting('cr-0a1b2c3d4e5f60718')).toMatchObject({ InstanceType: 'p4d.24xlarge' });
+    expect(targeting('cr-0a1b2c3d4e5f60718')!.InstanceMarketOptions).toBeUndefined();
+    expect(targeting('cr-0b10c0000000000a1')).toMatchObject({
+      InstanceType: 'p5.48xlarge',
+      InstanceMarketOptions: { MarketType: 'capacity-block' },
+    });
+    // The groups are tagged with their capacity type and reservation, which is what the provider reads.
+    const groups = Object.values(template.findResources('AWS::AutoScaling::AutoScalingGroup')) as {
+      Properties: { Tags: { Key: string; Value: string }[]; MixedInstancesPolicy?: unknown };
+    }[];
+    const block = groups.find((g) =>
+      g.Properties.Tags.some((t) => t.Key === 'gpu-fleet:reservation' && t.Value === 'cr-0b10c0000000000a1'),
+    )!;
+    expect(block.Properties.Tags).toEqual(
+      expect.arrayContaining([expect.objectContaining({ Key: 'gpu-fleet:capacity-type', Value: 'reserved' })]),
+    );
+    expect(block.Properties.MixedInstancesPolicy).toBeUndefined();
+    const reconcile = statements(template, 'reconcileRole');
+    expect(reconcile.some((x) => actionsOf(x).includes('ec2:DescribeCapacityReservations'))).toBe(true);
+    const fns = Object.values(template.findResources('AWS::Lambda::Function')) as {
+      Properties: { Environment?: { Variables?: Record<string, unknown> } };
+    }[];
+    const selector = fns.map((f) => f.Properties.Environment?.Variables?.GPU_FLEET_RESERVATION_SELECTOR).filter((v) => v !== undefined);
+    expect(selector.map((v) => JSON.parse(v as string))).toEqual([
+      [{ tags: { 'gpu-fleet:managed': 'true' } }, { id: 'cr-0c0ffee0000000001' }],
+    ]);
+    const rules = Object.values(template.findResources('AWS::Events::Rule')) as {
+      Properties: { EventPattern?: { 'detail-type'?: string[] } };
+    }[];
+    const types = rules.flatMap((r) => r.Properties.EventPattern?.['detail-type'] ?? []);
+    for (const t of [
+      'Capacity Block Delivered',
+      'Capacity Block Reservation Delivered',
+      'Capacity Block Expiration Warning',
+      'Capacity Block Reservation Expiration Warning',
+      'EC2 Capacity Reservation Instance Interruption Warning',
+    ])
+      expect(types).toContain(t);
+    // A reserved group names its reservation, has one type and one zone.
+    const bad = () =>
+      parseConfig({ ...raw, nodeGroups: [{ ...reserved[0], reservation: undefined, instanceTypes: ['p4d.24xlarge', 'p5.48xlarge'] }] });
+    expect(bad).toThrow(/a reserved group names the reservation it launches into/);
+    expect(bad).toThrow(/a reserved group has one instance type/);
+  });
+
   it('with services: reconcile may register targets in their own target groups only, intake may write service records only; cdk-nag clean', () => {
     const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
@@ -567,7 +663,7 @@ describe('the config', () => {
     bad.nodeGroups[0] = { ...bad.nodeGroups[0], maxsize: 4, instanceTypes: ['g6.xlarg'] };
     bad.policy = { idleCoolDownSec: 60 };
     expect(() => parseConfig(bad)).toThrow(
-      /nodeGroups\["l4-spot"\]: unknown field "maxsize" \(did you mean "maxSize"\?\); allowed: name, instanceTypes, capacityType, zones, subnetIds, minSize, maxSize, ami, diskGiB, migEnabled/,
+      /nodeGroups\["l4-spot"\]: unknown field "maxsize" \(did you mean "maxSize"\?\); allowed: name, instanceTypes, capacityType, reservation, zones, subnetIds, minSize, maxSize, ami, diskGiB, migEnabled/,
     );
     expect(() => parseConfig(bad)).toThrow(/policy: unknown field "idleCoolDownSec" \(did you mean "idleCooldownSec"\?\)/);
     expect(() => parseConfig(bad)).toThrow(/instanceTypes\[0\]: not a GPU instance type .* \(did you mean "g6\.xlarge"\?\)/);
@@ -594,12 +690,12 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, services, gcp',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, reservations, services, gcp',
         // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
           /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
         ),
-        'nodeGroups["l4-spot"].capacityType: must be "spot" or "on-demand"; got "cheap"',
+        'nodeGroups["l4-spot"].capacityType: must be "spot", "on-demand" or "reserved"; got "cheap"',
         'nodeGroups["l4-spot"].maxSize: must be at least 1; got -1',
         'teams["vision"].budgetUsd: must be a number of dollars; got "1000"',
         'teams["vision"].action: must be "alert", "spot-only", "hold" or "stop"; got "ignore"',
