@@ -1,5 +1,6 @@
 /**
  * npm run bench:replay [-- --traces DIR] [--hours H] [--seeds 1,2,3] [--json] [--help]
+ * npm run bench:replay -- --reservations [--hours H] [--seeds 1,2,3] [--json]
  *
  * Every trace sample (CSV in the shared cleaned format) under every policy, on the built-in
  * simulated fleet and spot market: per trace and policy, the cost against the all-on-demand
@@ -8,14 +9,20 @@
  * the same job all on-demand. Each trace is
  * replayed over its busiest H hours of submissions (default 72), for H virtual hours; the same
  * seed gives every policy the same market.
+ *
+ * With --reservations: the built-in trace on the built-in fleet plus an On-Demand Capacity
+ * Reservation and a Capacity Block (cloud/sim/defaults.ts reservationScenario), under gpu-fleet,
+ * gpu-fleet before it knew reservations, and a Karpenter-like "reserved first, then the cheapest":
+ * total cost with every reservation paid in full, each reservation's utilisation (overall, and
+ * while work it could hold had waited longer than a boot), jobs killed at the block's end, lost.
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { Command } from 'commander';
 import { listOf, wholeNumber } from '../cloud/flags.ts';
 import { join } from 'node:path';
-import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
+import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags, reservationScenario } from '../cloud/sim/defaults.ts';
 import { withSlowdowns } from '../cloud/sim/job-times.ts';
-import { runSimulation, SIM_POLICIES } from '../cloud/sim/simulation.ts';
+import { DEFAULT_SIM_START_MS, RESERVATION_POLICIES, runSimulation, SIM_POLICIES } from '../cloud/sim/simulation.ts';
 import { loadWorkload } from '../cloud/sim/workload.ts';
 
 interface Row {
@@ -43,6 +50,7 @@ interface ReplayOptions {
   readonly hours: number;
   readonly seeds: number[];
   readonly json?: boolean;
+  readonly reservations?: boolean;
 }
 
 function options(): ReplayOptions {
@@ -62,12 +70,14 @@ function options(): ReplayOptions {
       [1],
     )
     .option('--json', 'print the rows as JSON')
+    .option('--reservations', 'the reservation scenario: an ODCR and a Capacity Block beside spot and on-demand, three policies')
     .parse()
     .opts<ReplayOptions>();
 }
 
 async function main(): Promise<void> {
   const a = options();
+  if (a.reservations) return reservationsBench(a);
   const files = a.traces
     ? readdirSync(a.traces)
         .filter((f) => f.endsWith('.csv') && !f.includes('nodes'))
@@ -180,6 +190,84 @@ function print(r: Row, header: boolean): void {
       String(r.deadlineMisses).padStart(8),
     ].join(' '),
   );
+}
+
+/** The reservation scenario under each of its policies, on the built-in trace. */
+async function reservationsBench(a: ReplayOptions): Promise<void> {
+  const workload = loadWorkload(BUILT_IN_TRACE, { hours: a.hours });
+  const { reservations, groups } = reservationScenario(DEFAULT_SIM_START_MS);
+  const rows = [];
+  for (const seed of a.seeds) {
+    const bySeed = [];
+    for (const policy of RESERVATION_POLICIES) {
+      const { summary: s } = await runSimulation({
+        workload,
+        groups,
+        teamTags: defaultTeamTags(workload.teams, 1_000_000),
+        policy,
+        seed,
+        hours: a.hours,
+        spot: BUILT_IN_SPOT,
+        reservations,
+      });
+      bySeed.push({
+        seed,
+        policy,
+        costWithReservationsUsd: round((s.costWithReservationsMicroUsd ?? s.costMicroUsd) / 1e6),
+        lost: s.lost,
+        completed: s.completed,
+        p95WaitSec: Math.round(s.p95WaitSec),
+        reworkGpuHours: s.reworkGpuHours,
+        reservations: (s.reservations ?? []).map((r) => ({
+          id: r.id,
+          kind: r.kind,
+          paidUsd: round(r.paidMicroUsd / 1e6),
+          idleUsd: round(r.idleMicroUsd / 1e6),
+          utilizationPct: r.utilizationPct,
+          utilizationWhileQueuedPct: r.utilizationWhileQueuedPct ?? null,
+          queuedMinutes: r.queuedMinutes,
+          killedAtEnd: r.killedAtEnd,
+        })),
+      });
+    }
+    const baseline = bySeed.find((r) => r.policy === 'reserved-first')!.costWithReservationsUsd;
+    rows.push(...bySeed.map((r) => ({ ...r, costVsReservedFirst: round(r.costWithReservationsUsd / Math.max(1e-9, baseline)) })));
+  }
+  if (a.json) {
+    process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+    return;
+  }
+  console.log(
+    [
+      'seed',
+      'policy'.padEnd(20),
+      'total $ (paid in full)'.padStart(22),
+      '÷ reserved-first'.padStart(17),
+      'lost'.padStart(5),
+      'p95 wait'.padStart(9),
+      'rework GPU-h'.padStart(13),
+      '  reservations: util overall / while work waited (min waited), killed at end',
+    ].join(' '),
+  );
+  for (const r of rows)
+    console.log(
+      [
+        String(r.seed).padStart(4),
+        r.policy.padEnd(20),
+        r.costWithReservationsUsd.toFixed(0).padStart(22),
+        `${r.costVsReservedFirst.toFixed(3)}×`.padStart(17),
+        String(r.lost).padStart(5),
+        `${(r.p95WaitSec / 60).toFixed(1)}m`.padStart(9),
+        r.reworkGpuHours.toFixed(1).padStart(13),
+        '  ' +
+          r.reservations
+            .map(
+              (x) =>
+                `${x.kind} ${x.utilizationPct.toFixed(1)}% / ${x.utilizationWhileQueuedPct === null ? '-' : `${x.utilizationWhileQueuedPct.toFixed(1)}%`} (${x.queuedMinutes} min), ${x.killedAtEnd} killed`,
+            )
+            .join('; '),
+      ].join(' '),
+    );
 }
 
 function round(x: number): number {

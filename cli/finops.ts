@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path';
 import { JOB_STATES, ACTIVE_STATES, requeueCounts, reworkGpuHours, usageSoFar, type Job } from '../core/job.ts';
 import { formatUsd } from '../core/money.ts';
 import { dayStartMs, reportPeriod, type ReportPeriod } from '../core/period.ts';
-import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
+import { DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
 import { stringify } from 'csv-stringify/sync';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
@@ -45,6 +45,8 @@ export interface JobCostRow {
   readonly moves: number;
   readonly reworkGpuHours: number;
   readonly reworkMicroUsd: number;
+  /** Of the cost, what it ran on reserved capacity (billed at the reservations' rates). */
+  readonly reservedMicroUsd: number;
   readonly utilizationPct?: number;
 }
 
@@ -76,6 +78,18 @@ export interface FinOpsReport {
   readonly byDay: readonly { readonly day: string; readonly byTeam: Readonly<Record<string, number>>; readonly totalMicroUsd: number }[];
   readonly jobs: readonly JobCostRow[];
   readonly lowUtilization: readonly JobCostRow[];
+  /**
+   * Capacity reservations over the period (absent when none was used or paid): what they cost in
+   * full, the part the teams' work ran in (by team), and the part no machine ran in (by reservation).
+   */
+  readonly reserved?: {
+    readonly paidMicroUsd: number;
+    readonly usedMicroUsd: number;
+    readonly unusedMicroUsd: number;
+    readonly utilizationPct: number;
+    readonly usedByTeam: readonly { readonly team: string; readonly costMicroUsd: number }[];
+    readonly unusedByReservation: readonly { readonly reservation: string; readonly costMicroUsd: number }[];
+  };
   readonly notes: readonly string[];
 }
 
@@ -149,14 +163,35 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
   const committed = committedCostMicroUsd(running, now, fleet.policy, fleet.policy.reconcileIntervalSec);
   const sum = (f: (r: JobCostRow) => number) => rows.reduce((a, r) => a + f(r), 0);
   const paid = [...teamTotals.values()].reduce((a, b) => a + b, 0);
+  // Reserved capacity: the teams' work on it (their jobs' reserved cost), and the unused part the ledger counts per reservation.
+  const unusedByReservation = [...teamTotals.entries()]
+    .filter(([t]) => t.startsWith(RESERVED_UNUSED_PREFIX))
+    .map(([t, c]) => ({ reservation: t.slice(RESERVED_UNUSED_PREFIX.length), costMicroUsd: c }))
+    .sort((a, b) => b.costMicroUsd - a.costMicroUsd);
+  const usedByTeamMap = new Map<string, number>();
+  for (const r of rows) if (r.reservedMicroUsd > 0) usedByTeamMap.set(r.team, (usedByTeamMap.get(r.team) ?? 0) + r.reservedMicroUsd);
+  const usedReserved = [...usedByTeamMap.values()].reduce((a, b) => a + b, 0);
+  const unusedReserved = unusedByReservation.reduce((a, b) => a + b.costMicroUsd, 0);
+  const reserved =
+    usedReserved + unusedReserved > 0
+      ? {
+          paidMicroUsd: usedReserved + unusedReserved,
+          usedMicroUsd: usedReserved,
+          unusedMicroUsd: unusedReserved,
+          utilizationPct: Math.round((10_000 * usedReserved) / (usedReserved + unusedReserved)) / 100,
+          usedByTeam: [...usedByTeamMap.entries()].sort((a, b) => b[1] - a[1]).map(([t, c]) => ({ team: t, costMicroUsd: c })),
+          unusedByReservation,
+        }
+      : undefined;
   return {
     source: fleet.source,
     period,
     ...(team ? { team } : {}),
     totals: {
       paidMicroUsd: paid,
-      heldByJobsMicroUsd: paid - (teamTotals.get(IDLE_TEAM) ?? 0),
-      idleMicroUsd: teamTotals.get(IDLE_TEAM) ?? 0,
+      heldByJobsMicroUsd: paid - (teamTotals.get(IDLE_TEAM) ?? 0) - unusedReserved,
+      // Idle: machines' GPUs no job held, and reservations no machine ran in (paid all the same).
+      idleMicroUsd: (teamTotals.get(IDLE_TEAM) ?? 0) + unusedReserved,
       gpuHoursUsed: sum((r) => r.gpuHours),
       spotSavingsMicroUsd: sum((r) => r.onDemandMicroUsd - r.costMicroUsd),
       onDemandEquivalentMicroUsd: sum((r) => r.onDemandMicroUsd),
@@ -173,6 +208,7 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
     byDay,
     jobs: rows.sort((a, b) => b.costMicroUsd - a.costMicroUsd),
     lowUtilization: lowUtilization.sort((a, b) => (a.utilizationPct ?? 0) - (b.utilizationPct ?? 0)),
+    ...(reserved ? { reserved } : {}),
     notes,
   };
 }
@@ -201,6 +237,7 @@ function jobRow(j: Job, atMs: number): JobCostRow {
     ...requeueCounts(j),
     reworkGpuHours: reworkGpuHours(j),
     reworkMicroUsd: heldSec > 0 ? Math.round((cost * (u!.reworkSec ?? 0)) / heldSec) : 0,
+    reservedMicroUsd: u?.reservedMicroUsd ?? 0,
   };
 }
 
@@ -233,7 +270,12 @@ export function reportCsv(r: FinOpsReport): string {
       rework_gpu_hours: j.reworkGpuHours.toFixed(3),
       rework_usd: usd(j.reworkMicroUsd),
       utilization_pct: j.utilizationPct?.toFixed(1) ?? '',
+      reserved_usd: j.reservedMicroUsd > 0 ? usd(j.reservedMicroUsd) : '',
     });
+  if (r.reserved) {
+    for (const x of r.reserved.usedByTeam) row('reserved-used', { name: x.team, team: x.team, cost_usd: usd(x.costMicroUsd) });
+    for (const x of r.reserved.unusedByReservation) row('reserved-unused', { name: x.reservation, cost_usd: usd(x.costMicroUsd) });
+  }
   return stringify(rows, { header: true, columns: [...CSV_COLUMNS], record_delimiter: 'unix' });
 }
 
@@ -255,6 +297,8 @@ const CSV_COLUMNS = [
   'rework_gpu_hours',
   'rework_usd',
   'utilization_pct',
+  /** Job rows: what it ran on reserved capacity; `reserved-used` rows (by team) and `reserved-unused` rows (by reservation) follow. */
+  'reserved_usd',
 ] as const;
 
 export function reportText(r: FinOpsReport): string {
@@ -290,6 +334,20 @@ export function reportText(r: FinOpsReport): string {
         )
       : '  (none)',
   );
+  if (r.reserved) {
+    const x = r.reserved;
+    out.push(
+      '',
+      `Reserved capacity: paid ${money(x.paidMicroUsd)}, used ${pct(x.utilizationPct)}`,
+      table(
+        ['part', 'cost'],
+        [
+          ...x.usedByTeam.map((u) => [`used by ${u.team}`, money(u.costMicroUsd)]),
+          ...x.unusedByReservation.map((u) => [`unused ${u.reservation} (waste)`, money(u.costMicroUsd)]),
+        ],
+      ),
+    );
+  }
   out.push(
     '',
     'Cost by project (jobs)',
@@ -402,6 +460,22 @@ svg text{font-size:11px;fill:#3c464d}.legend span{margin-right:12px}.legend i{di
     r.byTeam.map((x) => ({ name: x.team, value: x.costMicroUsd })),
     teamColors,
   )}
+${
+  r.reserved
+    ? `<h2>Reserved capacity</h2><p>Paid ${esc(formatUsd(r.reserved.paidMicroUsd))}, ${r.reserved.utilizationPct.toFixed(1)}% used.</p>${bars(
+        'reservations',
+        'Reserved capacity: used by team, unused by reservation',
+        [
+          ...r.reserved.usedByTeam.map((x) => ({ name: `used: ${x.team}`, value: x.costMicroUsd })),
+          ...r.reserved.unusedByReservation.map((x) => ({ name: `unused: ${x.reservation}`, value: x.costMicroUsd })),
+        ],
+        new Map([
+          ...r.reserved.usedByTeam.map((x) => [`used: ${x.team}`, teamColors.get(x.team) ?? palette(0)] as const),
+          ...r.reserved.unusedByReservation.map((x) => [`unused: ${x.reservation}`, '#9aa4ab'] as const),
+        ]),
+      )}`
+    : ''
+}
 <h2>Cost by project</h2>${bars(
     'projects',
     'Cost by project',

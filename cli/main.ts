@@ -42,6 +42,10 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .option('--out <dir>', 'write report.html (charts), summary.json, jobs.json and decisions.json to this folder')
     .option('--no-baselines', 'run only the chosen policy, not the three baselines')
     .option(
+      '--reservations',
+      'add an On-Demand Capacity Reservation and a Capacity Block to the AWS groups, compared with gpu-fleet before it knew reservations and a reserved-first baseline',
+    )
+    .option(
       '--no-services',
       'leave out the built-in services (a chat service on the Azure LLM trace, a recommendation service on an Alibaba app)',
     )

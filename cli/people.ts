@@ -21,7 +21,7 @@ import { degradedName, type DecisionRecord, type QueueDepth } from '../core/port
 import { teamsInForce } from '../core/services/snapshot-reader.ts';
 import { replicaReady, SERVICE_LABEL, type ServiceRecord } from '../core/serving/service.ts';
 import { committedCostMicroUsd } from '../core/cost-model.ts';
-import { DAY_PERIOD_PREFIX, IDLE_TEAM } from '../core/services/accrual.ts';
+import { DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
@@ -440,7 +440,10 @@ function jobLines(job: Job, now: number): [string, string][] {
   if (job.placement)
     lines.push([
       'placed on',
-      `${job.placement.nodes.map((n) => `${n.nodeId} GPU ${n.gpuIndices.join(',')}${n.mig ? ` MIG ${n.mig.profile}` : ''}`).join('; ')} (${job.placement.capacityType})`,
+      onMachines(
+        job.placement,
+        job.placement.nodes.map((n) => `${n.nodeId} GPU ${n.gpuIndices.join(',')}${n.mig ? ` MIG ${n.mig.profile}` : ''}`).join('; '),
+      ),
     ]);
   if (job.hold) lines.push(['held', `${job.hold.code}: ${job.hold.message}`]);
   if (job.unschedulable && job.state === 'pending') lines.push(['unschedulable', job.unschedulable.message]);
@@ -596,7 +599,7 @@ export function explainJob(
   const place = placeDecision?.plan.actions.find(
     (a): a is Extract<PlanAction, { kind: 'place' }> => a.kind === 'place' && a.jobId === job.id && a.attempt === job.attempt,
   );
-  const where = job.placement ? `${job.placement.nodes.map((n) => n.nodeId).join(', ')} (${job.placement.capacityType})` : 'nowhere now';
+  const where = job.placement ? onMachines(job.placement, job.placement.nodes.map((n) => n.nodeId).join(', ')) : 'nowhere now';
   if (place)
     details.push(`placed by decision ${placeDecision!.id} at ${new Date(placeDecision!.atMs).toISOString()}: ${place.reason.message}`);
   if (job.placement?.priceMicroUsdPerHour !== undefined)
@@ -678,6 +681,8 @@ interface BudgetRow {
   state: string;
   message: string;
   tagProblems: readonly string[];
+  /** Of the spend, what the team's work ran on reserved capacity (billed at the reservations' rates), jobs touching the period. */
+  reservedMicroUsd: number;
 }
 
 export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
@@ -703,6 +708,12 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
       fleet.policy,
       fleet.policy.reconcileIntervalSec,
     );
+    // Work on reserved capacity, per team: what its jobs that touch the period ran there.
+    const everyJob = await fleet.jobs.listByState(JOB_STATES);
+    const reservedOf = (teamId: string, startMs: number) =>
+      everyJob
+        .filter((j) => j.team === teamId && (j.endedAtMs === undefined || j.endedAtMs >= startMs))
+        .reduce((sum, j) => sum + (usageSoFar(j, now)?.reservedMicroUsd ?? 0), 0);
     for (const team of [...byTeam.values()].sort((a, b) => a.id.localeCompare(b.id))) {
       const period = team.budget?.period ?? 'monthly';
       const key = periodKey(period, now);
@@ -728,16 +739,23 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
         state: status.state,
         message: status.message,
         tagProblems: team.tagProblems,
+        reservedMicroUsd: reservedOf(team.id, startMs),
       });
     }
+    // Reservations no machine ran in this month: paid all the same (counted by reconcile under "(reserved unused) cr-…").
+    const month = periodKey('monthly', now);
+    const unused = (await fleet.ledger.list()).filter(
+      (r) => r.team.startsWith(RESERVED_UNUSED_PREFIX) && r.period === month && r.spentMicroUsd > 0,
+    );
     print(io, flags.json, rows, () => {
       const out = [
         table(
-          ['team', 'period', 'spent', 'committed', 'budget', 'used', 'forecast', 'state', 'when over'],
+          ['team', 'period', 'spent', 'on reserved', 'committed', 'budget', 'used', 'forecast', 'state', 'when over'],
           rows.map((r) => [
             r.team,
             r.period,
             money(r.spentMicroUsd),
+            r.reservedMicroUsd > 0 ? money(r.reservedMicroUsd) : '-',
             money(r.committedMicroUsd),
             r.budgetMicroUsd !== undefined ? money(r.budgetMicroUsd) : '-',
             r.usedPct !== undefined ? pct(r.usedPct) : '-',
@@ -752,6 +770,12 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
         out.push('', 'Tag problems (a bad tag never lifts a budget: the last valid value, or hold, applies)', ...problems);
       const notes = rows.filter((r) => r.state !== 'ok').map((r) => `  ${r.team}: ${r.message}`);
       if (notes.length > 0) out.push('', ...notes);
+      if (unused.length > 0)
+        out.push(
+          '',
+          `Reserved capacity no machine ran in, ${month} (paid all the same; no team's budget carries it)`,
+          ...unused.map((u) => `  ${u.team.slice(RESERVED_UNUSED_PREFIX.length)}: ${money(u.spentMicroUsd)}`),
+        );
       out.push(
         '',
         "committed: what running work will still cost (each attempt's price times its expected remaining runtime); hold, spot-only and stop count it with the spend",
@@ -810,4 +834,11 @@ function summarizeService(record: ServiceRecord, jobs: readonly Job[], now: numb
       ...(j.placement?.nodes[0] ? { node: j.placement.nodes[0].nodeId } : {}),
     })),
   };
+}
+
+/** Where a placement runs and how its machines are bought: "i-1 GPU 0 (spot)", or "reservation cr-… (prepaid): i-1 GPU 0". */
+function onMachines(p: NonNullable<Job['placement']>, machines: string): string {
+  return p.capacityType === 'reserved'
+    ? `reservation ${p.reservationId ?? '(unknown)'} (prepaid): ${machines}`
+    : `${machines} (${p.capacityType})`;
 }

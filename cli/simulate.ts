@@ -9,11 +9,14 @@ import {
   defaultSimServices,
   defaultTeamTags,
   onModels,
+  reservationScenario,
   SHIPPED_TRACES,
   simGroupsFor,
 } from '../cloud/sim/defaults.ts';
 import { faultProfile } from '../cloud/sim/faults.ts';
 import {
+  DEFAULT_SIM_START_MS,
+  RESERVATION_POLICIES,
   runSimulation,
   SIM_POLICIES,
   type SimPolicyName,
@@ -47,6 +50,8 @@ export interface SimulateFlags {
   readonly clouds?: readonly Cloud[];
   /** false: leave out the built-in services (`--no-services`). */
   readonly services?: boolean;
+  /** Add the reservation scenario (an ODCR and a Capacity Block) to the AWS fleet; the baselines are then the reservation ones. */
+  readonly reservations?: boolean;
 }
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
@@ -81,7 +86,13 @@ export async function simulateCommand(
 
   // The built-in services, on the GPU the fleet has (the A100s of a GCP-only fleet, else V100).
   const services = flags.services === false ? [] : defaultSimServices(clouds.length === 1 && clouds[0] === 'gcp' ? 'A100-40GB' : 'V100');
-  const policies: SimPolicyName[] = [policy, ...(flags.baselines === false ? [] : SIM_POLICIES.filter((p) => p !== policy))];
+  // With --reservations: an ODCR and a Capacity Block beside the AWS groups, compared with the reservation baselines.
+  if (flags.reservations && !clouds.includes('aws'))
+    throw new UsageError('--reservations adds an ODCR and a Capacity Block to the AWS groups: use it with --clouds aws or aws,gcp');
+  const scenario = flags.reservations ? reservationScenario(DEFAULT_SIM_START_MS) : undefined;
+  const groups = scenario ? [...scenario.groups, ...simGroupsFor(clouds.filter((c) => c !== 'aws'))] : simGroupsFor(clouds);
+  const baselineNames: readonly SimPolicyName[] = scenario ? RESERVATION_POLICIES : SIM_POLICIES;
+  const policies: SimPolicyName[] = [policy, ...(flags.baselines === false ? [] : baselineNames.filter((p) => p !== policy))];
   const showBar = flags.progress !== false && !flags.json && io.stderr.isTTY === true;
   const bar = showBar
     ? new cliProgress.SingleBar(
@@ -97,8 +108,9 @@ export async function simulateCommand(
     results.push(
       await runSimulation({
         workload,
-        groups: simGroupsFor(clouds),
+        groups,
         teamTags: defaultTeamTags(workload.teams),
+        ...(scenario ? { reservations: scenario.reservations } : {}),
         policy: p,
         seed,
         hours,
@@ -240,6 +252,18 @@ export function renderReport(run: SimulateRun): string {
       ['lower bound (useful work, spot only while it could be had)', money(s.lowerBoundCostMicroUsd)],
       ['spot floor (useful work, all at spot)', money(s.spotFloorCostMicroUsd)],
       ['cost ÷ all on-demand', od > 0 ? `${(s.costMicroUsd / od).toFixed(3)}×` : '-'],
+      ...(s.reservations
+        ? [
+            ['with every reservation paid in full', money(s.costWithReservationsMicroUsd ?? s.costMicroUsd)] as [string, string],
+            ...s.reservations.map(
+              (r) =>
+                [
+                  `reservation ${r.id} (${r.kind}, ${r.count} machines)`,
+                  `paid ${money(r.paidMicroUsd)}, unused ${money(r.idleMicroUsd)}; ${pct(r.utilizationPct)} used${r.utilizationWhileQueuedPct !== undefined ? `, ${pct(r.utilizationWhileQueuedPct)} while work waited` : ''}; ${r.killedAtEnd} killed at its end`,
+                ] as [string, string],
+            ),
+          ]
+        : []),
       ...(s.services
         ? [
             ['of it, the services’ replicas', money(serviceCost(s))] as [string, string],

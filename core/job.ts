@@ -67,6 +67,8 @@ export interface JobUsage {
   readonly onDemandMicroUsd: number;
   /** Seconds of work lost to interruptions: time run since the attempt's newest checkpoint (or its start) when it was requeued. */
   readonly reworkSec: number;
+  /** Of the cost, what attempts on reserved capacity were billed at their reservations' rates (absent: none). */
+  readonly reservedMicroUsd?: number;
 }
 
 /** The newest complete checkpoint of a job. */
@@ -358,6 +360,12 @@ export function closeAttempt(job: Job, nowMs: number, interrupted: boolean): Job
     costMicroUsd: u.costMicroUsd + costForDuration(p.priceMicroUsdPerHour ?? 0, heldMs),
     onDemandMicroUsd: u.onDemandMicroUsd + costForDuration(p.onDemandMicroUsdPerHour ?? p.priceMicroUsdPerHour ?? 0, heldMs),
     reworkSec: u.reworkSec + lostMs / 1000,
+    ...(p.capacityType === 'reserved' || u.reservedMicroUsd !== undefined
+      ? {
+          reservedMicroUsd:
+            (u.reservedMicroUsd ?? 0) + (p.capacityType === 'reserved' ? costForDuration(p.priceMicroUsdPerHour ?? 0, heldMs) : 0),
+        }
+      : {}),
   };
 }
 

@@ -934,6 +934,25 @@ export class GpuFleetStack extends Stack {
         }),
       );
     }
+    // Reserved capacity: machines running in each reservation against its size (its utilisation; unused is paid all the same).
+    d.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Reservations: machines used and reserved',
+        width: 12,
+        left: [
+          search(
+            `SEARCH('{${ns},Reservation,service} MetricName="ReservationInstancesUsed"', 'Average', 300)`,
+            'used',
+            Duration.minutes(5),
+          ),
+          search(
+            `SEARCH('{${ns},Reservation,service} MetricName="ReservationInstances"', 'Maximum', 300)`,
+            'reserved',
+            Duration.minutes(5),
+          ),
+        ],
+      }),
+    );
     d.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Fleet size by node group and capacity type',

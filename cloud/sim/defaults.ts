@@ -2,7 +2,7 @@ import { BUDGET_TAGS } from '../../core/budget.ts';
 import type { Cloud } from '../../core/catalog.ts';
 import type { GpuModel } from '../../core/gpu.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
-import type { SimGroupConfig } from './sim-cloud.ts';
+import type { SimGroupConfig, SimReservationConfig } from './sim-cloud.ts';
 import type { SpotSetup } from './simulation.ts';
 import { loadAvailabilityTrace, type AvailabilityTrace } from './spot-market.ts';
 import { fnv1a, type Workload } from './workload.ts';
@@ -231,4 +231,59 @@ export function defaultSimServices(gpuModel: GpuModel = 'V100'): SimService[] {
       demand: alibabaAppDemand(BUILT_IN_APP_TRACE, 'app_0', 1),
     },
   ];
+}
+
+/**
+ * The reservation scenario of `bench:replay --reservations`, beside the built-in fleet: an On-Demand
+ * Capacity Reservation of four p3.8xlarge in us-west-2a for the whole run, billed at on-demand
+ * ($12.24/h each, the shipped catalogue's price: how EC2 bills an ODCR), and a Capacity Block of two
+ * p3.16xlarge in us-west-2b delivered 4 h into the run for 12 h (its machines go at 15 h 30 min),
+ * priced at half the type's on-demand price. That price is an assumption: no Capacity Block price is
+ * in the shared data (AWS quotes them per offering at purchase), and real blocks are sold for p4d,
+ * p5 and newer, not the trace's V100s; the scenario is about the rules, not the family.
+ */
+export function reservationScenario(startMs: number): { reservations: SimReservationConfig[]; groups: SimGroupConfig[] } {
+  const H = 3_600_000;
+  const reservations: SimReservationConfig[] = [
+    {
+      id: 'cr-0a0d0c0000000a001',
+      zone: 'us-west-2a',
+      instanceType: 'p3.8xlarge',
+      kind: 'odcr',
+      count: 4,
+      priceMicroUsdPerHour: 12_240_000,
+    },
+    {
+      id: 'cr-0b10c0000000b0001',
+      zone: 'us-west-2b',
+      instanceType: 'p3.16xlarge',
+      kind: 'capacity-block',
+      count: 2,
+      startMs: startMs + 4 * H,
+      endMs: startMs + 16 * H,
+      priceMicroUsdPerHour: 12_240_000,
+    },
+  ];
+  const groups: SimGroupConfig[] = [
+    ...DEFAULT_SIM_GROUPS,
+    {
+      id: 'p3-8xl-odcr',
+      instanceTypes: ['p3.8xlarge'],
+      zones: ['us-west-2a'],
+      capacityType: 'reserved',
+      reservationId: reservations[0]!.id,
+      minSize: 0,
+      maxSize: 4,
+    },
+    {
+      id: 'p3-16xl-block',
+      instanceTypes: ['p3.16xlarge'],
+      zones: ['us-west-2b'],
+      capacityType: 'reserved',
+      reservationId: reservations[1]!.id,
+      minSize: 0,
+      maxSize: 2,
+    },
+  ];
+  return { reservations, groups };
 }

@@ -1,4 +1,10 @@
-import { costByTeam as exactCostByTeam, DAY_PERIOD_PREFIX, type Holding, type MachineMeter } from '../../core/services/accrual.ts';
+import {
+  costByTeam as exactCostByTeam,
+  DAY_PERIOD_PREFIX,
+  RESERVED_UNUSED_PREFIX,
+  type Holding,
+  type MachineMeter,
+} from '../../core/services/accrual.ts';
 import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import type { Instance } from '../../core/fleet.ts';
 import {
@@ -885,7 +891,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
       countedUntil.set(row.team, Math.max(countedUntil.get(row.team) ?? 0, row.accruedUntilMs ?? 0));
     }
-  const spend = spendAccuracy(costByTeam, countedUntil, lives, [...heldLog.values()], everything, startMs);
+  // The unused part of reservations is in the ledger too (paid whatever runs); the exact costs it is checked against are the machines'.
+  const machineSpend = Object.fromEntries(Object.entries(costByTeam).filter(([t]) => !t.startsWith(RESERVED_UNUSED_PREFIX)));
+  const spend = spendAccuracy(machineSpend, countedUntil, lives, [...heldLog.values()], everything, startMs);
   const useful = usefulWork(jobs, agents, workOf, endMs);
   const reworkTotal = jobs.reduce((sum, j) => sum + reworkGpuHours(j), 0);
   const summary: SimulationSummary = {

@@ -5,9 +5,47 @@ import { allocate, costForDuration, type MicroUsd } from '../money.ts';
 import { periodBounds, periodKey } from '../period.ts';
 import type { SpendLedger } from '../ports.ts';
 import type { BudgetPeriod, Team } from '../team.ts';
+import type { Reservation } from '../reservation.ts';
 
 /** Spend on capacity that no job held is counted under this name, so idle capacity shows as such. */
 export const IDLE_TEAM = '(idle)';
+
+/** The part of a reservation no machine runs in is paid anyway: it is counted under this name, `(reserved unused) cr-…`. */
+export const RESERVED_UNUSED_PREFIX = '(reserved unused) ';
+
+/**
+ * The unused part of each reservation as a meter of its own: its rate × the slots no machine of
+ * it runs in (as listed now), over its term, held by `(reserved unused) <id>`, so the ledger
+ * counts a reservation in full, used (by the teams, through their machines) or not. The count
+ * listed now stands for the whole window accrual looks at (one reconcile interval, longer after
+ * a gap): an approximation within a machine's launch or end per interval.
+ */
+export function unusedReservationMeters(
+  reservations: ReadonlyMap<string, Reservation> | undefined,
+  instances: readonly Instance[],
+  sinceMs: number,
+): MachineMeter[] {
+  if (!reservations || reservations.size === 0) return [];
+  const used = new Map<string, number>();
+  for (const i of instances)
+    if (i.reservationId !== undefined && BILLED.has(i.state)) used.set(i.reservationId, (used.get(i.reservationId) ?? 0) + 1);
+  const out: MachineMeter[] = [];
+  for (const r of [...reservations.values()].sort((a, b) => (a.id < b.id ? -1 : 1))) {
+    if (r.state !== 'active') continue;
+    const unused = Math.max(0, r.totalCount - (used.get(r.id) ?? 0));
+    if (unused === 0) continue;
+    const fromMs = Math.max(sinceMs, r.startMs ?? sinceMs);
+    out.push({
+      id: `reservation/${r.id}`,
+      priceMicroUsdPerHour: r.priceMicroUsdPerHour * unused,
+      launchedAtMs: fromMs,
+      ...(r.endMs !== undefined ? { endedAtMs: r.endMs } : {}),
+      totalMilliGpu: 1000,
+      holdings: [{ team: `${RESERVED_UNUSED_PREFIX}${r.id}`, milliGpu: 1000, fromMs }],
+    });
+  }
+  return out;
+}
 
 /** One attempt's hold on part of a machine: its team's GPUs there, from placement to its end (open while it runs). */
 export interface Holding {

@@ -73,6 +73,19 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     out.push({ name: 'ServiceAvailable', unit: 'None', value: svc.ready >= svc.target ? 1 : 0, dimensions: dims });
     out.push({ name: 'ServiceCostMicroUsdPerHour', unit: 'None', value: serviceCost.get(svc.service) ?? 0, dimensions: dims });
   }
+  // Each active reservation: its machines and those running in it (the dashboard's reservation utilisation).
+  if (snapshot.reservations && snapshot.reservations.size > 0) {
+    const used = new Map<string, number>();
+    for (const n of snapshot.nodes)
+      if (n.instance.reservationId !== undefined && (inService(n.instance.state) || n.instance.state === 'terminating-wait'))
+        used.set(n.instance.reservationId, (used.get(n.instance.reservationId) ?? 0) + 1);
+    for (const r of [...snapshot.reservations.values()].sort((a, b) => (a.id < b.id ? -1 : 1))) {
+      if (r.state !== 'active') continue;
+      const dims = { Reservation: r.id };
+      out.push({ name: 'ReservationInstances', unit: 'Count', value: r.totalCount, dimensions: dims });
+      out.push({ name: 'ReservationInstancesUsed', unit: 'Count', value: Math.min(r.totalCount, used.get(r.id) ?? 0), dimensions: dims });
+    }
+  }
   out.push({ name: 'PlanTime', unit: 'Milliseconds', value: decision.planMs });
   out.push({ name: 'ActionsApplied', unit: 'Count', value: decision.applied });
   out.push({ name: 'ReconcileErrors', unit: 'Count', value: decision.errors.length });

@@ -17,7 +17,7 @@ import type {
 import { reconcileServices, type ServiceStepResult } from './serving.ts';
 import { reason, type Reason } from '../reason.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
-import { accrueSpend, machineMeters } from './accrual.ts';
+import { accrueSpend, machineMeters, unusedReservationMeters } from './accrual.ts';
 import { completeDrainedLifecycles, handleNotice, pollNotices, type NoticeSource, type PolledNotices } from './interruption.ts';
 import { applyJobEvent } from './job-updates.ts';
 import { checkpointSizeMiB, checkpointTimeoutSec } from './node-rules.ts';
@@ -151,13 +151,14 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       await stampMeters(ports, world, snapshot.prices, gpuCountOf);
       // With a cloud left out its machines are not in view: spend is not counted this minute (the cursor stays, and the
       // next complete view counts the whole window from it), rather than counted without them.
-      if (world.degraded.length === 0)
+      // A reservation listing that failed holds spend back the same way (unused reserved capacity could not be counted).
+      if ((snapshot.degraded ?? []).length === 0)
         await accrueSpend(ports.ledger, {
           teams: [...snapshot.teams.values()],
           nowMs,
           maxWindowMs: 2 * options.policy.reconcileIntervalSec * 1000,
-          machines: async (sinceMs) =>
-            machineMeters({
+          machines: async (sinceMs) => [
+            ...machineMeters({
               instances: world.instances,
               records: world.records,
               // Finished attempts are kept on their jobs for HELD_ATTEMPTS_KEPT_MS: no older job can add a holding.
@@ -171,6 +172,8 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
               nowMs,
               heartbeatTimeoutMs: options.policy.heartbeatTimeoutSec * 1000,
             }),
+            ...unusedReservationMeters(snapshot.reservations, world.instances, sinceMs),
+          ],
         });
     }
     const t0 = options.stopwatch?.() ?? 0;

@@ -78,6 +78,67 @@ describe('gpu-fleet status on a two-cloud simulation saved while GCP is out', ()
   });
 });
 
+describe('reserved capacity, against a simulation with an ODCR and a Capacity Block (simulate --reservations)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-res-'));
+  beforeAll(async () => {
+    const out = await cli(['simulate', '--hours', '8', '--reservations', '--no-services', '--no-baselines', '--no-progress', '--out', dir]);
+    expect(out.code).toBe(0);
+    expect(out.stdout).toMatch(/reservation cr-0a0d0c0000000a001 \(odcr, 4 machines\)\s+paid \$[\d,.]+, unused \$[\d,.]+; [\d.]+% used/);
+  }, 180_000);
+
+  it('report: the reservations paid in full, the part each team ran in, the unused part by reservation; budget and explain say so too', async () => {
+    const r = json<{
+      totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number };
+      reserved: {
+        paidMicroUsd: number;
+        usedMicroUsd: number;
+        unusedMicroUsd: number;
+        utilizationPct: number;
+        usedByTeam: { team: string; costMicroUsd: number }[];
+        unusedByReservation: { reservation: string; costMicroUsd: number }[];
+      };
+      jobs: { job: string; reservedMicroUsd: number }[];
+    }>(await cli(['report', '--sim', dir, '--json']));
+    const x = r.reserved;
+    expect(x.paidMicroUsd).toBe(x.usedMicroUsd + x.unusedMicroUsd);
+    expect(x.usedByTeam.length).toBeGreaterThan(0);
+    expect(x.usedByTeam.reduce((a, t) => a + t.costMicroUsd, 0)).toBe(x.usedMicroUsd);
+    // The ODCR is held from the start; the block is delivered at 4 h: both are paid, used or not.
+    expect(x.unusedByReservation.map((u) => u.reservation).sort()).toEqual(
+      expect.arrayContaining([expect.stringMatching(/^cr-0(a0d0c0000000a001|b10c0000000b0001)$/)]),
+    );
+    // Unused reserved capacity is idle capacity, paid all the same.
+    expect(r.totals.paidMicroUsd).toBe(r.totals.heldByJobsMicroUsd + r.totals.idleMicroUsd);
+    expect(r.totals.idleMicroUsd).toBeGreaterThanOrEqual(x.unusedMicroUsd);
+    const human = await cli(['report', '--sim', dir]);
+    expect(human.stdout).toMatch(/Reserved capacity: paid \$[\d,.]+, used [\d.]+%/);
+    expect(human.stdout).toMatch(/unused cr-0\w+ \(waste\)/);
+    const csv = await cli(['report', '--sim', dir, '--csv']);
+    expect(csv.stdout).toMatch(/\nreserved-used,\w+,\w+,/);
+    expect(csv.stdout).toMatch(/\nreserved-unused,cr-0\w+,/);
+    const out = mkdtempSync(join(tmpdir(), 'gpu-fleet-res-out-'));
+    await cli(['report', '--sim', dir, '--out', out]);
+    expect(readFileSync(join(out, 'finops.html'), 'utf8')).toMatch(/data-chart="reservations"/);
+
+    const budget = json<{ team: string; reservedMicroUsd: number }[]>(await cli(['budget', '--sim', dir, '--json']));
+    expect(budget.some((b) => b.reservedMicroUsd > 0)).toBe(true);
+    expect((await cli(['budget', '--sim', dir])).stdout).toMatch(/on reserved/);
+
+    // A job running on a reservation at the end: explain and status name the reservation, prepaid.
+    const saved = JSON.parse(readFileSync(join(dir, 'jobs.json'), 'utf8')) as {
+      id: string;
+      state: string;
+      placement?: { capacityType: string; reservationId?: string };
+    }[];
+    const onReservation = saved.find((j) => j.state === 'running' && j.placement?.capacityType === 'reserved')!;
+    expect(onReservation).toBeDefined();
+    const why = await cli(['explain', '--sim', dir, '--job', onReservation.id]);
+    expect(why.stdout).toContain(`reservation ${onReservation.placement!.reservationId} (prepaid)`);
+    const status = await cli(['status', '--sim', dir, '--job', onReservation.id]);
+    expect(status.stdout).toContain(`reservation ${onReservation.placement!.reservationId} (prepaid)`);
+  });
+});
+
 describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-sim-'));
   beforeAll(async () => {
@@ -369,7 +430,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(r.totals.spotSavingsMicroUsd).toBeGreaterThan(0);
     const csv = await cli(['report', '--sim', dir, '--csv']);
     expect(csv.stdout.split('\n')[0]).toBe(
-      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,utilization_pct',
+      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,utilization_pct,reserved_usd',
     );
     // Requeues (interruptions and moves) and rework mean what the simulation's summary means by them.
     const sim = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as { requeues: number; moves: number; reworkGpuHours: number };

@@ -1,6 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import type { Instance, NodeRecord } from '../../core/fleet.ts';
-import { DAY_PERIOD_PREFIX, IDLE_TEAM, accrueSpend, costByTeam, machineMeters, type MachineMeter } from '../../core/services/accrual.ts';
+import {
+  DAY_PERIOD_PREFIX,
+  IDLE_TEAM,
+  RESERVED_UNUSED_PREFIX,
+  accrueSpend,
+  costByTeam,
+  machineMeters,
+  unusedReservationMeters,
+  type MachineMeter,
+} from '../../core/services/accrual.ts';
 import type { SpendAccrual, SpendLedger } from '../../core/ports.ts';
 import { MemorySpendLedger } from '../../cloud/sim/memory-stores.ts';
 import { aJob, aTeam, T0 } from '../builders.ts';
@@ -288,5 +297,51 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
       ['2026-11', now, now + 60_000, 133_333],
       [`${DAY_PERIOD_PREFIX}2026-11-02`, now, now + 60_000, 133_333],
     ]);
+  });
+});
+
+describe('unused reserved capacity', () => {
+  it('is counted at its rate for the slots no machine runs in, under (reserved unused) <id>, only while the reservation is active', () => {
+    const H = 3_600_000;
+    const r = {
+      id: 'cr-0a1b2c3d4e5f60718',
+      cloud: 'aws' as const,
+      region: 'us-east-1',
+      zone: 'us-east-1a',
+      instanceType: 'g5.xlarge',
+      kind: 'odcr' as const,
+      interruptible: false,
+      totalCount: 4,
+      availableCount: 3,
+      state: 'active' as const,
+      priceMicroUsdPerHour: 1_006_000,
+    };
+    const running = {
+      id: 'i-1',
+      groupId: 'g',
+      cloud: 'aws' as const,
+      region: 'us-east-1',
+      zone: 'us-east-1a',
+      instanceType: 'g5.xlarge',
+      capacityType: 'reserved' as const,
+      reservationId: r.id,
+      state: 'running' as const,
+      launchedAtMs: 0,
+    };
+    const gone = { ...running, id: 'i-2', state: 'terminated' as const };
+    const meters = unusedReservationMeters(new Map([[r.id, r]]), [running, gone], 0);
+    expect(meters).toHaveLength(1);
+    const cost = costByTeam(meters, 0, H);
+    expect(cost.get(`${RESERVED_UNUSED_PREFIX}${r.id}`)).toBe(3 * 1_006_000);
+    expect(cost.get(IDLE_TEAM) ?? 0).toBe(0);
+    // Fully used, or not active (scheduled, expired): nothing unused to count.
+    const four = [0, 1, 2, 3].map((k) => ({ ...running, id: `i-${k}` }));
+    expect(unusedReservationMeters(new Map([[r.id, r]]), four, 0)).toEqual([]);
+    expect(unusedReservationMeters(new Map([[r.id, { ...r, state: 'scheduled' as const }]]), [], 0)).toEqual([]);
+    // A block that ends within the window is counted to its end.
+    const block = { ...r, kind: 'capacity-block' as const, endMs: H / 2 };
+    expect(costByTeam(unusedReservationMeters(new Map([[r.id, block]]), [], 0), 0, H).get(`${RESERVED_UNUSED_PREFIX}${r.id}`)).toBe(
+      2 * 1_006_000,
+    );
   });
 });

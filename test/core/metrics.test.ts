@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { reconcileMetrics } from '../../core/services/metrics.ts';
 import type { DecisionRecord } from '../../core/ports.ts';
+import type { Reservation } from '../../core/reservation.ts';
 import { aGroup, aJob, aNode, aSnapshot, aTeam } from '../builders.ts';
 
 describe('reconcile metrics', () => {
@@ -108,6 +109,48 @@ describe('reconcile metrics', () => {
       ['ServiceReplicasReady', 1],
       ['ServiceAvailable', 1],
       ['ServiceCostMicroUsdPerHour', 0],
+    ]);
+  });
+
+  it('reports each active reservation’s size and the machines running in it', () => {
+    const r: Reservation = {
+      id: 'cr-0a1b2c3d4e5f60718',
+      cloud: 'aws',
+      region: 'us-east-1',
+      zone: 'us-east-1a',
+      instanceType: 'g5.xlarge',
+      kind: 'odcr',
+      interruptible: false,
+      totalCount: 4,
+      availableCount: 3,
+      state: 'active',
+      priceMicroUsdPerHour: 1_006_000,
+    };
+    const n = aNode('i-r');
+    const decision: DecisionRecord = {
+      id: 'd',
+      atMs: 0,
+      dryRun: false,
+      inputs: { pendingJobs: 0, activeJobs: 0, nodes: 1, groups: [] },
+      plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
+      applied: 0,
+      errors: [],
+      planMs: 1,
+    };
+    const points = reconcileMetrics(
+      aSnapshot({
+        nodes: [{ ...n, instance: { ...n.instance, capacityType: 'reserved', reservationId: r.id } }],
+        reservations: new Map([
+          [r.id, r],
+          ['cr-0b10c0000000b0001', { ...r, id: 'cr-0b10c0000000b0001', state: 'scheduled' }],
+        ]),
+      }),
+      decision,
+      new Map(),
+    ).filter((p) => p.name.startsWith('Reservation'));
+    expect(points).toEqual([
+      { name: 'ReservationInstances', unit: 'Count', value: 4, dimensions: { Reservation: r.id } },
+      { name: 'ReservationInstancesUsed', unit: 'Count', value: 1, dimensions: { Reservation: r.id } },
     ]);
   });
 });

@@ -514,6 +514,7 @@ describe('cdk-nag', () => {
     expect(block.Properties.MixedInstancesPolicy).toBeUndefined();
     const reconcile = statements(template, 'reconcileRole');
     expect(reconcile.some((x) => actionsOf(x).includes('ec2:DescribeCapacityReservations'))).toBe(true);
+    expect(JSON.stringify(template.findResources('AWS::CloudWatch::Dashboard'))).toMatch(/ReservationInstancesUsed/);
     const fns = Object.values(template.findResources('AWS::Lambda::Function')) as {
       Properties: { Environment?: { Variables?: Record<string, unknown> } };
     }[];
