@@ -1,4 +1,6 @@
 import type { ReservationSelectorTerm } from './aws/ec2-reservations.ts';
+import type { DiscountPlan } from '../core/discounts.ts';
+import { parseUsd } from '../core/money.ts';
 import { ConfigError } from '../core/errors.ts';
 import '../core/schema.ts';
 import * as z from 'zod/mini';
@@ -30,6 +32,8 @@ export interface FleetConfig {
   readonly services?: { readonly targetGroups: Readonly<Record<string, string>> };
   /** Which capacity reservations gpu-fleet may use (ids or tags); undefined: those tagged gpu-fleet:managed=true. */
   readonly reservationSelector?: readonly ReservationSelectorTerm[];
+  /** Savings Plans and Reserved Instances declared per instance family; undefined: none. */
+  readonly discounts?: readonly DiscountPlan[];
 }
 
 /** The variables, each with what is allowed, for messages and the README. */
@@ -50,6 +54,8 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_GCP_PROJECTS: 'GCP projects and zones, JSON',
   GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
   GPU_FLEET_SERVICE_TARGET_GROUPS: 'services and their target groups, JSON: {"team.name": "arn:aws:elasticloadbalancing:…:targetgroup/…"}',
+  GPU_FLEET_DISCOUNTS:
+    'Savings Plans / RIs per instance family, JSON: [{"family": "p4d", "discountPct": 40, "commitmentUsdPerHour": 30, "name": "sp-…"}]',
   GPU_FLEET_RESERVATION_SELECTOR:
     'capacity reservations gpu-fleet may use, JSON: [{"id": "cr-…"}, {"tags": {"team": "nlp"}}] (default: tagged gpu-fleet:managed=true)',
 } as const;
@@ -142,6 +148,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
   const gcp = readGcp(present, problems);
   const targetGroups = readTargetGroups(present, problems);
   const reservationSelector = readReservationSelector(present, problems);
+  const discounts = readDiscounts(present, problems);
   if (problems.length > 0) throw new ConfigError('the environment', problems, { what: 'gpu-fleet environment' });
   const e = parsed.data!;
   const num = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Number(v));
@@ -171,7 +178,56 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
       : {}),
     ...(targetGroups ? { services: { targetGroups } } : {}),
     ...(reservationSelector ? { reservationSelector } : {}),
+    ...(discounts ? { discounts } : {}),
   };
+}
+
+/** Discount plans, each checked: an instance family, a discount under 100%, a commitment in dollars per hour. */
+function readDiscounts(present: Record<string, string>, problems: string[]): DiscountPlan[] | undefined {
+  const raw = present.GPU_FLEET_DISCOUNTS;
+  if (raw === undefined) return undefined;
+  const example = 'e.g. [{"family":"p4d","discountPct":40,"commitmentUsdPerHour":30}]';
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    problems.push(`GPU_FLEET_DISCOUNTS="${raw.slice(0, 80)}" is not JSON; ${example}`);
+    return undefined;
+  }
+  if (!Array.isArray(json)) {
+    problems.push(`GPU_FLEET_DISCOUNTS must be a JSON list of plans, ${example}`);
+    return undefined;
+  }
+  const out: DiscountPlan[] = [];
+  const seen = new Set<string>();
+  for (const [i, item] of json.entries()) {
+    const d = item as { family?: unknown; discountPct?: unknown; commitmentUsdPerHour?: unknown; name?: unknown };
+    const commitment = typeof d.commitmentUsdPerHour === 'number' ? parseUsd(String(d.commitmentUsdPerHour)) : undefined;
+    if (
+      typeof d !== 'object' ||
+      d === null ||
+      typeof d.family !== 'string' ||
+      !/^[a-z][a-z0-9-]{0,15}$/.test(d.family) ||
+      typeof d.discountPct !== 'number' ||
+      !(d.discountPct > 0 && d.discountPct < 100) ||
+      commitment === undefined ||
+      (d.name !== undefined && typeof d.name !== 'string')
+    ) {
+      problems.push(
+        `GPU_FLEET_DISCOUNTS[${i}] must be {"family": "p4d", "discountPct": above 0 and under 100, "commitmentUsdPerHour": dollars per hour at the discounted rate}, got ${JSON.stringify(item)}`,
+      );
+      continue;
+    }
+    if (seen.has(d.family)) problems.push(`GPU_FLEET_DISCOUNTS[${i}]: family ${d.family} has a plan already; give one per family`);
+    seen.add(d.family);
+    out.push({
+      family: d.family,
+      discountBps: Math.round(d.discountPct * 100),
+      commitmentMicroUsdPerHour: commitment,
+      ...(typeof d.name === 'string' ? { name: d.name } : {}),
+    });
+  }
+  return out;
 }
 
 const RESERVATION_ID_RE = /^cr-[0-9a-f]{8,17}$/;

@@ -170,6 +170,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     budgets,
     notices,
     reservations: [reservations],
+    ...(config.discounts ? { discounts: config.discounts } : {}),
     ...services,
   };
   const interruption: InterruptionPorts = {

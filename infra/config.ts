@@ -225,6 +225,31 @@ export const ConfigSchema = z
       .default({ expireAfterDays: 30 }),
     alarmEmail: z.email({ error: 'must be an e-mail address' }).optional(),
     /**
+     * Savings Plans and Reserved Instances, declared per instance family (gpu-fleet does not read
+     * them from the account): on-demand usage of the family inside the hourly commitment costs the
+     * discounted rate, usage beyond it the list price.
+     */
+    discounts: z
+      .array(
+        z.strictObject({
+          family: z
+            .string()
+            .regex(/^[a-z][a-z0-9-]{0,15}$/, { error: 'an instance family, the part of the type before the dot, e.g. "p4d"' }),
+          discountPct: z
+            .number({ error: 'must be a percentage' })
+            .gt(0, { error: 'must be above 0' })
+            .lt(100, { error: 'must be under 100' }),
+          commitmentUsdPerHour: z
+            .number({ error: 'must be dollars per hour at the discounted rate' })
+            .positive({ error: 'must be more than 0' })
+            .max(1_000_000),
+          name: z.string().max(128).optional(),
+        }),
+      )
+      .max(50)
+      .refine((ds) => new Set(ds.map((d) => d.family)).size === ds.length, { error: 'give one plan per instance family' })
+      .optional(),
+    /**
      * Which capacity reservations gpu-fleet reads (beside those its reserved groups launch into), as
      * Karpenter's capacityReservationSelectorTerms: any term matches, a reservation id or every tag
      * of a term. Default: those tagged gpu-fleet:managed=true.

@@ -222,9 +222,11 @@ export class GpuFleetStack extends Stack {
         ? { GPU_FLEET_SERVICE_TARGET_GROUPS: this.toJsonString(Object.fromEntries(this.serviceTargets.map((t) => [t.id, t.arn]))) }
         : {};
     // Which capacity reservations reconcile reads, beside those the reserved groups launch into.
-    const reservationEnv: Record<string, string> = config.reservations
-      ? { GPU_FLEET_RESERVATION_SELECTOR: JSON.stringify(config.reservations.selector) }
-      : {};
+    const reservationEnv: Record<string, string> = {
+      ...(config.reservations ? { GPU_FLEET_RESERVATION_SELECTOR: JSON.stringify(config.reservations.selector) } : {}),
+      // Savings Plans and RIs as declared: reconcile prices on-demand usage with them.
+      ...(config.discounts ? { GPU_FLEET_DISCOUNTS: JSON.stringify(config.discounts) } : {}),
+    };
     const reconcile = this.fn('reconcile', {
       memoryMb: 1769,
       timeout: Duration.seconds(Math.min(config.policy.reconcileIntervalSec, 300)),

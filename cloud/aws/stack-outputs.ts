@@ -27,6 +27,7 @@ export const STACK_OUTPUT_VARIABLES = {
   GcpCredentialsSecret: 'GPU_FLEET_GCP_CREDENTIALS_SECRET',
   ServiceTargetGroups: 'GPU_FLEET_SERVICE_TARGET_GROUPS',
   ReservationSelector: 'GPU_FLEET_RESERVATION_SELECTOR',
+  Discounts: 'GPU_FLEET_DISCOUNTS',
 } as const satisfies Readonly<Record<string, FleetVariable>>;
 
 /** Outputs that name things a person may want but no command variable stands for. */

@@ -3,6 +3,7 @@ import { teamFromTags } from '../budget.ts';
 import { periodKey } from '../period.ts';
 import { makeOffering, offeringId, type InstanceType, type Offering, type PriceQuote } from '../catalog.ts';
 import { reservedQuote, type Reservation } from '../reservation.ts';
+import { applyDiscounts, type DiscountPlan } from '../discounts.ts';
 import type { FleetNode, Instance, NodeGroup, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, type Job } from '../job.ts';
 import type { MicroUsd } from '../money.ts';
@@ -38,6 +39,8 @@ export interface SnapshotPorts {
   readonly budgetMemory?: BudgetMemory;
   /** The clouds' capacity reservations; without them, reserved offerings have no price and are not bought. */
   readonly reservations?: readonly ReservationSource[];
+  /** Savings Plans and Reserved Instances the operator declares, per instance family (core/discounts.ts). */
+  readonly discounts?: readonly DiscountPlan[];
 }
 
 /** How far back observed interruptions count towards a pool's risk. */
@@ -200,7 +203,8 @@ export async function buildSnapshot(
       allOfferings.flatMap((o) => (o.reservationId !== undefined ? [o.reservationId] : [])),
     ),
   ]);
-  const prices = new Map(listPrices);
+  // On-demand usage under a Savings Plan or RI: the marginal price at the usage now, and the effective price billed.
+  const prices = applyDiscounts(listPrices, world.instances, ports.discounts ?? []);
   for (const o of allOfferings) {
     if (o.capacityType !== 'reserved' || o.reservationId === undefined) continue;
     const r = reserved.reservations.get(o.reservationId);

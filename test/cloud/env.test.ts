@@ -51,6 +51,26 @@ describe('the environment, read by one schema', () => {
     expect(() => fleetConfigFromEnv({ GPU_FLEET_RESERVATION_SELECTOR: '[]' })).toThrow(/non-empty JSON list of terms/);
   });
 
+  it('reads the declared Savings Plans / RIs per family, naming each bad plan', async () => {
+    const c = fleetConfigFromEnv({
+      GPU_FLEET_DISCOUNTS: JSON.stringify([{ family: 'p4d', discountPct: 37.5, commitmentUsdPerHour: 12.25, name: 'sp-0123' }]),
+    });
+    expect(c.discounts).toEqual([{ family: 'p4d', discountBps: 3750, commitmentMicroUsdPerHour: 12_250_000, name: 'sp-0123' }]);
+    expect((await fleetPorts(c)).reconcile.discounts).toEqual(c.discounts);
+    const bad = () =>
+      fleetConfigFromEnv({
+        GPU_FLEET_DISCOUNTS: JSON.stringify([
+          { family: 'P4D', discountPct: 40, commitmentUsdPerHour: 1 },
+          { family: 'g5', discountPct: 100, commitmentUsdPerHour: 1 },
+          { family: 'p5', discountPct: 20, commitmentUsdPerHour: 5 },
+          { family: 'p5', discountPct: 30, commitmentUsdPerHour: 5 },
+        ]),
+      });
+    expect(bad).toThrow(/GPU_FLEET_DISCOUNTS\[0\] must be \{"family": "p4d"/);
+    expect(bad).toThrow(/GPU_FLEET_DISCOUNTS\[1\] must be/);
+    expect(bad).toThrow(/GPU_FLEET_DISCOUNTS\[3\]: family p5 has a plan already/);
+  });
+
   it('reads what the stack sets', () => {
     const c = fleetConfigFromEnv({
       AWS_REGION: 'us-west-2',

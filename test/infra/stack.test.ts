@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { App, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
+import { fleetConfigFromEnv } from '../../cloud/env.ts';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -479,6 +480,7 @@ describe('cdk-nag', () => {
       ...raw,
       nodeGroups: [...raw.nodeGroups, ...reserved],
       reservations: { selector: [{ tags: { 'gpu-fleet:managed': 'true' } }, { id: 'cr-0c0ffee0000000001' }] },
+      discounts: [{ family: 'p4d', discountPct: 40, commitmentUsdPerHour: 30, name: 'sp-1' }],
     });
     const { app, stack } = build(config, { nag: true });
     expect(() => app.synth()).not.toThrow();
@@ -521,6 +523,11 @@ describe('cdk-nag', () => {
     const selector = fns.map((f) => f.Properties.Environment?.Variables?.GPU_FLEET_RESERVATION_SELECTOR).filter((v) => v !== undefined);
     expect(selector.map((v) => JSON.parse(v as string))).toEqual([
       [{ tags: { 'gpu-fleet:managed': 'true' } }, { id: 'cr-0c0ffee0000000001' }],
+    ]);
+    const discounts = fns.map((f) => f.Properties.Environment?.Variables?.GPU_FLEET_DISCOUNTS).filter((v) => v !== undefined);
+    // What reconcile reads back is the plan as declared.
+    expect(fleetConfigFromEnv({ GPU_FLEET_DISCOUNTS: discounts[0] as string }).discounts).toEqual([
+      { family: 'p4d', discountBps: 4000, commitmentMicroUsdPerHour: 30_000_000, name: 'sp-1' },
     ]);
     const rules = Object.values(template.findResources('AWS::Events::Rule')) as {
       Properties: { EventPattern?: { 'detail-type'?: string[] } };
@@ -691,7 +698,7 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, reservations, services, gcp',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, discounts, reservations, services, gcp',
         // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
           /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
