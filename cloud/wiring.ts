@@ -17,6 +17,7 @@ import type {
   JobQueue,
   NodeGroupProvider,
   PriceSource,
+  ReservationSource,
   ReconcileTrigger,
   ServiceMetricSink,
   ServiceStore,
@@ -140,6 +141,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
   let catalog: CatalogSource = new Ec2Catalog(clients.ec2);
   let prices: PriceSource = new AwsPriceSource(clients.ec2, { clock });
   const notices: NoticeSource[] = [];
+  let gcpReservations: ReservationSource | undefined;
   if (config.gcp) {
     const gcp = await loadGcp(config, clock, options.gcp);
     providers = [...providers, gcp.groups];
@@ -151,6 +153,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
       ]),
     );
     notices.push(gcp.preemptions);
+    if (gcp.reservations) gcpReservations = gcp.reservations;
   }
   const budgets = new TaggingBudgetSource(clients.tagging, { teamQueuePrefix: config.teamQueuePrefix });
   // Services, when the stack declares them: their records in the control table, their target groups, their load.
@@ -169,7 +172,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     prices,
     budgets,
     notices,
-    reservations: [reservations],
+    reservations: [reservations, ...(gcpReservations ? [gcpReservations] : [])],
     ...(config.discounts ? { discounts: config.discounts } : {}),
     ...services,
   };
@@ -200,7 +203,11 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     reconcile,
     interruption,
     ...(services ? { services: services.services } : {}),
-    problems: () => [...providers.flatMap((p) => [...(p.problems ?? [])]), ...reservations.problems],
+    problems: () => [
+      ...providers.flatMap((p) => [...(p.problems ?? [])]),
+      ...reservations.problems,
+      ...((gcpReservations as { problems?: string[] } | undefined)?.problems ?? []),
+    ],
   };
 }
 

@@ -6,6 +6,7 @@ import { InstanceTemplatesClient } from '@google-cloud/compute/build/src/v1/inst
 import { MachineTypesClient } from '@google-cloud/compute/build/src/v1/machine_types_client.js';
 import { RegionInstanceGroupManagersClient } from '@google-cloud/compute/build/src/v1/region_instance_group_managers_client.js';
 import { RegionInstanceTemplatesClient } from '@google-cloud/compute/build/src/v1/region_instance_templates_client.js';
+import { ReservationsClient } from '@google-cloud/compute/build/src/v1/reservations_client.js';
 import { RegionOperationsClient } from '@google-cloud/compute/build/src/v1/region_operations_client.js';
 import { ZoneOperationsClient } from '@google-cloud/compute/build/src/v1/zone_operations_client.js';
 import type { GcpClients } from './mig-node-groups.ts';
@@ -36,5 +37,6 @@ export function gcpClients(options: GcpClientOptions = {}): GcpClients {
     zoneOperations: new ZoneOperationsClient(o),
     regionOperations: new RegionOperationsClient(o),
     machineTypes: new MachineTypesClient(o),
+    reservations: new ReservationsClient(o),
   };
 }

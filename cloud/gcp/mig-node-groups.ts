@@ -13,6 +13,7 @@ import { makeOffering, type CapacityType } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { Instance, InstanceState, NodeGroup } from '../../core/fleet.ts';
 import type { Clock, GroupListing, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
+import type { ReservationsApi } from './reservations.ts';
 import { operationError, translateGcpError } from './errors.ts';
 
 type Igm = protos.google.cloud.compute.v1.IInstanceGroupManager;
@@ -34,6 +35,9 @@ export const GCP_LABELS = {
   protected: 'gpu-fleet-protected',
 } as const;
 
+/** The reservation affinity key that names a specific reservation in an instance template. */
+export const RESERVATION_AFFINITY_KEY = 'compute.googleapis.com/reservation-name';
+
 export interface GcpScope {
   readonly projectId: string;
   /** Zones gpu-fleet may use; a regional MIG is used in those of its zones listed here. */
@@ -49,6 +53,8 @@ export interface GcpClients {
   readonly zoneOperations: ZoneOperationsClient;
   readonly regionOperations: RegionOperationsClient;
   readonly machineTypes: MachineTypesClient;
+  /** Reservations (optional: without it, no GCP reservation is read). */
+  readonly reservations?: ReservationsApi;
 }
 
 export interface MigOptions {
@@ -175,8 +181,17 @@ export class MigNodeGroups implements NodeGroupProvider {
         }
         const machineType = last(template?.properties?.machineType);
         const scheduling = template?.properties?.scheduling;
-        const capacityType: CapacityType =
-          scheduling?.provisioningModel === 'SPOT' || scheduling?.preemptible === true ? 'spot' : 'on-demand';
+        // A template that consumes a specific reservation launches into it: its machines are reserved capacity.
+        const affinity = template?.properties?.reservationAffinity;
+        const reservationId =
+          affinity?.consumeReservationType === 'SPECIFIC_RESERVATION' && affinity.key === RESERVATION_AFFINITY_KEY
+            ? affinity.values?.[0]?.split('/').pop()
+            : undefined;
+        const capacityType: CapacityType = reservationId
+          ? 'reserved'
+          : scheduling?.provisioningModel === 'SPOT' || scheduling?.preemptible === true
+            ? 'spot'
+            : 'on-demand';
         const groupZones = regional
           ? (igm.distributionPolicy?.zones ?? []).map((z) => last(z.zone)).filter((z) => zones.has(z))
           : [location];
@@ -195,7 +210,18 @@ export class MigNodeGroups implements NodeGroupProvider {
             cloud: 'gcp',
             region,
             offerings: machineType
-              ? migZones.sort().map((zone) => makeOffering({ cloud: 'gcp', region, zone, instanceType: machineType, capacityType }))
+              ? migZones
+                  .sort()
+                  .map((zone) =>
+                    makeOffering({
+                      cloud: 'gcp',
+                      region,
+                      zone,
+                      instanceType: machineType,
+                      capacityType,
+                      ...(reservationId ? { reservationId } : {}),
+                    }),
+                  )
               : [],
             minSize,
             maxSize: Math.max(minSize, maxSize),
@@ -275,6 +301,7 @@ export class MigNodeGroups implements NodeGroupProvider {
       zone,
       instanceType: m.machineType,
       capacityType: m.group.offerings[0]?.capacityType ?? 'on-demand',
+      ...(m.group.offerings[0]?.reservationId !== undefined ? { reservationId: m.group.offerings[0].reservationId } : {}),
       state: stateOf(mi),
       launchedAtMs: Number.isFinite(created) ? created : this.options.clock.nowMs(),
       scaleInProtected: details?.labels?.[GCP_LABELS.protected] === 'true',

@@ -5,7 +5,8 @@ import '../../core/schema.ts';
 import * as z from 'zod/mini';
 import { translateAwsError } from '../aws/errors.ts';
 import { gcpShippedCatalog } from '../catalog/gcp-shipped.ts';
-import { ShippedCatalogSource, ShippedPriceSource } from '../catalog/shipped.ts';
+import { onDemandPrice, ShippedCatalogSource, ShippedPriceSource } from '../catalog/shipped.ts';
+import { GcpReservations } from './reservations.ts';
 import type { FleetConfig } from '../env.ts';
 import { gcpClients, type GcpClientOptions } from './clients.ts';
 import { GcpMachineTypeCatalog } from './machine-types.ts';
@@ -63,6 +64,15 @@ export function gcpPorts(config: GcpConfig, clients: GcpClients, clock: Clock) {
   const catalog = gcpShippedCatalog();
   return {
     groups,
+    ...(clients.reservations
+      ? {
+          reservations: new GcpReservations(clients.reservations, {
+            projects: config.projects,
+            onDemandPrice: (machineType, zone) =>
+              onDemandPrice(catalog, { cloud: 'gcp', region: zone.replace(/-[a-z]$/, ''), zone, instanceType: machineType }),
+          }),
+        }
+      : {}),
     preemptions: new GcpPreemptions(clients.zoneOperations, groups, { projects: config.projects, clock }),
     catalog: new GcpMachineTypeCatalog(clients.machineTypes, config.projects, new ShippedCatalogSource(catalog)),
     prices: new ShippedPriceSource(catalog),

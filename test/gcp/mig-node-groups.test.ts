@@ -14,6 +14,7 @@ import { GcpMachineTypeCatalog } from '../../cloud/gcp/machine-types.ts';
 import { MigNodeGroups } from '../../cloud/gcp/mig-node-groups.ts';
 import { ShippedCatalogSource } from '../../cloud/catalog/shipped.ts';
 import { GcpPreemptions } from '../../cloud/gcp/preemptions.ts';
+import { GcpReservations } from '../../cloud/gcp/reservations.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
 import { nodeGroupProviderContract } from '../contract/node-group-provider.contract.ts';
@@ -423,5 +424,54 @@ describe('one fleet, two clouds', () => {
     );
     const waiting = new Map(out.decision.plan.waiting.map((x) => [x.jobId, x.reason.message]));
     expect(waiting.get('nlp.cheap')).toBeDefined();
+  });
+});
+
+describe('GCP reservations', () => {
+  it('reads each zone’s reservations (free = count − inUseCount, READY only takes machines); a group whose template consumes one launches reserved', async () => {
+    const gce = await new FakeGce().start();
+    servers.push(gce);
+    gce.pageSize = 1;
+    gce.addReservation(PROJECT, 'us-central1-a', 'a100-res', { machineType: 'a2-highgpu-1g', count: 4, inUseCount: 1 });
+    gce.addReservation(PROJECT, 'us-central1-a', 'a100-new', {
+      machineType: `https://www.googleapis.com/compute/v1/projects/${PROJECT}/zones/us-central1-a/machineTypes/a2-highgpu-1g`,
+      count: 2,
+      inUseCount: 0,
+      status: 'CREATING',
+    });
+    gce.addTemplate(PROJECT, 'a2-res', {
+      machineType: 'a2-highgpu-1g',
+      spot: false,
+      reservation: 'a100-res',
+      labels: { 'gpu-fleet-managed': 'true', 'gpu-fleet-max-size': '4' },
+    });
+    gce.addMig({ project: PROJECT, name: 'a100-res', zone: 'us-central1-a', template: 'a2-res', targetSize: 1 });
+    const clock = { nowMs: () => gce.nowMs };
+    const clients = gcpClients({ apiEndpoint: '127.0.0.1', port: gce.port, protocol: 'http', authClient: new PassThroughClient() });
+    const source = new GcpReservations(clients.reservations!, {
+      projects: [{ projectId: PROJECT, zones: ZONES }],
+      onDemandPrice: (type) => (type === 'a2-highgpu-1g' ? 3_673_000 : undefined),
+    });
+    const found = await source.listReservations();
+    expect(found).toEqual([
+      expect.objectContaining({
+        id: 'a100-res',
+        cloud: 'gcp',
+        zone: 'us-central1-a',
+        instanceType: 'a2-highgpu-1g',
+        totalCount: 4,
+        availableCount: 3,
+        state: 'active',
+        priceMicroUsdPerHour: 3_673_000,
+      }),
+      expect.objectContaining({ id: 'a100-new', totalCount: 2, state: 'pending' }),
+    ]);
+    // Paged one at a time, each zone asked.
+    expect(gce.requests.filter((r) => r.includes('/reservations')).length).toBeGreaterThanOrEqual(3);
+    const groups = new MigNodeGroups(clients, { projects: [{ projectId: PROJECT, zones: ZONES }], clock, cacheSec: 0 });
+    const [g] = await groups.listGroups();
+    expect(g!.offerings.map((o) => o.id)).toEqual(['gcp/us-central1-a/a2-highgpu-1g/reserved/a100-res']);
+    const [machine] = await groups.listInstances();
+    expect(machine).toMatchObject({ capacityType: 'reserved', reservationId: 'a100-res' });
   });
 });

@@ -113,6 +113,8 @@ export class FakeGce {
       labels?: Record<string, string>;
       accelerators?: { acceleratorType: string; acceleratorCount: number }[];
       terminationAction?: 'STOP' | 'DELETE';
+      /** Consume this specific reservation (reservationAffinity SPECIFIC_RESERVATION by name). */
+      reservation?: string;
     },
   ): void {
     const t = structuredClone(gceFixture('instanceTemplates-get-gpu-spot.assembled.json')) as {
@@ -133,7 +135,43 @@ export class FakeGce {
           instanceTerminationAction: o.terminationAction ?? 'STOP',
         }
       : { onHostMaintenance: 'TERMINATE', automaticRestart: true, provisioningModel: 'STANDARD' };
+    if (o.reservation)
+      t.properties.reservationAffinity = {
+        consumeReservationType: 'SPECIFIC_RESERVATION',
+        key: 'compute.googleapis.com/reservation-name',
+        values: [o.reservation],
+      };
     this.templates.set(`${project}/${name}`, t as unknown as Record<string, unknown>);
+  }
+
+  /** Reservations by project and zone, in the Reservation resource's shape (assembled from the Compute API reference). */
+  readonly reservations = new Map<string, Record<string, unknown>[]>();
+
+  addReservation(
+    project: string,
+    zone: string,
+    name: string,
+    o: { machineType: string; count: number; inUseCount: number; status?: string },
+  ): void {
+    const list = this.reservations.get(`${project}/${zone}`) ?? [];
+    list.push({
+      kind: 'compute#reservation',
+      id: String(4_100_000_000_000_000_000 + list.length),
+      creationTimestamp: '2026-11-01T08:00:00.000-07:00',
+      selfLink: `${BASE}/projects/${project}/zones/${zone}/reservations/${name}`,
+      zone: `${BASE}/projects/${project}/zones/${zone}`,
+      name,
+      // int64 fields travel as strings in Compute's JSON.
+      specificReservation: {
+        instanceProperties: { machineType: o.machineType, guestAccelerators: [] },
+        count: String(o.count),
+        inUseCount: String(o.inUseCount),
+      },
+      specificReservationRequired: true,
+      status: o.status ?? 'READY',
+      shareSettings: { shareType: 'LOCAL' },
+    });
+    this.reservations.set(`${project}/${zone}`, list);
   }
 
   addMig(o: {
@@ -397,6 +435,16 @@ export class FakeGce {
         items,
         ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}),
         selfLink: `${BASE}/projects/${project}/aggregated/instanceGroupManagers`,
+      });
+    }
+    if ((m = /^zones\/([^/]+)\/reservations$/.exec(route)) && req.method === 'GET') {
+      const pg = this.page(this.reservations.get(`${project}/${m[1]}`) ?? [], url);
+      return send(200, {
+        kind: 'compute#reservationList',
+        id: `projects/${project}/zones/${m[1]}/reservations`,
+        items: pg.items,
+        ...(pg.nextPageToken ? { nextPageToken: pg.nextPageToken } : {}),
+        selfLink: `${BASE}/projects/${project}/zones/${m[1]}/reservations`,
       });
     }
     if ((m = /^zones\/([^/]+)\/machineTypes\/([^/]+)$/.exec(route)) && req.method === 'GET') {
