@@ -13,6 +13,7 @@ import type {
   JobStore,
   NodeStore,
   ServiceMetricSample,
+  JobLogSink,
   ServiceMetricSink,
 } from '../core/ports.ts';
 import type { ServiceMetric } from '../core/serving/autoscale.ts';
@@ -41,6 +42,7 @@ import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
 import type { Exit, JobProcess, JobRunner } from './runner.ts';
+import { LogShipper } from './log-shipper.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
 import { scrapeReplica } from './prometheus.ts';
 
@@ -86,6 +88,8 @@ export interface AgentPorts {
   readonly metrics?: GpuMetricSink;
   /** Where a service replica's waiting and running requests go (read from its metrics endpoint with the GPU metrics). */
   readonly serviceMetrics?: ServiceMetricSink;
+  /** Where each attempt's output goes as it is written (CloudWatch Logs through the agent API); without it, it stays on the machine only. */
+  readonly jobLogs?: JobLogSink;
   readonly log: AgentLog;
   /**
    * Removes a job's folder once its attempt is over (default: the agent removes it itself). On a
@@ -104,6 +108,8 @@ export interface AgentConfig {
   readonly heartbeatSec?: number;
   readonly noticeSec?: number;
   readonly metricsSec?: number;
+  /** Seconds between sends of the attempts' output (default 2). */
+  readonly logsSec?: number;
   /** Time a stopped job gets between SIGTERM and SIGKILL. */
   readonly stopGraceSec?: number;
   /** Checkpoints must be safe this long before the machine goes. */
@@ -147,6 +153,8 @@ type SaveResult = UploadResult & { readonly complete?: boolean; readonly ref?: C
 
 export class NodeAgent {
   private readonly local = new Map<string, LocalAttempt>();
+  /** Sends each attempt's output as it is written (with a log sink). */
+  private readonly shipper: LogShipper | undefined;
   private readonly handledNotices = new Set<string>();
   private readonly devices: DeviceAllocator;
   private readonly uploads: UploadWorker;
@@ -174,6 +182,7 @@ export class NodeAgent {
       (m) => ports.log.info(m),
     );
     this.uploads = new UploadWorker(ports.blobs, ports.clock, config.uploadConcurrency ?? 2);
+    this.shipper = ports.jobLogs ? new LogShipper(ports.jobLogs, ports.clock) : undefined;
   }
 
   private get timing(): CheckpointTiming {
@@ -204,6 +213,7 @@ export class NodeAgent {
     });
     this.every(this.config.noticeSec ?? 5, () => this.watch());
     if (this.ports.metrics) this.every(this.config.metricsSec ?? 60, () => this.publishMetrics());
+    if (this.shipper) this.every(this.config.logsSec ?? 2, () => this.shipper!.flushAll());
   }
 
   /** Stops the loops and the jobs' processes. Jobs stay running in the store: the next agent restarts them from their newest checkpoint. */
@@ -427,6 +437,13 @@ export class NodeAgent {
         ...(resumed ? { resumeDir: dirs.resume } : {}),
         logFile: join(root, 'output.log'),
       });
+      this.shipper?.track(key, join(root, 'output.log'), {
+        jobId: job.id,
+        attempt: job.attempt,
+        rank,
+        team: job.team,
+        labels: job.spec.labels ?? {},
+      });
     } catch (error) {
       await held.release();
       await cannotStart(messageOf(error));
@@ -448,8 +465,14 @@ export class NodeAgent {
       stopping: false,
     };
     this.local.set(key, l);
-    void proc.exited.then((exit) => {
+    void proc.exited.then(async (exit) => {
       l.exit = exit;
+      // What it wrote up to its end (a kill included) goes out first; a send that fails is retried by the next flush.
+      await this.shipper
+        ?.finish(key)
+        .catch((error: unknown) =>
+          this.ports.log.warn("could not send the job's last output; trying again", { job: l.jobId, error: String(error) }),
+        );
       return this.serial(() => this.reportExit(l)).catch((error: unknown) =>
         this.ports.log.warn("could not report the job's end; trying again at the next heartbeat", { job: l.jobId, error: String(error) }),
       );

@@ -116,6 +116,38 @@ export interface CatalogSource {
   instanceTypes(names: readonly string[]): Promise<Map<string, InstanceType>>;
 }
 
+/** One line an attempt wrote to its output (stdout and stderr, as they reach the attempt's log). */
+export interface LogLine {
+  /** When the agent read it (the output carries no times of its own). */
+  readonly atMs: number;
+  /** Its place in the attempt's output on that rank, from 0: a line shipped twice keeps its number. */
+  readonly seq: number;
+  readonly line: string;
+}
+
+/** Lines of one attempt on one rank, with what a log search wants beside them. */
+export interface JobLogBatch {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly rank: number;
+  readonly team: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly lines: readonly LogLine[];
+}
+
+/** Where the agents send what their attempts write, as they write it (CloudWatch Logs; the simulator's memory). */
+export interface JobLogSink {
+  append(batch: JobLogBatch): Promise<void>;
+}
+
+/** What people read: a job's lines, attempt by attempt in order, each attempt's ranks in order of their lines. */
+export interface JobLogSource {
+  read(
+    jobId: string,
+    options?: { readonly attempt?: number; readonly sinceMs?: number },
+  ): Promise<(LogLine & { readonly attempt: number; readonly rank: number })[]>;
+}
+
 /** Capacity reservations in a cloud (AWS Capacity Reservations and Capacity Blocks; GCP reservations). */
 export interface ReservationSource {
   readonly cloud: Cloud;

@@ -15,9 +15,13 @@ import type {
   CheckpointStore,
   DecisionLog,
   DecisionRecord,
+  JobLogBatch,
+  JobLogSink,
+  JobLogSource,
   JobQueue,
   JobStore,
   LeaseStore,
+  LogLine,
   NodeStore,
   QueueDepth,
   ServiceStore,
@@ -496,5 +500,47 @@ export class MemoryBudgetMemory implements BudgetMemory {
   }
   async save(team: Team): Promise<void> {
     this.teams.set(team.id, team);
+  }
+}
+
+/**
+ * Job output in memory: each attempt's and rank's lines by their number (a batch sent twice keeps
+ * one copy), read back attempt by attempt. The simulator's processes write here, and `dump`
+ * and `restore` carry it with a saved simulation.
+ */
+export class MemoryJobLogs implements JobLogSink, JobLogSource {
+  private readonly byJob = new Map<string, Map<string, LogLine & { attempt: number; rank: number }>>();
+  /** Lines kept per job at most (the oldest go first): a simulated week of chatty jobs stays small. */
+  constructor(private readonly maxLinesPerJob = 2000) {}
+
+  async append(batch: JobLogBatch): Promise<void> {
+    let lines = this.byJob.get(batch.jobId);
+    if (!lines) this.byJob.set(batch.jobId, (lines = new Map()));
+    for (const l of batch.lines) lines.set(`${batch.attempt}/${batch.rank}/${l.seq}`, { ...l, attempt: batch.attempt, rank: batch.rank });
+    while (lines.size > this.maxLinesPerJob) lines.delete(lines.keys().next().value!);
+  }
+
+  async read(
+    jobId: string,
+    options: { attempt?: number; sinceMs?: number } = {},
+  ): Promise<(LogLine & { attempt: number; rank: number })[]> {
+    return [...(this.byJob.get(jobId)?.values() ?? [])]
+      .filter(
+        (l) =>
+          (options.attempt === undefined || l.attempt === options.attempt) && (options.sinceMs === undefined || l.atMs >= options.sinceMs),
+      )
+      .sort((a, b) => a.attempt - b.attempt || a.rank - b.rank || a.seq - b.seq);
+  }
+
+  dump(): [string, (LogLine & { attempt: number; rank: number })[]][] {
+    return [...this.byJob.entries()].map(([id, m]) => [id, [...m.values()]]);
+  }
+
+  restore(rows: readonly [string, readonly (LogLine & { attempt: number; rank: number })[]][]): void {
+    for (const [id, lines] of rows) {
+      const m = new Map<string, LogLine & { attempt: number; rank: number }>();
+      for (const l of lines) m.set(`${l.attempt}/${l.rank}/${l.seq}`, { ...l });
+      this.byJob.set(id, m);
+    }
   }
 }

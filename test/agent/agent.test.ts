@@ -1,4 +1,4 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -8,7 +8,8 @@ import { handleNotice } from '../../core/services/interruption.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryPoolHistory } from '../../cloud/sim/memory-stores.ts';
 import { reason } from '../../core/reason.ts';
-import { agentWorld, COUNTER_JOB, RecordingServiceSink, RecordingSink, REPLICA_JOB, waitFor } from '../support/agent-world.ts';
+import { MemoryJobLogs } from '../../cloud/sim/memory-stores.ts';
+import { agentWorld, CHATTY_JOB, COUNTER_JOB, RecordingServiceSink, RecordingSink, REPLICA_JOB, waitFor } from '../support/agent-world.ts';
 import { createServer } from 'node:net';
 import { awsInstance, IMDS_BODIES, startMetadataServer, type MetadataServer } from '../support/metadata-server.ts';
 
@@ -71,6 +72,36 @@ describe('node agent: running placed jobs as real processes', () => {
     expect(out.at(-1)).toMatchObject({ event: 'done', step: 10 });
     expect((await w.nodes.get('i-a'))!.assigned).toEqual({}); // the work list is cleaned
     expect(a.running()).toEqual([]);
+  });
+
+  it('sends what an attempt writes as it writes it, up to the lines written just before its process is killed', async () => {
+    const w = world();
+    const logs = new MemoryJobLogs();
+    const work = dir('agent-logs');
+    const a = w.agent('i-a', { workDir: work, jobLogs: logs, config: { logsSec: 0.05, stopGraceSec: 1 } });
+    await a.start();
+    await w.submit('nlp.chatty', { command: ['node', CHATTY_JOB, '5'], checkpoint: undefined, labels: { project: 'ranking' } });
+    await w.place('nlp.chatty', ['i-a']);
+    await a.heartbeat();
+    // Lines arrive while it runs.
+    await waitFor('lines while it runs', async () => ((await logs.read('nlp.chatty')).length > 20 ? true : undefined));
+    // Cancelled: SIGTERM (which it ignores, and says so), then SIGKILL after the grace.
+    await applyJobEvent(w.jobs, 'nlp.chatty', { type: 'cancel' }, Date.now());
+    await a.heartbeat();
+    await a.settled();
+    await waitFor('the last lines', async () =>
+      (await logs.read('nlp.chatty')).some((l) => l.line.startsWith('got SIGTERM')) ? true : undefined,
+    );
+    await a.stop();
+    const shipped = await logs.read('nlp.chatty');
+    const written = readFileSync(join(work, 'jobs', 'nlp.chatty', 'attempt-1', 'output.log'), 'utf8')
+      .split('\n')
+      .filter(Boolean);
+    // Every line the process wrote, in order, stderr's too, the last one written before the kill included.
+    expect(shipped.map((l) => l.line)).toEqual(written);
+    expect(shipped[0]).toMatchObject({ attempt: 1, rank: 0, seq: 0, line: 'starting (this line is on stderr)' });
+    expect(shipped.at(-1)!.line).toBe(written.at(-1));
+    expect(shipped.map((l) => l.seq)).toEqual(shipped.map((_, i) => i));
   });
 
   it('reports a failing job with its exit code', async () => {

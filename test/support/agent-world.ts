@@ -8,7 +8,7 @@ import type { Identity, MetadataClient } from '../../agent/metadata.ts';
 import { readGpuInventory } from '../../agent/nvidia-smi.ts';
 import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
 import { checkJobSpec, type JobSpecInput } from '../../core/job-spec.ts';
-import type { GpuMetricSample, GpuMetricSink, ServiceMetricSample, ServiceMetricSink } from '../../core/ports.ts';
+import type { GpuMetricSample, GpuMetricSink, JobLogSink, ServiceMetricSample, ServiceMetricSink } from '../../core/ports.ts';
 import { newPendingJob, type Job } from '../../core/job.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
@@ -18,6 +18,7 @@ import { fakeNvidiaSmiEnv, type GpuFixture } from './gpu-fixtures.ts';
 
 export const COUNTER_JOB = resolve(import.meta.dirname, 'jobs/counter-job.mjs');
 export const REPLICA_JOB = resolve(import.meta.dirname, 'jobs/replica.mjs');
+export const CHATTY_JOB = resolve(import.meta.dirname, 'jobs/chatty.mjs');
 
 export type AgentApi = Awaited<ReturnType<typeof startAgentApi>>;
 
@@ -48,6 +49,7 @@ export function agentWorld() {
       workDir?: string;
       metrics?: GpuMetricSink;
       serviceMetrics?: ServiceMetricSink;
+      jobLogs?: JobLogSink;
       blobs?: CheckpointBlobs;
       config?: Partial<AgentConfig>;
       /** Reach the state and the checkpoints through this agent API (as a fleet machine does), not directly. */
@@ -79,6 +81,7 @@ export function agentWorld() {
         ...(options.metadata ? { metadata: options.metadata } : {}),
         ...(options.metrics ? { metrics: options.metrics } : {}),
         ...(options.serviceMetrics ? { serviceMetrics: options.serviceMetrics } : {}),
+        ...(options.jobLogs ? { jobLogs: options.jobLogs } : {}),
         ...(options.removeFolder ? { removeFolder: options.removeFolder } : {}),
         log,
       },
