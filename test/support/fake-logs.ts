@@ -1,0 +1,100 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A local CloudWatch Logs for the adapter's tests: it answers the SDK's awsJson1.1 calls
+ * (`X-Amz-Target: Logs_20140328.<Operation>`) with the shapes of the CloudWatch Logs API reference
+ * (CreateLogStream, PutLogEvents, DescribeLogStreams, GetLogEvents), assembled from the reference,
+ * not recorded: log groups that exist, streams created once (ResourceAlreadyExistsException after),
+ * events in time order within a call (InvalidParameterException otherwise), pages of `pageSize`
+ * with the forward token returned unchanged at a stream's end.
+ */
+export class FakeCloudWatchLogs {
+  private server: Server | undefined;
+  port = 0;
+  pageSize = 3;
+  readonly groups = new Map<string, Map<string, { timestamp: number; message: string; ingestionTime: number }[]>>();
+  /** Every call, as its operation name. */
+  readonly calls: string[] = [];
+
+  constructor(groupNames: readonly string[]) {
+    for (const g of groupNames) this.groups.set(g, new Map());
+  }
+
+  async start(): Promise<this> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((r) => this.server!.listen(0, '127.0.0.1', r));
+    this.port = (this.server.address() as AddressInfo).port;
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    await new Promise<void>((r) => (this.server ? this.server.close(() => r()) : r()));
+  }
+
+  get endpoint(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const target = String(req.headers['x-amz-target'] ?? '');
+    const op = target.replace(/^Logs_20140328\./, '');
+    this.calls.push(op);
+    const body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown>;
+    const send = (status: number, json: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/x-amz-json-1.1', 'x-amzn-requestid': `req-${this.calls.length}` });
+      res.end(JSON.stringify(json));
+    };
+    const fail = (type: string, message: string) => send(400, { __type: type, message });
+    const group = this.groups.get(String(body.logGroupName ?? ''));
+    if (!group) return fail('ResourceNotFoundException', 'The specified log group does not exist.');
+    const streamName = String(body.logStreamName ?? '');
+    switch (op) {
+      case 'CreateLogStream':
+        if (group.has(streamName)) return fail('ResourceAlreadyExistsException', 'The specified log stream already exists');
+        group.set(streamName, []);
+        return send(200, {});
+      case 'PutLogEvents': {
+        const stream = group.get(streamName);
+        if (!stream) return fail('ResourceNotFoundException', 'The specified log stream does not exist.');
+        const events = (body.logEvents ?? []) as { timestamp: number; message: string }[];
+        if (events.length === 0 || events.length > 10_000) return fail('InvalidParameterException', '1 validation error detected');
+        for (let i = 1; i < events.length; i++)
+          if (events[i]!.timestamp < events[i - 1]!.timestamp)
+            return fail('InvalidParameterException', 'Log events in a single PutLogEvents request must be in chronological order.');
+        for (const e of events) stream.push({ ...e, ingestionTime: Date.now() });
+        return send(200, { nextSequenceToken: String(stream.length) });
+      }
+      case 'DescribeLogStreams': {
+        const prefix = String(body.logStreamNamePrefix ?? '');
+        const names = [...group.keys()].filter((n) => n.startsWith(prefix)).sort();
+        const from = Number(body.nextToken ?? 0);
+        const page = names.slice(from, from + this.pageSize);
+        return send(200, {
+          logStreams: page.map((n) => ({
+            logStreamName: n,
+            creationTime: 1_764_000_000_000,
+            arn: `arn:aws:logs:us-west-2:123456789012:log-group:${String(body.logGroupName)}:log-stream:${n}`,
+            storedBytes: 0,
+          })),
+          ...(from + this.pageSize < names.length ? { nextToken: String(from + this.pageSize) } : {}),
+        });
+      }
+      case 'GetLogEvents': {
+        const stream = group.get(streamName);
+        if (!stream) return fail('ResourceNotFoundException', 'The specified log stream does not exist.');
+        const since = typeof body.startTime === 'number' ? body.startTime : -Infinity;
+        const all = stream.filter((e) => e.timestamp >= since);
+        const token = typeof body.nextToken === 'string' ? body.nextToken : 'f/0';
+        const from = Number(token.slice(2));
+        const page = all.slice(from, from + this.pageSize);
+        const next = page.length === 0 ? token : `f/${from + page.length}`;
+        return send(200, { events: page, nextForwardToken: next, nextBackwardToken: `b/${from}` });
+      }
+      default:
+        return fail('UnknownOperationException', `fake CloudWatch Logs does not answer ${op}`);
+    }
+  }
+}
