@@ -10,11 +10,17 @@ import { nvidiaSmiMig } from './devices.ts';
 import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, type Identity, type MetadataClient } from './metadata.ts';
 import { gpuProblems, readGpuInventory, toGpuDevices } from './nvidia-smi.ts';
 import { DockerRunner, ProcessRunner } from './runner.ts';
-import { AgentApiCheckpointStore, AgentApiClient, AgentApiJobStore, AgentApiNodeStore } from '../cloud/aws/agent-api-client.ts';
+import {
+  AgentApiCheckpointStore,
+  AgentApiClient,
+  AgentApiJobLogs,
+  AgentApiJobStore,
+  AgentApiNodeStore,
+} from '../cloud/aws/agent-api-client.ts';
 import { fleetConfigFromEnv } from '../cloud/env.ts';
 import { fleetPorts } from '../cloud/wiring.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
-import type { CheckpointStore, JobStore, NodeStore } from '../core/ports.ts';
+import type { CheckpointStore, JobLogSink, JobStore, NodeStore } from '../core/ports.ts';
 
 /** `gpu-fleet agent inspect` and `gpu-fleet agent run`: the node agent from the command line. */
 
@@ -161,6 +167,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
   const apiUrl = flags.apiUrl ?? env.GPU_FLEET_AGENT_API_URL;
   let stores: { jobs: JobStore; nodes: NodeStore; checkpoints: CheckpointStore };
   let blobs: CheckpointBlobs;
+  let jobLogs: JobLogSink | undefined = ports.jobLogs;
   if (apiUrl) {
     // On a fleet machine: every write goes through the agent API, which checks it against this machine's records.
     const api = new AgentApiClient({ url: apiUrl, region: base.region });
@@ -172,6 +179,8 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     if (!storeUri.startsWith('s3://'))
       throw new UsageError(`with the agent API, checkpoints are kept in S3 (s3://bucket/prefix/); got "${storeUri}"`);
     blobs = new AgentApiBlobs(api, storeUri);
+    // The attempts' output goes through the API too, which checks this machine ran them (no CloudWatch Logs rights on the machine).
+    jobLogs = new AgentApiJobLogs(api);
   } else {
     stores = ports.stores;
     blobs = storeUri.startsWith('s3://') ? new S3Blobs(new S3Client({ region: base.region })) : new DirectoryBlobs(fileURLToPath(storeUri));
@@ -196,6 +205,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       ...(flags.sudoHelper ? { removeFolder: sudoRemover(flags.sudoHelper, env) } : {}),
       ...(metadata ? { metadata } : {}),
       ...(flags.metrics !== false ? { metrics: ports.metricSink, serviceMetrics: ports.serviceMetricSink } : {}),
+      ...(jobLogs ? { jobLogs } : {}),
       log,
     },
     {

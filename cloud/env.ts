@@ -34,6 +34,8 @@ export interface FleetConfig {
   readonly reservationSelector?: readonly ReservationSelectorTerm[];
   /** Savings Plans and Reserved Instances declared per instance family; undefined: none. */
   readonly discounts?: readonly DiscountPlan[];
+  /** The CloudWatch Logs group of the jobs' output; undefined: output stays on the machines. */
+  readonly jobLogGroup?: string;
 }
 
 /** The variables, each with what is allowed, for messages and the README. */
@@ -54,6 +56,7 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_GCP_PROJECTS: 'GCP projects and zones, JSON',
   GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
   GPU_FLEET_SERVICE_TARGET_GROUPS: 'services and their target groups, JSON: {"team.name": "arn:aws:elasticloadbalancing:…:targetgroup/…"}',
+  GPU_FLEET_JOB_LOG_GROUP: "the CloudWatch Logs group of the jobs' output (a stream per attempt and rank)",
   GPU_FLEET_DISCOUNTS:
     'Savings Plans / RIs per instance family, JSON: [{"family": "p4d", "discountPct": 40, "commitmentUsdPerHour": 30, "name": "sp-…"}]',
   GPU_FLEET_RESERVATION_SELECTOR:
@@ -112,6 +115,9 @@ const EnvSchema = z.object({
   GPU_FLEET_SPOT_PATIENCE_SEC: seconds(0, 86_400),
   GPU_FLEET_GCP_PROJECTS: z.optional(z.string()),
   GPU_FLEET_SERVICE_TARGET_GROUPS: z.optional(z.string()),
+  GPU_FLEET_JOB_LOG_GROUP: z.optional(
+    z.string().check(z.regex(/^[A-Za-z0-9_\-/.#]{1,512}$/, { error: 'must be a CloudWatch Logs group name (letters, digits, _ - / . #)' })),
+  ),
   GPU_FLEET_GCP_CREDENTIALS_SECRET: z.optional(
     z.string().check(z.regex(/^[A-Za-z0-9/_+=.@-]{1,512}$/, { error: 'must be a Secrets Manager secret name or ARN' })),
   ),
@@ -179,6 +185,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
     ...(targetGroups ? { services: { targetGroups } } : {}),
     ...(reservationSelector ? { reservationSelector } : {}),
     ...(discounts ? { discounts } : {}),
+    ...(e.GPU_FLEET_JOB_LOG_GROUP ? { jobLogGroup: e.GPU_FLEET_JOB_LOG_GROUP } : {}),
   };
 }
 

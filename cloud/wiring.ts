@@ -26,6 +26,8 @@ import type { InterruptionPorts, NoticeSource } from '../core/services/interrupt
 import type { ReconcilePorts } from '../core/services/reconcile.ts';
 import { AsgNodeGroups } from './aws/asg-node-groups.ts';
 import { Ec2Reservations } from './aws/ec2-reservations.ts';
+import { CloudWatchJobLogs } from './aws/cloudwatch-logs.ts';
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { awsShippedCatalog, onDemandPrice } from './catalog/shipped.ts';
 import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink, CloudWatchServiceMetricSink } from './aws/cloudwatch-metrics.ts';
 import { documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
@@ -61,6 +63,7 @@ export interface AwsClients {
   readonly lambda: LambdaClient;
   readonly dynamodb: DynamoDBClient;
   readonly elb: ElasticLoadBalancingV2Client;
+  readonly logs: CloudWatchLogsClient;
 }
 
 export interface WiringOptions {
@@ -96,6 +99,8 @@ export interface FleetPorts {
   readonly interruption: InterruptionPorts;
   /** Service records, when the fleet runs services. */
   readonly services?: ServiceStore;
+  /** The jobs' output in CloudWatch Logs, when the stack keeps it. */
+  readonly jobLogs?: CloudWatchJobLogs;
   /** What the node group providers found wrong in their last listing. */
   problems(): string[];
 }
@@ -114,6 +119,7 @@ export function awsClients(config: Pick<FleetConfig, 'region'>, env: Environment
     lambda: new LambdaClient(common),
     dynamodb: new DynamoDBClient(common),
     elb: new ElasticLoadBalancingV2Client(common),
+    logs: new CloudWatchLogsClient(common),
   };
 }
 
@@ -203,6 +209,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     reconcile,
     interruption,
     ...(services ? { services: services.services } : {}),
+    ...(config.jobLogGroup ? { jobLogs: new CloudWatchJobLogs(clients.logs, config.jobLogGroup) } : {}),
     problems: () => [
       ...providers.flatMap((p) => [...(p.problems ?? [])]),
       ...reservations.problems,

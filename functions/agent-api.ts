@@ -8,7 +8,7 @@ import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
 import type { NodeRecord } from '../core/fleet.ts';
 import type { CheckpointRef, Job } from '../core/job.ts';
-import type { CheckpointStore, Clock, JobStore, NodeStore } from '../core/ports.ts';
+import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../core/ports.ts';
 import { AgentRefused, agentView, type AgentView } from '../core/services/agent-access.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
@@ -17,6 +17,8 @@ export interface AgentApiDeps {
   readonly nodes: NodeStore;
   readonly checkpoints: CheckpointStore;
   readonly urls: CheckpointUrls;
+  /** Where attempts' output goes (CloudWatch Logs); without it, `logs/put` is refused as not configured. */
+  readonly jobLogs?: JobLogSink;
   readonly clock: Clock;
   /** The node agent's instance role: only its sessions (one per machine, named by the instance id) may call. */
   readonly agentRoleName: string;
@@ -108,6 +110,13 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
     'checkpoint/download': async (view, { jobId, location }) => {
       await view.checkCheckpointRead(jobId, location);
       return { files: await deps.urls.downloadUrls(location) };
+    },
+    // A machine writes only the output of the attempts and ranks it runs (or ran), with the job's team and labels.
+    'logs/put': async (view, { jobId, attempt, rank, lines }) => {
+      if (!deps.jobLogs) throw new Refused(400, 'this fleet keeps no job output (no GPU_FLEET_JOB_LOG_GROUP)');
+      const { team, labels } = await view.checkLogWrite(jobId, attempt, rank);
+      await deps.jobLogs.append({ jobId, attempt, rank, team, labels, lines });
+      return {};
     },
   };
 

@@ -5,7 +5,7 @@ import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smit
 import { CloudError, GpuFleetError, type CloudErrorCode } from '../../core/errors.ts';
 import type { Draining, MachineMeterFacts, NodeRecord } from '../../core/fleet.ts';
 import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
-import type { CheckpointStore, JobStore, NodeStore, WriteResult } from '../../core/ports.ts';
+import type { CheckpointStore, JobLogBatch, JobLogSink, JobStore, NodeStore, WriteResult } from '../../core/ports.ts';
 import type { AgentApiOp, AgentApiRequest, AgentApiResponses } from './agent-api-protocol.ts';
 
 /**
@@ -197,5 +197,18 @@ export function jobOfLocation(root: string, location: string): string | undefine
     return decodeURIComponent(first);
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * Job output through the agent API: the API checks the machine runs (or ran) that rank of the
+ * attempt and adds the job's team and labels from the job itself, not from what the machine says.
+ */
+export class AgentApiJobLogs implements JobLogSink {
+  constructor(private readonly client: AgentApiClient) {}
+
+  async append(batch: JobLogBatch): Promise<void> {
+    if (batch.lines.length === 0) return;
+    await this.client.call('logs/put', { jobId: batch.jobId, attempt: batch.attempt, rank: batch.rank, lines: [...batch.lines] });
   }
 }

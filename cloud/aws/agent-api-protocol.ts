@@ -62,6 +62,12 @@ export const AGENT_API = {
     parts: z.array(z.object({ partNumber: int(1, 10_000), etag: text(1, 256) })).check(z.minLength(1), z.maxLength(10_000)),
   }),
   'checkpoint/download': z.object({ jobId, location }),
+  'logs/put': z.object({
+    jobId,
+    attempt,
+    rank: int(0, 4096),
+    lines: z.array(z.object({ atMs: timeMs, seq: int(0), line: text(0, 16 * 1024) })).check(z.minLength(1), z.maxLength(1000)),
+  }),
 } as const;
 
 export type AgentApiOp = keyof typeof AGENT_API;
@@ -85,6 +91,7 @@ export interface AgentApiResponses {
   'checkpoint/upload': { files: readonly UploadTarget[] };
   'checkpoint/finish-upload': Record<string, never>;
   'checkpoint/download': { files: readonly { readonly path: string; readonly url: string }[] };
+  'logs/put': Record<string, never>;
 }
 
 export type DrainRequest = Draining & { groupId?: string };

@@ -210,18 +210,16 @@ export class MigNodeGroups implements NodeGroupProvider {
             cloud: 'gcp',
             region,
             offerings: machineType
-              ? migZones
-                  .sort()
-                  .map((zone) =>
-                    makeOffering({
-                      cloud: 'gcp',
-                      region,
-                      zone,
-                      instanceType: machineType,
-                      capacityType,
-                      ...(reservationId ? { reservationId } : {}),
-                    }),
-                  )
+              ? migZones.sort().map((zone) =>
+                  makeOffering({
+                    cloud: 'gcp',
+                    region,
+                    zone,
+                    instanceType: machineType,
+                    capacityType,
+                    ...(reservationId ? { reservationId } : {}),
+                  }),
+                )
               : [],
             minSize,
             maxSize: Math.max(minSize, maxSize),

@@ -202,6 +202,11 @@ export interface AgentView extends AgentStores {
   checkCheckpointWrite(jobId: string, location: string): Promise<void>;
   /** Throws {@link AgentRefused} unless the machine may read the checkpoint folder `location` of job `jobId`. */
   checkCheckpointRead(jobId: string, location: string): Promise<void>;
+  /**
+   * Throws {@link AgentRefused} unless the machine may write the output of this attempt and rank: it
+   * holds (or held) that rank of the attempt. Gives the job's team and labels, which go with the lines.
+   */
+  checkLogWrite(jobId: string, attempt: number, rank: number): Promise<{ team: string; labels: Readonly<Record<string, string>> }>;
 }
 
 /**
@@ -331,6 +336,17 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
     async checkCheckpointWrite(jobId, location) {
       const problem = agentCheckpointWriteProblem(await jobOf(jobId), nodeId, location, folder);
       if (problem !== undefined) refuse(problem);
+    },
+    async checkLogWrite(jobId, attempt, rank) {
+      const job = await jobOf(jobId);
+      const machines =
+        job.attempt === attempt && job.placement
+          ? job.placement.nodes.map((n) => n.nodeId)
+          : ((job.heldAttempts ?? []).find((h) => h.attempt === attempt)?.nodes.map((n) => n.nodeId) ?? []);
+      // A placed attempt not started yet has no holding: its work list entry names it.
+      const listed = machines.length === 0 && (await stores.nodes.get(nodeId))?.assigned?.[jobId] === attempt;
+      if (machines[rank] !== nodeId && !listed) refuse(`machine ${nodeId} did not run rank ${rank} of attempt ${attempt} of job ${jobId}`);
+      return { team: job.team, labels: job.spec.labels ?? {} };
     },
     async checkCheckpointRead(jobId, location) {
       const job = await jobOf(jobId);

@@ -1,6 +1,8 @@
 // Lambda entry: the agent API (a function URL with IAM auth, called by the node agents).
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { S3Client } from '@aws-sdk/client-s3';
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
+import { CloudWatchJobLogs } from '../../cloud/aws/cloudwatch-logs.ts';
 import { documentClientFor, dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
 import { systemClock } from '../../cloud/wiring.ts';
@@ -22,6 +24,7 @@ export const handler = createAgentApiHandler({
   nodes: stores.nodes,
   checkpoints: stores.checkpoints,
   urls: new S3CheckpointUrls(new S3Client(common)),
+  ...(config.jobLogGroup ? { jobLogs: new CloudWatchJobLogs(new CloudWatchLogsClient(common), config.jobLogGroup) } : {}),
   clock: systemClock,
   agentRoleName,
   obs: observability('gpu-fleet-agent-api'),

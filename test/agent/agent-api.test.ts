@@ -8,7 +8,8 @@ import type { Job } from '../../core/job.ts';
 import { reason } from '../../core/reason.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { credentialsFor, type startAgentApi } from '../support/agent-api-server.ts';
-import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
+import { agentWorld, CHATTY_JOB, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
+import { MemoryJobLogs } from '../../cloud/sim/memory-stores.ts';
 
 /**
  * The node agent on a fleet machine: no table and no bucket of its own, every read and write
@@ -111,6 +112,39 @@ describe('node agent through the agent API', () => {
     // Nothing the agents did was refused: the API carries all of it.
     expect(api.calls.filter((c) => c.status !== 200)).toEqual([]);
   }, 30_000);
+
+  it('a machine writes the output of its own attempts only, and the API adds the job’s team and labels', async () => {
+    const w = world();
+    const logs = new MemoryJobLogs();
+    const api = await w.startApi({ jobLogs: logs });
+    const a = w.agent(A, { api, logsViaApi: true, config: { logsSec: 0.05 } });
+    const b = w.agent(B, { api });
+    await a.start();
+    await b.heartbeat();
+    await w.submit('nlp.mine', { command: ['node', CHATTY_JOB, '10'], checkpoint: undefined, labels: { project: 'ranking' } });
+    await w.submit('cv.theirs', { command: ['node', COUNTER_JOB, '100000', '20'] });
+    await w.place('nlp.mine', [A]);
+    await w.place('cv.theirs', [B]);
+    await a.heartbeat();
+    await waitFor('output through the API', async () => ((await logs.read('nlp.mine')).length > 5 ? true : undefined));
+    const hostile = asMachine(api, A);
+    const line = { atMs: Date.now(), seq: 0, line: 'forged' };
+    // Another machine's job, another rank, another attempt: refused.
+    expect(await refusal(hostile.call('logs/put', { jobId: 'cv.theirs', attempt: 1, rank: 0, lines: [line] }))).toMatch(
+      /did not run rank 0 of attempt 1 of job cv\.theirs/,
+    );
+    expect(await refusal(hostile.call('logs/put', { jobId: 'nlp.mine', attempt: 1, rank: 1, lines: [line] }))).toMatch(
+      /did not run rank 1/,
+    );
+    expect(await refusal(hostile.call('logs/put', { jobId: 'nlp.mine', attempt: 2, rank: 0, lines: [line] }))).toMatch(/of attempt 2/);
+    expect(await logs.read('cv.theirs')).toEqual([]);
+    // A machine cannot say which team or labels its lines belong to: the job says.
+    const batches: unknown[] = [];
+    const spy = { append: async (b: unknown) => void batches.push(b) };
+    const api2 = await w.startApi({ jobLogs: spy as never });
+    await asMachine(api2, A).call('logs/put', { jobId: 'nlp.mine', attempt: 1, rank: 0, lines: [{ ...line, seq: 999_999 }] });
+    expect(batches).toEqual([expect.objectContaining({ jobId: 'nlp.mine', team: 'nlp', labels: { project: 'ranking' } })]);
+  });
 
   it('a machine cannot touch another machine’s record, jobs or checkpoints, nor change its own jobs beyond what an agent does', async () => {
     const w = world();

@@ -12,7 +12,7 @@ import type { AwsCredentialIdentity } from '@smithy/types';
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import type { UploadTarget } from '../../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
-import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
+import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
@@ -35,6 +35,8 @@ export async function startAgentApi(o: {
   storeRoot: string;
   /** Files larger than this go up in parts of this size (small, so that tests exercise multipart uploads). */
   partBytes?: number;
+  /** Where attempts' output goes (`logs/put`). */
+  jobLogs?: JobLogSink;
 }) {
   const secret = 'local-url-secret';
   const calls: { op: string; caller: string | undefined; status: number; error?: string }[] = [];
@@ -97,6 +99,7 @@ export async function startAgentApi(o: {
     nodes: o.nodes,
     checkpoints: o.checkpoints,
     urls,
+    ...(o.jobLogs ? { jobLogs: o.jobLogs } : {}),
     clock: o.clock,
     agentRoleName: AGENT_ROLE,
     obs: observability('agent-api-test'),

@@ -12,7 +12,13 @@ import type { GpuMetricSample, GpuMetricSink, JobLogSink, ServiceMetricSample, S
 import { newPendingJob, type Job } from '../../core/job.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
-import { AgentApiCheckpointStore, AgentApiClient, AgentApiJobStore, AgentApiNodeStore } from '../../cloud/aws/agent-api-client.ts';
+import {
+  AgentApiCheckpointStore,
+  AgentApiClient,
+  AgentApiJobLogs,
+  AgentApiJobStore,
+  AgentApiNodeStore,
+} from '../../cloud/aws/agent-api-client.ts';
 import { credentialsFor, startAgentApi } from './agent-api-server.ts';
 import { fakeNvidiaSmiEnv, type GpuFixture } from './gpu-fixtures.ts';
 
@@ -50,6 +56,8 @@ export function agentWorld() {
       metrics?: GpuMetricSink;
       serviceMetrics?: ServiceMetricSink;
       jobLogs?: JobLogSink;
+      /** With `api`: send the attempts' output through the agent API (as a fleet machine does). */
+      logsViaApi?: boolean;
       blobs?: CheckpointBlobs;
       config?: Partial<AgentConfig>;
       /** Reach the state and the checkpoints through this agent API (as a fleet machine does), not directly. */
@@ -81,7 +89,7 @@ export function agentWorld() {
         ...(options.metadata ? { metadata: options.metadata } : {}),
         ...(options.metrics ? { metrics: options.metrics } : {}),
         ...(options.serviceMetrics ? { serviceMetrics: options.serviceMetrics } : {}),
-        ...(options.jobLogs ? { jobLogs: options.jobLogs } : {}),
+        ...(options.jobLogs ? { jobLogs: options.jobLogs } : client && options.logsViaApi ? { jobLogs: new AgentApiJobLogs(client) } : {}),
         ...(options.removeFolder ? { removeFolder: options.removeFolder } : {}),
         log,
       },
@@ -146,7 +154,7 @@ export function agentWorld() {
 
   const servers: AgentApi[] = [];
   /** The agent API over this world's stores, on a local port (checked signatures, real handler). */
-  async function startApi(options: { partBytes?: number } = {}): Promise<AgentApi> {
+  async function startApi(options: { partBytes?: number; jobLogs?: JobLogSink } = {}): Promise<AgentApi> {
     const api = await startAgentApi({ jobs, nodes, checkpoints, clock, storeRoot, ...options });
     servers.push(api);
     return api;
