@@ -13,6 +13,7 @@ import type {
   SpendLedger,
   BudgetTagSource,
   BudgetMemory,
+  JobLogSource,
   ServiceStore,
 } from '../core/ports.ts';
 import { fleetShapeFrom, intake, repeated } from '../core/services/intake.ts';
@@ -46,6 +47,8 @@ export interface Fleet {
   readonly gpuMetrics?: GpuMetricsSource;
   /** Service records, where the fleet has them (a simulation; a deployed fleet gets its table with the load balancer). */
   readonly services?: ServiceStore;
+  /** The jobs' output (a simulation's processes; a deployed fleet's CloudWatch Logs group, when the stack keeps one). */
+  readonly jobLogs?: JobLogSource;
   /** Sends a spec to the team's queue (a simulation takes it in at once); the job id follows from team and token. */
   submit(team: string, body: string, token?: string): Promise<{ jobId: string; token: string; note: string }>;
   /** Saves what changed (a simulation's world); a deployed fleet has nothing to save. */
@@ -96,6 +99,7 @@ function openSimFleet(dir: string): Fleet {
     budgets: env.budgets,
     providers: env.ports.providers,
     services: env.services,
+    jobLogs: env.jobLogs,
     async submit(team, body, token = randomUUID()) {
       if (!(await env.queue.teams()).includes(team))
         throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
@@ -150,6 +154,7 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
     providers: ports.reconcile.providers,
     gpuMetrics: ports.gpuMetrics,
     ...(ports.services ? { services: ports.services } : {}),
+    ...(ports.jobLogs ? { jobLogs: ports.jobLogs } : {}),
     async submit(team, body, token = randomUUID()) {
       // Intake would not take a reused token with another spec: say so now, before the message is sent.
       const stored = await ports.stores.jobs.get(jobIdFor(team, token));

@@ -231,6 +231,26 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
 
   sim(
     program
+      .command('logs')
+      .description(
+        "What a job's attempts wrote (stdout and stderr), attempt by attempt; kept in CloudWatch Logs whatever became of the machines",
+      )
+      .argument('<job-id>', 'the job')
+      .option('--attempt <n>', 'only this attempt')
+      .option('--follow', 'keep printing new lines until the job has ended')
+      .option('--since <when>', 'only lines since a duration ago (30s, 10m, 2h, 1d) or a date (2026-11-30T12:00:00Z)'),
+  )
+    .addHelpText(
+      'after',
+      `\nExamples:\n  gpu-fleet logs nlp.3f2a\n  gpu-fleet logs nlp.3f2a --attempt 2 --since 10m\n  gpu-fleet logs nlp.3f2a --follow\n  gpu-fleet logs nlp.3f2a --sim ./sim --json\n${awsNote}`,
+    )
+    .action(async (id, flags) => {
+      const { logsCommand } = await import('./people.ts');
+      await logsCommand(id, flags, io);
+    });
+
+  sim(
+    program
       .command('cancel')
       .description('Stop a job: at once if it waits; a running job is checkpointed first if it can be, then stopped by its agent')
       .argument('<job-id>', 'the job'),

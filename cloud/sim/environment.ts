@@ -13,6 +13,7 @@ import {
   MemoryNodeStore,
   MemoryPlanJournal,
   MemoryServiceStore,
+  MemoryJobLogs,
   MemoryPoolHistory,
   MemorySpendLedger,
   StaticBudgetTags,
@@ -49,6 +50,8 @@ export interface SimEnvironment {
   readonly pools: MemoryPoolHistory;
   readonly journal: MemoryPlanJournal;
   readonly services: MemoryServiceStore;
+  /** What the simulated processes wrote (`gpu-fleet logs --sim`). */
+  readonly jobLogs: MemoryJobLogs;
   readonly catalog: ShippedCatalog;
   /** The ports as the reconcile service takes them. */
   readonly ports: ReconcilePorts;
@@ -95,6 +98,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   const pools = new MemoryPoolHistory();
   const journal = new MemoryPlanJournal();
   const services = new MemoryServiceStore();
+  const jobLogs = new MemoryJobLogs();
   // GCP pushes no events: its preemptions are found by polling, with the same source production uses, over the simulated Compute API.
   const providers = cloud.providers();
   const gcp = providers.find((p) => p.cloud === 'gcp');
@@ -135,6 +139,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     pools,
     journal,
     services,
+    jobLogs,
     catalog,
     ports,
     priceOf,

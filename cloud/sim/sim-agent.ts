@@ -4,7 +4,7 @@ import { stillRuns, type Instance } from '../../core/fleet.ts';
 import type { GpuDevice, GpuModel } from '../../core/gpu.ts';
 import { migProfile, MIG_GPUS } from '../../core/mig.ts';
 import { type CheckpointRef, type Job } from '../../core/job.ts';
-import type { CheckpointStore, Clock, JobStore, NodeStore } from '../../core/ports.ts';
+import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
 import { AgentRefused, agentView, type AgentView } from '../../core/services/agent-access.ts';
 import { applyJobEvent, finishCancelled } from '../../core/services/job-updates.ts';
@@ -62,6 +62,8 @@ export interface SimAgentOptions {
   readonly startFails?: (job: Job, rank: number) => boolean;
   /** The machine boots in MIG mode (its group's): its agent reports MIG GPUs and the GPU instances its jobs use, with their placements. */
   readonly migMachine?: (inst: Instance) => boolean;
+  /** Where the simulated processes' output goes (what `gpu-fleet logs --sim` reads): a line at each start, checkpoint and end. */
+  readonly output?: JobLogSink;
 }
 
 /** Work an attempt lost when it ended without finishing (interrupted, node lost, requeued). */
@@ -87,6 +89,8 @@ export interface LiveProcess {
 
 /** A job's process on a simulated machine: its part (rank) of one attempt. */
 interface SimProcess {
+  /** Lines it wrote so far (the next line's number). */
+  written?: number;
   readonly jobId: string;
   readonly attempt: number;
   readonly rank: number;
@@ -525,6 +529,11 @@ export class SimAgents {
       nextPeriodicAtMs: cp ? now + restoreMs + cp.intervalSec * 1000 : Number.POSITIVE_INFINITY,
     };
     m.processes.set(job.id, p);
+    await this.say(
+      p,
+      now,
+      `started attempt ${job.attempt} on ${m.instance.id} (${m.instance.instanceType}, ${m.instance.capacityType}), rank ${rank} of ${size}${latest ? `; resuming at ${Math.round(latest.progressSec)} s of work from ${latest.location}` : ''}`,
+    );
     if (rank === 0 && job.state === 'placed') {
       const started = await applyJobEvent(this.as(m).jobs, job.id, { type: 'start', attempt: job.attempt }, now);
       if (started.status === 'changed') this.stats.started++;
@@ -584,6 +593,7 @@ export class SimAgents {
         await applyJobEvent(this.as(m).jobs, p.jobId, { type: 'checkpoint-done', checkpoint: saved }, now);
         this.stats.checkpoints++;
       }
+      await this.say(p, now, `checkpoint saved at ${Math.round(u.ref.progressSec)} s of work: ${u.ref.location}`);
       p.lastSave = { markerAtMs: u.markerAtMs, ok: true, complete, location: u.ref.location };
     }
     p.upload = undefined;
@@ -659,8 +669,24 @@ export class SimAgents {
     if (m.processes.get(p.jobId) !== p) return;
     m.processes.delete(p.jobId);
     if (stopped && !p.exit) p.exit = { atMs: now, code: 143 };
+    await this.say(p, now, stopped ? 'stopped by the agent (SIGTERM)' : `exited with code ${p.exit?.code ?? 0}`);
     await this.as(m).nodes.unassign(m.instance.id, p.jobId, p.attempt);
     await this.noteLost(p, now);
+  }
+
+  /** One line of the simulated process's output, as its agent would ship it. */
+  private async say(p: SimProcess, now: number, line: string): Promise<void> {
+    if (!this.options.output) return;
+    const seq = p.written ?? 0;
+    p.written = seq + 1;
+    await this.options.output.append({
+      jobId: p.jobId,
+      attempt: p.attempt,
+      rank: p.rank,
+      team: p.job.team,
+      labels: p.job.spec.labels ?? {},
+      lines: [{ atMs: now, seq, line }],
+    });
   }
 
   private async finishCancelled(m: SimMachine, jobId: string, now: number): Promise<void> {

@@ -453,6 +453,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
     restoreSec: control.restoreSec,
     migMachine: (inst) => env.cloud.isMigGroup(inst.groupId),
+    output: env.jobLogs,
     // The world's upload speed (a fault may slow it); the agents assume the policy's.
     uploadMiBPerSec: faults.uploadMiBPerSec ?? options.uploadMiBPerSec ?? control.uploadMiBPerSec,
     timing: { uploadMiBPerSec: control.uploadMiBPerSec, uploadMarginSec: control.uploadMarginSec },

@@ -22,6 +22,8 @@ export interface SavedSimState {
   readonly groups?: readonly SimGroupConfig[];
   /** Service records (absent in states written before services ran). */
   readonly services?: ReturnType<SimEnvironment['services']['dump']>;
+  /** What the simulated processes wrote (absent in states written before it was kept). */
+  readonly jobLogs?: ReturnType<SimEnvironment['jobLogs']['dump']>;
 }
 
 export const STATE_FILE = 'state.json';
@@ -40,6 +42,7 @@ export function saveSimState(env: SimEnvironment, dir: string): void {
     cloud: env.cloud.dump(),
     groups: env.cloud.groupConfigs(),
     services: env.services.dump(),
+    jobLogs: env.jobLogs.dump(),
   };
   writeFileSync(join(dir, STATE_FILE), JSON.stringify(state));
 }
@@ -66,5 +69,6 @@ export function loadSimState(env: SimEnvironment, dir: string): boolean {
   env.pools.restore(state.pools);
   env.cloud.restore(state.cloud);
   env.services.restore(state.services ?? []);
+  env.jobLogs.restore(state.jobLogs ?? []);
   return true;
 }

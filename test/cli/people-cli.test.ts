@@ -401,6 +401,32 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(one).toMatchObject({ code: 2, stderr: expect.stringMatching(/no team nope/) });
   }, 60_000);
 
+  it('logs: what the simulated processes wrote, attempt by attempt; --attempt, --since and --json narrow and shape it', async () => {
+    const saved = JSON.parse(readFileSync(join(dir, 'jobs.json'), 'utf8')) as { id: string; attempt: number }[];
+    const moved = saved.find((j) => j.attempt > 1)!;
+    expect(moved).toBeDefined();
+    const out = await cli(['logs', moved.id, '--sim', dir]);
+    expect(out.code).toBe(0);
+    const heads = out.stdout.split('\n').filter((l) => l.startsWith('── attempt'));
+    expect(heads.slice(0, 2)).toEqual(['── attempt 1 ──', '── attempt 2 ──']);
+    expect(out.stdout).toMatch(/\n\S+Z {2}started attempt 1 on i-[0-9a-f]+ \(p3\.\w+, (spot|on-demand)\), rank 0 of 1\n/);
+    expect(out.stdout).toMatch(/started attempt 2 on .*; resuming at \d+ s of work from sim:\/\/checkpoints\//);
+    const two = (await cli(['logs', moved.id, '--sim', dir, '--attempt', '2', '--json'])).stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { attempt: number; seq: number; line: string });
+    expect(two.every((l) => l.attempt === 2)).toBe(true);
+    expect(two.map((l) => l.seq)).toEqual(two.map((_, i) => i));
+    // Since a date after the run: nothing, and it says so.
+    expect((await cli(['logs', moved.id, '--sim', dir, '--since', '2030-01-01T00:00:00Z'])).stdout).toMatch(/\(no output from .* since/);
+    expect(await cli(['logs', moved.id, '--sim', dir, '--since', 'yesterday'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/--since "yesterday" is not a time: give a duration ago \(30s, 10m, 2h, 1d\) or a date/),
+    });
+    expect(await cli(['logs', 'nlp.nope', '--sim', dir])).toMatchObject({ code: 2, stderr: expect.stringMatching(/no job nlp\.nope/) });
+    expect((await cli(['--help'])).stdout).toMatch(/logs \[options\] <job-id>/);
+  });
+
   it('report: cost by team, project and job, paid against held, spot savings, the trend by day; as a table, CSV and HTML', async () => {
     const r = json<{
       totals: {
