@@ -58,6 +58,9 @@ const int = (min: number, max: number, unit = '') =>
     .min(min, { error: `must be at least ${min}${unit}` })
     .max(max, { error: `must be at most ${max}${unit}` });
 
+/** The retentions CloudWatch Logs takes, in days. */
+const LOG_RETENTION_DAYS = [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653];
+
 export const DLAMI_AL2023_PARAMETER = '/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id';
 
 const NodeGroupSchema = z
@@ -224,6 +227,17 @@ export const ConfigSchema = z
       })
       .default({ expireAfterDays: 30 }),
     alarmEmail: z.email({ error: 'must be an e-mail address' }).optional(),
+    /** The jobs' output in CloudWatch Logs: how long it is kept. */
+    jobLogs: z
+      .strictObject({
+        retentionDays: z
+          .number()
+          .refine((d) => LOG_RETENTION_DAYS.includes(d), {
+            error: `must be one of CloudWatch Logs' retentions: ${LOG_RETENTION_DAYS.join(', ')} days`,
+          })
+          .default(30),
+      })
+      .default({ retentionDays: 30 }),
     /**
      * Savings Plans and Reserved Instances, declared per instance family (gpu-fleet does not read
      * them from the account): on-demand usage of the family inside the hourly commitment costs the

@@ -65,6 +65,7 @@ export class GpuFleetStack extends Stack {
   readonly groups: Map<string, autoscaling.AutoScalingGroup>;
   readonly agentRole: iam.Role;
   readonly agentApiUrl: lambda.FunctionUrl;
+  readonly jobLogs: logs.LogGroup;
   readonly dashboard: cloudwatch.Dashboard;
   /** Each service's target group: id, ARN and its CloudWatch dimension (configured or created). */
   readonly serviceTargets: { id: string; arn: string; dimension: string }[];
@@ -171,8 +172,18 @@ export class GpuFleetStack extends Stack {
       this.teamQueues.set(team.name, q);
     }
 
+    // ---- the jobs' output: a log group the agent API writes (each machine its own attempts) and people read ----
+    this.jobLogs = new logs.LogGroup(this, 'JobLogs', {
+      logGroupName: `/gpu-fleet/${this.stackName}/jobs`,
+      retention: retentionOf(config.jobLogs.retentionDays),
+      encryptionKey: this.key,
+      // The output outlives the stack, like the tables and the checkpoints.
+      removalPolicy: RemovalPolicy.RETAIN,
+    });
+
     // ---- the settings every function reads --------------------------------------------------
     const env: Record<string, string> = {
+      GPU_FLEET_JOB_LOG_GROUP: this.jobLogs.logGroupName,
       GPU_FLEET_JOBS_TABLE: this.tables.jobs.tableName,
       GPU_FLEET_NODES_TABLE: this.tables.nodes.tableName,
       GPU_FLEET_CONTROL_TABLE: this.tables.control.tableName,
@@ -683,6 +694,14 @@ export class GpuFleetStack extends Stack {
    * the one function that checks every call against the caller's records first.
    */
   private grantAgentApi(role: iam.IRole): void {
+    // Job output: streams in the jobs' log group only; which attempt a machine may write is checked per call (core/services/agent-access.ts).
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'JobOutput',
+        actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+        resources: [`${this.jobLogs.logGroupArn}:log-stream:*`],
+      }),
+    );
     allow(role, 'JobsOfTheCallingNode', ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.tables.jobs.tableArn]);
     allow(role, 'TheCallingNodesRecord', ['dynamodb:GetItem', 'dynamodb:UpdateItem'], [this.tables.nodes.tableArn]);
     role.addToPrincipalPolicy(
@@ -707,6 +726,8 @@ export class GpuFleetStack extends Stack {
     acknowledge(role, {
       [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/checkpoints/*]`]:
         'The agent API signs URLs for the checkpoints of whichever jobs the calling machine holds (checked per call): every key under the checkpoints/ prefix, nothing else in the bucket.',
+      [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.jobLogs.node.defaultChild as logs.CfnLogGroup)}.Arn>:log-stream:*]`]:
+        "The jobs' output has a stream per attempt and rank, created as jobs run: any stream of the jobs' log group, nothing else; which attempt a machine may write is checked per call.",
     });
   }
 
@@ -1149,4 +1170,11 @@ function acknowledge(scope: Construct, reasons: Record<string, string>): void {
 /** One least-privilege statement on a role: these actions on these resources (under these conditions). */
 function allow(role: iam.IRole, sid: string, actions: string[], resources: string[], conditions?: Record<string, unknown>): void {
   role.addToPrincipalPolicy(new iam.PolicyStatement({ sid, actions, resources, ...(conditions ? { conditions } : {}) }));
+}
+
+/** The log group retention of the config's days (CloudWatch Logs takes only some values; the config allows only those). */
+function retentionOf(days: number): logs.RetentionDays {
+  const found = Object.values(logs.RetentionDays).find((v) => v === days);
+  if (found === undefined) throw new Error(`jobLogs.retentionDays ${days} is not a CloudWatch Logs retention`);
+  return found as logs.RetentionDays;
 }

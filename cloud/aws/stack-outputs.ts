@@ -28,6 +28,7 @@ export const STACK_OUTPUT_VARIABLES = {
   ServiceTargetGroups: 'GPU_FLEET_SERVICE_TARGET_GROUPS',
   ReservationSelector: 'GPU_FLEET_RESERVATION_SELECTOR',
   Discounts: 'GPU_FLEET_DISCOUNTS',
+  JobLogGroup: 'GPU_FLEET_JOB_LOG_GROUP',
 } as const satisfies Readonly<Record<string, FleetVariable>>;
 
 /** Outputs that name things a person may want but no command variable stands for. */

@@ -548,6 +548,28 @@ describe('cdk-nag', () => {
     expect(bad).toThrow(/a reserved group has one instance type/);
   });
 
+  it('keeps the jobs’ output in a log group of the configured retention that only the agent API writes, stream by stream', () => {
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const { template } = synth(parseConfig({ ...raw, jobLogs: { retentionDays: 90 } }));
+    const groups = Object.values(template.findResources('AWS::Logs::LogGroup')) as {
+      Properties: { LogGroupName?: string; RetentionInDays?: number; KmsKeyId?: unknown };
+      DeletionPolicy?: string;
+    }[];
+    const jobs = groups.find((g) => g.Properties.LogGroupName === '/gpu-fleet/GpuFleet/jobs')!;
+    expect(jobs.Properties).toMatchObject({ RetentionInDays: 90, KmsKeyId: expect.anything() });
+    expect(jobs.DeletionPolicy).toBe('Retain');
+    const api = statements(template, 'agentApiRole').find((x) => x.Sid === 'JobOutput')!;
+    expect(actionsOf(api).sort()).toEqual(['logs:CreateLogStream', 'logs:PutLogEvents']);
+    expect(JSON.stringify(api.Resource)).toMatch(/JobLogs.*:log-stream:\*/);
+    // The machines themselves may not write logs: only through the API.
+    const machine = statements(template, 'AgentRole');
+    expect(machine.length).toBeGreaterThan(0);
+    expect(machine.some((x) => actionsOf(x).some((a) => a.startsWith('logs:')))).toBe(false);
+    expect(() => parseConfig({ ...raw, jobLogs: { retentionDays: 10 } })).toThrow(
+      /must be one of CloudWatch Logs' retentions: 1, 3, 5, 7, 14, 30/,
+    );
+  });
+
   it('with services: reconcile may register targets in their own target groups only, intake may write service records only; cdk-nag clean', () => {
     const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
@@ -698,7 +720,7 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, discounts, reservations, services, gcp',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, jobLogs, discounts, reservations, services, gcp',
         // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
           /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
