@@ -2,7 +2,10 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { AwsImds } from '../../agent/metadata.ts';
+import { CloudWatchJobLogs } from '../../cloud/aws/cloudwatch-logs.ts';
+import { FakeCloudWatchLogs } from '../support/fake-logs.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
@@ -101,6 +104,45 @@ describe('node agent: running placed jobs as real processes', () => {
     expect(shipped[0]).toMatchObject({ attempt: 1, rank: 0, seq: 0, line: 'starting (this line is on stderr)' });
     expect(shipped.at(-1)!.line).toBe(written.at(-1));
     expect(shipped.map((l) => l.seq)).toEqual(shipped.map((_, i) => i));
+  });
+
+  it('the output of a killed process is readable afterwards in CloudWatch Logs (the real client, a local server)', async () => {
+    const w = world();
+    const fake = await new FakeCloudWatchLogs(['/gpu-fleet/GpuFleet/jobs']).start();
+    cleanups.push(() => fake.stop());
+    const client = new CloudWatchLogsClient({
+      region: 'us-west-2',
+      endpoint: fake.endpoint,
+      credentials: { accessKeyId: 'x', secretAccessKey: 'x' },
+    });
+    const logs = new CloudWatchJobLogs(client, '/gpu-fleet/GpuFleet/jobs');
+    const work = dir('agent-cwl');
+    const a = w.agent('i-a', { workDir: work, jobLogs: logs, config: { logsSec: 0.05, stopGraceSec: 1 } });
+    await a.start();
+    await w.submit('nlp.killed', { command: ['node', CHATTY_JOB, '5'], checkpoint: undefined, labels: { project: 'ranking' } });
+    await w.place('nlp.killed', ['i-a']);
+    await a.heartbeat();
+    await waitFor('lines in CloudWatch Logs', async () => ((await logs.read('nlp.killed')).length > 10 ? true : undefined));
+    await applyJobEvent(w.jobs, 'nlp.killed', { type: 'cancel' }, Date.now());
+    await a.heartbeat();
+    await a.settled();
+    await waitFor('the last lines', async () =>
+      (await logs.read('nlp.killed')).some((l) => l.line.startsWith('got SIGTERM')) ? true : undefined,
+    );
+    await a.stop();
+    const written = readFileSync(join(work, 'jobs', 'nlp.killed', 'attempt-1', 'output.log'), 'utf8')
+      .split('\n')
+      .filter(Boolean);
+    expect((await logs.read('nlp.killed')).map((l) => l.line)).toEqual(written);
+    // Its team and labels are fields of every event.
+    const stream = fake.groups.get('/gpu-fleet/GpuFleet/jobs')!.get('nlp.killed/1/0')!;
+    expect(JSON.parse(stream[0]!.message)).toMatchObject({
+      job: 'nlp.killed',
+      attempt: 1,
+      rank: 0,
+      team: 'nlp',
+      labels: { project: 'ranking' },
+    });
   });
 
   it('reports a failing job with its exit code', async () => {
