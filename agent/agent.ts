@@ -43,6 +43,7 @@ import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
 import type { Exit, JobProcess, JobRunner } from './runner.ts';
 import { LogShipper } from './log-shipper.ts';
+import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
 import { scrapeReplica } from './prometheus.ts';
 
@@ -153,6 +154,10 @@ type SaveResult = UploadResult & { readonly complete?: boolean; readonly ref?: C
 
 export class NodeAgent {
   private readonly local = new Map<string, LocalAttempt>();
+  /** How long the newest asked-for checkpoint took to write (signal to marker), seconds. */
+  private lastCheckpointWriteSec: number | undefined;
+  /** When the last heartbeat (or registration) reached the control plane. */
+  private lastBeatAtMs: number | undefined;
   /** Sends each attempt's output as it is written (with a log sink). */
   private readonly shipper: LogShipper | undefined;
   private readonly handledNotices = new Set<string>();
@@ -283,6 +288,7 @@ export class NodeAgent {
     if (!this.health.healthy) this.ports.log.warn('node unhealthy: it takes no new work', { problem: this.health.problem });
     const gpuKey = gpus ? JSON.stringify(gpus) : this.registeredGpus;
     const known = gpuKey === this.registeredGpus && (await this.ports.nodes.heartbeat(this.instanceId, now, this.health));
+    this.lastBeatAtMs = now;
     if (!known) {
       await this.ports.nodes.register({
         instanceId: this.instanceId,
@@ -670,6 +676,7 @@ export class NodeAgent {
   ): Promise<CheckpointOutcome> {
     const cp = l.job.spec.checkpoint;
     if (!cp) return { kind: 'not-saved', why: 'no checkpoint support' };
+    const signalledAtMs = this.ports.clock.nowMs();
     await l.proc.signal(cp.signal);
     const pollMs = this.config.checkpointPollMs ?? 500;
     while (!l.exit && l.lastMarkerMs === markerBefore && this.ports.clock.nowMs() < limits.writeByMs && !this.stopped) {
@@ -678,6 +685,7 @@ export class NodeAgent {
     }
     await this.serial(() => this.collectCheckpoint(l)); // a marker written just before the exit
     if (l.lastMarkerMs === markerBefore) return { kind: 'not-saved', why: `it wrote none within its ${cp.gracePeriodSec} s grace` };
+    this.lastCheckpointWriteSec = (this.ports.clock.nowMs() - signalledAtMs) / 1000;
     // The newest marker's save: it may wait behind an older one still uploading.
     const left = () => Math.max(0, limits.uploadByMs - this.ports.clock.nowMs());
     while (l.nextMarker || l.newestSave?.markerMs !== l.lastMarkerMs) {
@@ -813,6 +821,31 @@ export class NodeAgent {
         out.push({ serviceId, jobId: l.jobId, metric, value, atMs });
     }
     if (out.length > 0) await this.ports.serviceMetrics.put(out);
+  }
+
+  // ---- Prometheus -------------------------------------------------------------------------
+
+  /**
+   * One scrape in the DCGM exporter's names (agent/dcgm-exporter.ts): the GPUs as nvidia-smi reads
+   * them now, each device with the attempt the agent gave it, and the agent's own figures.
+   */
+  async prometheusScrape(hostname: string): Promise<string> {
+    const report = await this.inventory();
+    const holders = new Map<string, GpuHolder>();
+    for (const l of this.local.values())
+      for (const d of l.held.devices) holders.set(d, { job: l.jobId, team: l.job.team, attempt: l.attempt });
+    const now = this.ports.clock.nowMs();
+    return dcgmExposition(report, {
+      hostname,
+      holders,
+      agent: {
+        ...(this.lastBeatAtMs !== undefined ? { heartbeatAgeSec: Math.max(0, (now - this.lastBeatAtMs) / 1000) } : {}),
+        ...(this.lastCheckpointWriteSec !== undefined ? { lastCheckpointWriteSec: this.lastCheckpointWriteSec } : {}),
+        ...(this.uploads.lastUploadSec !== undefined ? { lastCheckpointUploadSec: this.uploads.lastUploadSec } : {}),
+        uploadsInFlight: this.uploads.uploading,
+        attemptsRunning: this.local.size,
+      },
+    });
   }
 
   // ---- for inspection and tests -----------------------------------------------------------

@@ -1,3 +1,6 @@
+import { createServer, type Server } from 'node:http';
+import { hostname as osHostname } from 'node:os';
+import { dcgmExposition } from './dcgm-exporter.ts';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -49,6 +52,8 @@ export interface RunFlags extends AgentCommonFlags {
   readonly migCreate?: boolean;
   readonly heartbeatSec?: number;
   readonly noticeSec?: number;
+  /** Serve /metrics (DCGM exporter names) on this port (or $GPU_FLEET_PROMETHEUS_PORT); off by default. */
+  readonly prometheusPort?: number;
 }
 
 function timeoutOf(flags: AgentCommonFlags): number {
@@ -219,6 +224,9 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     },
   );
   await agent.start();
+  // Prometheus: one scrape of this machine's GPUs and the agent, in the DCGM exporter's names, when a port is given.
+  const promPort = flags.prometheusPort ?? (env.GPU_FLEET_PROMETHEUS_PORT ? Number(env.GPU_FLEET_PROMETHEUS_PORT) : undefined);
+  const metricsServer = promPort !== undefined ? serveMetrics(promPort, () => agent.prometheusScrape(identity.instanceId), log) : undefined;
   log.info('agent running', {
     instanceId: agent.instanceId,
     group: agent.groupId,
@@ -229,11 +237,52 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       log.info('stopping: job processes stop; their jobs restart from their newest checkpoint when the agent is back', { signal });
+      metricsServer?.close();
       void agent.stop().then(resolve);
     };
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+}
+
+/** A tiny /metrics endpoint (Prometheus text format 0.0.4): each GET is one scrape. */
+export function serveMetrics(port: number, scrape: () => Promise<string>, log: Pick<AgentLog, 'warn'>): Server {
+  const server = createServer((req, res) => {
+    if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
+      res.writeHead(404).end('gpu-fleet agent: GET /metrics\n');
+      return;
+    }
+    scrape().then(
+      (text) => res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(text),
+      (error: unknown) => {
+        log.warn('a metrics scrape failed', { error: messageOf(error) });
+        res.writeHead(503).end(`scrape failed: ${messageOf(error)}\n`);
+      },
+    );
+  });
+  server.listen(port, '0.0.0.0');
+  return server;
+}
+
+/**
+ * `gpu-fleet agent metrics`: one scrape of this machine in the DCGM exporter's names, printed and
+ * done (off-cloud too, like `agent inspect`: the machine's name is its hostname then). No job
+ * labels: the jobs are the running agent's.
+ */
+export async function agentMetricsCommand(
+  flags: AgentCommonFlags & { nvidiaSmi?: string },
+  io: { stdout: NodeJS.WritableStream },
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<string> {
+  const [identity, gpus] = await Promise.allSettled([
+    detectMetadata({ ...metadataUrls(flags, env), timeoutMs: timeoutOf(flags) }),
+    readGpuInventory({ ...(flags.nvidiaSmi ? { command: flags.nvidiaSmi } : {}), env }),
+  ]);
+  if (gpus.status === 'rejected') throw new UsageError(`nvidia-smi: ${messageOf(gpus.reason)}`);
+  const hostname = identity.status === 'fulfilled' ? identity.value.identity.instanceId : osHostname();
+  const text = await dcgmExposition(gpus.value, { hostname, holders: new Map() });
+  io.stdout.write(text);
+  return text;
 }
 
 /** Job folders removed by the root-owned helper (infra/node-setup.ts), through sudo: the agent is not root, the containers' files are. */

@@ -6,7 +6,7 @@ import { decimalNumber, oneOf, wholeNumber } from '../cloud/flags.ts';
  * The `agent` commands, shared by the gpu-fleet CLI and the agent's own bundle (agent/main.ts,
  * which the node groups' user data runs). The code runs only when a command does.
  */
-export type AgentCli = Pick<typeof AgentCliModule, 'agentInspectCommand' | 'agentRunCommand'>;
+export type AgentCli = Pick<typeof AgentCliModule, 'agentInspectCommand' | 'agentRunCommand' | 'agentMetricsCommand'>;
 
 /**
  * `load` gives the commands' code: the gpu-fleet CLI imports it when an agent command runs (so
@@ -44,6 +44,19 @@ export function addAgentCommands(
       await agentInspectCommand(flags, io);
     });
   metadataOptions(
+    agent
+      .command('metrics')
+      .description("Print one scrape of this machine's GPUs in the DCGM exporter's names (Prometheus text format) and exit"),
+  )
+    .addHelpText(
+      'after',
+      "\nWorks off-cloud too (the machine is then named by its hostname). The running agent serves the same at /metrics with --prometheus-port, with each GPU's job, team and attempt.\n\nExamples:\n  gpu-fleet agent metrics\n  gpu-fleet agent metrics | grep DCGM_FI_DEV_GPU_UTIL",
+    )
+    .action(async (flags) => {
+      const { agentMetricsCommand } = await load();
+      await agentMetricsCommand(flags, io);
+    });
+  metadataOptions(
     agent.command('run').description('Run the agent: heartbeats, placed jobs, checkpoints, local interruption notices, GPU metrics'),
   )
     .option('--group <name>', 'the node group, when the instance metadata does not carry it')
@@ -62,6 +75,11 @@ export function addAgentCommands(
     )
     .option('--instance-id <id>', 'off-cloud only: the id to register under')
     .option('--no-metrics', 'do not publish GPU metrics to CloudWatch')
+    .option(
+      '--prometheus-port <port>',
+      "serve /metrics on this port in the DCGM exporter's names (or GPU_FLEET_PROMETHEUS_PORT); off by default",
+      wholeNumber('--prometheus-port', 1024, 65_535),
+    )
     .option('--no-mig-create', 'use only existing MIG instances; never create or destroy them')
     .option('--heartbeat-sec <s>', 'seconds between heartbeats (and work-list reads)', decimalNumber('--heartbeat-sec', 0.1, 300, ' s'), 15)
     .option(

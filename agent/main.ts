@@ -1,12 +1,16 @@
 // The node agent's own entry point: what the node groups' user data runs, bundled into one file
 // (infra/agent-bundle.ts). It takes the same `agent …` commands as the gpu-fleet CLI.
 import { Command, CommanderError } from 'commander';
-import { agentInspectCommand, agentRunCommand } from './cli.ts';
+import { agentInspectCommand, agentMetricsCommand, agentRunCommand } from './cli.ts';
 import { addAgentCommands } from './commands.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 
 const program = new Command('gpu-fleet').description('gpu-fleet node agent').showHelpAfterError().exitOverride();
-addAgentCommands(program, { stdout: process.stdout, stderr: process.stderr }, async () => ({ agentInspectCommand, agentRunCommand }));
+addAgentCommands(program, { stdout: process.stdout, stderr: process.stderr }, async () => ({
+  agentInspectCommand,
+  agentRunCommand,
+  agentMetricsCommand,
+}));
 try {
   await program.parseAsync(process.argv);
 } catch (error) {

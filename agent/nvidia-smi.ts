@@ -45,6 +45,9 @@ export interface GpuReport {
   readonly powerDrawW?: number;
   readonly powerLimitW?: number;
   readonly temperatureC?: number;
+  /** The SM and memory clocks now, MHz (XML only). */
+  readonly smClockMHz?: number;
+  readonly memClockMHz?: number;
   readonly ecc: {
     /** Uncorrectable errors since the driver loaded (DRAM + SRAM, or the older double-bit count). */
     readonly volatileUncorrectable?: number;
@@ -169,6 +172,8 @@ function xmlGpu(g: X, index: number): GpuReport {
     powerDrawW: first(num(power.power_draw), num(power.average_power_draw), num(power.instant_power_draw)),
     powerLimitW: first(num(power.current_power_limit), num(power.power_limit), num(power.enforced_power_limit)),
     temperatureC: num(obj(g.temperature).gpu_temp),
+    smClockMHz: num(obj(g.clocks).sm_clock),
+    memClockMHz: num(obj(g.clocks).mem_clock),
     ecc: withoutUndefined({
       volatileUncorrectable: first(sum(num(vol.dram_uncorrectable), num(vol.sram_uncorrectable)), num(obj(vol.double_bit).total)),
       aggregateUncorrectable: first(sum(num(agg.dram_uncorrectable), num(agg.sram_uncorrectable)), num(obj(agg.double_bit).total)),

@@ -31,6 +31,14 @@ export class UploadWorker {
     return task;
   }
 
+  /** How long the newest finished upload took, seconds (its tries included). */
+  lastUploadSec: number | undefined;
+
+  /** Uploads under way or waiting for a slot. */
+  get uploading(): number {
+    return this.inFlight.size;
+  }
+
   /** Resolves when every upload started so far has ended. */
   async idle(): Promise<void> {
     await Promise.all([...this.inFlight]);
@@ -38,6 +46,7 @@ export class UploadWorker {
 
   private async run(localDir: string, location: string, deadlineMs: number): Promise<UploadResult> {
     await this.slot();
+    const startedMs = this.clock.nowMs();
     let tries = 0;
     let last: string;
     try {
@@ -54,6 +63,7 @@ export class UploadWorker {
         await sleep(wait, undefined, { ref: false });
       }
     } finally {
+      this.lastUploadSec = (this.clock.nowMs() - startedMs) / 1000;
       this.running--;
       this.waiting.shift()?.();
     }

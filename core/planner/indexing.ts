@@ -92,8 +92,11 @@ function reservationFacts(s: Snapshot, reservationId: string | undefined): { ter
   return { ...(terminationMs !== undefined ? { terminationMs } : {}), ...(r.interruptible ? { interruptible: true } : {}) };
 }
 
-function reservationIdOf(s: Snapshot, instanceId: string): string | undefined {
-  return s.nodes.find((n) => n.instance.id === instanceId)?.instance.reservationId;
+/** The reservation of a reserved machine (from its offering id, `…/reserved/<id>`); undefined for any other. */
+function reservationIdOf(node: { readonly capacityType: string; readonly offeringId: string }): string | undefined {
+  if (node.capacityType !== 'reserved') return undefined;
+  const at = node.offeringId.lastIndexOf('/reserved/');
+  return at < 0 ? undefined : node.offeringId.slice(at + '/reserved/'.length);
 }
 
 /** Live machines, with the room their running work holds; and what each team holds. */
@@ -186,7 +189,7 @@ export function indexAllOfferings(st: PlanningState): void {
     if (st.offerings.has(node.poolKey)) continue;
     const type = s.instanceTypes.get(node.instanceType);
     if (!type) continue;
-    const reservationId = reservationIdOf(s, node.id);
+    const reservationId = reservationIdOf(node);
     const offering: Offering = {
       id: node.offeringId,
       cloud: node.cloud,
@@ -203,8 +206,8 @@ export function indexAllOfferings(st: PlanningState): void {
       type,
       price: quote?.priceMicroUsdPerHour ?? node.priceMicroUsdPerHour,
       onDemandPrice: quote?.onDemandMicroUsdPerHour ?? 0,
-      riskPerHour: riskOf(s, node.offeringId, node.capacityType, reservationIdOf(s, node.id)),
-      ...reservationFacts(s, reservationIdOf(s, node.id)),
+      riskPerHour: riskOf(s, node.offeringId, node.capacityType, reservationId),
+      ...reservationFacts(s, reservationId),
       groups: [],
       migEnabled: node.gpus.some((g) => g.mig !== undefined),
     };

@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
+import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import { serveMetrics } from '../../agent/cli.ts';
 import { AwsImds } from '../../agent/metadata.ts';
 import { CloudWatchJobLogs } from '../../cloud/aws/cloudwatch-logs.ts';
 import { FakeCloudWatchLogs } from '../support/fake-logs.ts';
@@ -273,6 +275,31 @@ describe('node agent: running placed jobs as real processes', () => {
       { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'waiting-requests', value: 7, atMs: expect.any(Number) },
       { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'running-requests', value: 3, atMs: expect.any(Number) },
     ]);
+  });
+
+  it('serves a scrape in the DCGM exporter’s names over HTTP, each GPU with the job on it, and the agent’s own figures', async () => {
+    const w = world();
+    const a = w.agent('i-a');
+    await a.heartbeat();
+    await w.submit('nlp.busy', { command: ['node', COUNTER_JOB, '100000', '20'] });
+    await w.place('nlp.busy', ['i-a']);
+    await a.heartbeat();
+    const port = await freePort();
+    const server = serveMetrics(port, () => a.prometheusScrape('i-a'), { warn: () => undefined });
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    await waitFor('the server', async () => (await fetch(`http://127.0.0.1:${port}/metrics`).catch(() => undefined))?.ok);
+    const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+    expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+    const families = parsePrometheusTextFormat(await res.text()) as {
+      name: string;
+      metrics: { value: string; labels?: Record<string, string> }[];
+    }[];
+    const util = families.find((f) => f.name === 'DCGM_FI_DEV_GPU_UTIL')!.metrics[0]!;
+    expect(util.labels).toMatchObject({ gpu: '0', device: 'nvidia0', Hostname: 'i-a', job: 'nlp.busy', team: 'nlp', attempt: '1' });
+    const own = new Map(families.filter((f) => f.name.startsWith('gpu_fleet_agent_')).map((f) => [f.name, Number(f.metrics[0]!.value)]));
+    expect(own.get('gpu_fleet_agent_attempts_running')).toBe(1);
+    expect(own.get('gpu_fleet_agent_heartbeat_age_seconds')).toBeGreaterThanOrEqual(0);
+    expect((await fetch(`http://127.0.0.1:${port}/other`)).status).toBe(404);
   });
 
   it('reports an unhealthy node when nvidia-smi fails, and keeps running', async () => {

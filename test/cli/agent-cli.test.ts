@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -67,6 +68,23 @@ describe('gpu-fleet agent inspect', () => {
     );
     expect(stdout).toMatch(/^GPUs {6}none found: nvidia-smi was not found on PATH: is the NVIDIA driver installed\?$/m);
     expect(stdout).toMatch(/^health {4}UNHEALTHY: nvidia-smi was not found on PATH/m);
+  });
+});
+
+describe('gpu-fleet agent metrics', () => {
+  it('prints one scrape in the DCGM exporter’s names and exits; off-cloud the machine is its hostname', async () => {
+    const env = {
+      ...process.env,
+      PATH: `${FAKE_BIN}${delimiter}${process.env.PATH}`,
+      FAKE_NVIDIA_SMI_DIR: gpuFixtureDir({ xml: 'telegraf__a100-sxm4-v12.xml' }),
+      GPU_FLEET_AWS_IMDS_URL: CLOSED,
+      GPU_FLEET_GCE_METADATA_URL: CLOSED,
+    };
+    const { stdout } = await run(process.execPath, [bin, 'agent', 'metrics'], { cwd: root, env, timeout: 60_000 });
+    expect(stdout).toMatch(/^# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization \(in %\)\.$/m);
+    expect(stdout).toMatch(/^# TYPE DCGM_FI_DEV_GPU_UTIL gauge$/m);
+    expect(stdout).toMatch(new RegExp(`^DCGM_FI_DEV_FB_USED\\{[^}]*Hostname="${hostname()}"[^}]*\\} \\d+$`, 'm'));
+    expect(stdout).toMatch(/modelName="NVIDIA A100[^"]*"/);
   });
 });
 
