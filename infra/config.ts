@@ -227,6 +227,28 @@ export const ConfigSchema = z
       })
       .default({ expireAfterDays: 30 }),
     alarmEmail: z.email({ error: 'must be an e-mail address' }).optional(),
+    /**
+     * Prometheus: the agents serve /metrics (the DCGM exporter's names) on `port`, reachable from
+     * `allowFrom` only (a CIDR, or the security group of the Prometheus servers). Off unless given.
+     */
+    prometheus: z
+      .strictObject({
+        port: int(1024, 65_535).default(9400),
+        allowFrom: z.union(
+          [
+            z.strictObject({
+              cidr: z
+                .string()
+                .regex(/^\d{1,3}(\.\d{1,3}){3}\/(8|9|[12]\d|3[0-2])$/, { error: 'a CIDR block no wider than /8, e.g. "10.0.0.0/16"' }),
+            }),
+            z.strictObject({
+              securityGroupId: z.string().regex(/^sg-[0-9a-f]{8,17}$/, { error: 'security group ids look like "sg-0123456789abcdef0"' }),
+            }),
+          ],
+          { error: 'must be {"cidr": "10.0.0.0/16"} or {"securityGroupId": "sg-…"}: who may scrape' },
+        ),
+      })
+      .optional(),
     /** The jobs' output in CloudWatch Logs: how long it is kept. */
     jobLogs: z
       .strictObject({

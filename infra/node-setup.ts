@@ -87,8 +87,11 @@ export function agentUserData(o: {
   bucket: string;
   noticeMarginSec: number;
   migEnabled: boolean;
+  /** Serve /metrics for Prometheus on this port (the config's `prometheus.port`); off without it. */
+  prometheusPort?: number;
 }): string[] {
   const envFile = [
+    ...(o.prometheusPort !== undefined ? [`GPU_FLEET_PROMETHEUS_PORT=${o.prometheusPort}`] : []),
     `AWS_REGION=${o.region}`,
     `GPU_FLEET_AGENT_API_URL=${o.agentApiUrl}`,
     `GPU_FLEET_CHECKPOINT_BUCKET=${o.bucket}`,

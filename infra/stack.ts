@@ -218,6 +218,12 @@ export class GpuFleetStack extends Stack {
       allowAllOutbound: true,
     });
     nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
+    // Prometheus scrapes of the agents' /metrics: from the configured CIDR or security group only.
+    if (config.prometheus) {
+      const from = config.prometheus.allowFrom;
+      const peer = 'cidr' in from ? ec2.Peer.ipv4(from.cidr) : ec2.Peer.securityGroupId(from.securityGroupId);
+      nodeSg.addIngressRule(peer, ec2.Port.tcp(config.prometheus.port), "Prometheus scrapes the agents' /metrics");
+    }
     this.groups = new Map();
     for (const g of config.nodeGroups) this.groups.set(g.name, this.nodeGroup(g, config, vpc, nodeSg, agentAsset));
     this.serviceTargets = this.servicesFrontDoor(config, vpc, nodeSg, accessLogs);
@@ -519,6 +525,7 @@ export class GpuFleetStack extends Stack {
         bucket: this.bucket.bucketName,
         noticeMarginSec: config.policy.noticeMarginSec,
         migEnabled: g.migEnabled,
+        ...(config.prometheus ? { prometheusPort: config.prometheus.port } : {}),
       }),
     );
     const template = new ec2.LaunchTemplate(this, `LaunchTemplate-${g.name}`, {

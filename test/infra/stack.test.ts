@@ -548,6 +548,31 @@ describe('cdk-nag', () => {
     expect(bad).toThrow(/a reserved group has one instance type/);
   });
 
+  it('with prometheus: the agents serve /metrics on the port, and the nodes’ security group lets in only the configured scrapers; cdk-nag clean', () => {
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const { app, stack } = build(parseConfig({ ...raw, prometheus: { allowFrom: { cidr: '10.20.0.0/16' } } }), { nag: true });
+    expect(() => app.synth()).not.toThrow();
+    const template = Template.fromStack(stack);
+    const ingress =
+      JSON.stringify(template.findResources('AWS::EC2::SecurityGroup')) +
+      JSON.stringify(template.findResources('AWS::EC2::SecurityGroupIngress'));
+    expect(ingress).toMatch(/"CidrIp":"10\.20\.0\.0\/16"[^}]*"FromPort":9400|"FromPort":9400[^}]*"CidrIp":"10\.20\.0\.0\/16"/);
+    const userData = JSON.stringify(
+      Object.values(template.findResources('AWS::EC2::LaunchTemplate')).map((t) => (t as { Properties: unknown }).Properties),
+    );
+    expect(userData).toContain('GPU_FLEET_PROMETHEUS_PORT=9400');
+    // Off unless configured; never open to the world.
+    const plain = JSON.stringify(synth(example()).template.toJSON());
+    expect(plain).not.toContain('GPU_FLEET_PROMETHEUS_PORT');
+    expect(() => parseConfig({ ...raw, prometheus: { allowFrom: { cidr: '0.0.0.0/0' } } })).toThrow(/a CIDR block no wider than \/8/);
+    const bySg = synth(
+      parseConfig({ ...raw, prometheus: { port: 9500, allowFrom: { securityGroupId: 'sg-0123456789abcdef0' } } }),
+    ).template;
+    expect(JSON.stringify(bySg.toJSON())).toMatch(
+      /"FromPort":9500[^}]*"SourceSecurityGroupId":"sg-0123456789abcdef0"|"SourceSecurityGroupId":"sg-0123456789abcdef0"[^}]*"FromPort":9500/,
+    );
+  });
+
   it('keeps the jobs’ output in a log group of the configured retention that only the agent API writes, stream by stream', () => {
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
     const { template } = synth(parseConfig({ ...raw, jobLogs: { retentionDays: 90 } }));
@@ -720,7 +745,7 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, jobLogs, discounts, reservations, services, gcp',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, prometheus, jobLogs, discounts, reservations, services, gcp',
         // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
           /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
