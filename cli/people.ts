@@ -702,16 +702,14 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
     // The days each team spent on: its forecast runs from the first one in the period.
     const spendDays = (await fleet.ledger.list()).filter((r) => r.period.startsWith(DAY_PERIOD_PREFIX) && r.spentMicroUsd > 0);
     // What running work will still cost, as reconcile counts it against hold, spot-only and stop.
-    const committed = committedCostMicroUsd(
-      await fleet.jobs.listByState(ACTIVE_STATES),
-      now,
-      fleet.policy,
-      fleet.policy.reconcileIntervalSec,
-    );
-    // Work on reserved capacity, per team: what its jobs that touch the period ran there.
-    const everyJob = await fleet.jobs.listByState(JOB_STATES);
+    const active = await fleet.jobs.listByState(ACTIVE_STATES);
+    const committed = committedCostMicroUsd(active, now, fleet.policy, fleet.policy.reconcileIntervalSec);
+    // Work on reserved capacity, per team: what its running jobs and those ended in its period ran there
+    // (the jobs that ended since the earliest period start shown, not every job there is).
+    const earliest = Math.min(now, ...[...byTeam.values()].map((t) => periodBounds(t.budget?.period ?? 'monthly', now).startMs));
+    const touching = [...active, ...(await fleet.jobs.listEndedSince(earliest, now))];
     const reservedOf = (teamId: string, startMs: number) =>
-      everyJob
+      touching
         .filter((j) => j.team === teamId && (j.endedAtMs === undefined || j.endedAtMs >= startMs))
         .reduce((sum, j) => sum + (usageSoFar(j, now)?.reservedMicroUsd ?? 0), 0);
     for (const team of [...byTeam.values()].sort((a, b) => a.id.localeCompare(b.id))) {

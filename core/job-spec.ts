@@ -11,6 +11,9 @@ import { migProfileProblem } from './mig.ts';
  * The command is an argv array, never a shell string: no shell ever stands between a spec and a process.
  */
 
+/** The longest checkpoint grace a spec may ask for, seconds. */
+export const MAX_CHECKPOINT_GRACE_SEC = 900;
+
 const ACCEPTED_MODELS: readonly string[] = [...new Set<string>([...GPU_MODELS, ...GPU_FAMILIES])];
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 // registry/repository[:tag][@sha256:digest] — no spaces, no shell metacharacters.
@@ -82,7 +85,7 @@ export const CheckpointSpecSchema = z.strictObject({
     z.enum(['SIGUSR1', 'SIGUSR2', 'SIGTERM', 'SIGINT'], { error: 'must be SIGUSR1, SIGUSR2, SIGTERM or SIGINT' }),
     'SIGUSR1',
   ),
-  gracePeriodSec: z._default(int(5, 900), 90),
+  gracePeriodSec: z._default(int(5, MAX_CHECKPOINT_GRACE_SEC), 90),
   /**
    * How large one node's checkpoint is, GiB (for the upload's time allowance). Default: the GPU
    * memory the job holds on the node, as a checkpoint of a model and optimiser that fill it is.

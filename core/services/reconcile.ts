@@ -1,6 +1,7 @@
 import { billedPrice, offeringId, type PriceQuote } from '../catalog.ts';
 import { inService, type Instance, type NodeRecord } from '../fleet.ts';
 import { drainLeadMs, reservationTerminationMs } from '../reservation.ts';
+import { MAX_CHECKPOINT_GRACE_SEC as MAX_GRACE_SEC } from '../job-spec.ts';
 import { ACTIVE_STATES, HELD_ATTEMPTS_KEPT_MS, type Job } from '../job.ts';
 import { actionResource, type ActionFailure, type Plan, type PlanAction } from '../plan.ts';
 import type {
@@ -487,7 +488,8 @@ export async function drainEndingReservations(ports: ReconcilePorts, snapshot: S
     if (i.reservationId === undefined || n.record?.draining || !inService(i.state)) continue;
     const r = snapshot.reservations?.get(i.reservationId);
     const terminationMs = r ? reservationTerminationMs(r) : undefined;
-    if (terminationMs === undefined) continue;
+    // Far from its end (beyond the longest lead any job's grace could ask): nothing to look at on this machine yet.
+    if (terminationMs === undefined || terminationMs - snapshot.nowMs > drainLeadMs(MAX_GRACE_SEC)) continue;
     const graceSec = Math.max(
       0,
       ...snapshot.activeJobs
