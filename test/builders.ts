@@ -4,6 +4,7 @@ import { newPendingJob, type Job } from '../core/job.ts';
 import { JobSpecSchema, type JobSpec, type JobSpecInput } from '../core/job-spec.ts';
 import { DEFAULT_POLICY, type Policy, type Snapshot } from '../core/snapshot.ts';
 import type { Team } from '../core/team.ts';
+import type { Reservation } from '../core/reservation.ts';
 
 /** Builders for domain objects in tests: `aJob({ gpu: { kind: 'whole', count: 8 } })`. */
 
@@ -165,5 +166,23 @@ export function aSnapshot(overrides: Partial<Omit<Snapshot, 'policy'>> & { polic
     ...(overrides.degraded ? { degraded: overrides.degraded } : {}),
     ...(overrides.reservations ? { reservations: overrides.reservations } : {}),
     policy: { ...DEFAULT_POLICY, ...overrides.policy },
+  };
+}
+
+/** An active ODCR of four g5.xlarge in us-east-1a, billed at on-demand. */
+export function aReservation(overrides: Partial<Reservation> = {}): Reservation {
+  return {
+    id: 'cr-0a1b2c3d4e5f60718',
+    cloud: 'aws',
+    region: 'us-east-1',
+    zone: 'us-east-1a',
+    instanceType: 'g5.xlarge',
+    kind: 'odcr',
+    interruptible: false,
+    totalCount: 4,
+    availableCount: 4,
+    state: 'active',
+    priceMicroUsdPerHour: PRICES['g5.xlarge']!.od,
+    ...overrides,
   };
 }

@@ -12,7 +12,7 @@ import {
 } from '../../core/services/accrual.ts';
 import type { SpendAccrual, SpendLedger } from '../../core/ports.ts';
 import { MemorySpendLedger } from '../../cloud/sim/memory-stores.ts';
-import { aJob, aTeam, T0 } from '../builders.ts';
+import { aJob, aReservation, aTeam, T0 } from '../builders.ts';
 
 /** Spend per team: who holds which share of each machine, and how the ledger counts it. */
 
@@ -303,19 +303,7 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
 describe('unused reserved capacity', () => {
   it('is counted at its rate for the slots no machine runs in, under (reserved unused) <id>, only while the reservation is active', () => {
     const H = 3_600_000;
-    const r = {
-      id: 'cr-0a1b2c3d4e5f60718',
-      cloud: 'aws' as const,
-      region: 'us-east-1',
-      zone: 'us-east-1a',
-      instanceType: 'g5.xlarge',
-      kind: 'odcr' as const,
-      interruptible: false,
-      totalCount: 4,
-      availableCount: 3,
-      state: 'active' as const,
-      priceMicroUsdPerHour: 1_006_000,
-    };
+    const r = aReservation({ availableCount: 3 });
     const running = {
       id: 'i-1',
       groupId: 'g',

@@ -1,8 +1,22 @@
 import { describe, expect, it } from 'vitest';
 import { reconcileMetrics } from '../../core/services/metrics.ts';
 import type { DecisionRecord } from '../../core/ports.ts';
-import type { Reservation } from '../../core/reservation.ts';
-import { aGroup, aJob, aNode, aSnapshot, aTeam } from '../builders.ts';
+import { aGroup, aJob, aNode, aReservation, aSnapshot, aTeam } from '../builders.ts';
+
+/** A decision record that planned nothing, with what a test sets. */
+function aDecision(over: Partial<DecisionRecord> = {}): DecisionRecord {
+  return {
+    id: 'd',
+    atMs: 0,
+    dryRun: false,
+    inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] },
+    plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
+    applied: 0,
+    errors: [],
+    planMs: 1,
+    ...over,
+  };
+}
 
 describe('reconcile metrics', () => {
   it('reports queue depth per team, spend against each team budget, and tag problems', () => {
@@ -13,16 +27,7 @@ describe('reconcile metrics', () => {
       ]),
       spendMicroUsd: new Map([['nlp', 1_234_567_891]]),
     });
-    const decision: DecisionRecord = {
-      id: 'd',
-      atMs: 0,
-      dryRun: false,
-      inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] },
-      plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
-      applied: 0,
-      errors: [{ index: 0, kind: 'scale-up', resource: 'g', code: 'throttled', message: 'x' }],
-      planMs: 12,
-    };
+    const decision = aDecision({ errors: [{ index: 0, kind: 'scale-up', resource: 'g', code: 'throttled', message: 'x' }], planMs: 12 });
     const points = reconcileMetrics(snapshot, decision, new Map([['nlp', { visible: 3, inFlight: 1, delayed: 2 }]]));
     const find = (name: string, team?: string) =>
       points.find((p) => p.name === name && (team === undefined || p.dimensions?.Team === team));
@@ -37,20 +42,13 @@ describe('reconcile metrics', () => {
   });
 
   it('says how many providers are left out and, for each, which and for how long', () => {
-    const decision: DecisionRecord = {
-      id: 'd',
+    const decision = aDecision({
       atMs: 600_000,
-      dryRun: false,
-      inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] },
-      plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
-      applied: 0,
-      errors: [],
-      planMs: 1,
       degraded: [
         { cloud: 'gcp', scope: 'project ml-1', sinceMs: 0, error: '503', code: 'unavailable' },
         { cloud: 'aws', sinceMs: 540_000, error: 'Rate exceeded', code: 'throttled' },
       ],
-    };
+    });
     const points = reconcileMetrics(aSnapshot(), decision, new Map());
     expect(points.find((p) => p.name === 'DegradedProviders')!.value).toBe(2);
     expect(points.filter((p) => p.name === 'ProviderDegradedSeconds')).toEqual([
@@ -60,20 +58,13 @@ describe('reconcile metrics', () => {
   });
 
   it('reports each service’s replicas wanted and ready, whether it is available, and what its replicas cost per hour', () => {
-    const decision: DecisionRecord = {
-      id: 'd',
+    const decision = aDecision({
       atMs: 600_000,
-      dryRun: false,
-      inputs: { pendingJobs: 0, activeJobs: 0, nodes: 0, groups: [] },
-      plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
-      applied: 0,
-      errors: [],
-      planMs: 1,
       services: [
         { service: 'nlp.chat', target: 4, ready: 3, reason: '3 → 4: …' },
         { service: 'cv.detect', target: 1, ready: 1, reason: '1 → 1: …' },
       ],
-    };
+    });
     // Two chat replicas share a 4-GPU spot machine (a quarter of its price each), one fills a 1-GPU on-demand machine;
     // a batch job on the shared machine is no service's cost.
     const big = aGroup({ instanceType: 'g5.12xlarge', capacityType: 'spot' });
@@ -113,30 +104,9 @@ describe('reconcile metrics', () => {
   });
 
   it('reports each active reservation’s size and the machines running in it', () => {
-    const r: Reservation = {
-      id: 'cr-0a1b2c3d4e5f60718',
-      cloud: 'aws',
-      region: 'us-east-1',
-      zone: 'us-east-1a',
-      instanceType: 'g5.xlarge',
-      kind: 'odcr',
-      interruptible: false,
-      totalCount: 4,
-      availableCount: 3,
-      state: 'active',
-      priceMicroUsdPerHour: 1_006_000,
-    };
+    const r = aReservation({ availableCount: 3 });
     const n = aNode('i-r');
-    const decision: DecisionRecord = {
-      id: 'd',
-      atMs: 0,
-      dryRun: false,
-      inputs: { pendingJobs: 0, activeJobs: 0, nodes: 1, groups: [] },
-      plan: { actions: [], waiting: [], addedCostMicroUsdPerHour: 0, addedExpectedCostMicroUsdPerHour: 0 },
-      applied: 0,
-      errors: [],
-      planMs: 1,
-    };
+    const decision = aDecision();
     const points = reconcileMetrics(
       aSnapshot({
         nodes: [{ ...n, instance: { ...n.instance, capacityType: 'reserved', reservationId: r.id } }],

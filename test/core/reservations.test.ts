@@ -10,30 +10,13 @@ import {
   reservedQuote,
   type Reservation,
 } from '../../core/reservation.ts';
-import { aGroup, aJob, aNode, aSnapshot, PRICES, pricesFor, T0 } from '../builders.ts';
+import { aGroup, aJob, aNode, aReservation, aSnapshot, PRICES, pricesFor, T0 } from '../builders.ts';
 import { running } from './planner/support.ts';
 
 const HOUR = 3_600_000;
 const placements = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { kind: 'place' }> => a.kind === 'place');
 const scaleUps = (p: Plan) => p.actions.filter((a): a is Extract<PlanAction, { kind: 'scale-up' }> => a.kind === 'scale-up');
 const scaleIns = (p: Plan) => p.actions.filter((a) => a.kind === 'scale-in');
-
-function aReservation(overrides: Partial<Reservation> = {}): Reservation {
-  return {
-    id: 'cr-0a1b2c3d4e5f60718',
-    cloud: 'aws',
-    region: 'us-east-1',
-    zone: 'us-east-1a',
-    instanceType: 'g5.xlarge',
-    kind: 'odcr',
-    interruptible: false,
-    totalCount: 4,
-    availableCount: 4,
-    state: 'active',
-    priceMicroUsdPerHour: PRICES['g5.xlarge']!.od,
-    ...overrides,
-  };
-}
 
 /** A group launching into the reservation only, and the prices of it beside the other groups'. */
 function reservedWorld(r: Reservation, others: NodeGroup[], group: Partial<NodeGroup> = {}) {
