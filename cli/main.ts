@@ -236,7 +236,7 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
         "What a job's attempts wrote (stdout and stderr), attempt by attempt; kept in CloudWatch Logs whatever became of the machines",
       )
       .argument('<job-id>', 'the job')
-      .option('--attempt <n>', 'only this attempt')
+      .option('--attempt <n>', 'only this attempt', wholeNumber('--attempt', 1, 1_000_000))
       .option('--follow', 'keep printing new lines until the job has ended')
       .option('--since <when>', 'only lines since a duration ago (30s, 10m, 2h, 1d) or a date (2026-11-30T12:00:00Z)'),
   )

@@ -844,7 +844,8 @@ function onMachines(p: NonNullable<Job['placement']>, machines: string): string 
 // ---- logs -------------------------------------------------------------------------------------
 
 export interface LogsFlags extends FleetFlags {
-  readonly attempt?: string;
+  /** Checked by the command's option parser (cloud/flags.ts wholeNumber). */
+  readonly attempt?: number;
   readonly follow?: boolean;
   readonly since?: string;
   readonly json?: boolean;
@@ -867,9 +868,7 @@ export function parseSince(since: string, nowMs: number): number {
  * keeps printing new lines until the job has ended.
  */
 export async function logsCommand(jobId: string, flags: LogsFlags, io: Io): Promise<void> {
-  const attempt = flags.attempt === undefined ? undefined : Number(flags.attempt);
-  if (attempt !== undefined && !(Number.isInteger(attempt) && attempt >= 1))
-    throw new UsageError(`--attempt "${flags.attempt}" is not an attempt number: 1, 2, …`);
+  const attempt = flags.attempt;
   await withFleet(flags, async (fleet) => {
     if (!fleet.jobLogs)
       throw new UsageError(

@@ -424,6 +424,10 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
       stderr: expect.stringMatching(/--since "yesterday" is not a time: give a duration ago \(30s, 10m, 2h, 1d\) or a date/),
     });
     expect(await cli(['logs', 'nlp.nope', '--sim', dir])).toMatchObject({ code: 2, stderr: expect.stringMatching(/no job nlp\.nope/) });
+    expect(await cli(['logs', moved.id, '--sim', dir, '--attempt', '0'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/--attempt must be a whole number from 1 to 1000000, got "0"/),
+    });
     expect((await cli(['--help'])).stdout).toMatch(/logs \[options\] <job-id>/);
   });
 
