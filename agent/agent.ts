@@ -40,12 +40,13 @@ import { requeueAttempt } from '../core/services/requeue.ts';
 import { readMarker, type CheckpointBlobs, type CheckpointMarker } from './checkpoint-files.ts';
 import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts';
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
-import { gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
+import { deviceReadings, gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
 import type { Exit, JobProcess, JobRunner } from './runner.ts';
 import { LogShipper } from './log-shipper.ts';
 import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
 import { scrapeReplica } from './prometheus.ts';
+import { addGpuLook, newGpuUseTally, summarizeGpuUse, type AttemptGpuUse, type GpuUseTally } from '../core/gpu-use.ts';
 
 /**
  * The node agent: the process on every GPU machine. What it does with each entry of its work
@@ -145,6 +146,8 @@ interface LocalAttempt {
   nextMarker?: CheckpointMarker;
   /** Set while the agent stops the process on purpose. */
   stopping: boolean;
+  /** Its devices' readings, one look per heartbeat: reported with the event that ends the attempt. */
+  use: GpuUseTally;
   /** A checkpoint asked for is being taken, and what follows it. */
   checkpointing?: { readonly then: 'requeue' | 'cancel'; readonly task: Promise<void> };
   exit?: Exit;
@@ -282,6 +285,7 @@ export class NodeAgent {
         problems.push(`no GPU here is a model gpu-fleet schedules (${report.gpus.map((g) => g.name).join(', ')})`);
       this.health = problems.length > 0 ? { healthy: false, problem: problems.join('; ') } : { healthy: true };
       this.lastGpus = gpus;
+      for (const l of this.local.values()) if (!l.exit) l.use = addGpuLook(l.use, deviceReadings(report, l.held.devices));
     } catch (error) {
       this.health = { healthy: false, problem: messageOf(error) };
     }
@@ -358,7 +362,7 @@ export class NodeAgent {
         return;
       case 'stop-cancel':
         await this.endLocal(l!);
-        if (l!.rank === 0) await this.finishCancelled(jobId);
+        if (l!.rank === 0) await this.finishCancelled(jobId, useOf(l!).gpuUse);
         return;
       case 'report-exit':
         await this.reportExit(l!);
@@ -469,6 +473,7 @@ export class NodeAgent {
       baseProgressSec: resumed && latest ? latest.progressSec : 0,
       lastMarkerMs: 0,
       stopping: false,
+      use: newGpuUseTally(),
     };
     this.local.set(key, l);
     void proc.exited.then(async (exit) => {
@@ -504,7 +509,7 @@ export class NodeAgent {
     const now = this.ports.clock.nowMs();
     // The exit decides now: a finished or failed attempt needs no checkpoint, so a save in flight never holds the report.
     const code = exitCode(exit);
-    await recordExit(this.ports.jobs, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, exitCode: code, nowMs: now });
+    await recordExit(this.ports.jobs, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, exitCode: code, nowMs: now, ...useOf(l) });
     this.ports.log.info('job process ended', { job: l.jobId, attempt: l.attempt, exitCode: code, signal: exit.signal });
     await this.forget(l);
   }
@@ -539,8 +544,8 @@ export class NodeAgent {
     void cleanup.finally(() => this.cleanups.delete(cleanup));
   }
 
-  private async finishCancelled(jobId: string): Promise<void> {
-    await finishCancelled(this.ports.jobs, jobId, this.ports.clock.nowMs());
+  private async finishCancelled(jobId: string, gpuUse?: AttemptGpuUse): Promise<void> {
+    await finishCancelled(this.ports.jobs, jobId, this.ports.clock.nowMs(), gpuUse);
   }
 
   // ---- checkpoints ------------------------------------------------------------------------
@@ -649,7 +654,7 @@ export class NodeAgent {
         const now = this.ports.clock.nowMs();
         const job = (await this.ports.jobs.get(l.jobId)) ?? l.job;
         const result = afterCheckpoint(job, then, why, outcome);
-        await recordCheckpointResult(this.ports, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, result, nowMs: now });
+        await recordCheckpointResult(this.ports, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, result, nowMs: now, ...useOf(l) });
         await this.forget(l);
         this.ports.log.info(outcome.kind === 'saved' ? 'checkpointed' : 'stopped without a new checkpoint', {
           job: l.jobId,
@@ -866,6 +871,12 @@ export class NodeAgent {
   get lastInventory(): NvidiaSmiReport | undefined {
     return this.lastReport;
   }
+}
+
+/** The attempt's measured use so far, for the event that ends it (nothing when no heartbeat read its devices). */
+function useOf(l: LocalAttempt): { gpuUse?: AttemptGpuUse } {
+  const use = summarizeGpuUse(l.use, l.attempt, l.rank);
+  return use ? { gpuUse: use } : {};
 }
 
 function keyOf(jobId: string, attempt: number): string {

@@ -1,3 +1,4 @@
+import type { DeviceReading } from '../core/gpu-use.ts';
 import { GpuFleetError, messageOf } from '../core/errors.ts';
 import { execFile } from 'node:child_process';
 import { XMLParser } from 'fast-xml-parser';
@@ -411,6 +412,39 @@ export function toGpuDevices(report: NvidiaSmiReport): GpuDevice[] {
           }
         : {}),
     }));
+}
+
+/**
+ * What nvidia-smi shows of the devices an attempt holds (as the device allocator names them: a GPU's
+ * UUID or index, a MIG device's UUID or `gpu:index`), for its GPU-use tally. A MIG device has its
+ * own memory figures and no utilisation (nvidia-smi reports none per MIG device); a device the
+ * report does not list is left out.
+ */
+export function deviceReadings(report: NvidiaSmiReport, devices: readonly string[]): DeviceReading[] {
+  const out: DeviceReading[] = [];
+  for (const id of devices) {
+    const gpu = report.gpus.find((g) => (g.uuid !== undefined && g.uuid === id) || String(g.index) === id);
+    if (gpu) {
+      out.push({
+        ...(gpu.model ? { model: gpu.model } : {}),
+        memoryTotalMiB: gpu.memoryTotalMiB,
+        ...(gpu.memoryUsedMiB !== undefined ? { memoryUsedMiB: gpu.memoryUsedMiB } : {}),
+        ...(gpu.utilizationPct !== undefined ? { smPct: gpu.utilizationPct } : {}),
+      });
+      continue;
+    }
+    for (const g of report.gpus) {
+      const d = g.mig.devices.find((m) => (m.uuid !== undefined && m.uuid === id) || `${g.index}:${m.index}` === id);
+      if (!d) continue;
+      out.push({
+        ...(g.model ? { model: g.model } : {}),
+        memoryTotalMiB: d.memoryTotalMiB,
+        ...(d.memoryUsedMiB !== undefined ? { memoryUsedMiB: d.memoryUsedMiB } : {}),
+      });
+      break;
+    }
+  }
+  return out;
 }
 
 // ---- running it -------------------------------------------------------------------------

@@ -61,14 +61,33 @@ export function normalizeGpuModel(description: string, memoryGiBPerGpu?: number)
   return undefined;
 }
 
+/**
+ * What the job's owner lets right-sizing do with the shape (core/rightsizing.ts): `suggest` (the
+ * default) records what a smaller shape would save; `auto` gives the job the shape its family's
+ * measured use calls for, when it has one.
+ */
+export type RightsizeMode = 'suggest' | 'auto';
+
 /** What a job asks of each node it runs on (a gang asks this of every node). */
 export type GpuRequest =
   /** N whole GPUs on one node. */
-  | { readonly kind: 'whole'; readonly count: number; readonly models?: readonly string[]; readonly minMemoryMiB?: number }
+  | {
+      readonly kind: 'whole';
+      readonly count: number;
+      readonly models?: readonly string[];
+      readonly minMemoryMiB?: number;
+      readonly rightsize?: RightsizeMode;
+    }
   /** A time-sliced share of one GPU: a fraction of its time (in thousandths) and GPU memory. */
-  | { readonly kind: 'fraction'; readonly milliGpu: number; readonly memoryMiB: number; readonly models?: readonly string[] }
+  | {
+      readonly kind: 'fraction';
+      readonly milliGpu: number;
+      readonly memoryMiB: number;
+      readonly models?: readonly string[];
+      readonly rightsize?: RightsizeMode;
+    }
   /** One MIG instance of a named profile such as "1g.10gb" or "3g.40gb". */
-  | { readonly kind: 'mig'; readonly profile: string; readonly models?: readonly string[] };
+  | { readonly kind: 'mig'; readonly profile: string; readonly models?: readonly string[]; readonly rightsize?: RightsizeMode };
 
 /** GPUs a request occupies on one node, counting a fraction or MIG slice as a whole GPU it touches. */
 export function gpusTouched(request: GpuRequest): number {
@@ -126,3 +145,45 @@ export interface GpuDevice {
   /** The MIG devices that exist on the GPU now (MIG mode on). */
   readonly migDevices?: readonly MigDevice[];
 }
+
+/**
+ * Each model's speed on the two measures that bound most ML work, from NVIDIA's datasheets: dense
+ * FP16/BF16 tensor throughput (TFLOPS, without sparsity; the A10G is AWS's variant, which NVIDIA
+ * does not publish: taken as half the A10's 125) and memory bandwidth (GB/s; SXM parts where
+ * there are two). Right-sizing (core/rightsizing.ts) moves a job to another model only when that
+ * model is at least as fast as the job's measured need on both. K80 has no tensor cores: its FP32.
+ */
+export const GPU_SPEED: Readonly<Record<GpuModel, { readonly tflops: number; readonly bandwidthGBs: number }>> = {
+  K80: { tflops: 4.4, bandwidthGBs: 240 },
+  T4: { tflops: 65, bandwidthGBs: 320 },
+  V100: { tflops: 125, bandwidthGBs: 900 },
+  'V100-32GB': { tflops: 125, bandwidthGBs: 900 },
+  A10G: { tflops: 62.5, bandwidthGBs: 600 },
+  L4: { tflops: 121, bandwidthGBs: 300 },
+  L40S: { tflops: 362, bandwidthGBs: 864 },
+  'A100-40GB': { tflops: 312, bandwidthGBs: 1555 },
+  'A100-80GB': { tflops: 312, bandwidthGBs: 2039 },
+  H100: { tflops: 989, bandwidthGBs: 3350 },
+  H200: { tflops: 989, bandwidthGBs: 4800 },
+  B200: { tflops: 2250, bandwidthGBs: 8000 },
+};
+
+/**
+ * Each model's CUDA compute capability (NVIDIA's table): code built for one capability and the
+ * number formats it uses (BF16 and TF32 from 8.0) run on the same or a higher one, so
+ * right-sizing never moves a job to a model with a lower one.
+ */
+export const COMPUTE_CAPABILITY: Readonly<Record<GpuModel, number>> = {
+  K80: 3.7,
+  T4: 7.5,
+  V100: 7.0,
+  'V100-32GB': 7.0,
+  A10G: 8.6,
+  L4: 8.9,
+  L40S: 8.9,
+  'A100-40GB': 8.0,
+  'A100-80GB': 8.0,
+  H100: 9.0,
+  H200: 9.0,
+  B200: 10.0,
+};

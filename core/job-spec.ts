@@ -47,6 +47,12 @@ const int = (min: number, max: number, unit = '') =>
       z.lte(max, { error: `must be at most ${max}${unit}` }),
     );
 
+const rightsize = z.optional(
+  z.enum(['suggest', 'auto'], {
+    error: 'must be "suggest" (report what a smaller shape would save) or "auto" (take the shape measured use calls for)',
+  }),
+);
+
 export const GpuRequestSchema = z.discriminatedUnion(
   'kind',
   [
@@ -55,18 +61,21 @@ export const GpuRequestSchema = z.discriminatedUnion(
       count: int(1, 16),
       models: modelList,
       minMemoryMiB: z.optional(int(1, 1_048_576)),
+      rightsize,
     }),
     z.strictObject({
       kind: z.literal('fraction'),
       milliGpu: int(1, 999, ' thousandths of one GPU'),
       memoryMiB: int(1, 1_048_576),
       models: modelList,
+      rightsize,
     }),
     z
       .strictObject({
         kind: z.literal('mig'),
         profile: z.string().check(z.regex(MIG_PROFILE_RE, { error: 'must be a MIG profile such as "1g.10gb", "3g.40gb" or "1g.10gb+me"' })),
         models: modelList,
+        rightsize,
       })
       .check(
         // NVIDIA's table, not only the shape of a name: "1g.99gb" exists on no GPU.

@@ -1,6 +1,7 @@
 import type { CapacityType } from './catalog.ts';
 import type { JobSpec } from './job-spec.ts';
-import { milliGpusUsed } from './gpu.ts';
+import { milliGpusUsed, type GpuRequest } from './gpu.ts';
+import { GPU_USE_KEPT, type AttemptGpuUse } from './gpu-use.ts';
 import { costForDuration } from './money.ts';
 import type { Reason, ReasonCode } from './reason.ts';
 
@@ -69,6 +70,21 @@ export interface JobUsage {
   readonly reworkSec: number;
   /** Of the cost, what attempts on reserved capacity were billed at their reservations' rates (absent: none). */
   readonly reservedMicroUsd?: number;
+  /** The newest attempts' measured GPU use (peak memory, mean and p95 utilisation), as their agents reported it at their end. */
+  readonly gpuUse?: readonly AttemptGpuUse[];
+}
+
+/** What intake decided about a submission's shape with `gpu.rightsize` (core/rightsizing.ts), kept on the job for `explain`. */
+export interface RightsizeDecision {
+  readonly mode: 'suggest' | 'auto';
+  /** Whether the job runs with `to` instead of what it asked for. */
+  readonly applied: boolean;
+  /** Its family: team, project label and image. */
+  readonly family: string;
+  readonly from: GpuRequest;
+  readonly to?: GpuRequest;
+  readonly atMs: number;
+  readonly why: string;
 }
 
 /** The newest complete checkpoint of a job. */
@@ -137,6 +153,8 @@ export interface Job {
   readonly cancelRequested?: boolean;
   /** Finished attempts' use and cost (absent until an attempt ends). */
   readonly usage?: JobUsage;
+  /** What right-sizing decided at intake (a spec with `gpu.rightsize`): the shape it changed or suggested, and why. */
+  readonly rightsize?: RightsizeDecision;
   /** The attempts that ended in the last {@link HELD_ATTEMPTS_KEPT_MS}: what they held and when, for exact spend. */
   readonly heldAttempts?: readonly HeldAttempt[];
 }
@@ -175,9 +193,9 @@ export type JobEvent =
   | { readonly type: 'checkpoint-requested'; readonly attempt: number; readonly reason?: Reason }
   | { readonly type: 'checkpoint-done'; readonly checkpoint: CheckpointRef }
   /** Back to pending (attempt + 1) from placed, running or checkpointing: interruption, node lost, preemption. */
-  | { readonly type: 'requeue'; readonly attempt: number; readonly reason: Reason }
-  | { readonly type: 'succeed'; readonly attempt: number }
-  | { readonly type: 'fail'; readonly attempt: number; readonly exitCode: number }
+  | { readonly type: 'requeue'; readonly attempt: number; readonly reason: Reason; readonly gpuUse?: AttemptGpuUse }
+  | { readonly type: 'succeed'; readonly attempt: number; readonly gpuUse?: AttemptGpuUse }
+  | { readonly type: 'fail'; readonly attempt: number; readonly exitCode: number; readonly gpuUse?: AttemptGpuUse }
   | { readonly type: 'cancel' }
   | { readonly type: 'hold'; readonly reason: Reason }
   | { readonly type: 'release-hold' };
@@ -253,12 +271,12 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
           ...base,
           state: 'cancelled',
           endedAtMs: nowMs,
-          usage: closeAttempt(job, nowMs, false),
+          usage: closeAttempt(job, nowMs, false, event.gpuUse),
           ...closeHolding(job, nowMs),
         });
       return changed({
         ...base,
-        usage: closeAttempt(job, nowMs, true),
+        usage: closeAttempt(job, nowMs, true, event.gpuUse),
         ...closeHolding(job, nowMs),
         state: 'pending',
         attempt: job.attempt + 1,
@@ -279,7 +297,7 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         state: 'succeeded',
         exitCode: 0,
         endedAtMs: nowMs,
-        usage: closeAttempt(job, nowMs, false),
+        usage: closeAttempt(job, nowMs, false, event.gpuUse),
         ...closeHolding(job, nowMs),
       });
     case 'fail':
@@ -288,7 +306,7 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         state: 'failed',
         exitCode: event.exitCode,
         endedAtMs: nowMs,
-        usage: closeAttempt(job, nowMs, false),
+        usage: closeAttempt(job, nowMs, false, event.gpuUse),
         ...closeHolding(job, nowMs),
       });
     case 'cancel':
@@ -327,7 +345,7 @@ function alreadyApplied(job: Job, event: JobEvent): boolean {
 }
 
 /** Marks a stopped job (after cancelRequested) as cancelled; the agent calls this once the process is gone. */
-export function finishCancel(job: Job, nowMs: number): TransitionResult {
+export function finishCancel(job: Job, nowMs: number, gpuUse?: AttemptGpuUse): TransitionResult {
   if (job.state === 'cancelled') return { ok: true, job, changed: false };
   if (!job.cancelRequested || isTerminal(job.state)) {
     return { ok: false, error: `job ${job.id} is ${job.state} without a pending cancel` };
@@ -338,13 +356,16 @@ export function finishCancel(job: Job, nowMs: number): TransitionResult {
     version: job.version + 1,
     updatedAtMs: nowMs,
     endedAtMs: nowMs,
-    usage: closeAttempt(job, nowMs, false),
+    usage: closeAttempt(job, nowMs, false, gpuUse),
     ...closeHolding(job, nowMs),
   });
 }
 
-/** The job's usage with its current attempt added (unchanged when the attempt was never placed). */
-export function closeAttempt(job: Job, nowMs: number, interrupted: boolean): JobUsage | undefined {
+/**
+ * The job's usage with its current attempt added (unchanged when the attempt was never placed),
+ * with the attempt's measured GPU use when its agent reported one for this attempt.
+ */
+export function closeAttempt(job: Job, nowMs: number, interrupted: boolean, gpuUse?: AttemptGpuUse): JobUsage | undefined {
   const p = job.placement;
   const from = job.placedAtMs ?? job.startedAtMs;
   if (!p || from === undefined) return job.usage;
@@ -366,7 +387,13 @@ export function closeAttempt(job: Job, nowMs: number, interrupted: boolean): Job
             (u.reservedMicroUsd ?? 0) + (p.capacityType === 'reserved' ? costForDuration(p.priceMicroUsdPerHour ?? 0, heldMs) : 0),
         }
       : {}),
+    ...withGpuUse(u.gpuUse, gpuUse?.attempt === job.attempt ? gpuUse : undefined),
   };
+}
+
+function withGpuUse(kept: readonly AttemptGpuUse[] | undefined, added: AttemptGpuUse | undefined): { gpuUse?: readonly AttemptGpuUse[] } {
+  const all = [...(kept ?? []).filter((k) => k.attempt !== added?.attempt), ...(added ? [added] : [])];
+  return all.length > 0 ? { gpuUse: all.slice(-GPU_USE_KEPT) } : {};
 }
 
 export interface NewJob {

@@ -4,6 +4,7 @@ import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
 import type { Reservation } from './reservation.ts';
+import type { RightsizeRun } from './rightsizing.ts';
 import type { BudgetState, Team } from './team.ts';
 import type { ServiceMetric } from './serving/autoscale.ts';
 import type { ServiceRecord } from './serving/service.ts';
@@ -522,4 +523,18 @@ export interface DeadLetter {
 /** Asks for a reconcile now (on AWS an asynchronous invocation of the reconcile function), so replacement capacity is chosen at once. */
 export interface ReconcileTrigger {
   reconcileSoon(reason: string): Promise<void>;
+}
+
+/**
+ * Right-sizing's memory of each job family's finished, measured runs (core/rightsizing.ts):
+ * reconcile adds the jobs that ended, intake reads a family's runs for a spec with `gpu.rightsize`.
+ */
+export interface FamilyRunStore {
+  /** The family's kept runs, oldest first (none: an empty list). */
+  runs(family: string): Promise<RightsizeRun[]>;
+  /**
+   * Adds runs to their families, keeping each family's newest FAMILY_RUNS_KEPT. Idempotent: a run
+   * already kept (by job id) changes nothing.
+   */
+  note(runs: readonly { readonly family: string; readonly run: RightsizeRun }[]): Promise<void>;
 }

@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { parseCsv } from '../csv.ts';
 import type { Cloud, InstanceType, Offering, PriceQuote } from '../../core/catalog.ts';
-import { normalizeGpuModel } from '../../core/gpu.ts';
+import { normalizeGpuModel, type GpuModel } from '../../core/gpu.ts';
+import type { GpuOffer, GpuOffers } from '../../core/rightsizing.ts';
 import { microUsdFromUsd } from '../../core/money.ts';
 import type { CatalogSource, PriceSource } from '../../core/ports.ts';
 import awsCatalogJson from '../../data/catalog/aws-gpu-instances.json' with { type: 'json' };
@@ -102,6 +103,22 @@ function buildAws(): ShippedCatalog {
   }
 
   return { instanceTypes, onDemand, spot, advisorBand, gcpZones: new Map() };
+}
+
+/**
+ * Each GPU model's memory per GPU and its cheapest on-demand price per GPU-hour in the catalogue
+ * (any region, any type that carries it): what right-sizing weighs another model at.
+ */
+export function gpuOffers(catalog: ShippedCatalog): GpuOffers {
+  const out = new Map<GpuModel, GpuOffer>();
+  for (const [key, price] of catalog.onDemand) {
+    const type = catalog.instanceTypes.get(key.slice(key.lastIndexOf('/') + 1));
+    if (!type || type.gpuCount <= 0) continue;
+    const perGpu = Math.round(price / type.gpuCount);
+    const had = out.get(type.gpuModel);
+    if (!had || perGpu < had.microUsdPerGpuHour) out.set(type.gpuModel, { memoryMiB: type.gpuMemoryMiB, microUsdPerGpuHour: perGpu });
+  }
+  return out;
 }
 
 /** The region of a zone: "us-west-2a" → "us-west-2", "europe-west4-a" → "europe-west4". */

@@ -2,7 +2,8 @@ import type { Offering } from '../../core/catalog.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import type { ReconcilePorts } from '../../core/services/reconcile.ts';
 import { shippedCatalog } from '../catalog/all-shipped.ts';
-import { ShippedCatalogSource, ShippedPriceSource, onDemandPrice, spotPrice, type ShippedCatalog } from '../catalog/shipped.ts';
+import { ShippedCatalogSource, ShippedPriceSource, gpuOffers, onDemandPrice, spotPrice, type ShippedCatalog } from '../catalog/shipped.ts';
+import type { GpuOffers } from '../../core/rightsizing.ts';
 import { SeededRandom, VirtualClock } from './clock.ts';
 import {
   MemoryCheckpointStore,
@@ -14,6 +15,7 @@ import {
   MemoryPlanJournal,
   MemoryServiceStore,
   MemoryJobLogs,
+  MemoryFamilyRuns,
   MemoryPoolHistory,
   MemorySpendLedger,
   StaticBudgetTags,
@@ -52,6 +54,10 @@ export interface SimEnvironment {
   readonly services: MemoryServiceStore;
   /** What the simulated processes wrote (`gpu-fleet logs --sim`). */
   readonly jobLogs: MemoryJobLogs;
+  /** Right-sizing's runs per job family (reconcile notes them, intake reads them). */
+  readonly families: MemoryFamilyRuns;
+  /** The catalogue's GPU models, as right-sizing weighs them. */
+  readonly offers: GpuOffers;
   readonly catalog: ShippedCatalog;
   /** The ports as the reconcile service takes them. */
   readonly ports: ReconcilePorts;
@@ -99,6 +105,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   const journal = new MemoryPlanJournal();
   const services = new MemoryServiceStore();
   const jobLogs = new MemoryJobLogs();
+  const families = new MemoryFamilyRuns();
   // GCP pushes no events: its preemptions are found by polling, with the same source production uses, over the simulated Compute API.
   const providers = cloud.providers();
   const gcp = providers.find((p) => p.cloud === 'gcp');
@@ -122,6 +129,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     checkpoints,
     lease,
     services,
+    families,
     ...(options.reservations && options.reservations.length > 0 ? { reservations: [cloud] } : {}),
   };
   return {
@@ -140,6 +148,8 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     journal,
     services,
     jobLogs,
+    families,
+    offers: gpuOffers(catalog),
     catalog,
     ports,
     priceOf,

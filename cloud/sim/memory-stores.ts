@@ -4,8 +4,10 @@ import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '.
 import type { PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
+import { mergeFamilyRuns, type RightsizeRun } from '../../core/rightsizing.ts';
 import type { ServiceRecord } from '../../core/serving/service.ts';
 import type {
+  FamilyRunStore,
   BudgetMemory,
   JournaledPlan,
   PlanJournal,
@@ -500,6 +502,24 @@ export class MemoryBudgetMemory implements BudgetMemory {
   }
   async save(team: Team): Promise<void> {
     this.teams.set(team.id, team);
+  }
+}
+
+/** Right-sizing's family runs in memory (the simulator's and the tests'). */
+export class MemoryFamilyRuns implements FamilyRunStore {
+  private readonly families = new Map<string, RightsizeRun[]>();
+  async runs(family: string): Promise<RightsizeRun[]> {
+    return [...(this.families.get(family) ?? [])];
+  }
+  async note(runs: readonly { readonly family: string; readonly run: RightsizeRun }[]): Promise<void> {
+    for (const { family, run } of runs) this.families.set(family, mergeFamilyRuns(this.families.get(family) ?? [], [run]));
+  }
+  /** Every family's runs, for a saved simulation. */
+  dump(): [string, RightsizeRun[]][] {
+    return [...this.families.entries()];
+  }
+  restore(entries: readonly (readonly [string, RightsizeRun[]])[]): void {
+    for (const [k, v] of entries) this.families.set(k, [...v]);
   }
 }
 

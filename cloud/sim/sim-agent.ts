@@ -1,8 +1,16 @@
 import type { InstanceType } from '../../core/catalog.ts';
 import { ConflictError } from '../../core/errors.ts';
 import { stillRuns, type Instance } from '../../core/fleet.ts';
-import type { GpuDevice, GpuModel } from '../../core/gpu.ts';
+import { GPU_SPEED, type GpuDevice, type GpuModel } from '../../core/gpu.ts';
 import { migProfile, MIG_GPUS } from '../../core/mig.ts';
+import {
+  addGpuLook,
+  newGpuUseTally,
+  summarizeGpuUse,
+  type AttemptGpuUse,
+  type DeviceReading,
+  type GpuUseTally,
+} from '../../core/gpu-use.ts';
 import { type CheckpointRef, type Job } from '../../core/job.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
@@ -64,7 +72,22 @@ export interface SimAgentOptions {
   readonly migMachine?: (inst: Instance) => boolean;
   /** Where the simulated processes' output goes (what `gpu-fleet logs --sim` reads): a line at each start, checkpoint and end. */
   readonly output?: JobLogSink;
+  /**
+   * What a job's process really uses of each GPU device it is given (the world's truth; its agent
+   * only sees readings of it). Without one, a process reports no GPU use. A process given less
+   * memory than it needs fails (out of memory); one given less compute runs slower.
+   */
+  readonly gpuUseOf?: (job: Job) => ScriptedGpuUse | undefined;
 }
+
+/** A simulated process's use of each of its devices: the memory it fills at its peak, and its work rate (dense FP16 TFLOPS, GPU_SPEED's unit). */
+export interface ScriptedGpuUse {
+  readonly peakMemoryMiB: number;
+  readonly tflops: number;
+}
+
+/** Exit code of a simulated process that ran out of GPU memory (what a CUDA out-of-memory error ends a Python job with). */
+export const OUT_OF_MEMORY_EXIT_CODE = 1;
 
 /** Work an attempt lost when it ended without finishing (interrupted, node lost, requeued). */
 export interface LostWork {
@@ -100,6 +123,17 @@ interface SimProcess {
   /** When it makes progress again after downloading and restoring its checkpoint. */
   readonly readyAtMs: number;
   readonly baseProgressSec: number;
+  /** Work done per second on its devices: 1, or less when they are too small for its scripted compute. */
+  readonly rate: number;
+  /** Its devices as its agent reads them, and the tally of the readings (one look per tick). */
+  readonly devices?: {
+    readonly model: GpuModel;
+    readonly memoryMiB: number;
+    readonly share: number;
+    readonly count: number;
+    readonly mig: boolean;
+  };
+  use: GpuUseTally;
   readonly sizeMiB: number;
   /** The newest checkpoint the job wrote (its marker), and the one whose save was started. */
   marker?: { readonly atMs: number; readonly progressSec: number; readonly path: string };
@@ -248,7 +282,7 @@ export class SimAgents {
 
   private progress(p: SimProcess, nowMs: number): number {
     const until = p.exit?.atMs ?? nowMs;
-    return p.baseProgressSec + Math.max(0, until - p.readyAtMs) / 1000;
+    return p.baseProgressSec + (p.rate * Math.max(0, until - p.readyAtMs)) / 1000;
   }
 
   async tick(instances: readonly Instance[]): Promise<void> {
@@ -270,6 +304,7 @@ export class SimAgents {
         this.machines.set(inst.id, m);
       }
       this.world(m, now);
+      this.look(m, now);
       await this.beat(m, now).catch((error: unknown) => {
         if (!this.refused(error)) throw error;
       });
@@ -346,7 +381,7 @@ export class SimAgents {
         continue;
       }
       if (this.progress(p, now) >= this.options.workSecOf(p.job)) {
-        const doneAt = Math.min(now, p.readyAtMs + (this.options.workSecOf(p.job) - p.baseProgressSec) * 1000);
+        const doneAt = Math.min(now, p.readyAtMs + ((this.options.workSecOf(p.job) - p.baseProgressSec) * 1000) / p.rate);
         p.exit = { atMs: doneAt, code: this.options.exitCodeOf?.(p.job) ?? 0 };
         continue;
       }
@@ -363,8 +398,49 @@ export class SimAgents {
       this.failedCheckpointJobs.add(p.jobId);
       return;
     }
-    const progressSec = Math.floor(p.baseProgressSec + Math.max(0, atMs - p.readyAtMs) / 1000);
+    const progressSec = Math.floor(p.baseProgressSec + (p.rate * Math.max(0, atMs - p.readyAtMs)) / 1000);
     p.marker = { atMs, progressSec, path: `step-${progressSec}` };
+  }
+
+  /**
+   * The agent's look at its GPUs at the heartbeat: each live process's devices read as nvidia-smi
+   * would (memory used, utilisation; none for a MIG slice), added to its attempt's tally. A
+   * process's memory climbs to its scripted peak every fourth look; its utilisation swings ±30%
+   * around its need ÷ its devices' compute.
+   */
+  private look(m: SimMachine, now: number): void {
+    for (const p of m.processes.values()) {
+      const script = p.devices && !(p.exit && p.exit.atMs <= now) ? this.options.gpuUseOf?.(p.job) : undefined;
+      if (!script || !p.devices || now < p.readyAtMs) continue;
+      const d = p.devices;
+      const k = p.use.looks;
+      const wobble = 0.7 + 0.6 * ((k * 0.618_033_988_75) % 1);
+      const memory = Math.min(d.memoryMiB, Math.round(script.peakMemoryMiB * (k % 4 === 0 ? 1 : 0.8 + 0.15 * wobble)));
+      const busyPct = Math.min(100, (100 * script.tflops * wobble) / (d.share * GPU_SPEED[d.model].tflops));
+      const one: DeviceReading = {
+        model: d.model,
+        memoryTotalMiB: d.memoryMiB,
+        memoryUsedMiB: memory,
+        ...(d.mig ? {} : { smPct: Math.round(busyPct) }),
+      };
+      p.use = addGpuLook(
+        p.use,
+        Array.from({ length: d.count }, () => one),
+      );
+    }
+  }
+
+  /** The devices a rank's placement gives it on this machine: their model, memory each, share of a GPU each, and how many. */
+  private devicesOf(m: SimMachine, job: Job, rank: number): SimProcess['devices'] {
+    const type = this.options.instanceTypes.get(m.instance.instanceType);
+    const a = job.placement?.nodes[rank];
+    if (!type || !a) return undefined;
+    if (a.mig) {
+      const profile = migProfile(type.gpuModel, a.mig.profile);
+      return { model: type.gpuModel, memoryMiB: profile?.memoryMiB ?? 0, share: (profile?.computeSlices ?? 1) / 7, count: 1, mig: true };
+    }
+    if (a.share) return { model: type.gpuModel, memoryMiB: a.share.memoryMiB, share: a.share.milliGpu / 1000, count: 1, mig: false };
+    return { model: type.gpuModel, memoryMiB: type.gpuMemoryMiB, share: 1, count: Math.max(1, a.gpuIndices.length), mig: false };
   }
 
   /** The heartbeat; the machine registers again when its GPUs (a MIG layout) changed, as the real agent does. */
@@ -479,10 +555,10 @@ export class SimAgents {
           break;
         case 'stop-cancel':
           await this.end(m, p!, now, true);
-          if (p!.rank === 0) await this.finishCancelled(m, jobId, now);
+          if (p!.rank === 0) await this.finishCancelled(m, jobId, now, useOf(p!).gpuUse);
           break;
         case 'report-exit': {
-          const done = await recordExit(jobs, { jobId, attempt, rank: p!.rank, exitCode: p!.exit!.code, nowMs: now });
+          const done = await recordExit(jobs, { jobId, attempt, rank: p!.rank, exitCode: p!.exit!.code, nowMs: now, ...useOf(p!) });
           if (done?.status === 'changed' && done.job.state === 'succeeded') this.stats.succeeded++;
           await this.end(m, p!, now, false);
           break;
@@ -515,6 +591,9 @@ export class SimAgents {
     // Downloading this rank's part of the checkpoint, then restoring it, before any progress.
     const restoreMs = latest ? Math.round((sizeMiB / this.bandwidth) * 1000) + (this.options.restoreSec ?? 0) * 1000 : 0;
     const cp = job.spec.checkpoint;
+    const script = this.options.gpuUseOf?.(job);
+    const devices = script ? this.devicesOf(m, job, rank) : undefined;
+    const capacity = devices ? devices.share * GPU_SPEED[devices.model].tflops : 0;
     const p: SimProcess = {
       jobId: job.id,
       attempt: job.attempt,
@@ -524,10 +603,15 @@ export class SimAgents {
       startedAtMs: now,
       readyAtMs: now + restoreMs,
       baseProgressSec: latest?.progressSec ?? 0,
+      rate: script && devices && script.tflops > capacity ? capacity / script.tflops : 1,
+      ...(devices ? { devices } : {}),
+      use: newGpuUseTally(),
       sizeMiB,
       collectedAtMs: 0,
       nextPeriodicAtMs: cp ? now + restoreMs + cp.intervalSec * 1000 : Number.POSITIVE_INFINITY,
     };
+    // Out of GPU memory: it fails a minute after it starts, once it has allocated what it holds.
+    if (script && devices && script.peakMemoryMiB > devices.memoryMiB) p.exit = { atMs: now + 60_000, code: OUT_OF_MEMORY_EXIT_CODE };
     m.processes.set(job.id, p);
     await this.say(
       p,
@@ -655,7 +739,14 @@ export class SimAgents {
     if (!outcome) return;
     const job = (await this.as(m).jobs.get(p.jobId)) ?? p.job;
     const result = afterCheckpoint(job, c.then, c.why, outcome);
-    const out = await recordCheckpointResult(this.as(m), { jobId: p.jobId, attempt: p.attempt, rank: p.rank, result, nowMs: now });
+    const out = await recordCheckpointResult(this.as(m), {
+      jobId: p.jobId,
+      attempt: p.attempt,
+      rank: p.rank,
+      result,
+      nowMs: now,
+      ...useOf(p),
+    });
     if (out?.status === 'changed') {
       if (result.event === 'succeed') this.stats.succeeded++;
       if (result.event === 'cancel') this.stats.cancelled++;
@@ -689,8 +780,8 @@ export class SimAgents {
     });
   }
 
-  private async finishCancelled(m: SimMachine, jobId: string, now: number): Promise<void> {
-    if ((await finishCancelled(this.as(m).jobs, jobId, now)).status === 'changed') this.stats.cancelled++;
+  private async finishCancelled(m: SimMachine, jobId: string, now: number, gpuUse?: AttemptGpuUse): Promise<void> {
+    if ((await finishCancelled(this.as(m).jobs, jobId, now, gpuUse)).status === 'changed') this.stats.cancelled++;
   }
 
   /** An attempt this machine ran is over: if it did not finish, how much work did it lose? */
@@ -730,4 +821,10 @@ export function simulatedAddress(instanceId: string): string {
   let h = 2166136261;
   for (let i = 0; i < instanceId.length; i++) h = Math.imul(h ^ instanceId.charCodeAt(i), 16777619) >>> 0;
   return `10.0.${(h >>> 8) & 0xff}.${h & 0xff || 1}`;
+}
+
+/** A process's measured use so far, for the event that ends its attempt. */
+function useOf(p: SimProcess): { gpuUse?: AttemptGpuUse } {
+  const use = summarizeGpuUse(p.use, p.attempt, p.rank);
+  return use ? { gpuUse: use } : {};
 }

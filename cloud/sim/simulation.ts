@@ -454,6 +454,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     restoreSec: control.restoreSec,
     migMachine: (inst) => env.cloud.isMigGroup(inst.groupId),
     output: env.jobLogs,
+    gpuUseOf: (job) => workOf(job)?.gpuUse,
     // The world's upload speed (a fault may slow it); the agents assume the policy's.
     uploadMiBPerSec: faults.uploadMiBPerSec ?? options.uploadMiBPerSec ?? control.uploadMiBPerSec,
     timing: { uploadMiBPerSec: control.uploadMiBPerSec, uploadMarginSec: control.uploadMarginSec },
@@ -738,6 +739,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
             clock: env.clock,
             fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock),
             services: env.services,
+            rightsizing: { families: env.families, offers: env.offers },
           },
           { team, body: message.body, token: message.token },
         );

@@ -24,6 +24,8 @@ export interface SavedSimState {
   readonly services?: ReturnType<SimEnvironment['services']['dump']>;
   /** What the simulated processes wrote (absent in states written before it was kept). */
   readonly jobLogs?: ReturnType<SimEnvironment['jobLogs']['dump']>;
+  /** Right-sizing's runs per family (absent in states written before they were kept). */
+  readonly families?: ReturnType<SimEnvironment['families']['dump']>;
 }
 
 export const STATE_FILE = 'state.json';
@@ -43,6 +45,7 @@ export function saveSimState(env: SimEnvironment, dir: string): void {
     groups: env.cloud.groupConfigs(),
     services: env.services.dump(),
     jobLogs: env.jobLogs.dump(),
+    families: env.families.dump(),
   };
   writeFileSync(join(dir, STATE_FILE), JSON.stringify(state));
 }
@@ -70,5 +73,6 @@ export function loadSimState(env: SimEnvironment, dir: string): boolean {
   env.cloud.restore(state.cloud);
   env.services.restore(state.services ?? []);
   env.jobLogs.restore(state.jobLogs ?? []);
+  env.families.restore(state.families ?? []);
   return true;
 }

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { JobSpecInput } from '../../core/job-spec.ts';
 import { parseCsvTable } from '../csv.ts';
 import { GpuFleetError } from '../../core/errors.ts';
+import type { ScriptedGpuUse } from './sim-agent.ts';
 
 /** One job of a replayed trace: when it arrives, how long it really runs, and the spec submitted for it. */
 export interface WorkloadJob {
@@ -16,6 +17,8 @@ export interface WorkloadJob {
   /** Deadline, seconds after the start of the replay (from a `deadline_s` column in trace time). */
   readonly deadlineSec?: number;
   readonly spec: JobSpecInput;
+  /** What its process really uses of each GPU device (scripted; without it, it reports none). */
+  readonly gpuUse?: ScriptedGpuUse;
 }
 
 export interface Workload {

@@ -1,4 +1,5 @@
 import { GpuFleetError } from '../errors.ts';
+import { gpuUseProblem } from '../gpu-use.ts';
 import type { NodeRecord } from '../fleet.ts';
 import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../job.ts';
 import type { CheckpointStore, Clock, JobStore, NodeStore } from '../ports.ts';
@@ -60,6 +61,13 @@ export function agentJobWriteProblem(
   const at = next.updatedAtMs;
   if (!Number.isFinite(at) || Math.abs(at - nowMs) > AGENT_CLOCK_SKEW_MS)
     return `the write is dated ${at}, more than ${AGENT_CLOCK_SKEW_MS / 1000} s from the API's clock (${nowMs})`;
+  // The attempt's measured GPU use the write adds, if any: the agent's own figures, checked for shape only.
+  const use = next.usage?.gpuUse?.find((u) => u.attempt === stored.attempt && !sameValue(u, usedBefore(stored)));
+  if (use) {
+    const problem = gpuUseProblem(use);
+    if (problem) return problem;
+  }
+  const gpuUse = use ? { gpuUse: use } : {};
   // Each event an agent sends, who may send it, and the state it leads to (only those that reach next's state are tried).
   const candidates: { readonly event: JobEvent | 'finish-cancel'; readonly leaderOnly: boolean; readonly yields: readonly string[] }[] = [
     { event: { type: 'start', attempt: stored.attempt }, leaderOnly: true, yields: ['running'] },
@@ -68,8 +76,8 @@ export function agentJobWriteProblem(
       leaderOnly: false,
       yields: ['checkpointing'],
     },
-    { event: { type: 'succeed', attempt: stored.attempt }, leaderOnly: true, yields: ['succeeded'] },
-    { event: { type: 'fail', attempt: stored.attempt, exitCode: next.exitCode ?? 1 }, leaderOnly: false, yields: ['failed'] },
+    { event: { type: 'succeed', attempt: stored.attempt, ...gpuUse }, leaderOnly: true, yields: ['succeeded'] },
+    { event: { type: 'fail', attempt: stored.attempt, exitCode: next.exitCode ?? 1, ...gpuUse }, leaderOnly: false, yields: ['failed'] },
     { event: 'finish-cancel', leaderOnly: true, yields: ['cancelled'] },
     // Any rank that cannot start sends the whole attempt back (node-rules: startFailure); a job whose cancel was
     // asked for ends cancelled instead, whatever the reason given.
@@ -78,6 +86,7 @@ export function agentJobWriteProblem(
         type: 'requeue',
         attempt: stored.attempt,
         reason: next.requeueReason ?? stored.requeueReason ?? { code: 'node-lost', message: 'requeued by its node' },
+        ...gpuUse,
       },
       leaderOnly: false,
       yields: ['pending', 'cancelled'],
@@ -91,7 +100,7 @@ export function agentJobWriteProblem(
   let leaderOnly: string | undefined;
   for (const c of candidates) {
     if (!c.yields.includes(next.state)) continue;
-    const result = c.event === 'finish-cancel' ? finishCancel(stored, at) : transition(stored, c.event, at);
+    const result = c.event === 'finish-cancel' ? finishCancel(stored, at, use) : transition(stored, c.event, at);
     if (!result.ok || !result.changed || !sameValue(result.job, next)) continue;
     if (!c.leaderOnly || rank === 0) return undefined;
     leaderOnly = `only the first rank of job ${stored.id} may record it ${eventName(c.event)}; machine ${nodeId} is rank ${rank}`;
@@ -154,6 +163,11 @@ export function attemptOfLocation(
   )
     return undefined;
   return Number(m[1]);
+}
+
+/** The use the stored job already has for its current attempt (a write that repeats it adds nothing). */
+function usedBefore(stored: Job): unknown {
+  return stored.usage?.gpuUse?.find((u) => u.attempt === stored.attempt);
 }
 
 function reasonOf(reason: Job['checkpointReason']): { reason?: NonNullable<Job['checkpointReason']> } {

@@ -8,6 +8,7 @@ import type { InstanceTypeCatalog } from '../catalog.ts';
 import type { NodeGroup } from '../fleet.ts';
 import { whyNoGroupHolds } from '../planner/capacity.ts';
 import { reason } from '../reason.ts';
+import { rightsizeSubmission, type RightsizePorts } from './rightsizing.ts';
 
 /**
  * The node groups a job could ever run on, for intake's check; undefined when they cannot all be
@@ -48,7 +49,7 @@ export type IntakeOutcome =
  * Store failures propagate (the caller retries them); nothing else throws.
  */
 export async function intake(
-  ports: { jobs: JobStore; clock: Clock; fleetShape?: FleetShape; services?: ServiceStore },
+  ports: { jobs: JobStore; clock: Clock; fleetShape?: FleetShape; services?: ServiceStore; rightsizing?: RightsizePorts },
   message: IntakeMessage,
 ): Promise<IntakeOutcome> {
   if (!isValidTeamId(message.team)) {
@@ -80,8 +81,21 @@ export async function intake(
         'service: the service is valid, but this deployment runs no services: give the stack its services and their load balancer target groups (GPU_FLEET_SERVICE_TARGET_GROUPS); nothing was started',
       ];
     } else if (check.ok) {
-      const why = await unschedulable(ports.fleetShape, check.spec);
-      const pending = newPendingJob({ id, team: message.team, spec: check.spec, submittedAtMs: nowMs });
+      // With `gpu.rightsize`, the family's measured use may give the job a smaller shape (kept on the job with why).
+      const sized =
+        ports.rightsizing && check.spec.gpu.rightsize
+          ? await rightsizeSubmission(
+              { ...ports.rightsizing, ...(ports.fleetShape ? { fleetShape: ports.fleetShape } : {}) },
+              message.team,
+              check.spec,
+              nowMs,
+            )
+          : { spec: check.spec };
+      const why = await unschedulable(ports.fleetShape, sized.spec);
+      const pending = {
+        ...newPendingJob({ id, team: message.team, spec: sized.spec, submittedAtMs: nowMs }),
+        ...(sized.decision ? { rightsize: sized.decision } : {}),
+      };
       const { created, job } = await ports.jobs.create(
         why ? { ...pending, unschedulable: reason('no-offering-fits', `at intake: ${why}; it waits for a group that can`) } : pending,
       );
@@ -112,10 +126,10 @@ async function takeService(services: ServiceStore, message: IntakeMessage, spec:
 
 /** A repeat of a stored submission: `duplicate` when it is the same one, `token-reused` when its spec differs. */
 export function repeated(stored: Job, message: IntakeMessage, spec: JobSpec | undefined): IntakeOutcome {
+  // A job right-sizing gave another shape is compared with what was submitted.
+  const submitted = stored.rightsize?.applied ? { ...stored.spec, gpu: stored.rightsize.from } : stored.spec;
   const same =
-    stored.state === 'rejected'
-      ? stored.rejection?.body === message.body
-      : spec !== undefined && canonical(stored.spec) === canonical(spec);
+    stored.state === 'rejected' ? stored.rejection?.body === message.body : spec !== undefined && canonical(submitted) === canonical(spec);
   if (same) return { outcome: 'duplicate', job: stored };
   return {
     outcome: 'token-reused',

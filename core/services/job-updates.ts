@@ -1,5 +1,6 @@
 import { ConflictError } from '../errors.ts';
 import { finishCancel, transition, type Job, type JobEvent, type TransitionResult } from '../job.ts';
+import type { AttemptGpuUse } from '../gpu-use.ts';
 import type { JobStore } from '../ports.ts';
 
 export type UpdateOutcome =
@@ -32,8 +33,8 @@ export async function applyJobEvent(
 }
 
 /** Records a job whose cancel was asked for as cancelled, once its process is gone (the leader's report). */
-export function finishCancelled(jobs: JobStore, jobId: string, nowMs: number): Promise<UpdateOutcome> {
-  return applyTransition(jobs, jobId, (job) => finishCancel(job, nowMs));
+export function finishCancelled(jobs: JobStore, jobId: string, nowMs: number, gpuUse?: AttemptGpuUse): Promise<UpdateOutcome> {
+  return applyTransition(jobs, jobId, (job) => finishCancel(job, nowMs, gpuUse));
 }
 
 /** The conditional-write loop under every job update: decide on the stored job, write if it is still that version, else again. */

@@ -5,6 +5,7 @@ import { MAX_CHECKPOINT_GRACE_SEC as MAX_GRACE_SEC } from '../job-spec.ts';
 import { ACTIVE_STATES, HELD_ATTEMPTS_KEPT_MS, type Job } from '../job.ts';
 import { actionResource, type ActionFailure, type Plan, type PlanAction } from '../plan.ts';
 import type {
+  FamilyRunStore,
   CheckpointStore,
   Clock,
   DecisionLog,
@@ -23,6 +24,7 @@ import { completeDrainedLifecycles, handleNotice, pollNotices, type NoticeSource
 import { applyJobEvent } from './job-updates.ts';
 import { checkpointSizeMiB, checkpointTimeoutSec } from './node-rules.ts';
 import { jobsOnInstance, requeueAttempt } from './requeue.ts';
+import { noteFinishedRuns } from './rightsizing.ts';
 import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from './snapshot-reader.ts';
 import { ApplyError, CloudError, codeOf, messageOf } from '../errors.ts';
 import { budgetStatus } from '../budget.ts';
@@ -45,6 +47,8 @@ export interface ReconcilePorts extends SnapshotPorts {
   readonly services?: ServiceStore;
   readonly serviceLoad?: ServiceLoadSource;
   readonly frontDoor?: FrontDoor;
+  /** Right-sizing's family runs: each reconcile notes the measured runs of the jobs that ended lately. */
+  readonly families?: FamilyRunStore;
 }
 
 export interface ReconcileOptions {
@@ -216,6 +220,12 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
     await completeDrainedLifecycles(ports, world.records, world.activeJobs, nowMs);
     // A degraded cloud's machines are not in the view: their records are kept, not forgotten.
     if (world.degraded.length === 0) await forgetGoneNodes(ports, world, nowMs);
+    // Runs that ended in the last three intervals (a reconcile that failed is covered by the next; a run noted twice is kept once).
+    if (ports.families)
+      await noteFinishedRuns(
+        ports.families,
+        await ports.jobs.listEndedSince(nowMs - 3 * options.policy.reconcileIntervalSec * 1000, nowMs),
+      );
     const decision: DecisionRecord = { ...base, applied, errors };
     await ports.decisions.record(decision);
     return { status: 'done', decision, snapshot, lostJobsRequeued, resumed, ...(polled ? { polled } : {}) };

@@ -1,4 +1,5 @@
 import { ACTIVE_STATES, type Job } from '../job.ts';
+import type { AttemptGpuUse } from '../gpu-use.ts';
 import type { CheckpointStore, JobStore } from '../ports.ts';
 import type { Reason } from '../reason.ts';
 import { applyJobEvent, type UpdateOutcome } from './job-updates.ts';
@@ -11,7 +12,7 @@ import { applyJobEvent, type UpdateOutcome } from './job-updates.ts';
  */
 export async function requeueAttempt(
   ports: { jobs: JobStore; checkpoints: CheckpointStore },
-  input: { jobId: string; attempt: number; reason: Reason; nowMs: number },
+  input: { jobId: string; attempt: number; reason: Reason; nowMs: number; gpuUse?: AttemptGpuUse },
 ): Promise<UpdateOutcome> {
   const latest = await ports.checkpoints.latest(input.jobId);
   if (latest) {
@@ -23,7 +24,12 @@ export async function requeueAttempt(
     );
     if (attached.status === 'not-found') return attached;
   }
-  return applyJobEvent(ports.jobs, input.jobId, { type: 'requeue', attempt: input.attempt, reason: input.reason }, input.nowMs);
+  return applyJobEvent(
+    ports.jobs,
+    input.jobId,
+    { type: 'requeue', attempt: input.attempt, reason: input.reason, ...(input.gpuUse ? { gpuUse: input.gpuUse } : {}) },
+    input.nowMs,
+  );
 }
 
 function isNewer(cp: NonNullable<Job['checkpoint']>, job: Job): boolean {

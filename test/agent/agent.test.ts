@@ -538,3 +538,76 @@ describe('node agent: checkpoints and interruptions', () => {
     expect(w.output(workB, 'nlp.gang', 1)[0]).toMatchObject({ rank: '1' });
   });
 });
+
+describe('node agent: the GPU use of each attempt, from nvidia-smi, reported at its end', () => {
+  it('an H100 under load (a real capture): peak memory and utilisation reach the job through the agent API', async () => {
+    const w = world();
+    const api = await w.startApi();
+    const a = w.agent('i-0aaaa0100', { api, fixture: { capture: 'linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01', phase: 'load' } });
+    await a.heartbeat();
+    await w.submit('nlp.measured', { command: ['node', COUNTER_JOB, '40', '50'], checkpoint: undefined });
+    await w.place('nlp.measured', ['i-0aaaa0100']);
+    await a.heartbeat(); // starts it
+    await a.beat(); // two looks while it runs
+    await a.beat();
+    const done = await waitFor('the job to succeed', async () => {
+      const j = (await w.jobs.get('nlp.measured'))!;
+      return j.state === 'succeeded' ? j : undefined;
+    });
+    // What the capture shows: 19818 MiB used of 81559 MiB, "GPU : 100 %".
+    expect(done.usage!.gpuUse).toEqual([
+      {
+        attempt: 1,
+        rank: 0,
+        looks: 2,
+        devices: 1,
+        busyDevices: 1,
+        model: 'H100',
+        deviceMemoryMiB: 81_559,
+        peakMemoryMiB: 19_818,
+        meanSmPct: 100,
+        p95SmPct: 100,
+      },
+    ]);
+  });
+
+  it('a MIG device (a real H100 MIG capture under load): its own memory, and no utilisation, as nvidia-smi reports it', async () => {
+    const w = world();
+    const a = w.agent('i-mig', { fixture: { capture: 'linux-x86_64__nvidia-h100-mig__590.48.01', phase: 'load' } });
+    await a.heartbeat();
+    const gpu = (await w.nodes.get('i-mig'))!.gpus[0]!;
+    const device = gpu.migDevices![0]!;
+    await w.submit('nlp.slice', {
+      command: ['node', COUNTER_JOB, '40', '50'],
+      checkpoint: undefined,
+      gpu: { kind: 'mig', profile: device.profile!, models: ['H100'] },
+    });
+    const job = (await w.jobs.get('nlp.slice'))!;
+    await w.nodes.assign('i-mig', job.id, 1);
+    await applyJobEvent(
+      w.jobs,
+      job.id,
+      {
+        type: 'place',
+        attempt: 1,
+        placement: {
+          capacityType: 'spot',
+          nodes: [{ nodeId: 'i-mig', gpuIndices: [0], mig: { profile: device.profile!, startSlice: device.startSlice ?? 0 } }],
+        },
+      },
+      Date.now(),
+    );
+    await a.heartbeat();
+    await a.beat();
+    const done = await waitFor('the job to succeed', async () => {
+      const j = (await w.jobs.get('nlp.slice'))!;
+      return j.state === 'succeeded' ? j : undefined;
+    });
+    const use = done.usage!.gpuUse![0]!;
+    expect(use).toMatchObject({ attempt: 1, model: 'H100', deviceMemoryMiB: device.memoryMiB, busyDevices: 1 });
+    expect(use.p95SmPct).toBeUndefined();
+    // The memory used of the slice it held, as the capture shows it (the allocator picks one of that profile).
+    const slices = a.lastInventory!.gpus[0]!.mig.devices.filter((d) => d.profile === device.profile);
+    expect(slices.map((d) => d.memoryUsedMiB)).toContain(use.peakMemoryMiB);
+  });
+});

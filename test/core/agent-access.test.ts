@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { checkpointFolder, finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../../core/job.ts';
 import { reason } from '../../core/reason.ts';
+import type { AttemptGpuUse } from '../../core/gpu-use.ts';
 import {
   AGENT_CLOCK_SKEW_MS,
   AgentRefused,
@@ -123,6 +124,56 @@ describe('what an agent may write to a job', () => {
     const late = wire((transition(stored, { type: 'fail', attempt: 2, exitCode: 3 }, T + AGENT_CLOCK_SKEW_MS + 1) as { job: Job }).job);
     expect(agentJobWriteProblem(stored, late, N0, T, undefined)).toMatch(/more than 300 s from the API's clock/);
     expect(agentJobWriteProblem(stored, { ...ok, id: 'cv.other' }, N0, T, undefined)).toMatch(/is for job cv\.other/);
+  });
+
+  it('takes the attempt’s measured GPU use with the event that ends it, checked for shape, and nothing that rewrites an earlier attempt’s', () => {
+    const earlier: AttemptGpuUse = {
+      attempt: 1,
+      rank: 0,
+      looks: 40,
+      devices: 1,
+      busyDevices: 1,
+      model: 'T4',
+      deviceMemoryMiB: 15_360,
+      peakMemoryMiB: 3_000,
+      meanSmPct: 20,
+      p95SmPct: 31,
+    };
+    const stored = placedJob('running', {
+      usage: {
+        attempts: 1,
+        heldSec: 600,
+        gpuSec: 600,
+        spotSec: 600,
+        costMicroUsd: 1,
+        onDemandMicroUsd: 1,
+        reworkSec: 0,
+        gpuUse: [earlier],
+      },
+    });
+    const gpuUse: AttemptGpuUse = { ...earlier, attempt: 2, looks: 12, peakMemoryMiB: 4_100, p95SmPct: 44 };
+    const ends: (JobEvent | 'finish-cancel')[] = [
+      { type: 'succeed', attempt: 2, gpuUse },
+      { type: 'fail', attempt: 2, exitCode: 3, gpuUse },
+      { type: 'requeue', attempt: 2, reason: reason('interrupted', 'spot'), gpuUse },
+    ];
+    for (const e of ends) {
+      const next = wire((transition(stored, e as JobEvent, T) as { job: Job }).job);
+      expect(next.usage!.gpuUse).toEqual([earlier, gpuUse]);
+      expect(agentJobWriteProblem(stored, next, N0, T, undefined), JSON.stringify(e)).toBeUndefined();
+    }
+    const cancelling = { ...stored, cancelRequested: true };
+    const cancelled = wire((finishCancel(cancelling, T, gpuUse) as { job: Job }).job);
+    expect(agentJobWriteProblem(cancelling, cancelled, N0, T, undefined)).toBeUndefined();
+    // Use for another attempt is not taken; figures no agent measures are refused, saying what is wrong.
+    expect(
+      (transition(stored, { type: 'succeed', attempt: 2, gpuUse: { ...gpuUse, attempt: 1 } }, T) as { job: Job }).job.usage!.gpuUse,
+    ).toEqual([earlier]);
+    const bad = wire((transition(stored, { type: 'succeed', attempt: 2, gpuUse: { ...gpuUse, p95SmPct: 150 } }, T) as { job: Job }).job);
+    expect(agentJobWriteProblem(stored, bad, N0, T, undefined)).toMatch(/p95SmPct must be a percentage from 0 to 100, got 150/);
+    const ok = wire((transition(stored, { type: 'succeed', attempt: 2, gpuUse }, T) as { job: Job }).job);
+    const rewritten = { ...ok, usage: { ...ok.usage!, gpuUse: [{ ...earlier, peakMemoryMiB: 1 }, gpuUse] } };
+    expect(agentJobWriteProblem(stored, rewritten, N0, T, undefined)).toMatch(/not a change an agent makes/);
   });
 
   it('attaches only the job’s newest complete checkpoint: not one the agent made up, nor another job’s', () => {
