@@ -6,6 +6,7 @@ import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda'
 import { isCloudError, messageOf } from '../core/errors.ts';
 import type { Clock, DeadLetter, JobStore, ServiceStore } from '../core/ports.ts';
 import { intake, type FleetShape } from '../core/services/intake.ts';
+import type { RightsizePorts } from '../core/services/rightsizing.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
 export type { DeadLetter };
@@ -20,6 +21,8 @@ export interface IntakeDeps {
   readonly fleetShape?: FleetShape;
   /** Service records, when the fleet runs services (GPU_FLEET_SERVICE_TARGET_GROUPS); without them a service spec is rejected, saying why. */
   readonly services?: ServiceStore;
+  /** Right-sizing's family runs and the catalogue's GPU models, for specs with `gpu.rightsize`; absent: such specs keep their shape. */
+  readonly rightsizing?: RightsizePorts;
   readonly obs: Observability;
   readonly timeoutEarlyInMillis?: number;
 }
@@ -62,12 +65,19 @@ export function createIntakeHandler(deps: IntakeDeps) {
     }
     try {
       const out = await intake(
-        { jobs: deps.jobs, clock: deps.clock, fleetShape: deps.fleetShape, ...(deps.services ? { services: deps.services } : {}) },
+        {
+          jobs: deps.jobs,
+          clock: deps.clock,
+          fleetShape: deps.fleetShape,
+          ...(deps.services ? { services: deps.services } : {}),
+          ...(deps.rightsizing ? { rightsizing: deps.rightsizing } : {}),
+        },
         { team, body: r.body, token },
       );
       switch (out.outcome) {
         case 'accepted':
-          log.info('job accepted', { jobId: out.job.id, team });
+          log.info('job accepted', { jobId: out.job.id, team, ...(out.job.rightsize ? { rightsize: out.job.rightsize } : {}) });
+          if (out.job.rightsize?.applied) metrics.addMetric('JobsRightsized', MetricUnit.Count, 1);
           metrics.addMetric('JobsAccepted', MetricUnit.Count, 1);
           if (out.unschedulable) {
             // Kept pending (a group that can hold it may be added), and said now rather than after a reconcile.

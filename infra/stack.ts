@@ -823,6 +823,15 @@ export class GpuFleetStack extends Stack {
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({ sid: 'Jobs', actions: ['dynamodb:GetItem', 'dynamodb:PutItem'], resources: [this.tables.jobs.tableArn] }),
     );
+    // A spec with gpu.rightsize reads its family's measured runs (control-table items under pk "family"; reconcile writes them).
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'RightsizingFamilies',
+        actions: ['dynamodb:GetItem'],
+        resources: [this.tables.control.tableArn],
+        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['family'] } },
+      }),
+    );
     allow(
       role,
       'Idempotency',

@@ -1,5 +1,5 @@
 // Lambda entry: the intake function (SQS event source on every team queue).
-import { awsShippedCatalog } from '../../cloud/catalog/shipped.ts';
+import { awsShippedCatalog, gpuOffers } from '../../cloud/catalog/shipped.ts';
 import { fleetPortsFromEnv } from '../../cloud/wiring.ts';
 import { fleetShapeFrom } from '../../core/services/intake.ts';
 import { createIntakeHandler, teamFromQueueArn } from '../intake.ts';
@@ -14,5 +14,6 @@ export const handler = createIntakeHandler({
   // AWS groups only: intake has no GCP credentials, and a job is never called unschedulable on half the fleet.
   ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, awsShippedCatalog().instanceTypes, ports.clock) }),
   ...(ports.services ? { services: ports.services } : {}),
+  rightsizing: { families: ports.stores.families, offers: gpuOffers(awsShippedCatalog()) },
   obs: observability('gpu-fleet-intake'),
 });

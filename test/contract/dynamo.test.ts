@@ -6,6 +6,7 @@ import { serviceStoreContract } from './service-store.contract.ts';
 import {
   checkpointStoreContract,
   decisionLogContract,
+  familyRunStoreContract,
   leaseStoreContract,
   nodeStoreContract,
   planJournalContract,
@@ -33,3 +34,4 @@ checkpointStoreContract('DynamoDB', async () => (await stores()).checkpoints);
 poolHistoryContract('DynamoDB', async () => (await stores()).pools);
 planJournalContract('DynamoDB', async () => (await stores()).journal);
 serviceStoreContract('DynamoDB (control table)', async () => new DynamoServiceStore(db.doc, (await db.createTables()).control));
+familyRunStoreContract('DynamoDB (control table)', async () => (await stores()).families);

@@ -5,6 +5,7 @@ import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import {
   MemoryCheckpointStore,
   MemoryDecisionLog,
+  MemoryFamilyRuns,
   MemoryJobQueue,
   MemoryJobStore,
   MemoryLeaseStore,
@@ -26,6 +27,7 @@ import { budgetTagSourceContract, catalogAndPricesContract, clockContract, jobQu
 import {
   checkpointStoreContract,
   decisionLogContract,
+  familyRunStoreContract,
   leaseStoreContract,
   nodeStoreContract,
   planJournalContract,
@@ -92,3 +94,4 @@ frontDoorContract('sim (a target group on the virtual clock)', async () => {
 });
 
 serviceStoreContract('sim (memory)', async () => new MemoryServiceStore());
+familyRunStoreContract('sim (memory)', async () => new MemoryFamilyRuns());

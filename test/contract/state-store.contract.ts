@@ -1,8 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeRecord } from '../../core/fleet.ts';
 import type { PlanAction } from '../../core/plan.ts';
+import type { RightsizeRun } from '../../core/rightsizing.ts';
 import type {
   CheckpointStore,
+  FamilyRunStore,
   DecisionLog,
   DecisionRecord,
   LeaseStore,
@@ -348,6 +350,41 @@ export function planJournalContract(name: string, make: () => Promise<PlanJourna
       const many = Array.from({ length: 12_000 }, (_, i) => action(i));
       await j.start('decision-000000000000002', T0, many);
       expect((await j.unfinished())!.actions).toHaveLength(12_000);
+    });
+  });
+}
+
+const familyRun = (jobId: string, endedAtMs: number): RightsizeRun => ({
+  jobId,
+  endedAtMs,
+  state: 'succeeded',
+  gpu: { kind: 'whole', count: 1, models: ['A100-80GB'] },
+  nodes: 1,
+  use: {
+    looks: 30,
+    devices: 1,
+    busyDevices: 1,
+    model: 'A100-80GB',
+    deviceMemoryMiB: 81_920,
+    peakMemoryMiB: 9_216,
+    meanSmPct: 9,
+    p95SmPct: 12,
+  },
+  costMicroUsd: 5_120_000,
+});
+
+export function familyRunStoreContract(name: string, make: () => Promise<FamilyRunStore>): void {
+  describe(`FamilyRunStore contract: ${name}`, () => {
+    it("keeps each family's runs once per job, oldest first, the newest 20, whatever order and however often they are noted", async () => {
+      const s = await make();
+      const f = 'nlp/ranker/ghcr.io/acme/ranker:3';
+      expect(await s.runs(f)).toEqual([]);
+      const runs = Array.from({ length: 24 }, (_, i) => familyRun(`nlp.r${i}`, T0 + i * 60_000));
+      await s.note(runs.slice(12).map((run) => ({ family: f, run })));
+      await s.note([...runs.slice(0, 14).reverse(), runs[3]!].map((run) => ({ family: f, run })));
+      await s.note([{ family: 'cv/(no project)/x', run: familyRun('cv.a', T0) }]);
+      expect((await s.runs(f)).map((r) => r.jobId)).toEqual(runs.slice(4).map((r) => r.jobId));
+      expect(await s.runs('cv/(no project)/x')).toEqual([familyRun('cv.a', T0)]);
     });
   });
 }

@@ -230,7 +230,7 @@ describe('right-sizing at intake: suggest, or auto for a recurring family', () =
       why: expect.stringMatching(/1 measured run of 2 needed/),
     });
     const two = spec('auto', { kind: 'whole', count: 2, models: ['A100-80GB'] });
-    const twoRuns = [1, 2].map((i) => run(`j${i}`, i, { gpu: two }, { devices: 2, busyDevices: 1 }));
+    const twoRuns = [1, 2].map((i) => run(`j${i}`, i, { gpu: two.gpu }, { devices: 2, busyDevices: 1 }));
     expect(rightsizeAtIntake('nlp', two, twoRuns, OFFERS, 10, all)!.decision.why).toMatch(/the number of GPUs is the job's parallelism/);
     const slice: GpuRequest = { kind: 'mig', profile: '2g.20gb', models: ['A100-80GB'] };
     const failed = run('c', 3, { state: 'failed', gpu: slice, rightsizedFrom: WHOLE_A100 });
