@@ -11,6 +11,18 @@ import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { formatNumber, gpuHours, money, pct, table } from './format.ts';
 import type { Io } from './people.ts';
 import { colorsByName, esc, palette, stackedChart } from './charts.ts';
+import type { GpuRequest } from '../core/gpu.ts';
+import {
+  describeShape,
+  recommendShape,
+  rightsizeFamily,
+  runOf,
+  type GpuOffers,
+  type RightsizeRun,
+  type ShapeKind,
+} from '../core/rightsizing.ts';
+import { shippedCatalog } from '../cloud/catalog/all-shipped.ts';
+import { gpuOffers } from '../cloud/catalog/shipped.ts';
 
 export interface ReportFlags extends FleetFlags {
   readonly team?: string;
@@ -90,7 +102,41 @@ export interface FinOpsReport {
     readonly usedByTeam: readonly { readonly team: string; readonly costMicroUsd: number }[];
     readonly unusedByReservation: readonly { readonly reservation: string; readonly costMicroUsd: number }[];
   };
+  /**
+   * Right-sizing: job families (a team's jobs with one `project` label and one image) and single
+   * jobs whose measured GPU use fits a smaller shape, with the saving at the prices they ran at.
+   */
+  readonly rightsizing: readonly RightsizingRow[];
   readonly notes: readonly string[];
+}
+
+/** One right-sizing finding: a family of recurring jobs (2 runs or more) or one job. */
+export interface RightsizingRow {
+  readonly scope: 'family' | 'job';
+  readonly family: string;
+  readonly team: string;
+  readonly project: string;
+  readonly image: string;
+  readonly jobs: readonly string[];
+  readonly runs: number;
+  readonly from: string;
+  readonly to: string;
+  readonly kind: ShapeKind;
+  /** The shape as a spec's `gpu` would give it. */
+  readonly toGpu: GpuRequest;
+  readonly model: string;
+  readonly peakMemoryMiB: number;
+  readonly needMemoryMiB: number;
+  readonly meanSmPct?: number;
+  readonly p95SmPct?: number;
+  readonly costMicroUsd: number;
+  readonly savingMicroUsd: number;
+  readonly savingPct: number;
+  readonly memoryHeadroomPct: number;
+  readonly confidence: 'high' | 'medium' | 'low';
+  readonly why: string;
+  /** Other shapes that hold it, in order, with their cost as a share of the current one. */
+  readonly alternatives: readonly string[];
 }
 
 /**
@@ -183,6 +229,9 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
           unusedByReservation,
         }
       : undefined;
+  const rightsizing = rightsizingRows(jobs, gpuOffers(shippedCatalog()));
+  if (rightsizing.length === 0 && jobs.some((j) => j.usage?.gpuUse === undefined && j.state === 'succeeded'))
+    notes.push('no right-sizing: finished jobs here carry no measured GPU use (their agents report it at each attempt end)');
   return {
     source: fleet.source,
     period,
@@ -209,8 +258,57 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
     jobs: rows.sort((a, b) => b.costMicroUsd - a.costMicroUsd),
     lowUtilization: lowUtilization.sort((a, b) => (a.utilizationPct ?? 0) - (b.utilizationPct ?? 0)),
     ...(reserved ? { reserved } : {}),
+    rightsizing,
     notes,
   };
+}
+
+/**
+ * Right-sizing rows from the period's finished jobs: each family's measured runs together (a family
+ * of one is a job row), through the same recommendation intake uses for `gpu.rightsize: "auto"`.
+ */
+export function rightsizingRows(jobs: readonly Job[], offers: GpuOffers): RightsizingRow[] {
+  const families = new Map<string, { team: string; spec: Job['spec']; runs: RightsizeRun[] }>();
+  for (const j of jobs) {
+    const run = runOf(j);
+    if (!run) continue;
+    const key = rightsizeFamily(j.team, j.spec);
+    const f = families.get(key) ?? { team: j.team, spec: j.spec, runs: [] };
+    f.runs.push(run);
+    families.set(key, f);
+  }
+  const rows: RightsizingRow[] = [];
+  for (const [family, f] of families) {
+    const r = recommendShape(family, f.runs, offers);
+    if (!r.ok) continue;
+    const x = r.recommendation;
+    rows.push({
+      scope: x.runs > 1 ? 'family' : 'job',
+      family,
+      team: f.team,
+      project: f.spec.labels?.project ?? '(no project)',
+      image: f.spec.image,
+      jobs: x.jobIds,
+      runs: x.runs,
+      from: describeShape(x.from),
+      to: describeShape(x.to.gpu),
+      kind: x.to.kind,
+      toGpu: x.to.gpu,
+      model: x.model,
+      peakMemoryMiB: x.peakMemoryMiB,
+      needMemoryMiB: x.needMemoryMiB,
+      ...(x.meanSmPct !== undefined ? { meanSmPct: x.meanSmPct } : {}),
+      ...(x.p95SmPct !== undefined ? { p95SmPct: x.p95SmPct } : {}),
+      costMicroUsd: x.costMicroUsd,
+      savingMicroUsd: x.savingMicroUsd,
+      savingPct: x.costMicroUsd > 0 ? Math.round((1000 * x.savingMicroUsd) / x.costMicroUsd) / 10 : 0,
+      memoryHeadroomPct: x.memoryHeadroomPct,
+      confidence: x.confidence,
+      why: x.why,
+      alternatives: x.candidates.slice(1, 4).map((c) => `${describeShape(c.gpu)} (${Math.round(c.costRatio * 100)}%)`),
+    });
+  }
+  return rows.sort((a, b) => b.savingMicroUsd - a.savingMicroUsd || (a.family < b.family ? -1 : 1));
 }
 
 function touches(j: Job, startMs: number, endMs: number): boolean {
@@ -272,6 +370,21 @@ export function reportCsv(r: FinOpsReport): string {
       utilization_pct: j.utilizationPct?.toFixed(1) ?? '',
       reserved_usd: j.reservedMicroUsd > 0 ? usd(j.reservedMicroUsd) : '',
     });
+  for (const x of r.rightsizing)
+    row('rightsizing', {
+      name: x.family,
+      team: x.team,
+      project: x.project,
+      cost_usd: usd(x.costMicroUsd),
+      runs: x.runs,
+      rightsize_from: x.from,
+      rightsize_to: x.to,
+      saving_usd: usd(x.savingMicroUsd),
+      peak_memory_mib: x.peakMemoryMiB,
+      utilization_pct: x.meanSmPct?.toFixed(1) ?? '',
+      p95_utilization_pct: x.p95SmPct ?? '',
+      confidence: x.confidence,
+    });
   if (r.reserved) {
     for (const x of r.reserved.usedByTeam) row('reserved-used', { name: x.team, team: x.team, cost_usd: usd(x.costMicroUsd) });
     for (const x of r.reserved.unusedByReservation) row('reserved-unused', { name: x.reservation, cost_usd: usd(x.costMicroUsd) });
@@ -299,6 +412,14 @@ const CSV_COLUMNS = [
   'utilization_pct',
   /** Job rows: what it ran on reserved capacity; `reserved-used` rows (by team) and `reserved-unused` rows (by reservation) follow. */
   'reserved_usd',
+  /** `rightsizing` rows (a family or a job): its measured runs, the shape it ran with and the one that holds its use, the saving at the prices they ran at. */
+  'runs',
+  'rightsize_from',
+  'rightsize_to',
+  'saving_usd',
+  'peak_memory_mib',
+  'p95_utilization_pct',
+  'confidence',
 ] as const;
 
 export function reportText(r: FinOpsReport): string {
@@ -380,6 +501,28 @@ export function reportText(r: FinOpsReport): string {
         )
       : '  (none)',
   );
+  if (r.rightsizing.length > 0) {
+    const saving = r.rightsizing.reduce((a, x) => a + x.savingMicroUsd, 0);
+    out.push(
+      '',
+      `Right-sizing: ${money(saving)} of ${money(r.rightsizing.reduce((a, x) => a + x.costMicroUsd, 0))} saved had these run in the shape their measured use needs`,
+      table(
+        ['family or job', 'runs', 'ran in', 'needs', 'peak mem', 'GPU use p95', 'saving', 'confidence'],
+        r.rightsizing
+          .slice(0, 15)
+          .map((x) => [
+            x.scope === 'job' ? x.jobs[0]! : x.family,
+            x.runs,
+            x.from,
+            x.to,
+            `${(x.peakMemoryMiB / 1024).toFixed(1)} GiB`,
+            x.p95SmPct === undefined ? 'n/a' : pct(x.p95SmPct),
+            `${money(x.savingMicroUsd)} (${pct(x.savingPct)})`,
+            x.confidence,
+          ]),
+      ),
+    );
+  }
   if (r.lowUtilization.length > 0)
     out.push(
       '',
@@ -482,6 +625,17 @@ ${
     r.byProject.slice(0, 20).map((x) => ({ name: x.project, value: x.costMicroUsd })),
   )}
 <h2>Jobs by cost</h2><table><thead><tr><th>job</th><th>team</th><th>project</th><th>state</th><th>GPU-h</th><th>spot</th><th>cost</th><th>saved</th><th>interruptions</th><th>moves</th><th>GPU use</th></tr></thead><tbody>${jobRows}</tbody></table>
+${
+  r.rightsizing.length
+    ? `<h2>Right-sizing</h2><p>What the finished jobs' measured GPU use needed, and what running in that shape would have saved at the prices they ran at.</p><table data-table="rightsizing"><thead><tr><th>family or job</th><th>runs</th><th>ran in</th><th>needs</th><th>peak memory</th><th>GPU use (mean / p95)</th><th>cost</th><th>saving</th><th>confidence</th></tr></thead><tbody>${r.rightsizing
+        .slice(0, 50)
+        .map(
+          (x) =>
+            `<tr title="${esc(x.why)}"><td>${esc(x.scope === 'job' ? x.jobs[0]! : x.family)}</td><td>${x.runs}</td><td>${esc(x.from)}</td><td>${esc(x.to)}</td><td>${(x.peakMemoryMiB / 1024).toFixed(1)} GiB</td><td>${x.meanSmPct === undefined ? 'n/a' : `${x.meanSmPct.toFixed(0)}% / ${x.p95SmPct}%`}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${formatUsd(x.savingMicroUsd)} (${x.savingPct.toFixed(0)}%)</td><td>${x.confidence}</td></tr>`,
+        )
+        .join('')}</tbody></table>`
+    : ''
+}
 ${r.lowUtilization.length ? `<h2>Running jobs with GPUs mostly idle</h2><ul>${r.lowUtilization.map((j) => `<li>${esc(j.job)} (${esc(j.team)}): ${(j.utilizationPct ?? 0).toFixed(0)}% GPU use, ${formatUsd(j.costMicroUsd)} so far</li>`).join('')}</ul>` : ''}
 ${r.notes.length ? `<h2>Notes</h2><ul>${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : ''}
 </body></html>

@@ -445,6 +445,13 @@ function jobLines(job: Job, now: number): [string, string][] {
         job.placement.nodes.map((n) => `${n.nodeId} GPU ${n.gpuIndices.join(',')}${n.mig ? ` MIG ${n.mig.profile}` : ''}`).join('; '),
       ),
     ]);
+  if (job.rightsize) lines.push([`right-sizing (${job.rightsize.mode})`, job.rightsize.why]);
+  const measured = job.usage?.gpuUse?.at(-1);
+  if (measured)
+    lines.push([
+      'GPU use measured',
+      `attempt ${measured.attempt}: peak ${(measured.peakMemoryMiB / 1024).toFixed(1)} of ${(measured.deviceMemoryMiB / 1024).toFixed(1)} GiB${measured.meanSmPct !== undefined ? `, utilisation ${measured.meanSmPct}% mean, ${measured.p95SmPct}% p95` : ', utilisation not reported (MIG)'}, ${measured.busyDevices} of ${measured.devices} GPU${measured.devices === 1 ? '' : 's'} used, ${measured.looks} looks`,
+    ]);
   if (job.hold) lines.push(['held', `${job.hold.code}: ${job.hold.message}`]);
   if (job.unschedulable && job.state === 'pending') lines.push(['unschedulable', job.unschedulable.message]);
   if (job.requeueReason) lines.push(['last requeue', `${job.requeueReason.code}: ${job.requeueReason.message}`]);
@@ -538,6 +545,7 @@ export function explainJob(
   now: number,
 ): { job: string; state: string; summary: string; details: readonly string[]; decisionId?: string } {
   const details: string[] = [];
+  if (job.rightsize) details.push(`right-sizing (${job.rightsize.mode}) at intake: ${job.rightsize.why}`);
   if (job.state === 'rejected')
     return {
       job: job.id,
@@ -565,6 +573,7 @@ export function explainJob(
                 ...t.tagProblems.map((p) => `tag problem: ${p}`),
               ]
             : []),
+          ...details,
         ],
         ...(d ? { decisionId: d.id } : {}),
       };
