@@ -1,6 +1,7 @@
 /**
  * npm run bench:replay [-- --traces DIR] [--hours H] [--seeds 1,2,3] [--json] [--help]
  * npm run bench:replay -- --reservations [--hours H] [--seeds 1,2,3] [--json]
+ * npm run bench:replay -- --rightsizing [--oversized 25,50] [--hours H] [--seeds 1,2,3] [--json]
  *
  * Every trace sample (CSV in the shared cleaned format) under every policy, on the built-in
  * simulated fleet and spot market: per trace and policy, the cost against the all-on-demand
@@ -9,6 +10,13 @@
  * the same job all on-demand. Each trace is
  * replayed over its busiest H hours of submissions (default 72), for H virtual hours; the same
  * seed gives every policy the same market.
+ *
+ * With --rightsizing [--oversized 0.25,0.5]: the right-sizing scenario (cloud/sim/defaults.ts
+ * rightsizingScenario): the built-in trace on A100 machines, its one-GPU jobs in recurring families,
+ * a share of the families oversized. Each share and seed runs twice, the specs saying
+ * `gpu.rightsize: "suggest"` (the baseline) and `"auto"`: the fleet's cost measured in both, jobs
+ * given a smaller shape, how many of those failed, and the report's estimate of the saving from
+ * the baseline's finished jobs beside the saving measured.
  *
  * With --reservations: the built-in trace on the built-in fleet plus an On-Demand Capacity
  * Reservation and a Capacity Block (cloud/sim/defaults.ts reservationScenario), under gpu-fleet,
@@ -20,7 +28,18 @@ import { existsSync, readdirSync } from 'node:fs';
 import { Command } from 'commander';
 import { listOf, wholeNumber } from '../cloud/flags.ts';
 import { join } from 'node:path';
-import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags, reservationScenario } from '../cloud/sim/defaults.ts';
+import {
+  BUILT_IN_SPOT,
+  BUILT_IN_TRACE,
+  DEFAULT_SIM_GROUPS,
+  defaultTeamTags,
+  reservationScenario,
+  rightsizingScenario,
+} from '../cloud/sim/defaults.ts';
+import { shippedCatalog } from '../cloud/catalog/all-shipped.ts';
+import { gpuOffers } from '../cloud/catalog/shipped.ts';
+import { usageSoFar, type Job } from '../core/job.ts';
+import { rightsizingRows } from '../cli/finops.ts';
 import { withSlowdowns } from '../cloud/sim/job-times.ts';
 import { DEFAULT_SIM_START_MS, RESERVATION_POLICIES, runSimulation, SIM_POLICIES } from '../cloud/sim/simulation.ts';
 import { loadWorkload } from '../cloud/sim/workload.ts';
@@ -51,6 +70,8 @@ interface ReplayOptions {
   readonly seeds: number[];
   readonly json?: boolean;
   readonly reservations?: boolean;
+  readonly rightsizing?: boolean;
+  readonly oversized: number[];
 }
 
 function options(): ReplayOptions {
@@ -71,6 +92,13 @@ function options(): ReplayOptions {
     )
     .option('--json', 'print the rows as JSON')
     .option('--reservations', 'the reservation scenario: an ODCR and a Capacity Block beside spot and on-demand, three policies')
+    .option('--rightsizing', 'the right-sizing scenario: recurring job families, a share oversized, rightsize "suggest" against "auto"')
+    .option(
+      '--oversized <list>',
+      'with --rightsizing: comma-separated shares of the job families that are oversized, in percent',
+      listOf(wholeNumber('--oversized', 0, 100)),
+      [25, 50],
+    )
     .parse()
     .opts<ReplayOptions>();
 }
@@ -78,6 +106,7 @@ function options(): ReplayOptions {
 async function main(): Promise<void> {
   const a = options();
   if (a.reservations) return reservationsBench(a);
+  if (a.rightsizing) return rightsizingBench(a);
   const files = a.traces
     ? readdirSync(a.traces)
         .filter((f) => f.endsWith('.csv') && !f.includes('nodes'))
@@ -266,6 +295,93 @@ async function reservationsBench(a: ReplayOptions): Promise<void> {
                 `${x.kind} ${x.utilizationPct.toFixed(1)}% / ${x.utilizationWhileQueuedPct === null ? '-' : `${x.utilizationWhileQueuedPct.toFixed(1)}%`} (${x.queuedMinutes} min), ${x.killedAtEnd} killed`,
             )
             .join('; '),
+      ].join(' '),
+    );
+}
+
+/** The right-sizing scenario: per share of oversized families and seed, `suggest` (the baseline) against `auto`. */
+async function rightsizingBench(a: ReplayOptions): Promise<void> {
+  const base = loadWorkload(BUILT_IN_TRACE, { hours: a.hours });
+  const offers = gpuOffers(shippedCatalog());
+  const rows = [];
+  for (const pct of a.oversized)
+    for (const seed of a.seeds) {
+      const run = async (mode: 'suggest' | 'auto') => {
+        const { workload, groups } = rightsizingScenario(base, { oversizedShare: pct / 100, mode });
+        const r = await runSimulation({ workload, groups, teamTags: defaultTeamTags(workload.teams, 1_000_000), seed, hours: a.hours });
+        const end = r.summary.virtualHours * 3_600_000 + DEFAULT_SIM_START_MS;
+        const held = r.jobs.reduce((x, j) => x + (usageSoFar(j, end)?.costMicroUsd ?? 0), 0);
+        return { r, held };
+      };
+      const suggest = await run('suggest');
+      const auto = await run('auto');
+      const sized = auto.r.jobs.filter((j) => j.rightsize?.applied);
+      const found = rightsizingRows(suggest.r.jobs, offers);
+      const estimate = found.reduce((x, row) => x + row.savingMicroUsd, 0);
+      // The same finished jobs the estimate is made from, as they cost in each run (auto sizes a family from its third run on).
+      const ids = new Set(found.flatMap((row) => row.jobs));
+      const costOf = (jobs: readonly Job[]) => jobs.filter((j) => ids.has(j.id)).reduce((x, j) => x + (j.usage?.costMicroUsd ?? 0), 0);
+      rows.push({
+        oversizedPct: pct,
+        seed,
+        jobs: auto.r.summary.jobs,
+        fleetCostSuggestUsd: round(suggest.r.summary.costMicroUsd / 1e6),
+        fleetCostAutoUsd: round(auto.r.summary.costMicroUsd / 1e6),
+        fleetCostRatio: round(auto.r.summary.costMicroUsd / Math.max(1, suggest.r.summary.costMicroUsd)),
+        jobsCostSuggestUsd: round(suggest.held / 1e6),
+        jobsCostAutoUsd: round(auto.held / 1e6),
+        estimatedSavingUsd: round(estimate / 1e6),
+        sameJobsSuggestUsd: round(costOf(suggest.r.jobs) / 1e6),
+        sameJobsAutoUsd: round(costOf(auto.r.jobs) / 1e6),
+        rightsized: sized.length,
+        rightsizedFailed: sized.filter((j) => j.state === 'failed').length,
+        completedSuggest: suggest.r.summary.completed,
+        completedAuto: auto.r.summary.completed,
+        failedAuto: auto.r.summary.failed,
+        lost: suggest.r.summary.lost + auto.r.summary.lost,
+        utilizationSuggestPct: suggest.r.summary.utilizationPct,
+        utilizationAutoPct: auto.r.summary.utilizationPct,
+        p95WaitMinSuggest: round(suggest.r.summary.p95WaitSec / 60),
+        p95WaitMinAuto: round(auto.r.summary.p95WaitSec / 60),
+      });
+    }
+  if (a.json) {
+    process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
+    return;
+  }
+  console.log(
+    [
+      'oversized',
+      'seed',
+      'fleet $ suggest'.padStart(16),
+      'fleet $ auto'.padStart(13),
+      'auto ÷ suggest'.padStart(15),
+      'jobs $ suggest → auto'.padStart(22),
+      'report estimate (same jobs measured)'.padStart(37),
+      'right-sized (failed)'.padStart(21),
+      'done s/a'.padStart(10),
+      'lost'.padStart(5),
+      'util s/a'.padStart(12),
+      'p95 wait s/a'.padStart(14),
+    ].join(' '),
+  );
+  for (const r of rows)
+    console.log(
+      [
+        `${r.oversizedPct}%`.padStart(9),
+        String(r.seed).padStart(4),
+        r.fleetCostSuggestUsd.toFixed(0).padStart(16),
+        r.fleetCostAutoUsd.toFixed(0).padStart(13),
+        `${r.fleetCostRatio.toFixed(3)}×`.padStart(15),
+        `${r.jobsCostSuggestUsd.toFixed(0)} → ${r.jobsCostAutoUsd.toFixed(0)}`.padStart(22),
+        `-${r.estimatedSavingUsd.toFixed(0)} (-${(r.sameJobsSuggestUsd - r.sameJobsAutoUsd).toFixed(0)} of ${r.sameJobsSuggestUsd.toFixed(0)})`.padStart(
+          37,
+        ),
+        `${r.rightsized} (${r.rightsizedFailed})`.padStart(21),
+        `${r.completedSuggest}/${r.completedAuto}`.padStart(10),
+        String(r.lost).padStart(5),
+        `${r.utilizationSuggestPct.toFixed(0)}%/${r.utilizationAutoPct.toFixed(0)}%`.padStart(12),
+        `${r.p95WaitMinSuggest.toFixed(1)}/${r.p95WaitMinAuto.toFixed(1)}m`.padStart(14),
       ].join(' '),
     );
 }

@@ -1,6 +1,6 @@
 import { BUDGET_TAGS } from '../../core/budget.ts';
 import type { Cloud } from '../../core/catalog.ts';
-import type { GpuModel } from '../../core/gpu.ts';
+import type { GpuModel, RightsizeMode } from '../../core/gpu.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import type { SimGroupConfig, SimReservationConfig } from './sim-cloud.ts';
 import type { SpotSetup } from './simulation.ts';
@@ -286,4 +286,68 @@ export function reservationScenario(startMs: number): { reservations: SimReserva
     },
   ];
   return { reservations, groups };
+}
+
+/** How the right-sizing scenario's oversized families really use their GPU, and how the others do. */
+export interface RightsizingScenarioOptions {
+  /** Share of the job families that ask for a whole A100 and use a few GiB at a tenth of its compute (0–1). */
+  readonly oversizedShare: number;
+  /** What their specs let right-sizing do (`suggest` is the baseline: the same jobs, their own shapes). */
+  readonly mode: RightsizeMode;
+  /** Job families the one-GPU jobs fall into (default 16). */
+  readonly families?: number;
+}
+
+/**
+ * The right-sizing scenario (`bench:replay -- --rightsizing`): a trace's jobs on A100 40GB machines
+ * (p4d.24xlarge on demand: one group of whole GPUs, one in MIG mode), its one-GPU jobs grouped into
+ * recurring families (a `project` label and an image, by a hash of the job id), and a share of the
+ * families oversized: they ask for a whole A100 and use 3–7 GiB of its 40 GiB at 5–11% of its
+ * compute. The others, and every multi-GPU job, fill what they ask for (24–36 GiB, 60–90%).
+ *
+ * What each process uses is scripted, by family (no public trace records per-job GPU memory and
+ * utilisation); the agents only see readings of it (cloud/sim/sim-agent.ts: memory at the peak every
+ * fourth look, utilisation ±30% around the mean). A process given less memory than its peak fails,
+ * and one given less compute runs slower, so an `auto` shape that is too small shows as failed jobs
+ * (the invariants count them against the platform) and as a slowdown.
+ */
+export function rightsizingScenario(
+  workload: Workload,
+  options: RightsizingScenarioOptions,
+): { workload: Workload; groups: readonly SimGroupConfig[] } {
+  const families = options.families ?? 16;
+  const oversized = Math.round(options.oversizedShare * families);
+  const A100 = 312; // GPU_SPEED['A100-40GB'].tflops
+  const jobs = workload.jobs.map((j) => {
+    const g = j.spec.gpu;
+    const count = g.kind === 'whole' ? g.count : 1;
+    if (count > 1) {
+      const f = fnv1a(`${j.id}/family`) % families;
+      return {
+        ...j,
+        spec: { ...j.spec, gpu: { kind: 'whole' as const, count, models: ['A100-40GB'] } },
+        gpuUse: { peakMemoryMiB: (24 + (f % 4) * 4) * 1024, tflops: A100 * (0.6 + 0.1 * (f % 4)) },
+      };
+    }
+    const f = fnv1a(`${j.id}/family`) % families;
+    const small = f < oversized;
+    return {
+      ...j,
+      spec: {
+        ...j.spec,
+        image: `registry.example/acme/job-${f}:1`,
+        labels: { ...j.spec.labels, project: `family-${f}` },
+        gpu: { kind: 'whole' as const, count: 1, models: ['A100-40GB'], rightsize: options.mode },
+      },
+      gpuUse: small
+        ? { peakMemoryMiB: (3 + (f % 5)) * 1024, tflops: A100 * (0.05 + 0.02 * (f % 4)) }
+        : { peakMemoryMiB: (24 + (f % 4) * 4) * 1024, tflops: A100 * (0.6 + 0.1 * (f % 4)) },
+    };
+  });
+  const zones = ['us-east-1a', 'us-east-1b']; // the shipped catalogue prices p4d.24xlarge on demand in us-east-1
+  const groups: SimGroupConfig[] = [
+    { id: 'p4d-od', instanceTypes: ['p4d.24xlarge'], zones, capacityType: 'on-demand', minSize: 0, maxSize: 60 },
+    { id: 'p4d-mig-od', instanceTypes: ['p4d.24xlarge'], zones, capacityType: 'on-demand', minSize: 0, maxSize: 30, migEnabled: true },
+  ];
+  return { workload: { ...workload, name: `${workload.name}+families`, jobs }, groups };
 }
