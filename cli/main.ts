@@ -46,6 +46,11 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       'add an On-Demand Capacity Reservation and a Capacity Block to the AWS groups, compared with gpu-fleet before it knew reservations and a reserved-first baseline',
     )
     .option(
+      '--rightsizing <mode>',
+      'the right-sizing scenario: the trace on A100 machines, its one-GPU jobs in recurring families, half of them oversized; their specs say gpu.rightsize suggest | auto',
+      oneOf('--rightsizing', ['suggest', 'auto'] as const),
+    )
+    .option(
       '--no-services',
       'leave out the built-in services (a chat service on the Azure LLM trace, a recommendation service on an Alibaba app)',
     )

@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import type { Cloud } from '../core/catalog.ts';
+import type { RightsizeMode } from '../core/gpu.ts';
 import {
   acrossClouds,
   BUILT_IN_SPOT,
@@ -10,6 +11,7 @@ import {
   defaultTeamTags,
   onModels,
   reservationScenario,
+  rightsizingScenario,
   SHIPPED_TRACES,
   simGroupsFor,
 } from '../cloud/sim/defaults.ts';
@@ -52,6 +54,8 @@ export interface SimulateFlags {
   readonly services?: boolean;
   /** Add the reservation scenario (an ODCR and a Capacity Block) to the AWS fleet; the baselines are then the reservation ones. */
   readonly reservations?: boolean;
+  /** The right-sizing scenario (A100 machines, recurring job families, half of them oversized), the specs saying this. */
+  readonly rightsizing?: RightsizeMode;
 }
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
@@ -79,18 +83,34 @@ export async function simulateCommand(
   const file = traceFile(flags.trace);
   const clouds: Cloud[] = [...new Set<Cloud>(flags.clouds ?? ['aws'])];
   const loaded = loadWorkload(file, { hours, ...(maxJobs !== undefined ? { maxJobs } : {}) });
+  if (flags.rightsizing && (flags.reservations || clouds.length > 1 || clouds[0] !== 'aws'))
+    throw new UsageError('--rightsizing runs its own AWS fleet of A100 machines: use it without --reservations and with --clouds aws');
+  // With --rightsizing: the trace's jobs in recurring families on A100 machines, half the families oversized (their use is scripted).
+  const sizing = flags.rightsizing ? rightsizingScenario(loaded, { oversizedShare: 0.5, mode: flags.rightsizing }) : undefined;
   // Across two clouds the trace's V100 jobs are split into AWS-only, GCP-only and either (see acrossClouds); on GCP alone they take A100s.
-  const workload = clouds.length > 1 ? acrossClouds(loaded) : clouds[0] === 'gcp' ? onModels(loaded, ['A100-40GB']) : loaded;
+  const workload = sizing
+    ? sizing.workload
+    : clouds.length > 1
+      ? acrossClouds(loaded)
+      : clouds[0] === 'gcp'
+        ? onModels(loaded, ['A100-40GB'])
+        : loaded;
   if (workload.jobs.length === 0)
     throw new UsageError(`--trace: ${String(file)} has no usable jobs (${workload.skipped.length} rows skipped)`);
 
   // The built-in services, on the GPU the fleet has (the A100s of a GCP-only fleet, else V100).
-  const services = flags.services === false ? [] : defaultSimServices(clouds.length === 1 && clouds[0] === 'gcp' ? 'A100-40GB' : 'V100');
+  // (None in the right-sizing scenario: its fleet is A100 machines for the jobs only.)
+  const services =
+    flags.services === false || sizing ? [] : defaultSimServices(clouds.length === 1 && clouds[0] === 'gcp' ? 'A100-40GB' : 'V100');
   // With --reservations: an ODCR and a Capacity Block beside the AWS groups, compared with the reservation baselines.
   if (flags.reservations && !clouds.includes('aws'))
     throw new UsageError('--reservations adds an ODCR and a Capacity Block to the AWS groups: use it with --clouds aws or aws,gcp');
   const scenario = flags.reservations ? reservationScenario(DEFAULT_SIM_START_MS) : undefined;
-  const groups = scenario ? [...scenario.groups, ...simGroupsFor(clouds.filter((c) => c !== 'aws'))] : simGroupsFor(clouds);
+  const groups = sizing
+    ? sizing.groups
+    : scenario
+      ? [...scenario.groups, ...simGroupsFor(clouds.filter((c) => c !== 'aws'))]
+      : simGroupsFor(clouds);
   const baselineNames: readonly SimPolicyName[] = scenario ? RESERVATION_POLICIES : SIM_POLICIES;
   const policies: SimPolicyName[] = [policy, ...(flags.baselines === false ? [] : baselineNames.filter((p) => p !== policy))];
   const showBar = flags.progress !== false && !flags.json && io.stderr.isTTY === true;

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -460,7 +460,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(r.totals.spotSavingsMicroUsd).toBeGreaterThan(0);
     const csv = await cli(['report', '--sim', dir, '--csv']);
     expect(csv.stdout.split('\n')[0]).toBe(
-      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,utilization_pct,reserved_usd',
+      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,utilization_pct,reserved_usd,runs,rightsize_from,rightsize_to,saving_usd,peak_memory_mib,p95_utilization_pct,confidence',
     );
     // Requeues (interruptions and moves) and rework mean what the simulation's summary means by them.
     const sim = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as { requeues: number; moves: number; reworkGpuHours: number };
@@ -642,4 +642,62 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
     expect(report.totals.paidMicroUsd).toBe(0);
     expect(report.notes.join(' ')).toMatch(/no spend counted in this period/);
   }, 60_000);
+});
+
+describe('gpu-fleet report: right-sizing, on a simulation whose processes use a scripted share of their GPUs', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-sim-rs-'));
+  beforeAll(async () => {
+    const out = await cli(['simulate', '--rightsizing', 'suggest', '--hours', '8', '--no-baselines', '--no-progress', '--out', dir]);
+    expect(out.code).toBe(0);
+  }, 120_000);
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('families whose measured use fits a slice: the shape, the saving at the prices they ran at and the confidence, in JSON, CSV, table and HTML', async () => {
+    const r = json<{
+      rightsizing: {
+        scope: string;
+        family: string;
+        runs: number;
+        from: string;
+        to: string;
+        kind: string;
+        peakMemoryMiB: number;
+        needMemoryMiB: number;
+        costMicroUsd: number;
+        savingMicroUsd: number;
+        confidence: string;
+        jobs: string[];
+      }[];
+    }>(await cli(['report', '--sim', dir, '--period', '2026-11', '--json']));
+    expect(r.rightsizing.length).toBeGreaterThan(3);
+    for (const x of r.rightsizing) {
+      // Only the oversized families (3–7 GiB of an A100 40GB) are found, each with a MIG slice that holds its peak and margin.
+      expect(x).toMatchObject({ from: '1 × A100-40GB', kind: 'mig' });
+      expect(x.peakMemoryMiB).toBeLessThanOrEqual(7 * 1024);
+      expect(x.needMemoryMiB).toBeGreaterThanOrEqual(x.peakMemoryMiB + 1024);
+      expect(x.savingMicroUsd).toBeGreaterThan(0);
+      expect(x.savingMicroUsd).toBeLessThan(x.costMicroUsd);
+      expect(x.scope).toBe(x.runs > 1 ? 'family' : 'job');
+      expect(x.jobs).toHaveLength(x.runs);
+    }
+    expect(r.rightsizing.some((x) => x.confidence === 'high')).toBe(true);
+    const csv = (await cli(['report', '--sim', dir, '--period', '2026-11', '--csv'])).stdout.split('\n');
+    const rows = csv.filter((l) => l.startsWith('rightsizing,'));
+    expect(rows).toHaveLength(r.rightsizing.length);
+    const first = r.rightsizing[0]!;
+    expect(rows[0]).toContain(
+      `,${first.runs},1 × A100-40GB,${first.to},${(first.savingMicroUsd / 1e6).toFixed(2)},${first.peakMemoryMiB},`,
+    );
+    const text = (await cli(['report', '--sim', dir, '--period', '2026-11'])).stdout;
+    expect(text).toMatch(/Right-sizing: \$[\d,.]+ of \$[\d,.]+ saved had these run in the shape their measured use needs/);
+    const out = mkdtempSync(join(tmpdir(), 'gpu-fleet-rs-html-'));
+    await cli(['report', '--sim', dir, '--period', '2026-11', '--out', out]);
+    const html = readFileSync(join(out, 'finops.html'), 'utf8');
+    expect(html).toContain('<h2>Right-sizing</h2>');
+    expect((html.match(/<tr title=/g) ?? []).length).toBe(Math.min(50, r.rightsizing.length));
+    // A job's own record says what it could have run in, and what its agent measured.
+    const shown = (await cli(['status', '--sim', dir, '--job', first.jobs[0]!])).stdout;
+    expect(shown).toMatch(/right-sizing \(suggest\)\s+(suggested|kept)/);
+    expect(shown).toMatch(/GPU use measured\s+attempt \d+: peak [\d.]+ of 40\.0 GiB, utilisation [\d.]+% mean, \d+% p95/);
+  }, 120_000);
 });
