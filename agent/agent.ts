@@ -46,6 +46,7 @@ import { LogShipper } from './log-shipper.ts';
 import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
 import { scrapeReplica } from './prometheus.ts';
+import { parseDcgmReadings, type DcgmReading } from './dcgm-readings.ts';
 import { addGpuLook, newGpuUseTally, summarizeGpuUse, type AttemptGpuUse, type GpuUseTally } from '../core/gpu-use.ts';
 
 /**
@@ -90,6 +91,11 @@ export interface AgentPorts {
   readonly metrics?: GpuMetricSink;
   /** Where a service replica's waiting and running requests go (read from its metrics endpoint with the GPU metrics). */
   readonly serviceMetrics?: ServiceMetricSink;
+  /**
+   * One scrape of the node's own dcgm-exporter, when it runs one (agent/dcgm-readings.ts): read at
+   * each heartbeat for the attempts' GPU use, it gives MIG instances the utilisation nvidia-smi lacks.
+   */
+  readonly dcgm?: () => Promise<string>;
   /** Where each attempt's output goes as it is written (CloudWatch Logs through the agent API); without it, it stays on the machine only. */
   readonly jobLogs?: JobLogSink;
   readonly log: AgentLog;
@@ -168,6 +174,7 @@ export class NodeAgent {
   private readonly uploads: UploadWorker;
   private readonly cleanups = new Set<Promise<void>>();
   private registeredGpus: string | undefined;
+  private dcgmFailing = false;
   private lastReport: NvidiaSmiReport | undefined;
   private lastGpus: GpuDevice[] = [];
   private health: { healthy: boolean; problem?: string } = { healthy: true };
@@ -285,7 +292,8 @@ export class NodeAgent {
         problems.push(`no GPU here is a model gpu-fleet schedules (${report.gpus.map((g) => g.name).join(', ')})`);
       this.health = problems.length > 0 ? { healthy: false, problem: problems.join('; ') } : { healthy: true };
       this.lastGpus = gpus;
-      for (const l of this.local.values()) if (!l.exit) l.use = addGpuLook(l.use, deviceReadings(report, l.held.devices));
+      const dcgm = this.local.size > 0 ? await this.dcgmReadings() : undefined;
+      for (const l of this.local.values()) if (!l.exit) l.use = addGpuLook(l.use, deviceReadings(report, l.held.devices, dcgm));
     } catch (error) {
       this.health = { healthy: false, problem: messageOf(error) };
     }
@@ -305,6 +313,23 @@ export class NodeAgent {
         ...(this.health.problem ? { healthProblem: this.health.problem } : {}),
       });
       this.registeredGpus = gpuKey;
+    }
+  }
+
+  /** The node's dcgm-exporter readings now, or none (no exporter configured, or it did not answer: said once, not at every beat). */
+  private async dcgmReadings(): Promise<ReadonlyMap<string, DcgmReading> | undefined> {
+    if (!this.ports.dcgm) return undefined;
+    try {
+      const readings = parseDcgmReadings(await this.ports.dcgm());
+      this.dcgmFailing = false;
+      return readings;
+    } catch (error) {
+      if (!this.dcgmFailing)
+        this.ports.log.warn('could not read the dcgm-exporter; MIG slices are measured without utilisation until it answers', {
+          error: messageOf(error),
+        });
+      this.dcgmFailing = true;
+      return undefined;
     }
   }
 

@@ -54,6 +54,8 @@ export interface RunFlags extends AgentCommonFlags {
   readonly noticeSec?: number;
   /** Serve /metrics (DCGM exporter names) on this port (or $GPU_FLEET_PROMETHEUS_PORT); off by default. */
   readonly prometheusPort?: number;
+  /** The node's dcgm-exporter (or $GPU_FLEET_DCGM_EXPORTER_URL), read for MIG slices' utilisation; none by default. */
+  readonly dcgmExporterUrl?: string;
 }
 
 function timeoutOf(flags: AgentCommonFlags): number {
@@ -191,6 +193,9 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     blobs = storeUri.startsWith('s3://') ? new S3Blobs(new S3Client({ region: base.region })) : new DirectoryBlobs(fileURLToPath(storeUri));
   }
   const nvidiaSmi = flags.nvidiaSmi ?? 'nvidia-smi';
+  const dcgmUrl = flags.dcgmExporterUrl ?? env.GPU_FLEET_DCGM_EXPORTER_URL;
+  if (dcgmUrl !== undefined && !/^https?:\/\/[^\s]+$/.test(dcgmUrl))
+    throw new UsageError(`--dcgm-exporter-url must be an http(s) URL such as http://localhost:9400/metrics; got "${dcgmUrl}"`);
   const agent = new NodeAgent(
     {
       clock: ports.clock,
@@ -211,6 +216,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       ...(metadata ? { metadata } : {}),
       ...(flags.metrics !== false ? { metrics: ports.metricSink, serviceMetrics: ports.serviceMetricSink } : {}),
       ...(jobLogs ? { jobLogs } : {}),
+      ...(dcgmUrl ? { dcgm: () => fetchText(dcgmUrl, 2000) } : {}),
       log,
     },
     {
@@ -243,6 +249,13 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+}
+
+/** One GET of a local endpoint's text, failing after `timeoutMs` (a heartbeat never waits on it longer). */
+async function fetchText(url: string, timeoutMs: number): Promise<string> {
+  const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+  if (!response.ok) throw new Error(`${url} answered ${response.status}`);
+  return response.text();
 }
 
 /** A tiny /metrics endpoint (Prometheus text format 0.0.4): each GET is one scrape. */

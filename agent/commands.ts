@@ -80,6 +80,10 @@ export function addAgentCommands(
       "serve /metrics on this port in the DCGM exporter's names (or GPU_FLEET_PROMETHEUS_PORT); off by default",
       wholeNumber('--prometheus-port', 1024, 65_535),
     )
+    .option(
+      '--dcgm-exporter-url <url>',
+      "the node's own dcgm-exporter (e.g. http://localhost:9400/metrics; or GPU_FLEET_DCGM_EXPORTER_URL), read at each heartbeat for the utilisation of MIG slices, which nvidia-smi does not report",
+    )
     .option('--no-mig-create', 'use only existing MIG instances; never create or destroy them')
     .option('--heartbeat-sec <s>', 'seconds between heartbeats (and work-list reads)', decimalNumber('--heartbeat-sec', 0.1, 300, ' s'), 15)
     .option(

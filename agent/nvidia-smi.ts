@@ -1,4 +1,5 @@
 import type { DeviceReading } from '../core/gpu-use.ts';
+import { dcgmKey, type DcgmReading } from './dcgm-readings.ts';
 import { GpuFleetError, messageOf } from '../core/errors.ts';
 import { execFile } from 'node:child_process';
 import { XMLParser } from 'fast-xml-parser';
@@ -417,29 +418,40 @@ export function toGpuDevices(report: NvidiaSmiReport): GpuDevice[] {
 /**
  * What nvidia-smi shows of the devices an attempt holds (as the device allocator names them: a GPU's
  * UUID or index, a MIG device's UUID or `gpu:index`), for its GPU-use tally. A MIG device has its
- * own memory figures and no utilisation (nvidia-smi reports none per MIG device); a device the
- * report does not list is left out.
+ * own memory figures and no utilisation (nvidia-smi reports none per MIG device) unless a
+ * dcgm-exporter scrape gives one; a device the report does not list is left out.
  */
-export function deviceReadings(report: NvidiaSmiReport, devices: readonly string[]): DeviceReading[] {
+export function deviceReadings(
+  report: NvidiaSmiReport,
+  devices: readonly string[],
+  /** A dcgm-exporter scrape's readings (agent/dcgm-readings.ts), when the node runs one: a MIG instance's utilisation comes from there. */
+  dcgm?: ReadonlyMap<string, DcgmReading>,
+): DeviceReading[] {
   const out: DeviceReading[] = [];
   for (const id of devices) {
     const gpu = report.gpus.find((g) => (g.uuid !== undefined && g.uuid === id) || String(g.index) === id);
     if (gpu) {
+      const d = gpu.uuid ? dcgm?.get(dcgmKey(gpu.uuid)) : undefined;
+      const used = gpu.memoryUsedMiB ?? d?.memoryUsedMiB;
+      const sm = gpu.utilizationPct ?? d?.smPct;
       out.push({
         ...(gpu.model ? { model: gpu.model } : {}),
         memoryTotalMiB: gpu.memoryTotalMiB,
-        ...(gpu.memoryUsedMiB !== undefined ? { memoryUsedMiB: gpu.memoryUsedMiB } : {}),
-        ...(gpu.utilizationPct !== undefined ? { smPct: gpu.utilizationPct } : {}),
+        ...(used !== undefined ? { memoryUsedMiB: used } : {}),
+        ...(sm !== undefined ? { smPct: sm } : {}),
       });
       continue;
     }
     for (const g of report.gpus) {
       const d = g.mig.devices.find((m) => (m.uuid !== undefined && m.uuid === id) || `${g.index}:${m.index}` === id);
       if (!d) continue;
+      const fromDcgm = g.uuid ? dcgm?.get(dcgmKey(g.uuid, d.gpuInstanceId)) : undefined;
+      const used = d.memoryUsedMiB ?? fromDcgm?.memoryUsedMiB;
       out.push({
         ...(g.model ? { model: g.model } : {}),
         memoryTotalMiB: d.memoryTotalMiB,
-        ...(d.memoryUsedMiB !== undefined ? { memoryUsedMiB: d.memoryUsedMiB } : {}),
+        ...(used !== undefined ? { memoryUsedMiB: used } : {}),
+        ...(fromDcgm?.smPct !== undefined ? { smPct: fromDcgm.smPct } : {}),
       });
       break;
     }

@@ -249,6 +249,16 @@ export const ConfigSchema = z
         ),
       })
       .optional(),
+    /**
+     * The nodes' own dcgm-exporter (e.g. "http://localhost:9400/metrics"), when the machine image
+     * runs one: the agents read it for the utilisation of MIG slices, which nvidia-smi does not give.
+     */
+    dcgmExporterUrl: z
+      .string()
+      .regex(/^http:\/\/(localhost|127\.0\.0\.1)(:\d{1,5})?\/[A-Za-z0-9._~/-]*$/, {
+        error: 'must be an http URL on the machine itself, e.g. "http://localhost:9400/metrics"',
+      })
+      .optional(),
     /** The jobs' output in CloudWatch Logs: how long it is kept. */
     jobLogs: z
       .strictObject({

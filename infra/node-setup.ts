@@ -89,9 +89,12 @@ export function agentUserData(o: {
   migEnabled: boolean;
   /** Serve /metrics for Prometheus on this port (the config's `prometheus.port`); off without it. */
   prometheusPort?: number;
+  /** The node's own dcgm-exporter (the config's `dcgmExporterUrl`), read for MIG slices' utilisation. */
+  dcgmExporterUrl?: string;
 }): string[] {
   const envFile = [
     ...(o.prometheusPort !== undefined ? [`GPU_FLEET_PROMETHEUS_PORT=${o.prometheusPort}`] : []),
+    ...(o.dcgmExporterUrl !== undefined ? [`GPU_FLEET_DCGM_EXPORTER_URL=${o.dcgmExporterUrl}`] : []),
     `AWS_REGION=${o.region}`,
     `GPU_FLEET_AGENT_API_URL=${o.agentApiUrl}`,
     `GPU_FLEET_CHECKPOINT_BUCKET=${o.bucket}`,

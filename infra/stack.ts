@@ -526,6 +526,7 @@ export class GpuFleetStack extends Stack {
         noticeMarginSec: config.policy.noticeMarginSec,
         migEnabled: g.migEnabled,
         ...(config.prometheus ? { prometheusPort: config.prometheus.port } : {}),
+        ...(config.dcgmExporterUrl ? { dcgmExporterUrl: config.dcgmExporterUrl } : {}),
       }),
     );
     const template = new ec2.LaunchTemplate(this, `LaunchTemplate-${g.name}`, {

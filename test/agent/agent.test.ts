@@ -574,40 +574,69 @@ describe('node agent: the GPU use of each attempt, from nvidia-smi, reported at 
   it('a MIG device (a real H100 MIG capture under load): its own memory, and no utilisation, as nvidia-smi reports it', async () => {
     const w = world();
     const a = w.agent('i-mig', { fixture: { capture: 'linux-x86_64__nvidia-h100-mig__590.48.01', phase: 'load' } });
-    await a.heartbeat();
-    const gpu = (await w.nodes.get('i-mig'))!.gpus[0]!;
-    const device = gpu.migDevices![0]!;
-    await w.submit('nlp.slice', {
-      command: ['node', COUNTER_JOB, '40', '50'],
-      checkpoint: undefined,
-      gpu: { kind: 'mig', profile: device.profile!, models: ['H100'] },
-    });
-    const job = (await w.jobs.get('nlp.slice'))!;
-    await w.nodes.assign('i-mig', job.id, 1);
-    await applyJobEvent(
-      w.jobs,
-      job.id,
-      {
-        type: 'place',
-        attempt: 1,
-        placement: {
-          capacityType: 'spot',
-          nodes: [{ nodeId: 'i-mig', gpuIndices: [0], mig: { profile: device.profile!, startSlice: device.startSlice ?? 0 } }],
-        },
-      },
-      Date.now(),
-    );
-    await a.heartbeat();
-    await a.beat();
-    const done = await waitFor('the job to succeed', async () => {
-      const j = (await w.jobs.get('nlp.slice'))!;
-      return j.state === 'succeeded' ? j : undefined;
-    });
-    const use = done.usage!.gpuUse![0]!;
-    expect(use).toMatchObject({ attempt: 1, model: 'H100', deviceMemoryMiB: device.memoryMiB, busyDevices: 1 });
+    const use = await runOnSlice(w, a, 'nlp.slice');
     expect(use.p95SmPct).toBeUndefined();
-    // The memory used of the slice it held, as the capture shows it (the allocator picks one of that profile).
-    const slices = a.lastInventory!.gpus[0]!.mig.devices.filter((d) => d.profile === device.profile);
-    expect(slices.map((d) => d.memoryUsedMiB)).toContain(use.peakMemoryMiB);
+  });
+
+  it("with the node's dcgm-exporter: a MIG slice's utilisation from DCGM's engine-active field of its GPU instance", async () => {
+    const w = world();
+    // What the node's dcgm-exporter serves for the GPU instances nvidia-smi lists, in the exporter's template of labels
+    // (parent GPU's UUID, GPU_I_PROFILE, GPU_I_ID): 37% engine-active on every instance, and a whole-GPU series beside.
+    const exposition = async () => {
+      const gpu = a.lastInventory!.gpus[0]!;
+      const labels = `gpu="0",UUID="${gpu.uuid!}",pci_bus_id="00000000:00:09.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3"`;
+      return [
+        '# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.',
+        '# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge',
+        `DCGM_FI_PROF_GR_ENGINE_ACTIVE{${labels},Hostname="i-mig"} 0.910000`,
+        ...gpu.mig.devices.map(
+          (d) =>
+            `DCGM_FI_PROF_GR_ENGINE_ACTIVE{${labels},GPU_I_PROFILE="${d.profile!}",GPU_I_ID="${d.gpuInstanceId}",Hostname="i-mig"} 0.370000`,
+        ),
+        '',
+      ].join('\n');
+    };
+    const a = w.agent('i-mig', { fixture: { capture: 'linux-x86_64__nvidia-h100-mig__590.48.01', phase: 'load' }, dcgm: exposition });
+    const use = await runOnSlice(w, a, 'nlp.slice-dcgm');
+    expect(use).toMatchObject({ meanSmPct: 37, p95SmPct: 37 });
   });
 });
+
+/** Places a short job on the first MIG device the agent's machine reports, and gives back its attempt's measured use. */
+async function runOnSlice(w: ReturnType<typeof world>, a: ReturnType<ReturnType<typeof world>['agent']>, jobId: string) {
+  await a.heartbeat();
+  const gpu = (await w.nodes.get('i-mig'))!.gpus[0]!;
+  const device = gpu.migDevices![0]!;
+  await w.submit(jobId, {
+    command: ['node', COUNTER_JOB, '40', '50'],
+    checkpoint: undefined,
+    gpu: { kind: 'mig', profile: device.profile!, models: ['H100'] },
+  });
+  const job = (await w.jobs.get(jobId))!;
+  await w.nodes.assign('i-mig', job.id, 1);
+  await applyJobEvent(
+    w.jobs,
+    job.id,
+    {
+      type: 'place',
+      attempt: 1,
+      placement: {
+        capacityType: 'spot',
+        nodes: [{ nodeId: 'i-mig', gpuIndices: [0], mig: { profile: device.profile!, startSlice: device.startSlice ?? 0 } }],
+      },
+    },
+    Date.now(),
+  );
+  await a.heartbeat();
+  await a.beat();
+  const done = await waitFor('the job to succeed', async () => {
+    const j = (await w.jobs.get(jobId))!;
+    return j.state === 'succeeded' ? j : undefined;
+  });
+  const use = done.usage!.gpuUse![0]!;
+  expect(use).toMatchObject({ attempt: 1, model: 'H100', deviceMemoryMiB: device.memoryMiB, busyDevices: 1 });
+  // The memory used of the slice it held, as the capture shows it (the allocator picks one of that profile).
+  const slices = a.lastInventory!.gpus[0]!.mig.devices.filter((d) => d.profile === device.profile);
+  expect(slices.map((d) => d.memoryUsedMiB)).toContain(use.peakMemoryMiB);
+  return use;
+}

@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { describe, expect, it } from 'vitest';
 import { dcgmExposition } from '../../agent/dcgm-exporter.ts';
-import { mergeList, parseNvidiaSmiList, parseNvidiaSmiText, parseNvidiaSmiXml } from '../../agent/nvidia-smi.ts';
+import { deviceReadings, mergeList, parseNvidiaSmiList, parseNvidiaSmiText, parseNvidiaSmiXml } from '../../agent/nvidia-smi.ts';
+import { dcgmKey, parseDcgmReadings } from '../../agent/dcgm-readings.ts';
 
 const fixture = (path: string) => readFileSync(new URL(`../fixtures/nvidia-smi/${path}`, import.meta.url), 'utf8');
 type Family = { name: string; type: string; metrics: { value: string; labels?: Record<string, string> }[] };
@@ -81,5 +82,41 @@ describe('the DCGM exporter’s names, from nvidia-smi', () => {
       gpu_fleet_agent_attempts_running: 2,
       gpu_fleet_agent_checkpoint_upload_seconds: 12.5,
     });
+  });
+});
+
+describe('reading GPU use from a dcgm-exporter scrape', () => {
+  it('the real L4 scrape: its GPU by UUID, engine-active as a percentage, framebuffer used', () => {
+    const readings = parseDcgmReadings(fixture('dcgm/dcgm-exporter__cncf-k8s-ai-conformance__kops-l4.prom'));
+    const uuids = [...new Set(SAMPLE.flatMap((f) => f.metrics.map((m) => m.labels?.UUID)).filter((u): u is string => u !== undefined))];
+    expect([...readings.keys()].sort()).toEqual(uuids.sort());
+    const first = SAMPLE.find((f) => f.name === 'DCGM_FI_DEV_FB_USED')!.metrics[0]!;
+    const engine = SAMPLE.find((f) => f.name === 'DCGM_FI_PROF_GR_ENGINE_ACTIVE')!.metrics.find(
+      (m) => m.labels?.UUID === first.labels!.UUID,
+    )!;
+    expect(readings.get(first.labels!.UUID!)).toEqual({ smPct: Number(engine.value) * 100, memoryUsedMiB: Number(first.value) });
+  });
+
+  it('reads back what our own exporter writes from nvidia-smi (an H100 under load): the same utilisation and memory', async () => {
+    const report = parseNvidiaSmiText(fixture('captures/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01/load__smi-q.txt'));
+    const readings = parseDcgmReadings(await dcgmExposition(report, { hostname: 'i-0abc', holders: new Map() }));
+    const gpu = report.gpus[0]!;
+    expect(readings.get(dcgmKey(gpu.uuid!))).toEqual({ smPct: gpu.utilizationPct, memoryUsedMiB: gpu.memoryUsedMiB });
+    // And the attempt's reading of that GPU is nvidia-smi's, with or without DCGM beside it.
+    expect(deviceReadings(report, [gpu.uuid!], readings)).toEqual(deviceReadings(report, [gpu.uuid!]));
+  });
+
+  it("a MIG instance's series (the parent's UUID, GPU_I_ID) give that slice's utilisation; a series without a number is left out", () => {
+    const text = [
+      'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"} 0.125',
+      'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-1",GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"} 2048',
+      'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-2"} 40',
+      'DCGM_FI_DEV_GPU_UTIL{gpu="2",UUID="GPU-3"} NaN',
+      '',
+    ].join('\n');
+    const readings = parseDcgmReadings(text);
+    expect(readings.get(dcgmKey('GPU-1', 9))).toEqual({ smPct: 12.5, memoryUsedMiB: 2048 });
+    expect(readings.get('GPU-2')).toEqual({ smPct: 40 });
+    expect(readings.has('GPU-3')).toBe(false);
   });
 });

@@ -550,7 +550,10 @@ describe('cdk-nag', () => {
 
   it('with prometheus: the agents serve /metrics on the port, and the nodes’ security group lets in only the configured scrapers; cdk-nag clean', () => {
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
-    const { app, stack } = build(parseConfig({ ...raw, prometheus: { allowFrom: { cidr: '10.20.0.0/16' } } }), { nag: true });
+    const { app, stack } = build(
+      parseConfig({ ...raw, prometheus: { allowFrom: { cidr: '10.20.0.0/16' } }, dcgmExporterUrl: 'http://localhost:9401/metrics' }),
+      { nag: true },
+    );
     expect(() => app.synth()).not.toThrow();
     const template = Template.fromStack(stack);
     const ingress =
@@ -561,6 +564,9 @@ describe('cdk-nag', () => {
       Object.values(template.findResources('AWS::EC2::LaunchTemplate')).map((t) => (t as { Properties: unknown }).Properties),
     );
     expect(userData).toContain('GPU_FLEET_PROMETHEUS_PORT=9400');
+    // The node's dcgm-exporter, read for MIG slices' utilisation: on the machine itself only.
+    expect(userData).toContain('GPU_FLEET_DCGM_EXPORTER_URL=http://localhost:9401/metrics');
+    expect(() => parseConfig({ ...raw, dcgmExporterUrl: 'http://metrics.example.com/x' })).toThrow(/an http URL on the machine itself/);
     // Off unless configured; never open to the world.
     const plain = JSON.stringify(synth(example()).template.toJSON());
     expect(plain).not.toContain('GPU_FLEET_PROMETHEUS_PORT');

@@ -63,6 +63,8 @@ export function agentWorld() {
       /** Reach the state and the checkpoints through this agent API (as a fleet machine does), not directly. */
       api?: AgentApi;
       removeFolder?: (dir: string) => Promise<void>;
+      /** The node's dcgm-exporter scrape. */
+      dcgm?: () => Promise<string>;
     } = {},
   ): NodeAgent {
     const env = fakeNvidiaSmiEnv(
@@ -91,6 +93,7 @@ export function agentWorld() {
         ...(options.serviceMetrics ? { serviceMetrics: options.serviceMetrics } : {}),
         ...(options.jobLogs ? { jobLogs: options.jobLogs } : client && options.logsViaApi ? { jobLogs: new AgentApiJobLogs(client) } : {}),
         ...(options.removeFolder ? { removeFolder: options.removeFolder } : {}),
+        ...(options.dcgm ? { dcgm: options.dcgm } : {}),
         log,
       },
       {
