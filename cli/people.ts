@@ -18,6 +18,7 @@ import { whyNoGroupHolds } from '../core/planner/capacity.ts';
 import { shippedCatalog } from '../cloud/catalog/all-shipped.ts';
 import { milliGpusUsed } from '../core/gpu.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
+import { describeShape } from '../core/rightsizing.ts';
 import { teamsInForce } from '../core/services/snapshot-reader.ts';
 import { replicaReady, SERVICE_LABEL, type ServiceRecord } from '../core/serving/service.ts';
 import { committedCostMicroUsd } from '../core/cost-model.ts';
@@ -653,6 +654,12 @@ function describeDecision(d: DecisionRecord): string {
           (a) =>
             `  ${a.kind === 'place' ? `${a.jobId} → ${a.placement.nodes.map((n) => n.nodeId).join(', ')}` : ''}: ${a.reason?.message ?? ''}`,
         ),
+    );
+  if (d.rightsized && d.rightsized.length > 0)
+    out.push(
+      '',
+      `Placed in a right-sized shape: ${d.rightsized.length}`,
+      ...d.rightsized.slice(0, 10).map((r) => `  ${r.jobId}: ${describeShape(r.from)} → ${describeShape(r.to)} (${r.why})`),
     );
   if (d.plan.waiting.length > 0) {
     const byCode = new Map<string, number>();

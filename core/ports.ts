@@ -3,6 +3,7 @@ import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord } fro
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
+import type { GpuRequest } from './gpu.ts';
 import type { Reservation } from './reservation.ts';
 import type { RightsizeRun } from './rightsizing.ts';
 import type { BudgetState, Team } from './team.ts';
@@ -417,6 +418,8 @@ export interface DecisionRecord {
   readonly degraded?: readonly (DegradedScope & { readonly sinceMs: number })[];
   /** Each service's decision in this reconcile: its target, its ready replicas, and why. */
   readonly services?: readonly { readonly service: string; readonly target: number; readonly ready: number; readonly reason: string }[];
+  /** Jobs this plan places in a shape right-sizing chose at intake (`gpu.rightsize: "auto"`): what they asked for, what they run in, and why. */
+  readonly rightsized?: readonly { readonly jobId: string; readonly from: GpuRequest; readonly to: GpuRequest; readonly why: string }[];
 }
 
 export interface DecisionLog {

@@ -201,6 +201,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       errors: [],
       planMs,
       ...(services && services.decisions.length > 0 ? { services: services.decisions } : {}),
+      ...rightsizedIn(plan, snapshot.pendingJobs),
       teams: [...snapshot.teams.values()].map((t) => {
         const spentMicroUsd = snapshot.spendMicroUsd.get(t.id) ?? 0;
         const committedMicroUsd = snapshot.committedMicroUsd?.get(t.id) ?? 0;
@@ -232,6 +233,15 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
   } finally {
     if (ports.lease) await ports.lease.release(RECONCILE_LEASE, holder);
   }
+}
+
+/** The jobs the plan places whose shape right-sizing chose at intake, for the decision record. */
+function rightsizedIn(plan: Plan, pending: readonly Job[]): Pick<DecisionRecord, 'rightsized'> {
+  const placed = new Set(plan.actions.flatMap((a) => (a.kind === 'place' ? [a.jobId] : [])));
+  const rightsized = pending
+    .filter((j) => placed.has(j.id) && j.rightsize?.applied && j.rightsize.to)
+    .map((j) => ({ jobId: j.id, from: j.rightsize!.from, to: j.rightsize!.to!, why: j.rightsize!.why }));
+  return rightsized.length > 0 ? { rightsized } : {};
 }
 
 type ProviderOf = Map<string, ReconcilePorts['providers'][number] | undefined>;

@@ -17,10 +17,14 @@ describe('right-sizing in the simulated fleet (invariants checked every minute)'
   };
 
   it('auto: once a family has run twice, its next jobs run in a MIG slice that holds what they used, and none fails', async () => {
-    const { summary, jobs } = await run('auto');
+    const { summary, jobs, env } = await run('auto');
     expect(summary).toMatchObject({ lost: 0, duplicated: 0, violations: 0, failed: 0 });
     const sized = jobs.filter((j) => j.rightsize?.applied);
     expect(sized.length).toBeGreaterThan(20);
+    // The reconcile that placed each of them says so in its decision record, with what it asked for and why.
+    const noted = new Map(env.decisions.dump().flatMap((d) => (d.rightsized ?? []).map((r) => [r.jobId, r] as const)));
+    for (const j of sized.filter((x) => x.firstStartedAtMs !== undefined))
+      expect(noted.get(j.id)).toEqual({ jobId: j.id, from: j.rightsize!.from, to: j.spec.gpu, why: j.rightsize!.why });
     const { workload: scripted } = rightsizingScenario(base, { oversizedShare: 0.5, mode: 'auto' });
     const truth = new Map(scripted.jobs.map((w) => [`${w.team}.${w.id}`, w.gpuUse!]));
     for (const j of sized) {
