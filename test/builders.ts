@@ -5,6 +5,8 @@ import { JobSpecSchema, type JobSpec, type JobSpecInput } from '../core/job-spec
 import { DEFAULT_POLICY, type Policy, type Snapshot } from '../core/snapshot.ts';
 import type { Team } from '../core/team.ts';
 import type { Reservation } from '../core/reservation.ts';
+import type { AttemptGpuUse } from '../core/gpu-use.ts';
+import type { RightsizeRun } from '../core/rightsizing.ts';
 
 /** Builders for domain objects in tests: `aJob({ gpu: { kind: 'whole', count: 8 } })`. */
 
@@ -183,6 +185,43 @@ export function aReservation(overrides: Partial<Reservation> = {}): Reservation 
     availableCount: 4,
     state: 'active',
     priceMicroUsdPerHour: PRICES['g5.xlarge']!.od,
+    ...overrides,
+  };
+}
+
+/** One attempt's measured GPU use: 9 GiB of a whole A100 80GB at 9% mean and 12% p95 utilisation (an oversized job). */
+export function aGpuUse(overrides: Partial<AttemptGpuUse> = {}): AttemptGpuUse {
+  return {
+    attempt: 1,
+    rank: 0,
+    looks: 240,
+    devices: 1,
+    busyDevices: 1,
+    model: 'A100-80GB',
+    deviceMemoryMiB: 81_920,
+    peakMemoryMiB: 9 * 1024,
+    meanSmPct: 9,
+    p95SmPct: 12,
+    ...overrides,
+  };
+}
+
+/** A finished, measured run of a job family (right-sizing's input): a whole A100 80GB used as aGpuUse says, an hour at on-demand. */
+export function aRightsizeRun(
+  jobId: string,
+  endedAtMs: number,
+  overrides: Partial<RightsizeRun> = {},
+  use: Partial<AttemptGpuUse> = {},
+): RightsizeRun {
+  const { attempt: _attempt, rank: _rank, ...measured } = aGpuUse(use);
+  return {
+    jobId,
+    endedAtMs,
+    state: 'succeeded',
+    gpu: { kind: 'whole', count: 1, models: ['A100-80GB'] },
+    nodes: 1,
+    use: measured,
+    costMicroUsd: 5_120_000,
     ...overrides,
   };
 }

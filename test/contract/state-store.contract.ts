@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeRecord } from '../../core/fleet.ts';
 import type { PlanAction } from '../../core/plan.ts';
-import type { RightsizeRun } from '../../core/rightsizing.ts';
 import type {
   CheckpointStore,
   FamilyRunStore,
@@ -13,7 +12,7 @@ import type {
   PoolHistory,
   SpendLedger,
 } from '../../core/ports.ts';
-import { T0 } from '../builders.ts';
+import { aRightsizeRun, T0 } from '../builders.ts';
 import { sharedEventMarks, permutations } from '../support/shared-events.ts';
 
 const record = (id: string, at = T0): NodeRecord => ({
@@ -354,24 +353,7 @@ export function planJournalContract(name: string, make: () => Promise<PlanJourna
   });
 }
 
-const familyRun = (jobId: string, endedAtMs: number): RightsizeRun => ({
-  jobId,
-  endedAtMs,
-  state: 'succeeded',
-  gpu: { kind: 'whole', count: 1, models: ['A100-80GB'] },
-  nodes: 1,
-  use: {
-    looks: 30,
-    devices: 1,
-    busyDevices: 1,
-    model: 'A100-80GB',
-    deviceMemoryMiB: 81_920,
-    peakMemoryMiB: 9_216,
-    meanSmPct: 9,
-    p95SmPct: 12,
-  },
-  costMicroUsd: 5_120_000,
-});
+const familyRun = (jobId: string, endedAtMs: number) => aRightsizeRun(jobId, endedAtMs);
 
 export function familyRunStoreContract(name: string, make: () => Promise<FamilyRunStore>): void {
   describe(`FamilyRunStore contract: ${name}`, () => {

@@ -8,7 +8,7 @@ import { rightsizeFamily, runOf } from '../../core/rightsizing.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
-import { T0 } from '../builders.ts';
+import { aGpuUse, T0 } from '../builders.ts';
 
 // Right-sizing's path through the services: reconcile notes what finished jobs used, intake gives the next submission its shape.
 
@@ -59,20 +59,7 @@ function finished(id: string, endedAtMs: number): Job {
       costMicroUsd: 5_120_000,
       onDemandMicroUsd: 5_120_000,
       reworkSec: 0,
-      gpuUse: [
-        {
-          attempt: 1,
-          rank: 0,
-          looks: 240,
-          devices: 1,
-          busyDevices: 1,
-          model: 'A100-80GB',
-          deviceMemoryMiB: 81_920,
-          peakMemoryMiB: 9_216,
-          meanSmPct: 9,
-          p95SmPct: 12,
-        },
-      ],
+      gpuUse: [aGpuUse()],
     },
   };
 }

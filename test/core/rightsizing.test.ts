@@ -10,6 +10,7 @@ import {
   type RightsizeRun,
 } from '../../core/rightsizing.ts';
 import { checkJobSpec, type JobSpec } from '../../core/job-spec.ts';
+import { aGpuUse, aRightsizeRun } from '../builders.ts';
 
 // Per-GPU on-demand prices in the shape the catalogue gives them (µUSD per GPU-hour; p4de.24xlarge ÷ 8, g6.xlarge, g5.xlarge, …).
 const OFFERS: GpuOffers = new Map<GpuModel, { memoryMiB: number; microUsdPerGpuHour: number }>([
@@ -23,26 +24,9 @@ const OFFERS: GpuOffers = new Map<GpuModel, { memoryMiB: number; microUsdPerGpuH
 
 const WHOLE_A100: GpuRequest = { kind: 'whole', count: 1, models: ['A100-80GB'] };
 
-function use(over: Partial<AttemptGpuUse> = {}): AttemptGpuUse {
-  return {
-    attempt: 1,
-    rank: 0,
-    looks: 240,
-    devices: 1,
-    busyDevices: 1,
-    model: 'A100-80GB',
-    deviceMemoryMiB: 81_920,
-    peakMemoryMiB: 9 * 1024,
-    meanSmPct: 9,
-    p95SmPct: 12,
-    ...over,
-  };
-}
-
-function run(jobId: string, endedAtMs: number, over: Partial<RightsizeRun> = {}, u: Partial<AttemptGpuUse> = {}): RightsizeRun {
-  const { attempt: _a, rank: _r, ...measured } = use(u);
-  return { jobId, endedAtMs, state: 'succeeded', gpu: WHOLE_A100, nodes: 1, use: measured, costMicroUsd: 5_120_000, ...over };
-}
+const use = aGpuUse;
+const run = (jobId: string, endedAtMs: number, over: Partial<RightsizeRun> = {}, u: Partial<AttemptGpuUse> = {}) =>
+  aRightsizeRun(jobId, endedAtMs, { gpu: WHOLE_A100, ...over }, u);
 
 describe('GPU use per attempt: the agent tallies its looks', () => {
   it('keeps the peak memory, the mean and the nearest-rank 95th percentile of utilisation, and which devices were used', () => {
