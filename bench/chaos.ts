@@ -1,11 +1,19 @@
 // bench:chaos — the whole control loop on the simulated cloud under each fault profile, with the
 // invariants checked every simulated minute, against the fault-free run on the same trace and seed.
 //
-//   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--clouds aws,gcp] [--mig] [--services] [--json]
+//   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--clouds aws,gcp] [--mig] [--services] [--rightsizing] [--json]
 import { Command } from 'commander';
 import { listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
 import type { Cloud } from '../core/catalog.ts';
-import { acrossClouds, BUILT_IN_SPOT, BUILT_IN_TRACE, defaultSimServices, defaultTeamTags, simGroupsFor } from '../cloud/sim/defaults.ts';
+import {
+  acrossClouds,
+  BUILT_IN_SPOT,
+  BUILT_IN_TRACE,
+  defaultSimServices,
+  defaultTeamTags,
+  rightsizingScenario,
+  simGroupsFor,
+} from '../cloud/sim/defaults.ts';
 import { FAULT_PROFILES, faultProfile } from '../cloud/sim/faults.ts';
 import { runSimulation, type SimulationSummary } from '../cloud/sim/simulation.ts';
 import { loadWorkload } from '../cloud/sim/workload.ts';
@@ -32,6 +40,8 @@ export interface ChaosRow {
     readonly rebought: number;
     readonly scaledInWithWorkWaiting: number;
   };
+  /** With --rightsizing: jobs that ran in a shape right-sizing chose, and how many of them failed. */
+  readonly rightsized?: { readonly jobs: number; readonly failed: number };
   /** With --services: each service's availability (ready and registered replicas ≥ needed) and replicas lost. */
   readonly services?: Readonly<Record<string, { readonly availabilityPct: number; readonly replicasLost: number }>>;
 }
@@ -61,13 +71,20 @@ export async function benchChaos(options: {
   clouds?: readonly Cloud[];
   /** Run npm start's two services (nlp.chat, recsys.recommend) beside the jobs in every profile. */
   services?: boolean;
+  /**
+   * The right-sizing scenario with `gpu.rightsize: "auto"` (A100 machines, half the job families
+   * oversized), with spot groups beside the on-demand ones, taken back at 5% per machine-hour:
+   * right-sized jobs measured, resized, interrupted and requeued under every fault.
+   */
+  rightsizing?: boolean;
 }): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
   const clouds = options.clouds ?? ['aws'];
   const loaded = options.mig
     ? loadWorkload(MIG_TRACE, { hours: options.hours, busiest: true, fractionsAsMig: true, defaultCheckpointSec: 600 })
     : loadWorkload(BUILT_IN_TRACE, { hours: options.hours });
-  const workload = clouds.length > 1 ? acrossClouds(loaded) : loaded;
-  const groups = simGroupsFor(clouds);
+  const sizing = options.rightsizing ? rightsizingScenario(loaded, { oversizedShare: 0.5, mode: 'auto', spot: true }) : undefined;
+  const workload = sizing ? sizing.workload : clouds.length > 1 ? acrossClouds(loaded) : loaded;
+  const groups = sizing ? sizing.groups : simGroupsFor(clouds);
   const run = (profile: string) =>
     runSimulation({
       workload,
@@ -75,19 +92,23 @@ export async function benchChaos(options: {
       teamTags: defaultTeamTags(workload.teams),
       seed: options.seed,
       hours: options.hours,
-      spot: BUILT_IN_SPOT,
+      spot: sizing ? { kind: 'rates', ratePerHour: () => 0.05 } : BUILT_IN_SPOT,
       faults: faultProfile(profile),
       invariants: 'count',
       ...(options.services ? { services: defaultSimServices() } : {}),
     });
-  const base = (await run('none')).summary;
+  const first = await run('none');
+  const base = first.summary;
   const summaries: Record<string, SimulationSummary> = { none: base };
   const rows: ChaosRow[] = [];
   for (const profile of options.profiles) {
-    const s = profile === 'none' ? base : (await run(profile)).summary;
+    const result = profile === 'none' ? first : await run(profile);
+    const s = result.summary;
     summaries[profile] = s;
+    const sized = result.jobs.filter((j) => j.rightsize?.applied);
     rows.push({
       profile,
+      ...(options.rightsizing ? { rightsized: { jobs: sized.length, failed: sized.filter((j) => j.state === 'failed').length } } : {}),
       accepted: s.accepted,
       completed: s.completed,
       lost: s.lost,
@@ -139,6 +160,10 @@ if (invokedDirectly) {
       listOf(oneOf('--clouds', ['aws', 'gcp'] as const)),
     )
     .option('--services', "run npm start's services (nlp.chat, recsys.recommend) beside the jobs in every profile")
+    .option(
+      '--rightsizing',
+      'the right-sizing scenario with rightsize "auto" (A100 machines, half the job families oversized), spot taken back at 5%/machine-hour',
+    )
     .option('--json', 'print the rows as JSON')
     .parse();
   const o = program.opts<{
@@ -149,6 +174,7 @@ if (invokedDirectly) {
     mig?: boolean;
     clouds?: Cloud[];
     services?: boolean;
+    rightsizing?: boolean;
   }>();
   const profiles = o.profiles ? o.profiles.split(',').map((p) => p.trim()) : Object.keys(FAULT_PROFILES);
   for (const p of profiles) {
@@ -165,6 +191,7 @@ if (invokedDirectly) {
     profiles,
     ...(o.mig ? { mig: true } : {}),
     ...(o.services ? { services: true } : {}),
+    ...(o.rightsizing ? { rightsizing: true } : {}),
     ...(o.clouds ? { clouds: [...new Set(o.clouds)] } : {}),
   });
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
@@ -200,7 +227,8 @@ if (invokedDirectly) {
             .map(([id, v]) => `${id} ${v.availabilityPct.toFixed(1)}% available, ${v.replicasLost} replicas lost`)
             .join('; ')}]`
         : '';
-      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)} ${`${r.spendErrorPct.toFixed(3)}%`.padStart(10)} ${`${r.teamSpendErrorPct.toFixed(3)}%`.padStart(15)}  ${injected || '-'}${mig}${byCloud}${svc}`;
+      const sized = r.rightsized ? `  [right-sized: ${r.rightsized.jobs} jobs, ${r.rightsized.failed} failed]` : '';
+      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)} ${`${r.spendErrorPct.toFixed(3)}%`.padStart(10)} ${`${r.teamSpendErrorPct.toFixed(3)}%`.padStart(15)}  ${injected || '-'}${mig}${byCloud}${svc}${sized}`;
     });
     const bad = rows.filter((r) => r.lost > 0 || r.duplicated > 0 || r.violations > 0);
     process.stdout.write(

@@ -296,6 +296,8 @@ export interface RightsizingScenarioOptions {
   readonly mode: RightsizeMode;
   /** Job families the one-GPU jobs fall into (default 16). */
   readonly families?: number;
+  /** Spot groups of the same machines beside the on-demand ones (for `bench:chaos --rightsizing`: interruptions of right-sized jobs). */
+  readonly spot?: boolean;
 }
 
 /**
@@ -348,6 +350,20 @@ export function rightsizingScenario(
   const groups: SimGroupConfig[] = [
     { id: 'p4d-od', instanceTypes: ['p4d.24xlarge'], zones, capacityType: 'on-demand', minSize: 0, maxSize: 60 },
     { id: 'p4d-mig-od', instanceTypes: ['p4d.24xlarge'], zones, capacityType: 'on-demand', minSize: 0, maxSize: 30, migEnabled: true },
+    ...(options.spot
+      ? [
+          { id: 'p4d-spot', instanceTypes: ['p4d.24xlarge'], zones, capacityType: 'spot' as const, minSize: 0, maxSize: 60 },
+          {
+            id: 'p4d-mig-spot',
+            instanceTypes: ['p4d.24xlarge'],
+            zones,
+            capacityType: 'spot' as const,
+            minSize: 0,
+            maxSize: 30,
+            migEnabled: true,
+          },
+        ]
+      : []),
   ];
   return { workload: { ...workload, name: `${workload.name}+families`, jobs }, groups };
 }
