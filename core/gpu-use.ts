@@ -168,12 +168,16 @@ export function gpuUseProblem(u: AttemptGpuUse): string | undefined {
   return undefined;
 }
 
+/** Measured use without the attempt it came from: a job's over its attempts, or a family's over its runs. */
+export type MeasuredGpuUse = Omit<AttemptGpuUse, 'attempt' | 'rank'>;
+
 /**
- * A job's use over its attempts, for right-sizing: the highest peak memory, the mean weighted by
- * looks, and the highest 95th percentile of any attempt (percentiles do not add up; the highest
- * one is the safe side). Undefined for a job with no measured attempt.
+ * Several measurements as one (a job's attempts, a family's runs), for right-sizing: the highest
+ * peak memory and busy devices, the mean weighted by looks, and the highest 95th percentile (percentiles
+ * do not add up; the highest one is the safe side); devices, model and device memory are the newest's.
+ * Undefined for none.
  */
-export function jobGpuUse(uses: readonly AttemptGpuUse[] | undefined): Omit<AttemptGpuUse, 'attempt' | 'rank'> | undefined {
+export function jobGpuUse(uses: readonly MeasuredGpuUse[] | undefined): MeasuredGpuUse | undefined {
   const all = uses ?? [];
   if (all.length === 0) return undefined;
   const newest = all[all.length - 1]!;

@@ -1,5 +1,5 @@
 import { COMPUTE_CAPABILITY, GPU_SPEED, gpuModelMatches, migComputeSlices, milliGpusUsed, type GpuModel, type GpuRequest } from './gpu.ts';
-import { jobGpuUse, type AttemptGpuUse } from './gpu-use.ts';
+import { jobGpuUse, type MeasuredGpuUse } from './gpu-use.ts';
 import type { Job, RightsizeDecision } from './job.ts';
 import type { JobSpec } from './job-spec.ts';
 import { MIG_GPUS } from './mig.ts';
@@ -52,7 +52,7 @@ export interface RightsizeRun {
   readonly gpu: GpuRequest;
   readonly nodes: number;
   /** Its measured use over its attempts (jobGpuUse). */
-  readonly use: Omit<AttemptGpuUse, 'attempt' | 'rank'>;
+  readonly use: MeasuredGpuUse;
   /** What its attempts cost, at the prices they ran at. */
   readonly costMicroUsd: number;
   /** The shape auto chose for it, when it did (a failed right-sized run stops auto for its family). */
@@ -154,10 +154,12 @@ export function recommendShape(
   const model = newest.use.model;
   if (!model) return no('the GPU model it ran on was not reported');
 
-  const peak = Math.max(...measured.map((r) => r.use.peakMemoryMiB));
+  // Every run's measurement as one: the highest peak, busy devices and p95, the mean weighted by looks.
+  const all = jobGpuUse(measured.map((r) => r.use))!;
+  const peak = all.peakMemoryMiB;
   const needMemory = Math.ceil(Math.max(peak * (1 + MEMORY_MARGIN_PCT / 100), peak + MEMORY_MARGIN_MIN_MIB));
-  // The need per device, in each measure of speed (throughput, bandwidth), the margin included.
-  const busy = Math.max(...measured.map((r) => Math.max(1, r.use.busyDevices)));
+  const busy = Math.max(1, all.busyDevices);
+  // The need per device, in each measure of speed (throughput, bandwidth), the margin included: each run on its own device.
   const need = { tflops: 0, bandwidthGBs: 0 };
   let computeKnown = true;
   for (const r of measured) {
@@ -224,14 +226,7 @@ export function recommendShape(
   const cost = measured.reduce((a, r) => a + r.costMicroUsd, 0);
   const saving = measured.reduce((a, r) => a + Math.round(r.costMicroUsd * Math.max(0, 1 - ratioFor(to, r, offers, model))), 0);
   const headroom = Math.round((1000 * (to.memoryMiB - peak)) / to.memoryMiB) / 10;
-  const p95 = maxOf(measured.map((r) => r.use.p95SmPct));
-  const meanLooks = measured.filter((r) => r.use.meanSmPct !== undefined);
-  const mean =
-    meanLooks.length > 0
-      ? Math.round(
-          (10 * meanLooks.reduce((a, r) => a + r.use.meanSmPct! * r.use.looks, 0)) / meanLooks.reduce((a, r) => a + r.use.looks, 0),
-        ) / 10
-      : undefined;
+  const { p95SmPct: p95, meanSmPct: mean } = all;
   const n = measured.length;
   const confidence: Recommendation['confidence'] =
     n >= 5 && headroom >= 15 && computeKnown && to.kind !== 'model' ? 'high' : n >= 2 && headroom >= 10 ? 'medium' : 'low';
@@ -305,11 +300,6 @@ export function describeShape(gpu: GpuRequest): string {
 function gib(mib: number): string {
   const g = mib / 1024;
   return g >= 10 ? g.toFixed(0) : g.toFixed(1);
-}
-
-function maxOf(xs: readonly (number | undefined)[]): number | undefined {
-  const d = xs.filter((x): x is number => x !== undefined);
-  return d.length > 0 ? Math.max(...d) : undefined;
 }
 
 /** A family's kept runs with `added` merged in: one per job id (the newer end wins), the newest FAMILY_RUNS_KEPT, oldest first. */
