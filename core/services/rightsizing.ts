@@ -21,7 +21,7 @@ export interface RightsizePorts {
 /** Notes each ended job's measured run in its family (jobs without a measurement, or that did not finish, add nothing). */
 export async function noteFinishedRuns(families: FamilyRunStore, ended: readonly Job[]): Promise<number> {
   const runs = ended.flatMap((j) => {
-    const run = j.spec && j.state !== 'rejected' ? runOf(j) : undefined;
+    const run = runOf(j);
     return run ? [{ family: rightsizeFamily(j.team, j.spec), run }] : [];
   });
   if (runs.length > 0) await families.note(runs);

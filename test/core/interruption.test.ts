@@ -1,3 +1,4 @@
+import type { SimGroupConfig } from '../../cloud/sim/sim-cloud.ts';
 import { describe, expect, it } from 'vitest';
 import { completeDrainedLifecycles, handleNotice, type NodeNotice } from '../../core/services/interruption.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
@@ -180,6 +181,17 @@ describe('interruption service', () => {
   });
 });
 
+/** A group of two p3.8xlarge launched into the Capacity Block cr-0b10c0000000000a1. */
+const BLOCK_GROUP: SimGroupConfig = {
+  id: 'v100-block',
+  instanceTypes: ['p3.8xlarge'],
+  zones: ['us-west-2a'],
+  capacityType: 'reserved',
+  reservationId: 'cr-0b10c0000000000a1',
+  minSize: 0,
+  maxSize: 2,
+};
+
 describe('interruption service: reservations', () => {
   it('a reservation ending drains every machine in it, checkpoints what can, and a repeat changes nothing', async () => {
     const H = 3_600_000;
@@ -190,15 +202,7 @@ describe('interruption service: reservations', () => {
       teamTags: defaultTeamTags(['nlp']),
       bootSec: 60,
       groups: [
-        {
-          id: 'v100-block',
-          instanceTypes: ['p3.8xlarge'],
-          zones: ['us-west-2a'],
-          capacityType: 'reserved',
-          reservationId: 'cr-0b10c0000000000a1',
-          minSize: 0,
-          maxSize: 2,
-        },
+        BLOCK_GROUP,
         { id: 'v100-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 5 },
       ],
       reservations: [
@@ -271,17 +275,7 @@ describe('interruption service: reservations', () => {
       seed: 1,
       teams: ['nlp'],
       teamTags: defaultTeamTags(['nlp']),
-      groups: [
-        {
-          id: 'v100-block',
-          instanceTypes: ['p3.8xlarge'],
-          zones: ['us-west-2a'],
-          capacityType: 'reserved',
-          reservationId: 'cr-0b10c0000000000a1',
-          minSize: 0,
-          maxSize: 2,
-        },
-      ],
+      groups: [BLOCK_GROUP],
     });
     const delivered = (reservationId: string) =>
       handleNotice(
