@@ -284,6 +284,7 @@ export class NodeAgent {
   async beat(): Promise<void> {
     const now = this.ports.clock.nowMs();
     let gpus: GpuDevice[] | undefined;
+    let read: NvidiaSmiReport | undefined;
     try {
       const report = await this.inventory();
       gpus = toGpuDevices(report);
@@ -292,8 +293,7 @@ export class NodeAgent {
         problems.push(`no GPU here is a model gpu-fleet schedules (${report.gpus.map((g) => g.name).join(', ')})`);
       this.health = problems.length > 0 ? { healthy: false, problem: problems.join('; ') } : { healthy: true };
       this.lastGpus = gpus;
-      const dcgm = this.local.size > 0 ? await this.dcgmReadings() : undefined;
-      for (const l of this.local.values()) if (!l.exit) l.use = addGpuLook(l.use, deviceReadings(report, l.held.devices, dcgm));
+      read = report;
     } catch (error) {
       this.health = { healthy: false, problem: messageOf(error) };
     }
@@ -313,6 +313,11 @@ export class NodeAgent {
         ...(this.health.problem ? { healthProblem: this.health.problem } : {}),
       });
       this.registeredGpus = gpuKey;
+    }
+    // The attempts' GPU use, from this beat's reading (after the heartbeat is sent: a slow dcgm-exporter never delays it).
+    if (read && this.local.size > 0) {
+      const dcgm = await this.dcgmReadings();
+      for (const l of this.local.values()) if (!l.exit) l.use = addGpuLook(l.use, deviceReadings(read, l.held.devices, dcgm));
     }
   }
 
