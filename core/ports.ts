@@ -1,4 +1,4 @@
-import type { Cloud, InstanceType, Offering, PriceQuote } from './catalog.ts';
+import type { Cloud, InstanceType, InstanceTypeCatalog, Offering, PriceQuote } from './catalog.ts';
 import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord } from './fleet.ts';
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
@@ -527,6 +527,13 @@ export interface DeadLetter {
 export interface ReconcileTrigger {
   reconcileSoon(reason: string): Promise<void>;
 }
+
+/**
+ * The node groups a job could ever run on, for intake's checks (no group can hold it; a right-sized
+ * shape some group can run); undefined when they cannot all be known here (then nothing is decided
+ * from them: a job is never called unschedulable on half the fleet).
+ */
+export type FleetShape = () => Promise<{ readonly groups: readonly NodeGroup[]; readonly types: InstanceTypeCatalog } | undefined>;
 
 /**
  * Right-sizing's memory of each job family's finished, measured runs (core/rightsizing.ts):

@@ -1,20 +1,15 @@
 import { isValidTeamId } from '../budget.ts';
 import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
 import { checkJobSpec, type JobSpec } from '../job-spec.ts';
-import type { Clock, JobStore, NodeGroupProvider, ServiceStore } from '../ports.ts';
+import type { Clock, FleetShape, JobStore, NodeGroupProvider, ServiceStore } from '../ports.ts';
 import { ConflictError, messageOf } from '../errors.ts';
 import { newServiceRecord, type ServiceRecord } from '../serving/service.ts';
 import type { InstanceTypeCatalog } from '../catalog.ts';
-import type { NodeGroup } from '../fleet.ts';
 import { whyNoGroupHolds } from '../planner/capacity.ts';
 import { reason } from '../reason.ts';
 import { rightsizeSubmission, type RightsizePorts } from './rightsizing.ts';
 
-/**
- * The node groups a job could ever run on, for intake's check; undefined when they cannot all be
- * known here (then nothing is recorded: a job is never called unschedulable on half the fleet).
- */
-export type FleetShape = () => Promise<{ readonly groups: readonly NodeGroup[]; readonly types: InstanceTypeCatalog } | undefined>;
+export type { FleetShape };
 
 export interface IntakeMessage {
   /** The team whose queue the message arrived on. Never taken from the body. */

@@ -1,11 +1,9 @@
 import type { GpuRequest } from '../gpu.ts';
 import type { JobSpec } from '../job-spec.ts';
 import { whyNoGroupHolds } from '../planner/capacity.ts';
-import type { FamilyRunStore } from '../ports.ts';
+import type { FamilyRunStore, FleetShape } from '../ports.ts';
 import { rightsizeAtIntake, rightsizeFamily, runOf, type GpuOffers } from '../rightsizing.ts';
 import type { Job, RightsizeDecision } from '../job.ts';
-import type { InstanceTypeCatalog } from '../catalog.ts';
-import type { NodeGroup } from '../fleet.ts';
 
 /**
  * Right-sizing's two writes and reads of the family runs: reconcile notes the measured runs of the
@@ -30,17 +28,15 @@ export async function noteFinishedRuns(families: FamilyRunStore, ended: readonly
 
 /** A submission's spec as right-sizing leaves it, and the decision to keep on the job (none for a spec without `gpu.rightsize`). */
 export async function rightsizeSubmission(
-  ports: RightsizePorts & {
-    /** The node groups a job could run on (intake's FleetShape); absent or unknown: no shape is changed. */
-    readonly fleetShape?: () => Promise<{ readonly groups: readonly NodeGroup[]; readonly types: InstanceTypeCatalog } | undefined>;
-  },
+  /** With the node groups a job could run on; absent or unknown, no shape is changed. */
+  ports: RightsizePorts & { readonly fleetShape?: FleetShape },
   team: string,
   spec: JobSpec,
   nowMs: number,
 ): Promise<{ spec: JobSpec; decision?: RightsizeDecision }> {
   if (!spec.gpu.rightsize || spec.service) return { spec };
   const runs = await ports.families.runs(rightsizeFamily(team, spec));
-  let shape: { readonly groups: readonly NodeGroup[]; readonly types: InstanceTypeCatalog } | undefined;
+  let shape: Awaited<ReturnType<FleetShape>>;
   try {
     shape = await ports.fleetShape?.();
   } catch {
