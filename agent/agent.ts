@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
-import { checkpointPartLocation, type CheckpointRef, type Job } from '../core/job.ts';
+import { checkpointPartLocation, rendezvousPortOf, type CheckpointRef, type Job } from '../core/job.ts';
+import { containerSettings } from '../core/job-spec.ts';
 import type {
   CheckpointStore,
   Clock,
@@ -41,7 +42,7 @@ import { readMarker, type CheckpointBlobs, type CheckpointMarker } from './check
 import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts';
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { deviceReadings, gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
-import type { Exit, JobProcess, JobRunner } from './runner.ts';
+import { safeJobName, type Exit, type JobProcess, type JobRunner } from './runner.ts';
 import { LogShipper } from './log-shipper.ts';
 import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
@@ -412,7 +413,7 @@ export class NodeAgent {
     const now = this.ports.clock.nowMs();
     const key = keyOf(job.id, job.attempt);
     const assignment = job.placement!.nodes[rank]!;
-    const root = join(this.config.workDir, 'jobs', safeName(job.id), `attempt-${job.attempt}`);
+    const root = join(this.config.workDir, 'jobs', safeJobName(job.id), `attempt-${job.attempt}`);
     const dirs = { root, checkpoint: join(root, 'checkpoint'), resume: join(root, 'resume') };
     const cannotStart = async (why: string) => {
       this.ports.log.error('cannot start job here; its attempt goes back to the queue', {
@@ -449,6 +450,7 @@ export class NodeAgent {
       }
     }
     const leader = size > 1 ? await this.ports.nodes.get(job.placement!.nodes[0]!.nodeId) : undefined;
+    const rendezvousPort = rendezvousPortOf(job.placement);
     const cp = job.spec.checkpoint;
     const env: Record<string, string> = {
       ...job.spec.env,
@@ -463,12 +465,14 @@ export class NodeAgent {
         ? { GPU_FLEET_RESUME_FROM: checkpointPartLocation(latest, rank), GPU_FLEET_RESUME_PROGRESS_SEC: String(latest.progressSec) }
         : {}),
       ...(leader?.address ? { GPU_FLEET_LEADER_ADDRESS: leader.address } : {}),
+      ...(rendezvousPort !== undefined ? { GPU_FLEET_LEADER_PORT: String(rendezvousPort) } : {}),
     };
     let proc: JobProcess;
     try {
       proc = await this.ports.runner.start({
         jobId: job.id,
         attempt: job.attempt,
+        rank,
         image: job.spec.image,
         command: job.spec.command,
         env,
@@ -476,6 +480,7 @@ export class NodeAgent {
         checkpointDir: dirs.checkpoint,
         ...(resumed ? { resumeDir: dirs.resume } : {}),
         logFile: join(root, 'output.log'),
+        container: containerSettings(job.spec),
       });
       this.shipper?.track(key, join(root, 'output.log'), {
         jobId: job.id,
@@ -911,10 +916,6 @@ function useOf(l: LocalAttempt): { gpuUse?: AttemptGpuUse } {
 
 function keyOf(jobId: string, attempt: number): string {
   return `${jobId}#${attempt}`;
-}
-
-function safeName(jobId: string): string {
-  return jobId.replace(/[^A-Za-z0-9._-]/g, '_');
 }
 
 /** The exit code a shell would report: 128 + the signal's number for a process killed by a signal. */

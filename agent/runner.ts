@@ -1,8 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { accessSync, chmodSync, closeSync, constants, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, isAbsolute, join } from 'node:path';
 import { GpuFleetError } from '../core/errors.ts';
+import type { ContainerSettings } from '../core/job-spec.ts';
 import { setTimeout as delay } from 'node:timers/promises';
 
 /**
@@ -15,6 +17,8 @@ import { setTimeout as delay } from 'node:timers/promises';
 export interface Launch {
   readonly jobId: string;
   readonly attempt: number;
+  /** The machine's part of a gang (0 for a job on one machine): two ranks on one engine are two containers. */
+  readonly rank: number;
   readonly image: string;
   readonly command: readonly string[];
   /** The job's own variables and gpu-fleet's GPU_FLEET_* ones, without the directory variables (the runner sets those). */
@@ -30,6 +34,8 @@ export interface Launch {
   readonly resumeDir?: string;
   /** The job's stdout and stderr go to this file. */
   readonly logFile: string;
+  /** How a container meets the network, its shared memory and its locked-memory limit (core/job-spec.ts `containerSettings`). */
+  readonly container: ContainerSettings;
 }
 
 export interface Exit {
@@ -226,9 +232,34 @@ export const CONTAINER_CHECKPOINT_DIR = '/gpu-fleet/checkpoint';
 export const CONTAINER_RESUME_DIR = '/gpu-fleet/resume';
 const LABEL = 'io.gpu-fleet.job';
 
-/** The container's name for one attempt: docker names allow [a-zA-Z0-9][a-zA-Z0-9_.-]. */
-export function containerName(jobId: string, attempt: number): string {
-  return `gpu-fleet-${jobId.replace(/[^a-zA-Z0-9_.-]/g, '_')}-a${attempt}`.slice(0, 200);
+/**
+ * A job id as one name made of `[A-Za-z0-9_.-]` (a container name, a folder name), distinct for
+ * distinct ids: letters, digits, "-" and "." (not leading) stay as they are, and every other
+ * character is written as "_" and two hex digits per UTF-8 byte ("~" is `_7e`, "_" itself `_5f`),
+ * so two ids never share a container or a job folder. An escaped id longer than
+ * {@link MAX_SAFE_NAME} keeps its first part and adds "__" and the SHA-256 of the id: an escape
+ * never holds "__", so such a name is never an escaped id.
+ */
+export function safeJobName(jobId: string): string {
+  let out = '';
+  for (const c of jobId) {
+    if (/[A-Za-z0-9-]/.test(c) || (c === '.' && out !== '')) out += c;
+    else for (const b of Buffer.from(c, 'utf8')) out += `_${b.toString(16).padStart(2, '0')}`;
+  }
+  if (out.length <= MAX_SAFE_NAME) return out;
+  // Cut before an escape, never inside one.
+  let cut = MAX_SAFE_NAME - 66;
+  const underscore = out.lastIndexOf('_', cut);
+  if (underscore >= cut - 2) cut = underscore;
+  return `${out.slice(0, cut)}__${createHash('sha256').update(jobId, 'utf8').digest('hex')}`;
+}
+
+/** The longest name {@link safeJobName} gives (a folder name may have 255 bytes; docker names have no set limit). */
+export const MAX_SAFE_NAME = 200;
+
+/** The container's name for one rank of one attempt (docker names allow [a-zA-Z0-9][a-zA-Z0-9_.-]). */
+export function containerName(jobId: string, attempt: number, rank: number): string {
+  return `gpu-fleet-${safeJobName(jobId)}-a${attempt}-r${rank}`;
 }
 
 /**
@@ -256,7 +287,7 @@ export function dockerRunArgs(
     '--rm',
     '--init',
     '--name',
-    containerName(launch.jobId, launch.attempt),
+    containerName(launch.jobId, launch.attempt, launch.rank),
     '--label',
     `${LABEL}=${launch.jobId}`,
     '--label',
@@ -264,6 +295,7 @@ export function dockerRunArgs(
   ];
   // --gpus takes a CSV value; a list of devices must be quoted inside the value.
   if (launch.devices.length > 0) args.push('--gpus', `"device=${launch.devices.join(',')}"`);
+  args.push(...containerSettingArgs(launch.container));
   args.push('--mount', `type=bind,source=${launch.checkpointDir},target=${CONTAINER_CHECKPOINT_DIR}`);
   if (launch.resumeDir) args.push('--mount', `type=bind,source=${launch.resumeDir},target=${CONTAINER_RESUME_DIR},readonly`);
   args.push('--env-file', options.envFile);
@@ -275,6 +307,30 @@ export function dockerRunArgs(
     .join('');
   return { args, envFileText };
 }
+
+/**
+ * The docker flags of a job's settings: the host's network for a service (its port is the
+ * machine's, where the load balancer and the agent reach it) and for a multi-node gang (the
+ * leader's rendezvous port and NCCL's own ports are reached at the machine's address; NCCL also
+ * wants the host's interfaces), docker's bridge for the rest; /dev/shm of the given size (docker's
+ * default, 64 MiB, makes a PyTorch DataLoader with workers die with a bus error); the locked-memory
+ * limit NCCL and RDMA need; and the 64 MiB stack NVIDIA's framework containers are run with.
+ */
+export function containerSettingArgs(settings: ContainerSettings): string[] {
+  const memlock = settings.lockedMemoryMiB === 'unlimited' ? '-1' : String(settings.lockedMemoryMiB * 1024 * 1024);
+  return [
+    ...(settings.network === 'host' ? ['--network', 'host'] : []),
+    '--shm-size',
+    `${settings.shmSizeMiB}m`,
+    '--ulimit',
+    `memlock=${memlock}:${memlock}`,
+    '--ulimit',
+    `stack=${CONTAINER_STACK_BYTES}`,
+  ];
+}
+
+/** The stack limit of a job's container: 64 MiB, as NVIDIA runs its PyTorch containers. */
+export const CONTAINER_STACK_BYTES = 64 * 1024 * 1024;
 
 /**
  * The environment of the host programs the agent runs (the docker CLI, nvidia-smi): the agent's
@@ -321,7 +377,7 @@ export class DockerRunner implements JobRunner {
   }
 
   async start(launch: Launch): Promise<JobProcess> {
-    const name = containerName(launch.jobId, launch.attempt);
+    const name = containerName(launch.jobId, launch.attempt, launch.rank);
     const envFile = this.envFileOf(name);
     const { args, envFileText } = dockerRunArgs(launch, { extraArgs: this.extraArgs, envFile });
     await this.cli(['rm', '--force', name]); // a container of this attempt left by an earlier agent

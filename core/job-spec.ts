@@ -114,6 +114,9 @@ export const DEFAULT_PROMETHEUS_METRIC: Partial<Record<(typeof SERVICE_METRICS)[
 };
 const PROMETHEUS_NAME_RE = /^[a-zA-Z_:][a-zA-Z0-9_:]{0,199}$/;
 
+/** How long a replica may go without answering its readiness path before it is replaced, by default. */
+export const DEFAULT_UNHEALTHY_LIMIT_SEC = 300;
+
 const positive = (max: number, unit = '') =>
   z
     .number({ error: `must be a number above 0 and at most ${max}${unit}` })
@@ -133,8 +136,14 @@ const ServiceSpecSchema = z.strictObject({
       ),
       initialDelaySec: z._default(int(0, 3600, ' s'), 30),
       periodSec: z._default(int(1, 300, ' s'), 10),
+      /**
+       * A replica whose readiness path has not answered for this long (counted from the end of its
+       * initial delay, or from when it last answered) is replaced: a model load that hangs, a port
+       * never opened, a server that stopped answering.
+       */
+      unhealthyLimitSec: z._default(int(10, 86_400, ' s'), DEFAULT_UNHEALTHY_LIMIT_SEC),
     }),
-    { path: '/health', initialDelaySec: 30, periodSec: 10 },
+    { path: '/health', initialDelaySec: 30, periodSec: 10, unhealthyLimitSec: DEFAULT_UNHEALTHY_LIMIT_SEC },
   ),
   replicas: z
     .strictObject({ min: int(0, 1000), max: int(1, 1000) })
@@ -158,6 +167,20 @@ const ServiceSpecSchema = z.strictObject({
   scaleUpDelaySec: z._default(int(0, 3600, ' s'), 0),
   scaleDownWindowSec: z._default(int(0, 86_400, ' s'), 300),
 });
+
+/**
+ * How the job's container runs (agent/runner.ts): its shared memory and its locked-memory limit.
+ * The defaults are what NVIDIA runs its PyTorch containers with, /dev/shm sized by the GPUs held.
+ */
+const ContainerSpecSchema = z.strictObject({
+  /** Size of /dev/shm, MiB (default {@link DEFAULT_SHM_MIB_PER_GPU} per GPU the job holds on a machine). */
+  shmSizeMiB: z.optional(int(64, 1_048_576, ' MiB')),
+  /** The locked-memory limit, MiB (default unlimited, as NCCL and RDMA need). */
+  lockedMemoryMiB: z.optional(int(1, 1_048_576, ' MiB')),
+});
+
+/** /dev/shm per GPU a job holds on a machine, by default: a DataLoader's workers pass their batches through it. */
+export const DEFAULT_SHM_MIB_PER_GPU = 1024;
 
 const JobSpecObject = z.strictObject({
   name: z.optional(
@@ -216,6 +239,7 @@ const JobSpecObject = z.strictObject({
     {},
   ),
   service: z.optional(ServiceSpecSchema),
+  container: z.optional(ContainerSpecSchema),
   placement: z.optional(
     z.strictObject({
       clouds: z.optional(z.array(z.enum(['aws', 'gcp'], { error: 'entries must be "aws" or "gcp"' })).check(z.minLength(1))),
@@ -262,6 +286,39 @@ export type JobSpecInput = z.input<typeof JobSpecSchema>;
 export type JobSpec = z.output<typeof JobSpecSchema>;
 export type CheckpointSpec = z.output<typeof CheckpointSpecSchema>;
 export type ServiceSpec = z.output<typeof ServiceSpecSchema>;
+
+/** How a job's container is run on its machine. */
+export interface ContainerSettings {
+  /**
+   * `host`: the machine's own network, for a service (the load balancer and the agent reach its port
+   * at the machine's address) and a multi-node gang (the ranks meet at the leader's address, and
+   * NCCL opens ports of its own). `bridge`: docker's network, nothing published, for the rest.
+   */
+  readonly network: 'host' | 'bridge';
+  readonly shmSizeMiB: number;
+  readonly lockedMemoryMiB: number | 'unlimited';
+}
+
+/** The container settings of a spec: its own `container` section over the defaults. */
+export function containerSettings(spec: JobSpec): ContainerSettings {
+  const gpus = spec.gpu.kind === 'whole' ? spec.gpu.count : 1;
+  return {
+    network: spec.service || spec.nodes > 1 ? 'host' : 'bridge',
+    shmSizeMiB: spec.container?.shmSizeMiB ?? DEFAULT_SHM_MIB_PER_GPU * gpus,
+    lockedMemoryMiB: spec.container?.lockedMemoryMiB ?? 'unlimited',
+  };
+}
+
+/**
+ * The ports of the machine a job's container listens on with the host's network, known from its
+ * spec: a service's port. Two jobs holding one port never share a machine (the planner takes it
+ * as room of the machine); a gang leader's rendezvous port is chosen by the planner at placement.
+ */
+export function hostPortsOf(spec: Pick<JobSpec, 'service'>): readonly number[] {
+  return spec.service ? [spec.service.port] : NO_PORTS;
+}
+
+const NO_PORTS: readonly number[] = [];
 
 export type SpecCheck = { ok: true; spec: JobSpec } | { ok: false; errors: string[] };
 

@@ -28,6 +28,20 @@ export interface NodeAssignment {
   readonly gpuIndices: readonly number[];
   readonly mig?: { readonly profile: string; readonly startSlice: number };
   readonly share?: { readonly milliGpu: number; readonly memoryMiB: number };
+  /**
+   * Ports of the machine the job's container listens on with the host's network (a service's
+   * port; the rendezvous port on a gang's first machine): room of the machine no other job on it
+   * may take. Absent when none.
+   */
+  readonly ports?: readonly number[];
+}
+
+/**
+ * The port a multi-node gang's ranks meet at on its first machine (torch.distributed's
+ * MASTER_PORT), chosen by the planner when it placed the attempt; undefined for a single machine.
+ */
+export function rendezvousPortOf(placement: Placement | undefined): number | undefined {
+  return placement && placement.nodes.length > 1 ? placement.nodes[0]?.ports?.[0] : undefined;
 }
 
 /** Thousandths of a GPU one node's part of a placement holds (a whole GPU is 1000). */

@@ -27,7 +27,18 @@ import {
   parseNvidiaSmiText,
   type NvidiaSmiReport,
 } from '../../agent/nvidia-smi.ts';
-import { containerName, dockerRunArgs, DockerRunner, ProcessRunner } from '../../agent/runner.ts';
+import fc from 'fast-check';
+import {
+  containerName,
+  containerSettingArgs,
+  dockerRunArgs,
+  DockerRunner,
+  MAX_SAFE_NAME,
+  ProcessRunner,
+  safeJobName,
+} from '../../agent/runner.ts';
+import { checkJobSpec, containerSettings, type JobSpecInput } from '../../core/job-spec.ts';
+import { jobIdFor } from '../../core/job.ts';
 import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
 import { FAKE_BIN, NVIDIA_SMI_FIXTURES } from '../support/gpu-fixtures.ts';
 import { awsInstance, IMDS_BODIES, startMetadataServer } from '../support/metadata-server.ts';
@@ -36,6 +47,7 @@ const tmp = (name: string) => mkdtempSync(join(tmpdir(), `${name}-`));
 const launch = (over: Partial<Parameters<typeof dockerRunArgs>[0]> = {}) => ({
   jobId: 'nlp.train-7',
   attempt: 2,
+  rank: 0,
   image: 'pytorch/pytorch:2.3.0-cuda12.1',
   command: ['python', 'train.py', '--lr', '3e-4; rm -rf /', '$HOME'],
   env: { WANDB_API_KEY: 'secret-value', ODD: ' spaces, "quotes", = and #hash ', GPU_FLEET_JOB_ID: 'nlp.train-7' },
@@ -43,6 +55,7 @@ const launch = (over: Partial<Parameters<typeof dockerRunArgs>[0]> = {}) => ({
   checkpointDir: '/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/checkpoint',
   resumeDir: '/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/resume',
   logFile: '/dev/null',
+  container: { network: 'bridge' as const, shmSizeMiB: 2048, lockedMemoryMiB: 'unlimited' as const },
   ...over,
 });
 
@@ -54,13 +67,19 @@ describe('docker runner', () => {
       '--rm',
       '--init',
       '--name',
-      'gpu-fleet-nlp.train-7-a2',
+      'gpu-fleet-nlp.train-7-a2-r0',
       '--label',
       'io.gpu-fleet.job=nlp.train-7',
       '--label',
       'io.gpu-fleet.job.attempt=2',
       '--gpus',
       '"device=GPU-aaaa,GPU-bbbb"',
+      '--shm-size',
+      '2048m',
+      '--ulimit',
+      'memlock=-1:-1',
+      '--ulimit',
+      'stack=67108864',
       '--mount',
       'type=bind,source=/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/checkpoint,target=/gpu-fleet/checkpoint',
       '--mount',
@@ -89,7 +108,67 @@ describe('docker runner', () => {
     );
     expect(() => dockerRunArgs(launch({ env: { MULTI: 'line one\nline two' } }), { envFile: '/x.env' })).toThrow(/MULTI .* line break/);
     expect(dockerRunArgs(launch({ devices: [] }), { envFile: '/x.env' }).args).not.toContain('--gpus');
-    expect(containerName('nlp.odd/id~7e', 3)).toBe('gpu-fleet-nlp.odd_id_7e-a3');
+    expect(containerName('nlp.odd/id~7e', 3, 1)).toBe('gpu-fleet-nlp.odd_2fid_7e7e-a3-r1');
+  });
+
+  it("runs a service or a gang on the host network, the rest on docker's bridge, with the shared and locked memory asked", () => {
+    const args = (container: Parameters<typeof containerSettingArgs>[0]) => containerSettingArgs(container).join(' ');
+    expect(args({ network: 'host', shmSizeMiB: 8192, lockedMemoryMiB: 'unlimited' })).toBe(
+      '--network host --shm-size 8192m --ulimit memlock=-1:-1 --ulimit stack=67108864',
+    );
+    expect(args({ network: 'bridge', shmSizeMiB: 1024, lockedMemoryMiB: 64 })).toBe(
+      '--shm-size 1024m --ulimit memlock=67108864:67108864 --ulimit stack=67108864',
+    );
+    const spec = (over: Partial<JobSpecInput>) => {
+      const checked = checkJobSpec({ image: 'x/y:1', command: ['serve'], gpu: { kind: 'whole', count: 4 }, ...over });
+      if (!checked.ok) throw new Error(checked.errors.join('; '));
+      return containerSettings(checked.spec);
+    };
+    expect(spec({})).toEqual({ network: 'bridge', shmSizeMiB: 4096, lockedMemoryMiB: 'unlimited' });
+    expect(spec({ nodes: 2 }).network).toBe('host');
+    expect(
+      spec({
+        name: 'chat',
+        service: { port: 8000, replicas: { min: 1, max: 2 }, targets: [{ metric: 'waiting-requests', perReplica: 4 }] },
+      }).network,
+    ).toBe('host');
+    expect(spec({ gpu: { kind: 'mig', profile: '1g.10gb' }, container: { shmSizeMiB: 256, lockedMemoryMiB: 128 } })).toEqual({
+      network: 'bridge',
+      shmSizeMiB: 256,
+      lockedMemoryMiB: 128,
+    });
+    expect(checkJobSpec({ image: 'x/y:1', command: ['a'], gpu: { kind: 'whole', count: 1 }, container: { shmSizeMiB: 16 } })).toEqual({
+      ok: false,
+      errors: ['container.shmSizeMiB: must be at least 64 MiB; got 16'],
+    });
+  });
+
+  it('gives two jobs distinct containers and folders whatever their ids hold', () => {
+    // jobIdFor('nlp', 'a b') and jobIdFor('nlp', 'a_20b'): the old mapping (every other character to "_") gave both "nlp.a_20b".
+    const ids = [
+      jobIdFor('nlp', 'a b'),
+      jobIdFor('nlp', 'a_20b'),
+      'nlp.a/20b',
+      '.hidden',
+      '_2ehidden',
+      'nlp.Ā',
+      'x'.repeat(400),
+      `${'x'.repeat(399)}y`,
+    ];
+    const names = ids.map(safeJobName);
+    expect(new Set(names).size).toBe(ids.length);
+    for (const n of names) {
+      expect(n).toMatch(/^[A-Za-z0-9_-][A-Za-z0-9_.-]*$/);
+      expect(n.length).toBeLessThanOrEqual(MAX_SAFE_NAME);
+    }
+    expect(containerName(jobIdFor('nlp', 'a b'), 1, 0)).not.toBe(containerName(jobIdFor('nlp', 'a_20b'), 1, 0));
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 300 }), fc.string({ unit: 'binary', maxLength: 300 }), (a, b) => {
+        fc.pre(a !== b);
+        expect(safeJobName(a)).not.toBe(safeJobName(b));
+        expect(safeJobName(a).length).toBeLessThanOrEqual(MAX_SAFE_NAME);
+      }),
+    );
   });
 
   it('runs a containerised job through the docker CLI: checkpoint signal by docker kill, exit code from docker run', async () => {
@@ -135,7 +214,7 @@ describe('docker runner', () => {
         ]),
       );
       expect(JSON.stringify(calls)).not.toContain('hunter2');
-      expect(calls.some((c) => c.args.join(' ') === 'kill --signal SIGUSR1 gpu-fleet-nlp.boxed-a1')).toBe(true);
+      expect(calls.some((c) => c.args.join(' ') === 'kill --signal SIGUSR1 gpu-fleet-nlp.boxed-a1-r0')).toBe(true);
 
       // The container's exit code is the job's.
       await w.submit('nlp.boxed-fails', { command: ['node', COUNTER_JOB, '3', '10'], env: { EXIT_CODE: '4' } });
@@ -166,7 +245,7 @@ describe('docker runner', () => {
     const proc = await first.start(noResume);
     await waitFor('the container to be recorded', () => readdirSync(state).length === 1);
     const second = new DockerRunner('docker', env, [], envDir);
-    expect(await second.cleanUpLeftovers()).toEqual(['gpu-fleet-nlp.train-7-a2']);
+    expect(await second.cleanUpLeftovers()).toEqual(['gpu-fleet-nlp.train-7-a2-r0']);
     expect((await proc.exited).exitCode).not.toBe(0);
   });
 });

@@ -78,7 +78,7 @@ describe('a service in the spec', () => {
     if (!out.ok) return;
     expect(out.spec.service).toEqual({
       port: 8000,
-      readiness: { path: '/health', initialDelaySec: 30, periodSec: 10 },
+      readiness: { path: '/health', initialDelaySec: 30, periodSec: 10, unhealthyLimitSec: 300 },
       replicas: { min: 0, max: 8 },
       targets: [{ metric: 'waiting-requests', perReplica: 6 }],
       onDemandBase: 0,

@@ -6,7 +6,7 @@ import { NodeAgent, type AgentConfig, type AgentLog } from '../../agent/agent.ts
 import { AgentApiBlobs, DirectoryBlobs, type CheckpointBlobs } from '../../agent/checkpoint-files.ts';
 import type { Identity, MetadataClient } from '../../agent/metadata.ts';
 import { readGpuInventory } from '../../agent/nvidia-smi.ts';
-import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
+import { ProcessRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
 import { checkJobSpec, type JobSpecInput } from '../../core/job-spec.ts';
 import type { GpuMetricSample, GpuMetricSink, JobLogSink, ServiceMetricSample, ServiceMetricSink } from '../../core/ports.ts';
 import { newPendingJob, type Job } from '../../core/job.ts';
@@ -28,13 +28,16 @@ export const CHATTY_JOB = resolve(import.meta.dirname, 'jobs/chatty.mjs');
 
 export type AgentApi = Awaited<ReturnType<typeof startAgentApi>>;
 
-/** A state store, a checkpoint store on disk, and node agents running real child processes. */
-export function agentWorld() {
+/**
+ * A state store, a checkpoint store on disk, and node agents running real child processes.
+ * `checkpointRoot` puts the checkpoints elsewhere (an `s3://` root, with agents given S3 blobs).
+ */
+export function agentWorld(options: { checkpointRoot?: string } = {}) {
   const clock = { nowMs: () => Date.now() };
   const jobs = new MemoryJobStore();
   const nodes = new MemoryNodeStore();
   const storeRoot = mkdtempSync(join(tmpdir(), 'ckpt-store-'));
-  const checkpoints = new MemoryCheckpointStore(pathToFileURL(storeRoot).href);
+  const checkpoints = new MemoryCheckpointStore(options.checkpointRoot ?? pathToFileURL(storeRoot).href);
   const blobs = new DirectoryBlobs(storeRoot);
   const logs: { level: string; message: string; extra?: Record<string, unknown> }[] = [];
   const log: AgentLog = {
@@ -126,7 +129,13 @@ export function agentWorld() {
   }
 
   /** What reconcile's place action does: the work list first, then the job. */
-  async function place(jobId: string, nodeIds: readonly string[], gpuIndices: readonly number[] = [0]): Promise<Job> {
+  /** `ports`: the machine ports each node's part holds (a service's port, a gang leader's rendezvous port), as the planner gives them. */
+  async function place(
+    jobId: string,
+    nodeIds: readonly string[],
+    gpuIndices: readonly number[] = [0],
+    ports: readonly (readonly number[] | undefined)[] = [],
+  ): Promise<Job> {
     const job = (await jobs.get(jobId))!;
     for (const n of nodeIds) if (!(await nodes.assign(n, jobId, job.attempt))) throw new Error(`node ${n} has no record`);
     const out = await applyJobEvent(
@@ -135,7 +144,10 @@ export function agentWorld() {
       {
         type: 'place',
         attempt: job.attempt,
-        placement: { capacityType: 'spot', nodes: nodeIds.map((nodeId) => ({ nodeId, gpuIndices })) },
+        placement: {
+          capacityType: 'spot',
+          nodes: nodeIds.map((nodeId, i) => ({ nodeId, gpuIndices, ...(ports[i] ? { ports: ports[i] } : {}) })),
+        },
       },
       clock.nowMs(),
     );
@@ -145,10 +157,7 @@ export function agentWorld() {
 
   /** The JSON lines a job printed on a node. */
   function output(agentWorkDir: string, jobId: string, attempt: number): Record<string, unknown>[] {
-    const text = readFileSync(
-      join(agentWorkDir, 'jobs', jobId.replace(/[^A-Za-z0-9._-]/g, '_'), `attempt-${attempt}`, 'output.log'),
-      'utf8',
-    );
+    const text = readFileSync(join(agentWorkDir, 'jobs', safeJobName(jobId), `attempt-${attempt}`, 'output.log'), 'utf8');
     return text
       .split('\n')
       .filter((l) => l.startsWith('{'))

@@ -1,7 +1,8 @@
 // A small training-like job for the agent tests: counts steps, checkpoints its count the way
 // gpu-fleet's protocol says (a folder, then checkpoint.json written by rename), checkpoints on
 // its checkpoint signal and exits, and resumes from $GPU_FLEET_RESUME_DIR.
-//   node counter-job.mjs <target-steps> [step-ms] [checkpoint-every-steps] [--ignore-signal]
+//   node counter-job.mjs <target-steps> [step-ms] [checkpoint-every-steps] [--ignore-signal] [--ignore-term]
+// --ignore-signal: it never checkpoints on its signal; --ignore-term: it says so and carries on when asked to stop.
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -9,6 +10,7 @@ const target = Number(process.argv[2] ?? 100);
 const stepMs = Number(process.argv[3] ?? 20);
 const every = Number(process.argv[4] ?? 0);
 const ignoreSignal = process.argv.includes('--ignore-signal');
+const ignoreTerm = process.argv.includes('--ignore-term');
 const dir = process.env.GPU_FLEET_CHECKPOINT_DIR;
 const resume = process.env.GPU_FLEET_RESUME_DIR;
 
@@ -50,8 +52,8 @@ process.on(signal, () => {
   process.exit(0);
 });
 process.on('SIGTERM', () => {
-  console.log(JSON.stringify({ event: 'terminated', step }));
-  process.exit(143);
+  console.log(JSON.stringify({ event: ignoreTerm ? 'ignored-sigterm' : 'terminated', step }));
+  if (!ignoreTerm) process.exit(143);
 });
 
 const timer = setInterval(() => {

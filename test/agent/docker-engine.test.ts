@@ -1,0 +1,289 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { networkInterfaces, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CreateBucketCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+import S3rver from 's3rver';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { S3Blobs } from '../../agent/checkpoint-files.ts';
+import { AwsImds } from '../../agent/metadata.ts';
+import { DockerRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
+import { jobIdFor } from '../../core/job.ts';
+import { applyJobEvent } from '../../core/services/job-updates.ts';
+import type { Reason } from '../../core/reason.ts';
+import type { JobSpecInput } from '../../core/job-spec.ts';
+import { agentWorld, waitFor } from '../support/agent-world.ts';
+import { dockerProblem, dockerRequired, ensureTestImage, IMAGE_JOBS_DIR } from '../support/docker/engine.ts';
+import { awsInstance, IMDS_BODIES, startMetadataServer } from '../support/metadata-server.ts';
+
+/**
+ * The node agent against a real Docker engine: real containers from a local image (built here
+ * with no registry: test/support/docker/engine.ts), real signals through `docker kill`, real bind
+ * mounts written by root inside the container, checkpoints uploaded to a local S3-compatible
+ * server (s3rver). The GPUs are the stand-in nvidia-smi's: this machine has none for docker to
+ * hand over, so the runner is given no device (and passes no `--gpus`).
+ *
+ * Without an engine the suite is skipped with a notice, unless GPU_FLEET_DOCKER_TESTS=required
+ * (as .ci/run sets, after it starts dockerd), when a missing engine fails it.
+ */
+const problem = dockerProblem();
+if (problem && !dockerRequired)
+  console.warn(`container tests skipped: ${problem} (apt-get install docker.io, start dockerd; CI sets GPU_FLEET_DOCKER_TESTS=required)`);
+
+/** The locked memory the jobs ask: this sandbox's engine may not raise the limit (no CAP_SYS_RESOURCE), so they ask its own. */
+const LOCKED_MIB = 8;
+const LABEL = 'io.gpu-fleet.job';
+
+/** The real docker runner, given no GPU device (this machine has none for docker to hand over). */
+function noGpuRunner(envDir: string): JobRunner {
+  const inner = new DockerRunner('docker', process.env, [], envDir);
+  return { kind: 'docker', start: (launch) => inner.start({ ...launch, devices: [] }), cleanUpLeftovers: () => inner.cleanUpLeftovers() };
+}
+
+function docker(...args: string[]): string {
+  return execFileSync('docker', args, { encoding: 'utf8' }).trim();
+}
+
+/** The containers of the given jobs the engine has now, running or not. */
+function containersOf(jobIds: readonly string[]): string[] {
+  const out = docker('ps', '--all', '--filter', `label=${LABEL}`, '--format', `{{.Names}} {{.Label "${LABEL}"}}`);
+  return out
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .filter((l) => jobIds.includes(l.slice(l.indexOf(' ') + 1)))
+    .map((l) => l.slice(0, l.indexOf(' ')));
+}
+
+function inspect(name: string): { NetworkMode: string; ShmSize: number; Ulimits: { Name: string; Soft: number; Hard: number }[] } {
+  return JSON.parse(docker('container', 'inspect', '--format', '{{json .HostConfig}}', name)) as ReturnType<typeof inspect>;
+}
+
+/** This machine's first non-loopback IPv4 address (what a fleet machine registers as its address), else loopback. */
+function hostAddress(): string {
+  for (const list of Object.values(networkInterfaces()))
+    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
+  return '127.0.0.1';
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '0.0.0.0', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+const preempted: Reason = { code: 'preempt-for-priority', message: 'a higher-priority job needs its GPU' };
+const tmp = (name: string) => mkdtempSync(join(tmpdir(), `${name}-`));
+const BUCKET = 'gpu-fleet-checkpoints';
+
+describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', () => {
+  let image: string;
+  let s3rver: S3rver;
+  let s3: S3Client;
+  const run = `t${Date.now().toString(36)}`;
+
+  beforeAll(async () => {
+    if (problem) throw new Error(`GPU_FLEET_DOCKER_TESTS=required, but ${problem}`);
+    image = ensureTestImage();
+    s3rver = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: tmp('s3rver') });
+    const { port } = await s3rver.run();
+    s3 = new S3Client({
+      region: 'us-east-1',
+      endpoint: `http://127.0.0.1:${port}`,
+      forcePathStyle: true,
+      credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    });
+    await s3.send(new CreateBucketCommand({ Bucket: BUCKET }));
+  }, 120_000);
+
+  afterAll(async () => {
+    s3?.destroy();
+    await s3rver?.close();
+  });
+
+  const spec = (command: string[], over: Partial<JobSpecInput> = {}): Partial<JobSpecInput> => ({
+    image,
+    command: ['node', ...command],
+    container: { lockedMemoryMiB: LOCKED_MIB },
+    ...over,
+  });
+
+  it('runs a job in a container that checkpoints as root to S3 and on its signal, stops, and resumes in a second container', async () => {
+    const w = agentWorld({ checkpointRoot: `s3://${BUCKET}/checkpoints/` });
+    const imds = await startMetadataServer('aws', awsInstance('i-c1'));
+    const work = tmp('agent-c1');
+    const a = w.agent('i-c1', {
+      workDir: work,
+      runner: noGpuRunner(join(work, 'env')),
+      blobs: new S3Blobs(s3),
+      metadata: new AwsImds(imds.url),
+    });
+    const id = jobIdFor('nlp', `counter-${run}`);
+    try {
+      await a.heartbeat();
+      await w.submit(id, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '600', '20', '25']));
+      await w.place(id, ['i-c1']);
+      await a.heartbeat();
+      const [name] = await waitFor('the container to run', () => containersOf([id]).at(0) && containersOf([id]));
+      expect(name).toBe(`gpu-fleet-${safeJobName(id)}-a1-r0`);
+      // What the engine was told: docker's bridge network for a one-machine job, 1 GiB of /dev/shm per GPU, the limits asked.
+      const host = inspect(name!);
+      expect(host.NetworkMode === 'default' || host.NetworkMode === 'bridge').toBe(true);
+      expect(host.ShmSize).toBe(1024 * 1024 * 1024);
+      expect(host.Ulimits).toEqual(
+        expect.arrayContaining([
+          { Name: 'memlock', Soft: LOCKED_MIB * 1024 * 1024, Hard: LOCKED_MIB * 1024 * 1024 },
+          { Name: 'stack', Soft: 64 * 1024 * 1024, Hard: 64 * 1024 * 1024 },
+        ]),
+      );
+      const periodic = await waitFor(
+        'a periodic checkpoint in S3',
+        async () => {
+          await a.watch();
+          return (await w.jobs.get(id))!.checkpoint;
+        },
+        20_000,
+      );
+      expect(periodic.location).toMatch(new RegExp(`^s3://${BUCKET}/checkpoints/`));
+      // The container wrote its folder as root (the agent read it and uploaded it).
+      const folder = join(work, 'jobs', safeJobName(id), 'attempt-1', 'checkpoint');
+      expect(statSync(join(folder, 'checkpoint.json')).uid).toBe(0);
+
+      // A spot interruption notice: the agent signals the container, it saves and exits, the save goes to S3, the attempt is requeued.
+      imds.values.set('meta-data/spot/instance-action', IMDS_BODIES.terminate);
+      await a.watch();
+      await a.settled();
+      const requeued = (await w.jobs.get(id))!;
+      expect(requeued).toMatchObject({ state: 'pending', attempt: 2 });
+      const saved = requeued.checkpoint!;
+      expect(saved.progressSec).toBeGreaterThan(periodic.progressSec);
+      const listed = await s3.send(new ListObjectsV2Command({ Bucket: BUCKET, Prefix: saved.location.slice(`s3://${BUCKET}/`.length) }));
+      expect((listed.Contents ?? []).map((o) => o.Key!.split('/').at(-1))).toContain('state.json');
+      const first = w.output(work, id, 1);
+      expect(first.find((l) => l.event === 'checkpointed-on-signal')).toMatchObject({ step: saved.progressSec });
+      await waitFor('the first container to be gone', () => containersOf([id]).length === 0);
+
+      // The second attempt, on another machine: a new container, resumed from the files in S3, runs to the end.
+      const b = w.agent('i-c2', { runner: noGpuRunner(join(tmp('agent-c2'), 'env')), blobs: new S3Blobs(s3) });
+      const workB = (b as unknown as { config: { workDir: string } }).config.workDir;
+      await b.heartbeat();
+      await w.place(id, ['i-c2']);
+      await b.heartbeat();
+      const done = await waitFor(
+        'the job to succeed',
+        async () => ((await w.jobs.get(id))!.state === 'succeeded' ? true : undefined),
+        30_000,
+      );
+      expect(done).toBe(true);
+      const second = w.output(workB, id, 2);
+      expect(second[0]).toMatchObject({ event: 'start', step: saved.progressSec, attempt: '2' });
+      expect(second.find((l) => l.event === 'done')).toMatchObject({ step: 600, ranSteps: 600 - saved.progressSec });
+      await waitFor('no container left', () => containersOf([id]).length === 0);
+    } finally {
+      await w.shutdown();
+      await imds.close();
+    }
+  }, 90_000);
+
+  it('runs two jobs whose ids the old name mapping merged side by side, each in its own container and folder', async () => {
+    const w = agentWorld();
+    const work = tmp('agent-n');
+    const a = w.agent('i-n', { workDir: work, runner: noGpuRunner(join(work, 'env')) });
+    // "nlp.x~20y" (a space escaped by jobIdFor) and "nlp.x_20y": both were "gpu-fleet-nlp.x_20y-a1" and jobs/nlp.x_20y.
+    const ids = [jobIdFor('nlp', `${run} x y`), jobIdFor('nlp', `${run}_20x_20y`)];
+    expect(ids[0]!.replace(/[^A-Za-z0-9_.-]/g, '_')).toBe(ids[1]);
+    try {
+      await a.heartbeat();
+      for (const id of ids) {
+        await w.submit(id, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '150', '20', '50']));
+        await w.place(id, ['i-n'], [0]);
+      }
+      await a.heartbeat();
+      await waitFor('both containers to run', () => containersOf(ids).length === 2);
+      const states = await waitFor(
+        'both jobs to succeed',
+        async () => {
+          const both = await Promise.all(ids.map((id) => w.jobs.get(id)));
+          return both.every((j) => j!.state === 'succeeded' || j!.state === 'failed') ? both.map((j) => j!.state) : undefined;
+        },
+        30_000,
+      );
+      expect(states).toEqual(['succeeded', 'succeeded']);
+      expect(readdirSync(join(work, 'jobs')).sort()).toEqual(ids.map(safeJobName).sort());
+      for (const id of ids) expect(w.output(work, id, 1).find((l) => l.event === 'done')).toMatchObject({ step: 150, ranSteps: 150 });
+    } finally {
+      await w.shutdown();
+    }
+  }, 60_000);
+
+  it('kills a container that ignores its checkpoint signal and SIGTERM at its grace, and leaves nothing running when the agent stops', async () => {
+    const w = agentWorld();
+    const work = tmp('agent-k');
+    const a = w.agent('i-k', { workDir: work, runner: noGpuRunner(join(work, 'env')) });
+    const stubborn = jobIdFor('nlp', `stubborn-${run}`);
+    const other = jobIdFor('nlp', `long-${run}`);
+    try {
+      await a.heartbeat();
+      await w.submit(stubborn, {
+        ...spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '100000', '20', '0', '--ignore-signal', '--ignore-term']),
+        checkpoint: { intervalSec: 60, gracePeriodSec: 5 },
+      });
+      await w.submit(other, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '100000', '20', '0']));
+      await w.place(stubborn, ['i-k'], [0]);
+      await w.place(other, ['i-k'], [0]);
+      await a.heartbeat();
+      await waitFor('both containers to run', () => containersOf([stubborn, other]).length === 2);
+      await waitFor('the stubborn job to start counting', () => w.output(work, stubborn, 1).length > 0);
+      // Preempted: the checkpoint is asked for; the job ignores its signal, then SIGTERM, and is killed.
+      const asked = Date.now();
+      await applyJobEvent(w.jobs, stubborn, { type: 'checkpoint-requested', attempt: 1, reason: preempted }, asked);
+      await a.heartbeat();
+      await a.settled();
+      const tookMs = Date.now() - asked;
+      expect(await w.jobs.get(stubborn)).toMatchObject({ state: 'pending', attempt: 2 });
+      // Its 5 s grace to write one, then the agent's 2 s stop grace before SIGKILL (docker stop's): not sooner, and not much later.
+      expect(tookMs).toBeGreaterThanOrEqual(7_000);
+      expect(tookMs).toBeLessThan(20_000);
+      expect(w.output(work, stubborn, 1).some((l) => l.event === 'ignored-sigterm')).toBe(true);
+      await waitFor('the stubborn container to be gone', () => !containersOf([stubborn, other]).some((n) => n.includes('stubborn')));
+      expect(containersOf([other])).toHaveLength(1);
+
+      await a.stop();
+      await waitFor('no container of the agent left', () => containersOf([stubborn, other]).length === 0, 20_000);
+    } finally {
+      await w.shutdown();
+    }
+  }, 60_000);
+
+  it('lets a two-machine gang meet: the follower reaches the leader at GPU_FLEET_LEADER_ADDRESS and its rendezvous port', async () => {
+    const w = agentWorld();
+    const address = hostAddress();
+    const leader = w.agent('i-g0', { runner: noGpuRunner(join(tmp('agent-g0'), 'env')), identity: { privateIp: address } });
+    const follower = w.agent('i-g1', { runner: noGpuRunner(join(tmp('agent-g1'), 'env')), identity: { privateIp: address } });
+    const dirs = [leader, follower].map((x) => (x as unknown as { config: { workDir: string } }).config.workDir);
+    const id = jobIdFor('nlp', `gang-${run}`);
+    const port = await freePort();
+    try {
+      await leader.heartbeat();
+      await follower.heartbeat();
+      await w.submit(id, spec([`${IMAGE_JOBS_DIR}/gang-rendezvous.mjs`], { nodes: 2, checkpoint: undefined }));
+      // The planner gives the leader's machine the rendezvous port (core/planner: a port is room of the machine).
+      await w.place(id, ['i-g0', 'i-g1'], [0], [[port]]);
+      await follower.heartbeat();
+      await leader.heartbeat();
+      await waitFor('the gang to finish', async () => ((await w.jobs.get(id))!.state === 'succeeded' ? true : undefined), 45_000);
+      const heard = w.output(dirs[0]!, id, 1);
+      const met = w.output(dirs[1]!, id, 1);
+      expect(met[0]).toMatchObject({ event: 'start', rank: 1, address, port, size: 2 });
+      expect(heard.find((l) => l.event === 'heard')).toMatchObject({ line: 'rank 1' });
+      expect(met.find((l) => l.event === 'met')).toMatchObject({ reply: 'welcome rank 1, from the leader' });
+    } finally {
+      await w.shutdown();
+    }
+  }, 60_000);
+});
