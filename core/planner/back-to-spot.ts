@@ -105,7 +105,7 @@ export function prepareMovesToSpot(st: PlanningState, left: readonly Candidate[]
     const { info, gs } = c.buy;
     if (gs.room < 1) continue;
     const machine = newMachine(info, gs.group.id, `planned:${gs.group.id}:${st.plannedCount++}`, 'planned');
-    const assignment = tryFit(machine, c.entry.cls.request);
+    const assignment = tryFit(machine, c.entry.cls.request, c.entry.cls.ports);
     if (!assignment) continue;
     commitFit(machine, assignment);
     gs.added.push(machine);

@@ -9,7 +9,18 @@ import { reason } from '../reason.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { reservationRoom } from '../reservation.ts';
 import type { Snapshot } from '../snapshot.ts';
-import { commitFit, countFreeWhole, isEmpty, makeGpus, poolKeyOf, tryFit, typeCanHold, type NodeCapacity } from './capacity.ts';
+import {
+  commitFit,
+  countFreeWhole,
+  isEmpty,
+  makeGpus,
+  poolKeyOf,
+  tryFit,
+  typeCanHold,
+  withRendezvousPort,
+  type NodeCapacity,
+} from './capacity.ts';
+import { hostPortsOf } from '../job-spec.ts';
 import { machineCapacity } from './indexing.ts';
 import { describeRequest } from './reasons.ts';
 
@@ -52,7 +63,9 @@ export function planBaseline(snapshot: Snapshot): Plan {
     nodes.push(node);
     byId.set(node.id, node);
   }
-  for (const job of s.activeJobs) for (const a of job.placement?.nodes ?? []) if (byId.has(a.nodeId)) commitFit(byId.get(a.nodeId)!, a);
+  for (const job of s.activeJobs)
+    for (const a of job.placement?.nodes ?? [])
+      if (byId.has(a.nodeId)) commitFit(byId.get(a.nodeId)!, a.ports ? a : { ...a, ports: hostPortsOf(job.spec) });
 
   const actions: PlanAction[] = [];
   const waiting: WaitingJob[] = [];
@@ -84,8 +97,9 @@ export function planBaseline(snapshot: Snapshot): Plan {
       );
     };
     const usable = (n: NodeCapacity) => capacityOk(n.capacityType) && placementOk(n);
-    const fits = firstFit(nodes, job, usable);
-    if (fits) {
+    const found = firstFit(nodes, job, usable);
+    if (found) {
+      const fits = withRendezvousPort(found);
       fits.forEach((f) => commitFit(f.node, f.assignment));
       const node = fits[0]!.node;
       if (node.kind === 'planned') {
@@ -146,8 +160,9 @@ export function planBaseline(snapshot: Snapshot): Plan {
         priceMicroUsdPerHour: best.price,
         gpus,
         freeWhole: countFreeWhole(gpus),
+        ports: [],
       };
-      commitFit(node, tryFit(node, job.spec.gpu)!);
+      commitFit(node, tryFit(node, job.spec.gpu, hostPortsOf(job.spec))!);
       nodes.push(node);
       opened.push(node);
       expectedExtra += extraFor(node, job, 1 / job.spec.nodes);
@@ -212,11 +227,12 @@ function firstFit(
   usable: (n: NodeCapacity) => boolean,
 ): { node: NodeCapacity; assignment: NodeAssignment }[] | undefined {
   const g = job.spec.gpu;
+  const ports = hostPortsOf(job.spec);
   const mightFit = (n: NodeCapacity) => (g.kind === 'whole' ? n.freeWhole >= g.count : !isFull(n)) && usable(n);
   if (job.spec.nodes === 1) {
     for (const node of nodes) {
       if (!mightFit(node)) continue;
-      const assignment = tryFit(node, g);
+      const assignment = tryFit(node, g, ports);
       if (assignment) return [{ node, assignment }];
     }
     return undefined;
@@ -224,7 +240,7 @@ function firstFit(
   const byZone = new Map<string, { node: NodeCapacity; assignment: NodeAssignment }[]>();
   for (const node of nodes) {
     if (!mightFit(node)) continue;
-    const assignment = tryFit(node, g);
+    const assignment = tryFit(node, g, ports);
     if (!assignment) continue;
     const list = byZone.get(node.zone) ?? [];
     list.push({ node, assignment });

@@ -35,6 +35,45 @@ export interface NodeCapacity extends Pick<Instance, 'id' | 'groupId' | 'cloud' 
   readonly gpus: GpuSlot[];
   /** GPUs with nothing at all on them (and not in MIG mode). Kept in step by {@link commitFit}. */
   freeWhole: number;
+  /**
+   * Ports of the machine its jobs' containers listen on with the host's network (services' ports,
+   * gang leaders' rendezvous ports): a job that needs one of them does not fit here. Kept by {@link commitFit}.
+   */
+  readonly ports: number[];
+}
+
+/** The first rendezvous port a gang leader's machine gives (torch.distributed's default MASTER_PORT), and how many follow it. */
+export const RENDEZVOUS_PORT_BASE = 29_500;
+export const RENDEZVOUS_PORTS = 500;
+
+/** Whether none of `ports` is taken on the node. */
+export function portsFree(node: Pick<NodeCapacity, 'ports'>, ports: readonly number[]): boolean {
+  for (const p of ports) if (node.ports.includes(p)) return false;
+  return true;
+}
+
+/**
+ * A gang's fits with a rendezvous port on its first machine (the leader's), the first free one of
+ * the range there, so two gangs led from one machine never meet at the same port; a single
+ * machine's fit is returned as it is. The port is taken with the fit ({@link commitFit}).
+ */
+export function withRendezvousPort<F extends { readonly node: Pick<NodeCapacity, 'ports'>; readonly assignment: NodeAssignment }>(
+  fits: readonly F[],
+): F[] {
+  const leader = fits[0];
+  if (fits.length < 2 || !leader) return [...fits];
+  // 500 ports for the gangs led from one machine of at most 16 GPUs (and its services' ports): one is always free.
+  const port = freeRendezvousPort(leader.node) ?? RENDEZVOUS_PORT_BASE;
+  return [{ ...leader, assignment: { ...leader.assignment, ports: [...(leader.assignment.ports ?? []), port] } }, ...fits.slice(1)];
+}
+
+/**
+ * The rendezvous port a gang led from this machine gets: the first of the range its machine does
+ * not hold (a service's port included); undefined when all are held.
+ */
+export function freeRendezvousPort(node: Pick<NodeCapacity, 'ports'>): number | undefined {
+  for (let p = RENDEZVOUS_PORT_BASE; p < RENDEZVOUS_PORT_BASE + RENDEZVOUS_PORTS; p++) if (!node.ports.includes(p)) return p;
+  return undefined;
 }
 
 export function poolKeyOf(offeringId: string, migMode: boolean): string {
@@ -133,7 +172,16 @@ export function whyNoGroupHolds(
  * free indices; a share takes the GPU it fills best; a MIG slice takes the GPU already most used,
  * at the placement that keeps the most room for later slices.
  */
-export function tryFit(node: NodeCapacity, request: GpuRequest): NodeAssignment | undefined {
+export function tryFit(node: NodeCapacity, request: GpuRequest, ports: readonly number[] = NO_PORTS): NodeAssignment | undefined {
+  if (ports.length === 0) return fitGpus(node, request);
+  if (!portsFree(node, ports)) return undefined;
+  const a = fitGpus(node, request);
+  return a ? { ...a, ports } : undefined;
+}
+
+const NO_PORTS: readonly number[] = [];
+
+function fitGpus(node: NodeCapacity, request: GpuRequest): NodeAssignment | undefined {
   switch (request.kind) {
     case 'whole': {
       if (node.freeWhole < request.count) return undefined;
@@ -174,8 +222,9 @@ export function tryFit(node: NodeCapacity, request: GpuRequest): NodeAssignment 
   }
 }
 
-/** Takes the capacity an assignment from {@link tryFit} (or an existing placement) uses. */
+/** Takes the capacity an assignment from {@link tryFit} (or an existing placement) uses: its GPUs, and its ports. */
 export function commitFit(node: NodeCapacity, assignment: NodeAssignment): void {
+  if (assignment.ports) node.ports.push(...assignment.ports);
   for (const index of assignment.gpuIndices) {
     const g = node.gpus[index]?.index === index ? node.gpus[index] : node.gpus.find((s) => s.index === index);
     if (!g) continue;

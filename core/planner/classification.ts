@@ -10,6 +10,7 @@ import { jobSpotFactor, remainingWorkSec } from '../cost-model.ts';
 import { deadlineChoice } from '../deadline.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
+import { hostPortsOf } from '../job-spec.ts';
 import { placementAllowed, typeCanHold, usedMilli } from './capacity.ts';
 import { budgetMessage, teamBudget } from './limits.ts';
 import { fairShareOrder } from './ordering.ts';
@@ -109,7 +110,8 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
   const where = spec.placement
     ? `${spec.placement.clouds?.join('+') ?? ''}/${spec.placement.regions?.join('+') ?? ''}/${spec.placement.zones?.join('+') ?? ''}`
     : '';
-  const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}${spec.service ? '|service' : ''}`;
+  const ports = hostPortsOf(spec);
+  const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}${spec.service ? '|service' : ''}${ports.length > 0 ? `|ports:${ports.join('+')}` : ''}`;
   const cached = st.classes.get(key);
   if (cached) return cached;
   const eligible = new Map<string, number>();
@@ -177,6 +179,7 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
     request: spec.gpu,
     nodes: spec.nodes,
     milli: milliGpusUsed(spec.gpu),
+    ports,
     eligible,
     ...(noFit ? { noFit } : {}),
   };

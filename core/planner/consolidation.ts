@@ -6,6 +6,7 @@
  * restarts), nor work that started within the cool-down. Returns preempt actions only; it must
  * not let the machine go (scale-in does, once it is empty).
  */
+import { hostPortsOf } from '../job-spec.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { PlanAction } from '../plan.ts';
 import { commitFit, isEmpty, tryFit, usedMilli, type NodeCapacity } from './capacity.ts';
@@ -35,12 +36,13 @@ export function consolidate(st: PlanningState, removed: ReadonlySet<string>): Pl
     const trial = readyNodes.filter((n) => n.id !== node.id && n.zone !== '' && !isEmpty(n)).map(cloneNode);
     let allFit = true;
     for (const h of holders) {
-      const target = trial.find((t) => tryFit(t, h.job.spec.gpu));
+      const ports = hostPortsOf(h.job.spec);
+      const target = trial.find((t) => tryFit(t, h.job.spec.gpu, ports));
       if (!target) {
         allFit = false;
         break;
       }
-      commitFit(target, tryFit(target, h.job.spec.gpu)!);
+      commitFit(target, tryFit(target, h.job.spec.gpu, ports)!);
     }
     if (!allFit) continue;
     // The machine is freed when its shortest job would have ended anyway.
@@ -61,6 +63,7 @@ export function consolidate(st: PlanningState, removed: ReadonlySet<string>): Pl
 function cloneNode(node: NodeCapacity): NodeCapacity {
   return {
     ...node,
+    ports: [...node.ports],
     gpus: node.gpus.map((g) => ({ ...g, ...(g.mig ? { mig: { mask: g.mig.mask, counts: new Map(g.mig.counts) } } : {}) })),
   };
 }

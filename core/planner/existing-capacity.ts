@@ -7,7 +7,7 @@
  * existing machines; it must not buy, preempt or scale anything.
  */
 import type { Placement } from '../job.ts';
-import type { CapacityIndex, NodeCapacity } from './capacity.ts';
+import { withRendezvousPort, type CapacityIndex, type NodeCapacity } from './capacity.ts';
 import { findFits, homes } from './fits.ts';
 import { commitPlacement } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';
@@ -41,7 +41,9 @@ export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]
 function placeOnReady(st: PlanningState, e: Entry, homeOnly = false): boolean {
   const found = fitWithinLimits(st, st.ready, e, homeOnly);
   if (!found || found === 'held') return found === 'held';
-  const { fits, share, factor } = found;
+  const { share, factor } = found;
+  // A gang's ranks meet at a port of its first machine: the placement names it, and the machine holds it.
+  const fits = withRendezvousPort(found.fits);
   commitPlacement(st, fits, e.job);
   commitLimits(st, e, share, factor);
   if (e.job.hold) st.actions.push({ kind: 'release-hold', jobId: e.job.id });
@@ -129,7 +131,7 @@ function missesOf(st: PlanningState, index: CapacityIndex): Set<number> {
 function searchKey(st: PlanningState, cls: JobClass, homeOnly: boolean): number {
   let k = st.searchKeys.get(cls);
   if (!k) {
-    const what = `${JSON.stringify(cls.request)}|${cls.nodes}|`;
+    const what = `${JSON.stringify(cls.request)}|${cls.nodes}|${cls.ports.join('+')}|`;
     const id = (key: string) => {
       let n = st.searchIds.get(key);
       if (n === undefined) {

@@ -7,7 +7,7 @@
 import type { GpuRequest } from '../gpu.ts';
 import type { NodeAssignment } from '../job.ts';
 import { migProfile } from '../mig.ts';
-import { tryFit, usedMilli, type CapacityIndex, type NodeCapacity, type PoolNodes } from './capacity.ts';
+import { portsFree, tryFit, usedMilli, type CapacityIndex, type NodeCapacity, type PoolNodes } from './capacity.ts';
 import { perMilli, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
 
 export function findFits(
@@ -15,10 +15,13 @@ export function findFits(
   index: CapacityIndex,
   e: Entry,
   only?: ReadonlySet<string>,
-  accept?: (node: NodeCapacity) => boolean,
+  acceptNode?: (node: NodeCapacity) => boolean,
 ): Fit[] | undefined {
-  const { request } = e.cls;
+  const { request, ports } = e.cls;
   const need = e.cls.nodes;
+  // A machine that holds one of the class's ports is no fit, whatever room its GPUs have.
+  const accept =
+    ports.length === 0 ? acceptNode : (node: NodeCapacity) => portsFree(node, ports) && (acceptNode === undefined || acceptNode(node));
   if (need === 1) {
     let best: { fit?: Fit; node: NodeCapacity; free: number; price: number } | undefined;
     for (const poolId of poolsToSearch(st, index, e.cls.eligible)) {
@@ -34,7 +37,7 @@ export function findFits(
           best = { node, free, price };
         continue;
       }
-      const candidate = bestInPool(pool, request, accept);
+      const candidate = bestInPool(pool, request, ports, accept);
       if (!candidate) continue;
       const free = freeAfter(candidate.node, candidate.assignment);
       if (
@@ -46,7 +49,7 @@ export function findFits(
     }
     if (!best) return undefined;
     if (best.fit) return [best.fit];
-    const assignment = tryFit(best.node, request);
+    const assignment = tryFit(best.node, request, ports);
     return assignment ? [{ node: best.node, assignment }] : undefined;
   }
   // Gangs: per zone, collect nodes that each hold one member; take the fullest ones.
@@ -57,7 +60,7 @@ export function findFits(
     const list = byZone.get(pool.zone) ?? [];
     for (const node of pool.withFree(request.kind === 'whole' ? request.count : 1)) {
       if (accept && !accept(node)) continue;
-      const assignment = tryFit(node, request);
+      const assignment = tryFit(node, request, ports);
       if (assignment) list.push({ node, assignment });
     }
     byZone.set(pool.zone, list);
@@ -98,11 +101,16 @@ function poolsToSearch(st: PlanningState, index: CapacityIndex, eligible: Readon
   return keys;
 }
 
-function bestInPool(pool: PoolNodes, request: GpuRequest, accept?: (node: NodeCapacity) => boolean): Fit | undefined {
+function bestInPool(
+  pool: PoolNodes,
+  request: GpuRequest,
+  ports: readonly number[],
+  accept?: (node: NodeCapacity) => boolean,
+): Fit | undefined {
   if (request.kind === 'whole') {
     for (const node of pool.withFree(request.count)) {
       if (accept && !accept(node)) continue;
-      const assignment = tryFit(node, request);
+      const assignment = tryFit(node, request, ports);
       if (assignment) return { node, assignment };
     }
     return undefined;
@@ -111,12 +119,12 @@ function bestInPool(pool: PoolNodes, request: GpuRequest, accept?: (node: NodeCa
     // Partly shared GPUs first, tightest first; then a node with an untouched GPU.
     for (const node of pool.sharedWithRoom(request.milliGpu)) {
       if (accept && !accept(node)) continue;
-      const assignment = tryFit(node, request);
+      const assignment = tryFit(node, request, ports);
       if (assignment) return { node, assignment };
     }
     for (const node of pool.withFree(1)) {
       if (accept && !accept(node)) continue;
-      const assignment = tryFit(node, request);
+      const assignment = tryFit(node, request, ports);
       if (assignment) return { node, assignment };
     }
     return undefined;
@@ -128,7 +136,7 @@ function bestInPool(pool: PoolNodes, request: GpuRequest, accept?: (node: NodeCa
     let best: Fit | undefined;
     for (const node of group) {
       if ((best && node.id >= best.node.id) || (accept && !accept(node))) continue;
-      const assignment = tryFit(node, request);
+      const assignment = tryFit(node, request, ports);
       if (assignment) best = { node, assignment };
     }
     if (best) return best;

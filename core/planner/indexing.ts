@@ -9,6 +9,7 @@ import { offeringId, type Offering } from '../catalog.ts';
 import { inService, type FleetNode, type NodeGroup } from '../fleet.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
+import { hostPortsOf } from '../job-spec.ts';
 import { placementMask } from '../mig.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { reservationRoom, reservationTerminationMs } from '../reservation.ts';
@@ -119,7 +120,8 @@ export function indexNodes(st: PlanningState): void {
   for (const job of s.activeJobs) {
     for (const a of job.placement?.nodes ?? []) {
       const node = st.nodeById.get(a.nodeId);
-      if (node) commitPlacement(st, [{ node, assignment: a }], job);
+      // A replica placed before placements named their ports holds its service's port all the same.
+      if (node) commitPlacement(st, [{ node, assignment: a.ports ? a : { ...a, ports: hostPortsOf(job.spec) } }], job);
     }
     st.teamUsedMilli.set(job.team, (st.teamUsedMilli.get(job.team) ?? 0) + milliGpusUsed(job.spec.gpu) * job.spec.nodes);
   }
@@ -160,6 +162,7 @@ export function machineCapacity(s: Snapshot, fleetNode: FleetNode, groupMigEnabl
     priceMicroUsdPerHour: s.prices.get(offerId)?.priceMicroUsdPerHour ?? 0,
     gpus,
     freeWhole: countFreeWhole(gpus),
+    ports: [],
   };
 }
 
@@ -239,6 +242,7 @@ export function newMachine(o: OfferingInfo, groupId: string, id: string, kind: N
     priceMicroUsdPerHour: o.price,
     gpus,
     freeWhole: countFreeWhole(gpus),
+    ports: [],
   };
 }
 

@@ -69,7 +69,7 @@ function buy(st: PlanningState, e: Entry, demand: Demand): Reason | undefined {
   const opened: Fit[] = [];
   for (let i = 0; i < e.cls.nodes; i++) {
     const node = newMachine(info, gs.group.id, `planned:${gs.group.id}:${st.plannedCount++}`, 'planned');
-    const assignment = tryFit(node, e.cls.request);
+    const assignment = tryFit(node, e.cls.request, e.cls.ports);
     if (!assignment) break;
     commitFit(node, assignment); // before it is filed: a new machine
     gs.added.push(node);

@@ -46,11 +46,18 @@ function preemptFor(st: PlanningState, { entry: e, why }: Stuck): void {
         .map((h) => ({ h, lost: lostWorkSec(st.s, h.job) }))
         .sort((a, b) => a.lost - b.lost || (a.h.job.id < b.h.job.id ? -1 : 1));
       const chosen: typeof candidates = [];
-      let fit = fitWithout(st, node, holders, [...leaving.map((h) => h.job.id)], e.cls.request);
+      let fit = fitWithout(st, node, holders, [...leaving.map((h) => h.job.id)], e.cls.request, e.cls.ports);
       for (const c of candidates) {
         if (fit) break;
         chosen.push(c);
-        fit = fitWithout(st, node, holders, [...leaving.map((h) => h.job.id), ...chosen.map((x) => x.h.job.id)], e.cls.request);
+        fit = fitWithout(
+          st,
+          node,
+          holders,
+          [...leaving.map((h) => h.job.id), ...chosen.map((x) => x.h.job.id)],
+          e.cls.request,
+          e.cls.ports,
+        );
       }
       if (!fit) continue;
       choices.push({ node, victims: chosen.map((c) => c.h.job), lost: chosen.reduce((s, c) => s + c.lost, 0), assignment: fit });
@@ -105,6 +112,7 @@ function fitWithout(
   holders: readonly { job: Job; assignment: NodeAssignment }[],
   without: readonly string[],
   request: GpuRequest,
+  ports: readonly number[],
 ): NodeAssignment | undefined {
   if (without.length === 0) return undefined;
   const type = st.s.instanceTypes.get(node.instanceType);
@@ -113,7 +121,7 @@ function fitWithout(
     type,
     node.gpus.some((g) => g.mig !== undefined),
   );
-  const clone: NodeCapacity = { ...node, gpus, freeWhole: countFreeWhole(gpus) };
+  const clone: NodeCapacity = { ...node, gpus, freeWhole: countFreeWhole(gpus), ports: [] };
   for (const h of holders) if (!without.includes(h.job.id)) commitFit(clone, h.assignment);
-  return tryFit(clone, request);
+  return tryFit(clone, request, ports);
 }

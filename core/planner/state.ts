@@ -50,6 +50,8 @@ export interface JobClass {
   readonly request: GpuRequest;
   readonly nodes: number;
   readonly milli: number;
+  /** Ports of the machine its members listen on (a service's port): a machine that holds one cannot take them. */
+  readonly ports: readonly number[];
   /** Offerings that may hold this class, with the expected cost factor on each. */
   readonly eligible: Map<string, number>;
   /** Why no offering is eligible, when none is. */
