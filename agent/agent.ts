@@ -30,6 +30,7 @@ import {
   gangRank,
   nextNodeStep,
   onMachineNotice,
+  replicaHealthReport,
   startFailure,
   uploadAllowanceSec,
   type CheckpointOutcome,
@@ -46,7 +47,7 @@ import { safeJobName, type Exit, type JobProcess, type JobRunner } from './runne
 import { LogShipper } from './log-shipper.ts';
 import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
-import { scrapeReplica } from './prometheus.ts';
+import { probeReadiness, scrapeReplica } from './prometheus.ts';
 import { parseDcgmReadings, type DcgmReading } from './dcgm-readings.ts';
 import { addGpuLook, newGpuUseTally, summarizeGpuUse, type AttemptGpuUse, type GpuUseTally } from '../core/gpu-use.ts';
 
@@ -319,6 +320,36 @@ export class NodeAgent {
     if (read && this.local.size > 0) {
       const dcgm = await this.dcgmReadings();
       for (const l of this.local.values()) if (!l.exit) l.use = addGpuLook(l.use, deviceReadings(read, l.held.devices, dcgm));
+    }
+    await this.reportReadiness(now);
+  }
+
+  /**
+   * Probes the readiness path of each service replica run here, once its initial delay has passed
+   * (as a kubelet does), and writes what it found when it changed (node-rules: replicaHealthReport).
+   * The services step reads it where no load balancer health-checks the replica.
+   */
+  private async reportReadiness(nowMs: number): Promise<void> {
+    for (const l of [...this.local.values()]) {
+      const svc = l.job.spec.service;
+      if (!svc || l.rank !== 0 || l.exit || l.stopping || nowMs < l.startedAtMs + svc.readiness.initialDelaySec * 1000) continue;
+      const answering = await probeReadiness(l.job.spec);
+      const event = replicaHealthReport(l.job, l.rank, answering);
+      if (!event) continue;
+      try {
+        const out = await applyJobEvent(this.ports.jobs, l.jobId, event, this.ports.clock.nowMs());
+        if (out.status === 'changed') l.job = out.job;
+        this.ports.log.info(answering ? 'the replica answers its readiness path' : 'the replica does not answer its readiness path', {
+          job: l.jobId,
+          attempt: l.attempt,
+          path: svc.readiness.path,
+        });
+      } catch (error) {
+        this.ports.log.warn("could not record the replica's readiness; trying again at the next heartbeat", {
+          job: l.jobId,
+          error: messageOf(error),
+        });
+      }
     }
   }
 

@@ -71,3 +71,25 @@ export async function scrapeReplica(
   for (const w of wanted) if (values[w.series] !== undefined) out[w.metric] = values[w.series];
   return out;
 }
+
+/**
+ * Whether a replica's readiness path answers now, from its machine: `GET http://127.0.0.1:<port><path>`
+ * within `timeoutMs`, answered with a status from 200 to 399 (a redirect is not followed), as a
+ * kubelet's HTTP probe judges it. A refused or timed-out request is not an answer.
+ */
+export async function probeReadiness(
+  spec: JobSpec,
+  options: { readonly host?: string; readonly timeoutMs?: number } = {},
+): Promise<boolean> {
+  if (!spec.service) return false;
+  try {
+    const res = await fetch(`http://${options.host ?? '127.0.0.1'}:${spec.service.port}${spec.service.readiness.path}`, {
+      signal: AbortSignal.timeout(options.timeoutMs ?? 2000),
+      redirect: 'manual',
+    });
+    await res.body?.cancel();
+    return res.status >= 200 && res.status < 400;
+  } catch {
+    return false;
+  }
+}

@@ -20,7 +20,7 @@ import { milliGpusUsed } from '../core/gpu.ts';
 import { degradedName, type DecisionRecord, type QueueDepth } from '../core/ports.ts';
 import { describeShape } from '../core/rightsizing.ts';
 import { teamsInForce } from '../core/services/snapshot-reader.ts';
-import { replicaReady, SERVICE_LABEL, type ServiceRecord } from '../core/serving/service.ts';
+import { agentFoundAnswering, replicaReady, SERVICE_LABEL, type ServiceRecord } from '../core/serving/service.ts';
 import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
@@ -229,7 +229,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       return { state: s, replicas: list.length, gpus: list.reduce((a, j) => a + gpusOf(j), 0) };
     }).filter((r) => r.replicas > 0);
     const services = fleet.services
-      ? (await fleet.services.list()).filter((r) => !team || r.team === team).map((r) => summarizeService(r, everything, now))
+      ? (await fleet.services.list()).filter((r) => !team || r.team === team).map((r) => summarizeService(r, everything))
       : [];
     const byState = new Map<JobState, Job[]>();
     for (const j of jobs) byState.set(j.state, [...(byState.get(j.state) ?? []), j]);
@@ -498,7 +498,7 @@ export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void>
   await withFleet(flags, async (fleet) => {
     const now = fleet.clock.nowMs();
     if (flags.service) {
-      const view = await serviceView(fleet, flags.service, now);
+      const view = await serviceView(fleet, flags.service);
       print(io, flags.json, view, () =>
         [
           `${view.id}: ${view.target} wanted, ${view.ready} ready, ${view.starting} starting (${view.spot} spot, ${view.onDemand} on-demand)`,
@@ -811,7 +811,7 @@ export async function cancelCommand(jobId: string, flags: FleetFlags & { json?: 
 export { IDLE_TEAM };
 
 /** A service as `explain --service` shows it: its target, its replicas and where they are, and why. */
-async function serviceView(fleet: Fleet, id: string, now: number) {
+async function serviceView(fleet: Fleet, id: string) {
   if (!fleet.services)
     throw new UsageError(
       `this fleet (${fleet.source}) keeps no services yet: they run in a simulation (--sim DIR) until the stack gets its service table`,
@@ -821,14 +821,15 @@ async function serviceView(fleet: Fleet, id: string, now: number) {
     const known = (await fleet.services.list()).map((r) => r.id);
     throw new UsageError(`no service ${id}; the services are ${known.join(', ') || 'none'} (a service is TEAM.NAME)`);
   }
-  return summarizeService(record, await fleet.jobs.listByState(JOB_STATES, record.team), now);
+  return summarizeService(record, await fleet.jobs.listByState(JOB_STATES, record.team));
 }
 
 /** A service's target, ready and starting replicas, spot/on-demand split, scaling targets and last reason. */
-function summarizeService(record: ServiceRecord, jobs: readonly Job[], now: number) {
+function summarizeService(record: ServiceRecord, jobs: readonly Job[]) {
   const ended = ['succeeded', 'failed', 'cancelled', 'rejected'];
   const live = jobs.filter((j) => j.spec?.labels?.[SERVICE_LABEL] === record.id && !ended.includes(j.state) && !j.cancelRequested);
-  const ready = live.filter((j) => replicaReady(j, record.spec, now));
+  // What the replicas' agents found (the load balancer's own health is in the target group; `explain` has the decision's view).
+  const ready = live.filter((j) => replicaReady(j, agentFoundAnswering(j)));
   return {
     id: record.id,
     state: record.state,
@@ -842,7 +843,7 @@ function summarizeService(record: ServiceRecord, jobs: readonly Job[], now: numb
     replicas: live.map((j) => ({
       job: j.id,
       state: j.state,
-      ready: replicaReady(j, record.spec, now),
+      ready: replicaReady(j, agentFoundAnswering(j)),
       capacity: j.spec.interruptible ? 'spot' : 'on-demand',
       ...(j.spec.placement?.zones ? { zone: j.spec.placement.zones.join('+') } : {}),
       ...(j.placement?.nodes[0] ? { node: j.placement.nodes[0].nodeId } : {}),

@@ -162,14 +162,17 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     if (gcp.reservations) gcpReservations = gcp.reservations;
   }
   const budgets = new TaggingBudgetSource(clients.tagging, { teamQueuePrefix: config.teamQueuePrefix });
-  // Services, when the stack declares them: their records in the control table, their target groups, their load.
-  const services = config.services
-    ? {
-        services: new DynamoServiceStore(doc, config.tables.control),
-        frontDoor: new ElbFrontDoor(clients.elb, config.services.targetGroups),
-        serviceLoad: new ElbRequestLoad(clients.cloudwatch, clock, config.services.targetGroups),
-      }
-    : undefined;
+  // Services, when the stack declares them: their records in the control table, their target groups, their load
+  // (the requests per target divided as AWS divides them: by the group's healthy targets).
+  let services: { services: DynamoServiceStore; frontDoor: ElbFrontDoor; serviceLoad: ElbRequestLoad } | undefined;
+  if (config.services) {
+    const frontDoor = new ElbFrontDoor(clients.elb, config.services.targetGroups);
+    services = {
+      services: new DynamoServiceStore(doc, config.tables.control),
+      frontDoor,
+      serviceLoad: new ElbRequestLoad(clients.cloudwatch, clock, config.services.targetGroups, frontDoor),
+    };
+  }
   const reconcile: ReconcilePorts = {
     ...stores,
     clock,

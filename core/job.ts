@@ -171,6 +171,12 @@ export interface Job {
   readonly rightsize?: RightsizeDecision;
   /** The attempts that ended in the last {@link HELD_ATTEMPTS_KEPT_MS}: what they held and when, for exact spend. */
   readonly heldAttempts?: readonly HeldAttempt[];
+  /**
+   * A service replica's readiness as its agent last found it (its readiness path on its port, from
+   * the machine): written when it changes, with the time it changed. The services step reads it for
+   * a service without a front door (with one, the target group's health checks say).
+   */
+  readonly replicaHealth?: { readonly attempt: number; readonly answering: boolean; readonly sinceMs: number };
 }
 
 /** One finished attempt's hold on its machines: its GPUs on each node, from placement to end. */
@@ -212,7 +218,9 @@ export type JobEvent =
   | { readonly type: 'fail'; readonly attempt: number; readonly exitCode: number; readonly gpuUse?: AttemptGpuUse }
   | { readonly type: 'cancel' }
   | { readonly type: 'hold'; readonly reason: Reason }
-  | { readonly type: 'release-hold' };
+  | { readonly type: 'release-hold' }
+  /** A replica's readiness path answers now, or no longer does (its agent's probe); only a change is written. */
+  | { readonly type: 'replica-health'; readonly attempt: number; readonly answering: boolean };
 
 export type TransitionResult =
   { readonly ok: true; readonly job: Job; readonly changed: boolean } | { readonly ok: false; readonly error: string };
@@ -228,6 +236,7 @@ const ALLOWED: Record<JobEvent['type'], readonly JobState[]> = {
   cancel: ['pending', 'placed', 'running', 'checkpointing'],
   hold: ['pending'],
   'release-hold': ['pending'],
+  'replica-health': ['placed', 'running'],
 };
 
 /**
@@ -299,6 +308,7 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         startedAtMs: undefined,
         queuedAtMs: nowMs,
         requeueReason: event.reason,
+        replicaHealth: undefined,
         checkpointReason: undefined,
         checkpointRequestedAtMs: undefined,
         interruptions: job.interruptions + 1,
@@ -336,6 +346,11 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
     case 'release-hold':
       if (!job.hold) return { ok: true, job, changed: false };
       return changed({ ...base, hold: undefined });
+    case 'replica-health':
+      if (!job.spec.service) return { ok: false, error: `job ${job.id} is not a service replica: it has no readiness to report` };
+      if (job.replicaHealth?.attempt === event.attempt && job.replicaHealth.answering === event.answering)
+        return { ok: true, job, changed: false };
+      return changed({ ...base, replicaHealth: { attempt: event.attempt, answering: event.answering, sinceMs: nowMs } });
   }
 }
 

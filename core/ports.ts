@@ -417,7 +417,14 @@ export interface DecisionRecord {
   /** Providers (or groups) left out of this reconcile because their calls failed: since when (carried from the decision before), and the last error. */
   readonly degraded?: readonly (DegradedScope & { readonly sinceMs: number })[];
   /** Each service's decision in this reconcile: its target, its ready replicas, and why. */
-  readonly services?: readonly { readonly service: string; readonly target: number; readonly ready: number; readonly reason: string }[];
+  readonly services?: readonly {
+    readonly service: string;
+    readonly target: number;
+    readonly ready: number;
+    readonly reason: string;
+    /** Replicas given up for not answering their readiness path past their spec's limit, and why. */
+    readonly replaced?: readonly { readonly jobId: string; readonly why: string }[];
+  }[];
   /** Jobs this plan places in a shape right-sizing chose at intake (`gpu.rightsize: "auto"`): what they asked for, what they run in, and why. */
   readonly rightsized?: readonly { readonly jobId: string; readonly from: GpuRequest; readonly to: GpuRequest; readonly why: string }[];
 }

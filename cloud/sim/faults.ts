@@ -45,6 +45,8 @@ export interface FaultProfile {
   /** Share of the multi-GPU jobs replayed as gangs of two nodes (half the GPUs on each), and share of gang attempts whose second rank cannot start. */
   readonly gangShare?: number;
   readonly rankStartFailRate?: number;
+  /** Share of service replicas whose model load hangs: the process runs, its readiness path never answers. */
+  readonly replicaHangRate?: number;
   /**
    * The groups take machines away themselves, through their terminate hook (the stack's, 300 s):
    * Capacity Rebalancing on spot groups (a rebalance recommendation, a replacement, then the old
@@ -119,6 +121,11 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     gangShare: 0.5,
     rankStartFailRate: 0.3,
   },
+  'hung-replicas': {
+    name: 'hung-replicas',
+    description: '20% of service replicas hang while loading: they run, but never answer their readiness path',
+    replicaHangRate: 0.2,
+  },
   all: {
     name: 'all',
     description: 'every fault above at once',
@@ -137,6 +144,7 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     stubbornUploadRate: 0.05,
     gangShare: 0.5,
     rankStartFailRate: 0.3,
+    replicaHangRate: 0.2,
     asgTerminations: ASG_TERMINATIONS,
   },
 };

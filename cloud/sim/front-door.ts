@@ -1,15 +1,16 @@
 /**
  * A simulated load balancer in front of each service: a target group per service that takes IP
- * targets, health-checks a new one (on the readiness path: `probe`) and sends it traffic once it
- * has passed for `healthyAfterSec`, and drains a
- * deregistered one for `deregistrationDelaySec` before it leaves, as an Application Load
- * Balancer target group does. It only plays the world; which replica is registered when is the
- * services step's decision.
+ * targets, health-checks each one on its readiness path (`probe`: what the replica behind the
+ * address answers, never assumed), and drains a deregistered one for `deregistrationDelaySec`
+ * before it leaves, as an Application Load Balancer target group does. A new target is `initial`
+ * for `healthyAfterSec`, then `healthy` while its check passes and `unhealthy` while it fails
+ * (`Target.FailedHealthChecks`); only a healthy target gets traffic. It only plays the world: which
+ * replica is registered when is the services step's decision.
  */
 import type { Clock, FrontDoor, FrontDoorTarget, FrontDoorTargetState } from '../../core/ports.ts';
 
 interface Held {
-  state: 'initial' | 'draining' | 'healthy';
+  state: 'initial' | 'draining' | 'healthy' | 'unhealthy';
   sinceMs: number;
 }
 
@@ -23,11 +24,8 @@ export class SimFrontDoor implements FrontDoor {
     private readonly options: {
       readonly healthyAfterSec: number;
       readonly deregistrationDelaySec: number;
-      /** The health check: whether the target answers on its readiness path now (default: always). */
-      readonly probe?: (serviceId: string, target: FrontDoorTarget, nowMs: number) => boolean;
-    } = {
-      healthyAfterSec: 10,
-      deregistrationDelaySec: 30,
+      /** The health check: whether the target answers on its readiness path now. */
+      readonly probe: (serviceId: string, target: FrontDoorTarget, nowMs: number) => boolean;
     },
   ) {}
 
@@ -59,10 +57,14 @@ export class SimFrontDoor implements FrontDoor {
     }
   }
 
-  async targets(serviceId: string): Promise<{ target: FrontDoorTarget; state: FrontDoorTargetState }[]> {
+  async targets(serviceId: string): Promise<{ target: FrontDoorTarget; state: FrontDoorTargetState; reason?: string }[]> {
     return [...this.current(serviceId).entries()].map(([key, h]) => {
       const [ip, port] = key.split(':');
-      return { target: { ip: ip!, port: Number(port) }, state: h.state };
+      return {
+        target: { ip: ip!, port: Number(port) },
+        state: h.state,
+        ...(h.state === 'unhealthy' ? { reason: 'Target.FailedHealthChecks' } : {}),
+      };
     });
   }
 
@@ -81,10 +83,14 @@ export class SimFrontDoor implements FrontDoor {
     const g = this.group(serviceId);
     const now = this.clock.nowMs();
     for (const [key, h] of [...g.entries()]) {
-      if (h.state === 'initial' && now - h.sinceMs >= this.options.healthyAfterSec * 1000) {
-        const [ip, port] = key.split(':');
-        if (this.options.probe?.(serviceId, { ip: ip!, port: Number(port) }, now) ?? true) g.set(key, { state: 'healthy', sinceMs: now });
-      } else if (h.state === 'draining' && now - h.sinceMs >= this.options.deregistrationDelaySec * 1000) g.delete(key);
+      if (h.state === 'draining') {
+        if (now - h.sinceMs >= this.options.deregistrationDelaySec * 1000) g.delete(key);
+        continue;
+      }
+      if (h.state === 'initial' && now - h.sinceMs < this.options.healthyAfterSec * 1000) continue;
+      const [ip, port] = key.split(':');
+      const state = this.options.probe(serviceId, { ip: ip!, port: Number(port) }, now) ? 'healthy' : 'unhealthy';
+      if (state !== h.state) g.set(key, { state, sinceMs: now });
     }
     return g;
   }

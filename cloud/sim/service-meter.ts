@@ -6,7 +6,7 @@
  * tick is available when ready ≥ needed. Measures only; the decisions are reconcile's.
  */
 import { usageSoFar, type Job } from '../../core/job.ts';
-import { replicaReady, serviceId, SERVICE_LABEL } from '../../core/serving/service.ts';
+import { agentFoundAnswering, replicaReady, serviceId, SERVICE_LABEL } from '../../core/serving/service.ts';
 import { checkJobSpec, type JobSpec } from '../../core/job-spec.ts';
 import type { MicroUsd } from '../../core/money.ts';
 import type { ServiceDemand, SimService } from './service-demand.ts';
@@ -105,7 +105,8 @@ export class ServiceMeter {
     for (const t of this.tracked) {
       const replicas = running.filter((j) => j.spec.labels?.[SERVICE_LABEL] === t.id);
       const up = replicas.filter(
-        (j) => j.placement?.nodes.every((n) => liveMachines.has(n.nodeId)) && replicaReady(j, t.spec, nowMs) && (taking?.(t.id, j) ?? true),
+        (j) =>
+          j.placement?.nodes.every((n) => liveMachines.has(n.nodeId)) && replicaReady(j, taking ? taking(t.id, j) : agentFoundAnswering(j)),
       );
       const spot = up.filter((j) => j.placement?.capacityType === 'spot').length;
       const needed = this.needed(t, sec);

@@ -25,6 +25,7 @@ import {
   gangRank,
   nextNodeStep,
   onMachineNotice,
+  replicaHealthReport,
   startFailure,
   uploadAllowanceSec,
   uploadRetryDelayMs,
@@ -78,6 +79,13 @@ export interface SimAgentOptions {
    * memory than it needs fails (out of memory); one given less compute runs slower.
    */
   readonly gpuUseOf?: (job: Job) => ScriptedGpuUse | undefined;
+  /**
+   * Seconds a service replica's process takes to load before its readiness path answers (default:
+   * its readiness probe's initial delay, the time its spec expects).
+   */
+  readonly replicaLoadSecOf?: (job: Job) => number;
+  /** Fault injection: this replica's load hangs: its process runs, its readiness path never answers. */
+  readonly replicaHangs?: (job: Job) => boolean;
 }
 
 /** A simulated process's use of each of its devices: the memory it fills at its peak, and its work rate (dense FP16 TFLOPS, GPU_SPEED's unit). */
@@ -125,6 +133,8 @@ interface SimProcess {
   readonly baseProgressSec: number;
   /** Work done per second on its devices: 1, or less when they are too small for its scripted compute. */
   readonly rate: number;
+  /** A service replica: when its readiness path starts answering (never, for one whose load hangs). */
+  readonly answersFromMs?: number;
   /** Its devices as its agent reads them, and the tally of the readings (one look per tick). */
   readonly devices?: {
     readonly model: GpuModel;
@@ -178,6 +188,8 @@ interface SimUpload {
 
 interface SimMachine {
   readonly instance: Instance;
+  /** Its private address (simulatedAddress). */
+  readonly address: string;
   readonly processes: Map<string, SimProcess>;
   /** The GPUs last registered (the layout changes as MIG jobs come and go). */
   registered?: string;
@@ -300,7 +312,7 @@ export class SimAgents {
     for (const inst of live.values()) {
       let m = this.machines.get(inst.id);
       if (!m) {
-        m = { instance: inst, processes: new Map() };
+        m = { instance: inst, address: simulatedAddress(inst.id), processes: new Map() };
         this.machines.set(inst.id, m);
       }
       this.world(m, now);
@@ -308,6 +320,7 @@ export class SimAgents {
       await this.beat(m, now).catch((error: unknown) => {
         if (!this.refused(error)) throw error;
       });
+      await this.reportReadiness(m, now);
     }
     // Each agent reads its own work list, as the real agent does (one read of every record stands for each).
     for (const record of await this.options.nodes.list()) {
@@ -441,6 +454,42 @@ export class SimAgents {
     }
     if (a.share) return { model: type.gpuModel, memoryMiB: a.share.memoryMiB, share: a.share.milliGpu / 1000, count: 1, mig: false };
     return { model: type.gpuModel, memoryMiB: type.gpuMemoryMiB, share: 1, count: Math.max(1, a.gpuIndices.length), mig: false };
+  }
+
+  /**
+   * What the machine's agent does at its heartbeat for the replicas it runs: probes each one's
+   * readiness path once its initial delay has passed and writes what it found when that changed
+   * (node-rules `replicaHealthReport`, as the real agent does).
+   */
+  private async reportReadiness(m: SimMachine, now: number): Promise<void> {
+    for (const p of m.processes.values()) {
+      const svc = p.job.spec.service;
+      if (!svc || p.exit || p.checkpointing || now < p.startedAtMs + svc.readiness.initialDelaySec * 1000) continue;
+      const event = replicaHealthReport(p.job, p.rank, this.answers(p, now));
+      if (!event) continue;
+      try {
+        const out = await applyJobEvent(this.as(m).jobs, p.jobId, event, now);
+        if (out.status === 'changed') p.job = out.job;
+      } catch (error) {
+        if (!this.refused(error) && !(error instanceof ConflictError)) throw error;
+      }
+    }
+  }
+
+  private answers(p: SimProcess, now: number): boolean {
+    return !p.exit && p.answersFromMs !== undefined && now >= p.answersFromMs;
+  }
+
+  /**
+   * Whether a replica answers its readiness path at this address and port now: what a load
+   * balancer's health check of the target finds (the world's truth, not what any agent reported).
+   */
+  answersReadiness(address: string, port: number, nowMs: number): boolean {
+    for (const m of this.machines.values()) {
+      if (m.address !== address) continue;
+      for (const p of m.processes.values()) if (p.job.spec.service?.port === port && this.answers(p, nowMs)) return true;
+    }
+    return false;
   }
 
   /** The heartbeat; the machine registers again when its GPUs (a MIG layout) changed, as the real agent does. */
@@ -604,6 +653,13 @@ export class SimAgents {
       readyAtMs: now + restoreMs,
       baseProgressSec: latest?.progressSec ?? 0,
       rate: script && devices && script.tflops > capacity ? capacity / script.tflops : 1,
+      ...(job.spec.service && rank === 0
+        ? {
+            answersFromMs: this.options.replicaHangs?.(job)
+              ? Number.POSITIVE_INFINITY
+              : now + (this.options.replicaLoadSecOf?.(job) ?? job.spec.service.readiness.initialDelaySec) * 1000,
+          }
+        : {}),
       ...(devices ? { devices } : {}),
       use: newGpuUseTally(),
       sizeMiB,

@@ -62,7 +62,7 @@ import type { Workload, WorkloadJob } from './workload.ts';
 import { jobTimes, type JobTimes, type Slowdown } from './job-times.ts';
 import type { SimService } from './service-demand.ts';
 import { ServiceMeter, type ServiceSample, type ServiceSummary } from './service-meter.ts';
-import { replicaReady, SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
+import { SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
 
 export { RESERVATION_POLICIES, SIM_POLICIES, type SimPolicyName, type ReservationSummary };
 
@@ -413,21 +413,14 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       },
     },
   };
-  // The services' load balancer: a target group per service on the virtual clock.
-  // Its health check answers once the replica behind the address is ready (its readiness delay passed).
-  let runningNow: readonly Job[] = [];
-  const readyAt = (serviceId: string, target: { ip: string; port: number }, atMs: number) =>
-    runningNow.some(
-      (j) =>
-        j.state === 'running' &&
-        j.spec.labels[SERVICE_LABEL] === serviceId &&
-        j.spec.service?.port === target.port &&
-        simulatedAddress(j.placement?.nodes[0]?.nodeId ?? '') === target.ip &&
-        replicaReady(j, j.spec, atMs),
-    );
+  // The services' load balancer: a target group per service on the virtual clock. Its health check
+  // asks the simulated replica behind the address itself: it answers once its model has loaded, and
+  // never if its load hangs (whatever any agent reported).
+  const answers = (_serviceId: string, target: { ip: string; port: number }, atMs: number) =>
+    agents.answersReadiness(target.ip, target.port, atMs);
   const frontDoor =
     options.services && options.services.length > 0
-      ? new SimFrontDoor(env.clock, { healthyAfterSec: 10, deregistrationDelaySec: 30, probe: readyAt })
+      ? new SimFrontDoor(env.clock, { healthyAfterSec: 10, deregistrationDelaySec: 30, probe: answers })
       : undefined;
   if (frontDoor) ports = { ...ports, frontDoor };
   const taking = frontDoor
@@ -472,6 +465,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
           startFails: (job: Job, rank: number) =>
             rank > 0 && hash01(`${options.seed}/rank/${job.id}/${job.attempt}`) < faults.rankStartFailRate!,
         }
+      : {}),
+    ...(faults.replicaHangRate
+      ? { replicaHangs: (job: Job) => hash01(`${options.seed}/hang/${job.id}/${job.attempt}`) < faults.replicaHangRate! }
       : {}),
   });
 
@@ -847,7 +843,6 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       );
     }
     const running = await env.jobs.listByState(['running', 'checkpointing']);
-    runningNow = running;
     serviceNow = serviceMeter.note(
       now,
       tickMs,

@@ -97,6 +97,13 @@ export function agentJobWriteProblem(
       return `the checkpoint attached to job ${stored.id} is not its newest complete checkpoint`;
     candidates.push({ event: { type: 'checkpoint-done', checkpoint: next.checkpoint }, leaderOnly: false, yields: [stored.state] });
   }
+  // A replica's readiness as its agent found it (the first rank's machine runs the replica).
+  if (next.replicaHealth && !sameValue(next.replicaHealth, stored.replicaHealth))
+    candidates.push({
+      event: { type: 'replica-health', attempt: stored.attempt, answering: next.replicaHealth.answering },
+      leaderOnly: true,
+      yields: [stored.state],
+    });
   let leaderOnly: string | undefined;
   for (const c of candidates) {
     if (!c.yields.includes(next.state)) continue;
@@ -107,7 +114,7 @@ export function agentJobWriteProblem(
   }
   return (
     leaderOnly ??
-    `the write to job ${stored.id} is not a change an agent makes (start, checkpoint, requeue, success, failure or cancel of attempt ${stored.attempt})`
+    `the write to job ${stored.id} is not a change an agent makes (start, checkpoint, readiness, requeue, success, failure or cancel of attempt ${stored.attempt})`
   );
 }
 
@@ -175,7 +182,8 @@ function reasonOf(reason: Job['checkpointReason']): { reason?: NonNullable<Job['
 }
 
 function eventName(event: JobEvent | 'finish-cancel'): string {
-  return event === 'finish-cancel' ? 'cancelled' : event.type === 'succeed' ? 'succeeded' : 'started';
+  if (event === 'finish-cancel') return 'cancelled';
+  return event.type === 'succeed' ? 'succeeded' : event.type === 'replica-health' ? 'answering or not' : 'started';
 }
 
 /**

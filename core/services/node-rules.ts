@@ -106,6 +106,22 @@ export function exitReport(rank: number, exitCode: number): { readonly event: 's
   return { event: 'fail', exitCode };
 }
 
+/**
+ * What a machine reports of a service replica it runs, after probing its readiness path: the event
+ * to write when what it found differs from what the job says (only the first rank runs a replica),
+ * or nothing. A replica whose process has ended, or that is being stopped, is not reported.
+ */
+export function replicaHealthReport(
+  job: Job,
+  rank: number,
+  answering: boolean,
+): { readonly type: 'replica-health'; readonly attempt: number; readonly answering: boolean } | undefined {
+  if (!job.spec.service || rank !== 0 || job.cancelRequested || (job.state !== 'running' && job.state !== 'placed')) return undefined;
+  const known = job.replicaHealth;
+  if (known?.attempt === job.attempt && known.answering === answering) return undefined;
+  return { type: 'replica-health', attempt: job.attempt, answering };
+}
+
 /** A rank that cannot start its part ends the whole attempt: it goes back to the queue, and the other ranks stop. */
 export function startFailure(nodeId: string, why: string): Reason {
   return reason('start-failed', `node ${nodeId} could not start it: ${why}`);

@@ -24,7 +24,14 @@ import type {
   TeamInForce,
 } from '../ports.ts';
 import { applyJobEvent } from './job-updates.ts';
-import { decideReplicas, replicaSpec, SERVICE_LABEL, type ReplicaView, type ServiceRecord } from '../serving/service.ts';
+import {
+  agentFoundAnswering,
+  decideReplicas,
+  replicaSpec,
+  SERVICE_LABEL,
+  type ReplicaView,
+  type ServiceRecord,
+} from '../serving/service.ts';
 import type { WorldView } from './snapshot-reader.ts';
 
 export interface ServicePorts {
@@ -44,7 +51,14 @@ export interface ServiceStepResult {
   /** Targets registered with and deregistered from the services' load balancers. */
   readonly registered: number;
   readonly deregistered: number;
-  readonly decisions: readonly { readonly service: string; readonly target: number; readonly ready: number; readonly reason: string }[];
+  readonly decisions: readonly {
+    readonly service: string;
+    readonly target: number;
+    readonly ready: number;
+    readonly reason: string;
+    /** Replicas given up for not answering their readiness path past the spec's limit, and why. */
+    readonly replaced?: readonly { readonly jobId: string; readonly why: string }[];
+  }[];
 }
 
 /** The most replicas the team's budget and GPU cap allow the service now, and why; undefined when nothing limits it. */
@@ -91,18 +105,25 @@ export async function reconcileServices(
   let cancelled = 0;
   let registered = 0;
   let deregistered = 0;
-  const decisions: { service: string; target: number; ready: number; reason: string }[] = [];
+  const decisions: ServiceStepResult['decisions'][number][] = [];
   for (const record of services) {
     const replicas = replicasOf(record.id, jobs);
     if (record.state === 'cancelled' && replicas.length === 0) continue;
     const spotZones = spotZonesFor(record.spec, world.groups, types);
+    // Whether each replica answers its readiness path: its target's health where a front door checks it, else its agent's probe.
+    const fronted = ports.frontDoor?.fronts(record.id) === true;
+    const targets = fronted ? await ports.frontDoor!.targets(record.id) : [];
+    const health = new Map(targets.map((t) => [`${t.target.ip}:${t.target.port}`, t.state]));
+    const port = record.spec.service?.port ?? 0;
     const views: ReplicaView[] = replicas.map((job) => {
       const nodeId = job.placement?.nodes[0]?.nodeId;
       const inst = nodeId ? instances.get(nodeId) : undefined;
       const pinned = job.spec.placement?.zones ? [...job.spec.placement.zones].sort().join('+') : undefined;
       const zone = inst ? (domainOfZone(inst.zone, spotZones) ?? inst.zone) : pinned;
       const leaving = inst !== undefined && (inst.state === 'terminating-wait' || records.get(inst.id)?.draining !== undefined);
-      return { job, leaving, ...(zone ? { zone } : {}) };
+      const address = records.get(nodeId ?? '')?.address;
+      const answering = fronted ? address !== undefined && health.get(`${address}:${port}`) === 'healthy' : agentFoundAnswering(job);
+      return { job, leaving, answering, ...(zone ? { zone } : {}) };
     });
     const load = ports.serviceLoad ? await ports.serviceLoad.read(record, replicas, nowMs) : {};
     const coldStartSec = options.bootSec + (record.spec.service?.readiness.initialDelaySec ?? 0);
@@ -130,8 +151,8 @@ export async function reconcileServices(
     // A replica still in the target group (registered, or draining for the deregistration delay) is
     // stopped only once it has left it: its cancel waits for a later reconcile, so no request it holds is cut.
     let stillFronted = new Set<string>();
-    if (ports.frontDoor?.fronts(record.id)) {
-      const out = await reconcileFrontDoor(ports.frontDoor, record, views, decision.cancel, records);
+    if (fronted) {
+      const out = await reconcileFrontDoor(ports.frontDoor!, record, views, decision.cancel, records, targets);
       registered += out.registered;
       deregistered += out.deregistered;
       stillFronted = out.stillFronted;
@@ -142,7 +163,13 @@ export async function reconcileServices(
       const out = await applyJobEvent(ports.jobs, c.jobId, { type: 'cancel' }, nowMs);
       if (out.status === 'changed') cancelled++;
     }
-    decisions.push({ service: record.id, target: decision.record.target, ready: decision.ready, reason: decision.record.reason ?? '' });
+    decisions.push({
+      service: record.id,
+      target: decision.record.target,
+      ready: decision.ready,
+      reason: decision.record.reason ?? '',
+      ...(decision.replaced.length > 0 ? { replaced: decision.replaced } : {}),
+    });
   }
   return { started, cancelled, registered, deregistered, decisions };
 }
@@ -161,6 +188,8 @@ async function reconcileFrontDoor(
   views: readonly ReplicaView[],
   cancel: readonly { readonly jobId: string }[],
   records: ReadonlyMap<string, NodeRecord>,
+  /** The group's targets as read before the decision (one DescribeTargetHealth per service and reconcile). */
+  now: readonly { readonly target: FrontDoorTarget; readonly state: string }[],
 ): Promise<{ registered: number; deregistered: number; stillFronted: Set<string> }> {
   const port = record.spec.service?.port ?? 0;
   const going = new Set(cancel.map((c) => c.jobId));
@@ -177,7 +206,6 @@ async function reconcileFrontDoor(
     if (v.leaving || going.has(v.job.id) || v.job.cancelRequested) leave.set(key, t);
     else if (v.job.state === 'running') want.set(key, t);
   }
-  const now = await door.targets(record.id);
   const live = new Set(now.filter((t) => t.state !== 'draining').map((t) => `${t.target.ip}:${t.target.port}`));
   const register = [...want.entries()].filter(([k]) => !live.has(k)).map(([, t]) => t);
   // Replicas being cancelled whose address the group still holds (before this step's deregistration, or draining).

@@ -46,6 +46,11 @@ export interface ServiceRecord {
   readonly nextReplica: number;
   /** Why the service has the replicas it has, as of the last decision. */
   readonly reason?: string;
+  /**
+   * When each live replica was last seen answering its readiness path (replica job id → time of the
+   * decision that saw it): how long one has gone without answering is counted from it.
+   */
+  readonly answeredAtMs?: Readonly<Record<string, number>>;
 }
 
 export function serviceId(team: string, name: string): string {
@@ -79,6 +84,11 @@ export interface ReplicaView {
   readonly zone?: string;
   /** Its machine was warned (spot notice, rebalance, drain): it still serves, but is on its way out. */
   readonly leaving: boolean;
+  /**
+   * Whether its readiness path answers now: its target is healthy at the service's front door, or,
+   * for a service without one, its agent found it answering (`job.replicaHealth`). Only then is it ready.
+   */
+  readonly answering: boolean;
 }
 
 export interface ReplicaDecisionInput {
@@ -107,14 +117,20 @@ export interface ReplicaDecision {
   readonly record: ServiceRecord;
   readonly start: readonly ReplicaToStart[];
   readonly cancel: readonly { readonly jobId: string; readonly why: string }[];
-  /** Replicas ready now (running past their readiness delay, machine not leaving). */
+  /** Replicas ready now (running and answering their readiness path, machine not leaving). */
   readonly ready: number;
+  /** Replicas given up for not answering their readiness path past the spec's limit (also in `cancel`), and why. */
+  readonly replaced: readonly { readonly jobId: string; readonly why: string }[];
 }
 
-/** A replica serves once its process has run for the readiness probe's initial delay. */
-export function replicaReady(job: Job, spec: JobSpec, nowMs: number): boolean {
-  const delayMs = (spec.service?.readiness.initialDelaySec ?? 0) * 1000;
-  return job.state === 'running' && job.startedAtMs !== undefined && job.startedAtMs + delayMs <= nowMs;
+/** A replica serves once it runs and its readiness path answers (its target is healthy, or its agent found it answering). */
+export function replicaReady(job: Job, answering: boolean): boolean {
+  return job.state === 'running' && answering;
+}
+
+/** Whether the replica's agent last found its readiness path answering, for its current attempt. */
+export function agentFoundAnswering(job: Job): boolean {
+  return job.replicaHealth?.attempt === job.attempt && job.replicaHealth.answering;
 }
 
 /**
@@ -137,7 +153,15 @@ export function decideReplicas(input: ReplicaDecisionInput): ReplicaDecision {
   const cancel: { jobId: string; why: string }[] = [];
   if (record.state === 'cancelled') {
     for (const r of input.replicas) cancel.push({ jobId: r.job.id, why: `service ${record.id} was cancelled` });
-    return { record, start: [], cancel, ready: 0 };
+    // Written like any decision (its version moves), so the services step goes on to take the replicas out.
+    const reason = `cancelled: ${input.replicas.length} replica(s) leaving`;
+    return {
+      record: { ...record, target: 0, reason, updatedAtMs: nowMs, version: record.version + 1 },
+      start: [],
+      cancel,
+      ready: 0,
+      replaced: [],
+    };
   }
 
   // The zones the policy spreads over: the ones it has memory of first (their order is its memory's), then new ones.
@@ -166,7 +190,28 @@ export function decideReplicas(input: ReplicaDecisionInput): ReplicaDecision {
     }
     live.push(r);
   }
-  const ready = (r: ReplicaView) => !r.leaving && replicaReady(r.job, spec, nowMs);
+  // A running replica that has not answered its readiness path for longer than the spec allows (counted from the end
+  // of its initial delay, or from when it last answered) is hung: it is given up, and the policy starts another.
+  const answeredAtMs: Record<string, number> = {};
+  for (const r of live) {
+    const before = record.answeredAtMs?.[r.job.id];
+    if (r.answering && r.job.state === 'running') answeredAtMs[r.job.id] = nowMs;
+    else if (before !== undefined) answeredAtMs[r.job.id] = before;
+  }
+  const replaced: { jobId: string; why: string }[] = [];
+  const { path, initialDelaySec, unhealthyLimitSec } = svc.readiness;
+  for (const r of [...live]) {
+    if (r.job.state !== 'running' || r.answering || r.leaving || r.job.startedAtMs === undefined) continue;
+    const since = Math.max(r.job.startedAtMs + initialDelaySec * 1000, answeredAtMs[r.job.id] ?? 0);
+    const silentSec = Math.floor((nowMs - since) / 1000);
+    if (silentSec <= unhealthyLimitSec) continue;
+    const why = `replica ${r.job.id} has not answered ${path} for ${silentSec} s (${answeredAtMs[r.job.id] === undefined ? 'never since it started' : 'since it last did'}; the limit is ${unhealthyLimitSec} s): a replacement is started`;
+    replaced.push({ jobId: r.job.id, why });
+    cancel.push({ jobId: r.job.id, why });
+    live.splice(live.indexOf(r), 1);
+    delete answeredAtMs[r.job.id];
+  }
+  const ready = (r: ReplicaView) => !r.leaving && replicaReady(r.job, r.answering);
   const readyCount = live.filter(ready).length;
 
   // How many replicas: HPA semantics on the observed load, per ready replica.
@@ -240,7 +285,7 @@ export function decideReplicas(input: ReplicaDecisionInput): ReplicaDecision {
   for (let n = odKept.length; n < wantOd; n++) start.push({ capacity: 'on-demand' });
 
   const spotWanted = wantSpot.reduce((a, b) => a + b, 0);
-  const reason = `${scaled.reason}; ${spotWanted} on spot${zones.length > 0 ? ` (${zones.map((z, i) => `${z} ${wantSpot[i]}`).join(', ')})` : ''}, ${wantOd} on-demand; ${readyCount} ready`;
+  const reason = `${scaled.reason}; ${spotWanted} on spot${zones.length > 0 ? ` (${zones.map((z, i) => `${z} ${wantSpot[i]}`).join(', ')})` : ''}, ${wantOd} on-demand; ${readyCount} ready${replaced.length > 0 ? `; ${replaced.map((r) => r.why).join('; ')}` : ''}`;
   return {
     record: {
       ...record,
@@ -250,12 +295,14 @@ export function decideReplicas(input: ReplicaDecisionInput): ReplicaDecision {
       memory: nextMemory,
       nextReplica: record.nextReplica + start.length,
       reason,
+      answeredAtMs,
       updatedAtMs: nowMs,
       version: record.version + 1,
     },
     start,
     cancel,
     ready: readyCount,
+    replaced,
   };
 }
 

@@ -9,11 +9,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { S3Blobs } from '../../agent/checkpoint-files.ts';
 import { AwsImds } from '../../agent/metadata.ts';
 import { DockerRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
-import { jobIdFor } from '../../core/job.ts';
+import { jobIdFor, newPendingJob } from '../../core/job.ts';
+import type { WorldView } from '../../core/services/snapshot-reader.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import type { Reason } from '../../core/reason.ts';
-import type { JobSpecInput } from '../../core/job-spec.ts';
-import { agentWorld, waitFor } from '../support/agent-world.ts';
+import { checkJobSpec, type JobSpecInput } from '../../core/job-spec.ts';
+import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
+import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
+import { MemoryServiceStore } from '../../cloud/sim/memory-stores.ts';
+import { newServiceRecord, replicaSpec } from '../../core/serving/service.ts';
+import { reconcileServices } from '../../core/services/serving.ts';
+import { agentWorld, RecordingServiceSink, RecordingSink, waitFor } from '../support/agent-world.ts';
+import { startFakeElb } from '../support/fake-elb.ts';
 import { dockerProblem, dockerRequired, ensureTestImage, IMAGE_JOBS_DIR } from '../support/docker/engine.ts';
 import { awsInstance, IMDS_BODIES, startMetadataServer } from '../support/metadata-server.ts';
 
@@ -284,6 +291,129 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
       expect(met.find((l) => l.event === 'met')).toMatchObject({ reply: 'welcome rank 1, from the leader' });
     } finally {
       await w.shutdown();
+    }
+  }, 60_000);
+
+  it('serves a replica on the host network: the front door reaches it where it registered it, the agent scrapes it, and it leaves the load balancer before its container stops', async () => {
+    const w = agentWorld();
+    const address = hostAddress();
+    const port = await freePort();
+    const ARN = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/0123456789abcdef';
+    // A local ELB v2 endpoint whose health checks are real HTTP requests to each target's /health.
+    const elb = await startFakeElb([ARN]);
+    const frontDoor = new ElbFrontDoor(
+      new ElasticLoadBalancingV2Client({
+        region: 'us-west-2',
+        endpoint: elb.endpoint,
+        credentials: { accessKeyId: 'x', secretAccessKey: 'x' },
+      }),
+      { [`nlp.chat-${run}`]: ARN },
+    );
+    const sink = new RecordingServiceSink();
+    const work = tmp('agent-s');
+    const a = w.agent('i-s', {
+      workDir: work,
+      runner: noGpuRunner(join(work, 'env')),
+      identity: { privateIp: address },
+      serviceMetrics: sink,
+      metrics: new RecordingSink(),
+    });
+    const checked = checkJobSpec({
+      name: `chat-${run}`,
+      image,
+      command: ['node', `${IMAGE_JOBS_DIR}/replica.mjs`, String(port), '7', '2'],
+      gpu: { kind: 'whole', count: 1 },
+      interruptible: false,
+      container: { lockedMemoryMiB: LOCKED_MIB },
+      service: {
+        port,
+        readiness: { path: '/health', initialDelaySec: 0, periodSec: 5 },
+        replicas: { min: 1, max: 1 },
+        targets: [{ metric: 'waiting-requests', perReplica: 8 }],
+      },
+    });
+    if (!checked.ok) throw new Error(checked.errors.join('; '));
+    const services = new MemoryServiceStore();
+    const record = newServiceRecord('nlp', checked.spec, Date.now());
+    await services.create({ ...record, nextReplica: 2 });
+    const replicaId = jobIdFor('nlp', `chat-${run}-r1`);
+    const step = async () => {
+      const world: WorldView = {
+        groups: [],
+        instances: [],
+        records: await w.nodes.list(),
+        pendingJobs: await w.jobs.listByState(['pending']),
+        activeJobs: await w.jobs.listByState(['placed', 'running', 'checkpointing']),
+        degraded: [],
+      };
+      return reconcileServices(
+        { services, frontDoor, jobs: w.jobs, catalog: { instanceTypes: async () => new Map() } },
+        world,
+        Date.now(),
+        {
+          intervalSec: 60,
+          bootSec: 0,
+        },
+      );
+    };
+    const containerUp = () => containersOf([replicaId]).length === 1;
+    try {
+      await a.heartbeat();
+      await w.jobs.create(
+        newPendingJob({
+          id: replicaId,
+          team: 'nlp',
+          spec: replicaSpec({ ...record, nextReplica: 1 }, { capacity: 'on-demand' }),
+          submittedAtMs: Date.now(),
+        }),
+      );
+      // The planner gives the replica its port on the machine.
+      await w.place(replicaId, ['i-s'], [0], [[port]]);
+      await a.heartbeat();
+      await waitFor('the replica container to run', containerUp);
+      expect(inspect(containersOf([replicaId])[0]!).NetworkMode).toBe('host');
+
+      // Registered at the machine's address and the service's port; the health check reaches it there, over HTTP.
+      expect((await step()).registered).toBe(1);
+      expect((await frontDoor.targets(record.id)).map((t) => t.target)).toEqual([{ ip: address, port }]);
+      await waitFor('the target to pass its health check', async () => {
+        await elb.settle();
+        return (await frontDoor.targets(record.id))[0]?.state === 'healthy';
+      });
+      const answer = await fetch(`http://${address}:${port}/health`);
+      expect(answer.status).toBe(200);
+      // Ready because its target is healthy; its agent found it answering too.
+      expect((await step()).decisions[0]).toMatchObject({ service: record.id, ready: 1 });
+      await a.heartbeat();
+      expect((await w.jobs.get(replicaId))!.replicaHealth).toMatchObject({ attempt: 1, answering: true });
+      // The agent's scrape of its metrics, from the machine.
+      await a.publishMetrics();
+      expect(sink.samples.filter((x) => x.jobId === replicaId).map((x) => [x.metric, x.value])).toEqual([['waiting-requests', 7]]);
+
+      // The service is cancelled: its replica leaves the load balancer first, while its container still serves.
+      const current = (await services.get(record.id))!;
+      expect(await services.update({ ...current, state: 'cancelled', version: current.version + 1 }, current.version)).toMatchObject({
+        ok: true,
+      });
+      const leaving = await step();
+      expect(leaving).toMatchObject({ deregistered: 1, cancelled: 0 });
+      expect((await frontDoor.targets(record.id))[0]?.state).toBe('draining');
+      await a.heartbeat();
+      expect(containerUp()).toBe(true);
+      expect((await fetch(`http://${address}:${port}/health`)).status).toBe(200);
+      // Drained: now it is cancelled, and its agent stops the container.
+      await elb.settle();
+      expect((await step()).cancelled).toBe(1);
+      await a.heartbeat();
+      await waitFor(
+        'the replica to end cancelled',
+        async () => ((await w.jobs.get(replicaId))!.state === 'cancelled' ? true : undefined),
+        20_000,
+      );
+      await waitFor('its container to be gone', () => !containerUp(), 20_000);
+    } finally {
+      await w.shutdown();
+      await elb.close();
     }
   }, 60_000);
 });

@@ -26,7 +26,14 @@ function door(): ElbFrontDoor {
 
 frontDoorContract('ELB v2 against a local Query-protocol server', async () => {
   elb.groups.get(ARN)!.clear();
-  return { door: door(), service: 'nlp.chat', settle: () => elb.settle() };
+  const answering = new Set<string>();
+  elb.healthCheck = async (t) => answering.has(`${t.ip}:${t.port}`);
+  return {
+    door: door(),
+    service: 'nlp.chat',
+    settle: () => elb.settle(),
+    answers: (t, ok) => void (ok ? answering.add(`${t.ip}:${t.port}`) : answering.delete(`${t.ip}:${t.port}`)),
+  };
 });
 
 describe('the ELB front door', () => {

@@ -89,8 +89,18 @@ nodeGroupProviderContract(
 
 frontDoorContract('sim (a target group on the virtual clock)', async () => {
   const clock = new VirtualClock(T0);
-  const door = new SimFrontDoor(clock, { healthyAfterSec: 10, deregistrationDelaySec: 30 });
-  return { door, service: 'nlp.chat', settle: () => clock.advanceTo(clock.nowMs() + 60_000) };
+  const answering = new Set<string>();
+  const door = new SimFrontDoor(clock, {
+    healthyAfterSec: 10,
+    deregistrationDelaySec: 30,
+    probe: (_service, t) => answering.has(`${t.ip}:${t.port}`),
+  });
+  return {
+    door,
+    service: 'nlp.chat',
+    settle: () => clock.advanceTo(clock.nowMs() + 60_000),
+    answers: (t, ok) => void (ok ? answering.add(`${t.ip}:${t.port}`) : answering.delete(`${t.ip}:${t.port}`)),
+  };
 });
 
 serviceStoreContract('sim (memory)', async () => new MemoryServiceStore());

@@ -176,6 +176,40 @@ describe('what an agent may write to a job', () => {
     expect(agentJobWriteProblem(stored, rewritten, N0, T, undefined)).toMatch(/not a change an agent makes/);
   });
 
+  it('takes a replica’s readiness from the machine that runs it, and from no other; not for a job that is no replica', () => {
+    const pending = aJob({
+      id: 'nlp.chat-r1',
+      team: 'nlp',
+      spec: {
+        name: 'chat-r1',
+        service: { port: 8000, replicas: { min: 1, max: 2 }, targets: [{ metric: 'requests-per-second', perReplica: 2 }] },
+      },
+    });
+    const replica: Job = {
+      ...pending,
+      state: 'running',
+      placement: { capacityType: 'spot', nodes: [{ nodeId: N0, gpuIndices: [0] }] },
+      startedAtMs: T - 60_000,
+      updatedAtMs: T - 1_000,
+    };
+    const up = transition(replica, { type: 'replica-health', attempt: 1, answering: true }, T);
+    expect(up.ok && up.changed && up.job.replicaHealth).toEqual({ attempt: 1, answering: true, sinceMs: T });
+    expect(agentJobWriteProblem(replica, (up as { job: Job }).job, N0, T, undefined)).toBeUndefined();
+    expect(agentJobWriteProblem(replica, (up as { job: Job }).job, OTHER, T, undefined)).toMatch(/does not hold job nlp.chat-r1/);
+    // The same finding again changes nothing; an older attempt's is ignored.
+    const again = transition((up as { job: Job }).job, { type: 'replica-health', attempt: 1, answering: true }, T + 5);
+    expect(again.ok && again.changed).toBe(false);
+    expect(transition(replica, { type: 'replica-health', attempt: 0, answering: true }, T)).toMatchObject({ ok: true, changed: false });
+    const batch = placedJob('running');
+    expect(transition(batch, { type: 'replica-health', attempt: 2, answering: true }, T)).toEqual({
+      ok: false,
+      error: 'job nlp.j1 is not a service replica: it has no readiness to report',
+    });
+    // A readiness the agent makes up (dated otherwise than the write) is not the transition.
+    const forged = { ...(up as { job: Job }).job, replicaHealth: { attempt: 1, answering: true, sinceMs: T - 3_600_000 } };
+    expect(agentJobWriteProblem(replica, forged, N0, T, undefined)).toMatch(/not a change an agent makes/);
+  });
+
   it('attaches only the job’s newest complete checkpoint: not one the agent made up, nor another job’s', () => {
     const stored = placedJob('running');
     const made = cp(2, T - 100);

@@ -45,6 +45,8 @@ function replica(
     startedAgoMs?: number;
     attempt?: number;
     queuedAgoMs?: number;
+    /** Whether its readiness path answers (default: running past its 60 s initial delay). */
+    answering?: boolean;
   },
   nowMs: number,
 ): ReplicaView {
@@ -64,7 +66,8 @@ function replica(
         }
       : {}),
   };
-  return { job, leaving: false, ...(o.zone || capacity === 'spot' ? { zone: o.zone ?? 'z-a' } : {}) };
+  const answering = o.answering ?? (state === 'running' && (o.startedAgoMs ?? 600_000) >= 60_000);
+  return { job, leaving: false, answering, ...(o.zone || capacity === 'spot' ? { zone: o.zone ?? 'z-a' } : {}) };
 }
 
 const base = { intervalSec: 60, coldStartSec: 300 };
@@ -157,6 +160,65 @@ describe('a service in the control loop (decideReplicas)', () => {
     });
     expect(d2.cancel.map((c) => c.jobId)).toContain('nlp.chat-r1');
     expect(d2.cancel.find((c) => c.jobId === 'nlp.chat-r1')?.why).toMatch(/lost its machine/);
+  });
+
+  it('a cancelled service takes every replica out, and its decision is written like any other', () => {
+    const record: ServiceRecord = { ...newServiceRecord('nlp', spec(), T0), state: 'cancelled', target: 2 };
+    const now = T0 + 60_000;
+    const d = decideReplicas({
+      ...base,
+      nowMs: now,
+      record,
+      replicas: [replica(record, 1, {}, now), replica(record, 2, { state: 'pending' }, now)],
+      spotZones: ['z-a'],
+      load: {},
+    });
+    expect(d.cancel.map((c) => c.jobId)).toEqual(['nlp.chat-r1', 'nlp.chat-r2']);
+    expect(d.record).toMatchObject({ version: record.version + 1, updatedAtMs: now, target: 0, reason: 'cancelled: 2 replica(s) leaving' });
+  });
+
+  it('a replica is ready only while its readiness path answers; one silent past its limit is replaced, and the decision says why', () => {
+    // Initial delay 60 s, limit 300 s (the default). Replica 1 answers; 2 has run 10 min and never answered (a hung load).
+    let record: ServiceRecord = { ...newServiceRecord('nlp', spec({ spareSpot: 0 }), T0), target: 2, zones: ['z-a'] };
+    record = { ...record, memory: { ...record.memory, asked: [2] } };
+    const now = T0 + 3_600_000;
+    const input = (replicas: ReplicaView[], at: number, rec: ServiceRecord) => ({
+      ...base,
+      nowMs: at,
+      record: rec,
+      replicas,
+      spotZones: ['z-a'],
+      load: { 'requests-per-second': 4 },
+    });
+    const hung = replica(record, 2, { answering: false }, now);
+    const d = decideReplicas(input([replica(record, 1, {}, now), hung], now, record));
+    expect(d.ready).toBe(1);
+    expect(d.replaced).toEqual([
+      {
+        jobId: 'nlp.chat-r2',
+        why: 'replica nlp.chat-r2 has not answered /health for 540 s (never since it started; the limit is 300 s): a replacement is started',
+      },
+    ]);
+    expect(d.cancel.map((c) => c.jobId)).toEqual(['nlp.chat-r2']);
+    expect(d.start).toContainEqual({ capacity: 'spot', zone: 'z-a' });
+    expect(d.record.reason).toContain('replica nlp.chat-r2 has not answered /health for 540 s');
+    // Within the limit it only waits: not ready, not replaced.
+    const young = replica(record, 3, { answering: false, startedAgoMs: 200_000 }, now);
+    const d2 = decideReplicas(input([replica(record, 1, {}, now), young], now, record));
+    expect(d2.ready).toBe(1);
+    expect(d2.replaced).toEqual([]);
+    // One that answered, then stopped: counted from when it was last seen answering.
+    const at = (min: number) => now + min * 60_000;
+    const r1 = replica(record, 1, {}, now);
+    let rec = decideReplicas(input([r1, replica(record, 2, {}, now)], at(0), record)).record;
+    expect(rec.answeredAtMs).toEqual({ 'nlp.chat-r1': at(0), 'nlp.chat-r2': at(0) });
+    const silent = { ...r1, answering: false };
+    rec = decideReplicas(input([silent, replica(record, 2, {}, now)], at(4), rec)).record;
+    expect(rec.answeredAtMs?.['nlp.chat-r1']).toBe(at(0));
+    const d3 = decideReplicas(input([silent, replica(record, 2, {}, now)], at(6), rec));
+    expect(d3.replaced.map((r) => r.why)).toEqual([
+      'replica nlp.chat-r1 has not answered /health for 360 s (since it last did; the limit is 300 s): a replacement is started',
+    ]);
   });
 
   it('a spot replica a planner put on on-demand counts as the spot replica it was asked as (not lost, not asked again)', () => {

@@ -13,6 +13,7 @@ import { DEFAULT_SIM_START_MS, runSimulation, type SpotSetup } from '../../cloud
 import { simulatedAddress } from '../../cloud/sim/sim-agent.ts';
 import type { SimGroupConfig } from '../../cloud/sim/sim-cloud.ts';
 import { loadWorkload } from '../../cloud/sim/workload.ts';
+import { FAULT_PROFILES, type FaultProfile } from '../../cloud/sim/faults.ts';
 import { SERVICE_LABEL } from '../../core/serving/service.ts';
 
 describe('service load from real traces', () => {
@@ -67,8 +68,22 @@ describe('services in the simulated control loop', () => {
       maxSize: 200,
     })),
   ];
-  const run = (services: readonly SimService[], spot: SpotSetup = BUILT_IN_SPOT, groups: readonly SimGroupConfig[] = perZone) =>
-    runSimulation({ workload, groups, teamTags: defaultTeamTags(workload.teams), seed: 1, hours: 6, spot, services });
+  const run = (
+    services: readonly SimService[],
+    spot: SpotSetup = BUILT_IN_SPOT,
+    groups: readonly SimGroupConfig[] = perZone,
+    faults?: FaultProfile,
+  ) =>
+    runSimulation({
+      workload,
+      groups,
+      teamTags: defaultTeamTags(workload.teams),
+      seed: 1,
+      hours: 6,
+      spot,
+      services,
+      ...(faults ? { faults } : {}),
+    });
 
   it('a service scales to its load on spot, across zones, through intake and reconcile, beside the jobs', async () => {
     const { summary, env, jobs } = await run([chat(6)]);
@@ -168,6 +183,28 @@ describe('services in the simulated control loop', () => {
       checked++;
     }
     expect(checked).toBeGreaterThanOrEqual(2);
+  }, 60_000);
+
+  it('a replica whose load hangs never takes traffic: its health check fails, and it is replaced once past its limit, the decision saying why', async () => {
+    const { summary, env, frontDoor } = await run([chat(6)], { kind: 'none' }, perZone, FAULT_PROFILES['hung-replicas']);
+    const decisions = await env.decisions.recent(1000);
+    const replaced = decisions.flatMap((d) => d.services?.flatMap((s) => s.replaced ?? []) ?? []);
+    expect(replaced.length).toBeGreaterThan(0);
+    for (const r of replaced)
+      expect(r.why).toMatch(/^replica nlp\.chat-r\d+ has not answered \/health for \d+ s \(never since it started; the limit is 300 s\)/);
+    const log = frontDoor!.log.filter((l) => l.serviceId === 'nlp.chat');
+    for (const { jobId } of new Map(replaced.map((r) => [r.jobId, r])).values()) {
+      const job = env.jobs.all().find((j) => j.id === jobId)!;
+      // Its agent never found it answering, it was registered and taken out, and it ended cancelled.
+      expect(job.replicaHealth).toMatchObject({ answering: false });
+      expect(job.state).toBe('cancelled');
+      const ip = simulatedAddress(job.heldAttempts!.at(-1)!.nodes[0]!.nodeId);
+      expect(log.some((l) => l.action === 'deregister' && l.target.ip === ip)).toBe(true);
+    }
+    // The replacements carry the service: it stays available, and the hung ones count as held, not as serving.
+    const s = summary.services![0]!;
+    expect(s.availabilityPct).toBeGreaterThan(90);
+    expect(summary.violations).toBe(0);
   }, 60_000);
 
   it("npm start's services load from the shipped traces", () => {

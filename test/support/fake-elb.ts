@@ -7,8 +7,11 @@ import type { AddressInfo } from 'node:net';
  * `Targets.member.N.Id`); it answers in the XML shapes of the API reference (API version
  * 2015-12-01: RegisterTargets, DeregisterTargets, DescribeTargetHealth, and the `ErrorResponse`
  * envelope with codes `TargetGroupNotFound` and `InvalidTarget`), assembled from that reference,
- * not recorded. Registered targets are `initial` until `settle()`, then `healthy`; a deregistered
- * one is `draining` until `settle()` removes it, as a target group with a deregistration delay does.
+ * not recorded. Registered targets are `initial` until `settle()` runs the health checks: a target
+ * whose check passes is `healthy`, one whose check fails `unhealthy` (`Target.FailedHealthChecks`),
+ * re-checked at each `settle()`; a deregistered one is `draining` until `settle()` removes it, as a
+ * target group with a deregistration delay does. The health check is a real HTTP GET of the
+ * target's readiness path (`/health`, 2 s, status 200-399) unless the test sets `healthCheck`.
  */
 export interface FakeElb {
   readonly endpoint: string;
@@ -16,8 +19,10 @@ export interface FakeElb {
   readonly groups: Map<string, Map<string, { state: string; reason?: string }>>;
   /** Every call's action and parameters, in order. */
   readonly calls: { action: string; params: Record<string, string> }[];
-  /** Health checks pass for new targets; drained targets leave. */
-  settle(): void;
+  /** Runs the health checks of the registered targets; drained targets leave. */
+  settle(): Promise<void>;
+  /** Whether the target answers its health check (default: an HTTP GET of /health at its address and port). */
+  healthCheck: (target: { ip: string; port: number }) => Promise<boolean>;
   /** The next calls of an action fail with this error code and HTTP status. */
   fail(action: string, code: string, status: number, times?: number): void;
   close(): Promise<void>;
@@ -103,15 +108,21 @@ export async function startFakeElb(targetGroupArns: readonly string[]): Promise<
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const { port } = server.address() as AddressInfo;
-  return {
+  const elb: FakeElb = {
     endpoint: `http://127.0.0.1:${port}`,
     groups,
     calls,
-    settle() {
+    healthCheck: httpHealthCheck,
+    async settle() {
       for (const g of groups.values())
         for (const [key, h] of [...g.entries()]) {
-          if (h.state === 'initial') g.set(key, { state: 'healthy' });
-          else if (h.state === 'draining') g.delete(key);
+          if (h.state === 'draining') {
+            g.delete(key);
+            continue;
+          }
+          const [ip, p] = key.split(':');
+          const ok = await elb.healthCheck({ ip: ip!, port: Number(p) });
+          g.set(key, ok ? { state: 'healthy' } : { state: 'unhealthy', reason: 'Target.FailedHealthChecks' });
         }
     },
     fail(action, code, status, times = 1) {
@@ -119,4 +130,16 @@ export async function startFakeElb(targetGroupArns: readonly string[]): Promise<
     },
     close: () => new Promise<void>((r) => server.close(() => r())),
   };
+  return elb;
+}
+
+/** An Application Load Balancer's HTTP health check: GET /health at the target, answered 200-399 within 2 s. */
+async function httpHealthCheck(target: { ip: string; port: number }): Promise<boolean> {
+  try {
+    const res = await fetch(`http://${target.ip}:${target.port}/health`, { signal: AbortSignal.timeout(2000), redirect: 'manual' });
+    await res.body?.cancel();
+    return res.status >= 200 && res.status < 400;
+  } catch {
+    return false;
+  }
 }

@@ -1,6 +1,7 @@
 // A small serving replica for the agent tests: answers its readiness path and a Prometheus
 // /metrics page in vLLM's metric names (two label sets of the waiting gauge, summed by the agent),
-// until it is stopped.
+// until it is stopped. It listens on every interface ($REPLICA_HOST to choose one), as a server in a container on the
+// host's network must for the load balancer to reach it.
 //   node replica.mjs <port> <waiting> <running>
 import { createServer } from 'node:http';
 
@@ -26,7 +27,7 @@ const server = createServer((req, res) => {
     res.writeHead(404).end();
   }
 });
-server.listen(port, '127.0.0.1');
+server.listen(port, process.env.REPLICA_HOST ?? '0.0.0.0');
 const stop = () => server.close(() => process.exit(0));
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
