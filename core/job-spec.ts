@@ -114,6 +114,9 @@ export const DEFAULT_PROMETHEUS_METRIC: Partial<Record<(typeof SERVICE_METRICS)[
 };
 const PROMETHEUS_NAME_RE = /^[a-zA-Z_:][a-zA-Z0-9_:]{0,199}$/;
 
+/** A port of every fleet machine's own: the dcgm-exporter's, and the agent's /metrics by default. */
+export const RESERVED_NODE_PORT = 9400;
+
 /** How long a replica may go without answering its readiness path before it is replaced, by default. */
 export const DEFAULT_UNHEALTHY_LIMIT_SEC = 300;
 
@@ -127,7 +130,19 @@ const positive = (max: number, unit = '') =>
  * scaled on load (core/serving/autoscale.ts) between `replicas.min` and `replicas.max`.
  */
 const ServiceSpecSchema = z.strictObject({
-  port: int(1, 65_535),
+  /**
+   * The port the replica listens on, on its machine's own network (the load balancer and the agent
+   * reach it there): 1024 or above (lower ones are the machine's, sshd's 22 among them), and not
+   * 9400, where the node's dcgm-exporter and the agent's /metrics listen by default.
+   */
+  port: z.number({ error: 'must be a port number from 1024 to 65535' }).check(
+    z.int({ error: 'must be a whole port number from 1024 to 65535' }),
+    z.gte(1024, { error: "must be 1024 or above: lower ports are the machine's own (sshd's 22 among them)" }),
+    z.lte(65_535, { error: 'must be at most 65535' }),
+    z.refine((p) => p !== RESERVED_NODE_PORT, {
+      error: `port ${RESERVED_NODE_PORT} is the machine's own (the dcgm-exporter's and the agent's /metrics); choose another from 1024 to 65535`,
+    }),
+  ),
   readiness: z._default(
     z.strictObject({
       path: z._default(

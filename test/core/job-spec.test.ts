@@ -55,6 +55,24 @@ describe('job spec', () => {
     [{ command: ['x'], gpu: { kind: 'whole', count: 1 } }, 'image: is required'],
     [null, '(spec): must be a JSON object'],
     [[1, 2], '(spec): must be a JSON object'],
+    [{ ...valid, container: { shmSizeMiB: 16 } }, 'container.shmSizeMiB: must be at least 64 MiB; got 16'],
+    [{ ...valid, container: { memlock: -1 } }, 'container: unknown field(s) "memlock"'],
+    [
+      {
+        ...valid,
+        name: 'web',
+        service: { port: 22, replicas: { min: 1, max: 1 }, targets: [{ metric: 'waiting-requests', perReplica: 1 }] },
+      },
+      "service.port: must be 1024 or above: lower ports are the machine's own (sshd's 22 among them); got 22",
+    ],
+    [
+      {
+        ...valid,
+        name: 'web',
+        service: { port: 9400, replicas: { min: 1, max: 1 }, targets: [{ metric: 'waiting-requests', perReplica: 1 }] },
+      },
+      "service.port: port 9400 is the machine's own (the dcgm-exporter's and the agent's /metrics)",
+    ],
   ])('rejects %j with a message naming the field and what is allowed', (input, expected) => {
     const r = checkJobSpec(input);
     expect(r.ok).toBe(false);
