@@ -210,6 +210,7 @@ if (invokedDirectly) {
         f.checkpointFailures && `${f.checkpointFailures} failed checkpoints`,
         f.uploadFailures && `${f.uploadFailures} failed uploads (${f.uploadsGivenUp} given up)`,
         f.rankStartFailures && `${f.rankStartFailures} ranks that could not start`,
+        f.replicasHung && `${f.replicasHung} replicas hung`,
         f.asgTerminations && `${f.asgTerminations} machines the groups took away`,
       ]
         .filter(Boolean)

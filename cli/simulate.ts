@@ -215,7 +215,7 @@ export function renderReport(run: SimulateRun): string {
       ? [
           [
             'faults',
-            `${s.faults.profile}: ${s.faults.apiErrors} API errors, ${s.faults.storeConflicts} store conflicts, ${s.faults.crashes} crashed reconciles, ${s.faults.duplicateEvents} duplicate events, ${s.faults.stormInterruptions} storm interruptions, ${s.faults.deadAgents} dead agents, ${s.faults.checkpointFailures} failed checkpoints, ${s.faults.uploadFailures} failed uploads, ${s.faults.rankStartFailures} ranks that could not start (${s.faults.reconcileFailures} reconciles failed)`,
+            `${s.faults.profile}: ${s.faults.apiErrors} API errors, ${s.faults.storeConflicts} store conflicts, ${s.faults.crashes} crashed reconciles, ${s.faults.duplicateEvents} duplicate events, ${s.faults.stormInterruptions} storm interruptions, ${s.faults.deadAgents} dead agents, ${s.faults.checkpointFailures} failed checkpoints, ${s.faults.uploadFailures} failed uploads, ${s.faults.rankStartFailures} ranks that could not start, ${s.faults.replicasHung} replicas hung (${s.faults.reconcileFailures} reconciles failed)`,
           ] as [string, string],
         ]
       : []),

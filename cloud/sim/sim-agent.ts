@@ -205,6 +205,8 @@ export interface AgentStats {
   uploadFailures: number;
   uploadsGivenUp: number;
   startFailures: number;
+  /** Service replicas whose load hung (fault injection): they ran, and never answered their readiness path. */
+  replicasHung: number;
   writeRetries: number;
   /** Calls the agent API's rules refused (core/services/agent-access.ts): an agent following the node-side rules makes none. */
   refusedCalls: number;
@@ -227,6 +229,7 @@ export class SimAgents {
     uploadFailures: 0,
     uploadsGivenUp: 0,
     startFailures: 0,
+    replicasHung: 0,
     writeRetries: 0,
     refusedCalls: 0,
   };
@@ -476,6 +479,15 @@ export class SimAgents {
     }
   }
 
+  /** When a replica starting now answers its readiness path: once loaded, or never when its load hangs. */
+  private answersFrom(job: Job, now: number): number {
+    if (this.options.replicaHangs?.(job)) {
+      this.stats.replicasHung++;
+      return Number.POSITIVE_INFINITY;
+    }
+    return now + (this.options.replicaLoadSecOf?.(job) ?? job.spec.service?.readiness.initialDelaySec ?? 0) * 1000;
+  }
+
   private answers(p: SimProcess, now: number): boolean {
     return !p.exit && p.answersFromMs !== undefined && now >= p.answersFromMs;
   }
@@ -653,13 +665,7 @@ export class SimAgents {
       readyAtMs: now + restoreMs,
       baseProgressSec: latest?.progressSec ?? 0,
       rate: script && devices && script.tflops > capacity ? capacity / script.tflops : 1,
-      ...(job.spec.service && rank === 0
-        ? {
-            answersFromMs: this.options.replicaHangs?.(job)
-              ? Number.POSITIVE_INFINITY
-              : now + (this.options.replicaLoadSecOf?.(job) ?? job.spec.service.readiness.initialDelaySec) * 1000,
-          }
-        : {}),
+      ...(job.spec.service && rank === 0 ? { answersFromMs: this.answersFrom(job, now) } : {}),
       ...(devices ? { devices } : {}),
       use: newGpuUseTally(),
       sizeMiB,

@@ -196,6 +196,8 @@ export interface SimulationSummary {
     readonly uploadFailures: number;
     readonly uploadsGivenUp: number;
     readonly rankStartFailures: number;
+    /** Service replicas whose load hung (`hung-replicas`). */
+    readonly replicasHung: number;
     /** Agent calls the agent API's rules refused (each one is also an invariant violation). */
     readonly agentCallsRefused: number;
     /** Machines the groups took away themselves (rebalancing, health checks, a refresh, someone else's scale-in). */
@@ -944,6 +946,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       uploadFailures: agents.stats.uploadFailures,
       uploadsGivenUp: agents.stats.uploadsGivenUp,
       rankStartFailures: agents.stats.startFailures,
+      replicasHung: agents.stats.replicasHung,
       agentCallsRefused: agents.stats.refusedCalls,
       asgTerminations: injected.asgTerminations,
       stormInterruptions: injected.storm,

@@ -190,6 +190,7 @@ describe('services in the simulated control loop', () => {
     const decisions = await env.decisions.recent(1000);
     const replaced = decisions.flatMap((d) => d.services?.flatMap((s) => s.replaced ?? []) ?? []);
     expect(replaced.length).toBeGreaterThan(0);
+    expect(summary.faults.replicasHung).toBeGreaterThanOrEqual(new Set(replaced.map((r) => r.jobId)).size);
     for (const r of replaced)
       expect(r.why).toMatch(/^replica nlp\.chat-r\d+ has not answered \/health for \d+ s \(never since it started; the limit is 300 s\)/);
     const log = frontDoor!.log.filter((l) => l.serviceId === 'nlp.chat');
