@@ -31,6 +31,7 @@ import {
   nextNodeStep,
   onMachineNotice,
   replicaHealthReport,
+  resumePoint,
   startFailure,
   uploadAllowanceSec,
   type CheckpointOutcome,
@@ -464,7 +465,14 @@ export class NodeAgent {
       return;
     }
     await mkdir(dirs.checkpoint, { recursive: true });
-    const latest = job.checkpoint ?? (await this.ports.checkpoints.latest(job.id));
+    const indexed = await this.ports.checkpoints.latest(job.id).catch((error: unknown) => {
+      this.ports.log.warn("could not read the checkpoint index; resuming from the job's own record of its newest checkpoint", {
+        job: job.id,
+        error: messageOf(error),
+      });
+      return undefined;
+    });
+    const latest = resumePoint(job, indexed);
     let resumed = false;
     if (latest) {
       const from = checkpointPartLocation(latest, rank);

@@ -901,22 +901,7 @@ export class DynamoCheckpointIndex implements CheckpointStore {
 
   async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
     const ranks = ref.ranks ?? 1;
-    if (ranks > 1) {
-      // A gang's parts: one atomic set of the ranks saved so far, per checkpoint location.
-      const out = await call('record checkpoint part', ref.jobId, () =>
-        this.doc.send(
-          new UpdateCommand({
-            TableName: this.table,
-            Key: { pk: 'ckpt-parts', sk: `${ref.jobId}#${ref.location}` },
-            UpdateExpression: 'ADD ranksSaved :r SET expiresAt = :e',
-            ExpressionAttributeValues: { ':r': new Set([rank]), ':e': Math.floor(ref.completedAtMs / 1000) + 7 * DAY_S },
-            ReturnValues: 'ALL_NEW',
-          }),
-        ),
-      );
-      const saved = out.Attributes?.ranksSaved as Set<number> | undefined;
-      if ((saved?.size ?? 0) < ranks) return false;
-    }
+    if (ranks > 1 && !(await this.recordPart(ref, rank, ranks))) return false;
     try {
       await this.doc.send(
         new PutCommand({
@@ -935,6 +920,57 @@ export class DynamoCheckpointIndex implements CheckpointStore {
       );
     } catch (error) {
       if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'record checkpoint', resource: ref.jobId });
+    }
+    return true;
+  }
+
+  /**
+   * A gang's part of one save: an attribute per rank (`rank<r>` = the part's completion time) on an
+   * item per checkpoint location. The save is complete when every rank has one; its parts then move
+   * to `done`, so the next save of the same location starts again from none (a location saved again
+   * by one rank alone is not complete), while a repeated call for a part of the completed save
+   * (same rank, same time) still answers complete.
+   */
+  private async recordPart(ref: CheckpointRef, rank: number, ranks: number): Promise<boolean> {
+    const key = { pk: 'ckpt-parts', sk: `${ref.jobId}#${ref.location}` };
+    let attrs: Record<string, unknown> | undefined;
+    try {
+      const out = await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: key,
+          UpdateExpression: 'SET #r = :c, expiresAt = :e',
+          ConditionExpression: 'attribute_not_exists(done.#r) OR done.#r <> :c',
+          ExpressionAttributeNames: { '#r': `rank${rank}` },
+          ExpressionAttributeValues: { ':c': ref.completedAtMs, ':e': Math.floor(ref.completedAtMs / 1000) + 7 * DAY_S },
+          ReturnValues: 'ALL_NEW',
+        }),
+      );
+      attrs = out.Attributes;
+    } catch (error) {
+      if (isConditionFailure(error)) return true; // this part of the completed save, again
+      throw translateAwsError(error, { operation: 'record checkpoint part', resource: ref.jobId });
+    }
+    const parts = Object.entries(attrs ?? {}).filter(([k]) => /^rank\d+$/.test(k));
+    if (parts.length < ranks) return false;
+    // Complete: the parts become the done save's, only as they were read (a concurrent new save's part is left alone).
+    const names = Object.fromEntries(parts.map(([k], i) => [`#p${i}`, k]));
+    const values = Object.fromEntries(parts.map(([, v], i) => [`:p${i}`, v]));
+    try {
+      await this.doc.send(
+        new UpdateCommand({
+          TableName: this.table,
+          Key: key,
+          UpdateExpression: `SET done = :done REMOVE ${Object.keys(names).join(', ')}`,
+          ConditionExpression: Object.keys(names)
+            .map((n, i) => `${n} = :p${i}`)
+            .join(' AND '),
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: { ...values, ':done': Object.fromEntries(parts) },
+        }),
+      );
+    } catch (error) {
+      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'complete checkpoint parts', resource: ref.jobId });
     }
     return true;
   }

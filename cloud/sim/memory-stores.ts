@@ -337,14 +337,21 @@ export class MemoryCheckpointStore implements CheckpointStore {
   locationFor(jobId: string, attempt: number): string {
     return checkpointFolder(this.root, jobId, attempt);
   }
-  private readonly parts = new Map<string, Set<number>>();
+  /** Per checkpoint location: the parts of the save under way, and of the last complete one (rank → completion time). */
+  private readonly parts = new Map<string, { saving: Map<number, number>; done?: Map<number, number> }>();
   async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
-    const key = `${ref.jobId}\u0000${ref.location}`;
-    const got = this.parts.get(key) ?? new Set<number>();
-    got.add(rank);
-    this.parts.set(key, got);
-    if (got.size < (ref.ranks ?? 1)) return false;
-    this.parts.delete(key);
+    const ranks = ref.ranks ?? 1;
+    if (ranks > 1) {
+      const key = `${ref.jobId}\u0000${ref.location}`;
+      const got = this.parts.get(key) ?? { saving: new Map<number, number>() };
+      this.parts.set(key, got);
+      // This part of the complete save, again: complete. A new save of the location starts from no part.
+      if (got.done?.get(rank) === ref.completedAtMs) return true;
+      got.saving.set(rank, ref.completedAtMs);
+      if (got.saving.size < ranks) return false;
+      got.done = got.saving;
+      got.saving = new Map();
+    }
     const cur = this.newest.get(ref.jobId);
     if (!cur || ref.completedAtMs > cur.completedAtMs || (ref.completedAtMs === cur.completedAtMs && ref.progressSec > cur.progressSec)) {
       this.newest.set(ref.jobId, Object.freeze({ ...ref }));

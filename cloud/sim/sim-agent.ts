@@ -26,6 +26,7 @@ import {
   nextNodeStep,
   onMachineNotice,
   replicaHealthReport,
+  resumePoint,
   startFailure,
   uploadAllowanceSec,
   uploadRetryDelayMs,
@@ -647,7 +648,7 @@ export class SimAgents {
       });
       return;
     }
-    const latest = job.checkpoint ?? (await this.as(m).checkpoints.latest(job.id));
+    const latest = resumePoint(job, await this.as(m).checkpoints.latest(job.id));
     const sizeMiB = checkpointSizeMiB(job, gpus, rank);
     // Downloading this rank's part of the checkpoint, then restoring it, before any progress.
     const restoreMs = latest ? Math.round((sizeMiB / this.bandwidth) * 1000) + (this.options.restoreSec ?? 0) * 1000 : 0;

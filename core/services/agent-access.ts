@@ -336,6 +336,15 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
       if (problem !== undefined) refuse(problem);
       const attempt = attemptOfLocation(job.id, ref.location, folder)!;
       if (ref.attempt !== attempt) refuse(`the checkpoint at ${ref.location} is of attempt ${attempt}, not ${ref.attempt}`);
+      // Dated by the machine: within the skew of the API's clock, or a machine whose clock runs ahead (or a hostile one) would
+      // make its checkpoint the newest for good, and every later honest one would be dropped as older.
+      const now = clock.nowMs();
+      if (!Number.isFinite(ref.completedAtMs) || Math.abs(ref.completedAtMs - now) > AGENT_CLOCK_SKEW_MS)
+        refuse(
+          `the checkpoint at ${ref.location} is dated ${ref.completedAtMs}, more than ${AGENT_CLOCK_SKEW_MS / 1000} s from the API's clock (${now})`,
+        );
+      if (!Number.isSafeInteger(ref.progressSec) || ref.progressSec < 0)
+        refuse(`the checkpoint at ${ref.location} gives progress ${ref.progressSec}; it must be a whole number of seconds, 0 or more`);
       // The attempt's machines in rank order: its placement now, or its holding once it ended.
       const held =
         job.attempt === attempt && job.placement

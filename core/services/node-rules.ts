@@ -1,5 +1,5 @@
 import type { GpuDevice } from '../gpu.ts';
-import { ACTIVE_STATES, type Job } from '../job.ts';
+import { ACTIVE_STATES, type CheckpointRef, type Job } from '../job.ts';
 import { migProfile } from '../mig.ts';
 import { reason, type Reason } from '../reason.ts';
 
@@ -120,6 +120,20 @@ export function replicaHealthReport(
   const known = job.replicaHealth;
   if (known?.attempt === job.attempt && known.answering === answering) return undefined;
   return { type: 'replica-health', attempt: job.attempt, answering };
+}
+
+/**
+ * The checkpoint a new attempt resumes from: the newer of the index's newest complete one and the
+ * one the job's record names (by completion, then progress, as the index orders them). The index
+ * may know of a newer one than the record (a save that completed after the attempt was requeued);
+ * the record is used alone only when the index has none (or could not be read).
+ */
+export function resumePoint(job: Job, indexed: CheckpointRef | undefined): CheckpointRef | undefined {
+  const own = job.checkpoint;
+  if (!indexed || !own) return indexed ?? own;
+  const indexedNewer =
+    indexed.completedAtMs > own.completedAtMs || (indexed.completedAtMs === own.completedAtMs && indexed.progressSec >= own.progressSec);
+  return indexedNewer ? indexed : own;
 }
 
 /** A rank that cannot start its part ends the whole attempt: it goes back to the queue, and the other ranks stop. */

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -204,5 +204,43 @@ describe('node agent: gangs', () => {
     expect(leader).toMatchObject({ rank: '0', resumedRank: '0' });
     expect(await startOf(workA)).toMatchObject({ rank: '1', resumedRank: '1' });
     expect(Number(leader.step)).toBeGreaterThan(0);
+  });
+});
+
+describe('node agent: which checkpoint a new attempt resumes from', () => {
+  it("resumes from the index's newest complete checkpoint, though the job's record names an older one (a save that completed after the requeue)", async () => {
+    const w = world();
+    const a = w.agent('i-r');
+    await a.heartbeat();
+    const job = await w.submit('nlp.late', { command: ['node', COUNTER_JOB, '40', '20', '0'] });
+    // Two saves of attempt 1: step 10, which the record names, and step 20, whose upload ended after the attempt was requeued.
+    const save = async (step: number, completedAtMs: number) => {
+      const local = dir(`step-${step}`);
+      writeFileSync(join(local, 'state.json'), JSON.stringify({ step }));
+      const ref = {
+        jobId: job.id,
+        attempt: 1,
+        location: `${w.checkpoints.locationFor(job.id, 1)}step-${step}/`,
+        completedAtMs,
+        progressSec: step,
+      };
+      await w.blobs.upload(local, ref.location);
+      await w.checkpoints.markComplete(ref);
+      return ref;
+    };
+    const older = await save(10, Date.now() - 60_000);
+    await save(20, Date.now() - 30_000);
+    await w.jobs.update({ ...job, attempt: 2, checkpoint: older, version: job.version + 1 }, job.version);
+    await w.place(job.id, ['i-r']);
+    await a.heartbeat();
+    const workDir = (a as unknown as { config: { workDir: string } }).config.workDir;
+    const start = await waitFor('the attempt to start', () => {
+      try {
+        return w.output(workDir, job.id, 2)[0];
+      } catch {
+        return undefined; // its output file is not there yet
+      }
+    });
+    expect(start).toMatchObject({ event: 'start', step: 20 });
   });
 });

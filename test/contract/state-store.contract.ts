@@ -275,6 +275,25 @@ export function checkpointStoreContract(name: string, make: () => Promise<Checkp
       expect(await s.latest('nlp.a')).toEqual(first);
     });
 
+    it("completes a gang's save once every rank's part is in; a location saved again by one rank alone is not complete", async () => {
+      const s = await make();
+      const loc = `${s.locationFor('nlp.g', 1)}latest/`;
+      const part = (rank: number, at: number) =>
+        [{ jobId: 'nlp.g', attempt: 1, location: loc, completedAtMs: at, progressSec: at - T0, ranks: 2 }, rank] as const;
+      expect(await s.markComplete(...part(0, T0 + 100))).toBe(false);
+      expect(await s.markComplete(...part(0, T0 + 100))).toBe(false); // the same part again
+      expect(await s.latest('nlp.g')).toBeUndefined();
+      expect(await s.markComplete(...part(1, T0 + 120))).toBe(true);
+      expect((await s.latest('nlp.g'))?.completedAtMs).toBe(T0 + 120);
+      // A part of the complete save, sent again (a retried call): still complete.
+      expect(await s.markComplete(...part(0, T0 + 100))).toBe(true);
+      // The next save of the same folder: rank 0 alone is not a complete checkpoint.
+      expect(await s.markComplete(...part(0, T0 + 200))).toBe(false);
+      expect((await s.latest('nlp.g'))?.completedAtMs).toBe(T0 + 120);
+      expect(await s.markComplete(...part(1, T0 + 210))).toBe(true);
+      expect((await s.latest('nlp.g'))?.completedAtMs).toBe(T0 + 210);
+    });
+
     it('keeps a location under the job, whatever its id holds', async () => {
       const s = await make();
       const loc = s.locationFor('nlp.../../etc', 1);

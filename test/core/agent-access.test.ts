@@ -289,6 +289,11 @@ describe('the stores as one machine’s agent sees them (agentView)', () => {
     await expect(as(N0).checkpoints.markComplete({ ...part, ranks: 1 }, 0)).rejects.toThrow(/ran on 2 machines; .* not 1/);
     await expect(as(OTHER).checkpoints.markComplete(part, 0)).rejects.toThrow(AgentRefused);
     await expect(as(N0).checkpoints.markComplete({ ...part, attempt: 1 }, 0)).rejects.toThrow(/is of attempt 2, not 1/);
+    // A completion dated ahead of the API's clock (a clock running fast, or a lie) would outvote every later checkpoint.
+    await expect(as(N0).checkpoints.markComplete({ ...part, completedAtMs: T + 3_600_000 }, 0)).rejects.toThrow(
+      /is dated 1800003600000, more than 300 s from the API's clock \(1800000000000\)/,
+    );
+    await expect(as(N0).checkpoints.markComplete({ ...part, progressSec: -5 }, 0)).rejects.toThrow(/gives progress -5/);
     expect(await as(N0).checkpoints.markComplete(part, 0)).toBe(false);
     expect(await as(N1).checkpoints.markComplete(part, 1)).toBe(true);
     expect(await stores.checkpoints.latest('nlp.j1')).toEqual(part);
