@@ -111,8 +111,8 @@ export async function reconcileServices(
     if (record.state === 'cancelled' && replicas.length === 0) continue;
     const spotZones = spotZonesFor(record.spec, world.groups, types);
     // Whether each replica answers its readiness path: its target's health where a front door checks it, else its agent's probe.
-    const fronted = ports.frontDoor?.fronts(record.id) === true;
-    const targets = fronted ? await ports.frontDoor!.targets(record.id) : [];
+    const door = ports.frontDoor?.fronts(record.id) ? ports.frontDoor : undefined;
+    const targets = door ? await door.targets(record.id) : [];
     const health = new Map(targets.map((t) => [`${t.target.ip}:${t.target.port}`, t.state]));
     const port = record.spec.service?.port ?? 0;
     const views: ReplicaView[] = replicas.map((job) => {
@@ -122,7 +122,7 @@ export async function reconcileServices(
       const zone = inst ? (domainOfZone(inst.zone, spotZones) ?? inst.zone) : pinned;
       const leaving = inst !== undefined && (inst.state === 'terminating-wait' || records.get(inst.id)?.draining !== undefined);
       const address = records.get(nodeId ?? '')?.address;
-      const answering = fronted ? address !== undefined && health.get(`${address}:${port}`) === 'healthy' : agentFoundAnswering(job);
+      const answering = door ? address !== undefined && health.get(`${address}:${port}`) === 'healthy' : agentFoundAnswering(job);
       return { job, leaving, answering, ...(zone ? { zone } : {}) };
     });
     const load = ports.serviceLoad ? await ports.serviceLoad.read(record, replicas, nowMs) : {};
@@ -151,8 +151,8 @@ export async function reconcileServices(
     // A replica still in the target group (registered, or draining for the deregistration delay) is
     // stopped only once it has left it: its cancel waits for a later reconcile, so no request it holds is cut.
     let stillFronted = new Set<string>();
-    if (fronted) {
-      const out = await reconcileFrontDoor(ports.frontDoor!, record, views, decision.cancel, records, targets);
+    if (door) {
+      const out = await reconcileFrontDoor(door, record, views, decision.cancel, records, targets);
       registered += out.registered;
       deregistered += out.deregistered;
       stillFronted = out.stillFronted;
