@@ -32,6 +32,7 @@ import {
   onMachineNotice,
   replicaHealthReport,
   resumePoint,
+  saveLocation,
   startFailure,
   uploadAllowanceSec,
   type CheckpointOutcome,
@@ -153,6 +154,8 @@ interface LocalAttempt {
   newestSave?: { readonly markerMs: number; readonly location: string; readonly done: Promise<SaveResult> };
   /** A marker newer than the one being saved, saved once that ends. */
   nextMarker?: CheckpointMarker;
+  /** The folders this rank's saves of the attempt took (each save has its own: node-rules' saveLocation). */
+  readonly savedTo: Set<string>;
   /** Set while the agent stops the process on purpose. */
   stopping: boolean;
   /** Its devices' readings, one look per heartbeat: reported with the event that ends the attempt. */
@@ -546,6 +549,8 @@ export class NodeAgent {
       startedAtMs: now,
       baseProgressSec: resumed && latest ? latest.progressSec : 0,
       lastMarkerMs: 0,
+      // A save of this attempt the index already holds (an agent restarted mid-attempt) is never written again.
+      savedTo: new Set(latest?.attempt === job.attempt ? [latest.location] : []),
       stopping: false,
       use: newGpuUseTally(),
     };
@@ -650,7 +655,8 @@ export class NodeAgent {
 
   private startSave(l: LocalAttempt, marker: CheckpointMarker): void {
     const startedAt = this.ports.clock.nowMs();
-    const location = `${this.ports.checkpoints.locationFor(l.jobId, l.attempt)}${marker.path.replace(/\/+$/, '')}/`;
+    const location = saveLocation(this.ports.checkpoints.locationFor(l.jobId, l.attempt), marker.path, l.savedTo);
+    l.savedTo.add(location);
     const ref: CheckpointRef = {
       jobId: l.jobId,
       attempt: l.attempt,

@@ -134,7 +134,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     [config.tables.idempotency]: 'GPU_FLEET_IDEMPOTENCY_TABLE',
   };
   const doc = documentClientFor(clients.dynamodb, variables);
-  const stores = dynamoStores(doc, config.tables, config.checkpointBucket);
+  const stores = dynamoStores(doc, config.tables, config.checkpointBucket, clock);
   const asg = new AsgNodeGroups(clients.asg, clients.ec2, { region: config.region, clock });
   // Capacity reservations: read from EC2, an ODCR priced at its type's on-demand price from the shipped catalogue.
   const shipped = awsShippedCatalog();

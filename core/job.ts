@@ -2,6 +2,7 @@ import type { CapacityType } from './catalog.ts';
 import type { JobSpec } from './job-spec.ts';
 import { milliGpusUsed, type GpuRequest } from './gpu.ts';
 import { GPU_USE_KEPT, type AttemptGpuUse } from './gpu-use.ts';
+import { GpuFleetError } from './errors.ts';
 import { costForDuration } from './money.ts';
 import type { Reason, ReasonCode } from './reason.ts';
 
@@ -114,6 +115,50 @@ export interface CheckpointRef {
    * `rank-<r>/` of the location); absent or 1 for a single node, whose files are the location itself.
    */
   readonly ranks?: number;
+}
+
+/** How far a machine's clock may run ahead of the checkpoint store's: a completion dated later than that is refused. */
+export const CHECKPOINT_CLOCK_SKEW_MS = 5 * 60_000;
+
+/**
+ * How a checkpoint store takes the completion `next`, given the newest complete checkpoint it
+ * holds (`current`) and its own clock (`nowMs`): the one rule every store follows.
+ * - Refused: a completion dated more than {@link CHECKPOINT_CLOCK_SKEW_MS} after the store's clock
+ *   (a machine whose clock runs ahead, or a hostile one, would otherwise stay newest for good), a
+ *   progress that is not a whole number of seconds, or progress behind the current checkpoint's.
+ * - Again: the current checkpoint's own location with no more progress (a retried call, another
+ *   rank's part of the same save): the current one stays as it is.
+ * - Newest: anything else. Among checkpoints that pass, the one the store records last wins; the
+ *   store's clock orders them, never the machines' dates.
+ */
+export function checkpointCompletion(
+  current: CheckpointRef | undefined,
+  next: CheckpointRef,
+  nowMs: number,
+): { readonly kind: 'newest' | 'again' } | { readonly kind: 'refused'; readonly why: string } {
+  if (!Number.isFinite(next.completedAtMs) || next.completedAtMs > nowMs + CHECKPOINT_CLOCK_SKEW_MS)
+    return {
+      kind: 'refused',
+      why: `the checkpoint at ${next.location} is dated ${next.completedAtMs}, more than ${CHECKPOINT_CLOCK_SKEW_MS / 1000} s after the store's clock (${nowMs})`,
+    };
+  if (!Number.isSafeInteger(next.progressSec) || next.progressSec < 0)
+    return {
+      kind: 'refused',
+      why: `the checkpoint at ${next.location} gives progress ${next.progressSec}; it must be a whole number of seconds, 0 or more`,
+    };
+  if (!current) return { kind: 'newest' };
+  if (current.location === next.location && next.progressSec <= current.progressSec) return { kind: 'again' };
+  if (next.progressSec < current.progressSec)
+    return {
+      kind: 'refused',
+      why: `the checkpoint at ${next.location} holds ${next.progressSec} s of progress, behind the newest complete one (${current.location}, ${current.progressSec} s)`,
+    };
+  return { kind: 'newest' };
+}
+
+/** A completion a checkpoint store refused (see {@link checkpointCompletion}): the store is left as it was. */
+export class CheckpointRefused extends GpuFleetError {
+  override name = 'CheckpointRefused';
 }
 
 /** The folder attempt `attempt` of a job writes its checkpoints in, under a checkpoint root (`s3://bucket/prefix/`, `file:///path/`). */

@@ -7,7 +7,7 @@ import { AGENT_API, callerMachine, type AgentApiOp, type AgentApiResponses } fro
 import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
 import type { NodeRecord } from '../core/fleet.ts';
-import type { CheckpointRef, Job } from '../core/job.ts';
+import { CheckpointRefused, type CheckpointRef, type Job } from '../core/job.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../core/ports.ts';
 import { AgentRefused, agentView, type AgentView } from '../core/services/agent-access.ts';
 import { MetricUnit, type Observability } from './observability.ts';
@@ -157,6 +157,11 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
         logger.warn('agent call refused', { op, caller, status, reason: error.message });
         metrics.addMetric('AgentCallsRefused', MetricUnit.Count, 1);
         return reply(status, { error: error.message, code: status === 403 ? 'access-denied' : 'invalid-request' });
+      }
+      // A checkpoint completion the index refused (dated in the future, progress going backwards): final, not retried.
+      if (error instanceof CheckpointRefused) {
+        logger.warn('checkpoint completion refused', { op, caller, reason: error.message });
+        return reply(409, { error: error.message, code: 'conflict' });
       }
       const retryable = isCloudError(error) && error.retryable;
       logger.error('agent call failed', { op, caller, error: messageOf(error), retryable });

@@ -78,7 +78,8 @@ export class AgentApiClient {
     const code: CloudErrorCode =
       response.status === 403
         ? 'access-denied'
-        : response.status === 400 || response.status === 404
+        : // 409: a checkpoint completion the index refused; final, so not a retryable conflict.
+          response.status === 400 || response.status === 404 || response.status === 409
           ? 'invalid-request'
           : response.status === 429
             ? 'throttled'

@@ -14,12 +14,21 @@ import {
 } from '@aws-sdk/lib-dynamodb';
 import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
-import { checkpointFolder, isTerminal, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
+import {
+  checkpointCompletion,
+  checkpointFolder,
+  CheckpointRefused,
+  isTerminal,
+  type CheckpointRef,
+  type Job,
+  type JobState,
+} from '../../core/job.ts';
 import type { ActionFailure, PlanAction } from '../../core/plan.ts';
 import { poolStatsOf } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
 import type {
   BudgetMemory,
+  Clock,
   FamilyRunStore,
   CheckpointStore,
   DecisionLog,
@@ -77,6 +86,8 @@ export function documentClientFor(client: DynamoDBClient, variables: Readonly<Re
 }
 
 const DAY_S = 86_400;
+/** The control plane's clock where none is given: the machine's own (a Lambda function's). */
+const wallClock: Clock = { nowMs: () => Date.now() };
 const FINISHED_JOB_TTL_S = 90 * DAY_S;
 const DAY_MS = DAY_S * 1000;
 
@@ -886,10 +897,12 @@ export class DynamoPoolHistory implements PoolHistory {
  */
 export class DynamoCheckpointIndex implements CheckpointStore {
   private readonly root: string;
+  /** `clock` is the control plane's (the server's): it dates what the index records and judges the machines' dates. */
   constructor(
     private readonly doc: DynamoDBDocumentClient,
     private readonly table: string,
     root: string,
+    private readonly clock: Clock = wallClock,
   ) {
     if (!/^(s3|file):\/\/./.test(root)) throw new GpuFleetError(`a checkpoint root is s3://bucket/prefix/ or file:///path/; got "${root}"`);
     this.root = root.endsWith('/') ? root : `${root}/`;
@@ -899,29 +912,50 @@ export class DynamoCheckpointIndex implements CheckpointStore {
     return checkpointFolder(this.root, jobId, attempt);
   }
 
+  /**
+   * The completion is judged by the rule every store follows (`checkpointCompletion`): refused when
+   * dated in the future, or behind the newest one's progress; newest otherwise, the store's clock
+   * ordering. The write is conditional on the progress it was judged against, so a racing newer
+   * completion is never overwritten; a lost race is judged again on what won it.
+   */
   async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
+    const dated = checkpointCompletion(undefined, ref, this.clock.nowMs());
+    if (dated.kind === 'refused') throw new CheckpointRefused(dated.why);
     const ranks = ref.ranks ?? 1;
     if (ranks > 1 && !(await this.recordPart(ref, rank, ranks))) return false;
-    try {
-      await this.doc.send(
-        new PutCommand({
-          TableName: this.table,
-          Item: {
-            pk: 'ckpt',
-            sk: ref.jobId,
-            ref,
-            completedAtMs: ref.completedAtMs,
-            progressSec: ref.progressSec,
-            expiresAt: Math.floor(ref.completedAtMs / 1000) + 120 * DAY_S,
-          },
-          ConditionExpression: 'attribute_not_exists(sk) OR completedAtMs < :c OR (completedAtMs = :c AND progressSec < :p)',
-          ExpressionAttributeValues: { ':c': ref.completedAtMs, ':p': ref.progressSec },
-        }),
-      );
-    } catch (error) {
-      if (!isConditionFailure(error)) throw translateAwsError(error, { operation: 'record checkpoint', resource: ref.jobId });
+    for (let tries = 0; ; tries++) {
+      const current = await this.latest(ref.jobId);
+      const now = this.clock.nowMs();
+      const taken = checkpointCompletion(current, ref, now);
+      if (taken.kind === 'refused') throw new CheckpointRefused(taken.why);
+      if (taken.kind === 'again') return true;
+      try {
+        await this.doc.send(
+          new PutCommand({
+            TableName: this.table,
+            Item: {
+              pk: 'ckpt',
+              sk: ref.jobId,
+              ref,
+              recordedAtMs: now,
+              progressSec: ref.progressSec,
+              expiresAt: Math.floor(now / 1000) + 120 * DAY_S,
+            },
+            ...(current
+              ? {
+                  ConditionExpression: '#r.#l = :l AND #r.#p = :p',
+                  ExpressionAttributeNames: { '#r': 'ref', '#l': 'location', '#p': 'progressSec' },
+                  ExpressionAttributeValues: { ':l': current.location, ':p': current.progressSec },
+                }
+              : { ConditionExpression: 'attribute_not_exists(sk)' }),
+          }),
+        );
+        return true;
+      } catch (error) {
+        if (!isConditionFailure(error) || tries >= 4)
+          throw translateAwsError(error, { operation: 'record checkpoint', resource: ref.jobId });
+      }
     }
-    return true;
   }
 
   /**
@@ -1006,7 +1040,7 @@ export class DynamoBudgetMemory implements BudgetMemory {
 }
 
 /** Every state-store port on one document client. `checkpoints` is a bucket name or a root URI (s3://…/, file:///…/). */
-export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, checkpoints: string) {
+export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, checkpoints: string, clock: Clock = wallClock) {
   return {
     jobs: new DynamoJobStore(doc, tables.jobs),
     nodes: new DynamoNodeStore(doc, tables.nodes),
@@ -1019,6 +1053,7 @@ export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, ch
       doc,
       tables.control,
       /^[a-z0-9]+:\/\//.test(checkpoints) ? checkpoints : `s3://${checkpoints}/checkpoints/`,
+      clock,
     ),
     budgetMemory: new DynamoBudgetMemory(doc, tables.control),
     families: new DynamoFamilyRuns(doc, tables.control),

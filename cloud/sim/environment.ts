@@ -98,7 +98,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   const queue = new MemoryJobQueue(options.teams);
   const ledger = new MemorySpendLedger();
   const decisions = new MemoryDecisionLog();
-  const checkpoints = new MemoryCheckpointStore();
+  const checkpoints = new MemoryCheckpointStore(clock);
   const budgets = new StaticBudgetTags(options.teamTags);
   const lease = new MemoryLeaseStore();
   const pools = new MemoryPoolHistory();

@@ -1,6 +1,6 @@
 import { CloudError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
-import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
+import { checkpointCompletion, checkpointFolder, CheckpointRefused, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
@@ -15,6 +15,7 @@ import type {
   PoolStats,
   BudgetTagSource,
   CheckpointStore,
+  Clock,
   DecisionLog,
   DecisionRecord,
   JobLogBatch,
@@ -332,7 +333,11 @@ export class MemoryLeaseStore implements LeaseStore {
 
 export class MemoryCheckpointStore implements CheckpointStore {
   private readonly newest = new Map<string, CheckpointRef>();
-  constructor(readonly root = 'sim://checkpoints') {}
+  /** `clock` is the store's own (the server's): it dates what the store records, and judges the machines' dates. */
+  constructor(
+    private readonly clock: Clock,
+    readonly root = 'sim://checkpoints',
+  ) {}
 
   locationFor(jobId: string, attempt: number): string {
     return checkpointFolder(this.root, jobId, attempt);
@@ -340,6 +345,10 @@ export class MemoryCheckpointStore implements CheckpointStore {
   /** Per checkpoint location: the parts of the save under way, and of the last complete one (rank → completion time). */
   private readonly parts = new Map<string, { saving: Map<number, number>; done?: Map<number, number> }>();
   async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
+    const now = this.clock.nowMs();
+    // A part dated in the future is refused before it counts towards a gang's save.
+    const dated = checkpointCompletion(undefined, ref, now);
+    if (dated.kind === 'refused') throw new CheckpointRefused(dated.why);
     const ranks = ref.ranks ?? 1;
     if (ranks > 1) {
       const key = `${ref.jobId}\u0000${ref.location}`;
@@ -352,10 +361,9 @@ export class MemoryCheckpointStore implements CheckpointStore {
       got.done = got.saving;
       got.saving = new Map();
     }
-    const cur = this.newest.get(ref.jobId);
-    if (!cur || ref.completedAtMs > cur.completedAtMs || (ref.completedAtMs === cur.completedAtMs && ref.progressSec > cur.progressSec)) {
-      this.newest.set(ref.jobId, Object.freeze({ ...ref }));
-    }
+    const taken = checkpointCompletion(this.newest.get(ref.jobId), ref, now);
+    if (taken.kind === 'refused') throw new CheckpointRefused(taken.why);
+    if (taken.kind === 'newest') this.newest.set(ref.jobId, Object.freeze({ ...ref }));
     return true;
   }
   async latest(jobId: string): Promise<CheckpointRef | undefined> {

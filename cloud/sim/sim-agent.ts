@@ -11,7 +11,7 @@ import {
   type DeviceReading,
   type GpuUseTally,
 } from '../../core/gpu-use.ts';
-import { type CheckpointRef, type Job } from '../../core/job.ts';
+import { CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
 import { AgentRefused, agentView, type AgentView } from '../../core/services/agent-access.ts';
@@ -27,6 +27,7 @@ import {
   onMachineNotice,
   replicaHealthReport,
   resumePoint,
+  saveLocation,
   startFailure,
   uploadAllowanceSec,
   uploadRetryDelayMs,
@@ -167,6 +168,8 @@ interface SimProcess {
   requeueAt?: { readonly atMs: number; readonly why: Reason };
   /** The save in flight, and a newer marker queued behind it. */
   upload?: SimUpload;
+  /** The folders this rank's saves of the attempt took (each save has its own: node-rules' saveLocation). */
+  readonly savedTo: Set<string>;
   queued?: { readonly atMs: number; readonly progressSec: number; readonly path: string };
   /** How the newest save ended (for a checkpoint that waits on it). */
   lastSave?: {
@@ -205,6 +208,8 @@ export interface AgentStats {
   checkpointFailures: number;
   uploadFailures: number;
   uploadsGivenUp: number;
+  /** Saves the checkpoint index refused (progress behind the newest complete checkpoint). */
+  checkpointsRefused: number;
   startFailures: number;
   /** Service replicas whose load hung (fault injection): they ran, and never answered their readiness path. */
   replicasHung: number;
@@ -229,6 +234,7 @@ export class SimAgents {
     checkpointFailures: 0,
     uploadFailures: 0,
     uploadsGivenUp: 0,
+    checkpointsRefused: 0,
     startFailures: 0,
     replicasHung: 0,
     writeRetries: 0,
@@ -671,6 +677,7 @@ export class SimAgents {
       use: newGpuUseTally(),
       sizeMiB,
       collectedAtMs: 0,
+      savedTo: new Set(latest?.attempt === job.attempt ? [latest.location] : []),
       nextPeriodicAtMs: cp ? now + restoreMs + cp.intervalSec * 1000 : Number.POSITIVE_INFINITY,
     };
     // Out of GPU memory: it fails a minute after it starts, once it has allocated what it holds.
@@ -699,7 +706,8 @@ export class SimAgents {
   }
 
   private startUpload(p: SimProcess, marker: NonNullable<SimProcess['marker']>, now: number): void {
-    const location = `${this.options.checkpoints.locationFor(p.jobId, p.attempt)}${marker.path}/`;
+    const location = saveLocation(this.options.checkpoints.locationFor(p.jobId, p.attempt), marker.path, p.savedTo);
+    p.savedTo.add(location);
     const durationMs = Math.max(1, Math.round((p.sizeMiB / this.bandwidth) * 1000));
     p.upload = {
       markerAtMs: marker.atMs,
@@ -735,7 +743,18 @@ export class SimAgents {
       p.lastSave = { markerAtMs: u.markerAtMs, ok: false, complete: false, location: u.ref.location, error: `failed ${u.tries} times` };
     } else {
       const saved: CheckpointRef = { ...u.ref, completedAtMs: now };
-      const complete = await this.as(m).checkpoints.markComplete(saved, p.rank);
+      let complete: boolean;
+      try {
+        complete = await this.as(m).checkpoints.markComplete(saved, p.rank);
+      } catch (error) {
+        // The index refused it (its progress is behind the newest complete checkpoint): saved, but never resumed from.
+        if (!(error instanceof CheckpointRefused)) throw error;
+        this.stats.checkpointsRefused++;
+        await this.say(p, now, `checkpoint not taken by the index: ${error.message}`);
+        p.lastSave = { markerAtMs: u.markerAtMs, ok: false, complete: false, location: u.ref.location, error: error.message };
+        this.finishUpload(m, p, now);
+        return;
+      }
       if (complete) {
         await applyJobEvent(this.as(m).jobs, p.jobId, { type: 'checkpoint-done', checkpoint: saved }, now);
         this.stats.checkpoints++;
@@ -743,6 +762,11 @@ export class SimAgents {
       await this.say(p, now, `checkpoint saved at ${Math.round(u.ref.progressSec)} s of work: ${u.ref.location}`);
       p.lastSave = { markerAtMs: u.markerAtMs, ok: true, complete, location: u.ref.location };
     }
+    this.finishUpload(m, p, now);
+  }
+
+  /** The save in flight ended: a newer marker queued behind it is saved next. */
+  private finishUpload(m: SimMachine, p: SimProcess, now: number): void {
     p.upload = undefined;
     const next = p.queued;
     p.queued = undefined;

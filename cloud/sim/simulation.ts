@@ -195,6 +195,8 @@ export interface SimulationSummary {
     /** Upload tries that failed, uploads given up after their allowance, and ranks that could not start. */
     readonly uploadFailures: number;
     readonly uploadsGivenUp: number;
+    /** Saves the checkpoint index refused: progress behind the newest complete checkpoint. */
+    readonly checkpointsRefused: number;
     readonly rankStartFailures: number;
     /** Service replicas whose load hung (`hung-replicas`). */
     readonly replicasHung: number;
@@ -945,6 +947,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       checkpointFailures: agents.stats.checkpointFailures,
       uploadFailures: agents.stats.uploadFailures,
       uploadsGivenUp: agents.stats.uploadsGivenUp,
+      checkpointsRefused: agents.stats.checkpointsRefused,
       rankStartFailures: agents.stats.startFailures,
       replicasHung: agents.stats.replicasHung,
       agentCallsRefused: agents.stats.refusedCalls,

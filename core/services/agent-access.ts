@@ -367,6 +367,10 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
     async checkCheckpointWrite(jobId, location) {
       const problem = agentCheckpointWriteProblem(await jobOf(jobId), nodeId, location, folder);
       if (problem !== undefined) refuse(problem);
+      // The newest complete checkpoint is what the next attempt resumes from: nothing is ever written into it again.
+      const newest = await stores.checkpoints.latest(jobId);
+      if (newest && location.startsWith(newest.location))
+        refuse(`${location} is in the newest complete checkpoint of job ${jobId}; a save goes to a folder of its own`);
     },
     async checkLogWrite(jobId, attempt, rank) {
       const job = await jobOf(jobId);

@@ -123,6 +123,23 @@ export function replicaHealthReport(
 }
 
 /**
+ * Where a rank saves the checkpoint a marker names: a folder of its own under the attempt's
+ * folder, never one an earlier save of the attempt wrote. A job that saves into one folder each
+ * time (`latest/`) so never overwrites the checkpoint the index names newest and complete, and an
+ * upload torn by a machine's end lies in a folder the index never names.
+ * - the marker's own folder, `<path>/`, the first time the attempt saves it;
+ * - `<path>@2/`, `<path>@3/`, … each time it is saved again (the first such name not yet used).
+ * The name depends only on the folders the attempt's markers named, in order, so the ranks of a
+ * gang, each reading its own marker, name the same folder and their parts make up one save.
+ * `used` is the folders this rank's saves of the attempt took, the new one not yet in it.
+ */
+export function saveLocation(attemptFolder: string, markerPath: string, used: ReadonlySet<string>): string {
+  const base = `${attemptFolder}${markerPath.replace(/\/+$/, '')}`;
+  if (!used.has(`${base}/`)) return `${base}/`;
+  for (let k = 2; ; k++) if (!used.has(`${base}@${k}/`)) return `${base}@${k}/`;
+}
+
+/**
  * The checkpoint a new attempt resumes from: the newer of the index's newest complete one and the
  * one the job's record names (by completion, then progress, as the index orders them). The index
  * may know of a newer one than the record (a save that completed after the attempt was requeued);

@@ -18,7 +18,7 @@ if (!agentRoleName)
     what: 'gpu-fleet environment',
   });
 const common = { region: config.region, retryMode: 'adaptive' as const, maxAttempts: 5 };
-const stores = dynamoStores(documentClientFor(new DynamoDBClient(common)), config.tables, config.checkpointBucket);
+const stores = dynamoStores(documentClientFor(new DynamoDBClient(common)), config.tables, config.checkpointBucket, systemClock);
 export const handler = createAgentApiHandler({
   jobs: stores.jobs,
   nodes: stores.nodes,

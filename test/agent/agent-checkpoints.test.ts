@@ -1,9 +1,10 @@
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { CheckpointBlobs } from '../../agent/checkpoint-files.ts';
-import { ProcessRunner, type JobRunner } from '../../agent/runner.ts';
+import { ProcessRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
 import { reason } from '../../core/reason.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { lostReason } from '../../core/services/reconcile.ts';
@@ -204,6 +205,75 @@ describe('node agent: gangs', () => {
     expect(leader).toMatchObject({ rank: '0', resumedRank: '0' });
     expect(await startOf(workA)).toMatchObject({ rank: '1', resumedRank: '1' });
     expect(Number(leader.step)).toBeGreaterThan(0);
+  });
+});
+
+describe('node agent: a save never writes into a complete checkpoint', () => {
+  it('a job that always saves to latest/, its machine lost mid-upload, resumes from the previous complete save byte for byte', async () => {
+    const w = world();
+    // The machine dies during its second upload: that save's first file lands (S3 overwrites object by object), the rest never do.
+    let uploads = 0;
+    let tornAt: string | undefined;
+    let die!: (e: Error) => void;
+    const dead = new Promise<never>((_, reject) => (die = reject));
+    dead.catch(() => undefined);
+    const torn: CheckpointBlobs = {
+      upload: async (localDir, location) => {
+        if (++uploads === 1) return w.blobs.upload(localDir, location);
+        const target = fileURLToPath(location);
+        mkdirSync(target, { recursive: true });
+        copyFileSync(join(localDir, 'payload.bin'), join(target, 'payload.bin'));
+        tornAt = location;
+        return dead;
+      },
+      download: (location, localDir) => w.blobs.download(location, localDir),
+    };
+    cleanups.push(() => die(new Error('the machine is gone')));
+    const a = w.agent('i-a', { blobs: torn });
+    const workB = dir('agent-b');
+    const b = w.agent('i-b', { workDir: workB });
+    await a.heartbeat();
+    await b.heartbeat();
+    await w.submit('nlp.latest', {
+      command: ['node', COUNTER_JOB, '100000', '20', '10'],
+      env: { CHECKPOINT_NAME: 'latest', CHECKPOINT_PAYLOAD_KIB: '256' },
+    });
+    await w.place('nlp.latest', ['i-a']);
+    await a.heartbeat();
+    const first = await waitFor('the first complete save', async () => {
+      await a.watch();
+      return (await w.jobs.get('nlp.latest'))!.checkpoint;
+    });
+    const firstDir = fileURLToPath(first.location);
+    const saved = new Map(readdirSync(firstDir).map((f) => [f, readFileSync(join(firstDir, f))]));
+    expect([...saved.keys()].sort()).toEqual(['payload.bin', 'state.json']);
+    await waitFor('the second save to be torn', async () => {
+      await a.watch();
+      return tornAt;
+    });
+    // The torn save went to a folder of its own: the complete one is as it was.
+    expect(tornAt).not.toBe(first.location);
+    expect(tornAt).toMatch(/\/attempt-1\/latest@2\/$/);
+    // The machine is lost (it is never heard from again): its attempt goes back to the queue, as reconcile does, and runs elsewhere.
+    await applyJobEvent(
+      w.jobs,
+      'nlp.latest',
+      { type: 'requeue', attempt: 1, reason: reason('node-lost', 'test: i-a stopped answering') },
+      Date.now(),
+    );
+    expect((await w.checkpoints.latest('nlp.latest'))!.location).toBe(first.location);
+    await w.place('nlp.latest', ['i-b']);
+    await b.heartbeat();
+    const start = await waitFor('attempt 2 to start', () => {
+      try {
+        return w.output(workB, 'nlp.latest', 2).find((l) => l.event === 'start');
+      } catch {
+        return undefined;
+      }
+    });
+    expect(start.step).toBe(first.progressSec);
+    const resumeDir = join(workB, 'jobs', safeJobName('nlp.latest'), 'attempt-2', 'resume');
+    for (const [file, bytes] of saved) expect(readFileSync(join(resumeDir, file)).equals(bytes), file).toBe(true);
   });
 });
 

@@ -30,7 +30,10 @@ nodeStoreContract('DynamoDB', async () => (await stores()).nodes);
 spendLedgerContract('DynamoDB', async () => (await stores()).ledger);
 leaseStoreContract('DynamoDB', async () => (await stores()).lease);
 decisionLogContract('DynamoDB', async () => (await stores()).decisions);
-checkpointStoreContract('DynamoDB', async () => (await stores()).checkpoints);
+checkpointStoreContract(
+  'DynamoDB',
+  async (clock) => dynamoStores(db.doc, await db.createTables(), 'gpu-fleet-checkpoints-test', clock).checkpoints,
+);
 poolHistoryContract('DynamoDB', async () => (await stores()).pools);
 planJournalContract('DynamoDB', async () => (await stores()).journal);
 serviceStoreContract('DynamoDB (control table)', async () => new DynamoServiceStore(db.doc, (await db.createTables()).control));

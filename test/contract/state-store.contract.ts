@@ -260,34 +260,85 @@ export function decisionLogContract(name: string, make: () => Promise<DecisionLo
   });
 }
 
-export function checkpointStoreContract(name: string, make: () => Promise<CheckpointStore>): void {
+/** A store's own clock, moved by the contract: the server's time, apart from the machines' dates. */
+export class ContractClock {
+  constructor(public ms = T0) {}
+  nowMs(): number {
+    return this.ms;
+  }
+}
+
+export function checkpointStoreContract(name: string, make: (clock: ContractClock) => Promise<CheckpointStore>): void {
   describe(`CheckpointStore contract: ${name}`, () => {
     it('gives each attempt its own location and keeps only the newest complete checkpoint', async () => {
-      const s = await make();
+      const clock = new ContractClock(T0 + 10);
+      const s = await make(clock);
       expect(s.locationFor('nlp.a', 1)).not.toBe(s.locationFor('nlp.a', 2));
       expect(s.locationFor('nlp.a', 1)).toBe(s.locationFor('nlp.a', 1));
       expect(await s.latest('nlp.a')).toBeUndefined();
-      const first = { jobId: 'nlp.a', attempt: 1, location: s.locationFor('nlp.a', 1), completedAtMs: T0 + 10, progressSec: 600 };
-      const older = { ...first, completedAtMs: T0 + 5, progressSec: 300 };
-      await s.markComplete(first);
-      await s.markComplete(first);
-      await s.markComplete(older);
+      const loc = s.locationFor('nlp.a', 1);
+      const first = { jobId: 'nlp.a', attempt: 1, location: `${loc}s2/`, completedAtMs: T0 + 10, progressSec: 600 };
+      const older = { ...first, location: `${loc}s1/`, completedAtMs: T0 + 5, progressSec: 300 };
+      expect(await s.markComplete(first)).toBe(true);
+      expect(await s.markComplete(first)).toBe(true); // a retried call
+      // Progress going backwards is refused, and the store keeps what it had.
+      await expect(s.markComplete(older)).rejects.toThrow(/holds 300 s of progress, behind the newest complete one .* 600 s/);
       expect(await s.latest('nlp.a')).toEqual(first);
     });
 
+    it("orders checkpoints by the store's clock, not the machines' dates", async () => {
+      const clock = new ContractClock(T0 + 100_000);
+      const s = await make(clock);
+      const loc = s.locationFor('nlp.c', 2);
+      // The second machine's clock runs 60 s behind: its later checkpoint is dated before the first one.
+      const a = { jobId: 'nlp.c', attempt: 2, location: `${loc}a/`, completedAtMs: T0 + 100_000, progressSec: 100 };
+      const b = { jobId: 'nlp.c', attempt: 2, location: `${loc}b/`, completedAtMs: T0 + 50_000, progressSec: 150 };
+      await s.markComplete(a);
+      clock.ms += 10_000;
+      await s.markComplete(b);
+      expect(await s.latest('nlp.c')).toEqual(b);
+      // The same progress recorded later wins too: the store's clock decides between equals.
+      const c = { ...b, location: `${loc}c/`, completedAtMs: T0 + 40_000 };
+      clock.ms += 10_000;
+      await s.markComplete(c);
+      expect(await s.latest('nlp.c')).toEqual(c);
+    });
+
+    it('refuses a completion dated in the future, and takes the honest ones after it', async () => {
+      const clock = new ContractClock(T0 + 1_000_000);
+      const s = await make(clock);
+      const loc = s.locationFor('nlp.f', 1);
+      const ahead = { jobId: 'nlp.f', attempt: 1, location: `${loc}ahead/`, completedAtMs: T0 + 1_000_000 + 3_600_000, progressSec: 50 };
+      await expect(s.markComplete(ahead)).rejects.toThrow(/dated .*, more than 300 s after the store's clock/);
+      expect(await s.latest('nlp.f')).toBeUndefined();
+      // Within the allowed skew is taken; then an honest later one, dated earlier than that, still wins.
+      const slightlyAhead = { ...ahead, location: `${loc}near/`, completedAtMs: T0 + 1_000_000 + 120_000 };
+      await s.markComplete(slightlyAhead);
+      clock.ms += 30_000;
+      const honest = { ...ahead, location: `${loc}honest/`, completedAtMs: T0 + 1_030_000, progressSec: 80 };
+      await s.markComplete(honest);
+      expect(await s.latest('nlp.f')).toEqual(honest);
+      // Progress that is not a whole number of seconds is refused.
+      await expect(s.markComplete({ ...honest, location: `${loc}odd/`, progressSec: 90.5 })).rejects.toThrow(/whole number of seconds/);
+    });
+
     it("completes a gang's save once every rank's part is in; a location saved again by one rank alone is not complete", async () => {
-      const s = await make();
+      const clock = new ContractClock(T0 + 100);
+      const s = await make(clock);
       const loc = `${s.locationFor('nlp.g', 1)}latest/`;
       const part = (rank: number, at: number) =>
         [{ jobId: 'nlp.g', attempt: 1, location: loc, completedAtMs: at, progressSec: at - T0, ranks: 2 }, rank] as const;
       expect(await s.markComplete(...part(0, T0 + 100))).toBe(false);
       expect(await s.markComplete(...part(0, T0 + 100))).toBe(false); // the same part again
       expect(await s.latest('nlp.g')).toBeUndefined();
+      clock.ms = T0 + 120;
       expect(await s.markComplete(...part(1, T0 + 120))).toBe(true);
       expect((await s.latest('nlp.g'))?.completedAtMs).toBe(T0 + 120);
-      // A part of the complete save, sent again (a retried call): still complete.
+      // A part of the complete save, sent again (a retried call): still complete, and the index unchanged.
       expect(await s.markComplete(...part(0, T0 + 100))).toBe(true);
+      expect((await s.latest('nlp.g'))?.completedAtMs).toBe(T0 + 120);
       // The next save of the same folder: rank 0 alone is not a complete checkpoint.
+      clock.ms = T0 + 210;
       expect(await s.markComplete(...part(0, T0 + 200))).toBe(false);
       expect((await s.latest('nlp.g'))?.completedAtMs).toBe(T0 + 120);
       expect(await s.markComplete(...part(1, T0 + 210))).toBe(true);
@@ -295,7 +346,7 @@ export function checkpointStoreContract(name: string, make: () => Promise<Checkp
     });
 
     it('keeps a location under the job, whatever its id holds', async () => {
-      const s = await make();
+      const s = await make(new ContractClock());
       const loc = s.locationFor('nlp.../../etc', 1);
       expect(loc).not.toContain('/../');
     });

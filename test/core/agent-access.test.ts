@@ -270,7 +270,11 @@ describe('what an agent may read, and which checkpoint folders it may write', ()
 describe('the stores as one machine’s agent sees them (agentView)', () => {
   async function world() {
     const { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } = await import('../../cloud/sim/memory-stores.ts');
-    const stores = { jobs: new MemoryJobStore(), nodes: new MemoryNodeStore(), checkpoints: new MemoryCheckpointStore(ROOT) };
+    const stores = {
+      jobs: new MemoryJobStore(),
+      nodes: new MemoryNodeStore(),
+      checkpoints: new MemoryCheckpointStore({ nowMs: () => T }, ROOT),
+    };
     const job = placedJob('running');
     await stores.jobs.create(job);
     for (const n of [N0, N1, OTHER]) {
@@ -297,6 +301,17 @@ describe('the stores as one machine’s agent sees them (agentView)', () => {
     expect(await as(N0).checkpoints.markComplete(part, 0)).toBe(false);
     expect(await as(N1).checkpoints.markComplete(part, 1)).toBe(true);
     expect(await stores.checkpoints.latest('nlp.j1')).toEqual(part);
+  });
+
+  it('never lets a machine write into the newest complete checkpoint: each save takes a folder of its own', async () => {
+    const { as } = await world();
+    const part = cp(2, T - 100);
+    await as(N0).checkpoints.markComplete(part, 0);
+    await as(N1).checkpoints.markComplete(part, 1);
+    await expect(as(N0).checkCheckpointWrite('nlp.j1', `${part.location}rank-0/`)).rejects.toThrow(
+      /is in the newest complete checkpoint of job nlp.j1; a save goes to a folder of its own/,
+    );
+    await expect(as(N0).checkCheckpointWrite('nlp.j1', `${folder('nlp.j1', 2)}step-9@2/rank-0/`)).resolves.toBeUndefined();
   });
 
   it('still records a late part of an attempt the machine held, after the job moved on', async () => {

@@ -11,6 +11,7 @@ import {
   judgeWorkEntry,
   nextNodeStep,
   onMachineNotice,
+  saveLocation,
   uploadAllowanceSec,
   uploadRetryDelayMs,
 } from '../../core/services/node-rules.ts';
@@ -180,5 +181,38 @@ describe("a machine's own notice (the rule the agent and the simulated machines 
       { key: 'a', kind: 'checkpoint' },
       { key: 'b', kind: 'keep' },
     ]);
+  });
+});
+
+describe('where each save of a checkpoint goes (saveLocation)', () => {
+  const folder = 's3://b/checkpoints/nlp.j/attempt-3/';
+  it('gives a folder saved again a name of its own, never one the attempt used', () => {
+    const used = new Set<string>();
+    const take = (path: string) => {
+      const at = saveLocation(folder, path, used);
+      used.add(at);
+      return at;
+    };
+    expect(take('latest/')).toBe(`${folder}latest/`);
+    expect(take('latest')).toBe(`${folder}latest@2/`);
+    expect(take('latest')).toBe(`${folder}latest@3/`);
+    expect(take('step-000100')).toBe(`${folder}step-000100/`);
+    // A job folder literally named like a repeat does not make two saves share one.
+    expect(take('step-000100@2')).toBe(`${folder}step-000100@2/`);
+    expect(take('step-000100')).toBe(`${folder}step-000100@3/`);
+    expect(new Set(used).size).toBe(6);
+  });
+
+  it("names the same folder on every rank that took the same markers in order (a gang's parts make one save)", () => {
+    const paths = ['latest', 'step-10', 'latest', 'latest'];
+    const rank = () => {
+      const used = new Set<string>();
+      return paths.map((p) => {
+        const at = saveLocation(folder, p, used);
+        used.add(at);
+        return at;
+      });
+    };
+    expect(rank()).toEqual(rank());
   });
 });

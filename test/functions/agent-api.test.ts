@@ -10,6 +10,7 @@ import type { JobStore } from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
+import { aJob } from '../builders.ts';
 
 const ROLE = 'GpuFleet-AgentRole-1A2B3C';
 const ARN = (session: string, role = ROLE) => `arn:aws:sts::123456789012:assumed-role/${role}/${session}`;
@@ -19,7 +20,7 @@ function setup(jobs: JobStore = new MemoryJobStore()) {
   const handler = createAgentApiHandler({
     jobs,
     nodes,
-    checkpoints: new MemoryCheckpointStore('s3://ckpt/checkpoints/'),
+    checkpoints: new MemoryCheckpointStore({ nowMs: () => 1_800_000_000_000 }, 's3://ckpt/checkpoints/'),
     urls: new S3CheckpointUrls(new S3Client({ region: 'us-west-2', credentials: { accessKeyId: 'AKID', secretAccessKey: 's' } })),
     clock: { nowMs: () => 1_800_000_000_000 },
     agentRoleName: ROLE,
@@ -38,7 +39,7 @@ function setup(jobs: JobStore = new MemoryJobStore()) {
     const out = (await handler(event, lambdaContext('agent-api'))) as { statusCode: number; body: string };
     return { status: out.statusCode, body: JSON.parse(out.body) as Record<string, unknown> };
   };
-  return { call, nodes };
+  return { call, nodes, jobs };
 }
 
 describe('agent API: who may call, and what a malformed call gets back', () => {
@@ -101,6 +102,39 @@ describe('agent API: who may call, and what a malformed call gets back', () => {
     expect((await nodes.list()).map((n) => [n.instanceId, n.registeredAtMs, n.lastHeartbeatAtMs, n.draining])).toEqual([
       ['i-0aaaaaaaa1', 1_800_000_000_000, 1_800_000_000_000, undefined],
     ]);
+  });
+
+  it('answers a checkpoint the index refuses (progress going backwards) with 409 and keeps the newer one', async () => {
+    const jobs = new MemoryJobStore();
+    const me = 'i-0aaaaaaaa1';
+    const now = 1_800_000_000_000;
+    const job = aJob({ id: 'nlp.j1', team: 'nlp', attempt: 1 });
+    await jobs.create({
+      ...job,
+      state: 'running',
+      placement: { capacityType: 'spot', nodes: [{ nodeId: me, gpuIndices: [0] }] },
+      placedAtMs: now - 60_000,
+      startedAtMs: now - 50_000,
+      updatedAtMs: now - 50_000,
+    });
+    const { call } = setup(jobs);
+    const ref = (dir: string, progressSec: number) => ({
+      jobId: 'nlp.j1',
+      attempt: 1,
+      location: `s3://ckpt/checkpoints/nlp.j1/attempt-1/${dir}/`,
+      completedAtMs: now - 1_000,
+      progressSec,
+    });
+    const complete = (r: ReturnType<typeof ref>) =>
+      call({ path: '/v1/checkpoint/complete', userArn: ARN(me), body: JSON.stringify({ ref: r, rank: 0 }) });
+    expect(await complete(ref('s2', 600))).toMatchObject({ status: 200, body: { complete: true } });
+    expect(await complete(ref('s1', 300))).toMatchObject({
+      status: 409,
+      body: { code: 'conflict', error: expect.stringMatching(/300 s of progress, behind the newest complete one/) },
+    });
+    expect(await call({ path: '/v1/checkpoint/latest', userArn: ARN(me), body: '{"jobId":"nlp.j1"}' })).toMatchObject({
+      body: { ref: { location: 's3://ckpt/checkpoints/nlp.j1/attempt-1/s2/' } },
+    });
   });
 
   it('says a store failure is worth retrying (503) when it is', async () => {

@@ -36,9 +36,14 @@ console.log(
 function checkpoint(onSignal = false) {
   if (!dir) return;
   // The ranks of a gang name a checkpoint alike (FSDP and DeepSpeed save one step on every rank): $SIGNAL_CHECKPOINT_NAME does that here.
+  // $CHECKPOINT_NAME: every checkpoint goes to that one folder, over the last (`latest/`, as many training scripts do).
   const name =
-    onSignal && process.env.SIGNAL_CHECKPOINT_NAME ? process.env.SIGNAL_CHECKPOINT_NAME : `step-${String(step).padStart(6, '0')}`;
+    process.env.CHECKPOINT_NAME ??
+    (onSignal && process.env.SIGNAL_CHECKPOINT_NAME ? process.env.SIGNAL_CHECKPOINT_NAME : `step-${String(step).padStart(6, '0')}`);
   mkdirSync(join(dir, name), { recursive: true });
+  // $CHECKPOINT_PAYLOAD_KIB: a file of that size whose every byte says the step (a torn mix of two saves shows in it).
+  if (process.env.CHECKPOINT_PAYLOAD_KIB)
+    writeFileSync(join(dir, name, 'payload.bin'), Buffer.alloc(Number(process.env.CHECKPOINT_PAYLOAD_KIB) * 1024, step % 251));
   writeFileSync(join(dir, name, 'state.json'), JSON.stringify({ step, rank }));
   writeFileSync(join(dir, 'checkpoint.json.tmp'), JSON.stringify({ path: name, progressSec: step }));
   renameSync(join(dir, 'checkpoint.json.tmp'), join(dir, 'checkpoint.json'));
