@@ -8,6 +8,7 @@ import { request as httpsRequest } from 'node:https';
 import { GetObjectCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { jobOfLocation, type AgentApiClient } from '../cloud/aws/agent-api-client.ts';
+import { PART_URLS_PER_CALL, UPLOAD_FILES_PER_CALL } from '../cloud/aws/agent-api-protocol.ts';
 import { parseS3Location } from '../cloud/aws/checkpoint-urls.ts';
 import { CloudError, GpuFleetError, messageOf } from '../core/errors.ts';
 
@@ -214,8 +215,10 @@ export class AgentApiBlobs implements CheckpointBlobs {
         bytes: (await stat(file)).size,
       })),
     );
-    for (let i = 0; i < files.length; i += 100) {
-      const batch = files.slice(i, i + 100);
+    // Pages of files, then of part URLs, asked for as the upload goes: every answer stays far under the function
+    // URL's 6 MB limit, and no URL is handed out long before it is used (they expire).
+    for (let i = 0; i < files.length; i += UPLOAD_FILES_PER_CALL) {
+      const batch = files.slice(i, i + UPLOAD_FILES_PER_CALL);
       const { files: targets } = await this.api.call('checkpoint/upload', {
         jobId,
         location,
@@ -228,10 +231,22 @@ export class AgentApiBlobs implements CheckpointBlobs {
           continue;
         }
         const parts: { partNumber: number; etag: string }[] = [];
-        for (let n = 0; n < t.partUrls.length; n++) {
-          const start = n * t.partBytes;
-          const etag = await transfer('PUT', t.partUrls[n]!, { file: f.file, start, bytes: Math.min(t.partBytes, f.bytes - start) });
-          parts.push({ partNumber: n + 1, etag: etag ?? '' });
+        for (let first = 1; first <= t.parts; first += PART_URLS_PER_CALL) {
+          const count = Math.min(PART_URLS_PER_CALL, t.parts - first + 1);
+          const { urls } = await this.api.call('checkpoint/upload-parts', {
+            jobId,
+            location,
+            path: t.path,
+            uploadId: t.uploadId,
+            firstPart: first,
+            count,
+          });
+          for (let k = 0; k < urls.length; k++) {
+            const n = first + k;
+            const start = (n - 1) * t.partBytes;
+            const etag = await transfer('PUT', urls[k]!, { file: f.file, start, bytes: Math.min(t.partBytes, f.bytes - start) });
+            parts.push({ partNumber: n, etag: etag ?? '' });
+          }
         }
         await this.api.call('checkpoint/finish-upload', { jobId, location, path: t.path, uploadId: t.uploadId, parts });
       }
@@ -239,16 +254,29 @@ export class AgentApiBlobs implements CheckpointBlobs {
   }
 
   async download(location: string, localDir: string): Promise<boolean> {
-    const { files } = await this.api.call('checkpoint/download', { jobId: this.jobOf(location), location });
-    if (files.length === 0) return false;
-    await rm(localDir, { recursive: true, force: true });
-    for (const f of files) {
-      const target = resolve(localDir, ...f.path.split('/'));
-      if (!target.startsWith(resolve(localDir) + sep)) throw new GpuFleetError(`checkpoint file ${f.path} would land outside ${localDir}`);
-      await mkdir(dirname(target), { recursive: true });
-      await transfer('GET', f.url, { into: target });
-    }
-    return true;
+    const jobId = this.jobOf(location);
+    let any = false;
+    let after: string | undefined;
+    do {
+      const page: { files: readonly { path: string; url: string }[]; next?: string } = await this.api.call('checkpoint/download', {
+        jobId,
+        location,
+        ...(after !== undefined ? { after } : {}),
+      });
+      if (!any && page.files.length > 0) {
+        any = true;
+        await rm(localDir, { recursive: true, force: true });
+      }
+      for (const f of page.files) {
+        const target = resolve(localDir, ...f.path.split('/'));
+        if (!target.startsWith(resolve(localDir) + sep))
+          throw new GpuFleetError(`checkpoint file ${f.path} would land outside ${localDir}`);
+        await mkdir(dirname(target), { recursive: true });
+        await transfer('GET', f.url, { into: target });
+      }
+      after = page.next;
+    } while (after !== undefined);
+    return any;
   }
 }
 

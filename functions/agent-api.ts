@@ -3,7 +3,14 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context, LambdaFunctionURLEventWithIAMAuthorizer, LambdaFunctionURLResult } from 'aws-lambda';
 import type * as z from 'zod/mini';
-import { AGENT_API, callerMachine, type AgentApiOp, type AgentApiResponses } from '../cloud/aws/agent-api-protocol.ts';
+import {
+  AGENT_API,
+  callerMachine,
+  DOWNLOAD_FILES_PER_CALL,
+  MAX_RESPONSE_BYTES,
+  type AgentApiOp,
+  type AgentApiResponses,
+} from '../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
 import type { NodeRecord } from '../core/fleet.ts';
@@ -102,14 +109,18 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       await view.checkCheckpointWrite(jobId, location);
       return { files: await deps.urls.uploadTargets(location, files) };
     },
+    'checkpoint/upload-parts': async (view, { jobId, location, path, uploadId, firstPart, count }) => {
+      await view.checkCheckpointWrite(jobId, location);
+      return { urls: await deps.urls.partUrls(location, path, uploadId, firstPart, count) };
+    },
     'checkpoint/finish-upload': async (view, { jobId, location, path, uploadId, parts }) => {
       await view.checkCheckpointWrite(jobId, location);
       await deps.urls.finishUpload(location, path, uploadId, parts);
       return {};
     },
-    'checkpoint/download': async (view, { jobId, location }) => {
+    'checkpoint/download': async (view, { jobId, location, after }) => {
       await view.checkCheckpointRead(jobId, location);
-      return { files: await deps.urls.downloadUrls(location) };
+      return deps.urls.downloadUrls(location, after, DOWNLOAD_FILES_PER_CALL);
     },
     // A machine writes only the output of the attempts and ranks it runs (or ran), with the job's team and labels.
     'logs/put': async (view, { jobId, attempt, rank, lines }) => {
@@ -150,7 +161,12 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
         );
       const out = await (ops[op] as (view: AgentView, body: unknown) => Promise<unknown>)(view, parsed.data);
       metrics.addMetric('AgentCalls', MetricUnit.Count, 1);
-      return reply(200, out);
+      const answer = reply(200, out);
+      // The pages keep every answer far under the function URL's limit; one over it would fail in Lambda, unexplained.
+      const bytes = Buffer.byteLength(answer.body);
+      if (bytes > MAX_RESPONSE_BYTES)
+        throw new GpuFleetError(`the answer to ${op} is ${bytes} bytes, over the ${MAX_RESPONSE_BYTES}-byte limit`);
+      return answer;
     } catch (error) {
       if (error instanceof Refused || error instanceof AgentRefused) {
         const status = error instanceof Refused ? error.status : 403;
@@ -174,6 +190,6 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
     .use(logMetrics(metrics));
 }
 
-function reply(statusCode: number, body: unknown): LambdaFunctionURLResult {
+function reply(statusCode: number, body: unknown): LambdaFunctionURLResult & { body: string } {
   return { statusCode, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) };
 }

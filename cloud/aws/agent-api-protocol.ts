@@ -10,7 +10,8 @@ import type { WriteResult } from '../../core/ports.ts';
  * request is signed (SigV4, service `lambda`) with the machine's instance role, and the API takes
  * the caller's machine from that signature, never from the body, and the times of a node's
  * registration and heartbeats from its own clock. Errors come back as
- * `{ error, code }` with status 400 (the request is malformed), 403 (the caller may not) or 500.
+ * `{ error, code }` with status 400 (the request is malformed), 403 (the caller may not), 409 (a
+ * checkpoint completion the index refused), 503 (worth retrying) or 500.
  */
 
 const object = z.custom<Record<string, unknown>>((v) => typeof v === 'object' && v !== null && !Array.isArray(v), { error: 'an object' });
@@ -28,6 +29,21 @@ const filePath = text(1, 1024).check(
     error: 'a relative path with no empty, "." or ".." part',
   }),
 );
+
+/**
+ * The most a function URL in BUFFERED mode (the default, and this stack's) returns: "The maximum
+ * payload size is 6 MB" (Lambda developer guide, "Invoking a response streaming enabled function
+ * using Lambda function URLs"; the request is limited alike). Each call's
+ * answer is bounded well under it by the pages below, whatever the checkpoint's size or file
+ * count: a page of {@link UPLOAD_FILES_PER_CALL} targets, {@link PART_URLS_PER_CALL} part URLs or
+ * {@link DOWNLOAD_FILES_PER_CALL} download URLs, each URL at most about 6 KB (a 2,048-character
+ * location, a 1,024-character path, escaped, and the signature). The handler refuses to send a
+ * response over the limit rather than have the function fail.
+ */
+export const MAX_RESPONSE_BYTES = 6 * 1000 * 1000;
+export const UPLOAD_FILES_PER_CALL = 100;
+export const PART_URLS_PER_CALL = 200;
+export const DOWNLOAD_FILES_PER_CALL = 200;
 
 export const AGENT_API = {
   'node/register': z.object({
@@ -52,7 +68,15 @@ export const AGENT_API = {
   'checkpoint/upload': z.object({
     jobId,
     location,
-    files: z.array(z.object({ path: filePath, bytes: int(0) })).check(z.minLength(1), z.maxLength(100)),
+    files: z.array(z.object({ path: filePath, bytes: int(0) })).check(z.minLength(1), z.maxLength(UPLOAD_FILES_PER_CALL)),
+  }),
+  'checkpoint/upload-parts': z.object({
+    jobId,
+    location,
+    path: filePath,
+    uploadId: text(1, 1024),
+    firstPart: int(1, 10_000),
+    count: int(1, PART_URLS_PER_CALL),
   }),
   'checkpoint/finish-upload': z.object({
     jobId,
@@ -61,7 +85,7 @@ export const AGENT_API = {
     uploadId: text(1, 1024),
     parts: z.array(z.object({ partNumber: int(1, 10_000), etag: text(1, 256) })).check(z.minLength(1), z.maxLength(10_000)),
   }),
-  'checkpoint/download': z.object({ jobId, location }),
+  'checkpoint/download': z.object({ jobId, location, after: z.optional(filePath) }),
   'logs/put': z.object({
     jobId,
     attempt,
@@ -73,10 +97,14 @@ export const AGENT_API = {
 export type AgentApiOp = keyof typeof AGENT_API;
 export type AgentApiRequest<Op extends AgentApiOp> = z.infer<(typeof AGENT_API)[Op]>;
 
-/** Where one file of a checkpoint goes: one presigned PUT, or the parts of a multipart upload (each a presigned PUT of `partBytes`, the last shorter). */
+/**
+ * Where one file of a checkpoint goes: one presigned PUT, or a multipart upload of `parts` parts of
+ * `partBytes` each (the last shorter), whose part URLs the agent asks for a page at a time
+ * (`checkpoint/upload-parts`) as the upload goes.
+ */
 export type UploadTarget =
   | { readonly path: string; readonly url: string }
-  | { readonly path: string; readonly uploadId: string; readonly partBytes: number; readonly partUrls: readonly string[] };
+  | { readonly path: string; readonly uploadId: string; readonly partBytes: number; readonly parts: number };
 
 export interface AgentApiResponses {
   'node/register': Record<string, never>;
@@ -89,8 +117,10 @@ export interface AgentApiResponses {
   'checkpoint/latest': { ref?: CheckpointRef };
   'checkpoint/complete': { complete: boolean };
   'checkpoint/upload': { files: readonly UploadTarget[] };
+  'checkpoint/upload-parts': { urls: readonly string[] };
   'checkpoint/finish-upload': Record<string, never>;
-  'checkpoint/download': { files: readonly { readonly path: string; readonly url: string }[] };
+  /** A page of the folder's files in path order; `next` (the last path) asks for the page after it. */
+  'checkpoint/download': { files: readonly { readonly path: string; readonly url: string }[]; next?: string };
   'logs/put': Record<string, never>;
 }
 

@@ -9,7 +9,14 @@ import {
 } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { GpuFleetError } from '../../core/errors.ts';
-import { partBytesFor, MAX_PART_BYTES, MAX_PARTS, SINGLE_PUT_MAX_BYTES, type UploadTarget } from './agent-api-protocol.ts';
+import {
+  DOWNLOAD_FILES_PER_CALL,
+  partBytesFor,
+  MAX_PART_BYTES,
+  MAX_PARTS,
+  SINGLE_PUT_MAX_BYTES,
+  type UploadTarget,
+} from './agent-api-protocol.ts';
 import { translateAwsError } from './errors.ts';
 
 /**
@@ -18,12 +25,17 @@ import { translateAwsError } from './errors.ts';
  * of its own. Each URL names one object and one method and lasts `expiresInSec`.
  */
 export interface CheckpointUrls {
-  /** Where each file goes (path under the folder → one PUT, or a multipart upload's part PUTs). */
+  /** Where each file goes (path under the folder → one PUT, or a multipart upload begun, its part URLs asked for by partUrls). */
   uploadTargets(location: string, files: readonly { path: string; bytes: number }[]): Promise<UploadTarget[]>;
+  /** The PUT URLs of parts `firstPart` … `firstPart + count - 1` of a multipart upload begun by uploadTargets. */
+  partUrls(location: string, path: string, uploadId: string, firstPart: number, count: number): Promise<string[]>;
   /** Completes a multipart upload begun by uploadTargets. */
   finishUpload(location: string, path: string, uploadId: string, parts: readonly { partNumber: number; etag: string }[]): Promise<void>;
-  /** One GET per object under the folder (path under the folder → URL); empty when there is none. */
-  downloadUrls(location: string): Promise<{ path: string; url: string }[]>;
+  /**
+   * One GET per object under the folder, a page of at most `limit` in path order, after the path
+   * `after` when given; `next` names the page's last path when more may follow.
+   */
+  downloadUrls(location: string, after?: string, limit?: number): Promise<{ files: { path: string; url: string }[]; next?: string }>;
 }
 
 /** `s3://bucket/prefix/` as bucket and key prefix (ending in "/", or empty). */
@@ -56,12 +68,19 @@ export class S3CheckpointUrls implements CheckpointUrls {
       const started = await this.call('start checkpoint upload', Key, () =>
         this.s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key })),
       );
-      const uploadId = started.UploadId!;
-      const partUrls: string[] = [];
-      for (let n = 1; n <= parts; n++)
-        partUrls.push(await this.sign(new UploadPartCommand({ Bucket: bucket, Key, UploadId: uploadId, PartNumber: n })));
-      out.push({ path: f.path, uploadId, partBytes, partUrls });
+      out.push({ path: f.path, uploadId: started.UploadId!, partBytes, parts });
     }
+    return out;
+  }
+
+  async partUrls(location: string, path: string, uploadId: string, firstPart: number, count: number): Promise<string[]> {
+    const { bucket, prefix } = parseS3Location(location);
+    const Key = prefix + path;
+    if (!Number.isSafeInteger(firstPart) || !Number.isSafeInteger(count) || firstPart < 1 || count < 1 || firstPart + count - 1 > 10_000)
+      throw new GpuFleetError(`parts ${firstPart}-${firstPart + count - 1} of ${path}: a multipart upload has parts 1 to 10,000`);
+    const out: string[] = [];
+    for (let n = firstPart; n < firstPart + count; n++)
+      out.push(await this.sign(new UploadPartCommand({ Bucket: bucket, Key, UploadId: uploadId, PartNumber: n })));
     return out;
   }
 
@@ -87,21 +106,30 @@ export class S3CheckpointUrls implements CheckpointUrls {
     );
   }
 
-  async downloadUrls(location: string): Promise<{ path: string; url: string }[]> {
+  async downloadUrls(
+    location: string,
+    after?: string,
+    limit = DOWNLOAD_FILES_PER_CALL,
+  ): Promise<{ files: { path: string; url: string }[]; next?: string }> {
     const { bucket, prefix } = parseS3Location(location);
-    const keys: string[] = [];
-    let token: string | undefined;
-    do {
-      const page = await this.call('list checkpoint', prefix, () =>
-        this.s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ...(token ? { ContinuationToken: token } : {}) })),
-      );
-      for (const o of page.Contents ?? []) if (o.Key && !o.Key.endsWith('/')) keys.push(o.Key);
-      token = page.IsTruncated ? page.NextContinuationToken : undefined;
-    } while (token);
-    const out: { path: string; url: string }[] = [];
+    const page = await this.call('list checkpoint', prefix, () =>
+      this.s3.send(
+        new ListObjectsV2Command({
+          Bucket: bucket,
+          Prefix: prefix,
+          MaxKeys: limit,
+          ...(after !== undefined ? { StartAfter: prefix + after } : {}),
+        }),
+      ),
+    );
+    const keys = (page.Contents ?? []).map((o) => o.Key).filter((k): k is string => k !== undefined);
+    const files: { path: string; url: string }[] = [];
+    // A folder's marker object ("…/") is no file; it still moves the page on.
     for (const Key of keys)
-      out.push({ path: Key.slice(prefix.length), url: await this.sign(new GetObjectCommand({ Bucket: bucket, Key })) });
-    return out;
+      if (!Key.endsWith('/'))
+        files.push({ path: Key.slice(prefix.length), url: await this.sign(new GetObjectCommand({ Bucket: bucket, Key })) });
+    const last = keys.at(-1);
+    return { files, ...(page.IsTruncated && last !== undefined ? { next: last.slice(prefix.length) } : {}) };
   }
 
   private sign(command: PutObjectCommand | UploadPartCommand | GetObjectCommand): Promise<string> {

@@ -1,7 +1,8 @@
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { AgentApiBlobs } from '../../agent/checkpoint-files.ts';
 import { AgentApiClient } from '../../cloud/aws/agent-api-client.ts';
 import { isCloudError } from '../../core/errors.ts';
 import type { Job } from '../../core/job.ts';
@@ -112,6 +113,33 @@ describe('node agent through the agent API', () => {
     // Nothing the agents did was refused: the API carries all of it.
     expect(api.calls.filter((c) => c.status !== 200)).toEqual([]);
   }, 30_000);
+
+  it('moves a checkpoint of many files and many parts a page at a time, each answer small, and reads it back byte for byte', async () => {
+    const w = world();
+    // Parts of 8 bytes: a 3,600-byte file is 450 parts, asked for in pages of 200 URLs.
+    const api = await w.startApi({ partBytes: 8 });
+    const a = w.agent(A, { api });
+    await a.heartbeat();
+    await w.submit('nlp.many', { command: ['node', COUNTER_JOB, '100000', '20'] });
+    await w.place('nlp.many', [A]);
+    const local = dir('many-files');
+    const want = new Map<string, Buffer>();
+    for (let i = 0; i < 450; i++) want.set(`shard-${String(i).padStart(3, '0')}.bin`, Buffer.from(`file ${i}`));
+    want.set('sub/model.bin', Buffer.alloc(3_600, 7));
+    mkdirSync(join(local, 'sub'), { recursive: true });
+    for (const [p, b] of want) writeFileSync(join(local, p), b);
+    const blobs = new AgentApiBlobs(asMachine(api, A), w.checkpoints.root);
+    const location = `${w.checkpoints.locationFor('nlp.many', 1)}step-1/`;
+    await blobs.upload(local, location);
+    const back = dir('many-back');
+    expect(await blobs.download(location, back)).toBe(true);
+    const got = readdirSync(back, { recursive: true, withFileTypes: true }).filter((e) => e.isFile());
+    expect(got).toHaveLength(want.size);
+    for (const [p, b] of want) expect(readFileSync(join(back, p)).equals(b), p).toBe(true);
+    const count = (op: string) => api.calls.filter((c) => c.op === op && c.status === 200).length;
+    expect([count('checkpoint/upload'), count('checkpoint/upload-parts'), count('checkpoint/download')]).toEqual([5, 3, 3]);
+    expect(Math.max(...api.calls.map((c) => c.bytes))).toBeLessThan(200_000);
+  });
 
   it('a machine writes the output of its own attempts only, and the API adds the job’s team and labels', async () => {
     const w = world();

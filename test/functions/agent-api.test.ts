@@ -166,15 +166,21 @@ describe('presigned checkpoint URLs', () => {
     expect(u.pathname).toMatch(/\/checkpoints\/nlp\.j1\/attempt-2\/step-9\/meta\.json$/);
     expect(u.searchParams.get('X-Amz-Expires')).toBe('900');
     expect(u.searchParams.get('X-Amz-Signature')).toMatch(/^[0-9a-f]{64}$/);
-    const multi = targets[1] as { uploadId: string; partBytes: number; partUrls: readonly string[] };
+    const multi = targets[1] as { uploadId: string; partBytes: number; parts: number };
     expect(multi.uploadId).toBe('up-1');
     expect(multi.partBytes).toBe(partBytesFor(big));
-    expect(multi.partUrls).toHaveLength(Math.ceil(big / multi.partBytes));
-    multi.partUrls.forEach((p, i) => {
+    expect(multi.parts).toBe(Math.ceil(big / multi.partBytes));
+    // The part URLs come a page at a time, as the upload goes.
+    const page = await urls.partUrls('s3://ckpt-bucket/checkpoints/nlp.j1/attempt-2/step-9/', 'shards/model.pt', 'up-1', 2, 3);
+    expect(page).toHaveLength(3);
+    page.forEach((p, i) => {
       const q = new URL(p);
       expect(q.pathname).toMatch(/step-9\/shards\/model\.pt$/);
-      expect([q.searchParams.get('partNumber'), q.searchParams.get('uploadId')]).toEqual([String(i + 1), 'up-1']);
+      expect([q.searchParams.get('partNumber'), q.searchParams.get('uploadId')]).toEqual([String(i + 2), 'up-1']);
     });
+    await expect(
+      urls.partUrls('s3://ckpt-bucket/checkpoints/nlp.j1/attempt-2/step-9/', 'shards/model.pt', 'up-1', 9_999, 3),
+    ).rejects.toThrow(/parts 1 to 10,000/);
     expect(mock.commandCalls(CreateMultipartUploadCommand)[0]!.args[0].input).toMatchObject({
       Bucket: 'ckpt-bucket',
       Key: 'checkpoints/nlp.j1/attempt-2/step-9/shards/model.pt',
@@ -195,7 +201,7 @@ describe('presigned checkpoint URLs', () => {
     mock.restore();
   });
 
-  it('signs one GET per object under the folder (all pages), named by its path below it', async () => {
+  it('signs one GET per object under the folder, a page at a time in key order, named by its path below it', async () => {
     const mock = mockClient(s3);
     mock
       .on(ListObjectsV2Command)
@@ -205,9 +211,18 @@ describe('presigned checkpoint URLs', () => {
         NextContinuationToken: 't',
       })
       .resolvesOnce({ Contents: [{ Key: 'checkpoints/j/attempt-1/s/sub/b.pt' }] });
-    const got = await new S3CheckpointUrls(s3).downloadUrls('s3://ckpt-bucket/checkpoints/j/attempt-1/s/');
-    expect(got.map((g) => g.path)).toEqual(['a.pt', 'sub/b.pt']);
-    expect(new URL(got[1]!.url).pathname).toMatch(/checkpoints\/j\/attempt-1\/s\/sub\/b\.pt$/);
+    const urls = new S3CheckpointUrls(s3);
+    const first = await urls.downloadUrls('s3://ckpt-bucket/checkpoints/j/attempt-1/s/', undefined, 2);
+    expect(first.files.map((g) => g.path)).toEqual(['a.pt']);
+    expect(first.next).toBe('sub/'); // the folder marker moves the page on, though it is no file
+    const second = await urls.downloadUrls('s3://ckpt-bucket/checkpoints/j/attempt-1/s/', first.next, 2);
+    expect(second).toMatchObject({ files: [{ path: 'sub/b.pt' }] });
+    expect(second.next).toBeUndefined();
+    expect(new URL(second.files[0]!.url).pathname).toMatch(/checkpoints\/j\/attempt-1\/s\/sub\/b\.pt$/);
+    expect(mock.commandCalls(ListObjectsV2Command).map((c) => [c.args[0].input.MaxKeys, c.args[0].input.StartAfter])).toEqual([
+      [2, undefined],
+      [2, 'checkpoints/j/attempt-1/s/sub/'],
+    ]);
     mock.restore();
   });
 });

@@ -1,4 +1,4 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac, randomUUID, timingSafeEqual } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, readFile, rm, stat, writeFile, readdir } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
@@ -12,6 +12,7 @@ import type { AwsCredentialIdentity } from '@smithy/types';
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import type { UploadTarget } from '../../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
+import { CloudError } from '../../core/errors.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
@@ -39,7 +40,7 @@ export async function startAgentApi(o: {
   jobLogs?: JobLogSink;
 }) {
   const secret = 'local-url-secret';
-  const calls: { op: string; caller: string | undefined; status: number; error?: string }[] = [];
+  const calls: { op: string; caller: string | undefined; status: number; bytes: number; error?: string }[] = [];
   let base = '';
   const sign = (method: string, path: string) => createHmac('sha256', secret).update(`${method} ${path}`).digest('hex');
   const fileOf = (location: string, path = '') => {
@@ -50,6 +51,8 @@ export async function startAgentApi(o: {
   };
   const urlFor = (method: string, path: string) => `${base}/blob?path=${encodeURIComponent(path)}&sig=${sign(method, path)}`;
   const partBytes = o.partBytes ?? 64 * 1024 * 1024;
+  // Multipart uploads begun and not finished: upload id → (file, parts), as S3 keeps them (an unknown id is NoSuchUpload).
+  const uploads = new Map<string, { file: string; parts: number }>();
   const urls: CheckpointUrls = {
     async uploadTargets(location, files) {
       const out: UploadTarget[] = [];
@@ -58,19 +61,25 @@ export async function startAgentApi(o: {
         if (f.bytes <= partBytes) out.push({ path: f.path, url: urlFor('PUT', file) });
         else {
           const parts = Math.ceil(f.bytes / partBytes);
-          const uploadId = `up-${Math.random().toString(36).slice(2)}`;
-          out.push({
-            path: f.path,
-            uploadId,
-            partBytes,
-            partUrls: Array.from({ length: parts }, (_, n) => urlFor('PUT', `${file}.${uploadId}.part-${n + 1}`)),
-          });
+          const uploadId = `up-${randomUUID()}`;
+          uploads.set(uploadId, { file, parts });
+          out.push({ path: f.path, uploadId, partBytes, parts });
         }
       }
       return out;
     },
+    async partUrls(location, path, uploadId, firstPart, count) {
+      const file = fileOf(location, path);
+      const up = uploads.get(uploadId);
+      if (!up || up.file !== file) throw new CloudError('not-found', `NoSuchUpload: ${uploadId} of ${path}`, { operation: 'sign part' });
+      if (firstPart < 1 || firstPart + count - 1 > 10_000)
+        throw new CloudError('invalid-request', 'part numbers are 1 to 10,000', { operation: 'sign part' });
+      return Array.from({ length: count }, (_, k) => urlFor('PUT', `${file}.${uploadId}.part-${firstPart + k}`));
+    },
     async finishUpload(location, path, uploadId, parts) {
       const file = fileOf(location, path);
+      if (uploads.get(uploadId)?.file !== file)
+        throw new CloudError('not-found', `NoSuchUpload: ${uploadId} of ${path}`, { operation: 'finish upload' });
       const chunks: Buffer[] = [];
       for (const p of [...parts].sort((a, b) => a.partNumber - b.partNumber)) {
         const part = `${file}.${uploadId}.part-${p.partNumber}`;
@@ -80,8 +89,9 @@ export async function startAgentApi(o: {
         await rm(part);
       }
       await writeFile(file, Buffer.concat(chunks));
+      uploads.delete(uploadId);
     },
-    async downloadUrls(location) {
+    async downloadUrls(location, after, limit = 1000) {
       const dir = fileOf(location);
       let entries: string[];
       try {
@@ -89,9 +99,18 @@ export async function startAgentApi(o: {
           .filter((e) => e.isFile())
           .map((e) => join(e.parentPath, e.name));
       } catch {
-        return [];
+        return { files: [] };
       }
-      return entries.sort().map((file) => ({ path: relative(dir, file).split(sep).join('/'), url: urlFor('GET', file) }));
+      // As S3 lists: in key order, after `after`, a page at a time.
+      const all = entries
+        .map((file) => ({ path: relative(dir, file).split(sep).join('/'), file }))
+        .sort((a, b) => (a.path < b.path ? -1 : 1));
+      const rest = all.filter((f) => after === undefined || f.path > after);
+      const page = rest.slice(0, limit);
+      return {
+        files: page.map((f) => ({ path: f.path, url: urlFor('GET', f.file) })),
+        ...(rest.length > limit ? { next: page.at(-1)!.path } : {}),
+      };
     },
   };
   const handler = createAgentApiHandler({
@@ -157,6 +176,7 @@ export async function startAgentApi(o: {
         op: url.pathname.replace(/^\/v1\//, ''),
         caller,
         status: out.statusCode,
+        bytes: Buffer.byteLength(out.body),
         ...(out.statusCode >= 400 ? { error: (JSON.parse(out.body) as { error: string }).error } : {}),
       });
       res.writeHead(out.statusCode, { 'content-type': 'application/json' }).end(out.body);
