@@ -203,7 +203,7 @@ export class NodeAgent {
       (m) => ports.log.info(m),
     );
     this.uploads = new UploadWorker(ports.blobs, ports.clock, config.uploadConcurrency ?? 2);
-    this.shipper = ports.jobLogs ? new LogShipper(ports.jobLogs, ports.clock) : undefined;
+    this.shipper = ports.jobLogs ? new LogShipper(ports.jobLogs, ports.clock, (m, extra) => ports.log.warn(m, extra)) : undefined;
   }
 
   private get timing(): CheckpointTiming {

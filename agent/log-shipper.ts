@@ -1,10 +1,17 @@
 import { open } from 'node:fs/promises';
+import { isCloudError, messageOf } from '../core/errors.ts';
 import type { Clock, JobLogBatch, JobLogSink, LogLine } from '../core/ports.ts';
 
-/** A line longer than this is cut (CloudWatch Logs takes events up to 256 KiB; a log is for reading). */
+/** A line longer than this is cut, saying so (CloudWatch Logs takes events up to 256 KiB; a log is for reading). */
 export const MAX_LINE_BYTES = 16 * 1024;
 /** At most this many lines go in one batch. */
 export const MAX_BATCH_LINES = 1000;
+/**
+ * At most this many bytes of lines go in one batch, counted as they travel (JSON, where a control
+ * character takes six): a batch stays far under the agent API's 6 MB request limit and within one
+ * CloudWatch Logs PutLogEvents call (1 MiB), whatever the job prints. One line always fits.
+ */
+export const MAX_BATCH_BYTES = 512 * 1024;
 
 interface Tracked {
   readonly file: string;
@@ -33,6 +40,8 @@ export class LogShipper {
   constructor(
     private readonly sink: JobLogSink,
     private readonly clock: Clock,
+    /** Told of a batch the sink refused for good (it is dropped, not sent again). */
+    private readonly warn: (message: string, extra: Record<string, unknown>) => void = () => undefined,
   ) {}
 
   track(key: string, file: string, meta: Omit<JobLogBatch, 'lines'>): void {
@@ -102,14 +111,38 @@ export class LogShipper {
   }
 
   private push(t: Tracked, bytes: Buffer): void {
-    const text = bytes.subarray(0, MAX_LINE_BYTES).toString('utf8').replace(/\r$/, '');
+    let text: string;
+    if (bytes.length <= MAX_LINE_BYTES) text = bytes.toString('utf8').replace(/\r$/, '');
+    else {
+      const note = ` … [cut: the line was ${bytes.length} bytes]`;
+      text = bytes.subarray(0, MAX_LINE_BYTES - Buffer.byteLength(note)).toString('utf8') + note;
+    }
     t.pending.push({ atMs: this.clock.nowMs(), seq: t.seq++, line: text });
   }
 
   private async send(t: Tracked): Promise<void> {
     while (t.pending.length > 0) {
-      const lines = t.pending.slice(0, MAX_BATCH_LINES);
-      await this.sink.append({ ...t.meta, lines });
+      let bytes = 0;
+      let n = 0;
+      while (n < t.pending.length && n < MAX_BATCH_LINES) {
+        const size = Buffer.byteLength(JSON.stringify(t.pending[n])) + 1;
+        if (n > 0 && bytes + size > MAX_BATCH_BYTES) break;
+        bytes += size;
+        n++;
+      }
+      const lines = t.pending.slice(0, n);
+      try {
+        await this.sink.append({ ...t.meta, lines });
+      } catch (error) {
+        // Refused for good (malformed, or no longer this machine's to write): sending it again would never end.
+        if (!isCloudError(error) || error.retryable) throw error;
+        this.warn('job output refused by the log store; those lines are dropped', {
+          job: t.meta.jobId,
+          attempt: t.meta.attempt,
+          lines: lines.length,
+          error: messageOf(error),
+        });
+      }
       t.pending.splice(0, lines.length);
     }
   }
