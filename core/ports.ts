@@ -110,6 +110,12 @@ export interface NodeGroupProvider {
    * already completed action resolves.
    */
   completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void>;
+  /**
+   * Keeps a terminating instance in its lifecycle hook for another heartbeat timeout (AWS
+   * RecordLifecycleActionHeartbeat), up to the hook's global timeout. Idempotent: an action no
+   * longer waiting resolves. Absent for clouds without terminate hooks.
+   */
+  recordLifecycleHeartbeat?(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void>;
 }
 
 /** The machine types a cloud offers, and their GPU facts. */

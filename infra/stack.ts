@@ -778,6 +778,8 @@ export class GpuFleetStack extends Stack {
       'autoscaling:TerminateInstanceInAutoScalingGroup',
       'autoscaling:SetInstanceProtection',
       'autoscaling:CompleteLifecycleAction',
+      // Keeps a draining machine in its hook while a checkpoint is still being written or uploaded.
+      'autoscaling:RecordLifecycleActionHeartbeat',
     ]);
     allow(
       role,

@@ -1,6 +1,7 @@
 import {
   type AutoScalingClient,
   CompleteLifecycleActionCommand,
+  RecordLifecycleActionHeartbeatCommand,
   DescribeAutoScalingGroupsCommand,
   DescribeAutoScalingInstancesCommand,
   DescribeScalingActivitiesCommand,
@@ -345,6 +346,27 @@ export class AsgNodeGroups implements NodeGroupProvider {
     } catch (error) {
       const e = translateAwsError(error, { operation: 'complete lifecycle action', resource: `${input.groupId}/${input.instanceId}` });
       // "No active Lifecycle Action found": completed already, or timed out. Either way, done.
+      if (e.code === 'invalid-request' && /no active lifecycle action|not found/i.test(e.message)) return;
+      throw e;
+    }
+  }
+
+  async recordLifecycleHeartbeat(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
+    try {
+      await this.asg.send(
+        new RecordLifecycleActionHeartbeatCommand({
+          AutoScalingGroupName: input.groupId,
+          LifecycleHookName: input.hookName,
+          InstanceId: input.instanceId,
+          ...(input.token ? { LifecycleActionToken: input.token } : {}),
+        }),
+      );
+    } catch (error) {
+      const e = translateAwsError(error, {
+        operation: 'record lifecycle action heartbeat',
+        resource: `${input.groupId}/${input.instanceId}`,
+      });
+      // The action ended (completed, or its global timeout passed): nothing left to extend.
       if (e.code === 'invalid-request' && /no active lifecycle action|not found/i.test(e.message)) return;
       throw e;
     }

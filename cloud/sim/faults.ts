@@ -1,6 +1,7 @@
 import { CloudError, GpuFleetError } from '../../core/errors.ts';
 import type { Cloud, Offering } from '../../core/catalog.ts';
 import type { Clock, JobStore, LeaseStore, NodeGroupProvider, PlanJournal } from '../../core/ports.ts';
+import type { Policy } from '../../core/snapshot.ts';
 import type { NoticeSource } from '../../core/services/interruption.ts';
 import type { SeededRandom } from './clock.ts';
 import type { CapacityModel } from './sim-cloud.ts';
@@ -39,6 +40,8 @@ export interface FaultProfile {
   readonly storeConflictRate?: number;
   /** The machines' real upload (and download) speed for checkpoints, MiB/s (the world's; the agents still assume the policy's). */
   readonly uploadMiBPerSec?: number;
+  /** The control plane's policy as its operator set it for this world (the upload speed it assumes, say). */
+  readonly policy?: Partial<Policy>;
   /** Share of upload tries that fail; and share of uploads that fail on every try. */
   readonly uploadFailRate?: number;
   readonly stubbornUploadRate?: number;
@@ -111,8 +114,10 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
   'asg-terminations': {
     name: 'asg-terminations',
     description:
-      'the groups take machines away through their 300 s drain hook: Capacity Rebalancing (3% of spot machines an hour), health-check replacements (1% an hour), an instance refresh of the busiest group at hour 20, and scale-ins by someone else',
+      'the groups take machines away through their 300 s drain hook: Capacity Rebalancing (3% of spot machines an hour), health-check replacements (1% an hour), an instance refresh of the busiest group at hour 20, and scale-ins by someone else; checkpoints upload at 50 MiB/s (the policy knows it), so a large one takes far longer than the hook',
     asgTerminations: ASG_TERMINATIONS,
+    uploadMiBPerSec: 50,
+    policy: { uploadMiBPerSec: 50 },
   },
   'gang-rank-failure': {
     name: 'gang-rank-failure',
@@ -215,6 +220,14 @@ export function faultyProvider(provider: NodeGroupProvider, fail: CallFault): No
     describeInstance: async (i) => (fail('describe instance'), provider.describeInstance(i)),
     launchFailures: async (s) => (fail('launch failures'), provider.launchFailures(s)),
     completeLifecycleAction: async (input) => (fail('complete lifecycle action'), provider.completeLifecycleAction(input)),
+    ...(provider.recordLifecycleHeartbeat
+      ? {
+          recordLifecycleHeartbeat: async (input: Parameters<NonNullable<NodeGroupProvider['recordLifecycleHeartbeat']>>[0]) => (
+            fail('record lifecycle action heartbeat'),
+            provider.recordLifecycleHeartbeat!(input)
+          ),
+        }
+      : {}),
   };
 }
 

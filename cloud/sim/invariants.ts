@@ -7,7 +7,7 @@ import { committedCostMicroUsd } from '../../core/cost-model.ts';
 import { costForDuration, formatUsd } from '../../core/money.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import type { SpendLedger, TeamTagSet } from '../../core/ports.ts';
-import type { LiveProcess, LostWork } from './sim-agent.ts';
+import type { LiveProcess, LostWork, StaleResume } from './sim-agent.ts';
 
 /** A broken promise of the control loop, found by the simulation's minute-by-minute check. */
 export class InvariantViolation extends GpuFleetError {
@@ -36,6 +36,8 @@ export interface InvariantInput {
   /** The exit code each job's own program ends with. */
   readonly exitCodeOf: (job: Job) => number;
   readonly lost: readonly LostWork[];
+  /** Attempts that resumed from an older checkpoint than the newest complete one (each is a violation). */
+  readonly staleResumes?: readonly StaleResume[];
   /** Slack on the lost-work bound: the agent's tick, the notice margin and restore time. */
   readonly lostSlackSec: number;
   readonly teamTags: readonly TeamTagSet[];
@@ -91,7 +93,10 @@ export function fromMachines(processes: readonly LiveProcess[]): {
   return { running, twice };
 }
 
-export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: number }): Promise<InvariantViolation[]> {
+export async function checkInvariants(
+  x: InvariantInput,
+  lostChecked: { upTo: number; resumesUpTo?: number },
+): Promise<InvariantViolation[]> {
   const out: InvariantViolation[] = [];
   const v = (name: string, message: string) => out.push(new InvariantViolation(name, message, x.atMs));
   // One pass over the jobs (this runs every simulated minute): states, platform failures, and how many submitted ids are present.
@@ -184,5 +189,13 @@ export async function checkInvariants(x: InvariantInput, lostChecked: { upTo: nu
     }
   }
   lostChecked.upTo = x.lost.length;
+  for (let i = lostChecked.resumesUpTo ?? 0; i < (x.staleResumes ?? []).length; i++) {
+    const r = x.staleResumes![i]!;
+    v(
+      'resumed from the newest checkpoint',
+      `job ${r.jobId} attempt ${r.attempt} resumed at ${Math.round(r.resumedSec)} s of work, though a complete checkpoint at ${Math.round(r.newestSec)} s was in the index`,
+    );
+  }
+  lostChecked.resumesUpTo = x.staleResumes?.length ?? 0;
   return out;
 }

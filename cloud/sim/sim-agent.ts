@@ -110,6 +110,15 @@ export interface LostWork {
   readonly checkpointFailed: boolean;
 }
 
+/** An attempt that resumed from a checkpoint older than the newest one the index had taken as complete. */
+export interface StaleResume {
+  readonly jobId: string;
+  readonly attempt: number;
+  /** Progress of what it resumed from (0: from scratch), and of the newest complete checkpoint then. */
+  readonly resumedSec: number;
+  readonly newestSec: number;
+}
+
 const MIG_MODELS = new Set<GpuModel>(Object.keys(MIG_GPUS) as GpuModel[]);
 
 /** A live process, as its machine sees it. */
@@ -197,6 +206,8 @@ interface SimMachine {
   readonly processes: Map<string, SimProcess>;
   /** The GPUs last registered (the layout changes as MIG jobs come and go). */
   registered?: string;
+  /** Last seen held by its group's terminate hook. */
+  inHook?: boolean;
 }
 
 export interface AgentStats {
@@ -210,6 +221,8 @@ export interface AgentStats {
   uploadsGivenUp: number;
   /** Saves the checkpoint index refused (progress behind the newest complete checkpoint). */
   checkpointsRefused: number;
+  /** Checkpoints asked for whose upload was still going when the machine's terminate hook let it go (it timed out, or was completed too soon). */
+  savesCutByHook: number;
   startFailures: number;
   /** Service replicas whose load hung (fault injection): they ran, and never answered their readiness path. */
   replicasHung: number;
@@ -235,6 +248,7 @@ export class SimAgents {
     uploadFailures: 0,
     uploadsGivenUp: 0,
     checkpointsRefused: 0,
+    savesCutByHook: 0,
     startFailures: 0,
     replicasHung: 0,
     writeRetries: 0,
@@ -246,6 +260,10 @@ export class SimAgents {
   private readonly views = new Map<string, AgentView>();
   /** Attempts ended without finishing, with the work they lost. */
   readonly lost: LostWork[] = [];
+  /** Attempts that resumed from an older checkpoint than the newest complete one (the invariant says none). */
+  readonly staleResumes: StaleResume[] = [];
+  /** The newest checkpoint of each job whose save completed, as the simulation saw it: the ground truth resumes are checked against. */
+  private readonly newestComplete = new Map<string, CheckpointRef>();
   private readonly failedCheckpointJobs = new Set<string>();
   private readonly timing: CheckpointTiming;
 
@@ -316,7 +334,11 @@ export class SimAgents {
       if (live.has(id)) continue;
       const gone = instances.find((i) => i.id === id);
       if (gone && stillRuns(gone.state) && !this.options.agentDead?.(gone, now)) continue;
-      for (const p of m.processes.values()) await this.noteLost(p, now);
+      for (const p of m.processes.values()) {
+        // A checkpoint asked for whose upload was still going when its terminate hook let the machine go.
+        if (m.inHook && p.checkpointing && p.upload) this.stats.savesCutByHook++;
+        await this.noteLost(p, now);
+      }
       this.machines.delete(id);
     }
     for (const inst of live.values()) {
@@ -325,6 +347,7 @@ export class SimAgents {
         m = { instance: inst, address: simulatedAddress(inst.id), processes: new Map() };
         this.machines.set(inst.id, m);
       }
+      m.inHook = inst.state === 'terminating-wait';
       this.world(m, now);
       this.look(m, now);
       await this.beat(m, now).catch((error: unknown) => {
@@ -655,6 +678,9 @@ export class SimAgents {
       return;
     }
     const latest = resumePoint(job, await this.as(m).checkpoints.latest(job.id));
+    const newest = this.newestComplete.get(job.id);
+    if (rank === 0 && newest && (latest?.progressSec ?? 0) < newest.progressSec)
+      this.staleResumes.push({ jobId: job.id, attempt: job.attempt, resumedSec: latest?.progressSec ?? 0, newestSec: newest.progressSec });
     const sizeMiB = checkpointSizeMiB(job, gpus, rank);
     // Downloading this rank's part of the checkpoint, then restoring it, before any progress.
     const restoreMs = latest ? Math.round((sizeMiB / this.bandwidth) * 1000) + (this.options.restoreSec ?? 0) * 1000 : 0;
@@ -756,6 +782,8 @@ export class SimAgents {
         return;
       }
       if (complete) {
+        const before = this.newestComplete.get(p.jobId);
+        if (!before || saved.progressSec >= before.progressSec) this.newestComplete.set(p.jobId, saved);
         await applyJobEvent(this.as(m).jobs, p.jobId, { type: 'checkpoint-done', checkpoint: saved }, now);
         this.stats.checkpoints++;
       }

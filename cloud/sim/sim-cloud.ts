@@ -7,6 +7,8 @@ import { reservationTerminationMs, type Reservation, type ReservationKind } from
 import { regionOfZone } from '../catalog/shipped.ts';
 import type { SeededRandom } from './clock.ts';
 
+/** The longest a lifecycle hook may hold a machine however many heartbeats it gets: 48 hours (Auto Scaling's limit). */
+export const HOOK_GLOBAL_TIMEOUT_MAX_SEC = 172_800;
 /** The project the simulated GCP groups live in. */
 export const SIM_GCP_PROJECT = 'gpu-fleet-sim';
 
@@ -62,6 +64,8 @@ export interface SimInstance {
   endReason?: string;
   /** Held by the terminate hook until this time (then the group goes on, the hook's default result), and why it is going. */
   hookDeadlineMs?: number;
+  /** When it entered the terminate hook: heartbeats extend the hook up to its global timeout from then. */
+  hookStartMs?: number;
   leavingWhy?: string;
   /** Capacity Rebalancing: its replacement is launched, and it goes (through the hook) at this time. */
   replaceAtMs?: number;
@@ -242,6 +246,22 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     this.end(inst, inst.leavingWhy ?? 'terminated');
   }
 
+  /**
+   * A heartbeat for a machine its terminate hook holds: the hook waits another heartbeat timeout
+   * from now, but never past its global timeout, 100 times the heartbeat timeout or 48 hours,
+   * whichever is smaller, from when the machine entered the hook (Auto Scaling's
+   * RecordLifecycleActionHeartbeat). An action no longer waiting: nothing to do.
+   */
+  async recordLifecycleHeartbeat(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
+    this.calls.push({ method: 'recordLifecycleHeartbeat', args: [input] });
+    const inst = this.instances.get(input.instanceId);
+    const hook = inst ? this.groups.get(inst.groupId)?.config.terminateHook : undefined;
+    if (!inst || !hook || inst.state !== 'terminating-wait' || hook.name !== input.hookName) return;
+    const now = this.options.clock.nowMs();
+    const globalEndMs = (inst.hookStartMs ?? now) + Math.min(100 * hook.timeoutSec, HOOK_GLOBAL_TIMEOUT_MAX_SEC) * 1000;
+    inst.hookDeadlineMs = Math.min(now + hook.timeoutSec * 1000, globalEndMs);
+  }
+
   /** Listener told when a machine enters its terminate hook (the simulation delivers the lifecycle event). */
   onHookStarted: ((inst: SimInstance, hook: { name: string; timeoutSec: number; token: string }) => void) | undefined;
 
@@ -330,7 +350,8 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     const hook = g.config.terminateHook;
     if (!hook) return this.end(inst, why);
     inst.state = 'terminating-wait';
-    inst.hookDeadlineMs = this.options.clock.nowMs() + hook.timeoutSec * 1000;
+    inst.hookStartMs = this.options.clock.nowMs();
+    inst.hookDeadlineMs = inst.hookStartMs + hook.timeoutSec * 1000;
     inst.leavingWhy = why;
     this.onHookStarted?.(inst, { ...hook, token: `token-${inst.id}-${++this.counter}` });
   }
@@ -573,6 +594,10 @@ export class SimProvider implements NodeGroupProvider {
   async completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
     if (this.world.cloudOf(input.groupId) !== this.cloud) return;
     return this.world.completeLifecycleAction(input);
+  }
+  async recordLifecycleHeartbeat(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
+    if (this.world.cloudOf(input.groupId) !== this.cloud) return;
+    return this.world.recordLifecycleHeartbeat(input);
   }
 }
 

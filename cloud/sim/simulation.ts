@@ -197,6 +197,10 @@ export interface SimulationSummary {
     readonly uploadsGivenUp: number;
     /** Saves the checkpoint index refused: progress behind the newest complete checkpoint. */
     readonly checkpointsRefused: number;
+    /** Checkpoints asked for whose upload was still going when the machine's terminate hook let it go. */
+    readonly savesCutByHook: number;
+    /** Attempts that resumed from an older checkpoint than the newest complete one (the invariant says none). */
+    readonly staleResumes: number;
     readonly rankStartFailures: number;
     /** Service replicas whose load hung (`hung-replicas`). */
     readonly replicasHung: number;
@@ -312,7 +316,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const policyName = options.policy ?? 'gpu-fleet';
   const faults = options.faults ?? FAULT_PROFILES.none!;
   const setup = policySetup(policyName, options.groups, withGangs(options.workload, faults, options.seed));
-  const control: Policy = { ...DEFAULT_POLICY, ...options.controlPolicy };
+  const control: Policy = { ...DEFAULT_POLICY, ...faults.policy, ...options.controlPolicy };
   const startMs = options.startMs ?? DEFAULT_SIM_START_MS;
   const tickMs = (options.tickSec ?? 15) * 1000;
   const horizonMs = Math.round(options.hours * 3_600_000);
@@ -684,6 +688,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         instances,
         exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
         lost: agents.lost,
+        staleResumes: agents.staleResumes,
         lostSlackSec: tickMs / 1000 + control.noticeMarginSec + control.restoreSec,
         teamTags: options.teamTags,
         ledger: env.ledger,
@@ -948,6 +953,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       uploadFailures: agents.stats.uploadFailures,
       uploadsGivenUp: agents.stats.uploadsGivenUp,
       checkpointsRefused: agents.stats.checkpointsRefused,
+      savesCutByHook: agents.stats.savesCutByHook,
+      staleResumes: agents.staleResumes.length,
       rankStartFailures: agents.stats.startFailures,
       replicasHung: agents.stats.replicasHung,
       agentCallsRefused: agents.stats.refusedCalls,

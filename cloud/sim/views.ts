@@ -57,4 +57,7 @@ export class ReservationsHidden implements NodeGroupProvider {
   completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
     return this.inner.completeLifecycleAction(input);
   }
+  async recordLifecycleHeartbeat(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
+    await this.inner.recordLifecycleHeartbeat?.(input);
+  }
 }

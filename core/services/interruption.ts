@@ -5,6 +5,7 @@ import type { CheckpointStore, Clock, JobStore, NodeGroupProvider, NodeStore, Po
 import { reason } from '../reason.ts';
 import type { Policy } from '../snapshot.ts';
 import { applyJobEvent } from './job-updates.ts';
+import { checkpointSizeMiB, checkpointTimeoutSec } from './node-rules.ts';
 import { requeueAttempt } from './requeue.ts';
 import { CloudError, messageOf } from '../errors.ts';
 
@@ -180,7 +181,10 @@ export async function handleNotice(ports: InterruptionPorts, notice: NodeNotice,
         notice.kind === 'interruption-warning'
           ? (notice.cause ?? 'spot interruption warning')
           : `terminate lifecycle hook ${notice.hookName}`;
-      const mark = await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId)!);
+      // A hook holds the machine as long as its jobs' checkpoints asked for now may take (reconcile's heartbeats keep it).
+      const holdUntilMs =
+        notice.kind === 'lifecycle-terminate' ? lifecycleHoldUntilMs(notice, onNode, notice.instanceId, record?.gpus, policy) : undefined;
+      const mark = await ports.nodes.markDraining(notice.instanceId, drainingFor(notice, policy, groupId, holdUntilMs)!);
       const deadlineMs = mark.draining?.deadlineMs ?? notice.deadlineMs;
       if (notice.kind === 'interruption-warning' && offerId && instance?.capacityType === 'spot')
         await ports.pools.noteInterrupted(notice.instanceId, offerId, notice.atMs);
@@ -259,12 +263,15 @@ export function drainingFor(
   notice: NodeNotice,
   policy: Pick<Policy, 'noticeMarginSec'>,
   groupId?: string,
+  /** For a terminate hook: how long heartbeats will hold the machine (lifecycleHoldUntilMs); the hook's own timeout otherwise. */
+  holdUntilMs?: number,
 ): (Draining & { groupId?: string }) | undefined {
   const group = groupId ? { groupId } : {};
   switch (notice.kind) {
     case 'interruption-warning':
     case 'lifecycle-terminate': {
-      const deadlineMs = Math.max(notice.atMs, notice.deadlineMs - policy.noticeMarginSec * 1000);
+      const endMs = notice.kind === 'lifecycle-terminate' && holdUntilMs !== undefined ? holdUntilMs : notice.deadlineMs;
+      const deadlineMs = Math.max(notice.atMs, endMs - policy.noticeMarginSec * 1000);
       if (notice.kind === 'interruption-warning')
         return { sinceMs: notice.atMs, reason: notice.cause ?? 'spot interruption warning', deadlineMs, ...group };
       const lifecycle = {
@@ -379,9 +386,41 @@ async function completeLifecycle(
   return true;
 }
 
+/** The longest a lifecycle hook holds a machine, however many heartbeats it gets: 48 hours (Auto Scaling's limit). */
+export const HOOK_GLOBAL_TIMEOUT_MAX_MS = 172_800_000;
+
+/**
+ * Until when a terminate hook should hold the machine `instanceId`: until the checkpoints asked
+ * of its jobs now are written and uploaded (each job's grace, upload allowance and margin, for
+ * its own part's size), never less than the hook's own timeout, and never past its global
+ * timeout (100 heartbeat timeouts, at most 48 hours), which no heartbeat can pass.
+ */
+export function lifecycleHoldUntilMs(
+  notice: Extract<NodeNotice, { kind: 'lifecycle-terminate' }>,
+  jobs: readonly Job[],
+  instanceId: string,
+  gpus: NodeRecord['gpus'] | undefined,
+  policy: Pick<Policy, 'uploadMiBPerSec' | 'uploadMarginSec'>,
+): number {
+  const heartbeatMs = Math.max(0, notice.deadlineMs - notice.atMs);
+  const globalMs = Math.min(100 * heartbeatMs, HOOK_GLOBAL_TIMEOUT_MAX_MS);
+  const timing = { uploadMiBPerSec: policy.uploadMiBPerSec, uploadMarginSec: policy.uploadMarginSec };
+  const needMs = Math.max(
+    0,
+    ...jobs
+      .filter((j) => j.spec.checkpoint !== undefined)
+      .map((j) => {
+        const rank = Math.max(0, j.placement?.nodes.findIndex((n) => n.nodeId === instanceId) ?? 0);
+        return checkpointTimeoutSec(j, checkpointSizeMiB(j, gpus, rank), timing) * 1000;
+      }),
+  );
+  return notice.atMs + Math.min(globalMs, Math.max(heartbeatMs, needMs));
+}
+
 /**
  * Lets go of machines held by a terminate lifecycle hook once their work has left them, or
- * their time is up. Called by every reconcile; idempotent (completing twice is harmless).
+ * their time is up; a machine whose jobs are still checkpointing (writing, uploading) within
+ * their time gets a heartbeat instead, so the hook holds it until they are done. Called by every reconcile; idempotent (completing twice is harmless).
  */
 export async function completeDrainedLifecycles(
   ports: Pick<InterruptionPorts, 'providers'>,
@@ -393,7 +432,24 @@ export async function completeDrainedLifecycles(
   const busy = new Set(activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));
   for (const r of records) {
     const lc = r.draining?.lifecycle;
-    if (!lc || (busy.has(r.instanceId) && nowMs < r.draining!.deadlineMs)) continue;
+    if (!lc) continue;
+    if (busy.has(r.instanceId) && nowMs < r.draining!.deadlineMs) {
+      // Each reconcile (every minute, well within the hook's heartbeat timeout) extends the hook while work remains.
+      // Only a cloud with terminate hooks (AWS) has heartbeats; each provider leaves groups not its own alone.
+      for (const provider of ports.providers)
+        try {
+          await provider.recordLifecycleHeartbeat?.({
+            groupId: lc.groupId,
+            instanceId: r.instanceId,
+            hookName: lc.hookName,
+            ...(lc.token ? { token: lc.token } : {}),
+          });
+        } catch (error) {
+          // The next reconcile tries again; the hook's own timeout leaves minutes for it.
+          if (!(error instanceof CloudError)) throw error;
+        }
+      continue;
+    }
     try {
       if (
         await completeLifecycle(ports.providers, undefined, {

@@ -181,6 +181,127 @@ describe('interruption service', () => {
   });
 });
 
+describe('a terminate hook holds a machine while its checkpoints are written and uploaded', () => {
+  it('heartbeats the hook past its 300 s timeout while a 640 GiB checkpoint uploads, then completes it once the machine is empty', async () => {
+    const e = createSimEnvironment({
+      startMs: T0,
+      seed: 1,
+      teams: ['nlp'],
+      teamTags: defaultTeamTags(['nlp']),
+      bootSec: 60,
+      groups: [
+        {
+          id: 'a100-spot',
+          instanceTypes: ['p4de.24xlarge'],
+          zones: ['us-east-1a'],
+          capacityType: 'spot',
+          minSize: 0,
+          maxSize: 2,
+          terminateHook: { name: 'gpu-fleet-drain', timeoutSec: 300 },
+        },
+      ],
+    });
+    await e.cloud.setDesiredCapacity('a100-spot', 1);
+    e.clock.advanceBy(120_000);
+    e.cloud.tick();
+    const [inst] = await e.cloud.listInstances();
+    const gpus = [0, 1, 2, 3, 4, 5, 6, 7].map((index) => ({ index, model: 'A100-80GB' as const, memoryMiB: 81_920 }));
+    await e.nodes.register({ instanceId: inst!.id, groupId: 'a100-spot', registeredAtMs: T0, lastHeartbeatAtMs: T0, healthy: true, gpus });
+    const body = JSON.stringify({
+      image: 'pytorch/pytorch:2.3.0',
+      command: ['python', 'train.py'],
+      gpu: { kind: 'whole', count: 8, models: ['A100-80GB'] },
+      checkpoint: { intervalSec: 1800, gracePeriodSec: 120 },
+    });
+    await intake(e, { team: 'nlp', body, token: 'big' });
+    await applyJobEvent(
+      e.jobs,
+      'nlp.big',
+      {
+        type: 'place',
+        attempt: 1,
+        placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0, 1, 2, 3, 4, 5, 6, 7] }], capacityType: 'spot' },
+      },
+      e.clock.nowMs(),
+    );
+    await applyJobEvent(e.jobs, 'nlp.big', { type: 'start', attempt: 1 }, e.clock.nowMs());
+    // The group replaces the machine (a health check): it waits in the hook, 300 s unless told more.
+    e.cloud.replace(inst!.id, 'health-check replacement');
+    const startedMs = e.clock.nowMs();
+    await handleNotice(
+      e.ports,
+      {
+        kind: 'lifecycle-terminate',
+        eventId: 'hook-1',
+        instanceId: inst!.id,
+        atMs: startedMs,
+        groupName: 'a100-spot',
+        hookName: 'gpu-fleet-drain',
+        deadlineMs: startedMs + 300_000,
+      },
+      DEFAULT_POLICY,
+    );
+    // Held as long as the checkpoint may take: 120 s grace, 640 GiB at 500 MiB/s plus margins, less the notice margin.
+    const mark = (await e.nodes.get(inst!.id))!.draining!;
+    expect(mark.deadlineMs - startedMs).toBeGreaterThan(1_400_000);
+    expect(mark.deadlineMs - startedMs).toBeLessThan(100 * 300_000);
+    // Reconcile each minute while the job is still checkpointing: a heartbeat each time, and the machine stays.
+    for (let minute = 1; minute <= 20; minute++) {
+      e.clock.advanceBy(60_000);
+      e.cloud.tick();
+      const active = [(await e.jobs.get('nlp.big'))!];
+      await completeDrainedLifecycles(e.ports, await e.nodes.list(), active, e.clock.nowMs());
+    }
+    expect(e.cloud.calls.filter((c) => c.method === 'recordLifecycleHeartbeat')).toHaveLength(20);
+    expect((await e.cloud.listInstances()).find((i) => i.id === inst!.id)?.state).toBe('terminating-wait');
+    // The checkpoint is saved and the job moves: the next reconcile completes the action and the machine goes.
+    await requeueAttempt(e.ports, { jobId: 'nlp.big', attempt: 1, reason: reason('interrupted', 'test'), nowMs: e.clock.nowMs() });
+    expect(await completeDrainedLifecycles(e.ports, await e.nodes.list(), [], e.clock.nowMs())).toBe(1);
+    e.cloud.tick();
+    expect((await e.cloud.listInstances()).find((i) => i.id === inst!.id)?.state ?? 'gone').not.toBe('terminating-wait');
+  });
+
+  it('the simulated group honours heartbeats as Auto Scaling does: another timeout from now, never past 100 timeouts', async () => {
+    const e = createSimEnvironment({
+      startMs: T0,
+      seed: 1,
+      teams: ['nlp'],
+      teamTags: defaultTeamTags(['nlp']),
+      bootSec: 60,
+      groups: [
+        {
+          id: 'v100-spot',
+          instanceTypes: ['p3.8xlarge'],
+          zones: ['us-west-2a'],
+          capacityType: 'spot',
+          minSize: 0,
+          maxSize: 2,
+          terminateHook: { name: 'gpu-fleet-drain', timeoutSec: 60 },
+        },
+      ],
+    });
+    await e.cloud.setDesiredCapacity('v100-spot', 1);
+    e.clock.advanceBy(120_000);
+    e.cloud.tick();
+    const [inst] = await e.cloud.listInstances();
+    e.cloud.replace(inst!.id, 'instance refresh');
+    const state = async () => (await e.cloud.listInstances()).find((i) => i.id === inst!.id)?.state ?? 'gone';
+    const beat = { groupId: 'v100-spot', instanceId: inst!.id, hookName: 'gpu-fleet-drain' };
+    // A heartbeat every 50 s keeps it for 100 × 60 s from when it entered the hook, and no longer.
+    for (let t = 50; t < 6000; t += 50) {
+      e.clock.advanceBy(50_000);
+      e.cloud.tick();
+      expect(await state(), `at ${t} s`).toBe('terminating-wait');
+      await e.cloud.recordLifecycleHeartbeat(beat);
+    }
+    e.clock.advanceBy(50_000);
+    e.cloud.tick();
+    expect(await state()).not.toBe('terminating-wait');
+    // For a machine no hook holds any more, a heartbeat changes nothing.
+    await expect(e.cloud.recordLifecycleHeartbeat(beat)).resolves.toBeUndefined();
+  });
+});
+
 /** A group of two p3.8xlarge launched into the Capacity Block cr-0b10c0000000000a1. */
 const BLOCK_GROUP: SimGroupConfig = {
   id: 'v100-block',

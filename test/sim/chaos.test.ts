@@ -224,12 +224,14 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
         'lost',
         'p95WaitOverheadPct',
         'profile',
+        'savesCutByHook',
         'spendErrorPct',
+        'staleResumes',
         'teamSpendErrorPct',
         'violations',
       ]),
     );
-    expect(rows[0]).toMatchObject({ profile: 'none', costOverheadPct: 0, p95WaitOverheadPct: 0, lost: 0, violations: 0 });
+    expect(rows[0]).toMatchObject({ profile: 'none', costOverheadPct: 0, p95WaitOverheadPct: 0, lost: 0, violations: 0, staleResumes: 0 });
     // The ledger against the exact integral of the simulated machines' prices over their lives, per team: within 0.1%.
     for (const r of rows) {
       expect(Math.abs(r.spendErrorPct)).toBeLessThanOrEqual(0.1);
