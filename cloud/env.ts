@@ -21,6 +21,11 @@ export interface FleetConfig {
   readonly region: string;
   readonly tables: TableNames;
   readonly checkpointBucket: string;
+  /**
+   * Days a checkpoint no attempt will resume from is kept (the sweep's retention; the newest of a
+   * live job is kept always). Undefined: no sweep, nothing is deleted (the stack always sets it).
+   */
+  readonly checkpointRetentionDays?: number;
   readonly teamQueuePrefix: string;
   readonly deadLetterQueueUrl?: string;
   readonly reconcileFunction?: string;
@@ -52,6 +57,7 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_RECONCILE_INTERVAL_SEC: 'seconds between reconciles',
   GPU_FLEET_IDLE_COOLDOWN_SEC: 'seconds a node stays empty before it is removed',
   GPU_FLEET_NOTICE_MARGIN_SEC: 'seconds kept back from a notice so checkpoints finish',
+  GPU_FLEET_CHECKPOINT_RETENTION_DAYS: 'days a checkpoint no attempt will resume from is kept (the newest of a live job is kept always)',
   GPU_FLEET_SPOT_PATIENCE_SEC: 'how long interruptible work waits for spot',
   GPU_FLEET_GCP_PROJECTS: 'GCP projects and zones, JSON',
   GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
@@ -112,6 +118,13 @@ const EnvSchema = z.object({
   GPU_FLEET_RECONCILE_INTERVAL_SEC: seconds(10, 3600),
   GPU_FLEET_IDLE_COOLDOWN_SEC: seconds(0, 86_400),
   GPU_FLEET_NOTICE_MARGIN_SEC: seconds(0, 110),
+  GPU_FLEET_CHECKPOINT_RETENTION_DAYS: z.optional(
+    z.string().check(
+      z.refine((v) => /^\d+$/.test(v.trim()) && Number(v) >= 1 && Number(v) <= 3650, {
+        error: 'must be a whole number of days from 1 to 3650',
+      }),
+    ),
+  ),
   GPU_FLEET_SPOT_PATIENCE_SEC: seconds(0, 86_400),
   GPU_FLEET_GCP_PROJECTS: z.optional(z.string()),
   GPU_FLEET_SERVICE_TARGET_GROUPS: z.optional(z.string()),
@@ -167,6 +180,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
       idempotency: e.GPU_FLEET_IDEMPOTENCY_TABLE ?? DEFAULT_NAMES.idempotency,
     },
     checkpointBucket: e.GPU_FLEET_CHECKPOINT_BUCKET ?? DEFAULT_NAMES.checkpointBucket,
+    ...(e.GPU_FLEET_CHECKPOINT_RETENTION_DAYS ? { checkpointRetentionDays: Number(e.GPU_FLEET_CHECKPOINT_RETENTION_DAYS) } : {}),
     teamQueuePrefix: e.GPU_FLEET_TEAM_QUEUE_PREFIX ?? DEFAULT_NAMES.teamQueuePrefix,
     ...(e.GPU_FLEET_DLQ_URL ? { deadLetterQueueUrl: e.GPU_FLEET_DLQ_URL } : {}),
     ...(e.GPU_FLEET_RECONCILE_FUNCTION ? { reconcileFunction: e.GPU_FLEET_RECONCILE_FUNCTION } : {}),

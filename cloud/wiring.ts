@@ -28,9 +28,11 @@ import { AsgNodeGroups } from './aws/asg-node-groups.ts';
 import { Ec2Reservations } from './aws/ec2-reservations.ts';
 import { CloudWatchJobLogs } from './aws/cloudwatch-logs.ts';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
+import { S3Client } from '@aws-sdk/client-s3';
 import { awsShippedCatalog, onDemandPrice } from './catalog/shipped.ts';
 import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink, CloudWatchServiceMetricSink } from './aws/cloudwatch-metrics.ts';
-import { documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
+import { checkpointRoot, documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
+import { S3CheckpointSweep } from './aws/checkpoint-sweep.ts';
 import { ElbFrontDoor } from './aws/elb-front-door.ts';
 import { ElbRequestLoad } from './aws/elb-load.ts';
 import { AwsPriceSource, Ec2Catalog } from './aws/ec2-catalog.ts';
@@ -64,6 +66,7 @@ export interface AwsClients {
   readonly dynamodb: DynamoDBClient;
   readonly elb: ElasticLoadBalancingV2Client;
   readonly logs: CloudWatchLogsClient;
+  readonly s3: S3Client;
 }
 
 export interface WiringOptions {
@@ -120,6 +123,7 @@ export function awsClients(config: Pick<FleetConfig, 'region'>, env: Environment
     dynamodb: new DynamoDBClient(common),
     elb: new ElasticLoadBalancingV2Client(common),
     logs: new CloudWatchLogsClient(common),
+    s3: new S3Client(common),
   };
 }
 
@@ -184,6 +188,21 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     reservations: [reservations, ...(gcpReservations ? [gcpReservations] : [])],
     ...(config.discounts ? { discounts: config.discounts } : {}),
     ...services,
+    // The checkpoint bucket's retention (an S3 root; a file:// root is the machines' own to keep).
+    ...(config.checkpointRetentionDays !== undefined && checkpointRoot(config.checkpointBucket).startsWith('s3://')
+      ? {
+          checkpointSweep: new S3CheckpointSweep({
+            s3: clients.s3,
+            root: checkpointRoot(config.checkpointBucket),
+            jobs: stores.jobs,
+            checkpoints: stores.checkpoints,
+            doc,
+            table: config.tables.control,
+            clock,
+            retentionDays: config.checkpointRetentionDays,
+          }),
+        }
+      : {}),
   };
   const interruption: InterruptionPorts = {
     clock,

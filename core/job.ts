@@ -156,6 +156,32 @@ export function checkpointCompletion(
   return { kind: 'newest' };
 }
 
+/**
+ * Whether the checkpoint object at `objectUri`, last written at `modifiedAtMs`, may be deleted:
+ * the retention the checkpoint index derives (the bucket's own lifecycle expires none of them).
+ * - Nothing younger than the retention goes (a save under way, a checkpoint just superseded).
+ * - The newest complete checkpoint of a job that has not ended is never deleted, however old:
+ *   the index's (`newest`), and the one the job's record names, should the two differ.
+ * - An ended job's checkpoints go once the retention has passed since it ended.
+ * - Everything else past the retention goes: older saves, torn uploads, checkpoints of jobs no
+ *   longer on record.
+ */
+export function checkpointObjectExpired(o: {
+  readonly objectUri: string;
+  readonly modifiedAtMs: number;
+  readonly job: Job | undefined;
+  readonly newest: CheckpointRef | undefined;
+  readonly nowMs: number;
+  readonly retentionMs: number;
+}): boolean {
+  if (o.modifiedAtMs > o.nowMs - o.retentionMs) return false;
+  const { job } = o;
+  if (!job) return true;
+  const resumePoints = [o.newest?.location, job.checkpoint?.location].filter((l): l is string => l !== undefined);
+  if (!isTerminal(job.state)) return !resumePoints.some((l) => o.objectUri.startsWith(l));
+  return job.updatedAtMs <= o.nowMs - o.retentionMs || !resumePoints.some((l) => o.objectUri.startsWith(l));
+}
+
 /** A completion a checkpoint store refused (see {@link checkpointCompletion}): the store is left as it was. */
 export class CheckpointRefused extends GpuFleetError {
   override name = 'CheckpointRefused';

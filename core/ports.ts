@@ -402,6 +402,16 @@ export interface CheckpointStore {
   latest(jobId: string): Promise<CheckpointRef | undefined>;
 }
 
+/**
+ * Deletes the checkpoint objects no attempt will resume from, by the rule in core/job.ts
+ * (checkpointObjectExpired): a retention the checkpoint index derives, which never takes the
+ * newest complete checkpoint of a job that has not ended. Each call does a bounded share of the
+ * store and goes on where the last one stopped; deleting is idempotent.
+ */
+export interface CheckpointSweep {
+  sweep(): Promise<{ readonly jobs: number; readonly deleted: number; readonly wrapped: boolean }>;
+}
+
 /** One reconcile's record: what it saw, did, and why. `gpu-fleet explain` reads these. */
 export interface DecisionRecord {
   readonly id: string;

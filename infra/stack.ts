@@ -133,11 +133,9 @@ export class GpuFleetStack extends Stack {
       objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
       serverAccessLogsBucket: accessLogs,
       serverAccessLogsPrefix: 'checkpoints/',
-      lifecycleRules: [
-        // Old attempts' checkpoints: a job resumes from its newest, and finished jobs need none.
-        { id: 'expire-old-checkpoints', prefix: 'checkpoints/', expiration: Duration.days(config.checkpoints.expireAfterDays) },
-        { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(2) },
-      ],
+      // No expiry of checkpoints by age: a job held or pending for months resumes from its newest. The retention
+      // the index derives (reconcile's sweep, cloud/aws/checkpoint-sweep.ts) deletes what no attempt will resume from.
+      lifecycleRules: [{ id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(2) }],
       removalPolicy: RemovalPolicy.RETAIN,
     });
 
@@ -195,6 +193,7 @@ export class GpuFleetStack extends Stack {
       GPU_FLEET_RECONCILE_INTERVAL_SEC: String(config.policy.reconcileIntervalSec),
       GPU_FLEET_IDLE_COOLDOWN_SEC: String(config.policy.idleCooldownSec),
       GPU_FLEET_NOTICE_MARGIN_SEC: String(config.policy.noticeMarginSec),
+      GPU_FLEET_CHECKPOINT_RETENTION_DAYS: String(config.checkpoints.expireAfterDays),
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
     };
     // ---- network and node groups ------------------------------------------------------------
@@ -781,6 +780,13 @@ export class GpuFleetStack extends Stack {
       // Keeps a draining machine in its hook while a checkpoint is still being written or uploaded.
       'autoscaling:RecordLifecycleActionHeartbeat',
     ]);
+    // The checkpoint retention (cloud/aws/checkpoint-sweep.ts): lists the job folders, deletes what the index lets go.
+    allow(role, 'SweepCheckpoints', ['s3:DeleteObject'], [this.bucket.arnForObjects('checkpoints/*')]);
+    allow(role, 'ListCheckpointFolders', ['s3:ListBucket'], [this.bucket.bucketArn], { StringLike: { 's3:prefix': ['checkpoints/*'] } });
+    acknowledge(role, {
+      [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/checkpoints/*]`]:
+        "The checkpoint retention deletes checkpoints past their retention that no attempt will resume from (never a live job's newest), job by job: any key under the checkpoints/ prefix, nothing else in the bucket.",
+    });
     allow(
       role,
       'QueueDepth',

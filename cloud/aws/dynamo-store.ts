@@ -1039,6 +1039,11 @@ export class DynamoBudgetMemory implements BudgetMemory {
   }
 }
 
+/** The checkpoint root a bucket name or root URI stands for: a bare bucket keeps its checkpoints under `checkpoints/`. */
+export function checkpointRoot(checkpoints: string): string {
+  return /^[a-z0-9]+:\/\//.test(checkpoints) ? checkpoints : `s3://${checkpoints}/checkpoints/`;
+}
+
 /** Every state-store port on one document client. `checkpoints` is a bucket name or a root URI (s3://…/, file:///…/). */
 export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, checkpoints: string, clock: Clock = wallClock) {
   return {
@@ -1049,12 +1054,7 @@ export function dynamoStores(doc: DynamoDBDocumentClient, tables: TableNames, ch
     decisions: new DynamoDecisionLog(doc, tables.control),
     ledger: new DynamoSpendLedger(doc, tables.control),
     pools: new DynamoPoolHistory(doc, tables.control),
-    checkpoints: new DynamoCheckpointIndex(
-      doc,
-      tables.control,
-      /^[a-z0-9]+:\/\//.test(checkpoints) ? checkpoints : `s3://${checkpoints}/checkpoints/`,
-      clock,
-    ),
+    checkpoints: new DynamoCheckpointIndex(doc, tables.control, checkpointRoot(checkpoints), clock),
     budgetMemory: new DynamoBudgetMemory(doc, tables.control),
     families: new DynamoFamilyRuns(doc, tables.control),
   };

@@ -73,6 +73,8 @@ export interface SimAgentOptions {
   readonly startFails?: (job: Job, rank: number) => boolean;
   /** The machine boots in MIG mode (its group's): its agent reports MIG GPUs and the GPU instances its jobs use, with their placements. */
   readonly migMachine?: (inst: Instance) => boolean;
+  /** Whether a machine that is gone was let go by its terminate hook (the world knows why a machine ended). */
+  readonly releasedByHook?: (instanceId: string) => boolean;
   /** Where the simulated processes' output goes (what `gpu-fleet logs --sim` reads): a line at each start, checkpoint and end. */
   readonly output?: JobLogSink;
   /**
@@ -336,7 +338,7 @@ export class SimAgents {
       if (gone && stillRuns(gone.state) && !this.options.agentDead?.(gone, now)) continue;
       for (const p of m.processes.values()) {
         // A checkpoint asked for whose upload was still going when its terminate hook let the machine go.
-        if (m.inHook && p.checkpointing && p.upload) this.stats.savesCutByHook++;
+        if (m.inHook && p.checkpointing && p.upload && this.options.releasedByHook?.(id)) this.stats.savesCutByHook++;
         await this.noteLost(p, now);
       }
       this.machines.delete(id);

@@ -66,6 +66,8 @@ export interface SimInstance {
   hookDeadlineMs?: number;
   /** When it entered the terminate hook: heartbeats extend the hook up to its global timeout from then. */
   hookStartMs?: number;
+  /** Its terminate hook let it go (completed, or timed out), rather than the market or an operator ending it in the hook. */
+  releasedByHook?: boolean;
   leavingWhy?: string;
   /** Capacity Rebalancing: its replacement is launched, and it goes (through the hook) at this time. */
   replaceAtMs?: number;
@@ -243,6 +245,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     const hook = inst ? this.groups.get(inst.groupId)?.config.terminateHook : undefined;
     // No action waits (already completed, timed out, never held): nothing to do, as the real API's error says.
     if (!inst || inst.state !== 'terminating-wait' || hook?.name !== input.hookName) return;
+    inst.releasedByHook = true;
     this.end(inst, inst.leavingWhy ?? 'terminated');
   }
 
@@ -340,6 +343,11 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
   };
   private readonly preemptionOps: { zone: string; op: protos.google.cloud.compute.v1.IOperation }[] = [];
 
+  /** Whether the machine ended because its terminate hook let it go (completed or timed out). */
+  releasedByHook(instanceId: string): boolean {
+    return this.instances.get(instanceId)?.releasedByHook === true;
+  }
+
   /** Whether a group's machines boot in MIG mode. */
   isMigGroup(groupId: string): boolean {
     return this.groups.get(groupId)?.config.migEnabled ?? false;
@@ -367,7 +375,10 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     for (const inst of this.instances.values()) {
       if (inst.state === 'pending' && now >= inst.readyAtMs) inst.state = 'running';
       // A hook not completed in time lets the group go on (the stack's default result is CONTINUE).
-      if (inst.state === 'terminating-wait' && now >= (inst.hookDeadlineMs ?? 0)) this.end(inst, inst.leavingWhy ?? 'terminated');
+      if (inst.state === 'terminating-wait' && now >= (inst.hookDeadlineMs ?? 0)) {
+        inst.releasedByHook = true;
+        this.end(inst, inst.leavingWhy ?? 'terminated');
+      }
       if (inst.replaceAtMs !== undefined && now >= inst.replaceAtMs && inService(inst.state)) {
         const g = this.groups.get(inst.groupId);
         if (g) this.leave(g, inst, 'replaced by Capacity Rebalancing');

@@ -454,6 +454,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
     restoreSec: control.restoreSec,
     migMachine: (inst) => env.cloud.isMigGroup(inst.groupId),
+    releasedByHook: (id) => env.cloud.releasedByHook(id),
     output: env.jobLogs,
     gpuUseOf: (job) => workOf(job)?.gpuUse,
     // The world's upload speed (a fault may slow it); the agents assume the policy's.

@@ -7,6 +7,7 @@ import { actionResource, type ActionFailure, type Plan, type PlanAction } from '
 import type {
   FamilyRunStore,
   CheckpointStore,
+  CheckpointSweep,
   Clock,
   DecisionLog,
   DecisionRecord,
@@ -49,6 +50,8 @@ export interface ReconcilePorts extends SnapshotPorts {
   readonly frontDoor?: FrontDoor;
   /** Right-sizing's family runs: each reconcile notes the measured runs of the jobs that ended lately. */
   readonly families?: FamilyRunStore;
+  /** The checkpoint store's retention: each reconcile sweeps a share of it (absent: nothing is deleted). */
+  readonly checkpointSweep?: CheckpointSweep;
 }
 
 export interface ReconcileOptions {
@@ -227,6 +230,10 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
         ports.families,
         await ports.jobs.listEndedSince(nowMs - 3 * options.policy.reconcileIntervalSec * 1000, nowMs),
       );
+    // A share of the checkpoint store past its retention; a failure waits for the next reconcile (nothing depends on it).
+    await ports.checkpointSweep?.sweep().catch((error: unknown) => {
+      if (!(error instanceof CloudError)) throw error;
+    });
     const decision: DecisionRecord = { ...base, applied, errors };
     await ports.decisions.record(decision);
     return { status: 'done', decision, snapshot, lostJobsRequeued, resumed, ...(polled ? { polled } : {}) };

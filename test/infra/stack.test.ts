@@ -144,12 +144,25 @@ describe('the CDK stack, synthesised from the example config', () => {
         IgnorePublicAcls: true,
         RestrictPublicBuckets: true,
       },
+      // No checkpoint expires by age (a live job's newest is kept however old): only torn multipart uploads are aborted.
       LifecycleConfiguration: {
-        Rules: Match.arrayWith([
-          Match.objectLike({ Id: 'expire-old-checkpoints', Prefix: 'checkpoints/', ExpirationInDays: 30, Status: 'Enabled' }),
-        ]),
+        Rules: [Match.objectLike({ Id: 'abort-incomplete-uploads', AbortIncompleteMultipartUpload: { DaysAfterInitiation: 2 } })],
       },
     });
+    // The retention the index derives: reconcile sweeps the checkpoints with the configured days, and may delete under checkpoints/ only.
+    const reconcileFn = Object.values(t.findResources('AWS::Lambda::Function')).find(
+      (f) => JSON.stringify(f).includes('GPU_FLEET_RECONCILE_INTERVAL_SEC') && !JSON.stringify(f).includes('GPU_FLEET_AGENT_ROLE_NAME'),
+    ) as { Properties: { Environment: { Variables: Record<string, unknown> } } };
+    expect(reconcileFn.Properties.Environment.Variables.GPU_FLEET_CHECKPOINT_RETENTION_DAYS).toBe('30');
+    const deletes = Object.values(t.findResources('AWS::IAM::Policy'))
+      .flatMap(
+        (p) =>
+          (p as { Properties: { PolicyDocument: { Statement: { Sid?: string; Action: unknown; Resource: unknown }[] } } }).Properties
+            .PolicyDocument.Statement,
+      )
+      .filter((st) => JSON.stringify(st.Action).includes('s3:DeleteObject'));
+    expect(deletes.map((st) => st.Sid)).toEqual(['SweepCheckpoints']);
+    expect(JSON.stringify(deletes[0]!.Resource)).toContain('/checkpoints/*');
     t.hasResourceProperties('AWS::KMS::Key', { EnableKeyRotation: true });
   });
 

@@ -1,0 +1,147 @@
+import { DeleteObjectsCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
+import { GetCommand, PutCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { checkpointObjectExpired } from '../../core/job.ts';
+import type { CheckpointStore, CheckpointSweep, Clock, JobStore } from '../../core/ports.ts';
+import { parseS3Location } from './checkpoint-urls.ts';
+import { translateAwsError } from './errors.ts';
+
+const DAY_MS = 86_400_000;
+
+/**
+ * The checkpoint bucket's retention, derived from the index (`checkpointObjectExpired`): the
+ * bucket's lifecycle expires no checkpoint, and each reconcile sweeps a share of the job folders
+ * under the root instead, in key order from where the last sweep stopped (the position is kept in
+ * the control table), for at most `budgetMs` (at least one job folder each time). For each job folder it reads the job and the index's
+ * newest complete checkpoint, lists the folder's objects, and deletes those the rule lets go
+ * (DeleteObjects, 1,000 keys a call). A job is read before its objects are listed: a save that
+ * completes meanwhile is younger than the retention, so it is never what goes.
+ */
+export class S3CheckpointSweep implements CheckpointSweep {
+  private readonly bucket: string;
+  private readonly prefix: string;
+
+  constructor(
+    private readonly deps: {
+      readonly s3: S3Client;
+      /** The checkpoint root, `s3://bucket/prefix/` (what the index's locations start with). */
+      readonly root: string;
+      readonly jobs: JobStore;
+      readonly checkpoints: CheckpointStore;
+      /** Where the sweep's position is kept: the control table. */
+      readonly doc: DynamoDBDocumentClient;
+      readonly table: string;
+      readonly clock: Clock;
+      readonly retentionDays: number;
+      /** How long one sweep may run (a share of the reconcile function's time). */
+      readonly budgetMs?: number;
+    },
+  ) {
+    const { bucket, prefix } = parseS3Location(deps.root);
+    this.bucket = bucket;
+    this.prefix = prefix;
+  }
+
+  async sweep(): Promise<{ jobs: number; deleted: number; wrapped: boolean }> {
+    const { clock } = this.deps;
+    const startedMs = clock.nowMs();
+    const untilMs = startedMs + (this.deps.budgetMs ?? 10_000);
+    let after = await this.position();
+    let jobs = 0;
+    let deleted = 0;
+    for (;;) {
+      // The next job folder: the first key past the last folder swept (plain keys, no delimiter: each folder is then
+      // listed whole). Its first path segment under the root names the job.
+      const page = await this.call('list checkpoint job folders', this.prefix, () =>
+        this.deps.s3.send(
+          new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix, MaxKeys: 1, ...(after ? { StartAfter: after } : {}) }),
+        ),
+      );
+      const key = page.Contents?.[0]?.Key;
+      const slash = key === undefined ? -1 : key.indexOf('/', this.prefix.length);
+      if (key === undefined || slash < 0) {
+        // The whole root is swept (or only loose keys are left): the next sweep starts again from the first job.
+        await this.keepPosition('');
+        return { jobs, deleted, wrapped: true };
+      }
+      const folder = key.slice(0, slash + 1);
+      deleted += await this.sweepJob(folder);
+      jobs++;
+      // Past every key of the folder: "<folder>/" ends in "/", and "0" is the character after it.
+      after = `${folder.slice(0, -1)}0`;
+      if (clock.nowMs() >= untilMs) {
+        await this.keepPosition(after);
+        return { jobs, deleted, wrapped: false };
+      }
+    }
+  }
+
+  /** One job's folder: what the rule lets go is deleted; returns how many objects. */
+  private async sweepJob(folder: string): Promise<number> {
+    const name = folder.slice(this.prefix.length, -1);
+    let jobId: string;
+    try {
+      jobId = decodeURIComponent(name);
+    } catch {
+      return 0; // not a folder gpu-fleet wrote: left alone
+    }
+    const [job, newest] = await Promise.all([this.deps.jobs.get(jobId), this.deps.checkpoints.latest(jobId)]);
+    const nowMs = this.deps.clock.nowMs();
+    const retentionMs = this.deps.retentionDays * DAY_MS;
+    const expired: string[] = [];
+    let deleted = 0;
+    let token: string | undefined;
+    do {
+      const page = await this.call('list checkpoint objects', folder, () =>
+        this.deps.s3.send(
+          new ListObjectsV2Command({ Bucket: this.bucket, Prefix: folder, ...(token ? { ContinuationToken: token } : {}) }),
+        ),
+      );
+      for (const o of page.Contents ?? []) {
+        if (!o.Key || !o.LastModified) continue;
+        const objectUri = `s3://${this.bucket}/${o.Key}`;
+        if (checkpointObjectExpired({ objectUri, modifiedAtMs: o.LastModified.getTime(), job, newest, nowMs, retentionMs }))
+          expired.push(o.Key);
+      }
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+      while (expired.length >= 1000 || (token === undefined && expired.length > 0)) deleted += await this.delete(expired.splice(0, 1000));
+    } while (token);
+    return deleted;
+  }
+
+  private async delete(keys: readonly string[]): Promise<number> {
+    const out = await this.call('delete expired checkpoints', keys[0]!, () =>
+      this.deps.s3.send(new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: keys.map((Key) => ({ Key })), Quiet: true } })),
+    );
+    const failed = out.Errors ?? [];
+    if (failed.length > 0)
+      throw translateAwsError(
+        new Error(`${failed.length} of ${keys.length} objects not deleted: ${failed[0]!.Code} ${failed[0]!.Message}`),
+        {
+          operation: 'delete expired checkpoints',
+          resource: failed[0]!.Key ?? '',
+        },
+      );
+    return keys.length;
+  }
+
+  private async position(): Promise<string> {
+    const out = await this.call('read checkpoint sweep position', 'sweep', () =>
+      this.deps.doc.send(new GetCommand({ TableName: this.deps.table, Key: { pk: 'sweep', sk: 'checkpoints' }, ConsistentRead: true })),
+    );
+    return (out.Item?.after as string | undefined) ?? '';
+  }
+
+  private async keepPosition(after: string): Promise<void> {
+    await this.call('keep checkpoint sweep position', 'sweep', () =>
+      this.deps.doc.send(new PutCommand({ TableName: this.deps.table, Item: { pk: 'sweep', sk: 'checkpoints', after } })),
+    );
+  }
+
+  private async call<T>(operation: string, resource: string, f: () => Promise<T>): Promise<T> {
+    try {
+      return await f();
+    } catch (error) {
+      throw translateAwsError(error, { operation, resource });
+    }
+  }
+}
