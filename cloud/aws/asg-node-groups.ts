@@ -191,27 +191,48 @@ export class AsgNodeGroups implements NodeGroupProvider {
   }
 
   /** Market, launch time, zone and type of instances, from EC2 (batched, paginated). */
+  /**
+   * EC2's view of the given instances. EC2 is eventually consistent: an instance its group already
+   * lists may be unknown to DescribeInstances for a while, and one unknown id fails the whole call
+   * with InvalidInstanceID.NotFound naming the ids. Those are left out and the rest described
+   * again; an instance left out keeps its group's view (its purchase option from the group's
+   * distribution) until EC2 knows it.
+   */
   private async ec2Details(ids: readonly string[]): Promise<Map<string, Ec2Details>> {
     const out = new Map<string, Ec2Details>();
     for (let i = 0; i < ids.length; i += 500) {
-      let token: string | undefined;
-      do {
-        const page = await this.call('describe instances', `${ids.length} instances`, () =>
-          this.ec2.send(new DescribeInstancesCommand({ InstanceIds: ids.slice(i, i + 500), ...(token ? { NextToken: token } : {}) })),
-        );
-        for (const r of page.Reservations ?? []) {
-          for (const inst of r.Instances ?? []) {
-            out.set(inst.InstanceId!, {
-              spot: inst.InstanceLifecycle === 'spot',
-              ...(inst.CapacityReservationId ? { reservationId: inst.CapacityReservationId } : {}),
-              launchedAtMs: inst.LaunchTime ? new Date(inst.LaunchTime).getTime() : this.options.clock.nowMs(),
-              zone: inst.Placement?.AvailabilityZone ?? '',
-              instanceType: inst.InstanceType ?? '',
-            });
-          }
+      let batch = ids.slice(i, i + 500);
+      // One batch: described page by page; when EC2 does not know some ids, described again without them.
+      for (;;) {
+        if (batch.length === 0) break;
+        const found = new Map<string, Ec2Details>();
+        try {
+          let token: string | undefined;
+          do {
+            const page = await this.ec2.send(new DescribeInstancesCommand({ InstanceIds: batch, ...(token ? { NextToken: token } : {}) }));
+            for (const r of page.Reservations ?? []) {
+              for (const inst of r.Instances ?? []) {
+                found.set(inst.InstanceId!, {
+                  spot: inst.InstanceLifecycle === 'spot',
+                  ...(inst.CapacityReservationId ? { reservationId: inst.CapacityReservationId } : {}),
+                  launchedAtMs: inst.LaunchTime ? new Date(inst.LaunchTime).getTime() : this.options.clock.nowMs(),
+                  zone: inst.Placement?.AvailabilityZone ?? '',
+                  instanceType: inst.InstanceType ?? '',
+                });
+              }
+            }
+            token = page.NextToken;
+          } while (token);
+        } catch (error) {
+          const unknown = (error as { name?: string }).name === 'InvalidInstanceID.NotFound' ? unknownInstanceIds(error, batch) : [];
+          if (unknown.length === 0)
+            throw translateAwsError(error, { operation: 'describe instances', resource: `${ids.length} instances` });
+          batch = batch.filter((id) => !unknown.includes(id));
+          continue;
         }
-        token = page.NextToken;
-      } while (token);
+        for (const [id, d] of found) out.set(id, d);
+        break;
+      }
     }
     return out;
   }
@@ -424,6 +445,15 @@ export function stateOf(lifecycle: string | undefined): InstanceState {
 }
 
 const isWarmed = (lifecycle: string | undefined) => lifecycle?.startsWith('Warmed:') ?? false;
+
+/**
+ * The asked ids an InvalidInstanceID.NotFound names ("The instance ID 'i-…' does not exist", "The
+ * instance IDs 'i-…, i-…' do not exist"); none when it names none of them.
+ */
+function unknownInstanceIds(error: unknown, asked: readonly string[]): string[] {
+  const named = new Set(String((error as { message?: unknown }).message ?? '').match(/i-[0-9a-f]{8,17}/g) ?? []);
+  return asked.filter((id) => named.has(id));
+}
 
 /** The launch failures an activity reports: the code from its message, the zone from its details, per instance type of the group. */
 export function failuresOf(g: NodeGroup, a: Activity, atMs: number): LaunchFailure[] {

@@ -37,6 +37,36 @@ nodeGroupProviderContract(
   { lifecycleHooks: true },
 );
 
+describe('EC2 is eventually consistent: an instance its group lists may be unknown to DescribeInstances', () => {
+  it('lists every instance when EC2 does not know the new ones yet: those keep their group’s view until it does', async () => {
+    const fake = fakeAutoScaling([
+      { name: 'gpu-v100-spot', min: 0, max: 4, zones: ['us-west-2a'], types: ['p3.2xlarge'], spot: true, managed: true },
+    ]);
+    const provider = new AsgNodeGroups(fake.asgClient, fake.ec2Client, { region: 'us-west-2', clock: new VirtualClock(T0), cacheSec: 0 });
+    await provider.setDesiredCapacity('gpu-v100-spot', 1);
+    fake.settle();
+    await provider.setDesiredCapacity('gpu-v100-spot', 3);
+    fake.settle({ ec2Lags: true });
+    // The real EC2 behaviour the fake follows: the unknown ids fail the whole call.
+    const ids = (await provider.listInstances()).map((i) => i.id);
+    await expect(fake.ec2Client.send(new DescribeInstancesCommand({ InstanceIds: ids }))).rejects.toThrow(
+      /The instance IDs 'i-.*, i-.*' do not exist/,
+    );
+    const listed = await provider.listInstances();
+    expect(listed).toHaveLength(3);
+    expect(listed.map((i) => [i.state, i.capacityType])).toEqual([
+      ['running', 'spot'],
+      ['running', 'spot'],
+      ['running', 'spot'],
+    ]);
+    // The known one has EC2's launch time; the new ones are described again once EC2 knows them.
+    expect(listed[0]!.launchedAtMs).toBe(Date.parse('2026-11-30T12:00:00Z'));
+    expect(await provider.describeInstance(listed[2]!.id)).toMatchObject({ id: listed[2]!.id, state: 'running' });
+    fake.ec2CatchesUp();
+    expect((await provider.listInstances()).every((i) => i.launchedAtMs === Date.parse('2026-11-30T12:00:00Z'))).toBe(true);
+  });
+});
+
 describe('Auto Scaling node groups', () => {
   const asgClient = new AutoScalingClient(creds);
   const ec2Client = new EC2Client(creds);

@@ -25,6 +25,8 @@ interface FakeInstance {
   ProtectedFromScaleIn: boolean;
   spot: boolean;
   launched: Date;
+  /** EC2 does not know it yet (eventual consistency: a just-launched instance the group already lists). */
+  unknownToEc2?: boolean;
 }
 
 interface FakeGroup {
@@ -168,7 +170,16 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
     held.LifecycleState = 'Terminating:Proceed';
     return {};
   });
-  ec2.on(DescribeInstancesCommand).callsFake((input: { InstanceIds?: string[] }) => ({
+  // As EC2 answers: an id it does not know (never was, or too new to be known) fails the whole call with
+  // InvalidInstanceID.NotFound naming the ids ("The instance ID 'i-…' does not exist", "The instance IDs 'i-…, i-…' do not exist").
+  ec2.on(DescribeInstancesCommand).callsFake((input: { InstanceIds?: string[] }) => {
+    const known = new Set([...state.values()].flatMap((g) => g.instances.filter((i) => !i.unknownToEc2).map((i) => i.InstanceId)));
+    const unknown = (input.InstanceIds ?? []).filter((id) => !known.has(id));
+    if (unknown.length === 1) throw awsError('InvalidInstanceID.NotFound', `The instance ID '${unknown[0]}' does not exist`);
+    if (unknown.length > 1) throw awsError('InvalidInstanceID.NotFound', `The instance IDs '${unknown.join(', ')}' do not exist`);
+    return describedInstances(input);
+  });
+  const describedInstances = (input: { InstanceIds?: string[] }) => ({
     Reservations: [
       {
         ReservationId: 'r-0123456789abcdef0',
@@ -186,7 +197,7 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
         ),
       },
     ],
-  }));
+  });
 
   return {
     asgClient,
@@ -203,8 +214,15 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
       if (!i) throw new Error(`no instance ${instanceId}`);
       i.LifecycleState = 'Terminating:Wait';
     },
-    /** Launches what each group misses, as Auto Scaling would over the next minutes; machines let go by their hook end. */
-    settle() {
+    /** EC2 learns of the instances launched so far (those `settle({ ec2Lags: true })` launched). */
+    ec2CatchesUp() {
+      for (const g of state.values()) for (const i of g.instances) delete i.unknownToEc2;
+    },
+    /**
+     * Launches what each group misses, as Auto Scaling would over the next minutes; machines let go by their hook end.
+     * `ec2Lags`: the new instances are in their group, but EC2's DescribeInstances does not know them yet.
+     */
+    settle(options: { ec2Lags?: boolean } = {}) {
       for (const g of state.values()) {
         for (const i of g.instances) if (i.LifecycleState === 'Terminating:Proceed') i.LifecycleState = 'Terminated';
         let live = g.instances.filter((i) => i.LifecycleState === 'InService' || i.LifecycleState.startsWith('Pending')).length;
@@ -218,6 +236,7 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
             ProtectedFromScaleIn: false,
             spot: g.spot,
             launched: new Date('2026-11-30T12:00:00Z'),
+            ...(options.ec2Lags ? { unknownToEc2: true } : {}),
           });
           live++;
         }
