@@ -72,7 +72,7 @@ export function createIntakeHandler(deps: IntakeDeps) {
           ...(deps.services ? { services: deps.services } : {}),
           ...(deps.rightsizing ? { rightsizing: deps.rightsizing } : {}),
         },
-        { team, body: r.body, token },
+        { team, body: r.body, token, ...sentAt(r.attributes?.SentTimestamp) },
       );
       switch (out.outcome) {
         case 'accepted':
@@ -99,6 +99,10 @@ export function createIntakeHandler(deps: IntakeDeps) {
           metrics.addMetric('JobsRejected', MetricUnit.Count, 1);
           return out.job.id;
         case 'service':
+          if (out.stale) {
+            log.warn('service message older than the spec in force; nothing changed', { serviceId: out.service.id, team });
+            return out.service.id;
+          }
           log.info(out.created ? 'service created' : 'service updated', { serviceId: out.service.id, team });
           metrics.addMetric('ServicesTaken', MetricUnit.Count, 1);
           return out.service.id;
@@ -126,4 +130,10 @@ export function createIntakeHandler(deps: IntakeDeps) {
   )
     .use(injectLambdaContext(logger, { resetKeys: true }))
     .use(logMetrics(metrics));
+}
+
+/** SQS's SentTimestamp (epoch milliseconds, kept by a redelivery), when the record carries one. */
+function sentAt(value: string | undefined): { sentAtMs?: number } {
+  const ms = Number(value);
+  return value !== undefined && Number.isSafeInteger(ms) && ms > 0 ? { sentAtMs: ms } : {};
 }

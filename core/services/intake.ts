@@ -17,6 +17,11 @@ export interface IntakeMessage {
   readonly body: string;
   /** The submitter's idempotency token, or the queue's message id. */
   readonly token: string;
+  /**
+   * When the message was first sent (SQS's SentTimestamp, which a redelivery keeps): it orders the
+   * updates of one service, so a late or repeated older message never reverts a newer spec.
+   */
+  readonly sentAtMs?: number;
 }
 
 export type IntakeOutcome =
@@ -31,7 +36,13 @@ export type IntakeOutcome =
    * is false for a repeat or an update of a service that exists (an update takes the new spec for
    * replicas started from then on; running ones keep theirs).
    */
-  | { readonly outcome: 'service'; readonly service: ServiceRecord; readonly created: boolean }
+  | {
+      readonly outcome: 'service';
+      readonly service: ServiceRecord;
+      readonly created: boolean;
+      /** The message was sent before the record's spec (or its cancel): it changed nothing. */
+      readonly stale?: true;
+    }
   /** Cannot be attributed to a team or given an id: the caller sends it to the dead-letter queue. */
   | { readonly outcome: 'unattributable'; readonly error: string };
 
@@ -104,15 +115,23 @@ export async function intake(
   return created ? { outcome: 'rejected', job, errors } : repeated(job, message, undefined);
 }
 
-/** Stores a service's record, or takes a new spec for one that exists (a repeat changes nothing). */
+/**
+ * Stores a service's record, or takes a new spec for one that exists (a repeat changes nothing).
+ * Updates are ordered by when their messages were sent: one sent before the spec the record holds
+ * (or before the service was cancelled) is older, and changes nothing, however late it arrives.
+ */
 async function takeService(services: ServiceStore, message: IntakeMessage, spec: JobSpec, nowMs: number): Promise<IntakeOutcome> {
-  const fresh = newServiceRecord(message.team, spec, nowMs);
+  const sent = message.sentAtMs !== undefined ? { specSentAtMs: message.sentAtMs } : {};
+  const fresh = { ...newServiceRecord(message.team, spec, nowMs), ...sent };
   for (let tries = 0; tries < 5; tries++) {
     const { created, record } = await services.create(fresh);
     if (created) return { outcome: 'service', service: record, created: true };
+    const heldSinceMs = record.state === 'cancelled' ? record.updatedAtMs : record.specSentAtMs;
+    if (message.sentAtMs !== undefined && heldSinceMs !== undefined && message.sentAtMs < heldSinceMs)
+      return { outcome: 'service', service: record, created: false, stale: true };
     if (canonical(record.spec) === canonical(spec) && record.state === 'active')
       return { outcome: 'service', service: record, created: false };
-    const next: ServiceRecord = { ...record, spec, state: 'active', version: record.version + 1, updatedAtMs: nowMs };
+    const next: ServiceRecord = { ...record, spec, ...sent, state: 'active', version: record.version + 1, updatedAtMs: nowMs };
     const out = await services.update(next, record.version);
     if (out.ok) return { outcome: 'service', service: out.record, created: false };
   }

@@ -30,6 +30,8 @@ export interface ServiceRecord {
   readonly name: string;
   /** The spec as submitted (with its `service` section); each replica runs it. */
   readonly spec: JobSpec;
+  /** When the message that gave this spec was sent (SQS SentTimestamp): an older message never replaces it. */
+  readonly specSentAtMs?: number;
   readonly state: 'active' | 'cancelled';
   /** Bumped on every write (conditional writes, as for jobs). */
   readonly version: number;

@@ -178,6 +178,33 @@ describe('intake', () => {
     });
   });
 
+  it('orders a service’s updates by when their messages were sent: a redelivered older one changes nothing', async () => {
+    const e = env();
+    const svc = (image: string) =>
+      JSON.stringify({
+        ...spec,
+        image,
+        name: 'chat',
+        checkpoint: undefined,
+        service: { port: 8000, replicas: { min: 1, max: 4 }, targets: [{ metric: 'waiting-requests', perReplica: 6 }] },
+      });
+    const take = (image: string, token: string, sentAtMs: number) =>
+      intake({ ...e, services: e.services }, { team: 'nlp', body: svc(image), token, sentAtMs });
+    const t = e.clock.nowMs();
+    await take('vllm/vllm-openai:1.0', 'm1', t - 2000);
+    expect(await take('vllm/vllm-openai:2.0', 'm2', t - 1000)).toMatchObject({
+      service: { version: 2, spec: { image: 'vllm/vllm-openai:2.0' } },
+    });
+    // SQS delivers m1 again, after m2 (at least once, in no particular order): the service stays on 2.0.
+    expect(await take('vllm/vllm-openai:1.0', 'm1', t - 2000)).toMatchObject({ stale: true, service: { version: 2 } });
+    expect((await e.services.get('nlp.chat'))!.spec.image).toBe('vllm/vllm-openai:2.0');
+    // A newer message still updates it; one sent before the service was cancelled never brings it back.
+    expect(await take('vllm/vllm-openai:3.0', 'm3', t - 500)).toMatchObject({ service: { version: 3, specSentAtMs: t - 500 } });
+    const current = (await e.services.get('nlp.chat'))!;
+    await e.services.update({ ...current, state: 'cancelled', version: current.version + 1, updatedAtMs: t }, current.version);
+    expect(await take('vllm/vllm-openai:3.0', 'm3', t - 500)).toMatchObject({ stale: true, service: { state: 'cancelled' } });
+  });
+
   it('records a bad spec as rejected with the reasons and the body', async () => {
     const e = env();
     const out = await intake(e, { team: 'nlp', body: JSON.stringify({ ...spec, gpu: { kind: 'whole', count: 99 } }), token: 'bad' });

@@ -5,7 +5,7 @@ import type { JobStore } from '../../core/ports.ts';
 import { createIntakeHandler, teamFromQueueArn, TOKEN_ATTRIBUTE, type DeadLetter } from '../../functions/intake.ts';
 import { observability } from '../../functions/observability.ts';
 import { VirtualClock } from '../../cloud/sim/clock.ts';
-import { MemoryJobStore } from '../../cloud/sim/memory-stores.ts';
+import { MemoryJobStore, MemoryServiceStore } from '../../cloud/sim/memory-stores.ts';
 import { T0 } from '../builders.ts';
 import { lambdaContext } from '../../functions/context.ts';
 
@@ -27,10 +27,11 @@ function record(id: string, body: string, extra: Partial<SQSRecord> = {}): SQSRe
   };
 }
 
-function setup(jobs: JobStore = new MemoryJobStore()) {
+function setup(jobs: JobStore = new MemoryJobStore(), services?: MemoryServiceStore) {
   const dead: Parameters<DeadLetter['send']>[0][] = [];
   const handler = createIntakeHandler({
     jobs,
+    ...(services ? { services } : {}),
     clock: new VirtualClock(T0),
     deadLetter: { send: async (m) => void dead.push(m) },
     teamOfQueue: teamFromQueueArn('gpu-fleet-team-'),
@@ -63,6 +64,32 @@ describe('intake function', () => {
       lambdaContext(),
     );
     expect((await jobs.listByState(['pending'])).map((j) => j.id)).toEqual(['nlp.m1', 'nlp.tok-7']);
+  });
+
+  it('orders a service’s messages by their SentTimestamp: a redelivered older spec never reverts a newer one', async () => {
+    const services = new MemoryServiceStore();
+    const { handler } = setup(new MemoryJobStore(), services);
+    const svc = (image: string) =>
+      JSON.stringify({
+        image,
+        command: ['vllm', 'serve'],
+        name: 'chat',
+        gpu: { kind: 'whole', count: 1 },
+        service: { port: 8000, replicas: { min: 1, max: 2 }, targets: [{ metric: 'waiting-requests', perReplica: 6 }] },
+      });
+    const sent = (id: string, image: string, at: number) =>
+      record(id, svc(image), {
+        attributes: {
+          ApproximateReceiveCount: '1',
+          SentTimestamp: String(at),
+          SenderId: 'AIDA',
+          ApproximateFirstReceiveTimestamp: String(at),
+        },
+      });
+    await handler({ Records: [sent('m2', 'vllm/vllm-openai:2.0', T0 + 2000)] }, lambdaContext());
+    // m1 was sent first and arrives last (SQS standard queues deliver at least once, in no set order).
+    await handler({ Records: [sent('m1', 'vllm/vllm-openai:1.0', T0 + 1000)] }, lambdaContext());
+    expect((await services.get('nlp.chat'))!).toMatchObject({ spec: { image: 'vllm/vllm-openai:2.0' }, specSentAtMs: T0 + 2000 });
   });
 
   it('takes the team from the queue, never from the body', async () => {
