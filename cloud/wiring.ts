@@ -6,7 +6,9 @@ import { ResourceGroupsTaggingAPIClient } from '@aws-sdk/client-resource-groups-
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
-import { ConfigError, messageOf } from '../core/errors.ts';
+import { CloudError, ConfigError, isCloudError, messageOf } from '../core/errors.ts';
+import type { Cloud } from '../core/catalog.ts';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type {
   BudgetTagSource,
   CatalogSource,
@@ -75,6 +77,8 @@ export interface WiringOptions {
   readonly aws?: Partial<AwsClients>;
   /** Compute clients for GCP (tests point them at a local server); by default built from the configured secret. */
   readonly gcp?: GcpClients;
+  /** The Secrets Manager client that reads the GCP credentials secret (tests give a double). */
+  readonly secrets?: SecretsManagerClient;
 }
 
 export interface FleetPorts {
@@ -152,8 +156,17 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
   let prices: PriceSource = new AwsPriceSource(clients.ec2, { clock });
   const notices: NoticeSource[] = [];
   let gcpReservations: ReservationSource | undefined;
+  let gcp: Awaited<ReturnType<typeof loadGcp>> | undefined;
   if (config.gcp) {
-    const gcp = await loadGcp(config, clock, options.gcp);
+    try {
+      gcp = await loadGcp(config, clock, options.gcp, options.secrets);
+    } catch (error) {
+      // One cloud's ports that cannot be built (its secret gone or refused, a bad key, a build without its adapter)
+      // degrade that cloud alone: its provider fails every listing, as an unreachable cloud would, and AWS goes on.
+      providers = [...providers, new UnavailableCloud('gcp', config.gcp.projects.map((p) => p.projectId).join(', '), error)];
+    }
+  }
+  if (gcp) {
     providers = [...providers, gcp.groups];
     catalog = new MultiCloudCatalog([catalog, gcp.catalog]);
     prices = new MultiCloudPrices(
@@ -245,7 +258,7 @@ export async function fleetPortsFromEnv(env: Environment = process.env, options:
   return fleetPorts(fleetConfigFromEnv(env), options);
 }
 
-async function loadGcp(config: FleetConfig, clock: Clock, clients: GcpClients | undefined) {
+async function loadGcp(config: FleetConfig, clock: Clock, clients: GcpClients | undefined, secrets: SecretsManagerClient | undefined) {
   let gcp: typeof GcpRuntime;
   try {
     gcp = await import('./gcp/runtime.ts');
@@ -258,5 +271,40 @@ async function loadGcp(config: FleetConfig, clock: Clock, clients: GcpClients | 
       { what: 'gpu-fleet environment', cause: error },
     );
   }
-  return gcp.loadGcpPorts(config.gcp!, { region: config.region, clock, ...(clients ? { clients } : {}) });
+  return gcp.loadGcpPorts(config.gcp!, { region: config.region, clock, ...(clients ? { clients } : {}), ...(secrets ? { secrets } : {}) });
+}
+
+/**
+ * A cloud whose ports could not be built: every call fails with why, as a cloud that cannot be
+ * reached does, so reconcile degrades that cloud alone (its machines are neither planned nor
+ * counted lost) and says so; `describeInstance` knows no machine, so notices about others go on.
+ */
+class UnavailableCloud implements NodeGroupProvider {
+  private readonly error: CloudError;
+  readonly problems: readonly string[];
+  constructor(
+    readonly cloud: Cloud,
+    readonly scope: string,
+    cause: unknown,
+  ) {
+    const message = `its ports could not be built: ${messageOf(cause)}`;
+    this.error = new CloudError(
+      isCloudError(cause) ? cause.code : 'unavailable',
+      message,
+      { operation: 'build the cloud ports', cloud },
+      { cause },
+    );
+    this.problems = [`${cloud.toUpperCase()} (${scope}): ${message}`];
+  }
+  private fail(): never {
+    throw this.error;
+  }
+  listGroups = async (): Promise<never> => this.fail();
+  listInstances = async (): Promise<never> => this.fail();
+  setDesiredCapacity = async (): Promise<never> => this.fail();
+  terminateInstance = async (): Promise<never> => this.fail();
+  setScaleInProtection = async (): Promise<never> => this.fail();
+  launchFailures = async (): Promise<never> => this.fail();
+  completeLifecycleAction = async (): Promise<never> => this.fail();
+  describeInstance = async (): Promise<undefined> => undefined;
 }

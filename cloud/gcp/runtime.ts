@@ -80,11 +80,14 @@ export function gcpPorts(config: GcpConfig, clients: GcpClients, clock: Clock) {
 }
 
 /** The GCP ports for a fleet config: credentials from the configured secret (or given clients, in tests). */
-export async function loadGcpPorts(config: GcpConfig, input: { region: string; clock: Clock; clients?: GcpClients }) {
+export async function loadGcpPorts(
+  config: GcpConfig,
+  input: { region: string; clock: Clock; clients?: GcpClients; secrets?: SecretsManagerClient },
+) {
   let clients = input.clients;
   if (!clients) {
     const credentials = config.credentialsSecret
-      ? await gcpCredentialsFromSecret(new SecretsManagerClient({ region: input.region }), config.credentialsSecret)
+      ? await gcpCredentialsFromSecret(input.secrets ?? new SecretsManagerClient({ region: input.region }), config.credentialsSecret)
       : undefined;
     clients = gcpClients(credentials ? { credentials } : {});
   }

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError } from '../../core/errors.ts';
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { mockClient } from 'aws-sdk-client-mock';
+import { ConfigError, isCloudError } from '../../core/errors.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { DEFAULT_NAMES, fleetConfigFromEnv } from '../../cloud/env.ts';
 import { fleetPorts } from '../../cloud/wiring.ts';
@@ -130,5 +132,37 @@ describe('the environment, read by one schema', () => {
     );
     expect(both.providers.map((p) => p.cloud)).toEqual(['aws', 'gcp']);
     expect(both.reconcile.notices?.map((n) => n.cloud)).toEqual(['gcp']);
+  });
+});
+
+describe('one cloud whose ports cannot be built degrades that cloud alone', () => {
+  it('with the GCP credentials secret gone, the ports are built: AWS as ever, GCP failing every listing with why', async () => {
+    const secrets = new SecretsManagerClient({ region: 'us-west-2', credentials: { accessKeyId: 'x', secretAccessKey: 'x' } });
+    const sm = mockClient(secrets);
+    sm.on(GetSecretValueCommand).rejects(
+      Object.assign(new Error("Secrets Manager can't find the specified secret."), {
+        name: 'ResourceNotFoundException',
+        $metadata: { httpStatusCode: 400 },
+        $fault: 'client',
+      }),
+    );
+    const c = fleetConfigFromEnv({
+      AWS_REGION: 'us-west-2',
+      GPU_FLEET_GCP_PROJECTS: '[{"projectId":"ml-prod","zones":["us-central1-a"]}]',
+      GPU_FLEET_GCP_CREDENTIALS_SECRET: 'gpu-fleet/gcp-key',
+    });
+    const ports = await fleetPorts(c, { secrets });
+    expect(ports.providers.map((p) => p.cloud)).toEqual(['aws', 'gcp']);
+    const gcp = ports.providers[1]!;
+    // Reported like a failed listing: a cloud error reconcile degrades that cloud on, never a crash of the whole run.
+    const failure = await gcp.listGroups().catch((e: unknown) => e);
+    expect(isCloudError(failure)).toBe(true);
+    expect(String(failure)).toMatch(/its ports could not be built: read the GCP credentials secret .*gpu-fleet\/gcp-key/);
+    await expect(gcp.listInstances()).rejects.toThrow(/could not be built/);
+    expect(await gcp.describeInstance('i-0123456789abcdef0')).toBeUndefined();
+    expect(ports.problems()).toEqual([
+      expect.stringMatching(/^GCP \(ml-prod\): its ports could not be built: read the GCP credentials secret/),
+    ]);
+    sm.restore();
   });
 });
