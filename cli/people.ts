@@ -323,6 +323,8 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
       ...(nodesError ? { nodesError } : {}),
       /** What the newest reconcile left out because its calls failed: which, since when, the last error. */
       degraded: (latest?.degraded ?? []).map((d) => ({ ...d, forSec: Math.max(0, (now - d.sinceMs) / 1000) })),
+      /** Zones whose agents fell silent together in the newest reconcile: a control-plane fault (nothing requeued for it). */
+      controlPlaneSilence: latest?.controlPlaneSilence ?? [],
       queues: depths,
     };
     print(io, flags.json, value, () => {
@@ -366,6 +368,13 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
               ]),
           ),
         );
+      }
+      if (value.controlPlaneSilence.length > 0) {
+        out.push('', `Control-plane fault (newest reconcile, ${latest!.id}): agents fell silent together while their machines run`);
+        for (const z of value.controlPlaneSilence)
+          out.push(
+            `  ${z.cloud} ${z.zone}: ${z.silent} of ${z.running} machines silent since about ${new Date(z.sinceMs).toISOString()}; their work is not requeued, nor they let go (check the agent API and its table)`,
+          );
       }
       if (value.degraded.length > 0) {
         out.push('', `Degraded (left out of the newest reconcile, ${latest!.id}: not scaled, and work only it could run waits)`);

@@ -108,6 +108,10 @@ export async function reconcileCommand(
   const lines = [
     `${flags.dryRun ? 'dry run' : 'reconciled'} ${d.id}: ${d.inputs.pendingJobs} jobs waiting, ${d.inputs.activeJobs} running, ${d.inputs.nodes} machines in ${d.inputs.groups.length} groups (planned in ${Math.round(d.planMs)} ms)`,
     ...ports.problems().map((p) => `problem: ${p}`),
+    ...(d.controlPlaneSilence ?? []).map(
+      (z) =>
+        `control-plane fault: ${z.silent} of ${z.running} machines in ${z.cloud} ${z.zone} fell silent together; nothing requeued for silence, none let go`,
+    ),
     ...(d.degraded ?? []).map(
       (x) =>
         `degraded: ${degradedName(x)} is left out (not scaled; work only it could run waits) since ${new Date(x.sinceMs).toISOString()}; last error${x.code ? ` [${x.code}]` : ''}: ${x.error}`,

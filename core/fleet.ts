@@ -125,3 +125,67 @@ export interface FleetNode {
   /** Running, registered, healthy and not draining: new work may go here. */
   readonly schedulable: boolean;
 }
+
+/** How reconcile tells a control-plane fault from machines that are gone (see {@link correlatedSilence}). */
+export interface SilencePolicy {
+  readonly heartbeatTimeoutSec: number;
+  /** Share of a zone's running machines whose agents must fall silent together for it to be the control path's fault. */
+  readonly silenceShare: number;
+  /** Only zones with at least this many running machines are judged (one or two silent machines are just machines). */
+  readonly silenceMinMachines: number;
+  /** "Together": their last heartbeats all fall within this many seconds. */
+  readonly silenceWindowSec: number;
+}
+
+/** A zone whose machines went silent together while their cloud lists them running. */
+export interface SilentZone {
+  readonly cloud: Cloud;
+  readonly zone: string;
+  readonly silent: number;
+  readonly running: number;
+  /** The newest last heartbeat among them: when the silence began, give or take the window. */
+  readonly sinceMs: number;
+}
+
+/**
+ * Machines whose agents fell silent together, zone by zone, while their cloud still lists them
+ * running: a fault of the control path (the agent API down or throttled, its store throttled, a
+ * bad deploy), not of the machines, which are up and likely still running their work. Kubernetes'
+ * node lifecycle controller reasons the same way: it stops evicting from a zone where most nodes
+ * go NotReady at once (`--unhealthy-zone-threshold`, 0.55, on zones of 3 or more nodes). Returns
+ * the zones judged so, and their silent machines, which reconcile neither requeues for silence nor
+ * lets go; a machine silent on its own (or a small zone) is judged alone, as before.
+ */
+export function correlatedSilence(
+  nodes: readonly { readonly instance: Instance; readonly record?: NodeRecord }[],
+  nowMs: number,
+  policy: SilencePolicy,
+): { readonly zones: readonly SilentZone[]; readonly machines: ReadonlySet<string> } {
+  const byZone = new Map<string, { cloud: Cloud; zone: string; running: number; silent: { id: string; lastMs: number }[] }>();
+  for (const { instance, record } of nodes) {
+    if (instance.state !== 'running' || !record) continue;
+    const key = `${instance.cloud}/${instance.zone}`;
+    const z = byZone.get(key) ?? { cloud: instance.cloud, zone: instance.zone, running: 0, silent: [] };
+    byZone.set(key, z);
+    z.running++;
+    if (nowMs - record.lastHeartbeatAtMs > policy.heartbeatTimeoutSec * 1000)
+      z.silent.push({ id: instance.id, lastMs: record.lastHeartbeatAtMs });
+  }
+  const zones: SilentZone[] = [];
+  const machines = new Set<string>();
+  for (const z of [...byZone.values()].sort((a, b) => (a.cloud + a.zone < b.cloud + b.zone ? -1 : 1))) {
+    if (z.running < policy.silenceMinMachines || z.silent.length < 2) continue;
+    // The largest group of silent machines whose last heartbeats fall within one window.
+    const times = z.silent.map((s) => s.lastMs).sort((a, b) => a - b);
+    let best = { count: 0, endMs: 0 };
+    for (let i = 0, j = 0; j < times.length; j++) {
+      while (times[j]! - times[i]! > policy.silenceWindowSec * 1000) i++;
+      if (j - i + 1 > best.count) best = { count: j - i + 1, endMs: times[j]! };
+    }
+    if (best.count / z.running < policy.silenceShare) continue;
+    const together = z.silent.filter((s) => s.lastMs <= best.endMs && s.lastMs >= best.endMs - policy.silenceWindowSec * 1000);
+    zones.push({ cloud: z.cloud, zone: z.zone, silent: together.length, running: z.running, sinceMs: best.endMs });
+    for (const s of together) machines.add(s.id);
+  }
+  return { zones, machines };
+}

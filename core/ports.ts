@@ -1,5 +1,5 @@
 import type { Cloud, InstanceType, InstanceTypeCatalog, Offering, PriceQuote } from './catalog.ts';
-import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord } from './fleet.ts';
+import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord, SilentZone } from './fleet.ts';
 import type { CheckpointRef, Job, JobState } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
@@ -432,6 +432,8 @@ export interface DecisionRecord {
   readonly teams?: readonly TeamInForce[];
   /** Providers (or groups) left out of this reconcile because their calls failed: since when (carried from the decision before), and the last error. */
   readonly degraded?: readonly (DegradedScope & { readonly sinceMs: number })[];
+  /** Zones whose machines fell silent together while running: a control-plane fault; their work was not requeued, nor they let go. */
+  readonly controlPlaneSilence?: readonly SilentZone[];
   /** Each service's decision in this reconcile: its target, its ready replicas, and why. */
   readonly services?: readonly {
     readonly service: string;

@@ -50,6 +50,14 @@ export interface Policy {
   readonly uploadMiBPerSec: number;
   readonly uploadMarginSec: number;
   /**
+   * Correlated silence (core/fleet.ts correlatedSilence): a zone of at least `silenceMinMachines`
+   * running machines where `silenceShare` or more fell silent within `silenceWindowSec` of each
+   * other is a control-plane fault, and its silent machines are neither requeued nor let go.
+   */
+  readonly silenceShare: number;
+  readonly silenceMinMachines: number;
+  readonly silenceWindowSec: number;
+  /**
    * The node groups' terminate lifecycle hook (the stack's) and its timeout: a machine found held
    * by it with no lifecycle event seen is drained as if the event had come.
    */
@@ -74,6 +82,10 @@ export const DEFAULT_POLICY: Policy = {
   moveToSpotPerPlan: 20,
   uploadMiBPerSec: 500,
   uploadMarginSec: 120,
+  // Kubernetes' node lifecycle controller's unhealthy-zone threshold (0.55) on zones of 3 or more; "together": within 2 minutes.
+  silenceShare: 0.55,
+  silenceMinMachines: 3,
+  silenceWindowSec: 120,
   drainHookName: 'gpu-fleet-drain',
   drainHookTimeoutSec: 300,
 };

@@ -1153,6 +1153,22 @@ export class GpuFleetStack extends Stack {
       datapointsToAlarm: 5,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
+    add('ControlPlaneSilence', {
+      alarmDescription:
+        "Most machines of a zone stopped sending heartbeats at once while their cloud lists them running: the agent API (or its table) is failing, not the machines. Reconcile requeues nothing for it and lets none of them go (gpu-fleet status names the zones); check the agent API function's errors and throttles.",
+      metric: new cloudwatch.Metric({
+        namespace: METRICS_NAMESPACE,
+        metricName: 'SilentTogetherMachines',
+        dimensionsMap: { service: 'gpu-fleet-reconcile' },
+        period: Duration.minutes(1),
+        statistic: 'Maximum',
+      }),
+      threshold: 0,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 2,
+      datapointsToAlarm: 2,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
     add('ReconcileNotRunning', {
       alarmDescription: 'Reconcile has not run for 5 minutes: nothing scales, nothing is placed.',
       metric: this.functions.reconcile.metricInvocations({ period: Duration.minutes(5), statistic: 'Sum' }),

@@ -6,7 +6,7 @@
  * reserved machine (it is paid for anyway). Returns
  * scale-in actions only; it must not move work (consolidation does that, with its own rules).
  */
-import { inService } from '../fleet.ts';
+import { correlatedSilence, inService } from '../fleet.ts';
 import type { PlanAction } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import { isEmpty, type NodeCapacity } from './capacity.ts';
@@ -45,8 +45,11 @@ export function scaleIn(st: PlanningState): PlanAction[] {
   // Machines whose agent went silent (or never registered) and hold no work still cost money:
   // their work was requeued as lost, so they go (the group replaces them if capacity is needed).
   const registerLimitMs = Math.max(600_000, 3 * s.policy.expectedBootSec * 1000);
+  // Not those silent together with most of their zone: the control path failed, not they (core/fleet.ts correlatedSilence).
+  const silentTogether = correlatedSilence(s.nodes, s.nowMs, s.policy).machines;
   for (const f of byId) {
     if (f.instance.state !== 'running' || removed.has(f.instance.id) || busy.has(f.instance.id) || f.record?.draining) continue;
+    if (silentTogether.has(f.instance.id)) continue;
     const silentMs = f.record ? s.nowMs - f.record.lastHeartbeatAtMs : s.nowMs - f.instance.launchedAtMs;
     if (silentMs <= (f.record ? s.policy.heartbeatTimeoutSec * 1000 : registerLimitMs)) continue;
     letGo(f.instance.groupId, f.instance.id, silentMachine(f.instance.id, f.record !== undefined, silentMs));

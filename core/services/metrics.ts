@@ -92,6 +92,12 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
   // Providers (or groups) left out because their calls fail: the count always (0 when all answer, for the alarm), and each one named.
   const degraded = decision.degraded ?? [];
   out.push({ name: 'DegradedProviders', unit: 'Count', value: degraded.length });
+  // Machines silent together with most of their zone (a control-plane fault): always, 0 when none, for the alarm.
+  out.push({
+    name: 'SilentTogetherMachines',
+    unit: 'Count',
+    value: (decision.controlPlaneSilence ?? []).reduce((n, z) => n + z.silent, 0),
+  });
   for (const d of degraded)
     out.push({
       name: 'ProviderDegradedSeconds',

@@ -1,5 +1,5 @@
 import { billedPrice, offeringId, type PriceQuote } from '../catalog.ts';
-import { inService, type Instance, type NodeRecord } from '../fleet.ts';
+import { correlatedSilence, inService, type Instance, type NodeRecord } from '../fleet.ts';
 import { drainLeadMs, reservationTerminationMs } from '../reservation.ts';
 import { MAX_CHECKPOINT_GRACE_SEC as MAX_GRACE_SEC } from '../job-spec.ts';
 import { ACTIVE_STATES, HELD_ATTEMPTS_KEPT_MS, type Job } from '../job.ts';
@@ -118,6 +118,8 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       !options.dryRun && ports.notices && ports.notices.length > 0 ? await pollNotices(ports, ports.notices, options.policy) : undefined;
     let world = await readWorld(ports);
     const nowMs = ports.clock.nowMs();
+    // Machines that fell silent together while their cloud lists them running: the control path's fault, not theirs.
+    const silence = silenceOf(world, nowMs, options.policy);
     let lostJobsRequeued = 0;
     let services: ServiceStepResult | undefined;
     if (!options.dryRun) {
@@ -204,6 +206,7 @@ export async function reconcile(ports: ReconcilePorts, options: ReconcileOptions
       errors: [],
       planMs,
       ...(services && services.decisions.length > 0 ? { services: services.decisions } : {}),
+      ...(silence.zones.length > 0 ? { controlPlaneSilence: silence.zones } : {}),
       ...rightsizedIn(plan, snapshot.pendingJobs),
       teams: [...snapshot.teams.values()].map((t) => {
         const spentMicroUsd = snapshot.spendMicroUsd.get(t.id) ?? 0;
@@ -418,6 +421,16 @@ async function applyAction(ports: ReconcilePorts, action: PlanAction, providerOf
   }
 }
 
+/** Correlated silence over the world as read (core/fleet.ts correlatedSilence). */
+export function silenceOf(world: Pick<WorldView, 'instances' | 'records'>, nowMs: number, policy: Policy) {
+  const records = new Map(world.records.map((r) => [r.instanceId, r]));
+  return correlatedSilence(
+    world.instances.map((instance) => ({ instance, ...(records.has(instance.id) ? { record: records.get(instance.id)! } : {}) })),
+    nowMs,
+    policy,
+  );
+}
+
 /**
  * Finds nodes that are gone or silent and requeues the attempts that ran there, from their
  * newest checkpoint. Lost means: the cloud says the machine is stopping or terminated; or its
@@ -433,6 +446,7 @@ export async function requeueLostWork(
   const records = new Map(world.records.map((r) => [r.instanceId, r]));
   const nodeIds = new Set(world.activeJobs.flatMap((j) => j.placement?.nodes.map((n) => n.nodeId) ?? []));
   const knownGroups = new Set(world.groups.map((g) => g.id));
+  const silence = silenceOf(world, nowMs, policy);
   let requeued = 0;
   for (const nodeId of [...nodeIds].sort()) {
     // While a cloud is degraded, a machine missing from the view may be one of its own: kept as it is, never called lost.
@@ -440,6 +454,8 @@ export async function requeueLostWork(
     if ((world.degraded ?? []).length > 0 && !instances.has(nodeId) && !(record && knownGroups.has(record.groupId))) continue;
     const why = lostReason(instances.get(nodeId), records.get(nodeId), nowMs, policy);
     if (!why) continue;
+    // Silent with many others of its zone, and running: its work is most likely running still; nothing is requeued for it.
+    if (silence.machines.has(nodeId) && instances.get(nodeId)?.state === 'running' && why.code === 'node-lost') continue;
     for (const job of jobsOnInstance(world.activeJobs, nodeId)) {
       const out = await requeueAttempt(ports, { jobId: job.id, attempt: job.attempt, reason: why, nowMs });
       if (out.status === 'changed') requeued++;
