@@ -1,11 +1,10 @@
-import { spawn } from 'node:child_process';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 import { CreateTableCommand, DynamoDBClient, type AttributeDefinition, type CreateTableCommandInput } from '@aws-sdk/client-dynamodb';
 import { documentClient } from '../../cloud/aws/dynamo-store.ts';
 import { TABLES, type TableNames } from '../../cloud/aws/tables.ts';
+import { listenInChild } from './child-server.ts';
 
 const require = createRequire(import.meta.url);
 const dynalite = require('dynalite') as (options: { createTableMs?: number; deleteTableMs?: number; updateTableMs?: number }) => Server;
@@ -93,21 +92,8 @@ export async function startDynalite(): Promise<LocalDynamo> {
 
 /** dynalite in a child process (the benches: its memory and CPU are not the measured process's). */
 export async function startDynaliteProcess(): Promise<LocalDynamo> {
-  const script = `const s = require('dynalite')({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 }); s.listen(0, '127.0.0.1', () => process.stdout.write(String(s.address().port) + '\\n'));`;
-  const child = spawn(process.execPath, ['-e', script], {
-    cwd: fileURLToPath(new URL('../..', import.meta.url)),
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const port = await new Promise<number>((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => {
-      out += String(d);
-      if (out.includes('\n')) resolve(Number(out.trim()));
-    });
-    child.once('exit', (code) => reject(new Error(`dynalite exited with code ${String(code)} before it listened`)));
-  });
-  return localDynamo(port, async () => {
-    child.kill();
-    await new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once('exit', () => resolve())));
-  });
+  const { port, stop } = await listenInChild(
+    `const s = require('dynalite')({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 }); s.listen(0, '127.0.0.1', () => process.stdout.write(String(s.address().port) + '\\n'));`,
+  );
+  return localDynamo(port, stop);
 }
