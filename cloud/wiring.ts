@@ -9,6 +9,7 @@ import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balan
 import { CloudError, ConfigError, isCloudError, messageOf } from '../core/errors.ts';
 import type { Cloud } from '../core/catalog.ts';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type {
   BudgetTagSource,
   CatalogSource,
@@ -30,11 +31,9 @@ import { AsgNodeGroups } from './aws/asg-node-groups.ts';
 import { Ec2Reservations } from './aws/ec2-reservations.ts';
 import { CloudWatchJobLogs } from './aws/cloudwatch-logs.ts';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
-import { S3Client } from '@aws-sdk/client-s3';
 import { awsShippedCatalog, onDemandPrice } from './catalog/shipped.ts';
 import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink, CloudWatchServiceMetricSink } from './aws/cloudwatch-metrics.ts';
-import { checkpointRoot, documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
-import { S3CheckpointSweep } from './aws/checkpoint-sweep.ts';
+import { documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
 import { ElbFrontDoor } from './aws/elb-front-door.ts';
 import { ElbRequestLoad } from './aws/elb-load.ts';
 import { AwsPriceSource, Ec2Catalog } from './aws/ec2-catalog.ts';
@@ -68,7 +67,6 @@ export interface AwsClients {
   readonly dynamodb: DynamoDBClient;
   readonly elb: ElasticLoadBalancingV2Client;
   readonly logs: CloudWatchLogsClient;
-  readonly s3: S3Client;
 }
 
 export interface WiringOptions {
@@ -87,6 +85,8 @@ export interface FleetPorts {
   /** The SDK clients the ports use, for what an entry builds beside them (Powertools' idempotency store). */
   readonly clients: AwsClients;
   readonly stores: ReturnType<typeof dynamoStores>;
+  /** The document client the stores use (what an entry builds beside them: the checkpoint sweep's position). */
+  readonly doc: DynamoDBDocumentClient;
   readonly providers: readonly NodeGroupProvider[];
   readonly catalog: CatalogSource;
   readonly prices: PriceSource;
@@ -127,7 +127,6 @@ export function awsClients(config: Pick<FleetConfig, 'region'>, env: Environment
     dynamodb: new DynamoDBClient(common),
     elb: new ElasticLoadBalancingV2Client(common),
     logs: new CloudWatchLogsClient(common),
-    s3: new S3Client(common),
   };
 }
 
@@ -201,21 +200,6 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     reservations: [reservations, ...(gcpReservations ? [gcpReservations] : [])],
     ...(config.discounts ? { discounts: config.discounts } : {}),
     ...services,
-    // The checkpoint bucket's retention (an S3 root; a file:// root is the machines' own to keep).
-    ...(config.checkpointRetentionDays !== undefined && checkpointRoot(config.checkpointBucket).startsWith('s3://')
-      ? {
-          checkpointSweep: new S3CheckpointSweep({
-            s3: clients.s3,
-            root: checkpointRoot(config.checkpointBucket),
-            jobs: stores.jobs,
-            checkpoints: stores.checkpoints,
-            doc,
-            table: config.tables.control,
-            clock,
-            retentionDays: config.checkpointRetentionDays,
-          }),
-        }
-      : {}),
   };
   const interruption: InterruptionPorts = {
     clock,
@@ -230,6 +214,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     clock,
     clients,
     stores,
+    doc,
     providers,
     catalog,
     prices,

@@ -1,8 +1,9 @@
-import { DeleteObjectsCommand, ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
+import { DeleteObjectsCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { GetCommand, PutCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { checkpointObjectExpired } from '../../core/job.ts';
 import type { CheckpointStore, CheckpointSweep, Clock, JobStore } from '../../core/ports.ts';
 import { parseS3Location } from './checkpoint-urls.ts';
+import { checkpointRoot } from './dynamo-store.ts';
 import { translateAwsError } from './errors.ts';
 
 const DAY_MS = 86_400_000;
@@ -144,4 +145,24 @@ export class S3CheckpointSweep implements CheckpointSweep {
       throw translateAwsError(error, { operation, resource });
     }
   }
+}
+
+/**
+ * The sweep for a fleet's config, when it has one: an S3 checkpoint root and a retention (the
+ * stack sets GPU_FLEET_CHECKPOINT_RETENTION_DAYS on its reconcile function). Built by the
+ * reconcile entry alone, so the other functions carry no S3 client.
+ */
+export function checkpointSweepFor(
+  config: {
+    readonly region: string;
+    readonly checkpointBucket: string;
+    readonly checkpointRetentionDays?: number;
+    readonly tables: { readonly control: string };
+  },
+  deps: { readonly jobs: JobStore; readonly checkpoints: CheckpointStore; readonly doc: DynamoDBDocumentClient; readonly clock: Clock },
+  s3: S3Client = new S3Client({ region: config.region, retryMode: 'adaptive', maxAttempts: 5 }),
+): S3CheckpointSweep | undefined {
+  const root = checkpointRoot(config.checkpointBucket);
+  if (config.checkpointRetentionDays === undefined || !root.startsWith('s3://')) return undefined;
+  return new S3CheckpointSweep({ s3, root, ...deps, table: config.tables.control, retentionDays: config.checkpointRetentionDays });
 }

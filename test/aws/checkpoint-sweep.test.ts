@@ -5,7 +5,8 @@ import { CreateBucketCommand, ListObjectsV2Command, PutObjectCommand, S3Client }
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startS3rverProcess, type LocalS3 } from '../../bench/support/s3rver.ts';
-import { S3CheckpointSweep } from '../../cloud/aws/checkpoint-sweep.ts';
+import { checkpointSweepFor, S3CheckpointSweep } from '../../cloud/aws/checkpoint-sweep.ts';
+import { MemoryCheckpointStore, MemoryJobStore } from '../../cloud/sim/memory-stores.ts';
 import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { checkpointFolder, checkpointObjectExpired, isTerminal, JOB_STATES, type CheckpointRef, type Job } from '../../core/job.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
@@ -185,5 +186,21 @@ describe('reconcile and the checkpoint sweep', () => {
     e.clock.advanceBy(60_000);
     expect((await reconcile(ports, { planner: plan, policy: DEFAULT_POLICY, holder: 'a' })).status).toBe('done');
     expect(calls).toBe(2);
+  });
+});
+
+describe('which fleets sweep (checkpointSweepFor, built by the reconcile entry alone)', () => {
+  it('sweeps an S3 root with a retention the stack set; nothing without one, or for a file:// root', () => {
+    const deps = {
+      jobs: new MemoryJobStore(),
+      checkpoints: new MemoryCheckpointStore({ nowMs: () => 0 }),
+      doc: {} as never,
+      clock: { nowMs: () => 0 },
+    };
+    const config = { region: 'us-west-2', checkpointBucket: 'gpu-fleet-checkpoints', tables: { control: 'c' } };
+    const s3 = new S3Client({ region: 'us-west-2' });
+    expect(checkpointSweepFor({ ...config, checkpointRetentionDays: 30 }, deps, s3)).toBeInstanceOf(S3CheckpointSweep);
+    expect(checkpointSweepFor(config, deps, s3)).toBeUndefined();
+    expect(checkpointSweepFor({ ...config, checkpointBucket: 'file:///mnt/ckpt/', checkpointRetentionDays: 30 }, deps, s3)).toBeUndefined();
   });
 });
