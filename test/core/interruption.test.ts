@@ -181,30 +181,36 @@ describe('interruption service', () => {
   });
 });
 
+/** One machine up in a spot group whose machines leave through a terminate hook of `hookTimeoutSec`. */
+async function machineInHookedGroup(id: string, instanceType: string, zone: string, hookTimeoutSec: number) {
+  const e = createSimEnvironment({
+    startMs: T0,
+    seed: 1,
+    teams: ['nlp'],
+    teamTags: defaultTeamTags(['nlp']),
+    bootSec: 60,
+    groups: [
+      {
+        id,
+        instanceTypes: [instanceType],
+        zones: [zone],
+        capacityType: 'spot',
+        minSize: 0,
+        maxSize: 2,
+        terminateHook: { name: 'gpu-fleet-drain', timeoutSec: hookTimeoutSec },
+      },
+    ],
+  });
+  await e.cloud.setDesiredCapacity(id, 1);
+  e.clock.advanceBy(120_000);
+  e.cloud.tick();
+  const [inst] = await e.cloud.listInstances();
+  return { e, inst };
+}
+
 describe('a terminate hook holds a machine while its checkpoints are written and uploaded', () => {
   it('heartbeats the hook past its 300 s timeout while a 640 GiB checkpoint uploads, then completes it once the machine is empty', async () => {
-    const e = createSimEnvironment({
-      startMs: T0,
-      seed: 1,
-      teams: ['nlp'],
-      teamTags: defaultTeamTags(['nlp']),
-      bootSec: 60,
-      groups: [
-        {
-          id: 'a100-spot',
-          instanceTypes: ['p4de.24xlarge'],
-          zones: ['us-east-1a'],
-          capacityType: 'spot',
-          minSize: 0,
-          maxSize: 2,
-          terminateHook: { name: 'gpu-fleet-drain', timeoutSec: 300 },
-        },
-      ],
-    });
-    await e.cloud.setDesiredCapacity('a100-spot', 1);
-    e.clock.advanceBy(120_000);
-    e.cloud.tick();
-    const [inst] = await e.cloud.listInstances();
+    const { e, inst } = await machineInHookedGroup('a100-spot', 'p4de.24xlarge', 'us-east-1a', 300);
     const gpus = [0, 1, 2, 3, 4, 5, 6, 7].map((index) => ({ index, model: 'A100-80GB' as const, memoryMiB: 81_920 }));
     await e.nodes.register({ instanceId: inst!.id, groupId: 'a100-spot', registeredAtMs: T0, lastHeartbeatAtMs: T0, healthy: true, gpus });
     const body = JSON.stringify({
@@ -262,28 +268,7 @@ describe('a terminate hook holds a machine while its checkpoints are written and
   });
 
   it('the simulated group honours heartbeats as Auto Scaling does: another timeout from now, never past 100 timeouts', async () => {
-    const e = createSimEnvironment({
-      startMs: T0,
-      seed: 1,
-      teams: ['nlp'],
-      teamTags: defaultTeamTags(['nlp']),
-      bootSec: 60,
-      groups: [
-        {
-          id: 'v100-spot',
-          instanceTypes: ['p3.8xlarge'],
-          zones: ['us-west-2a'],
-          capacityType: 'spot',
-          minSize: 0,
-          maxSize: 2,
-          terminateHook: { name: 'gpu-fleet-drain', timeoutSec: 60 },
-        },
-      ],
-    });
-    await e.cloud.setDesiredCapacity('v100-spot', 1);
-    e.clock.advanceBy(120_000);
-    e.cloud.tick();
-    const [inst] = await e.cloud.listInstances();
+    const { e, inst } = await machineInHookedGroup('v100-spot', 'p3.8xlarge', 'us-west-2a', 60);
     e.cloud.replace(inst!.id, 'instance refresh');
     const state = async () => (await e.cloud.listInstances()).find((i) => i.id === inst!.id)?.state ?? 'gone';
     const beat = { groupId: 'v100-spot', instanceId: inst!.id, hookName: 'gpu-fleet-drain' };
