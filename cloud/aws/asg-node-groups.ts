@@ -354,40 +354,41 @@ export class AsgNodeGroups implements NodeGroupProvider {
   }
 
   async completeLifecycleAction(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
-    try {
-      await this.asg.send(
-        new CompleteLifecycleActionCommand({
-          AutoScalingGroupName: input.groupId,
-          LifecycleHookName: input.hookName,
-          InstanceId: input.instanceId,
-          LifecycleActionResult: 'CONTINUE',
-          ...(input.token ? { LifecycleActionToken: input.token } : {}),
-        }),
-      );
-    } catch (error) {
-      const e = translateAwsError(error, { operation: 'complete lifecycle action', resource: `${input.groupId}/${input.instanceId}` });
-      // "No active Lifecycle Action found": completed already, or timed out. Either way, done.
-      if (e.code === 'invalid-request' && /no active lifecycle action|not found/i.test(e.message)) return;
-      throw e;
-    }
+    await this.lifecycleCall('complete lifecycle action', input, (action) =>
+      this.asg.send(new CompleteLifecycleActionCommand({ ...action, LifecycleActionResult: 'CONTINUE' })),
+    );
   }
 
   async recordLifecycleHeartbeat(input: { groupId: string; instanceId: string; hookName: string; token?: string }): Promise<void> {
+    await this.lifecycleCall('record lifecycle action heartbeat', input, (action) =>
+      this.asg.send(new RecordLifecycleActionHeartbeatCommand(action)),
+    );
+  }
+
+  /**
+   * A call on a machine's lifecycle action. "No active Lifecycle Action found" means the action
+   * ended (completed already, timed out, or past its global timeout): nothing is left to do, and
+   * the call resolves, so both calls are idempotent.
+   */
+  private async lifecycleCall(
+    operation: string,
+    input: { groupId: string; instanceId: string; hookName: string; token?: string },
+    send: (action: {
+      AutoScalingGroupName: string;
+      LifecycleHookName: string;
+      InstanceId: string;
+      LifecycleActionToken?: string;
+    }) => Promise<unknown>,
+  ): Promise<void> {
     try {
-      await this.asg.send(
-        new RecordLifecycleActionHeartbeatCommand({
-          AutoScalingGroupName: input.groupId,
-          LifecycleHookName: input.hookName,
-          InstanceId: input.instanceId,
-          ...(input.token ? { LifecycleActionToken: input.token } : {}),
-        }),
-      );
-    } catch (error) {
-      const e = translateAwsError(error, {
-        operation: 'record lifecycle action heartbeat',
-        resource: `${input.groupId}/${input.instanceId}`,
+      await send({
+        AutoScalingGroupName: input.groupId,
+        LifecycleHookName: input.hookName,
+        InstanceId: input.instanceId,
+        ...(input.token ? { LifecycleActionToken: input.token } : {}),
       });
-      // The action ended (completed, or its global timeout passed): nothing left to extend.
+    } catch (error) {
+      const e = translateAwsError(error, { operation, resource: `${input.groupId}/${input.instanceId}` });
       if (e.code === 'invalid-request' && /no active lifecycle action|not found/i.test(e.message)) return;
       throw e;
     }

@@ -1,4 +1,5 @@
 import type { protos } from '@google-cloud/compute';
+import { hookGlobalTimeoutMs } from '../../core/services/interruption.ts';
 import { makeOffering, type CapacityType, type Cloud, type Offering } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
 import { inService, type Instance, type NodeGroup } from '../../core/fleet.ts';
@@ -6,9 +7,6 @@ import type { Clock, LaunchFailure, NodeGroupProvider, ReservationSource } from 
 import { reservationTerminationMs, type Reservation, type ReservationKind } from '../../core/reservation.ts';
 import { regionOfZone } from '../catalog/shipped.ts';
 import type { SeededRandom } from './clock.ts';
-
-/** The longest a lifecycle hook may hold a machine however many heartbeats it gets: 48 hours (Auto Scaling's limit). */
-export const HOOK_GLOBAL_TIMEOUT_MAX_SEC = 172_800;
 /** The project the simulated GCP groups live in. */
 export const SIM_GCP_PROJECT = 'gpu-fleet-sim';
 
@@ -261,7 +259,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     const hook = inst ? this.groups.get(inst.groupId)?.config.terminateHook : undefined;
     if (!inst || !hook || inst.state !== 'terminating-wait' || hook.name !== input.hookName) return;
     const now = this.options.clock.nowMs();
-    const globalEndMs = (inst.hookStartMs ?? now) + Math.min(100 * hook.timeoutSec, HOOK_GLOBAL_TIMEOUT_MAX_SEC) * 1000;
+    const globalEndMs = (inst.hookStartMs ?? now) + hookGlobalTimeoutMs(hook.timeoutSec * 1000);
     inst.hookDeadlineMs = Math.min(now + hook.timeoutSec * 1000, globalEndMs);
   }
 

@@ -386,8 +386,14 @@ async function completeLifecycle(
   return true;
 }
 
-/** The longest a lifecycle hook holds a machine, however many heartbeats it gets: 48 hours (Auto Scaling's limit). */
-export const HOOK_GLOBAL_TIMEOUT_MAX_MS = 172_800_000;
+/**
+ * The longest a terminate hook with heartbeat timeout `heartbeatMs` holds a machine, however many
+ * heartbeats it gets: its global timeout, 100 heartbeat timeouts or 48 hours, whichever is smaller
+ * (Auto Scaling's RecordLifecycleActionHeartbeat).
+ */
+export function hookGlobalTimeoutMs(heartbeatMs: number): number {
+  return Math.min(100 * heartbeatMs, 172_800_000);
+}
 
 /**
  * Until when a terminate hook should hold the machine `instanceId`: until the checkpoints asked
@@ -403,7 +409,7 @@ export function lifecycleHoldUntilMs(
   policy: Pick<Policy, 'uploadMiBPerSec' | 'uploadMarginSec'>,
 ): number {
   const heartbeatMs = Math.max(0, notice.deadlineMs - notice.atMs);
-  const globalMs = Math.min(100 * heartbeatMs, HOOK_GLOBAL_TIMEOUT_MAX_MS);
+  const globalMs = hookGlobalTimeoutMs(heartbeatMs);
   const timing = { uploadMiBPerSec: policy.uploadMiBPerSec, uploadMarginSec: policy.uploadMarginSec };
   const needMs = Math.max(
     0,

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import {
   AutoScalingClient,
   CompleteLifecycleActionCommand,
+  RecordLifecycleActionHeartbeatCommand,
   DescribeAutoScalingGroupsCommand,
   DescribeScalingActivitiesCommand,
   SetDesiredCapacityCommand,
@@ -327,6 +328,22 @@ describe('Auto Scaling node groups', () => {
       LifecycleActionResult: 'CONTINUE',
       LifecycleActionToken: 't',
     });
+  });
+
+  it('sends a lifecycle action heartbeat, and an action no longer waiting is no error', async () => {
+    asg
+      .on(RecordLifecycleActionHeartbeatCommand)
+      .rejectsOnce(awsError('ValidationError', 'No active Lifecycle Action found with instance ID i-1234567890abcdef0'))
+      .resolves({});
+    const input = { groupId: 'g', instanceId: 'i-1234567890abcdef0', hookName: 'gpu-fleet-drain' };
+    await expect(groups().recordLifecycleHeartbeat(input)).resolves.toBeUndefined();
+    await expect(groups().recordLifecycleHeartbeat({ ...input, token: 't' })).resolves.toBeUndefined();
+    expect(asg.commandCalls(RecordLifecycleActionHeartbeatCommand).map((c) => c.args[0].input)).toEqual([
+      { AutoScalingGroupName: 'g', LifecycleHookName: 'gpu-fleet-drain', InstanceId: 'i-1234567890abcdef0' },
+      { AutoScalingGroupName: 'g', LifecycleHookName: 'gpu-fleet-drain', InstanceId: 'i-1234567890abcdef0', LifecycleActionToken: 't' },
+    ]);
+    asg.on(RecordLifecycleActionHeartbeatCommand).rejects(awsError('Throttling', 'Rate exceeded'));
+    await expect(groups().recordLifecycleHeartbeat(input)).rejects.toMatchObject({ code: 'throttled' });
   });
 
   it('says throttled for Auto Scaling throttling, and never lets an SDK error type out', async () => {
