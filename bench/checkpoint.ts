@@ -20,6 +20,7 @@ import { Command } from 'commander';
 import {
   MAX_RESPONSE_BYTES,
   PART_URLS_PER_CALL,
+  SINGLE_PUT_MAX_BYTES,
   UPLOAD_FILES_PER_CALL,
   type AgentApiOp,
   type AgentApiRequest,
@@ -152,7 +153,8 @@ async function runShape(o: {
     let oneAnswerMax = 0;
     let sampleObjects = 0;
     let sampleBytes = 0;
-    const sampleBody = new Uint8Array(o.files > 0 ? Math.min(o.fileBytes, 256 * 1024 ** 2) : 0).fill(7);
+    // The body of a sampled single-PUT file (files over SINGLE_PUT_MAX_BYTES go up in parts, each its own body).
+    const sampleBody = new Uint8Array(o.fileBytes <= SINGLE_PUT_MAX_BYTES ? o.fileBytes : 0).fill(7);
     for (let i = 0; i < names.length; i += UPLOAD_FILES_PER_CALL) {
       const page = names.slice(i, i + UPLOAD_FILES_PER_CALL).map((path) => ({ path, bytes: o.fileBytes }));
       const { files: targets } = await call('checkpoint/upload', { jobId, location, files: page });
@@ -163,9 +165,9 @@ async function runShape(o: {
           parts++;
           everything.push(t);
           if (sampleObjects < o.sampleFiles) {
-            await put(t.url, sampleBody.subarray(0, Math.min(sampleBody.length, o.fileBytes)));
+            await put(t.url, sampleBody);
             sampleObjects++;
-            sampleBytes += Math.min(sampleBody.length, o.fileBytes);
+            sampleBytes += sampleBody.length;
           }
           continue;
         }

@@ -3,7 +3,7 @@ import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
 import { callerMachine, partBytesFor } from '../../cloud/aws/agent-api-protocol.ts';
-import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
+import { S3CheckpointUrls, type CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { JobStore } from '../../core/ports.ts';
@@ -13,15 +13,17 @@ import { observability } from '../../functions/observability.ts';
 import { aJob } from '../builders.ts';
 
 const ROLE = 'GpuFleet-AgentRole-1A2B3C';
+const defaultUrls = () =>
+  new S3CheckpointUrls(new S3Client({ region: 'us-west-2', credentials: { accessKeyId: 'AKID', secretAccessKey: 's' } }));
 const ARN = (session: string, role = ROLE) => `arn:aws:sts::123456789012:assumed-role/${role}/${session}`;
 
-function setup(jobs: JobStore = new MemoryJobStore()) {
+function setup(jobs: JobStore = new MemoryJobStore(), urls: CheckpointUrls = defaultUrls()) {
   const nodes = new MemoryNodeStore();
   const handler = createAgentApiHandler({
     jobs,
     nodes,
     checkpoints: new MemoryCheckpointStore({ nowMs: () => 1_800_000_000_000 }, 's3://ckpt/checkpoints/'),
-    urls: new S3CheckpointUrls(new S3Client({ region: 'us-west-2', credentials: { accessKeyId: 'AKID', secretAccessKey: 's' } })),
+    urls,
     clock: { nowMs: () => 1_800_000_000_000 },
     agentRoleName: ROLE,
     obs: observability('agent-api-test'),
@@ -134,6 +136,36 @@ describe('agent API: who may call, and what a malformed call gets back', () => {
     });
     expect(await call({ path: '/v1/checkpoint/latest', userArn: ARN(me), body: '{"jobId":"nlp.j1"}' })).toMatchObject({
       body: { ref: { location: 's3://ckpt/checkpoints/nlp.j1/attempt-1/s2/' } },
+    });
+  });
+
+  it('refuses to send an answer over the function URL’s 6 MB limit, saying so, rather than have Lambda fail it', async () => {
+    const jobs = new MemoryJobStore();
+    const me = 'i-0aaaaaaaa1';
+    await jobs.create({
+      ...aJob({ id: 'nlp.j1', team: 'nlp', attempt: 1 }),
+      state: 'running',
+      placement: { capacityType: 'spot', nodes: [{ nodeId: me, gpuIndices: [0] }] },
+    });
+    // A signer that answers far more than a page (the handler asks for 200): 4,000 URLs of 2 KB.
+    const signer = defaultUrls();
+    const urls: CheckpointUrls = {
+      uploadTargets: (l, f) => signer.uploadTargets(l, f),
+      partUrls: (l, p, u, first, n) => signer.partUrls(l, p, u, first, n),
+      finishUpload: (l, p, u, parts) => signer.finishUpload(l, p, u, parts),
+      downloadUrls: async () => ({
+        files: Array.from({ length: 4000 }, (_, i) => ({ path: `f${i}`, url: `https://x/${'a'.repeat(2000)}` })),
+      }),
+    };
+    const { call } = setup(jobs, urls);
+    const out = await call({
+      path: '/v1/checkpoint/download',
+      userArn: ARN(me),
+      body: JSON.stringify({ jobId: 'nlp.j1', location: 's3://ckpt/checkpoints/nlp.j1/attempt-1/s/' }),
+    });
+    expect(out).toMatchObject({
+      status: 500,
+      body: { error: expect.stringMatching(/checkpoint\/download is \d+ bytes, over the 6000000-byte limit/) },
     });
   });
 
