@@ -26,15 +26,20 @@ import {
   afterCheckpoint,
   checkpointLimits,
   checkpointSizeMiB,
+  DEFAULT_AGENT_LEASE,
   DEFAULT_CHECKPOINT_TIMING,
+  DEFAULT_STOP_GRACE_SEC,
   gangRank,
+  leaseLapsed,
   nextNodeStep,
+  onLeaseLapsed,
   onMachineNotice,
   replicaHealthReport,
   resumePoint,
   saveLocation,
   startFailure,
   uploadAllowanceSec,
+  type AgentLease,
   type CheckpointOutcome,
   type CheckpointTiming,
   type LocalAttempt as LocalView,
@@ -70,6 +75,11 @@ import { addGpuLook, newGpuUseTally, summarizeGpuUse, type AttemptGpuUse, type G
  * - A checkpoint asked for (preemption, interruption, cancel) ends within its limits: the job's
  *   grace to write it, then the upload's allowance; if it cannot be saved in time, the attempt is
  *   stopped and requeued from the newest checkpoint saved earlier. It never stays `checkpointing`.
+ * - Every heartbeat the control plane takes renews the agent's lease on its work. When nothing has
+ *   renewed it for the lease (node-rules: onLeaseLapsed), the agent fences itself: it checkpoints
+ *   and stops every attempt, starts nothing, and once a heartbeat is taken again reports them
+ *   requeued; the control plane requeues a silent machine's work only after that (so no attempt
+ *   ever runs on two machines, whichever side lost the other).
  * - On a gang, every rank saves its own part of each checkpoint (under `rank-<r>/`) and restores
  *   its own; the first rank leads (it starts and ends the job); a rank that cannot start sends the
  *   whole attempt back to the queue, and the others stop.
@@ -124,6 +134,8 @@ export interface AgentConfig {
   readonly logsSec?: number;
   /** Time a stopped job gets between SIGTERM and SIGKILL. */
   readonly stopGraceSec?: number;
+  /** The lease the heartbeats renew, and the fence's length once it lapses (default node-rules DEFAULT_AGENT_LEASE). */
+  readonly lease?: AgentLease;
   /** Checkpoints must be safe this long before the machine goes. */
   readonly noticeMarginSec?: number;
   /** How often the agent looks for the job's marker while it waits for a checkpoint it asked for. */
@@ -162,6 +174,8 @@ interface LocalAttempt {
   use: GpuUseTally;
   /** A checkpoint asked for is being taken, and what follows it. */
   checkpointing?: { readonly then: 'requeue' | 'cancel'; readonly task: Promise<void> };
+  /** The process is stopped and its end not yet written (the control plane did not answer): written again at each look at the work list. */
+  unreported?: () => Promise<void>;
   exit?: Exit;
 }
 
@@ -171,8 +185,12 @@ export class NodeAgent {
   private readonly local = new Map<string, LocalAttempt>();
   /** How long the newest asked-for checkpoint took to write (signal to marker), seconds. */
   private lastCheckpointWriteSec: number | undefined;
-  /** When the last heartbeat (or registration) reached the control plane. */
+  /** When the last heartbeat (or registration) reached the control plane: the lease's last renewal. */
   private lastBeatAtMs: number | undefined;
+  /** When the agent came up: the lease runs from here until a heartbeat is taken. */
+  private readonly upAtMs: number;
+  /** Set while the lease has lapsed: every attempt is being (or has been) stopped, and nothing starts. */
+  private fence: { readonly sinceMs: number; readonly stopByMs: number } | undefined;
   /** Sends each attempt's output as it is written (with a log sink). */
   private readonly shipper: LogShipper | undefined;
   private readonly handledNotices = new Set<string>();
@@ -196,6 +214,7 @@ export class NodeAgent {
     private readonly config: AgentConfig,
   ) {
     this.instanceId = config.identity.instanceId;
+    this.upAtMs = ports.clock.nowMs();
     this.groupId = config.identity.groupId ?? config.groupId ?? 'unknown';
     this.devices = new DeviceAllocator(
       () => this.inventory(),
@@ -204,6 +223,14 @@ export class NodeAgent {
     );
     this.uploads = new UploadWorker(ports.blobs, ports.clock, config.uploadConcurrency ?? 2);
     this.shipper = ports.jobLogs ? new LogShipper(ports.jobLogs, ports.clock, (m, extra) => ports.log.warn(m, extra)) : undefined;
+  }
+
+  private get lease(): AgentLease {
+    return this.config.lease ?? DEFAULT_AGENT_LEASE;
+  }
+
+  private get stopGraceMs(): number {
+    return (this.config.stopGraceSec ?? DEFAULT_STOP_GRACE_SEC) * 1000;
   }
 
   private get timing(): CheckpointTiming {
@@ -233,6 +260,8 @@ export class NodeAgent {
         .finally(() => (this.syncQueued = false));
     });
     this.every(this.config.noticeSec ?? 5, () => this.watch());
+    // The lease has its own timer: a heartbeat call that hangs (within its timeout) must not delay the fence.
+    this.every(Math.min(5, this.lease.leaseSec / 4), () => this.checkLease());
     if (this.ports.metrics) this.every(this.config.metricsSec ?? 60, () => this.publishMetrics());
     if (this.shipper) this.every(this.config.logsSec ?? 2, () => this.shipper!.flushAll());
   }
@@ -246,7 +275,7 @@ export class NodeAgent {
     await Promise.all(
       [...this.local.values()].map(async (l) => {
         l.stopping = true;
-        await l.proc.stop((this.config.stopGraceSec ?? 30) * 1000);
+        await l.proc.stop(this.stopGraceMs);
         await l.held.release().catch(() => {});
       }),
     );
@@ -307,6 +336,12 @@ export class NodeAgent {
     const gpuKey = gpus ? JSON.stringify(gpus) : this.registeredGpus;
     const known = gpuKey === this.registeredGpus && (await this.ports.nodes.heartbeat(this.instanceId, now, this.health));
     this.lastBeatAtMs = now;
+    if (this.fence) {
+      this.ports.log.info('the control plane takes heartbeats again: the lease is renewed, and new work may start', {
+        fencedForSec: Math.round((now - this.fence.sinceMs) / 1000),
+      });
+      this.fence = undefined;
+    }
     if (!known) {
       await this.ports.nodes.register({
         instanceId: this.instanceId,
@@ -386,6 +421,8 @@ export class NodeAgent {
 
   private async syncWork(): Promise<void> {
     if (this.stopped) return; // a look queued by a loop turn that fired just before stop() must not start anything
+    // Ends not yet written (the control plane did not answer when they happened) go first.
+    for (const l of [...this.local.values()]) if (l.unreported) await l.unreported();
     const record = await this.ports.nodes.get(this.instanceId);
     const steps: { jobId: string; attempt: number; job: Job | undefined; step: NodeStep }[] = [];
     const current = new Set<string>();
@@ -444,7 +481,8 @@ export class NodeAgent {
   }
 
   private async launch(job: Job, rank: number, size: number): Promise<void> {
-    if (this.stopped) return;
+    if (this.stopped || this.fence) return; // fenced: nothing starts until the lease is renewed
+
     const now = this.ports.clock.nowMs();
     const key = keyOf(job.id, job.attempt);
     const assignment = job.placement!.nodes[rank]!;
@@ -596,7 +634,7 @@ export class NodeAgent {
   /** Stops a local process on purpose (the job moved on or was cancelled) and forgets it. */
   private async endLocal(l: LocalAttempt): Promise<void> {
     l.stopping = true;
-    if (!l.exit) await l.proc.stop((this.config.stopGraceSec ?? 30) * 1000);
+    if (!l.exit) await l.proc.stop(this.stopGraceMs);
     await this.forget(l);
   }
 
@@ -730,20 +768,25 @@ export class NodeAgent {
       }
       await this.serial(async () => {
         l.stopping = true;
-        if (!l.exit) await l.proc.stop((this.config.stopGraceSec ?? 30) * 1000);
-        const now = this.ports.clock.nowMs();
-        const job = (await this.ports.jobs.get(l.jobId)) ?? l.job;
-        const result = afterCheckpoint(job, then, why, outcome);
-        await recordCheckpointResult(this.ports, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, result, nowMs: now, ...useOf(l) });
-        await this.forget(l);
-        this.ports.log.info(outcome.kind === 'saved' ? 'checkpointed' : 'stopped without a new checkpoint', {
-          job: l.jobId,
-          attempt: l.attempt,
-          rank: l.rank,
-          reason: why.code,
-          then: result.event,
-          ...(outcome.kind === 'not-saved' ? { why: outcome.why } : {}),
-        });
+        if (!l.exit) await l.proc.stop(this.stopGraceMs);
+        // Written now, or (the control plane not answering) at each look at the work list until it is.
+        l.unreported = async () => {
+          const now = this.ports.clock.nowMs();
+          const job = (await this.ports.jobs.get(l.jobId)) ?? l.job;
+          const result = afterCheckpoint(job, then, why, outcome);
+          await recordCheckpointResult(this.ports, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, result, nowMs: now, ...useOf(l) });
+          l.unreported = undefined;
+          await this.forget(l);
+          this.ports.log.info(outcome.kind === 'saved' ? 'checkpointed' : 'stopped without a new checkpoint', {
+            job: l.jobId,
+            attempt: l.attempt,
+            rank: l.rank,
+            reason: why.code,
+            then: result.event,
+            ...(outcome.kind === 'not-saved' ? { why: outcome.why } : {}),
+          });
+        };
+        await l.unreported();
       });
     })().catch((error: unknown) =>
       this.ports.log.error('checkpoint failed; the control plane requeues the job when its checkpoint times out', {
@@ -864,6 +907,54 @@ export class NodeAgent {
         this.timers.push(t);
       }
     }
+  }
+
+  // ---- the lease ------------------------------------------------------------------------------
+
+  /**
+   * The fence (node-rules: onLeaseLapsed): once nothing has renewed the lease for its length, every
+   * attempt is checkpointed within the fence and stopped, and whatever still runs at its end is
+   * stopped without waiting on anything that talks to the control plane.
+   */
+  async checkLease(): Promise<void> {
+    const now = this.ports.clock.nowMs();
+    const last = this.lastBeatAtMs ?? this.upAtMs;
+    if (this.fence || this.stopped || !leaseLapsed(last, now, this.lease)) return;
+    const live = [...this.local.values()].filter((l) => !l.exit);
+    const rule = onLeaseLapsed(
+      last,
+      now,
+      live.map((l) => ({
+        key: l.key,
+        checkpointable: l.job.spec.checkpoint !== undefined,
+        busy: l.checkpointing !== undefined || l.stopping,
+        gracePeriodSec: l.job.spec.checkpoint?.gracePeriodSec ?? 30,
+      })),
+      this.lease,
+    );
+    this.fence = { sinceMs: now, stopByMs: rule.stopByMs };
+    this.ports.log.error('the control plane has taken no heartbeat for the whole lease: checkpointing and stopping every job here', {
+      silentSec: Math.round((now - last) / 1000),
+      leaseSec: this.lease.leaseSec,
+      attempts: live.map((l) => l.key),
+    });
+    for (const step of rule.steps) {
+      const l = live.find((x) => x.key === step.key)!;
+      if (step.kind === 'checkpoint') this.beginCheckpoint(l, 'requeue', rule.reason, step.hardDeadlineMs);
+      // Nothing to save: the checkpoint path stops it at once and writes the requeue.
+      else if (step.kind === 'requeue-at') this.beginCheckpoint(l, 'requeue', rule.reason, now);
+    }
+    const t = setTimeout(
+      () => {
+        for (const l of this.local.values()) {
+          if (l.exit) continue;
+          l.stopping = true;
+          void l.proc.stop(this.stopGraceMs).catch(() => {});
+        }
+      },
+      Math.max(0, rule.stopByMs - now),
+    );
+    this.timers.push(t);
   }
 
   // ---- metrics ----------------------------------------------------------------------------

@@ -29,6 +29,8 @@ export interface ChaosRow {
   readonly staleResumes: number;
   /** Checkpoints asked for whose upload was still going when the machine's terminate hook let it go. */
   readonly savesCutByHook: number;
+  /** Attempts requeued as lost while their machine was running and its agent still ran them: must be 0 under `agent-api-outage`. */
+  readonly wrongfulRequeues: number;
   readonly costOverheadPct: number;
   readonly p95WaitOverheadPct: number;
   /** The ledger's total against the exact integral of price × machine-time from the simulated cloud, in percent. */
@@ -120,6 +122,7 @@ export async function benchChaos(options: {
       violations: s.violations,
       staleResumes: s.faults.staleResumes,
       savesCutByHook: s.faults.savesCutByHook,
+      wrongfulRequeues: s.faults.wrongfulRequeues,
       costOverheadPct: pctOver(s.costMicroUsd, base.costMicroUsd),
       p95WaitOverheadPct: pctOver(s.p95WaitSec, base.p95WaitSec),
       spendErrorPct: s.spendErrorPct,
@@ -202,7 +205,7 @@ if (invokedDirectly) {
   });
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   else {
-    const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'stale resumes'.padStart(13)} ${'cut by hook'.padStart(11)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)} ${'spendError'.padStart(10)} ${'team spendError'.padStart(15)}  injected`;
+    const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'stale resumes'.padStart(13)} ${'cut by hook'.padStart(11)} ${'wrongful'.padStart(8)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)} ${'spendError'.padStart(10)} ${'team spendError'.padStart(15)}  injected`;
     const lines = rows.map((r) => {
       const f = summaries[r.profile]!.faults;
       const injected = [
@@ -218,6 +221,8 @@ if (invokedDirectly) {
         f.rankStartFailures && `${f.rankStartFailures} ranks that could not start`,
         f.replicasHung && `${f.replicasHung} replicas hung`,
         f.asgTerminations && `${f.asgTerminations} machines the groups took away`,
+        f.unansweredAgentCalls && `${f.unansweredAgentCalls} agent calls unanswered (${f.fencedAttempts} attempts fenced)`,
+        f.redelivered && `${f.redelivered} messages redelivered (${f.servicesReverted} services reverted)`,
       ]
         .filter(Boolean)
         .join(', ');
@@ -235,11 +240,18 @@ if (invokedDirectly) {
             .join('; ')}]`
         : '';
       const sized = r.rightsized ? `  [right-sized: ${r.rightsized.jobs} jobs, ${r.rightsized.failed} failed]` : '';
-      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${String(r.staleResumes).padStart(13)} ${String(r.savesCutByHook).padStart(11)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)} ${`${r.spendErrorPct.toFixed(3)}%`.padStart(10)} ${`${r.teamSpendErrorPct.toFixed(3)}%`.padStart(15)}  ${injected || '-'}${mig}${byCloud}${svc}${sized}`;
+      return `${r.profile.padEnd(20)} ${String(r.accepted).padStart(8)} ${String(r.completed).padStart(9)} ${String(r.lost).padStart(5)} ${String(r.duplicated).padStart(10)} ${String(r.violations).padStart(10)} ${String(r.staleResumes).padStart(13)} ${String(r.savesCutByHook).padStart(11)} ${String(r.wrongfulRequeues).padStart(8)} ${`${r.costOverheadPct.toFixed(2)}%`.padStart(13)} ${`${r.p95WaitOverheadPct.toFixed(2)}%`.padStart(17)} ${`${r.spendErrorPct.toFixed(3)}%`.padStart(10)} ${`${r.teamSpendErrorPct.toFixed(3)}%`.padStart(15)}  ${injected || '-'}${mig}${byCloud}${svc}${sized}`;
     });
-    const bad = rows.filter((r) => r.lost > 0 || r.duplicated > 0 || r.violations > 0 || r.staleResumes > 0);
+    const bad = rows.filter(
+      (r) =>
+        r.lost > 0 ||
+        r.duplicated > 0 ||
+        r.violations > 0 ||
+        r.staleResumes > 0 ||
+        (r.profile === 'agent-api-outage' && r.wrongfulRequeues > 0),
+    );
     process.stdout.write(
-      `${head}\n${lines.join('\n')}\n\n${bad.length === 0 ? 'no job lost, none run twice, no invariant broken under any profile' : `BROKEN under ${bad.map((r) => r.profile).join(', ')}: ${bad.flatMap((r) => summaries[r.profile]!.violationMessages.slice(0, 3)).join(' | ')}`}\n(${((performance.now() - started) / 1000).toFixed(1)} s, ${o.hours} virtual h each, seed ${o.seed})\n`,
+      `${head}\n${lines.join('\n')}\n\n${bad.length === 0 ? 'no job lost, none run twice, no invariant broken under any profile' : `BROKEN under ${bad.map((r) => r.profile).join(', ')}: ${bad.flatMap((r) => [...(r.wrongfulRequeues > 0 ? [`${r.wrongfulRequeues} wrongful requeues`] : []), ...summaries[r.profile]!.violationMessages.slice(0, 3)]).join(' | ')}`}\n(${((performance.now() - started) / 1000).toFixed(1)} s, ${o.hours} virtual h each, seed ${o.seed})\n`,
     );
   }
 }

@@ -35,7 +35,9 @@ export type ReasonCode =
   /** A person cancelled the job. */
   | 'cancelled'
   /** The node took longer than the grace period and the upload allowance to save a checkpoint it was asked for. */
-  | 'checkpoint-timed-out';
+  | 'checkpoint-timed-out'
+  /** The node's agent could not renew its lease with the control plane: it checkpointed and stopped its work itself. */
+  | 'fenced';
 
 export interface Reason {
   readonly code: ReasonCode;

@@ -15,8 +15,18 @@ export interface Policy {
   /** How long a new machine takes to boot and register, for the planner's arithmetic. */
   readonly expectedBootSec: number;
   readonly reconcileIntervalSec: number;
-  /** A node whose agent has not sent a heartbeat for this long is lost. */
+  /**
+   * A node whose agent has not sent a heartbeat for this long is silent: it takes no new work and
+   * is not counted on (reconcile's patience).
+   */
   readonly heartbeatTimeoutSec: number;
+  /**
+   * A running machine silent this long (alone, not with most of its zone) is lost, and its work is
+   * requeued. Longer than the agent's lease plus its fence (node-rules DEFAULT_AGENT_LEASE: 180 s,
+   * then at most 60 s to checkpoint and 30 s to stop), so an agent that is alive but cut off from
+   * the control plane has stopped its attempts before they run anywhere else.
+   */
+  readonly silentRequeueSec: number;
   /** Seconds kept back from a spot notice, so checkpoints finish before the machine goes. */
   readonly noticeMarginSec: number;
   /** How long an offering stays unavailable after a failed launch or an interruption. */
@@ -70,6 +80,7 @@ export const DEFAULT_POLICY: Policy = {
   expectedBootSec: 180,
   reconcileIntervalSec: 60,
   heartbeatTimeoutSec: 90,
+  silentRequeueSec: 300,
   noticeMarginSec: 20,
   unavailableForSec: 300,
   defaultRuntimeSec: 3600,

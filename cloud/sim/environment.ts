@@ -95,7 +95,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
   });
   const jobs = new MemoryJobStore();
   const nodes = new MemoryNodeStore();
-  const queue = new MemoryJobQueue(options.teams);
+  const queue = new MemoryJobQueue(options.teams, clock);
   const ledger = new MemorySpendLedger();
   const decisions = new MemoryDecisionLog();
   const checkpoints = new MemoryCheckpointStore(clock);

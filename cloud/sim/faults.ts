@@ -1,6 +1,7 @@
 import { CloudError, GpuFleetError } from '../../core/errors.ts';
 import type { Cloud, Offering } from '../../core/catalog.ts';
 import type { Clock, JobStore, LeaseStore, NodeGroupProvider, PlanJournal } from '../../core/ports.ts';
+import type { Job } from '../../core/job.ts';
 import type { Policy } from '../../core/snapshot.ts';
 import type { NoticeSource } from '../../core/services/interruption.ts';
 import type { SeededRandom } from './clock.ts';
@@ -56,6 +57,21 @@ export interface FaultProfile {
    * machine), health-check replacements, an instance refresh of the busiest group, and scale-ins
    * by someone else. Rates are per machine-hour (per group-hour for the scale-ins).
    */
+  /**
+   * The agent API fails the agents (the control plane's own fault): down for `minutes` from
+   * `atHour` on (every heartbeat and every look at the work list unanswered), and/or a share of
+   * those calls throttled.
+   */
+  readonly agentApi?: { readonly outage?: { readonly atHour: number; readonly minutes: number }; readonly throttleRate?: number };
+  /** The control plane's cloud calls see a new machine `newSec` after its launch and each change of state `stateSec` late (SimCloud.setApiLag). */
+  readonly apiLag?: { readonly newSec: number; readonly stateSec: number };
+  /**
+   * Share of queue messages (jobs and services) delivered again, 1 to 10 minutes later (SQS
+   * standard queues deliver at least once, in no promised order); and each service's spec updated
+   * once, at this hour, so an older copy can arrive after the newer one.
+   */
+  readonly redeliveryRate?: number;
+  readonly serviceUpdateAtHour?: number;
   readonly asgTerminations?: {
     readonly rebalancePerHour: number;
     readonly unhealthyPerHour: number;
@@ -111,6 +127,30 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     uploadFailRate: 0.3,
     stubbornUploadRate: 0.05,
   },
+  'agent-api-outage': {
+    name: 'agent-api-outage',
+    description:
+      'the agent API refuses every call for 10 minutes, 16 h in: every heartbeat stops at once (a control-plane fault: nothing may be requeued for it)',
+    agentApi: { outage: { atHour: 16, minutes: 10 } },
+  },
+  'agent-api-throttling': {
+    name: 'agent-api-throttling',
+    description: "30% of the agents' heartbeats and looks at their work lists throttled, all run long",
+    agentApi: { throttleRate: 0.3 },
+  },
+  'eventual-consistency': {
+    name: 'eventual-consistency',
+    description:
+      "the control plane's cloud calls see a new machine only a minute after its launch (DescribeInstances: InvalidInstanceID.NotFound), and every change of state 30 s late",
+    apiLag: { newSec: 60, stateSec: 30 },
+  },
+  redelivery: {
+    name: 'redelivery',
+    description:
+      "30% of queue messages (jobs and services) delivered again 1 to 10 minutes later; every service's spec updated 6 h in, so older copies arrive after newer ones",
+    redeliveryRate: 0.3,
+    serviceUpdateAtHour: 6,
+  },
   'asg-terminations': {
     name: 'asg-terminations',
     description:
@@ -151,6 +191,10 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     rankStartFailRate: 0.3,
     replicaHangRate: 0.2,
     asgTerminations: ASG_TERMINATIONS,
+    agentApi: { outage: { atHour: 16, minutes: 10 }, throttleRate: 0.1 },
+    apiLag: { newSec: 60, stateSec: 30 },
+    redeliveryRate: 0.3,
+    serviceUpdateAtHour: 6,
   },
 };
 
@@ -258,6 +302,30 @@ export function conflictingJobs<T extends JobStore>(store: T, random: SeededRand
             return { ok: false, current: await target.get(job.id) };
           }
           return (v as JobStore['update']).call(target, job, expected);
+        };
+      }
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+}
+
+/**
+ * The control plane's job store, watched: `seen(before)` is told of each attempt it requeues as
+ * lost (`node-lost`), with the job as it was, so the simulation can tell whether its machine still
+ * ran it (a wrongful requeue). It changes nothing the store does.
+ */
+export function observeLostRequeues<T extends JobStore>(store: T, seen: (before: Job) => void): T {
+  return new Proxy(store, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (prop === 'update' && typeof v === 'function') {
+        return async (job: Parameters<JobStore['update']>[0], expected: number) => {
+          if (job.state !== 'pending' || job.requeueReason?.code !== 'node-lost')
+            return (v as JobStore['update']).call(target, job, expected);
+          const before = await target.get(job.id);
+          const out = await (v as JobStore['update']).call(target, job, expected);
+          if (out.ok && before && before.attempt < job.attempt) seen(before);
+          return out;
         };
       }
       return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;

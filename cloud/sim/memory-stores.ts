@@ -384,6 +384,8 @@ export interface QueuedMessage {
   readonly body: string;
   readonly token: string;
   readonly messageId: string;
+  /** When it was sent (SQS's SentTimestamp), on the queue's clock when it has one. */
+  readonly sentAtMs?: number;
 }
 
 /** Team queues. `receive` hands messages to intake; an unacknowledged message is not redelivered here (the simulator acknowledges at once). */
@@ -392,7 +394,10 @@ export class MemoryJobQueue implements JobQueue {
   private readonly seenTokens = new Map<string, Set<string>>();
   private counter = 0;
 
-  constructor(teams: readonly string[]) {
+  constructor(
+    teams: readonly string[],
+    private readonly clock?: Clock,
+  ) {
     for (const t of teams) {
       this.queues.set(t, []);
       this.seenTokens.set(t, new Set());
@@ -410,7 +415,7 @@ export class MemoryJobQueue implements JobQueue {
     const messageId = `m-${(++this.counter).toString(16).padStart(8, '0')}`;
     if (seen.has(token)) return { messageId }; // deduplicated, like an SQS FIFO deduplication id
     seen.add(token);
-    q.push({ team, body, token, messageId });
+    q.push({ team, body, token, messageId, ...(this.clock ? { sentAtMs: this.clock.nowMs() } : {}) });
     return { messageId };
   }
 

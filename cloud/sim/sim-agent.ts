@@ -21,9 +21,12 @@ import {
   afterCheckpoint,
   checkpointLimits,
   checkpointSizeMiB,
+  DEFAULT_AGENT_LEASE,
   DEFAULT_CHECKPOINT_TIMING,
   gangRank,
+  leaseLapsed,
   nextNodeStep,
+  onLeaseLapsed,
   onMachineNotice,
   replicaHealthReport,
   resumePoint,
@@ -65,6 +68,12 @@ export interface SimAgentOptions {
   readonly writeSec?: number;
   /** Fault injection: the machine's agent (and the jobs it runs) is dead at this time. */
   readonly agentDead?: (inst: Instance, nowMs: number) => boolean;
+  /**
+   * Fault injection: whether the agent API answers this machine's heartbeat, or its look at its
+   * work list (everything else it writes goes with that look), now. Unanswered, the agent does
+   * only what needs no control plane, and fences itself once its lease lapses.
+   */
+  readonly agentApiAnswers?: (instanceId: string, nowMs: number, call: 'heartbeat' | 'work') => boolean;
   /** Fault injection: the job fails to write this checkpoint (nothing is saved). */
   readonly checkpointFails?: (job: Job, nowMs: number) => boolean;
   /** Fault injection: this try of an upload fails. */
@@ -177,6 +186,8 @@ interface SimProcess {
   };
   /** Its machine got a notice and it cannot checkpoint: the agent stops and requeues it at this time. */
   requeueAt?: { readonly atMs: number; readonly why: Reason };
+  /** Its agent fenced itself (its lease lapsed): whatever still runs is stopped at this time. */
+  fenceStopAtMs?: number;
   /** The save in flight, and a newer marker queued behind it. */
   upload?: SimUpload;
   /** The folders this rank's saves of the attempt took (each save has its own: node-rules' saveLocation). */
@@ -210,6 +221,10 @@ interface SimMachine {
   registered?: string;
   /** Last seen held by its group's terminate hook. */
   inHook?: boolean;
+  /** When a heartbeat last reached the control plane (the lease's renewal); the machine's boot until then. */
+  renewedAtMs: number;
+  /** Set while its lease has lapsed: its attempts are stopped and nothing starts. */
+  fencedSinceMs?: number;
 }
 
 export interface AgentStats {
@@ -231,6 +246,10 @@ export interface AgentStats {
   writeRetries: number;
   /** Calls the agent API's rules refused (core/services/agent-access.ts): an agent following the node-side rules makes none. */
   refusedCalls: number;
+  /** Heartbeats and looks at the work list the agent API did not answer (fault injection). */
+  unansweredCalls: number;
+  /** Attempts agents stopped themselves when their lease lapsed (node-rules onLeaseLapsed). */
+  fencedAttempts: number;
 }
 
 /**
@@ -255,6 +274,8 @@ export class SimAgents {
     replicasHung: 0,
     writeRetries: 0,
     refusedCalls: 0,
+    unansweredCalls: 0,
+    fencedAttempts: 0,
   };
   /** The first calls refused, with why (kept to 20). */
   readonly refusals: string[] = [];
@@ -346,21 +367,27 @@ export class SimAgents {
     for (const inst of live.values()) {
       let m = this.machines.get(inst.id);
       if (!m) {
-        m = { instance: inst, address: simulatedAddress(inst.id), processes: new Map() };
+        m = { instance: inst, address: simulatedAddress(inst.id), processes: new Map(), renewedAtMs: now };
         this.machines.set(inst.id, m);
       }
       m.inHook = inst.state === 'terminating-wait';
       this.world(m, now);
       this.look(m, now);
-      await this.beat(m, now).catch((error: unknown) => {
-        if (!this.refused(error)) throw error;
-      });
-      await this.reportReadiness(m, now);
+      if (this.answered(m, now, 'heartbeat')) {
+        await this.beat(m, now).then(
+          () => this.renewed(m, now),
+          (error: unknown) => {
+            if (!this.refused(error)) throw error;
+          },
+        );
+        await this.reportReadiness(m, now);
+      }
+      this.checkLease(m, now);
     }
     // Each agent reads its own work list, as the real agent does (one read of every record stands for each).
     for (const record of await this.options.nodes.list()) {
       const m = this.machines.get(record.instanceId);
-      if (!m || !live.has(record.instanceId)) continue;
+      if (!m || !live.has(record.instanceId) || !this.answered(m, now, 'work')) continue;
       try {
         await this.syncWork(m, record.assigned ?? {}, record.gpus, now);
       } catch (error) {
@@ -368,6 +395,47 @@ export class SimAgents {
         // Lost a write race too many times in a row: the agent tries again at its next tick.
         if (!(error instanceof ConflictError)) throw error;
         this.stats.writeRetries++;
+      }
+    }
+  }
+
+  /** Whether the agent API answers this call of the machine's agent now (fault injection; always, without it). */
+  private answered(m: SimMachine, now: number, call: 'heartbeat' | 'work'): boolean {
+    if (this.options.agentApiAnswers?.(m.instance.id, now, call) ?? true) return true;
+    this.stats.unansweredCalls++;
+    return false;
+  }
+
+  private renewed(m: SimMachine, now: number): void {
+    m.renewedAtMs = now;
+    m.fencedSinceMs = undefined;
+  }
+
+  /** The agent's lease (node-rules onLeaseLapsed): lapsed, it checkpoints and stops every attempt, and starts nothing until renewed. */
+  private checkLease(m: SimMachine, now: number): void {
+    if (m.fencedSinceMs !== undefined || !leaseLapsed(m.renewedAtMs, now, DEFAULT_AGENT_LEASE)) return;
+    const procs = [...m.processes.values()].filter((p) => !p.exit || p.exit.atMs > now);
+    const keyOf = (p: SimProcess) => `${p.jobId}#${p.attempt}#${p.rank}`;
+    const rule = onLeaseLapsed(
+      m.renewedAtMs,
+      now,
+      procs.map((p) => ({
+        key: keyOf(p),
+        checkpointable: p.job.spec.checkpoint !== undefined,
+        busy: p.checkpointing !== undefined,
+        gracePeriodSec: p.job.spec.checkpoint?.gracePeriodSec ?? 30,
+      })),
+      DEFAULT_AGENT_LEASE,
+    );
+    m.fencedSinceMs = now;
+    for (const step of rule.steps) {
+      const p = procs.find((x) => keyOf(x) === step.key)!;
+      this.stats.fencedAttempts++;
+      p.fenceStopAtMs = rule.stopByMs;
+      if (step.kind === 'checkpoint') this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
+      else if (step.kind === 'requeue-at') {
+        this.beginCheckpoint(p, 'requeue', rule.reason, now);
+        p.exit = { atMs: now, code: 143 }; // nothing to save: stopped at once
       }
     }
   }
@@ -395,23 +463,27 @@ export class SimAgents {
         gracePeriodSec: p.job.spec.checkpoint?.gracePeriodSec ?? 30,
       })),
     );
-    await this.as(instanceId).nodes.markDraining(instanceId, {
-      sinceMs: now,
-      reason: rule.drainReason,
-      deadlineMs: rule.deadlineMs,
-      groupId: m.instance.groupId,
-    });
+    // With the agent API not answering, only what needs no control plane: the checkpoints are taken, their ends written later.
+    const reachable = this.answered(m, now, 'work');
+    if (reachable)
+      await this.as(instanceId).nodes.markDraining(instanceId, {
+        sinceMs: now,
+        reason: rule.drainReason,
+        deadlineMs: rule.deadlineMs,
+        groupId: m.instance.groupId,
+      });
     for (const step of rule.steps) {
       const p = procs.find((x) => keyOf(x) === step.key)!;
       if (step.kind === 'checkpoint') {
-        await applyJobEvent(
-          this.as(instanceId).jobs,
-          p.jobId,
-          { type: 'checkpoint-requested', attempt: p.attempt, reason: rule.reason },
-          now,
-        );
+        if (reachable)
+          await applyJobEvent(
+            this.as(instanceId).jobs,
+            p.jobId,
+            { type: 'checkpoint-requested', attempt: p.attempt, reason: rule.reason },
+            now,
+          );
         this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
-        await this.advanceCheckpoint(m, p, now);
+        if (reachable) await this.advanceCheckpoint(m, p, now);
       } else if (step.kind === 'requeue-at') p.requeueAt = { atMs: step.atMs, why: step.reason };
     }
   }
@@ -423,6 +495,14 @@ export class SimAgents {
     for (const p of m.processes.values()) {
       if (p.exit) continue;
       const cp = p.job.spec.checkpoint;
+      if (
+        p.fenceStopAtMs !== undefined &&
+        now >= p.fenceStopAtMs &&
+        (p.signalWriteAtMs === undefined || p.signalWriteAtMs > p.fenceStopAtMs)
+      ) {
+        p.exit = { atMs: p.fenceStopAtMs, code: 143 }; // its fence ran out: stopped
+        continue;
+      }
       if (p.signalWriteAtMs !== undefined && now >= p.signalWriteAtMs) {
         this.write(p, p.signalWriteAtMs);
         p.exit = { atMs: p.signalWriteAtMs, code: 0 }; // it checkpoints on its signal and exits, as a job following the protocol does
@@ -668,6 +748,7 @@ export class SimAgents {
   }
 
   private async launch(m: SimMachine, job: Job, rank: number, size: number, gpus: readonly GpuDevice[], now: number): Promise<void> {
+    if (m.fencedSinceMs !== undefined) return; // fenced: nothing starts until its lease is renewed
     if (this.options.startFails?.(job, rank)) {
       this.stats.startFailures++;
       // Any rank: the whole attempt goes back to the queue, and the other ranks stop.
@@ -925,6 +1006,12 @@ export class SimAgents {
    */
   private saveLagSec(sizeMiB: number): number {
     return Math.ceil((2 * sizeMiB) / this.bandwidth) + this.timing.uploadMarginSec;
+  }
+
+  /** The attempt's process still runs on this machine, whose agent lives (for the wrongful-requeue count). */
+  runsOn(instanceId: string, jobId: string, attempt: number): boolean {
+    const p = this.machines.get(instanceId)?.processes.get(jobId);
+    return p !== undefined && p.attempt === attempt && !p.exit;
   }
 
   /** Test hook: the attempt runs here (a live process for this rank). */

@@ -183,6 +183,53 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     return used;
   }
 
+  /**
+   * Eventual consistency (fault injection, `eventual-consistency`): the control plane's calls see a
+   * new machine only `newSec` after its launch (DescribeInstances answers InvalidInstanceID.NotFound
+   * until then, and the group's listing leaves it out), and each change of state `stateSec` late.
+   * The world itself (the machines, their agents) is not lagged.
+   */
+  setApiLag(lag: { readonly newSec: number; readonly stateSec: number }): void {
+    this.apiLag = lag;
+  }
+  private apiLag: { readonly newSec: number; readonly stateSec: number } | undefined;
+  /** The state the control plane's calls still see, until when (under an API lag). */
+  private readonly staleStates = new Map<string, { readonly state: Instance['state']; readonly untilMs: number }>();
+
+  private changeState(inst: SimInstance, state: Instance['state']): void {
+    if (this.apiLag && this.apiLag.stateSec > 0 && !this.staleStates.has(inst.id))
+      this.staleStates.set(inst.id, { state: inst.state, untilMs: this.options.clock.nowMs() + this.apiLag.stateSec * 1000 });
+    inst.state = state;
+  }
+
+  /** A machine as the control plane's API calls see it now: not yet, or in an older state, under an API lag. */
+  private asApiSees(i: SimInstance): Instance | undefined {
+    const lag = this.apiLag;
+    if (!lag) return toInstance(i);
+    const now = this.options.clock.nowMs();
+    if (now < i.launchedAtMs + lag.newSec * 1000) return undefined;
+    const stale = this.staleStates.get(i.id);
+    if (stale && now < stale.untilMs) return { ...toInstance(i), state: stale.state };
+    if (stale) this.staleStates.delete(i.id);
+    return toInstance(i);
+  }
+
+  /** The listing the control plane's provider gets (see setApiLag). */
+  async apiInstances(): Promise<Instance[]> {
+    const visible = new Set((await this.listInstances()).map((i) => i.id));
+    return [...this.instances.values()].flatMap((i) => {
+      if (!visible.has(i.id)) return [];
+      const seen = this.asApiSees(i);
+      return seen ? [seen] : [];
+    });
+  }
+
+  /** DescribeInstances for one id, as the control plane's call sees it (see setApiLag). */
+  async apiDescribeInstance(instanceId: string): Promise<Instance | undefined> {
+    const inst = this.instances.get(instanceId);
+    return inst ? this.asApiSees(inst) : undefined;
+  }
+
   async listInstances(): Promise<Instance[]> {
     // EC2 lists terminated instances for a while; a GCE instance its group deleted is gone at once,
     // and only a preempted one stays listed, TERMINATED (its termination action stops it).
@@ -355,7 +402,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
   private leave(g: SimGroup, inst: SimInstance, why: string): void {
     const hook = g.config.terminateHook;
     if (!hook) return this.end(inst, why);
-    inst.state = 'terminating-wait';
+    this.changeState(inst, 'terminating-wait');
     inst.hookStartMs = this.options.clock.nowMs();
     inst.hookDeadlineMs = inst.hookStartMs + hook.timeoutSec * 1000;
     inst.leavingWhy = why;
@@ -371,7 +418,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
   tick(): void {
     const now = this.options.clock.nowMs();
     for (const inst of this.instances.values()) {
-      if (inst.state === 'pending' && now >= inst.readyAtMs) inst.state = 'running';
+      if (inst.state === 'pending' && now >= inst.readyAtMs) this.changeState(inst, 'running');
       // A hook not completed in time lets the group go on (the stack's default result is CONTINUE).
       if (inst.state === 'terminating-wait' && now >= (inst.hookDeadlineMs ?? 0)) {
         inst.releasedByHook = true;
@@ -448,7 +495,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
   onEnded: ((inst: SimInstance) => void) | undefined;
 
   private end(inst: SimInstance, why: string): void {
-    inst.state = 'terminated';
+    this.changeState(inst, 'terminated');
     inst.endedAtMs = this.options.clock.nowMs();
     inst.endReason = why;
     this.onEnded?.(inst);
@@ -575,7 +622,7 @@ export class SimProvider implements NodeGroupProvider {
     return (await this.world.listGroups()).filter((g) => g.cloud === this.cloud);
   }
   async listInstances(): Promise<Instance[]> {
-    return (await this.world.listInstances()).filter((i) => i.cloud === this.cloud);
+    return (await this.world.apiInstances()).filter((i) => i.cloud === this.cloud);
   }
   /** The machines as listed now (the simulated groups have no listing to reuse); GCP's preemption poll asks for it. */
   recentInstances(): Promise<Instance[]> {
@@ -594,7 +641,7 @@ export class SimProvider implements NodeGroupProvider {
     return this.world.setScaleInProtection(groupId, instanceIds, protect);
   }
   async describeInstance(instanceId: string): Promise<Instance | undefined> {
-    const i = await this.world.describeInstance(instanceId);
+    const i = await this.world.apiDescribeInstance(instanceId);
     return i?.cloud === this.cloud ? i : undefined;
   }
   async launchFailures(sinceMs: number): Promise<LaunchFailure[]> {

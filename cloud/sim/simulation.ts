@@ -1,3 +1,5 @@
+import { isDeepStrictEqual } from 'node:util';
+import type { QueuedMessage } from './memory-stores.ts';
 import {
   costByTeam as exactCostByTeam,
   DAY_PERIOD_PREFIX,
@@ -9,6 +11,7 @@ import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import type { Instance } from '../../core/fleet.ts';
 import {
   conflictingJobs,
+  observeLostRequeues,
   crashingJournal,
   FAULT_PROFILES,
   faultyNotices,
@@ -210,6 +213,14 @@ export interface SimulationSummary {
     readonly asgTerminations: number;
     readonly stormInterruptions: number;
     readonly reconcileFailures: number;
+    /** Attempts the control plane requeued as lost while their machine was running and its agent still ran them (0 under `agent-api-outage`). */
+    readonly wrongfulRequeues: number;
+    /** Attempts agents stopped themselves when their lease lapsed, and agent calls the agent API left unanswered (`agent-api-*`). */
+    readonly fencedAttempts: number;
+    readonly unansweredAgentCalls: number;
+    /** Queue messages delivered again, and services an older copy sent back to an older spec (must be 0) (`redelivery`). */
+    readonly redelivered: number;
+    readonly servicesReverted: number;
   };
   /** Machines launched and scaled in per group over the run (a buy-then-scale-in cycle shows here). */
   readonly groupActivity: Readonly<
@@ -350,12 +361,22 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     storm: 0,
     reconcileFailures: 0,
     asgTerminations: 0,
+    redelivered: 0,
   };
   const crash = { armed: false, done: 0, k: faults.crashAfterActions ?? 0, crashes: 0 };
   const jobStore = faults.storeConflictRate
     ? conflictingJobs(env.jobs, faultRandom, faults.storeConflictRate, injected.conflicts)
     : env.jobs;
-  let ports: ReconcilePorts = { ...env.ports, jobs: jobStore };
+  // Attempts the control plane requeued as lost while their machine was running and its agent still ran them: its own mistake.
+  const wrongful = { requeues: 0 };
+  const controlJobs = observeLostRequeues(jobStore, (before) => {
+    const truth = new Map(env.cloud.allInstances().map((i) => [i.id, i]));
+    const running = before.placement?.nodes.some(
+      (n) => truth.get(n.nodeId)?.state === 'running' && agents.runsOn(n.nodeId, before.id, before.attempt),
+    );
+    if (running) wrongful.requeues++;
+  });
+  let ports: ReconcilePorts = { ...env.ports, jobs: controlJobs };
   if (setup.hideReservations) {
     // The control plane as it was before it knew reservations: reserved groups look on-demand, and no reservation is read.
     const { reservations: _unread, ...rest } = ports;
@@ -406,6 +427,16 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       }
     : undefined;
   const checkpointFails = faults.checkpointFailRate ? () => faultRandom.next() < faults.checkpointFailRate! : undefined;
+  // The agent API's own faults: an outage window (every agent call unanswered), or a share of calls throttled.
+  const apiOutage = faults.agentApi?.outage;
+  const agentApiAnswers = faults.agentApi
+    ? (_id: string, nowMs: number) => {
+        const t = nowMs - startMs;
+        if (apiOutage && t >= apiOutage.atHour * 3_600_000 && t < apiOutage.atHour * 3_600_000 + apiOutage.minutes * 60_000) return false;
+        return !(faults.agentApi!.throttleRate && faultRandom.next() < faults.agentApi!.throttleRate);
+      }
+    : undefined;
+  if (faults.apiLag) env.cloud.setApiLag(faults.apiLag);
   const byJobId = new Map<string, WorkloadJob>(setup.workload.jobs.map((j) => [jobIdFor(j.team, j.id), j]));
   const workOf = (job: Job): WorkloadJob | undefined => byJobId.get(job.id);
   const pools = floorPools(env, options.groups);
@@ -461,6 +492,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     uploadMiBPerSec: faults.uploadMiBPerSec ?? options.uploadMiBPerSec ?? control.uploadMiBPerSec,
     timing: { uploadMiBPerSec: control.uploadMiBPerSec, uploadMarginSec: control.uploadMarginSec },
     ...(agentDead ? { agentDead } : {}),
+    ...(agentApiAnswers ? { agentApiAnswers } : {}),
     ...(checkpointFails ? { checkpointFails } : {}),
     ...(faults.uploadFailRate || faults.stubbornUploadRate
       ? {
@@ -722,6 +754,11 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     }
   };
 
+  const redeliveries: { atMs: number; team: string; message: QueuedMessage }[] = [];
+  let servicesUpdated = false;
+  /** Each service's labels as last sent (the `redelivery` profile's update), to check none is reverted. */
+  const newestServiceSpec = new Map<string, Readonly<Record<string, string>> | undefined>();
+
   let tick = 0;
   for (let t = 0; t <= horizonMs; t += tickMs, tick++) {
     const now = startMs + t;
@@ -737,18 +774,42 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       await env.queue.send(job.team, JSON.stringify(spec), job.id);
       submitted.add(jobIdFor(job.team, job.id));
     }
+    // `redelivery`: each service's spec updated once (a new revision), so an older copy can come after it.
+    if (faults.serviceUpdateAtHour !== undefined && !servicesUpdated && t >= faults.serviceUpdateAtHour * 3_600_000) {
+      servicesUpdated = true;
+      for (const svc of options.services ?? []) {
+        const spec = { ...svc.spec, labels: { ...(svc.spec.labels ?? {}), revision: '2' } };
+        newestServiceSpec.set(serviceId(svc.team, svc.spec.name ?? ''), spec.labels);
+        await env.queue.send(svc.team, JSON.stringify(spec), `service-${svc.spec.name ?? ''}-r2`);
+        // The first revision's message comes again two minutes later (its Lambda timed out before deleting it), sent at the start.
+        const first = { team: svc.team, body: JSON.stringify(svc.spec), token: `service-${svc.spec.name ?? ''}`, messageId: 'first' };
+        redeliveries.push({ atMs: now + 120_000, team: svc.team, message: { ...first, sentAtMs: startMs } });
+      }
+    }
+    const take = (team: string, message: QueuedMessage) =>
+      intake(
+        {
+          jobs: env.jobs,
+          clock: env.clock,
+          fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock),
+          services: env.services,
+          rightsizing: { families: env.families, offers: env.offers },
+        },
+        { team, body: message.body, token: message.token, ...(message.sentAtMs !== undefined ? { sentAtMs: message.sentAtMs } : {}) },
+      );
+    // Copies SQS delivers again (at least once, in no promised order): due ones first.
+    for (let i = redeliveries.length - 1; i >= 0; i--) {
+      const r = redeliveries[i]!;
+      if (r.atMs > now) continue;
+      redeliveries.splice(i, 1);
+      injected.redelivered++;
+      await take(r.team, r.message);
+    }
     for (const team of teams) {
       for (const message of env.queue.receive(team, Number.MAX_SAFE_INTEGER)) {
-        await intake(
-          {
-            jobs: env.jobs,
-            clock: env.clock,
-            fleetShape: fleetShapeFrom(env.ports.providers, env.catalog.instanceTypes, env.clock),
-            services: env.services,
-            rightsizing: { families: env.families, offers: env.offers },
-          },
-          { team, body: message.body, token: message.token },
-        );
+        await take(team, message);
+        if (faults.redeliveryRate && faultRandom.next() < faults.redeliveryRate)
+          redeliveries.push({ atMs: now + (1 + Math.floor(faultRandom.next() * 10)) * 60_000, team, message });
       }
     }
     // The spot market takes machines back, each with its cloud's notice.
@@ -904,6 +965,15 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const spend = spendAccuracy(machineSpend, countedUntil, lives, [...heldLog.values()], everything, startMs);
   const useful = usefulWork(jobs, agents, workOf, endMs);
   const reworkTotal = jobs.reduce((sum, j) => sum + reworkGpuHours(j), 0);
+  // `redelivery`: a service whose record lost its newest spec to an older copy of its message was reverted.
+  let servicesReverted = 0;
+  for (const [id, labels] of newestServiceSpec) {
+    const record = await env.services.get(id);
+    if (record && !isDeepStrictEqual(record.spec.labels ?? {}, labels ?? {})) {
+      servicesReverted++;
+      violations.push(new InvariantViolation('service-not-reverted', `service ${id} went back to an older spec`, endMs));
+    }
+  }
   const summary: SimulationSummary = {
     policy: policyName,
     trace: options.workload.name,
@@ -962,6 +1032,11 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       asgTerminations: injected.asgTerminations,
       stormInterruptions: injected.storm,
       reconcileFailures: injected.reconcileFailures,
+      wrongfulRequeues: wrongful.requeues,
+      fencedAttempts: agents.stats.fencedAttempts,
+      unansweredAgentCalls: agents.stats.unansweredCalls,
+      redelivered: injected.redelivered,
+      servicesReverted,
     },
     groupActivity: Object.fromEntries(
       [...env.cloud.activity]

@@ -271,6 +271,65 @@ export function uploadRetryDelayMs(n: number): number {
   return Math.min(60_000, 2000 * 2 ** Math.max(0, n - 1));
 }
 
+// ---- the agent's lease ----------------------------------------------------------------------
+
+/**
+ * The agent's lease on the work it runs: each heartbeat the control plane takes renews it. An
+ * agent that has renewed nothing for `leaseSec` (the control plane unreachable, refusing it, or
+ * the machine cut off) fences itself: it checkpoints each attempt within `fenceGraceSec`, stops
+ * them all and starts nothing until a heartbeat is taken again; what it stopped it then reports
+ * requeued (reason `fenced`). The lease is longer than reconcile's patience (Policy
+ * `heartbeatTimeoutSec`, 90 s: a silent machine gets no new work) and, with the fence and the
+ * agent's stop grace (30 s), shorter than the point where reconcile requeues a silent machine's
+ * work (Policy `silentRequeueSec`, 300 s). So whichever side was wrong, no attempt runs on two
+ * machines: an agent cut off stops its work before the work is placed anywhere else.
+ */
+export interface AgentLease {
+  readonly leaseSec: number;
+  readonly fenceGraceSec: number;
+}
+
+export const DEFAULT_AGENT_LEASE: AgentLease = { leaseSec: 180, fenceGraceSec: 60 };
+
+/** The agent's stop grace (SIGTERM to SIGKILL) by default, seconds: part of the fence's length. */
+export const DEFAULT_STOP_GRACE_SEC = 30;
+
+/** Seconds from the last renewal until a fenced agent has stopped every process: lease + fence + stop grace. */
+export function fencedBySec(lease: AgentLease = DEFAULT_AGENT_LEASE, stopGraceSec = DEFAULT_STOP_GRACE_SEC): number {
+  return lease.leaseSec + lease.fenceGraceSec + stopGraceSec;
+}
+
+/** The lease has lapsed: nothing renewed it for longer than `leaseSec`. */
+export function leaseLapsed(lastRenewedMs: number, nowMs: number, lease: AgentLease = DEFAULT_AGENT_LEASE): boolean {
+  return nowMs - lastRenewedMs > lease.leaseSec * 1000;
+}
+
+/**
+ * What an agent does when its lease lapses: every attempt it runs is checkpointed (if it can be)
+ * by `stopByMs` and stopped; one that cannot checkpoint is stopped at once; one already being
+ * checkpointed or stopped is left to that, and killed at `stopByMs` if it still runs. Each is
+ * requeued with `reason` once the control plane answers again.
+ */
+export function onLeaseLapsed(
+  lastRenewedMs: number,
+  nowMs: number,
+  attempts: readonly NoticeAttempt[],
+  lease: AgentLease = DEFAULT_AGENT_LEASE,
+): { readonly stopByMs: number; readonly reason: Reason; readonly steps: readonly NoticeStep[] } {
+  const stopByMs = nowMs + lease.fenceGraceSec * 1000;
+  const silentSec = Math.round((nowMs - lastRenewedMs) / 1000);
+  const why = reason(
+    'fenced',
+    `its machine's agent could not renew its lease with the control plane for ${silentSec} s (lease ${lease.leaseSec} s), so it stopped its work`,
+  );
+  const steps = attempts.map<NoticeStep>((a) => {
+    if (a.busy) return { key: a.key, kind: 'keep' };
+    if (a.checkpointable) return { key: a.key, kind: 'checkpoint', hardDeadlineMs: stopByMs };
+    return { key: a.key, kind: 'requeue-at', atMs: nowMs, reason: why };
+  });
+  return { stopByMs, reason: why, steps };
+}
+
 /** What the machine's own metadata says is coming (AWS instance-action, GCE `instance/preempted`, a rebalance recommendation). */
 export interface MachineNotice {
   /** `interruption`: the machine is taken at `actionAtMs`; `rebalance`: at higher risk, no hard deadline. */

@@ -434,7 +434,8 @@ export function silenceOf(world: Pick<WorldView, 'instances' | 'records'>, nowMs
 /**
  * Finds nodes that are gone or silent and requeues the attempts that ran there, from their
  * newest checkpoint. Lost means: the cloud says the machine is stopping or terminated; or its
- * agent's heartbeats stopped for longer than the timeout; or it was draining and its notice ran out.
+ * agent's heartbeats stopped for longer than `silentRequeueSec` (past the agent's lease and fence); or
+ * it was draining and its notice ran out.
  */
 export async function requeueLostWork(
   ports: Pick<ReconcilePorts, 'jobs' | 'checkpoints'>,
@@ -578,11 +579,12 @@ export function lostReason(
   if (record?.draining && nowMs >= record.draining.deadlineMs) {
     return reason('interrupted', `machine ${record.instanceId} was draining (${record.draining.reason}) and its notice ran out`);
   }
-  if (record && nowMs - record.lastHeartbeatAtMs > policy.heartbeatTimeoutSec * 1000) {
+  // Silent past the agent's lease and fence (Policy.silentRequeueSec): its agent, if it lives, has stopped its work itself.
+  if (record && nowMs - record.lastHeartbeatAtMs > policy.silentRequeueSec * 1000) {
     const silentSec = Math.round((nowMs - record.lastHeartbeatAtMs) / 1000);
     return reason(
       'node-lost',
-      `the agent on ${record.instanceId} has sent no heartbeat for ${silentSec} s (timeout ${policy.heartbeatTimeoutSec} s)`,
+      `the agent on ${record.instanceId} has sent no heartbeat for ${silentSec} s (requeued after ${policy.silentRequeueSec} s, past its lease)`,
     );
   }
   if (!instance && !record) {

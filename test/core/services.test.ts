@@ -289,7 +289,13 @@ describe('reconcile', () => {
     };
     await e.checkpoints.markComplete(cp);
 
+    // Silent past reconcile's patience but within the agent's lease and fence: its agent may still run the job; nothing is requeued.
     e.clock.advanceBy((DEFAULT_POLICY.heartbeatTimeoutSec + 5) * 1000);
+    const early = await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
+    expect(early.status === 'done' && early.lostJobsRequeued).toBe(0);
+    expect(await e.jobs.get('nlp.a')).toMatchObject({ state: 'running', attempt: 1 });
+    // Past the point where its agent, if alive, has fenced itself: requeued from its checkpoint.
+    e.clock.advanceBy((DEFAULT_POLICY.silentRequeueSec - DEFAULT_POLICY.heartbeatTimeoutSec) * 1000);
     const out = await reconcile(e.ports, { planner: planSimple, policy: DEFAULT_POLICY });
     expect(out.status === 'done' && out.lostJobsRequeued).toBe(1);
     const job = (await e.jobs.get('nlp.a'))!;

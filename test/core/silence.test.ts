@@ -81,8 +81,8 @@ describe('reconcile when the agents of most of a zone fall silent at once', () =
 
   it('requeues nothing and lets no machine go when every agent of the zone falls silent (the agent API is down), and says so', async () => {
     const { e, instances } = await world(4);
-    // No heartbeat reaches the store for three minutes; the cloud lists every machine running.
-    e.clock.advanceBy(180_000);
+    // No heartbeat reaches the store for six minutes (past the point a lone machine's work is requeued); the cloud lists every machine running.
+    e.clock.advanceBy((DEFAULT_POLICY.silentRequeueSec + 60) * 1000);
     e.cloud.tick();
     const out = await reconcile(e.ports, { planner: plan, policy: DEFAULT_POLICY, holder: 'a' });
     if (out.status !== 'done') throw new Error(out.status);
@@ -97,7 +97,7 @@ describe('reconcile when the agents of most of a zone fall silent at once', () =
 
   it('still requeues the work of one machine gone silent on its own', async () => {
     const { e, instances } = await world(4);
-    e.clock.advanceBy(180_000);
+    e.clock.advanceBy((DEFAULT_POLICY.silentRequeueSec + 60) * 1000);
     for (const inst of instances.slice(1)) await e.nodes.heartbeat(inst.id, e.clock.nowMs());
     const out = await reconcile(e.ports, { planner: plan, policy: DEFAULT_POLICY, holder: 'a' });
     if (out.status !== 'done') throw new Error(out.status);

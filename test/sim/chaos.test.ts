@@ -136,11 +136,31 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
       'uploadFailures',
       'uploadsGivenUp',
       'rankStartFailures',
+      'unansweredAgentCalls',
+      'fencedAttempts',
+      'redelivered',
     ] as const;
     expect(kinds.filter((k) => f[k] === 0)).toEqual([]);
     // The simulated agents go through the agent API's rules, and through every fault none of their calls is refused.
     expect(f.agentCallsRefused).toBe(0);
     expect(summary.accepted).toBe(summary.completed + summary.failed + summary.cancelled + summary.runningAtEnd + summary.pendingAtEnd);
+  }, 120_000);
+
+  it('an outage of the agent API requeues nothing as lost while its machines run it: the agents fence themselves, and their work resumes', async () => {
+    const profile = FAULT_PROFILES['agent-api-outage']!;
+    const { summary } = await runSimulation({ ...base, hours: 17, faults: profile, invariants: 'stop' });
+    expect(summary).toMatchObject({ lost: 0, duplicated: 0, violations: 0 });
+    expect(summary.faults.unansweredAgentCalls).toBeGreaterThan(0);
+    expect(summary.faults.fencedAttempts).toBeGreaterThan(0);
+    expect(summary.faults.wrongfulRequeues).toBe(0);
+    // The rule as it was (a silent machine's work requeued at the 90 s heartbeat timeout, correlated silence unknown): the count catches it.
+    const old = await runSimulation({
+      ...base,
+      hours: 17,
+      faults: { ...profile, policy: { silenceShare: 2, silentRequeueSec: 90 } },
+      invariants: 'count',
+    });
+    expect(old.summary.faults.wrongfulRequeues).toBeGreaterThan(0);
   }, 120_000);
 
   it("stops at the first broken invariant with a clear message (a running job marked failed behind the loop's back)", async () => {
@@ -229,6 +249,7 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
         'staleResumes',
         'teamSpendErrorPct',
         'violations',
+        'wrongfulRequeues',
       ]),
     );
     expect(rows[0]).toMatchObject({ profile: 'none', costOverheadPct: 0, p95WaitOverheadPct: 0, lost: 0, violations: 0, staleResumes: 0 });

@@ -68,6 +68,8 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
       removeFolder?: (dir: string) => Promise<void>;
       /** The node's dcgm-exporter scrape. */
       dcgm?: () => Promise<string>;
+      /** While this says false, every call to the state and the checkpoints fails as an agent API that answers 503 would. */
+      reachable?: () => boolean;
     } = {},
   ): NodeAgent {
     const env = fakeNvidiaSmiEnv(
@@ -85,6 +87,13 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
           blobs: options.blobs ?? new AgentApiBlobs(client, checkpoints.root),
         }
       : { jobs, nodes, checkpoints, blobs: options.blobs ?? blobs };
+    if (options.reachable) {
+      const up = options.reachable;
+      state.jobs = unreachableUnless(up, state.jobs);
+      state.nodes = unreachableUnless(up, state.nodes);
+      state.checkpoints = unreachableUnless(up, state.checkpoints);
+      state.blobs = unreachableUnless(up, state.blobs);
+    }
     const a = new NodeAgent(
       {
         clock,
@@ -178,6 +187,21 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
   }
 
   return { clock, jobs, nodes, checkpoints, blobs, storeRoot, logs, agent, submit, place, output, shutdown, startApi };
+}
+
+/** `target` with every call (every method but `locationFor`) failing (as the agent API does during an outage: 503) while `up()` is false. */
+export function unreachableUnless<T extends object>(up: () => boolean, target: T): T {
+  return new Proxy(target, {
+    get(t, key, receiver) {
+      const value = Reflect.get(t, key, receiver) as unknown;
+      // Naming a folder is local (no call): it works cut off too.
+      if (typeof value !== 'function' || key === 'locationFor') return value;
+      return async (...args: unknown[]) => {
+        if (!up()) throw new Error('503 Service Unavailable: the agent API is down');
+        return (value as (...a: unknown[]) => unknown).apply(t, args);
+      };
+    },
+  });
 }
 
 /** Polls until `check` returns a value (not undefined/false), or fails after `timeoutMs`. */
