@@ -284,8 +284,16 @@ export class AsgNodeGroups implements NodeGroupProvider {
   }
 
   async terminateInstance(groupId: string, instanceId: string): Promise<{ alreadyGone: boolean }> {
+    const terminate = (decrement: boolean) =>
+      this.asg.send(new TerminateInstanceInAutoScalingGroupCommand({ InstanceId: instanceId, ShouldDecrementDesiredCapacity: decrement }));
     try {
-      await this.asg.send(new TerminateInstanceInAutoScalingGroupCommand({ InstanceId: instanceId, ShouldDecrementDesiredCapacity: true }));
+      try {
+        await terminate(true);
+      } catch (error) {
+        // A group at its minimum refuses to shrink ("… will violate group min size constraint"): the machine goes and the group replaces it.
+        if (!/min size constraint/i.test((error as Error).message ?? '')) throw error;
+        await terminate(false);
+      }
       this.groupsCache = undefined;
       return { alreadyGone: false };
     } catch (error) {

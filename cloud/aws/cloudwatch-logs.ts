@@ -8,10 +8,11 @@ import {
 import type { JobLogBatch, JobLogSink, JobLogSource, LogLine } from '../../core/ports.ts';
 import { translateAwsError } from './errors.ts';
 
-/** CloudWatch Logs' limits on one PutLogEvents call: 10,000 events, 1 MiB counting 26 bytes per event. */
+/** CloudWatch Logs' limits on one PutLogEvents call: 10,000 events, 1 MiB counting 26 bytes per event, 24 hours first to last. */
 const MAX_EVENTS = 10_000;
 const MAX_BATCH_BYTES = 1_048_576;
 const EVENT_OVERHEAD_BYTES = 26;
+const MAX_BATCH_SPAN_MS = 86_400_000;
 
 /** The log stream of one attempt on one rank: `<job>/<attempt>/<rank>` (CloudWatch stream names may hold "/" but not ":" or "*"). */
 export function logStreamName(jobId: string, attempt: number, rank: number): string {
@@ -63,7 +64,9 @@ export class CloudWatchJobLogs implements JobLogSink, JobLogSource {
     };
     for (const e of events) {
       const size = Buffer.byteLength(e.message, 'utf8') + EVENT_OVERHEAD_BYTES;
-      if (chunk.length >= MAX_EVENTS || bytes + size > MAX_BATCH_BYTES) await send();
+      // A call's events may span at most 24 hours (lines held back through a long outage of the agent API, say).
+      const tooLong = chunk.length > 0 && e.timestamp - chunk[0]!.timestamp > MAX_BATCH_SPAN_MS;
+      if (chunk.length >= MAX_EVENTS || bytes + size > MAX_BATCH_BYTES || tooLong) await send();
       chunk.push(e);
       bytes += size;
     }

@@ -38,6 +38,22 @@ nodeGroupProviderContract(
   { lifecycleHooks: true },
 );
 
+describe('a group at its minimum', () => {
+  it('refuses to shrink, so a machine let go there is replaced, not reported gone', async () => {
+    const fake = fakeAutoScaling([
+      { name: 'gpu-v100-od', min: 1, max: 4, zones: ['us-west-2a'], types: ['p3.2xlarge'], spot: false, managed: true },
+    ]);
+    fake.settle();
+    const provider = new AsgNodeGroups(fake.asgClient, fake.ec2Client, { region: 'us-west-2', clock: new VirtualClock(T0), cacheSec: 0 });
+    const [machine] = await provider.listInstances();
+    expect(await provider.terminateInstance('gpu-v100-od', machine!.id)).toEqual({ alreadyGone: false });
+    fake.settle();
+    const after = await provider.listInstances();
+    expect(after.map((i) => i.id)).not.toContain(machine!.id);
+    expect(after).toHaveLength(1);
+  });
+});
+
 describe('EC2 is eventually consistent: an instance its group lists may be unknown to DescribeInstances', () => {
   it('lists every instance when EC2 does not know the new ones yet: those keep their group’s view until it does', async () => {
     const fake = fakeAutoScaling([

@@ -4,6 +4,7 @@ import {
   DescribeAutoScalingGroupsCommand,
   DescribeAutoScalingInstancesCommand,
   DescribeScalingActivitiesCommand,
+  RecordLifecycleActionHeartbeatCommand,
   SetDesiredCapacityCommand,
   SetInstanceProtectionCommand,
   TerminateInstanceInAutoScalingGroupCommand,
@@ -93,10 +94,26 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
     CapacityRebalance: true,
   });
 
-  asg.on(DescribeAutoScalingGroupsCommand).callsFake((input: { Filters?: { Name?: string; Values?: string[] }[] }) => {
-    const managedOnly = input.Filters?.some((f) => f.Name === 'tag:gpu-fleet:managed' && f.Values?.includes('true'));
-    return { AutoScalingGroups: [...state.values()].filter((g) => !managedOnly || g.managed).map(view) };
-  });
+  // Pages of MaxRecords groups (default 50, at most 100), NextToken for the rest (API reference, DescribeAutoScalingGroups).
+  asg
+    .on(DescribeAutoScalingGroupsCommand)
+    .callsFake((input: { Filters?: { Name?: string; Values?: string[] }[]; MaxRecords?: number; NextToken?: string }) => {
+      const max = input.MaxRecords ?? 50;
+      if (!Number.isInteger(max) || max < 1 || max > 100)
+        throw awsError(
+          'ValidationError',
+          `1 validation error detected: Value '${max}' at 'maxRecords' failed to satisfy constraint: Member must have value less than or equal to 100`,
+        );
+      const managedOnly = input.Filters?.some((f) => f.Name === 'tag:gpu-fleet:managed' && f.Values?.includes('true'));
+      const all = [...state.values()].filter((g) => !managedOnly || g.managed);
+      const from = input.NextToken === undefined ? 0 : Number(input.NextToken.replace(/^page-/, ''));
+      if (input.NextToken !== undefined && !(Number.isInteger(from) && from > 0 && from < all.length))
+        throw awsError('InvalidNextToken', 'The token provided is not valid.');
+      return {
+        AutoScalingGroups: all.slice(from, from + max).map(view),
+        ...(from + max < all.length ? { NextToken: `page-${from + max}` } : {}),
+      };
+    });
   asg.on(SetDesiredCapacityCommand).callsFake((input: { AutoScalingGroupName: string; DesiredCapacity: number }) => {
     const g = state.get(input.AutoScalingGroupName);
     if (!g)
@@ -118,8 +135,13 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
     for (const g of state.values()) {
       const i = g.instances.find((x) => x.InstanceId === input.InstanceId && x.LifecycleState !== 'Terminated');
       if (!i) continue;
+      if (input.ShouldDecrementDesiredCapacity && g.desired - 1 < g.min)
+        throw awsError(
+          'ValidationError',
+          `Currently, desiredCapacity=${g.desired} and minSize=${g.min}, terminating instance without replacement will violate group min size constraint. Either set shouldDecrementDesiredCapacity flag to false or lower group min size.`,
+        );
       i.LifecycleState = 'Terminated';
-      if (input.ShouldDecrementDesiredCapacity) g.desired = Math.max(g.min, g.desired - 1);
+      if (input.ShouldDecrementDesiredCapacity) g.desired -= 1;
       return {
         Activity: {
           ActivityId: `act-${++counter}`,
@@ -137,7 +159,9 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
   asg
     .on(SetInstanceProtectionCommand)
     .callsFake((input: { AutoScalingGroupName: string; InstanceIds: string[]; ProtectedFromScaleIn: boolean }) => {
-      const g = state.get(input.AutoScalingGroupName)!;
+      const g = state.get(input.AutoScalingGroupName);
+      if (!g)
+        throw awsError('ValidationError', `AutoScalingGroup name not found - AutoScalingGroup ${input.AutoScalingGroupName} not found`);
       for (const id of input.InstanceIds) {
         const i = g.instances.find((x) => x.InstanceId === id);
         if (!i) throw awsError('ValidationError', `The instance ${id} is not part of Auto Scaling group ${g.name}.`);
@@ -168,6 +192,15 @@ export function fakeAutoScaling(groups: Omit<FakeGroup, 'instances' | 'desired'>
     if (!held)
       throw awsError('ValidationError', `No active Lifecycle Action found with instance ID ${input.InstanceId ?? 'i-0000000000000000'}`);
     held.LifecycleState = 'Terminating:Proceed';
+    return {};
+  });
+  // A heartbeat extends an action in progress; without one, the same ValidationError as completing it.
+  asg.on(RecordLifecycleActionHeartbeatCommand).callsFake((input: { InstanceId?: string; LifecycleHookName: string }) => {
+    const held = [...state.values()]
+      .flatMap((g) => g.instances)
+      .some((i) => i.InstanceId === input.InstanceId && i.LifecycleState === 'Terminating:Wait');
+    if (!held)
+      throw awsError('ValidationError', `No active Lifecycle Action found with instance ID ${input.InstanceId ?? 'i-0000000000000000'}`);
     return {};
   });
   // As EC2 answers: an id it does not know (never was, or too new to be known) fails the whole call with

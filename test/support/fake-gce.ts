@@ -394,6 +394,22 @@ export class FakeGce {
       res.end(JSON.stringify(json));
     };
     const fault = this.faults.find((f) => f.remaining > 0 && f.path.test(url.pathname) && (!f.method || f.method === req.method));
+    // maxResults: 0 to 500 inclusive (Compute API reference, every list method); anything else is 400 invalid.
+    const maxResults = url.searchParams.get('maxResults');
+    if (maxResults !== null && !(/^\d+$/.test(maxResults) && Number(maxResults) <= 500))
+      return send(400, {
+        error: {
+          code: 400,
+          message: `Invalid value for field 'maxResults': '${maxResults}'. Must be less than or equal to 500`,
+          errors: [
+            {
+              message: `Invalid value for field 'maxResults': '${maxResults}'. Must be less than or equal to 500`,
+              domain: 'global',
+              reason: 'invalid',
+            },
+          ],
+        },
+      });
     if (fault) {
       fault.remaining--;
       return send(fault.status, fault.body);

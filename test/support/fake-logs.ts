@@ -6,7 +6,10 @@ import type { AddressInfo } from 'node:net';
  * (`X-Amz-Target: Logs_20140328.<Operation>`) with the shapes of the CloudWatch Logs API reference
  * (CreateLogStream, PutLogEvents, DescribeLogStreams, GetLogEvents), assembled from the reference,
  * not recorded: log groups that exist, streams created once (ResourceAlreadyExistsException after),
- * events in time order within a call (InvalidParameterException otherwise), pages of `pageSize`
+ * events in time order within a call, at most 10,000 of them, 1,048,576 bytes (26 per event
+ * besides its message), 256 KiB an event and 24 hours from first to last (InvalidParameterException
+ * otherwise); events over 14 days old or 2 hours ahead left out and reported in
+ * `rejectedLogEventsInfo`; pages of `pageSize`
  * with the forward token returned unchanged at a stream's end.
  */
 export class FakeCloudWatchLogs {
@@ -64,8 +67,31 @@ export class FakeCloudWatchLogs {
         for (let i = 1; i < events.length; i++)
           if (events[i]!.timestamp < events[i - 1]!.timestamp)
             return fail('InvalidParameterException', 'Log events in a single PutLogEvents request must be in chronological order.');
-        for (const e of events) stream.push({ ...e, ingestionTime: Date.now() });
-        return send(200, { nextSequenceToken: String(stream.length) });
+        // The batch: at most 1,048,576 bytes (each message's UTF-8 bytes plus 26), no event over 256 KiB, a span of at most 24 h.
+        const sizes = events.map((e) => Buffer.byteLength(e.message, 'utf8') + 26);
+        const total = sizes.reduce((a, b) => a + b, 0);
+        if (total > 1_048_576) return fail('InvalidParameterException', `Upload too large: ${total} bytes exceeds limit of 1048576`);
+        if (sizes.some((n) => n > 262_144)) return fail('InvalidParameterException', 'Log event too large: exceeds limit of 262144 bytes');
+        if (events.at(-1)!.timestamp - events[0]!.timestamp > 86_400_000)
+          return fail(
+            'InvalidParameterException',
+            'The batch of log events in a single PutLogEvents request cannot span more than 24 hours.',
+          );
+        // Events over 14 days old or over 2 hours ahead are left out, the rest kept, and the call says which (rejectedLogEventsInfo).
+        const now = Date.now();
+        let oldEnd = 0;
+        while (oldEnd < events.length && events[oldEnd]!.timestamp < now - 14 * 86_400_000) oldEnd++;
+        let newStart = events.length;
+        while (newStart > oldEnd && events[newStart - 1]!.timestamp > now + 2 * 3_600_000) newStart--;
+        for (const e of events.slice(oldEnd, newStart)) stream.push({ ...e, ingestionTime: now });
+        const rejected = {
+          ...(oldEnd > 0 ? { tooOldLogEventEndIndex: oldEnd } : {}),
+          ...(newStart < events.length ? { tooNewLogEventStartIndex: newStart } : {}),
+        };
+        return send(200, {
+          nextSequenceToken: String(stream.length),
+          ...(Object.keys(rejected).length > 0 ? { rejectedLogEventsInfo: rejected } : {}),
+        });
       }
       case 'DescribeLogStreams': {
         const prefix = String(body.logStreamNamePrefix ?? '');
