@@ -16,7 +16,7 @@ import { dynamoStores } from '../cloud/aws/dynamo-store.ts';
 import { newPendingJob } from '../core/job.ts';
 import { JobSpecSchema } from '../core/job-spec.ts';
 import { plan } from '../core/planner/planner.ts';
-import { reconcile, type ReconcilePorts } from '../core/services/reconcile.ts';
+import { reconcile, type ReconcilePorts } from '../core/reconcile/reconcile.ts';
 import { DEFAULT_POLICY, type Snapshot } from '../core/snapshot.ts';
 import { SimAgents } from '../cloud/sim/sim-agent.ts';
 import { defaultTeamTags } from '../cloud/sim/defaults.ts';

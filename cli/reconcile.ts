@@ -1,9 +1,8 @@
 import { describeAction, describeFailure } from '../core/plan.ts';
 import { plan } from '../core/planner/planner.ts';
-import { reconcile, type ReconcilePorts } from '../core/services/reconcile.ts';
+import { reconcile, type ReconcilePorts } from '../core/reconcile/reconcile.ts';
 import type { Policy, Snapshot } from '../core/snapshot.ts';
 import { openAwsPorts, type StackFlags } from './aws.ts';
-import { UsageError } from '../core/errors.ts';
 import { degradedName } from '../core/ports.ts';
 
 /** What one reconcile needs: the ports, the policy, and the problems the wiring found. */
@@ -57,6 +56,7 @@ function groupLine(g: DiscoveredGroup): string {
 }
 
 export interface ReconcileFlags extends StackFlags {
+  /** One turn: what the command always does (kept so `reconcile --once` goes on working). */
   readonly once?: boolean;
   readonly dryRun?: boolean;
   readonly json?: boolean;
@@ -71,10 +71,7 @@ export async function reconcileCommand(
   io: { stdout: NodeJS.WritableStream },
   open: (flags: StackFlags) => Promise<ReconcileTarget> = openAwsPorts,
 ): Promise<void> {
-  if (!flags.once)
-    throw new UsageError(
-      'give --once: gpu-fleet runs the control loop in Lambda; this command runs one turn of it (add --dry-run to plan without acting)',
-    );
+  // One turn, always (the loop itself runs in Lambda); --once says so and is kept.
   const ports = await open(flags);
   const out = await reconcile(ports.reconcile, {
     planner: plan,

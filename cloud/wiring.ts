@@ -26,7 +26,7 @@ import type {
   ServiceStore,
 } from '../core/ports.ts';
 import type { InterruptionPorts, NoticeSource } from '../core/services/interruption.ts';
-import type { ReconcilePorts } from '../core/services/reconcile.ts';
+import type { ReconcilePorts } from '../core/reconcile/reconcile.ts';
 import { AsgNodeGroups } from './aws/asg-node-groups.ts';
 import { Ec2Reservations } from './aws/ec2-reservations.ts';
 import { CloudWatchJobLogs } from './aws/cloudwatch-logs.ts';

@@ -7,7 +7,7 @@ import * as z from 'zod/mini';
 import type { ActionFailure } from '../core/plan.ts';
 import type { JobQueue, QueueDepth } from '../core/ports.ts';
 import { reconcileMetrics } from '../core/services/metrics.ts';
-import { reconcile, type Planner, type ReconcilePorts } from '../core/services/reconcile.ts';
+import { reconcile, type Planner, type ReconcilePorts } from '../core/reconcile/reconcile.ts';
 import type { TeamMemory } from '../core/services/snapshot-reader.ts';
 import type { Policy } from '../core/snapshot.ts';
 import { type Observability } from './observability.ts';

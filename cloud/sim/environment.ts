@@ -1,6 +1,6 @@
 import type { Offering } from '../../core/catalog.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
-import type { ReconcilePorts } from '../../core/services/reconcile.ts';
+import type { ReconcilePorts } from '../../core/reconcile/reconcile.ts';
 import { shippedCatalog } from '../catalog/all-shipped.ts';
 import { ShippedCatalogSource, ShippedPriceSource, gpuOffers, onDemandPrice, spotPrice, type ShippedCatalog } from '../catalog/shipped.ts';
 import type { GpuOffers } from '../../core/rightsizing.ts';

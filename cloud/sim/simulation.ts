@@ -40,7 +40,7 @@ import type { TeamTagSet } from '../../core/ports.ts';
 import { fleetShapeFrom, intake } from '../../core/services/intake.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
 import { checkpointSizeMiB, checkpointTimeoutSec } from '../../core/services/node-rules.ts';
-import { reconcile, type Planner, type ReconcilePorts } from '../../core/services/reconcile.ts';
+import { reconcile, type Planner, type ReconcilePorts } from '../../core/reconcile/reconcile.ts';
 import { DEFAULT_POLICY, type Policy, type Snapshot } from '../../core/snapshot.ts';
 import type { BudgetState } from '../../core/team.ts';
 import {

@@ -7,7 +7,7 @@ import type { CheckpointBlobs } from '../../agent/checkpoint-files.ts';
 import { ProcessRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
 import { reason } from '../../core/reason.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
-import { lostReason } from '../../core/services/reconcile.ts';
+import { lostReason } from '../../core/reconcile/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
 

@@ -33,7 +33,7 @@ describe('node agent: the lease', () => {
     let up = true;
     const a = w.agent('i-a', {
       reachable: () => up,
-      config: { heartbeatSec: 0.2, noticeSec: 0.2, lease: { leaseSec: 1, fenceGraceSec: 3 } },
+      config: { heartbeatSec: 0.2, noticeSec: 0.2, lease: { leaseSec: 4, fenceGraceSec: 3 } },
     });
     await a.start();
     // Checkpoints every 5 steps (100 ms): some are saved before the control plane goes.
@@ -46,7 +46,8 @@ describe('node agent: the lease', () => {
     // Another job placed meanwhile (the control plane's write landed before the cut): it must not start here.
     await w.submit('nlp.later', { command: ['node', COUNTER_JOB, '100000', '20'] });
     await w.place('nlp.later', ['i-a']);
-    await waitFor('the fenced job to be stopped', () => !alive(pid), 15_000);
+    // Lease (4 s), then the fence (3 s) and the stop grace (2 s), with room for a slow machine.
+    await waitFor('the fenced job to be stopped', () => !alive(pid), 30_000);
     expect(a.running().map((r) => r.jobId)).not.toContain('nlp.later');
     expect(w.logs).toContainEqual(
       expect.objectContaining({ level: 'error', message: expect.stringMatching(/no heartbeat for the whole lease/) }),
@@ -64,5 +65,5 @@ describe('node agent: the lease', () => {
     expect(a.running().map((r) => r.jobId)).not.toContain('nlp.cut');
     // Heard again: the lease is renewed and work starts here again.
     await waitFor('the later job to start once the lease is renewed', () => a.running().some((r) => r.jobId === 'nlp.later'));
-  });
+  }, 60_000);
 });

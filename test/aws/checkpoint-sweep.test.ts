@@ -12,7 +12,7 @@ import { checkpointFolder, checkpointObjectExpired, isTerminal, JOB_STATES, type
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { CloudError } from '../../core/errors.ts';
 import { plan } from '../../core/planner/planner.ts';
-import { reconcile } from '../../core/services/reconcile.ts';
+import { reconcile } from '../../core/reconcile/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';

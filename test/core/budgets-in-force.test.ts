@@ -5,7 +5,7 @@ import { BUDGET_TAGS } from '../../core/budget.ts';
 import { plan } from '../../core/planner/planner.ts';
 import type { TeamTagSet } from '../../core/ports.ts';
 import { intake } from '../../core/services/intake.ts';
-import { reconcile } from '../../core/services/reconcile.ts';
+import { reconcile } from '../../core/reconcile/reconcile.ts';
 import { buildSnapshot, readWorld, type TeamMemory } from '../../core/services/snapshot-reader.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';

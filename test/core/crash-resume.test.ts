@@ -3,7 +3,7 @@ import { plan } from '../../core/planner/planner.ts';
 import type { PlanJournal } from '../../core/ports.ts';
 import { intake } from '../../core/services/intake.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
-import { reconcile } from '../../core/services/reconcile.ts';
+import { reconcile } from '../../core/reconcile/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment, type SimEnvironment } from '../../cloud/sim/environment.ts';

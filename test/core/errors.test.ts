@@ -11,7 +11,7 @@ import {
   codeOf,
 } from '../../core/errors.ts';
 import { assertMicroUsd } from '../../core/money.ts';
-import { applyPlan } from '../../core/services/reconcile.ts';
+import { applyPlan } from '../../core/reconcile/reconcile.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
 import { DEFAULT_SIM_START_MS } from '../../cloud/sim/simulation.ts';
 import { reason } from '../../core/reason.ts';

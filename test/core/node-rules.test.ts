@@ -9,7 +9,9 @@ import {
   exitReport,
   gangRank,
   judgeWorkEntry,
+  leaseLapsed,
   nextNodeStep,
+  onLeaseLapsed,
   onMachineNotice,
   saveLocation,
   uploadAllowanceSec,
@@ -214,5 +216,34 @@ describe('where each save of a checkpoint goes (saveLocation)', () => {
       });
     };
     expect(rank()).toEqual(rank());
+  });
+});
+
+describe("the agent's lease", () => {
+  const lease = { leaseSec: 180, fenceGraceSec: 60 };
+  it('lapses only once nothing renewed it for the whole lease', () => {
+    expect(leaseLapsed(0, 180_000, lease)).toBe(false);
+    expect(leaseLapsed(0, 180_001, lease)).toBe(true);
+  });
+
+  it('fences every attempt: checkpoint by the end of the fence, stop at once what cannot checkpoint, leave what is already stopping', () => {
+    const now = 200_000;
+    const out = onLeaseLapsed(
+      0,
+      now,
+      [
+        { key: 'cp', checkpointable: true, busy: false, gracePeriodSec: 30 },
+        { key: 'plain', checkpointable: false, busy: false, gracePeriodSec: 30 },
+        { key: 'busy', checkpointable: true, busy: true, gracePeriodSec: 30 },
+      ],
+      lease,
+    );
+    expect(out.stopByMs).toBe(now + 60_000);
+    expect(out.reason).toMatchObject({ code: 'fenced', message: expect.stringMatching(/for 200 s \(lease 180 s\)/) });
+    expect(out.steps).toEqual([
+      { key: 'cp', kind: 'checkpoint', hardDeadlineMs: now + 60_000 },
+      { key: 'plain', kind: 'requeue-at', atMs: now, reason: out.reason },
+      { key: 'busy', kind: 'keep' },
+    ]);
   });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { plan as planSimple } from '../../core/planner/planner.ts';
 import { fleetShapeFrom, intake } from '../../core/services/intake.ts';
-import { reconcile } from '../../core/services/reconcile.ts';
+import { reconcile } from '../../core/reconcile/reconcile.ts';
 import { newPendingJob, type Job } from '../../core/job.ts';
 import { checkJobSpec } from '../../core/job-spec.ts';
 import { rightsizeFamily, runOf } from '../../core/rightsizing.ts';

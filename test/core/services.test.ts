@@ -4,7 +4,7 @@ import { fleetShapeFrom, intake } from '../../core/services/intake.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { reason } from '../../core/reason.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
-import { applyPlan, JOB_WRITE_CONCURRENCY, poolNoteDue, POOL_NOTE_EVERY_MS, reconcile } from '../../core/services/reconcile.ts';
+import { applyPlan, JOB_WRITE_CONCURRENCY, poolNoteDue, POOL_NOTE_EVERY_MS, reconcile } from '../../core/reconcile/reconcile.ts';
 import { IDLE_TEAM } from '../../core/services/accrual.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
 import { costForDuration } from '../../core/money.ts';

@@ -3,7 +3,7 @@ import { correlatedSilence, type Instance, type NodeRecord } from '../../core/fl
 import { plan } from '../../core/planner/planner.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { intake } from '../../core/services/intake.ts';
-import { reconcile } from '../../core/services/reconcile.ts';
+import { reconcile } from '../../core/reconcile/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';

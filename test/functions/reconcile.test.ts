@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { plan } from '../../core/planner/planner.ts';
 import { intake } from '../../core/services/intake.ts';
-import type { ReconcilePorts } from '../../core/services/reconcile.ts';
+import type { ReconcilePorts } from '../../core/reconcile/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { createReconcileHandler } from '../../functions/reconcile.ts';
 import { observability } from '../../functions/observability.ts';

@@ -3,7 +3,7 @@ import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { isCloudError } from '../../core/errors.ts';
 import { plan } from '../../core/planner/planner.ts';
 import { handleNotice, pollNotices } from '../../core/services/interruption.ts';
-import { reconcile } from '../../core/services/reconcile.ts';
+import { reconcile } from '../../core/reconcile/reconcile.ts';
 import { readWorld } from '../../core/services/snapshot-reader.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { intake } from '../../core/services/intake.ts';
