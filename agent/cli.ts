@@ -11,7 +11,7 @@ import { NodeAgent, type AgentLog } from './agent.ts';
 import { AgentApiBlobs, DirectoryBlobs, S3Blobs, type CheckpointBlobs } from './checkpoint-files.ts';
 import { nvidiaSmiMig } from './devices.ts';
 import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, type Identity, type MetadataClient } from './metadata.ts';
-import { gpuProblems, readGpuInventory, toGpuDevices } from './nvidia-smi.ts';
+import { GpuInventoryError, gpuProblems, readGpuInventory, toGpuDevices } from './nvidia-smi.ts';
 import { DockerRunner, ProcessRunner } from './runner.ts';
 import {
   AgentApiCheckpointStore,
@@ -22,7 +22,7 @@ import {
 } from '../cloud/aws/agent-api-client.ts';
 import { fleetConfigFromEnv } from '../cloud/env.ts';
 import { fleetPorts } from '../cloud/wiring.ts';
-import { messageOf, UsageError } from '../core/errors.ts';
+import { GpuFleetError, messageOf, UsageError } from '../core/errors.ts';
 import type { CheckpointStore, JobLogSink, JobStore, NodeStore } from '../core/ports.ts';
 
 /** `gpu-fleet agent inspect` and `gpu-fleet agent run`: the node agent from the command line. */
@@ -291,7 +291,11 @@ export async function agentMetricsCommand(
     detectMetadata({ ...metadataUrls(flags, env), timeoutMs: timeoutOf(flags) }),
     readGpuInventory({ ...(flags.nvidiaSmi ? { command: flags.nvidiaSmi } : {}), env }),
   ]);
-  if (gpus.status === 'rejected') throw new UsageError(`nvidia-smi: ${messageOf(gpus.reason)}`);
+  // No driver (or nvidia-smi failing) is the machine's state, not a mistake in the command: exit 1, one line.
+  if (gpus.status === 'rejected')
+    throw gpus.reason instanceof GpuFleetError
+      ? gpus.reason
+      : new GpuInventoryError(`nvidia-smi: ${messageOf(gpus.reason)}`, 'failed', { cause: gpus.reason });
   const hostname = identity.status === 'fulfilled' ? identity.value.identity.instanceId : osHostname();
   const text = await dcgmExposition(gpus.value, { hostname, holders: new Map() });
   io.stdout.write(text);

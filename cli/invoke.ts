@@ -19,17 +19,28 @@ export type FunctionName = (typeof FUNCTIONS)[number];
 export interface InvokeFlags extends StackFlags {
   readonly event?: string;
   readonly aws?: boolean;
+  readonly sim?: string;
+  /** The old name of `sim`. */
   readonly state?: string;
   readonly json?: boolean;
+  readonly verbose?: boolean;
 }
 
 /**
- * Runs one Lambda handler on this machine: against the simulated cloud (default; with `--state
+ * Runs one Lambda handler on this machine: against the simulated cloud (default; with `--sim
  * DIR` the simulated world is loaded from and saved to that folder, so invocations build on each
  * other), or against the AWS account and endpoints in the environment (`--aws`).
  */
-export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout: NodeJS.WritableStream }): Promise<unknown> {
+export async function invokeCommand(
+  fn: string,
+  flags: InvokeFlags,
+  io: { stdout: NodeJS.WritableStream; stderr?: NodeJS.WritableStream },
+): Promise<unknown> {
   if (!(FUNCTIONS as readonly string[]).includes(fn)) throw new UsageError(`function must be one of ${FUNCTIONS.join(', ')}, got "${fn}"`);
+  if (flags.sim && flags.state) throw new UsageError('give --sim DIR only (--state is its old name)');
+  if (flags.state)
+    (io.stderr ?? process.stderr).write('gpu-fleet: --state is now --sim, as in every other command; --state goes in the next release\n');
+  const simDir = flags.sim ?? flags.state;
   let event: unknown = {};
   if (flags.event) {
     try {
@@ -49,7 +60,7 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
   if (flags.aws) {
     const ports = await openAwsPorts(flags);
     const { config } = ports;
-    result = await run(fn as FunctionName, event, context, {
+    result = await run(fn as FunctionName, event, context, flags.verbose ?? false, {
       intake: () =>
         createIntakeHandler({
           jobs: ports.stores.jobs,
@@ -77,8 +88,8 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
       teams,
       teamTags: defaultTeamTags(teams),
     });
-    if (flags.state && loadSimState(env, flags.state)) notes.push(`simulated world loaded from ${flags.state}`);
-    result = await run(fn as FunctionName, event, context, {
+    if (simDir && loadSimState(env, simDir)) notes.push(`simulated world loaded from ${simDir}`);
+    result = await run(fn as FunctionName, event, context, flags.verbose ?? false, {
       intake: () =>
         createIntakeHandler({
           jobs: env.jobs,
@@ -99,9 +110,9 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
           timeoutEarlyInMillis: 0,
         }),
     });
-    if (flags.state) {
-      saveSimState(env, flags.state);
-      notes.push(`simulated world saved to ${flags.state}`);
+    if (simDir) {
+      saveSimState(env, simDir);
+      notes.push(`simulated world saved to ${simDir}`);
     }
   }
   io.stdout.write(
@@ -112,16 +123,20 @@ export async function invokeCommand(fn: string, flags: InvokeFlags, io: { stdout
   return result;
 }
 
-/** Runs a handler with Powertools' log and metric lines sent to stderr, so stdout carries only the result. */
+/**
+ * Runs a handler with Powertools' log and metric lines (which a Lambda writes to stdout) kept off
+ * stdout, so it carries only the result: on stderr with `--verbose`, else not shown.
+ */
 async function run(
   fn: FunctionName,
   event: unknown,
   context: ReturnType<typeof lambdaContext>,
+  verbose: boolean,
   make: Record<FunctionName, () => (event: never, context: ReturnType<typeof lambdaContext>) => Promise<unknown>>,
 ): Promise<unknown> {
   const handler = make[fn]();
   const write = process.stdout.write;
-  process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;
+  process.stdout.write = (verbose ? process.stderr.write.bind(process.stderr) : () => true) as typeof process.stdout.write;
   try {
     return await handler(event as never, context);
   } finally {

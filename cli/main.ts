@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { collect, decimalNumber, listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
 import { FAULT_PROFILES, faultProfile } from '../cloud/sim/faults.ts';
@@ -13,7 +14,7 @@ import { translateAwsError } from '../cloud/aws/errors.ts';
 export function buildProgram(io = { stdout: process.stdout, stderr: process.stderr }): Command {
   const program = new Command('gpu-fleet')
     .description('Serverless control plane for GPU work on spot and on-demand capacity')
-    .showHelpAfterError()
+    .version(VERSION, '-V, --version', 'print the version of gpu-fleet')
     .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) })
     .exitOverride();
 
@@ -90,13 +91,13 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
   program
     .command('reconcile')
     .description('Run one reconcile against the AWS account in the environment and print the plan with its reasons')
-    .option('--once', 'run one turn of the control loop (required)')
+    .option('--once', 'one turn of the control loop: what this command always does (the loop itself runs in Lambda)')
     .option('--dry-run', 'plan without acting')
     .option('--stack <name>', 'the deployed stack whose tables and queues to use (default GPU_FLEET_STACK, else GpuFleet)')
     .option('--json', 'print the decision record as JSON')
     .addHelpText(
       'after',
-      `${AWS_NOTE}\n\nExamples:\n  gpu-fleet reconcile --once --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --once --stack MyFleet --json`,
+      `${AWS_NOTE}\n\nExamples:\n  gpu-fleet reconcile --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --stack MyFleet --json`,
     )
     .action(async (flags) => {
       const { reconcileCommand } = await import('./reconcile.ts');
@@ -108,13 +109,18 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     .description('Run one Lambda handler on this machine, against the simulated cloud or the AWS account in the environment')
     .argument('<function>', 'intake | reconcile | interruption')
     .option('--event <file>', 'the event as JSON (an SQS event for intake, an EventBridge event for interruption)')
-    .option('--state <dir>', 'load the simulated world from this folder and save it back (so invocations build on each other)')
+    .option(
+      '--sim <dir>',
+      'load the simulated world from this folder (one `simulate --out DIR` wrote, or an earlier invoke) and save it back, so invocations build on each other',
+    )
+    .option('--state <dir>', 'the old name of --sim (works for one more release, with a notice)')
     .option('--aws', 'run against AWS instead of the simulated cloud')
     .option('--stack <name>', 'with --aws: the deployed stack (default GPU_FLEET_STACK, else GpuFleet)')
     .option('--json', 'print the result as JSON')
+    .option('--verbose', "also print the handler's own log and metric lines (Powertools), on stderr")
     .addHelpText(
       'after',
-      '\nExamples:\n  gpu-fleet invoke interruption --event test/fixtures/events/nth-ec2-spot-instance-interruption-warning.json\n  gpu-fleet invoke reconcile --state ./world\n  gpu-fleet invoke intake --event sqs-event.json --aws',
+      '\nExamples:\n  gpu-fleet invoke interruption --event test/fixtures/events/nth-ec2-spot-instance-interruption-warning.json\n  gpu-fleet invoke reconcile --sim ./world\n  gpu-fleet invoke intake --event sqs-event.json --aws',
     )
     .action(async (fn, flags) => {
       const { invokeCommand } = await import('./invoke.ts');
@@ -165,23 +171,25 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     program
       .command('status')
       .description('Jobs by state with their waiting time, nodes by group with GPU use, and queue depth per team')
+      .argument('[job-id]', 'one job in detail')
       .option('--team <team>', 'only this team')
-      .option('--job <id>', 'one job in detail'),
+      .option('--job <id>', 'the old spelling of [job-id] (works for one more release, with a notice)'),
   )
     .addHelpText(
       'after',
-      `\nExamples:\n  gpu-fleet status\n  gpu-fleet status --team nlp --json\n  gpu-fleet status --job nlp.3f2a --sim ./sim\n${awsNote}`,
+      `\nExamples:\n  gpu-fleet status\n  gpu-fleet status --team nlp --json\n  gpu-fleet status nlp.3f2a --sim ./sim\n${awsNote}`,
     )
-    .action(async (flags) => {
+    .action(async (jobId: string | undefined, flags) => {
       const { statusCommand } = await import('./people.ts');
-      await statusCommand(flags, io);
+      await statusCommand(withJobId('status', jobId, flags, io), io);
     });
 
   sim(
     program
       .command('explain')
       .description('Why a job waits, or where and why it runs; why the fleet scaled (from the decision records)')
-      .option('--job <id>', 'the job to explain')
+      .argument('[job-id]', 'the job to explain')
+      .option('--job <id>', 'the old spelling of [job-id] (works for one more release, with a notice)')
       .option('--service <team.name>', 'a service: why it has its replicas, and where they are')
       .option(
         '--decision <latest|last-change|id>',
@@ -190,11 +198,11 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
   )
     .addHelpText(
       'after',
-      `\nExamples:\n  gpu-fleet explain --job nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision last-change --sim ./sim --json\n  gpu-fleet explain --service nlp.chat --sim ./sim\n${awsNote}`,
+      `\nExamples:\n  gpu-fleet explain nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision last-change --sim ./sim --json\n  gpu-fleet explain --service nlp.chat --sim ./sim\n${awsNote}`,
     )
-    .action(async (flags) => {
+    .action(async (jobId: string | undefined, flags) => {
       const { explainCommand } = await import('./people.ts');
-      await explainCommand(flags, io);
+      await explainCommand(withJobId('explain', jobId, flags, io), io);
     });
 
   sim(
@@ -267,9 +275,38 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
     });
 
   addAgentCommands(program, io, () => import('../agent/cli.ts'));
-
+  usageAfterErrors(program, []);
   return program;
 }
+
+/**
+ * A job is named the same way in every command: its id, positional (`status ID`, `explain ID`,
+ * `logs ID`, `cancel ID`). `--job ID`, the old spelling of `status` and `explain`, still works for
+ * one release, with a notice.
+ */
+function withJobId<F extends { job?: string }>(
+  command: string,
+  jobId: string | undefined,
+  flags: F,
+  io: { stderr: NodeJS.WritableStream },
+): F {
+  if (flags.job !== undefined && jobId !== undefined && flags.job !== jobId)
+    throw new UsageError(`give the job once: ${command} ${jobId} (--job is the old spelling)`);
+  if (flags.job !== undefined)
+    io.stderr.write(`gpu-fleet: ${command} --job ID is now ${command} ID, as in logs and cancel; --job goes in the next release\n`);
+  const job = jobId ?? flags.job;
+  return job === undefined ? flags : { ...flags, job };
+}
+
+/** After a mistake in the options, the command's usage line and where its options are listed, not the whole help. */
+function usageAfterErrors(cmd: Command, path: readonly string[]): void {
+  const name = [...path, cmd.name()].join(' ');
+  cmd.showHelpAfterError(`usage: ${name} ${cmd.usage()}\n(${name} --help lists the options)`);
+  for (const sub of cmd.commands) usageAfterErrors(sub, [...path, cmd.name()]);
+}
+
+/** gpu-fleet's version, as package.json says. */
+const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** How the commands that act on AWS find the fleet, for their help. */
 const AWS_NOTE =
@@ -320,7 +357,21 @@ export async function main(argv: readonly string[]): Promise<number> {
   }
 }
 
+/**
+ * A reader that stops early (`gpu-fleet logs … | head -1`) closes the pipe: the rest of the
+ * output is not wanted, which is no failure. The command ends at once with 0, as `cat` does under
+ * `head`, instead of an unhandled EPIPE and its stack.
+ */
+export function endQuietlyOnClosedPipe(stream: NodeJS.WritableStream, exit: (code: number) => void = (code) => process.exit(code)): void {
+  stream.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code === 'EPIPE') exit(0);
+    else throw error;
+  });
+}
+
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
 if (invokedDirectly || process.env.GPU_FLEET_CLI === '1') {
+  endQuietlyOnClosedPipe(process.stdout);
+  endQuietlyOnClosedPipe(process.stderr);
   process.exitCode = await main(process.argv.slice(2));
 }

@@ -87,6 +87,18 @@ describe('gpu-fleet agent metrics', () => {
   });
 });
 
+describe('gpu-fleet agent metrics without a driver', () => {
+  it('exits 1 (the machine, not the command, is wrong) with one line naming what is missing', async () => {
+    const env = { ...process.env, PATH: '/usr/bin:/bin', GPU_FLEET_AWS_IMDS_URL: CLOSED, GPU_FLEET_GCE_METADATA_URL: CLOSED };
+    const out = await run(process.execPath, [bin, 'agent', 'metrics'], { cwd: root, env, timeout: 60_000 }).then(
+      () => ({ code: 0, stderr: '' }),
+      (error: { code: number; stderr: string }) => error,
+    );
+    expect(out.code).toBe(1);
+    expect(out.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^gpu-fleet: nvidia-smi was not found on PATH/)]);
+  });
+});
+
 describe('gpu-fleet agent run (a real agent process, on DynamoDB served by dynalite)', () => {
   let db: LocalDynamo;
   let tables: TableNames;

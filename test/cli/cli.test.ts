@@ -1,3 +1,6 @@
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -7,9 +10,9 @@ const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = fileURLToPath(new URL('../../bin/gpu-fleet.js', import.meta.url));
 
-async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+async function cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { cwd: root, timeout: 60_000 });
+    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { cwd: root, timeout: 60_000, env });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const e = error as { code: number; stdout: string; stderr: string };
@@ -64,6 +67,12 @@ describe('gpu-fleet command', () => {
     const unknown = await cli(['simulate', '--frobnicate']);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain("unknown option '--frobnicate'");
+    // The error, the command's usage line and where its options are: not the whole help.
+    expect(unknown.stderr.trim().split('\n')).toEqual([
+      "error: unknown option '--frobnicate'",
+      'usage: gpu-fleet simulate [options]',
+      '(gpu-fleet simulate --help lists the options)',
+    ]);
     const faults = await cli(['simulate', '--faults', 'meteor']);
     expect(faults.code).toBe(2);
     expect(faults.stderr).toContain(
@@ -89,9 +98,50 @@ describe('gpu-fleet command', () => {
     expect(s.faults.storeConflicts).toBeGreaterThan(0);
   });
 
+  it('prints its version with --version (and -V)', async () => {
+    const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+    for (const flag of ['--version', '-V']) expect(await cli([flag])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
+  });
+
   it('lists every command with --help', async () => {
     const { code, stdout } = await cli(['--help']);
     expect(code).toBe(0);
     expect(stdout).toContain('simulate');
+  });
+
+  it('an AWS command that fails says one line, without the SDK notice about its future Node versions', async () => {
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      AWS_ENDPOINT_URL: 'http://127.0.0.1:9',
+      AWS_ACCESS_KEY_ID: 'x',
+      AWS_SECRET_ACCESS_KEY: 'x',
+      AWS_REGION: 'us-west-2',
+      AWS_MAX_ATTEMPTS: '1',
+    };
+    // The child sees the environment a user has: without the test runner's switch.
+    delete env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED;
+    const out = await cli(['status'], env);
+    expect(out.code).toBe(1);
+    expect(out.stderr).not.toMatch(/NodeVersionSupportWarning/);
+    expect(out.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^gpu-fleet: describe stack on GpuFleet failed: .*ECONNREFUSED/)]);
+  });
+
+  it("invoke prints only the result; the handler's own log and metric lines only with --verbose (on stderr); --state still works, with a notice", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-invoke-'));
+    // The child as a user runs it: Powertools' metrics on, as in a deployment.
+    const env: NodeJS.ProcessEnv = { ...process.env };
+    delete env.POWERTOOLS_METRICS_DISABLED;
+    delete env.POWERTOOLS_LOG_LEVEL;
+    const quiet = await cli(['invoke', 'reconcile', '--sim', dir, '--json'], env);
+    expect(quiet.code).toBe(0);
+    expect(quiet.stderr).toBe('');
+    expect(JSON.parse(quiet.stdout)).toMatchObject({ result: { status: 'done' }, notes: [`simulated world saved to ${dir}`] });
+    const verbose = await cli(['invoke', 'reconcile', '--sim', dir, '--json', '--verbose'], env);
+    expect(JSON.parse(verbose.stdout)).toMatchObject({ result: { status: 'done' } });
+    expect(verbose.stderr).toMatch(/"CloudWatchMetrics"/);
+    const old = await cli(['invoke', 'reconcile', '--state', dir, '--json'], env);
+    expect(old.code).toBe(0);
+    expect(old.stderr).toBe('gpu-fleet: --state is now --sim, as in every other command; --state goes in the next release\n');
+    expect(JSON.parse(old.stdout)).toMatchObject({ notes: [`simulated world loaded from ${dir}`, `simulated world saved to ${dir}`] });
   });
 });

@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -132,9 +132,9 @@ describe('reserved capacity, against a simulation with an ODCR and a Capacity Bl
     }[];
     const onReservation = saved.find((j) => j.state === 'running' && j.placement?.capacityType === 'reserved')!;
     expect(onReservation).toBeDefined();
-    const why = await cli(['explain', '--sim', dir, '--job', onReservation.id]);
+    const why = await cli(['explain', '--sim', dir, onReservation.id]);
     expect(why.stdout).toContain(`reservation ${onReservation.placement!.reservationId} (prepaid)`);
-    const status = await cli(['status', '--sim', dir, '--job', onReservation.id]);
+    const status = await cli(['status', '--sim', dir, onReservation.id]);
     expect(status.stdout).toContain(`reservation ${onReservation.placement!.reservationId} (prepaid)`);
   });
 });
@@ -153,6 +153,45 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     );
     expect(html).toMatch(/<th>÷ lower bound<\/th><th>÷ spot floor<\/th>/);
   });
+
+  it('a job is named by its id, positional, in every command; status/explain --job ID still work, with a notice', async () => {
+    const jobs = JSON.parse(readFileSync(join(dir, 'jobs.json'), 'utf8')) as { id: string }[] | { jobs: { id: string }[] };
+    const id = (Array.isArray(jobs) ? jobs : jobs.jobs)[0]!.id;
+    for (const command of ['status', 'explain']) {
+      const now = await cli([command, id, '--sim', dir]);
+      const old = await cli([command, '--job', id, '--sim', dir]);
+      expect(now).toMatchObject({ code: 0, stderr: '' });
+      expect(old).toEqual({
+        code: 0,
+        stdout: now.stdout,
+        stderr: `gpu-fleet: ${command} --job ID is now ${command} ID, as in logs and cancel; --job goes in the next release\n`,
+      });
+    }
+  });
+
+  it('every command that prints can be piped into a reader that stops early (| head): exit 0, no EPIPE stack', async () => {
+    const job = JSON.parse(readFileSync(join(dir, 'jobs.json'), 'utf8')) as { id: string }[] | { jobs: { id: string }[] };
+    const first = (Array.isArray(job) ? job : job.jobs)[0]!.id;
+    const commands = [
+      ['--help'],
+      ['logs', first, '--sim', dir],
+      ['report', '--sim', dir, '--csv'],
+      ['report', '--sim', dir],
+      ['status', '--sim', dir],
+      ['budget', '--sim', dir],
+      ['explain', '--decision', 'latest', '--sim', dir],
+      ['simulate', '--hours', '1', '--max-jobs', '10', '--no-baselines', '--no-progress'],
+    ];
+    for (const args of commands) {
+      // The reader is gone before the command writes its first byte: every write meets a closed pipe.
+      const child = spawn(process.execPath, [bin, ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+      child.stdout.destroy();
+      let stderr = '';
+      child.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
+      const code = await new Promise<number | null>((r) => child.on('close', r));
+      expect({ args, code, stderr }).toEqual({ args, code: 0, stderr: expect.not.stringMatching(/EPIPE|Unhandled/) });
+    }
+  }, 120_000);
 
   it('status: jobs by state with their waits, nodes by group with GPU use, queue depth per team', async () => {
     const s = json<{
@@ -250,9 +289,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     );
     expect(sent.nodeGroups).toMatchObject({ checked: true, canHold: false, why: expect.stringMatching(/^no node group can hold it/) });
     // Intake recorded it so: it waits, and explain says why before any reconcile has planned it.
-    const why = json<{ state: string; summary: string; details: string[] }>(
-      await cli(['explain', '--sim', dir, '--job', sent.jobId, '--json']),
-    );
+    const why = json<{ state: string; summary: string; details: string[] }>(await cli(['explain', '--sim', dir, sent.jobId, '--json']));
     expect(why.state).toBe('pending');
     expect(why.summary).toMatch(
       /waits \([^)]*\); no node group can ever hold it \(at intake: no node group can hold it: the groups offer p3\.16xlarge/,
@@ -294,13 +331,13 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(other.code).toBe(2);
     expect(other.stderr).toContain('token "paper-1" was already used for nlp.paper-1 with a different spec');
     const job = json<{ state: string; spec: { command: string[]; labels: Record<string, string> } }>(
-      await cli(['status', '--sim', dir, '--job', 'nlp.paper-1', '--json']),
+      await cli(['status', '--sim', dir, 'nlp.paper-1', '--json']),
     );
     expect(job).toMatchObject({
       state: 'pending',
       spec: { command: ['python', 'train.py', '--epochs', '3'], labels: { project: 'llm-eval' } },
     });
-    const why = await cli(['explain', '--sim', dir, '--job', 'nlp.paper-1']);
+    const why = await cli(['explain', '--sim', dir, 'nlp.paper-1']);
     expect(why.stdout).toMatch(/nlp.paper-1 waits .*no reconcile has planned since it was queued/);
     expect(json<{ status: string }>(await cli(['cancel', 'nlp.paper-1', '--sim', dir, '--json'])).status).toBe('cancelled');
     expect((await cli(['cancel', 'nlp.paper-1', '--sim', dir])).stdout).toMatch(/already cancelled/);
@@ -359,11 +396,11 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     const report = json<{ jobs: { job: string; state: string; costMicroUsd: number }[] }>(await cli(['report', '--sim', dir, '--json']));
     const running = report.jobs.find((j) => j.state === 'running')!;
     // Cost so far is one figure: status --job counts the running attempt up to now, as report does.
-    const status = await cli(['status', '--sim', dir, '--job', running.job]);
+    const status = await cli(['status', '--sim', dir, running.job]);
     expect(status.stdout).toMatch(new RegExp(`cost so far\\s+${money(running.costMicroUsd).replace(/[$.]/g, '\\$&')} for`));
     expect(status.stdout).toMatch(/(the running one up to now)/);
     const why = json<{ summary: string; details: string[]; decisionId?: string }>(
-      await cli(['explain', '--sim', dir, '--job', running.job, '--json']),
+      await cli(['explain', '--sim', dir, running.job, '--json']),
     );
     expect(why.summary).toMatch(new RegExp(`^${running.job.replace('.', '\\.')} runs on i-\\w+ \\((spot|on-demand)\\)`));
     expect(why.details.join('\n')).toMatch(/its share costs \$[\d.]+\/h \(on-demand would be \$[\d.]+\/h\)/);
@@ -635,7 +672,7 @@ describe('gpu-fleet for people, against AWS (DynamoDB by dynalite, SQS by fauxqs
     expect(s.pending[0]!.waitingSec).toBeGreaterThanOrEqual(110);
     expect(s.groups).toEqual([]);
     expect(s.queues.map((q) => q.team)).toEqual(['nlp', 'vision']);
-    expect((await cli(['explain', '--job', 'vision.big'], env)).stdout).toMatch(/vision.big waits \(2\.\d min\); no reconcile has planned/);
+    expect((await cli(['explain', 'vision.big'], env)).stdout).toMatch(/vision.big waits \(2\.\d min\); no reconcile has planned/);
     expect((await cli(['cancel', 'vision.big'], env)).stdout).toMatch(/vision.big cancelled \(it had not started\)/);
     expect((await stores.jobs.get('vision.big'))!.state).toBe('cancelled');
     const report = json<{ notes: string[]; totals: { paidMicroUsd: number } }>(await cli(['report', '--period', 'last-7d', '--json'], env));
@@ -696,7 +733,7 @@ describe('gpu-fleet report: right-sizing, on a simulation whose processes use a 
     expect(html).toContain('<h2>Right-sizing</h2>');
     expect((html.match(/<tr title=/g) ?? []).length).toBe(Math.min(50, r.rightsizing.length));
     // A job's own record says what it could have run in, and what its agent measured.
-    const shown = (await cli(['status', '--sim', dir, '--job', first.jobs[0]!])).stdout;
+    const shown = (await cli(['status', '--sim', dir, first.jobs[0]!])).stdout;
     expect(shown).toMatch(/right-sizing \(suggest\)\s+(suggested|kept)/);
     expect(shown).toMatch(/GPU use measured\s+attempt \d+: peak [\d.]+ of 40\.0 GiB, utilisation [\d.]+% mean, \d+% p95/);
   }, 120_000);

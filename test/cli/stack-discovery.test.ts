@@ -160,18 +160,18 @@ describe('gpu-fleet finds a deployed stack by its name (DescribeStacks on a loca
   });
 
   it('reads the tables from the stack named by --stack (or GPU_FLEET_STACK), with no GPU_FLEET_* variable set', async () => {
-    const out = await cli(['explain', '--job', 'nlp.found-by-stack', '--stack', 'MyFleet', '--json'], base);
+    const out = await cli(['explain', 'nlp.found-by-stack', '--stack', 'MyFleet', '--json'], base);
     expect(out.stderr).toBe('');
     expect(out.code).toBe(0);
     expect(JSON.parse(out.stdout)).toMatchObject({ job: 'nlp.found-by-stack', state: 'pending' });
     expect(seen.at(-1)?.stackName).toBe('MyFleet');
-    const byVariable = await cli(['explain', '--job', 'nlp.found-by-stack', '--json'], { ...base, GPU_FLEET_STACK: 'MyFleet' });
+    const byVariable = await cli(['explain', 'nlp.found-by-stack', '--json'], { ...base, GPU_FLEET_STACK: 'MyFleet' });
     expect(byVariable.code).toBe(0);
     expect(seen.at(-1)?.stackName).toBe('MyFleet');
   });
 
   it('a GPU_FLEET_* variable wins over the stack', async () => {
-    const out = await cli(['explain', '--job', 'nlp.found-by-stack', '--stack', 'Broken', '--json'], {
+    const out = await cli(['explain', 'nlp.found-by-stack', '--stack', 'Broken', '--json'], {
       ...base,
       GPU_FLEET_JOBS_TABLE: tables.jobs,
     });
@@ -180,7 +180,7 @@ describe('gpu-fleet finds a deployed stack by its name (DescribeStacks on a loca
   });
 
   it('looks for the stack GpuFleet when nothing names one, and says what to do when it is not there', async () => {
-    const out = await cli(['explain', '--job', 'nlp.found-by-stack'], base);
+    const out = await cli(['explain', 'nlp.found-by-stack'], base);
     expect(seen.at(-1)?.stackName).toBe('GpuFleet');
     expect(out.code).toBe(1);
     expect(out.stderr.trim().split('\n')).toHaveLength(1);
@@ -190,7 +190,7 @@ describe('gpu-fleet finds a deployed stack by its name (DescribeStacks on a loca
   });
 
   it('a table the stack names but that is not there is named, with the variable to set', async () => {
-    const out = await cli(['explain', '--job', 'nlp.found-by-stack', '--stack', 'Broken'], base);
+    const out = await cli(['explain', 'nlp.found-by-stack', '--stack', 'Broken'], base);
     expect(out.code).toBe(1);
     expect(out.stderr.trim().split('\n')).toHaveLength(1);
     expect(out.stderr).toMatch(/table broken-jobs-table does not exist/);
@@ -198,13 +198,13 @@ describe('gpu-fleet finds a deployed stack by its name (DescribeStacks on a loca
   });
 
   it('credentials that AWS refuses, and no credentials at all, are one line each that says what to check', async () => {
-    const refused = await cli(['explain', '--job', 'nlp.found-by-stack', '--stack', 'MyFleet'], { ...base, AWS_ACCESS_KEY_ID: 'REFUSED' });
+    const refused = await cli(['explain', 'nlp.found-by-stack', '--stack', 'MyFleet'], { ...base, AWS_ACCESS_KEY_ID: 'REFUSED' });
     expect(refused.code).toBe(1);
     expect(refused.stderr.trim().split('\n')).toHaveLength(1);
     expect(refused.stderr).toMatch(/InvalidClientTokenId/);
     expect(refused.stderr).toContain('check the AWS credentials');
     const { AWS_ACCESS_KEY_ID: _a, AWS_SECRET_ACCESS_KEY: _s, ...noKeys } = base;
-    const none = await cli(['explain', '--job', 'nlp.found-by-stack', '--stack', 'MyFleet'], {
+    const none = await cli(['explain', 'nlp.found-by-stack', '--stack', 'MyFleet'], {
       ...noKeys,
       AWS_SHARED_CREDENTIALS_FILE: join(base.HOME!, 'none'),
       AWS_CONFIG_FILE: join(base.HOME!, 'none'),
