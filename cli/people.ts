@@ -27,7 +27,7 @@ import type { Team } from '../core/team.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
 import { cancelJob, openFleet, type Fleet, type FleetFlags } from './fleet.ts';
-import { count, duration, formatNumber, gpuHours, keyValues, money, pct, table } from './format.ts';
+import { count, duration, formatNumber, gpuHours, keyValues, money, paragraph, pct, table } from './format.ts';
 
 export interface Io {
   readonly stdout: NodeJS.WritableStream;
@@ -44,8 +44,9 @@ async function withFleet<T>(flags: FleetFlags, f: (fleet: Fleet) => Promise<T>):
   }
 }
 
+/** JSON for scripts, or the text for people with every line longer than the terminal's 120 columns wrapped. */
 const print = (io: Io, json: boolean | undefined, value: unknown, human: () => string) =>
-  io.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
+  io.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${paragraph(human())}\n`);
 
 function teamFlag(team: string | undefined, required = false): string | undefined {
   if (team === undefined) {

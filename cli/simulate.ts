@@ -30,7 +30,7 @@ import { saveSimState } from '../cloud/sim/state.ts';
 import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
 import { withSlowdowns, type Spread } from '../cloud/sim/job-times.ts';
 import { UsageError } from '../core/errors.ts';
-import { count, duration, formatNumber, gpuHours, keyValues, money, pct, table } from './format.ts';
+import { count, duration, formatNumber, gpuHours, keyValues, money, paragraph, pct, table } from './format.ts';
 import { renderHtmlReport, type SimulateRun } from './report-html.ts';
 
 export type { SimulateRun };
@@ -298,66 +298,63 @@ export function renderReport(run: SimulateRun): string {
     ],
   );
   const all = [run.main, ...run.baselines];
+  // Two tables, each within 120 columns: what each policy paid and lost, then how long its jobs waited and ran.
   const compare =
     run.baselines.length > 0
-      ? table(
-          [
-            'policy',
-            'cost',
-            '÷ on-demand',
-            '÷ lower bound',
-            '÷ spot floor',
-            'first wait p95',
-            'total wait p99',
-            'attempts p99 / max',
-            'slowdown mean',
-            'lost',
-            'rework GPU-h',
-            'spot machines taken back',
-            'deadline misses',
-            ...(s.services ? ['services available (worst)'] : []),
-          ],
-          all.map((r) => [
-            r.summary.policy,
-            money(r.summary.costMicroUsd),
-            od > 0 ? `${(r.summary.costMicroUsd / od).toFixed(3)}×` : '-',
-            ratio(batchCost(r.summary), r.summary.lowerBoundCostMicroUsd),
-            ratio(batchCost(r.summary), r.summary.spotFloorCostMicroUsd),
-            duration(r.summary.p95WaitSec),
-            duration(r.summary.jobTimes.totalWaitSec.p99),
-            `${r.summary.jobTimes.attempts.p99} / ${r.summary.jobTimes.attempts.max}`,
-            r.summary.slowdownVsOnDemand ? `${r.summary.slowdownVsOnDemand.mean.toFixed(3)}×` : '-',
-            r.summary.lost,
-            r.summary.reworkGpuHours,
-            r.summary.interruptions,
-            r.summary.deadlineMisses,
-            ...(s.services ? [pct(Math.min(...(r.summary.services ?? []).map((x) => x.availabilityPct)))] : []),
-          ]),
-        )
+      ? [
+          table(
+            ['policy', 'cost', '÷ on-demand', '÷ lower bound', '÷ spot floor', 'lost', 'rework GPU-h', 'spot machines taken back'],
+            all.map((r) => [
+              r.summary.policy,
+              money(r.summary.costMicroUsd),
+              od > 0 ? `${(r.summary.costMicroUsd / od).toFixed(3)}×` : '-',
+              ratio(batchCost(r.summary), r.summary.lowerBoundCostMicroUsd),
+              ratio(batchCost(r.summary), r.summary.spotFloorCostMicroUsd),
+              r.summary.lost,
+              r.summary.reworkGpuHours,
+              r.summary.interruptions,
+            ]),
+          ),
+          '',
+          table(
+            [
+              'policy',
+              'first wait p95',
+              'total wait p99',
+              'attempts p99/max',
+              'slowdown mean',
+              'deadline misses',
+              ...(s.services ? ['worst service available'] : []),
+            ],
+            all.map((r) => [
+              r.summary.policy,
+              duration(r.summary.p95WaitSec),
+              duration(r.summary.jobTimes.totalWaitSec.p99),
+              `${r.summary.jobTimes.attempts.p99} / ${r.summary.jobTimes.attempts.max}`,
+              r.summary.slowdownVsOnDemand ? `${r.summary.slowdownVsOnDemand.mean.toFixed(3)}×` : '-',
+              r.summary.deadlineMisses,
+              ...(s.services ? [pct(Math.min(...(r.summary.services ?? []).map((x) => x.availabilityPct)))] : []),
+            ]),
+          ),
+        ].join('\n')
       : '';
+  // The services' figures in a table; what load each replays, one wrapped line each below it.
   const services = s.services
-    ? table(
-        [
-          'service',
-          'availability',
-          'short',
-          'replica-h needed / held (spot)',
-          'cost',
-          'same at on-demand',
-          'replicas started / lost',
-          'load',
-        ],
-        s.services.map((x) => [
-          x.id,
-          pct(x.availabilityPct),
-          `${formatNumber(x.shortReplicaMinutes)} replica-min`,
-          `${x.neededReplicaHours} / ${x.replicaHours} (${x.spotReplicaHours})`,
-          money(x.costMicroUsd),
-          money(x.onDemandMicroUsd),
-          `${x.replicasStarted} / ${x.replicasLost}`,
-          x.demand,
-        ]),
-      )
+    ? [
+        table(
+          ['service', 'availability', 'short', 'replica-h need/held (spot)', 'cost', 'at on-demand', 'replicas started/lost'],
+          s.services.map((x) => [
+            x.id,
+            pct(x.availabilityPct),
+            `${formatNumber(x.shortReplicaMinutes)} replica-min`,
+            `${x.neededReplicaHours} / ${x.replicaHours} (${x.spotReplicaHours})`,
+            money(x.costMicroUsd),
+            money(x.onDemandMicroUsd),
+            `${x.replicasStarted} / ${x.replicasLost}`,
+          ]),
+        ),
+        ...s.services.map((x) => paragraph(`load of ${x.id}: ${x.demand}`)),
+      ].join('\n')
     : '';
   const events = run.main.budgetEvents
     .slice(0, 12)

@@ -55,6 +55,8 @@ describe('gpu-fleet command', () => {
     // The three baselines ran on the same trace and seed.
     for (const policy of ['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit'])
       expect(stdout).toMatch(new RegExp(`^${policy}\\s+\\$`, 'm'));
+    // Every line fits a 120-column terminal (the services' loads are wrapped on purpose).
+    expect(stdout.split('\n').filter((l) => l.length > 120)).toEqual([]);
   });
 
   it('exits 2 with a message that names the problem for bad flags', async () => {

@@ -154,6 +154,14 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(html).toMatch(/<th>÷ lower bound<\/th><th>÷ spot floor<\/th>/);
   });
 
+  it('what each command prints for people fits 120 columns: tables wrap their last column, sentences wrap with an indent', async () => {
+    for (const args of [['status'], ['budget'], ['explain', '--decision', 'latest'], ['report']]) {
+      const out = await cli([...args, '--sim', dir]);
+      expect(out.code).toBe(0);
+      expect({ args, wide: out.stdout.split('\n').filter((l) => l.length > 120) }).toEqual({ args, wide: [] });
+    }
+  });
+
   it('a job is named by its id, positional, in every command; status/explain --job ID still work, with a notice', async () => {
     const jobs = JSON.parse(readFileSync(join(dir, 'jobs.json'), 'utf8')) as { id: string }[] | { jobs: { id: string }[] };
     const id = (Array.isArray(jobs) ? jobs : jobs.jobs)[0]!.id;
