@@ -25,6 +25,7 @@ import { createSimEnvironment } from '../cloud/sim/environment.ts';
 import { DEFAULT_SIM_START_MS } from '../cloud/sim/simulation.ts';
 import { loadSimState, savedSimGroups, saveSimState, STATE_FILE } from '../cloud/sim/state.ts';
 import { GpuFleetError, UsageError } from '../core/errors.ts';
+import { cancelledService, type ServiceRecord } from '../core/serving/service.ts';
 
 /**
  * What the people-facing commands read and change: a deployed fleet (the DynamoDB stores, the
@@ -98,7 +99,14 @@ function openSimFleet(dir: string): Fleet {
     queue: env.queue,
     budgets: env.budgets,
     providers: env.ports.providers,
-    services: env.services,
+    services: new Proxy(env.services, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        if (prop === 'create' || prop === 'update') dirty = true;
+        return (v as (...a: unknown[]) => unknown).bind(target);
+      },
+    }),
     jobLogs: env.jobLogs,
     async submit(team, body, token = randomUUID()) {
       if (!(await env.queue.teams()).includes(team))
@@ -176,7 +184,12 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
 /** Cancels a job: a pending one at once; a running one is checkpointed (if it can) and stopped by its node's agent. */
 export async function cancelJob(fleet: Fleet, jobId: string): Promise<{ status: string; message: string }> {
   const job = await fleet.jobs.get(jobId);
-  if (!job) throw new UsageError(`no job ${jobId}; see gpu-fleet status for the jobs there are`);
+  // A service is cancelled by its id too (TEAM.NAME): its replicas are drained and stopped by the next reconciles.
+  if (!job && fleet.services) {
+    const service = await fleet.services.get(jobId);
+    if (service) return cancelService(fleet.services, service, fleet.clock.nowMs());
+  }
+  if (!job) throw new UsageError(`no job or service ${jobId}; see gpu-fleet status for the jobs and services there are`);
   if (job.state === 'cancelled') return { status: 'cancelled', message: `${jobId} was already cancelled` };
   if (['succeeded', 'failed', 'rejected'].includes(job.state))
     return { status: job.state, message: `${jobId} already ended (${job.state}); nothing to cancel` };
@@ -188,6 +201,21 @@ export async function cancelJob(fleet: Fleet, jobId: string): Promise<{ status: 
     status: 'cancel-requested',
     message: `${jobId}: ${job.spec?.checkpoint ? 'asked to checkpoint, then ' : ''}its node's agent stops it and reports it cancelled`,
   };
+}
+
+async function cancelService(services: ServiceStore, record: ServiceRecord, nowMs: number): Promise<{ status: string; message: string }> {
+  for (let current: ServiceRecord | undefined = record, tries = 0; current && tries < 5; tries++) {
+    const next = cancelledService(current, nowMs);
+    if (!next) return { status: 'cancelled', message: `service ${record.id} was already cancelled` };
+    const out = await services.update(next, current.version);
+    if (out.ok)
+      return {
+        status: 'cancel-requested',
+        message: `service ${record.id} cancelled: each replica leaves the load balancer, drains (its deregistration delay) and stops at the next reconciles`,
+      };
+    current = out.current;
+  }
+  throw new GpuFleetError(`service ${record.id}: its record kept changing; try again`);
 }
 
 /** The validated spec of a body the command wrote (JSON), or undefined when it is not a valid spec. */

@@ -265,16 +265,22 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
   sim(
     program
       .command('cancel')
-      .description('Stop a job: at once if it waits; a running job is checkpointed first if it can be, then stopped by its agent')
-      .argument('<job-id>', 'the job'),
+      .description(
+        'Stop a job (at once if it waits; a running job is checkpointed first if it can be, then stopped by its agent), or remove a service (its replicas drain, then stop)',
+      )
+      .argument('<id>', 'the job, or the service (TEAM.NAME)'),
   )
-    .addHelpText('after', `\nExamples:\n  gpu-fleet cancel nlp.3f2a\n  gpu-fleet cancel nlp.3f2a --sim ./sim --json\n${awsNote}`)
+    .addHelpText(
+      'after',
+      `\nExamples:\n  gpu-fleet cancel nlp.3f2a\n  gpu-fleet cancel nlp.3f2a --sim ./sim --json\n  gpu-fleet cancel nlp.chat --sim ./sim\n${awsNote}`,
+    )
     .action(async (id, flags) => {
       const { cancelCommand } = await import('./people.ts');
       await cancelCommand(id, flags, io);
     });
 
   addAgentCommands(program, io, () => import('../agent/cli.ts'));
+  program.addHelpText('after', TOP_LEVEL_HELP);
   usageAfterErrors(program, []);
   return program;
 }
@@ -304,6 +310,22 @@ function usageAfterErrors(cmd: Command, path: readonly string[]): void {
   cmd.showHelpAfterError(`usage: ${name} ${cmd.usage()}\n(${name} --help lists the options)`);
   for (const sub of cmd.commands) usageAfterErrors(sub, [...path, cmd.name()]);
 }
+
+/** After the command list: a first look, and what the exit codes mean (the same for every command). */
+const TOP_LEVEL_HELP = `
+Examples:
+  gpu-fleet simulate                            replay the built-in trace on the simulated cloud (npm start)
+  gpu-fleet simulate --hours 24 --out ./sim     ... and keep the result for the commands below
+  gpu-fleet status --sim ./sim                  jobs, nodes, services and queues of that simulation
+  gpu-fleet explain nlp.3f2a --sim ./sim        why a job waits, or where and why it runs
+  gpu-fleet submit --team nlp --file job.json   send a job to the deployed fleet (AWS credentials in the environment)
+  gpu-fleet reconcile --dry-run                 plan once against the deployed fleet, acting on nothing
+
+Exit codes (every command):
+  0  done
+  1  the world refused or failed (credentials, a missing stack or table, a cloud error, no GPU driver): one line on stderr
+  2  a mistake in the command (an option, an argument, a file it names): what was wrong, then the command's usage line
+`;
 
 /** gpu-fleet's version, as package.json says. */
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;

@@ -59,6 +59,16 @@ export function serviceId(team: string, name: string): string {
   return `${team}.${name}`;
 }
 
+/**
+ * A service someone cancelled: its record says so (the services step then takes every replica out
+ * of the load balancer, drains it and stops it; a record left with no replicas changes no more).
+ * Already cancelled: unchanged.
+ */
+export function cancelledService(record: ServiceRecord, nowMs: number): ServiceRecord | undefined {
+  if (record.state === 'cancelled') return undefined;
+  return { ...record, state: 'cancelled', reason: 'cancelled on request', updatedAtMs: nowMs, version: record.version + 1 };
+}
+
 /** A new service's record: it starts at its minimum (at least one replica while it has load to read). */
 export function newServiceRecord(team: string, spec: JobSpec, nowMs: number): ServiceRecord {
   const name = spec.name ?? 'service';

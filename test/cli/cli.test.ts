@@ -109,6 +109,11 @@ describe('gpu-fleet command', () => {
     const { code, stdout } = await cli(['--help']);
     expect(code).toBe(0);
     expect(stdout).toContain('simulate');
+    // A first look and the exit codes every command keeps to.
+    expect(stdout).toMatch(/^Examples:\n {2}gpu-fleet simulate /m);
+    expect(stdout).toMatch(
+      /^Exit codes \(every command\):\n {2}0 {2}done\n {2}1 {2}the world refused or failed.*\n {2}2 {2}a mistake in the command/m,
+    );
   });
 
   it('an AWS command that fails says one line, without the SDK notice about its future Node versions', async () => {

@@ -1,5 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -160,6 +160,22 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
       expect(out.code).toBe(0);
       expect({ args, wide: out.stdout.split('\n').filter((l) => l.length > 120) }).toEqual({ args, wide: [] });
     }
+  });
+
+  it('cancel TEAM.NAME removes a service: its replicas are drained and stopped by the next reconciles; a second cancel says so', async () => {
+    const copy = mkdtempSync(join(tmpdir(), 'gpu-fleet-sim-cancel-'));
+    cpSync(dir, copy, { recursive: true });
+    const first = await cli(['cancel', 'nlp.chat', '--sim', copy, '--json']);
+    expect(first.code).toBe(0);
+    expect(json(first)).toMatchObject({ jobId: 'nlp.chat', status: 'cancel-requested' });
+    expect((await cli(['invoke', 'reconcile', '--sim', copy])).code).toBe(0);
+    const view = json<{ state: string; target: number; replicas: { state: string }[] }>(
+      await cli(['explain', '--service', 'nlp.chat', '--sim', copy, '--json']),
+    );
+    expect(view).toMatchObject({ state: 'cancelled', target: 0 });
+    expect(json(await cli(['cancel', 'nlp.chat', '--sim', copy, '--json']))).toMatchObject({ status: 'cancelled' });
+    const unknown = await cli(['cancel', 'nlp.nothing', '--sim', copy]);
+    expect(unknown).toMatchObject({ code: 2, stderr: expect.stringMatching(/no job or service nlp\.nothing/) });
   });
 
   it('a job is named by its id, positional, in every command; status/explain --job ID still work, with a notice', async () => {
