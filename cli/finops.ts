@@ -2,6 +2,7 @@ import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { JOB_STATES, ACTIVE_STATES, requeueCounts, reworkGpuHours, usageSoFar, type Job } from '../core/job.ts';
+import { SERVICE_LABEL } from '../core/serving/service.ts';
 import { formatUsd } from '../core/money.ts';
 import { dayStartMs, reportPeriod, type ReportPeriod } from '../core/period.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
@@ -51,12 +52,19 @@ export interface JobCostRow {
   readonly onDemandMicroUsd: number;
   readonly gpuHours: number;
   readonly spotShare: number;
-  /** Times it went back to the queue: interruptions (machine taken back, lost or failed) plus moves gpu-fleet decided. */
+  /**
+   * A batch job's times back in the queue: interruptions (machine taken back, lost or failed) plus
+   * moves gpu-fleet decided; and the work it lost since its last checkpoint. 0 for a service
+   * replica, whose losses are counted apart (`replicaLosses`): a replica keeps no progress, and its
+   * run time is never rework (as npm start counts them).
+   */
   readonly requeues: number;
   readonly interruptions: number;
   readonly moves: number;
   readonly reworkGpuHours: number;
   readonly reworkMicroUsd: number;
+  /** A service replica: times its machine was lost under it and it was started again elsewhere. */
+  readonly replicaLosses: number;
   /** Of the cost, what it ran on reserved capacity (billed at the reservations' rates). */
   readonly reservedMicroUsd: number;
   readonly utilizationPct?: number;
@@ -78,6 +86,7 @@ export interface FinOpsReport {
     readonly moves: number;
     readonly reworkGpuHours: number;
     readonly reworkMicroUsd: number;
+    readonly replicaLosses: number;
   };
   /** Paid per team, and what its running work will still cost (as reconcile counts it against hold, spot-only and stop). */
   readonly byTeam: readonly { readonly team: string; readonly costMicroUsd: number; readonly committedMicroUsd: number }[];
@@ -174,7 +183,7 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
 
   // Held and used: the jobs.
   const jobs = (await fleet.jobs.listByState(JOB_STATES, team)).filter(
-    (j) => j.state !== 'rejected' && touches(j, period.startMs, period.endMs),
+    (j) => j.state !== 'rejected' && touches(j, period.startMs, period.endMs, now),
   );
   const rows: JobCostRow[] = jobs.map((j) => jobRow(j, Math.min(now, period.endMs)));
 
@@ -249,6 +258,7 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
       moves: sum((r) => r.moves),
       reworkGpuHours: sum((r) => r.reworkGpuHours),
       reworkMicroUsd: sum((r) => r.reworkMicroUsd),
+      replicaLosses: sum((r) => r.replicaLosses),
     },
     byTeam: [...teamTotals.entries()]
       .sort((a, b) => b[1] - a[1])
@@ -311,10 +321,11 @@ export function rightsizingRows(jobs: readonly Job[], offers: GpuOffers): Rights
   return rows.sort((a, b) => b.savingMicroUsd - a.savingMicroUsd || (a.family < b.family ? -1 : 1));
 }
 
-function touches(j: Job, startMs: number, endMs: number): boolean {
+/** The job held capacity within the period: from its first start (or placement) to its end, or to now while it runs (not past now). */
+function touches(j: Job, startMs: number, endMs: number, nowMs: number): boolean {
   const from = j.firstStartedAtMs ?? j.placedAtMs ?? j.submittedAtMs;
-  const to = j.endedAtMs ?? Number.POSITIVE_INFINITY;
-  return from < endMs && to >= startMs && (j.usage !== undefined || j.placement !== undefined);
+  const to = j.endedAtMs ?? nowMs;
+  return from < Math.min(endMs, nowMs + 1) && to >= startMs && (j.usage !== undefined || j.placement !== undefined);
 }
 
 function jobRow(j: Job, atMs: number): JobCostRow {
@@ -323,6 +334,7 @@ function jobRow(j: Job, atMs: number): JobCostRow {
   const gpuHours = (u?.gpuSec ?? 0) / 3600;
   const heldSec = u?.heldSec ?? 0;
   const cost = u?.costMicroUsd ?? 0;
+  const replica = j.spec?.labels?.[SERVICE_LABEL] !== undefined;
   return {
     job: j.id,
     team: j.team,
@@ -332,9 +344,14 @@ function jobRow(j: Job, atMs: number): JobCostRow {
     onDemandMicroUsd: u?.onDemandMicroUsd ?? cost,
     gpuHours,
     spotShare: heldSec > 0 ? u!.spotSec / heldSec : 0,
-    ...requeueCounts(j),
-    reworkGpuHours: reworkGpuHours(j),
-    reworkMicroUsd: heldSec > 0 ? Math.round((cost * (u!.reworkSec ?? 0)) / heldSec) : 0,
+    ...(replica
+      ? { requeues: 0, interruptions: 0, moves: 0, reworkGpuHours: 0, reworkMicroUsd: 0, replicaLosses: requeueCounts(j).requeues }
+      : {
+          ...requeueCounts(j),
+          reworkGpuHours: reworkGpuHours(j),
+          reworkMicroUsd: heldSec > 0 ? Math.round((cost * (u!.reworkSec ?? 0)) / heldSec) : 0,
+          replicaLosses: 0,
+        }),
     reservedMicroUsd: u?.reservedMicroUsd ?? 0,
   };
 }
@@ -367,6 +384,7 @@ export function reportCsv(r: FinOpsReport): string {
       moves: j.moves,
       rework_gpu_hours: j.reworkGpuHours.toFixed(3),
       rework_usd: usd(j.reworkMicroUsd),
+      replica_losses: j.replicaLosses,
       utilization_pct: j.utilizationPct?.toFixed(1) ?? '',
       reserved_usd: j.reservedMicroUsd > 0 ? usd(j.reservedMicroUsd) : '',
     });
@@ -409,6 +427,7 @@ const CSV_COLUMNS = [
   'moves',
   'rework_gpu_hours',
   'rework_usd',
+  'replica_losses',
   'utilization_pct',
   /** Job rows: what it ran on reserved capacity; `reserved-used` rows (by team) and `reserved-unused` rows (by reservation) follow. */
   'reserved_usd',
@@ -440,8 +459,12 @@ export function reportText(r: FinOpsReport): string {
         ['idle capacity', `${money(t.idleMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.idleMicroUsd) / t.paidMicroUsd)})` : ''}`],
         ['GPU-hours held by jobs', gpuHours(t.gpuHoursUsed)],
         ['spot savings vs on-demand', `${money(t.spotSavingsMicroUsd)} (on-demand would be ${money(t.onDemandEquivalentMicroUsd)})`],
-        ['requeues (interruptions / moves)', `${formatNumber(t.requeues)} (${formatNumber(t.interruptions)} / ${formatNumber(t.moves)})`],
-        ['rework (work lost since the last checkpoint)', `${gpuHours(t.reworkGpuHours)}, ${money(t.reworkMicroUsd)}`],
+        [
+          'requeues of jobs (interruptions / moves)',
+          `${formatNumber(t.requeues)} (${formatNumber(t.interruptions)} / ${formatNumber(t.moves)})`,
+        ],
+        ['rework of jobs (work lost since the last checkpoint)', `${gpuHours(t.reworkGpuHours)}, ${money(t.reworkMicroUsd)}`],
+        ['service replicas lost (started again elsewhere)', formatNumber(t.replicaLosses)],
       ],
     ),
   );

@@ -1,5 +1,15 @@
 import { formatUsd } from '../core/money.ts';
 import { formatNumber, gpuHours } from './format.ts';
+import {
+  batchCostMicroUsd,
+  costRatios,
+  onDemandYardstick,
+  replicasLost,
+  REPLICAS_LOST_LABEL,
+  REQUEUES_LABEL,
+  requeuesText,
+  REWORK_LABEL,
+} from './figures.ts';
 import type { SimulationResult } from '../cloud/sim/simulation.ts';
 import { CHART_WIDTH, colorFor, esc, lineChart, palette, stackedChart } from './charts.ts';
 
@@ -19,7 +29,8 @@ export interface SimulateRun {
 export function renderHtmlReport(run: SimulateRun): string {
   const main = run.main;
   const s = main.summary;
-  const od = run.baselines.find((b) => b.summary.policy === 'on-demand')?.summary.costMicroUsd ?? s.sameMachinesOnDemandMicroUsd;
+  const od = onDemandYardstick(run);
+  const ratios = costRatios(s, od);
   const hours = (t: number) => t / 3600;
   const groups = [...new Set(main.timeline.flatMap((p) => Object.keys(p.machinesByGroup)))].sort();
   const fleet = stackedChart({
@@ -101,7 +112,8 @@ export function renderHtmlReport(run: SimulateRun): string {
   const compareRows = all
     .map((r) => {
       const x = r.summary;
-      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${od > 0 ? (x.costMicroUsd / od).toFixed(3) : '-'}×</td><td>${x.lowerBoundCostMicroUsd > 0 ? (x.costMicroUsd / x.lowerBoundCostMicroUsd).toFixed(3) : '-'}×</td><td>${x.spotFloorCostMicroUsd > 0 ? (x.costMicroUsd / x.spotFloorCostMicroUsd).toFixed(3) : '-'}×</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${(x.jobTimes.totalWaitSec.p99 / 60).toFixed(1)} min</td><td>${x.jobTimes.attempts.p99} / ${x.jobTimes.attempts.max}</td><td>${x.slowdownVsOnDemand ? `${x.slowdownVsOnDemand.mean.toFixed(3)}×` : '-'}</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
+      const r3 = costRatios(x, od);
+      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${r3.onDemand}</td><td>${r3.lowerBound}</td><td>${r3.spotFloor}</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${(x.jobTimes.totalWaitSec.p99 / 60).toFixed(1)} min</td><td>${x.jobTimes.attempts.p99} / ${x.jobTimes.attempts.max}</td><td>${x.slowdownVsOnDemand ? `${x.slowdownVsOnDemand.mean.toFixed(3)}×` : '-'}</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
     })
     .join('');
   const events = main.budgetEvents
@@ -130,15 +142,16 @@ svg text{font-size:11px;fill:#5f6b73}
 ${kv('jobs completed / failed / lost', `${s.completed} / ${s.failed} / ${s.lost}`)}
 ${kv('still running / pending at the end', `${s.runningAtEnd} / ${s.pendingAtEnd}`)}
 ${kv('GPU-hours used / paid (utilisation)', `${s.gpuHoursUsed.toFixed(1)} / ${s.gpuHoursPaid.toFixed(1)} (${s.utilizationPct.toFixed(1)}%)`)}
-${kv('cost', `${formatUsd(s.costMicroUsd)} — ${od > 0 ? (s.costMicroUsd / od).toFixed(3) : '-'}× all on-demand (${formatUsd(od)}), ${s.lowerBoundCostMicroUsd > 0 ? (s.costMicroUsd / s.lowerBoundCostMicroUsd).toFixed(3) : '-'}× the lower bound (${formatUsd(s.lowerBoundCostMicroUsd)}: useful work, spot only while it could be had), ${s.spotFloorCostMicroUsd > 0 ? (s.costMicroUsd / s.spotFloorCostMicroUsd).toFixed(3) : '-'}× the spot floor (${formatUsd(s.spotFloorCostMicroUsd)}: all at spot)`)}
+${kv('cost', `${formatUsd(s.costMicroUsd)} — ${ratios.onDemand} all on-demand (${formatUsd(od)}); ${s.services ? `batch work ${formatUsd(batchCostMicroUsd(s))}: ` : ''}${ratios.lowerBound} the lower bound (${formatUsd(s.lowerBoundCostMicroUsd)}: useful work, spot only while it could be had), ${ratios.spotFloor} the spot floor (${formatUsd(s.spotFloorCostMicroUsd)}: all at spot)`)}
 ${kv('first wait (submit to first start) p50 / p95', `${(s.p50WaitSec / 60).toFixed(1)} / ${(s.p95WaitSec / 60).toFixed(1)} min`)}
 ${kv('total wait (all attempts) p50 / p95 / p99 / max', [s.jobTimes.totalWaitSec.p50, s.jobTimes.totalWaitSec.p95, s.jobTimes.totalWaitSec.p99, s.jobTimes.totalWaitSec.max].map((v) => `${(v / 60).toFixed(1)}`).join(' / ') + ' min')}
 ${kv('attempts per job p50 / p99 / max', `${s.jobTimes.attempts.p50} / ${s.jobTimes.attempts.p99} / ${s.jobTimes.attempts.max}`)}
 ${kv('completion ÷ the same job all on-demand (mean / p95 / p99)', s.slowdownVsOnDemand ? `${s.slowdownVsOnDemand.mean.toFixed(3)} / ${s.slowdownVsOnDemand.p95.toFixed(2)} / ${s.slowdownVsOnDemand.p99.toFixed(2)} over ${s.slowdownVsOnDemand.jobs} jobs` : '-')}
 ${kv('spot machines taken back', formatNumber(s.interruptions))}
-${kv('requeues (interruptions / moves)', `${formatNumber(s.requeues)} (${formatNumber(s.requeues - s.moves)} / ${formatNumber(s.moves)})`)}
+${kv(REQUEUES_LABEL, requeuesText(s))}
+${s.services ? kv(REPLICAS_LOST_LABEL, formatNumber(replicasLost(s))) : ''}
 ${kv('checkpoints', formatNumber(s.checkpoints))}
-${kv('rework (work lost since the last checkpoint)', gpuHours(s.reworkGpuHours))}
+${kv(REWORK_LABEL, gpuHours(s.reworkGpuHours))}
 ${kv('restoring and writing checkpoints', gpuHours(s.overheadGpuHours))}
 ${kv('deadline jobs / misses', `${s.deadlineJobs} / ${s.deadlineMisses}`)}
 </table>

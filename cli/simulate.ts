@@ -31,6 +31,17 @@ import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
 import { withSlowdowns, type Spread } from '../cloud/sim/job-times.ts';
 import { UsageError } from '../core/errors.ts';
 import { count, duration, formatNumber, gpuHours, keyValues, money, paragraph, pct, table } from './format.ts';
+import {
+  batchCostMicroUsd,
+  onDemandYardstick,
+  ratio,
+  replicasLost,
+  REPLICAS_LOST_LABEL,
+  REQUEUES_LABEL,
+  requeuesText,
+  REWORK_LABEL,
+  serviceCostMicroUsd,
+} from './figures.ts';
 import { renderHtmlReport, type SimulateRun } from './report-html.ts';
 
 export type { SimulateRun };
@@ -60,11 +71,9 @@ export interface SimulateFlags {
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
 export function jsonSummary(run: SimulateRun): SimulationSummary & { baselines: Record<string, SimulationSummary> } {
-  const od =
-    run.baselines.find((b) => b.summary.policy === 'on-demand') ?? (run.main.summary.policy === 'on-demand' ? run.main : undefined);
   return {
     ...run.main.summary,
-    onDemandCostMicroUsd: od ? od.summary.costMicroUsd : run.main.summary.sameMachinesOnDemandMicroUsd,
+    onDemandCostMicroUsd: onDemandYardstick(run),
     baselines: Object.fromEntries(run.baselines.map((b) => [b.summary.policy, b.summary])),
   };
 }
@@ -254,12 +263,10 @@ export function renderReport(run: SimulateRun): string {
           : '-',
       ],
       ['spot machines taken back', formatNumber(s.interruptions)],
-      [
-        'requeues (interruptions / moves)',
-        `${formatNumber(s.requeues)} (${formatNumber(s.requeues - s.moves)} / ${formatNumber(s.moves)})`,
-      ],
+      [REQUEUES_LABEL, requeuesText(s)],
+      ...(s.services ? [[REPLICAS_LOST_LABEL, formatNumber(replicasLost(s))] as [string, string]] : []),
       ['checkpoints', formatNumber(s.checkpoints)],
-      ['rework (work lost since the last checkpoint)', gpuHours(s.reworkGpuHours)],
+      [REWORK_LABEL, gpuHours(s.reworkGpuHours)],
       ['restoring and writing checkpoints', gpuHours(s.overheadGpuHours)],
       ['budget events', formatNumber(s.budgetEvents)],
     ],
@@ -286,12 +293,12 @@ export function renderReport(run: SimulateRun): string {
         : []),
       ...(s.services
         ? [
-            ['of it, the services’ replicas', money(serviceCost(s))] as [string, string],
-            ['batch work (total less the services)', money(batchCost(s))] as [string, string],
+            ['of it, the services’ replicas', money(serviceCostMicroUsd(s))] as [string, string],
+            ['batch work (total less the services)', money(batchCostMicroUsd(s))] as [string, string],
           ]
         : []),
-      [`${s.services ? 'batch ' : ''}cost ÷ lower bound`, ratio(batchCost(s), s.lowerBoundCostMicroUsd)],
-      [`${s.services ? 'batch ' : ''}cost ÷ spot floor`, ratio(batchCost(s), s.spotFloorCostMicroUsd)],
+      [`${s.services ? 'batch ' : ''}cost ÷ lower bound`, ratio(batchCostMicroUsd(s), s.lowerBoundCostMicroUsd)],
+      [`${s.services ? 'batch ' : ''}cost ÷ spot floor`, ratio(batchCostMicroUsd(s), s.spotFloorCostMicroUsd)],
       ...Object.entries(s.costByTeamMicroUsd)
         .sort(([a], [b]) => a.localeCompare(b))
         .map(([team, amount]) => [`team ${team}`, money(amount)] as [string, string]),
@@ -308,8 +315,8 @@ export function renderReport(run: SimulateRun): string {
               r.summary.policy,
               money(r.summary.costMicroUsd),
               od > 0 ? `${(r.summary.costMicroUsd / od).toFixed(3)}×` : '-',
-              ratio(batchCost(r.summary), r.summary.lowerBoundCostMicroUsd),
-              ratio(batchCost(r.summary), r.summary.spotFloorCostMicroUsd),
+              ratio(batchCostMicroUsd(r.summary), r.summary.lowerBoundCostMicroUsd),
+              ratio(batchCostMicroUsd(r.summary), r.summary.spotFloorCostMicroUsd),
               r.summary.lost,
               r.summary.reworkGpuHours,
               r.summary.interruptions,
@@ -342,11 +349,11 @@ export function renderReport(run: SimulateRun): string {
   const services = s.services
     ? [
         table(
-          ['service', 'availability', 'short', 'replica-h need/held (spot)', 'cost', 'at on-demand', 'replicas started/lost'],
+          ['service', 'available', 'short replica-min', 'replica-h need/held (spot)', 'cost', 'at on-demand', 'started/lost'],
           s.services.map((x) => [
             x.id,
             pct(x.availabilityPct),
-            `${formatNumber(x.shortReplicaMinutes)} replica-min`,
+            x.shortReplicaMinutes,
             `${x.neededReplicaHours} / ${x.replicaHours} (${x.spotReplicaHours})`,
             money(x.costMicroUsd),
             money(x.onDemandMicroUsd),
@@ -377,18 +384,4 @@ export type { Workload };
 
 function spreadOf(x: Spread, f: (v: number) => string): string {
   return `${f(x.p50)} / ${f(x.p95)} / ${f(x.p99)} / ${f(x.max)}`;
-}
-
-/** What the services' replicas cost (their share of the machines they ran on). */
-function serviceCost(s: SimulationSummary): number {
-  return (s.services ?? []).reduce((sum, x) => sum + x.costMicroUsd, 0);
-}
-
-/** The cost of the batch work: the total less the services' replicas (the lower bound and spot floor price batch work only). */
-function batchCost(s: SimulationSummary): number {
-  return s.costMicroUsd - serviceCost(s);
-}
-
-function ratio(cost: number, against: number): string {
-  return against > 0 ? `${(cost / against).toFixed(3)}×` : '-';
 }

@@ -5,7 +5,7 @@
  * healthy target of it), and on which capacity. A
  * tick is available when ready ≥ needed. Measures only; the decisions are reconcile's.
  */
-import { usageSoFar, type Job } from '../../core/job.ts';
+import { requeueCounts, usageSoFar, type Job } from '../../core/job.ts';
 import { agentFoundAnswering, replicaReady, serviceId, SERVICE_LABEL } from '../../core/serving/service.ts';
 import { checkJobSpec, type JobSpec } from '../../core/job-spec.ts';
 import type { MicroUsd } from '../../core/money.ts';
@@ -151,7 +151,8 @@ export class ServiceMeter {
         costMicroUsd: Math.round(cost),
         onDemandMicroUsd: Math.round(od),
         replicasStarted: replicas.length,
-        replicasLost: replicas.filter((j) => j.attempt > 1).length,
+        // Every time a replica's machine was lost under it (a replica lost twice counts twice), as `report` counts them.
+        replicasLost: replicas.reduce((n, j) => n + requeueCounts(j).requeues, 0),
       };
     });
   }

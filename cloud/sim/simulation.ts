@@ -371,9 +371,11 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const wrongful = { requeues: 0 };
   const controlJobs = observeLostRequeues(jobStore, (before) => {
     const truth = new Map(env.cloud.allInstances().map((i) => [i.id, i]));
-    const running = before.placement?.nodes.some(
-      (n) => truth.get(n.nodeId)?.state === 'running' && agents.runsOn(n.nodeId, before.id, before.attempt),
-    );
+    // Every rank's machine running and still running its rank: nothing was lost (one rank's machine lost requeues a gang rightly).
+    const nodes = before.placement?.nodes ?? [];
+    const running =
+      nodes.length > 0 &&
+      nodes.every((n) => truth.get(n.nodeId)?.state === 'running' && agents.runsOn(n.nodeId, before.id, before.attempt));
     if (running) wrongful.requeues++;
   });
   let ports: ReconcilePorts = { ...env.ports, jobs: controlJobs };

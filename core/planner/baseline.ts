@@ -1,5 +1,5 @@
 import { budgetStatus } from '../budget.ts';
-import type { CapacityType, Offering } from '../catalog.ts';
+import { offeringId, type CapacityType, type Offering } from '../catalog.ts';
 import { jobSpotFactor } from '../cost-model.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import { inService, type NodeGroup } from '../fleet.ts';
@@ -23,6 +23,7 @@ import {
 import { hostPortsOf } from '../job-spec.ts';
 import { machineCapacity } from './indexing.ts';
 import { describeRequest } from './reasons.ts';
+import { pricedPlacement } from './state.ts';
 
 /**
  * The baseline: a planner of the kind Karpenter uses, for comparison in benchmarks and as the
@@ -67,6 +68,8 @@ export function planBaseline(snapshot: Snapshot): Plan {
     for (const a of job.placement?.nodes ?? [])
       if (byId.has(a.nodeId)) commitFit(byId.get(a.nodeId)!, a.ports ? a : { ...a, ports: hostPortsOf(job.spec) });
 
+  const reservationByOffering = new Map(s.groups.flatMap((g) => g.offerings.map((o) => [offeringId(o), o.reservationId] as const)));
+  const reservationOf = (id: string) => reservationByOffering.get(id);
   const actions: PlanAction[] = [];
   const waiting: WaitingJob[] = [];
   let expectedExtra = 0;
@@ -112,7 +115,15 @@ export function planBaseline(snapshot: Snapshot): Plan {
           kind: 'place',
           jobId: job.id,
           attempt: job.attempt,
-          placement: { nodes: fits.map((f) => f.assignment), capacityType: node.capacityType },
+          // Priced as the planner prices its placements: the services' and jobs' own costs are counted for this baseline too.
+          placement: pricedPlacement(
+            s,
+            node,
+            milliGpusUsed(job.spec.gpu),
+            job.spec.nodes,
+            fits.map((f) => f.assignment),
+            reservationOf(node.offeringId),
+          ),
           reason: reason('placed-on-free-capacity', `first node that fits: ${node.id}`),
         });
       }

@@ -12,7 +12,17 @@ import { findFits, homes } from './fits.ts';
 import { commitPlacement } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';
 import { placedOnFree, sharesNewMachine, waitsForStarting } from './reasons.ts';
-import { perMilli, shareOf, sharedReason, wait, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
+import {
+  perMilli,
+  pricedPlacement,
+  shareOf,
+  sharedReason,
+  wait,
+  type Entry,
+  type Fit,
+  type JobClass,
+  type PlanningState,
+} from './state.ts';
 
 /** Places or parks each job it can on existing capacity; returns the jobs left to buy for, in planning order. */
 export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]): Entry[] {
@@ -155,23 +165,15 @@ export function addExpected(st: PlanningState, node: NodeCapacity, e: Entry, fac
 /** The placement with what it holds and costs, for per-job accounting. */
 function placementOf(st: PlanningState, e: Entry, fits: readonly Fit[]): Placement {
   const node = fits[0]!.node;
-  const quote = st.s.prices.get(node.offeringId);
-  const od = quote?.onDemandMicroUsdPerHour;
-  const fraction = (e.cls.milli * e.cls.nodes) / Math.max(1, node.gpus.length * 1000);
-  // A reserved machine costs nothing at the margin but bills its reservation's rate: the job's share is of that.
-  const price =
-    quote?.billedMicroUsdPerHour !== undefined
-      ? Math.round(quote.billedMicroUsdPerHour * fraction)
-      : Math.round(shareOf(node, e.cls.milli, e.cls.nodes));
   const reservationId = st.offerings.get(node.poolKey)?.offering.reservationId;
-  return {
-    nodes: fits.map((f) => f.assignment),
-    capacityType: node.capacityType,
-    ...(reservationId !== undefined ? { reservationId } : {}),
-    milliGpu: e.cls.milli * e.cls.nodes,
-    priceMicroUsdPerHour: price,
-    onDemandMicroUsdPerHour: od !== undefined ? Math.round(od * fraction) : price,
-  };
+  return pricedPlacement(
+    st.s,
+    node,
+    e.cls.milli,
+    e.cls.nodes,
+    fits.map((f) => f.assignment),
+    reservationId,
+  );
 }
 
 /**

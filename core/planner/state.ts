@@ -11,7 +11,7 @@ import type { InstanceType, Offering } from '../catalog.ts';
 import { remainingWorkSec } from '../cost-model.ts';
 import type { NodeGroup } from '../fleet.ts';
 import type { GpuRequest } from '../gpu.ts';
-import type { Job, NodeAssignment } from '../job.ts';
+import type { Job, NodeAssignment, Placement } from '../job.ts';
 import type { PlanAction, WaitingJob } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import type { Snapshot } from '../snapshot.ts';
@@ -203,6 +203,37 @@ export function unitOf(cls: Pick<JobClass, 'request' | 'milli'>): number {
 /** The hourly price share of a node that `milli` thousandths of a GPU on each of `nodes` machines take. */
 export function shareOf(node: NodeCapacity, milli: number, nodes: number): number {
   return (node.priceMicroUsdPerHour * milli * nodes) / Math.max(1, node.gpus.length * 1000);
+}
+
+/**
+ * A placement with what it holds and costs, for per-job accounting (the planner's and the
+ * baseline's alike): the job's GPU-thousandths and its share of its machine's price, billed at a
+ * reservation's rate on reserved capacity, and the same share at on-demand prices.
+ */
+export function pricedPlacement(
+  s: Snapshot,
+  node: NodeCapacity,
+  milli: number,
+  nodes: number,
+  assignments: readonly NodeAssignment[],
+  reservationId: string | undefined,
+): Placement {
+  const quote = s.prices.get(node.offeringId);
+  const od = quote?.onDemandMicroUsdPerHour;
+  const fraction = (milli * nodes) / Math.max(1, node.gpus.length * 1000);
+  // A reserved machine costs nothing at the margin but bills its reservation's rate: the job's share is of that.
+  const price =
+    quote?.billedMicroUsdPerHour !== undefined
+      ? Math.round(quote.billedMicroUsdPerHour * fraction)
+      : Math.round(shareOf(node, milli, nodes));
+  return {
+    nodes: [...assignments],
+    capacityType: node.capacityType,
+    ...(reservationId !== undefined ? { reservationId } : {}),
+    milliGpu: milli * nodes,
+    priceMicroUsdPerHour: price,
+    onDemandMicroUsdPerHour: od !== undefined ? Math.round(od * fraction) : price,
+  };
 }
 
 /** Seconds of work a running job would lose if stopped now: since its newest checkpoint of this attempt (or its start). */

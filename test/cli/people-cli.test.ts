@@ -521,7 +521,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(r.totals.spotSavingsMicroUsd).toBeGreaterThan(0);
     const csv = await cli(['report', '--sim', dir, '--csv']);
     expect(csv.stdout.split('\n')[0]).toBe(
-      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,utilization_pct,reserved_usd,runs,rightsize_from,rightsize_to,saving_usd,peak_memory_mib,p95_utilization_pct,confidence',
+      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,replica_losses,utilization_pct,reserved_usd,runs,rightsize_from,rightsize_to,saving_usd,peak_memory_mib,p95_utilization_pct,confidence',
     );
     // Requeues (interruptions and moves) and rework mean what the simulation's summary means by them.
     const sim = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as { requeues: number; moves: number; reworkGpuHours: number };

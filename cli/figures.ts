@@ -1,0 +1,54 @@
+/**
+ * The figures a simulation's summary is read by, defined once: the terminal summary (simulate.ts)
+ * and the HTML report (report-html.ts) both print these, so they cannot disagree.
+ */
+import type { SimulationSummary } from '../cloud/sim/simulation.ts';
+import { formatNumber } from './format.ts';
+
+/** What the services' replicas cost (their share of the machines they ran on). */
+export function serviceCostMicroUsd(s: SimulationSummary): number {
+  return (s.services ?? []).reduce((sum, x) => sum + x.costMicroUsd, 0);
+}
+
+/** The cost of the batch work: the total less the services' replicas (the lower bound and the spot floor price batch work only). */
+export function batchCostMicroUsd(s: SimulationSummary): number {
+  return s.costMicroUsd - serviceCostMicroUsd(s);
+}
+
+/** All on-demand, the yardstick of every run's `÷ on-demand`: the on-demand baseline's cost, else the same machines at on-demand prices. */
+export function onDemandYardstick(run: {
+  readonly main: { readonly summary: SimulationSummary };
+  readonly baselines: readonly { readonly summary: SimulationSummary }[];
+}): number {
+  const od =
+    run.baselines.find((b) => b.summary.policy === 'on-demand') ?? (run.main.summary.policy === 'on-demand' ? run.main : undefined);
+  return od ? od.summary.costMicroUsd : run.main.summary.sameMachinesOnDemandMicroUsd;
+}
+
+/** `cost ÷ against`, to three decimals, "-" without a yardstick. */
+export function ratio(cost: number, against: number): string {
+  return against > 0 ? `${(cost / against).toFixed(3)}×` : '-';
+}
+
+/** The cost ratios of one run: the whole cost against all on-demand; the batch cost against the lower bound and the spot floor. */
+export function costRatios(s: SimulationSummary, onDemandMicroUsd: number) {
+  return {
+    onDemand: ratio(s.costMicroUsd, onDemandMicroUsd),
+    lowerBound: ratio(batchCostMicroUsd(s), s.lowerBoundCostMicroUsd),
+    spotFloor: ratio(batchCostMicroUsd(s), s.spotFloorCostMicroUsd),
+  };
+}
+
+/** Batch jobs' requeues, "N (interruptions / moves)"; service replicas lost are counted apart (replicasLost). */
+export const REQUEUES_LABEL = 'requeues of jobs (interruptions / moves)';
+export function requeuesText(s: SimulationSummary): string {
+  return `${formatNumber(s.requeues)} (${formatNumber(s.requeues - s.moves)} / ${formatNumber(s.moves)})`;
+}
+
+export const REWORK_LABEL = 'rework of jobs (work lost since the last checkpoint)';
+export const REPLICAS_LOST_LABEL = 'service replicas lost (started again elsewhere)';
+
+/** Service replicas whose machine was lost under them, over every service. */
+export function replicasLost(s: SimulationSummary): number {
+  return (s.services ?? []).reduce((sum, x) => sum + x.replicasLost, 0);
+}
