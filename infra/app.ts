@@ -1,5 +1,5 @@
 // The CDK app (cdk.json runs it): one GpuFleetStack from a config file, checked by cdk-nag's
-// AWS Solutions rules. Config: `-c config=path/to/config.json`, or GPU_FLEET_CONFIG, or the example.
+// AWS Solutions rules. Config: `-c config=path/to/config.json`, or GPU_FLEET_CONFIG; one must be given.
 import { resolve } from 'node:path';
 import { App, Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
@@ -26,13 +26,16 @@ export async function buildApp(app: App, configPath: string): Promise<GpuFleetSt
 }
 
 const app = new App();
-const configPath = resolve(
-  (app.node.tryGetContext('config') as string | undefined) ??
-    process.env.GPU_FLEET_CONFIG ??
-    resolve(import.meta.dirname, 'config.example.json'),
-);
+const given = (app.node.tryGetContext('config') as string | undefined) ?? process.env.GPU_FLEET_CONFIG;
+// A deploy of the example by accident would create its groups in its region: the config is always named.
+if (given === undefined) {
+  process.stderr.write(
+    'no config given: name it with -c config=path/to/config.json (or GPU_FLEET_CONFIG=path); to build the example: -c config=infra/config.example.json\n',
+  );
+  process.exit(2);
+}
 try {
-  await buildApp(app, configPath);
+  await buildApp(app, resolve(given));
 } catch (error) {
   if (error instanceof ConfigError) {
     process.stderr.write(`${error.message}\n`);

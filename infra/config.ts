@@ -3,6 +3,8 @@ import awsRegionsJson from 'aws-regions/regions.json' with { type: 'json' };
 import { closest, distance } from 'fastest-levenshtein';
 import { z } from 'zod';
 import { ConfigError, messageOf } from '../core/errors.ts';
+import { MIG_GPUS } from '../core/mig.ts';
+import { awsShippedCatalog } from '../cloud/catalog/shipped.ts';
 import awsCatalogJson from '../data/catalog/aws-gpu-instances.json' with { type: 'json' };
 
 /**
@@ -10,6 +12,8 @@ import awsCatalogJson from '../data/catalog/aws-gpu-instances.json' with { type:
  * a complete example), validated here; every error names the field, the value and what is allowed.
  */
 
+/** The shipped AWS catalogue's instance types, with their GPUs (for MIG: which types have a GPU that can be partitioned). */
+const AWS_TYPES = awsShippedCatalog().instanceTypes;
 const AWS_GPU_TYPES: readonly string[] =
   (awsCatalogJson as unknown as { instances?: { instance_type?: string; instanceType?: string }[] }).instances
     ?.map((i) => i.instance_type ?? i.instanceType ?? '')
@@ -143,6 +147,20 @@ const NodeGroupSchema = z
       });
     if (g.maxSize < g.minSize)
       ctx.addIssue({ code: 'custom', path: ['maxSize'], message: `must be at least minSize (${g.minSize})`, input: g.maxSize });
+    // MIG only where the GPU has it (core/mig.ts, from NVIDIA's MIG user guide), by each type's GPU in the shipped catalogue.
+    if (g.migEnabled) {
+      const without = g.instanceTypes.flatMap((t) => {
+        const model = AWS_TYPES.get(t)?.gpuModel;
+        return model !== undefined && MIG_GPUS[model] === undefined ? [`${t} has ${model}`] : [];
+      });
+      if (without.length > 0)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['migEnabled'],
+          message: `MIG needs GPUs that have it (${Object.keys(MIG_GPUS).join(', ')}): ${without.join('; ')}. Set migEnabled to false, or use types with those GPUs (such as p4d.24xlarge, p5.48xlarge)`,
+          input: g.migEnabled,
+        });
+    }
     if (!g.zones === !g.subnetIds)
       ctx.addIssue({
         code: 'custom',
@@ -455,6 +473,26 @@ export const ConfigSchema = z
       if (teams.has(t.name))
         ctx.addIssue({ code: 'custom', path: ['teams', i, 'name'], message: 'team names must be unique', input: t.name });
       teams.add(t.name);
+    });
+    // A service belongs to a team (team.name): one the config does not have has no queue to take its spec, and no budget.
+    const known = [...teams].join(', ');
+    const teamOf = (id: string) => id.split('.')[0]!;
+    for (const id of Object.keys(c.services?.targetGroups ?? {}))
+      if (!teams.has(teamOf(id)))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['services', 'targetGroups', id],
+          message: `service ${id} belongs to team "${teamOf(id)}", which is not in teams (${known})`,
+          input: id,
+        });
+    (c.services?.loadBalancer?.services ?? []).forEach((x, i) => {
+      if (!teams.has(teamOf(x.id)))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['services', 'loadBalancer', 'services', i, 'id'],
+          message: `service ${x.id} belongs to team "${teamOf(x.id)}", which is not in teams (${known})`,
+          input: x.id,
+        });
     });
   });
 

@@ -743,6 +743,24 @@ describe('the config', () => {
     expect(() => parseConfig(bad)).toThrow(/instanceTypes\[0\]: not a GPU instance type .* \(did you mean "g6\.xlarge"\?\)/);
   });
 
+  it('refuses MIG on a type whose GPU has none (an L4), naming the type, its GPU and the GPUs that have MIG', () => {
+    const bad = base();
+    bad.nodeGroups[0] = { ...bad.nodeGroups[0], instanceTypes: ['g6.xlarge'], migEnabled: true };
+    expect(() => parseConfig(bad)).toThrow(
+      /nodeGroups\["l4-spot"\]\.migEnabled: MIG needs GPUs that have it \(A100-40GB, A100-80GB, H100, H200, B200\): g6\.xlarge has L4\. Set migEnabled to false/,
+    );
+  });
+
+  it('refuses a service of a team the config does not have, naming the teams it has', () => {
+    const bad = base();
+    bad.services = {
+      targetGroups: { 'ghost.chat': 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-ghost-chat/50dc6c495c0c9188' },
+    };
+    expect(() => parseConfig(bad)).toThrow(
+      /services\.targetGroups(\.|\[")ghost\.chat.*: service ghost\.chat belongs to team "ghost", which is not in teams \(/,
+    );
+  });
+
   it('says which field, which value, and what is allowed', () => {
     const bad = base();
     bad.nodeGroups[0] = {
@@ -828,11 +846,19 @@ describe('npm run synth', () => {
   it('synthesises the example offline with cdk-nag, bundling each function and the agent', async () => {
     const out = mkdtempSync(join(tmpdir(), 'cdk-out-'));
     const root = resolve(import.meta.dirname, '../..');
-    await promisify(execFile)(process.execPath, [resolve(root, 'node_modules/aws-cdk/bin/cdk'), 'synth', '--quiet', '--output', out], {
-      cwd: root,
-      timeout: 240_000,
-      env: { ...process.env, CDK_DISABLE_VERSION_CHECK: '1' },
-    });
+    const cdk = (args: string[]) =>
+      promisify(execFile)(process.execPath, [resolve(root, 'node_modules/aws-cdk/bin/cdk'), 'synth', '--quiet', '--output', out, ...args], {
+        cwd: root,
+        timeout: 240_000,
+        env: { ...process.env, CDK_DISABLE_VERSION_CHECK: '1' },
+      });
+    // No config named: an error naming the flag, not the example built (and deployed) by accident.
+    const none = await cdk([]).then(
+      () => ({ stderr: '' }),
+      (error: { stderr: string }) => error,
+    );
+    expect(none.stderr).toContain('no config given: name it with -c config=path/to/config.json');
+    await cdk(['-c', 'config=infra/config.example.json']);
     const template = JSON.parse(readFileSync(join(out, 'GpuFleet.template.json'), 'utf8')) as {
       Resources: Record<string, { Type: string }>;
     };
