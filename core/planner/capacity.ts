@@ -163,7 +163,67 @@ export function whyNoGroupHolds(
     }
   }
   const list = [...offered.values()].sort();
-  return `no node group can hold it: ${list.length > 0 ? `the groups offer ${list.join(', ')}` : 'there are no node groups'}${spec.interruptible ? '' : ' (it may not be interrupted, so on-demand only)'}${spec.placement ? ', within its placement limits' : ''}`;
+  const unmet = list.length > 0 ? unmetRequirements(spec, groups, types) : [];
+  return `no node group can hold it: ${unmet.length > 0 ? `${unmet.join('; ')}; ` : ''}${list.length > 0 ? `the groups offer ${list.join(', ')}` : 'there are no node groups'}${spec.interruptible ? '' : ' (it may not be interrupted, so on-demand only)'}${spec.placement ? ', within its placement limits' : ''}`;
+}
+
+/**
+ * Which of the spec's requirements no group meets, each on its own (GPU model, memory, count, MIG
+ * profile, capacity type, placement, gang size), said with what the groups have at most; or that
+ * each is met somewhere but never all together.
+ */
+function unmetRequirements(
+  spec: Pick<JobSpec, 'gpu' | 'nodes' | 'interruptible' | 'placement'>,
+  groups: readonly NodeGroup[],
+  types: InstanceTypeCatalog,
+): string[] {
+  const all = groups.flatMap((g) =>
+    g.offerings.flatMap((o) => {
+      const type = types.get(o.instanceType);
+      return type ? [{ g, o, type, mig: g.migEnabled === true && isMigModel(type.gpuModel) }] : [];
+    }),
+  );
+  const r = spec.gpu;
+  const out: string[] = [];
+  const withModel = all.filter((x) => modelOk(r.models, x.type.gpuModel));
+  if (r.models && withModel.length === 0) out.push(`no group has a GPU it names (${r.models.join(', ')})`);
+  const pool = r.models ? withModel : all;
+  const most = (xs: typeof pool, f: (x: (typeof pool)[number]) => number) =>
+    xs.reduce<(typeof pool)[number] | undefined>((best, x) => (best === undefined || f(x) > f(best) ? x : best), undefined);
+  if (pool.length > 0 && r.kind !== 'mig') {
+    const plain = pool.filter((x) => !x.mig);
+    const needMiB = r.kind === 'whole' ? r.minMemoryMiB : r.memoryMiB;
+    const big = most(plain, (x) => x.type.gpuMemoryMiB);
+    if (needMiB !== undefined && big && big.type.gpuMemoryMiB < needMiB)
+      out.push(
+        `it asks for ${needMiB.toLocaleString('en-US')} MiB of memory per GPU; the most a group's GPU has is ${big.type.gpuMemoryMiB.toLocaleString('en-US')} MiB (${big.type.name}, ${big.type.gpuModel})`,
+      );
+    const wide = most(plain, (x) => x.type.gpuCount);
+    if (r.kind === 'whole' && wide && wide.type.gpuCount < r.count)
+      out.push(`it asks for ${r.count} GPUs on one machine; the most a group's machine has is ${wide.type.gpuCount} (${wide.type.name})`);
+    if (plain.length === 0) out.push('every group that has its GPU runs it in MIG mode (a MIG profile is asked for with gpu.kind "mig")');
+  }
+  if (pool.length > 0 && r.kind === 'mig' && !pool.some((x) => x.mig && migProfile(x.type.gpuModel, r.profile) !== undefined)) {
+    const migTypes = [...new Set(pool.filter((x) => x.mig).map((x) => `${x.type.name} (${x.type.gpuModel})`))];
+    out.push(
+      migTypes.length > 0
+        ? `no group in MIG mode has the profile ${r.profile}: the MIG groups run ${migTypes.join(', ')}`
+        : `it asks for the MIG profile ${r.profile}, and no group runs in MIG mode`,
+    );
+  }
+  const holders = all.filter((x) => typeCanHold(x.type, r, x.g.migEnabled === true));
+  if (holders.length > 0) {
+    if (!spec.interruptible && holders.every((x) => x.o.capacityType === 'spot'))
+      out.push('it may not be interrupted, and only spot groups have machines that can hold it');
+    if (spec.placement && !holders.some((x) => placementAllowed(spec.placement, x.o)))
+      out.push('no group that can hold it is within its placement limits');
+    if (spec.nodes > 1) {
+      const largest = Math.max(...holders.map((x) => x.g.maxSize));
+      if (largest < spec.nodes) out.push(`it is a gang of ${spec.nodes} machines; a group that can hold one has at most ${largest}`);
+    }
+  }
+  if (out.length === 0) out.push('each of its requirements is met by some group, but no group meets them all together');
+  return out;
 }
 
 /**

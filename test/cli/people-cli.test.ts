@@ -304,7 +304,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     const dry = await cli([...l4, '--dry-run', '--', 'python', 'x.py']);
     expect(dry.code).toBe(0);
     expect(dry.stdout).toMatch(
-      /valid; not sent \(--dry-run\)\n# no node group can hold it: the groups offer p3\.16xlarge \(8 V100\), p3\.2xlarge \(1 V100\)/,
+      /valid; not sent \(--dry-run\)\n# no node group can hold it: no group has a GPU it names \(L4, A10G\); the groups offer p3\.16xlarge\s+\(8 V100\), p3\.2xlarge\s+\(1 V100\)/,
     );
     const anyModel = await cli([...l4.slice(0, l4.indexOf('--gpu-model')), '--dry-run', '--', 'python', 'x.py']);
     expect(anyModel.stdout).toMatch(/valid; not sent \(--dry-run\); a node group can hold it/);
@@ -316,7 +316,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     const why = json<{ state: string; summary: string; details: string[] }>(await cli(['explain', '--sim', dir, sent.jobId, '--json']));
     expect(why.state).toBe('pending');
     expect(why.summary).toMatch(
-      /waits \([^)]*\); no node group can ever hold it \(at intake: no node group can hold it: the groups offer p3\.16xlarge/,
+      /waits \([^)]*\); no node group can ever hold it \(at intake: no node group can hold it: no group has a GPU it names \(L4, A10G\); the groups offer p3\.16xlarge/,
     );
     await cli(['cancel', '--sim', dir, sent.jobId]);
   });

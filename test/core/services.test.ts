@@ -92,7 +92,9 @@ describe('intake', () => {
     const l4 = { ...spec, gpu: { kind: 'whole', count: 1, models: ['L4', 'A10G'] } };
     const out = await intake(ports, { team: 'nlp', body: JSON.stringify(l4), token: 'l4' });
     expect(out).toMatchObject({ outcome: 'accepted', job: { state: 'pending' } });
-    expect(out.outcome === 'accepted' && out.unschedulable).toMatch(/^no node group can hold it: the groups offer p3\.2xlarge \(1 V100\)/);
+    expect(out.outcome === 'accepted' && out.unschedulable).toMatch(
+      /^no node group can hold it: no group has a GPU it names \(L4, A10G\); the groups offer p3\.2xlarge \(1 V100\)/,
+    );
     expect((await e.jobs.get('nlp.l4'))!.unschedulable).toMatchObject({
       code: 'no-offering-fits',
       message: expect.stringMatching(/it waits for a group that can$/),
