@@ -38,6 +38,7 @@ import {
   type CheckpointTiming,
   type LocalAttempt as LocalView,
   type MachineNotice,
+  type NoticeAttempt,
 } from '../../core/services/node-rules.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
 
@@ -415,21 +416,10 @@ export class SimAgents {
   private checkLease(m: SimMachine, now: number): void {
     if (m.fencedSinceMs !== undefined || !leaseLapsed(m.renewedAtMs, now, DEFAULT_AGENT_LEASE)) return;
     const procs = [...m.processes.values()].filter((p) => !p.exit || p.exit.atMs > now);
-    const keyOf = (p: SimProcess) => `${p.jobId}#${p.attempt}#${p.rank}`;
-    const rule = onLeaseLapsed(
-      m.renewedAtMs,
-      now,
-      procs.map((p) => ({
-        key: keyOf(p),
-        checkpointable: p.job.spec.checkpoint !== undefined,
-        busy: p.checkpointing !== undefined,
-        gracePeriodSec: p.job.spec.checkpoint?.gracePeriodSec ?? 30,
-      })),
-      DEFAULT_AGENT_LEASE,
-    );
+    const rule = onLeaseLapsed(m.renewedAtMs, now, procs.map(noticeAttempt), DEFAULT_AGENT_LEASE);
     m.fencedSinceMs = now;
     for (const step of rule.steps) {
-      const p = procs.find((x) => keyOf(x) === step.key)!;
+      const p = procs.find((x) => noticeAttempt(x).key === step.key)!;
       this.stats.fencedAttempts++;
       p.fenceStopAtMs = rule.stopByMs;
       if (step.kind === 'checkpoint') this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
@@ -451,18 +441,7 @@ export class SimAgents {
     const now = this.options.clock.nowMs();
     this.world(m, now);
     const procs = [...m.processes.values()].filter((p) => !p.exit);
-    const keyOf = (p: SimProcess) => `${p.jobId}#${p.attempt}#${p.rank}`;
-    const rule = onMachineNotice(
-      notice,
-      now,
-      marginSec,
-      procs.map((p) => ({
-        key: keyOf(p),
-        checkpointable: p.job.spec.checkpoint !== undefined,
-        busy: p.checkpointing !== undefined,
-        gracePeriodSec: p.job.spec.checkpoint?.gracePeriodSec ?? 30,
-      })),
-    );
+    const rule = onMachineNotice(notice, now, marginSec, procs.map(noticeAttempt));
     // With the agent API not answering, only what needs no control plane: the checkpoints are taken, their ends written later.
     const reachable = this.answered(m, now, 'work');
     if (reachable)
@@ -473,7 +452,7 @@ export class SimAgents {
         groupId: m.instance.groupId,
       });
     for (const step of rule.steps) {
-      const p = procs.find((x) => keyOf(x) === step.key)!;
+      const p = procs.find((x) => noticeAttempt(x).key === step.key)!;
       if (step.kind === 'checkpoint') {
         if (reachable)
           await applyJobEvent(
@@ -1018,6 +997,16 @@ export class SimAgents {
   hasProcess(instanceId: string, jobId: string): boolean {
     return this.machines.get(instanceId)?.processes.has(jobId) ?? false;
   }
+}
+
+/** A live process as the notice and lease rules see it (node-rules NoticeAttempt). */
+function noticeAttempt(p: SimProcess): NoticeAttempt {
+  return {
+    key: `${p.jobId}#${p.attempt}#${p.rank}`,
+    checkpointable: p.job.spec.checkpoint !== undefined,
+    busy: p.checkpointing !== undefined,
+    gracePeriodSec: p.job.spec.checkpoint?.gracePeriodSec ?? 30,
+  };
 }
 
 /** A machine's private address in the simulated VPC (10.0.0.0/16), fixed by its id, as the real agent reports the instance's. */
