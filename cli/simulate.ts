@@ -109,8 +109,20 @@ export async function simulateCommand(
 
   // The built-in services, on the GPU the fleet has (the A100s of a GCP-only fleet, else V100).
   // (None in the right-sizing scenario: its fleet is A100 machines for the jobs only.)
-  const services =
+  // A trace of other teams: each service goes to one of the trace's teams (a service needs its team's queue), said in one line.
+  const builtIn =
     flags.services === false || sizing ? [] : defaultSimServices(clouds.length === 1 && clouds[0] === 'gcp' ? 'A100-40GB' : 'V100');
+  const moved: string[] = [];
+  const services = builtIn.map((svc, i) => {
+    if (workload.teams.includes(svc.team)) return svc;
+    const team = workload.teams[i % workload.teams.length]!;
+    moved.push(`${svc.team}.${svc.spec.name ?? ''} → ${team}.${svc.spec.name ?? ''}`);
+    return { ...svc, team };
+  });
+  if (moved.length > 0)
+    io.stderr.write(
+      `gpu-fleet: the trace lacks the teams of some built-in services; they run in its teams: ${moved.join(', ')} (--no-services leaves them out)\n`,
+    );
   // With --reservations: an ODCR and a Capacity Block beside the AWS groups, compared with the reservation baselines.
   if (flags.reservations && !clouds.includes('aws'))
     throw new UsageError('--reservations adds an ODCR and a Capacity Block to the AWS groups: use it with --clouds aws or aws,gcp');

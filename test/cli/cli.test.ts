@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
@@ -150,5 +150,19 @@ describe('gpu-fleet command', () => {
     expect(old.code).toBe(0);
     expect(old.stderr).toBe('gpu-fleet: --state is now --sim, as in every other command; --state goes in the next release\n');
     expect(JSON.parse(old.stdout)).toMatchObject({ notes: [`simulated world loaded from ${dir}`, `simulated world saved to ${dir}`] });
+  });
+
+  it('simulates a trace of teams of its own: the built-in services run in its teams, said in one line', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-trace-'));
+    const trace = join(dir, 'mine.csv');
+    writeFileSync(trace, 'job_id,submit_s,duration_s,gpus,gpu_type,team,status\nj1,0,600,1,V100,alpha,Pass\nj2,60,1200,1,V100,beta,Pass\n');
+    const out = await cli(['simulate', '--trace', trace, '--hours', '1', '--no-baselines', '--no-progress', '--json']);
+    expect(out.code).toBe(0);
+    expect(out.stderr).toBe(
+      'gpu-fleet: the trace lacks the teams of some built-in services; they run in its teams: nlp.chat → alpha.chat, recsys.recommend → beta.recommend (--no-services leaves them out)\n',
+    );
+    const summary = JSON.parse(out.stdout) as { accepted: number; services: { id: string }[] };
+    expect(summary.accepted).toBe(2);
+    expect(summary.services.map((x) => x.id)).toEqual(['alpha.chat', 'beta.recommend']);
   });
 });
