@@ -81,32 +81,28 @@ function openSimFleet(dir: string): Fleet {
   });
   loadSimState(env, folder);
   let dirty = false;
+  /** The store, with a write through one of `writes` marking the simulation to be saved when the command ends. */
+  const savedOnWrite = <T extends object>(store: T, writes: readonly string[]): T =>
+    new Proxy(store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        if (writes.includes(String(prop))) dirty = true;
+        return (v as (...a: unknown[]) => unknown).bind(target);
+      },
+    });
   return {
     source: `simulation in ${dir}`,
     clock: env.clock,
     policy: DEFAULT_POLICY,
-    jobs: new Proxy(env.jobs, {
-      get(target, prop, receiver) {
-        const v = Reflect.get(target, prop, receiver) as unknown;
-        if (typeof v !== 'function') return v;
-        if (prop === 'create' || prop === 'update' || prop === 'put') dirty = true;
-        return (v as (...a: unknown[]) => unknown).bind(target);
-      },
-    }),
+    jobs: savedOnWrite(env.jobs, ['create', 'update', 'put']),
     nodes: env.nodes,
     decisions: env.decisions,
     ledger: env.ledger,
     queue: env.queue,
     budgets: env.budgets,
     providers: env.ports.providers,
-    services: new Proxy(env.services, {
-      get(target, prop, receiver) {
-        const v = Reflect.get(target, prop, receiver) as unknown;
-        if (typeof v !== 'function') return v;
-        if (prop === 'create' || prop === 'update') dirty = true;
-        return (v as (...a: unknown[]) => unknown).bind(target);
-      },
-    }),
+    services: savedOnWrite(env.services, ['create', 'update']),
     jobLogs: env.jobLogs,
     async submit(team, body, token = randomUUID()) {
       if (!(await env.queue.teams()).includes(team))

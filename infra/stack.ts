@@ -1137,16 +1137,19 @@ export class GpuFleetStack extends Stack {
       datapointsToAlarm: 3,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
-    add('ProviderDegraded', {
-      alarmDescription:
-        'A cloud provider (a region, GCP projects) or a node group has been left out of reconcile for 5 minutes because its API calls fail: it is not scaled, and work only it could run waits (gpu-fleet status says which, since when, and the last error).',
-      metric: new cloudwatch.Metric({
+    // A figure reconcile reports each minute (its largest in the minute): degraded providers, machines silent together.
+    const reconcileGauge = (metricName: string) =>
+      new cloudwatch.Metric({
         namespace: METRICS_NAMESPACE,
-        metricName: 'DegradedProviders',
+        metricName,
         dimensionsMap: { service: 'gpu-fleet-reconcile' },
         period: Duration.minutes(1),
         statistic: 'Maximum',
-      }),
+      });
+    add('ProviderDegraded', {
+      alarmDescription:
+        'A cloud provider (a region, GCP projects) or a node group has been left out of reconcile for 5 minutes because its API calls fail: it is not scaled, and work only it could run waits (gpu-fleet status says which, since when, and the last error).',
+      metric: reconcileGauge('DegradedProviders'),
       threshold: 0,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
       evaluationPeriods: 5,
@@ -1156,13 +1159,7 @@ export class GpuFleetStack extends Stack {
     add('ControlPlaneSilence', {
       alarmDescription:
         "Most machines of a zone stopped sending heartbeats at once while their cloud lists them running: the agent API (or its table) is failing, not the machines. Reconcile requeues nothing for it and lets none of them go (gpu-fleet status names the zones); check the agent API function's errors and throttles.",
-      metric: new cloudwatch.Metric({
-        namespace: METRICS_NAMESPACE,
-        metricName: 'SilentTogetherMachines',
-        dimensionsMap: { service: 'gpu-fleet-reconcile' },
-        period: Duration.minutes(1),
-        statistic: 'Maximum',
-      }),
+      metric: reconcileGauge('SilentTogetherMachines'),
       threshold: 0,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
       evaluationPeriods: 2,

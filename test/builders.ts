@@ -7,6 +7,8 @@ import type { Team } from '../core/team.ts';
 import type { Reservation } from '../core/reservation.ts';
 import type { AttemptGpuUse } from '../core/gpu-use.ts';
 import type { RightsizeRun } from '../core/rightsizing.ts';
+import { defaultTeamTags } from '../cloud/sim/defaults.ts';
+import { createSimEnvironment, type SimEnvironment, type SimEnvironmentOptions } from '../cloud/sim/environment.ts';
 
 /** Builders for domain objects in tests: `aJob({ gpu: { kind: 'whole', count: 8 } })`. */
 
@@ -224,4 +226,14 @@ export function aRightsizeRun(
     costMicroUsd: 5_120_000,
     ...overrides,
   };
+}
+
+/**
+ * A simulated world of one team (`nlp`, the default budget tags) at {@link T0}, seed 1, machines
+ * up 60 s after launch, with the groups (and any other options) the test gives.
+ */
+export function nlpWorld(
+  options: Omit<SimEnvironmentOptions, 'startMs' | 'seed' | 'teams' | 'teamTags' | 'bootSec'> & Partial<SimEnvironmentOptions>,
+): SimEnvironment {
+  return createSimEnvironment({ startMs: T0, seed: 1, teams: ['nlp'], teamTags: defaultTeamTags(['nlp']), bootSec: 60, ...options });
 }

@@ -1,12 +1,10 @@
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { reconcileCommand } from '../../cli/reconcile.ts';
-import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
-import { createSimEnvironment } from '../../cloud/sim/environment.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { NodeGroupProvider } from '../../core/ports.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
-import { T0 } from '../builders.ts';
+import { nlpWorld, T0 } from '../builders.ts';
 
 function capture() {
   let text = '';
@@ -21,12 +19,7 @@ function capture() {
 
 /** Two groups, one machine up in the first, nothing waiting: a dry run with no action to show. */
 async function target() {
-  const e = createSimEnvironment({
-    startMs: T0,
-    seed: 1,
-    teams: ['nlp'],
-    teamTags: defaultTeamTags(['nlp']),
-    bootSec: 60,
+  const e = nlpWorld({
     groups: [
       { id: 'v100-spot', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a', 'us-west-2b'], capacityType: 'spot', minSize: 1, maxSize: 5 },
       {

@@ -9,7 +9,7 @@ import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { intake } from '../../core/services/intake.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../../cloud/sim/environment.ts';
-import { T0 } from '../builders.ts';
+import { nlpWorld, T0 } from '../builders.ts';
 
 const spec = (checkpoint: boolean) =>
   JSON.stringify({
@@ -26,12 +26,7 @@ async function world(
     { token: 'b', checkpoint: false },
   ],
 ) {
-  const e = createSimEnvironment({
-    startMs: T0,
-    seed: 1,
-    teams: ['nlp'],
-    teamTags: defaultTeamTags(['nlp']),
-    bootSec: 60,
+  const e = nlpWorld({
     groups: [{ id: 'v100-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 5 }],
   });
   await e.cloud.setDesiredCapacity('v100-spot', 1);
@@ -183,12 +178,7 @@ describe('interruption service', () => {
 
 /** One machine up in a spot group whose machines leave through a terminate hook of `hookTimeoutSec`. */
 async function machineInHookedGroup(id: string, instanceType: string, zone: string, hookTimeoutSec: number) {
-  const e = createSimEnvironment({
-    startMs: T0,
-    seed: 1,
-    teams: ['nlp'],
-    teamTags: defaultTeamTags(['nlp']),
-    bootSec: 60,
+  const e = nlpWorld({
     groups: [
       {
         id,
@@ -301,12 +291,7 @@ const BLOCK_GROUP: SimGroupConfig = {
 describe('interruption service: reservations', () => {
   it('a reservation ending drains every machine in it, checkpoints what can, and a repeat changes nothing', async () => {
     const H = 3_600_000;
-    const e = createSimEnvironment({
-      startMs: T0,
-      seed: 1,
-      teams: ['nlp'],
-      teamTags: defaultTeamTags(['nlp']),
-      bootSec: 60,
+    const e = nlpWorld({
       groups: [
         BLOCK_GROUP,
         { id: 'v100-spot', instanceTypes: ['p3.8xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 5 },

@@ -5,9 +5,7 @@ import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { intake } from '../../core/services/intake.ts';
 import { reconcile } from '../../core/reconcile/reconcile.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
-import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
-import { createSimEnvironment } from '../../cloud/sim/environment.ts';
-import { T0 } from '../builders.ts';
+import { nlpWorld, T0 } from '../builders.ts';
 
 const machine = (id: string, zone: string, lastHeartbeatAtMs: number): { instance: Instance; record: NodeRecord } => ({
   instance: {
@@ -47,12 +45,7 @@ describe('correlated silence: machines that fall silent together are the control
 
 describe('reconcile when the agents of most of a zone fall silent at once', () => {
   async function world(machines: number) {
-    const e = createSimEnvironment({
-      startMs: T0,
-      seed: 1,
-      teams: ['nlp'],
-      teamTags: defaultTeamTags(['nlp']),
-      bootSec: 60,
+    const e = nlpWorld({
       groups: [{ id: 'v100-od', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'on-demand', minSize: 0, maxSize: 8 }],
     });
     await e.cloud.setDesiredCapacity('v100-od', machines);
