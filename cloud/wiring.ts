@@ -47,7 +47,7 @@ import { MultiCloudCatalog, MultiCloudPrices } from './multi-cloud.ts';
 
 /**
  * The one place gpu-fleet's ports are built from the environment. Every entry point uses it:
- * the three Lambda functions, `gpu-fleet reconcile --once`, `gpu-fleet invoke --aws`, the people
+ * the three Lambda functions, `gpu-fleet reconcile`, `gpu-fleet invoke --aws`, the people
  * commands and the node agent. AWS always; GCP's managed instance groups beside the Auto Scaling
  * groups when GCP projects are configured, its module (and the Compute client) loaded only then.
  *
