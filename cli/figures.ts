@@ -45,10 +45,38 @@ export function requeuesText(s: SimulationSummary): string {
   return `${formatNumber(s.requeues)} (${formatNumber(s.requeues - s.moves)} / ${formatNumber(s.moves)})`;
 }
 
-export const REWORK_LABEL = 'rework of jobs (work lost since the last checkpoint)';
+export const USED_LABEL = 'GPU-hours used (jobs and replicas running, all in)';
+export const REWORK_LABEL = '  of it, rework of jobs (lost since the last checkpoint)';
+export const OVERHEAD_LABEL = '  of it, restoring and writing checkpoints';
+export const DEADLINES_LABEL = 'with a deadline (given in the trace)';
 export const REPLICAS_LOST_LABEL = 'service replicas lost (started again elsewhere)';
 
 /** Service replicas whose machine was lost under them, over every service. */
 export function replicasLost(s: SimulationSummary): number {
   return (s.services ?? []).reduce((sum, x) => sum + x.replicasLost, 0);
+}
+
+/** The services table, the same columns in the terminal and the HTML report. */
+export const SERVICE_COLUMNS = [
+  'service',
+  'available',
+  'replica-min short',
+  'replica-h need/held (spot)',
+  'cost',
+  'at on-demand',
+  'replicas started/lost',
+] as const;
+
+/** One service's cells under {@link SERVICE_COLUMNS} (replica-hours to one decimal; money as the caller writes it). */
+export function serviceCells(x: NonNullable<SimulationSummary['services']>[number], money: (microUsd: number) => string): string[] {
+  const h = (v: number) => v.toFixed(1);
+  return [
+    x.id,
+    `${x.availabilityPct.toFixed(1)}%`,
+    formatNumber(x.shortReplicaMinutes),
+    `${h(x.neededReplicaHours)} / ${h(x.replicaHours)} (${h(x.spotReplicaHours)})`,
+    money(x.costMicroUsd),
+    money(x.onDemandMicroUsd),
+    `${formatNumber(x.replicasStarted)} / ${formatNumber(x.replicasLost)}`,
+  ];
 }

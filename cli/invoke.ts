@@ -10,7 +10,7 @@ import { createIntakeHandler, teamFromQueueArn } from '../functions/intake.ts';
 import { createInterruptionHandler } from '../functions/interruption.ts';
 import { observability } from '../functions/observability.ts';
 import { createReconcileHandler } from '../functions/reconcile.ts';
-import { messageOf, UsageError } from '../core/errors.ts';
+import { messageOf, parseJson, UsageError } from '../core/errors.ts';
 import { openAwsPorts, type StackFlags } from './aws.ts';
 
 export const FUNCTIONS = ['intake', 'reconcile', 'interruption'] as const;
@@ -44,7 +44,7 @@ export async function invokeCommand(
   let event: unknown = {};
   if (flags.event) {
     try {
-      event = JSON.parse(readFileSync(flags.event, 'utf8'));
+      event = parseJson(readFileSync(flags.event, 'utf8'));
     } catch (error) {
       throw new UsageError(
         `--event ${flags.event}: ${messageOf(error)} (give a JSON file: an SQS event for intake, an EventBridge event for interruption, {} or {"dryRun":true} for reconcile)`,

@@ -24,7 +24,7 @@ import { agentFoundAnswering, replicaReady, SERVICE_LABEL, type ServiceRecord } 
 import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
-import { messageOf, UsageError } from '../core/errors.ts';
+import { messageOf, parseJson, UsageError } from '../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
 import { cancelJob, openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { count, duration, formatNumber, gpuHours, keyValues, money, paragraph, pct, table } from './format.ts';
@@ -89,7 +89,7 @@ export function specFromFlags(flags: SubmitFlags): unknown {
     if (flags.image || flags.command || flags.gpus || flags.mig || flags.fraction)
       throw new UsageError('give the spec either with --file or with flags (--image, --gpus … -- program args), not both');
     try {
-      return JSON.parse(readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8')) as unknown;
+      return parseJson(readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8'));
     } catch (error) {
       throw new UsageError(`--file ${flags.file}: ${messageOf(error)} (a job spec is a JSON object; see the README)`);
     }
@@ -145,24 +145,26 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
         }
       })
       .catch((error: unknown): GroupFit => ({ checked: false, why: `not checked against the node groups: ${messageOf(error)}` }));
+    if (fit.checked && !fit.canHold) throw new UsageError(`the job cannot run on this fleet: ${fit.why}`);
     print(
       io,
       flags.json,
       { valid: true, team, spec: check.spec, nodeGroups: fit },
-      () => `valid; not sent (--dry-run)${fit.checked && fit.canHold ? '; a node group can hold it' : `\n# ${fit.why}`}`,
+      () => `valid; not sent (--dry-run)${fit.checked ? '; a node group can hold it' : `\n# ${fit.why}`}`,
     );
     return;
   }
   const { out, fit } = await withFleet(flags, async (fleet) => {
     const fit = await holdable(fleet, check.spec);
+    // Intake would reject it: said here, and nothing is sent.
+    if (fit.checked && !fit.canHold) throw new UsageError(`the job cannot run on this fleet: ${fit.why}; nothing was sent`);
     return { out: await fleet.submit(team, JSON.stringify(spec), flags.token), fit };
   });
   print(
     io,
     flags.json,
     { jobId: out.jobId, team, token: out.token, note: out.note, nodeGroups: fit },
-    () =>
-      `${out.jobId}\n# ${out.note}; resubmitting with --token ${out.token} makes no second job${fit.checked && !fit.canHold ? `\n# warning: ${fit.why}; it waits until a group that can hold it is added` : ''}`,
+    () => `${out.jobId}\n# ${out.note}; resubmitting with --token ${out.token} makes no second job${fit.checked ? '' : `\n# ${fit.why}`}`,
   );
 }
 
@@ -464,7 +466,6 @@ function jobLines(job: Job, now: number): [string, string][] {
       `attempt ${measured.attempt}: peak ${(measured.peakMemoryMiB / 1024).toFixed(1)} of ${(measured.deviceMemoryMiB / 1024).toFixed(1)} GiB${measured.meanSmPct !== undefined ? `, utilisation ${measured.meanSmPct}% mean, ${measured.p95SmPct}% p95` : ', utilisation not reported (MIG)'}, ${measured.busyDevices} of ${measured.devices} GPU${measured.devices === 1 ? '' : 's'} used, ${measured.looks} looks`,
     ]);
   if (job.hold) lines.push(['held', `${job.hold.code}: ${job.hold.message}`]);
-  if (job.unschedulable && job.state === 'pending') lines.push(['unschedulable', job.unschedulable.message]);
   if (job.requeueReason) lines.push(['last requeue', `${job.requeueReason.code}: ${job.requeueReason.message}`]);
   if (job.checkpoint)
     lines.push([
@@ -592,12 +593,11 @@ export function explainJob(
     const d = recent.find((r) => r.plan.waiting.some((w) => w.jobId === job.id) && r.atMs >= job.queuedAtMs);
     const w = d?.plan.waiting.find((x) => x.jobId === job.id);
     if (job.requeueReason) details.push(`back in the queue since ${new Date(job.queuedAtMs).toISOString()}: ${job.requeueReason.message}`);
-    if (job.unschedulable) details.push(`recorded when it was taken in: ${job.unschedulable.message}`);
     if (!d || !w)
       return {
         job: job.id,
         state: job.state,
-        summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}); ${job.unschedulable ? `no node group can ever hold it (${job.unschedulable.message})` : 'no reconcile has planned since it was queued'}`,
+        summary: `${job.id} waits (${duration((now - job.queuedAtMs) / 1000)}); no reconcile has planned since it was queued`,
         details,
       };
     const scale = d.plan.actions.filter((a) => a.kind === 'scale-up');

@@ -9,6 +9,11 @@ import {
   REQUEUES_LABEL,
   requeuesText,
   REWORK_LABEL,
+  OVERHEAD_LABEL,
+  DEADLINES_LABEL,
+  SERVICE_COLUMNS,
+  serviceCells,
+  USED_LABEL,
 } from './figures.ts';
 import type { SimulationResult } from '../cloud/sim/simulation.ts';
 import { CHART_WIDTH, colorFor, esc, lineChart, palette, stackedChart } from './charts.ts';
@@ -106,7 +111,9 @@ export function renderHtmlReport(run: SimulateRun): string {
   const serviceRows = (s.services ?? [])
     .map(
       (x) =>
-        `<tr><td>${esc(x.id)}</td><td>${x.availabilityPct.toFixed(2)}%</td><td>${formatNumber(x.shortReplicaMinutes)}</td><td>${x.neededReplicaHours} / ${x.replicaHours} (${x.spotReplicaHours})</td><td>${formatUsd(x.costMicroUsd)}</td><td>${formatUsd(x.onDemandMicroUsd)}</td><td>${x.replicasStarted} / ${x.replicasLost}</td><td>${esc(x.demand)}</td></tr>`,
+        `<tr>${serviceCells(x, formatUsd)
+          .map((c) => `<td>${esc(c)}</td>`)
+          .join('')}<td>${esc(x.demand)}</td></tr>`,
     )
     .join('');
   const compareRows = all
@@ -137,11 +144,12 @@ figure.chart figcaption{font-weight:600;margin-bottom:6px}
 svg text{font-size:11px;fill:#5f6b73}
 </style></head><body>
 <h1>gpu-fleet simulation</h1>
-<p class="sub">${esc(s.trace)}: ${s.jobs.toLocaleString('en-US')} jobs, policy <b>${esc(s.policy)}</b>, seed ${s.seed}, ${s.virtualHours} virtual hours. Every job went through the real intake, reconcile, interruption and node-lost code on the simulated cloud.</p>
+<p class="sub">${esc(s.trace)}: ${s.jobs.toLocaleString('en-US')} jobs, policy <b>${esc(s.policy)}</b>, seed ${s.seed}, ${s.virtualHours} h of simulated time. Every job went through the real intake, reconcile, interruption and node-lost code on the simulated cloud.</p>
 <table class="summary">
 ${kv('jobs completed / failed / lost', `${s.completed} / ${s.failed} / ${s.lost}`)}
 ${kv('still running / pending at the end', `${s.runningAtEnd} / ${s.pendingAtEnd}`)}
-${kv('GPU-hours used / paid (utilisation)', `${s.gpuHoursUsed.toFixed(1)} / ${s.gpuHoursPaid.toFixed(1)} (${s.utilizationPct.toFixed(1)}%)`)}
+${kv(USED_LABEL, gpuHours(s.gpuHoursUsed))}
+${kv('GPU-hours paid (utilisation: used ÷ paid)', `${gpuHours(s.gpuHoursPaid)} (${s.utilizationPct.toFixed(1)}%)`)}
 ${kv('cost', `${formatUsd(s.costMicroUsd)} — ${ratios.onDemand} all on-demand (${formatUsd(od)}); ${s.services ? `batch work ${formatUsd(batchCostMicroUsd(s))}: ` : ''}${ratios.lowerBound} the lower bound (${formatUsd(s.lowerBoundCostMicroUsd)}: useful work, spot only while it could be had), ${ratios.spotFloor} the spot floor (${formatUsd(s.spotFloorCostMicroUsd)}: all at spot)`)}
 ${kv('first wait (submit to first start) p50 / p95', `${(s.p50WaitSec / 60).toFixed(1)} / ${(s.p95WaitSec / 60).toFixed(1)} min`)}
 ${kv('total wait (all attempts) p50 / p95 / p99 / max', [s.jobTimes.totalWaitSec.p50, s.jobTimes.totalWaitSec.p95, s.jobTimes.totalWaitSec.p99, s.jobTimes.totalWaitSec.max].map((v) => `${(v / 60).toFixed(1)}`).join(' / ') + ' min')}
@@ -152,8 +160,9 @@ ${kv(REQUEUES_LABEL, requeuesText(s))}
 ${s.services ? kv(REPLICAS_LOST_LABEL, formatNumber(replicasLost(s))) : ''}
 ${kv('checkpoints', formatNumber(s.checkpoints))}
 ${kv(REWORK_LABEL, gpuHours(s.reworkGpuHours))}
-${kv('restoring and writing checkpoints', gpuHours(s.overheadGpuHours))}
-${kv('deadline jobs / misses', `${s.deadlineJobs} / ${s.deadlineMisses}`)}
+${kv(OVERHEAD_LABEL, gpuHours(s.overheadGpuHours))}
+${kv(DEADLINES_LABEL, formatNumber(s.deadlineJobs))}
+${kv('deadlines missed', formatNumber(s.deadlineMisses))}
 </table>
 <h2>Against the alternatives (same trace, same seed, same spot market)</h2>
 <table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>first wait p95</th><th>total wait p99</th><th>attempts p99 / max</th><th>slowdown (mean)</th><th>lost</th><th>rework GPU-h</th><th>spot machines taken back</th><th>deadline misses</th></tr>${compareRows}</table>
@@ -161,7 +170,7 @@ ${
   serviceRows
     ? `<h2>Services</h2>
 <p class="sub">Availability: the share of 15 s ticks (after the first quarter hour) with at least as many ready replicas as the load needed at the service's target per replica. Charts sample every 5 minutes.</p>
-<table class="services"><tr><th>service</th><th>availability</th><th>short (replica-min)</th><th>replica-h needed / held (spot)</th><th>cost</th><th>same at on-demand</th><th>replicas started / lost</th><th>load</th></tr>${serviceRows}</table>
+<table class="services"><tr>${SERVICE_COLUMNS.map((c) => `<th>${esc(c)}</th>`).join('')}<th>load</th></tr>${serviceRows}</table>
 <div class="grid">${serviceCharts}</div>`
     : ''
 }

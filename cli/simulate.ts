@@ -40,6 +40,11 @@ import {
   REQUEUES_LABEL,
   requeuesText,
   REWORK_LABEL,
+  OVERHEAD_LABEL,
+  DEADLINES_LABEL,
+  SERVICE_COLUMNS,
+  serviceCells,
+  USED_LABEL,
   serviceCostMicroUsd,
 } from './figures.ts';
 import { renderHtmlReport, type SimulateRun } from './report-html.ts';
@@ -225,12 +230,12 @@ export function renderReport(run: SimulateRun): string {
     ['policy', s.policy],
     ['seed', String(s.seed)],
     [
-      'virtual time',
-      `${s.virtualHours} h (wall ${(s.wallMs / 1000).toFixed(1)} s for ${s.policy}${
+      'simulated time',
+      `${s.virtualHours} h, the trace's jobs arriving over the first ${s.arrivalHours} h; wall ${(s.wallMs / 1000).toFixed(1)} s for ${s.policy}${
         run.wallMs !== undefined && run.baselines.length > 0
           ? `; ${(run.wallMs / 1000).toFixed(1)} s in all for ${count(run.baselines.length + 1, 'policy', 'policies')}`
           : ''
-      })`,
+      }`,
     ],
     ...(s.faults.profile !== 'none'
       ? [
@@ -253,14 +258,14 @@ export function renderReport(run: SimulateRun): string {
       ['lost', s.lost],
       ['run twice at once', s.duplicated],
       ['invariant violations', s.violations],
-      ['with a deadline', s.deadlineJobs],
+      [DEADLINES_LABEL, s.deadlineJobs],
       ['deadlines missed', s.deadlineMisses],
     ],
   );
   const capacity = table(
     ['capacity', 'value'],
     [
-      ['GPU-hours used', gpuHours(s.gpuHoursUsed)],
+      [USED_LABEL, gpuHours(s.gpuHoursUsed)],
       ['GPU-hours paid', gpuHours(s.gpuHoursPaid)],
       ['utilisation', pct(s.utilizationPct)],
       ['peak fleet', `${s.peakGpus} GPUs`],
@@ -279,7 +284,7 @@ export function renderReport(run: SimulateRun): string {
       ...(s.services ? [[REPLICAS_LOST_LABEL, formatNumber(replicasLost(s))] as [string, string]] : []),
       ['checkpoints', formatNumber(s.checkpoints)],
       [REWORK_LABEL, gpuHours(s.reworkGpuHours)],
-      ['restoring and writing checkpoints', gpuHours(s.overheadGpuHours)],
+      [OVERHEAD_LABEL, gpuHours(s.overheadGpuHours)],
       ['budget events', formatNumber(s.budgetEvents)],
     ],
   );
@@ -361,16 +366,8 @@ export function renderReport(run: SimulateRun): string {
   const services = s.services
     ? [
         table(
-          ['service', 'available', 'short replica-min', 'replica-h need/held (spot)', 'cost', 'at on-demand', 'started/lost'],
-          s.services.map((x) => [
-            x.id,
-            pct(x.availabilityPct),
-            x.shortReplicaMinutes,
-            `${x.neededReplicaHours} / ${x.replicaHours} (${x.spotReplicaHours})`,
-            money(x.costMicroUsd),
-            money(x.onDemandMicroUsd),
-            `${x.replicasStarted} / ${x.replicasLost}`,
-          ]),
+          [...SERVICE_COLUMNS],
+          s.services.map((x) => serviceCells(x, money)),
         ),
         ...s.services.map((x) => paragraph(`load of ${x.id}: ${x.demand}`)),
       ].join('\n')

@@ -1,3 +1,5 @@
+import { parse as parseTolerantly, printParseErrorCode, type ParseError } from 'jsonc-parser';
+
 /**
  * The project's errors: one root, {@link GpuFleetError}, that every error class of gpu-fleet
  * extends. Each subclass sets `name`, keeps the `cause` it was given and carries context (the
@@ -135,3 +137,53 @@ export function messageOf(error: unknown): string {
 export function codeOf(error: unknown): CloudErrorCode | undefined {
   return error instanceof CloudError ? error.code : undefined;
 }
+
+/**
+ * Parses JSON text; a syntax error is thrown as a GpuFleetError saying where, by line and column
+ * (found by jsonc-parser's scanner, which reports an offset for every kind of mistake), with that
+ * line shown: `line 4, column 3: a comma is missing (at: "period": "monthly")`.
+ */
+export function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (error) {
+    const found: ParseError[] = [];
+    parseTolerantly(text, found, { disallowComments: true, allowTrailingComma: false, allowEmptyContent: false });
+    const first = found[0];
+    const position = first ? first.offset : text.length;
+    const before = text.slice(0, position).split('\n');
+    const line = before.length;
+    const column = before.at(-1)!.length + 1;
+    const shown = (text.split('\n')[line - 1] ?? '').trim();
+    const what =
+      text.trim() === ''
+        ? 'there is no JSON: the text is empty'
+        : first
+          ? (JSON_MISTAKES[printParseErrorCode(first.error)] ?? printParseErrorCode(first.error))
+          : messageOf(error);
+    throw new GpuFleetError(
+      `line ${line}, column ${column}: ${what}${shown ? ` (at: ${shown.length > 60 ? `${shown.slice(0, 57)}...` : shown})` : ''}`,
+      { cause: error, context: { line, column } },
+    );
+  }
+}
+
+/** jsonc-parser's error codes, said as what to fix. */
+const JSON_MISTAKES: Readonly<Record<string, string>> = {
+  InvalidSymbol: 'not JSON here (a value is a string in double quotes, a number, true, false, null, an object or an array)',
+  InvalidNumberFormat: 'not a JSON number',
+  PropertyNameExpected: 'a field name in double quotes was expected (JSON has no trailing commas)',
+  ValueExpected: 'a value was expected (JSON has no trailing commas)',
+  ColonExpected: 'a ":" was expected after the field name',
+  CommaExpected: 'a comma is missing before this',
+  CloseBraceExpected: 'a "}" is missing',
+  CloseBracketExpected: 'a "]" is missing',
+  EndOfFileExpected: 'more text follows the end of the JSON value',
+  InvalidCommentToken: 'JSON has no comments',
+  UnexpectedEndOfComment: 'JSON has no comments',
+  UnexpectedEndOfString: 'a string is not closed with a double quote',
+  UnexpectedEndOfNumber: 'a number is cut short',
+  InvalidUnicode: 'a \\u escape needs four hex digits',
+  InvalidEscapeCharacter: 'not a JSON escape (\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)',
+  InvalidCharacter: 'a control character (such as a tab or line break) inside a string',
+};

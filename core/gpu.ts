@@ -1,8 +1,8 @@
 /**
  * GPU models and the shapes of GPU a job can ask for.
  *
- * Model names are canonical short names ("A100-80GB", "L4"). A job that asks for a family
- * ("A100") accepts every variant of it ("A100-40GB", "A100-80GB").
+ * Model names are canonical short names ("A100-80GB", "L4"). A job that asks for "V100" also
+ * accepts the 32 GB variant ("V100-32GB"): the request is met by every GPU whose name extends it.
  */
 
 export const GPU_MODELS = [
@@ -21,8 +21,14 @@ export const GPU_MODELS = [
 ] as const;
 export type GpuModel = (typeof GPU_MODELS)[number];
 
-/** Families accepted in job specs in addition to the exact model names. */
-export const GPU_FAMILIES = ['V100', 'A100'] as const;
+/**
+ * The models a name that is not a model stands for ("A100": "A100-40GB" and "A100-80GB"): a spec
+ * naming one of these is ambiguous (40 or 80 GB are different machines), and is refused with the choices.
+ */
+export function modelsNamedBy(name: string): GpuModel[] {
+  const wanted = name.toUpperCase();
+  return GPU_MODELS.filter((m) => m.toUpperCase().startsWith(`${wanted}-`));
+}
 
 export function isGpuModel(name: string): name is GpuModel {
   return (GPU_MODELS as readonly string[]).includes(name);

@@ -1,7 +1,8 @@
-import './schema.ts';
 import * as z from 'zod/mini';
-import { GPU_FAMILIES, GPU_MODELS } from './gpu.ts';
+import { GPU_MODELS, modelsNamedBy } from './gpu.ts';
 import { migProfileProblem } from './mig.ts';
+// schema.ts first sets zod's English messages (see there).
+import { didYouMean, fieldsAt, unknownFieldsMessage } from './schema.ts';
 
 /**
  * The job spec: what a person submits to a team queue. One schema, used by intake, by
@@ -14,7 +15,7 @@ import { migProfileProblem } from './mig.ts';
 /** The longest checkpoint grace a spec may ask for, seconds. */
 export const MAX_CHECKPOINT_GRACE_SEC = 900;
 
-const ACCEPTED_MODELS: readonly string[] = [...new Set<string>([...GPU_MODELS, ...GPU_FAMILIES])];
+const ACCEPTED_MODELS: readonly string[] = GPU_MODELS;
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 // registry/repository[:tag][@sha256:digest] — no spaces, no shell metacharacters.
 const IMAGE_RE =
@@ -28,15 +29,26 @@ const ZONE_RE = /^[a-z]{2,}-[a-z0-9-]+$/;
 const modelList = z.optional(
   z
     .array(
-      z
-        .string()
-        .check(z.refine((m) => ACCEPTED_MODELS.includes(m), { error: `unknown GPU model; allowed: ${ACCEPTED_MODELS.join(', ')}` })),
+      z.string().check(
+        z.superRefine((m, ctx) => {
+          if (ACCEPTED_MODELS.includes(m)) return;
+          ctx.addIssue({ code: 'custom', message: modelProblem(m), input: m });
+        }),
+      ),
     )
     .check(
       z.minLength(1, { error: 'give at least one GPU model, or leave the field out to accept any' }),
       z.maxLength(ACCEPTED_MODELS.length),
     ),
 );
+
+/** Why a GPU model name is refused: two GPUs go by it (with the choices), or none (with the known ones). */
+function modelProblem(name: string): string {
+  const named = modelsNamedBy(name);
+  if (named.length > 1)
+    return `"${name}" names ${named.length} GPUs: ${named.map((m) => JSON.stringify(m)).join(' or ')}; name the one the job needs, or list them all to accept any`;
+  return `unknown GPU model${didYouMean(name, ACCEPTED_MODELS)}; allowed: ${ACCEPTED_MODELS.join(', ')}`;
+}
 
 const int = (min: number, max: number, unit = '') =>
   z
@@ -272,9 +284,6 @@ const JobSpecObject = z.strictObject({
   ),
 });
 
-/** The field names a spec may have, for messages about unknown fields. */
-export const JOB_SPEC_FIELDS: readonly string[] = Object.keys(JobSpecObject.shape);
-
 export const JobSpecSchema = JobSpecObject.check(
   z.superRefine((spec, ctx) => {
     if (spec.service) {
@@ -350,15 +359,14 @@ export function checkJobSpec(input: unknown): SpecCheck {
   }
   const result = JobSpecSchema.safeParse(input, { reportInput: true });
   if (result.success) return { ok: true, spec: result.data };
-  return { ok: false, errors: result.error.issues.map(describeIssue) };
+  return { ok: false, errors: result.error.issues.map((issue) => describeIssue(issue, input)) };
 }
 
-function describeIssue(issue: z.core.$ZodIssue): string {
+function describeIssue(issue: z.core.$ZodIssue, input: unknown): string {
   const where = issue.path.length > 0 ? issue.path.map(String).join('.') : '(spec)';
   let message = issue.message;
   if (issue.code === 'unrecognized_keys') {
-    const allowed = issue.path.length === 0 ? `; allowed: ${JOB_SPEC_FIELDS.join(', ')}` : '';
-    message = `unknown field(s) ${issue.keys.map((k) => JSON.stringify(k)).join(', ')}${allowed}`;
+    message = unknownFieldsMessage(issue.keys, fieldsAt(JobSpecObject, issue.path, input));
   } else if (issue.code === 'invalid_key' && issue.issues[0]) {
     message = issue.issues[0].message;
   } else if (issue.code === 'invalid_type' && issue.input === undefined) {

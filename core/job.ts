@@ -220,8 +220,6 @@ export interface Job {
   readonly checkpoint?: CheckpointRef;
   /** Set while pending when a budget or limit keeps the job waiting. */
   readonly hold?: Reason;
-  /** Set at intake when no node group could ever hold it: it stays pending for a group that may appear. */
-  readonly unschedulable?: Reason;
   /** Why the job went back to pending the last time (interrupted, node lost, preempted). */
   readonly requeueReason?: Reason;
   /** Why its checkpoint was asked for, while it is checkpointing: the reason it is requeued with. */

@@ -79,11 +79,6 @@ export function createIntakeHandler(deps: IntakeDeps) {
           log.info('job accepted', { jobId: out.job.id, team, ...(out.job.rightsize ? { rightsize: out.job.rightsize } : {}) });
           if (out.job.rightsize?.applied) metrics.addMetric('JobsRightsized', MetricUnit.Count, 1);
           metrics.addMetric('JobsAccepted', MetricUnit.Count, 1);
-          if (out.unschedulable) {
-            // Kept pending (a group that can hold it may be added), and said now rather than after a reconcile.
-            log.warn('job accepted, but no node group can ever hold it', { jobId: out.job.id, team, why: out.unschedulable });
-            metrics.addMetric('JobsUnschedulable', MetricUnit.Count, 1);
-          }
           return out.job.id;
         case 'duplicate':
           log.info('duplicate delivery: the job already exists', { jobId: out.job.id, team });

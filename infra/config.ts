@@ -1,11 +1,12 @@
 import { readFileSync } from 'node:fs';
 import awsRegionsJson from 'aws-regions/regions.json' with { type: 'json' };
-import { closest, distance } from 'fastest-levenshtein';
 import { z } from 'zod';
-import { ConfigError, messageOf } from '../core/errors.ts';
+import { ConfigError, messageOf, parseJson } from '../core/errors.ts';
 import { MIG_GPUS } from '../core/mig.ts';
+import { didYouMean, fieldsAt, unknownFieldsMessage } from '../core/schema.ts';
 import { awsShippedCatalog } from '../cloud/catalog/shipped.ts';
 import awsCatalogJson from '../data/catalog/aws-gpu-instances.json' with { type: 'json' };
+import exampleConfigJson from './config.example.json' with { type: 'json' };
 
 /**
  * The deployment's config: what `cdk deploy` creates. One JSON file (infra/config.example.json is
@@ -186,7 +187,11 @@ const TeamSchema = z.strictObject({
     .max(10)
     .default([80, 100]),
   maxGpus: int(1, 100_000).optional(),
-  weight: z.number({ error: 'must be a number' }).positive({ error: 'must be more than 0' }).max(1000).default(1),
+  weight: z
+    .number({ error: 'must be a number above 0 and at most 1000 (a share relative to the other teams, e.g. 2)' })
+    .positive({ error: 'must be more than 0' })
+    .max(1000, { error: 'must be at most 1000' })
+    .default(1),
 });
 
 export const ConfigSchema = z
@@ -217,8 +222,12 @@ export const ConfigSchema = z
         z.strictObject({
           existing: z.strictObject({
             vpcId: z.string().regex(/^vpc-[0-9a-f]{8,17}$/, { error: 'VPC ids look like "vpc-0123456789abcdef0"' }),
-            privateSubnetIds: z.array(z.string().regex(/^subnet-[0-9a-f]{8,17}$/)).min(1),
-            zones: z.array(z.string().regex(ZONE_RE)).min(1),
+            privateSubnetIds: z
+              .array(z.string().regex(/^subnet-[0-9a-f]{8,17}$/, { error: 'subnet ids look like "subnet-0123456789abcdef0"' }))
+              .min(1, { error: 'give at least one private subnet, e.g. ["subnet-0123456789abcdef0"]' }),
+            zones: z
+              .array(z.string().regex(ZONE_RE, { error: 'zones look like "us-east-1a"' }))
+              .min(1, { error: 'give the zones of the subnets, e.g. ["us-east-1a"]' }),
           }),
         }),
       ],
@@ -521,7 +530,7 @@ export function loadConfig(path: string): GpuFleetConfig {
   }
   let value: unknown;
   try {
-    value = JSON.parse(text);
+    value = parseJson(text);
   } catch (error) {
     throw new ConfigError(path, [`not valid JSON: ${messageOf(error)}`]);
   }
@@ -530,15 +539,71 @@ export function loadConfig(path: string): GpuFleetConfig {
 
 function describe(issue: z.core.$ZodIssue, input: unknown): string {
   const where = issue.path.length > 0 ? pathOf(issue.path, input) : '(config)';
-  let message = issue.message;
+  let message = LIBRARY_MESSAGE.test(issue.message) ? plainMessage(issue) : issue.message;
   if (issue.code === 'unrecognized_keys') {
-    const allowed = keysAt(ConfigSchema, issue.path);
-    const each = issue.keys.map((k) => `${JSON.stringify(k)}${didYouMean(k, allowed)}`);
-    message = `unknown field${issue.keys.length > 1 ? 's' : ''} ${each.join(', ')}${allowed.length > 0 ? `; allowed: ${allowed.join(', ')}` : ''}`;
+    message = unknownFieldsMessage(issue.keys, fieldsAt(ConfigSchema, issue.path, input));
   } else if (issue.code === 'invalid_type' && issue.input === undefined) message = `is required; ${issue.message}`;
   const got = 'input' in issue && issue.input !== undefined && issue.code !== 'unrecognized_keys' ? `; got ${short(issue.input)}` : '';
   return `${where}: ${message}${got}`;
 }
+
+/** zod's own English messages ("Invalid input: expected array, received string"), said again in gpu-fleet's words. */
+const LIBRARY_MESSAGE = /^(Invalid|Too small|Too big)\b/;
+
+/**
+ * A library message said as the schema's own are: what the field must be, and an example, the
+ * value the shipped example config (infra/config.example.json) gives a field of that name.
+ */
+function plainMessage(issue: z.core.$ZodIssue): string {
+  const field = [...issue.path].reverse().find((k): k is string => typeof k === 'string');
+  const example = field !== undefined ? EXAMPLES.get(field) : undefined;
+  const eg = example !== undefined ? `, e.g. ${example}` : '';
+  const entries = (n: number | bigint) => `${n} entr${Number(n) === 1 ? 'y' : 'ies'}`;
+  switch (issue.code) {
+    case 'invalid_type':
+      return `must be ${TYPE_WORDS[issue.expected] ?? issue.expected}${eg}`;
+    case 'too_small':
+      if (issue.origin === 'array' || issue.origin === 'set') return `give at least ${entries(issue.minimum)}${eg}`;
+      if (issue.origin === 'string') return `must be at least ${issue.minimum} characters${eg}`;
+      return `must be ${issue.inclusive ? 'at least' : 'above'} ${issue.minimum}${eg}`;
+    case 'too_big':
+      if (issue.origin === 'array' || issue.origin === 'set') return `give at most ${entries(issue.maximum)}`;
+      if (issue.origin === 'string') return `must be at most ${issue.maximum} characters`;
+      return `must be ${issue.inclusive ? 'at most' : 'below'} ${issue.maximum}`;
+    case 'invalid_format':
+      return `is not in the form this field takes${issue.format === 'regex' && issue.pattern ? ` (${issue.pattern})` : ''}${eg}`;
+    case 'invalid_value':
+      return `must be ${issue.values.map((v) => JSON.stringify(v)).join(' or ')}`;
+    default:
+      return `is not what this field takes${eg}`;
+  }
+}
+
+const TYPE_WORDS: Readonly<Record<string, string>> = {
+  array: 'a list (a JSON array)',
+  object: 'an object (a JSON object)',
+  string: 'text (a JSON string)',
+  number: 'a number',
+  int: 'a whole number',
+  boolean: 'true or false',
+  record: 'an object of names to values',
+};
+
+/** Each field name's first value in the shipped example config, as JSON (at most 80 characters). */
+const EXAMPLES: ReadonlyMap<string, string> = (() => {
+  const out = new Map<string, string>();
+  const walk = (value: unknown): void => {
+    if (Array.isArray(value)) return value.forEach(walk);
+    if (value === null || typeof value !== 'object') return;
+    for (const [k, v] of Object.entries(value)) {
+      const text = JSON.stringify(v).replace(/,(?=\S)/g, ', ');
+      if (!out.has(k) && k !== '$schema' && text.length <= 80) out.set(k, text);
+      walk(v);
+    }
+  };
+  walk(exampleConfigJson);
+  return out;
+})();
 
 /**
  * Where in the config, by name where the config has one: `nodeGroups["a100-spot"].instanceTypes[1]`
@@ -561,38 +626,6 @@ function pathOf(path: readonly PropertyKey[], input: unknown): string {
     out += typeof named === 'string' && named !== '' ? `[${JSON.stringify(named)}]` : `[${key}]`;
   }
   return out;
-}
-
-/** The fields an object of the schema has at `path` (array indexes step into the element). */
-function keysAt(schema: z.ZodType, path: readonly PropertyKey[]): string[] {
-  const inner = (s: z.ZodType): z.ZodType[] => {
-    const def = (s as unknown as { _zod: { def: { type: string; innerType?: z.ZodType; in?: z.ZodType; options?: z.ZodType[] } } })._zod
-      .def;
-    if ((def.type === 'default' || def.type === 'optional' || def.type === 'nullable' || def.type === 'prefault') && def.innerType)
-      return inner(def.innerType);
-    if (def.type === 'pipe' && def.in) return inner(def.in);
-    if (def.type === 'union' && def.options) return def.options.flatMap(inner);
-    return [s];
-  };
-  let here = inner(schema);
-  for (const key of path) {
-    here = here.flatMap((s) => {
-      if (s instanceof z.ZodArray && typeof key === 'number') return inner(s.element as z.ZodType);
-      if (s instanceof z.ZodObject && typeof key === 'string' && key in s.shape) return inner(s.shape[key] as z.ZodType);
-      return [];
-    });
-  }
-  return [...new Set(here.flatMap((s) => (s instanceof z.ZodObject ? Object.keys(s.shape) : [])))];
-}
-
-/** ` (did you mean "maxSize"?)` when a known value is close to what was written (case, a typo or two), else nothing. */
-function didYouMean(value: string, known: readonly string[]): string {
-  if (known.length === 0 || value === '') return '';
-  const lower = known.find((k) => k.toLowerCase() === value.toLowerCase());
-  const best = lower ?? closest(value, [...known]);
-  return best && best !== value && (lower !== undefined || distance(value, best) <= Math.max(1, Math.floor(value.length / 6)))
-    ? ` (did you mean ${JSON.stringify(best)}?)`
-    : '';
 }
 
 function short(value: unknown): string {

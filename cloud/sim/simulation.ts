@@ -111,7 +111,10 @@ export interface SimulationSummary {
   readonly policy: SimPolicyName;
   readonly trace: string;
   readonly seed: number;
+  /** Simulated time from start to end (`--hours`; the run stops there, whatever still runs). */
   readonly virtualHours: number;
+  /** The span of the trace's arrivals: its last job's submit time, hours (the rest of virtualHours lets the queue drain). */
+  readonly arrivalHours: number;
   readonly jobs: number;
   readonly accepted: number;
   readonly rejected: number;
@@ -981,6 +984,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     trace: options.workload.name,
     seed: options.seed,
     virtualHours: round2((endMs - startMs) / 3_600_000),
+    arrivalHours: round2(options.workload.jobs.reduce((m, j) => Math.max(m, j.submitSec), 0) / 3600),
     jobs: options.workload.jobs.length,
     accepted: jobs.filter((j) => j.state !== 'rejected').length,
     rejected: jobs.filter((j) => j.state === 'rejected').length,

@@ -62,7 +62,8 @@ export function migProfileForShare(share: number): string {
 }
 
 const DEFAULT_TEAMS = ['nlp', 'vision', 'speech', 'recsys'];
-const GPU_TYPE_NAMES: Record<string, string> = {
+/** A trace's GPU type as the models a spec names ("a100", which a trace does not say 40 or 80 GB of, accepts both). */
+const GPU_TYPE_NAMES: Record<string, string | readonly string[]> = {
   v100: 'V100',
   'v100-32gb': 'V100-32GB',
   t4: 'T4',
@@ -70,7 +71,7 @@ const GPU_TYPE_NAMES: Record<string, string> = {
   a10g: 'A10G',
   l4: 'L4',
   l40s: 'L40S',
-  a100: 'A100',
+  a100: ['A100-40GB', 'A100-80GB'],
   'a100-40gb': 'A100-40GB',
   'a100-80gb': 'A100-80GB',
   'a100-sxm4-80gb': 'A100-80GB',
@@ -117,8 +118,8 @@ export function parseWorkload(name: string, csvText: string, options: WorkloadOp
     if (!Number.isFinite(submit)) return skipped.push({ row, why: 'submit_s is not a number' });
     if (!Number.isFinite(gpus) || gpus <= 0) return skipped.push({ row, why: 'no GPUs' });
     const team = sanitizeTeam(r.team) ?? teamsPool[fnv1a(id) % teamsPool.length]!;
-    const model = r.gpu_type ? (GPU_TYPE_NAMES[r.gpu_type.toLowerCase()] ?? undefined) : (options.defaultGpuModel ?? 'V100');
-    const models = model ? [model] : undefined;
+    const model = r.gpu_type ? GPU_TYPE_NAMES[r.gpu_type.toLowerCase()] : (options.defaultGpuModel ?? 'V100');
+    const models = model === undefined ? undefined : typeof model === 'string' ? [model] : [...model];
     const workSec = Math.max(1, Math.round(duration));
     let gpu: JobSpecInput['gpu'];
     let nodes = 1;

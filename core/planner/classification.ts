@@ -11,7 +11,8 @@ import { deadlineChoice } from '../deadline.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
 import { hostPortsOf } from '../job-spec.ts';
-import { placementAllowed, typeCanHold, usedMilli } from './capacity.ts';
+import { reason, type Reason } from '../reason.ts';
+import { placementAllowed, typeCanHold, usedMilli, whyNoGroupHolds } from './capacity.ts';
 import { budgetMessage, teamBudget } from './limits.ts';
 import { fairShareOrder } from './ordering.ts';
 import { budgetHeld, noGroupOffers, noOfferingFits, providerDegraded, spotOnlyBudget } from './reasons.ts';
@@ -97,6 +98,12 @@ function capacityIsScarce(st: PlanningState, entries: readonly Entry[]): boolean
   return supply < demand;
 }
 
+/** Why no group offers a machine for the job, naming the requirement none meets (as intake says it). */
+function noGroupHolds(job: Job, s: PlanningState['s']): Reason {
+  const why = whyNoGroupHolds(job.spec, s.groups, s.instanceTypes);
+  return why ? reason('no-offering-fits', why) : noGroupOffers(job);
+}
+
 /** Jobs that ask the same thing in the same way share one class and one eligibility computation. */
 export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): JobClass {
   const s = st.s;
@@ -173,7 +180,7 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
         ? noOfferingFits(job, capacity)
         : s.degraded && s.degraded.length > 0
           ? providerDegraded(job, s.degraded)
-          : noGroupOffers(job);
+          : noGroupHolds(job, s);
   const cls: JobClass = {
     key,
     request: spec.gpu,

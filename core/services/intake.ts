@@ -2,11 +2,10 @@ import { isValidTeamId } from '../budget.ts';
 import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
 import { checkJobSpec, type JobSpec } from '../job-spec.ts';
 import type { Clock, FleetShape, JobStore, NodeGroupProvider, ServiceStore } from '../ports.ts';
-import { ConflictError, messageOf } from '../errors.ts';
+import { ConflictError, messageOf, parseJson } from '../errors.ts';
 import { newServiceRecord, type ServiceRecord } from '../serving/service.ts';
 import type { InstanceTypeCatalog } from '../catalog.ts';
 import { whyNoGroupHolds } from '../planner/capacity.ts';
-import { reason } from '../reason.ts';
 import { rightsizeSubmission, type RightsizePorts } from './rightsizing.ts';
 
 export type { FleetShape };
@@ -25,8 +24,7 @@ export interface IntakeMessage {
 }
 
 export type IntakeOutcome =
-  /** `unschedulable`: no node group can ever hold it (the job is kept pending for a group that may appear). */
-  | { readonly outcome: 'accepted'; readonly job: Job; readonly unschedulable?: string }
+  | { readonly outcome: 'accepted'; readonly job: Job }
   | { readonly outcome: 'duplicate'; readonly job: Job }
   /** The token was used before for a different spec: the stored job stands and this one is not taken (a retry cannot help). */
   | { readonly outcome: 'token-reused'; readonly job: Job; readonly error: string }
@@ -75,7 +73,7 @@ export async function intake(
   let parsed: unknown;
   let errors: string[] | undefined;
   try {
-    parsed = JSON.parse(message.body);
+    parsed = parseJson(message.body);
   } catch (error) {
     errors = [`(body): not valid JSON (${messageOf(error)}); a job spec is a JSON object`];
   }
@@ -97,16 +95,17 @@ export async function intake(
               nowMs,
             )
           : { spec: check.spec };
+      // A spec no node group can ever hold is refused now, with the requirement no group meets, rather
+      // than waiting for ever; when the groups cannot all be known here, reconcile says the same.
       const why = await unschedulable(ports.fleetShape, sized.spec);
-      const pending = {
-        ...newPendingJob({ id, team: message.team, spec: sized.spec, submittedAtMs: nowMs }),
-        ...(sized.decision ? { rightsize: sized.decision } : {}),
-      };
-      const { created, job } = await ports.jobs.create(
-        why ? { ...pending, unschedulable: reason('no-offering-fits', `at intake: ${why}; it waits for a group that can`) } : pending,
-      );
-      if (!created) return repeated(job, message, check.spec);
-      return why ? { outcome: 'accepted', job, unschedulable: why } : { outcome: 'accepted', job };
+      if (why) errors = [`(spec): ${why}; change the spec, or add a node group that can hold it`];
+      else {
+        const { created, job } = await ports.jobs.create({
+          ...newPendingJob({ id, team: message.team, spec: sized.spec, submittedAtMs: nowMs }),
+          ...(sized.decision ? { rightsize: sized.decision } : {}),
+        });
+        return created ? { outcome: 'accepted', job } : repeated(job, message, check.spec);
+      }
     } else errors = check.errors;
   }
   const { created, job } = await ports.jobs.create(

@@ -25,6 +25,7 @@ interface Summary {
   requeues: number;
   moves: number;
   reworkGpuHours: number;
+  costByTeamMicroUsd: Record<string, number>;
   services?: { id: string; costMicroUsd: number; replicaHours: number; replicasLost: number }[];
   baselines: Record<string, Summary>;
 }
@@ -97,6 +98,34 @@ describe('the figures of one simulation agree wherever they are shown', () => {
       requeues: summary.requeues,
       replicaLosses: replicasLost,
     });
+  });
+
+  it("each team's spend and commitment: the terminal, summary.json, report (JSON) and budget (text and JSON)", async () => {
+    const dollars = (micro: number) => `$${(micro / 1e6).toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+    const teams = Object.keys(summary.costByTeamMicroUsd).filter((t) => t !== '(idle)');
+    expect(teams.length).toBeGreaterThan(1);
+    const report = JSON.parse(await cli(['report', '--sim', dir, '--json'])) as {
+      byTeam: { team: string; costMicroUsd: number; committedMicroUsd: number }[];
+    };
+    const budget = JSON.parse(await cli(['budget', '--sim', dir, '--json'])) as {
+      team: string;
+      spentMicroUsd: number;
+      committedMicroUsd: number;
+    }[];
+    const budgetText = await cli(['budget', '--sim', dir]);
+    for (const team of teams) {
+      const spent = summary.costByTeamMicroUsd[team]!;
+      expect(spent).toBeGreaterThan(0);
+      const inReport = report.byTeam.find((r) => r.team === team);
+      const inBudget = budget.find((b) => b.team === team);
+      expect({ team, terminal: new RegExp(`^team ${team}\\s+(\\S+)$`, 'm').exec(terminal)?.[1] }).toEqual({
+        team,
+        terminal: dollars(spent),
+      });
+      expect({ team, report: inReport?.costMicroUsd, budget: inBudget?.spentMicroUsd }).toEqual({ team, report: spent, budget: spent });
+      expect({ team, committed: inBudget?.committedMicroUsd }).toEqual({ team, committed: inReport?.committedMicroUsd });
+      expect(budgetText).toMatch(new RegExp(`^${team}\\s+\\S+\\s+${dollars(spent).replace('$', '\\$')}\\s`, 'm'));
+    }
   });
 
   it('a report for a period with no activity shows none (no paid, no GPU-hours, no jobs, no projects)', async () => {

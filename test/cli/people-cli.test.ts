@@ -285,7 +285,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(sent.stdout).toMatch(/service nlp\.embed created \(version 1\); reconcile starts its replicas/);
   }, 60_000);
 
-  it('submit says when no node group could ever hold the job, naming what the groups offer, with --dry-run too', async () => {
+  it('submit refuses a job no node group could ever hold, naming the requirement and what the groups offer, with --dry-run too', async () => {
     const l4 = [
       'submit',
       '--sim',
@@ -301,24 +301,18 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
       '--gpu-model',
       'A10G',
     ];
+    // The dry run and the submission both refuse it, naming the requirement, and nothing is sent.
     const dry = await cli([...l4, '--dry-run', '--', 'python', 'x.py']);
-    expect(dry.code).toBe(0);
-    expect(dry.stdout).toMatch(
-      /valid; not sent \(--dry-run\)\n# no node group can hold it: no group has a GPU it names \(L4, A10G\); the groups offer p3\.16xlarge\s+\(8 V100\), p3\.2xlarge\s+\(1 V100\)/,
+    expect(dry.code).toBe(2);
+    expect(dry.stderr).toMatch(
+      /the job cannot run on this fleet: no node group can hold it: no group has a GPU it names \(L4, A10G\); the groups offer p3\.16xlarge\s+\(8 V100\), p3\.2xlarge\s+\(1 V100\)/,
     );
     const anyModel = await cli([...l4.slice(0, l4.indexOf('--gpu-model')), '--dry-run', '--', 'python', 'x.py']);
     expect(anyModel.stdout).toMatch(/valid; not sent \(--dry-run\); a node group can hold it/);
-    const sent = json<{ jobId: string; nodeGroups: { checked: boolean; canHold: boolean; why: string } }>(
-      await cli([...l4, '--token', 'l4-1', '--json', '--', 'python', 'x.py']),
-    );
-    expect(sent.nodeGroups).toMatchObject({ checked: true, canHold: false, why: expect.stringMatching(/^no node group can hold it/) });
-    // Intake recorded it so: it waits, and explain says why before any reconcile has planned it.
-    const why = json<{ state: string; summary: string; details: string[] }>(await cli(['explain', '--sim', dir, sent.jobId, '--json']));
-    expect(why.state).toBe('pending');
-    expect(why.summary).toMatch(
-      /waits \([^)]*\); no node group can ever hold it \(at intake: no node group can hold it: no group has a GPU it names \(L4, A10G\); the groups offer p3\.16xlarge/,
-    );
-    await cli(['cancel', '--sim', dir, sent.jobId]);
+    const sent = await cli([...l4, '--token', 'l4-1', '--', 'python', 'x.py']);
+    expect(sent.code).toBe(2);
+    expect(sent.stderr).toMatch(/the job cannot run on this fleet: no node group can hold it: .*; nothing was sent/);
+    expect((await cli(['status', '--sim', dir, 'nlp.l4-1'])).code).not.toBe(0);
   });
 
   it('submit validates with the intake schema, prints the job id, and the same token makes one job; cancel stops it', async () => {

@@ -17,7 +17,7 @@ describe('job spec', () => {
 
   it('accepts every GPU shape, gangs, checkpoints, deadlines and placement limits', () => {
     const specs = [
-      { ...valid, gpu: { kind: 'whole', count: 8, models: ['A100', 'H100'], minMemoryMiB: 40_000 }, nodes: 4 },
+      { ...valid, gpu: { kind: 'whole', count: 8, models: ['A100-40GB', 'A100-80GB', 'H100'], minMemoryMiB: 40_000 }, nodes: 4 },
       { ...valid, gpu: { kind: 'fraction', milliGpu: 250, memoryMiB: 4096 } },
       { ...valid, gpu: { kind: 'mig', profile: '3g.40gb', models: ['A100-80GB'] } },
       { ...valid, checkpoint: { intervalSec: 900 }, deadline: '2026-12-04T17:00:00Z', labels: { project: 'llm-eval' } },
@@ -34,7 +34,28 @@ describe('job spec', () => {
     [{ ...valid, gpu: { kind: 'whole', count: 0 } }, 'gpu.count: must be at least 1; got 0'],
     [{ ...valid, gpu: { kind: 'whole', count: 2.5 } }, 'gpu.count: must be a whole number from 1 to 16; got 2.5'],
     [{ ...valid, gpu: { kind: 'quantum', count: 1 } }, 'gpu.kind: must be "whole", "fraction" or "mig"'],
-    [{ ...valid, gpu: { kind: 'whole', count: 1, models: ['Z100'] } }, 'gpu.models.0: unknown GPU model; allowed: K80, T4'],
+    [{ ...valid, gpu: { kind: 'whole', count: 1, models: ['X9'] } }, 'gpu.models.0: unknown GPU model; allowed: K80, T4'],
+    [{ ...valid, gpu: { kind: 'whole', count: 1, models: ['a100-80gb'] } }, 'unknown GPU model (did you mean "A100-80GB"?)'],
+    // Two GPUs go by the name: 40 and 80 GB are different machines, so the choice is the submitter's.
+    [
+      { ...valid, gpu: { kind: 'whole', count: 1, models: ['A100'] } },
+      'gpu.models.0: "A100" names 2 GPUs: "A100-40GB" or "A100-80GB"; name the one the job needs, or list them all to accept any',
+    ],
+    // A misspelt field gets the one meant, at every depth; of a GPU request, the fields of its kind.
+    [{ ...valid, expectedRuntimeSecs: 600 }, '(spec): unknown field "expectedRuntimeSecs" (did you mean "expectedRuntimeSec"?)'],
+    [{ ...valid, checkpoint: { intervalSec: 600, interval: 600 } }, 'checkpoint: unknown field "interval" (did you mean "intervalSec"?)'],
+    [
+      { ...valid, gpu: { kind: 'whole', count: 1, minMemoryMB: 1 } },
+      'gpu: unknown field "minMemoryMB" (did you mean "minMemoryMiB"?); allowed: kind, count, models, minMemoryMiB, rightsize',
+    ],
+    [
+      {
+        ...valid,
+        name: 'web',
+        service: { port: 8000, replicas: { min: 1, max: 2 }, targets: [{ metric: 'waiting-requests', perReplica: 1, prometheus: 'x' }] },
+      },
+      'service.targets.0: unknown field "prometheus" (did you mean "prometheusMetric"?)',
+    ],
     [{ ...valid, gpu: { kind: 'mig', profile: 'big' } }, 'gpu.profile: must be a MIG profile such as "1g.10gb"'],
     // Shaped like a profile but in no GPU's table: the error lists each model's profiles.
     [
@@ -50,13 +71,13 @@ describe('job spec', () => {
     [{ ...valid, env: { GPU_FLEET_JOB_ID: 'x' } }, 'env.GPU_FLEET_JOB_ID: GPU_FLEET_* variables are set by gpu-fleet'],
     [{ ...valid, deadline: 'friday' }, 'deadline: must be an ISO 8601 date-time'],
     [{ ...valid, priority: 5000 }, 'priority: must be at most 1000; got 5000'],
-    [{ ...valid, extra: 1 }, '(spec): unknown field(s) "extra"; allowed: name, image, command'],
+    [{ ...valid, extra: 1 }, '(spec): unknown field "extra"; allowed: name, image, command'],
     [{ ...valid, team: 'other-team' }, 'team: a job spec cannot name its team'],
     [{ command: ['x'], gpu: { kind: 'whole', count: 1 } }, 'image: is required'],
     [null, '(spec): must be a JSON object'],
     [[1, 2], '(spec): must be a JSON object'],
     [{ ...valid, container: { shmSizeMiB: 16 } }, 'container.shmSizeMiB: must be at least 64 MiB; got 16'],
-    [{ ...valid, container: { memlock: -1 } }, 'container: unknown field(s) "memlock"'],
+    [{ ...valid, container: { memlock: -1 } }, 'container: unknown field "memlock"; allowed: shmSizeMiB, lockedMemoryMiB'],
     [
       {
         ...valid,

@@ -86,25 +86,31 @@ describe('intake', () => {
     expect(await intake(e, { team: 'nlp', body: '{', token: 'run-7' })).toMatchObject({ outcome: 'token-reused' });
   });
 
-  it('records at intake a spec no node group can ever hold, keeps it pending, and says what the groups offer', async () => {
+  it('rejects at intake a spec no node group can ever hold, naming the requirement no group meets', async () => {
     const e = env();
     const ports = { jobs: e.jobs, clock: e.clock, fleetShape: fleetShapeFrom(e.ports.providers, e.catalog.instanceTypes, e.clock) };
     const l4 = { ...spec, gpu: { kind: 'whole', count: 1, models: ['L4', 'A10G'] } };
     const out = await intake(ports, { team: 'nlp', body: JSON.stringify(l4), token: 'l4' });
-    expect(out).toMatchObject({ outcome: 'accepted', job: { state: 'pending' } });
-    expect(out.outcome === 'accepted' && out.unschedulable).toMatch(
-      /^no node group can hold it: no group has a GPU it names \(L4, A10G\); the groups offer p3\.2xlarge \(1 V100\)/,
+    expect(out).toMatchObject({ outcome: 'rejected', job: { state: 'rejected' } });
+    const [error] = out.outcome === 'rejected' ? out.errors : [];
+    expect(error).toMatch(
+      /^\(spec\): no node group can hold it: no group has a GPU it names \(L4, A10G\); the groups offer p3\.2xlarge \(1 V100\)/,
     );
-    expect((await e.jobs.get('nlp.l4'))!.unschedulable).toMatchObject({
-      code: 'no-offering-fits',
-      message: expect.stringMatching(/it waits for a group that can$/),
+    expect((await e.jobs.get('nlp.l4'))!.rejection).toMatchObject({ errors: [error], body: JSON.stringify(l4) });
+    // A repeat of the same message is the same rejected job.
+    expect(await intake(ports, { team: 'nlp', body: JSON.stringify(l4), token: 'l4' })).toMatchObject({ outcome: 'duplicate' });
+    // Memory is named when it is what no group has.
+    const big = { ...spec, gpu: { kind: 'whole', count: 1, models: ['V100'], minMemoryMiB: 600_000 } };
+    expect(await intake(ports, { team: 'nlp', body: JSON.stringify(big), token: 'big' })).toMatchObject({
+      outcome: 'rejected',
+      errors: [expect.stringMatching(/it asks for 600,000 MiB of memory per GPU; the most a group's GPU has is 16,384 MiB/)],
     });
     // A spec a group can hold is taken as it was.
     const v100 = await intake(ports, { team: 'nlp', body: JSON.stringify(spec), token: 'v100' });
-    expect(v100).toEqual({ outcome: 'accepted', job: expect.not.objectContaining({ unschedulable: expect.anything() }) });
-    // When the groups cannot be listed, or one has a machine type the catalogue does not know, nothing is said.
+    expect(v100).toMatchObject({ outcome: 'accepted', job: { state: 'pending' } });
+    // When the groups cannot be listed, or one has a machine type the catalogue does not know, it is taken (reconcile says why it waits).
     const failing = { ...ports, fleetShape: async () => Promise.reject(new Error('throttled')) };
-    expect(await intake(failing, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-b' })).not.toHaveProperty('unschedulable');
+    expect(await intake(failing, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-b' })).toMatchObject({ outcome: 'accepted' });
     const unknownType = fleetShapeFrom(
       [
         {
@@ -119,9 +125,9 @@ describe('intake', () => {
       e.catalog.instanceTypes,
       e.clock,
     );
-    expect(
-      await intake({ ...ports, fleetShape: unknownType }, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-c' }),
-    ).not.toHaveProperty('unschedulable');
+    expect(await intake({ ...ports, fleetShape: unknownType }, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-c' })).toMatchObject({
+      outcome: 'accepted',
+    });
   });
 
   it('lists the node groups once a minute for intake, not once per message, and keeps no failed listing', async () => {

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -759,6 +759,38 @@ describe('the config', () => {
     expect(() => parseConfig(bad)).toThrow(
       /services\.targetGroups(\.|\[")ghost\.chat.*: service ghost\.chat belongs to team "ghost", which is not in teams \(/,
     );
+  });
+
+  it("says a library's terse messages again in plain words with an example from the example config", () => {
+    const bad = base();
+    bad.teams[0] = { ...bad.teams[0], alertAtPct: '50,90' };
+    bad.teams[1] = { ...bad.teams[1], alertAtPct: [] };
+    bad.region = 5;
+    let problems: readonly string[] = [];
+    try {
+      parseConfig(bad);
+    } catch (e) {
+      problems = (e as ConfigError).problems;
+    }
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        'teams["nlp"].alertAtPct: must be a list (a JSON array), e.g. [50, 80, 100]; got "50,90"',
+        'teams["vision"].alertAtPct: give at least 1 entry, e.g. [50, 80, 100]; got []',
+        'region: must be text (a JSON string), e.g. "us-east-1"; got 5',
+      ]),
+    );
+    expect(problems.join('\n')).not.toMatch(/Invalid input|Too small|Too big|expected array/);
+  });
+
+  it('says where a config that is not JSON goes wrong, by line and column', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gf-config-'));
+    const file = join(dir, 'config.json');
+    writeFileSync(file, '{\n  "region": "us-west-2",\n  "teams": [\n    { "name": "nlp" "budgetUsd": 5000 }\n  ]\n}\n');
+    expect(() => loadConfig(file)).toThrow(
+      /config\.json is not a valid gpu-fleet config:\n {2}- not valid JSON: line 4, column 21: a comma is missing before this \(at: \{ "name": "nlp" "budgetUsd": 5000 \}\)/,
+    );
+    writeFileSync(file, '{\n  "region": "us-west-2",\n}\n');
+    expect(() => loadConfig(file)).toThrow(/line 3, column 1: a field name in double quotes was expected \(JSON has no trailing commas\)/);
   });
 
   it('says which field, which value, and what is allowed', () => {
