@@ -2,7 +2,7 @@ import * as z from 'zod/mini';
 import { GPU_MODELS, modelsNamedBy } from './gpu.ts';
 import { migProfileProblem } from './mig.ts';
 // schema.ts first sets zod's English messages (see there).
-import { didYouMean, fieldsAt, unknownFieldsMessage } from './schema.ts';
+import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from './schema.ts';
 
 /**
  * The job spec: what a person submits to a team queue. One schema, used by intake, by
@@ -385,3 +385,56 @@ function shortJson(value: unknown): string {
   }
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }
+
+describeFields(JobSpecObject, {
+  name: "the job's name: the service's name for a service (known as team.name); for a job, a label for people",
+  image: 'the container image the job runs, as docker pulls it: [registry/]repository[:tag][@sha256:digest]',
+  command: 'the program and its arguments (argv; no shell stands between the spec and the process)',
+  env: 'environment variables of the process (GPU_FLEET_* are set by gpu-fleet and cannot be given)',
+  gpu: 'the GPUs the job needs on each of its machines: whole GPUs, a share of one, or a MIG slice',
+  'gpu.kind': '"whole": whole GPUs; "fraction": a share of one GPU; "mig": a MIG slice',
+  'gpu.count': 'whole GPUs on one machine',
+  'gpu.models': 'GPU models the job may run on (any when left out); listing several accepts any of them',
+  'gpu.minMemoryMiB': 'the least memory each GPU must have',
+  'gpu.milliGpu': "the share of one GPU, in thousandths (250 is a quarter); shares of one GPU are not isolated",
+  'gpu.memoryMiB': 'the GPU memory the share needs',
+  'gpu.profile': "a MIG profile in NVIDIA's table for a GPU it may run on, e.g. 1g.10gb on an A100-80GB",
+  'gpu.rightsize':
+    '"suggest": report what a smaller shape measured use calls for would save; "auto": take that shape (see concepts: right-sizing)',
+  nodes: 'machines the job runs on at once (a gang: all start together or none; whole GPUs only)',
+  priority: 'higher goes first; a job of higher priority may move interruptible work of lower priority',
+  interruptible: 'false keeps the job off spot and reclaimable capacity (on-demand or reserved only)',
+  checkpoint: 'how the job checkpoints; without it, an interrupted job starts again from the beginning',
+  'checkpoint.intervalSec': 'how often the job writes a checkpoint of its own accord',
+  'checkpoint.signal': 'the signal that asks the job to checkpoint now (before an interruption or a move)',
+  'checkpoint.gracePeriodSec': 'how long the job may take to write a checkpoint when asked',
+  'checkpoint.sizeGiB': "one machine's checkpoint size, for the upload's time allowance (default: the GPU memory the job holds)",
+  expectedRuntimeSec: 'how long the job runs when not interrupted: the planner prices spot risk and budgets commit cost from it',
+  deadline: 'when the job must be done: it moves from spot to on-demand when waiting longer would miss it',
+  labels: 'labels for reports and Logs Insights (project is the one report groups by)',
+  service: 'makes the spec a service: replicas of the container behind a port, scaled on load',
+  'service.port': 'the port each replica listens on (1024 or above, not 9400)',
+  'service.readiness': 'how a replica is known to be ready: an HTTP path answered with 2xx',
+  'service.readiness.path': 'the HTTP path the load balancer and the agent ask',
+  'service.readiness.initialDelaySec': 'how long a replica is given to start before it is asked',
+  'service.readiness.periodSec': 'how often it is asked',
+  'service.readiness.unhealthyLimitSec': 'a replica that has not answered for this long is replaced',
+  'service.replicas': 'the fewest and the most replicas',
+  'service.replicas.min': 'the fewest replicas, whatever the load',
+  'service.replicas.max': 'the most replicas, whatever the load',
+  'service.targets': 'what one replica should carry; the most replicas any target asks for is taken',
+  'service.targets[].metric': 'the load figure the target is on',
+  'service.targets[].perReplica': 'how much of it one replica carries',
+  'service.targets[].prometheusMetric': "the replica's own Prometheus series for the metric (default: vLLM's names)",
+  'service.spareSpot': 'spot replicas beyond the target, against losses (gpu-fleet chooses when left out)',
+  'service.onDemandBase': 'replicas kept on on-demand whatever spot does',
+  'service.scaleUpDelaySec': 'how long a higher load must last before replicas are added',
+  'service.scaleDownWindowSec': 'replicas are removed only to the most the load asked for over this window',
+  container: 'how the container runs (Docker): shared memory and the locked-memory limit',
+  'container.shmSizeMiB': 'the size of /dev/shm (default 1024 MiB per GPU the job holds on a machine)',
+  'container.lockedMemoryMiB': 'the locked-memory limit (default unlimited, as NCCL and RDMA need)',
+  placement: 'where the job may run (any cloud, region and zone of the fleet when left out)',
+  'placement.clouds': 'the clouds it may run on',
+  'placement.regions': 'the regions it may run in',
+  'placement.zones': 'the zones it may run in',
+});

@@ -1,5 +1,5 @@
 import { closest, distance } from 'fastest-levenshtein';
-import { config } from 'zod/mini';
+import { config, globalRegistry } from 'zod/mini';
 import en from 'zod/v4/locales/en.js';
 
 /**
@@ -79,4 +79,48 @@ export function didYouMean(value: string, known: readonly string[]): string {
 export function unknownFieldsMessage(keys: readonly string[], allowed: readonly string[]): string {
   const each = keys.map((k) => `${JSON.stringify(k)}${didYouMean(k, allowed)}`);
   return `unknown field${keys.length > 1 ? 's' : ''} ${each.join(', ')}${allowed.length > 0 ? `; allowed: ${allowed.join(', ')}` : ''}`;
+}
+
+/**
+ * Gives fields of a schema their one-line descriptions (zod's global registry, which JSON Schema
+ * output and so docs/reference read), by path: `"nodeGroups[].maxSize"`; `[]` steps into a list's
+ * entries or a map's values, and a union's options each get it. A path the schema does not have
+ * throws, so a description cannot outlive its field.
+ */
+export function describeFields(schema: unknown, descriptions: Readonly<Record<string, string>>): void {
+  interface Def {
+    type: string;
+    innerType?: unknown;
+    in?: unknown;
+    options?: unknown[];
+    shape?: Record<string, unknown>;
+    element?: unknown;
+    valueType?: unknown;
+  }
+  const defOf = (s: unknown): Def => (s as { _zod: { def: Def } })._zod.def;
+  const unwrap = (s: unknown): unknown[] => {
+    const def = defOf(s);
+    if (['default', 'optional', 'nullable', 'prefault', 'readonly', 'catch'].includes(def.type) && def.innerType)
+      return unwrap(def.innerType);
+    if (def.type === 'pipe' && def.in) return unwrap(def.in);
+    if (def.type === 'union' && def.options) return def.options.flatMap(unwrap);
+    return [s];
+  };
+  for (const [path, description] of Object.entries(descriptions)) {
+    let here: unknown[] = [schema];
+    for (const part of path.split('.')) {
+      const [, name, lists] = /^([^[]+)((?:\[\])*)$/.exec(part) ?? [];
+      here = here.flatMap(unwrap).flatMap((s) => {
+        const field = name !== undefined ? defOf(s).shape?.[name] : undefined;
+        return field ? [field] : [];
+      });
+      for (let i = 0; i < (lists ?? '').length / 2; i++)
+        here = here.flatMap(unwrap).flatMap((s) => {
+          const d = defOf(s);
+          return d.type === 'array' && d.element ? [d.element] : d.type === 'record' && d.valueType ? [d.valueType] : [];
+        });
+    }
+    if (here.length === 0) throw new Error(`describeFields: the schema has no field ${path}`);
+    for (const s of here) globalRegistry.add(s as Parameters<typeof globalRegistry.add>[0], { description });
+  }
 }

@@ -3,7 +3,7 @@ import awsRegionsJson from 'aws-regions/regions.json' with { type: 'json' };
 import { z } from 'zod';
 import { ConfigError, messageOf, parseJson } from '../core/errors.ts';
 import { MIG_GPUS } from '../core/mig.ts';
-import { didYouMean, fieldsAt, unknownFieldsMessage } from '../core/schema.ts';
+import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from '../core/schema.ts';
 import { awsShippedCatalog } from '../cloud/catalog/shipped.ts';
 import awsCatalogJson from '../data/catalog/aws-gpu-instances.json' with { type: 'json' };
 import exampleConfigJson from './config.example.json' with { type: 'json' };
@@ -504,6 +504,87 @@ export const ConfigSchema = z
         });
     });
   });
+
+describeFields(ConfigSchema, {
+  $schema: 'a JSON Schema reference for editors; ignored',
+  stackName: "the CloudFormation stack's name; queues are named after it (gpufleet-team-<team> for GpuFleet)",
+  region: 'the AWS region the stack is deployed to',
+  account: 'the AWS account id (when the CDK environment should be pinned)',
+  vpc: 'the network: a VPC the stack creates, or an existing one',
+  'vpc.create': 'a VPC the stack creates, with private subnets in the zones given',
+  'vpc.create.cidr': "the VPC's address range",
+  'vpc.create.zones': 'the zones it has subnets in',
+  'vpc.existing': 'an existing VPC, by id and private subnets',
+  'vpc.existing.vpcId': "the VPC's id",
+  'vpc.existing.privateSubnetIds': 'the private subnets the machines and functions go in',
+  'vpc.existing.zones': 'the zones of those subnets',
+  nodeGroups: 'the GPU node groups: one EC2 Auto Scaling group each, sized by reconcile only',
+  'nodeGroups[].name': "the group's name (unique)",
+  'nodeGroups[].instanceTypes': 'the GPU instance types it may launch (from the shipped catalogue); several make a mixed-instances group',
+  'nodeGroups[].capacityType': '"spot", "on-demand", or "reserved" (launches into one capacity reservation)',
+  'nodeGroups[].reservation': 'for "reserved": the reservation the launch template targets',
+  'nodeGroups[].reservation.id': "the reservation's id",
+  'nodeGroups[].reservation.kind': '"odcr" (On-Demand Capacity Reservation) or "capacity-block" (Capacity Block for ML)',
+  'nodeGroups[].zones': 'the zones it launches in (in a VPC the stack creates); give zones or subnetIds',
+  'nodeGroups[].subnetIds': 'the subnets it launches in (in an existing VPC)',
+  'nodeGroups[].minSize': 'machines kept however idle',
+  'nodeGroups[].maxSize': 'the most machines it may have',
+  'nodeGroups[].ami': 'the machine image: an SSM parameter (the Deep Learning Base AMI by default) or an AMI id',
+  'nodeGroups[].ami.ssmParameter': 'an SSM parameter holding the AMI id, read at deploy',
+  'nodeGroups[].ami.amiId': 'an AMI id',
+  'nodeGroups[].diskGiB': "each machine's root volume (encrypted)",
+  'nodeGroups[].migEnabled': 'runs the GPUs in MIG mode (only GPUs that have MIG: A100, H100, H200, B200)',
+  teams: "the teams: a queue each, tagged with the team's initial budget (the tags are read live afterwards)",
+  'teams[].name': "the team's id, in its queue's name",
+  'teams[].budgetUsd': 'the budget for one period, dollars',
+  'teams[].period': 'the budget period, in UTC',
+  'teams[].action': 'when the budget is spent: alert (carry on), spot-only, hold (no new work), stop (checkpoint and hold running work)',
+  'teams[].alertAtPct': 'alert at these percentages of the budget',
+  'teams[].maxGpus': 'the most GPUs the team may hold at once',
+  'teams[].weight': "the team's share of GPUs when teams compete",
+  policy: "the control loop's timing",
+  'policy.reconcileIntervalSec': 'how often reconcile runs (it also runs soon after new work or lost capacity)',
+  'policy.idleCooldownSec': 'how long an empty machine is kept before it is let go',
+  'policy.noticeMarginSec': 'how much of a spot notice is kept back for the checkpoint upload',
+  checkpoints: "the checkpoint bucket's settings",
+  'checkpoints.bucketName': "the bucket's name (one is generated when left out)",
+  'checkpoints.expireAfterDays': 'checkpoints of finished jobs are deleted after this many days (a live job keeps its own)',
+  alarmEmail: "where the stack's alarms are sent",
+  prometheus: 'serve /metrics (dcgm-exporter names) on every machine to the scrapers allowed',
+  'prometheus.port': 'the port /metrics listens on',
+  'prometheus.allowFrom': 'who may scrape: a CIDR or the security group of the Prometheus servers',
+  'prometheus.allowFrom.cidr': 'the addresses the scrapers come from',
+  'prometheus.allowFrom.securityGroupId': "the Prometheus servers' security group",
+  dcgmExporterUrl: "the machines' own dcgm-exporter, read for the utilisation of MIG slices",
+  jobLogs: "the jobs' output in CloudWatch Logs",
+  'jobLogs.retentionDays': 'how long it is kept',
+  discounts: 'Savings Plans and Reserved Instances, declared per instance family (not read from the account)',
+  'discounts[].family': 'the instance family (the part of the type before the dot)',
+  'discounts[].discountPct': 'the discount on the on-demand price',
+  'discounts[].commitmentUsdPerHour': 'the hourly commitment, at the discounted rate',
+  'discounts[].name': 'a name for reports',
+  reservations: 'which capacity reservations reconcile reads beside those its reserved groups launch into',
+  'reservations.selector': 'terms, any of which matches: a reservation id, or tags it has all of',
+  'reservations.selector[]': 'one term',
+  'reservations.selector[].id': 'a reservation, by id',
+  'reservations.selector[].tags': 'every reservation with all these tags',
+  services: "the services' front door: a load balancer the stack creates, or target groups you have",
+  'services.targetGroups': 'service id (team.name) → the ARN of its target group (IP targets on its port)',
+  'services.loadBalancer': 'an Application Load Balancer the stack creates, a listener per service',
+  'services.loadBalancer.internetFacing': 'internet-facing rather than internal (needs a VPC the stack creates)',
+  'services.loadBalancer.allowFrom': 'who may reach the listeners (default: the VPC)',
+  'services.loadBalancer.certificateArn': 'an ACM certificate: the listeners speak HTTPS',
+  'services.loadBalancer.services': 'the services it fronts',
+  'services.loadBalancer.services[].id': 'the service (team.name)',
+  'services.loadBalancer.services[].port': "the service's port on the machines",
+  'services.loadBalancer.services[].listenerPort': 'the port its listener takes on the load balancer',
+  'services.loadBalancer.services[].healthCheckPath': "the service's readiness path",
+  gcp: 'GCP capacity in the same fleet: managed instance groups of these projects',
+  'gcp.projects': 'the projects, each with its zones',
+  'gcp.projects[].projectId': "the project's id",
+  'gcp.projects[].zones': 'the zones its groups are in',
+  'gcp.credentialsSecretName': "the Secrets Manager secret holding the service account's JSON key",
+});
 
 export type GpuFleetConfig = z.output<typeof ConfigSchema>;
 export type NodeGroupConfig = GpuFleetConfig['nodeGroups'][number];
