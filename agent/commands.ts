@@ -94,7 +94,7 @@ export function addAgentCommands(
     )
     .addHelpText(
       'after',
-      '\nUses the standard AWS configuration; on a fleet machine, the agent API (GPU_FLEET_AGENT_API_URL), elsewhere the GPU_FLEET_* table variables (see README).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev',
+      '\nUses the standard AWS configuration; on a fleet machine, the agent API (GPU_FLEET_AGENT_API_URL), elsewhere the GPU_FLEET_* table variables (docs/operations.md).\n\nExamples:\n  gpu-fleet agent run\n  gpu-fleet agent run --runner process --work-dir /tmp/agent --instance-id dev-box --group dev',
     )
     .action(async (flags) => {
       const { agentRunCommand } = await load();

@@ -332,7 +332,7 @@ const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.
 
 /** How the commands that act on AWS find the fleet, for their help. */
 const AWS_NOTE =
-  "\nAgainst AWS it reads the names of the tables, queues and bucket from the deployed stack's outputs (--stack NAME, or\nGPU_FLEET_STACK, default GpuFleet) with the standard AWS configuration (AWS_REGION, the credential chain,\nAWS_ENDPOINT_URL[_<SERVICE>]); GPU_FLEET_* variables override what the stack says (see README).";
+  "\nAgainst AWS it reads the names of the tables, queues and bucket from the deployed stack's outputs (--stack NAME, or\nGPU_FLEET_STACK, default GpuFleet) with the standard AWS configuration (AWS_REGION, the credential chain,\nAWS_ENDPOINT_URL[_<SERVICE>]); GPU_FLEET_* variables override what the stack says (docs/operations.md).";
 
 /** `traces`, `none` or `rate:R` (spot interruptions per machine-hour). */
 function spotSource(value: string): string {

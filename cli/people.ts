@@ -91,7 +91,7 @@ export function specFromFlags(flags: SubmitFlags): unknown {
     try {
       return parseJson(readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8'));
     } catch (error) {
-      throw new UsageError(`--file ${flags.file}: ${messageOf(error)} (a job spec is a JSON object; see the README)`);
+      throw new UsageError(`--file ${flags.file}: ${messageOf(error)} (a job spec is a JSON object: docs/reference/job-spec.md)`);
     }
   }
   if (!flags.image)

@@ -43,7 +43,7 @@ export interface FleetConfig {
   readonly jobLogGroup?: string;
 }
 
-/** The variables, each with what is allowed, for messages and the README. */
+/** The variables, each with what is allowed, for messages and docs/operations.md. */
 export const FLEET_VARIABLES = {
   GPU_FLEET_JOBS_TABLE: 'the jobs table (DynamoDB)',
   GPU_FLEET_NODES_TABLE: 'the nodes table',
