@@ -182,6 +182,11 @@ async function holdable(fleet: Fleet, spec: JobSpec): Promise<GroupFit> {
   );
   const failed = listed.filter((l): l is string => typeof l === 'string');
   const groups = listed.flatMap((l) => (typeof l === 'string' ? [] : l));
+  if (groups.length === 0)
+    return {
+      checked: false,
+      why: `not checked against the node groups: none was listed${failed.length > 0 ? ` (${failed.join('; ')})` : ''}`,
+    };
   const why = whyNoGroupHolds(spec, groups, shippedCatalog().instanceTypes);
   if (why && failed.length > 0) return { checked: false, why: `not checked against every node group (${failed.join('; ')})` };
   return why ? { checked: true, canHold: false, why } : { checked: true, canHold: true };

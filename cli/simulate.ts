@@ -231,9 +231,9 @@ export function renderReport(run: SimulateRun): string {
     ['seed', String(s.seed)],
     [
       'simulated time',
-      `${s.virtualHours} h, the trace's jobs arriving over the first ${s.arrivalHours} h; wall ${(s.wallMs / 1000).toFixed(1)} s for ${s.policy}${
+      `${s.virtualHours} h, jobs arriving over the first ${duration(s.arrivalHours * 3600)}; wall ${(s.wallMs / 1000).toFixed(1)} s${
         run.wallMs !== undefined && run.baselines.length > 0
-          ? `; ${(run.wallMs / 1000).toFixed(1)} s in all for ${count(run.baselines.length + 1, 'policy', 'policies')}`
+          ? ` (${(run.wallMs / 1000).toFixed(1)} s for all ${count(run.baselines.length + 1, 'policy', 'policies')})`
           : ''
       }`,
     ],

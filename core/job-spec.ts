@@ -396,7 +396,7 @@ describeFields(JobSpecObject, {
   'gpu.count': 'whole GPUs on one machine',
   'gpu.models': 'GPU models the job may run on (any when left out); listing several accepts any of them',
   'gpu.minMemoryMiB': 'the least memory each GPU must have',
-  'gpu.milliGpu': "the share of one GPU, in thousandths (250 is a quarter); shares of one GPU are not isolated",
+  'gpu.milliGpu': 'the share of one GPU, in thousandths (250 is a quarter); shares of one GPU are not isolated',
   'gpu.memoryMiB': 'the GPU memory the share needs',
   'gpu.profile': "a MIG profile in NVIDIA's table for a GPU it may run on, e.g. 1g.10gb on an A100-80GB",
   'gpu.rightsize':

@@ -195,5 +195,7 @@ async function unschedulable(shape: FleetShape | undefined, spec: JobSpec): Prom
   } catch {
     return undefined;
   }
-  return known ? whyNoGroupHolds(spec, known.groups, known.types) : undefined;
+  // No group listed at all is more likely a listing that found nothing (a tag, a permission) than a
+  // fleet without groups: nothing is refused on it, and the planner says why the job waits.
+  return known && known.groups.length > 0 ? whyNoGroupHolds(spec, known.groups, known.types) : undefined;
 }

@@ -128,6 +128,11 @@ describe('intake', () => {
     expect(await intake({ ...ports, fleetShape: unknownType }, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-c' })).toMatchObject({
       outcome: 'accepted',
     });
+    // No group listed at all (a tag or a permission, more likely than a fleet without groups): nothing is refused on it.
+    const none = fleetShapeFrom([{ listGroups: async () => [] }], e.catalog.instanceTypes, e.clock);
+    expect(await intake({ ...ports, fleetShape: none }, { team: 'nlp', body: JSON.stringify(l4), token: 'l4-d' })).toMatchObject({
+      outcome: 'accepted',
+    });
   });
 
   it('lists the node groups once a minute for intake, not once per message, and keeps no failed listing', async () => {
