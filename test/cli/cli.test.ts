@@ -45,7 +45,7 @@ describe('gpu-fleet command', () => {
     expect(stdout).toMatch(/GPU-hours paid\s+[\d,.]+ GPU-h/);
     // The wall time of the whole command, not only the main policy's replay.
     expect(stdout).toMatch(
-      /^simulated time  1 h, jobs arriving over the first [\d.]+ (s|min|h); wall [\d.]+ s \([\d.]+ s for all 4 policies\)$/m,
+      /^simulated time {2}1 h, jobs arriving over the first [\d.]+ (s|min|h); wall [\d.]+ s \([\d.]+ s for all 4 policies\)$/m,
     );
     expect(stdout).toMatch(/all on-demand \(baseline run\)\s+\$[\d,]+\.\d\d/);
     expect(stdout).toMatch(/first wait \(submit to first start\) p50 \/ p95/);

@@ -37,7 +37,8 @@ describe('planner phase: existing capacity', () => {
       { team: 'team-b', spec: { gpu: { kind: 'whole', count: 6 } } },
     );
     const twoGpus = aJob({ id: 'team-a.two', queuedAtMs: 0, spec: { gpu: { kind: 'whole', count: 2 } } });
-    const oneGpu = (id: string) => aJob({ id, queuedAtMs: 1, spec: { gpu: { kind: 'whole', count: 1, models: ['V100', 'A100-40GB', 'A100-80GB'] } } });
+    const oneGpu = (id: string) =>
+      aJob({ id, queuedAtMs: 1, spec: { gpu: { kind: 'whole', count: 1, models: ['V100', 'A100-40GB', 'A100-80GB'] } } });
     const { st, entries } = classified({
       groups: [a10, a100, v100],
       nodes: [aNode('i-v100', { group: v100 })],
