@@ -1,0 +1,241 @@
+/**
+ * One model of the spot market: for any pool (a zone × an instance type, spot), the probability
+ * that a machine launched now survives the next T minutes. Learned online from what the fleet
+ * sees of each pool, over a prior:
+ *
+ * - **Up and down.** A pool is seen up when it gives a machine (a launch succeeds, a machine runs)
+ *   and down when it refuses one or takes one back (a launch refused for capacity, an interruption
+ *   notice). A recovery is the first "up" after a "down"; the pool's age is the time since then.
+ * - **Age.** Interruptions are not memoryless: on the SkyPilot traces, a V100 pool that has just come
+ *   back drops again within ten minutes 40% of the time, one up for five hours 2% (per 10 minutes).
+ *   The hazard is learned per age bucket ({@link AGE_BUCKETS_SEC}), per pool, shrunk towards the same
+ *   bucket over all pools, which is shrunk towards the prior rate.
+ * - **Peers.** Pools that fail together are learned, not assumed: for each pair, how often one went
+ *   down within {@link SpotModelOptions.peerWindowSec} after the other did. While a peer's drop is
+ *   that recent and this pool still stands, its chance of dropping is raised by what the pair's
+ *   history says beyond the pool's own.
+ * - **Prior.** The Spot Instance Advisor's band (core/risk.ts), and a Spot Placement Score (1–10)
+ *   where the account gives one: a score of 10 halves the band's rate, 1 doubles it.
+ *
+ * Pure and deterministic: time is passed in, state is plain data ({@link SpotModelState}) a store
+ * keeps between reconciles.
+ */
+import { priorRatePerHour } from './risk.ts';
+
+/** Upper edges of the age buckets, seconds since the pool's last recovery; the last bucket is open. */
+export const AGE_BUCKETS_SEC: readonly number[] = [600, 1_800, 3_600, 2 * 3_600, 4 * 3_600, 8 * 3_600, 16 * 3_600];
+
+export interface SpotModelOptions {
+  /** Evidence, in pool-hours, the all-pools rate of a bucket counts for against the prior. */
+  readonly globalPriorHours: number;
+  /** Evidence, in pool-hours, the all-pools rate of a bucket counts for against one pool's own. */
+  readonly poolPriorHours: number;
+  /** How soon after a peer's drop a drop of this pool counts as "together". */
+  readonly peerWindowSec: number;
+  /** Drops of a peer (while this pool stood) before the pair's history is believed fully. */
+  readonly peerPriorDrops: number;
+}
+
+/**
+ * The defaults: the prior counts for a few pool-hours (a pool's own hours soon outweigh it), and
+ * "together" is within 15 minutes (interruptions of one type in one zone come within 3 minutes of
+ * each other in over 92% of cases, per Spot-and-Scoot; the SkyPilot traces tick every 10 minutes).
+ */
+export const DEFAULT_SPOT_MODEL_OPTIONS: SpotModelOptions = {
+  globalPriorHours: 8,
+  poolPriorHours: 12,
+  peerWindowSec: 900,
+  peerPriorDrops: 4,
+};
+
+/** What is known of one pool. */
+export interface PoolState {
+  /** The Advisor band ("<5%" … ">20%"), for the prior. */
+  band?: string;
+  /** A Spot Placement Score, 1 to 10, when the account gives one. */
+  placementScore?: number;
+  up: boolean;
+  /** When it last recovered (or was first seen up, when no drop was ever seen). */
+  upSinceMs?: number;
+  /** When it was last seen, up or down. */
+  lastSeenMs?: number;
+  lastDownMs?: number;
+  /** Per age bucket: pool-hours up, and drops. */
+  exposureHours: number[];
+  drops: number[];
+}
+
+const zeros = () => AGE_BUCKETS_SEC.map(() => 0).concat(0);
+
+/** Per ordered pair "a|b": drops of b while a stood, and of those, drops of a within the peer window. */
+export interface PeerCounts {
+  peerDrops: number;
+  together: number;
+}
+
+export interface SpotModelState {
+  readonly pools: Record<string, PoolState>;
+  readonly peers: Record<string, PeerCounts>;
+  /** Drops of a peer awaiting their outcome: pool a stood when b dropped at atMs. */
+  readonly open: { a: string; b: string; atMs: number }[];
+}
+
+export function emptySpotModel(): SpotModelState {
+  return { pools: {}, peers: {}, open: [] };
+}
+
+function bucketOf(ageSec: number): number {
+  const i = AGE_BUCKETS_SEC.findIndex((edge) => ageSec < edge);
+  return i < 0 ? AGE_BUCKETS_SEC.length : i;
+}
+
+function poolOf(state: SpotModelState, pool: string): PoolState {
+  const existing = state.pools[pool];
+  if (existing) return existing;
+  const fresh: PoolState = { up: false, exposureHours: zeros(), drops: zeros() };
+  state.pools[pool] = fresh;
+  return fresh;
+}
+
+/** Sets what the prior of a pool is read from (its Advisor band, its placement score). */
+export function setPoolPrior(state: SpotModelState, pool: string, prior: { band?: string; placementScore?: number }): void {
+  const p = poolOf(state, pool);
+  if (prior.band !== undefined) p.band = prior.band;
+  if (prior.placementScore !== undefined) p.placementScore = prior.placementScore;
+}
+
+/** Adds the time between the pool's last sighting and `atMs` to the age buckets it spans (the pool stood throughout). */
+function accrue(p: PoolState, atMs: number): void {
+  if (!p.up || p.upSinceMs === undefined || p.lastSeenMs === undefined || atMs <= p.lastSeenMs) return;
+  let from = (p.lastSeenMs - p.upSinceMs) / 1000;
+  const to = (atMs - p.upSinceMs) / 1000;
+  while (from < to) {
+    const b = bucketOf(from);
+    const edge = b < AGE_BUCKETS_SEC.length ? AGE_BUCKETS_SEC[b]! : Infinity;
+    const until = Math.min(edge, to);
+    p.exposureHours[b]! += (until - from) / 3600;
+    from = until;
+  }
+}
+
+/**
+ * Records a sighting of a pool: up (it gave or kept a machine) or down (it refused or took one).
+ * Sightings of one pool must come in time order; a repeat changes nothing.
+ */
+export function observe(state: SpotModelState, pool: string, up: boolean, atMs: number, options = DEFAULT_SPOT_MODEL_OPTIONS): void {
+  const p = poolOf(state, pool);
+  if (p.lastSeenMs !== undefined && atMs < p.lastSeenMs) return;
+  accrue(p, atMs);
+  if (up && !p.up) p.upSinceMs = atMs;
+  if (!up && p.up) {
+    // It went down somewhere between the last sighting and this one: counted at the middle.
+    const age = p.upSinceMs !== undefined ? ((p.lastSeenMs ?? atMs) + atMs) / 2000 - p.upSinceMs / 1000 : Infinity;
+    p.drops[bucketOf(age)]!++;
+    p.lastDownMs = atMs;
+    // Peers: this drop settles every open question "does `pool` follow b?", and opens "does a follow `pool`?" for every pool standing.
+    for (const o of state.open) if (o.a === pool && atMs - o.atMs <= options.peerWindowSec * 1000) peer(state, o.a, o.b).together++;
+    (state as { open: SpotModelState['open'] }).open = state.open.filter((o) => o.a !== pool);
+    for (const [other, q] of Object.entries(state.pools)) {
+      if (other === pool || !q.up) continue;
+      peer(state, other, pool).peerDrops++;
+      state.open.push({ a: other, b: pool, atMs });
+    }
+  }
+  p.up = up;
+  p.lastSeenMs = atMs;
+  // Questions older than the window are settled: the pool did not follow.
+  (state as { open: SpotModelState['open'] }).open = state.open.filter((o) => atMs - o.atMs <= options.peerWindowSec * 1000);
+}
+
+function peer(state: SpotModelState, a: string, b: string): PeerCounts {
+  const key = `${a}|${b}`;
+  return (state.peers[key] ??= { peerDrops: 0, together: 0 });
+}
+
+/** The pool's prior rate, per hour: its Advisor band, moved by its placement score (10 halves it, 1 doubles it). */
+export function priorRate(p: Pick<PoolState, 'band' | 'placementScore'>): number {
+  const base = priorRatePerHour(p.band);
+  if (p.placementScore === undefined) return base;
+  const score = Math.min(10, Math.max(1, p.placementScore));
+  return base * 2 ** (1 - (2 * (score - 1)) / 9);
+}
+
+/** Drops per pool-hour in each age bucket, for one pool: its own evidence, over all pools', over the prior. */
+export function hazardPerHour(state: SpotModelState, pool: string, options = DEFAULT_SPOT_MODEL_OPTIONS): number[] {
+  const p = state.pools[pool] ?? poolOf(emptySpotModel(), pool);
+  const prior = priorRate(p);
+  const all = Object.values(state.pools);
+  return zeros().map((_, b) => {
+    const e = all.reduce((n, q) => n + q.exposureHours[b]!, 0);
+    const k = all.reduce((n, q) => n + q.drops[b]!, 0);
+    const global = (k + options.globalPriorHours * prior) / (e + options.globalPriorHours);
+    return (p.drops[b]! + options.poolPriorHours * global) / (p.exposureHours[b]! + options.poolPriorHours);
+  });
+}
+
+/** Probability of surviving from age `ageSec` to `ageSec + horizonSec` under a hazard piecewise constant by bucket. */
+function survivalOver(hazard: readonly number[], ageSec: number, horizonSec: number): number {
+  let integral = 0;
+  let from = ageSec;
+  const to = ageSec + horizonSec;
+  while (from < to) {
+    const b = bucketOf(from);
+    const edge = b < AGE_BUCKETS_SEC.length ? AGE_BUCKETS_SEC[b]! : Infinity;
+    const until = Math.min(edge, to);
+    integral += (hazard[b]! * (until - from)) / 3600;
+    from = until;
+  }
+  return Math.exp(-integral);
+}
+
+export interface SurvivalAnswer {
+  /** Probability that a machine launched in the pool now is still running `horizonSec` from now. */
+  readonly survival: number;
+  /** The pool's age (time since its last recovery), seconds; undefined when it was never seen up. */
+  readonly ageSec?: number;
+  /** Without the peers' recent drops. */
+  readonly ownSurvival: number;
+  /** The peer whose recent drop weighs most, when one does. */
+  readonly peer?: { readonly pool: string; readonly droppedAtMs: number; readonly togetherShare: number };
+  /** In words, for the decision record. */
+  readonly why: string;
+}
+
+/**
+ * The probability that a machine launched in `pool` at `nowMs` survives `horizonSec`. A pool seen
+ * down (or never seen) is answered as if it had just recovered: a launch that succeeds there is the
+ * recovery.
+ */
+export function survival(
+  state: SpotModelState,
+  pool: string,
+  nowMs: number,
+  horizonSec: number,
+  options = DEFAULT_SPOT_MODEL_OPTIONS,
+): SurvivalAnswer {
+  const p = state.pools[pool];
+  const ageSec = p?.up && p.upSinceMs !== undefined ? Math.max(0, (nowMs - p.upSinceMs) / 1000) : 0;
+  const hazard = hazardPerHour(state, pool, options);
+  const own = survivalOver(hazard, ageSec, horizonSec);
+  // Peers that dropped within the window while this pool stood, and have not been followed yet.
+  let best: SurvivalAnswer['peer'];
+  let extra = 0;
+  const ownShare = 1 - survivalOver(hazard, ageSec, options.peerWindowSec);
+  for (const o of state.open) {
+    if (o.a !== pool || nowMs - o.atMs > options.peerWindowSec * 1000) continue;
+    const c = state.peers[`${o.a}|${o.b}`] ?? { peerDrops: 0, together: 0 };
+    const share = (c.together + options.peerPriorDrops * ownShare) / (c.peerDrops + options.peerPriorDrops);
+    const lift = Math.max(0, (share - ownShare) / (1 - ownShare));
+    if (lift > extra) {
+      extra = lift;
+      best = { pool: o.b, droppedAtMs: o.atMs, togetherShare: share };
+    }
+  }
+  const s = own * (1 - extra);
+  const ageText =
+    p?.up && p.upSinceMs !== undefined
+      ? `up ${Math.round(ageSec / 60)} min since its last recovery`
+      : 'not seen up: read as just recovered';
+  const why = `P(survives ${Math.round(horizonSec / 60)} min) ${s.toFixed(3)}: ${ageText}${best ? `; ${best.pool} dropped ${Math.round((nowMs - best.droppedAtMs) / 60_000)} min ago and this pool followed it ${(best.togetherShare * 100).toFixed(0)}% of the time` : ''}`;
+  return { survival: s, ...(p?.up ? { ageSec } : {}), ownSurvival: own, ...(best ? { peer: best } : {}), why };
+}

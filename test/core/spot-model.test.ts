@@ -1,0 +1,120 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { priorRatePerHour } from '../../core/risk.ts';
+import {
+  AGE_BUCKETS_SEC,
+  emptySpotModel,
+  hazardPerHour,
+  observe,
+  priorRate,
+  setPoolPrior,
+  survival,
+  type SpotModelState,
+} from '../../core/spot-model.ts';
+
+const MIN = 60_000;
+
+/** Replays up/down per 10-minute tick for each pool ("1" up, "0" down). */
+function replay(ticks: Record<string, string>, state: SpotModelState = emptySpotModel()): SpotModelState {
+  const n = Math.max(...Object.values(ticks).map((t) => t.length));
+  for (let t = 0; t < n; t++)
+    for (const [pool, s] of Object.entries(ticks)) if (t < s.length) observe(state, pool, s[t] === '1', t * 10 * MIN);
+  return state;
+}
+
+describe('the spot pool model', () => {
+  it('with nothing seen, answers the prior: the Advisor band, moved by a placement score', () => {
+    const m = emptySpotModel();
+    setPoolPrior(m, 'a', { band: '5-10%' });
+    const s = survival(m, 'a', 0, 3600);
+    expect(s.survival).toBeCloseTo(Math.exp(-priorRatePerHour('5-10%')), 6);
+    expect(s.why).toMatch(/^P\(survives 60 min\) 1\.000: not seen up: read as just recovered$/);
+    expect(priorRate({ band: '5-10%', placementScore: 10 })).toBeCloseTo(priorRatePerHour('5-10%') / 2, 9);
+    expect(priorRate({ band: '5-10%', placementScore: 1 })).toBeCloseTo(priorRatePerHour('5-10%') * 2, 9);
+  });
+
+  it('learns that a pool just back is likelier to drop than one up for hours', () => {
+    // Short up-runs after each recovery, and one long run: young ages see the drops.
+    const flappy = '1110' + '110' + '10' + '1110' + '1'.repeat(60) + '0' + '110' + '10';
+    const m = replay({ a: flappy, b: flappy });
+    const h = hazardPerHour(m, 'a');
+    expect(h[0]!).toBeGreaterThan(h[AGE_BUCKETS_SEC.length]! * 5);
+    // The same pool, asked at a young age and at an old one.
+    const young = replay({ a: '1'.repeat(30) + '0' + '1', b: flappy });
+    const old = replay({ a: '0' + '1'.repeat(31), b: flappy });
+    const t = 31 * 10 * MIN;
+    expect(survival(young, 'a', t, 3600).survival).toBeLessThan(survival(old, 'a', t, 3600).survival);
+    expect(survival(young, 'a', t, 3600).why).toMatch(/up 0 min since its last recovery/);
+  });
+
+  it('learns which pools fall together, and raises a pool’s risk while its partner has just dropped', () => {
+    // a always drops one tick after b; c drops on its own schedule.
+    const b = ('1'.repeat(20) + '0' + '1').repeat(8);
+    const a = ('1'.repeat(21) + '0').repeat(8);
+    const c = ('1'.repeat(10) + '0' + '1'.repeat(11)).repeat(8);
+    const m = replay({ a, b, c });
+    const key = (x: string, y: string) => m.peers[`${x}|${y}`]!;
+    expect(key('a', 'b').together / key('a', 'b').peerDrops).toBeGreaterThan(0.8);
+    // Now b drops again while a stands: a's risk over the next 15 minutes goes up, and the reason names b.
+    const at = 8 * 22 * 10 * MIN;
+    const before = survival(m, 'a', at, 900).survival;
+    observe(m, 'c', true, at);
+    observe(m, 'a', true, at);
+    observe(m, 'b', false, at);
+    const after = survival(m, 'a', at + MIN, 900);
+    expect(after.survival).toBeLessThan(before);
+    expect(after.peer?.pool).toBe('b');
+    expect(after.why).toMatch(/b dropped 1 min ago and this pool followed it \d+% of the time/);
+  });
+
+  it('takes sightings at least once and in order: a repeat or a late one changes nothing', () => {
+    const once = replay({ a: '1110110', b: '1101111' });
+    const twice = replay({ a: '1110110', b: '1101111' });
+    observe(twice, 'a', false, 5 * 10 * MIN); // late: the pool was last seen at tick 6
+    observe(twice, 'a', false, 6 * 10 * MIN); // a repeat of tick 6
+    expect(twice).toEqual(once);
+  });
+
+  it('always answers a probability, for any sightings', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.constantFrom('a', 'b', 'c'), fc.boolean(), fc.integer({ min: 1, max: 200 })), { maxLength: 80 }),
+        (events) => {
+          const m = emptySpotModel();
+          let t = 0;
+          for (const [pool, up, gap] of events) {
+            t += gap * 1000;
+            observe(m, pool, up, t);
+          }
+          for (const pool of ['a', 'b', 'c', 'never']) {
+            const s = survival(m, pool, t, 3600);
+            expect(s.survival).toBeGreaterThanOrEqual(0);
+            expect(s.survival).toBeLessThanOrEqual(1);
+            expect(s.survival).toBeLessThanOrEqual(s.ownSurvival + 1e-12);
+          }
+        },
+      ),
+    );
+  });
+});
+
+describe('bench:spot-model on the shipped V100 availability traces', () => {
+  it('walks forward without looking ahead, and the online model predicts better than the posterior and the prior', async () => {
+    const { loadSet, walk, score } = await import('../../bench/spot-model.ts');
+    const set = loadSet(new URL('../../data/spot/availability', import.meta.url).pathname);
+    const predictions = walk(set, 3600);
+    const [online, posterior, advisor] = (['online', 'posterior', 'advisor'] as const).map((m) => score(set.name, m, predictions));
+    expect(online!.predictions).toBe(posterior!.predictions);
+    expect(online!.brier).toBeLessThan(posterior!.brier);
+    expect(posterior!.brier).toBeLessThan(advisor!.brier);
+    // A pool's prediction at a tick does not change when the future after it is cut away.
+    const cut = { ...set, pools: set.pools.map((p) => ({ ...p, up: p.up.slice(0, 2000) })) };
+    const early = walk(cut, 3600).filter((x) => x.model === 'online');
+    expect(early.map((x) => x.p)).toEqual(
+      predictions
+        .filter((x) => x.model === 'online')
+        .slice(0, early.length)
+        .map((x) => x.p),
+    );
+  });
+});
