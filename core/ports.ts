@@ -9,6 +9,7 @@ import type { RightsizeRun } from './rightsizing.ts';
 import type { BudgetState, Team } from './team.ts';
 import type { ServiceMetric } from './serving/autoscale.ts';
 import type { ServiceRecord } from './serving/service.ts';
+import type { MachineHistory } from './risk.ts';
 
 /**
  * The ports: what gpu-fleet needs from the outside world. core/ calls these and nothing else;
@@ -530,6 +531,8 @@ export interface PoolHistory {
   noteInterrupted(instanceId: string, offeringId: string, atMs: number): Promise<void>;
   /** Interruptions and instance-hours per pool (by offering id) of instances seen since `sinceMs`, and when the pool was last interrupted. */
   stats(sinceMs: number): Promise<Map<string, PoolStats>>;
+  /** Each instance noted or interrupted since `sinceMs`: its pool, first and last note, and when it was taken back (the spot model's sightings). */
+  machines(sinceMs: number): Promise<MachineHistory[]>;
 }
 
 /** A mutual-exclusion lease with expiry, so one reconciler acts at a time. */

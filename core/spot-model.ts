@@ -55,6 +55,8 @@ export interface PoolState {
   /** A Spot Placement Score, 1 to 10, when the account gives one. */
   placementScore?: number;
   up: boolean;
+  /** False once its last machine went (not taken back): the time until it is seen again is not counted. */
+  watching?: boolean;
   /** When it last recovered (or was first seen up, when no drop was ever seen). */
   upSinceMs?: number;
   /** When it was last seen, up or down. */
@@ -106,7 +108,7 @@ export function setPoolPrior(state: SpotModelState, pool: string, prior: { band?
 
 /** Adds the time between the pool's last sighting and `atMs` to the age buckets it spans (the pool stood throughout). */
 function accrue(p: PoolState, atMs: number): void {
-  if (!p.up || p.upSinceMs === undefined || p.lastSeenMs === undefined || atMs <= p.lastSeenMs) return;
+  if (!p.up || p.watching === false || p.upSinceMs === undefined || p.lastSeenMs === undefined || atMs <= p.lastSeenMs) return;
   let from = (p.lastSeenMs - p.upSinceMs) / 1000;
   const to = (atMs - p.upSinceMs) / 1000;
   while (from < to) {
@@ -142,6 +144,7 @@ export function observe(state: SpotModelState, pool: string, up: boolean, atMs: 
     }
   }
   p.up = up;
+  p.watching = true;
   p.lastSeenMs = atMs;
   // Questions older than the window are settled: the pool did not follow.
   (state as { open: SpotModelState['open'] }).open = state.open.filter((o) => atMs - o.atMs <= options.peerWindowSec * 1000);
@@ -214,7 +217,13 @@ export function survival(
   options = DEFAULT_SPOT_MODEL_OPTIONS,
 ): SurvivalAnswer {
   const p = state.pools[pool];
-  const ageSec = p?.up && p.upSinceMs !== undefined ? Math.max(0, (nowMs - p.upSinceMs) / 1000) : 0;
+  // A pool last seen down: a launch that succeeds finds it back since some time in between, taken as the middle.
+  const ageSec =
+    p?.up && p.upSinceMs !== undefined
+      ? Math.max(0, (nowMs - p.upSinceMs) / 1000)
+      : p?.lastSeenMs !== undefined
+        ? Math.max(0, (nowMs - p.lastSeenMs) / 2000)
+        : 0;
   const hazard = hazardPerHour(state, pool, options);
   const own = survivalOver(hazard, ageSec, horizonSec);
   // Peers that dropped within the window while this pool stood, and have not been followed yet.
@@ -235,7 +244,81 @@ export function survival(
   const ageText =
     p?.up && p.upSinceMs !== undefined
       ? `up ${Math.round(ageSec / 60)} min since its last recovery`
-      : 'not seen up: read as just recovered';
+      : p?.lastSeenMs !== undefined
+        ? `seen down ${Math.round((nowMs - p.lastSeenMs) / 60_000)} min ago: read as back for half that`
+        : 'not seen up: read as just recovered';
   const why = `P(survives ${Math.round(horizonSec / 60)} min) ${s.toFixed(3)}: ${ageText}${best ? `; ${best.pool} dropped ${Math.round((nowMs - best.droppedAtMs) / 60_000)} min ago and this pool followed it ${(best.togetherShare * 100).toFixed(0)}% of the time` : ''}`;
   return { survival: s, ...(p?.up ? { ageSec } : {}), ownSurvival: own, ...(best ? { peer: best } : {}), why };
+}
+
+/**
+ * Stops watching a pool at `atMs` (its last machine went, not taken back): the time until it is
+ * seen again is not counted as up, and nothing is known of drops meanwhile.
+ */
+export function unseen(state: SpotModelState, pool: string, atMs: number): void {
+  const p = state.pools[pool];
+  if (!p || (p.lastSeenMs !== undefined && atMs < p.lastSeenMs)) return;
+  accrue(p, atMs);
+  p.watching = false;
+  p.lastSeenMs = atMs;
+}
+
+/** A machine of a spot pool as the pool history keeps it (core/risk.ts). */
+export interface PoolMachine {
+  readonly offeringId: string;
+  readonly firstMs?: number;
+  readonly lastMs?: number;
+  readonly interruptedAtMs?: number;
+}
+
+/**
+ * The model as the fleet's own history says: each machine a sighting of its pool up from its
+ * first note to its last, a taken-back machine and a refused launch a sighting of it down, and a
+ * pool left unwatched when its last machine went without being taken back (and that was more than
+ * `staleMs` ago, so it is not a machine still running). Pools' priors come from `priors`.
+ */
+export function spotModelFromHistory(
+  machines: readonly PoolMachine[],
+  refusals: readonly { readonly offeringId: string; readonly atMs: number }[],
+  priors: ReadonlyMap<string, { band?: string; placementScore?: number }>,
+  nowMs: number,
+  staleMs: number,
+  options = DEFAULT_SPOT_MODEL_OPTIONS,
+): SpotModelState {
+  const state = emptySpotModel();
+  for (const [pool, prior] of priors) setPoolPrior(state, pool, prior);
+  type Sighting = { pool: string; atMs: number; kind: 0 | 1 | 2 };
+  const UP = 0;
+  const DOWN = 1;
+  const UNSEEN = 2;
+  const sightings: Sighting[] = [];
+  const spans = new Map<string, { from: number; to: number; interrupted: boolean }[]>();
+  for (const m of machines) {
+    if (m.firstMs === undefined) continue;
+    const last = Math.max(m.lastMs ?? m.firstMs, m.interruptedAtMs ?? 0);
+    sightings.push({ pool: m.offeringId, atMs: m.firstMs, kind: UP });
+    if (m.lastMs !== undefined) sightings.push({ pool: m.offeringId, atMs: m.lastMs, kind: UP });
+    if (m.interruptedAtMs !== undefined) sightings.push({ pool: m.offeringId, atMs: m.interruptedAtMs, kind: DOWN });
+    const list = spans.get(m.offeringId) ?? [];
+    list.push({ from: m.firstMs, to: last, interrupted: m.interruptedAtMs !== undefined });
+    spans.set(m.offeringId, list);
+  }
+  for (const r of refusals) sightings.push({ pool: r.offeringId, atMs: r.atMs, kind: DOWN });
+  // Where no machine of a pool covered the time, and the last one was not taken back: unwatched.
+  for (const [pool, list] of spans) {
+    list.sort((a, b) => a.from - b.from);
+    let end: { to: number; interrupted: boolean } | undefined;
+    for (const s of list) {
+      if (end && s.from > end.to && !end.interrupted) sightings.push({ pool, atMs: end.to, kind: UNSEEN });
+      if (!end || s.to > end.to) end = { to: s.to, interrupted: s.interrupted };
+      else if (s.to === end.to) end = { to: end.to, interrupted: end.interrupted || s.interrupted };
+    }
+    if (end && !end.interrupted && nowMs - end.to > staleMs) sightings.push({ pool, atMs: end.to, kind: UNSEEN });
+  }
+  sightings.sort((a, b) => a.atMs - b.atMs || a.kind - b.kind);
+  for (const s of sightings) {
+    if (s.kind === UNSEEN) unseen(state, s.pool, s.atMs);
+    else observe(state, s.pool, s.kind === UP, s.atMs, options);
+  }
+  return state;
 }

@@ -24,7 +24,7 @@ import {
   type JobState,
 } from '../../core/job.ts';
 import type { ActionFailure, PlanAction } from '../../core/plan.ts';
-import { poolStatsOf } from '../../core/risk.ts';
+import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
 import type {
   BudgetMemory,
@@ -872,20 +872,23 @@ export class DynamoPoolHistory implements PoolHistory {
   }
 
   async stats(sinceMs: number): Promise<Map<string, PoolStats>> {
+    return poolStatsOf(await this.machines(sinceMs), sinceMs);
+  }
+
+  async machines(sinceMs: number): Promise<MachineHistory[]> {
     const items = await queryAll(
       this.doc,
       { TableName: this.table, KeyConditionExpression: 'pk = :p', ExpressionAttributeValues: { ':p': 'poolinst' } },
       'read pool history',
     );
-    return poolStatsOf(
-      items.map((i) => ({
+    return items
+      .map((i) => ({
         offeringId: i.offeringId as string,
-        firstMs: i.firstMs as number | undefined,
-        lastMs: i.lastMs as number | undefined,
-        interruptedAtMs: i.interruptedAtMs as number | undefined,
-      })),
-      sinceMs,
-    );
+        ...(typeof i.firstMs === 'number' ? { firstMs: i.firstMs } : {}),
+        ...(typeof i.lastMs === 'number' ? { lastMs: i.lastMs } : {}),
+        ...(typeof i.interruptedAtMs === 'number' ? { interruptedAtMs: i.interruptedAtMs } : {}),
+      }))
+      .filter((m) => Math.max(m.lastMs ?? 0, m.interruptedAtMs ?? 0) >= sinceMs);
   }
 }
 

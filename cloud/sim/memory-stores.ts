@@ -482,9 +482,13 @@ export class MemoryPoolHistory implements PoolHistory {
   }
 
   async stats(sinceMs: number): Promise<Map<string, PoolStats>> {
+    return poolStatsOf(await this.machines(sinceMs), sinceMs);
+  }
+
+  async machines(sinceMs: number): Promise<MachineHistory[]> {
     const machines = new Map<string, MachineHistory>([...this.spans].map(([id, s]) => [id, { ...s }]));
     for (const [id, i] of this.interrupted) machines.set(id, { offeringId: i.offeringId, ...machines.get(id), interruptedAtMs: i.atMs });
-    return poolStatsOf(machines.values(), sinceMs);
+    return [...machines.values()].filter((m) => Math.max(m.lastMs ?? 0, m.interruptedAtMs ?? 0) >= sinceMs);
   }
 }
 

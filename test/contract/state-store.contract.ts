@@ -391,6 +391,18 @@ export function poolHistoryContract(name: string, make: () => Promise<PoolHistor
       await h.noteInterrupted('i-7', o, T0 + 900_000);
       expect((await h.stats(T0 - 1)).get(o)!.exposureHours).toBeCloseTo(0.25, 9);
     });
+
+    it('gives each machine seen since a time: its pool, first and last note, and when it was taken back', async () => {
+      const h = await make();
+      const o = 'aws/us-west-2d/p3.2xlarge/spot';
+      await h.noteAlive([{ instanceId: 'i-5', offeringId: o, atMs: T0 }]);
+      await h.noteAlive([{ instanceId: 'i-5', offeringId: o, atMs: T0 + 600_000 }]);
+      await h.noteInterrupted('i-5', o, T0 + 900_000);
+      await h.noteAlive([{ instanceId: 'i-6', offeringId: o, atMs: T0 - 7_200_000 }]);
+      const mine = (await h.machines(T0 - 1)).filter((m) => m.offeringId === o);
+      expect(mine).toEqual([{ offeringId: o, firstMs: T0, lastMs: T0 + 600_000, interruptedAtMs: T0 + 900_000 }]);
+      expect((await h.machines(T0 - 7_200_000)).filter((m) => m.offeringId === o)).toHaveLength(2);
+    });
   });
 }
 

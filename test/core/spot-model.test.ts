@@ -118,3 +118,27 @@ describe('bench:spot-model on the shipped V100 availability traces', () => {
     );
   });
 });
+
+describe('the spot model from the fleet’s own history', () => {
+  const H = 3_600_000;
+  it('reads machines as sightings: a take-back is a drop, the next machine the recovery, a gap with no machine not counted', async () => {
+    const { spotModelFromHistory } = await import('../../core/spot-model.ts');
+    const pool = 'aws/us-west-2a/p3.2xlarge/spot';
+    const machines = [
+      { offeringId: pool, firstMs: 0, lastMs: 2 * H }, // went without being taken back
+      { offeringId: pool, firstMs: 10 * H, lastMs: 10 * H + 5 * MIN, interruptedAtMs: 10 * H + 6 * MIN },
+      { offeringId: pool, firstMs: 11 * H, lastMs: 12 * H },
+    ];
+    const m = spotModelFromHistory(machines, [], new Map([[pool, { band: '>20%' }]]), 12 * H + MIN, 3 * MIN);
+    const p = m.pools[pool]!;
+    // Up 2 h, unwatched 8 h, up 6 min then taken back, back at 11 h: 3.1 h of exposure in all, one drop.
+    expect(p.exposureHours.reduce((a, b) => a + b, 0)).toBeCloseTo(2 + 0.1 + 1, 6);
+    expect(p.drops.reduce((a, b) => a + b, 0)).toBe(1);
+    expect(p.up).toBe(true);
+    expect(p.upSinceMs).toBe(11 * H);
+    // A refused launch is a drop too: the pool is down, and a launch now would be a recovery.
+    const refused = spotModelFromHistory(machines, [{ offeringId: pool, atMs: 12 * H + 30_000 }], new Map(), 12 * H + MIN, 3 * MIN);
+    expect(refused.pools[pool]!.up).toBe(false);
+    expect(survival(refused, pool, 12 * H + MIN, 3600).survival).toBeLessThan(survival(m, pool, 12 * H + MIN, 3600).survival);
+  });
+});
