@@ -10,31 +10,36 @@ import en from 'zod/v4/locales/en.js';
  */
 config(en());
 
+/** What zod keeps of a schema's definition, as both its APIs (classic and mini) lay it out. */
+interface Def {
+  type: string;
+  innerType?: unknown;
+  in?: unknown;
+  options?: unknown[];
+  shape?: Record<string, unknown>;
+  element?: unknown;
+  valueType?: unknown;
+  values?: unknown[];
+}
+
+const defOf = (s: unknown): Def => (s as { _zod: { def: Def } })._zod.def;
+
+/** The schemas a value meets through a schema's wrappers: a default, an optional, a pipe's input, a union's options. */
+function unwrap(s: unknown): unknown[] {
+  const def = defOf(s);
+  if (['default', 'optional', 'nullable', 'prefault', 'readonly', 'catch'].includes(def.type) && def.innerType)
+    return unwrap(def.innerType);
+  if (def.type === 'pipe' && def.in) return unwrap(def.in);
+  if (def.type === 'union' && def.options) return def.options.flatMap(unwrap);
+  return [s];
+}
+
 /**
  * The fields an object of the schema has at `path` (array and record keys step into the element;
  * a union gives the fields of all its options). Read from zod's definitions, so it serves the
  * classic API (the deployment config) and the mini one (the job spec) alike.
  */
 export function fieldsAt(schema: unknown, path: readonly PropertyKey[], input?: unknown): string[] {
-  interface Def {
-    type: string;
-    innerType?: unknown;
-    in?: unknown;
-    options?: unknown[];
-    shape?: Record<string, unknown>;
-    element?: unknown;
-    valueType?: unknown;
-    values?: unknown[];
-  }
-  const defOf = (s: unknown): Def => (s as { _zod: { def: Def } })._zod.def;
-  const unwrap = (s: unknown): unknown[] => {
-    const def = defOf(s);
-    if (['default', 'optional', 'nullable', 'prefault', 'readonly', 'catch'].includes(def.type) && def.innerType)
-      return unwrap(def.innerType);
-    if (def.type === 'pipe' && def.in) return unwrap(def.in);
-    if (def.type === 'union' && def.options) return def.options.flatMap(unwrap);
-    return [s];
-  };
   // Of a union's options, those whose literal fields (a discriminator such as gpu.kind) the input agrees with.
   const agreeing = (options: unknown[], value: unknown): unknown[] => {
     if (value === null || typeof value !== 'object') return options;
@@ -88,24 +93,6 @@ export function unknownFieldsMessage(keys: readonly string[], allowed: readonly 
  * throws, so a description cannot outlive its field.
  */
 export function describeFields(schema: unknown, descriptions: Readonly<Record<string, string>>): void {
-  interface Def {
-    type: string;
-    innerType?: unknown;
-    in?: unknown;
-    options?: unknown[];
-    shape?: Record<string, unknown>;
-    element?: unknown;
-    valueType?: unknown;
-  }
-  const defOf = (s: unknown): Def => (s as { _zod: { def: Def } })._zod.def;
-  const unwrap = (s: unknown): unknown[] => {
-    const def = defOf(s);
-    if (['default', 'optional', 'nullable', 'prefault', 'readonly', 'catch'].includes(def.type) && def.innerType)
-      return unwrap(def.innerType);
-    if (def.type === 'pipe' && def.in) return unwrap(def.in);
-    if (def.type === 'union' && def.options) return def.options.flatMap(unwrap);
-    return [s];
-  };
   for (const [path, description] of Object.entries(descriptions)) {
     let here: unknown[] = [schema];
     for (const part of path.split('.')) {
