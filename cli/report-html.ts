@@ -149,6 +149,8 @@ svg text{font-size:11px;fill:#5f6b73}
 ${kv('jobs completed / failed / lost', `${s.completed} / ${s.failed} / ${s.lost}`)}
 ${kv('still running / pending at the end', `${s.runningAtEnd} / ${s.pendingAtEnd}`)}
 ${kv(USED_LABEL, gpuHours(s.gpuHoursUsed))}
+${kv(REWORK_LABEL, gpuHours(s.reworkGpuHours))}
+${kv(OVERHEAD_LABEL, gpuHours(s.overheadGpuHours))}
 ${kv('GPU-hours paid (utilisation: used ÷ paid)', `${gpuHours(s.gpuHoursPaid)} (${s.utilizationPct.toFixed(1)}%)`)}
 ${kv('cost', `${formatUsd(s.costMicroUsd)} — ${ratios.onDemand} all on-demand (${formatUsd(od)}); ${s.services ? `batch work ${formatUsd(batchCostMicroUsd(s))}: ` : ''}${ratios.lowerBound} the lower bound (${formatUsd(s.lowerBoundCostMicroUsd)}: useful work, spot only while it could be had), ${ratios.spotFloor} the spot floor (${formatUsd(s.spotFloorCostMicroUsd)}: all at spot)`)}
 ${kv('first wait (submit to first start) p50 / p95', `${(s.p50WaitSec / 60).toFixed(1)} / ${(s.p95WaitSec / 60).toFixed(1)} min`)}
@@ -159,8 +161,6 @@ ${kv('spot machines taken back', formatNumber(s.interruptions))}
 ${kv(REQUEUES_LABEL, requeuesText(s))}
 ${s.services ? kv(REPLICAS_LOST_LABEL, formatNumber(replicasLost(s))) : ''}
 ${kv('checkpoints', formatNumber(s.checkpoints))}
-${kv(REWORK_LABEL, gpuHours(s.reworkGpuHours))}
-${kv(OVERHEAD_LABEL, gpuHours(s.overheadGpuHours))}
 ${kv(DEADLINES_LABEL, formatNumber(s.deadlineJobs))}
 ${kv('deadlines missed', formatNumber(s.deadlineMisses))}
 </table>

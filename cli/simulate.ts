@@ -231,7 +231,7 @@ export function renderReport(run: SimulateRun): string {
     ['seed', String(s.seed)],
     [
       'simulated time',
-      `${s.virtualHours} h, jobs arriving over the first ${duration(s.arrivalHours * 3600)}; wall ${(s.wallMs / 1000).toFixed(1)} s${
+      `${s.virtualHours} h, jobs arriving over the first ${s.arrivalHours >= 1 ? `${s.arrivalHours.toFixed(1)} h` : duration(s.arrivalHours * 3600)}; wall ${(s.wallMs / 1000).toFixed(1)} s${
         run.wallMs !== undefined && run.baselines.length > 0
           ? ` (${(run.wallMs / 1000).toFixed(1)} s for all ${count(run.baselines.length + 1, 'policy', 'policies')})`
           : ''
@@ -266,6 +266,8 @@ export function renderReport(run: SimulateRun): string {
     ['capacity', 'value'],
     [
       [USED_LABEL, gpuHours(s.gpuHoursUsed)],
+      [REWORK_LABEL, gpuHours(s.reworkGpuHours)],
+      [OVERHEAD_LABEL, gpuHours(s.overheadGpuHours)],
       ['GPU-hours paid', gpuHours(s.gpuHoursPaid)],
       ['utilisation', pct(s.utilizationPct)],
       ['peak fleet', `${s.peakGpus} GPUs`],
@@ -283,8 +285,6 @@ export function renderReport(run: SimulateRun): string {
       [REQUEUES_LABEL, requeuesText(s)],
       ...(s.services ? [[REPLICAS_LOST_LABEL, formatNumber(replicasLost(s))] as [string, string]] : []),
       ['checkpoints', formatNumber(s.checkpoints)],
-      [REWORK_LABEL, gpuHours(s.reworkGpuHours)],
-      [OVERHEAD_LABEL, gpuHours(s.overheadGpuHours)],
       ['budget events', formatNumber(s.budgetEvents)],
     ],
   );
