@@ -12,6 +12,9 @@ import { SeededRandom } from '../cloud/sim/clock.ts';
 import { omniscient } from './spot/omniscient.ts';
 import { fitHazards, runSemiMarkov, SEMI_MARKOV_AGES, solveSemiMarkov } from './spot/semi-markov.ts';
 import { runPolicy, type JobSetup, type RunResult } from './spot/sim.ts';
+import { inWorkers } from './parallel.ts';
+import { availableParallelism } from 'node:os';
+import { isMainThread } from 'node:worker_threads';
 
 const PAPER_TRACES = resolve(import.meta.dirname, '../../shared/data/spot/skypilot-spot-traces/availability/1-node/aws-10-26-2022');
 const SHIPPED_TRACES = resolve(import.meta.dirname, '../data/spot/availability');
@@ -69,7 +72,7 @@ export function resample(trace: Trace, sec: number): Trace {
   return { name: trace.name, gapSec: trace.gapSec * per, values };
 }
 
-export function benchSpot(options: {
+export interface BenchSpotOptions {
   traces: Trace[];
   traceHours?: number;
   k: number;
@@ -78,73 +81,92 @@ export function benchSpot(options: {
   nodes: number;
   job: Omit<JobSetup, 'priceRatio'>;
   policies?: readonly PolicyName[];
-}): Row[] {
+}
+
+/** One trace's rows, a row per policy: every policy on the same seeded start times. */
+export function traceRows(trace: Trace, options: Omit<BenchSpotOptions, 'traces'>): Row[] {
   const job: JobSetup = { ...options.job, priceRatio: options.k };
   const policies = options.policies ?? POLICIES;
   const rows: Row[] = [];
-  const totals = new Map<PolicyName, { runs: number; od: number; spot: number; cost: number; met: number }>();
-  for (const trace of options.traces) {
-    const ticks = options.traceHours
-      ? Math.min(trace.values.length, Math.floor((options.traceHours * 3600) / trace.gapSec))
-      : trace.values.length;
-    const avail = trace.values.slice(0, ticks).map((v) => v >= options.nodes);
-    const deadlineTicks = Math.ceil(job.deadlineSec / trace.gapSec);
-    const span = ticks - deadlineTicks;
-    if (span <= 0) throw new Error(`${trace.name}: ${((ticks * trace.gapSec) / 3600).toFixed(1)} h of trace is shorter than the deadline`);
-    // The same seeded start times for every policy.
-    const random = new SeededRandom(options.seed);
-    const starts = Array.from({ length: options.runs }, () => Math.floor(random.next() * (span + 1)));
-    let oracle: ReturnType<typeof solveSemiMarkov> | undefined;
-    for (const policy of policies) {
-      let od = 0;
-      let spot = 0;
-      let cost = 0;
-      let met = 0;
-      for (const start of starts) {
-        let r: RunResult;
-        if (policy === 'omniscient') r = omniscient(avail, start, trace.gapSec, job);
-        else if (policy === 'oracle-semi-markov')
-          r = runSemiMarkov(
-            (oracle ??= solveSemiMarkov(job, trace.gapSec, fitHazards(avail))),
-            SEMI_MARKOV_AGES,
-            avail,
-            start,
-            trace.gapSec,
-            job,
-          );
-        else r = runPolicy(policy, avail, start, trace.gapSec, job);
-        od += r.onDemandWorkSec;
-        spot += r.spotWorkSec;
-        cost += r.cost;
-        if (r.met) met++;
-      }
-      const n = starts.length;
-      rows.push({
-        trace: trace.name,
-        policy,
-        runs: n,
-        onDemandHours: od / n / 3600,
-        spotHours: spot / n / 3600,
-        costRatio: cost / n / (job.workSec * job.priceRatio),
-        deadlineMetPct: (100 * met) / n,
-      });
-      const t = totals.get(policy) ?? { runs: 0, od: 0, spot: 0, cost: 0, met: 0 };
-      totals.set(policy, { runs: t.runs + n, od: t.od + od, spot: t.spot + spot, cost: t.cost + cost, met: t.met + met });
-    }
-  }
+  const ticks = options.traceHours
+    ? Math.min(trace.values.length, Math.floor((options.traceHours * 3600) / trace.gapSec))
+    : trace.values.length;
+  const avail = trace.values.slice(0, ticks).map((v) => v >= options.nodes);
+  const deadlineTicks = Math.ceil(job.deadlineSec / trace.gapSec);
+  const span = ticks - deadlineTicks;
+  if (span <= 0) throw new Error(`${trace.name}: ${((ticks * trace.gapSec) / 3600).toFixed(1)} h of trace is shorter than the deadline`);
+  // The same seeded start times for every policy.
+  const random = new SeededRandom(options.seed);
+  const starts = Array.from({ length: options.runs }, () => Math.floor(random.next() * (span + 1)));
+  let oracle: ReturnType<typeof solveSemiMarkov> | undefined;
   for (const policy of policies) {
-    const t = totals.get(policy)!;
+    let od = 0;
+    let spot = 0;
+    let cost = 0;
+    let met = 0;
+    for (const start of starts) {
+      let r: RunResult;
+      if (policy === 'omniscient') r = omniscient(avail, start, trace.gapSec, job);
+      else if (policy === 'oracle-semi-markov')
+        r = runSemiMarkov(
+          (oracle ??= solveSemiMarkov(job, trace.gapSec, fitHazards(avail))),
+          SEMI_MARKOV_AGES,
+          avail,
+          start,
+          trace.gapSec,
+          job,
+        );
+      else r = runPolicy(policy, avail, start, trace.gapSec, job);
+      od += r.onDemandWorkSec;
+      spot += r.spotWorkSec;
+      cost += r.cost;
+      if (r.met) met++;
+    }
+    const n = starts.length;
     rows.push({
-      trace: 'ALL',
+      trace: trace.name,
       policy,
-      runs: t.runs,
-      onDemandHours: t.od / t.runs / 3600,
-      spotHours: t.spot / t.runs / 3600,
-      costRatio: t.cost / t.runs / (job.workSec * job.priceRatio),
-      deadlineMetPct: (100 * t.met) / t.runs,
+      runs: n,
+      onDemandHours: od / n / 3600,
+      spotHours: spot / n / 3600,
+      costRatio: cost / n / (job.workSec * job.priceRatio),
+      deadlineMetPct: (100 * met) / n,
     });
   }
   return rows;
+}
+
+/** The ALL rows: each policy over every trace's runs. */
+export function totalRows(rows: readonly Row[], policies: readonly PolicyName[] = POLICIES): Row[] {
+  return policies.map((policy) => {
+    const mine = rows.filter((r) => r.policy === policy && r.trace !== 'ALL');
+    const runs = mine.reduce((n, r) => n + r.runs, 0);
+    const mean = (f: (r: Row) => number) => mine.reduce((n, r) => n + f(r) * r.runs, 0) / runs;
+    return {
+      trace: 'ALL',
+      policy,
+      runs,
+      onDemandHours: mean((r) => r.onDemandHours),
+      spotHours: mean((r) => r.spotHours),
+      costRatio: mean((r) => r.costRatio),
+      deadlineMetPct: mean((r) => r.deadlineMetPct),
+    };
+  });
+}
+
+/** Every trace's rows, then the totals; with `threads` above 1, the traces run on worker threads. */
+export async function benchSpot(options: BenchSpotOptions, threads = 1): Promise<Row[]> {
+  const { traces, ...rest } = options;
+  const perTrace =
+    threads > 1
+      ? await inWorkers<{ trace: Trace; options: typeof rest }, Row[]>(
+          new URL('./spot/worker.ts', import.meta.url),
+          traces.map((trace) => ({ trace, options: rest })),
+          threads,
+        )
+      : traces.map((trace) => traceRows(trace, rest));
+  const rows = perTrace.flat();
+  return [...rows, ...totalRows(rows, options.policies ?? POLICIES)];
 }
 
 /** Table 3 of the paper: the eight two-week traces, mean on-demand / spot hours per 48 h job. */
@@ -200,7 +222,7 @@ function print(rows: Row[], compareToPaper: boolean): void {
   process.stdout.write(`${out.join('\n')}\n`);
 }
 
-const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+const invokedDirectly = isMainThread && process.argv[1] !== undefined && resolve(process.argv[1]) === import.meta.filename;
 if (invokedDirectly) {
   const program = new Command('bench:spot')
     .option(
@@ -225,6 +247,12 @@ if (invokedDirectly) {
       'coarsen traces to ticks of this many seconds (spot in a coarse tick only if in all of its fine ticks)',
       wholeNumber('--resample-sec', 1, 86_400),
     )
+    .option(
+      '--threads <n>',
+      'worker threads, one trace each at a time (default: every core)',
+      wholeNumber('--threads', 1, 256),
+      availableParallelism(),
+    )
     .option('--json', 'print the rows as JSON')
     .parse();
   const o = program.opts<{
@@ -239,6 +267,7 @@ if (invokedDirectly) {
     changeoverHours: number;
     policies?: string;
     resampleSec?: number;
+    threads: number;
     json?: boolean;
   }>();
   const policies = o.policies ? (o.policies.split(',').map((p) => p.trim()) as PolicyName[]) : POLICIES;
@@ -247,19 +276,24 @@ if (invokedDirectly) {
       program.error(`--policies: unknown policy "${p}"; allowed: ${[...POLICIES, ...EXTRA_POLICIES].join(', ')}`);
   if (o.deadlineHours < o.workHours) program.error('--deadline-hours must be at least --work-hours');
   const started = performance.now();
-  const rows = benchSpot({
-    traces: findTraces(resolve(o.traces)).map((t) => (o.resampleSec ? resample(t, o.resampleSec) : t)),
-    ...(o.traceHours ? { traceHours: o.traceHours } : {}),
-    k: o.k,
-    runs: o.runs,
-    seed: o.seed,
-    nodes: o.nodes,
-    job: { workSec: o.workHours * 3600, deadlineSec: o.deadlineHours * 3600, changeoverSec: Math.round(o.changeoverHours * 3600) },
-    policies,
-  });
+  const rows = await benchSpot(
+    {
+      traces: findTraces(resolve(o.traces)).map((t) => (o.resampleSec ? resample(t, o.resampleSec) : t)),
+      ...(o.traceHours ? { traceHours: o.traceHours } : {}),
+      k: o.k,
+      runs: o.runs,
+      seed: o.seed,
+      nodes: o.nodes,
+      job: { workSec: o.workHours * 3600, deadlineSec: o.deadlineHours * 3600, changeoverSec: Math.round(o.changeoverHours * 3600) },
+      policies,
+    },
+    o.threads,
+  );
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   else {
     print(rows, resolve(o.traces) === PAPER_TRACES && o.traceHours === 312 && o.workHours === 48 && o.deadlineHours === 60);
-    process.stdout.write(`\n(${((performance.now() - started) / 1000).toFixed(1)} s)\n`);
+    process.stdout.write(
+      `\n(${((performance.now() - started) / 1000).toFixed(1)} s on ${Math.min(o.threads, 99)} thread${o.threads === 1 ? '' : 's'})\n`,
+    );
   }
 }

@@ -81,10 +81,23 @@ describe('bench:spot', () => {
     }
   });
 
-  it('uses the same start times for every policy: a rerun with the same seed gives the same rows', () => {
+  it('uses the same start times for every policy: a rerun with the same seed gives the same rows', async () => {
     const traces = [{ name: 't', gapSec: 600, values: Array.from({ length: 600 }, (_, i) => (Math.floor(i / 37) % 3 === 0 ? 0 : 1)) }];
     const opts = { traces, k: 3, runs: 10, seed: 7, nodes: 1, job: { workSec: 48 * 3600, deadlineSec: 60 * 3600, changeoverSec: 720 } };
-    expect(benchSpot(opts)).toEqual(benchSpot(opts));
-    expect(benchSpot({ ...opts, seed: 8 })).not.toEqual(benchSpot(opts));
+    expect(await benchSpot(opts)).toEqual(await benchSpot(opts));
+    expect(await benchSpot({ ...opts, seed: 8 })).not.toEqual(await benchSpot(opts));
   });
+
+  it('gives the same rows on worker threads as in one thread, every trace in its order', async () => {
+    const wave = (period: number) => Array.from({ length: 600 }, (_, i) => (Math.floor(i / period) % 3 === 0 ? 0 : 1));
+    const traces = [
+      { name: 'a', gapSec: 600, values: wave(37) },
+      { name: 'b', gapSec: 600, values: wave(11) },
+      { name: 'c', gapSec: 600, values: wave(23) },
+    ];
+    const opts = { traces, k: 3, runs: 10, seed: 7, nodes: 1, job: { workSec: 48 * 3600, deadlineSec: 60 * 3600, changeoverSec: 720 } };
+    const one = await benchSpot(opts, 1);
+    expect(await benchSpot(opts, 2)).toEqual(one);
+    expect(one.map((r) => r.trace)).toEqual([...Array(4).fill('a'), ...Array(4).fill('b'), ...Array(4).fill('c'), ...Array(4).fill('ALL')]);
+  }, 60_000);
 });
