@@ -9,14 +9,16 @@
  *                          [--price-ratio K] [--window-hours H] [--repeats R] [--seed S] [--json]
  */
 import { readdirSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, join, resolve } from 'node:path';
+import { isMainThread } from 'node:worker_threads';
+import { availableParallelism } from 'node:os';
 import { Command } from 'commander';
 import { loadAvailabilityTrace } from '../cloud/sim/spot-market.ts';
 import { SeededRandom } from '../cloud/sim/clock.ts';
-import { SERVING_POLICIES } from '../core/serving/spot-placement.ts';
 import { latencyPercentiles, type QueueModel } from './serve/latency.ts';
-import { optimalServing } from './serve/optimal.ts';
-import { replayServing, type ServingRun } from './serve/world.ts';
+import { type ServingRun } from './serve/world.ts';
+import { replayWindows, type WindowResult } from './serve/windows.ts';
+import { inWorkers } from './parallel.ts';
 
 const TICK_SEC = 30;
 const DEFAULT_TRACES = new URL('../data/spot/spothedge-gcp1', import.meta.url).pathname;
@@ -36,6 +38,8 @@ export interface ServeOptions {
   load: number;
   json?: boolean;
   optimal?: boolean;
+  /** Worker threads the windows are spread over (1: all in this thread). */
+  threads?: number;
 }
 
 const num = (v: string) => {
@@ -71,6 +75,7 @@ function cli(): ServeOptions {
     .option('--load <r>', "latency model: requests offered, as a share of the target's capacity", num, 0.7)
     .option('--json', 'print the rows as JSON')
     .option('--no-optimal', 'leave out the optimum (an integer program per window, about 5 s each)')
+    .option('--threads <n>', 'worker threads the windows are spread over (default: every core)', num, availableParallelism())
     .parse()
     .opts<ServeOptions>();
 }
@@ -126,11 +131,13 @@ export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
     const sums = new Map<string, ServeRow>();
     const readyOf = new Map<string, number[]>();
     const queue: QueueModel = { arrivalPerSec: (o.load * o.target) / o.serviceSec, serviceSec: o.serviceSec, timeoutSec: 60 };
+    // The windows are drawn here, in order, so the same seed gives the same windows however many threads replay them.
+    const runs: ServingRun[] = [];
     for (let r = 0; r < o.repeats; r++) {
       const offset = shortest > ticks ? random.int(0, shortest - ticks - 1) : 0;
       // The zones in a new order each window, as the paper's runs shuffle them.
       const order = zones.map((z, i) => ({ z, k: random.next(), i })).sort((a, b) => a.k - b.k || a.i - b.i);
-      const run: ServingRun = {
+      runs.push({
         zones: order.map((x) => x.z),
         ticks,
         tickSec: TICK_SEC,
@@ -140,23 +147,23 @@ export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
         nExtra: o.nExtra,
         priceRatio: o.priceRatio,
         seed: o.seed * 1000 + r,
-      };
-      const results = [
-        ...SERVING_POLICIES.map((policy) => ({ policy, res: replayServing(policy, run) })),
-        // The optimum keeps at least the target ready at every tick; its latency is taken at exactly the target.
-        ...(o.optimal === false
-          ? []
-          : [
-              {
-                policy: 'optimal',
-                res: {
-                  ...(await optimalServing(run)),
-                  shortReplicaMinutes: 0,
-                  ready: new Array<number>(ticks - run.coldStartTicks).fill(o.target),
-                },
-              },
-            ]),
-      ];
+      });
+    }
+    const threads = Math.max(1, Math.min(o.threads ?? 1, runs.length));
+    const chunks = Array.from({ length: threads }, (_, t) =>
+      runs.slice(Math.floor((t * runs.length) / threads), Math.floor(((t + 1) * runs.length) / threads)),
+    );
+    const input = (chunk: ServingRun[]) => ({ runs: chunk, target: o.target, optimal: o.optimal !== false });
+    const perWindow = (
+      threads > 1
+        ? await inWorkers<ReturnType<typeof input>, WindowResult[][]>(
+            new URL('./serve/worker.ts', import.meta.url),
+            chunks.map(input),
+            threads,
+          )
+        : [await replayWindows(input(runs))]
+    ).flat();
+    for (const results of perWindow) {
       for (const { policy, res } of results) {
         const s = sums.get(policy) ?? emptyRow(basename(dir), policy);
         addInto(s, res, 1 / o.repeats);
@@ -187,7 +194,7 @@ export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
   return rows;
 }
 
-const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+const invokedDirectly = isMainThread && process.argv[1] !== undefined && resolve(process.argv[1]) === import.meta.filename;
 if (invokedDirectly) {
   const o = cli();
   const rows = await benchServe(o);
