@@ -2,7 +2,11 @@
 // invariants checked every simulated minute, against the fault-free run on the same trace and seed.
 //
 //   npm run bench:chaos -- [--hours H] [--seed S] [--profiles a,b] [--clouds aws,gcp] [--mig] [--services] [--rightsizing] [--json]
+import { availableParallelism } from 'node:os';
+import { resolve } from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 import { Command } from 'commander';
+import { inWorkers } from './parallel.ts';
 import { listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
 import type { Cloud } from '../core/catalog.ts';
 import {
@@ -67,7 +71,7 @@ export const MIG_GROUP = {
 };
 export const MIG_TRACE = new URL('../data/traces/alibaba-openb2023-sample.csv', import.meta.url);
 
-export async function benchChaos(options: {
+export interface ChaosOptions {
   hours: number;
   seed: number;
   profiles: readonly string[];
@@ -83,7 +87,13 @@ export async function benchChaos(options: {
    * right-sized jobs measured, resized, interrupted and requeued under every fault.
    */
   rightsizing?: boolean;
-}): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
+}
+
+/** One profile's run: its summary, and its right-sized jobs (how many, how many failed). */
+export async function chaosProfile(
+  options: Omit<ChaosOptions, 'profiles'>,
+  profile: string,
+): Promise<{ summary: SimulationSummary; rightsized: { jobs: number; failed: number } }> {
   const clouds = options.clouds ?? ['aws'];
   const loaded = options.mig
     ? loadWorkload(MIG_TRACE, { hours: options.hours, busiest: true, fractionsAsMig: true, defaultCheckpointSec: 600 })
@@ -91,30 +101,50 @@ export async function benchChaos(options: {
   const sizing = options.rightsizing ? rightsizingScenario(loaded, { oversizedShare: 0.5, mode: 'auto', spot: true }) : undefined;
   const workload = sizing ? sizing.workload : clouds.length > 1 ? acrossClouds(loaded) : loaded;
   const groups = sizing ? sizing.groups : simGroupsFor(clouds);
-  const run = (profile: string) =>
-    runSimulation({
-      workload,
-      groups: options.mig ? [...groups, MIG_GROUP] : groups,
-      teamTags: defaultTeamTags(workload.teams),
-      seed: options.seed,
-      hours: options.hours,
-      spot: sizing ? { kind: 'rates', ratePerHour: () => 0.05 } : BUILT_IN_SPOT,
-      faults: faultProfile(profile),
-      invariants: 'count',
-      ...(options.services ? { services: defaultSimServices() } : {}),
-    });
-  const first = await run('none');
-  const base = first.summary;
+  const result = await runSimulation({
+    workload,
+    groups: options.mig ? [...groups, MIG_GROUP] : groups,
+    teamTags: defaultTeamTags(workload.teams),
+    seed: options.seed,
+    hours: options.hours,
+    spot: sizing ? { kind: 'rates', ratePerHour: () => 0.05 } : BUILT_IN_SPOT,
+    faults: faultProfile(profile),
+    invariants: 'count',
+    ...(options.services ? { services: defaultSimServices() } : {}),
+  });
+  const sized = result.jobs.filter((j) => j.rightsize?.applied);
+  return { summary: result.summary, rightsized: { jobs: sized.length, failed: sized.filter((j) => j.state === 'failed').length } };
+}
+
+/** Every profile's row against the fault-free run; with `threads` above 1, the profiles run on worker threads. */
+export async function benchChaos(
+  options: ChaosOptions,
+  threads = 1,
+): Promise<{ rows: ChaosRow[]; summaries: Record<string, SimulationSummary> }> {
+  const { profiles, ...rest } = options;
+  const names = ['none', ...profiles.filter((p) => p !== 'none')];
+  const results =
+    threads > 1
+      ? await inWorkers<{ options: typeof rest; profile: string }, Awaited<ReturnType<typeof chaosProfile>>>(
+          new URL('./chaos/worker.ts', import.meta.url),
+          names.map((profile) => ({ options: rest, profile })),
+          threads,
+        )
+      : await names.reduce<Promise<Awaited<ReturnType<typeof chaosProfile>>[]>>(
+          async (done, profile) => [...(await done), await chaosProfile(rest, profile)],
+          Promise.resolve([]),
+        );
+  const byProfile = new Map(names.map((p, i) => [p, results[i]!]));
+  const base = byProfile.get('none')!.summary;
   const summaries: Record<string, SimulationSummary> = { none: base };
   const rows: ChaosRow[] = [];
   for (const profile of options.profiles) {
-    const result = profile === 'none' ? first : await run(profile);
+    const result = byProfile.get(profile)!;
     const s = result.summary;
     summaries[profile] = s;
-    const sized = result.jobs.filter((j) => j.rightsize?.applied);
     rows.push({
       profile,
-      ...(options.rightsizing ? { rightsized: { jobs: sized.length, failed: sized.filter((j) => j.state === 'failed').length } } : {}),
+      ...(options.rightsizing ? { rightsized: result.rightsized } : {}),
       accepted: s.accepted,
       completed: s.completed,
       lost: s.lost,
@@ -153,7 +183,7 @@ function pctOver(x: number, base: number): number {
   return base > 0 ? Math.round((10_000 * (x - base)) / base) / 100 : 0;
 }
 
-const invokedDirectly = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+const invokedDirectly = isMainThread && process.argv[1] !== undefined && resolve(process.argv[1]) === import.meta.filename;
 if (invokedDirectly) {
   const program = new Command('bench:chaos')
     .option('--hours <h>', 'virtual hours of the built-in trace', wholeNumber('--hours', 1, 720), 48)
@@ -173,9 +203,16 @@ if (invokedDirectly) {
       '--rightsizing',
       'the right-sizing scenario with rightsize "auto" (A100 machines, half the job families oversized), spot taken back at 5%/machine-hour',
     )
+    .option(
+      '--threads <n>',
+      'worker threads, a profile each at a time (default: every core)',
+      wholeNumber('--threads', 1, 256),
+      availableParallelism(),
+    )
     .option('--json', 'print the rows as JSON')
     .parse();
   const o = program.opts<{
+    threads: number;
     hours: number;
     seed: number;
     profiles?: string;
@@ -194,15 +231,18 @@ if (invokedDirectly) {
     }
   }
   const started = performance.now();
-  const { rows, summaries } = await benchChaos({
-    hours: o.hours,
-    seed: o.seed,
-    profiles,
-    ...(o.mig ? { mig: true } : {}),
-    ...(o.services ? { services: true } : {}),
-    ...(o.rightsizing ? { rightsizing: true } : {}),
-    ...(o.clouds ? { clouds: [...new Set(o.clouds)] } : {}),
-  });
+  const { rows, summaries } = await benchChaos(
+    {
+      hours: o.hours,
+      seed: o.seed,
+      profiles,
+      ...(o.mig ? { mig: true } : {}),
+      ...(o.services ? { services: true } : {}),
+      ...(o.rightsizing ? { rightsizing: true } : {}),
+      ...(o.clouds ? { clouds: [...new Set(o.clouds)] } : {}),
+    },
+    o.threads,
+  );
   if (o.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   else {
     const head = `${'profile'.padEnd(20)} ${'accepted'.padStart(8)} ${'completed'.padStart(9)} ${'lost'.padStart(5)} ${'duplicated'.padStart(10)} ${'violations'.padStart(10)} ${'stale resumes'.padStart(13)} ${'cut by hook'.padStart(11)} ${'wrongful'.padStart(8)} ${'cost overhead'.padStart(13)} ${'p95 wait overhead'.padStart(17)} ${'spendError'.padStart(10)} ${'team spendError'.padStart(15)}  injected`;
