@@ -79,7 +79,7 @@ export interface SpotModelState {
   readonly pools: Record<string, PoolState>;
   readonly peers: Record<string, PeerCounts>;
   /** Drops of a peer awaiting their outcome: pool a stood when b dropped at atMs. */
-  readonly open: { a: string; b: string; atMs: number }[];
+  open: { a: string; b: string; atMs: number }[];
 }
 
 export function emptySpotModel(): SpotModelState {
@@ -129,16 +129,17 @@ export function observe(state: SpotModelState, pool: string, up: boolean, atMs: 
   if (p.lastSeenMs !== undefined && atMs < p.lastSeenMs) return;
   accrue(p, atMs);
   if (up && !p.up) p.upSinceMs = atMs;
-  if (!up && p.up) {
+  // A drop seen after a time unwatched is not counted: when it came, and how long the pool stood before, are unknown.
+  if (!up && p.up && p.watching !== false) {
     // It went down somewhere between the last sighting and this one: counted at the middle.
     const age = p.upSinceMs !== undefined ? ((p.lastSeenMs ?? atMs) + atMs) / 2000 - p.upSinceMs / 1000 : Infinity;
     p.drops[bucketOf(age)]!++;
     p.lastDownMs = atMs;
     // Peers: this drop settles every open question "does `pool` follow b?", and opens "does a follow `pool`?" for every pool standing.
     for (const o of state.open) if (o.a === pool && atMs - o.atMs <= options.peerWindowSec * 1000) peer(state, o.a, o.b).together++;
-    (state as { open: SpotModelState['open'] }).open = state.open.filter((o) => o.a !== pool);
+    state.open = state.open.filter((o) => o.a !== pool);
     for (const [other, q] of Object.entries(state.pools)) {
-      if (other === pool || !q.up) continue;
+      if (other === pool || !q.up || q.watching === false) continue;
       peer(state, other, pool).peerDrops++;
       state.open.push({ a: other, b: pool, atMs });
     }
@@ -147,7 +148,7 @@ export function observe(state: SpotModelState, pool: string, up: boolean, atMs: 
   p.watching = true;
   p.lastSeenMs = atMs;
   // Questions older than the window are settled: the pool did not follow.
-  (state as { open: SpotModelState['open'] }).open = state.open.filter((o) => atMs - o.atMs <= options.peerWindowSec * 1000);
+  state.open = state.open.filter((o) => atMs - o.atMs <= options.peerWindowSec * 1000);
 }
 
 function peer(state: SpotModelState, a: string, b: string): PeerCounts {

@@ -140,5 +140,10 @@ describe('the spot model from the fleet’s own history', () => {
     const refused = spotModelFromHistory(machines, [{ offeringId: pool, atMs: 12 * H + 30_000 }], new Map(), 12 * H + MIN, 3 * MIN);
     expect(refused.pools[pool]!.up).toBe(false);
     expect(survival(refused, pool, 12 * H + MIN, 3600).survival).toBeLessThan(survival(m, pool, 12 * H + MIN, 3600).survival);
+    // A refusal after a time no machine watched the pool says it is down now, not when it dropped: no drop is counted.
+    const gap = spotModelFromHistory([machines[0]!], [{ offeringId: pool, atMs: 5 * H }], new Map(), 6 * H, 3 * MIN);
+    expect(gap.pools[pool]!).toMatchObject({ up: false });
+    expect(gap.pools[pool]!.drops.reduce((a, b) => a + b, 0)).toBe(0);
+    expect(gap.pools[pool]!.exposureHours.reduce((a, b) => a + b, 0)).toBeCloseTo(2, 6);
   });
 });
