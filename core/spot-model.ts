@@ -20,7 +20,7 @@
  * Pure and deterministic: time is passed in, state is plain data ({@link SpotModelState}) a store
  * keeps between reconciles.
  */
-import { priorRatePerHour } from './risk.ts';
+import { priorRatePerHour, type MachineHistory } from './risk.ts';
 
 /** Upper edges of the age buckets, seconds since the pool's last recovery; the last bucket is open. */
 export const AGE_BUCKETS_SEC: readonly number[] = [600, 1_800, 3_600, 2 * 3_600, 4 * 3_600, 8 * 3_600, 16 * 3_600];
@@ -61,7 +61,6 @@ export interface PoolState {
   upSinceMs?: number;
   /** When it was last seen, up or down. */
   lastSeenMs?: number;
-  lastDownMs?: number;
   /** Per age bucket: pool-hours up, and drops. */
   exposureHours: number[];
   drops: number[];
@@ -134,7 +133,6 @@ export function observe(state: SpotModelState, pool: string, up: boolean, atMs: 
     // It went down somewhere between the last sighting and this one: counted at the middle.
     const age = p.upSinceMs !== undefined ? ((p.lastSeenMs ?? atMs) + atMs) / 2000 - p.upSinceMs / 1000 : Infinity;
     p.drops[bucketOf(age)]!++;
-    p.lastDownMs = atMs;
     // Peers: this drop settles every open question "does `pool` follow b?", and opens "does a follow `pool`?" for every pool standing.
     for (const o of state.open) if (o.a === pool && atMs - o.atMs <= options.peerWindowSec * 1000) peer(state, o.a, o.b).together++;
     state.open = state.open.filter((o) => o.a !== pool);
@@ -264,14 +262,6 @@ export function unseen(state: SpotModelState, pool: string, atMs: number): void 
   p.lastSeenMs = atMs;
 }
 
-/** A machine of a spot pool as the pool history keeps it (core/risk.ts). */
-export interface PoolMachine {
-  readonly offeringId: string;
-  readonly firstMs?: number;
-  readonly lastMs?: number;
-  readonly interruptedAtMs?: number;
-}
-
 /**
  * The model as the fleet's own history says: each machine a sighting of its pool up from its
  * first note to its last, a taken-back machine and a refused launch a sighting of it down, and a
@@ -279,7 +269,7 @@ export interface PoolMachine {
  * `staleMs` ago, so it is not a machine still running). Pools' priors come from `priors`.
  */
 export function spotModelFromHistory(
-  machines: readonly PoolMachine[],
+  machines: readonly MachineHistory[],
   refusals: readonly { readonly offeringId: string; readonly atMs: number }[],
   priors: ReadonlyMap<string, { band?: string; placementScore?: number }>,
   nowMs: number,

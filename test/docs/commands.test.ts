@@ -30,7 +30,7 @@ interface Shown {
 }
 
 /** The commands of every ```sh block: continuation lines joined, comments and heredoc bodies left out. */
-export function shownCommands(file: string, markdown: string): Shown[] {
+function shownCommands(file: string, markdown: string): Shown[] {
   const out: Shown[] = [];
   const lines = markdown.split('\n');
   let inBlock = false;
