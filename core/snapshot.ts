@@ -4,6 +4,7 @@ import type { Job } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { Team } from './team.ts';
 import type { Reservation } from './reservation.ts';
+import type { SpotModelState } from './spot-model.ts';
 
 /** Tunables of the control loop. Durations in seconds. */
 export interface Policy {
@@ -115,6 +116,11 @@ export interface Snapshot {
   readonly prices: ReadonlyMap<string, PriceQuote>;
   /** Expected interruptions per hour of each spot offering, by offering id. */
   readonly poolRiskPerHour: ReadonlyMap<string, number>;
+  /**
+   * The spot market as the fleet has seen it (core/spot-model.ts): what a spot choice asks "will
+   * a machine launched in this pool now survive the work?". Absent: the per-pool rates above alone.
+   */
+  readonly spotModel?: SpotModelState;
   /** Offerings not to launch until the given time (ms), after a failed launch. */
   readonly unavailableUntilMs: ReadonlyMap<string, number>;
   readonly teams: ReadonlyMap<string, Team>;

@@ -34,6 +34,8 @@ export interface SpotModelOptions {
   readonly peerWindowSec: number;
   /** Drops of a peer (while this pool stood) before the pair's history is believed fully. */
   readonly peerPriorDrops: number;
+  /** Prior recoveries per hour of a pool that is down (the rate at which it gives machines again). */
+  readonly recoveryPriorPerHour: number;
 }
 
 /**
@@ -46,6 +48,7 @@ export const DEFAULT_SPOT_MODEL_OPTIONS: SpotModelOptions = {
   poolPriorHours: 12,
   peerWindowSec: 900,
   peerPriorDrops: 4,
+  recoveryPriorPerHour: 2,
 };
 
 /** What is known of one pool. */
@@ -64,6 +67,11 @@ export interface PoolState {
   /** Per age bucket: pool-hours up, and drops. */
   exposureHours: number[];
   drops: number[];
+  /** When it last went down (a drop seen while watched). */
+  downSinceMs?: number;
+  /** Per bucket of time since it went down: pool-hours seen down, and recoveries seen. */
+  downHours?: number[];
+  recoveries?: number[];
 }
 
 const zeros = () => AGE_BUCKETS_SEC.map(() => 0).concat(0);
@@ -106,15 +114,18 @@ export function setPoolPrior(state: SpotModelState, pool: string, prior: { band?
 }
 
 /** Adds the time between the pool's last sighting and `atMs` to the age buckets it spans (the pool stood throughout). */
-function accrue(p: PoolState, atMs: number): void {
-  if (!p.up || p.watching === false || p.upSinceMs === undefined || p.lastSeenMs === undefined || atMs <= p.lastSeenMs) return;
-  let from = (p.lastSeenMs - p.upSinceMs) / 1000;
-  const to = (atMs - p.upSinceMs) / 1000;
+function accrue(p: PoolState, atMs: number, downBothEnds = false): void {
+  if ((p.watching === false && !downBothEnds) || p.lastSeenMs === undefined || atMs <= p.lastSeenMs) return;
+  const since = p.up ? p.upSinceMs : p.downSinceMs;
+  if (since === undefined) return;
+  const hours = p.up ? p.exposureHours : (p.downHours ??= zeros());
+  let from = (p.lastSeenMs - since) / 1000;
+  const to = (atMs - since) / 1000;
   while (from < to) {
     const b = bucketOf(from);
     const edge = b < AGE_BUCKETS_SEC.length ? AGE_BUCKETS_SEC[b]! : Infinity;
     const until = Math.min(edge, to);
-    p.exposureHours[b]! += (until - from) / 3600;
+    hours[b]! += (until - from) / 3600;
     from = until;
   }
 }
@@ -126,8 +137,14 @@ function accrue(p: PoolState, atMs: number): void {
 export function observe(state: SpotModelState, pool: string, up: boolean, atMs: number, options = DEFAULT_SPOT_MODEL_OPTIONS): void {
   const p = poolOf(state, pool);
   if (p.lastSeenMs !== undefined && atMs < p.lastSeenMs) return;
-  accrue(p, atMs);
-  if (up && !p.up) p.upSinceMs = atMs;
+  // A pool seen down, unwatched, then seen down again is counted as down throughout.
+  accrue(p, atMs, !up && !p.up);
+  if (up && !p.up) {
+    // A recovery seen while watched: counted at the middle of the time since it was last seen down.
+    if (p.watching !== false && p.downSinceMs !== undefined && p.lastSeenMs !== undefined)
+      (p.recoveries ??= zeros())[bucketOf(((p.lastSeenMs + atMs) / 2 - p.downSinceMs) / 1000)]!++;
+    p.upSinceMs = atMs;
+  }
   // A drop seen after a time unwatched is not counted: when it came, and how long the pool stood before, are unknown.
   if (!up && p.up && p.watching !== false) {
     // It went down somewhere between the last sighting and this one: counted at the middle.
@@ -142,6 +159,7 @@ export function observe(state: SpotModelState, pool: string, up: boolean, atMs: 
       state.open.push({ a: other, b: pool, atMs });
     }
   }
+  if (!up && (p.up || p.downSinceMs === undefined)) p.downSinceMs = atMs;
   p.up = up;
   p.watching = true;
   p.lastSeenMs = atMs;
@@ -175,6 +193,26 @@ export function hazardPerHour(state: SpotModelState, pool: string, options = DEF
   });
 }
 
+/**
+ * The probability that the pool gives a machine now: 1 unless it was last seen down; then the
+ * chance it has come back since, from the recoveries seen per time down (all pools', shrunk
+ * towards the prior rate), given that it was still down when last seen.
+ */
+export function upProbability(state: SpotModelState, pool: string, nowMs: number, options = DEFAULT_SPOT_MODEL_OPTIONS): number {
+  const p = state.pools[pool];
+  // Never seen, or last seen up: a launch there is expected to be given (the survival answers whether it lasts).
+  if (!p || p.up || p.downSinceMs === undefined || p.lastSeenMs === undefined) return 1;
+  const all = Object.values(state.pools);
+  const hazard = zeros().map((_, b) => {
+    const e = all.reduce((n, q) => n + (q.downHours?.[b] ?? 0), 0);
+    const k = all.reduce((n, q) => n + (q.recoveries?.[b] ?? 0), 0);
+    const global = (k + options.globalPriorHours * options.recoveryPriorPerHour) / (e + options.globalPriorHours);
+    return ((p.recoveries?.[b] ?? 0) + options.poolPriorHours * global) / ((p.downHours?.[b] ?? 0) + options.poolPriorHours);
+  });
+  const seenDownFor = Math.max(0, (p.lastSeenMs - p.downSinceMs) / 1000);
+  return 1 - survivalOver(hazard, seenDownFor, Math.max(0, (nowMs - p.lastSeenMs) / 1000));
+}
+
 /** Probability of surviving from age `ageSec` to `ageSec + horizonSec` under a hazard piecewise constant by bucket. */
 function survivalOver(hazard: readonly number[], ageSec: number, horizonSec: number): number {
   let integral = 0;
@@ -188,6 +226,15 @@ function survivalOver(hazard: readonly number[], ageSec: number, horizonSec: num
     from = until;
   }
   return Math.exp(-integral);
+}
+
+/** The pool's age for a launch now: its time since recovery when up; when last seen down, half the time since (read as back since then). */
+function ageOf(p: PoolState | undefined, nowMs: number): number {
+  return p?.up && p.upSinceMs !== undefined
+    ? Math.max(0, (nowMs - p.upSinceMs) / 1000)
+    : p?.lastSeenMs !== undefined
+      ? Math.max(0, (nowMs - p.lastSeenMs) / 2000)
+      : 0;
 }
 
 export interface SurvivalAnswer {
@@ -217,12 +264,7 @@ export function survival(
 ): SurvivalAnswer {
   const p = state.pools[pool];
   // A pool last seen down: a launch that succeeds finds it back since some time in between, taken as the middle.
-  const ageSec =
-    p?.up && p.upSinceMs !== undefined
-      ? Math.max(0, (nowMs - p.upSinceMs) / 1000)
-      : p?.lastSeenMs !== undefined
-        ? Math.max(0, (nowMs - p.lastSeenMs) / 2000)
-        : 0;
+  const ageSec = ageOf(p, nowMs);
   const hazard = hazardPerHour(state, pool, options);
   const own = survivalOver(hazard, ageSec, horizonSec);
   // Peers that dropped within the window while this pool stood, and have not been followed yet.
@@ -257,6 +299,11 @@ export function survival(
 export function unseen(state: SpotModelState, pool: string, atMs: number): void {
   const p = state.pools[pool];
   if (!p || (p.lastSeenMs !== undefined && atMs < p.lastSeenMs)) return;
+  // A pool last seen down stays last seen then: whether it has come back since is what upProbability answers.
+  if (!p.up) {
+    p.watching = false;
+    return;
+  }
   accrue(p, atMs);
   p.watching = false;
   p.lastSeenMs = atMs;
@@ -285,7 +332,11 @@ export function spotModelFromHistory(
   const sightings: Sighting[] = [];
   const spans = new Map<string, { from: number; to: number; interrupted: boolean }[]>();
   for (const m of machines) {
-    if (m.firstMs === undefined) continue;
+    // A machine taken back before it was ever noted alive still says the pool went down then.
+    if (m.firstMs === undefined) {
+      if (m.interruptedAtMs !== undefined) sightings.push({ pool: m.offeringId, atMs: m.interruptedAtMs, kind: DOWN });
+      continue;
+    }
     const last = Math.max(m.lastMs ?? m.firstMs, m.interruptedAtMs ?? 0);
     sightings.push({ pool: m.offeringId, atMs: m.firstMs, kind: UP });
     if (m.lastMs !== undefined) sightings.push({ pool: m.offeringId, atMs: m.lastMs, kind: UP });

@@ -169,6 +169,7 @@ export function aSnapshot(overrides: Partial<Omit<Snapshot, 'policy'>> & { polic
     ...(overrides.committedMicroUsd ? { committedMicroUsd: overrides.committedMicroUsd } : {}),
     ...(overrides.degraded ? { degraded: overrides.degraded } : {}),
     ...(overrides.reservations ? { reservations: overrides.reservations } : {}),
+    ...(overrides.spotModel ? { spotModel: overrides.spotModel } : {}),
     policy: { ...DEFAULT_POLICY, ...overrides.policy },
   };
 }

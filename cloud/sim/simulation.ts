@@ -303,7 +303,7 @@ export function policySetup(
     case 'spot-greedy':
       // Spot whenever it can be had, no regard for risk, and no checkpoints: an interrupted job starts over.
       return {
-        planner: (s: Snapshot): Plan =>
+        planner: ({ spotModel: _risk, ...s }: Snapshot): Plan =>
           plan({ ...s, poolRiskPerHour: new Map([...s.prices.keys()].filter((k) => k.endsWith('/spot')).map((k) => [k, 0])) }),
         groups,
         workload: { ...workload, jobs: workload.jobs.map((j) => ({ ...j, spec: { ...j.spec, checkpoint: undefined } })) },

@@ -17,6 +17,7 @@ import { budgetMessage, teamBudget } from './limits.ts';
 import { fairShareOrder } from './ordering.ts';
 import { budgetHeld, noGroupOffers, noOfferingFits, providerDegraded, spotOnlyBudget } from './reasons.ts';
 import { fitsBeforeTermination } from '../reservation.ts';
+import { survival } from '../spot-model.ts';
 import { unavailable, wait, type CapacityChoice, type Entry, type JobClass, type PlanningState } from './state.ts';
 
 /** The pending jobs that may be planned, classified and in planning order; held ones wait. Sets `st.scarce`. */
@@ -108,9 +109,7 @@ function noGroupHolds(job: Job, s: PlanningState['s']): Reason {
 export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): JobClass {
   const s = st.s;
   const spec = job.spec;
-  const work = remainingWorkSec(job, s.policy);
-  // Spot factors depend on remaining work and checkpointing; bucket the work (×2 steps) so classes stay few.
-  const workBucket = Math.ceil(Math.log2(Math.max(60, work)));
+  const workBucket = workBucketOf(job, s.policy);
   const g = spec.gpu;
   const shape =
     g.kind === 'whole' ? `w${g.count}/${g.minMemoryMiB ?? 0}` : g.kind === 'fraction' ? `f${g.milliGpu}/${g.memoryMiB}` : `m${g.profile}`;
@@ -155,11 +154,14 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
     if (!placementAllowed(spec.placement, o)) continue;
     let factor = 1;
     if (o.capacityType === 'spot') {
-      // Pools share a few interruption rates (the Advisor's bands): one factor per rate.
-      factor = factorByRisk.get(info.riskPerHour) ?? NaN;
+      // The rate the work would meet in this pool from now: the spot model's survival over the machine's boot and the
+      // work up to its first checkpoint (the pool's age matters: one just back drops again soon far more often).
+      const risk = s.spotModel ? riskOver(st, o.id, spotHorizonSec(s, spec, 2 ** workBucket)) : info.riskPerHour;
+      // Pools share a few interruption rates: one factor per rate.
+      factor = factorByRisk.get(risk) ?? NaN;
       if (Number.isNaN(factor)) {
-        factor = jobSpotFactor(representative, info.riskPerHour, { defaultRuntimeSec: s.policy.defaultRuntimeSec, restartSec });
-        factorByRisk.set(info.riskPerHour, factor);
+        factor = jobSpotFactor(representative, risk, { defaultRuntimeSec: s.policy.defaultRuntimeSec, restartSec });
+        factorByRisk.set(risk, factor);
       }
       // Spot is not chosen when its expected cost, rework included, is higher than on-demand.
       if (!Number.isFinite(factor) || (capacity !== 'spot' && info.onDemandPrice > 0 && info.price * factor > info.onDemandPrice)) continue;
@@ -192,6 +194,32 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
   };
   st.classes.set(key, cls);
   return cls;
+}
+
+/** Spot factors depend on remaining work and checkpointing; the work is bucketed (×2 steps, as log2) so classes stay few. */
+export function workBucketOf(job: Job, policy: PlanningState['s']['policy']): number {
+  return Math.ceil(Math.log2(Math.max(60, remainingWorkSec(job, policy))));
+}
+
+/** What a spot machine for the work must survive: its boot, then the work up to its first checkpoint. */
+export function spotHorizonSec(s: PlanningState['s'], spec: Job['spec'], workSec: number): number {
+  return s.policy.expectedBootSec + Math.min(workSec, spec.checkpoint?.intervalSec ?? Infinity);
+}
+
+/**
+ * The constant rate of interruptions that gives a machine launched in the pool now the spot
+ * model's chance of surviving `horizonSec`: −ln S(horizon) / horizon, per hour.
+ */
+export function riskOver(st: PlanningState, pool: string, horizonSec: number): number {
+  const key = `${pool}|${Math.round(horizonSec)}`;
+  let risk = st.survivalRisk.get(key);
+  if (risk === undefined) {
+    const model = st.s.spotModel;
+    const alive = model ? survival(model, pool, st.s.nowMs, horizonSec).survival : 1;
+    risk = -Math.log(Math.max(alive, 1e-12)) / (horizonSec / 3600);
+    st.survivalRisk.set(key, risk);
+  }
+  return risk;
 }
 
 /**

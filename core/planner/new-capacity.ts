@@ -11,6 +11,8 @@ import type { NodeGroup } from '../fleet.ts';
 import type { PlanAction } from '../plan.ts';
 import { reason, type Reason } from '../reason.ts';
 import { commitFit, tryFit } from './capacity.ts';
+import { spotHorizonSec, workBucketOf } from './classification.ts';
+import { survival } from '../spot-model.ts';
 import { Demand } from './demand.ts';
 import { addExpected, claim } from './existing-capacity.ts';
 import { newMachine } from './indexing.ts';
@@ -142,7 +144,11 @@ function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): Offerin
       };
     return { ok: false, reason: noGroupLaunches(e.job) };
   }
-  const why = cheapestPerGpu(best.eff, best.factor, best.fill, best.info.type.gpuCount);
+  let why = cheapestPerGpu(best.eff, best.factor, best.fill, best.info.type.gpuCount);
+  // The decision record says what the spot model made of the pool: the survival it priced the rework from, and why.
+  const model = st.s.spotModel;
+  if (model && best.info.offering.capacityType === 'spot')
+    why += `; ${survival(model, best.info.offering.id, st.s.nowMs, spotHorizonSec(st.s, e.job.spec, 2 ** workBucketOf(e.job, st.s.policy))).why}`;
   return { ok: true, info: best.info, gs: best.gs, factor: best.factor, why };
 }
 

@@ -105,6 +105,8 @@ export class PlanningState {
   readonly undeliverable = new Set<string>();
   // ---- classification and limits
   readonly classes = new Map<string, JobClass>();
+  /** Interruptions per hour a spot pool is expected to show over a horizon, by "pool|seconds" (the spot model's survival). */
+  readonly survivalRisk = new Map<string, number>();
   readonly teamUsedMilli = new Map<string, number>();
   readonly teamBudgets = new Map<string, TeamBudget>();
   /** Whether the waiting work exceeds what live machines and group room can hold. */

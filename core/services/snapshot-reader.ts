@@ -22,7 +22,8 @@ import type {
   TeamTagSet,
 } from '../ports.ts';
 import { committedCostMicroUsd } from '../cost-model.ts';
-import { poolRatePerHour } from '../risk.ts';
+import { poolRatePerHour, poolStatsOf } from '../risk.ts';
+import { spotModelFromHistory } from '../spot-model.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
 import type { Team } from '../team.ts';
 
@@ -45,6 +46,12 @@ export interface SnapshotPorts {
 
 /** How far back observed interruptions count towards a pool's risk. */
 export const POOL_HISTORY_WINDOW_MS = 30 * 86_400_000;
+
+/** A launch refused because the pool had no capacity (AWS and GCP codes): the spot model reads it as the pool down. */
+const CAPACITY_REFUSAL = /InsufficientInstanceCapacity|RESOURCE_POOL_EXHAUSTED|SpotMaxPriceTooLow|STOCKOUT|capacity-not-available/i;
+
+/** A machine not noted for this many reconciles is gone, not still running: its pool is no longer watched. */
+const SIGHTING_STALE_INTERVALS = 3;
 
 /** Budget tags are read with the last valid values carried from one read to the next. */
 export type TeamMemory = Map<string, Team>;
@@ -186,7 +193,7 @@ export async function buildSnapshot(
   const priced = uniqueById(
     allOfferings.map((o) => (o.capacityType === 'reserved' ? makeOffering({ ...withoutReservation(o), capacityType: 'on-demand' }) : o)),
   );
-  const [instanceTypes, listPrices, tagSets, failures, observed, reserved] = await Promise.all([
+  const [instanceTypes, listPrices, tagSets, failures, machines, reserved] = await Promise.all([
     ports.catalog.instanceTypes(typeNames),
     ports.prices.prices(priced),
     ports.budgets.readTeamTags(),
@@ -197,7 +204,7 @@ export async function buildSnapshot(
         // A failed read of the launch failures only means none are known this minute.
         .map((p) => p.launchFailures(nowMs - policy.unavailableForSec * 1000).catch(() => [])),
     ),
-    ports.pools.stats(nowMs - POOL_HISTORY_WINDOW_MS),
+    ports.pools.machines(nowMs - POOL_HISTORY_WINDOW_MS),
     readReservations(
       ports.reservations ?? [],
       allOfferings.flatMap((o) => (o.reservationId !== undefined ? [o.reservationId] : [])),
@@ -212,12 +219,23 @@ export async function buildSnapshot(
     if (r) prices.set(o.id, reservedQuote(r, od?.priceMicroUsdPerHour ?? r.priceMicroUsdPerHour));
   }
   const degraded = [...world.degraded, ...reserved.degraded];
+  const observed = poolStatsOf(machines, nowMs - POOL_HISTORY_WINDOW_MS);
   // Spot risk per pool: the Spot Advisor band as prior, updated by what gpu-fleet itself observed.
   const poolRiskPerHour = new Map<string, number>(input.poolRiskPerHour ?? []);
   for (const quote of prices.values()) {
     if (!quote.offeringId.endsWith('/spot') || poolRiskPerHour.has(quote.offeringId)) continue;
     poolRiskPerHour.set(quote.offeringId, poolRatePerHour(quote.interruptionBand, observed.get(quote.offeringId)));
   }
+
+  // The spot market model: each machine a sighting of its pool, a take-back or a launch refused for capacity a drop.
+  const priors = new Map<string, { band?: string }>();
+  for (const quote of prices.values())
+    if (quote.offeringId.endsWith('/spot'))
+      priors.set(quote.offeringId, quote.interruptionBand !== undefined ? { band: quote.interruptionBand } : {});
+  const refusals = failures
+    .flat()
+    .flatMap((f) => (f.offeringId !== undefined && CAPACITY_REFUSAL.test(f.code) ? [{ offeringId: f.offeringId, atMs: f.atMs }] : []));
+  const spotModel = spotModelFromHistory(machines, refusals, priors, nowMs, SIGHTING_STALE_INTERVALS * policy.reconcileIntervalSec * 1000);
 
   // The container's memory, filled from the store on a cold start: the last valid values survive a new container.
   const memory: TeamMemory = input.teamMemory ?? new Map();
@@ -259,6 +277,7 @@ export async function buildSnapshot(
     instanceTypes: instanceTypes as ReadonlyMap<string, InstanceType>,
     prices: prices as ReadonlyMap<string, PriceQuote>,
     poolRiskPerHour,
+    spotModel,
     unavailableUntilMs,
     teams,
     spendMicroUsd: spend,

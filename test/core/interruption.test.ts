@@ -5,6 +5,8 @@ import { requeueAttempt } from '../../core/services/requeue.ts';
 import { reason } from '../../core/reason.ts';
 import { permutations, sharedEventNotices } from '../support/shared-events.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
+import { buildSnapshot, readWorld } from '../../core/services/snapshot-reader.ts';
+import { survival } from '../../core/spot-model.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { intake } from '../../core/services/intake.ts';
 import { defaultTeamTags } from '../../cloud/sim/defaults.ts';
@@ -82,6 +84,10 @@ describe('interruption service', () => {
     });
     const stats = await e.pools.stats(0);
     expect(stats.get('aws/us-west-2a/p3.8xlarge/spot')).toMatchObject({ interruptions: 1, lastInterruptedAtMs: e.clock.nowMs() });
+    // The next reconcile's spot model has seen the pool take the machine back: a launch there now is read as one just back.
+    const snap = await buildSnapshot(e.ports, await readWorld(e.ports), { nowMs: e.clock.nowMs() + 60_000, policy: DEFAULT_POLICY });
+    expect(snap.spotModel?.pools['aws/us-west-2a/p3.8xlarge/spot']).toMatchObject({ up: false, downSinceMs: e.clock.nowMs() });
+    expect(survival(snap.spotModel!, 'aws/us-west-2a/p3.8xlarge/spot', e.clock.nowMs() + 60_000, 3600).why).toMatch(/seen down 1 min ago/);
   });
 
   it('requeues every job exactly once when the machine is terminated, whether or not the warning came first', async () => {

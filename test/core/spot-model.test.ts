@@ -9,6 +9,8 @@ import {
   priorRate,
   setPoolPrior,
   survival,
+  unseen,
+  upProbability,
   type SpotModelState,
 } from '../../core/spot-model.ts';
 
@@ -75,6 +77,37 @@ describe('the spot pool model', () => {
     expect(twice).toEqual(once);
   });
 
+  it('learns how soon a pool that went down gives machines again, and answers whether it is likely back', () => {
+    // Pools that, once down, come back after 20 minutes.
+    const m = replay({ a: '1111001111001111001111001111', b: '1111110011111100111111001111' });
+    observe(m, 'c', true, 0);
+    observe(m, 'c', false, 10 * MIN);
+    // Seen down just now: unlikely back yet; an hour later, likely back (the learned rate, far above the prior's).
+    expect(upProbability(m, 'c', 10 * MIN)).toBe(0);
+    expect(upProbability(m, 'c', 12 * MIN)).toBeLessThan(0.3);
+    expect(upProbability(m, 'c', 70 * MIN)).toBeGreaterThan(0.8);
+    const prior = replay({ c: '10' });
+    expect(upProbability(prior, 'c', 70 * MIN)).toBeLessThan(upProbability(m, 'c', 70 * MIN));
+    // Up, or never seen: a launch there is expected to be given.
+    expect(upProbability(m, 'a', 300 * MIN)).toBe(1);
+    expect(upProbability(m, 'never', 0)).toBe(1);
+  });
+
+  it('a pool seen down and then left unwatched stays last seen down: the time since counts towards its coming back', () => {
+    const m = emptySpotModel();
+    observe(m, 'a', true, 0);
+    observe(m, 'a', false, 10 * MIN);
+    unseen(m, 'a', 11 * MIN);
+    expect(m.pools['a']).toMatchObject({ up: false, lastSeenMs: 10 * MIN, downSinceMs: 10 * MIN, watching: false });
+    expect(upProbability(m, 'a', 40 * MIN)).toBeGreaterThan(upProbability(m, 'a', 11 * MIN));
+    // Seen down again after the unwatched time: it was down throughout, and that time is counted as down.
+    observe(m, 'a', false, 40 * MIN);
+    expect(m.pools['a']!.downHours!.reduce((x, y) => x + y, 0)).toBeCloseTo(0.5, 6);
+    // Back: one recovery, after about half an hour down.
+    observe(m, 'a', true, 50 * MIN);
+    expect(m.pools['a']!.recoveries!.reduce((x, y) => x + y, 0)).toBe(1);
+  });
+
   it('always answers a probability, for any sightings', () => {
     fc.assert(
       fc.property(
@@ -91,6 +124,9 @@ describe('the spot pool model', () => {
             expect(s.survival).toBeGreaterThanOrEqual(0);
             expect(s.survival).toBeLessThanOrEqual(1);
             expect(s.survival).toBeLessThanOrEqual(s.ownSurvival + 1e-12);
+            const up = upProbability(m, pool, t + 600_000);
+            expect(up).toBeGreaterThanOrEqual(0);
+            expect(up).toBeLessThanOrEqual(1);
           }
         },
       ),

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { classOf } from '../../../core/planner/classification.ts';
-import { aGroup, aJob, aNode, aTeam } from '../../builders.ts';
+import { emptySpotModel, observe } from '../../../core/spot-model.ts';
+import { aGroup, aJob, aNode, aTeam, T0 } from '../../builders.ts';
 import { classified, freeWhole } from './support.ts';
 
 const spot = aGroup({ capacityType: 'spot' });
@@ -42,6 +43,29 @@ describe('planner phase: classification', () => {
     const risky = classified({ groups: [spot, od], poolRiskPerHour: new Map([[spot.offerings[0]!.id, 30]]) }).st;
     const long = classOf(risky, aJob({ spec: { expectedRuntimeSec: 10 * 3600 } }), 'any');
     expect(pools(long.eligible)).toEqual(['on-demand']);
+  });
+
+  it('prices spot rework from the spot model: where pools just back drop again soon, a pool up for minutes costs more than one up for hours', () => {
+    const id = spot.offerings[0]!.id;
+    const MIN = 60_000;
+    // What the fleet has seen: another pool that came back and dropped again within ten minutes, twenty times.
+    const seen = (upForMin: number) => {
+      const m = emptySpotModel();
+      for (let i = 0; i < 40; i++) observe(m, 'other', i % 2 === 0, T0 - 24 * 60 * MIN + i * 10 * MIN);
+      observe(m, id, true, T0 - upForMin * MIN);
+      observe(m, id, true, T0);
+      return m;
+    };
+    const job = aJob({ spec: { expectedRuntimeSec: 2 * 3600, checkpoint: { intervalSec: 1800 } } });
+    const factor = (upForMin: number) => {
+      const { st } = classified({ groups: [spot, od], spotModel: seen(upForMin) });
+      return [...classOf(st, job, 'spot').eligible].find(([k]) => k.endsWith('spot'))?.[1];
+    };
+    expect(factor(5)).toBeGreaterThan(1.05);
+    expect(factor(600)).toBeLessThan(1.01);
+    // Without the model, the per-pool rate alone (the Advisor band's prior here): one factor whatever the pool's age.
+    const { st } = classified({ groups: [spot, od] });
+    expect([...classOf(st, job, 'spot').eligible.values()][0]).toBeLessThan(1.05);
   });
 
   it('says why nothing fits: a limit the job sets, or no group offering such a machine', () => {

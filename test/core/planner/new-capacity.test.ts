@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { useExistingCapacity } from '../../../core/planner/existing-capacity.ts';
 import { buyNewCapacity, scaleUps } from '../../../core/planner/new-capacity.ts';
-import { aGroup, aJob, aNode } from '../../builders.ts';
+import { emptySpotModel, observe } from '../../../core/spot-model.ts';
+import { aGroup, aJob, aNode, T0 } from '../../builders.ts';
 import { classified } from './support.ts';
 
 function buyFor(over: Parameters<typeof classified>[0]) {
@@ -22,6 +23,16 @@ describe('planner phase: new capacity', () => {
     expect(st.waiting[0]!.reason.message).toMatch(/lowest expected cost per GPU used \(\$1\.006\/GPU-h; 1 of its 1 GPUs/);
     // The plan's expected cost is the two machines.
     expect(Math.round(st.addedExpected)).toBe(2 * 1_006_000);
+  });
+
+  it('says, for a spot machine, the survival the spot model gave the pool and why', () => {
+    const spot = aGroup({ capacityType: 'spot' });
+    const model = emptySpotModel();
+    observe(model, spot.offerings[0]!.id, true, T0 - 3 * 3_600_000);
+    observe(model, spot.offerings[0]!.id, true, T0);
+    const { st } = buyFor({ groups: [spot], pendingJobs: [aJob({ spec: { expectedRuntimeSec: 3600 } })], spotModel: model });
+    expect(st.waiting[0]!.reason.message).toMatch(/spot/);
+    expect(st.waiting[0]!.reason.message).toMatch(/P\(survives \d+ min\) \d\.\d{3}: up 180 min since its last recovery/);
   });
 
   it('counts on launches in flight first, then fills a machine bought in this plan before buying another', () => {
