@@ -207,7 +207,7 @@ if (invokedDirectly) {
     console.log(
       [
         'trace'.padEnd(20),
-        'policy'.padEnd(12),
+        'policy'.padEnd(16),
         'availability'.padStart(12),
         'cost (OD=100)'.padStart(14),
         'short repl-min'.padStart(15),
@@ -219,7 +219,7 @@ if (invokedDirectly) {
       console.log(
         [
           r.trace.padEnd(20),
-          r.policy.padEnd(12),
+          r.policy.padEnd(16),
           `${r.availabilityPct.toFixed(1)}%`.padStart(12),
           (100 * r.costRatio).toFixed(1).padStart(14),
           r.shortReplicaMinutes.toFixed(0).padStart(15),

@@ -14,11 +14,22 @@
  *   such a zone; all zones are active again when too few are; on-demand replicas cover the spot
  *   replicas that are not ready, at most the target (dynamic fallback).
  * - `gpu-fleet`: ours, below (GPU_FLEET_SERVING).
+ * - `gpu-fleet-model`: a candidate, measured in bench:serve and not yet in the control loop: gpu-fleet's
+ *   rules with each zone's risk read from the spot model (core/spot-model.ts) and failure domains
+ *   learned (GPU_FLEET_MODEL_SERVING).
  */
+import { emptySpotModel, observe, survival, unseen, upProbability, type SpotModelState } from '../spot-model.ts';
 
-export type ServingPolicyName = 'on-demand' | 'even-spread' | 'round-robin' | 'spothedge' | 'gpu-fleet';
+export type ServingPolicyName = 'on-demand' | 'even-spread' | 'round-robin' | 'spothedge' | 'gpu-fleet' | 'gpu-fleet-model';
 
-export const SERVING_POLICIES: readonly ServingPolicyName[] = ['on-demand', 'even-spread', 'round-robin', 'spothedge', 'gpu-fleet'];
+export const SERVING_POLICIES: readonly ServingPolicyName[] = [
+  'on-demand',
+  'even-spread',
+  'round-robin',
+  'spothedge',
+  'gpu-fleet',
+  'gpu-fleet-model',
+];
 
 /** What a policy sees at a tick. */
 export interface ServingView {
@@ -50,6 +61,8 @@ export interface ServingMemory {
   readonly losses?: readonly number[];
   readonly exposure?: readonly number[];
   readonly lastLoss?: number;
+  /** gpu-fleet-model: the spot model of its zones (pools by zone name, see `zoneNames`). */
+  readonly model?: SpotModelState;
 }
 
 export interface ServingOptions {
@@ -62,6 +75,8 @@ export interface ServingOptions {
   /** gpu-fleet: seconds between decisions, and ticks from launch to ready (defaults 30 s and 120 s's worth). */
   readonly tickSec?: number;
   readonly coldStartTicks?: number;
+  /** gpu-fleet-model: the zones' names, the spot model's pools (default "zone-0", "zone-1", … in zone order). */
+  readonly zoneNames?: readonly string[];
 }
 
 export function initialMemory(zones: number): ServingMemory {
@@ -102,6 +117,8 @@ export function planServing(
       return spotHedge(view, memory, options);
     case 'gpu-fleet':
       return gpuFleet(view, memory, options);
+    case 'gpu-fleet-model':
+      return gpuFleetModel(view, memory, options);
   }
 }
 
@@ -188,6 +205,76 @@ function gpuFleet(view: ServingView, memory: ServingMemory, options: ServingOpti
   return {
     plan: { spot, onDemand },
     memory: { ...memory, asked: spot, tick, losses, exposure, ...(Number.isFinite(lastLoss) ? { lastLoss } : {}) },
+  };
+}
+
+/**
+ * The candidate: gpu-fleet's rules, with each zone's risk from the spot model. A replica held is
+ * a sighting of its zone up; one taken back or refused, of it down. A new replica goes to the zone
+ * where it costs the spread least: (the chance it is refused or lost within a cold start, plus a
+ * floor) × the replicas its failure domain would then hold, a failure domain being the zone and
+ * the zones seen to drop with it most of the time. Fewer wanted than held: one goes from where it
+ * costs the spread most, the rest stay. The spare and the on-demand hedge are gpu-fleet's.
+ */
+export const GPU_FLEET_MODEL_SERVING = {
+  spareAboveExpectedLosses: 0.015,
+  hedgeSec: 600,
+  togetherShare: 0.5,
+  togetherMinDrops: 2,
+  riskFloor: 0.01,
+} as const;
+
+function gpuFleetModel(view: ServingView, memory: ServingMemory, options: ServingOptions): { plan: ServingPlan; memory: ServingMemory } {
+  const k = GPU_FLEET_MODEL_SERVING;
+  const tickSec = options.tickSec ?? 30;
+  const coldStartTicks = options.coldStartTicks ?? Math.round(120 / tickSec);
+  const zones = view.spotHeld.length;
+  const tick = (memory.tick ?? 0) + 1;
+  const nowMs = tick * tickSec * 1000;
+  const zonePool = (z: number) => options.zoneNames?.[z] ?? `zone-${z}`;
+  const model: SpotModelState = structuredClone(memory.model ?? emptySpotModel());
+  let lastLoss = memory.lastLoss ?? -Infinity;
+  for (let z = 0; z < zones; z++) {
+    const asked = memory.asked?.[z] ?? 0;
+    const held = view.spotHeld[z] ?? 0;
+    if (asked > held) {
+      observe(model, zonePool(z), false, nowMs);
+      lastLoss = tick;
+    } else if (held > 0) observe(model, zonePool(z), true, nowMs);
+    else unseen(model, zonePool(z), nowMs);
+  }
+  const horizonSec = (coldStartTicks + 1) * tickSec;
+  // Refused (last seen down, not likely back yet) or taken back within a cold start.
+  const risks = range(zones).map(
+    (z) => 1 - upProbability(model, zonePool(z), nowMs) * survival(model, zonePool(z), nowMs, horizonSec).survival,
+  );
+  const together = (a: number, b: number) => {
+    if (a === b) return true;
+    const c = model.peers[`${zonePool(a)}|${zonePool(b)}`];
+    return c !== undefined && c.peerDrops >= k.togetherMinDrops && c.together / c.peerDrops >= k.togetherShare;
+  };
+  let expectedLosses = 0;
+  for (let z = 0; z < zones; z++) expectedLosses += view.spotHeld[z]! * risks[z]!;
+  const spare = typeof options.spare === 'number' ? options.spare : expectedLosses > k.spareAboveExpectedLosses ? 1 : 0;
+  const spot = [...view.spotHeld];
+  const domainHolds = (z: number) => spot.reduce((n, held, w) => n + (together(z, w) ? held : 0), 0);
+  const cost = (z: number, extra: number) => (risks[z]! + k.riskFloor) * (domainHolds(z) + extra);
+  let toPlace = view.target + spare - spot.reduce((a, b) => a + b, 0);
+  for (; toPlace < 0; toPlace++) {
+    let worst = -1;
+    for (let z = 0; z < zones; z++) if (spot[z]! > 0 && (worst < 0 || cost(z, 0) > cost(worst, 0) + 1e-15)) worst = z;
+    spot[worst] = spot[worst]! - 1;
+  }
+  for (; toPlace > 0; toPlace--) {
+    let best = 0;
+    for (let z = 1; z < zones; z++) if (cost(z, 1) < cost(best, 1) - 1e-15) best = z;
+    spot[best] = spot[best]! + 1;
+  }
+  const hedge = (tick - lastLoss) * tickSec <= k.hedgeSec ? 1 : 0;
+  const onDemand = Math.min(view.target, Math.max(0, view.target + hedge - view.spotReady));
+  return {
+    plan: { spot, onDemand },
+    memory: { ...memory, asked: spot, tick, model, ...(Number.isFinite(lastLoss) ? { lastLoss } : {}) },
   };
 }
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { initialMemory, planServing, type ServingMemory } from '../../core/serving/spot-placement.ts';
+import { emptySpotModel, observe, unseen } from '../../core/spot-model.ts';
 import { benchServe, SERVE_DEFAULTS } from '../../bench/serve.ts';
 import { erlangC, latencyPercentiles } from '../../bench/serve/latency.ts';
 import { optimalServing } from '../../bench/serve/optimal.ts';
@@ -111,6 +112,63 @@ describe("gpu-fleet's serving policy", () => {
   });
 });
 
+describe('the candidate serving policy on the spot model (gpu-fleet-model, bench:serve only)', () => {
+  const opts = { nExtra: 0, pick: () => 0, tickSec: 30, coldStartTicks: 4 };
+
+  /** A memory whose spot model saw each zone, tick by tick (30 s), as `seen` says: up, down, or not watched (undefined). */
+  function seenAs(zones: number, ticks: number, seen: (z: number, t: number) => boolean | undefined, asked: number[]): ServingMemory {
+    const model = emptySpotModel();
+    for (let t = 1; t <= ticks; t++)
+      for (let z = 0; z < zones; z++) {
+        const v = seen(z, t);
+        if (v === undefined) unseen(model, `zone-${z}`, t * 30_000);
+        else observe(model, `zone-${z}`, v, t * 30_000);
+      }
+    return { ...initialMemory(zones), tick: ticks, model, asked };
+  }
+
+  it('on zones never tried spreads one replica per zone, with no spare; on-demand covers what is not ready', () => {
+    const start = planServing('gpu-fleet-model', { target: 3, spotHeld: [0, 0, 0, 0], spotReady: 0 }, initialMemory(4), opts);
+    expect(start.plan).toEqual({ spot: [1, 1, 1, 0], onDemand: 3 });
+  });
+
+  it('a calm zone takes a second replica before a stormy zone takes its first', () => {
+    // Zone 1 drops for a tick every ten; zone 0 has stood for five hours. One replica in zone 0 now.
+    const memory = seenAs(2, 600, (z, t) => z === 0 || t % 10 !== 0, [1, 0]);
+    const out = planServing('gpu-fleet-model', { target: 2, spotHeld: [1, 0], spotReady: 1 }, memory, { ...opts, spare: 0 });
+    expect(out.plan.spot).toEqual([2, 0]);
+  });
+
+  it('a zone that refused a replica is not asked again until it has likely come back; one never tried is worth a try', () => {
+    // Zone 0 stood an hour, then refused a minute ago; zone 1 was never tried.
+    const memory = seenAs(2, 122, (z, t) => (z === 0 ? t < 120 : undefined), [0, 0]);
+    const now = planServing('gpu-fleet-model', { target: 1, spotHeld: [0, 0], spotReady: 0 }, memory, { ...opts, spare: 0 });
+    expect(now.plan.spot).toEqual([0, 1]);
+    // Zone 0 last refused hours ago, and zone 1 is stormy: zone 0 is likely back and is asked again.
+    const later = seenAs(2, 600, (z, t) => (z === 0 ? (t < 120 ? true : undefined) : t % 8 !== 0), [0, 0]);
+    const again = planServing('gpu-fleet-model', { target: 1, spotHeld: [0, 0], spotReady: 0 }, later, { ...opts, spare: 0 });
+    expect(again.plan.spot).toEqual([1, 0]);
+  });
+
+  it('zones the model has seen drop together are one failure domain: a replica goes to a zone outside it', () => {
+    // Zones 0 and 1 drop in the same tick every 100 (50 min); zone 2 drops alone, as often, 25 min after them.
+    const memory = seenAs(3, 2000, (z, t) => (z < 2 ? t % 100 !== 0 : t % 100 !== 50), [1, 0, 0]);
+    const peers = memory.model!.peers;
+    expect(peers['zone-1|zone-0']!.together / peers['zone-1|zone-0']!.peerDrops).toBeGreaterThan(0.5);
+    expect(peers['zone-2|zone-0']!.together / peers['zone-2|zone-0']!.peerDrops).toBeLessThan(0.5);
+    // One replica in zone 0: the second goes to zone 2, not into zone 0's failure domain (zone 1 is as calm as zone 2).
+    const out = planServing('gpu-fleet-model', { target: 2, spotHeld: [1, 0, 0], spotReady: 1 }, memory, { ...opts, spare: 0 });
+    expect(out.plan.spot).toEqual([1, 0, 1]);
+  });
+
+  it('wanting fewer, lets one go from the riskiest zone holding most and keeps the rest where they stand', () => {
+    // Zone 0 drops now and then; zones 1 and 2 have stood for hours. Zone 0 holds two, zone 1 one.
+    const memory = seenAs(3, 600, (z, t) => z > 0 || t % 50 !== 0 || t > 560, [2, 1, 0]);
+    const out = planServing('gpu-fleet-model', { target: 2, spotHeld: [2, 1, 0], spotReady: 3 }, memory, { ...opts, spare: 0 });
+    expect(out.plan.spot).toEqual([1, 1, 0]);
+  });
+});
+
 describe('the serving world of bench:serve', () => {
   const run = (zones: number[][], extra: Partial<Parameters<typeof replayServing>[1]> = {}) => ({
     zones,
@@ -168,7 +226,7 @@ describe('bench:serve', () => {
     const rows = await benchServe({ ...SERVE_DEFAULTS, traces: `${gcp},${aws}`, repeats: 1, windowHours: 2, optimal: false });
     expect(rows.map((r) => `${r.trace}/${r.policy}`)).toEqual(
       ['spothedge-gcp1', 'availability', 'ALL'].flatMap((t) =>
-        ['on-demand', 'even-spread', 'round-robin', 'spothedge', 'gpu-fleet'].map((p) => `${t}/${p}`),
+        ['on-demand', 'even-spread', 'round-robin', 'spothedge', 'gpu-fleet', 'gpu-fleet-model'].map((p) => `${t}/${p}`),
       ),
     );
     for (const r of rows)
