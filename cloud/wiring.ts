@@ -37,6 +37,7 @@ import { documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynam
 import { ElbFrontDoor } from './aws/elb-front-door.ts';
 import { ElbRequestLoad } from './aws/elb-load.ts';
 import { AwsPriceSource, Ec2Catalog } from './aws/ec2-catalog.ts';
+import { SpotPlacementScores } from './aws/spot-placement-scores.ts';
 import { deadLetterFor, SqsJobQueue } from './aws/sqs-queue.ts';
 import { TaggingBudgetSource } from './aws/tagging-budgets.ts';
 import { reconcileTrigger } from './aws/trigger.ts';
@@ -152,7 +153,13 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
   });
   let providers: NodeGroupProvider[] = [asg];
   let catalog: CatalogSource = new Ec2Catalog(clients.ec2);
-  let prices: PriceSource = new AwsPriceSource(clients.ec2, { clock });
+  // Spot Placement Scores for the region's spot pools, as their prior: at most once an hour per set of types, and off
+  // for a day when the account refuses them (the stack grants ec2:GetSpotPlacementScores to reconcile).
+  const placementScores = new SpotPlacementScores(clients.ec2, { region: config.region, clock });
+  let prices: PriceSource = new AwsPriceSource(clients.ec2, {
+    clock,
+    placementScores: (region) => (region === config.region ? placementScores : undefined),
+  });
   const notices: NoticeSource[] = [];
   let gcpReservations: ReservationSource | undefined;
   let gcp: Awaited<ReturnType<typeof loadGcp>> | undefined;

@@ -57,6 +57,11 @@ export interface PriceQuote {
   readonly asOfMs?: number;
   /** For spot: the Spot Advisor interruption-frequency band ("<5%" … ">20%"), the prior of the pool's risk. */
   readonly interruptionBand?: string;
+  /**
+   * For spot, where the cloud gives one: EC2's Spot Placement Score of the pool's zone (1 to 10), how
+   * likely a spot request there is to be filled now; it moves the pool's prior (core/spot-model.ts).
+   */
+  readonly placementScore?: number;
 }
 
 /** What a machine of the quote's offering is billed per hour (its reservation's rate for reserved capacity, else its price). */

@@ -764,6 +764,9 @@ export class GpuFleetStack extends Stack {
         'ec2:DescribeInstances',
         'ec2:DescribeInstanceTypes',
         'ec2:DescribeSpotPriceHistory',
+        // Spot Placement Scores of the region's zones, the spot pools' prior (zone ids mapped to names).
+        'ec2:GetSpotPlacementScores',
+        'ec2:DescribeAvailabilityZones',
         'ec2:DescribeLaunchTemplateVersions',
         'ec2:DescribeCapacityReservations',
         'tag:GetResources',

@@ -76,6 +76,17 @@ export interface AwsPriceOptions {
   readonly spotCacheSec?: number;
   /** µUSD per hour by offering id, from the config: wins over everything else. */
   readonly overrides?: ReadonlyMap<string, number>;
+  /**
+   * EC2 Spot Placement Scores (cloud/aws/spot-placement-scores.ts), asked for the spot instance types
+   * the offerings list in each region, one machine at a time (the launch the planner weighs): each
+   * spot quote carries its zone's score where there is one. Off by default.
+   */
+  readonly placementScores?: (region: string) => PlacementScoreSource | undefined;
+}
+
+/** What the price source asks for placement scores: zone name → 1..10, empty when none is known. */
+export interface PlacementScoreSource {
+  scores(request: { readonly instanceTypes: readonly string[]; readonly targetCapacity: number }): Promise<ReadonlyMap<string, number>>;
 }
 
 /**
@@ -131,6 +142,7 @@ export class AwsPriceSource implements PriceSource {
 
   async prices(offerings: readonly Offering[]): Promise<Map<string, PriceQuote>> {
     const spot = await this.spotPrices(offerings);
+    const scores = await this.placementScores(offerings);
     const out = new Map<string, PriceQuote>();
     for (const o of offerings) {
       const od = onDemandPrice(this.shipped, o);
@@ -140,6 +152,7 @@ export class AwsPriceSource implements PriceSource {
       const price = override ?? (o.capacityType === 'spot' ? (live ?? spotPrice(this.shipped, o)) : od);
       if (price === undefined) continue;
       const band = o.capacityType === 'spot' ? this.shipped.advisorBand.get(`${o.region}/${o.instanceType}`) : undefined;
+      const score = o.capacityType === 'spot' ? scores.get(o.zone) : undefined;
       out.set(o.id, {
         offeringId: o.id,
         priceMicroUsdPerHour: price,
@@ -153,7 +166,28 @@ export class AwsPriceSource implements PriceSource {
                 ? 'shipped catalogue (spot)'
                 : 'shipped catalogue (on-demand)',
         ...(band ? { interruptionBand: band } : {}),
+        ...(score !== undefined ? { placementScore: score } : {}),
       });
+    }
+    return out;
+  }
+
+  /**
+   * Zone name → placement score for the spot types of each region the offerings list. The scores are
+   * a prior, not a price: a failure to read them leaves the quotes without (the source says why).
+   */
+  private async placementScores(offerings: readonly Offering[]): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    if (!this.options.placementScores) return out;
+    const typesByRegion = new Map<string, Set<string>>();
+    for (const o of offerings)
+      if (o.capacityType === 'spot' && o.cloud === 'aws')
+        typesByRegion.set(o.region, (typesByRegion.get(o.region) ?? new Set()).add(o.instanceType));
+    for (const [region, types] of typesByRegion) {
+      const source = this.options.placementScores(region);
+      if (!source) continue;
+      const scores = await source.scores({ instanceTypes: [...types], targetCapacity: 1 }).catch(() => new Map<string, number>());
+      for (const [zone, score] of scores) out.set(zone, score);
     }
     return out;
   }

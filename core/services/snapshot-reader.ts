@@ -228,10 +228,14 @@ export async function buildSnapshot(
   }
 
   // The spot market model: each machine a sighting of its pool, a take-back or a launch refused for capacity a drop.
-  const priors = new Map<string, { band?: string }>();
+  // Each pool's prior: its Advisor band, moved by its zone's Spot Placement Score where the cloud gave one.
+  const priors = new Map<string, { band?: string; placementScore?: number }>();
   for (const quote of prices.values())
     if (quote.offeringId.endsWith('/spot'))
-      priors.set(quote.offeringId, quote.interruptionBand !== undefined ? { band: quote.interruptionBand } : {});
+      priors.set(quote.offeringId, {
+        ...(quote.interruptionBand !== undefined ? { band: quote.interruptionBand } : {}),
+        ...(quote.placementScore !== undefined ? { placementScore: quote.placementScore } : {}),
+      });
   const refusals = failures
     .flat()
     .flatMap((f) => (f.offeringId !== undefined && CAPACITY_REFUSAL.test(f.code) ? [{ offeringId: f.offeringId, atMs: f.atMs }] : []));

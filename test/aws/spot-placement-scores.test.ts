@@ -91,3 +91,59 @@ describe('Spot Placement Scores (EC2 over HTTP, a local endpoint built from the 
     });
   });
 });
+
+describe('the price source with placement scores', () => {
+  it('puts its zone’s score on each spot quote (one machine, the region’s spot types), none on on-demand, and prices without scores when they fail', async () => {
+    const { mockClient } = await import('aws-sdk-client-mock');
+    const { DescribeSpotPriceHistoryCommand } = await import('@aws-sdk/client-ec2');
+    const { AwsPriceSource } = await import('../../cloud/aws/ec2-catalog.ts');
+    const { makeOffering } = await import('../../core/catalog.ts');
+    const fake = await startFakeEc2Scores(REGION, ZONES);
+    try {
+      const scoresClient = new EC2Client({
+        region: REGION,
+        endpoint: fake.endpoint,
+        credentials: { accessKeyId: 'x', secretAccessKey: 'x' },
+        maxAttempts: 1,
+      });
+      const priceClient = new EC2Client({ region: REGION, credentials: { accessKeyId: 'x', secretAccessKey: 'x' } });
+      mockClient(priceClient).on(DescribeSpotPriceHistoryCommand).resolves({ SpotPriceHistory: [] });
+      const clock = new VirtualClock(Date.UTC(2026, 11, 3));
+      const sps = new SpotPlacementScores(scoresClient, { region: REGION, clock });
+      const prices = new AwsPriceSource(priceClient, { clock, placementScores: (r) => (r === REGION ? sps : undefined) });
+      const offer = (zone: string, instanceType: string, capacityType: 'spot' | 'on-demand') =>
+        makeOffering({ cloud: 'aws', region: REGION, zone, instanceType, capacityType });
+      const offerings = [
+        ...TYPES.map((t) => offer('us-west-2a', t, 'spot')),
+        offer('us-west-2b', 'p3.2xlarge', 'spot'),
+        offer('us-west-2a', 'p3.2xlarge', 'on-demand'),
+      ];
+      fake.scores = new Map([
+        ['usw2-az2', 9],
+        ['usw2-az1', 2],
+      ]);
+      const out = await prices.prices(offerings);
+      expect(out.get('aws/us-west-2a/p3.8xlarge/spot')?.placementScore).toBe(9);
+      expect(out.get('aws/us-west-2b/p3.2xlarge/spot')?.placementScore).toBe(2);
+      expect(out.get('aws/us-west-2a/p3.2xlarge/on-demand')?.placementScore).toBeUndefined();
+      const asked = fake.calls.find((c) => c.action === 'GetSpotPlacementScores')!.params;
+      expect(asked.TargetCapacity).toBe('1');
+      expect([asked['InstanceType.1'], asked['InstanceType.2'], asked['InstanceType.3']]).toEqual([
+        'p3.16xlarge',
+        'p3.2xlarge',
+        'p3.8xlarge',
+      ]);
+      // Refused before any answer: the quotes go without scores, each keeping its Advisor band.
+      fake.refuse = 'UnauthorizedOperation';
+      const fresh = new AwsPriceSource(priceClient, {
+        clock,
+        placementScores: () => new SpotPlacementScores(scoresClient, { region: REGION, clock }),
+      });
+      const refused = await fresh.prices(offerings);
+      expect(refused.get('aws/us-west-2a/p3.8xlarge/spot')).toMatchObject({ interruptionBand: expect.any(String) });
+      expect(refused.get('aws/us-west-2a/p3.8xlarge/spot')?.placementScore).toBeUndefined();
+    } finally {
+      await fake.close();
+    }
+  });
+});

@@ -183,3 +183,45 @@ describe('the spot model from the fleet’s own history', () => {
     expect(gap.pools[pool]!.exposureHours.reduce((a, b) => a + b, 0)).toBeCloseTo(2, 6);
   });
 });
+
+describe('the spot model’s prior in the snapshot', () => {
+  it('takes each spot pool’s Advisor band and, where the prices carry one, its zone’s placement score', async () => {
+    const { nlpWorld } = await import('../builders.ts');
+    const { DEFAULT_POLICY } = await import('../../core/snapshot.ts');
+    const { buildSnapshot, readWorld } = await import('../../core/services/snapshot-reader.ts');
+    const e = nlpWorld({
+      groups: [
+        {
+          id: 'v100-spot',
+          instanceTypes: ['p3.2xlarge'],
+          zones: ['us-west-2a', 'us-west-2b'],
+          capacityType: 'spot',
+          minSize: 0,
+          maxSize: 4,
+        },
+      ],
+    });
+    const scored = 'aws/us-west-2a/p3.2xlarge/spot';
+    const unscored = 'aws/us-west-2b/p3.2xlarge/spot';
+    const list = e.ports.prices;
+    const ports = {
+      ...e.ports,
+      prices: {
+        prices: async (offerings: Parameters<typeof list.prices>[0]) => {
+          const out = await list.prices(offerings);
+          const q = out.get(scored);
+          if (q) out.set(scored, { ...q, placementScore: 9 });
+          return out;
+        },
+      },
+    };
+    const snap = await buildSnapshot(ports, await readWorld(ports), { nowMs: e.clock.nowMs(), policy: DEFAULT_POLICY });
+    const a = snap.spotModel!.pools[scored]!;
+    const b = snap.spotModel!.pools[unscored]!;
+    expect(a.placementScore).toBe(9);
+    expect(b.placementScore).toBeUndefined();
+    expect(a.band).toBe(b.band);
+    // A high score lowers the pool's prior rate below its band's.
+    expect(priorRate(a)).toBeLessThan(priorRate(b));
+  });
+});

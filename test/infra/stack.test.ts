@@ -288,12 +288,19 @@ describe('the CDK stack, synthesised from the example config', () => {
     );
     for (const s of all) for (const a of actionsOf(s)) expect(a, JSON.stringify(s)).not.toMatch(/\*/);
     const noResourceLevel =
-      /^(autoscaling:Describe|ec2:Describe|tag:GetResources$|cloudwatch:GetMetricData$|cloudwatch:PutMetricData$|sqs:ListQueues$|ecr:GetAuthorizationToken$|xray:)/;
+      /^(autoscaling:Describe|ec2:Describe|ec2:GetSpotPlacementScores$|tag:GetResources$|cloudwatch:GetMetricData$|cloudwatch:PutMetricData$|sqs:ListQueues$|ecr:GetAuthorizationToken$|xray:)/;
     for (const s of all.filter((x) => x.Resource === '*'))
       for (const a of actionsOf(s)) expect(a, JSON.stringify(s)).toMatch(noResourceLevel);
     // The agent publishes metrics only under gpu-fleet's namespace.
     const put = statements(t, 'AgentRole').find((s) => actionsOf(s).includes('cloudwatch:PutMetricData'))!;
     expect(put.Condition).toEqual({ StringEquals: { 'cloudwatch:namespace': 'GpuFleet' } });
+  });
+
+  it('lets reconcile read Spot Placement Scores (zone ids mapped to names) for the spot pools\u2019 prior; the agent may not', () => {
+    const reads = (role: string) => statements(t, role).some((x) => actionsOf(x).includes('ec2:GetSpotPlacementScores'));
+    expect(reads('reconcileRole')).toBe(true);
+    expect(statements(t, 'reconcileRole').some((x) => actionsOf(x).includes('ec2:DescribeAvailabilityZones'))).toBe(true);
+    expect(reads('AgentRole')).toBe(false);
   });
 
   it('attaches no administrator or broad managed policy, and grants no IAM, KMS-admin or cross-account powers', () => {
