@@ -6,7 +6,8 @@
  * optimum (bench/serve/optimal.ts), which knows each window's availability in advance.
  *
  *   npm run bench:serve -- [--traces DIR[,DIR]] [--target N] [--n-extra N] [--cold-start-sec S]
- *                          [--price-ratio K] [--window-hours H] [--repeats R] [--seed S] [--json]
+ *                          [--price-ratio K] [--window-hours H] [--repeats R] [--seed S]
+ *                          [--objective-wait-sec S] [--json]
  */
 import { readdirSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
@@ -16,6 +17,7 @@ import { Command } from 'commander';
 import { loadAvailabilityTrace } from '../cloud/sim/spot-market.ts';
 import { SeededRandom } from '../cloud/sim/clock.ts';
 import { latencyPercentiles, type QueueModel } from './serve/latency.ts';
+import { shareWithinObjective } from '../core/serving/latency.ts';
 import { type ServingRun } from './serve/world.ts';
 import { replayWindows, type WindowResult } from './serve/windows.ts';
 import { inWorkers } from './parallel.ts';
@@ -36,6 +38,8 @@ export interface ServeOptions {
   serviceSec: number;
   /** Offered load as a share of what the target's replicas can serve. */
   load: number;
+  /** The objective: a request waits at most this long for a free replica (the queue model's). */
+  objectiveWaitSec: number;
   json?: boolean;
   optimal?: boolean;
   /** Worker threads the windows are spread over (1: all in this thread). */
@@ -59,6 +63,7 @@ export const SERVE_DEFAULTS: ServeOptions = {
   seed: 0,
   serviceSec: 2,
   load: 0.7,
+  objectiveWaitSec: 10,
 };
 
 function cli(): ServeOptions {
@@ -73,6 +78,7 @@ function cli(): ServeOptions {
     .option('--seed <s>', 'seed of the offsets and the random choices', num, 0)
     .option('--service-sec <s>', 'latency model: mean seconds a replica takes per request', num, 2)
     .option('--load <r>', "latency model: requests offered, as a share of the target's capacity", num, 0.7)
+    .option('--objective-wait-sec <s>', 'the objective: seconds a request may wait for a free replica', num, 10)
     .option('--json', 'print the rows as JSON')
     .option('--no-optimal', 'leave out the optimum (an integer program per window, about 5 s each)')
     .option('--threads <n>', 'worker threads the windows are spread over (default: every core)', num, availableParallelism())
@@ -89,10 +95,22 @@ export interface ServeRow {
   coldStarts: number;
   p50LatencyMs: number;
   p99LatencyMs: number;
+  /** Requests within the objective (a wait of at most `objectiveWaitSec`), by the queue model of each tick's ready replicas. */
+  requestsWithinObjectivePct: number;
 }
 
 function emptyRow(trace: string, policy: string): ServeRow {
-  return { trace, policy, availabilityPct: 0, costRatio: 0, shortReplicaMinutes: 0, coldStarts: 0, p50LatencyMs: 0, p99LatencyMs: 0 };
+  return {
+    trace,
+    policy,
+    availabilityPct: 0,
+    costRatio: 0,
+    shortReplicaMinutes: 0,
+    coldStarts: 0,
+    p50LatencyMs: 0,
+    p99LatencyMs: 0,
+    requestsWithinObjectivePct: 0,
+  };
 }
 
 /** Adds a run's (or a trace set's) figures into a row, weighted (1 ÷ the runs averaged). */
@@ -173,8 +191,14 @@ export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
         readyOf.set(policy, ready);
       }
     }
-    // Latency over every window's ticks at once.
-    for (const s of sums.values()) Object.assign(s, latencyOf(readyOf.get(s.policy) ?? [], queue));
+    // Latency over every window's ticks at once; every tick has the same load, so the share within the objective is the ticks' mean.
+    const objective = { waitSec: o.objectiveWaitSec, replicaRps: 1 / o.serviceSec, concurrency: 1 };
+    for (const s of sums.values()) {
+      const ready = readyOf.get(s.policy) ?? [];
+      Object.assign(s, latencyOf(ready, queue));
+      const within = ready.reduce((sum, r) => sum + shareWithinObjective(r, queue.arrivalPerSec, objective), 0);
+      s.requestsWithinObjectivePct = ready.length > 0 ? (100 * within) / ready.length : 0;
+    }
     rows.push(...sums.values());
   }
 
@@ -187,6 +211,7 @@ export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
       addInto(a, r, 1 / sets);
       a.p50LatencyMs += r.p50LatencyMs / sets;
       a.p99LatencyMs += r.p99LatencyMs / sets;
+      a.requestsWithinObjectivePct += r.requestsWithinObjectivePct / sets;
       all.set(r.policy, a);
     }
     rows.push(...all.values());
@@ -202,13 +227,14 @@ if (invokedDirectly) {
     process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   } else {
     console.log(
-      `bench:serve: latency from an M/M/c queue per tick (requests ${o.load} of the target's capacity, ${o.serviceSec} s each, 60 s when too few replicas are ready); target ${o.target}, N_extra ${o.nExtra} (spothedge), cold start ${o.coldStartSec} s, on-demand ${o.priceRatio}× spot, ${o.windowHours} h windows × ${o.repeats}, ${TICK_SEC} s ticks, seed ${o.seed}`,
+      `bench:serve: latency from an M/M/c queue per tick (requests ${o.load} of the target's capacity, ${o.serviceSec} s each, 60 s when too few replicas are ready; in objective: waited ≤ ${o.objectiveWaitSec} s); target ${o.target}, N_extra ${o.nExtra} (spothedge), cold start ${o.coldStartSec} s, on-demand ${o.priceRatio}× spot, ${o.windowHours} h windows × ${o.repeats}, ${TICK_SEC} s ticks, seed ${o.seed}`,
     );
     console.log(
       [
         'trace'.padEnd(20),
         'policy'.padEnd(16),
         'availability'.padStart(12),
+        'in objective'.padStart(12),
         'cost (OD=100)'.padStart(14),
         'short repl-min'.padStart(15),
         'cold starts'.padStart(12),
@@ -221,6 +247,7 @@ if (invokedDirectly) {
           r.trace.padEnd(20),
           r.policy.padEnd(16),
           `${r.availabilityPct.toFixed(1)}%`.padStart(12),
+          `${r.requestsWithinObjectivePct.toFixed(2)}%`.padStart(12),
           (100 * r.costRatio).toFixed(1).padStart(14),
           r.shortReplicaMinutes.toFixed(0).padStart(15),
           r.coldStarts.toFixed(1).padStart(12),

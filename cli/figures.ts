@@ -60,7 +60,7 @@ export function replicasLost(s: SimulationSummary): number {
 export const SERVICE_COLUMNS = [
   'service',
   'available',
-  'replica-min short',
+  'in objective',
   'replica-h need/held (spot)',
   'cost',
   'at on-demand',
@@ -73,10 +73,33 @@ export function serviceCells(x: NonNullable<SimulationSummary['services']>[numbe
   return [
     x.id,
     `${x.availabilityPct.toFixed(1)}%`,
-    formatNumber(x.shortReplicaMinutes),
+    inObjective(x),
     `${h(x.neededReplicaHours)} / ${h(x.replicaHours)} (${h(x.spotReplicaHours)})`,
     money(x.costMicroUsd),
     money(x.onDemandMicroUsd),
     `${formatNumber(x.replicasStarted)} / ${formatNumber(x.replicasLost)}`,
   ];
+}
+
+/** A share of requests within the objective, to 0.01% ("-" for a service with no objective). */
+function inObjective(x: NonNullable<SimulationSummary['services']>[number] | undefined): string {
+  return x?.requestsWithinObjectivePct !== undefined ? `${x.requestsWithinObjectivePct.toFixed(2)}%` : '-';
+}
+
+/**
+ * Each service of the main run under each policy: the share of ticks it had the replicas its load
+ * needed and the share of requests within its objective ("available / in objective").
+ */
+export function servicesByPolicy(all: readonly SimulationSummary[]): { columns: string[]; rows: string[][] } {
+  const ids = (all[0]?.services ?? []).map((x) => x.id);
+  return {
+    columns: ['policy', ...ids.map((id) => `${id} ticks / requests`)],
+    rows: all.map((s) => [
+      s.policy,
+      ...ids.map((id) => {
+        const x = s.services?.find((v) => v.id === id);
+        return x ? `${x.availabilityPct.toFixed(1)}% / ${inObjective(x)}` : '-';
+      }),
+    ]),
+  };
 }

@@ -356,8 +356,16 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
         out.push('', 'Services');
         out.push(
           table(
-            ['service', 'wanted', 'ready', 'starting', 'spot / on-demand', 'scales on', 'last decision'],
-            services.map((v) => [v.id, v.target, v.ready, v.starting, `${v.spot} / ${v.onDemand}`, v.metric ?? '-', v.reason ?? '-']),
+            ['service', 'wanted', 'ready', 'starting', 'spot / on-demand', 'in objective', 'last decision'],
+            services.map((v) => [
+              v.id,
+              v.target,
+              v.ready,
+              v.starting,
+              `${v.spot} / ${v.onDemand}`,
+              v.objectiveNow ? `${v.objectiveNow.withinPct}%` : '-',
+              v.reason ?? '-',
+            ]),
           ),
         );
       } else if (replicaRows.length > 0) out.push('', `Service replicas: ${replicaRows.map((r) => `${r.replicas} ${r.state}`).join(', ')}`);
@@ -518,6 +526,8 @@ export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void>
       print(io, flags.json, view, () =>
         [
           `${view.id}: ${view.target} wanted, ${view.ready} ready, ${view.starting} starting (${view.spot} spot, ${view.onDemand} on-demand)`,
+          `  scales on: ${view.metric ?? '-'}`,
+          ...(view.objective ? [`  objective: ${view.objective}`] : []),
           `  why: ${view.reason ?? 'no decision yet (reconcile has not run since it was submitted)'}`,
           ...view.replicas.map(
             (r) =>
@@ -854,7 +864,14 @@ function summarizeService(record: ServiceRecord, jobs: readonly Job[]) {
     spot: live.filter((j) => j.spec.interruptible).length,
     onDemand: live.filter((j) => !j.spec.interruptible).length,
     metric: record.spec.service?.targets.map((t) => `${t.metric} ${t.perReplica} per replica`).join(', '),
+    ...(record.spec.service?.objective
+      ? {
+          objective: `a wait of at most ${record.spec.service.objective.waitSec} s, a replica serving ${record.spec.service.objective.replicaRps} requests/s (${record.spec.service.objective.concurrency} at once)`,
+        }
+      : {}),
     ...(record.reason ? { reason: record.reason } : {}),
+    // The share of requests within the objective at the last decision (the queueing model of its ready replicas).
+    ...(record.objectiveNow ? { objectiveNow: record.objectiveNow } : {}),
     replicas: live.map((j) => ({
       job: j.id,
       state: j.state,

@@ -44,6 +44,7 @@ import {
   DEADLINES_LABEL,
   SERVICE_COLUMNS,
   serviceCells,
+  servicesByPolicy,
   USED_LABEL,
   serviceCostMicroUsd,
 } from './figures.ts';
@@ -360,6 +361,8 @@ export function renderReport(run: SimulateRun): string {
               ...(s.services ? [pct(Math.min(...(r.summary.services ?? []).map((x) => x.availabilityPct)))] : []),
             ]),
           ),
+          // Each service under each policy: the share of ticks it had the replicas its load needed, and of requests within its objective.
+          ...(s.services ? ['', ((t) => table(t.columns, t.rows))(servicesByPolicy(all.map((r) => r.summary)))] : []),
         ].join('\n')
       : '';
   // The services' figures in a table; what load each replays, one wrapped line each below it.
@@ -369,7 +372,7 @@ export function renderReport(run: SimulateRun): string {
           [...SERVICE_COLUMNS],
           s.services.map((x) => serviceCells(x, money)),
         ),
-        ...s.services.map((x) => paragraph(`load of ${x.id}: ${x.demand}`)),
+        ...s.services.map((x) => paragraph(`load of ${x.id}: ${x.demand}${x.objective ? `; objective: ${x.objective}` : ''}`)),
       ].join('\n')
     : '';
   const events = run.main.budgetEvents

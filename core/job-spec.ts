@@ -193,6 +193,19 @@ const ServiceSpecSchema = z.strictObject({
   onDemandBase: z._default(int(0, 1000), 0),
   scaleUpDelaySec: z._default(int(0, 3600, ' s'), 0),
   scaleDownWindowSec: z._default(int(0, 86_400, ' s'), 300),
+  /**
+   * What a request may expect: to wait at most `waitSec` for a free slot of a ready replica (a
+   * time-to-first-token objective is this plus the prefill). With what one replica serves, it
+   * gives the share of requests within the objective (core/serving/latency.ts), beside the share
+   * of time the service had the replicas its load asked for.
+   */
+  objective: z.optional(
+    z.strictObject({
+      waitSec: positive(3600, ' s'),
+      replicaRps: positive(1_000_000),
+      concurrency: z._default(int(1, 4096), 1),
+    }),
+  ),
 });
 
 /**
@@ -292,6 +305,13 @@ export const JobSpecSchema = JobSpecObject.check(
       if (spec.nodes > 1) problem(['nodes'], 'a service replica runs on one machine', spec.nodes);
       if (spec.checkpoint) problem(['checkpoint'], 'a service replica has no checkpoints: a new one starts in its place', spec.checkpoint);
       if (spec.deadline) problem(['deadline'], 'a service has no deadline: it runs until it is cancelled', spec.deadline);
+      const rps = spec.service.targets.find((t) => t.metric === 'requests-per-second')?.perReplica;
+      if (spec.service.objective && rps !== undefined && rps >= spec.service.objective.replicaRps)
+        problem(
+          ['service', 'objective', 'replicaRps'],
+          `a replica scaled to carry ${rps} requests per second (the requests-per-second target) must serve more than that at full load, or every request queues; give the replica's measured throughput, above ${rps}`,
+          spec.service.objective.replicaRps,
+        );
       if (spec.service.onDemandBase > spec.service.replicas.max)
         problem(['service', 'onDemandBase'], `must be at most replicas.max (${spec.service.replicas.max})`, spec.service.onDemandBase);
     }
@@ -430,6 +450,10 @@ describeFields(JobSpecObject, {
   'service.onDemandBase': 'replicas kept on on-demand whatever spot does',
   'service.scaleUpDelaySec': 'how long a higher load must last before replicas are added',
   'service.scaleDownWindowSec': 'replicas are removed only to the most the load asked for over this window',
+  'service.objective': 'what a request may expect; gpu-fleet counts the share of requests within it',
+  'service.objective.waitSec': 'how long a request may wait for a free slot of a ready replica',
+  'service.objective.replicaRps': "requests per second one replica serves at full load (measure it, e.g. with the engine's benchmark)",
+  'service.objective.concurrency': "requests one replica serves at once (an LLM engine's batch slots, e.g. vLLM's max_num_seqs)",
   container: 'how the container runs (Docker): shared memory and the locked-memory limit',
   'container.shmSizeMiB': 'the size of /dev/shm (default 1024 MiB per GPU the job holds on a machine)',
   'container.lockedMemoryMiB': 'the locked-memory limit (default unlimited, as NCCL and RDMA need)',

@@ -441,6 +441,8 @@ export interface DecisionRecord {
     readonly target: number;
     readonly ready: number;
     readonly reason: string;
+    /** With an objective and a request rate read: the requests per second and the share the ready replicas serve within it. */
+    readonly objectiveNow?: { readonly requestsPerSec: number; readonly withinPct: number };
     /** Replicas given up for not answering their readiness path past their spec's limit, and why. */
     readonly replaced?: readonly { readonly jobId: string; readonly why: string }[];
   }[];

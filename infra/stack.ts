@@ -963,6 +963,23 @@ export class GpuFleetStack extends Stack {
           leftYAxis: { min: 0, max: 100 },
         }),
         new cloudwatch.GraphWidget({
+          title: 'Service requests within objective (% by the queueing model of the ready replicas, hourly)',
+          width: 12,
+          left: groups.map(
+            ([id]) =>
+              new cloudwatch.MathExpression({
+                expression: '100 * w / r',
+                label: `${id} within objective %`,
+                period: Duration.hours(1),
+                usingMetrics: {
+                  w: reconcileMetric('ServiceRequestsWithinObjectivePerSecond', id, 'Average', Duration.hours(1)),
+                  r: reconcileMetric('ServiceRequestsPerSecond', id, 'Average', Duration.hours(1)),
+                },
+              }),
+          ),
+          leftYAxis: { min: 0, max: 100 },
+        }),
+        new cloudwatch.GraphWidget({
           title: 'Service requests per target (per minute) and healthy targets',
           width: 12,
           left: groups.map(

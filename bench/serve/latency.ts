@@ -1,3 +1,5 @@
+import { erlangC } from '../../core/serving/latency.ts';
+
 /**
  * Request latency from the ready replicas of each tick, with an M/M/c queue (Erlang C) per tick:
  * requests arrive as a Poisson process at `arrivalPerSec`; a replica serves one request at a time,
@@ -11,20 +13,6 @@ export interface QueueModel {
   readonly arrivalPerSec: number;
   readonly serviceSec: number;
   readonly timeoutSec: number;
-}
-
-/** Erlang C: the probability that an arriving request waits, with c servers and offered load a = λ/μ < c. */
-export function erlangC(c: number, a: number): number {
-  // Summing a^k/k! term by term keeps the numbers small.
-  let term = 1;
-  let sum = 1;
-  for (let k = 1; k < c; k++) {
-    term *= a / k;
-    sum += term;
-  }
-  const last = (term * a) / c; // a^c / c!
-  const top = last * (c / (c - a));
-  return top / (sum + top);
 }
 
 /** P(response time ≤ t) at one tick: waiting (0 with prob 1 − C, else Exp(cμ − λ)) plus an Exp(μ) service. */

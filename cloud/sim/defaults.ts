@@ -195,13 +195,42 @@ export const BUILT_IN_APP_TRACE = new URL('../../data/traces/alibaba-dlrm2025-sa
 export const CHAT_RPS_PER_V100 = 2;
 
 /**
+ * The chat service's latency objective: a request waits at most 2 s for a batch slot (its time
+ * to first token is that plus the prefill). A replica serves 2.8 requests per second at full load
+ * (above); 32 at once is an assumption that fits the memory: Llama-3-8B's KV cache takes 128 KiB
+ * per token (32 layers × 8 KV heads × 128 × 2 × 2 bytes), and a 16 GB V100 holding the model's
+ * weights in 8 bits (8 GB) has about 7 GB left, some 57k tokens, about 45 of the trace's
+ * conversations (some 1,000 prompt and 250 output tokens each; vLLM's own cap, max_num_seqs, is
+ * 256).
+ */
+export const CHAT_OBJECTIVE = { waitSec: 2, replicaRps: 2.8, concurrency: 32 } as const;
+
+/**
+ * The recommendation service's load per live instance of Alibaba's app_0, its replica's throughput
+ * and its objective. The trace gives instances, not requests: 50 requests per second per instance,
+ * a replica serving 70 at full load in batches of 8 (114 ms a batch) and a 200 ms wait are
+ * assumptions, chosen so the scaling target (one instance's load a replica) holds 71% of a replica,
+ * as the chat target does.
+ */
+export const RECOMMEND_RPS_PER_INSTANCE = 50;
+export const RECOMMEND_OBJECTIVE = { waitSec: 0.2, replicaRps: 70, concurrency: 8 } as const;
+
+/**
  * The services `npm start` replays beside the jobs (`--no-services` leaves them out): a chat
  * service on the Azure LLM conversation trace's requests, and a recommendation service following
  * the live inference instances of Alibaba's app_0 (one replica per instance). Both scale on
- * requests per second per replica, on spot where gpu-fleet judges it safe.
+ * requests per second per replica, on spot where gpu-fleet judges it safe, and each has a latency
+ * objective (above) that the simulation counts requests against.
  */
 export function defaultSimServices(gpuModel: GpuModel = 'V100'): SimService[] {
-  const spec = (name: string, perReplica: number, max: number, image: string, command: string[]) => ({
+  const spec = (
+    name: string,
+    perReplica: number,
+    objective: { readonly waitSec: number; readonly replicaRps: number; readonly concurrency: number },
+    max: number,
+    image: string,
+    command: string[],
+  ) => ({
     name,
     image,
     command,
@@ -212,12 +241,13 @@ export function defaultSimServices(gpuModel: GpuModel = 'V100'): SimService[] {
       replicas: { min: 1, max },
       targets: [{ metric: 'requests-per-second' as const, perReplica }],
       scaleDownWindowSec: 600,
+      objective: { ...objective },
     },
   });
   return [
     {
       team: 'nlp',
-      spec: spec('chat', CHAT_RPS_PER_V100, 8, 'vllm/vllm-openai:v0.6.3', [
+      spec: spec('chat', CHAT_RPS_PER_V100, CHAT_OBJECTIVE, 8, 'vllm/vllm-openai:v0.6.3', [
         '--model',
         'meta-llama/Meta-Llama-3-8B-Instruct',
         '--port',
@@ -227,8 +257,12 @@ export function defaultSimServices(gpuModel: GpuModel = 'V100'): SimService[] {
     },
     {
       team: 'recsys',
-      spec: spec('recommend', 1, 12, 'registry.example.com/recsys/dlrm-serve:2025.1', ['serve', '--port', '8000']),
-      demand: alibabaAppDemand(BUILT_IN_APP_TRACE, 'app_0', 1),
+      spec: spec('recommend', RECOMMEND_RPS_PER_INSTANCE, RECOMMEND_OBJECTIVE, 12, 'registry.example.com/recsys/dlrm-serve:2025.1', [
+        'serve',
+        '--port',
+        '8000',
+      ]),
+      demand: alibabaAppDemand(BUILT_IN_APP_TRACE, 'app_0', RECOMMEND_RPS_PER_INSTANCE),
     },
   ];
 }

@@ -3,12 +3,16 @@
  * the requests per second one replica is scaled to hold, within its min and max), the replicas
  * ready (running past their readiness delay, on a machine still up, and with a load balancer a
  * healthy target of it), and on which capacity. A
- * tick is available when ready ≥ needed. Measures only; the decisions are reconcile's.
+ * tick is available when ready ≥ needed. For a service with a latency objective, each tick's
+ * requests (its load × the tick) are also counted, and of them those the queueing model of the
+ * tick's ready replicas serves within the objective (core/serving/latency.ts). Measures only; the
+ * decisions are reconcile's.
  */
 import { requeueCounts, usageSoFar, type Job } from '../../core/job.ts';
 import { agentFoundAnswering, replicaReady, serviceId, SERVICE_LABEL } from '../../core/serving/service.ts';
 import { checkJobSpec, type JobSpec } from '../../core/job-spec.ts';
 import type { MicroUsd } from '../../core/money.ts';
+import { shareWithinObjective, type ServiceObjective } from '../../core/serving/latency.ts';
 import type { ServiceDemand, SimService } from './service-demand.ts';
 
 export interface ServiceSample {
@@ -16,6 +20,8 @@ export interface ServiceSample {
   readonly ready: number;
   readonly spot: number;
   readonly onDemand: number;
+  /** With an objective: the share of this tick's requests served within it. */
+  readonly withinObjective?: number;
 }
 
 export interface ServiceSummary {
@@ -23,6 +29,13 @@ export interface ServiceSummary {
   readonly demand: string;
   /** Ticks with ready ≥ needed, over the ticks after the first replica could have been ready. */
   readonly availabilityPct: number;
+  /**
+   * With a latency objective: the share of the requests after the same start served within it, by
+   * the queueing model of each tick's ready replicas (rounded down to 0.01%).
+   */
+  readonly requestsWithinObjectivePct?: number;
+  /** The objective, in words ("wait ≤ 2 s"). */
+  readonly objective?: string;
   readonly shortReplicaMinutes: number;
   readonly peakNeeded: number;
   readonly peakReplicas: number;
@@ -44,7 +57,10 @@ interface Tracked {
   readonly spec: JobSpec;
   readonly demand: ServiceDemand;
   readonly perReplicaRps: number | undefined;
+  readonly objective: ServiceObjective | undefined;
   ticks: number;
+  requests: number;
+  withinObjective: number;
   met: number;
   shortTicks: number;
   peakNeeded: number;
@@ -71,7 +87,10 @@ export class ServiceMeter {
           spec: check.spec,
           demand: s.demand,
           perReplicaRps: rps,
+          objective: check.spec.service.objective,
           ticks: 0,
+          requests: 0,
+          withinObjective: 0,
           met: 0,
           shortTicks: 0,
           peakNeeded: 0,
@@ -113,12 +132,24 @@ export class ServiceMeter {
       t.peakNeeded = Math.max(t.peakNeeded, needed);
       t.peakReplicas = Math.max(t.peakReplicas, replicas.length);
       t.neededMs += needed * tickMs;
+      const within = t.objective ? shareWithinObjective(up.length, t.demand.rpsAt(sec), t.objective) : undefined;
       if (sec >= this.graceSec) {
         t.ticks++;
         if (up.length >= needed) t.met++;
         t.shortTicks += Math.max(0, needed - up.length);
+        if (within !== undefined) {
+          const requests = (t.demand.rpsAt(sec) * tickMs) / 1000;
+          t.requests += requests;
+          t.withinObjective += requests * within;
+        }
       }
-      out[t.id] = { needed, ready: up.length, spot, onDemand: up.length - spot };
+      out[t.id] = {
+        needed,
+        ready: up.length,
+        spot,
+        onDemand: up.length - spot,
+        ...(within !== undefined ? { withinObjective: within } : {}),
+      };
     }
     return out;
   }
@@ -142,6 +173,12 @@ export class ServiceMeter {
         id: t.id,
         demand: t.demand.source,
         availabilityPct: t.ticks > 0 ? Math.round((10_000 * t.met) / t.ticks) / 100 : 0,
+        ...(t.objective
+          ? {
+              requestsWithinObjectivePct: t.requests > 0 ? Math.floor((10_000 * t.withinObjective) / t.requests) / 100 : 100,
+              objective: `wait ≤ ${t.objective.waitSec} s`,
+            }
+          : {}),
         shortReplicaMinutes: Math.round((t.shortTicks * tickMs) / 60_000),
         peakNeeded: t.peakNeeded,
         peakReplicas: t.peakReplicas,

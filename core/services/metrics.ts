@@ -72,6 +72,17 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     out.push({ name: 'ServiceReplicasReady', unit: 'Count', value: svc.ready, dimensions: dims });
     out.push({ name: 'ServiceAvailable', unit: 'None', value: svc.ready >= svc.target ? 1 : 0, dimensions: dims });
     out.push({ name: 'ServiceCostMicroUsdPerHour', unit: 'None', value: serviceCost.get(svc.service) ?? 0, dimensions: dims });
+    // With an objective: the requests per second and those served within it, so that a period's share is the ratio of their sums.
+    if (svc.objectiveNow) {
+      const { requestsPerSec, withinPct } = svc.objectiveNow;
+      out.push({ name: 'ServiceRequestsPerSecond', unit: 'None', value: requestsPerSec, dimensions: dims });
+      out.push({
+        name: 'ServiceRequestsWithinObjectivePerSecond',
+        unit: 'None',
+        value: (requestsPerSec * withinPct) / 100,
+        dimensions: dims,
+      });
+    }
   }
   // Each active reservation: its machines and those running in it (the dashboard's reservation utilisation).
   if (snapshot.reservations && snapshot.reservations.size > 0) {

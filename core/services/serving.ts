@@ -168,6 +168,7 @@ export async function reconcileServices(
       target: decision.record.target,
       ready: decision.ready,
       reason: decision.record.reason ?? '',
+      ...(decision.record.objectiveNow ? { objectiveNow: decision.record.objectiveNow } : {}),
       ...(decision.replaced.length > 0 ? { replaced: decision.replaced } : {}),
     });
   }

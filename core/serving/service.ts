@@ -16,6 +16,7 @@ import type { Job } from '../job.ts';
 import type { JobSpec } from '../job-spec.ts';
 import { HPA_BEHAVIOUR, scale, type Recommendation, type ScalingBehaviour, type ServiceMetric } from './autoscale.ts';
 import { initialMemory, planServing, type ServingMemory } from './spot-placement.ts';
+import { shareWithinObjective } from './latency.ts';
 
 /** How long a spot replica may wait for its zone to give a machine before the zone counts as refusing. */
 export const SPOT_GIVE_UP_MS = 10 * 60_000;
@@ -53,6 +54,11 @@ export interface ServiceRecord {
    * decision that saw it): how long one has gone without answering is counted from it.
    */
   readonly answeredAtMs?: Readonly<Record<string, number>>;
+  /**
+   * With an objective and a request rate read: at the last decision, the requests per second and the
+   * share of them the ready replicas serve within the objective (core/serving/latency.ts).
+   */
+  readonly objectiveNow?: { readonly requestsPerSec: number; readonly withinPct: number };
 }
 
 export function serviceId(team: string, name: string): string {
@@ -297,10 +303,21 @@ export function decideReplicas(input: ReplicaDecisionInput): ReplicaDecision {
   for (let n = odKept.length; n < wantOd; n++) start.push({ capacity: 'on-demand' });
 
   const spotWanted = wantSpot.reduce((a, b) => a + b, 0);
-  const reason = `${scaled.reason}; ${spotWanted} on spot${zones.length > 0 ? ` (${zones.map((z, i) => `${z} ${wantSpot[i]}`).join(', ')})` : ''}, ${wantOd} on-demand; ${readyCount} ready${replaced.length > 0 ? `; ${replaced.map((r) => r.why).join('; ')}` : ''}`;
+  // The requests served within the objective now, by the queueing model of the ready replicas at the load read.
+  const rps = input.load['requests-per-second'];
+  const objectiveNow =
+    svc.objective && rps !== undefined
+      ? { requestsPerSec: rps, withinPct: Math.floor(10_000 * shareWithinObjective(readyCount, rps, svc.objective)) / 100 }
+      : undefined;
+  const objectiveText = objectiveNow
+    ? `; ${objectiveNow.withinPct}% of ${Math.round(rps! * 100) / 100} requests/s within a ${svc.objective!.waitSec} s wait`
+    : '';
+  const reason = `${scaled.reason}; ${spotWanted} on spot${zones.length > 0 ? ` (${zones.map((z, i) => `${z} ${wantSpot[i]}`).join(', ')})` : ''}, ${wantOd} on-demand; ${readyCount} ready${objectiveText}${replaced.length > 0 ? `; ${replaced.map((r) => r.why).join('; ')}` : ''}`;
+  // The last decision's objective figure goes with it: none is kept from an older one.
+  const { objectiveNow: _before, ...kept } = record;
   return {
     record: {
-      ...record,
+      ...kept,
       target,
       history: scaled.history,
       zones,
@@ -308,6 +325,7 @@ export function decideReplicas(input: ReplicaDecisionInput): ReplicaDecision {
       nextReplica: record.nextReplica + start.length,
       reason,
       answeredAtMs,
+      ...(objectiveNow ? { objectiveNow } : {}),
       updatedAtMs: nowMs,
       version: record.version + 1,
     },

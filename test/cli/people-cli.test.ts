@@ -258,12 +258,16 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(chat.reason).toMatch(/requests per second per replica against a target of 2/);
     const human = await cli(['status', '--sim', dir]);
     expect(human.stdout).toMatch(
-      /Services\nservice\s+wanted\s+ready\s+starting\s+spot \/ on-demand\s+scales on\s+last decision\nnlp\.chat/,
+      /Services\nservice\s+wanted\s+ready\s+starting\s+spot \/ on-demand\s+in objective\s+last decision\nnlp\.chat\s+(\d+\s+){3}\d+ \/ \d+\s+\d+(\.\d+)?%/,
     );
+    // The share within the objective at the last decision, as its reason says it.
+    expect(chat.reason).toMatch(/% of [\d.]+ requests\/s within a 2 s wait/);
     const why = await cli(['explain', '--sim', dir, '--service', 'nlp.chat']);
     expect(why.code).toBe(0);
     expect(why.stdout).toMatch(
-      new RegExp(`^nlp\\.chat: ${chat.target} wanted, \\d+ ready, \\d+ starting \\(\\d+ spot, \\d+ on-demand\\)\n  why: `),
+      new RegExp(
+        `^nlp\\.chat: ${chat.target} wanted, \\d+ ready, \\d+ starting \\(\\d+ spot, \\d+ on-demand\\)\n  scales on: requests-per-second 2 per replica\n  objective: a wait of at most 2 s, a replica serving 2\\.8 requests/s \\(32 at once\\)\n  why: `,
+      ),
     );
     expect(why.stdout).toMatch(/ {2}nlp\.chat-r\d+: running( \(ready\))?, (spot|on-demand)/);
     const none = await cli(['explain', '--sim', dir, '--service', 'nlp.nope']);

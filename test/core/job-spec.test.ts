@@ -160,4 +160,26 @@ describe('a service in the spec', () => {
       ]),
     );
   });
+
+  it('takes a latency objective (concurrency defaulted to one) and refuses one the scaling target would always overrun', () => {
+    const withObjective = (objective: object, targets = [{ metric: 'requests-per-second', perReplica: 2 }]) =>
+      checkJobSpec({ ...service, service: { ...service.service, targets, objective } });
+    const ok = withObjective({ waitSec: 2, replicaRps: 2.8 });
+    expect(ok.ok && ok.spec.service?.objective).toEqual({ waitSec: 2, replicaRps: 2.8, concurrency: 1 });
+    const over = withObjective({ waitSec: 2, replicaRps: 2, concurrency: 16 });
+    expect(over.ok || over.errors).toEqual([
+      "service.objective.replicaRps: a replica scaled to carry 2 requests per second (the requests-per-second target) must serve more than that at full load, or every request queues; give the replica's measured throughput, above 2; got 2",
+    ]);
+    const bad = withObjective({ waitSec: 0, replicaRps: -1, concurrency: 0.5, p99: true });
+    expect(bad.ok || bad.errors).toEqual(
+      expect.arrayContaining([
+        'service.objective.waitSec: must be above 0 s; got 0',
+        'service.objective.replicaRps: must be above 0; got -1',
+        expect.stringMatching(/^service\.objective\.concurrency: /),
+        expect.stringMatching(/^service\.objective: .*p99/),
+      ]),
+    );
+    // A service scaled on another figure may state any throughput.
+    expect(withObjective({ waitSec: 1, replicaRps: 1 }, [{ metric: 'waiting-requests', perReplica: 6 }]).ok).toBe(true);
+  });
 });

@@ -61,7 +61,7 @@ describe('reconcile metrics', () => {
     const decision = aDecision({
       atMs: 600_000,
       services: [
-        { service: 'nlp.chat', target: 4, ready: 3, reason: '3 → 4: …' },
+        { service: 'nlp.chat', target: 4, ready: 3, reason: '3 → 4: …', objectiveNow: { requestsPerSec: 8, withinPct: 75 } },
         { service: 'cv.detect', target: 1, ready: 1, reason: '1 → 1: …' },
       ],
     });
@@ -93,6 +93,9 @@ describe('reconcile metrics', () => {
       { name: 'ServiceReplicasReady', unit: 'Count', value: 3, dimensions: chat },
       { name: 'ServiceAvailable', unit: 'None', value: 0, dimensions: chat },
       { name: 'ServiceCostMicroUsdPerHour', unit: 'None', value: 2_100_000 / 2 + 1_006_000, dimensions: chat },
+      // With an objective: the request rate and the rate served within it (a period's share is the ratio of their sums).
+      { name: 'ServiceRequestsPerSecond', unit: 'None', value: 8, dimensions: chat },
+      { name: 'ServiceRequestsWithinObjectivePerSecond', unit: 'None', value: 6, dimensions: chat },
     ]);
     // Available with its one replica ready; no replica running here, so no cost.
     expect(points.filter((p) => p.dimensions?.Service === 'cv.detect').map((p) => [p.name, p.value])).toEqual([

@@ -13,6 +13,8 @@ import {
   type ServiceRecord,
 } from '../../core/serving/service.ts';
 
+import { shareWithinObjective } from '../../core/serving/latency.ts';
+
 const T0 = Date.UTC(2026, 11, 1);
 
 function spec(extra: Partial<JobSpecInput['service']> = {}, top: Partial<JobSpecInput> = {}): JobSpec {
@@ -94,6 +96,33 @@ describe('a service in the control loop (decideReplicas)', () => {
     expect(d.start.filter((s) => s.capacity === 'on-demand')).toHaveLength(5);
     expect(d.cancel).toEqual([]);
     expect(d.record.nextReplica).toBe(11);
+  });
+
+  it('with an objective, each decision says the share of requests its ready replicas serve within it, by the queueing model', () => {
+    const objective = { waitSec: 2, replicaRps: 2.8, concurrency: 32 };
+    let record: ServiceRecord = { ...newServiceRecord('nlp', spec({ objective }), T0), target: 3, zones: ['z-a'] };
+    const ready = [1, 2].map((n) => replica(record, n, {}, T0));
+    const d = decideReplicas({ ...base, nowMs: T0, record, replicas: ready, spotZones: ['z-a'], load: { 'requests-per-second': 5 } });
+    const within = Math.floor(10_000 * shareWithinObjective(2, 5, objective)) / 100;
+    expect(within).toBeGreaterThan(50);
+    expect(within).toBeLessThan(100);
+    expect(d.record.objectiveNow).toEqual({ requestsPerSec: 5, withinPct: within });
+    expect(d.record.reason).toContain(`; ${within}% of 5 requests/s within a 2 s wait`);
+    // No request rate read this time: no figure, and the last one is not kept as if it were now.
+    record = d.record;
+    const blind = decideReplicas({ ...base, nowMs: T0 + 60_000, record, replicas: ready, spotZones: ['z-a'], load: {} });
+    expect(blind.record.objectiveNow).toBeUndefined();
+    expect(blind.record.reason).not.toMatch(/within a/);
+    // A service without an objective has none.
+    const plain = decideReplicas({
+      ...base,
+      nowMs: T0,
+      record: newServiceRecord('nlp', spec(), T0),
+      replicas: [],
+      spotZones: ['z-a'],
+      load: { 'requests-per-second': 5 },
+    });
+    expect(plain.record.objectiveNow).toBeUndefined();
   });
 
   it('once the spot replicas are ready, on-demand ones are released, never taking ready replicas below the target', () => {

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { initialMemory, planServing, type ServingMemory } from '../../core/serving/spot-placement.ts';
 import { emptySpotModel, observe, unseen } from '../../core/spot-model.ts';
 import { benchServe, SERVE_DEFAULTS } from '../../bench/serve.ts';
-import { erlangC, latencyPercentiles } from '../../bench/serve/latency.ts';
+import { latencyPercentiles } from '../../bench/serve/latency.ts';
+import { erlangC, shareWithinObjective } from '../../core/serving/latency.ts';
 import { optimalServing } from '../../bench/serve/optimal.ts';
 import { replayServing } from '../../bench/serve/world.ts';
 
@@ -237,11 +238,22 @@ describe('bench:serve', () => {
         'p50LatencyMs',
         'p99LatencyMs',
         'policy',
+        'requestsWithinObjectivePct',
         'shortReplicaMinutes',
         'trace',
       ]);
     const od = rows.filter((r) => r.policy === 'on-demand');
     for (const r of od) expect(r).toMatchObject({ availabilityPct: 100, costRatio: 1 });
+    // On-demand always has its target ready: requests miss only by queueing (3 replicas at 70%, a 10 s objective, 2 s each).
+    const queueingOnly = 100 * shareWithinObjective(3, 1.05, { waitSec: 10, replicaRps: 0.5, concurrency: 1 });
+    for (const r of od) expect(r.requestsWithinObjectivePct).toBeCloseTo(queueingOnly, 6);
+    // A policy that misses ticks misses requests: one never ready (even spread in a 2 h window of GCP1) serves none within it.
+    for (const r of rows) {
+      expect(r.requestsWithinObjectivePct).toBeGreaterThanOrEqual(0);
+      expect(r.requestsWithinObjectivePct).toBeLessThanOrEqual(100);
+      if (r.availabilityPct === 0) expect(r.requestsWithinObjectivePct).toBe(0);
+      if (r.availabilityPct < 100 && r.policy !== 'spothedge') expect(r.requestsWithinObjectivePct).toBeLessThan(100);
+    }
     const all = rows.find((r) => r.trace === 'ALL' && r.policy === 'spothedge')!;
     const each = rows.filter((r) => r.trace !== 'ALL' && r.policy === 'spothedge');
     expect(all.costRatio).toBeCloseTo((each[0]!.costRatio + each[1]!.costRatio) / 2, 10);

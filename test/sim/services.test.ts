@@ -119,6 +119,32 @@ describe('services in the simulated control loop', () => {
     for (const r of spotReplicas) expect(r.spec.placement?.zones).toEqual(['us-west-2a', 'us-west-2b']);
   }, 60_000);
 
+  it('counts requests within each service’s objective by the queueing model of its ready replicas: none where they cannot keep up', async () => {
+    const objective = { waitSec: 2, replicaRps: 2.8, concurrency: 32 };
+    const withObjective = (name: string, max: number): SimService => {
+      const base = chat(6);
+      return { ...base, spec: { ...base.spec, name, service: { ...base.spec.service!, replicas: { min: 1, max }, objective } } };
+    };
+    // Three replicas hold 6 requests per second with room (8.4 at full load); two never keep up (5.6).
+    const { summary } = await run([
+      withObjective('chat', 6),
+      withObjective('capped', 2),
+      { ...chat(1), spec: { ...chat(1).spec, name: 'plain' } },
+    ]);
+    const [ok, capped, plain] = summary.services!;
+    expect(ok!).toMatchObject({ id: 'nlp.chat', objective: 'wait ≤ 2 s' });
+    expect(ok!.requestsWithinObjectivePct).toBeGreaterThan(95);
+    expect(ok!.requestsWithinObjectivePct).toBeLessThanOrEqual(100);
+    // Capped at two, it has what its max lets the load ask for on nearly every tick, yet nearly every request queues
+    // past the objective (some are served only while a spare spot replica is up beside the two).
+    expect(capped!.id).toBe('nlp.capped');
+    expect(capped!.availabilityPct).toBeGreaterThan(90);
+    expect(capped!.requestsWithinObjectivePct).toBeLessThan(5);
+    // A service without an objective has no request figure, only its ticks.
+    expect(plain!.requestsWithinObjectivePct).toBeUndefined();
+    expect(plain!.objective).toBeUndefined();
+  }, 60_000);
+
   it('replicas taken by spot are replaced at once; the service stays available', async () => {
     const { summary } = await run([chat(6)], { kind: 'rates', ratePerHour: () => 0.4 });
     const s = summary.services![0]!;
