@@ -7,6 +7,7 @@ import type { SpotSetup } from './simulation.ts';
 import { loadAvailabilityTrace, type AvailabilityTrace } from './spot-market.ts';
 import { fnv1a, type Workload } from './workload.ts';
 import { alibabaAppDemand, azureLlmDemand, type SimService } from './service-demand.ts';
+import type { ReplicaStartup } from './replica-start.ts';
 
 /** The trace `npm start` replays (see data/PROVENANCE.md). */
 export const BUILT_IN_TRACE = new URL('../../data/traces/philly-6214e9-48h.csv', import.meta.url);
@@ -213,6 +214,27 @@ export const CHAT_OBJECTIVE = { waitSec: 2, replicaRps: 2.8, concurrency: 32 } a
  * as the chat target does.
  */
 export const RECOMMEND_RPS_PER_INSTANCE = 50;
+
+/**
+ * What a chat replica loads when it starts: the vLLM OpenAI image, about 5 GB compressed on Docker
+ * Hub in 2024 (vllm-project/vllm issue 7609; v0.6.3 is of October 2024); Llama-3-8B's weights in
+ * 8 bits, 8.03 billion parameters of a byte each, 7.5 GiB; and 30 s of engine warm-up (its memory
+ * profiling run and CUDA graph capture; an assumption).
+ */
+export const CHAT_STARTUP: ReplicaStartup = {
+  imageGiB: 5,
+  weightsGiB: 7.5,
+  warmupSec: 30,
+  source: 'vLLM image ~5 GB (vllm issue 7609); Llama-3-8B at 8 bits 7.5 GiB; warm-up 30 s assumed',
+};
+
+/** What a recommendation replica loads: a 2 GiB image, 4 GiB of embedding tables and 10 s of warm-up (all assumptions). */
+export const RECOMMEND_STARTUP: ReplicaStartup = {
+  imageGiB: 2,
+  weightsGiB: 4,
+  warmupSec: 10,
+  source: 'assumed: 2 GiB image, 4 GiB of embedding tables, 10 s warm-up',
+};
 export const RECOMMEND_OBJECTIVE = { waitSec: 0.2, replicaRps: 70, concurrency: 8 } as const;
 
 /**
@@ -237,7 +259,8 @@ export function defaultSimServices(gpuModel: GpuModel = 'V100'): SimService[] {
     gpu: { kind: 'whole' as const, count: 1, models: [gpuModel] },
     service: {
       port: 8000,
-      readiness: { path: '/health', initialDelaySec: 120, periodSec: 10 },
+      // Asked from 30 s on, every 10 s: the replica answers once it has loaded (startup below), not at a fixed delay.
+      readiness: { path: '/health', initialDelaySec: 30, periodSec: 10 },
       replicas: { min: 1, max },
       targets: [{ metric: 'requests-per-second' as const, perReplica }],
       scaleDownWindowSec: 600,
@@ -254,6 +277,7 @@ export function defaultSimServices(gpuModel: GpuModel = 'V100'): SimService[] {
         '8000',
       ]),
       demand: azureLlmDemand(BUILT_IN_CHAT_TRACE),
+      startup: CHAT_STARTUP,
     },
     {
       team: 'recsys',
@@ -263,6 +287,7 @@ export function defaultSimServices(gpuModel: GpuModel = 'V100'): SimService[] {
         '8000',
       ]),
       demand: alibabaAppDemand(BUILT_IN_APP_TRACE, 'app_0', RECOMMEND_RPS_PER_INSTANCE),
+      startup: RECOMMEND_STARTUP,
     },
   ];
 }

@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs';
 import { GpuFleetError } from '../../core/errors.ts';
 import { parseCsv } from '../csv.ts';
 import type { JobSpecInput } from '../../core/job-spec.ts';
+import type { ReplicaStartup } from './replica-start.ts';
 
 export interface ServiceDemand {
   /** What the load comes from, for reports. */
@@ -95,4 +96,6 @@ export interface SimService {
   readonly team: string;
   readonly spec: JobSpecInput;
   readonly demand: ServiceDemand;
+  /** What a replica loads when it starts (cloud/sim/replica-start.ts); without it, a replica answers after its readiness delay. */
+  readonly startup?: ReplicaStartup;
 }

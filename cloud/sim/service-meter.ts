@@ -48,6 +48,8 @@ export interface ServiceSummary {
   /** The same replica holdings at on-demand prices. */
   readonly onDemandMicroUsd: MicroUsd;
   readonly replicasStarted: number;
+  /** Of them, those that pulled their image (the others found it on their machine); with a startup model only. */
+  readonly imagePulls?: number;
   /** Replicas whose machine was taken (requeued, then replaced). */
   readonly replicasLost: number;
 }
@@ -58,6 +60,7 @@ interface Tracked {
   readonly demand: ServiceDemand;
   readonly perReplicaRps: number | undefined;
   readonly objective: ServiceObjective | undefined;
+  readonly startup: boolean;
   ticks: number;
   requests: number;
   withinObjective: number;
@@ -88,6 +91,7 @@ export class ServiceMeter {
           demand: s.demand,
           perReplicaRps: rps,
           objective: check.spec.service.objective,
+          startup: s.startup !== undefined,
           ticks: 0,
           requests: 0,
           withinObjective: 0,
@@ -154,7 +158,7 @@ export class ServiceMeter {
     return out;
   }
 
-  summary(jobs: readonly Job[], endMs: number, tickMs: number): ServiceSummary[] {
+  summary(jobs: readonly Job[], endMs: number, tickMs: number, imagePullsOf?: ReadonlyMap<string, number>): ServiceSummary[] {
     return this.tracked.map((t) => {
       const replicas = jobs.filter((j) => j.spec?.labels?.[SERVICE_LABEL] === t.id);
       let heldSec = 0;
@@ -188,6 +192,7 @@ export class ServiceMeter {
         costMicroUsd: Math.round(cost),
         onDemandMicroUsd: Math.round(od),
         replicasStarted: replicas.length,
+        ...(t.startup ? { imagePulls: imagePullsOf?.get(t.id) ?? 0 } : {}),
         // Every time a replica's machine was lost under it (a replica lost twice counts twice), as `report` counts them.
         replicasLost: replicas.reduce((n, j) => n + requeueCounts(j).requeues, 0),
       };

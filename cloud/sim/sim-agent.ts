@@ -12,6 +12,7 @@ import {
   type GpuUseTally,
 } from '../../core/gpu-use.ts';
 import { CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
+import { SERVICE_LABEL } from '../../core/serving/service.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
 import { AgentRefused, agentView, type AgentView } from '../../core/services/agent-access.ts';
@@ -94,10 +95,13 @@ export interface SimAgentOptions {
    */
   readonly gpuUseOf?: (job: Job) => ScriptedGpuUse | undefined;
   /**
-   * Seconds a service replica's process takes to load before its readiness path answers (default:
-   * its readiness probe's initial delay, the time its spec expects).
+   * Seconds a service replica's process takes to load before its readiness path answers, given
+   * whether its machine holds its image already (default: its readiness probe's initial delay, the
+   * time its spec expects).
    */
-  readonly replicaLoadSecOf?: (job: Job) => number;
+  readonly replicaLoadSecOf?: (job: Job, imageCached: boolean) => number;
+  /** Images a machine holds when it comes up (a warm pool's machine pulled them while it was prepared). */
+  readonly imagesAtBoot?: (inst: Instance) => readonly string[];
   /** Fault injection: this replica's load hangs: its process runs, its readiness path never answers. */
   readonly replicaHangs?: (job: Job) => boolean;
 }
@@ -226,6 +230,8 @@ interface SimMachine {
   renewedAtMs: number;
   /** Set while its lease has lapsed: its attempts are stopped and nothing starts. */
   fencedSinceMs?: number;
+  /** The container images on its disk: pulled by a replica that ran here, or before it came up. */
+  readonly images: Set<string>;
 }
 
 export interface AgentStats {
@@ -244,6 +250,8 @@ export interface AgentStats {
   startFailures: number;
   /** Service replicas whose load hung (fault injection): they ran, and never answered their readiness path. */
   replicasHung: number;
+  /** Service replicas that pulled their image (the others found it on their machine). */
+  imagePulls: number;
   writeRetries: number;
   /** Calls the agent API's rules refused (core/services/agent-access.ts): an agent following the node-side rules makes none. */
   refusedCalls: number;
@@ -260,6 +268,8 @@ export interface AgentStats {
  */
 export class SimAgents {
   private readonly machines = new Map<string, SimMachine>();
+  /** Replicas that pulled their image, by service id (the others found it on their machine). */
+  readonly imagePullsOf = new Map<string, number>();
   readonly stats: AgentStats = {
     started: 0,
     succeeded: 0,
@@ -273,6 +283,7 @@ export class SimAgents {
     savesCutByHook: 0,
     startFailures: 0,
     replicasHung: 0,
+    imagePulls: 0,
     writeRetries: 0,
     refusedCalls: 0,
     unansweredCalls: 0,
@@ -368,7 +379,13 @@ export class SimAgents {
     for (const inst of live.values()) {
       let m = this.machines.get(inst.id);
       if (!m) {
-        m = { instance: inst, address: simulatedAddress(inst.id), processes: new Map(), renewedAtMs: now };
+        m = {
+          instance: inst,
+          address: simulatedAddress(inst.id),
+          processes: new Map(),
+          renewedAtMs: now,
+          images: new Set(this.options.imagesAtBoot?.(inst) ?? []),
+        };
         this.machines.set(inst.id, m);
       }
       m.inHook = inst.state === 'terminating-wait';
@@ -570,13 +587,23 @@ export class SimAgents {
     }
   }
 
-  /** When a replica starting now answers its readiness path: once loaded, or never when its load hangs. */
-  private answersFrom(job: Job, now: number): number {
+  /**
+   * When a replica starting now answers its readiness path: once loaded (its pull skipped when the
+   * machine holds its image, which it holds from then on), or never when its load hangs.
+   */
+  private answersFrom(m: SimMachine, job: Job, now: number): number {
+    const cached = m.images.has(job.spec.image);
+    m.images.add(job.spec.image);
+    if (!cached) {
+      this.stats.imagePulls++;
+      const service = job.spec.labels?.[SERVICE_LABEL];
+      if (service !== undefined) this.imagePullsOf.set(service, (this.imagePullsOf.get(service) ?? 0) + 1);
+    }
     if (this.options.replicaHangs?.(job)) {
       this.stats.replicasHung++;
       return Number.POSITIVE_INFINITY;
     }
-    return now + (this.options.replicaLoadSecOf?.(job) ?? job.spec.service?.readiness.initialDelaySec ?? 0) * 1000;
+    return now + (this.options.replicaLoadSecOf?.(job, cached) ?? job.spec.service?.readiness.initialDelaySec ?? 0) * 1000;
   }
 
   private answers(p: SimProcess, now: number): boolean {
@@ -760,7 +787,7 @@ export class SimAgents {
       readyAtMs: now + restoreMs,
       baseProgressSec: latest?.progressSec ?? 0,
       rate: script && devices && script.tflops > capacity ? capacity / script.tflops : 1,
-      ...(job.spec.service && rank === 0 ? { answersFromMs: this.answersFrom(job, now) } : {}),
+      ...(job.spec.service && rank === 0 ? { answersFromMs: this.answersFrom(m, job, now) } : {}),
       ...(devices ? { devices } : {}),
       use: newGpuUseTally(),
       sizeMiB,

@@ -64,6 +64,7 @@ import { RateSpotMarket, TraceSpotMarket, type AvailabilityTrace, type SpotMarke
 import type { Workload, WorkloadJob } from './workload.ts';
 import { jobTimes, type JobTimes, type Slowdown } from './job-times.ts';
 import type { SimService } from './service-demand.ts';
+import { replicaStartTime } from './replica-start.ts';
 import { ServiceMeter, type ServiceSample, type ServiceSummary } from './service-meter.ts';
 import { SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
 
@@ -479,6 +480,10 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   // The first quarter hour, while the first replicas boot, is not scored.
   const serviceMeter = new ServiceMeter(options.services ?? [], startMs, SERVICE_GRACE_SEC);
   let serviceNow: Record<string, ServiceSample>;
+  // What each service's replica loads when it starts (services that say), by service id.
+  const startupOf = new Map(
+    (options.services ?? []).flatMap((s) => (s.startup ? [[serviceId(s.team, s.spec.name ?? ''), s.startup] as const] : [])),
+  );
   const agents = new SimAgents({
     clock: env.clock,
     jobs: jobStore,
@@ -515,6 +520,11 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     ...(faults.replicaHangRate
       ? { replicaHangs: (job: Job) => hash01(`${options.seed}/hang/${job.id}/${job.attempt}`) < faults.replicaHangRate! }
       : {}),
+    // A replica of a service that says what it loads starts in its pull (unless its machine holds the image), weights and warm-up.
+    replicaLoadSecOf: (job: Job, imageCached: boolean) => {
+      const startup = startupOf.get(job.spec.labels?.[SERVICE_LABEL] ?? '');
+      return startup ? replicaStartTime(startup, imageCached).totalSec : (job.spec.service?.readiness.initialDelaySec ?? 0);
+    },
   });
 
   // Exact cost: each machine's price over its life, counted when it ends (or at the end).
@@ -957,7 +967,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   // Service replicas are counted as services, not jobs.
   const isReplica = (j: Job) => j.spec?.labels?.[SERVICE_LABEL] !== undefined;
   const jobs = everything.filter((j) => !isReplica(j));
-  const services = options.services && options.services.length > 0 ? serviceMeter.summary(everything, endMs, tickMs) : undefined;
+  const services =
+    options.services && options.services.length > 0 ? serviceMeter.summary(everything, endMs, tickMs, agents.imagePullsOf) : undefined;
   const costByTeam: Record<string, MicroUsd> = {};
   const countedUntil = new Map<string, number>();
   for (const row of await env.ledger.list())

@@ -15,6 +15,7 @@ import type { SimGroupConfig } from '../../cloud/sim/sim-cloud.ts';
 import { loadWorkload } from '../../cloud/sim/workload.ts';
 import { FAULT_PROFILES, type FaultProfile } from '../../cloud/sim/faults.ts';
 import { SERVICE_LABEL } from '../../core/serving/service.ts';
+import { replicaStartTime } from '../../cloud/sim/replica-start.ts';
 
 describe('service load from real traces', () => {
   it('Azure LLM conversation trace: requests per minute as requests per second, the hour repeated', () => {
@@ -144,6 +145,27 @@ describe('services in the simulated control loop', () => {
     expect(plain!.requestsWithinObjectivePct).toBeUndefined();
     expect(plain!.objective).toBeUndefined();
   }, 60_000);
+
+  it('a replica starts in its image pull, weights and warm-up; on a machine that holds its image already, without the pull', async () => {
+    const startup = { imageGiB: 5, weightsGiB: 7.5, warmupSec: 30, source: 'test' };
+    // Cold: 5 GiB at 100 MiB/s, 7.5 GiB at 400 MiB/s, 30 s.
+    expect(replicaStartTime(startup, false)).toEqual({ pullSec: 51.2, weightsSec: 19.2, warmupSec: 30, totalSec: 100.4 });
+    expect(replicaStartTime(startup, true).totalSec).toBeCloseTo(49.2, 9);
+    const base = chat(6);
+    const withStartup: SimService = {
+      ...base,
+      spec: { ...base.spec, service: { ...base.spec.service!, readiness: { path: '/health', initialDelaySec: 20, periodSec: 10 } } },
+      startup,
+    };
+    const { summary } = await run([withStartup], { kind: 'rates', ratePerHour: () => 0.4 });
+    const s = summary.services![0]!;
+    // Replicas lost to spot start again, some on machines that ran one before: those skip the pull.
+    expect(s.replicasLost).toBeGreaterThan(0);
+    expect(s.imagePulls).toBeGreaterThan(0);
+    expect(s.imagePulls).toBeLessThan(s.replicasStarted);
+    // A service that says nothing of its startup answers after its readiness delay, as before, and counts no pulls.
+    expect((await run([chat(2)])).summary.services![0]!.imagePulls).toBeUndefined();
+  }, 120_000);
 
   it('replicas taken by spot are replaced at once; the service stays available', async () => {
     const { summary } = await run([chat(6)], { kind: 'rates', ratePerHour: () => 0.4 });
