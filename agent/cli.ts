@@ -10,7 +10,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { NodeAgent, type AgentLog } from './agent.ts';
 import { AgentApiBlobs, DirectoryBlobs, S3Blobs, type CheckpointBlobs } from './checkpoint-files.ts';
 import { nvidiaSmiMig } from './devices.ts';
-import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, type Identity, type MetadataClient } from './metadata.ts';
+import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, waitOutWarmPool, type Identity, type MetadataClient } from './metadata.ts';
 import { GpuInventoryError, gpuProblems, readGpuInventory, toGpuDevices } from './nvidia-smi.ts';
 import { DockerRunner, ProcessRunner } from './runner.ts';
 import {
@@ -156,6 +156,8 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     identity = { cloud: 'aws', instanceId: flags.instanceId, region: base.region, zone: 'unknown', instanceType: 'unknown' };
   }
   if (flags.instanceId) identity = { ...identity, instanceId: flags.instanceId };
+  // A machine being prepared in a warm pool is not the fleet's yet: nothing registers until it is started into service.
+  if (metadata) await waitOutWarmPool(metadata, log);
   const workDir = flags.workDir ?? env.GPU_FLEET_AGENT_DIR ?? '/var/lib/gpu-fleet';
   mkdirSync(workDir, { recursive: true });
   const runnerKind = flags.runner ?? 'docker';

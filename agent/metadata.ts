@@ -35,6 +35,11 @@ export type LocalNotice =
 export interface MetadataClient {
   readonly cloud: Cloud;
   identity(): Promise<Identity>;
+  /**
+   * The Auto Scaling lifecycle state the machine is moving to (`InService`, `Warmed:Stopped`, …),
+   * where the cloud says one; undefined elsewhere.
+   */
+  targetLifecycleState?(): Promise<string | undefined>;
   /** The current notices; [] when there are none. */
   notices(nowMs: number): Promise<LocalNotice[]>;
 }
@@ -167,6 +172,11 @@ export class AwsImds implements MetadataClient {
     };
   }
 
+  /** IMDS's `autoscaling/target-lifecycle-state`: 404 (not in an Auto Scaling group) reads as undefined. */
+  async targetLifecycleState(): Promise<string | undefined> {
+    return this.get('meta-data/autoscaling/target-lifecycle-state');
+  }
+
   async notices(nowMs: number): Promise<LocalNotice[]> {
     const out: LocalNotice[] = [];
     const action = await this.get('meta-data/spot/instance-action');
@@ -278,6 +288,31 @@ export async function detectMetadata(
   if (a.status === 'fulfilled') return { client: aws, identity: a.value };
   if (g.status === 'fulfilled') return { client: gce, identity: g.value };
   throw new MetadataError(`no instance metadata server answered: AWS IMDS: ${messageOf(a.reason)}; GCE: ${messageOf(g.reason)}`);
+}
+
+/**
+ * A machine launched into its group's warm pool boots once to be prepared, then is stopped (or
+ * hibernated) until a scale-out starts it: until its target lifecycle state leaves `Warmed:*` it is
+ * not the fleet's, so the agent waits here, registering nothing (reconcile would otherwise see a
+ * node its group does not list, and lose it when the machine stops). Started from the pool, the
+ * machine boots again, its state is `InService`, and the agent goes on. Returns the state it went on
+ * with (undefined where the cloud says none).
+ */
+export async function waitOutWarmPool(
+  metadata: MetadataClient,
+  log: { info(message: string, extra?: Record<string, unknown>): void },
+  sleep: (ms: number) => Promise<void> = (ms) => new Promise((r) => setTimeout(r, ms)),
+  pollMs = 5_000,
+): Promise<string | undefined> {
+  let said = false;
+  for (;;) {
+    const state = await metadata.targetLifecycleState?.();
+    if (!state?.startsWith('Warmed:')) return state;
+    if (!said)
+      log.info('in the group’s warm pool: not registering until the machine is started into service', { targetLifecycleState: state });
+    said = true;
+    await sleep(pollMs);
+  }
 }
 
 function parseJson(text: string): unknown {

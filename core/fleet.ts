@@ -17,6 +17,18 @@ export interface NodeGroup {
   readonly desiredCapacity: number;
   /** Its machines boot with MIG mode on (A100/H100/H200/B200): they take MIG requests only. */
   readonly migEnabled?: boolean;
+  /**
+   * Its warm pool, where it has one: machines prepared ahead and kept stopped (or hibernated) that a
+   * scale-out starts instead of launching new ones. Not the group's capacity until started: `ready`
+   * are prepared, `preparing` still booting into the pool.
+   */
+  readonly warm?: WarmPool;
+}
+
+export interface WarmPool {
+  readonly state: 'Stopped' | 'Hibernated' | 'Running';
+  readonly ready: number;
+  readonly preparing: number;
 }
 
 /**

@@ -115,8 +115,45 @@ const NodeGroupSchema = z
       .default({ ssmParameter: DLAMI_AL2023_PARAMETER }),
     diskGiB: int(50, 16_384, ' GiB').default(200),
     migEnabled: z.boolean({ error: 'must be true or false' }).default(false),
+    /**
+     * An EC2 Auto Scaling warm pool beside the group: `size` machines launched ahead, booted once
+     * and kept Stopped (or Hibernated), so a scale-out starts one of them instead of a new machine;
+     * while stopped, only their volumes are billed. On-demand groups of one instance type only: per
+     * the PutWarmPool API reference, a group with a mixed instances policy, or whose launch template
+     * requests Spot Instances, cannot have one.
+     */
+    warmPool: z
+      .strictObject({
+        size: int(1, 100),
+        state: z.enum(['Stopped', 'Hibernated'], { error: 'must be "Stopped" or "Hibernated"' }).default('Stopped'),
+      })
+      .optional(),
   })
   .superRefine((g, ctx) => {
+    if (g.warmPool) {
+      const why =
+        g.capacityType === 'spot'
+          ? 'it requests Spot Instances'
+          : g.capacityType === 'reserved'
+            ? 'its machines are its reservation’s'
+            : g.instanceTypes.length > 1
+              ? `its ${g.instanceTypes.length} instance types make it a mixed instances group`
+              : undefined;
+      if (why)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['warmPool'],
+          message: `a warm pool is for an on-demand group of one instance type, and this group cannot have one: ${why} (the PutWarmPool API refuses a group with a mixed instances policy or one that requests Spot Instances). Give the warm pool to an on-demand group of one type`,
+          input: g.warmPool,
+        });
+      else if (g.warmPool.size > g.maxSize)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['warmPool', 'size'],
+          message: `must be at most maxSize (${g.maxSize}): a warm machine is one the group may start`,
+          input: g.warmPool.size,
+        });
+    }
     if (g.capacityType === 'reserved') {
       if (!g.reservation)
         ctx.addIssue({
@@ -534,6 +571,10 @@ describeFields(ConfigSchema, {
   'nodeGroups[].ami.amiId': 'an AMI id',
   'nodeGroups[].diskGiB': "each machine's root volume (encrypted)",
   'nodeGroups[].migEnabled': 'runs the GPUs in MIG mode (only GPUs that have MIG: A100, H100, H200, B200)',
+  'nodeGroups[].warmPool': 'machines prepared ahead and kept stopped beside the group (on-demand groups of one type only)',
+  'nodeGroups[].warmPool.size': 'how many warm machines it keeps',
+  'nodeGroups[].warmPool.state':
+    '"Stopped" (only the volumes are billed) or "Hibernated" (memory kept on the volume; the type must support hibernation)',
   teams: "the teams: a queue each, tagged with the team's initial budget (the tags are read live afterwards)",
   'teams[].name': "the team's id, in its queue's name",
   'teams[].budgetUsd': 'the budget for one period, dollars',

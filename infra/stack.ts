@@ -547,8 +547,11 @@ export class GpuFleetStack extends Stack {
         },
       ],
       detailedMonitoring: true,
-      // A reserved group launches its one type into its reservation (the template names both).
-      ...(g.reservation ? { instanceType: new ec2.InstanceType(g.instanceTypes[0]!) } : {}),
+      // A reserved group launches its one type into its reservation (the template names both); a group with a warm
+      // pool launches its one type from the template too (a warm pool cannot go with a mixed instances policy).
+      ...(g.reservation || g.warmPool ? { instanceType: new ec2.InstanceType(g.instanceTypes[0]!) } : {}),
+      // Hibernated warm machines keep their memory on the (encrypted) root volume.
+      ...(g.warmPool?.state === 'Hibernated' ? { hibernationConfigured: true } : {}),
     });
     if (g.reservation) {
       // The L2 template has no reservation target or capacity-block market: set them on the template's data.
@@ -570,8 +573,9 @@ export class GpuFleetStack extends Stack {
       minCapacity: g.minSize,
       maxCapacity: g.maxSize,
       // No desired capacity: reconcile owns it, and a deploy must not reset it.
-      // A reserved group launches its template as it is (one type, into its reservation); the others mix their types.
-      ...(g.reservation
+      // A reserved group launches its template as it is (one type, into its reservation), as does one with a warm pool;
+      // the others mix their types.
+      ...(g.reservation || g.warmPool
         ? { launchTemplate: template }
         : {
             mixedInstancesPolicy: {
@@ -590,6 +594,13 @@ export class GpuFleetStack extends Stack {
       healthChecks: autoscaling.HealthChecks.ec2({ gracePeriod: Duration.minutes(10) }),
       groupMetrics: [autoscaling.GroupMetrics.all()],
     });
+    // Machines prepared ahead: MinSize and MaxGroupPreparedCapacity equal give the pool an absolute size (PutWarmPool).
+    if (g.warmPool)
+      asg.addWarmPool({
+        minSize: g.warmPool.size,
+        maxGroupPreparedCapacity: g.warmPool.size,
+        poolState: g.warmPool.state === 'Hibernated' ? autoscaling.PoolState.HIBERNATED : autoscaling.PoolState.STOPPED,
+      });
     asg.addLifecycleHook('Drain', {
       lifecycleHookName: LIFECYCLE_HOOK_NAME,
       lifecycleTransition: autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
@@ -761,6 +772,8 @@ export class GpuFleetStack extends Stack {
         'autoscaling:DescribeAutoScalingGroups',
         'autoscaling:DescribeScalingActivities',
         'autoscaling:DescribeAutoScalingInstances',
+        // A group's warm pool, counted apart from its capacity.
+        'autoscaling:DescribeWarmPool',
         'ec2:DescribeInstances',
         'ec2:DescribeInstanceTypes',
         'ec2:DescribeSpotPriceHistory',

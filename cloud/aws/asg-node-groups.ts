@@ -5,6 +5,7 @@ import {
   DescribeAutoScalingGroupsCommand,
   DescribeAutoScalingInstancesCommand,
   DescribeScalingActivitiesCommand,
+  DescribeWarmPoolCommand,
   SetDesiredCapacityCommand,
   SetInstanceProtectionCommand,
   TerminateInstanceInAutoScalingGroupCommand,
@@ -13,8 +14,8 @@ import {
 } from '@aws-sdk/client-auto-scaling';
 import { DescribeInstancesCommand, DescribeLaunchTemplateVersionsCommand, type EC2Client } from '@aws-sdk/client-ec2';
 import { makeOffering, type CapacityType } from '../../core/catalog.ts';
-import { CloudError } from '../../core/errors.ts';
-import type { Instance, InstanceState, NodeGroup } from '../../core/fleet.ts';
+import { CloudError, messageOf } from '../../core/errors.ts';
+import type { Instance, InstanceState, NodeGroup, WarmPool } from '../../core/fleet.ts';
 import type { Clock, LaunchFailure, NodeGroupProvider } from '../../core/ports.ts';
 import { translateAwsError } from './errors.ts';
 
@@ -144,9 +145,31 @@ export class AsgNodeGroups implements NodeGroupProvider {
         maxSize: g.MaxSize ?? 0,
         desiredCapacity: g.DesiredCapacity ?? 0,
         ...(isMigGroup(g) ? { migEnabled: true } : {}),
+        ...(g.WarmPoolConfiguration ? { warm: await this.warmPool(g) } : {}),
       });
     }
     return out;
+  }
+
+  /** The group's warm pool, from DescribeWarmPool (its instances are not the group's); unreadable, its size alone, as prepared. */
+  private async warmPool(g: AutoScalingGroup): Promise<WarmPool> {
+    const name = g.AutoScalingGroupName!;
+    const poolState = g.WarmPoolConfiguration?.PoolState;
+    try {
+      const lifecycles: string[] = [];
+      let token: string | undefined;
+      do {
+        const page = await this.asg.send(
+          new DescribeWarmPoolCommand({ AutoScalingGroupName: name, MaxRecords: 50, ...(token ? { NextToken: token } : {}) }),
+        );
+        for (const i of page.Instances ?? []) lifecycles.push(i.LifecycleState ?? '');
+        token = page.NextToken || undefined;
+      } while (token);
+      return warmPoolOf(poolState, lifecycles);
+    } catch (error) {
+      this.problems.push(`group ${name}: its warm pool could not be read (${messageOf(error)}); counted from its size`);
+      return warmPoolOf(poolState, new Array<string>(g.WarmPoolSize ?? 0).fill('Warmed:Stopped'));
+    }
   }
 
   private async instanceTypes(g: AutoScalingGroup): Promise<string[]> {
@@ -440,8 +463,9 @@ export function capacityTypeOf(g: AutoScalingGroup): CapacityType {
 }
 
 /**
- * An Auto Scaling LifecycleState in gpu-fleet's words (the API reference's values). Warm pools are
- * not supported: a `Warmed:*` machine is not the group's capacity yet, and is left out of listings.
+ * An Auto Scaling LifecycleState in gpu-fleet's words (the API reference's values). A `Warmed:*`
+ * machine is not the group's capacity yet: it is left out of listings and counted in the group's
+ * warm pool (warmPoolOf).
  */
 export function stateOf(lifecycle: string | undefined): InstanceState {
   if (!lifecycle) return 'pending';
@@ -454,6 +478,20 @@ export function stateOf(lifecycle: string | undefined): InstanceState {
 }
 
 const isWarmed = (lifecycle: string | undefined) => lifecycle?.startsWith('Warmed:') ?? false;
+
+/**
+ * A group's warm pool, counted apart from its capacity from its instances' lifecycle states
+ * (DescribeWarmPool's): machines prepared (`Warmed:Stopped`, `Warmed:Hibernated`, `Warmed:Running`)
+ * and those still being prepared (`Warmed:Pending*`); one leaving the pool (`Warmed:Terminating*`)
+ * is neither.
+ */
+export function warmPoolOf(poolState: string | undefined, lifecycles: readonly string[]): WarmPool {
+  return {
+    state: poolState === 'Hibernated' || poolState === 'Running' ? poolState : 'Stopped',
+    ready: lifecycles.filter((l) => l === 'Warmed:Stopped' || l === 'Warmed:Hibernated' || l === 'Warmed:Running').length,
+    preparing: lifecycles.filter((l) => l.startsWith('Warmed:Pending')).length,
+  };
+}
 
 /**
  * The asked ids an InvalidInstanceID.NotFound names ("The instance ID 'i-…' does not exist", "The

@@ -1,6 +1,6 @@
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { AwsImds, detectMetadata, GceMetadata } from '../../agent/metadata.ts';
+import { AwsImds, detectMetadata, GceMetadata, waitOutWarmPool } from '../../agent/metadata.ts';
 import { awsInstance, gceInstance, IMDS_BODIES, startMetadataServer, type MetadataServer } from '../support/metadata-server.ts';
 
 const servers: MetadataServer[] = [];
@@ -39,6 +39,23 @@ describe('instance metadata: AWS IMDSv2', () => {
     expect(s.requests[0]).toEqual({ method: 'PUT', path: 'api/token', authorised: true });
     expect(s.requests.slice(1).every((r) => r.authorised)).toBe(true);
     expect(s.requests.filter((r) => r.method === 'PUT')).toHaveLength(1); // one token for all reads
+  });
+
+  it('in a warm pool, waits without registering until the machine is started into service; outside a group, goes on at once', async () => {
+    const s = await server('aws', awsInstance('i-warm', { 'meta-data/autoscaling/target-lifecycle-state': 'Warmed:Stopped' }));
+    const imds = new AwsImds(s.url);
+    const said: string[] = [];
+    let polls = 0;
+    const state = await waitOutWarmPool(imds, { info: (m) => said.push(m) }, async () => {
+      polls++;
+      // Stopped while waiting, then started from the pool: the next boot's state is InService.
+      if (polls === 3) s.values.set('meta-data/autoscaling/target-lifecycle-state', 'InService');
+    });
+    expect(state).toBe('InService');
+    expect(polls).toBe(3);
+    expect(said).toEqual(['in the group’s warm pool: not registering until the machine is started into service']);
+    s.values.delete('meta-data/autoscaling/target-lifecycle-state');
+    expect(await waitOutWarmPool(imds, { info: (m) => said.push(m) }, async () => expect.unreachable())).toBeUndefined();
   });
 
   it('reads the real spot instance-action and rebalance bodies as notices; 404 means none', async () => {

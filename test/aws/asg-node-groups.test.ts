@@ -5,6 +5,7 @@ import {
   RecordLifecycleActionHeartbeatCommand,
   DescribeAutoScalingGroupsCommand,
   DescribeScalingActivitiesCommand,
+  DescribeWarmPoolCommand,
   SetDesiredCapacityCommand,
   TerminateInstanceInAutoScalingGroupCommand,
 } from '@aws-sdk/client-auto-scaling';
@@ -136,6 +137,43 @@ describe('Auto Scaling node groups', () => {
       ],
       ['second', g.MinSize, g.MaxSize, g.DesiredCapacity, g.AvailabilityZones.map((z: string) => `aws/${z}/t3.medium/spot`)],
     ]);
+  });
+
+  it('counts a group’s warm pool apart from its capacity, from DescribeWarmPool page by page; unreadable, from its size, and says so', async () => {
+    // The recorded group with a warm pool, as DescribeAutoScalingGroups gives its configuration and size (API reference).
+    const g = fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances.json').AutoScalingGroups[0];
+    const warm = { ...g, WarmPoolConfiguration: { MinSize: 3, MaxGroupPreparedCapacity: 3, PoolState: 'Stopped' }, WarmPoolSize: 3 };
+    asg.on(DescribeAutoScalingGroupsCommand).resolves({ AutoScalingGroups: [warm, g] });
+    const pooled = (id: string, LifecycleState: string) => ({
+      InstanceId: id,
+      InstanceType: 't3.medium',
+      AvailabilityZone: 'us-west-2a',
+      LifecycleState,
+      HealthStatus: 'Healthy',
+    });
+    asg
+      .on(DescribeWarmPoolCommand, { NextToken: undefined })
+      .resolves({
+        WarmPoolConfiguration: warm.WarmPoolConfiguration,
+        Instances: [pooled('i-1', 'Warmed:Stopped'), pooled('i-2', 'Warmed:Pending')],
+        NextToken: 'p2',
+      })
+      .on(DescribeWarmPoolCommand, { NextToken: 'p2' })
+      .resolves({ Instances: [pooled('i-3', 'Warmed:Stopped'), pooled('i-4', 'Warmed:Terminating')] });
+    const provider = groups();
+    const [withPool, without] = await provider.listGroups();
+    expect(withPool!.warm).toEqual({ state: 'Stopped', ready: 2, preparing: 1 });
+    expect(without!.warm).toBeUndefined();
+    expect(asg.commandCalls(DescribeWarmPoolCommand)[0]!.args[0].input).toEqual({
+      AutoScalingGroupName: g.AutoScalingGroupName,
+      MaxRecords: 50,
+    });
+    asg
+      .on(DescribeWarmPoolCommand)
+      .rejects(awsError('AccessDenied', 'User is not authorized to perform: autoscaling:DescribeWarmPool', 403));
+    const fallback = groups();
+    expect((await fallback.listGroups())[0]!.warm).toEqual({ state: 'Stopped', ready: 3, preparing: 0 });
+    expect(fallback.problems).toEqual([expect.stringMatching(/its warm pool could not be read .*; counted from its size$/)]);
   });
 
   it('reads the instance type of a launch-template group, and reports a group whose types cannot be known', async () => {

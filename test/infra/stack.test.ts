@@ -568,6 +568,38 @@ describe('cdk-nag', () => {
     expect(bad).toThrow(/a reserved group has one instance type/);
   });
 
+  it('with a warm pool on an on-demand group of one type: its template names the type, no mixed instances, the pool an absolute size; refused on spot and mixed groups with the API’s reason; cdk-nag clean', () => {
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as { nodeGroups: Record<string, unknown>[] } & Record<string, unknown>;
+    const warm = { name: 'l4-serve-od', instanceTypes: ['g6.xlarge'], capacityType: 'on-demand', zones: ['us-east-1a'], maxSize: 6 };
+    const config = parseConfig({ ...raw, nodeGroups: [...raw.nodeGroups, { ...warm, warmPool: { size: 2 } }] });
+    expect(config.nodeGroups.at(-1)!.warmPool).toEqual({ size: 2, state: 'Stopped' });
+    const { app, stack } = build(config, { nag: true });
+    expect(() => app.synth()).not.toThrow();
+    const template = Template.fromStack(stack);
+    const pools = Object.values(template.findResources('AWS::AutoScaling::WarmPool')) as { Properties: Record<string, unknown> }[];
+    expect(pools).toHaveLength(1);
+    expect(pools[0]!.Properties).toMatchObject({ MinSize: 2, MaxGroupPreparedCapacity: 2, PoolState: 'Stopped' });
+    const groups = Object.values(template.findResources('AWS::AutoScaling::AutoScalingGroup')) as {
+      Properties: { AutoScalingGroupName?: string; MixedInstancesPolicy?: unknown; LaunchTemplate?: unknown };
+    }[];
+    const group = groups.find((g) => JSON.stringify(g.Properties.AutoScalingGroupName).includes('l4-serve-od'))!;
+    expect(group.Properties.MixedInstancesPolicy).toBeUndefined();
+    expect(group.Properties.LaunchTemplate).toBeDefined();
+    // Hibernated: the template is configured for it.
+    const hib = parseConfig({ ...raw, nodeGroups: [...raw.nodeGroups, { ...warm, warmPool: { size: 1, state: 'Hibernated' } }] });
+    const hibTemplate = Template.fromStack(build(hib).stack);
+    expect(JSON.stringify(hibTemplate.findResources('AWS::EC2::LaunchTemplate'))).toContain('"HibernationOptions":{"Configured":true}');
+    // Refused where the API refuses it, saying why.
+    const refused = (group: Record<string, unknown>) => () => parseConfig({ ...raw, nodeGroups: [...raw.nodeGroups, group] });
+    expect(refused({ ...warm, capacityType: 'spot', warmPool: { size: 1 } })).toThrow(
+      /warmPool: a warm pool is for an on-demand group of one instance type, and this group cannot have one: it requests Spot Instances/,
+    );
+    expect(refused({ ...warm, instanceTypes: ['g6.xlarge', 'g6.2xlarge'], warmPool: { size: 1 } })).toThrow(
+      /its 2 instance types make it a mixed instances group/,
+    );
+    expect(refused({ ...warm, warmPool: { size: 7 } })).toThrow(/warmPool\.size: must be at most maxSize \(6\)/);
+  });
+
   it('with prometheus: the agents serve /metrics on the port, and the nodes’ security group lets in only the configured scrapers; cdk-nag clean', () => {
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
     const { app, stack } = build(
