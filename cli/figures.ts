@@ -10,9 +10,12 @@ export function serviceCostMicroUsd(s: SimulationSummary): number {
   return (s.services ?? []).reduce((sum, x) => sum + x.costMicroUsd, 0);
 }
 
-/** The cost of the batch work: the total less the services' replicas (the lower bound and the spot floor price batch work only). */
+/**
+ * The cost of the batch work: the total less the services' replicas and the warm pools kept for their
+ * fallback (the lower bound and the spot floor price batch work only).
+ */
 export function batchCostMicroUsd(s: SimulationSummary): number {
-  return s.costMicroUsd - serviceCostMicroUsd(s);
+  return s.costMicroUsd - serviceCostMicroUsd(s) - (s.warmPoolMicroUsd ?? 0);
 }
 
 /** All on-demand, the yardstick of every run's `÷ on-demand`: the on-demand baseline's cost, else the same machines at on-demand prices. */

@@ -312,6 +312,9 @@ export function renderReport(run: SimulateRun): string {
       ...(s.services
         ? [
             ['of it, the services’ replicas', money(serviceCostMicroUsd(s))] as [string, string],
+            ...(s.warmPoolMicroUsd !== undefined
+              ? [['of it, warm pools (machines prepared ahead)', money(s.warmPoolMicroUsd)] as [string, string]]
+              : []),
             ['batch work (total less the services)', money(batchCostMicroUsd(s))] as [string, string],
           ]
         : []),

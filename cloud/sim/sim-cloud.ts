@@ -2,7 +2,7 @@ import type { protos } from '@google-cloud/compute';
 import { hookGlobalTimeoutMs } from '../../core/services/interruption.ts';
 import { makeOffering, type CapacityType, type Cloud, type Offering } from '../../core/catalog.ts';
 import { CloudError } from '../../core/errors.ts';
-import { inService, type Instance, type NodeGroup } from '../../core/fleet.ts';
+import { inService, type Instance, type NodeGroup, type WarmPool } from '../../core/fleet.ts';
 import type { Clock, LaunchFailure, NodeGroupProvider, ReservationSource } from '../../core/ports.ts';
 import { reservationTerminationMs, type Reservation, type ReservationKind } from '../../core/reservation.ts';
 import { regionOfZone } from '../catalog/shipped.ts';
@@ -25,7 +25,37 @@ export interface SimGroupConfig {
   readonly terminateHook?: { readonly name: string; readonly timeoutSec: number };
   /** With capacity type `reserved`: the reservation its launch template targets (its instance type and zone are the group's). */
   readonly reservationId?: string;
+  /**
+   * An EC2 Auto Scaling warm pool of an absolute size (MinSize = MaxGroupPreparedCapacity): machines
+   * launched ahead, booted once, then kept stopped (or hibernated); a scale-out starts one of them.
+   */
+  readonly warmPool?: { readonly size: number; readonly state: 'Stopped' | 'Hibernated' };
 }
+
+/**
+ * A machine of a group's warm pool: running while it is prepared (billed as a running machine),
+ * then stopped or hibernated (only its volume billed) until a scale-out starts it.
+ */
+export interface SimWarmMachine {
+  readonly id: string;
+  readonly offering: Offering;
+  readonly launchedAtMs: number;
+  /** When it is prepared and stopped. */
+  readonly preparedAtMs: number;
+}
+
+/**
+ * Seconds a machine takes from the warm pool into service: started from Stopped, its OS boots again
+ * (no image to fetch, no first-boot setup); from Hibernated, its memory is restored. Both are
+ * assumptions (AWS publishes no figure): 60 s and 30 s, against a new machine's 180 s.
+ */
+export const WARM_START_SEC: Readonly<Record<'Stopped' | 'Hibernated', number>> = { Stopped: 60, Hibernated: 30 };
+
+/**
+ * What a stopped machine's volume costs per hour: the stack's 200 GiB gp3 root volume at $0.08 per
+ * GiB-month (EBS gp3, us-west-2), over 730 hours.
+ */
+export const WARM_VOLUME_MICRO_USD_PER_HOUR = Math.round((200 * 0.08 * 1_000_000) / 730);
 
 /** A simulated capacity reservation: an ODCR, or a Capacity Block delivered at `startMs` whose machines go 30 min before `endMs`. */
 export interface SimReservationConfig {
@@ -69,6 +99,8 @@ export interface SimInstance {
   leavingWhy?: string;
   /** Capacity Rebalancing: its replacement is launched, and it goes (through the hook) at this time. */
   replaceAtMs?: number;
+  /** Started from its group's warm pool (prepared ahead) rather than launched new. */
+  fromWarmPool?: boolean;
 }
 
 interface SimGroup {
@@ -77,6 +109,8 @@ interface SimGroup {
   desired: number;
   nextZone: number;
   lastFailureAtMs: Map<string, number>;
+  /** Its warm pool's machines (with a warm pool). */
+  warm: SimWarmMachine[];
 }
 
 export interface SimCloudOptions {
@@ -109,13 +143,23 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
   private readonly instances = new Map<string, SimInstance>();
   private readonly failures: LaunchFailure[] = [];
   private counter = 0;
+  /** What warm machines cost before they were started into service (running while prepared, then their volumes). */
+  private warmSpent = 0;
   /**
    * Machines launched and scaled in (by gpu-fleet or anyone else) per group over the whole run, and
    * launches within 15 minutes after one of the group's scale-ins (a buy-then-scale-in cycle shows as these).
    */
   readonly activity = new Map<
     string,
-    { launched: number; scaledIn: number; rebought: number; scaledInWithWorkWaiting: number; lastScaleInAtMs?: number }
+    {
+      launched: number;
+      scaledIn: number;
+      rebought: number;
+      scaledInWithWorkWaiting: number;
+      lastScaleInAtMs?: number;
+      /** Of the launches, machines started from the warm pool. */
+      fromWarmPool?: number;
+    }
   >();
   /** Told at each scale-in: does work this group could run wait in the queue right now? (the simulation answers from the job store) */
   waitingWorkFor: ((group: SimGroupConfig) => boolean) | undefined;
@@ -133,6 +177,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
         desired: g.desiredCapacity ?? g.minSize,
         nextZone: 0,
         lastFailureAtMs: new Map(),
+        warm: [],
       });
     }
   }
@@ -147,6 +192,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
       maxSize: g.config.maxSize,
       desiredCapacity: g.desired,
       ...(g.config.migEnabled ? { migEnabled: true } : {}),
+      ...(g.config.warmPool ? { warm: this.warmOf(g) } : {}),
     }));
   }
 
@@ -518,11 +564,69 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     const inServiceNow = [...this.instances.values()].filter((i) => i.groupId === g.config.id && inService(i.state)).length;
     missing = Math.min(missing, g.config.maxSize - inServiceNow);
     while (missing > 0) {
+      // A prepared machine of the warm pool first: started, it is in service within WARM_START_SEC.
+      const warm = g.warm.findIndex((w) => now >= w.preparedAtMs);
+      if (warm >= 0) {
+        this.startWarm(g, g.warm.splice(warm, 1)[0]!, now);
+        missing--;
+        continue;
+      }
       const offering = this.pickOffering(g, now);
       if (!offering) break;
       this.launch(g, offering, now);
       missing--;
     }
+    // The warm pool refilled to its size: each new machine boots once to be prepared, then is stopped.
+    if (g.config.warmPool)
+      while (g.warm.length < g.config.warmPool.size) {
+        const offering = this.pickOffering(g, now);
+        if (!offering) break;
+        const n = ++this.counter;
+        const bootMs = Math.round((this.options.bootSec ?? 180) * 1000);
+        g.warm.push({ id: `i-${n.toString(16).padStart(17, '0')}`, offering, launchedAtMs: now, preparedAtMs: now + bootMs });
+      }
+  }
+
+  /** The warm pool as the group describes it: prepared machines, and those still being prepared. */
+  private warmOf(g: SimGroup): WarmPool {
+    const now = this.options.clock.nowMs();
+    const ready = g.warm.filter((w) => now >= w.preparedAtMs).length;
+    return { state: g.config.warmPool!.state, ready, preparing: g.warm.length - ready };
+  }
+
+  /** A warm machine started into service: the same instance, booting again for WARM_START_SEC. */
+  private startWarm(g: SimGroup, w: SimWarmMachine, now: number): void {
+    this.warmSpent += this.warmCostOf(w, now);
+    const startMs = WARM_START_SEC[g.config.warmPool?.state ?? 'Stopped'] * 1000;
+    const a = this.countActivity(g.config.id);
+    a.launched++;
+    a.fromWarmPool = (a.fromWarmPool ?? 0) + 1;
+    this.instances.set(w.id, {
+      id: w.id,
+      groupId: g.config.id,
+      offering: w.offering,
+      state: 'pending',
+      // Billed as a running machine from its start; its time in the pool is counted in warmPoolMicroUsd.
+      launchedAtMs: now,
+      readyAtMs: now + startMs,
+      scaleInProtected: false,
+      fromWarmPool: true,
+    });
+  }
+
+  /** What a warm machine cost up to `untilMs`: running while prepared, its volume only once stopped. */
+  private warmCostOf(w: SimWarmMachine, untilMs: number): number {
+    const price = this.options.priceOf?.(w.offering) ?? 0;
+    const runningMs = Math.max(0, Math.min(untilMs, w.preparedAtMs) - w.launchedAtMs);
+    const stoppedMs = Math.max(0, untilMs - w.preparedAtMs);
+    return (price * runningMs + WARM_VOLUME_MICRO_USD_PER_HOUR * stoppedMs) / 3_600_000;
+  }
+
+  /** What the warm pools cost up to `untilMs`: the machines started from them and those still in them. */
+  warmPoolMicroUsd(untilMs: number): number {
+    let sum = this.warmSpent;
+    for (const g of this.groups.values()) for (const w of g.warm) sum += this.warmCostOf(w, untilMs);
+    return Math.round(sum);
   }
 
   private pickOffering(g: SimGroup, now: number): Offering | undefined {

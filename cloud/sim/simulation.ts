@@ -130,6 +130,8 @@ export interface SimulationSummary {
   readonly gpuHoursPaid: number;
   readonly utilizationPct: number;
   readonly costMicroUsd: MicroUsd;
+  /** Of it, what the groups' warm pools cost before their machines were started (with a warm pool only). */
+  readonly warmPoolMicroUsd?: MicroUsd;
   /** The same machines at on-demand prices (what this run would have cost without spot). */
   readonly sameMachinesOnDemandMicroUsd: MicroUsd;
   /** The all-on-demand baseline's cost on the same trace and seed, when it was run. */
@@ -289,17 +291,23 @@ const NOTICE_MS = 120_000;
 /** Seconds at the start of a run in which services are not scored (their first replicas boot). */
 const SERVICE_GRACE_SEC = 900;
 
-/** The planner, fleet and workload each policy runs with. */
+/** The fleet without warm pools: the baselines stand for systems that have none (Karpenter has none). */
+function withoutWarmPools(groups: readonly SimGroupConfig[]): readonly SimGroupConfig[] {
+  return groups.map(({ warmPool: _none, ...g }) => g);
+}
+
+/** The planner, fleet and workload each policy runs with (the baselines without gpu-fleet's warm pools). */
 export function policySetup(
   policy: SimPolicyName,
   groups: readonly SimGroupConfig[],
   workload: Workload,
 ): { planner: Planner; groups: readonly SimGroupConfig[]; workload: Workload; hideReservations?: boolean } {
+  if (policy !== 'gpu-fleet') groups = withoutWarmPools(groups);
   switch (policy) {
     case 'gpu-fleet':
       return { planner: plan, groups, workload };
     case 'on-demand':
-      // Everything on on-demand machines.
+      // Everything on on-demand machines (the same autoscaler, without gpu-fleet's warm pools).
       return { planner: plan, groups: groups.filter((g) => g.capacityType === 'on-demand'), workload };
     case 'spot-greedy':
       // Spot whenever it can be had, no regard for risk, and no checkpoints: an interrupted job starts over.
@@ -962,6 +970,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   }
   const endMs = env.clock.nowMs();
   for (const inst of env.cloud.allInstances()) account(inst, inst.endedAtMs ?? endMs);
+  // The warm pools: their machines while prepared (running) and then stopped (their volumes), until started or the end.
+  const warmPoolMicroUsd = env.cloud.warmPoolMicroUsd(endMs);
+  cost.actual += warmPoolMicroUsd;
 
   const everything = env.jobs.all();
   // Service replicas are counted as services, not jobs.
@@ -1009,6 +1020,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     gpuHoursPaid: round2(cost.gpuMsPaid / 3_600_000),
     utilizationPct: cost.gpuMsPaid > 0 ? round2((100 * gpuMsUsed) / cost.gpuMsPaid) : 0,
     costMicroUsd: cost.actual,
+    ...(options.groups.some((g) => g.warmPool) ? { warmPoolMicroUsd } : {}),
     sameMachinesOnDemandMicroUsd: cost.onDemand,
     onDemandCostMicroUsd: cost.onDemand,
     spotFloorCostMicroUsd: spotFloorCost(pools, jobs, useful),

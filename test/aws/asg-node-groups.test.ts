@@ -6,6 +6,7 @@ import {
   DescribeAutoScalingGroupsCommand,
   DescribeScalingActivitiesCommand,
   DescribeWarmPoolCommand,
+  type LifecycleState,
   SetDesiredCapacityCommand,
   TerminateInstanceInAutoScalingGroupCommand,
 } from '@aws-sdk/client-auto-scaling';
@@ -144,12 +145,13 @@ describe('Auto Scaling node groups', () => {
     const g = fixture('autoscaling-DescribeAutoScalingGroups-mixed-instances.json').AutoScalingGroups[0];
     const warm = { ...g, WarmPoolConfiguration: { MinSize: 3, MaxGroupPreparedCapacity: 3, PoolState: 'Stopped' }, WarmPoolSize: 3 };
     asg.on(DescribeAutoScalingGroupsCommand).resolves({ AutoScalingGroups: [warm, g] });
-    const pooled = (id: string, LifecycleState: string) => ({
+    const pooled = (id: string, LifecycleState: LifecycleState) => ({
       InstanceId: id,
       InstanceType: 't3.medium',
       AvailabilityZone: 'us-west-2a',
       LifecycleState,
       HealthStatus: 'Healthy',
+      ProtectedFromScaleIn: false,
     });
     asg
       .on(DescribeWarmPoolCommand, { NextToken: undefined })
