@@ -194,6 +194,13 @@ const ServiceSpecSchema = z.strictObject({
   scaleUpDelaySec: z._default(int(0, 3600, ' s'), 0),
   scaleDownWindowSec: z._default(int(0, 86_400, ' s'), 300),
   /**
+   * Scale ahead of a rising load: the trend of the last 5 minutes' load is extrapolated a cold start
+   * ahead and the replicas it needs are asked for now (core/serving/autoscale.ts). Off by default:
+   * on npm start's noisy per-minute chat load it held 10-18% more replica-hours for a point of tick
+   * availability (docs/benchmarks.md).
+   */
+  scaleAhead: z._default(z.boolean({ error: 'must be true or false' }), false),
+  /**
    * What a request may expect: to wait at most `waitSec` for a free slot of a ready replica (a
    * time-to-first-token objective is this plus the prefill). With what one replica serves, it
    * gives the share of requests within the objective (core/serving/latency.ts), beside the share
@@ -450,6 +457,7 @@ describeFields(JobSpecObject, {
   'service.onDemandBase': 'replicas kept on on-demand whatever spot does',
   'service.scaleUpDelaySec': 'how long a higher load must last before replicas are added',
   'service.scaleDownWindowSec': 'replicas are removed only to the most the load asked for over this window',
+  'service.scaleAhead': 'also scale on the trend of the load, a cold start ahead (up only; off by default)',
   'service.objective': 'what a request may expect; gpu-fleet counts the share of requests within it',
   'service.objective.waitSec': 'how long a request may wait for a free slot of a ready replica',
   'service.objective.replicaRps': "requests per second one replica serves at full load (measure it, e.g. with the engine's benchmark)",

@@ -10,6 +10,10 @@
  *   asked for at least that many (the lowest of them is used). Scale-down stabilisation: a fall
  *   only to the highest recommendation of the last `scaleDownWindowSec`.
  * - Bounded by min and max, and by a limit from outside (the team's budget or GPU cap), which says why.
+ * - Ahead of load (with `aheadSec`): a service's total load (requests per second, waiting or running
+ *   requests) that has risen over the last `trendWindowSec` is extrapolated `aheadSec` ahead (a
+ *   replica's cold start), and the count that load needs is asked for now, so a rise is met when it
+ *   arrives rather than a cold start later. Only up: a falling trend never removes a replica.
  */
 
 /** What a replica reports, averaged over the ready replicas. */
@@ -28,6 +32,10 @@ export interface ScalingBehaviour {
   readonly tolerance: number;
   readonly scaleUpDelaySec: number;
   readonly scaleDownWindowSec: number;
+  /** Seconds ahead the trend of the load is extrapolated (a replica's cold start); 0 or absent: no trend. */
+  readonly aheadSec?: number;
+  /** Seconds of load the trend is fitted over (default 300). */
+  readonly trendWindowSec?: number;
 }
 
 /** HPA's defaults: 10% tolerance, scale up at once, scale down to the highest recommendation of the last 5 minutes. */
@@ -47,7 +55,12 @@ export const SKYSERVE_BEHAVIOUR: Omit<ScalingBehaviour, 'minReplicas' | 'maxRepl
 export interface Recommendation {
   readonly atMs: number;
   readonly replicas: number;
+  /** The service's total of each load metric at that decision (average per replica × replicas), for the trend. */
+  readonly totals?: Partial<Record<ServiceMetric, number>>;
 }
+
+/** Metrics that are a total over the replicas (a load), whose trend says where the load goes. */
+const LOAD_METRICS: readonly ServiceMetric[] = ['requests-per-second', 'waiting-requests', 'running-requests'];
 
 export interface ScalingInput {
   readonly nowMs: number;
@@ -94,8 +107,42 @@ export function scale(targets: readonly ScalingTarget[], behaviour: ScalingBehav
       why = `${round(value)} ${METRIC_WORDS[t.metric]} against a target of ${round(t.perReplica)}${count === current && current > 0 ? ` (within ${Math.round(behaviour.tolerance * 100)}%)` : ''}`;
     }
   }
-  const keepMs = Math.max(behaviour.scaleUpDelaySec, behaviour.scaleDownWindowSec) * 1000;
-  const history = [...input.history.filter((h) => h.atMs > nowMs - keepMs && h.atMs <= nowMs), { atMs: nowMs, replicas: recommendation }];
+  // The totals now (a load metric's average per replica × the replicas it was averaged over), kept for the trend.
+  const totals: Partial<Record<ServiceMetric, number>> = {};
+  for (const m of LOAD_METRICS) {
+    const v = input.observed[m];
+    if (v !== undefined) totals[m] = v * Math.max(1, current);
+  }
+  const trendWindowSec = behaviour.trendWindowSec ?? 300;
+  // Ahead of load: where a rising total will be a cold start from now, and the replicas that needs.
+  if (behaviour.aheadSec && behaviour.aheadSec > 0) {
+    for (const t of targets) {
+      const now = totals[t.metric];
+      if (now === undefined || t.perReplica <= 0) continue;
+      const points = [
+        ...input.history.flatMap((h) =>
+          h.atMs >= nowMs - trendWindowSec * 1000 && h.atMs < nowMs && h.totals?.[t.metric] !== undefined
+            ? [{ x: (h.atMs - nowMs) / 1000, y: h.totals[t.metric]! }]
+            : [],
+        ),
+        { x: 0, y: now },
+      ];
+      const slope = slopeOf(points);
+      if (points.length < 3 || slope <= 0) continue;
+      const ahead = now + slope * behaviour.aheadSec;
+      const count = Math.ceil(ahead / t.perReplica - 1e-9);
+      if (count > best && count > current * (1 + behaviour.tolerance)) {
+        best = count;
+        recommendation = count;
+        why = `trend of ${round(slope * 60)} ${METRIC_WORDS[t.metric].replace(' per replica', '')} per minute: ${round(ahead)} in ${Math.round(behaviour.aheadSec)} s, ${round(ahead / count)} per replica against a target of ${round(t.perReplica)}`;
+      }
+    }
+  }
+  const keepMs = Math.max(behaviour.scaleUpDelaySec, behaviour.scaleDownWindowSec, behaviour.aheadSec ? trendWindowSec : 0) * 1000;
+  const history = [
+    ...input.history.filter((h) => h.atMs > nowMs - keepMs && h.atMs <= nowMs),
+    { atMs: nowMs, replicas: recommendation, ...(Object.keys(totals).length > 0 ? { totals } : {}) },
+  ];
   const within = (sec: number) => history.filter((h) => h.atMs >= nowMs - sec * 1000).map((h) => h.replicas);
   let replicas = recommendation;
   let delayed = '';
@@ -123,6 +170,20 @@ export function scale(targets: readonly ScalingTarget[], behaviour: ScalingBehav
   }
   const reason = `${current} → ${replicas}: ${why}${delayed}${bound}`;
   return { replicas, recommendation, history, reason };
+}
+
+/** The least-squares slope of y over x (0 with fewer than two distinct x). */
+function slopeOf(points: readonly { x: number; y: number }[]): number {
+  const n = points.length;
+  const mx = points.reduce((a, p) => a + p.x, 0) / n;
+  const my = points.reduce((a, p) => a + p.y, 0) / n;
+  let sxx = 0;
+  let sxy = 0;
+  for (const p of points) {
+    sxx += (p.x - mx) ** 2;
+    sxy += (p.x - mx) * (p.y - my);
+  }
+  return sxx > 0 ? sxy / sxx : 0;
 }
 
 function round(x: number): string {

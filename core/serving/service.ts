@@ -239,6 +239,8 @@ export function decideReplicas(input: ReplicaDecisionInput): ReplicaDecision {
     maxReplicas: svc.replicas.max,
     scaleUpDelaySec: svc.scaleUpDelaySec,
     scaleDownWindowSec: svc.scaleDownWindowSec,
+    // With scaleAhead, a rising load is met a cold start ahead: a replica asked for now is ready when the load arrives.
+    ...(svc.scaleAhead ? { aheadSec: input.coldStartSec } : {}),
   };
   // A total over the service (requests, waiting or running requests) is spread over the replicas it has asked for,
   // as HPA counts a replica that is not ready yet at the average rather than leaving it out (which would multiply

@@ -123,6 +123,7 @@ describe('a service in the spec', () => {
       onDemandBase: 0,
       scaleUpDelaySec: 0,
       scaleDownWindowSec: 300,
+      scaleAhead: false,
     });
   });
 

@@ -77,4 +77,31 @@ describe('service autoscaling (HPA semantics)', () => {
       reason: '3 → 3: no metric reported: stays',
     });
   });
+
+  it('ahead of load: a rising total is extrapolated a cold start ahead and its replicas asked for now; a falling one removes none; the reason names the trend', () => {
+    const rps = [{ metric: 'requests-per-second', perReplica: 2 }] as const;
+    const ahead = { ...hpa, aheadSec: 300 };
+    // The service's total rose from 3 to 5 requests per second over the last 4 minutes (at 2 replicas): 0.5 a minute.
+    const history: Recommendation[] = [3, 3.5, 4, 4.5].map((total, k) => ({
+      atMs: T - (4 - k) * 60_000,
+      replicas: 2,
+      totals: { 'requests-per-second': total },
+    }));
+    const now = { nowMs: T, current: 3, observed: { 'requests-per-second': 5 / 3 }, history };
+    // Reactive alone: 1.7 per replica against 2 is within the target's reach (3 replicas hold 5).
+    expect(scale(rps, hpa, now).replicas).toBe(3);
+    const d = scale(rps, ahead, now);
+    // 5 now + 0.5 a minute × 5 minutes = 7.5: 4 replicas.
+    expect(d.replicas).toBe(4);
+    expect(d.reason).toBe('3 → 4: trend of 0.5 requests per second per minute: 7.5 in 300 s, 1.9 per replica against a target of 2');
+    expect(d.history.at(-1)).toMatchObject({ atMs: T, replicas: 4, totals: { 'requests-per-second': 5 } });
+    // Falling: the trend never takes a replica away, and scale-down keeps its window.
+    const falling = history.map((h, k) => ({ ...h, replicas: 3, totals: { 'requests-per-second': 8 - k } }));
+    const down = scale(rps, ahead, { ...now, observed: { 'requests-per-second': 1 }, history: falling });
+    expect(down.recommendation).toBe(2);
+    expect(down.replicas).toBe(3);
+    expect(down.reason).not.toMatch(/trend/);
+    // Two points are no trend.
+    expect(scale(rps, ahead, { ...now, history: history.slice(-1) }).replicas).toBe(3);
+  });
 });
