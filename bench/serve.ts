@@ -21,8 +21,11 @@ import { shareWithinObjective } from '../core/serving/latency.ts';
 import { type ServingRun } from './serve/world.ts';
 import { replayWindows, type WindowResult } from './serve/windows.ts';
 import { inWorkers } from './parallel.ts';
+import { WARM_VOLUME_MICRO_USD_PER_HOUR } from '../cloud/sim/sim-cloud.ts';
 
 const TICK_SEC = 30;
+/** p3.2xlarge on-demand in us-west-2, the shipped catalogue's price ($3.06 an hour). */
+const P3_2XL_ON_DEMAND_MICRO_USD_PER_HOUR = 3_060_000;
 const DEFAULT_TRACES = new URL('../data/spot/spothedge-gcp1', import.meta.url).pathname;
 
 export interface ServeOptions {
@@ -40,6 +43,10 @@ export interface ServeOptions {
   load: number;
   /** The objective: a request waits at most this long for a free replica (the queue model's). */
   objectiveWaitSec: number;
+  /** Machines in the warm pool of gpu-fleet-warm's on-demand fallback (0: no such row). */
+  warmPool: number;
+  /** Seconds from a warm machine's start to a ready replica. */
+  warmColdStartSec: number;
   json?: boolean;
   optimal?: boolean;
   /** Worker threads the windows are spread over (1: all in this thread). */
@@ -64,6 +71,8 @@ export const SERVE_DEFAULTS: ServeOptions = {
   serviceSec: 2,
   load: 0.7,
   objectiveWaitSec: 10,
+  warmPool: 1,
+  warmColdStartSec: 60,
 };
 
 function cli(): ServeOptions {
@@ -79,6 +88,8 @@ function cli(): ServeOptions {
     .option('--service-sec <s>', 'latency model: mean seconds a replica takes per request', num, 2)
     .option('--load <r>', "latency model: requests offered, as a share of the target's capacity", num, 0.7)
     .option('--objective-wait-sec <s>', 'the objective: seconds a request may wait for a free replica', num, 10)
+    .option('--warm-pool <n>', "machines in the warm pool of gpu-fleet-warm's on-demand fallback (0: no such row)", num, 1)
+    .option('--warm-cold-start-sec <s>', 'seconds from a warm machine started to a ready replica', num, 60)
     .option('--json', 'print the rows as JSON')
     .option('--no-optimal', 'leave out the optimum (an integer program per window, about 5 s each)')
     .option('--threads <n>', 'worker threads the windows are spread over (default: every core)', num, availableParallelism())
@@ -171,7 +182,16 @@ export async function benchServe(o: ServeOptions): Promise<ServeRow[]> {
     const chunks = Array.from({ length: threads }, (_, t) =>
       runs.slice(Math.floor((t * runs.length) / threads), Math.floor(((t + 1) * runs.length) / threads)),
     );
-    const input = (chunk: ServingRun[]) => ({ runs: chunk, target: o.target, optimal: o.optimal !== false });
+    // A waiting warm machine's volume, in spot replica-ticks: the sim's volume price against a p3.2xlarge's on-demand price.
+    const volumeCost = (o.priceRatio * WARM_VOLUME_MICRO_USD_PER_HOUR) / P3_2XL_ON_DEMAND_MICRO_USD_PER_HOUR;
+    const warmPool =
+      o.warmPool > 0 ? { size: o.warmPool, coldStartTicks: Math.max(1, Math.round(o.warmColdStartSec / TICK_SEC)), volumeCost } : undefined;
+    const input = (chunk: ServingRun[]) => ({
+      runs: chunk,
+      target: o.target,
+      optimal: o.optimal !== false,
+      ...(warmPool ? { warmPool } : {}),
+    });
     const perWindow = (
       threads > 1
         ? await inWorkers<ReturnType<typeof input>, WindowResult[][]>(

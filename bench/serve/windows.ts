@@ -5,11 +5,18 @@ import { replayServing, type ServingResult, type ServingRun } from './world.ts';
 
 export type WindowResult = { readonly policy: string; readonly res: Omit<ServingResult, 'policy'> & { readonly ready: readonly number[] } };
 
-export async function replayWindows(input: { runs: readonly ServingRun[]; target: number; optimal: boolean }): Promise<WindowResult[][]> {
+export async function replayWindows(input: {
+  runs: readonly ServingRun[];
+  target: number;
+  optimal: boolean;
+  /** With one: gpu-fleet's policy again as 'gpu-fleet-warm', its on-demand fallback started from a warm pool. */
+  warmPool?: ServingRun['warmPool'];
+}): Promise<WindowResult[][]> {
   const out: WindowResult[][] = [];
   for (const run of input.runs)
     out.push([
       ...SERVING_POLICIES.map((policy) => ({ policy, res: replayServing(policy, run) })),
+      ...(input.warmPool ? [{ policy: 'gpu-fleet-warm', res: replayServing('gpu-fleet', { ...run, warmPool: input.warmPool }) }] : []),
       // The optimum keeps at least the target ready at every tick; its latency is taken at exactly the target.
       ...(input.optimal
         ? [

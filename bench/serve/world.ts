@@ -21,6 +21,13 @@ export interface ServingRun {
   readonly nExtra: number;
   readonly priceRatio: number;
   readonly seed: number;
+  /**
+   * A warm pool for the on-demand fallback: `size` machines prepared ahead, an on-demand replica
+   * started on one ready in `coldStartTicks` (its own, shorter) instead of the run's; a machine used
+   * is prepared again in the run's cold start. Each waiting machine costs `volumeCost` a tick (its
+   * volume, in units of a spot replica's tick).
+   */
+  readonly warmPool?: { readonly size: number; readonly coldStartTicks: number; readonly volumeCost: number };
 }
 
 export interface ServingResult {
@@ -50,12 +57,10 @@ export function replayServing(policy: ServingPolicyName, run: ServingRun): Servi
     }
     return n;
   };
-  const readyDemand = (t: number) => {
-    if (t < c) return 0;
-    let m = Infinity;
-    for (let u = t - c; u <= t; u++) m = Math.min(m, demand[u]!);
-    return m;
-  };
+  // On-demand replicas by when they were started and how soon they are ready (a warm machine's sooner).
+  const odStarts: { atTick: number; readyTick: number }[] = [];
+  const warmFreeAt: number[] = new Array<number>(run.warmPool?.size ?? 0).fill(0);
+  const readyDemand = (t: number) => odStarts.filter((s) => s.readyTick <= t).length;
   let coldStarts = 0;
   for (let t = 0; t < run.ticks; t++) {
     const held = t > 0 ? spot[t - 1]! : new Array<number>(nz).fill(0);
@@ -72,6 +77,15 @@ export function replayServing(policy: ServingPolicyName, run: ServingRun): Servi
     });
     spot.push(given);
     demand.push(out.plan.onDemand);
+    // Fewer on-demand replicas: the newest go first; more: each new one on a prepared warm machine if one is free.
+    while (odStarts.length > out.plan.onDemand) odStarts.pop();
+    while (odStarts.length < out.plan.onDemand) {
+      const w = warmFreeAt.findIndex((free) => free <= t);
+      if (w >= 0) {
+        warmFreeAt[w] = t + c; // prepared again in a cold start
+        odStarts.push({ atTick: t, readyTick: t + run.warmPool!.coldStartTicks });
+      } else odStarts.push({ atTick: t, readyTick: t + c });
+    }
     for (let z = 0; z < nz; z++) coldStarts += Math.max(0, given[z]! - held[z]!);
     coldStarts += Math.max(0, out.plan.onDemand - (t > 0 ? demand[t - 1]! : 0));
   }
@@ -84,7 +98,8 @@ export function replayServing(policy: ServingPolicyName, run: ServingRun): Servi
     ready.push(r);
     if (r >= run.target) met++;
     short += Math.max(0, run.target - r);
-    cost += spot[t]!.reduce((a, b) => a + b, 0) + run.priceRatio * demand[t]!;
+    cost +=
+      spot[t]!.reduce((a, b) => a + b, 0) + run.priceRatio * demand[t]! + (run.warmPool ? run.warmPool.size * run.warmPool.volumeCost : 0);
   }
   const scored = Math.max(1, run.ticks - c);
   return {

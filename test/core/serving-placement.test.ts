@@ -197,6 +197,16 @@ describe('the serving world of bench:serve', () => {
     expect(replayServing('on-demand', run(zones))).toMatchObject({ availabilityPct: 100, costRatio: 1 });
   });
 
+  it('a warm pool starts the on-demand fallback sooner: more ticks covered through spot gaps, for its volumes', () => {
+    // One zone that drops for 10 ticks out of every 25: the fallback is on-demand each time.
+    const gaps = Array.from({ length: 100 }, (_, t) => (t % 25 < 15 ? 4 : 0));
+    const cold = replayServing('gpu-fleet', run([gaps]));
+    const warm = replayServing('gpu-fleet', run([gaps], { warmPool: { size: 3, coldStartTicks: 1, volumeCost: 0.02 } }));
+    expect(warm.availabilityPct).toBeGreaterThan(cold.availabilityPct);
+    // Without a warm pool the world is as before: the warm pool of size 0 changes nothing but its (zero) cost.
+    expect(replayServing('gpu-fleet', run([gaps], { warmPool: { size: 0, coldStartTicks: 1, volumeCost: 0.02 } }))).toEqual(cold);
+  });
+
   it('counts replica-minutes short of the target and the cold starts', () => {
     const flicker = Array.from({ length: 100 }, (_, t) => (t % 20 < 10 ? 4 : 0));
     const r = replayServing('even-spread', run([flicker]));
@@ -227,7 +237,7 @@ describe('bench:serve', () => {
     const rows = await benchServe({ ...SERVE_DEFAULTS, traces: `${gcp},${aws}`, repeats: 1, windowHours: 2, optimal: false });
     expect(rows.map((r) => `${r.trace}/${r.policy}`)).toEqual(
       ['spothedge-gcp1', 'availability', 'ALL'].flatMap((t) =>
-        ['on-demand', 'even-spread', 'round-robin', 'spothedge', 'gpu-fleet', 'gpu-fleet-model'].map((p) => `${t}/${p}`),
+        ['on-demand', 'even-spread', 'round-robin', 'spothedge', 'gpu-fleet', 'gpu-fleet-model', 'gpu-fleet-warm'].map((p) => `${t}/${p}`),
       ),
     );
     for (const r of rows)
