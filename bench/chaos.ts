@@ -53,7 +53,9 @@ export interface ChaosRow {
   /** With --rightsizing: jobs that ran in a shape right-sizing chose, and how many of them failed. */
   readonly rightsized?: { readonly jobs: number; readonly failed: number };
   /** With --services: each service's availability (ready and registered replicas ≥ needed) and replicas lost. */
-  readonly services?: Readonly<Record<string, { readonly availabilityPct: number; readonly replicasLost: number }>>;
+  readonly services?: Readonly<
+    Record<string, { readonly availabilityPct: number; readonly requestsWithinObjectivePct?: number; readonly replicasLost: number }>
+  >;
 }
 
 /**
@@ -170,7 +172,14 @@ export async function benchChaos(
       ...(s.services
         ? {
             services: Object.fromEntries(
-              s.services.map((v) => [v.id, { availabilityPct: v.availabilityPct, replicasLost: v.replicasLost }]),
+              s.services.map((v) => [
+                v.id,
+                {
+                  availabilityPct: v.availabilityPct,
+                  ...(v.requestsWithinObjectivePct !== undefined ? { requestsWithinObjectivePct: v.requestsWithinObjectivePct } : {}),
+                  replicasLost: v.replicasLost,
+                },
+              ]),
             ),
           }
         : {}),
@@ -276,7 +285,10 @@ if (invokedDirectly) {
         : '';
       const svc = r.services
         ? `  [services: ${Object.entries(r.services)
-            .map(([id, v]) => `${id} ${v.availabilityPct.toFixed(1)}% available, ${v.replicasLost} replicas lost`)
+            .map(
+              ([id, v]) =>
+                `${id} ${v.availabilityPct.toFixed(1)}% available${v.requestsWithinObjectivePct !== undefined ? ` (${v.requestsWithinObjectivePct.toFixed(2)}% of requests in objective)` : ''}, ${v.replicasLost} replicas lost`,
+            )
             .join('; ')}]`
         : '';
       const sized = r.rightsized ? `  [right-sized: ${r.rightsized.jobs} jobs, ${r.rightsized.failed} failed]` : '';

@@ -60,7 +60,9 @@ export function replayServing(policy: ServingPolicyName, run: ServingRun): Servi
   // On-demand replicas by when they were started and how soon they are ready (a warm machine's sooner).
   const odStarts: { atTick: number; readyTick: number }[] = [];
   const warmFreeAt: number[] = new Array<number>(run.warmPool?.size ?? 0).fill(0);
-  const readyDemand = (t: number) => odStarts.filter((s) => s.readyTick <= t).length;
+  // Ready on-demand replicas at each tick, counted as the tick is played (the holdings change after it).
+  const odReady: number[] = [];
+  const readyDemand = (t: number) => odReady[t] ?? 0;
   let coldStarts = 0;
   for (let t = 0; t < run.ticks; t++) {
     const held = t > 0 ? spot[t - 1]! : new Array<number>(nz).fill(0);
@@ -86,6 +88,7 @@ export function replayServing(policy: ServingPolicyName, run: ServingRun): Servi
         odStarts.push({ atTick: t, readyTick: t + run.warmPool!.coldStartTicks });
       } else odStarts.push({ atTick: t, readyTick: t + c });
     }
+    odReady.push(odStarts.filter((s) => s.readyTick <= t).length);
     for (let z = 0; z < nz; z++) coldStarts += Math.max(0, given[z]! - held[z]!);
     coldStarts += Math.max(0, out.plan.onDemand - (t > 0 ? demand[t - 1]! : 0));
   }

@@ -201,6 +201,10 @@ describe('the serving world of bench:serve', () => {
     // One zone that drops for 10 ticks out of every 25: the fallback is on-demand each time.
     const gaps = Array.from({ length: 100 }, (_, t) => (t % 25 < 15 ? 4 : 0));
     const cold = replayServing('gpu-fleet', run([gaps]));
+    // Without a warm pool, the world as it was before warm pools (an on-demand replica ready once held a whole cold start):
+    // the figures the earlier model gave, computed by it. (A first try counted the on-demand replicas of the run's end at every tick.)
+    expect(cold.availabilityPct).toBeCloseTo(79.167, 3);
+    expect(cold.costRatio).toBeCloseTo(0.7951, 4);
     const warm = replayServing('gpu-fleet', run([gaps], { warmPool: { size: 3, coldStartTicks: 1, volumeCost: 0.02 } }));
     expect(warm.availabilityPct).toBeGreaterThan(cold.availabilityPct);
     // Without a warm pool the world is as before: the warm pool of size 0 changes nothing but its (zero) cost.
