@@ -211,6 +211,8 @@ interface GroupUse {
   usedMilli: number;
   /** With --team: what that team's jobs hold on the group's nodes. */
   teamMilli: number;
+  /** Its warm pool, where it has one: machines prepared, and being prepared. */
+  warm?: { ready: number; preparing: number };
 }
 
 function heldMilli(job: Job, nodeId: string): number {
@@ -289,6 +291,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
         gpus: 0,
         usedMilli: 0,
         teamMilli: 0,
+        ...(g.warm ? { warm: { ready: g.warm.ready, preparing: g.warm.preparing } } : {}),
       });
     for (const i of instances) {
       const u = use.get(i.groupId);
@@ -400,12 +403,25 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
           );
       }
       out.push('', team ? `Nodes by group (the whole fleet's; "${team} holds" is what the team's jobs hold)` : 'Nodes by group');
+      // Warm pools, apart from the groups' capacity, only where a group has one.
+      const warmShown = value.groups.some((g) => g.warm !== undefined);
       for (const e of nodesErrors) out.push(`  unavailable: ${e}`);
       if (nodesErrors.length === 0 || value.groups.length > 0)
         out.push(
           value.groups.length
             ? table(
-                ['group', 'cloud', 'capacity', 'desired', 'running', 'booting', 'GPUs in use', 'use', ...(team ? [`${team} holds`] : [])],
+                [
+                  'group',
+                  'cloud',
+                  'capacity',
+                  'desired',
+                  'running',
+                  'booting',
+                  ...(warmShown ? ['warm (preparing)'] : []),
+                  'GPUs in use',
+                  'use',
+                  ...(team ? [`${team} holds`] : []),
+                ],
                 value.groups.map((g) => [
                   g.group,
                   g.cloud,
@@ -413,6 +429,7 @@ export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
                   g.desired,
                   g.running,
                   g.pending,
+                  ...(warmShown ? [g.warm ? `${g.warm.ready} (${g.warm.preparing})` : '-'] : []),
                   `${fmtGpus(g.usedGpus)} of ${g.gpus}`,
                   g.gpus > 0 ? pct((100 * g.usedGpus) / g.gpus) : '-',
                   ...(g.teamGpus !== undefined ? [`${fmtGpus(g.teamGpus)} GPUs`] : []),

@@ -1040,6 +1040,10 @@ export class GpuFleetStack extends Stack {
         width: 12,
         stacked: true,
         left: [search(`SEARCH('{${ns},CapacityType,NodeGroup,service} MetricName="FleetSize"', 'Maximum', 60)`, '')],
+        // Warm pools beside the groups that have one: machines prepared ahead, not yet the group's capacity.
+        ...(config.nodeGroups.some((g) => g.warmPool)
+          ? { right: [search(`SEARCH('{${ns},NodeGroup,service} MetricName="WarmPoolReady"', 'Minimum', 60)`, 'warm ')] }
+          : {}),
       }),
       new cloudwatch.GraphWidget({
         title: 'GPU utilisation by node group (mean over GPUs)',

@@ -75,6 +75,7 @@ export function aGroup(
     maxSize: overrides.maxSize ?? 10,
     desiredCapacity: overrides.desiredCapacity ?? 0,
     ...mig,
+    ...(overrides.warm ? { warm: overrides.warm } : {}),
   };
 }
 

@@ -513,12 +513,21 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     }
   }
 
-  dump(): { desired: Record<string, number>; instances: SimInstance[]; counter: number; failures: LaunchFailure[] } {
+  dump(): {
+    desired: Record<string, number>;
+    instances: SimInstance[];
+    counter: number;
+    failures: LaunchFailure[];
+    warm?: Record<string, SimWarmMachine[]>;
+    warmSpent?: number;
+  } {
+    const warm = Object.fromEntries([...this.groups.entries()].filter(([, g]) => g.warm.length > 0).map(([id, g]) => [id, [...g.warm]]));
     return {
       desired: Object.fromEntries([...this.groups.entries()].map(([id, g]) => [id, g.desired])),
       instances: [...this.instances.values()].map((i) => ({ ...i })),
       counter: this.counter,
       failures: [...this.failures],
+      ...(Object.keys(warm).length > 0 ? { warm, warmSpent: this.warmSpent } : {}),
     };
   }
 
@@ -528,6 +537,11 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
       if (g) g.desired = desired;
     }
     for (const i of d.instances) this.instances.set(i.id, { ...i });
+    for (const [id, machines] of Object.entries(d.warm ?? {})) {
+      const g = this.groups.get(id);
+      if (g) g.warm = [...machines];
+    }
+    this.warmSpent = d.warmSpent ?? this.warmSpent;
     this.counter = Math.max(this.counter, d.counter);
     this.failures.push(...d.failures);
   }

@@ -46,6 +46,12 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     const [group, capacityType] = key.split('\u0000') as [string, string];
     out.push({ name: 'FleetSize', unit: 'Count', value: count, dimensions: { NodeGroup: group, CapacityType: capacityType } });
   }
+  // Each group's warm pool, apart from its capacity: machines prepared and still being prepared.
+  for (const g of [...snapshot.groups].sort((a, b) => (a.id < b.id ? -1 : 1))) {
+    if (!g.warm) continue;
+    out.push({ name: 'WarmPoolReady', unit: 'Count', value: g.warm.ready, dimensions: { NodeGroup: g.id } });
+    out.push({ name: 'WarmPoolPreparing', unit: 'Count', value: g.warm.preparing, dimensions: { NodeGroup: g.id } });
+  }
   out.push({ name: 'SpendRateMicroUsdPerHour', unit: 'None', value: spendRate });
   // Spend against budget per team, for the dashboard and the budget alarms.
   for (const team of [...snapshot.teams.values()].sort((a, b) => a.id.localeCompare(b.id))) {

@@ -220,18 +220,24 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   it('status: jobs by state with their waits, nodes by group with GPU use, queue depth per team', async () => {
     const s = json<{
       jobs: { state: string; jobs: number }[];
-      groups: { group: string; usedGpus: number; gpus: number }[];
+      groups: { group: string; usedGpus: number; gpus: number; warm?: { ready: number; preparing: number } }[];
       queues: { team: string }[];
     }>(await cli(['status', '--sim', dir, '--json']));
     expect(s.jobs.find((r) => r.state === 'succeeded')!.jobs).toBeGreaterThan(0);
     expect(s.groups.length).toBe(6);
     expect(s.groups.some((g) => g.usedGpus > 0 && g.usedGpus <= g.gpus)).toBe(true);
+    // The simulated fleet's 1-GPU on-demand group keeps a warm pool of two, apart from its capacity.
+    expect(s.groups.find((g) => g.group === 'p3-2xl-od')).toMatchObject({
+      warm: { ready: expect.any(Number), preparing: expect.any(Number) },
+    });
+    expect(s.groups.filter((g) => g.warm !== undefined).map((g) => g.group)).toEqual(['p3-2xl-od']);
     expect(s.queues.map((q) => q.team)).toEqual(['nlp', 'recsys', 'speech', 'vision']);
     const human = await cli(['status', '--sim', dir, '--team', 'nlp']);
     expect(human.stdout).toMatch(/Jobs\nstate\s+jobs\s+GPUs\s+median first wait\s+median total wait\s+longest total wait/);
     expect(human.stdout).toMatch(
-      /Nodes by group \(the whole fleet's; "nlp holds" is what the team's jobs hold\)\ngroup\s+cloud\s+capacity.*nlp holds/,
+      /Nodes by group \(the whole fleet's; "nlp holds" is what the team's jobs hold\)\ngroup\s+cloud\s+capacity.*warm \(preparing\).*nlp holds/,
     );
+    expect(human.stdout).toMatch(/\np3-2xl-od\s+aws\s+on-demand\s+\d+\s+\d+\s+\d+\s+\d \(\d\)\s/);
     // With --team, each group also says what that team holds there: never more than the group's use, and in all what its jobs
     // and its service's replicas (listed apart) hold.
     const mine = json<{
@@ -385,6 +391,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
   it('simulate, report, budget and status agree on every figure they share, to the micro-dollar and the second', async () => {
     const sim = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as {
       costMicroUsd: number;
+      warmPoolMicroUsd?: number;
       costByTeamMicroUsd: Record<string, number>;
       completed: number;
       jobTimes: { totalWaitSec: { max: number } };
@@ -400,8 +407,10 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
       await cli(['status', '--sim', dir, '--json']),
     );
     const sum = (xs: readonly { costMicroUsd: number }[]) => xs.reduce((a, x) => a + x.costMicroUsd, 0);
-    // What was paid: the simulation's bill, the report's ledger, each team's budget spend.
-    expect(report.totals.paidMicroUsd).toBe(sim.costMicroUsd);
+    // What was paid: the simulation's bill, the report's ledger, each team's budget spend. The ledger counts the machines
+    // reconcile lists; a warm pool's machines are not listed until started, so their cost before that is the bill's alone.
+    expect(sim.warmPoolMicroUsd).toBeGreaterThan(0);
+    expect(report.totals.paidMicroUsd + sim.warmPoolMicroUsd!).toBe(sim.costMicroUsd);
     expect(Object.fromEntries(report.byTeam.map((t) => [t.team, t.costMicroUsd]))).toEqual(sim.costByTeamMicroUsd);
     expect(budget.length).toBeGreaterThan(0);
     for (const b of budget) expect(b.spentMicroUsd).toBe(sim.costByTeamMicroUsd[b.team]);

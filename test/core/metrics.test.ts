@@ -106,6 +106,17 @@ describe('reconcile metrics', () => {
     ]);
   });
 
+  it('reports each warm pool apart from its group’s size: machines prepared and being prepared', () => {
+    const warm = aGroup({ id: 'a10g-serve-od', instanceType: 'g5.12xlarge', warm: { state: 'Stopped', ready: 2, preparing: 1 } });
+    const points = reconcileMetrics(aSnapshot({ groups: [aGroup(), warm] }), aDecision(), new Map()).filter((p) =>
+      p.name.startsWith('WarmPool'),
+    );
+    expect(points).toEqual([
+      { name: 'WarmPoolReady', unit: 'Count', value: 2, dimensions: { NodeGroup: 'a10g-serve-od' } },
+      { name: 'WarmPoolPreparing', unit: 'Count', value: 1, dimensions: { NodeGroup: 'a10g-serve-od' } },
+    ]);
+  });
+
   it('reports each active reservation’s size and the machines running in it', () => {
     const r = aReservation({ availableCount: 3 });
     const n = aNode('i-r');
