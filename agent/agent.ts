@@ -716,7 +716,12 @@ export class NodeAgent {
       }
       const saved: CheckpointRef = { ...ref, completedAtMs: this.ports.clock.nowMs() };
       const complete = await this.ports.checkpoints.markComplete(saved, l.rank);
-      if (complete) await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-done', checkpoint: saved }, saved.completedAtMs);
+      // The job names the index's newest complete checkpoint: this save as the index recorded it (one marked complete
+      // again, after an earlier try's job write failed, keeps its first completion time there), or a newer one.
+      if (complete) {
+        const newest = (await this.ports.checkpoints.latest(l.jobId)) ?? saved;
+        await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-done', checkpoint: newest }, saved.completedAtMs);
+      }
       this.ports.log.info('checkpoint saved', {
         job: l.jobId,
         attempt: l.attempt,

@@ -174,7 +174,7 @@ ${
 <p class="sub">Availability: the share of 15 s ticks (after the first quarter hour) with at least as many ready replicas as the load needed at the service's target per replica. In objective: the share of the requests over the same time served within the service's objective, by a queueing model (M/M/c) of each tick's ready replicas. Charts sample every 5 minutes.</p>
 <table class="services"><tr>${SERVICE_COLUMNS.map((c) => `<th>${esc(c)}</th>`).join('')}<th>load</th></tr>${serviceRows}</table>
 <p class="sub">Under each policy (available / in objective):</p>
-<table class="compare"><tr>${byPolicy.columns.map((c) => `<th>${esc(c)}</th>`).join('')}</tr>${byPolicy.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('')}</table>
+<table class="services-by-policy"><tr>${byPolicy.columns.map((c) => `<th>${esc(c)}</th>`).join('')}</tr>${byPolicy.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('')}</table>
 <div class="grid">${serviceCharts}</div>`
     : ''
 }

@@ -873,7 +873,10 @@ export class SimAgents {
       if (complete) {
         const before = this.newestComplete.get(p.jobId);
         if (!before || saved.progressSec >= before.progressSec) this.newestComplete.set(p.jobId, saved);
-        await applyJobEvent(this.as(m).jobs, p.jobId, { type: 'checkpoint-done', checkpoint: saved }, now);
+        // The job names the index's newest complete checkpoint: this save as the index recorded it (a completion marked
+        // again, after the job's write failed, is dated again here but not in the index), or a newer one.
+        const newest = (await this.as(m).checkpoints.latest(p.jobId)) ?? saved;
+        await applyJobEvent(this.as(m).jobs, p.jobId, { type: 'checkpoint-done', checkpoint: newest }, now);
         this.stats.checkpoints++;
       }
       await this.say(p, now, `checkpoint saved at ${Math.round(u.ref.progressSec)} s of work: ${u.ref.location}`);

@@ -74,6 +74,8 @@ describe.runIf(available || required)('HTML report in a browser', () => {
       .evaluateAll((rs) => rs.map((r) => Number(r.getAttribute('width'))));
     expect(barWidths.some((w) => w > 0)).toBe(true);
     await expect.poll(() => page.locator('table.compare tr').count()).toBe(5);
+    // With services: each under each policy, ticks and requests in objective (a header and the four policies).
+    expect(await page.locator('table.services-by-policy tr').count()).toBe(5);
     expect(requests).toEqual([]);
   });
 });

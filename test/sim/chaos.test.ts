@@ -233,6 +233,76 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
     expect((await env.jobs.get('nlp.a'))!.state).toBe('running');
   });
 
+  it('a checkpoint marked complete again, after its job write lost every race, is attached as the index recorded it (not refused)', async () => {
+    const env = createSimEnvironment({
+      startMs: T0,
+      seed: 1,
+      teams: ['nlp'],
+      teamTags: defaultTeamTags(['nlp']),
+      bootSec: 60,
+      groups: [{ id: 'g', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 2 }],
+    });
+    await env.cloud.setDesiredCapacity('g', 1);
+    env.clock.advanceBy(120_000);
+    env.cloud.tick();
+    const [inst] = await env.cloud.listInstances();
+    await intake(env, {
+      team: 'nlp',
+      token: 'a',
+      body: JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 }, checkpoint: { intervalSec: 60 } }),
+    });
+    await env.nodes.register({
+      instanceId: inst!.id,
+      groupId: 'g',
+      registeredAtMs: T0,
+      lastHeartbeatAtMs: T0,
+      healthy: true,
+      gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }],
+    });
+    await env.nodes.assign(inst!.id, 'nlp.a', 1);
+    await applyJobEvent(
+      env.jobs,
+      'nlp.a',
+      { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } },
+      T0,
+    );
+    // Every write that attaches a checkpoint loses its race while `racing` holds; every other write goes through.
+    let racing = true;
+    const jobs = new Proxy(env.jobs, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (prop === 'update')
+          return async (job: Job, expected: number) => {
+            const stored = await target.get(job.id);
+            if (racing && job.checkpoint && job.checkpoint.location !== stored?.checkpoint?.location) return { ok: false, current: stored };
+            return target.update(job, expected);
+          };
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const agents = new SimAgents({
+      clock: env.clock,
+      jobs,
+      nodes: env.nodes,
+      checkpoints: env.checkpoints,
+      instanceTypes: env.catalog.instanceTypes,
+      workSecOf: () => 3600,
+    });
+    // Run until the first checkpoint is complete in the index while the job's write of it keeps losing.
+    for (let k = 0; k < 40 && !(await env.checkpoints.latest('nlp.a')); k++) {
+      await agents.tick(await env.cloud.listInstances());
+      env.clock.advanceBy(15_000);
+    }
+    const recorded = await env.checkpoints.latest('nlp.a');
+    expect(recorded).toBeDefined();
+    expect((await env.jobs.get('nlp.a'))!.checkpoint).toBeUndefined();
+    // The race is won at the next tick: the completion is marked again (dated now), and the job names the index's record.
+    racing = false;
+    await agents.tick(await env.cloud.listInstances());
+    expect(agents.stats.refusedCalls).toBe(0);
+    expect((await env.jobs.get('nlp.a'))!.checkpoint).toEqual(recorded);
+  });
+
   it('bench:chaos reports every profile with the keys the issue names, against the fault-free run', async () => {
     const { rows } = await benchChaos({ hours: 4, seed: 1, profiles: ['none', 'store-conflicts'] });
     expect(rows.map((r) => Object.keys(r).sort())).toEqual(
