@@ -150,6 +150,16 @@ describe('GPU inventory from nvidia-smi (real captures through a stand-in on PAT
     });
   });
 
+  it('reads a real H200 as gpu-fleet read it on the lent device machine (driver 580): schedulable, healthy, MIG off', () => {
+    const r = parseNvidiaSmiXml(readFileSync(join(NVIDIA_SMI_FIXTURES, 'xml/gpu-fleet-device__h200-580.159.04.xml'), 'utf8'));
+    expect(r.driverVersion).toBe('580.159.04');
+    expect(r.gpus).toHaveLength(1);
+    expect(r.gpus[0]).toMatchObject({ index: 0, name: 'NVIDIA H200', model: 'H200', memoryTotalMiB: 143_771, memoryUsedMiB: 0 });
+    expect(r.gpus[0]!.mig?.enabled).toBe(false);
+    expect(gpuProblems(r.gpus[0]!)).toEqual([]);
+    expect(toGpuDevices(r)).toEqual([{ index: 0, model: 'H200', memoryMiB: 143_771, uuid: 'GPU-00000000-0000-0000-0000-000000000200' }]);
+  });
+
   it('reports GPUs with uncorrectable ECC errors, pending row remaps and failed remaps as problems', () => {
     const xml = readFileSync(join(NVIDIA_SMI_FIXTURES, 'xml/telegraf__a10g.xml'), 'utf8')
       .replace(/(<volatile>[\s\S]*?<dram_uncorrectable>)0(<\/dram_uncorrectable>)/, '$12$2')
