@@ -41,6 +41,43 @@ function world(over: Partial<InvariantInput> = {}): InvariantInput {
 }
 const names = async (x: InvariantInput) => (await checkInvariants(x, { upTo: 0 })).map((v) => v.invariant);
 
+/** One spot machine running job nlp.a (placed, its agent registered): a world for an agent's write races. */
+async function oneJobOnOneMachine(spec: Record<string, unknown> = {}) {
+  const env = createSimEnvironment({
+    startMs: T0,
+    seed: 1,
+    teams: ['nlp'],
+    teamTags: defaultTeamTags(['nlp']),
+    bootSec: 60,
+    groups: [{ id: 'g', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 2 }],
+  });
+  await env.cloud.setDesiredCapacity('g', 1);
+  env.clock.advanceBy(120_000);
+  env.cloud.tick();
+  const [inst] = await env.cloud.listInstances();
+  await intake(env, {
+    team: 'nlp',
+    token: 'a',
+    body: JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 }, ...spec }),
+  });
+  await env.nodes.register({
+    instanceId: inst!.id,
+    groupId: 'g',
+    registeredAtMs: T0,
+    lastHeartbeatAtMs: T0,
+    healthy: true,
+    gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }],
+  });
+  await env.nodes.assign(inst!.id, 'nlp.a', 1);
+  await applyJobEvent(
+    env.jobs,
+    'nlp.a',
+    { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } },
+    T0,
+  );
+  return env;
+}
+
 describe('invariants', () => {
   it('hold in a sound world', async () => {
     expect(await names(world())).toEqual([]);
@@ -175,38 +212,7 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
   }, 60_000);
 
   it('an agent that loses the same write race again and again tries again at its next tick instead of dying', async () => {
-    const env = createSimEnvironment({
-      startMs: T0,
-      seed: 1,
-      teams: ['nlp'],
-      teamTags: defaultTeamTags(['nlp']),
-      bootSec: 60,
-      groups: [{ id: 'g', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 2 }],
-    });
-    await env.cloud.setDesiredCapacity('g', 1);
-    env.clock.advanceBy(120_000);
-    env.cloud.tick();
-    const [inst] = await env.cloud.listInstances();
-    await intake(env, {
-      team: 'nlp',
-      token: 'a',
-      body: JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 } }),
-    });
-    await env.nodes.register({
-      instanceId: inst!.id,
-      groupId: 'g',
-      registeredAtMs: T0,
-      lastHeartbeatAtMs: T0,
-      healthy: true,
-      gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }],
-    });
-    await env.nodes.assign(inst!.id, 'nlp.a', 1);
-    await applyJobEvent(
-      env.jobs,
-      'nlp.a',
-      { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } },
-      T0,
-    );
+    const env = await oneJobOnOneMachine();
     const counts = { injected: 0 };
     const agents = new SimAgents({
       clock: env.clock,
@@ -234,38 +240,7 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
   });
 
   it('a checkpoint marked complete again, after its job write lost every race, is attached as the index recorded it (not refused)', async () => {
-    const env = createSimEnvironment({
-      startMs: T0,
-      seed: 1,
-      teams: ['nlp'],
-      teamTags: defaultTeamTags(['nlp']),
-      bootSec: 60,
-      groups: [{ id: 'g', instanceTypes: ['p3.2xlarge'], zones: ['us-west-2a'], capacityType: 'spot', minSize: 0, maxSize: 2 }],
-    });
-    await env.cloud.setDesiredCapacity('g', 1);
-    env.clock.advanceBy(120_000);
-    env.cloud.tick();
-    const [inst] = await env.cloud.listInstances();
-    await intake(env, {
-      team: 'nlp',
-      token: 'a',
-      body: JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 }, checkpoint: { intervalSec: 60 } }),
-    });
-    await env.nodes.register({
-      instanceId: inst!.id,
-      groupId: 'g',
-      registeredAtMs: T0,
-      lastHeartbeatAtMs: T0,
-      healthy: true,
-      gpus: [{ index: 0, model: 'V100', memoryMiB: 16_384 }],
-    });
-    await env.nodes.assign(inst!.id, 'nlp.a', 1);
-    await applyJobEvent(
-      env.jobs,
-      'nlp.a',
-      { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } },
-      T0,
-    );
+    const env = await oneJobOnOneMachine({ checkpoint: { intervalSec: 60 } });
     // Every write that attaches a checkpoint loses its race while `racing` holds; every other write goes through.
     let racing = true;
     const jobs = new Proxy(env.jobs, {
