@@ -136,13 +136,14 @@ export class ServiceMeter {
       t.peakNeeded = Math.max(t.peakNeeded, needed);
       t.peakReplicas = Math.max(t.peakReplicas, replicas.length);
       t.neededMs += needed * tickMs;
-      const within = t.objective ? shareWithinObjective(up.length, t.demand.rpsAt(sec), t.objective) : undefined;
+      const rps = t.demand.rpsAt(sec);
+      const within = t.objective ? shareWithinObjective(up.length, rps, t.objective) : undefined;
       if (sec >= this.graceSec) {
         t.ticks++;
         if (up.length >= needed) t.met++;
         t.shortTicks += Math.max(0, needed - up.length);
         if (within !== undefined) {
-          const requests = (t.demand.rpsAt(sec) * tickMs) / 1000;
+          const requests = (rps * tickMs) / 1000;
           t.requests += requests;
           t.withinObjective += requests * within;
         }

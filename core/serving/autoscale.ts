@@ -141,7 +141,8 @@ export function scale(targets: readonly ScalingTarget[], behaviour: ScalingBehav
   const keepMs = Math.max(behaviour.scaleUpDelaySec, behaviour.scaleDownWindowSec, behaviour.aheadSec ? trendWindowSec : 0) * 1000;
   const history = [
     ...input.history.filter((h) => h.atMs > nowMs - keepMs && h.atMs <= nowMs),
-    { atMs: nowMs, replicas: recommendation, ...(Object.keys(totals).length > 0 ? { totals } : {}) },
+    // The totals are kept only for the trend: a service that does not scale ahead stores none in its record.
+    { atMs: nowMs, replicas: recommendation, ...(behaviour.aheadSec && Object.keys(totals).length > 0 ? { totals } : {}) },
   ];
   const within = (sec: number) => history.filter((h) => h.atMs >= nowMs - sec * 1000).map((h) => h.replicas);
   let replicas = recommendation;

@@ -88,8 +88,9 @@ describe('service autoscaling (HPA semantics)', () => {
       totals: { 'requests-per-second': total },
     }));
     const now = { nowMs: T, current: 3, observed: { 'requests-per-second': 5 / 3 }, history };
-    // Reactive alone: 1.7 per replica against 2 is within the target's reach (3 replicas hold 5).
+    // Reactive alone: 1.7 per replica against 2 is within the target's reach (3 replicas hold 5); it keeps no totals.
     expect(scale(rps, hpa, now).replicas).toBe(3);
+    expect(scale(rps, hpa, now).history.at(-1)!.totals).toBeUndefined();
     const d = scale(rps, ahead, now);
     // 5 now + 0.5 a minute × 5 minutes = 7.5: 4 replicas.
     expect(d.replicas).toBe(4);
