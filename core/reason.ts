@@ -7,6 +7,8 @@ export type ReasonCode =
   | 'placed-on-free-capacity'
   | 'waiting-for-capacity'
   | 'waiting-for-boot'
+  /** Its previous attempt may still run on a machine whose agent has not yet said it stopped (nor been fenced). */
+  | 'waiting-for-stop'
   | 'no-offering-fits'
   /** No healthy group can hold it, and a cloud that might is left out because its calls fail. */
   | 'provider-degraded'

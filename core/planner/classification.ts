@@ -15,16 +15,50 @@ import { reason, type Reason } from '../reason.ts';
 import { placementAllowed, typeCanHold, usedMilli, whyNoGroupHolds } from './capacity.ts';
 import { budgetMessage, teamBudget } from './limits.ts';
 import { fairShareOrder } from './ordering.ts';
-import { budgetHeld, noGroupOffers, noOfferingFits, providerDegraded, spotOnlyBudget } from './reasons.ts';
+import { budgetHeld, noGroupOffers, noOfferingFits, previousAttemptStillRuns, providerDegraded, spotOnlyBudget } from './reasons.ts';
+import { fencedBySec } from '../services/node-rules.ts';
+import type { Snapshot } from '../snapshot.ts';
 import { fitsBeforeTermination } from '../reservation.ts';
 import { survival } from '../spot-model.ts';
 import { unavailable, wait, type CapacityChoice, type Entry, type JobClass, type PlanningState } from './state.ts';
+
+/**
+ * Per job, an attempt still on the work list of a machine the cloud has not ended, whose agent
+ * has been heard from within its fence (lease + fence grace + stop grace, node-rules
+ * {@link fencedBySec}): that attempt may still run there. The agent takes the pointer off when it
+ * has stopped the attempt; an agent silent longer has stopped everything on its own. Of several
+ * (a gang's ranks), the one whose fence ends last.
+ */
+export function earlierAttemptsOnMachines(s: Pick<Snapshot, 'nodes' | 'nowMs'>): Map<string, { attempt: number; instanceId: string; fencedByMs: number }> {
+  const out = new Map<string, { attempt: number; instanceId: string; fencedByMs: number }>();
+  const fenceMs = fencedBySec() * 1000;
+  for (const n of s.nodes) {
+    const r = n.record;
+    if (!r?.assigned || n.instance.state === 'terminated' || r.endedAtMs !== undefined) continue;
+    const fencedByMs = r.lastHeartbeatAtMs + fenceMs;
+    if (fencedByMs <= s.nowMs) continue;
+    for (const [jobId, attempt] of Object.entries(r.assigned)) {
+      const known = out.get(jobId);
+      if (!known || attempt > known.attempt || (attempt === known.attempt && fencedByMs > known.fencedByMs))
+        out.set(jobId, { attempt, instanceId: r.instanceId, fencedByMs });
+    }
+  }
+  return out;
+}
 
 /** The pending jobs that may be planned, classified and in planning order; held ones wait. Sets `st.scarce`. */
 export function classify(st: PlanningState): Entry[] {
   const s = st.s;
   const entries: Entry[] = [];
+  const stillOn = earlierAttemptsOnMachines(s);
   for (const job of s.pendingJobs) {
+    // Two attempts never run at once: a requeued job waits until every machine that ran its
+    // earlier attempt has stopped it (its agent takes the pointer off) or must have fenced itself.
+    const earlier = stillOn.get(job.id);
+    if (earlier && earlier.attempt < job.attempt) {
+      wait(st, job, previousAttemptStillRuns(earlier.attempt, earlier.instanceId, earlier.fencedByMs));
+      continue;
+    }
     const b = teamBudget(st, job.team);
     if (b.state === 'hold' || b.state === 'stop') {
       wait(st, job, budgetHeld(b.state, job.team, budgetMessage(st, job.team)), true);

@@ -169,3 +169,14 @@ export const deadlineToOnDemand = (slackSec: number, workLeftSec: number, deadli
     'deadline-on-demand',
     `its slack on spot has run out (${Math.round(slackSec / 60)} min for ${Math.round(workLeftSec / 60)} min of work before ${deadline}): checkpointed and moved to on-demand while that can still make it`,
   );
+
+/**
+ * A requeued job's earlier attempt is still on a live machine's work list: its agent has not yet
+ * stopped it and said so, and has not been silent long enough to have fenced itself.
+ */
+export function previousAttemptStillRuns(attempt: number, instanceId: string, fencedByMs: number): Reason {
+  return reason(
+    'waiting-for-stop',
+    `attempt ${attempt} may still run on ${instanceId}: it is placed again once that machine's agent has stopped it (or, silent, has fenced itself by ${new Date(fencedByMs).toISOString().slice(11, 19)} UTC), so two attempts never run at once`,
+  );
+}

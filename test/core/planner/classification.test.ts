@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { classOf } from '../../../core/planner/classification.ts';
 import { emptySpotModel, observe } from '../../../core/spot-model.ts';
-import { aGroup, aJob, aNode, aTeam, T0 } from '../../builders.ts';
+import { plan } from '../../../core/planner/planner.ts';
+import { aGroup, aJob, aNode, aSnapshot, aTeam, T0 } from '../../builders.ts';
 import { classified, freeWhole } from './support.ts';
 
 const spot = aGroup({ capacityType: 'spot' });
@@ -99,5 +100,34 @@ describe('planner phase: classification', () => {
     expect(freeWhole(st.ready.allNodes())).toEqual({ 'i-1': 4 });
     expect([...st.groups.values()].map((gs) => gs.added.length)).toEqual([0]);
     expect(st.actions).toEqual([]);
+  });
+
+  it("places a requeued job again only once every machine that ran its earlier attempt has stopped it, or its silent agent must have fenced itself", () => {
+    // A two-node gang: attempt 9 was requeued (rank 1's machine went); rank 0's agent, lagging, still has it on its work list.
+    const g = aGroup({ instanceType: 'g5.12xlarge' });
+    const gang = aJob({ id: 'team-a.gang', attempt: 10, spec: { nodes: 2, gpu: { kind: 'whole', count: 4 } } });
+    const world = (heardAtMs: number, assigned: Record<string, number>) =>
+      aSnapshot({
+        groups: [g],
+        nodes: [
+          aNode('i-217', { group: g, record: { lastHeartbeatAtMs: heardAtMs, assigned } }),
+          aNode('i-21c', { group: g }),
+        ],
+        pendingJobs: [gang],
+      });
+    const placedNow = (s: ReturnType<typeof aSnapshot>) => plan(s).actions.some((a) => a.kind === 'place' && a.jobId === gang.id);
+    // Heard from a minute ago with attempt 9 still listed: attempt 10 waits, and says for what.
+    const lagging = plan(world(T0 - 60_000, { [gang.id]: 9 }));
+    expect(lagging.actions.filter((a) => a.kind === 'place')).toEqual([]);
+    expect(lagging.waiting.find((w) => w.jobId === gang.id)?.reason).toMatchObject({
+      code: 'waiting-for-stop',
+      message: expect.stringContaining('attempt 9 may still run on i-217'),
+    });
+    // The agent took the pointer off (it stopped attempt 9): placed.
+    expect(placedNow(world(T0 - 60_000, {}))).toBe(true);
+    // Silent past lease + fence + stop grace (270 s): whatever ran there has stopped; placed.
+    expect(placedNow(world(T0 - 271_000, { [gang.id]: 9 }))).toBe(true);
+    // Another job's pointer does not hold it back.
+    expect(placedNow(world(T0 - 60_000, { 'team-a.other': 3 }))).toBe(true);
   });
 });
