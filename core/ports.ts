@@ -243,6 +243,8 @@ export type FrontDoorTargetState = 'initial' | 'healthy' | 'unhealthy' | 'draini
  * machine goes; the target group drains its connections for its deregistration delay.
  */
 export interface FrontDoor {
+  /** Seconds a deregistered target drains (the target groups' deregistration delay). */
+  readonly deregistrationDelaySec: number;
   /** Whether this front door has a target group for the service (services without one are not fronted). */
   fronts(serviceId: string): boolean;
   /** Adds targets. Idempotent: a target already registered stays as it is. */

@@ -28,6 +28,7 @@ import { FLEET_VARIABLES } from '../cloud/env.ts';
 import { targetGroupDimension } from '../cloud/aws/elb-load.ts';
 import { METRICS_NAMESPACE } from '../functions/observability.ts';
 import { DEFAULT_POLICY } from '../core/snapshot.ts';
+import { SERVICE_DEREGISTRATION_DELAY_SEC } from '../core/serving/service.ts';
 import { bundleAgentSync } from './agent-bundle.ts';
 import { agentUserData } from './node-setup.ts';
 import type { GpuFleetConfig, NodeGroupConfig } from './config.ts';
@@ -409,7 +410,7 @@ export class GpuFleetStack extends Stack {
         port: svc.port,
         protocol: elbv2.ApplicationProtocol.HTTP,
         healthCheck: { path: svc.healthCheckPath, interval: Duration.seconds(10), healthyThresholdCount: 2 },
-        deregistrationDelay: Duration.seconds(30),
+        deregistrationDelay: Duration.seconds(SERVICE_DEREGISTRATION_DELAY_SEC),
       });
       alb.addListener(`ServiceListener${i}`, {
         port: svc.listenerPort,

@@ -4,6 +4,7 @@
  * DescribeTargetHealth). The stack creates the groups and names them to the functions
  * (`GPU_FLEET_SERVICE_TARGET_GROUPS`, service id → target group ARN).
  */
+import { SERVICE_DEREGISTRATION_DELAY_SEC } from '../../core/serving/service.ts';
 import {
   DeregisterTargetsCommand,
   DescribeTargetHealthCommand,
@@ -21,6 +22,8 @@ export class ElbFrontDoor implements FrontDoor {
     private readonly client: ElasticLoadBalancingV2Client,
     /** Service id (`team.name`) → target group ARN. */
     private readonly targetGroups: Readonly<Record<string, string>>,
+    /** The target groups' deregistration delay, as the stack sets it. */
+    readonly deregistrationDelaySec: number = SERVICE_DEREGISTRATION_DELAY_SEC,
   ) {}
 
   fronts(serviceId: string): boolean {

@@ -29,6 +29,10 @@ export class SimFrontDoor implements FrontDoor {
     },
   ) {}
 
+  get deregistrationDelaySec(): number {
+    return this.options.deregistrationDelaySec;
+  }
+
   fronts(): boolean {
     return true;
   }

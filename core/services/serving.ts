@@ -29,6 +29,7 @@ import {
   decideReplicas,
   replicaSpec,
   SERVICE_LABEL,
+  servesThroughNotice,
   type ReplicaView,
   type ServiceRecord,
 } from '../serving/service.ts';
@@ -152,7 +153,7 @@ export async function reconcileServices(
     // stopped only once it has left it: its cancel waits for a later reconcile, so no request it holds is cut.
     let stillFronted = new Set<string>();
     if (door) {
-      const out = await reconcileFrontDoor(door, record, views, decision.cancel, records, targets);
+      const out = await reconcileFrontDoor(door, record, views, decision.cancel, records, targets, nowMs, options.intervalSec);
       registered += out.registered;
       deregistered += out.deregistered;
       stillFronted = out.stillFronted;
@@ -179,9 +180,10 @@ export async function reconcileServices(
  * Brings the service's target group in line with its replicas: a running replica (machine not
  * leaving, not being cancelled) is registered, and the target group's health check on the
  * readiness path (`service.readiness`) lets traffic reach it only once it answers, as the
- * readiness probe does; a replica on a warned
- * machine, one being cancelled, and a target no live replica stands behind any more are
- * deregistered (they drain for the group's deregistration delay).
+ * readiness probe does. A replica on a warned machine stays while it can still drain before the
+ * machine's deadline ({@link servesThroughNotice}); then it, one being cancelled, and a target no
+ * live replica stands behind any more are deregistered (they drain for the group's
+ * deregistration delay).
  */
 async function reconcileFrontDoor(
   door: FrontDoor,
@@ -191,6 +193,8 @@ async function reconcileFrontDoor(
   records: ReadonlyMap<string, NodeRecord>,
   /** The group's targets as read before the decision (one DescribeTargetHealth per service and reconcile). */
   now: readonly { readonly target: FrontDoorTarget; readonly state: string }[],
+  nowMs: number,
+  intervalSec: number,
 ): Promise<{ registered: number; deregistered: number; stillFronted: Set<string> }> {
   const port = record.spec.service?.port ?? 0;
   const going = new Set(cancel.map((c) => c.jobId));
@@ -204,7 +208,10 @@ async function reconcileFrontDoor(
     const t = targetOf(v);
     if (!t) continue;
     const key = `${t.ip}:${t.port}`;
-    if (v.leaving || going.has(v.job.id) || v.job.cancelRequested) leave.set(key, t);
+    // A warned machine's replica keeps serving through the notice, and leaves in time to drain before it stops.
+    const deadlineMs = records.get(v.job.placement?.nodes[0]?.nodeId ?? '')?.draining?.deadlineMs;
+    const leavesNow = v.leaving && !servesThroughNotice(deadlineMs, nowMs, door.deregistrationDelaySec, intervalSec);
+    if (leavesNow || going.has(v.job.id) || v.job.cancelRequested) leave.set(key, t);
     else if (v.job.state === 'running') want.set(key, t);
   }
   const live = new Set(now.filter((t) => t.state !== 'draining').map((t) => `${t.target.ip}:${t.target.port}`));

@@ -24,6 +24,25 @@ export const SPOT_GIVE_UP_MS = 10 * 60_000;
 /** The label every replica job carries: the id of its service. */
 export const SERVICE_LABEL = 'gpu-fleet/service';
 
+/**
+ * Seconds a target deregistered from a service's target group keeps its connections (the group's
+ * deregistration delay): the stack sets it on every target group, and a replica leaves its group
+ * at least this long before it stops.
+ */
+export const SERVICE_DEREGISTRATION_DELAY_SEC = 30;
+
+/**
+ * Whether a replica on a warned machine stays in its target group for now. The machine goes at
+ * `deadlineMs` (its drain mark: the notice's time less the margin) and the replica answers until
+ * then, so the notice's minutes are capacity while its replacement starts. It leaves when the
+ * next look, `intervalSec` away, would leave its connections too little time to drain
+ * (`drainSec`) before then. A machine leaving with no deadline known (a terminate hook holds it,
+ * no notice was seen) leaves at once.
+ */
+export function servesThroughNotice(deadlineMs: number | undefined, nowMs: number, drainSec: number, intervalSec: number): boolean {
+  return deadlineMs !== undefined && deadlineMs - nowMs > (drainSec + intervalSec) * 1000;
+}
+
 export interface ServiceRecord {
   /** `team.name`. */
   readonly id: string;
