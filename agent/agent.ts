@@ -51,6 +51,7 @@ import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { deviceReadings, gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
 import { safeJobName, type Exit, type JobProcess, type JobRunner } from './runner.ts';
+import { ImagePrefetcher } from './prefetch.ts';
 import { LogShipper } from './log-shipper.ts';
 import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
@@ -196,6 +197,8 @@ export class NodeAgent {
   private readonly handledNotices = new Set<string>();
   private readonly devices: DeviceAllocator;
   private readonly uploads: UploadWorker;
+  /** Pulls ahead the images the node's record lists (services that may place a replica here). */
+  readonly prefetcher: ImagePrefetcher;
   private readonly cleanups = new Set<Promise<void>>();
   private registeredGpus: string | undefined;
   private dcgmFailing = false;
@@ -222,6 +225,7 @@ export class NodeAgent {
       (m) => ports.log.info(m),
     );
     this.uploads = new UploadWorker(ports.blobs, ports.clock, config.uploadConcurrency ?? 2);
+    this.prefetcher = new ImagePrefetcher(ports.runner, ports.clock, ports.log);
     this.shipper = ports.jobLogs ? new LogShipper(ports.jobLogs, ports.clock, (m, extra) => ports.log.warn(m, extra)) : undefined;
   }
 
@@ -424,6 +428,7 @@ export class NodeAgent {
     // Ends not yet written (the control plane did not answer when they happened) go first.
     for (const l of [...this.local.values()]) if (l.unreported) await l.unreported();
     const record = await this.ports.nodes.get(this.instanceId);
+    this.prefetcher.want(record?.prefetchImages ?? []);
     const steps: { jobId: string; attempt: number; job: Job | undefined; step: NodeStep }[] = [];
     const current = new Set<string>();
     for (const [jobId, attempt] of Object.entries(record?.assigned ?? {})) {

@@ -57,6 +57,12 @@ export interface JobRunner {
   start(launch: Launch): Promise<JobProcess>;
   /** Stops what a previous run of the agent left behind (after a crash or restart). */
   cleanUpLeftovers(): Promise<string[]>;
+  /**
+   * Puts a container image on this machine ahead of any job that runs it: 'present' when it was
+   * there already, 'pulled' once pulled; throws (with the engine's words) when it cannot be had.
+   * Absent for a runner without images (plain processes).
+   */
+  prefetch?(image: string): Promise<'present' | 'pulled'>;
 }
 
 /** Where the job sees its checkpoint folders. */
@@ -370,6 +376,13 @@ export class DockerRunner implements JobRunner {
       child.once('error', (e) => resolve({ code: 127, output: e.message }));
       child.once('exit', (code) => resolve({ code, output }));
     });
+  }
+
+  async prefetch(image: string): Promise<'present' | 'pulled'> {
+    if ((await this.cli(['image', 'inspect', '--format', '{{.Id}}', image])).code === 0) return 'present';
+    const pull = await this.cli(['pull', '--quiet', image]);
+    if (pull.code !== 0) throw new Error(`docker pull ${image} failed (exit ${pull.code}): ${pull.output.trim().slice(-500)}`);
+    return 'pulled';
   }
 
   private envFileOf(name: string): string {

@@ -94,6 +94,11 @@ export interface NodeRecord {
   readonly meter?: MachineMeterFacts;
   /** When the cloud said the machine stopped or terminated (EC2 state change, GCE preemption): its bill ends here. */
   readonly endedAtMs?: number;
+  /**
+   * Container images the machine's agent pulls ahead, written by reconcile (core/serving/prefetch.ts):
+   * those of the services that may place a replica here, so one placed here starts without the pull.
+   */
+  readonly prefetchImages?: readonly string[];
 }
 
 /** A machine's billing facts, as reconcile saw it listed. */

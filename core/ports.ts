@@ -274,6 +274,8 @@ export interface NodeStore {
   markDraining(instanceId: string, drain: Draining & { groupId?: string }): Promise<NodeRecord>;
   /** Sets or clears the time since which the node has had no work. */
   setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void>;
+  /** Sets the images the node's agent pulls ahead (an empty list clears them). Returns false, writing nothing, when the node has no record. */
+  setPrefetch(instanceId: string, images: readonly string[]): Promise<boolean>;
   /** Forgets a node that is gone, its work list with it. Idempotent. */
   remove(instanceId: string): Promise<void>;
   /**

@@ -157,6 +157,9 @@ export class AgentApiNodeStore implements NodeStore {
   async setIdleSince(): Promise<void> {
     notForAgents('marking a node idle');
   }
+  async setPrefetch(): Promise<boolean> {
+    notForAgents("setting a node's images to pull ahead");
+  }
   async remove(): Promise<void> {
     notForAgents('removing a node');
   }

@@ -404,6 +404,21 @@ export class DynamoNodeStore implements NodeStore {
     );
   }
 
+  async setPrefetch(instanceId: string, images: readonly string[]): Promise<boolean> {
+    return updateIf(
+      this.doc,
+      {
+        TableName: this.table,
+        Key: { instanceId },
+        UpdateExpression: images.length === 0 ? 'REMOVE prefetchImages' : 'SET prefetchImages = :p',
+        ConditionExpression: 'attribute_exists(instanceId)',
+        ...(images.length === 0 ? {} : { ExpressionAttributeValues: { ':p': [...images] } }),
+      },
+      'set prefetch images',
+      instanceId,
+    );
+  }
+
   async noteMeter(instanceId: string, meter: MachineMeterFacts): Promise<boolean> {
     const input = {
       TableName: this.table,
@@ -522,6 +537,7 @@ function toNode(it: Record<string, unknown>): NodeRecord {
     ...(it.assigned !== undefined ? { assigned: it.assigned as Record<string, number> } : {}),
     ...(it.meter ? { meter: it.meter as MachineMeterFacts } : {}),
     ...(it.endedAtMs !== undefined ? { endedAtMs: it.endedAtMs as number } : {}),
+    ...(Array.isArray(it.prefetchImages) ? { prefetchImages: it.prefetchImages as string[] } : {}),
   };
 }
 

@@ -159,6 +159,7 @@ export class MemoryNodeStore implements NodeStore {
         ...(existing?.assigned ? { assigned: existing.assigned } : {}),
         ...(existing?.meter ? { meter: existing.meter } : {}),
         ...(existing?.endedAtMs !== undefined ? { endedAtMs: existing.endedAtMs } : {}),
+        ...(existing?.prefetchImages ? { prefetchImages: existing.prefetchImages } : {}),
         registeredAtMs: existing?.registeredAtMs ?? record.registeredAtMs,
       }),
     );
@@ -207,6 +208,14 @@ export class MemoryNodeStore implements NodeStore {
     if (!r) return;
     const { idleSinceMs: _old, ...rest } = r;
     this.records.set(instanceId, Object.freeze(idleSinceMs === undefined ? rest : { ...rest, idleSinceMs }));
+  }
+
+  async setPrefetch(instanceId: string, images: readonly string[]): Promise<boolean> {
+    const r = this.records.get(instanceId);
+    if (!r) return false;
+    const { prefetchImages: _old, ...rest } = r;
+    this.records.set(instanceId, Object.freeze(images.length === 0 ? rest : { ...rest, prefetchImages: Object.freeze([...images]) }));
+    return true;
   }
 
   async remove(instanceId: string): Promise<void> {

@@ -50,6 +50,8 @@ export interface ServiceSummary {
   readonly replicasStarted: number;
   /** Of them, those that pulled their image (the others found it on their machine); with a startup model only. */
   readonly imagePulls?: number;
+  /** Of them, those whose image their machine had pulled ahead (its record listed it), finished or under way. */
+  readonly imagesPulledAhead?: number;
   /** Replicas whose machine was taken (requeued, then replaced). */
   readonly replicasLost: number;
 }
@@ -159,7 +161,13 @@ export class ServiceMeter {
     return out;
   }
 
-  summary(jobs: readonly Job[], endMs: number, tickMs: number, imagePullsOf?: ReadonlyMap<string, number>): ServiceSummary[] {
+  summary(
+    jobs: readonly Job[],
+    endMs: number,
+    tickMs: number,
+    imagePullsOf?: ReadonlyMap<string, number>,
+    pulledAheadOf?: ReadonlyMap<string, number>,
+  ): ServiceSummary[] {
     return this.tracked.map((t) => {
       const replicas = jobs.filter((j) => j.spec?.labels?.[SERVICE_LABEL] === t.id);
       let heldSec = 0;
@@ -193,7 +201,7 @@ export class ServiceMeter {
         costMicroUsd: Math.round(cost),
         onDemandMicroUsd: Math.round(od),
         replicasStarted: replicas.length,
-        ...(t.startup ? { imagePulls: imagePullsOf?.get(t.id) ?? 0 } : {}),
+        ...(t.startup ? { imagePulls: imagePullsOf?.get(t.id) ?? 0, imagesPulledAhead: pulledAheadOf?.get(t.id) ?? 0 } : {}),
         // Every time a replica's machine was lost under it (a replica lost twice counts twice), as `report` counts them.
         replicasLost: replicas.reduce((n, j) => n + requeueCounts(j).requeues, 0),
       };

@@ -100,8 +100,12 @@ export interface SimAgentOptions {
    * time its spec expects).
    */
   readonly replicaLoadSecOf?: (job: Job, imageCached: boolean) => number;
-  /** Images a machine holds when it comes up (a warm pool's machine pulled them while it was prepared). */
-  readonly imagesAtBoot?: (inst: Instance) => readonly string[];
+  /**
+   * Seconds one pull of the image takes on a simulated machine, for images its record lists to pull
+   * ahead (the real agent pulls them through the container engine); undefined: an image the world
+   * knows no size of, pulled at once.
+   */
+  readonly imagePullSecOf?: (image: string) => number | undefined;
   /** Fault injection: this replica's load hangs: its process runs, its readiness path never answers. */
   readonly replicaHangs?: (job: Job) => boolean;
 }
@@ -230,8 +234,12 @@ interface SimMachine {
   renewedAtMs: number;
   /** Set while its lease has lapsed: its attempts are stopped and nothing starts. */
   fencedSinceMs?: number;
-  /** The container images on its disk: pulled by a replica that ran here, or before it came up. */
+  /** The container images on its disk: pulled by a replica that ran here, or ahead (its record's list). */
   readonly images: Set<string>;
+  /** The image being pulled ahead, one at a time as the real agent does, and when its pull ends. */
+  pulling?: { readonly image: string; readonly doneAtMs: number };
+  /** Of its images, those it pulled ahead. */
+  readonly pulledAhead: Set<string>;
 }
 
 export interface AgentStats {
@@ -252,6 +260,8 @@ export interface AgentStats {
   replicasHung: number;
   /** Service replicas that pulled their image (the others found it on their machine). */
   imagePulls: number;
+  /** Images machines pulled ahead because their records listed them. */
+  prefetchPulls: number;
   writeRetries: number;
   /** Calls the agent API's rules refused (core/services/agent-access.ts): an agent following the node-side rules makes none. */
   refusedCalls: number;
@@ -270,6 +280,8 @@ export class SimAgents {
   private readonly machines = new Map<string, SimMachine>();
   /** Replicas that pulled their image, by service id (the others found it on their machine). */
   readonly imagePullsOf = new Map<string, number>();
+  /** Replicas whose image their machine had pulled ahead (finished, or under way), by service id. */
+  readonly pulledAheadOf = new Map<string, number>();
   readonly stats: AgentStats = {
     started: 0,
     succeeded: 0,
@@ -284,6 +296,7 @@ export class SimAgents {
     startFailures: 0,
     replicasHung: 0,
     imagePulls: 0,
+    prefetchPulls: 0,
     writeRetries: 0,
     refusedCalls: 0,
     unansweredCalls: 0,
@@ -384,7 +397,8 @@ export class SimAgents {
           address: simulatedAddress(inst.id),
           processes: new Map(),
           renewedAtMs: now,
-          images: new Set(this.options.imagesAtBoot?.(inst) ?? []),
+          images: new Set(),
+          pulledAhead: new Set(),
         };
         this.machines.set(inst.id, m);
       }
@@ -406,6 +420,7 @@ export class SimAgents {
     for (const record of await this.options.nodes.list()) {
       const m = this.machines.get(record.instanceId);
       if (!m || !live.has(record.instanceId) || !this.answered(m, now, 'work')) continue;
+      this.pullAhead(m, record.prefetchImages ?? [], now);
       try {
         await this.syncWork(m, record.assigned ?? {}, record.gpus, now);
       } catch (error) {
@@ -588,22 +603,47 @@ export class SimAgents {
   }
 
   /**
+   * The images the machine's record lists to pull ahead: a pull that has ended puts its image on the
+   * disk, and the next listed image it lacks starts (one at a time, as the real agent pulls).
+   */
+  private pullAhead(m: SimMachine, listed: readonly string[], now: number): void {
+    if (m.pulling && now >= m.pulling.doneAtMs) {
+      m.images.add(m.pulling.image);
+      m.pulledAhead.add(m.pulling.image);
+      m.pulling = undefined;
+    }
+    if (m.pulling || m.fencedSinceMs !== undefined) return;
+    const next = listed.find((image) => !m.images.has(image));
+    if (next === undefined) return;
+    this.stats.prefetchPulls++;
+    m.pulling = { image: next, doneAtMs: now + (this.options.imagePullSecOf?.(next) ?? 0) * 1000 };
+  }
+
+  /**
    * When a replica starting now answers its readiness path: once loaded (its pull skipped when the
-   * machine holds its image, which it holds from then on), or never when its load hangs.
+   * machine holds its image, which it holds from then on; the rest of a pull ahead under way waited
+   * out), or never when its load hangs.
    */
   private answersFrom(m: SimMachine, job: Job, now: number): number {
-    const cached = m.images.has(job.spec.image);
+    const pulledAheadMs = m.pulling?.image === job.spec.image ? Math.max(0, m.pulling.doneAtMs - now) : undefined;
+    if (pulledAheadMs !== undefined) {
+      m.pulling = undefined;
+      m.pulledAhead.add(job.spec.image);
+    }
+    const cached = m.images.has(job.spec.image) || pulledAheadMs !== undefined;
+    const service = job.spec.labels?.[SERVICE_LABEL];
+    if (service !== undefined && (pulledAheadMs !== undefined || m.pulledAhead.has(job.spec.image)))
+      this.pulledAheadOf.set(service, (this.pulledAheadOf.get(service) ?? 0) + 1);
     m.images.add(job.spec.image);
     if (!cached) {
       this.stats.imagePulls++;
-      const service = job.spec.labels?.[SERVICE_LABEL];
       if (service !== undefined) this.imagePullsOf.set(service, (this.imagePullsOf.get(service) ?? 0) + 1);
     }
     if (this.options.replicaHangs?.(job)) {
       this.stats.replicasHung++;
       return Number.POSITIVE_INFINITY;
     }
-    return now + (this.options.replicaLoadSecOf?.(job, cached) ?? job.spec.service?.readiness.initialDelaySec ?? 0) * 1000;
+    return now + (pulledAheadMs ?? 0) + (this.options.replicaLoadSecOf?.(job, cached) ?? job.spec.service?.readiness.initialDelaySec ?? 0) * 1000;
   }
 
   private answers(p: SimProcess, now: number): boolean {

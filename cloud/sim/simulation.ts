@@ -492,6 +492,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const startupOf = new Map(
     (options.services ?? []).flatMap((s) => (s.startup ? [[serviceId(s.team, s.spec.name ?? ''), s.startup] as const] : [])),
   );
+  const startupByImage = new Map((options.services ?? []).flatMap((s) => (s.startup ? [[s.spec.image, s.startup] as const] : [])));
   const agents = new SimAgents({
     clock: env.clock,
     jobs: jobStore,
@@ -532,6 +533,11 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     replicaLoadSecOf: (job: Job, imageCached: boolean) => {
       const startup = startupOf.get(job.spec.labels?.[SERVICE_LABEL] ?? '');
       return startup ? replicaStartTime(startup, imageCached).totalSec : (job.spec.service?.readiness.initialDelaySec ?? 0);
+    },
+    // An image pulled ahead takes as long as a replica's own pull of it.
+    imagePullSecOf: (image: string) => {
+      const startup = startupByImage.get(image);
+      return startup ? replicaStartTime(startup, false).pullSec : undefined;
     },
   });
 
@@ -979,7 +985,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const isReplica = (j: Job) => j.spec?.labels?.[SERVICE_LABEL] !== undefined;
   const jobs = everything.filter((j) => !isReplica(j));
   const services =
-    options.services && options.services.length > 0 ? serviceMeter.summary(everything, endMs, tickMs, agents.imagePullsOf) : undefined;
+    options.services && options.services.length > 0 ? serviceMeter.summary(everything, endMs, tickMs, agents.imagePullsOf, agents.pulledAheadOf) : undefined;
   const costByTeam: Record<string, MicroUsd> = {};
   const countedUntil = new Map<string, number>();
   for (const row of await env.ledger.list())

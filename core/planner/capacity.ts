@@ -126,7 +126,7 @@ export function typeCanHold(type: InstanceType, request: GpuRequest, migMode: bo
 }
 
 /** Whether an offering is within a spec's placement limits (clouds, regions, zones). */
-export function placementAllowed(limits: JobSpec['placement'], o: Offering): boolean {
+export function placementAllowed(limits: JobSpec['placement'], o: Pick<Offering, 'cloud' | 'region' | 'zone'>): boolean {
   if (!limits) return true;
   if (limits.clouds && !limits.clouds.includes(o.cloud as 'aws' | 'gcp')) return false;
   if (limits.regions && !limits.regions.includes(o.region)) return false;

@@ -318,6 +318,7 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
     },
     list: async () => notForAgents('listing nodes'),
     setIdleSince: async () => notForAgents('marking a node idle'),
+    setPrefetch: async () => notForAgents("setting a node's images to pull ahead"),
     remove: async () => notForAgents('removing a node'),
     noteMeter: async () => notForAgents("stamping a machine's billing facts"),
     noteEnded: async () => notForAgents("recording a machine's end"),

@@ -19,11 +19,13 @@ import type {
   FrontDoor,
   FrontDoorTarget,
   JobStore,
+  NodeStore,
   ServiceLoadSource,
   ServiceStore,
   TeamInForce,
 } from '../ports.ts';
 import { applyJobEvent } from './job-updates.ts';
+import { imagesToPrefetch, prefetchChanged } from '../serving/prefetch.ts';
 import {
   agentFoundAnswering,
   decideReplicas,
@@ -44,6 +46,8 @@ export interface ServicePorts {
   readonly frontDoor?: FrontDoor;
   readonly jobs: JobStore;
   readonly catalog: CatalogSource;
+  /** Where each machine's images to pull ahead are written; without it none are. */
+  readonly nodes?: Pick<NodeStore, 'setPrefetch'>;
 }
 
 export interface ServiceStepResult {
@@ -52,6 +56,8 @@ export interface ServiceStepResult {
   /** Targets registered with and deregistered from the services' load balancers. */
   readonly registered: number;
   readonly deregistered: number;
+  /** Machines whose list of images to pull ahead was written (changed) this step. */
+  readonly prefetchWritten?: number;
   readonly decisions: readonly {
     readonly service: string;
     readonly target: number;
@@ -93,7 +99,10 @@ export async function reconcileServices(
   options: { readonly intervalSec: number; readonly bootSec: number },
 ): Promise<ServiceStepResult> {
   const services = await ports.services.list();
-  if (services.length === 0) return { started: 0, cancelled: 0, registered: 0, deregistered: 0, decisions: [] };
+  if (services.length === 0) {
+    const prefetchWritten = await writePrefetch(ports, world, [], new Map());
+    return { started: 0, cancelled: 0, registered: 0, deregistered: 0, decisions: [], ...(prefetchWritten > 0 ? { prefetchWritten } : {}) };
+  }
   // The budgets in force as the last reconcile read them: a team whose budget holds its work, or whose GPU cap is
   // reached, gets no more replicas (the planner would hold them pending anyway; the decision says why).
   const teams = new Map(((await ports.decisions?.recent(1))?.[0]?.teams ?? []).map((t) => [t.id, t]));
@@ -173,7 +182,33 @@ export async function reconcileServices(
       ...(decision.replaced.length > 0 ? { replaced: decision.replaced } : {}),
     });
   }
-  return { started, cancelled, registered, deregistered, decisions };
+  const prefetchWritten = await writePrefetch(ports, world, services, types);
+  return { started, cancelled, registered, deregistered, decisions, ...(prefetchWritten > 0 ? { prefetchWritten } : {}) };
+}
+
+/**
+ * Each live machine's images to pull ahead (core/serving/prefetch.ts), written where they changed:
+ * in steady state nothing is written. A machine's GPU mode is what its agent reports, else its group's.
+ */
+async function writePrefetch(
+  ports: Pick<ServicePorts, 'nodes'>,
+  world: WorldView,
+  services: readonly ServiceRecord[],
+  types: InstanceTypeCatalog,
+): Promise<number> {
+  if (!ports.nodes) return 0;
+  const instances = new Map(world.instances.map((i) => [i.id, i]));
+  const groups = new Map(world.groups.map((g) => [g.id, g]));
+  let written = 0;
+  for (const r of world.records) {
+    const inst = instances.get(r.instanceId);
+    if (!inst || inst.state === 'terminated' || r.endedAtMs !== undefined) continue;
+    const mig = r.gpus.length > 0 ? r.gpus.some((g) => g.migEnabled) : groups.get(inst.groupId)?.migEnabled === true;
+    const wanted = imagesToPrefetch(inst, mig, services, types);
+    if (!prefetchChanged(r.prefetchImages, wanted)) continue;
+    if (await ports.nodes.setPrefetch(r.instanceId, wanted)) written++;
+  }
+  return written;
 }
 
 /**

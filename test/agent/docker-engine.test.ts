@@ -45,7 +45,12 @@ const LABEL = 'io.gpu-fleet.job';
 /** The real docker runner, given no GPU device (this machine has none for docker to hand over). */
 function noGpuRunner(envDir: string): JobRunner {
   const inner = new DockerRunner('docker', process.env, [], envDir);
-  return { kind: 'docker', start: (launch) => inner.start({ ...launch, devices: [] }), cleanUpLeftovers: () => inner.cleanUpLeftovers() };
+  return {
+    kind: 'docker',
+    start: (launch) => inner.start({ ...launch, devices: [] }),
+    cleanUpLeftovers: () => inner.cleanUpLeftovers(),
+    prefetch: (image) => inner.prefetch(image),
+  };
 }
 
 function docker(...args: string[]): string {
@@ -292,6 +297,40 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
       await w.shutdown();
     }
   }, 60_000);
+
+  it("pulls ahead the images its record lists: the local image is found present, one no registry here has is logged and tried again later, and the work list goes on", async () => {
+    const w = agentWorld();
+    const work = tmp('agent-p');
+    const a = w.agent('i-p', { workDir: work, runner: noGpuRunner(join(work, 'env')) });
+    const id = jobIdFor('nlp', `after-prefetch-${run}`);
+    await a.heartbeat();
+    // Nothing listens on port 1 here: the engine's pull is refused at once (no wait on the internet).
+    const absent = '127.0.0.1:1/gpu-fleet/absent:never';
+    expect(await w.nodes.setPrefetch('i-p', [absent, image].sort())).toBe(true);
+    await a.heartbeat();
+    await a.prefetcher.settled();
+    await a.heartbeat();
+    await a.prefetcher.settled();
+    // One pull at a time, in the record's order; the one that failed waits its back-off, the next is found present.
+    expect(a.prefetcher.images).toEqual([image]);
+    const failed = w.logs.filter((l) => l.message.startsWith('could not pull an image ahead'));
+    expect(failed).toHaveLength(1);
+    expect(failed[0]!.extra).toMatchObject({ image: absent, failures: 1, retryInSec: 60 });
+    expect(String(failed[0]!.extra!.error)).toMatch(/^docker pull 127\.0\.0\.1:1\/gpu-fleet\/absent:never failed \(exit 1\): /);
+    // Present already: nothing pulled, nothing said.
+    expect(w.logs.some((l) => l.message === 'pulled an image ahead')).toBe(false);
+    // Its look at the work list still runs the jobs placed here.
+    try {
+      await w.submit(id, spec(['-e', 'process.exit(0)']));
+      await w.place(id, ['i-p']);
+      await waitFor('the job to finish', async () => {
+        await a.heartbeat();
+        return (await w.jobs.get(id))?.state === 'succeeded';
+      });
+    } finally {
+      await w.shutdown();
+    }
+  }, 120_000);
 
   it('serves a replica on the host network: the front door reaches it where it registered it, the agent scrapes it, and it leaves the load balancer before its container stops', async () => {
     const w = agentWorld();

@@ -133,6 +133,20 @@ export function nodeStoreContract(name: string, make: () => Promise<NodeStore>):
       expect((await s.get('i-1'))!.assigned).toEqual({ 'nlp.b/x:y': 2 });
     });
 
+    it("sets a node's images to pull ahead, keeps them across re-registration and heartbeats, and clears them with an empty list", async () => {
+      const s = await make();
+      expect(await s.setPrefetch('i-1', ['vllm/vllm-openai:v0.6.3'])).toBe(false); // no record: nothing written
+      expect(await s.get('i-1')).toBeUndefined();
+      await s.register(record('i-1'));
+      expect((await s.get('i-1'))!.prefetchImages).toBeUndefined();
+      expect(await s.setPrefetch('i-1', ['nvcr.io/nvidia/tritonserver:24.08-py3', 'vllm/vllm-openai:v0.6.3'])).toBe(true);
+      await s.register(record('i-1', T0 + 1000));
+      await s.heartbeat('i-1', T0 + 2000);
+      expect((await s.get('i-1'))!.prefetchImages).toEqual(['nvcr.io/nvidia/tritonserver:24.08-py3', 'vllm/vllm-openai:v0.6.3']);
+      expect(await s.setPrefetch('i-1', [])).toBe(true);
+      expect((await s.get('i-1'))!.prefetchImages).toBeUndefined();
+    });
+
     it('keeps the work list across re-registration, heartbeats and draining', async () => {
       const s = await make();
       await s.register(record('i-1'));
