@@ -36,6 +36,12 @@ export interface ServiceSummary {
   readonly requestsWithinObjectivePct?: number;
   /** The objective, in words ("wait ≤ 2 s"). */
   readonly objective?: string;
+  /**
+   * With an objective: the requests served outside it, by what their tick had ready: none at all
+   * (`noneReady`, with the ticks `noneReadyTicks`), fewer than the load needed (`short`), or enough
+   * replicas that still queued past the objective (`enough`). Rounded to whole requests.
+   */
+  readonly missedRequests?: { readonly noneReady: number; readonly noneReadyTicks: number; readonly short: number; readonly enough: number };
   readonly shortReplicaMinutes: number;
   readonly peakNeeded: number;
   readonly peakReplicas: number;
@@ -66,6 +72,7 @@ interface Tracked {
   ticks: number;
   requests: number;
   withinObjective: number;
+  missed: { noneReady: number; noneReadyTicks: number; short: number; enough: number };
   met: number;
   shortTicks: number;
   peakNeeded: number;
@@ -97,6 +104,7 @@ export class ServiceMeter {
           ticks: 0,
           requests: 0,
           withinObjective: 0,
+          missed: { noneReady: 0, noneReadyTicks: 0, short: 0, enough: 0 },
           met: 0,
           shortTicks: 0,
           peakNeeded: 0,
@@ -148,6 +156,12 @@ export class ServiceMeter {
           const requests = (rps * tickMs) / 1000;
           t.requests += requests;
           t.withinObjective += requests * within;
+          const missed = requests * (1 - within);
+          if (up.length === 0) {
+            t.missed.noneReady += missed;
+            t.missed.noneReadyTicks++;
+          } else if (up.length < needed) t.missed.short += missed;
+          else t.missed.enough += missed;
         }
       }
       out[t.id] = {
@@ -190,6 +204,12 @@ export class ServiceMeter {
           ? {
               requestsWithinObjectivePct: t.requests > 0 ? Math.floor((10_000 * t.withinObjective) / t.requests) / 100 : 100,
               objective: `wait ≤ ${t.objective.waitSec} s`,
+              missedRequests: {
+                noneReady: Math.round(t.missed.noneReady),
+                noneReadyTicks: t.missed.noneReadyTicks,
+                short: Math.round(t.missed.short),
+                enough: Math.round(t.missed.enough),
+              },
             }
           : {}),
         shortReplicaMinutes: Math.round((t.shortTicks * tickMs) / 60_000),

@@ -141,6 +141,9 @@ describe('services in the simulated control loop', () => {
     expect(capped!.id).toBe('nlp.capped');
     expect(capped!.availabilityPct).toBeGreaterThan(90);
     expect(capped!.requestsWithinObjectivePct).toBeLessThan(5);
+    // Its misses are requests queued past the objective while it had all the replicas its cap allows.
+    const m = capped!.missedRequests!;
+    expect(m.enough).toBeGreaterThan(0.9 * (m.noneReady + m.short + m.enough));
     // A service without an objective has no request figure, only its ticks.
     expect(plain!.requestsWithinObjectivePct).toBeUndefined();
     expect(plain!.objective).toBeUndefined();
