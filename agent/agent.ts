@@ -52,6 +52,7 @@ import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { deviceReadings, gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
 import { safeJobName, type Exit, type JobProcess, type JobRunner } from './runner.ts';
 import { ImagePrefetcher } from './prefetch.ts';
+import { prefetchChanged } from '../core/serving/prefetch.ts';
 import { LogShipper } from './log-shipper.ts';
 import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
@@ -199,6 +200,8 @@ export class NodeAgent {
   private readonly uploads: UploadWorker;
   /** Pulls ahead the images the node's record lists (services that may place a replica here). */
   readonly prefetcher: ImagePrefetcher;
+  /** Images of the containers it started: on its disk once they ran, which the prefetcher confirms. */
+  private readonly ranImages = new Set<string>();
   private readonly cleanups = new Set<Promise<void>>();
   private registeredGpus: string | undefined;
   private dcgmFailing = false;
@@ -428,7 +431,10 @@ export class NodeAgent {
     // Ends not yet written (the control plane did not answer when they happened) go first.
     for (const l of [...this.local.values()]) if (l.unreported) await l.unreported();
     const record = await this.ports.nodes.get(this.instanceId);
-    this.prefetcher.want(record?.prefetchImages ?? []);
+    // The images its record lists, then those its containers ran (found on the disk, not pulled again).
+    this.prefetcher.want([...(record?.prefetchImages ?? []), ...this.ranImages]);
+    const held = this.prefetcher.images;
+    if (record && prefetchChanged(record.images, held)) await this.ports.nodes.noteImages(this.instanceId, held);
     const steps: { jobId: string; attempt: number; job: Job | undefined; step: NodeStep }[] = [];
     const current = new Set<string>();
     for (const [jobId, attempt] of Object.entries(record?.assigned ?? {})) {
@@ -554,6 +560,7 @@ export class NodeAgent {
     };
     let proc: JobProcess;
     try {
+      if (this.ports.runner.prefetch) this.ranImages.add(job.spec.image);
       proc = await this.ports.runner.start({
         jobId: job.id,
         attempt: job.attempt,

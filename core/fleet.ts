@@ -99,6 +99,11 @@ export interface NodeRecord {
    * those of the services that may place a replica here, so one placed here starts without the pull.
    */
   readonly prefetchImages?: readonly string[];
+  /**
+   * Container images the machine's agent says are on its disk (pulled ahead, or pulled by a
+   * container it ran), sorted: a replica placed here starts without its pull.
+   */
+  readonly images?: readonly string[];
 }
 
 /** A machine's billing facts, as reconcile saw it listed. */

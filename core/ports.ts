@@ -276,6 +276,8 @@ export interface NodeStore {
   setIdleSince(instanceId: string, idleSinceMs: number | undefined): Promise<void>;
   /** Sets the images the node's agent pulls ahead (an empty list clears them). Returns false, writing nothing, when the node has no record. */
   setPrefetch(instanceId: string, images: readonly string[]): Promise<boolean>;
+  /** Records the images the node's agent holds (it reports them when they change). Returns false, writing nothing, when the node has no record. */
+  noteImages(instanceId: string, images: readonly string[]): Promise<boolean>;
   /** Forgets a node that is gone, its work list with it. Idempotent. */
   remove(instanceId: string): Promise<void>;
   /**

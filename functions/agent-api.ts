@@ -76,6 +76,7 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       const record = await view.nodes.get(instanceId);
       return record ? { record } : {};
     },
+    'node/images': async (view, { images }) => ({ known: await view.nodes.noteImages(view.nodeId, images) }),
     'node/unassign': async (view, { jobId, attempt }) => {
       await view.nodes.unassign(view.nodeId, jobId, attempt);
       return {};

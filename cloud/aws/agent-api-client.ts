@@ -157,6 +157,10 @@ export class AgentApiNodeStore implements NodeStore {
   async setIdleSince(): Promise<void> {
     notForAgents('marking a node idle');
   }
+  async noteImages(instanceId: string, images: readonly string[]): Promise<boolean> {
+    this.own(instanceId, 'its images');
+    return (await this.api.call('node/images', { images: [...images] })).known;
+  }
   async setPrefetch(): Promise<boolean> {
     notForAgents("setting a node's images to pull ahead");
   }

@@ -58,6 +58,7 @@ export const AGENT_API = {
   'node/heartbeat': z.object({ health: z.optional(health) }),
   'node/get': z.object({ instanceId: text(1, 128) }),
   'node/unassign': z.object({ jobId, attempt }),
+  'node/images': z.object({ images: z.array(text(1, 512)).check(z.maxLength(64)) }),
   'node/drain': z.object({
     drain: z.object({ sinceMs: timeMs, reason: text(1, 2000), deadlineMs: timeMs, groupId: z.optional(text(0, 256)) }),
   }),
@@ -111,6 +112,7 @@ export interface AgentApiResponses {
   'node/heartbeat': { known: boolean };
   'node/get': { record?: NodeRecord };
   'node/unassign': Record<string, never>;
+  'node/images': { known: boolean };
   'node/drain': { record: NodeRecord };
   'job/get': { job?: Job };
   'job/update': WriteResult;

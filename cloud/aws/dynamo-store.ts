@@ -419,6 +419,21 @@ export class DynamoNodeStore implements NodeStore {
     );
   }
 
+  async noteImages(instanceId: string, images: readonly string[]): Promise<boolean> {
+    return updateIf(
+      this.doc,
+      {
+        TableName: this.table,
+        Key: { instanceId },
+        UpdateExpression: images.length === 0 ? 'REMOVE images' : 'SET images = :i',
+        ConditionExpression: 'attribute_exists(instanceId)',
+        ...(images.length === 0 ? {} : { ExpressionAttributeValues: { ':i': [...images].sort() } }),
+      },
+      'note node images',
+      instanceId,
+    );
+  }
+
   async noteMeter(instanceId: string, meter: MachineMeterFacts): Promise<boolean> {
     const input = {
       TableName: this.table,
@@ -538,6 +553,7 @@ function toNode(it: Record<string, unknown>): NodeRecord {
     ...(it.meter ? { meter: it.meter as MachineMeterFacts } : {}),
     ...(it.endedAtMs !== undefined ? { endedAtMs: it.endedAtMs as number } : {}),
     ...(Array.isArray(it.prefetchImages) ? { prefetchImages: it.prefetchImages as string[] } : {}),
+    ...(Array.isArray(it.images) ? { images: it.images as string[] } : {}),
   };
 }
 

@@ -160,6 +160,7 @@ export class MemoryNodeStore implements NodeStore {
         ...(existing?.meter ? { meter: existing.meter } : {}),
         ...(existing?.endedAtMs !== undefined ? { endedAtMs: existing.endedAtMs } : {}),
         ...(existing?.prefetchImages ? { prefetchImages: existing.prefetchImages } : {}),
+        ...(existing?.images ? { images: existing.images } : {}),
         registeredAtMs: existing?.registeredAtMs ?? record.registeredAtMs,
       }),
     );
@@ -215,6 +216,14 @@ export class MemoryNodeStore implements NodeStore {
     if (!r) return false;
     const { prefetchImages: _old, ...rest } = r;
     this.records.set(instanceId, Object.freeze(images.length === 0 ? rest : { ...rest, prefetchImages: Object.freeze([...images]) }));
+    return true;
+  }
+
+  async noteImages(instanceId: string, images: readonly string[]): Promise<boolean> {
+    const r = this.records.get(instanceId);
+    if (!r) return false;
+    const { images: _old, ...rest } = r;
+    this.records.set(instanceId, Object.freeze(images.length === 0 ? rest : { ...rest, images: Object.freeze([...images].sort()) }));
     return true;
   }
 

@@ -3,6 +3,7 @@ import { ConflictError } from '../../core/errors.ts';
 import { stillRuns, type Instance } from '../../core/fleet.ts';
 import { GPU_SPEED, type GpuDevice, type GpuModel } from '../../core/gpu.ts';
 import { migProfile, MIG_GPUS } from '../../core/mig.ts';
+import { prefetchChanged } from '../../core/serving/prefetch.ts';
 import {
   addGpuLook,
   newGpuUseTally,
@@ -422,6 +423,8 @@ export class SimAgents {
       if (!m || !live.has(record.instanceId) || !this.answered(m, now, 'work')) continue;
       this.pullAhead(m, record.prefetchImages ?? [], now);
       try {
+        const held = [...m.images].sort();
+        if (prefetchChanged(record.images, held)) await this.as(m).nodes.noteImages(m.instance.id, held);
         await this.syncWork(m, record.assigned ?? {}, record.gpus, now);
       } catch (error) {
         if (this.refused(error)) continue;

@@ -40,6 +40,8 @@ export interface NodeCapacity extends Pick<Instance, 'id' | 'groupId' | 'cloud' 
    * gang leaders' rendezvous ports): a job that needs one of them does not fit here. Kept by {@link commitFit}.
    */
   readonly ports: number[];
+  /** Container images its agent says it holds (a live machine's, as reported); a replica of one starts here without its pull. */
+  readonly images?: readonly string[];
 }
 
 /** The first rendezvous port a gang leader's machine gives (torch.distributed's default MASTER_PORT), and how many follow it. */

@@ -1,6 +1,7 @@
 /**
  * Fit search: where in an index a job of a class would fit best. Best fit is the fullest machine
- * that fits (ties: cheapest, then by id); a gang takes that many distinct machines in one zone.
+ * that fits (ties: cheapest, then by id); a gang takes that many distinct machines in one zone. A
+ * service replica goes where its image already is when that costs no more per hour.
  * Also a class's homes: the pools that are its cheapest per GPU. Searches only; it must not take
  * room (that is `commitPlacement`) or decide whether a job may have it (that is limits).
  */
@@ -11,6 +12,26 @@ import { portsFree, tryFit, usedMilli, type CapacityIndex, type NodeCapacity, ty
 import { perMilli, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
 
 export function findFits(
+  st: PlanningState,
+  index: CapacityIndex,
+  e: Entry,
+  only?: ReadonlySet<string>,
+  acceptNode?: (node: NodeCapacity) => boolean,
+): Fit[] | undefined {
+  const best = bestFits(st, index, e, only, acceptNode);
+  // A service replica starts sooner where its image already is (no pull): such a machine is
+  // preferred to the best fit when a GPU of it costs no more per hour (its rework factor counted).
+  const image = e.job.spec.service ? e.job.spec.image : undefined;
+  if (!best || best.length !== 1 || image === undefined || best[0]!.node.images?.includes(image)) return best;
+  const holds = (node: NodeCapacity) => node.images?.includes(image) === true && (acceptNode === undefined || acceptNode(node));
+  const warm = bestFits(st, index, e, only, holds);
+  if (!warm || warm.length !== 1) return best;
+  // Per GPU, so machines of different sizes compare by what the replica's share of them costs.
+  const cost = (f: Fit) => (f.node.priceMicroUsdPerHour / Math.max(1, f.node.gpus.length)) * (e.cls.eligible.get(f.node.poolKey) ?? 1);
+  return cost(warm[0]!) <= cost(best[0]!) ? warm : best;
+}
+
+function bestFits(
   st: PlanningState,
   index: CapacityIndex,
   e: Entry,

@@ -163,6 +163,7 @@ export function machineCapacity(s: Snapshot, fleetNode: FleetNode, groupMigEnabl
     gpus,
     freeWhole: countFreeWhole(gpus),
     ports: [],
+    ...(fleetNode.record?.images ? { images: fleetNode.record.images } : {}),
   };
 }
 

@@ -10,7 +10,7 @@ import type { CheckpointStore, Clock, JobStore, NodeStore } from '../ports.ts';
  * an agent; the agent itself never holds a write permission on a table.
  *
  * The rules, for the machine `nodeId` (the instance id its credentials name):
- * - its own node record only (register, heartbeat, unassign, drain mark);
+ * - its own node record only (register, heartbeat, unassign, drain mark, the images it holds);
  * - a job, to read, while the job is on its work list or it holds or held one of its attempts;
  * - a job, to write, only while it holds the job's current attempt, and only a write that is the
  *   job's transition under one event an agent sends (start, checkpoint asked for, checkpoint
@@ -315,6 +315,10 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
     async unassign(instanceId, jobId, attempt) {
       own(instanceId, 'change the work list');
       await stores.nodes.unassign(nodeId, jobId, attempt);
+    },
+    async noteImages(instanceId, images) {
+      own(instanceId, 'report its images');
+      return stores.nodes.noteImages(nodeId, images);
     },
     list: async () => notForAgents('listing nodes'),
     setIdleSince: async () => notForAgents('marking a node idle'),

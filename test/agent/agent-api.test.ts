@@ -229,6 +229,7 @@ describe('node agent through the agent API', () => {
     // Another machine's record: the body cannot name it; drains and work-list changes land on the caller's own record.
     await hostile.call('node/unassign', { jobId: 'cv.theirs', attempt: 1 });
     await hostile.call('node/register', { record: { groupId: 'evil', gpus: [], healthy: false } });
+    await hostile.call('node/images', { images: ['evil/miner:1'] });
     expect(await w.nodes.get(B)).toEqual(bBefore);
     expect(await refusal(hostile.call('node/get', { instanceId: B }))).toMatch(/shares no job/);
 

@@ -319,6 +319,9 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
     expect(String(failed[0]!.extra!.error)).toMatch(/^docker pull 127\.0\.0\.1:1\/gpu-fleet\/absent:never failed \(exit 1\): /);
     // Present already: nothing pulled, nothing said.
     expect(w.logs.some((l) => l.message === 'pulled an image ahead')).toBe(false);
+    // It says what it holds on its record, where the planner reads it.
+    await a.heartbeat();
+    expect((await w.nodes.get('i-p'))!.images).toEqual([image]);
     // Its look at the work list still runs the jobs placed here.
     try {
       await w.submit(id, spec(['-e', 'process.exit(0)']));

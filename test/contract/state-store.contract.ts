@@ -147,6 +147,17 @@ export function nodeStoreContract(name: string, make: () => Promise<NodeStore>):
       expect((await s.get('i-1'))!.prefetchImages).toBeUndefined();
     });
 
+    it('records the images a node holds, sorted, kept across re-registration, cleared with an empty list', async () => {
+      const s = await make();
+      expect(await s.noteImages('i-1', ['vllm/vllm-openai:v0.6.3'])).toBe(false);
+      await s.register(record('i-1'));
+      expect(await s.noteImages('i-1', ['vllm/vllm-openai:v0.6.3', 'acme/a:1'])).toBe(true);
+      await s.register(record('i-1', T0 + 1000));
+      expect((await s.get('i-1'))!.images).toEqual(['acme/a:1', 'vllm/vllm-openai:v0.6.3']);
+      expect(await s.noteImages('i-1', [])).toBe(true);
+      expect((await s.get('i-1'))!.images).toBeUndefined();
+    });
+
     it('keeps the work list across re-registration, heartbeats and draining', async () => {
       const s = await make();
       await s.register(record('i-1'));

@@ -103,4 +103,27 @@ describe("planner: a machine's ports", () => {
     const placed = placements(p);
     expect(new Set(Object.values(placed).map((x) => x.nodes[0]!.nodeId)).size).toBe(2);
   });
+
+  it('puts a replica where its image already is when that costs no more per hour, even off the best fit; never at a higher price', () => {
+    const chatImage = aJob({ spec: service('chat', 8000) }).spec.image;
+    const other = aGroup({ instanceType: 'p3.16xlarge', capacityType: 'on-demand' });
+    // i-1 is the best fit (fuller: a running job holds two of its GPUs); i-2 holds the replica's image.
+    const busy = running('team-a.batch', 'i-1', { gpuIndices: [0, 1] }, { spec: { gpu: { kind: 'whole', count: 2 } } });
+    const placedOn = (holder: ReturnType<typeof aNode>) =>
+      placements(
+        plan(
+          aSnapshot({
+            groups: [g, other],
+            nodes: [aNode('i-1', { group: g }), holder],
+            activeJobs: [busy],
+            pendingJobs: [replica('chat', 1, 8000)],
+          }),
+        ),
+      )['team-a.chat-r1']?.nodes[0]?.nodeId;
+    expect(placedOn(aNode('i-2', { group: g }))).toBe('i-1');
+    expect(placedOn(aNode('i-2', { group: g, record: { images: [chatImage] } }))).toBe('i-2');
+    // The same image on a machine whose GPUs cost more (a p3.16xlarge: $3.06 a GPU-hour against $1.42): the best fit keeps it.
+    const dearer = aNode('i-2', { group: other, record: { images: [chatImage] } });
+    expect(placedOn(dearer)).toBe('i-1');
+  });
 });
