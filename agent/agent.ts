@@ -20,7 +20,7 @@ import type {
 import type { ServiceMetric } from '../core/serving/autoscale.ts';
 import { SERVICE_LABEL } from '../core/serving/service.ts';
 import type { Reason } from '../core/reason.ts';
-import { applyJobEvent, finishCancelled } from '../core/services/job-updates.ts';
+import { applyJobEvent, attachWhileHeld, finishCancelled } from '../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../core/services/node-reports.ts';
 import {
   afterCheckpoint,
@@ -732,7 +732,7 @@ export class NodeAgent {
       // again, after an earlier try's job write failed, keeps its first completion time there), or a newer one.
       if (complete) {
         const newest = (await this.ports.checkpoints.latest(l.jobId)) ?? saved;
-        await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-done', checkpoint: newest }, saved.completedAtMs);
+        await applyJobEvent(this.ports.jobs, l.jobId, attachWhileHeld(l.attempt, this.instanceId, newest), saved.completedAtMs);
       }
       this.ports.log.info('checkpoint saved', {
         job: l.jobId,

@@ -17,7 +17,7 @@ import { SERVICE_LABEL } from '../../core/serving/service.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
 import { AgentRefused, agentView, type AgentView } from '../../core/services/agent-access.ts';
-import { applyJobEvent, finishCancelled } from '../../core/services/job-updates.ts';
+import { applyJobEvent, attachWhileHeld, finishCancelled } from '../../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../../core/services/node-reports.ts';
 import {
   afterCheckpoint,
@@ -238,7 +238,7 @@ interface SimMachine {
   /** The container images on its disk: pulled by a replica that ran here, or ahead (its record's list). */
   readonly images: Set<string>;
   /** The image being pulled ahead, one at a time as the real agent does, and when its pull ends. */
-  pulling?: { readonly image: string; readonly doneAtMs: number };
+  pulling?: { readonly image: string; readonly startedAtMs: number; readonly doneAtMs: number };
   /** Of its images, those it pulled ahead. */
   readonly pulledAhead: Set<string>;
 }
@@ -619,7 +619,7 @@ export class SimAgents {
     const next = listed.find((image) => !m.images.has(image));
     if (next === undefined) return;
     this.stats.prefetchPulls++;
-    m.pulling = { image: next, doneAtMs: now + (this.options.imagePullSecOf?.(next) ?? 0) * 1000 };
+    m.pulling = { image: next, startedAtMs: now, doneAtMs: now + (this.options.imagePullSecOf?.(next) ?? 0) * 1000 };
   }
 
   /**
@@ -628,14 +628,16 @@ export class SimAgents {
    * out), or never when its load hangs.
    */
   private answersFrom(m: SimMachine, job: Job, now: number): number {
-    const pulledAheadMs = m.pulling?.image === job.spec.image ? Math.max(0, m.pulling.doneAtMs - now) : undefined;
-    if (pulledAheadMs !== undefined) {
-      m.pulling = undefined;
-      m.pulledAhead.add(job.spec.image);
-    }
-    const cached = m.images.has(job.spec.image) || pulledAheadMs !== undefined;
+    const image = job.spec.image;
+    // A pull ahead of this image under way: the replica waits out the rest of it; one that began at
+    // this very look saved nothing, and counts as the replica's own pull.
+    const underWay = m.pulling?.image === image ? m.pulling : undefined;
+    if (underWay) m.pulling = undefined;
+    const pulledAheadMs = underWay && underWay.startedAtMs < now ? Math.max(0, underWay.doneAtMs - now) : undefined;
+    if (pulledAheadMs !== undefined) m.pulledAhead.add(image);
+    const cached = m.images.has(image) || pulledAheadMs !== undefined;
     const service = job.spec.labels?.[SERVICE_LABEL];
-    if (service !== undefined && (pulledAheadMs !== undefined || m.pulledAhead.has(job.spec.image)))
+    if (service !== undefined && cached && m.pulledAhead.has(image))
       this.pulledAheadOf.set(service, (this.pulledAheadOf.get(service) ?? 0) + 1);
     m.images.add(job.spec.image);
     if (!cached) {
@@ -748,6 +750,11 @@ export class SimAgents {
     // Stop what is no longer this machine's first: two attempts of a job never live at once.
     for (const p of [...m.processes.values()]) {
       if (!current.has(`${p.jobId}#${p.attempt}`) && !p.checkpointing) await this.end(m, p, now, true);
+    }
+    // A save under way for an attempt that moved on (reconcile gave up on it) goes on to its end, as the real agent's
+    // does: the index may still take it; then the process stops.
+    for (const p of [...m.processes.values()]) {
+      if (!current.has(`${p.jobId}#${p.attempt}`) && p.checkpointing) await this.advanceCheckpoint(m, p, now);
     }
     for (const { jobId, attempt, job, p } of steps) {
       await this.advanceUpload(m, p, now);
@@ -919,7 +926,7 @@ export class SimAgents {
         // The job names the index's newest complete checkpoint: this save as the index recorded it (a completion marked
         // again, after the job's write failed, is dated again here but not in the index), or a newer one.
         const newest = (await this.as(m).checkpoints.latest(p.jobId)) ?? saved;
-        await applyJobEvent(this.as(m).jobs, p.jobId, { type: 'checkpoint-done', checkpoint: newest }, now);
+        await applyJobEvent(this.as(m).jobs, p.jobId, attachWhileHeld(p.attempt, m.instance.id, newest), now);
         this.stats.checkpoints++;
       }
       await this.say(p, now, `checkpoint saved at ${Math.round(u.ref.progressSec)} s of work: ${u.ref.location}`);

@@ -1,5 +1,5 @@
 import { ConflictError } from '../errors.ts';
-import { finishCancel, transition, type Job, type JobEvent, type TransitionResult } from '../job.ts';
+import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent, type TransitionResult } from '../job.ts';
 import type { AttemptGpuUse } from '../gpu-use.ts';
 import type { JobStore } from '../ports.ts';
 
@@ -30,6 +30,17 @@ export async function applyJobEvent(
     },
     maxTries,
   );
+}
+
+/**
+ * A machine's agent attaching a checkpoint its attempt saved: only while that attempt is the job's
+ * and the job is placed on the machine. Once the job moved on (reconcile gave up on the save and
+ * requeued it), the index keeps the checkpoint, the next attempt resumes from the index, and the
+ * machine writes nothing to a job it no longer holds (the agent API would refuse it).
+ */
+export function attachWhileHeld(attempt: number, nodeId: string, checkpoint: CheckpointRef): (job: Job) => JobEvent | undefined {
+  return (job) =>
+    job.attempt === attempt && job.placement?.nodes.some((n) => n.nodeId === nodeId) ? { type: 'checkpoint-done', checkpoint } : undefined;
 }
 
 /** Records a job whose cancel was asked for as cancelled, once its process is gone (the leader's report). */

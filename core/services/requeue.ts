@@ -6,7 +6,7 @@ import { applyJobEvent, type UpdateOutcome } from './job-updates.ts';
 
 /**
  * Puts one attempt of a job back in the queue, resuming from its newest complete checkpoint
- * (attempt + 1, priority kept). Idempotent by attempt: requeueing an attempt that already
+ * (attempt + 1, priority kept; the checkpoint is attached while that attempt is still the job's). Idempotent by attempt: requeueing an attempt that already
  * ended or was already requeued changes nothing, so every path that notices a lost node
  * (interruption warning, state change, missed heartbeats, the agent's own notice) can call it.
  */
@@ -19,7 +19,9 @@ export async function requeueAttempt(
     const attached = await applyJobEvent(
       ports.jobs,
       input.jobId,
-      (job) => (isNewer(latest, job) ? { type: 'checkpoint-done', checkpoint: latest } : undefined),
+      // Only while the attempt being requeued is the job's: once it moved on, the next attempt resumes from the index
+      // anyway, and a machine that ran the old attempt holds no job it may write.
+      (job) => (job.attempt === input.attempt && isNewer(latest, job) ? { type: 'checkpoint-done', checkpoint: latest } : undefined),
       input.nowMs,
     );
     if (attached.status === 'not-found') return attached;
