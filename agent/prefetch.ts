@@ -22,7 +22,10 @@ export class ImagePrefetcher {
   constructor(
     private readonly runner: Pick<JobRunner, 'prefetch'>,
     private readonly clock: Clock,
-    private readonly log: { info(m: string, extra?: Record<string, unknown>): void; warn(m: string, extra?: Record<string, unknown>): void },
+    private readonly log: {
+      info(m: string, extra?: Record<string, unknown>): void;
+      warn(m: string, extra?: Record<string, unknown>): void;
+    },
   ) {}
 
   /** Images this agent has found or put on the machine. */
@@ -38,26 +41,29 @@ export class ImagePrefetcher {
     const next = images.find((i) => !this.held.has(i) && (this.failures.get(i)?.retryAtMs ?? 0) <= now);
     if (next === undefined) return;
     const startedMs = now;
-    this.inFlight = prefetch(next).then(
-      (how) => {
-        this.held.add(next);
-        this.failures.delete(next);
-        if (how === 'pulled') this.log.info('pulled an image ahead', { image: next, seconds: Math.round((this.clock.nowMs() - startedMs) / 1000) });
-      },
-      (error: unknown) => {
-        const count = (this.failures.get(next)?.count ?? 0) + 1;
-        const retrySec = prefetchRetrySec(count);
-        this.failures.set(next, { count, retryAtMs: this.clock.nowMs() + retrySec * 1000 });
-        this.log.warn('could not pull an image ahead; a replica placed here will pull it itself', {
-          image: next,
-          error: messageOf(error),
-          failures: count,
-          retryInSec: retrySec,
-        });
-      },
-    ).finally(() => {
-      this.inFlight = undefined;
-    });
+    this.inFlight = prefetch(next)
+      .then(
+        (how) => {
+          this.held.add(next);
+          this.failures.delete(next);
+          if (how === 'pulled')
+            this.log.info('pulled an image ahead', { image: next, seconds: Math.round((this.clock.nowMs() - startedMs) / 1000) });
+        },
+        (error: unknown) => {
+          const count = (this.failures.get(next)?.count ?? 0) + 1;
+          const retrySec = prefetchRetrySec(count);
+          this.failures.set(next, { count, retryAtMs: this.clock.nowMs() + retrySec * 1000 });
+          this.log.warn('could not pull an image ahead; a replica placed here will pull it itself', {
+            image: next,
+            error: messageOf(error),
+            failures: count,
+            retryInSec: retrySec,
+          });
+        },
+      )
+      .finally(() => {
+        this.inFlight = undefined;
+      });
   }
 
   /** Resolves once no pull is under way (for stopping, and for tests). */

@@ -41,7 +41,12 @@ export interface ServiceSummary {
    * (`noneReady`, with the ticks `noneReadyTicks`), fewer than the load needed (`short`), or enough
    * replicas that still queued past the objective (`enough`). Rounded to whole requests.
    */
-  readonly missedRequests?: { readonly noneReady: number; readonly noneReadyTicks: number; readonly short: number; readonly enough: number };
+  readonly missedRequests?: {
+    readonly noneReady: number;
+    readonly noneReadyTicks: number;
+    readonly short: number;
+    readonly enough: number;
+  };
   readonly shortReplicaMinutes: number;
   readonly peakNeeded: number;
   readonly peakReplicas: number;

@@ -648,7 +648,9 @@ export class SimAgents {
       this.stats.replicasHung++;
       return Number.POSITIVE_INFINITY;
     }
-    return now + (pulledAheadMs ?? 0) + (this.options.replicaLoadSecOf?.(job, cached) ?? job.spec.service?.readiness.initialDelaySec ?? 0) * 1000;
+    return (
+      now + (pulledAheadMs ?? 0) + (this.options.replicaLoadSecOf?.(job, cached) ?? job.spec.service?.readiness.initialDelaySec ?? 0) * 1000
+    );
   }
 
   private answers(p: SimProcess, now: number): boolean {

@@ -985,7 +985,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const isReplica = (j: Job) => j.spec?.labels?.[SERVICE_LABEL] !== undefined;
   const jobs = everything.filter((j) => !isReplica(j));
   const services =
-    options.services && options.services.length > 0 ? serviceMeter.summary(everything, endMs, tickMs, agents.imagePullsOf, agents.pulledAheadOf) : undefined;
+    options.services && options.services.length > 0
+      ? serviceMeter.summary(everything, endMs, tickMs, agents.imagePullsOf, agents.pulledAheadOf)
+      : undefined;
   const costByTeam: Record<string, MicroUsd> = {};
   const countedUntil = new Map<string, number>();
   for (const row of await env.ledger.list())

@@ -29,7 +29,9 @@ import { unavailable, wait, type CapacityChoice, type Entry, type JobClass, type
  * has stopped the attempt; an agent silent longer has stopped everything on its own. Of several
  * (a gang's ranks), the one whose fence ends last.
  */
-export function earlierAttemptsOnMachines(s: Pick<Snapshot, 'nodes' | 'nowMs'>): Map<string, { attempt: number; instanceId: string; fencedByMs: number }> {
+export function earlierAttemptsOnMachines(
+  s: Pick<Snapshot, 'nodes' | 'nowMs'>,
+): Map<string, { attempt: number; instanceId: string; fencedByMs: number }> {
   const out = new Map<string, { attempt: number; instanceId: string; fencedByMs: number }>();
   const fenceMs = fencedBySec() * 1000;
   for (const n of s.nodes) {

@@ -298,7 +298,7 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
     }
   }, 60_000);
 
-  it("pulls ahead the images its record lists: the local image is found present, one no registry here has is logged and tried again later, and the work list goes on", async () => {
+  it('pulls ahead the images its record lists: the local image is found present, one no registry here has is logged and tried again later, and the work list goes on', async () => {
     const w = agentWorld();
     const work = tmp('agent-p');
     const a = w.agent('i-p', { workDir: work, runner: noGpuRunner(join(work, 'env')) });

@@ -15,14 +15,20 @@ describe("the agent's pulls ahead (agent/prefetch.ts)", () => {
       },
     };
     const logs: { m: string; extra?: Record<string, unknown> }[] = [];
-    const log = { info: (m: string, extra?: Record<string, unknown>) => logs.push({ m, extra }), warn: (m: string, extra?: Record<string, unknown>) => logs.push({ m, extra }) };
+    const log = {
+      info: (m: string, extra?: Record<string, unknown>) => logs.push({ m, extra }),
+      warn: (m: string, extra?: Record<string, unknown>) => logs.push({ m, extra }),
+    };
     const p = new ImagePrefetcher(runner, { nowMs: () => now }, log);
     const list = ['acme/a:1', 'acme/b:1'];
     p.want(list);
     p.want(list); // a pull under way: nothing more starts
     await p.settled();
     expect(calls).toEqual(['acme/a:1']);
-    expect(logs.at(-1)).toMatchObject({ m: expect.stringMatching(/^could not pull an image ahead/), extra: { image: 'acme/a:1', failures: 1, retryInSec: 60 } });
+    expect(logs.at(-1)).toMatchObject({
+      m: expect.stringMatching(/^could not pull an image ahead/),
+      extra: { image: 'acme/a:1', failures: 1, retryInSec: 60 },
+    });
     p.want(list);
     await p.settled();
     expect(calls).toEqual(['acme/a:1', 'acme/b:1']);

@@ -50,16 +50,23 @@ describe('images pulled ahead (core/serving/prefetch.ts)', () => {
       'vllm/vllm-openai:v0.6.3',
     ]);
     // A 4-GPU machine takes big as well; an unknown type, nothing.
-    expect(imagesToPrefetch(machine({ instanceType: 'g5.12xlarge' }), false, all, types)).toEqual(['acme/big:1', 'vllm/vllm-openai:v0.6.3']);
+    expect(imagesToPrefetch(machine({ instanceType: 'g5.12xlarge' }), false, all, types)).toEqual([
+      'acme/big:1',
+      'vllm/vllm-openai:v0.6.3',
+    ]);
     expect(imagesToPrefetch(machine({ instanceType: 'x9.huge' }), false, all, types)).toEqual([]);
     // In MIG mode a whole-GPU replica cannot go there.
     expect(imagesToPrefetch(machine({ instanceType: 'p4d.24xlarge' }), true, all, types)).toEqual([]);
     // Two services of one image: listed once.
-    expect(imagesToPrefetch(machine(), false, [chat, service('chat2', 'vllm/vllm-openai:v0.6.3')], types)).toEqual(['vllm/vllm-openai:v0.6.3']);
+    expect(imagesToPrefetch(machine(), false, [chat, service('chat2', 'vllm/vllm-openai:v0.6.3')], types)).toEqual([
+      'vllm/vllm-openai:v0.6.3',
+    ]);
   });
 
   it('keeps at most MAX_PREFETCH_IMAGES, the first services by id, and says when a list changed', () => {
-    const many = Array.from({ length: MAX_PREFETCH_IMAGES + 3 }, (_, i) => service(`s${String(i).padStart(2, '0')}`, `acme/s${String(i).padStart(2, '0')}:1`));
+    const many = Array.from({ length: MAX_PREFETCH_IMAGES + 3 }, (_, i) =>
+      service(`s${String(i).padStart(2, '0')}`, `acme/s${String(i).padStart(2, '0')}:1`),
+    );
     const listed = imagesToPrefetch(machine(), false, [...many].reverse(), types);
     expect(listed).toEqual(many.slice(0, MAX_PREFETCH_IMAGES).map((s) => s.spec.image));
     expect(prefetchChanged(undefined, [])).toBe(false);
@@ -88,7 +95,10 @@ describe('images pulled ahead (core/serving/prefetch.ts)', () => {
       degraded: [],
     });
     const step = async () =>
-      reconcileServices({ services, jobs, nodes, catalog: { instanceTypes: async () => types } }, await world(), T0, { intervalSec: 60, bootSec: 0 });
+      reconcileServices({ services, jobs, nodes, catalog: { instanceTypes: async () => types } }, await world(), T0, {
+        intervalSec: 60,
+        bootSec: 0,
+      });
     expect((await step()).prefetchWritten).toBe(1);
     expect((await nodes.get('i-1'))!.prefetchImages).toEqual(['vllm/vllm-openai:v0.6.3']);
     expect((await nodes.get('i-2'))!.prefetchImages).toBeUndefined();

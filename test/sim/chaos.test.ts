@@ -279,7 +279,7 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
     expect((await env.jobs.get('nlp.a'))!.checkpoint).toEqual(recorded);
   });
 
-  it("a checkpoint whose upload completes after reconcile gave up on it and requeued the job is kept in the index, and the agent writes nothing to the job it no longer holds (not refused)", async () => {
+  it('a checkpoint whose upload completes after reconcile gave up on it and requeued the job is kept in the index, and the agent writes nothing to the job it no longer holds (not refused)', async () => {
     const env = await oneJobOnOneMachine({ checkpoint: { intervalSec: 600 } });
     // The first two tries of every upload fail: the save is still under way when reconcile gives up on it.
     const agents = new SimAgents({
@@ -298,11 +298,21 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
     for (let k = 0; k < 8; k++) await tick();
     expect((await env.jobs.get('nlp.a'))!.state).toBe('running');
     // The control plane asks for a checkpoint (a preemption); the agent starts saving, and its upload fails.
-    await applyJobEvent(env.jobs, 'nlp.a', { type: 'checkpoint-requested', attempt: 1, reason: { code: 'preempt-for-priority', message: 'test' } }, env.clock.nowMs());
+    await applyJobEvent(
+      env.jobs,
+      'nlp.a',
+      { type: 'checkpoint-requested', attempt: 1, reason: { code: 'preempt-for-priority', message: 'test' } },
+      env.clock.nowMs(),
+    );
     for (let k = 0; k < 20 && agents.stats.uploadFailures === 0; k++) await tick();
     expect(agents.stats.uploadFailures).toBeGreaterThan(0);
     // Reconcile gives up on it (checkpoint-timed-out) and requeues attempt 1 from the start.
-    await requeueAttempt(env, { jobId: 'nlp.a', attempt: 1, reason: { code: 'checkpoint-timed-out', message: 'test' }, nowMs: env.clock.nowMs() });
+    await requeueAttempt(env, {
+      jobId: 'nlp.a',
+      attempt: 1,
+      reason: { code: 'checkpoint-timed-out', message: 'test' },
+      nowMs: env.clock.nowMs(),
+    });
     expect((await env.jobs.get('nlp.a'))!).toMatchObject({ state: 'pending', attempt: 2 });
     // The upload's third try lands: the index takes it; the job, now attempt 2 and on no machine, is not written by this one.
     for (let k = 0; k < 40 && !(await env.checkpoints.latest('nlp.a')); k++) await tick();

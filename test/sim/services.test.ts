@@ -170,7 +170,10 @@ describe('services in the simulated control loop', () => {
     // Machines up before the load rises (the spot groups keep three each): they pull the image ahead,
     // and the replicas the rise places there start without the pull.
     const kept = perZone.map((g) => (g.id.startsWith('p3-2xl-spot-') ? { ...g, minSize: 3 } : g));
-    const rise: SimService = { ...withStartup, demand: { source: 'a rise from 2 to 8 requests per second at 1 h', rpsAt: (sec) => (sec < 3600 ? 2 : 8) } };
+    const rise: SimService = {
+      ...withStartup,
+      demand: { source: 'a rise from 2 to 8 requests per second at 1 h', rpsAt: (sec) => (sec < 3600 ? 2 : 8) },
+    };
     const risen = (await run([rise], { kind: 'none' }, kept)).summary.services![0]!;
     expect(risen.imagesPulledAhead).toBeGreaterThan(0);
     const live = new Set((await env.cloud.listInstances()).filter((i) => i.state === 'running').map((i) => i.id));

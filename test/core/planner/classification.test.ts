@@ -102,17 +102,14 @@ describe('planner phase: classification', () => {
     expect(st.actions).toEqual([]);
   });
 
-  it("places a requeued job again only once every machine that ran its earlier attempt has stopped it, or its silent agent must have fenced itself", () => {
+  it('places a requeued job again only once every machine that ran its earlier attempt has stopped it, or its silent agent must have fenced itself', () => {
     // A two-node gang: attempt 9 was requeued (rank 1's machine went); rank 0's agent, lagging, still has it on its work list.
     const g = aGroup({ instanceType: 'g5.12xlarge' });
     const gang = aJob({ id: 'team-a.gang', attempt: 10, spec: { nodes: 2, gpu: { kind: 'whole', count: 4 } } });
     const world = (heardAtMs: number, assigned: Record<string, number>) =>
       aSnapshot({
         groups: [g],
-        nodes: [
-          aNode('i-217', { group: g, record: { lastHeartbeatAtMs: heardAtMs, assigned } }),
-          aNode('i-21c', { group: g }),
-        ],
+        nodes: [aNode('i-217', { group: g, record: { lastHeartbeatAtMs: heardAtMs, assigned } }), aNode('i-21c', { group: g })],
         pendingJobs: [gang],
       });
     const placedNow = (s: ReturnType<typeof aSnapshot>) => plan(s).actions.some((a) => a.kind === 'place' && a.jobId === gang.id);
