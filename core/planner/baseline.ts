@@ -6,6 +6,7 @@ import { inService, type NodeGroup } from '../fleet.ts';
 import type { Job, NodeAssignment } from '../job.ts';
 import type { Plan, PlanAction, WaitingJob } from '../plan.ts';
 import { reason } from '../reason.ts';
+import { earlierAttemptsOnMachines } from './classification.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { reservationRoom } from '../reservation.ts';
 import type { Snapshot } from '../snapshot.ts';
@@ -22,7 +23,7 @@ import {
 } from './capacity.ts';
 import { hostPortsOf } from '../job-spec.ts';
 import { machineCapacity } from './indexing.ts';
-import { describeRequest } from './reasons.ts';
+import { describeRequest, previousAttemptStillRuns } from './reasons.ts';
 import { pricedPlacement } from './state.ts';
 
 /**
@@ -78,7 +79,14 @@ export function planBaseline(snapshot: Snapshot): Plan {
   const size = (j: Job) => milliGpusUsed(j.spec.gpu) * j.spec.nodes;
   const pending = [...s.pendingJobs].sort((a, b) => size(b) - size(a) || b.spec.priority - a.spec.priority || (a.id < b.id ? -1 : 1));
 
+  // Two attempts never run at once, whatever the policy: as the planner does (classification.ts).
+  const stillOn = earlierAttemptsOnMachines(s);
   for (const job of pending) {
+    const earlier = stillOn.get(job.id);
+    if (earlier && earlier.attempt < job.attempt) {
+      waiting.push({ jobId: job.id, reason: previousAttemptStillRuns(earlier.attempt, earlier.instanceId, earlier.fencedByMs) });
+      continue;
+    }
     const team = s.teams.get(job.team);
     const state = team ? budgetStatus(team, s.spendMicroUsd.get(job.team) ?? 0).state : 'hold';
     if (state === 'hold' || (state === 'spot-only' && !job.spec.interruptible)) {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { classOf } from '../../../core/planner/classification.ts';
 import { emptySpotModel, observe } from '../../../core/spot-model.ts';
+import { planBaseline } from '../../../core/planner/baseline.ts';
 import { plan } from '../../../core/planner/planner.ts';
 import { aGroup, aJob, aNode, aSnapshot, aTeam, T0 } from '../../builders.ts';
 import { classified, freeWhole } from './support.ts';
@@ -124,6 +125,11 @@ describe('planner phase: classification', () => {
     expect(placedNow(world(T0 - 60_000, {}))).toBe(true);
     // Silent past lease + fence + stop grace (270 s): whatever ran there has stopped; placed.
     expect(placedNow(world(T0 - 271_000, { [gang.id]: 9 }))).toBe(true);
+    // The cheapest-fit baseline keeps the same rule.
+    const baseline = planBaseline(world(T0 - 60_000, { [gang.id]: 9 }));
+    expect(baseline.actions.filter((a) => a.kind === 'place' || a.kind === 'scale-up')).toEqual([]);
+    expect(baseline.waiting.find((w) => w.jobId === gang.id)?.reason.code).toBe('waiting-for-stop');
+    expect(planBaseline(world(T0 - 60_000, {})).actions.some((a) => a.kind === 'place' && a.jobId === gang.id)).toBe(true);
     // Another job's pointer does not hold it back.
     expect(placedNow(world(T0 - 60_000, { 'team-a.other': 3 }))).toBe(true);
   });
