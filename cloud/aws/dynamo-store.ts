@@ -405,31 +405,30 @@ export class DynamoNodeStore implements NodeStore {
   }
 
   async setPrefetch(instanceId: string, images: readonly string[]): Promise<boolean> {
-    return updateIf(
-      this.doc,
-      {
-        TableName: this.table,
-        Key: { instanceId },
-        UpdateExpression: images.length === 0 ? 'REMOVE prefetchImages' : 'SET prefetchImages = :p',
-        ConditionExpression: 'attribute_exists(instanceId)',
-        ...(images.length === 0 ? {} : { ExpressionAttributeValues: { ':p': [...images] } }),
-      },
-      'set prefetch images',
-      instanceId,
-    );
+    return this.setImageList(instanceId, 'prefetchImages', images, 'set prefetch images');
   }
 
   async noteImages(instanceId: string, images: readonly string[]): Promise<boolean> {
+    return this.setImageList(instanceId, 'images', [...images].sort(), 'note node images');
+  }
+
+  /** Sets (or, empty, removes) one list attribute of a registered node's record; false when it has none. */
+  private setImageList(
+    instanceId: string,
+    attribute: 'prefetchImages' | 'images',
+    list: readonly string[],
+    operation: string,
+  ): Promise<boolean> {
     return updateIf(
       this.doc,
       {
         TableName: this.table,
         Key: { instanceId },
-        UpdateExpression: images.length === 0 ? 'REMOVE images' : 'SET images = :i',
+        UpdateExpression: list.length === 0 ? `REMOVE ${attribute}` : `SET ${attribute} = :l`,
         ConditionExpression: 'attribute_exists(instanceId)',
-        ...(images.length === 0 ? {} : { ExpressionAttributeValues: { ':i': [...images].sort() } }),
+        ...(list.length === 0 ? {} : { ExpressionAttributeValues: { ':l': [...list] } }),
       },
-      'note node images',
+      operation,
       instanceId,
     );
   }
