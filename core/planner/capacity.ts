@@ -82,6 +82,11 @@ export function poolKeyOf(offeringId: string, migMode: boolean): string {
   return migMode ? `${offeringId}#mig` : offeringId;
 }
 
+/** A machine's GPU mode: what its agent reports (any GPU in MIG mode), else its group's. */
+export function machineInMigMode(reported: readonly { readonly migEnabled?: boolean }[], groupMigEnabled: boolean): boolean {
+  return reported.length > 0 ? reported.some((g) => g.migEnabled === true) : groupMigEnabled;
+}
+
 export function isMigModel(model: GpuModel): boolean {
   return MIG_GPUS[model] !== undefined;
 }

@@ -14,7 +14,16 @@ import { placementMask } from '../mig.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { reservationRoom, reservationTerminationMs } from '../reservation.ts';
 import type { Snapshot } from '../snapshot.ts';
-import { commitFit, countFreeWhole, isMigModel, makeGpus, poolKeyOf, type NodeCapacity, type NodeKind } from './capacity.ts';
+import {
+  commitFit,
+  countFreeWhole,
+  isMigModel,
+  machineInMigMode,
+  makeGpus,
+  poolKeyOf,
+  type NodeCapacity,
+  type NodeKind,
+} from './capacity.ts';
 import type { Fit, GroupState, OfferingInfo, PlanningState } from './state.ts';
 
 /** Takes the room of each fit on its machine (re-filing it in its index) and, for a job that holds it, records the holder. */
@@ -138,7 +147,7 @@ export function machineCapacity(s: Snapshot, fleetNode: FleetNode, groupMigEnabl
   if (!type) return undefined;
   const offerId = offeringId(inst);
   const reported = fleetNode.record?.gpus ?? [];
-  const gpus = makeGpus(type, reported.length > 0 ? reported.some((g) => g.migEnabled) : groupMigEnabled);
+  const gpus = makeGpus(type, machineInMigMode(reported, groupMigEnabled));
   for (const r of reported) {
     const slot = gpus.find((g) => g.index === r.index);
     if (!slot?.mig) continue;

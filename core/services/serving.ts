@@ -11,7 +11,7 @@ import type { InstanceTypeCatalog } from '../catalog.ts';
 import type { NodeGroup, NodeRecord } from '../fleet.ts';
 import { jobIdFor, newPendingJob, type Job } from '../job.ts';
 import type { JobSpec } from '../job-spec.ts';
-import { whyNoGroupHolds } from '../planner/capacity.ts';
+import { machineInMigMode, whyNoGroupHolds } from '../planner/capacity.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type {
   CatalogSource,
@@ -203,7 +203,7 @@ async function writePrefetch(
   for (const r of world.records) {
     const inst = instances.get(r.instanceId);
     if (!inst || inst.state === 'terminated' || r.endedAtMs !== undefined) continue;
-    const mig = r.gpus.length > 0 ? r.gpus.some((g) => g.migEnabled) : groups.get(inst.groupId)?.migEnabled === true;
+    const mig = machineInMigMode(r.gpus, groups.get(inst.groupId)?.migEnabled === true);
     const wanted = imagesToPrefetch(inst, mig, services, types);
     if (!prefetchChanged(r.prefetchImages, wanted)) continue;
     if (await ports.nodes.setPrefetch(r.instanceId, wanted)) written++;
