@@ -12,6 +12,7 @@ import { AgentApiBlobs, DirectoryBlobs, S3Blobs, type CheckpointBlobs } from './
 import { nvidiaSmiMig } from './devices.ts';
 import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, waitOutWarmPool, type Identity, type MetadataClient } from './metadata.ts';
 import { GpuInventoryError, gpuProblems, readGpuInventory, toGpuDevices } from './nvidia-smi.ts';
+import { prepareForWarmPool } from './prefetch.ts';
 import { DockerRunner, ProcessRunner } from './runner.ts';
 import {
   AgentApiCheckpointStore,
@@ -156,8 +157,6 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     identity = { cloud: 'aws', instanceId: flags.instanceId, region: base.region, zone: 'unknown', instanceType: 'unknown' };
   }
   if (flags.instanceId) identity = { ...identity, instanceId: flags.instanceId };
-  // A machine being prepared in a warm pool is not the fleet's yet: nothing registers until it is started into service.
-  if (metadata) await waitOutWarmPool(metadata, log);
   const workDir = flags.workDir ?? env.GPU_FLEET_AGENT_DIR ?? '/var/lib/gpu-fleet';
   mkdirSync(workDir, { recursive: true });
   const runnerKind = flags.runner ?? 'docker';
@@ -174,12 +173,13 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
   const ports = await fleetPorts({ ...base, checkpointBucket: storeUri });
   const { config } = ports;
   const apiUrl = flags.apiUrl ?? env.GPU_FLEET_AGENT_API_URL;
+  const nvidiaSmi = flags.nvidiaSmi ?? 'nvidia-smi';
   let stores: { jobs: JobStore; nodes: NodeStore; checkpoints: CheckpointStore };
   let blobs: CheckpointBlobs;
   let jobLogs: JobLogSink | undefined = ports.jobLogs;
-  if (apiUrl) {
+  const api = apiUrl ? new AgentApiClient({ url: apiUrl, region: base.region }) : undefined;
+  if (api) {
     // On a fleet machine: every write goes through the agent API, which checks it against this machine's records.
-    const api = new AgentApiClient({ url: apiUrl, region: base.region });
     stores = {
       jobs: new AgentApiJobStore(api),
       nodes: new AgentApiNodeStore(api, identity.instanceId),
@@ -194,7 +194,37 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     stores = ports.stores;
     blobs = storeUri.startsWith('s3://') ? new S3Blobs(new S3Client({ region: base.region })) : new DirectoryBlobs(fileURLToPath(storeUri));
   }
-  const nvidiaSmi = flags.nvidiaSmi ?? 'nvidia-smi';
+  // The launch hook of a group with a warm pool (infra/stack.ts): each launch waits in it until this agent lets it go.
+  const launchHook = env.GPU_FLEET_LAUNCH_HOOK ? identity.groupId : undefined;
+  const letLaunchGo = api && launchHook ? () => api.call('node/launch-ready', { groupName: launchHook }).then(() => undefined) : undefined;
+  // A machine being prepared in a warm pool is not the fleet's yet: it pulls the images a replica placed on it would need,
+  // lets its launch hook go (the group then stops it), and registers nothing until it is started into service.
+  if (metadata) {
+    const target = await metadata.targetLifecycleState?.();
+    if (target?.startsWith('Warmed:') && api && letLaunchGo) {
+      // Only a container engine pulls images; with plain processes the machine is prepared as it is.
+      const docker = runner instanceof DockerRunner ? runner : undefined;
+      await prepareForWarmPool({
+        images: async () => {
+          if (!docker) return [];
+          const gpus = await readGpuInventory({ command: nvidiaSmi, env }).catch(() => undefined);
+          const machine = {
+            cloud: identity.cloud === 'gcp' ? ('gcp' as const) : ('aws' as const),
+            region: identity.region,
+            zone: identity.zone,
+            instanceType: identity.instanceType,
+            capacityType: identity.capacityType ?? 'on-demand',
+            migMode: gpus?.gpus.some((g) => g.mig.enabled) ?? false,
+          };
+          return (await api.call('node/warm-images', { machine })).images;
+        },
+        pull: (image) => docker!.prefetch(image),
+        ready: letLaunchGo,
+        log,
+      });
+    }
+    await waitOutWarmPool(metadata, log);
+  }
   const dcgmUrl = flags.dcgmExporterUrl ?? env.GPU_FLEET_DCGM_EXPORTER_URL;
   if (dcgmUrl !== undefined && !/^https?:\/\/[^\s]+$/.test(dcgmUrl))
     throw new UsageError(`--dcgm-exporter-url must be an http(s) URL such as http://localhost:9400/metrics; got "${dcgmUrl}"`);
@@ -232,6 +262,11 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     },
   );
   await agent.start();
+  // Started into service (from the warm pool or launched anew): the launch waits in its hook until the agent runs.
+  if (letLaunchGo)
+    await letLaunchGo().catch((error: unknown) =>
+      log.warn('the launch hook could not be let go; the group lets the machine in at the hook’s timeout', { error: messageOf(error) }),
+    );
   // Prometheus: one scrape of this machine's GPUs and the agent, in the DCGM exporter's names, when a port is given.
   const promPort = flags.prometheusPort ?? (env.GPU_FLEET_PROMETHEUS_PORT ? Number(env.GPU_FLEET_PROMETHEUS_PORT) : undefined);
   const metricsServer = promPort !== undefined ? serveMetrics(promPort, () => agent.prometheusScrape(identity.instanceId), log) : undefined;

@@ -71,3 +71,59 @@ export class ImagePrefetcher {
     while (this.inFlight) await this.inFlight;
   }
 }
+
+/** What a machine being prepared in its group's warm pool does, through its agent API and container engine. */
+export interface WarmPreparation {
+  /** The images to pull: the agent API's `node/warm-images` for this machine. */
+  images(): Promise<readonly string[]>;
+  /** Pulls one image (the runner's `prefetch`): present already or pulled. */
+  pull(image: string): Promise<'present' | 'pulled'>;
+  /** Lets the machine's launch hook go (`node/launch-ready`): the group then stops it into the pool. */
+  ready(): Promise<void>;
+  readonly log: { info(m: string, extra?: Record<string, unknown>): void; warn(m: string, extra?: Record<string, unknown>): void };
+  readonly sleep?: (ms: number) => Promise<void>;
+  /** Tries of each control-plane call, 10 s apart (default 6: a minute). */
+  readonly tries?: number;
+}
+
+/**
+ * Prepares a machine launched into its group's warm pool: pulls the images of the services that
+ * may place a replica on it, so that, started into service, a replica there starts without its
+ * pull (the images stay on the machine's volume while it is stopped), then lets its launch hook go.
+ * An image that cannot be pulled is said and left (the machine pulls it ahead again once in
+ * service); the hook is let go whatever happened, or the group would hold the machine until the
+ * hook's timeout. Returns what it pulled, found, and could not have.
+ */
+export async function prepareForWarmPool(p: WarmPreparation): Promise<{ pulled: string[]; present: string[]; failed: string[] }> {
+  const sleep = p.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  const tries = Math.max(1, p.tries ?? 6);
+  const retried = async <T>(what: string, call: () => Promise<T>): Promise<T | undefined> => {
+    for (let i = 1; ; i++) {
+      try {
+        return await call();
+      } catch (error) {
+        if (i >= tries) {
+          p.log.warn(`warm pool: ${what} failed ${tries} times; going on without it`, { error: messageOf(error) });
+          return undefined;
+        }
+        await sleep(10_000);
+      }
+    }
+  };
+  const out = { pulled: [] as string[], present: [] as string[], failed: [] as string[] };
+  const images = (await retried('asking which images to pull', () => p.images())) ?? [];
+  for (const image of images) {
+    try {
+      out[(await p.pull(image)) === 'pulled' ? 'pulled' : 'present'].push(image);
+    } catch (error) {
+      out.failed.push(image);
+      p.log.warn('warm pool: an image could not be pulled; it is pulled ahead again once the machine is in service', {
+        image,
+        error: messageOf(error),
+      });
+    }
+  }
+  p.log.info('warm pool: machine prepared; letting its launch hook go', out);
+  await retried('letting the launch hook go', () => p.ready());
+  return out;
+}

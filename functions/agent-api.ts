@@ -15,8 +15,8 @@ import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
 import type { NodeRecord } from '../core/fleet.ts';
 import { CheckpointRefused, type CheckpointRef, type Job } from '../core/job.ts';
-import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../core/ports.ts';
-import { AgentRefused, agentView, type AgentView } from '../core/services/agent-access.ts';
+import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeGroupProvider, NodeStore } from '../core/ports.ts';
+import { AgentRefused, agentView, type AgentView, type PrepareSources } from '../core/services/agent-access.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
 export interface AgentApiDeps {
@@ -27,6 +27,14 @@ export interface AgentApiDeps {
   /** Where attempts' output goes (CloudWatch Logs); without it, `logs/put` is refused as not configured. */
   readonly jobLogs?: JobLogSink;
   readonly clock: Clock;
+  /** The services and instance types a machine being prepared in a warm pool is answered from; without them, `node/warm-images` is refused. */
+  readonly prepare?: PrepareSources;
+  /**
+   * The launch lifecycle hook of the groups with a warm pool (infra/stack.ts), which a machine lets
+   * go once it is prepared (or, started into service, once its agent runs); without it,
+   * `node/launch-ready` is refused as not configured.
+   */
+  readonly launchHook?: { readonly hookName: string; readonly groups: Pick<NodeGroupProvider, 'completeLifecycleAction'> };
   /** The node agent's instance role: only its sessions (one per machine, named by the instance id) may call. */
   readonly agentRoleName: string;
   readonly obs: Observability;
@@ -77,6 +85,17 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       return record ? { record } : {};
     },
     'node/images': async (view, { images }) => ({ known: await view.nodes.noteImages(view.nodeId, images) }),
+    'node/warm-images': async (view, { machine }) => ({ images: await view.imagesToPrepare(machine) }),
+    // Only the caller's own launch: the instance id is the signature's, never the body's.
+    'node/launch-ready': async (view, { groupName }) => {
+      if (!deps.launchHook) throw new Refused(400, 'this fleet has no launch hook (no group has a warm pool)');
+      await deps.launchHook.groups.completeLifecycleAction({
+        groupId: groupName,
+        instanceId: view.nodeId,
+        hookName: deps.launchHook.hookName,
+      });
+      return {};
+    },
     'node/unassign': async (view, { jobId, attempt }) => {
       await view.nodes.unassign(view.nodeId, jobId, attempt);
       return {};
@@ -147,7 +166,7 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       const who = callerMachine(event.requestContext.authorizer?.iam?.userArn, deps.agentRoleName);
       if (typeof who !== 'string') throw new Refused(403, who.error);
       caller = who;
-      const view = agentView(deps, who, deps.clock);
+      const view = agentView(deps, who, deps.clock, deps.prepare);
       let raw: unknown;
       try {
         raw = JSON.parse(event.isBase64Encoded ? Buffer.from(event.body ?? '', 'base64').toString('utf8') : (event.body ?? ''));

@@ -87,6 +87,8 @@ export function agentUserData(o: {
   bucket: string;
   noticeMarginSec: number;
   migEnabled: boolean;
+  /** The group's launch hook (a group with a warm pool): the agent prepares a warm machine, then lets each launch go. */
+  launchHook?: string;
   /** Serve /metrics for Prometheus on this port (the config's `prometheus.port`); off without it. */
   prometheusPort?: number;
   /** The node's own dcgm-exporter (the config's `dcgmExporterUrl`), read for MIG slices' utilisation. */
@@ -100,6 +102,7 @@ export function agentUserData(o: {
     `GPU_FLEET_CHECKPOINT_BUCKET=${o.bucket}`,
     `GPU_FLEET_NOTICE_MARGIN_SEC=${o.noticeMarginSec}`,
     `GPU_FLEET_AGENT_DIR=${AGENT_HOME}`,
+    ...(o.launchHook !== undefined ? [`GPU_FLEET_LAUNCH_HOOK=${o.launchHook}`] : []),
   ];
   return [
     'set -euo pipefail',

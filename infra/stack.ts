@@ -53,6 +53,14 @@ export interface GpuFleetStackProps extends StackProps {
 
 /** The drain hook on every node group; reconcile drains a machine it holds even when the event is lost (core's policy names it). */
 export const LIFECYCLE_HOOK_NAME = DEFAULT_POLICY.drainHookName;
+/**
+ * The launch hook of a group with a warm pool: a machine launched into the pool waits in it while
+ * its agent pulls the images of the services that may place a replica on it, then the group stops
+ * it; started into service, it waits in it again until its agent runs. Its agent lets it go through
+ * the agent API (`node/launch-ready`); at the timeout the launch goes on all the same.
+ */
+export const LAUNCH_HOOK_NAME = 'gpu-fleet-prepare';
+const LAUNCH_HOOK_TIMEOUT_SEC = 900;
 const LIFECYCLE_TIMEOUT_SEC = DEFAULT_POLICY.drainHookTimeoutSec;
 
 export class GpuFleetStack extends Stack {
@@ -227,6 +235,7 @@ export class GpuFleetStack extends Stack {
     this.groups = new Map();
     for (const g of config.nodeGroups) this.groups.set(g.name, this.nodeGroup(g, config, vpc, nodeSg, agentAsset));
     this.serviceTargets = this.servicesFrontDoor(config, vpc, nodeSg, accessLogs);
+    this.grantWarmPreparation(agentApi, config);
 
     // ---- functions --------------------------------------------------------------------------
     // Only reconcile works with GCP (it scales the managed instance groups and polls preemptions).
@@ -525,6 +534,7 @@ export class GpuFleetStack extends Stack {
         bucket: this.bucket.bucketName,
         noticeMarginSec: config.policy.noticeMarginSec,
         migEnabled: g.migEnabled,
+        ...(g.warmPool ? { launchHook: LAUNCH_HOOK_NAME } : {}),
         ...(config.prometheus ? { prometheusPort: config.prometheus.port } : {}),
         ...(config.dcgmExporterUrl ? { dcgmExporterUrl: config.dcgmExporterUrl } : {}),
       }),
@@ -601,6 +611,13 @@ export class GpuFleetStack extends Stack {
         minSize: g.warmPool.size,
         maxGroupPreparedCapacity: g.warmPool.size,
         poolState: g.warmPool.state === 'Hibernated' ? autoscaling.PoolState.HIBERNATED : autoscaling.PoolState.STOPPED,
+      });
+    if (g.warmPool)
+      asg.addLifecycleHook('Prepare', {
+        lifecycleHookName: LAUNCH_HOOK_NAME,
+        lifecycleTransition: autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+        heartbeatTimeout: Duration.seconds(LAUNCH_HOOK_TIMEOUT_SEC),
+        defaultResult: autoscaling.DefaultResult.CONTINUE,
       });
     asg.addLifecycleHook('Drain', {
       lifecycleHookName: LIFECYCLE_HOOK_NAME,
@@ -706,6 +723,29 @@ export class GpuFleetStack extends Stack {
         'An Auto Scaling group ARN holds a UUID assigned at creation; the group is named exactly and the gpu-fleet:managed tag is required by condition.';
     }
     acknowledge(role, reasons);
+  }
+
+  /**
+   * Groups with a warm pool: their machines ask the agent API, while being prepared, which images
+   * to pull (the services' records, pk "service", read only), and have it let their launch hook go.
+   */
+  private grantWarmPreparation(agentApi: lambda.Function, config: GpuFleetConfig): void {
+    if (!config.nodeGroups.some((g) => g.warmPool)) return;
+    agentApi.addEnvironment('GPU_FLEET_LAUNCH_HOOK', LAUNCH_HOOK_NAME);
+    this.managedGroupStatement(agentApi.role!, 'LetPreparedMachinesLaunch', ['autoscaling:CompleteLifecycleAction']);
+    if (this.serviceTargets.length === 0) return;
+    agentApi.addEnvironment(
+      'GPU_FLEET_SERVICE_TARGET_GROUPS',
+      this.toJsonString(Object.fromEntries(this.serviceTargets.map((t) => [t.id, t.arn]))),
+    );
+    agentApi.role!.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        sid: 'ServiceRecordsRead',
+        actions: ['dynamodb:Query'],
+        resources: [this.tables.control.tableArn],
+        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['service'] } },
+      }),
+    );
   }
 
   /**

@@ -59,6 +59,18 @@ export const AGENT_API = {
   'node/get': z.object({ instanceId: text(1, 128) }),
   'node/unassign': z.object({ jobId, attempt }),
   'node/images': z.object({ images: z.array(text(1, 512)).check(z.maxLength(64)) }),
+  // A machine being prepared in its group's warm pool: what it pulls before it is stopped, then its launch hook let go.
+  'node/warm-images': z.object({
+    machine: z.object({
+      cloud: z.enum(['aws', 'gcp']),
+      region: text(1, 64),
+      zone: text(1, 64),
+      instanceType: text(1, 64),
+      capacityType: z.enum(['spot', 'on-demand', 'reserved']),
+      migMode: z.boolean(),
+    }),
+  }),
+  'node/launch-ready': z.object({ groupName: text(1, 255) }),
   'node/drain': z.object({
     drain: z.object({ sinceMs: timeMs, reason: text(1, 2000), deadlineMs: timeMs, groupId: z.optional(text(0, 256)) }),
   }),
@@ -113,6 +125,8 @@ export interface AgentApiResponses {
   'node/get': { record?: NodeRecord };
   'node/unassign': Record<string, never>;
   'node/images': { known: boolean };
+  'node/warm-images': { images: readonly string[] };
+  'node/launch-ready': Record<string, never>;
   'node/drain': { record: NodeRecord };
   'job/get': { job?: Job };
   'job/update': WriteResult;

@@ -34,6 +34,8 @@ export interface SimEnvironmentOptions {
   readonly catalog?: ShippedCatalog;
   /** Capacity reservations (ODCRs, Capacity Blocks) the `reserved` groups launch into. */
   readonly reservations?: readonly SimReservationConfig[];
+  /** Warm machines are prepared by their agents (SimAgents.prepareWarm), as in a deployed stack. */
+  readonly warmPreparedByAgents?: boolean;
 }
 
 /** Every port of gpu-fleet, simulated and wired together on one virtual clock. */
@@ -92,6 +94,7 @@ export function createSimEnvironment(options: SimEnvironmentOptions): SimEnviron
     ...(options.capacity ? { capacity: options.capacity } : {}),
     priceOf: (o) => priceOf(o)?.price,
     ...(options.reservations ? { reservations: options.reservations } : {}),
+    ...(options.warmPreparedByAgents ? { warmPreparedByAgents: true } : {}),
   });
   const jobs = new MemoryJobStore();
   const nodes = new MemoryNodeStore();

@@ -16,7 +16,8 @@ import { CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.
 import { SERVICE_LABEL } from '../../core/serving/service.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
-import { AgentRefused, agentView, type AgentView } from '../../core/services/agent-access.ts';
+import { AgentRefused, agentView, type AgentView, type PrepareSources } from '../../core/services/agent-access.ts';
+import type { SimCloud } from './sim-cloud.ts';
 import { applyJobEvent, attachWhileHeld, finishCancelled } from '../../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../../core/services/node-reports.ts';
 import {
@@ -109,6 +110,10 @@ export interface SimAgentOptions {
   readonly imagePullSecOf?: (image: string) => number | undefined;
   /** Fault injection: this replica's load hangs: its process runs, its readiness path never answers. */
   readonly replicaHangs?: (job: Job) => boolean;
+  /** What the agent API answers a machine being prepared in a warm pool from (its images to pull); without it, nothing is pulled. */
+  readonly prepare?: PrepareSources;
+  /** The images on a machine's volume when it boots: those its agent pulled while it was prepared in a warm pool. */
+  readonly imagesOnVolume?: (instanceId: string) => readonly string[];
 }
 
 /** A simulated process's use of each of its devices: the memory it fills at its peak, and its work rate (dense FP16 TFLOPS, GPU_SPEED's unit). */
@@ -374,6 +379,26 @@ export class SimAgents {
     return p.baseProgressSec + (p.rate * Math.max(0, until - p.readyAtMs)) / 1000;
   }
 
+  /**
+   * The agents of machines booted into a warm pool: each asks the agent API which images to pull
+   * (the rule the real agent is answered by), pulls them one after another from the end of its
+   * boot, and lets its launch hook go, so the machine is stopped with them on its volume. With the
+   * API not answering, it goes on without them, as the real agent does after its tries.
+   */
+  async prepareWarm(cloud: Pick<SimCloud, 'warmAwaitingAgent' | 'notePrepared'>): Promise<void> {
+    const now = this.options.clock.nowMs();
+    for (const w of cloud.warmAwaitingAgent()) {
+      const machine: Instance = { ...w.offering, id: w.id, groupId: w.groupId, state: 'running', launchedAtMs: w.launchedAtMs };
+      let images: readonly string[] = [];
+      if (this.options.prepare && (this.options.agentApiAnswers?.(w.id, now, 'work') ?? true)) {
+        const view = agentView(this.options, w.id, this.options.clock, this.options.prepare);
+        images = await view.imagesToPrepare({ ...machine, migMode: this.options.migMachine?.(machine) ?? false });
+      }
+      const pullMs = images.reduce((sum, image) => sum + (this.options.imagePullSecOf?.(image) ?? 0) * 1000, 0);
+      cloud.notePrepared(w.id, images, w.preparedAtMs + pullMs);
+    }
+  }
+
   async tick(instances: readonly Instance[]): Promise<void> {
     const now = this.options.clock.nowMs();
     const live = new Map<string, Instance>();
@@ -398,8 +423,9 @@ export class SimAgents {
           address: simulatedAddress(inst.id),
           processes: new Map(),
           renewedAtMs: now,
-          images: new Set(),
-          pulledAhead: new Set(),
+          // What its agent pulled while the machine was prepared in a warm pool is on its volume still: pulled ahead.
+          images: new Set(this.options.imagesOnVolume?.(inst.id) ?? []),
+          pulledAhead: new Set(this.options.imagesOnVolume?.(inst.id) ?? []),
         };
         this.machines.set(inst.id, m);
       }

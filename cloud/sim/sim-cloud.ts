@@ -40,8 +40,13 @@ export interface SimWarmMachine {
   readonly id: string;
   readonly offering: Offering;
   readonly launchedAtMs: number;
-  /** When it is prepared and stopped. */
+  /**
+   * When its first boot ends: it is prepared and stopped then, unless its agent prepares it (with
+   * {@link SimCloudOptions.warmPreparedByAgents}: then when its agent says, `pulled`).
+   */
   readonly preparedAtMs: number;
+  /** What its agent pulled onto its volume while preparing it, and when it was done (its launch hook let go). */
+  readonly pulled?: { readonly images: readonly string[]; readonly doneAtMs: number };
 }
 
 /**
@@ -128,6 +133,12 @@ export interface SimCloudOptions {
   readonly keepTerminatedSec?: number;
   /** Capacity reservations the `reserved` groups launch into. */
   readonly reservations?: readonly SimReservationConfig[];
+  /**
+   * Warm machines wait, booted, in their launch hook until their agent has prepared them
+   * ({@link SimCloud.notePrepared}), as the stack's groups with a warm pool do (infra/stack.ts);
+   * without it a warm machine is prepared when its first boot ends.
+   */
+  readonly warmPreparedByAgents?: boolean;
 }
 
 /**
@@ -143,6 +154,8 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
   private readonly instances = new Map<string, SimInstance>();
   private readonly failures: LaunchFailure[] = [];
   private counter = 0;
+  /** What machines started from a warm pool found on their volumes: the images their agents pulled while preparing them. */
+  private readonly volumeImages = new Map<string, readonly string[]>();
   /** What warm machines cost before they were started into service (running while prepared, then their volumes). */
   private warmSpent = 0;
   /**
@@ -520,6 +533,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     failures: LaunchFailure[];
     warm?: Record<string, SimWarmMachine[]>;
     warmSpent?: number;
+    volumeImages?: Record<string, readonly string[]>;
   } {
     const warm = Object.fromEntries([...this.groups.entries()].filter(([, g]) => g.warm.length > 0).map(([id, g]) => [id, [...g.warm]]));
     return {
@@ -528,6 +542,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
       counter: this.counter,
       failures: [...this.failures],
       ...(Object.keys(warm).length > 0 ? { warm, warmSpent: this.warmSpent } : {}),
+      ...(this.volumeImages.size > 0 ? { volumeImages: Object.fromEntries(this.volumeImages) } : {}),
     };
   }
 
@@ -542,6 +557,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
       if (g) g.warm = [...machines];
     }
     this.warmSpent = d.warmSpent ?? this.warmSpent;
+    for (const [id, images] of Object.entries(d.volumeImages ?? {})) this.volumeImages.set(id, images);
     this.counter = Math.max(this.counter, d.counter);
     this.failures.push(...d.failures);
   }
@@ -579,7 +595,7 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     missing = Math.min(missing, g.config.maxSize - inServiceNow);
     while (missing > 0) {
       // A prepared machine of the warm pool first: started, it is in service within WARM_START_SEC.
-      const warm = g.warm.findIndex((w) => now >= w.preparedAtMs);
+      const warm = g.warm.findIndex((w) => this.warmReady(w, now));
       if (warm >= 0) {
         this.startWarm(g, g.warm.splice(warm, 1)[0]!, now);
         missing--;
@@ -604,13 +620,46 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
   /** The warm pool as the group describes it: prepared machines, and those still being prepared. */
   private warmOf(g: SimGroup): WarmPool {
     const now = this.options.clock.nowMs();
-    const ready = g.warm.filter((w) => now >= w.preparedAtMs).length;
+    const ready = g.warm.filter((w) => this.warmReady(w, now)).length;
     return { state: g.config.warmPool!.state, ready, preparing: g.warm.length - ready };
+  }
+
+  /** When a warm machine is prepared and stopped: its first boot's end, or its agent's word (undefined: not yet). */
+  private warmDoneAtMs(w: SimWarmMachine): number | undefined {
+    return this.options.warmPreparedByAgents ? w.pulled?.doneAtMs : w.preparedAtMs;
+  }
+
+  private warmReady(w: SimWarmMachine, now: number): boolean {
+    const done = this.warmDoneAtMs(w);
+    return done !== undefined && now >= done;
+  }
+
+  /** Warm machines booted and waiting in their launch hook for their agent (with {@link SimCloudOptions.warmPreparedByAgents}). */
+  warmAwaitingAgent(): readonly (SimWarmMachine & { readonly groupId: string })[] {
+    if (!this.options.warmPreparedByAgents) return [];
+    const now = this.options.clock.nowMs();
+    return [...this.groups.values()].flatMap((g) =>
+      g.warm.filter((w) => w.pulled === undefined && now >= w.preparedAtMs).map((w) => ({ ...w, groupId: g.config.id })),
+    );
+  }
+
+  /** A warm machine's agent prepared it: these images are on its volume from `doneAtMs`, when it is stopped. Unknown ids: nothing. */
+  notePrepared(id: string, images: readonly string[], doneAtMs: number): void {
+    for (const g of this.groups.values()) {
+      const i = g.warm.findIndex((w) => w.id === id);
+      if (i >= 0) g.warm[i] = { ...g.warm[i]!, pulled: { images: [...images], doneAtMs: Math.max(doneAtMs, g.warm[i]!.preparedAtMs) } };
+    }
+  }
+
+  /** The images a machine started from a warm pool found on its volume (none for a machine launched anew). */
+  imagesOnVolume(id: string): readonly string[] {
+    return this.volumeImages.get(id) ?? [];
   }
 
   /** A warm machine started into service: the same instance, booting again for WARM_START_SEC. */
   private startWarm(g: SimGroup, w: SimWarmMachine, now: number): void {
     this.warmSpent += this.warmCostOf(w, now);
+    if (w.pulled && w.pulled.images.length > 0) this.volumeImages.set(w.id, w.pulled.images);
     const startMs = WARM_START_SEC[g.config.warmPool?.state ?? 'Stopped'] * 1000;
     const a = this.countActivity(g.config.id);
     a.launched++;
@@ -631,8 +680,10 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
   /** What a warm machine cost up to `untilMs`: running while prepared, its volume only once stopped. */
   private warmCostOf(w: SimWarmMachine, untilMs: number): number {
     const price = this.options.priceOf?.(w.offering) ?? 0;
-    const runningMs = Math.max(0, Math.min(untilMs, w.preparedAtMs) - w.launchedAtMs);
-    const stoppedMs = Math.max(0, untilMs - w.preparedAtMs);
+    // Running until it is prepared (while its agent prepares it, until now at least).
+    const doneMs = this.warmDoneAtMs(w) ?? Math.max(untilMs, w.preparedAtMs);
+    const runningMs = Math.max(0, Math.min(untilMs, doneMs) - w.launchedAtMs);
+    const stoppedMs = Math.max(0, untilMs - doneMs);
     return (price * runningMs + WARM_VOLUME_MICRO_USD_PER_HOUR * stoppedMs) / 3_600_000;
   }
 

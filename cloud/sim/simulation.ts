@@ -362,6 +362,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         ? { capacity: market }
         : {}),
     ...(options.reservations ? { reservations: options.reservations } : {}),
+    warmPreparedByAgents: true,
   });
   // Faults: the control loop's ports (and the agents' store) as the chosen profile breaks them.
   const faultRandom = new SeededRandom(options.seed * 104_729 + 3);
@@ -504,6 +505,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     exitCodeOf: (job) => workOf(job)?.exitCode ?? 0,
     restoreSec: control.restoreSec,
     migMachine: (inst) => env.cloud.isMigGroup(inst.groupId),
+    // A machine being prepared in a warm pool asks the agent API which images to pull; started, it finds them on its volume.
+    prepare: { services: env.services, types: env.catalog.instanceTypes },
+    imagesOnVolume: (id) => env.cloud.imagesOnVolume(id),
     releasedByHook: (id) => env.cloud.releasedByHook(id),
     output: env.jobLogs,
     gpuUseOf: (job) => workOf(job)?.gpuUse,
@@ -905,6 +909,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         inbox.push({ atMs: now + tickMs, event });
       }
     }
+    await agents.prepareWarm(env.cloud);
     const instances = await env.cloud.listInstances();
     await agents.tick(instances);
     noteDuplicates();

@@ -1,8 +1,10 @@
 import { GpuFleetError } from '../errors.ts';
 import { gpuUseProblem } from '../gpu-use.ts';
-import type { NodeRecord } from '../fleet.ts';
 import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../job.ts';
-import type { CheckpointStore, Clock, JobStore, NodeStore } from '../ports.ts';
+import type { CheckpointStore, Clock, JobStore, NodeStore, ServiceStore } from '../ports.ts';
+import type { InstanceTypeCatalog } from '../catalog.ts';
+import type { Instance, NodeRecord } from '../fleet.ts';
+import { imagesToPrefetch } from '../serving/prefetch.ts';
 
 /**
  * What a node's agent may read and write, judged from the stored records. The agent API
@@ -217,6 +219,18 @@ export class AgentRefused extends GpuFleetError {
 
 type AgentStores = { readonly jobs: JobStore; readonly nodes: NodeStore; readonly checkpoints: CheckpointStore };
 
+/** A machine being prepared in its group's warm pool, as its agent describes it (its metadata and GPUs). */
+export type PreparingMachine = Pick<Instance, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'> & {
+  /** Whether its GPUs are in MIG mode (what nvidia-smi says). */
+  readonly migMode: boolean;
+};
+
+/** What answers a machine being prepared: the services (their images) and the instance types (what a machine holds). */
+export interface PrepareSources {
+  readonly services: Pick<ServiceStore, 'list'>;
+  readonly types: InstanceTypeCatalog;
+}
+
 /** The stores as the agent of one machine may use them, plus the checks for its checkpoint bytes. */
 export interface AgentView extends AgentStores {
   readonly nodeId: string;
@@ -229,6 +243,13 @@ export interface AgentView extends AgentStores {
    * holds (or held) that rank of the attempt. Gives the job's team and labels, which go with the lines.
    */
   checkLogWrite(jobId: string, attempt: number, rank: number): Promise<{ team: string; labels: Readonly<Record<string, string>> }>;
+  /**
+   * The images a machine being prepared in its group's warm pool pulls before it is stopped: those
+   * it would be told to pull ahead once in service (core/serving/prefetch.ts), so a replica placed on
+   * it when it is started finds its image on the volume. Reads only service images; any machine may
+   * ask. Throws {@link AgentRefused} where the view was made without the services to answer from.
+   */
+  imagesToPrepare(machine: PreparingMachine): Promise<string[]>;
 }
 
 /**
@@ -238,7 +259,7 @@ export interface AgentView extends AgentStores {
  * a job answer as if the job did not exist; writes it may not make throw {@link AgentRefused}.
  * Times of its own record (registration, heartbeats) are the view's clock, never the machine's.
  */
-export function agentView(stores: AgentStores, nodeId: string, clock: Clock): AgentView {
+export function agentView(stores: AgentStores, nodeId: string, clock: Clock, prepare?: PrepareSources): AgentView {
   const refuse = (message: string): never => {
     throw new AgentRefused(nodeId, message);
   };
@@ -387,6 +408,10 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock): Ag
       const listed = machines.length === 0 && (await stores.nodes.get(nodeId))?.assigned?.[jobId] === attempt;
       if (machines[rank] !== nodeId && !listed) refuse(`machine ${nodeId} did not run rank ${rank} of attempt ${attempt} of job ${jobId}`);
       return { team: job.team, labels: job.spec.labels ?? {} };
+    },
+    async imagesToPrepare(machine) {
+      if (!prepare) return refuse('this control plane answers no machine being prepared (it was set up without its services)');
+      return imagesToPrefetch(machine, machine.migMode, await prepare.services.list(), prepare.types);
     },
     async checkCheckpointRead(jobId, location) {
       const job = await jobOf(jobId);

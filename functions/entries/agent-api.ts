@@ -1,9 +1,13 @@
 // Lambda entry: the agent API (a function URL with IAM auth, called by the node agents).
+import { AutoScalingClient } from '@aws-sdk/client-auto-scaling';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { EC2Client } from '@aws-sdk/client-ec2';
 import { S3Client } from '@aws-sdk/client-s3';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
+import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
 import { CloudWatchJobLogs } from '../../cloud/aws/cloudwatch-logs.ts';
-import { documentClientFor, dynamoStores } from '../../cloud/aws/dynamo-store.ts';
+import { awsShippedCatalog } from '../../cloud/catalog/shipped.ts';
+import { documentClientFor, DynamoServiceStore, dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
 import { systemClock } from '../../cloud/wiring.ts';
 import { fleetConfigFromEnv } from '../../cloud/env.ts';
@@ -18,7 +22,10 @@ if (!agentRoleName)
     what: 'gpu-fleet environment',
   });
 const common = { region: config.region, retryMode: 'adaptive' as const, maxAttempts: 5 };
-const stores = dynamoStores(documentClientFor(new DynamoDBClient(common)), config.tables, config.checkpointBucket, systemClock);
+const doc = documentClientFor(new DynamoDBClient(common));
+const stores = dynamoStores(doc, config.tables, config.checkpointBucket, systemClock);
+// Groups with a warm pool: their machines ask, while being prepared, which images to pull, then let their launch hook go.
+const launchHookName = process.env.GPU_FLEET_LAUNCH_HOOK;
 export const handler = createAgentApiHandler({
   jobs: stores.jobs,
   nodes: stores.nodes,
@@ -26,6 +33,17 @@ export const handler = createAgentApiHandler({
   urls: new S3CheckpointUrls(new S3Client(common)),
   ...(config.jobLogGroup ? { jobLogs: new CloudWatchJobLogs(new CloudWatchLogsClient(common), config.jobLogGroup) } : {}),
   clock: systemClock,
+  ...(config.services
+    ? { prepare: { services: new DynamoServiceStore(doc, config.tables.control), types: awsShippedCatalog().instanceTypes } }
+    : {}),
+  ...(launchHookName
+    ? {
+        launchHook: {
+          hookName: launchHookName,
+          groups: new AsgNodeGroups(new AutoScalingClient(common), new EC2Client(common), { region: config.region, clock: systemClock }),
+        },
+      }
+    : {}),
   agentRoleName,
   obs: observability('gpu-fleet-agent-api'),
 });

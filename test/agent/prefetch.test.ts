@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ImagePrefetcher, prefetchRetrySec } from '../../agent/prefetch.ts';
+import { ImagePrefetcher, prefetchRetrySec, prepareForWarmPool } from '../../agent/prefetch.ts';
 import { T0 } from '../builders.ts';
 
 describe("the agent's pulls ahead (agent/prefetch.ts)", () => {
@@ -48,5 +48,77 @@ describe("the agent's pulls ahead (agent/prefetch.ts)", () => {
     none.want(list);
     await none.settled();
     expect(none.images).toEqual([]);
+  });
+});
+
+describe('a machine prepared in its group’s warm pool (agent/prefetch.ts prepareForWarmPool)', () => {
+  const quiet = () => {
+    const lines: string[] = [];
+    return { lines, log: { info: (m: string) => lines.push(`info ${m}`), warn: (m: string) => lines.push(`warn ${m}`) } };
+  };
+
+  it('pulls each image it is told, then lets its launch hook go, in that order', async () => {
+    const steps: string[] = [];
+    const { log } = quiet();
+    const out = await prepareForWarmPool({
+      images: async () => ['acme/a:1', 'vllm/vllm-openai:v0.6.3'],
+      pull: async (image) => {
+        steps.push(`pull ${image}`);
+        return image === 'acme/a:1' ? 'present' : 'pulled';
+      },
+      ready: async () => {
+        steps.push('ready');
+      },
+      log,
+      sleep: async () => {},
+    });
+    expect(steps).toEqual(['pull acme/a:1', 'pull vllm/vllm-openai:v0.6.3', 'ready']);
+    expect(out).toEqual({ pulled: ['vllm/vllm-openai:v0.6.3'], present: ['acme/a:1'], failed: [] });
+  });
+
+  it('says an image it cannot pull and goes on; with the control plane unreachable it pulls nothing; the hook is let go whatever happened', async () => {
+    const { lines, log } = quiet();
+    let readyCalls = 0;
+    const sleeps: number[] = [];
+    const out = await prepareForWarmPool({
+      images: async () => ['acme/gone:1', 'acme/b:1'],
+      pull: async (image) => {
+        if (image === 'acme/gone:1') throw new Error('manifest unknown');
+        return 'pulled';
+      },
+      ready: async () => {
+        readyCalls++;
+        if (readyCalls < 3) throw new Error('503 from the agent API');
+      },
+      log,
+      sleep: async (ms) => {
+        sleeps.push(ms);
+      },
+    });
+    expect(out).toEqual({ pulled: ['acme/b:1'], present: [], failed: ['acme/gone:1'] });
+    expect(readyCalls).toBe(3);
+    expect(sleeps).toEqual([10_000, 10_000]);
+    expect(lines.some((l) => l.startsWith('warn') && l.includes('could not be pulled'))).toBe(true);
+
+    let asked = 0;
+    let letGo = 0;
+    const down = quiet();
+    const none = await prepareForWarmPool({
+      images: async () => {
+        asked++;
+        throw new Error('connect ETIMEDOUT');
+      },
+      pull: async () => {
+        throw new Error('never asked');
+      },
+      ready: async () => {
+        letGo++;
+      },
+      log: down.log,
+      sleep: async () => {},
+      tries: 3,
+    });
+    expect([asked, letGo, none]).toEqual([3, 1, { pulled: [], present: [], failed: [] }]);
+    expect(down.lines).toContain('warn warm pool: asking which images to pull failed 3 times; going on without it');
   });
 });

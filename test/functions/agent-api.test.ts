@@ -1,16 +1,20 @@
+import { AutoScalingClient, CompleteLifecycleActionCommand } from '@aws-sdk/client-auto-scaling';
+import { EC2Client } from '@aws-sdk/client-ec2';
 import { S3Client, CreateMultipartUploadCommand, CompleteMultipartUploadCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
 import { callerMachine, partBytesFor } from '../../cloud/aws/agent-api-protocol.ts';
 import { S3CheckpointUrls, type CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
-import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
+import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
+import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore, MemoryServiceStore } from '../../cloud/sim/memory-stores.ts';
+import { newServiceRecord } from '../../core/serving/service.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { JobStore } from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
-import { aJob } from '../builders.ts';
+import { aJob, aSpec, INSTANCE_TYPES } from '../builders.ts';
 
 const ROLE = 'GpuFleet-AgentRole-1A2B3C';
 const defaultUrls = () =>
@@ -256,5 +260,112 @@ describe('presigned checkpoint URLs', () => {
       [2, 'checkpoints/j/attempt-1/s/sub/'],
     ]);
     mock.restore();
+  });
+});
+
+describe('agent API: a machine being prepared in its group’s warm pool', () => {
+  const types = new Map(Object.entries(INSTANCE_TYPES));
+  const chat = newServiceRecord(
+    'nlp',
+    aSpec({
+      name: 'chat',
+      image: 'vllm/vllm-openai:v0.6.3',
+      gpu: { kind: 'whole', count: 1, models: ['A10G'] },
+      interruptible: false,
+      service: { port: 8000, replicas: { min: 1, max: 4 }, targets: [{ metric: 'requests-per-second', perReplica: 2 }] },
+    }),
+    1_800_000_000_000,
+  );
+  const machine = {
+    cloud: 'aws',
+    region: 'us-west-2',
+    zone: 'us-west-2a',
+    instanceType: 'g5.xlarge',
+    capacityType: 'on-demand',
+    migMode: false,
+  };
+
+  function prepared(o: { services?: boolean; hook?: boolean } = {}) {
+    const services = new MemoryServiceStore();
+    const asg = mockClient(AutoScalingClient);
+    const groups = new AsgNodeGroups(asg as unknown as AutoScalingClient, new EC2Client({ region: 'us-west-2' }), {
+      region: 'us-west-2',
+      clock: { nowMs: () => 1_800_000_000_000 },
+    });
+    const handler = createAgentApiHandler({
+      jobs: new MemoryJobStore(),
+      nodes: new MemoryNodeStore(),
+      checkpoints: new MemoryCheckpointStore({ nowMs: () => 1_800_000_000_000 }, 's3://ckpt/checkpoints/'),
+      urls: defaultUrls(),
+      clock: { nowMs: () => 1_800_000_000_000 },
+      ...(o.services !== false ? { prepare: { services, types } } : {}),
+      ...(o.hook !== false ? { launchHook: { hookName: 'gpu-fleet-prepare', groups } } : {}),
+      agentRoleName: ROLE,
+      obs: observability('agent-api-test'),
+    });
+    const call = async (path: string, body: unknown, session = 'i-0aaaaaaaa1') => {
+      const event = {
+        rawPath: path,
+        body: JSON.stringify(body),
+        isBase64Encoded: false,
+        requestContext: { http: { method: 'POST' }, authorizer: { iam: { userArn: ARN(session) } } },
+      } as unknown as LambdaFunctionURLEventWithIAMAuthorizer;
+      const out = (await handler(event, lambdaContext('agent-api'))) as { statusCode: number; body: string };
+      return { status: out.statusCode, body: JSON.parse(out.body) as Record<string, unknown> };
+    };
+    return { call, services, asg };
+  }
+
+  it('answers which images to pull by the rule for machines in service: the services that may place a replica on it', async () => {
+    const { call, services } = prepared();
+    expect(await call('/v1/node/warm-images', { machine })).toEqual({ status: 200, body: { images: [] } });
+    await services.create(chat);
+    expect(await call('/v1/node/warm-images', { machine })).toEqual({ status: 200, body: { images: ['vllm/vllm-openai:v0.6.3'] } });
+    // A machine whose GPUs are not the spec's (a V100) pulls nothing; nor a spot one for a service that may not be interrupted.
+    expect((await call('/v1/node/warm-images', { machine: { ...machine, instanceType: 'p3.2xlarge' } })).body).toEqual({ images: [] });
+    expect((await call('/v1/node/warm-images', { machine: { ...machine, capacityType: 'spot' } })).body).toEqual({ images: [] });
+  });
+
+  it('refuses a malformed machine with what was wrong, and a fleet set up without its services as not configured', async () => {
+    const bad = await prepared().call('/v1/node/warm-images', { machine: { ...machine, capacityType: 'cheap', migMode: 'no' } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatch(/machine\.capacityType: .*machine\.migMode: /);
+    const none = await prepared({ services: false }).call('/v1/node/warm-images', { machine });
+    expect(none).toMatchObject({ status: 403, body: { error: expect.stringMatching(/answers no machine being prepared/) } });
+  });
+
+  it('lets the caller’s own launch go (CONTINUE, its instance id from the signature); an action already ended is no error', async () => {
+    const { call, asg } = prepared();
+    asg
+      .on(CompleteLifecycleActionCommand)
+      .resolvesOnce({})
+      .rejectsOnce(
+        Object.assign(new Error('No active Lifecycle Action found with instance ID i-0aaaaaaaa1'), {
+          name: 'ValidationError',
+          $metadata: { httpStatusCode: 400 },
+        }),
+      );
+    expect(await call('/v1/node/launch-ready', { groupName: 'gpu-fleet-a10g-od', instanceId: 'i-0bbbbbbbb2' })).toEqual({
+      status: 200,
+      body: {},
+    });
+    expect(await call('/v1/node/launch-ready', { groupName: 'gpu-fleet-a10g-od' })).toEqual({ status: 200, body: {} });
+    const sent = asg.commandCalls(CompleteLifecycleActionCommand).map((c) => c.args[0].input);
+    expect(sent).toEqual([
+      {
+        AutoScalingGroupName: 'gpu-fleet-a10g-od',
+        LifecycleHookName: 'gpu-fleet-prepare',
+        InstanceId: 'i-0aaaaaaaa1',
+        LifecycleActionResult: 'CONTINUE',
+      },
+      {
+        AutoScalingGroupName: 'gpu-fleet-a10g-od',
+        LifecycleHookName: 'gpu-fleet-prepare',
+        InstanceId: 'i-0aaaaaaaa1',
+        LifecycleActionResult: 'CONTINUE',
+      },
+    ]);
+    const off = await prepared({ hook: false }).call('/v1/node/launch-ready', { groupName: 'gpu-fleet-a10g-od' });
+    expect(off).toMatchObject({ status: 400, body: { error: expect.stringMatching(/no launch hook/) } });
   });
 });

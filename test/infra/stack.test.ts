@@ -10,7 +10,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfig, type GpuFleetConfig } from '../../infra/config.ts';
-import { GpuFleetStack, LIFECYCLE_HOOK_NAME } from '../../infra/stack.ts';
+import { GpuFleetStack, LAUNCH_HOOK_NAME, LIFECYCLE_HOOK_NAME } from '../../infra/stack.ts';
 import { AutoScalingClient, DescribeAutoScalingGroupsCommand } from '@aws-sdk/client-auto-scaling';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
@@ -585,6 +585,25 @@ describe('cdk-nag', () => {
     const group = groups.find((g) => JSON.stringify(g.Properties.AutoScalingGroupName).includes('l4-serve-od'))!;
     expect(group.Properties.MixedInstancesPolicy).toBeUndefined();
     expect(group.Properties.LaunchTemplate).toBeDefined();
+    // The pool's machines are prepared (images pulled) in a launch hook their agent lets go; the groups without a pool have none.
+    const hooks = Object.values(template.findResources('AWS::AutoScaling::LifecycleHook')) as {
+      Properties: { LifecycleHookName: string; LifecycleTransition: string; DefaultResult: string; HeartbeatTimeout: number };
+    }[];
+    const launchHooks = hooks.filter((h) => h.Properties.LifecycleTransition === 'autoscaling:EC2_INSTANCE_LAUNCHING');
+    expect(launchHooks).toHaveLength(1);
+    expect(launchHooks[0]!.Properties).toMatchObject({
+      LifecycleHookName: LAUNCH_HOOK_NAME,
+      DefaultResult: 'CONTINUE',
+      HeartbeatTimeout: 900,
+    });
+    const userData = (Object.values(template.findResources('AWS::EC2::LaunchTemplate')) as unknown[]).map((t) => JSON.stringify(t));
+    expect(userData.filter((u) => u.includes(`GPU_FLEET_LAUNCH_HOOK=${LAUNCH_HOOK_NAME}`))).toHaveLength(1);
+    const agentApi = Object.values(template.findResources('AWS::Lambda::Function')).find((f) =>
+      JSON.stringify(f).includes('GPU_FLEET_AGENT_ROLE_NAME'),
+    ) as { Properties: { Environment: { Variables: Record<string, unknown> } } };
+    expect(agentApi.Properties.Environment.Variables.GPU_FLEET_LAUNCH_HOOK).toBe(LAUNCH_HOOK_NAME);
+    const policies = JSON.stringify(template.findResources('AWS::IAM::Policy'));
+    expect(policies).toContain('"Sid":"LetPreparedMachinesLaunch"');
     // Hibernated: the template is configured for it.
     const hib = parseConfig({ ...raw, nodeGroups: [...raw.nodeGroups, { ...warm, warmPool: { size: 1, state: 'Hibernated' } }] });
     const hibTemplate = Template.fromStack(build(hib).stack);
