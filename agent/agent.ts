@@ -18,7 +18,7 @@ import type {
   ServiceMetricSink,
 } from '../core/ports.ts';
 import type { ServiceMetric } from '../core/serving/autoscale.ts';
-import { SERVICE_LABEL } from '../core/serving/service.ts';
+import { agentLeavesFrontDoorNow, SERVICE_DEREGISTRATION_DELAY_SEC, SERVICE_LABEL } from '../core/serving/service.ts';
 import type { Reason } from '../core/reason.ts';
 import { applyJobEvent, attachWhileHeld, finishCancelled } from '../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../core/services/node-reports.ts';
@@ -114,6 +114,11 @@ export interface AgentPorts {
   readonly dcgm?: () => Promise<string>;
   /** Where each attempt's output goes as it is written (CloudWatch Logs through the agent API); without it, it stays on the machine only. */
   readonly jobLogs?: JobLogSink;
+  /**
+   * Takes a replica running here out of its service's target group (the agent API's
+   * `service/leave`); without it, reconcile alone takes a warned machine's replicas out.
+   */
+  readonly frontDoor?: { leave(jobId: string, attempt: number): Promise<void> };
   readonly log: AgentLog;
   /**
    * Removes a job's folder once its attempt is over (default: the agent removes it itself). On a
@@ -196,6 +201,8 @@ export class NodeAgent {
   /** Sends each attempt's output as it is written (with a log sink). */
   private readonly shipper: LogShipper | undefined;
   private readonly handledNotices = new Set<string>();
+  /** Replicas (attempt keys) this agent took out of their target groups, their machine going. */
+  private readonly leftFrontDoor = new Set<string>();
   private readonly devices: DeviceAllocator;
   private readonly uploads: UploadWorker;
   /** Pulls ahead the images the node's record lists (services that may place a replica here). */
@@ -435,6 +442,7 @@ export class NodeAgent {
     this.prefetcher.want([...(record?.prefetchImages ?? []), ...this.ranImages]);
     const held = this.prefetcher.images;
     if (record && prefetchChanged(record.images, held)) await this.ports.nodes.noteImages(this.instanceId, held);
+    if (record?.draining) await this.leaveFrontDoor(record.draining.deadlineMs);
     const steps: { jobId: string; attempt: number; job: Job | undefined; step: NodeStep }[] = [];
     const current = new Set<string>();
     for (const [jobId, attempt] of Object.entries(record?.assigned ?? {})) {
@@ -453,6 +461,32 @@ export class NodeAgent {
       }
     }
     for (const s of steps) await this.perform(s.jobId, s.attempt, s.job, s.step);
+  }
+
+  /**
+   * A warned machine's replicas leave their services' target groups at the last look (a heartbeat
+   * apart) before the machine could no longer drain them (core/serving/service.ts
+   * agentLeavesFrontDoorNow): until then they take requests while their replacements start. A
+   * call that fails is tried again at the next look; reconcile is the backstop.
+   */
+  private async leaveFrontDoor(deadlineMs: number): Promise<void> {
+    const door = this.ports.frontDoor;
+    const now = this.ports.clock.nowMs();
+    const lookSec = this.config.heartbeatSec ?? 15;
+    if (!door || !agentLeavesFrontDoorNow(deadlineMs, now, SERVICE_DEREGISTRATION_DELAY_SEC, lookSec)) return;
+    for (const l of this.local.values()) {
+      if (l.exit || l.rank !== 0 || !l.job.spec.service || this.leftFrontDoor.has(l.key)) continue;
+      try {
+        await door.leave(l.jobId, l.attempt);
+        this.leftFrontDoor.add(l.key);
+        this.ports.log.info('the machine is going: its replica left its target group to drain', { job: l.jobId, attempt: l.attempt });
+      } catch (error) {
+        this.ports.log.warn('the replica could not leave its target group; tried again at the next look', {
+          job: l.jobId,
+          error: messageOf(error),
+        });
+      }
+    }
   }
 
   private async perform(jobId: string, attempt: number, job: Job | undefined, step: NodeStep): Promise<void> {

@@ -248,6 +248,10 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       ...(metadata ? { metadata } : {}),
       ...(flags.metrics !== false ? { metrics: ports.metricSink, serviceMetrics: ports.serviceMetricSink } : {}),
       ...(jobLogs ? { jobLogs } : {}),
+      // A warned machine's replicas leave their target groups through the agent API, as late as lets them drain.
+      ...(api
+        ? { frontDoor: { leave: (jobId: string, attempt: number) => api.call('service/leave', { jobId, attempt }).then(() => undefined) } }
+        : {}),
       ...(dcgmUrl ? { dcgm: () => fetchText(dcgmUrl, 2000) } : {}),
       log,
     },

@@ -16,7 +16,7 @@ import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
 import type { NodeRecord } from '../core/fleet.ts';
 import { CheckpointRefused, type CheckpointRef, type Job } from '../core/job.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeGroupProvider, NodeStore } from '../core/ports.ts';
-import { AgentRefused, agentView, type AgentView, type PrepareSources } from '../core/services/agent-access.ts';
+import { AgentRefused, agentView, type AgentView, type AgentSources } from '../core/services/agent-access.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
 export interface AgentApiDeps {
@@ -27,8 +27,12 @@ export interface AgentApiDeps {
   /** Where attempts' output goes (CloudWatch Logs); without it, `logs/put` is refused as not configured. */
   readonly jobLogs?: JobLogSink;
   readonly clock: Clock;
-  /** The services and instance types a machine being prepared in a warm pool is answered from; without them, `node/warm-images` is refused. */
-  readonly prepare?: PrepareSources;
+  /**
+   * The services and instance types a machine being prepared in a warm pool is answered from
+   * (without them, `node/warm-images` is refused), and the services' load balancer a warned
+   * machine's replicas leave (without it, `service/leave` is refused).
+   */
+  readonly sources?: AgentSources;
   /**
    * The launch lifecycle hook of the groups with a warm pool (infra/stack.ts), which a machine lets
    * go once it is prepared (or, started into service, once its agent runs); without it,
@@ -94,6 +98,10 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
         instanceId: view.nodeId,
         hookName: deps.launchHook.hookName,
       });
+      return {};
+    },
+    'service/leave': async (view, { jobId, attempt }) => {
+      await view.leaveFrontDoor(jobId, attempt);
       return {};
     },
     'node/unassign': async (view, { jobId, attempt }) => {
@@ -166,7 +174,7 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       const who = callerMachine(event.requestContext.authorizer?.iam?.userArn, deps.agentRoleName);
       if (typeof who !== 'string') throw new Refused(403, who.error);
       caller = who;
-      const view = agentView(deps, who, deps.clock, deps.prepare);
+      const view = agentView(deps, who, deps.clock, deps.sources);
       let raw: unknown;
       try {
         raw = JSON.parse(event.isBase64Encoded ? Buffer.from(event.body ?? '', 'base64').toString('utf8') : (event.body ?? ''));

@@ -235,7 +235,7 @@ export class GpuFleetStack extends Stack {
     this.groups = new Map();
     for (const g of config.nodeGroups) this.groups.set(g.name, this.nodeGroup(g, config, vpc, nodeSg, agentAsset));
     this.serviceTargets = this.servicesFrontDoor(config, vpc, nodeSg, accessLogs);
-    this.grantWarmPreparation(agentApi, config);
+    this.grantAgentApiExtras(agentApi, config);
 
     // ---- functions --------------------------------------------------------------------------
     // Only reconcile works with GCP (it scales the managed instance groups and polls preemptions).
@@ -726,26 +726,37 @@ export class GpuFleetStack extends Stack {
   }
 
   /**
-   * Groups with a warm pool: their machines ask the agent API, while being prepared, which images
-   * to pull (the services' records, pk "service", read only), and have it let their launch hook go.
+   * What the agent API answers beyond the stores: with services, a warned machine's replicas leave
+   * their target groups through it (DeregisterTargets on the services' groups only); with warm
+   * pools, their machines ask it, while being prepared, which images to pull (the services'
+   * records, pk "service", read only) and have it let their launch hook go.
    */
-  private grantWarmPreparation(agentApi: lambda.Function, config: GpuFleetConfig): void {
+  private grantAgentApiExtras(agentApi: lambda.Function, config: GpuFleetConfig): void {
+    const role = agentApi.role!;
+    if (this.serviceTargets.length > 0) {
+      agentApi.addEnvironment(
+        'GPU_FLEET_SERVICE_TARGET_GROUPS',
+        this.toJsonString(Object.fromEntries(this.serviceTargets.map((t) => [t.id, t.arn]))),
+      );
+      allow(
+        role,
+        'ServiceTargetsLeave',
+        ['elasticloadbalancing:DeregisterTargets'],
+        this.serviceTargets.map((t) => t.arn),
+      );
+    }
     if (!config.nodeGroups.some((g) => g.warmPool)) return;
     agentApi.addEnvironment('GPU_FLEET_LAUNCH_HOOK', LAUNCH_HOOK_NAME);
-    this.managedGroupStatement(agentApi.role!, 'LetPreparedMachinesLaunch', ['autoscaling:CompleteLifecycleAction']);
-    if (this.serviceTargets.length === 0) return;
-    agentApi.addEnvironment(
-      'GPU_FLEET_SERVICE_TARGET_GROUPS',
-      this.toJsonString(Object.fromEntries(this.serviceTargets.map((t) => [t.id, t.arn]))),
-    );
-    agentApi.role!.addToPrincipalPolicy(
-      new iam.PolicyStatement({
-        sid: 'ServiceRecordsRead',
-        actions: ['dynamodb:Query'],
-        resources: [this.tables.control.tableArn],
-        conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['service'] } },
-      }),
-    );
+    this.managedGroupStatement(role, 'LetPreparedMachinesLaunch', ['autoscaling:CompleteLifecycleAction']);
+    if (this.serviceTargets.length > 0)
+      role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'ServiceRecordsRead',
+          actions: ['dynamodb:Query'],
+          resources: [this.tables.control.tableArn],
+          conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['service'] } },
+        }),
+      );
   }
 
   /**

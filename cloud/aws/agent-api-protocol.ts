@@ -71,6 +71,8 @@ export const AGENT_API = {
     }),
   }),
   'node/launch-ready': z.object({ groupName: text(1, 255) }),
+  // A warned machine's replica leaving its service's target group, as late as lets it drain before the machine stops.
+  'service/leave': z.object({ jobId, attempt }),
   'node/drain': z.object({
     drain: z.object({ sinceMs: timeMs, reason: text(1, 2000), deadlineMs: timeMs, groupId: z.optional(text(0, 256)) }),
   }),
@@ -127,6 +129,7 @@ export interface AgentApiResponses {
   'node/images': { known: boolean };
   'node/warm-images': { images: readonly string[] };
   'node/launch-ready': Record<string, never>;
+  'service/leave': Record<string, never>;
   'node/drain': { record: NodeRecord };
   'job/get': { job?: Job };
   'job/update': WriteResult;

@@ -13,10 +13,10 @@ import {
   type GpuUseTally,
 } from '../../core/gpu-use.ts';
 import { CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
-import { SERVICE_LABEL } from '../../core/serving/service.ts';
+import { agentLeavesFrontDoorNow, SERVICE_LABEL } from '../../core/serving/service.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
-import { AgentRefused, agentView, type AgentView, type PrepareSources } from '../../core/services/agent-access.ts';
+import { AgentRefused, agentView, type AgentView, type AgentSources } from '../../core/services/agent-access.ts';
 import type { SimCloud } from './sim-cloud.ts';
 import { applyJobEvent, attachWhileHeld, finishCancelled } from '../../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../../core/services/node-reports.ts';
@@ -110,8 +110,18 @@ export interface SimAgentOptions {
   readonly imagePullSecOf?: (image: string) => number | undefined;
   /** Fault injection: this replica's load hangs: its process runs, its readiness path never answers. */
   readonly replicaHangs?: (job: Job) => boolean;
-  /** What the agent API answers a machine being prepared in a warm pool from (its images to pull); without it, nothing is pulled. */
-  readonly prepare?: PrepareSources;
+  /**
+   * What the agent API answers from beyond the stores (core/services/agent-access.ts): the services
+   * and types a machine being prepared in a warm pool is told its images from (without them it
+   * pulls nothing), the load balancer a warned machine's replicas leave (without it, reconcile alone
+   * takes them out).
+   */
+  readonly sources?: AgentSources;
+  /**
+   * When a warned machine's replicas leave their target groups: the groups' deregistration delay
+   * and how often the agent looks, seconds (without it, only reconcile takes them out).
+   */
+  readonly frontDoorTiming?: { readonly drainSec: number; readonly lookSec: number };
   /** The images on a machine's volume when it boots: those its agent pulled while it was prepared in a warm pool. */
   readonly imagesOnVolume?: (instanceId: string) => readonly string[];
 }
@@ -157,6 +167,8 @@ export interface LiveProcess {
 
 /** A job's process on a simulated machine: its part (rank) of one attempt. */
 interface SimProcess {
+  /** A replica its agent took out of its service's target group (its machine is going). */
+  leftFrontDoor?: boolean;
   /** Lines it wrote so far (the next line's number). */
   written?: number;
   readonly jobId: string;
@@ -332,7 +344,7 @@ export class SimAgents {
     const id = typeof m === 'string' ? m : m.instance.id;
     let view = this.views.get(id);
     if (!view) {
-      view = agentView(this.options, id, this.options.clock);
+      view = agentView(this.options, id, this.options.clock, this.options.sources);
       this.views.set(id, view);
     }
     return view;
@@ -390,8 +402,8 @@ export class SimAgents {
     for (const w of cloud.warmAwaitingAgent()) {
       const machine: Instance = { ...w.offering, id: w.id, groupId: w.groupId, state: 'running', launchedAtMs: w.launchedAtMs };
       let images: readonly string[] = [];
-      if (this.options.prepare && (this.options.agentApiAnswers?.(w.id, now, 'work') ?? true)) {
-        const view = agentView(this.options, w.id, this.options.clock, this.options.prepare);
+      if (this.options.sources?.services && (this.options.agentApiAnswers?.(w.id, now, 'work') ?? true)) {
+        const view = agentView(this.options, w.id, this.options.clock, this.options.sources);
         images = await view.imagesToPrepare({ ...machine, migMode: this.options.migMachine?.(machine) ?? false });
       }
       const pullMs = images.reduce((sum, image) => sum + (this.options.imagePullSecOf?.(image) ?? 0) * 1000, 0);
@@ -452,12 +464,29 @@ export class SimAgents {
         const held = [...m.images].sort();
         if (prefetchChanged(record.images, held)) await this.as(m).nodes.noteImages(m.instance.id, held);
         await this.syncWork(m, record.assigned ?? {}, record.gpus, now);
+        if (record.draining) await this.leaveFrontDoor(m, record.draining.deadlineMs, now);
       } catch (error) {
         if (this.refused(error)) continue;
         // Lost a write race too many times in a row: the agent tries again at its next tick.
         if (!(error instanceof ConflictError)) throw error;
         this.stats.writeRetries++;
       }
+    }
+  }
+
+  /**
+   * A warned machine's replicas leave their services' target groups at the agent's last look before
+   * the machine could no longer drain them (core/serving/service.ts agentLeavesFrontDoorNow), as the
+   * real agent does.
+   */
+  private async leaveFrontDoor(m: SimMachine, deadlineMs: number, now: number): Promise<void> {
+    const timing = this.options.frontDoorTiming;
+    if (!this.options.sources?.frontDoor || !timing) return;
+    if (!agentLeavesFrontDoorNow(deadlineMs, now, timing.drainSec, timing.lookSec)) return;
+    for (const p of m.processes.values()) {
+      if (p.exit || p.leftFrontDoor || p.rank !== 0 || !p.job.spec.service) continue;
+      await this.as(m).leaveFrontDoor(p.jobId, p.attempt);
+      p.leftFrontDoor = true;
     }
   }
 

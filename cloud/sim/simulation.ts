@@ -66,7 +66,7 @@ import { jobTimes, type JobTimes, type Slowdown } from './job-times.ts';
 import type { SimService } from './service-demand.ts';
 import { replicaStartTime } from './replica-start.ts';
 import { ServiceMeter, type ServiceSample, type ServiceSummary } from './service-meter.ts';
-import { SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
+import { SERVICE_DEREGISTRATION_DELAY_SEC, SERVICE_LABEL, serviceId } from '../../core/serving/service.ts';
 
 export { RESERVATION_POLICIES, SIM_POLICIES, type SimPolicyName, type ReservationSummary };
 
@@ -470,11 +470,11 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   // The services' load balancer: a target group per service on the virtual clock. Its health check
   // asks the simulated replica behind the address itself: it answers once its model has loaded, and
   // never if its load hangs (whatever any agent reported).
-  const answers = (_serviceId: string, target: { ip: string; port: number }, atMs: number) =>
+  const answers = (_serviceId: string, target: { ip: string; port: number }, atMs: number): boolean =>
     agents.answersReadiness(target.ip, target.port, atMs);
-  const frontDoor =
+  const frontDoor: SimFrontDoor | undefined =
     options.services && options.services.length > 0
-      ? new SimFrontDoor(env.clock, { healthyAfterSec: 10, deregistrationDelaySec: 30, probe: answers })
+      ? new SimFrontDoor(env.clock, { healthyAfterSec: 10, deregistrationDelaySec: SERVICE_DEREGISTRATION_DELAY_SEC, probe: answers })
       : undefined;
   if (frontDoor) ports = { ...ports, frontDoor };
   const taking = frontDoor
@@ -506,7 +506,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     restoreSec: control.restoreSec,
     migMachine: (inst) => env.cloud.isMigGroup(inst.groupId),
     // A machine being prepared in a warm pool asks the agent API which images to pull; started, it finds them on its volume.
-    prepare: { services: env.services, types: env.catalog.instanceTypes },
+    // and a warned machine's replicas leave the load balancer through it, as late as lets them drain.
+    sources: { services: env.services, types: env.catalog.instanceTypes, ...(frontDoor ? { frontDoor } : {}) },
+    frontDoorTiming: { drainSec: SERVICE_DEREGISTRATION_DELAY_SEC, lookSec: tickMs / 1000 },
     imagesOnVolume: (id) => env.cloud.imagesOnVolume(id),
     releasedByHook: (id) => env.cloud.releasedByHook(id),
     output: env.jobLogs,

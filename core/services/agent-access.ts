@@ -1,7 +1,8 @@
 import { GpuFleetError } from '../errors.ts';
 import { gpuUseProblem } from '../gpu-use.ts';
 import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../job.ts';
-import type { CheckpointStore, Clock, JobStore, NodeStore, ServiceStore } from '../ports.ts';
+import type { CheckpointStore, Clock, FrontDoor, JobStore, NodeStore, ServiceStore } from '../ports.ts';
+import { SERVICE_LABEL } from '../serving/service.ts';
 import type { InstanceTypeCatalog } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { imagesToPrefetch } from '../serving/prefetch.ts';
@@ -225,10 +226,15 @@ export type PreparingMachine = Pick<Instance, 'cloud' | 'region' | 'zone' | 'ins
   readonly migMode: boolean;
 };
 
-/** What answers a machine being prepared: the services (their images) and the instance types (what a machine holds). */
-export interface PrepareSources {
-  readonly services: Pick<ServiceStore, 'list'>;
-  readonly types: InstanceTypeCatalog;
+/**
+ * What the agent API answers beyond the stores: the services (their images) and the instance types
+ * (what a machine holds), for a machine being prepared; the services' load balancer, for a warned
+ * machine's replicas leaving it.
+ */
+export interface AgentSources {
+  readonly services?: Pick<ServiceStore, 'list'>;
+  readonly types?: InstanceTypeCatalog;
+  readonly frontDoor?: Pick<FrontDoor, 'deregister'>;
 }
 
 /** The stores as the agent of one machine may use them, plus the checks for its checkpoint bytes. */
@@ -250,6 +256,13 @@ export interface AgentView extends AgentStores {
    * ask. Throws {@link AgentRefused} where the view was made without the services to answer from.
    */
   imagesToPrepare(machine: PreparingMachine): Promise<string[]>;
+  /**
+   * Takes a replica this machine runs out of its service's target group (its connections drain for
+   * the group's deregistration delay): only a replica of the attempt running here, and only once
+   * the machine is draining (a notice said it goes; core/serving/service.ts agentLeavesFrontDoorNow
+   * says when). Throws {@link AgentRefused} otherwise, or where the view has no load balancer.
+   */
+  leaveFrontDoor(jobId: string, attempt: number): Promise<void>;
 }
 
 /**
@@ -259,7 +272,7 @@ export interface AgentView extends AgentStores {
  * a job answer as if the job did not exist; writes it may not make throw {@link AgentRefused}.
  * Times of its own record (registration, heartbeats) are the view's clock, never the machine's.
  */
-export function agentView(stores: AgentStores, nodeId: string, clock: Clock, prepare?: PrepareSources): AgentView {
+export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sources: AgentSources = {}): AgentView {
   const refuse = (message: string): never => {
     throw new AgentRefused(nodeId, message);
   };
@@ -410,8 +423,22 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, pre
       return { team: job.team, labels: job.spec.labels ?? {} };
     },
     async imagesToPrepare(machine) {
-      if (!prepare) return refuse('this control plane answers no machine being prepared (it was set up without its services)');
-      return imagesToPrefetch(machine, machine.migMode, await prepare.services.list(), prepare.types);
+      if (!sources.services || !sources.types)
+        return refuse('this control plane answers no machine being prepared (it was set up without its services)');
+      return imagesToPrefetch(machine, machine.migMode, await sources.services.list(), sources.types);
+    },
+    async leaveFrontDoor(jobId, attempt) {
+      if (!sources.frontDoor) return refuse('this control plane fronts no service (it was set up without a load balancer)');
+      const job = await readable(jobId);
+      const service = job.spec.labels?.[SERVICE_LABEL];
+      if (service === undefined || !job.spec.service) return refuse(`job ${jobId} is not a service replica`);
+      if (job.attempt !== attempt || job.placement?.nodes[0]?.nodeId !== nodeId)
+        return refuse(`attempt ${attempt} of job ${jobId} is not the one running on machine ${nodeId}`);
+      const record = await stores.nodes.get(nodeId);
+      if (!record?.draining)
+        return refuse(`machine ${nodeId} is not draining: a replica leaves its target group only from a machine that goes`);
+      if (!record.address) return refuse(`machine ${nodeId} registered no address, so none of its replicas is a target`);
+      await sources.frontDoor.deregister(service, [{ ip: record.address, port: job.spec.service.port }]);
     },
     async checkCheckpointRead(jobId, location) {
       const job = await jobOf(jobId);

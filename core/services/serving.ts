@@ -8,7 +8,7 @@
  * on the record leaves it for the next run.
  */
 import type { InstanceTypeCatalog } from '../catalog.ts';
-import type { NodeGroup, NodeRecord } from '../fleet.ts';
+import type { Instance, NodeGroup, NodeRecord } from '../fleet.ts';
 import { jobIdFor, newPendingJob, type Job } from '../job.ts';
 import type { JobSpec } from '../job-spec.ts';
 import { machineInMigMode, whyNoGroupHolds } from '../planner/capacity.ts';
@@ -27,6 +27,7 @@ import type {
 import { applyJobEvent } from './job-updates.ts';
 import { imagesToPrefetch, prefetchChanged } from '../serving/prefetch.ts';
 import {
+  AGENT_HEARD_SEC,
   agentFoundAnswering,
   decideReplicas,
   replicaSpec,
@@ -162,7 +163,7 @@ export async function reconcileServices(
     // stopped only once it has left it: its cancel waits for a later reconcile, so no request it holds is cut.
     let stillFronted = new Set<string>();
     if (door) {
-      const out = await reconcileFrontDoor(door, record, views, decision.cancel, records, targets, nowMs, options.intervalSec);
+      const out = await reconcileFrontDoor(door, record, views, decision.cancel, records, instances, targets, nowMs, options);
       registered += out.registered;
       deregistered += out.deregistered;
       stillFronted = out.stillFronted;
@@ -216,8 +217,9 @@ async function writePrefetch(
  * leaving, not being cancelled) is registered, and the target group's health check on the
  * readiness path (`service.readiness`) lets traffic reach it only once it answers, as the
  * readiness probe does. A replica on a warned machine stays while it can still drain before the
- * machine's deadline ({@link servesThroughNotice}); then it, one being cancelled, and a target no
- * live replica stands behind any more are deregistered (they drain for the group's
+ * machine stops ({@link servesThroughNotice}: its agent takes it out on time, or reconcile does
+ * while it has the time); it is never registered again. Then it, one being cancelled, and a
+ * target no live replica stands behind any more are deregistered (they drain for the group's
  * deregistration delay).
  */
 async function reconcileFrontDoor(
@@ -226,10 +228,11 @@ async function reconcileFrontDoor(
   views: readonly ReplicaView[],
   cancel: readonly { readonly jobId: string }[],
   records: ReadonlyMap<string, NodeRecord>,
+  instances: ReadonlyMap<string, Instance>,
   /** The group's targets as read before the decision (one DescribeTargetHealth per service and reconcile). */
   now: readonly { readonly target: FrontDoorTarget; readonly state: string }[],
   nowMs: number,
-  intervalSec: number,
+  options: { readonly intervalSec: number },
 ): Promise<{ registered: number; deregistered: number; stillFronted: Set<string> }> {
   const port = record.spec.service?.port ?? 0;
   const going = new Set(cancel.map((c) => c.jobId));
@@ -238,15 +241,27 @@ async function reconcileFrontDoor(
     return address ? { ip: address, port } : undefined;
   };
   const want = new Map<string, FrontDoorTarget>();
+  const keep = new Set<string>();
   const leave = new Map<string, FrontDoorTarget>();
   for (const v of views) {
     const t = targetOf(v);
     if (!t) continue;
     const key = `${t.ip}:${t.port}`;
-    // A warned machine's replica keeps serving through the notice, and leaves in time to drain before it stops.
-    const deadlineMs = records.get(v.job.placement?.nodes[0]?.nodeId ?? '')?.draining?.deadlineMs;
-    const leavesNow = v.leaving && !servesThroughNotice(deadlineMs, nowMs, door.deregistrationDelaySec, intervalSec);
+    // A warned machine's replica keeps serving through the notice, and leaves in time to drain before it stops:
+    // its agent takes it out, when it answers (not for a machine a terminate hook holds, which goes when reconcile says).
+    const nodeId = v.job.placement?.nodes[0]?.nodeId ?? '';
+    const node = records.get(nodeId);
+    const agentHeard =
+      node !== undefined && instances.get(nodeId)?.state !== 'terminating-wait' && nowMs - node.lastHeartbeatAtMs <= AGENT_HEARD_SEC * 1000;
+    const leavesNow =
+      v.leaving &&
+      !servesThroughNotice(node?.draining?.deadlineMs, nowMs, {
+        drainSec: door.deregistrationDelaySec,
+        intervalSec: options.intervalSec,
+        agentHeard,
+      });
     if (leavesNow || going.has(v.job.id) || v.job.cancelRequested) leave.set(key, t);
+    else if (v.job.state === 'running' && v.leaving) keep.add(key);
     else if (v.job.state === 'running') want.set(key, t);
   }
   const live = new Set(now.filter((t) => t.state !== 'draining').map((t) => `${t.target.ip}:${t.target.port}`));
@@ -266,7 +281,7 @@ async function reconcileFrontDoor(
   const deregister = now
     .filter((t) => t.state !== 'draining')
     .map((t) => t.target)
-    .filter((t) => leave.has(`${t.ip}:${t.port}`) || !want.has(`${t.ip}:${t.port}`));
+    .filter((t) => leave.has(`${t.ip}:${t.port}`) || (!want.has(`${t.ip}:${t.port}`) && !keep.has(`${t.ip}:${t.port}`)));
   await door.deregister(record.id, deregister);
   await door.register(record.id, register);
   return { registered: register.length, deregistered: deregister.length, stillFronted };

@@ -32,15 +32,47 @@ export const SERVICE_LABEL = 'gpu-fleet/service';
 export const SERVICE_DEREGISTRATION_DELAY_SEC = 30;
 
 /**
- * Whether a replica on a warned machine stays in its target group for now. The machine goes at
- * `deadlineMs` (its drain mark: the notice's time less the margin) and the replica answers until
- * then, so the notice's minutes are capacity while its replacement starts. It leaves when the
- * next look, `intervalSec` away, would leave its connections too little time to drain
- * (`drainSec`) before then. A machine leaving with no deadline known (a terminate hook holds it,
- * no notice was seen) leaves at once.
+ * When a replica on a warned machine leaves its target group, at the latest: its machine's drain
+ * mark `deadlineMs` (its agent stops what runs there then; the machine itself goes a margin later)
+ * less the group's deregistration delay `drainSec`, so its connections have drained as it stops.
+ * Until then it takes requests: the notice's minutes are capacity while its replacement starts.
  */
-export function servesThroughNotice(deadlineMs: number | undefined, nowMs: number, drainSec: number, intervalSec: number): boolean {
-  return deadlineMs !== undefined && deadlineMs - nowMs > (drainSec + intervalSec) * 1000;
+export function frontDoorLeaveAtMs(deadlineMs: number, drainSec: number): number {
+  return deadlineMs - drainSec * 1000;
+}
+
+/**
+ * Seconds since a machine's last heartbeat within which reconcile counts on its agent to take its
+ * replicas out of their target groups on time ({@link agentLeavesFrontDoorNow}): three of the
+ * agent's 15 s heartbeats.
+ */
+export const AGENT_HEARD_SEC = 45;
+
+/**
+ * The agent's side: whether, at this look, the replicas of its warned machine leave their target
+ * groups. At the last look before {@link frontDoorLeaveAtMs} (the next, `lookSec` away, would be
+ * late), so they leave a little early rather than late.
+ */
+export function agentLeavesFrontDoorNow(deadlineMs: number, nowMs: number, drainSec: number, lookSec: number): boolean {
+  return nowMs + lookSec * 1000 > frontDoorLeaveAtMs(deadlineMs, drainSec);
+}
+
+/**
+ * Reconcile's side: whether a replica on a warned machine stays in its target group for now. Its
+ * agent, when it answers (`agentHeard`: heard within {@link AGENT_HEARD_SEC}), takes it out at its
+ * last look before {@link frontDoorLeaveAtMs}; reconcile keeps it until then and is the backstop
+ * after. With the agent silent, reconcile alone: it leaves when the next look, `intervalSec` away,
+ * would leave its connections too little time to drain before the drain mark. A machine leaving
+ * with no deadline known (no notice was seen) leaves at once.
+ */
+export function servesThroughNotice(
+  deadlineMs: number | undefined,
+  nowMs: number,
+  timing: { readonly drainSec: number; readonly intervalSec: number; readonly agentHeard: boolean },
+): boolean {
+  if (deadlineMs === undefined) return false;
+  if (timing.agentHeard) return nowMs < frontDoorLeaveAtMs(deadlineMs, timing.drainSec);
+  return deadlineMs - nowMs > (timing.drainSec + timing.intervalSec) * 1000;
 }
 
 export interface ServiceRecord {

@@ -4,7 +4,9 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { S3Client } from '@aws-sdk/client-s3';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
+import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
+import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
 import { CloudWatchJobLogs } from '../../cloud/aws/cloudwatch-logs.ts';
 import { awsShippedCatalog } from '../../cloud/catalog/shipped.ts';
 import { documentClientFor, DynamoServiceStore, dynamoStores } from '../../cloud/aws/dynamo-store.ts';
@@ -33,8 +35,16 @@ export const handler = createAgentApiHandler({
   urls: new S3CheckpointUrls(new S3Client(common)),
   ...(config.jobLogGroup ? { jobLogs: new CloudWatchJobLogs(new CloudWatchLogsClient(common), config.jobLogGroup) } : {}),
   clock: systemClock,
+  // With services: their records and the catalogue (a machine being prepared asks its images), their target groups (a warned
+  // machine's replicas leave them).
   ...(config.services
-    ? { prepare: { services: new DynamoServiceStore(doc, config.tables.control), types: awsShippedCatalog().instanceTypes } }
+    ? {
+        sources: {
+          services: new DynamoServiceStore(doc, config.tables.control),
+          types: awsShippedCatalog().instanceTypes,
+          frontDoor: new ElbFrontDoor(new ElasticLoadBalancingV2Client(common), config.services.targetGroups),
+        },
+      }
     : {}),
   ...(launchHookName
     ? {

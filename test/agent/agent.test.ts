@@ -277,6 +277,47 @@ describe('node agent: running placed jobs as real processes', () => {
     ]);
   });
 
+  it('on a warned machine, takes its replica out of its target group at its last look before the drain mark less the deregistration delay, once', async () => {
+    const w = world();
+    const left: string[] = [];
+    let failOnce = true;
+    const frontDoor = {
+      leave: async (jobId: string, attempt: number) => {
+        if (failOnce) {
+          failOnce = false;
+          throw new Error('503 from the agent API');
+        }
+        left.push(`${jobId}#${attempt}`);
+      },
+    };
+    const a = w.agent('i-a', { frontDoor, config: { heartbeatSec: 15 } });
+    await a.heartbeat();
+    const port = await freePort();
+    await w.submit('nlp.chat-r1', {
+      name: 'chat',
+      command: ['node', REPLICA_JOB, String(port), '0', '0'],
+      checkpoint: undefined,
+      labels: { 'gpu-fleet/service': 'nlp.chat' },
+      service: { port, replicas: { min: 1, max: 4 }, targets: [{ metric: 'requests-per-second', perReplica: 2 }] },
+    });
+    await w.place('nlp.chat-r1', ['i-a']);
+    await a.heartbeat();
+    await waitFor('the replica to listen', async () => (await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined))?.ok);
+    // Warned: its drain mark 100 s away. Leaving at 70 s is more than a look (15 s) away: it stays.
+    const since = Date.now();
+    await w.nodes.markDraining('i-a', { sinceMs: since, reason: 'spot interruption warning', deadlineMs: since + 100_000 });
+    await a.heartbeat();
+    expect(left).toEqual([]);
+    // 40 s from the drain mark: the next look would be past the drain mark less 30 s. It leaves now; a failed call is tried again.
+    await w.nodes.markDraining('i-a', { sinceMs: since, reason: 'spot interruption warning', deadlineMs: Date.now() + 40_000 });
+    await a.heartbeat();
+    expect(left).toEqual([]);
+    await a.heartbeat();
+    await a.heartbeat();
+    expect(left).toEqual(['nlp.chat-r1#1']);
+    expect(w.logs.some((l) => l.level === 'warn' && /could not leave its target group/.test(l.message))).toBe(true);
+  });
+
   it('serves a scrape in the DCGM exporter’s names over HTTP, each GPU with the job on it, and the agent’s own figures', async () => {
     const w = world();
     const a = w.agent('i-a');

@@ -1,11 +1,13 @@
 import { AutoScalingClient, CompleteLifecycleActionCommand } from '@aws-sdk/client-auto-scaling';
 import { EC2Client } from '@aws-sdk/client-ec2';
+import { DeregisterTargetsCommand, ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { S3Client, CreateMultipartUploadCommand, CompleteMultipartUploadCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
 import { callerMachine, partBytesFor } from '../../cloud/aws/agent-api-protocol.ts';
 import { S3CheckpointUrls, type CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
+import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
 import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore, MemoryServiceStore } from '../../cloud/sim/memory-stores.ts';
 import { newServiceRecord } from '../../core/serving/service.ts';
@@ -298,7 +300,7 @@ describe('agent API: a machine being prepared in its group’s warm pool', () =>
       checkpoints: new MemoryCheckpointStore({ nowMs: () => 1_800_000_000_000 }, 's3://ckpt/checkpoints/'),
       urls: defaultUrls(),
       clock: { nowMs: () => 1_800_000_000_000 },
-      ...(o.services !== false ? { prepare: { services, types } } : {}),
+      ...(o.services !== false ? { sources: { services, types } } : {}),
       ...(o.hook !== false ? { launchHook: { hookName: 'gpu-fleet-prepare', groups } } : {}),
       agentRoleName: ROLE,
       obs: observability('agent-api-test'),
@@ -367,5 +369,101 @@ describe('agent API: a machine being prepared in its group’s warm pool', () =>
     ]);
     const off = await prepared({ hook: false }).call('/v1/node/launch-ready', { groupName: 'gpu-fleet-a10g-od' });
     expect(off).toMatchObject({ status: 400, body: { error: expect.stringMatching(/no launch hook/) } });
+  });
+});
+
+describe('agent API: a warned machine’s replica leaving its service’s target group', () => {
+  const NOW = 1_800_000_000_000;
+  const TG = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gpu-fleet-nlp-chat/50dc6c495c0c9188';
+  const me = 'i-0aaaaaaaa1';
+  const replica = aJob({
+    id: 'nlp.chat-r1',
+    team: 'nlp',
+    attempt: 2,
+    spec: {
+      name: 'chat-r1',
+      labels: { 'gpu-fleet/service': 'nlp.chat' },
+      service: { port: 8000, replicas: { min: 1, max: 4 }, targets: [{ metric: 'requests-per-second', perReplica: 2 }] },
+    },
+  });
+
+  async function world(o: { draining?: boolean; onMachine?: string } = {}) {
+    const jobs = new MemoryJobStore();
+    const nodes = new MemoryNodeStore();
+    const elb = mockClient(ElasticLoadBalancingV2Client);
+    elb.on(DeregisterTargetsCommand).resolves({});
+    await jobs.create({
+      ...replica,
+      state: 'running',
+      placement: { capacityType: 'spot', nodes: [{ nodeId: o.onMachine ?? me, gpuIndices: [0] }] },
+      placedAtMs: NOW - 600_000,
+      startedAtMs: NOW - 590_000,
+      updatedAtMs: NOW - 590_000,
+    });
+    await jobs.create({
+      ...aJob({ id: 'nlp.batch', team: 'nlp' }),
+      state: 'running',
+      placement: { capacityType: 'spot', nodes: [{ nodeId: me, gpuIndices: [1] }] },
+    });
+    await nodes.register({
+      instanceId: me,
+      groupId: 'g',
+      registeredAtMs: NOW - 700_000,
+      lastHeartbeatAtMs: NOW,
+      gpus: [],
+      healthy: true,
+      address: '10.0.3.17',
+    });
+    if (o.draining !== false)
+      await nodes.markDraining(me, { sinceMs: NOW - 60_000, reason: 'spot interruption warning', deadlineMs: NOW + 40_000 });
+    const handler = createAgentApiHandler({
+      jobs,
+      nodes,
+      checkpoints: new MemoryCheckpointStore({ nowMs: () => NOW }, 's3://ckpt/checkpoints/'),
+      urls: defaultUrls(),
+      clock: { nowMs: () => NOW },
+      sources: { frontDoor: new ElbFrontDoor(elb as unknown as ElasticLoadBalancingV2Client, { 'nlp.chat': TG }) },
+      agentRoleName: ROLE,
+      obs: observability('agent-api-test'),
+    });
+    const leave = async (body: unknown) => {
+      const event = {
+        rawPath: '/v1/service/leave',
+        body: JSON.stringify(body),
+        isBase64Encoded: false,
+        requestContext: { http: { method: 'POST' }, authorizer: { iam: { userArn: ARN(me) } } },
+      } as unknown as LambdaFunctionURLEventWithIAMAuthorizer;
+      const out = (await handler(event, lambdaContext('agent-api'))) as { statusCode: number; body: string };
+      return { status: out.statusCode, body: JSON.parse(out.body) as Record<string, unknown> };
+    };
+    return { leave, elb };
+  }
+
+  it('deregisters the replica’s address and port from its service’s target group, and again without harm', async () => {
+    const { leave, elb } = await world();
+    expect(await leave({ jobId: 'nlp.chat-r1', attempt: 2 })).toEqual({ status: 200, body: {} });
+    expect(await leave({ jobId: 'nlp.chat-r1', attempt: 2 })).toEqual({ status: 200, body: {} });
+    expect(elb.commandCalls(DeregisterTargetsCommand).map((c) => c.args[0].input)).toEqual([
+      { TargetGroupArn: TG, Targets: [{ Id: '10.0.3.17', Port: 8000 }] },
+      { TargetGroupArn: TG, Targets: [{ Id: '10.0.3.17', Port: 8000 }] },
+    ]);
+  });
+
+  it('refuses, saying why, a machine that is not going, a job that is not a replica, an attempt not running there', async () => {
+    const calm = await world({ draining: false });
+    expect(await calm.leave({ jobId: 'nlp.chat-r1', attempt: 2 })).toMatchObject({
+      status: 403,
+      body: { error: expect.stringMatching(/is not draining: a replica leaves its target group only from a machine that goes/) },
+    });
+    const { leave, elb } = await world();
+    expect((await leave({ jobId: 'nlp.batch', attempt: 1 })).body.error).toMatch(/job nlp\.batch is not a service replica/);
+    expect((await leave({ jobId: 'nlp.chat-r1', attempt: 1 })).body.error).toMatch(
+      /attempt 1 of job nlp\.chat-r1 is not the one running on machine/,
+    );
+    const elsewhere = await world({ onMachine: 'i-0bbbbbbbb2' });
+    expect((await elsewhere.leave({ jobId: 'nlp.chat-r1', attempt: 2 })).status).toBe(403);
+    expect(calm.elb.commandCalls(DeregisterTargetsCommand)).toHaveLength(0);
+    expect(elb.commandCalls(DeregisterTargetsCommand)).toHaveLength(0);
+    expect(elsewhere.elb.commandCalls(DeregisterTargetsCommand)).toHaveLength(0);
   });
 });

@@ -672,7 +672,7 @@ describe('cdk-nag', () => {
     );
   });
 
-  it('with services: reconcile may register targets in their own target groups only, intake may write service records only; cdk-nag clean', () => {
+  it('with services: reconcile may register targets in their own target groups only, the agent API deregister them, intake may write service records only; cdk-nag clean', () => {
     const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
     const config = parseConfig({ ...raw, services: { targetGroups: { 'nlp.chat': arn } } });
@@ -694,7 +694,12 @@ describe('cdk-nag', () => {
       Properties: { Environment?: { Variables?: Record<string, unknown> } };
     }[];
     const withServices = fns.filter((f) => f.Properties.Environment?.Variables?.GPU_FLEET_SERVICE_TARGET_GROUPS !== undefined);
-    expect(withServices).toHaveLength(2);
+    // Reconcile, intake, and the agent API: a warned machine's replicas leave their target groups through it, deregistering only.
+    expect(withServices).toHaveLength(3);
+    expect(statements(template, 'agentApiRole').find((x) => x.Sid === 'ServiceTargetsLeave')).toMatchObject({
+      Action: 'elasticloadbalancing:DeregisterTargets',
+      Resource: arn,
+    });
     expect(JSON.parse(withServices[0]!.Properties.Environment!.Variables!.GPU_FLEET_SERVICE_TARGET_GROUPS as string)).toEqual({
       'nlp.chat': arn,
     });

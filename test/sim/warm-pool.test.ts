@@ -123,7 +123,7 @@ describe('warm machines prepared by their agents (images pulled onto the volume 
       checkpoints: new MemoryCheckpointStore(clock),
       instanceTypes: new Map(Object.entries(INSTANCE_TYPES)),
       workSecOf: () => Infinity,
-      prepare: { services, types: new Map(Object.entries(INSTANCE_TYPES)) },
+      sources: { services, types: new Map(Object.entries(INSTANCE_TYPES)) },
       imagePullSecOf: (image) => (image === 'vllm/vllm-openai:v0.6.3' ? 51 : undefined),
       imagesOnVolume: (id) => cloud.imagesOnVolume(id),
       ...(o.apiAnswers === false ? { agentApiAnswers: () => false } : {}),

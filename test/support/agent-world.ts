@@ -70,6 +70,8 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
       dcgm?: () => Promise<string>;
       /** While this says false, every call to the state and the checkpoints fails as an agent API that answers 503 would. */
       reachable?: () => boolean;
+      /** Where a warned machine's replicas leave their target groups (the agent API's `service/leave`). */
+      frontDoor?: { leave(jobId: string, attempt: number): Promise<void> };
     } = {},
   ): NodeAgent {
     const env = fakeNvidiaSmiEnv(
@@ -106,6 +108,7 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
         ...(options.jobLogs ? { jobLogs: options.jobLogs } : client && options.logsViaApi ? { jobLogs: new AgentApiJobLogs(client) } : {}),
         ...(options.removeFolder ? { removeFolder: options.removeFolder } : {}),
         ...(options.dcgm ? { dcgm: options.dcgm } : {}),
+        ...(options.frontDoor ? { frontDoor: options.frontDoor } : {}),
         log,
       },
       {
