@@ -4,10 +4,13 @@ import { domainOfZone, replicaLimit, spotZonesFor } from '../../core/services/se
 import { aGroup, INSTANCE_TYPES } from '../builders.ts';
 import { checkJobSpec, type JobSpec, type JobSpecInput } from '../../core/job-spec.ts';
 import {
+  agentLeavesFrontDoorNow,
   decideReplicas,
+  frontDoorLeaveAtMs,
   newServiceRecord,
   replicaSpec,
   SERVICE_LABEL,
+  servesThroughNotice,
   SPOT_GIVE_UP_MS,
   type ReplicaView,
   type ServiceRecord,
@@ -403,5 +406,30 @@ describe("the team's limits on a service (replicaLimit)", () => {
     });
     expect(d.record.target).toBe(2);
     expect(d.record.reason).toMatch(/held at 2: team nlp's GPU cap of 3/);
+  });
+});
+
+describe('a warned machine’s replica and its target group (core/serving/service.ts)', () => {
+  const T = 1_800_000_000_000;
+  const mark = T + 100_000; // the drain mark: a notice at T, 2 min less the 20 s margin
+
+  it('the agent takes it out at its last look before the drain mark less the deregistration delay', () => {
+    expect(frontDoorLeaveAtMs(mark, 30)).toBe(T + 70_000);
+    const looks = [0, 15, 30, 45, 60, 75].map((s) => T + s * 1000);
+    expect(looks.filter((now) => agentLeavesFrontDoorNow(mark, now, 30, 15)).map((now) => (now - T) / 1000)).toEqual([60, 75]);
+    // Looking every 5 s, it leaves 5 s early at most.
+    expect(agentLeavesFrontDoorNow(mark, T + 65_000, 30, 5)).toBe(false);
+    expect(agentLeavesFrontDoorNow(mark, T + 66_000, 30, 5)).toBe(true);
+  });
+
+  it('reconcile keeps it until then while it hears the agent, and alone leaves a reconcile interval ahead; no deadline, at once', () => {
+    const heard = { drainSec: 30, intervalSec: 60, agentHeard: true };
+    const silent = { ...heard, agentHeard: false };
+    expect(servesThroughNotice(mark, T + 30_000, heard)).toBe(true);
+    expect(servesThroughNotice(mark, T + 69_000, heard)).toBe(true);
+    expect(servesThroughNotice(mark, T + 70_000, heard)).toBe(false);
+    expect(servesThroughNotice(mark, T + 5_000, silent)).toBe(true);
+    expect(servesThroughNotice(mark, T + 10_000, silent)).toBe(false);
+    expect(servesThroughNotice(undefined, T, heard)).toBe(false);
   });
 });
