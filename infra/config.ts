@@ -571,7 +571,8 @@ describeFields(ConfigSchema, {
   'nodeGroups[].ami.amiId': 'an AMI id',
   'nodeGroups[].diskGiB': "each machine's root volume (encrypted)",
   'nodeGroups[].migEnabled': 'runs the GPUs in MIG mode (only GPUs that have MIG: A100, H100, H200, B200)',
-  'nodeGroups[].warmPool': 'machines prepared ahead and kept stopped beside the group (on-demand groups of one type only)',
+  'nodeGroups[].warmPool':
+    "machines prepared ahead (booted once, the services' images pulled) and kept stopped beside the group (on-demand groups of one type only)",
   'nodeGroups[].warmPool.size': 'how many warm machines it keeps',
   'nodeGroups[].warmPool.state':
     '"Stopped" (only the volumes are billed) or "Hibernated" (memory kept on the volume; the type must support hibernation)',
