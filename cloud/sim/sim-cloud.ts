@@ -699,7 +699,17 @@ export class SimCloud implements NodeGroupProvider, ReservationSource {
     let candidates = g.offerings;
     if (g.config.capacityType === 'spot' && this.options.priceOf) {
       const priceOf = this.options.priceOf;
-      candidates = [...candidates].sort((a, b) => (priceOf(a) ?? Infinity) - (priceOf(b) ?? Infinity) || (a.id < b.id ? -1 : 1));
+      // Balanced best effort (the API's default AvailabilityZoneDistribution): the zone holding the fewest of the group's
+      // machines first, another where it has no capacity; within a zone, the cheaper pool (price-capacity-optimized).
+      const inZone = new Map<string, number>();
+      for (const i of this.instances.values())
+        if (i.groupId === g.config.id && inService(i.state)) inZone.set(i.offering.zone, (inZone.get(i.offering.zone) ?? 0) + 1);
+      candidates = [...candidates].sort(
+        (a, b) =>
+          (inZone.get(a.zone) ?? 0) - (inZone.get(b.zone) ?? 0) ||
+          (priceOf(a) ?? Infinity) - (priceOf(b) ?? Infinity) ||
+          (a.id < b.id ? -1 : 1),
+      );
     } else {
       // Balance across zones, as an Auto Scaling group does for on-demand.
       const start = g.nextZone++ % Math.max(1, candidates.length);
