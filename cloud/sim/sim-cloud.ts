@@ -127,7 +127,7 @@ export interface SimCloudOptions {
   /** Boot time varies by ±this share (default 0.2), drawn from the seeded random source. */
   readonly bootJitter?: number;
   readonly capacity?: CapacityModel;
-  /** Cheaper zones first for spot launches (price-capacity-optimized); by offering id → µUSD/h. */
+  /** What each offering costs, µUSD/h: a spot launch takes the cheaper pool within the zone it balances to (price-capacity-optimized). */
   readonly priceOf?: (offering: Offering) => number | undefined;
   /** How long terminated instances stay listed (default 10 min), as clouds keep them for a while. */
   readonly keepTerminatedSec?: number;

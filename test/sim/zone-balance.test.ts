@@ -48,6 +48,9 @@ describe('the simulated Auto Scaling group spreads spot machines over its zones'
     cloud.tick();
     expect(zones(cloud)).toEqual(['us-west-2a', 'us-west-2a', 'us-west-2a']);
     const failures = await cloud.launchFailures(T0 - 1);
-    expect(failures.map((f) => [f.offeringId.includes('us-west-2b'), f.code])).toContainEqual([true, 'InsufficientInstanceCapacity']);
+    expect(failures.map((f) => [f.offeringId?.includes('us-west-2b') ?? false, f.code])).toContainEqual([
+      true,
+      'InsufficientInstanceCapacity',
+    ]);
   });
 });
