@@ -8,7 +8,7 @@ import { aSpec, INSTANCE_TYPES, T0 } from '../builders.ts';
 
 const PRICE = 3_060_000; // p3.2xlarge on-demand, µUSD per hour
 
-function world(warmPool?: { size: number; state: 'Stopped' | 'Hibernated' }) {
+function world(warmPool?: { size: number; state: 'Stopped' | 'Hibernated' }, options: { warmPreparedByAgents?: boolean } = {}) {
   const clock = new VirtualClock(T0);
   const cloud = new SimCloud({
     clock,
@@ -16,6 +16,7 @@ function world(warmPool?: { size: number; state: 'Stopped' | 'Hibernated' }) {
     bootSec: 180,
     bootJitter: 0,
     priceOf: () => PRICE,
+    ...options,
     groups: [
       {
         id: 'v100-od',
@@ -95,26 +96,7 @@ describe('warm machines prepared by their agents (images pulled onto the volume 
   );
 
   function prepared(o: { apiAnswers?: boolean } = {}) {
-    const clock = new VirtualClock(T0);
-    const cloud = new SimCloud({
-      clock,
-      random: new SeededRandom(1),
-      bootSec: 180,
-      bootJitter: 0,
-      priceOf: () => PRICE,
-      warmPreparedByAgents: true,
-      groups: [
-        {
-          id: 'v100-od',
-          instanceTypes: ['p3.2xlarge'],
-          zones: ['us-west-2a'],
-          capacityType: 'on-demand',
-          minSize: 0,
-          maxSize: 4,
-          warmPool: { size: 1, state: 'Stopped' },
-        },
-      ],
-    });
+    const { clock, cloud } = world({ size: 1, state: 'Stopped' }, { warmPreparedByAgents: true });
     const services = new MemoryServiceStore();
     const agents = new SimAgents({
       clock,
