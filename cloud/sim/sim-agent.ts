@@ -17,7 +17,6 @@ import { agentLeavesFrontDoorNow, SERVICE_LABEL } from '../../core/serving/servi
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
 import { AgentRefused, agentView, type AgentView, type AgentSources } from '../../core/services/agent-access.ts';
-import type { SimCloud } from './sim-cloud.ts';
 import { applyJobEvent, attachWhileHeld, finishCancelled } from '../../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../../core/services/node-reports.ts';
 import {
@@ -44,6 +43,7 @@ import {
   type NoticeAttempt,
 } from '../../core/services/node-rules.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
+import type { SimCloud } from './sim-cloud.ts';
 
 /**
  * The simulated machines. The world is simulated here: machines, the processes on them (a job
@@ -403,8 +403,7 @@ export class SimAgents {
       const machine: Instance = { ...w.offering, id: w.id, groupId: w.groupId, state: 'running', launchedAtMs: w.launchedAtMs };
       let images: readonly string[] = [];
       if (this.options.sources?.services && (this.options.agentApiAnswers?.(w.id, now, 'work') ?? true)) {
-        const view = agentView(this.options, w.id, this.options.clock, this.options.sources);
-        images = await view.imagesToPrepare({ ...machine, migMode: this.options.migMachine?.(machine) ?? false });
+        images = await this.as(w.id).imagesToPrepare({ ...machine, migMode: this.options.migMachine?.(machine) ?? false });
       }
       const pullMs = images.reduce((sum, image) => sum + (this.options.imagePullSecOf?.(image) ?? 0) * 1000, 0);
       cloud.notePrepared(w.id, images, w.preparedAtMs + pullMs);
@@ -430,14 +429,15 @@ export class SimAgents {
     for (const inst of live.values()) {
       let m = this.machines.get(inst.id);
       if (!m) {
+        const onVolume = this.options.imagesOnVolume?.(inst.id) ?? [];
         m = {
           instance: inst,
           address: simulatedAddress(inst.id),
           processes: new Map(),
           renewedAtMs: now,
           // What its agent pulled while the machine was prepared in a warm pool is on its volume still: pulled ahead.
-          images: new Set(this.options.imagesOnVolume?.(inst.id) ?? []),
-          pulledAhead: new Set(this.options.imagesOnVolume?.(inst.id) ?? []),
+          images: new Set(onVolume),
+          pulledAhead: new Set(onVolume),
         };
         this.machines.set(inst.id, m);
       }
