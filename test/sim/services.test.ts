@@ -225,6 +225,8 @@ describe('services in the simulated control loop', () => {
       if (!registered) continue; // lost before it was ever ready
       const out = log.find((l) => l.action === 'deregister' && l.target.ip === ip && l.atMs >= registered.atMs);
       expect(out, `replica ${j.id} on ${nodeId}`).toBeDefined();
+      // A warned machine's target is never registered again, while it drains or after.
+      expect(log.some((l) => l.action === 'register' && l.target.ip === ip && l.atMs > out!.atMs)).toBe(false);
       // Its agent took it out of the target group at its last look (15 s apart) before its machine's drain
       // mark (2 min after the notice, less the 20 s margin) less the deregistration delay (30 s): it took
       // traffic for most of the notice, and had drained by the drain mark.
