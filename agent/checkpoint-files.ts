@@ -1,6 +1,7 @@
 import { createReadStream, createWriteStream } from 'node:fs';
 import { cp, lstat, mkdir, readdir, readFile, realpath, rm, stat } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
+import { partBytesFor } from '../core/bytes.ts';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
@@ -153,12 +154,12 @@ export class S3Blobs implements CheckpointBlobs {
     const { bucket, prefix } = this.parse(location);
     for (const file of await filesUnder(localDir)) {
       const key = prefix + relative(localDir, file).split(sep).join('/');
-      // The bucket's default encryption (KMS) applies; large files go up in 16 MiB parts.
+      // The bucket's default encryption (KMS) applies; large files go up in parts as large as through the agent API (each part is a billed PUT).
       await new Upload({
         client: this.s3,
         params: { Bucket: bucket, Key: key, Body: createReadStream(file) },
         queueSize: 4,
-        partSize: 16 * 1024 * 1024,
+        partSize: partBytesFor((await stat(file)).size),
       }).done();
     }
   }

@@ -145,18 +145,8 @@ export interface AgentApiResponses {
 
 export type DrainRequest = Draining & { groupId?: string };
 
-/** Files up to this size go up in one PUT; larger ones in parts. */
-export const SINGLE_PUT_MAX_BYTES = 64 * 1024 * 1024;
-/** A multipart upload's parts are at least this big, and there are at most {@link MAX_PARTS} of them (S3 allows 10,000 of up to 5 GiB). */
-export const MIN_PART_BYTES = 64 * 1024 * 1024;
-export const MAX_PARTS = 500;
-export const MAX_PART_BYTES = 5 * 1024 ** 3;
-
-/** The part size for a file of `bytes`: the smallest whole MiB ≥ {@link MIN_PART_BYTES} that needs no more than {@link MAX_PARTS} parts. */
-export function partBytesFor(bytes: number): number {
-  const mib = 1024 * 1024;
-  return Math.max(MIN_PART_BYTES, Math.ceil(bytes / MAX_PARTS / mib) * mib);
-}
+// The upload sizes are core's (core/bytes.ts): the simulation bills the same requests the agent makes.
+export { MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, partBytesFor, SINGLE_PUT_MAX_BYTES } from '../../core/bytes.ts';
 
 /** The caller's machine, from the IAM identity the function URL checked: the instance id is the session name EC2 gives the instance role. */
 export function callerMachine(userArn: string | undefined, agentRoleName: string): string | { error: string } {
