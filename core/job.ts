@@ -156,30 +156,89 @@ export function checkpointCompletion(
   return { kind: 'newest' };
 }
 
+/** How long a live job keeps the save its newest one replaced (a second resume point, should the newest prove bad). */
+export const PREVIOUS_SAVE_KEPT_MS = 3_600_000;
+/** How long an object of no save recorded complete is kept: a save under way, or one whose completion is not recorded yet. */
+export const UNRECORDED_SAVE_KEPT_MS = 3_600_000;
+/** How many replaced saves' locations the index remembers for the sweep; beyond them, the time rule for unrecorded objects applies. */
+export const SUPERSEDED_KEPT_MAX = 200;
+
+/**
+ * What the checkpoint index knows of a job's complete saves: the newest; the one it replaced
+ * (with when, on the store's clock); and the locations of saves replaced before that, which no
+ * attempt resumes from and the sweep deletes (then forgets).
+ */
+export interface RetainedSaves {
+  readonly newest?: CheckpointRef;
+  readonly previous?: CheckpointRef;
+  readonly replacedAtMs?: number;
+  readonly superseded: readonly string[];
+}
+
+export const NO_SAVES: RetainedSaves = { superseded: [] };
+
+/**
+ * What an index records when `ref` becomes a job's newest complete save at `nowMs`, given what it
+ * held: the newest it replaces becomes the previous one, and the previous one before it joins the
+ * superseded (at most {@link SUPERSEDED_KEPT_MAX}, the oldest dropped). A save of the same
+ * location with more progress replaces the newest in place and leaves the previous one as it was.
+ */
+export function afterNewestSave(held: RetainedSaves, ref: CheckpointRef, nowMs: number): RetainedSaves {
+  const current = held.newest;
+  if (!current || current.location === ref.location) return { ...held, newest: ref };
+  const superseded = [...held.superseded];
+  if (held.previous && held.previous.location !== ref.location && !superseded.includes(held.previous.location))
+    superseded.push(held.previous.location);
+  return { newest: ref, previous: current, replacedAtMs: nowMs, superseded: superseded.slice(-SUPERSEDED_KEPT_MAX) };
+}
+
+/** What an index keeps once the sweep deleted the objects of `locations`: they leave the superseded list. */
+export function afterSweep(held: RetainedSaves, locations: readonly string[]): RetainedSaves {
+  const gone = new Set(locations);
+  return { ...held, superseded: held.superseded.filter((l) => !gone.has(l)) };
+}
+
+/**
+ * The superseded saves a sweep tells the index to forget: those it kept no object of (all deleted,
+ * or none there). One it kept (the job's record still names it as its resume point) stays listed,
+ * so a later sweep deletes it once the record has moved on.
+ */
+export function forgettable(saves: RetainedSaves, keptObjectUris: readonly string[]): string[] {
+  return saves.superseded.filter((l) => !keptObjectUris.some((u) => u.startsWith(l)));
+}
+
 /**
  * Whether the checkpoint object at `objectUri`, last written at `modifiedAtMs`, may be deleted:
  * the retention the checkpoint index derives (the bucket's own lifecycle expires none of them).
- * - Nothing younger than the retention goes (a save under way, a checkpoint just superseded).
- * - The newest complete checkpoint of a job that has not ended is never deleted, however old:
- *   the index's (`newest`), and the one the job's record names, should the two differ.
- * - An ended job's checkpoints go once the retention has passed since it ended.
- * - Everything else past the retention goes: older saves, torn uploads, checkpoints of jobs no
- *   longer on record.
+ * A job keeps what it can resume from, not its history:
+ * - Its resume points (the index's newest complete save, and the one the job's record names,
+ *   should the two differ) are never deleted while it may still run; once it has ended, they go
+ *   when the retention (`checkpoints.expireAfterDays`) has passed since it ended.
+ * - The save its newest one replaced is kept for {@link PREVIOUS_SAVE_KEPT_MS} after the
+ *   replacement while the job is live, then goes.
+ * - Saves replaced before that go at the next sweep.
+ * - An object of no save recorded complete (an upload under way, a torn one, a save refused) is
+ *   kept for {@link UNRECORDED_SAVE_KEPT_MS} after it was written, then goes.
+ * - An object of a job not on record goes once the retention has passed (it may be another
+ *   deployment's, or a job whose record is not written yet).
+ * So after a sweep a live job holds at most two complete saves.
  */
 export function checkpointObjectExpired(o: {
   readonly objectUri: string;
   readonly modifiedAtMs: number;
   readonly job: Job | undefined;
-  readonly newest: CheckpointRef | undefined;
+  readonly saves: RetainedSaves;
   readonly nowMs: number;
   readonly retentionMs: number;
 }): boolean {
-  if (o.modifiedAtMs > o.nowMs - o.retentionMs) return false;
-  const { job } = o;
-  if (!job) return true;
-  const resumePoints = [o.newest?.location, job.checkpoint?.location].filter((l): l is string => l !== undefined);
-  if (!isTerminal(job.state)) return !resumePoints.some((l) => o.objectUri.startsWith(l));
-  return job.updatedAtMs <= o.nowMs - o.retentionMs || !resumePoints.some((l) => o.objectUri.startsWith(l));
+  const { job, saves } = o;
+  if (!job) return o.modifiedAtMs <= o.nowMs - o.retentionMs;
+  const under = (location: string | undefined) => location !== undefined && o.objectUri.startsWith(location);
+  const ended = isTerminal(job.state);
+  if (under(saves.newest?.location) || under(job.checkpoint?.location)) return ended && job.updatedAtMs <= o.nowMs - o.retentionMs;
+  if (under(saves.previous?.location)) return ended || (saves.replacedAtMs ?? 0) <= o.nowMs - PREVIOUS_SAVE_KEPT_MS;
+  if (saves.superseded.some(under)) return true;
+  return o.modifiedAtMs <= o.nowMs - UNRECORDED_SAVE_KEPT_MS;
 }
 
 /** A completion a checkpoint store refused (see {@link checkpointCompletion}): the store is left as it was. */

@@ -1,6 +1,6 @@
 import type { Cloud, InstanceType, InstanceTypeCatalog, Offering, PriceQuote } from './catalog.ts';
 import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord, SilentZone } from './fleet.ts';
-import type { CheckpointRef, Job, JobState } from './job.ts';
+import type { CheckpointRef, Job, JobState, RetainedSaves } from './job.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
 import type { GpuRequest } from './gpu.ts';
@@ -410,9 +410,23 @@ export interface CheckpointStore {
 }
 
 /**
+ * What the control plane's checkpoint index remembers for the sweep (core/job.ts
+ * `afterNewestSave`): the newest complete save, the one it replaced and when, and the locations of
+ * saves replaced before those. The stores the control plane keeps (DynamoDB, memory) offer it; an
+ * agent's view of the index does not.
+ */
+export interface CheckpointHistory {
+  /** The job's retained saves; `NO_SAVES` for a job with none. */
+  retained(jobId: string): Promise<RetainedSaves>;
+  /** Drops `locations` from the job's superseded list once their objects are deleted. Idempotent; a location not listed is ignored. */
+  forgetSuperseded(jobId: string, locations: readonly string[]): Promise<void>;
+}
+
+/**
  * Deletes the checkpoint objects no attempt will resume from, by the rule in core/job.ts
- * (checkpointObjectExpired): a retention the checkpoint index derives, which never takes the
- * newest complete checkpoint of a job that has not ended. Each call does a bounded share of the
+ * (checkpointObjectExpired): a job keeps its resume points and, for an hour, the save before its
+ * newest; older saves go at the next sweep. It never takes the newest complete checkpoint of a
+ * job that has not ended. Each call does a bounded share of the
  * store and goes on where the last one stopped; deleting is idempotent.
  */
 export interface CheckpointSweep {

@@ -15,13 +15,17 @@ import {
 import { CloudError, ConflictError, GpuFleetError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
 import {
+  afterNewestSave,
+  afterSweep,
   checkpointCompletion,
   checkpointFolder,
   CheckpointRefused,
   isTerminal,
+  NO_SAVES,
   type CheckpointRef,
   type Job,
   type JobState,
+  type RetainedSaves,
 } from '../../core/job.ts';
 import type { ActionFailure, PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
@@ -30,6 +34,7 @@ import type {
   BudgetMemory,
   Clock,
   FamilyRunStore,
+  CheckpointHistory,
   CheckpointStore,
   DecisionLog,
   DecisionRecord,
@@ -929,7 +934,7 @@ export class DynamoPoolHistory implements PoolHistory {
  * `root` is where attempts write: `s3://bucket/checkpoints/` (or `file:///…/` for a node that
  * keeps them on a shared file system).
  */
-export class DynamoCheckpointIndex implements CheckpointStore {
+export class DynamoCheckpointIndex implements CheckpointStore, CheckpointHistory {
   private readonly root: string;
   /** `clock` is the control plane's (the server's): it dates what the index records and judges the machines' dates. */
   constructor(
@@ -958,11 +963,13 @@ export class DynamoCheckpointIndex implements CheckpointStore {
     const ranks = ref.ranks ?? 1;
     if (ranks > 1 && !(await this.recordPart(ref, rank, ranks))) return false;
     for (let tries = 0; ; tries++) {
-      const current = await this.latest(ref.jobId);
+      const held = await this.retained(ref.jobId);
+      const current = held.newest;
       const now = this.clock.nowMs();
       const taken = checkpointCompletion(current, ref, now);
       if (taken.kind === 'refused') throw new CheckpointRefused(taken.why);
       if (taken.kind === 'again') return true;
+      const next = afterNewestSave(held, ref, now);
       try {
         await this.doc.send(
           new PutCommand({
@@ -971,6 +978,8 @@ export class DynamoCheckpointIndex implements CheckpointStore {
               pk: 'ckpt',
               sk: ref.jobId,
               ref,
+              ...(next.previous ? { previous: next.previous, replacedAtMs: next.replacedAtMs } : {}),
+              ...(next.superseded.length > 0 ? { superseded: next.superseded } : {}),
               recordedAtMs: now,
               progressSec: ref.progressSec,
               expiresAt: Math.floor(now / 1000) + 120 * DAY_S,
@@ -1044,10 +1053,53 @@ export class DynamoCheckpointIndex implements CheckpointStore {
   }
 
   async latest(jobId: string): Promise<CheckpointRef | undefined> {
+    return (await this.retained(jobId)).newest;
+  }
+
+  async retained(jobId: string): Promise<RetainedSaves> {
     const out = await call('read checkpoint', jobId, () =>
       this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'ckpt', sk: jobId }, ConsistentRead: true })),
     );
-    return out.Item?.ref as CheckpointRef | undefined;
+    const item = out.Item;
+    if (!item) return NO_SAVES;
+    return {
+      newest: item.ref as CheckpointRef,
+      ...(item.previous ? { previous: item.previous as CheckpointRef, replacedAtMs: item.replacedAtMs as number } : {}),
+      superseded: (item.superseded as string[] | undefined) ?? [],
+    };
+  }
+
+  /**
+   * Drops deleted locations from the superseded list, conditional on the newest save it was read
+   * with: a save completing meanwhile re-reads and drops them from what it wrote.
+   */
+  async forgetSuperseded(jobId: string, locations: readonly string[]): Promise<void> {
+    if (locations.length === 0) return;
+    for (let tries = 0; ; tries++) {
+      const held = await this.retained(jobId);
+      const next = afterSweep(held, locations);
+      if (!held.newest || next.superseded.length === held.superseded.length) return;
+      try {
+        await this.doc.send(
+          new UpdateCommand({
+            TableName: this.table,
+            Key: { pk: 'ckpt', sk: jobId },
+            UpdateExpression: next.superseded.length > 0 ? 'SET superseded = :s' : 'REMOVE superseded',
+            ConditionExpression: '#r.#l = :l AND #r.#p = :p',
+            ExpressionAttributeNames: { '#r': 'ref', '#l': 'location', '#p': 'progressSec' },
+            ExpressionAttributeValues: {
+              ':l': held.newest.location,
+              ':p': held.newest.progressSec,
+              ...(next.superseded.length > 0 ? { ':s': next.superseded } : {}),
+            },
+          }),
+        );
+        return;
+      } catch (error) {
+        if (!isConditionFailure(error) || tries >= 4)
+          throw translateAwsError(error, { operation: 'forget swept checkpoints', resource: jobId });
+      }
+    }
   }
 }
 

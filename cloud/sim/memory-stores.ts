@@ -1,6 +1,17 @@
 import { CloudError } from '../../core/errors.ts';
 import { mergeDraining, type Draining, type MachineMeterFacts, type NodeRecord } from '../../core/fleet.ts';
-import { checkpointCompletion, checkpointFolder, CheckpointRefused, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
+import {
+  afterNewestSave,
+  afterSweep,
+  checkpointCompletion,
+  checkpointFolder,
+  CheckpointRefused,
+  NO_SAVES,
+  type CheckpointRef,
+  type Job,
+  type JobState,
+  type RetainedSaves,
+} from '../../core/job.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
@@ -14,6 +25,7 @@ import type {
   PoolHistory,
   PoolStats,
   BudgetTagSource,
+  CheckpointHistory,
   CheckpointStore,
   Clock,
   DecisionLog,
@@ -349,8 +361,8 @@ export class MemoryLeaseStore implements LeaseStore {
   }
 }
 
-export class MemoryCheckpointStore implements CheckpointStore {
-  private readonly newest = new Map<string, CheckpointRef>();
+export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory {
+  private readonly saves = new Map<string, RetainedSaves>();
   /** `clock` is the store's own (the server's): it dates what the store records, and judges the machines' dates. */
   constructor(
     private readonly clock: Clock,
@@ -372,28 +384,42 @@ export class MemoryCheckpointStore implements CheckpointStore {
       const key = `${ref.jobId}\u0000${ref.location}`;
       const got = this.parts.get(key) ?? { saving: new Map<number, number>() };
       this.parts.set(key, got);
-      // This part of the complete save, again: complete. A new save of the location starts from no part.
-      if (got.done?.get(rank) === ref.completedAtMs) return true;
-      got.saving.set(rank, ref.completedAtMs);
-      if (got.saving.size < ranks) return false;
-      got.done = got.saving;
-      got.saving = new Map();
+      // This part of the complete save, again: judged again below, as the DynamoDB index does (a save the index refused
+      // stays refused). A new save of the location starts from no part.
+      if (got.done?.get(rank) !== ref.completedAtMs) {
+        got.saving.set(rank, ref.completedAtMs);
+        if (got.saving.size < ranks) return false;
+        got.done = got.saving;
+        got.saving = new Map();
+      }
     }
-    const taken = checkpointCompletion(this.newest.get(ref.jobId), ref, now);
+    const held = this.saves.get(ref.jobId) ?? NO_SAVES;
+    const taken = checkpointCompletion(held.newest, ref, now);
     if (taken.kind === 'refused') throw new CheckpointRefused(taken.why);
-    if (taken.kind === 'newest') this.newest.set(ref.jobId, Object.freeze({ ...ref }));
+    if (taken.kind === 'newest') this.saves.set(ref.jobId, afterNewestSave(held, Object.freeze({ ...ref }), now));
     return true;
   }
   async latest(jobId: string): Promise<CheckpointRef | undefined> {
-    return this.newest.get(jobId);
+    return this.saves.get(jobId)?.newest;
+  }
+  async retained(jobId: string): Promise<RetainedSaves> {
+    return this.saves.get(jobId) ?? NO_SAVES;
+  }
+  async forgetSuperseded(jobId: string, locations: readonly string[]): Promise<void> {
+    const held = this.saves.get(jobId);
+    if (held) this.saves.set(jobId, afterSweep(held, locations));
   }
 
-  dump(): CheckpointRef[] {
-    return [...this.newest.values()];
+  dump(): RetainedSaves[] {
+    return [...this.saves.values()];
   }
 
-  restore(refs: readonly CheckpointRef[]): void {
-    for (const r of refs) this.newest.set(r.jobId, Object.freeze({ ...r }));
+  /** Restores a dump; a state saved before the index kept its history holds bare newest refs. */
+  restore(saves: readonly (RetainedSaves | CheckpointRef)[]): void {
+    for (const s of saves) {
+      const held: RetainedSaves = 'location' in s ? { newest: s, superseded: [] } : s;
+      if (held.newest) this.saves.set(held.newest.jobId, held);
+    }
   }
 }
 

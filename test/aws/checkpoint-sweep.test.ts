@@ -8,7 +8,18 @@ import { startS3rverProcess, type LocalS3 } from '../../bench/support/s3rver.ts'
 import { checkpointSweepFor, S3CheckpointSweep } from '../../cloud/aws/checkpoint-sweep.ts';
 import { MemoryCheckpointStore, MemoryJobStore } from '../../cloud/sim/memory-stores.ts';
 import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
-import { checkpointFolder, checkpointObjectExpired, isTerminal, JOB_STATES, type CheckpointRef, type Job } from '../../core/job.ts';
+import {
+  checkpointFolder,
+  checkpointObjectExpired,
+  CheckpointRefused,
+  forgettable,
+  isTerminal,
+  NO_SAVES,
+  type CheckpointRef,
+  type Job,
+  type RetainedSaves,
+} from '../../core/job.ts';
+import { resumePoint } from '../../core/services/node-rules.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { CloudError } from '../../core/errors.ts';
 import { plan } from '../../core/planner/planner.ts';
@@ -24,39 +35,158 @@ const BUCKET = 'gpu-fleet-sweep-test';
 const ROOT = `s3://${BUCKET}/checkpoints/`;
 
 describe('the retention the checkpoint index derives (checkpointObjectExpired)', () => {
-  const newest: CheckpointRef = {
+  const save = (step: number, completedAtMs = 0): CheckpointRef => ({
     jobId: 'nlp.j',
     attempt: 1,
-    location: `${ROOT}nlp.j/attempt-1/step-2/`,
-    completedAtMs: 0,
-    progressSec: 60,
+    location: `${ROOT}nlp.j/attempt-1/step-${step}/`,
+    completedAtMs,
+    progressSec: step * 60,
+  });
+  const now = 1_800_000_000_000;
+  const saves: RetainedSaves = {
+    newest: save(4),
+    previous: save(3),
+    replacedAtMs: now - 30 * 60_000,
+    superseded: [save(1).location, save(2).location],
   };
-  it("never lets a live job's newest complete checkpoint go, however old, and keeps everything younger than the retention", () => {
-    fc.assert(
-      fc.property(
-        fc.constantFrom(...JOB_STATES),
-        fc.integer({ min: 0, max: 400 }),
-        fc.integer({ min: 0, max: 400 }),
-        fc.boolean(),
-        (state, ageDays, endedDaysAgo, inNewest) => {
-          const now = 1_800_000_000_000;
-          const job: Job = { ...aJob({ id: 'nlp.j', state }), updatedAtMs: now - endedDaysAgo * DAY };
-          const objectUri = inNewest ? `${newest.location}rank-0/model.pt` : `${ROOT}nlp.j/attempt-1/step-1/model.pt`;
-          const gone = checkpointObjectExpired({
-            objectUri,
-            modifiedAtMs: now - ageDays * DAY,
-            job,
-            newest,
-            nowMs: now,
-            retentionMs: 30 * DAY,
-          });
-          if (ageDays < 30) expect(gone).toBe(false);
-          if (inNewest && !isTerminal(state)) expect(gone).toBe(false);
-          // Past the retention: older saves always go; an ended job's newest once it ended that long ago.
-          if (ageDays > 30 && !inNewest) expect(gone).toBe(true);
-          if (ageDays > 30 && inNewest && isTerminal(state)) expect(gone).toBe(endedDaysAgo >= 30);
-        },
-      ),
+  const expired = (objectUri: string, state: Job['state'], o: { modifiedAgoMs?: number; endedAgoMs?: number; held?: RetainedSaves } = {}) =>
+    checkpointObjectExpired({
+      objectUri,
+      modifiedAtMs: now - (o.modifiedAgoMs ?? 0),
+      job: { ...aJob({ id: 'nlp.j', state }), updatedAtMs: now - (o.endedAgoMs ?? 0) },
+      saves: o.held ?? saves,
+      nowMs: now,
+      retentionMs: 30 * DAY,
+    });
+
+  it("keeps a live job's newest save however old, and the one it replaced for an hour; superseded saves go at once", () => {
+    expect(expired(`${save(4).location}rank-0/model.pt`, 'running', { modifiedAgoMs: 400 * DAY })).toBe(false);
+    expect(expired(`${save(3).location}model.pt`, 'running')).toBe(false);
+    expect(expired(`${save(3).location}model.pt`, 'running', { held: { ...saves, replacedAtMs: now - 61 * 60_000 } })).toBe(true);
+    expect(expired(`${save(2).location}model.pt`, 'running')).toBe(true);
+    expect(expired(`${save(1).location}model.pt`, 'pending')).toBe(true);
+  });
+
+  it('keeps an object of no recorded save for an hour (an upload under way), then lets it go', () => {
+    expect(expired(`${save(5).location}model.pt`, 'running', { modifiedAgoMs: 59 * 60_000 })).toBe(false);
+    expect(expired(`${save(5).location}model.pt`, 'running', { modifiedAgoMs: 61 * 60_000 })).toBe(true);
+  });
+
+  it("keeps the save the job's record names as a resume point, even when the index has moved past it", () => {
+    const job: Job = { ...aJob({ id: 'nlp.j', state: 'pending' }), checkpoint: save(2) };
+    const gone = checkpointObjectExpired({
+      objectUri: `${save(2).location}m.pt`,
+      modifiedAtMs: 0,
+      job,
+      saves,
+      nowMs: now,
+      retentionMs: 30 * DAY,
+    });
+    expect(gone).toBe(false);
+  });
+
+  it("keeps an ended job's newest save for the retention after it ended, and nothing else of it", () => {
+    expect(expired(`${save(4).location}model.pt`, 'succeeded', { endedAgoMs: 29 * DAY, modifiedAgoMs: 100 * DAY })).toBe(false);
+    expect(expired(`${save(4).location}model.pt`, 'succeeded', { endedAgoMs: 31 * DAY })).toBe(true);
+    expect(expired(`${save(3).location}model.pt`, 'cancelled')).toBe(true);
+  });
+
+  it('lets a folder of a job not on record go only past the retention', () => {
+    const gone = (ageDays: number) =>
+      checkpointObjectExpired({
+        objectUri: `${ROOT}x/attempt-1/a/m`,
+        modifiedAtMs: now - ageDays * DAY,
+        job: undefined,
+        saves: NO_SAVES,
+        nowMs: now,
+        retentionMs: 30 * DAY,
+      });
+    expect(gone(29)).toBe(false);
+    expect(gone(31)).toBe(true);
+  });
+
+  it('over random save, complete, attach, resume, sweep and end sequences: a resume point is never deleted, and a live job holds at most two complete saves after a sweep (three while its record lags the index)', async () => {
+    type Step =
+      | { kind: 'write'; ranks: 1 | 2 }
+      | { kind: 'complete'; which: number; rank: 0 | 1 }
+      | { kind: 'advance'; minutes: number }
+      | { kind: 'attach' }
+      | { kind: 'sweep' }
+      | { kind: 'end' };
+    // Weighted so that sequences save and complete often and rarely end the job (the checks are on a live job).
+    const step: fc.Arbitrary<Step> = fc.oneof(
+      { weight: 15, arbitrary: fc.record({ kind: fc.constant('write' as const), ranks: fc.constantFrom(1 as const, 2 as const) }) },
+      {
+        weight: 20,
+        arbitrary: fc.record({ kind: fc.constant('complete' as const), which: fc.nat(8), rank: fc.constantFrom(0 as const, 1 as const) }),
+      },
+      { weight: 10, arbitrary: fc.record({ kind: fc.constant('advance' as const), minutes: fc.integer({ min: 1, max: 120 }) }) },
+      { weight: 5, arbitrary: fc.record({ kind: fc.constant('attach' as const) }) },
+      { weight: 10, arbitrary: fc.record({ kind: fc.constant('sweep' as const) }) },
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant('end' as const) }) },
+    );
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { minLength: 20, maxLength: 80, size: 'max' }), async (steps) => {
+        const clock = { ms: 1_800_000_000_000, nowMs: () => clock.ms };
+        const index = new MemoryCheckpointStore(clock, ROOT);
+        const bucket = new Map<string, number>(); // object → when written
+        let job: Job = { ...aJob({ id: 'nlp.j', state: 'running' }), updatedAtMs: clock.ms };
+        const written: { ref: CheckpointRef; objects: string[]; complete: boolean }[] = [];
+        const has = (location: string) => [...bucket.keys()].some((k) => k.startsWith(location));
+        for (const s of steps) {
+          if (s.kind === 'write') {
+            const n = written.length + 1;
+            const ref: CheckpointRef = {
+              jobId: job.id,
+              attempt: 1,
+              location: `${checkpointFolder(ROOT, job.id, 1)}step-${n}/`,
+              completedAtMs: clock.ms,
+              progressSec: n * 600,
+              ...(s.ranks > 1 ? { ranks: s.ranks } : {}),
+            };
+            const objects = s.ranks > 1 ? [0, 1].map((r) => `${ref.location}rank-${r}/model.pt`) : [`${ref.location}model.pt`];
+            for (const o of objects) bucket.set(o, clock.ms);
+            written.push({ ref, objects, complete: false });
+          } else if (s.kind === 'complete' && written.length > 0) {
+            // Mostly the newest save written (an upload that lands), sometimes an older one (a late or repeated call).
+            const w = written[s.which >= 4 ? written.length - 1 : s.which % written.length]!;
+            if (s.rank >= (w.ref.ranks ?? 1) || !w.objects.every((o) => bucket.has(o))) continue;
+            try {
+              if (await index.markComplete({ ...w.ref, completedAtMs: clock.ms }, s.rank)) w.complete = true;
+            } catch (error) {
+              if (!(error instanceof CheckpointRefused)) throw error;
+            }
+          } else if (s.kind === 'advance') clock.ms += s.minutes * 60_000;
+          else if (s.kind === 'attach') {
+            const newest = await index.latest(job.id);
+            if (newest) job = { ...job, checkpoint: newest };
+          } else if (s.kind === 'end' && !isTerminal(job.state)) job = { ...job, state: 'succeeded', updatedAtMs: clock.ms };
+          else if (s.kind === 'sweep') {
+            const saves = await index.retained(job.id);
+            for (const [objectUri, modifiedAtMs] of [...bucket])
+              if (checkpointObjectExpired({ objectUri, modifiedAtMs, job, saves, nowMs: clock.ms, retentionMs: 30 * DAY }))
+                bucket.delete(objectUri);
+            await index.forgetSuperseded(job.id, forgettable(saves, [...bucket.keys()]));
+            if (!isTerminal(job.state)) {
+              // What a live job holds after a sweep: its newest save, the one before it, and the one its record names (which
+              // lags the index only until the agent attaches the newest): at most two once the record names the newest.
+              const held = written.filter((w) => w.complete && w.objects.every((o) => bucket.has(o))).map((w) => w.ref.location);
+              const kept = new Set([saves.newest?.location, saves.previous?.location, job.checkpoint?.location]);
+              for (const l of held) expect(kept.has(l)).toBe(true);
+              if (job.checkpoint?.location === saves.newest?.location) expect(held.length).toBeLessThanOrEqual(2);
+            }
+          }
+          // A resume point is never deleted while the job may run: the one a new attempt would take, and the one the record names.
+          if (!isTerminal(job.state)) {
+            const resume = resumePoint(job, await index.latest(job.id));
+            if (resume)
+              for (const w of written.filter((x) => resume.location === x.ref.location))
+                for (const o of w.objects) expect(bucket.has(o)).toBe(true);
+            if (job.checkpoint) expect(has(job.checkpoint.location)).toBe(true);
+          }
+        }
+      }),
+      { numRuns: 300 },
     );
   });
 });
@@ -82,7 +212,7 @@ describe('the checkpoint sweep on an S3-compatible server (s3rver) and the index
     await db.close();
   });
 
-  it('deletes older saves, torn uploads, ended and unknown jobs’ checkpoints past the retention, and never a live job’s newest', async () => {
+  it("deletes superseded saves at once, the save before the newest after an hour, torn uploads after an hour, ended and unknown jobs' past the retention, and never a live job's newest", async () => {
     const writtenAt = Date.now();
     const clock = { ms: writtenAt, nowMs: () => clock.ms };
     const tables = await db.createTables();
@@ -90,20 +220,28 @@ describe('the checkpoint sweep on an S3-compatible server (s3rver) and the index
     const put = (key: string) => s3.send(new PutObjectCommand({ Bucket: BUCKET, Key: key, Body: key }));
     const folder = (id: string, attempt: number) => checkpointFolder(ROOT, id, attempt);
     const keyOf = (uri: string) => uri.slice(`s3://${BUCKET}/`.length);
-    // A live job (pending, held by its budget for months): its newest complete save, an older one, and a torn one.
+    // A live job (pending, held by its budget for months): three complete saves one after the other, and a torn one.
     const live = aJob({ id: 'nlp.held', attempt: 2 });
     await stores.jobs.create(live);
-    const liveNewest = {
+    const liveSave = (name: string, progressSec: number) => ({
       jobId: live.id,
       attempt: 1,
-      location: `${folder(live.id, 1)}latest@2/`,
+      location: `${folder(live.id, 1)}${name}/`,
       completedAtMs: writtenAt,
-      progressSec: 600,
-    };
-    await stores.checkpoints.markComplete(liveNewest);
-    await put(`${keyOf(folder(live.id, 1))}latest/model.pt`);
-    await put(`${keyOf(liveNewest.location)}model.pt`);
-    await put(`${keyOf(liveNewest.location)}sub/optim.pt`);
+      progressSec,
+    });
+    const [first, second, newest] = [liveSave('latest', 300), liveSave('latest@2', 600), liveSave('latest@3', 900)];
+    for (const s of [first, second, newest]) await stores.checkpoints.markComplete(s);
+    expect(await stores.checkpoints.retained(live.id)).toEqual({
+      newest,
+      previous: second,
+      replacedAtMs: writtenAt,
+      superseded: [first.location],
+    });
+    await put(`${keyOf(first.location)}model.pt`);
+    await put(`${keyOf(second.location)}model.pt`);
+    await put(`${keyOf(newest.location)}model.pt`);
+    await put(`${keyOf(newest.location)}sub/optim.pt`);
     await put(`${keyOf(folder(live.id, 2))}latest/model.pt`); // torn: never completed
     // An ended job, and a folder whose job is no longer on record.
     const done = aJob({ id: 'cv.done', attempt: 1 });
@@ -118,8 +256,7 @@ describe('the checkpoint sweep on an S3-compatible server (s3rver) and the index
     await put('checkpoints/%E0%A4%A/x');
     const keys = async () =>
       ((await s3.send(new ListObjectsV2Command({ Bucket: BUCKET, Prefix: 'checkpoints/' }))).Contents ?? []).map((o) => o.Key!).sort();
-    const before = await keys();
-    expect(before).toHaveLength(7);
+    expect(await keys()).toHaveLength(8);
 
     // One job folder a sweep (no time to spare): the position is kept between sweeps, and the root wraps.
     const sweep = new S3CheckpointSweep({
@@ -133,27 +270,40 @@ describe('the checkpoint sweep on an S3-compatible server (s3rver) and the index
       retentionDays: 30,
       budgetMs: 0,
     });
-    // Within the retention, nothing goes.
-    clock.ms = writtenAt + 10 * DAY;
-    const young = [];
-    for (let i = 0; i < 4; i++) young.push(await sweep.sweep());
-    expect(young.reduce((n, s) => n + s.deleted, 0)).toBe(0);
-    expect(await keys()).toEqual(before);
+    // Sweeps until the root has been gone through once from the start (the first sweep may begin mid-way).
+    const round = async () => {
+      let deleted = 0;
+      let wraps = 0;
+      for (let i = 0; i < 12 && wraps < 2; i++) {
+        const s = await sweep.sweep();
+        deleted += s.deleted;
+        if (s.wrapped) wraps++;
+      }
+      return deleted;
+    };
+    const remaining = async (...names: string[]) => (await keys()).filter((k) => names.some((n) => k.includes(n)));
 
-    // 40 days on: the held job's newest stays; all else of it, the ended job's and the unknown job's go.
+    // Half an hour on: the superseded save goes at once and leaves the index's list; the one before the newest and the torn upload stay.
+    clock.ms = writtenAt + 30 * 60_000;
+    expect(await round()).toBe(1);
+    expect(await remaining('/latest/model.pt', 'latest@2', 'latest@3')).toEqual(
+      [
+        `${keyOf(second.location)}model.pt`,
+        `${keyOf(newest.location)}model.pt`,
+        `${keyOf(newest.location)}sub/optim.pt`,
+        `${keyOf(folder(live.id, 2))}latest/model.pt`,
+      ].sort(),
+    );
+    expect((await stores.checkpoints.retained(live.id)).superseded).toEqual([]);
+
+    // Two hours on: the save before the newest and the torn upload go.
+    clock.ms = writtenAt + 2 * 3_600_000;
+    expect(await round()).toBe(2);
+    // 40 days on: the ended job's newest and the unknown job's folder go; the held job's newest stays.
     clock.ms = writtenAt + 40 * DAY;
-    let deleted = 0;
-    let jobs = 0;
-    // The young sweeps stopped after the last folder: the next one finds the root's end and wraps, then a round follows.
-    for (let i = 0; i < 8 && jobs < 4; i++) {
-      const s = await sweep.sweep();
-      deleted += s.deleted;
-      jobs += s.jobs;
-    }
-    expect(deleted).toBe(4);
-    expect(jobs).toBe(4);
+    expect(await round()).toBe(2);
     expect(await keys()).toEqual(
-      ['checkpoints/%E0%A4%A/x', `${keyOf(liveNewest.location)}model.pt`, `${keyOf(liveNewest.location)}sub/optim.pt`].sort(),
+      ['checkpoints/%E0%A4%A/x', `${keyOf(newest.location)}model.pt`, `${keyOf(newest.location)}sub/optim.pt`].sort(),
     );
   });
 });

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { NodeRecord } from '../../core/fleet.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import type {
+  CheckpointHistory,
   CheckpointStore,
   FamilyRunStore,
   DecisionLog,
@@ -293,8 +294,42 @@ export class ContractClock {
   }
 }
 
-export function checkpointStoreContract(name: string, make: (clock: ContractClock) => Promise<CheckpointStore>): void {
+export function checkpointStoreContract(name: string, make: (clock: ContractClock) => Promise<CheckpointStore & CheckpointHistory>): void {
   describe(`CheckpointStore contract: ${name}`, () => {
+    it('remembers the save the newest replaced and when, lists older replaced saves for the sweep, and forgets those swept', async () => {
+      const clock = new ContractClock(T0 + 10);
+      const s = await make(clock);
+      expect(await s.retained('nlp.h')).toEqual({ superseded: [] });
+      const loc = s.locationFor('nlp.h', 1);
+      const saveAt = (n: number) => ({
+        jobId: 'nlp.h',
+        attempt: 1,
+        location: `${loc}s${n}/`,
+        completedAtMs: clock.ms,
+        progressSec: n * 600,
+      });
+      const [a, b] = [saveAt(1), saveAt(2)];
+      await s.markComplete(a);
+      expect(await s.retained('nlp.h')).toEqual({ newest: a, superseded: [] });
+      clock.ms += 1000;
+      await s.markComplete(b);
+      expect(await s.retained('nlp.h')).toEqual({ newest: b, previous: a, replacedAtMs: clock.ms, superseded: [] });
+      clock.ms += 1000;
+      const c = saveAt(3);
+      await s.markComplete(c);
+      await s.markComplete(c); // a retried call changes nothing
+      // The same location saved again with more progress replaces the newest in place.
+      const c2 = { ...c, progressSec: 2000 };
+      await s.markComplete(c2);
+      expect(await s.retained('nlp.h')).toEqual({ newest: c2, previous: b, replacedAtMs: clock.ms, superseded: [a.location] });
+      await s.forgetSuperseded('nlp.h', [a.location, `${loc}never/`]);
+      await s.forgetSuperseded('nlp.h', [a.location]);
+      expect((await s.retained('nlp.h')).superseded).toEqual([]);
+      expect(await s.latest('nlp.h')).toEqual(c2);
+      await s.forgetSuperseded('nlp.none', [a.location]); // a job with no saves: nothing to forget
+      expect(await s.retained('nlp.none')).toEqual({ superseded: [] });
+    });
+
     it('gives each attempt its own location and keeps only the newest complete checkpoint', async () => {
       const clock = new ContractClock(T0 + 10);
       const s = await make(clock);
@@ -368,6 +403,18 @@ export function checkpointStoreContract(name: string, make: (clock: ContractCloc
       expect((await s.latest('nlp.g'))?.completedAtMs).toBe(T0 + 120);
       expect(await s.markComplete(...part(1, T0 + 210))).toBe(true);
       expect((await s.latest('nlp.g'))?.completedAtMs).toBe(T0 + 210);
+    });
+
+    it("refuses a gang's save behind the newest, and refuses a part of it sent again too (never 'complete')", async () => {
+      const clock = new ContractClock(T0 + 1000);
+      const s = await make(clock);
+      const base = s.locationFor('nlp.r', 1);
+      await s.markComplete({ jobId: 'nlp.r', attempt: 1, location: `${base}new/`, completedAtMs: T0 + 1000, progressSec: 900 });
+      const behind = { jobId: 'nlp.r', attempt: 1, location: `${base}old/`, completedAtMs: T0 + 1000, progressSec: 300, ranks: 2 };
+      expect(await s.markComplete(behind, 0)).toBe(false);
+      await expect(s.markComplete(behind, 1)).rejects.toThrow(/behind the newest complete one/);
+      await expect(s.markComplete(behind, 0)).rejects.toThrow(/behind the newest complete one/);
+      expect((await s.latest('nlp.r'))?.location).toBe(`${base}new/`);
     });
 
     it('keeps a location under the job, whatever its id holds', async () => {
