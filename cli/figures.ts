@@ -18,14 +18,56 @@ export function batchCostMicroUsd(s: SimulationSummary): number {
   return s.costMicroUsd - serviceCostMicroUsd(s) - (s.warmPoolMicroUsd ?? 0);
 }
 
-/** All on-demand, the yardstick of every run's `÷ on-demand`: the on-demand baseline's cost, else the same machines at on-demand prices. */
+/** All on-demand, the yardstick of every run's `÷ on-demand` on machines alone: the on-demand baseline's machines, else the same machines at on-demand prices. */
 export function onDemandYardstick(run: {
   readonly main: { readonly summary: SimulationSummary };
   readonly baselines: readonly { readonly summary: SimulationSummary }[];
 }): number {
-  const od =
-    run.baselines.find((b) => b.summary.policy === 'on-demand') ?? (run.main.summary.policy === 'on-demand' ? run.main : undefined);
+  const od = onDemandRun(run);
   return od ? od.summary.costMicroUsd : run.main.summary.sameMachinesOnDemandMicroUsd;
+}
+
+/**
+ * All on-demand's whole bill (machines and checkpoint bytes): the yardstick of the headline ratio.
+ * Without an on-demand baseline run, the same machines at on-demand prices plus this run's own bytes.
+ */
+export function onDemandWholeBill(run: {
+  readonly main: { readonly summary: SimulationSummary };
+  readonly baselines: readonly { readonly summary: SimulationSummary }[];
+}): number {
+  const od = onDemandRun(run);
+  const s = run.main.summary;
+  return od ? od.summary.wholeBillMicroUsd : s.sameMachinesOnDemandMicroUsd + s.checkpointBytes.bill.totalMicroUsd;
+}
+
+function onDemandRun(run: {
+  readonly main: { readonly summary: SimulationSummary };
+  readonly baselines: readonly { readonly summary: SimulationSummary }[];
+}): { readonly summary: SimulationSummary } | undefined {
+  return run.baselines.find((b) => b.summary.policy === 'on-demand') ?? (run.main.summary.policy === 'on-demand' ? run.main : undefined);
+}
+
+/** The parts of the whole bill, in the order the terminal and the HTML report show them. */
+export function billParts(s: SimulationSummary): readonly { readonly label: string; readonly microUsd: number }[] {
+  const b = s.checkpointBytes;
+  const gib = (bytes: number) => `${formatNumber(Math.round(bytes / 2 ** 30))} GiB`;
+  return [
+    { label: 'GPU machines', microUsd: s.costMicroUsd },
+    { label: `checkpoint storage (${formatNumber(Math.round(b.storageGiBHours))} GiB-hours)`, microUsd: b.bill.storageMicroUsd },
+    {
+      label: `checkpoint network (${gib(b.bytesUploaded)} up, ${gib(b.bytesDownloaded)} down; S3 by ${b.network.s3Path})`,
+      microUsd: b.bill.networkMicroUsd,
+    },
+    {
+      label: `checkpoint requests (${formatNumber(b.uploads)} uploads, ${formatNumber(b.downloads)} downloads)`,
+      microUsd: b.bill.requestsMicroUsd,
+    },
+  ];
+}
+
+/** The checkpoint bytes' share of the machines' bill, percent. */
+export function bytesShareOfGpuPct(s: SimulationSummary): number {
+  return s.costMicroUsd > 0 ? (100 * s.checkpointBytes.bill.totalMicroUsd) / s.costMicroUsd : 0;
 }
 
 /** `cost ÷ against`, to three decimals, "-" without a yardstick. */
@@ -33,10 +75,10 @@ export function ratio(cost: number, against: number): string {
   return against > 0 ? `${(cost / against).toFixed(3)}×` : '-';
 }
 
-/** The cost ratios of one run: the whole cost against all on-demand; the batch cost against the lower bound and the spot floor. */
-export function costRatios(s: SimulationSummary, onDemandMicroUsd: number) {
+/** The cost ratios of one run: the whole bill against all on-demand's whole bill; the batch machines against the lower bound and the spot floor. */
+export function costRatios(s: SimulationSummary, onDemandWholeBillMicroUsd: number) {
   return {
-    onDemand: ratio(s.costMicroUsd, onDemandMicroUsd),
+    onDemand: ratio(s.wholeBillMicroUsd, onDemandWholeBillMicroUsd),
     lowerBound: ratio(batchCostMicroUsd(s), s.lowerBoundCostMicroUsd),
     spotFloor: ratio(batchCostMicroUsd(s), s.spotFloorCostMicroUsd),
   };

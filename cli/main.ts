@@ -5,6 +5,7 @@ import { FAULT_PROFILES, faultProfile } from '../cloud/sim/faults.ts';
 import { SIM_POLICIES } from '../cloud/sim/policies.ts';
 import { addAgentCommands } from '../agent/commands.ts';
 import { GpuFleetError, isCloudError, messageOf, UsageError } from '../core/errors.ts';
+import { S3_PATHS } from '../core/bytes.ts';
 import { translateAwsError } from '../cloud/aws/errors.ts';
 
 // Each command's code is loaded when the command runs, so a command pays only for what it uses
@@ -71,6 +72,16 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       '--clouds <list>',
       'clouds of the simulated fleet: aws (the built-in V100 groups in us-west-2), gcp (A100 zonal MIGs in us-central1/us-west1), or aws,gcp',
       listOf(oneOf('--clouds', ['aws', 'gcp'] as const)),
+    )
+    .option(
+      '--s3-path <path>',
+      `how the AWS machines reach the checkpoint bucket: ${S3_PATHS.join(' | ')} (default gateway-endpoint, what the stack's own VPC has)`,
+      oneOf('--s3-path', S3_PATHS),
+    )
+    .option(
+      '--nat-gateways <n>',
+      "NAT gateways of the AWS fleet's VPC, one per zone from the first (default: one in every zone, as the stack creates)",
+      wholeNumber('--nat-gateways', 1, 16),
     )
     .option(
       '--upload-mibps <n>',

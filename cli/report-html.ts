@@ -3,7 +3,9 @@ import { formatNumber, gpuHours } from './format.ts';
 import {
   batchCostMicroUsd,
   costRatios,
-  onDemandYardstick,
+  onDemandWholeBill,
+  billParts,
+  bytesShareOfGpuPct,
   replicasLost,
   REPLICAS_LOST_LABEL,
   REQUEUES_LABEL,
@@ -35,7 +37,7 @@ export interface SimulateRun {
 export function renderHtmlReport(run: SimulateRun): string {
   const main = run.main;
   const s = main.summary;
-  const od = onDemandYardstick(run);
+  const od = onDemandWholeBill(run);
   const ratios = costRatios(s, od);
   const hours = (t: number) => t / 3600;
   const groups = [...new Set(main.timeline.flatMap((p) => Object.keys(p.machinesByGroup)))].sort();
@@ -122,7 +124,7 @@ export function renderHtmlReport(run: SimulateRun): string {
     .map((r) => {
       const x = r.summary;
       const r3 = costRatios(x, od);
-      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.costMicroUsd)}</td><td>${r3.onDemand}</td><td>${r3.lowerBound}</td><td>${r3.spotFloor}</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${(x.jobTimes.totalWaitSec.p99 / 60).toFixed(1)} min</td><td>${x.jobTimes.attempts.p99} / ${x.jobTimes.attempts.max}</td><td>${x.slowdownVsOnDemand ? `${x.slowdownVsOnDemand.mean.toFixed(3)}×` : '-'}</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
+      return `<tr><td>${esc(x.policy)}</td><td>${formatUsd(x.wholeBillMicroUsd)}</td><td>${formatUsd(x.checkpointBytes.bill.totalMicroUsd)}</td><td>${r3.onDemand}</td><td>${r3.lowerBound}</td><td>${r3.spotFloor}</td><td>${(x.p95WaitSec / 60).toFixed(1)} min</td><td>${(x.jobTimes.totalWaitSec.p99 / 60).toFixed(1)} min</td><td>${x.jobTimes.attempts.p99} / ${x.jobTimes.attempts.max}</td><td>${x.slowdownVsOnDemand ? `${x.slowdownVsOnDemand.mean.toFixed(3)}×` : '-'}</td><td>${x.lost}</td><td>${x.reworkGpuHours.toFixed(1)}</td><td>${x.interruptions}</td><td>${x.deadlineMisses}</td></tr>`;
     })
     .join('');
   const events = main.budgetEvents
@@ -154,7 +156,12 @@ ${kv(USED_LABEL, gpuHours(s.gpuHoursUsed))}
 ${kv(REWORK_LABEL, gpuHours(s.reworkGpuHours))}
 ${kv(OVERHEAD_LABEL, gpuHours(s.overheadGpuHours))}
 ${kv('GPU-hours paid (utilisation: used ÷ paid)', `${gpuHours(s.gpuHoursPaid)} (${s.utilizationPct.toFixed(1)}%)`)}
-${kv('cost', `${formatUsd(s.costMicroUsd)} — ${ratios.onDemand} all on-demand (${formatUsd(od)}); ${s.services ? `batch work ${formatUsd(batchCostMicroUsd(s))}: ` : ''}${ratios.lowerBound} the lower bound (${formatUsd(s.lowerBoundCostMicroUsd)}: useful work, spot only while it could be had), ${ratios.spotFloor} the spot floor (${formatUsd(s.spotFloorCostMicroUsd)}: all at spot)`)}
+${kv('whole bill', `${formatUsd(s.wholeBillMicroUsd)} — ${ratios.onDemand} all on-demand's whole bill (${formatUsd(od)})`)}
+${billParts(s)
+  .map((p) => kv(`  ${p.label}`, formatUsd(p.microUsd)))
+  .join('\n')}
+${kv('  checkpoint bytes ÷ GPU machines', `${bytesShareOfGpuPct(s).toFixed(2)}%`)}
+${kv('batch machines', `${s.services ? `batch work ${formatUsd(batchCostMicroUsd(s))}: ` : ''}${ratios.lowerBound} the lower bound (${formatUsd(s.lowerBoundCostMicroUsd)}: useful work, spot only while it could be had), ${ratios.spotFloor} the spot floor (${formatUsd(s.spotFloorCostMicroUsd)}: all at spot)`)}
 ${kv('first wait (submit to first start) p50 / p95', `${(s.p50WaitSec / 60).toFixed(1)} / ${(s.p95WaitSec / 60).toFixed(1)} min`)}
 ${kv('total wait (all attempts) p50 / p95 / p99 / max', [s.jobTimes.totalWaitSec.p50, s.jobTimes.totalWaitSec.p95, s.jobTimes.totalWaitSec.p99, s.jobTimes.totalWaitSec.max].map((v) => `${(v / 60).toFixed(1)}`).join(' / ') + ' min')}
 ${kv('attempts per job p50 / p99 / max', `${s.jobTimes.attempts.p50} / ${s.jobTimes.attempts.p99} / ${s.jobTimes.attempts.max}`)}
@@ -167,7 +174,7 @@ ${kv(DEADLINES_LABEL, formatNumber(s.deadlineJobs))}
 ${kv('deadlines missed', formatNumber(s.deadlineMisses))}
 </table>
 <h2>Against the alternatives (same trace, same seed, same spot market)</h2>
-<table class="compare"><tr><th>policy</th><th>cost</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>first wait p95</th><th>total wait p99</th><th>attempts p99 / max</th><th>slowdown (mean)</th><th>lost</th><th>rework GPU-h</th><th>spot machines taken back</th><th>deadline misses</th></tr>${compareRows}</table>
+<table class="compare"><tr><th>policy</th><th>whole bill</th><th>of it bytes</th><th>÷ on-demand</th><th>÷ lower bound</th><th>÷ spot floor</th><th>first wait p95</th><th>total wait p99</th><th>attempts p99 / max</th><th>slowdown (mean)</th><th>lost</th><th>rework GPU-h</th><th>spot machines taken back</th><th>deadline misses</th></tr>${compareRows}</table>
 ${
   serviceRows
     ? `<h2>Services</h2>

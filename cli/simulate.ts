@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import type { Cloud } from '../core/catalog.ts';
+import { defaultNetworkLayout, type NetworkLayout, type S3Path } from '../core/bytes.ts';
 import type { RightsizeMode } from '../core/gpu.ts';
 import {
   acrossClouds,
@@ -33,6 +34,9 @@ import { UsageError } from '../core/errors.ts';
 import { count, duration, formatNumber, gpuHours, keyValues, money, paragraph, pct, table } from './format.ts';
 import {
   batchCostMicroUsd,
+  billParts,
+  bytesShareOfGpuPct,
+  onDemandWholeBill,
   onDemandYardstick,
   ratio,
   replicasLost,
@@ -66,6 +70,9 @@ export interface SimulateFlags {
   readonly baselines?: boolean;
   readonly faults?: string;
   readonly uploadMibps?: number;
+  /** The network path to the checkpoint bucket and the NAT gateways of the AWS fleet's VPC (default: the stack's own VPC). */
+  readonly s3Path?: S3Path;
+  readonly natGateways?: number;
   readonly clouds?: readonly Cloud[];
   /** false: leave out the built-in services (`--no-services`). */
   readonly services?: boolean;
@@ -76,10 +83,21 @@ export interface SimulateFlags {
 }
 
 /** The summary printed by `--json` and written to summary.json: the main policy, with the all-on-demand baseline's cost. */
-export function jsonSummary(run: SimulateRun): SimulationSummary & { baselines: Record<string, SimulationSummary> } {
+export function jsonSummary(run: SimulateRun): SimulationSummary & {
+  onDemandWholeBillMicroUsd: number;
+  checkpointBytesUploaded: number;
+  checkpointBytesDownloaded: number;
+  checkpointStorageGiBHours: number;
+  baselines: Record<string, SimulationSummary>;
+} {
+  const b = run.main.summary.checkpointBytes;
   return {
     ...run.main.summary,
+    checkpointBytesUploaded: b.bytesUploaded,
+    checkpointBytesDownloaded: b.bytesDownloaded,
+    checkpointStorageGiBHours: b.storageGiBHours,
     onDemandCostMicroUsd: onDemandYardstick(run),
+    onDemandWholeBillMicroUsd: onDemandWholeBill(run),
     baselines: Object.fromEntries(run.baselines.map((b) => [b.summary.policy, b.summary])),
   };
 }
@@ -149,6 +167,7 @@ export async function simulateCommand(
     : undefined;
   const totalHours = Math.ceil(hours) * policies.length;
   bar?.start(totalHours, 0, { policy });
+  const network = networkFlags(flags, groups);
   const results: SimulationResult[] = [];
   for (const [i, p] of policies.entries()) {
     let shown = -1;
@@ -165,6 +184,7 @@ export async function simulateCommand(
         services,
         ...(faults ? { faults } : {}),
         ...(flags.uploadMibps !== undefined ? { uploadMiBPerSec: flags.uploadMibps } : {}),
+        ...(network ? { network } : {}),
         onProgress: (sec) => {
           const h = Math.floor(sec / 3600);
           if (h !== shown) {
@@ -226,6 +246,7 @@ function spotFlag(value: string): SpotSetup {
 export function renderReport(run: SimulateRun): string {
   const s = run.main.summary;
   const od = jsonSummary(run).onDemandCostMicroUsd;
+  const odWhole = onDemandWholeBill(run);
   const head = keyValues([
     ['trace', `${s.trace} (${s.jobs.toLocaleString('en-US')} jobs)`],
     ['policy', s.policy],
@@ -292,11 +313,17 @@ export function renderReport(run: SimulateRun): string {
   const cost = table(
     ['cost', 'USD'],
     [
-      ['total', money(s.costMicroUsd)],
-      ['all on-demand (baseline run)', money(od)],
+      ['total', money(s.wholeBillMicroUsd)],
+      ...billParts(s).map((p) => [`  ${p.label}`, money(p.microUsd)] as [string, string]),
+      ['  checkpoint bytes ÷ GPU machines', `${bytesShareOfGpuPct(s).toFixed(2)}%`],
+      ...(s.checkpointBytes.bill.unpriced.length > 0
+        ? [['  counted, not priced (no list price)', s.checkpointBytes.bill.unpriced.join(', ')] as [string, string]]
+        : []),
+      ['all on-demand (baseline run, whole bill)', money(odWhole)],
       ['lower bound (useful work, spot only while it could be had)', money(s.lowerBoundCostMicroUsd)],
       ['spot floor (useful work, all at spot)', money(s.spotFloorCostMicroUsd)],
-      ['cost ÷ all on-demand', od > 0 ? `${(s.costMicroUsd / od).toFixed(3)}×` : '-'],
+      ['whole bill ÷ all on-demand', ratio(s.wholeBillMicroUsd, odWhole)],
+      ['GPU machines ÷ all on-demand machines', ratio(s.costMicroUsd, od)],
       ...(s.reservations
         ? [
             ['with every reservation paid in full', money(s.costWithReservationsMicroUsd ?? s.costMicroUsd)] as [string, string],
@@ -323,6 +350,10 @@ export function renderReport(run: SimulateRun): string {
       ...Object.entries(s.costByTeamMicroUsd)
         .sort(([a], [b]) => a.localeCompare(b))
         .map(([team, amount]) => [`team ${team}`, money(amount)] as [string, string]),
+      // Each team's checkpoint bytes, beside what its machines cost (the ledger that budgets read counts machines only so far).
+      ...Object.entries(s.checkpointBytes.billByTeam)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([team, bill]) => [`team ${team}, checkpoint bytes`, money(bill.totalMicroUsd)] as [string, string]),
     ],
   );
   const all = [run.main, ...run.baselines];
@@ -331,11 +362,12 @@ export function renderReport(run: SimulateRun): string {
     run.baselines.length > 0
       ? [
           table(
-            ['policy', 'cost', '÷ on-demand', '÷ lower bound', '÷ spot floor', 'lost', 'rework GPU-h', 'spot machines taken back'],
+            ['policy', 'whole bill', 'of it bytes', '÷ on-demand', '÷ lower bound', '÷ spot floor', 'lost', 'rework GPU-h', 'taken back'],
             all.map((r) => [
               r.summary.policy,
-              money(r.summary.costMicroUsd),
-              od > 0 ? `${(r.summary.costMicroUsd / od).toFixed(3)}×` : '-',
+              money(r.summary.wholeBillMicroUsd),
+              money(r.summary.checkpointBytes.bill.totalMicroUsd),
+              ratio(r.summary.wholeBillMicroUsd, odWhole),
               ratio(batchCostMicroUsd(r.summary), r.summary.lowerBoundCostMicroUsd),
               ratio(batchCostMicroUsd(r.summary), r.summary.spotFloorCostMicroUsd),
               r.summary.lost,
@@ -399,4 +431,18 @@ export type { Workload };
 
 function spreadOf(x: Spread, f: (v: number) => string): string {
   return `${f(x.p50)} / ${f(x.p95)} / ${f(x.p99)} / ${f(x.max)}`;
+}
+
+/** The deployment's network from `--s3-path` and `--nat-gateways`, over the AWS groups' zones; undefined: the stack's own VPC. */
+function networkFlags(
+  flags: SimulateFlags,
+  groups: readonly { readonly cloud?: Cloud; readonly zones: readonly string[] }[],
+): NetworkLayout | undefined {
+  if (flags.s3Path === undefined && flags.natGateways === undefined) return undefined;
+  const zones = [...new Set(groups.filter((g) => (g.cloud ?? 'aws') === 'aws').flatMap((g) => g.zones))].sort();
+  const base = defaultNetworkLayout(zones);
+  return {
+    s3Path: flags.s3Path ?? base.s3Path,
+    natZones: flags.natGateways === undefined ? base.natZones : zones.slice(0, flags.natGateways),
+  };
 }

@@ -12,7 +12,8 @@ import {
   type DeviceReading,
   type GpuUseTally,
 } from '../../core/gpu-use.ts';
-import { CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
+import type { Site } from '../../core/bytes.ts';
+import { checkpointPartLocation, CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
 import { agentLeavesFrontDoorNow, SERVICE_LABEL } from '../../core/serving/service.ts';
 import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
@@ -44,6 +45,8 @@ import {
 } from '../../core/services/node-rules.ts';
 import { requeueAttempt } from '../../core/services/requeue.ts';
 import type { SimCloud } from './sim-cloud.ts';
+
+const MIB = 1024 * 1024;
 
 /**
  * The simulated machines. The world is simulated here: machines, the processes on them (a job
@@ -124,6 +127,11 @@ export interface SimAgentOptions {
   readonly frontDoorTiming?: { readonly drainSec: number; readonly lookSec: number };
   /** The images on a machine's volume when it boots: those its agent pulled while it was prepared in a warm pool. */
   readonly imagesOnVolume?: (instanceId: string) => readonly string[];
+  /** The checkpoint store's objects and bill (the world's): each rank's part of a save lands there, and is read back to resume. */
+  readonly bucket?: {
+    put(o: { objectUri: string; jobId: string; team: string; bytes: number; machine: Site }): void;
+    get(o: { team: string; bytes: number; machine: Site }): void;
+  };
 }
 
 /** A simulated process's use of each of its devices: the memory it fills at its peak, and its work rate (dense FP16 TFLOPS, GPU_SPEED's unit). */
@@ -878,6 +886,7 @@ export class SimAgents {
     if (rank === 0 && newest && (latest?.progressSec ?? 0) < newest.progressSec)
       this.staleResumes.push({ jobId: job.id, attempt: job.attempt, resumedSec: latest?.progressSec ?? 0, newestSec: newest.progressSec });
     const sizeMiB = checkpointSizeMiB(job, gpus, rank);
+    if (latest) this.options.bucket?.get({ team: job.team, bytes: sizeMiB * MIB, machine: m.instance });
     // Downloading this rank's part of the checkpoint, then restoring it, before any progress.
     const restoreMs = latest ? Math.round((sizeMiB / this.bandwidth) * 1000) + (this.options.restoreSec ?? 0) * 1000 : 0;
     const cp = job.spec.checkpoint;
@@ -965,6 +974,14 @@ export class SimAgents {
       p.lastSave = { markerAtMs: u.markerAtMs, ok: false, complete: false, location: u.ref.location, error: `failed ${u.tries} times` };
     } else {
       const saved: CheckpointRef = { ...u.ref, completedAtMs: now };
+      // The part is in the store, whatever the index makes of it.
+      this.options.bucket?.put({
+        objectUri: checkpointPartLocation(saved, p.rank),
+        jobId: p.jobId,
+        team: p.job.team,
+        bytes: p.sizeMiB * MIB,
+        machine: m.instance,
+      });
       let complete: boolean;
       try {
         complete = await this.as(m).checkpoints.markComplete(saved, p.rank);

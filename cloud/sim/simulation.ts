@@ -25,6 +25,10 @@ import {
   type FaultProfile,
 } from './faults.ts';
 import type { Cloud } from '../../core/catalog.ts';
+import { defaultNetworkLayout, siteKey, type ByteBill, type NetworkLayout, type Site } from '../../core/bytes.ts';
+import { regionOfZone } from '../catalog/shipped.ts';
+import { shippedByteRates } from '../prices.ts';
+import { billOf, SimCheckpointBucket } from './checkpoint-bucket.ts';
 import { GCE_PREEMPTION_NOTICE_MS } from '../../agent/metadata.ts';
 import { checkInvariants, fromMachines, InvariantViolation } from './invariants.ts';
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
@@ -106,6 +110,32 @@ export interface SimulationOptions {
   readonly services?: readonly SimService[];
   /** Capacity reservations (ODCRs, Capacity Blocks) the `reserved` groups launch into, paid in full whether used or not. */
   readonly reservations?: readonly SimReservationConfig[];
+  /**
+   * The network the deployment has, for what its checkpoint bytes cost (default: the stack's own
+   * VPC, an S3 gateway endpoint and a NAT gateway in every zone of the AWS groups).
+   */
+  readonly network?: NetworkLayout;
+  /** How long an ended job's newest checkpoint is kept, days (the config's `checkpoints.expireAfterDays`, default 30). */
+  readonly checkpointRetentionDays?: number;
+}
+
+/** What the checkpoints cost beside the machines: bytes moved and kept, and their bill by category (core/bytes.ts). */
+export interface CheckpointBytes {
+  /** Bytes uploaded (every rank's part of every save that landed) and downloaded (every resume's parts). */
+  readonly bytesUploaded: number;
+  readonly bytesDownloaded: number;
+  readonly uploads: number;
+  readonly downloads: number;
+  /** Storage held over the run, GiB × hours (each object from its upload until the sweep deleted it, or the end). */
+  readonly storageGiBHours: number;
+  /** Objects and GiB still held at the end. */
+  readonly heldObjectsAtEnd: number;
+  readonly heldGiBAtEnd: number;
+  readonly bill: ByteBill;
+  readonly billByTeam: Readonly<Record<string, ByteBill>>;
+  /** Where the checkpoints are kept, and the network path to them. */
+  readonly store: string;
+  readonly network: NetworkLayout;
 }
 
 export interface SimulationSummary {
@@ -147,6 +177,10 @@ export interface SimulationSummary {
    */
   readonly lowerBoundCostMicroUsd: MicroUsd;
   readonly costByTeamMicroUsd: Readonly<Record<string, MicroUsd>>;
+  /** The checkpoints' bytes: what was moved and kept, and what that cost, in all and per team. */
+  readonly checkpointBytes: CheckpointBytes;
+  /** The whole bill: the machines (costMicroUsd) and the checkpoints' bytes. */
+  readonly wholeBillMicroUsd: MicroUsd;
   /**
    * What each team (and idle) really owed up to where the ledger counted it: the simulated
    * cloud's machine lives at their prices, split by every attempt's holding as the job records
@@ -287,6 +321,10 @@ export interface SimulationResult {
 }
 
 export const DEFAULT_SIM_START_MS = Date.UTC(2026, 10, 2, 0, 0, 0);
+/** The region of the simulated stack (and its checkpoint bucket) when the fleet has no AWS group: the shipped AWS fleet's. */
+const SIM_STACK_REGION = 'us-west-2';
+/** The byte prices every simulation bills with: the shipped list prices (data/prices). */
+const BYTE_RATES = shippedByteRates();
 const NOTICE_MS = 120_000;
 /** Seconds at the start of a run in which services are not scored (their first replicas boot). */
 const SERVICE_GRACE_SEC = 900;
@@ -494,9 +532,23 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     (options.services ?? []).flatMap((s) => (s.startup ? [[serviceId(s.team, s.spec.name ?? ''), s.startup] as const] : [])),
   );
   const startupByImage = new Map((options.services ?? []).flatMap((s) => (s.startup ? [[s.spec.image, s.startup] as const] : [])));
+  // The checkpoint bucket: the world's store and its bill; its sweep is reconcile's (the production rule).
+  const awsZones = [...new Set(setup.groups.filter((g) => (g.cloud ?? 'aws') === 'aws').flatMap((g) => g.zones))].sort();
+  const storeSite: Site = { cloud: 'aws', region: awsZones[0] ? regionOfZone('aws', awsZones[0]) : SIM_STACK_REGION };
+  const network = options.network ?? defaultNetworkLayout(awsZones);
+  const bucket = new SimCheckpointBucket({
+    clock: env.clock,
+    jobs: env.jobs,
+    checkpoints: env.checkpoints,
+    store: storeSite,
+    layout: network,
+    retentionDays: options.checkpointRetentionDays ?? 30,
+  });
+  ports = { ...ports, checkpointSweep: bucket };
   const agents = new SimAgents({
     clock: env.clock,
     jobs: jobStore,
+    bucket,
     nodes: env.nodes,
     checkpoints: env.checkpoints,
     instanceTypes: env.catalog.instanceTypes,
@@ -1016,6 +1068,21 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       violations.push(new InvariantViolation('service-not-reverted', `service ${id} went back to an older spec`, endMs));
     }
   }
+  const byteAccount = bucket.account(endMs);
+  const byteBill = billOf(byteAccount, BYTE_RATES);
+  const checkpointBytes: CheckpointBytes = {
+    bytesUploaded: Object.values(byteAccount.total).reduce((n, u) => n + u.bytesUploaded, 0),
+    bytesDownloaded: Object.values(byteAccount.total).reduce((n, u) => n + u.bytesDownloaded, 0),
+    uploads: byteAccount.uploads,
+    downloads: byteAccount.downloads,
+    storageGiBHours: round2(Object.values(byteAccount.total).reduce((n, u) => n + u.storageGiBHours, 0)),
+    heldObjectsAtEnd: byteAccount.heldObjects,
+    heldGiBAtEnd: round2(byteAccount.heldBytes / 2 ** 30),
+    bill: byteBill.total,
+    billByTeam: Object.fromEntries(byteBill.byTeam),
+    store: siteKey(storeSite),
+    network,
+  };
   const summary: SimulationSummary = {
     policy: policyName,
     trace: options.workload.name,
@@ -1041,6 +1108,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     spotFloorCostMicroUsd: spotFloorCost(pools, jobs, useful),
     lowerBoundCostMicroUsd: lowerBound.cost(jobs, useful),
     costByTeamMicroUsd: costByTeam,
+    checkpointBytes,
+    wholeBillMicroUsd: cost.actual + checkpointBytes.bill.totalMicroUsd,
     ...spend,
     ...waits(jobs, endMs),
     jobTimes: jobTimes(jobs, endMs),

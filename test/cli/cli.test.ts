@@ -47,7 +47,13 @@ describe('gpu-fleet command', () => {
     expect(stdout).toMatch(
       /^simulated time {2}1 h, jobs arriving over the first [\d.]+ (s|min|h); wall [\d.]+ s \([\d.]+ s for all 4 policies\)$/m,
     );
-    expect(stdout).toMatch(/all on-demand \(baseline run\)\s+\$[\d,]+\.\d\d/);
+    expect(stdout).toMatch(/all on-demand \(baseline run, whole bill\)\s+\$[\d,]+\.\d\d/);
+    // The whole bill, in its parts, with the headline ratio on it beside the machines-only one.
+    expect(stdout).toMatch(/^total\s+\$[\d,]+\.\d\d$/m);
+    for (const part of ['GPU machines', 'checkpoint storage', 'checkpoint network', 'checkpoint requests'])
+      expect(stdout).toMatch(new RegExp(`^  ${part}.*\\$[\\d,]+\\.\\d\\d$`, 'm'));
+    expect(stdout).toMatch(/whole bill ÷ all on-demand\s+[\d.]+×/);
+    expect(stdout).toMatch(/GPU machines ÷ all on-demand machines\s+[\d.]+×/);
     expect(stdout).toMatch(/first wait \(submit to first start\) p50 \/ p95/);
     expect(stdout).toMatch(/total wait \(all attempts\) p50 \/ p95 \/ p99 \/ max/);
     expect(stdout).toMatch(/attempts per job p50 \/ p99 \/ max\s+\d+ \/ \d+ \/ \d+/);

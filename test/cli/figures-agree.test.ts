@@ -19,8 +19,11 @@ const cli = async (args: string[]) => (await run(process.execPath, [bin, ...args
 interface Summary {
   policy: string;
   costMicroUsd: number;
+  wholeBillMicroUsd: number;
+  checkpointBytes: { bill: { totalMicroUsd: number }; billByTeam: Record<string, { totalMicroUsd: number }> };
   warmPoolMicroUsd?: number;
   onDemandCostMicroUsd: number;
+  onDemandWholeBillMicroUsd: number;
   lowerBoundCostMicroUsd: number;
   spotFloorCostMicroUsd: number;
   requeues: number;
@@ -51,14 +54,18 @@ describe('the figures of one simulation agree wherever they are shown', () => {
     const policies = [summary, ...Object.values(summary.baselines)];
     expect(policies.map((p) => p.policy)).toEqual(['gpu-fleet', 'on-demand', 'spot-greedy', 'cheapest-fit']);
     for (const p of policies) {
+      // The headline on the whole bill (machines and checkpoint bytes) on both sides; the batch ratios on the machines.
+      expect(p.wholeBillMicroUsd).toBe(p.costMicroUsd + p.checkpointBytes.bill.totalMicroUsd);
       const expected = [
-        ratio(p.costMicroUsd, summary.onDemandCostMicroUsd),
+        ratio(p.wholeBillMicroUsd, summary.onDemandWholeBillMicroUsd),
         ratio(batch(p), p.lowerBoundCostMicroUsd),
         ratio(batch(p), p.spotFloorCostMicroUsd),
       ];
-      const row = new RegExp(`^${p.policy}\\s+\\$[\\d,.]+\\s+([\\d.]+×)\\s+([\\d.]+×)\\s+([\\d.]+×)`, 'm').exec(terminal);
+      const row = new RegExp(`^${p.policy}\\s+\\$[\\d,.]+\\s+\\$[\\d,.]+\\s+([\\d.]+×)\\s+([\\d.]+×)\\s+([\\d.]+×)`, 'm').exec(terminal);
       expect({ policy: p.policy, terminal: row?.slice(1) }).toEqual({ policy: p.policy, terminal: expected });
-      const cells = new RegExp(`<tr><td>${p.policy}</td><td>[^<]+</td><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>`).exec(html);
+      const cells = new RegExp(`<tr><td>${p.policy}</td><td>[^<]+</td><td>[^<]+</td><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>`).exec(
+        html,
+      );
       expect({ policy: p.policy, html: cells?.slice(1) }).toEqual({ policy: p.policy, html: expected });
     }
   });
@@ -124,6 +131,13 @@ describe('the figures of one simulation agree wherever they are shown', () => {
         team,
         terminal: dollars(spent),
       });
+      // Its checkpoint bytes, on a line of their own, as summary.json has them.
+      const bytes = summary.checkpointBytes.billByTeam[team];
+      if (bytes)
+        expect({ team, bytes: new RegExp(`^team ${team}, checkpoint bytes\\s+(\\S+)$`, 'm').exec(terminal)?.[1] }).toEqual({
+          team,
+          bytes: dollars(bytes.totalMicroUsd),
+        });
       expect({ team, report: inReport?.costMicroUsd, budget: inBudget?.spentMicroUsd }).toEqual({ team, report: spent, budget: spent });
       expect({ team, committed: inBudget?.committedMicroUsd }).toEqual({ team, committed: inReport?.committedMicroUsd });
       expect(budgetText).toMatch(new RegExp(`^${team}\\s+\\S+\\s+${dollars(spent).replace('$', '\\$')}\\s`, 'm'));
