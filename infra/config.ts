@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import awsRegionsJson from 'aws-regions/regions.json' with { type: 'json' };
 import { z } from 'zod';
 import { ConfigError, messageOf, parseJson } from '../core/errors.ts';
+import { S3_PATHS } from '../core/bytes.ts';
 import { MIG_GPUS } from '../core/mig.ts';
 import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from '../core/schema.ts';
 import { awsShippedCatalog } from '../cloud/catalog/shipped.ts';
@@ -54,6 +55,8 @@ function zoneProblem(zone: string, region: string): string | undefined {
 
 const NAME_RE = /^[a-z][a-z0-9-]{1,38}[a-z0-9]$/;
 const ZONE_RE = /^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$/;
+/** Interface endpoints a created VPC may have for what its machines call besides S3 (the agent API is a function URL, reached through NAT). */
+export const INTERFACE_ENDPOINTS = ['ecr', 'monitoring'] as const;
 const REGION_RE = /^[a-z]{2}(-gov)?-[a-z]+-\d$/;
 
 const int = (min: number, max: number, unit = '') =>
@@ -231,6 +234,25 @@ const TeamSchema = z.strictObject({
     .default(1),
 });
 
+const ExistingVpcSchema = z.strictObject({
+  existing: z.strictObject({
+    vpcId: z.string().regex(/^vpc-[0-9a-f]{8,17}$/, { error: 'VPC ids look like "vpc-0123456789abcdef0"' }),
+    privateSubnetIds: z
+      .array(z.string().regex(/^subnet-[0-9a-f]{8,17}$/, { error: 'subnet ids look like "subnet-0123456789abcdef0"' }))
+      .min(1, { error: 'give at least one private subnet, e.g. ["subnet-0123456789abcdef0"]' }),
+    zones: z
+      .array(z.string().regex(ZONE_RE, { error: 'zones look like "us-east-1a"' }))
+      .min(1, { error: 'give the zones of the subnets, e.g. ["us-east-1a"]' }),
+    s3Path: z.enum(S3_PATHS, {
+      error: `say how the machines reach S3 (every checkpoint byte takes this path): "gateway-endpoint" with the endpoint's "s3EndpointId" (free), "interface-endpoint" with its "s3EndpointId" ($0.01/GB), or "nat" (NAT data processing, $0.045/GB; docs/getting-started.md prices each)`,
+    }),
+    s3EndpointId: z
+      .string()
+      .regex(/^vpce-[0-9a-f]{8,17}$/, { error: 'VPC endpoint ids look like "vpce-0123456789abcdef0"' })
+      .optional(),
+  }),
+});
+
 export const ConfigSchema = z
   .strictObject({
     $schema: z.string().optional(),
@@ -254,21 +276,23 @@ export const ConfigSchema = z
               .array(z.string().regex(ZONE_RE, { error: 'zones look like "us-east-1a"' }))
               .min(1)
               .max(6),
+            natGateways: int(1, 6, ' NAT gateways').optional(),
+            interfaceEndpoints: z.array(z.enum(INTERFACE_ENDPOINTS)).max(INTERFACE_ENDPOINTS.length).optional(),
           }),
         }),
-        z.strictObject({
-          existing: z.strictObject({
-            vpcId: z.string().regex(/^vpc-[0-9a-f]{8,17}$/, { error: 'VPC ids look like "vpc-0123456789abcdef0"' }),
-            privateSubnetIds: z
-              .array(z.string().regex(/^subnet-[0-9a-f]{8,17}$/, { error: 'subnet ids look like "subnet-0123456789abcdef0"' }))
-              .min(1, { error: 'give at least one private subnet, e.g. ["subnet-0123456789abcdef0"]' }),
-            zones: z
-              .array(z.string().regex(ZONE_RE, { error: 'zones look like "us-east-1a"' }))
-              .min(1, { error: 'give the zones of the subnets, e.g. ["us-east-1a"]' }),
-          }),
-        }),
+        ExistingVpcSchema,
       ],
-      { error: 'must be {"create": {"cidr", "zones"}} or {"existing": {"vpcId", "privateSubnetIds", "zones"}}' },
+      {
+        // An existing VPC's own problem (its S3 path, above all) is named as such; anything else gets the two forms.
+        error: (iss) => {
+          const input = iss.input as { existing?: unknown } | undefined;
+          const own =
+            input && typeof input === 'object' && 'existing' in input ? ExistingVpcSchema.safeParse(input).error?.issues[0] : undefined;
+          return own
+            ? `${own.path.map(String).join('.')}: ${own.message}`
+            : 'must be {"create": {"cidr", "zones"}} or {"existing": {"vpcId", "privateSubnetIds", "zones", "s3Path"}}';
+        },
+      },
     ),
     nodeGroups: z.array(NodeGroupSchema).min(1, { error: 'give at least one node group' }).max(50),
     teams: z.array(TeamSchema).min(1, { error: 'give at least one team' }).max(200),
@@ -508,6 +532,29 @@ export const ConfigSchema = z
           input: g.subnetIds,
         });
     });
+    if ('existing' in c.vpc) {
+      const e = c.vpc.existing;
+      if (e.s3Path !== 'nat' && !e.s3EndpointId)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['vpc', 'existing', 's3EndpointId'],
+          message: `name the S3 ${e.s3Path} the subnets' route tables use, e.g. "vpce-0123456789abcdef0" (or say "s3Path": "nat")`,
+          input: e.s3EndpointId,
+        });
+      if (e.s3Path === 'nat' && e.s3EndpointId)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['vpc', 'existing', 's3EndpointId'],
+          message: 'an endpoint id goes with "s3Path": "gateway-endpoint" or "interface-endpoint", not "nat"',
+          input: e.s3EndpointId,
+        });
+    } else if (c.vpc.create.natGateways !== undefined && c.vpc.create.natGateways > c.vpc.create.zones.length)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['vpc', 'create', 'natGateways'],
+        message: `at most one NAT gateway per zone (${c.vpc.create.zones.length} zones)`,
+        input: c.vpc.create.natGateways,
+      });
     const vpcZones = 'create' in c.vpc ? c.vpc.create.zones : c.vpc.existing.zones;
     vpcZones.forEach((z, i) => {
       const problem = zoneProblem(z, c.region);
@@ -551,10 +598,17 @@ describeFields(ConfigSchema, {
   'vpc.create': 'a VPC the stack creates, with private subnets in the zones given',
   'vpc.create.cidr': "the VPC's address range",
   'vpc.create.zones': 'the zones it has subnets in',
+  'vpc.create.natGateways':
+    "NAT gateways, one per zone from the first (default: every zone's own, so a zone's failure cuts off only its machines; each is $0.045 an hour)",
+  'vpc.create.interfaceEndpoints':
+    'interface endpoints for the services the machines call besides S3 (ecr: ECR API and registry; monitoring: CloudWatch metrics), $0.01 an hour per zone each and $0.01/GB, instead of NAT at $0.045/GB',
   'vpc.existing': 'an existing VPC, by id and private subnets',
   'vpc.existing.vpcId': "the VPC's id",
   'vpc.existing.privateSubnetIds': 'the private subnets the machines and functions go in',
   'vpc.existing.zones': 'the zones of those subnets',
+  'vpc.existing.s3Path':
+    'how the machines reach S3, where every checkpoint byte goes: gateway-endpoint (free), interface-endpoint ($0.01/GB) or nat ($0.045/GB)',
+  'vpc.existing.s3EndpointId': "the S3 endpoint on the subnets' route tables (with gateway-endpoint or interface-endpoint)",
   nodeGroups: 'the GPU node groups: one EC2 Auto Scaling group each, sized by reconcile only',
   'nodeGroups[].name': "the group's name (unique)",
   'nodeGroups[].instanceTypes': 'the GPU instance types it may launch (from the shipped catalogue); several make a mixed-instances group',

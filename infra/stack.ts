@@ -74,6 +74,8 @@ export class GpuFleetStack extends Stack {
   readonly groups: Map<string, autoscaling.AutoScalingGroup>;
   readonly agentRole: iam.Role;
   readonly agentApiUrl: lambda.FunctionUrl;
+  /** The interface endpoints a created VPC has (config `vpc.create.interfaceEndpoints`). */
+  private readonly interfaceEndpoints: ec2.InterfaceVpcEndpoint[] = [];
   readonly jobLogs: logs.LogGroup;
   readonly dashboard: cloudwatch.Dashboard;
   /** Each service's target group: id, ARN and its CloudWatch dimension (configured or created). */
@@ -226,6 +228,7 @@ export class GpuFleetStack extends Stack {
       allowAllOutbound: true,
     });
     nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
+    for (const e of this.interfaceEndpoints) e.connections.allowDefaultPortFrom(nodeSg, 'GPU nodes call the service through its endpoint');
     // Prometheus scrapes of the agents' /metrics: from the configured CIDR or security group only.
     if (config.prometheus) {
       const from = config.prometheus.allowFrom;
@@ -450,15 +453,39 @@ export class GpuFleetStack extends Stack {
         privateSubnetIds: config.vpc.existing.privateSubnetIds,
       });
     }
+    const create = config.vpc.create;
+    // A NAT gateway in every zone by default: a zone's failure then cuts off only its own machines (docs/getting-started.md prices it).
     const vpc = new ec2.Vpc(this, 'Vpc', {
-      ipAddresses: ec2.IpAddresses.cidr(config.vpc.create.cidr),
-      availabilityZones: config.vpc.create.zones,
-      natGateways: 1,
+      ipAddresses: ec2.IpAddresses.cidr(create.cidr),
+      availabilityZones: create.zones,
+      natGateways: create.natGateways ?? create.zones.length,
       subnetConfiguration: [
         { name: 'public', subnetType: ec2.SubnetType.PUBLIC, cidrMask: 24 },
         { name: 'nodes', subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS, cidrMask: 20 },
       ],
     });
+    // Checkpoint bytes (and ECR's image layers, which S3 serves) go to S3 through a gateway endpoint on the node
+    // subnets' route tables: no hourly charge and no data processing, where a NAT gateway charges $0.045 a GB.
+    vpc.addGatewayEndpoint('S3Endpoint', {
+      service: ec2.GatewayVpcEndpointAwsService.S3,
+      subnets: [{ subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS }],
+    });
+    const services: Record<(typeof create.interfaceEndpoints & {})[number], ec2.InterfaceVpcEndpointAwsService[]> = {
+      ecr: [ec2.InterfaceVpcEndpointAwsService.ECR, ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER],
+      monitoring: [ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING],
+    };
+    // Each endpoint is closed but to the GPU nodes (opened once their security group exists: see nodeSecurityGroup).
+    for (const name of create.interfaceEndpoints ?? [])
+      services[name].forEach((service, i) =>
+        this.interfaceEndpoints.push(
+          vpc.addInterfaceEndpoint(`${name === 'ecr' ? (i === 0 ? 'EcrApi' : 'EcrDocker') : 'Monitoring'}Endpoint`, {
+            service,
+            subnets: { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+            privateDnsEnabled: true,
+            open: false,
+          }),
+        ),
+      );
     const flowLogs = new logs.LogGroup(this, 'VpcFlowLogs', {
       retention: logs.RetentionDays.ONE_MONTH,
       encryptionKey: this.key,

@@ -918,6 +918,8 @@ describe('the config', () => {
         vpcId: 'vpc-0a1b2c3d4e5f60718',
         privateSubnetIds: ['subnet-0a1b2c3d4e5f60711', 'subnet-0a1b2c3d4e5f60712'],
         zones: ['us-east-1a', 'us-east-1b'],
+        s3Path: 'gateway-endpoint',
+        s3EndpointId: 'vpce-0a1b2c3d4e5f60719',
       },
     };
     c.nodeGroups = [
@@ -934,6 +936,76 @@ describe('the config', () => {
     template.hasResourceProperties('AWS::AutoScaling::AutoScalingGroup', {
       VPCZoneIdentifier: ['subnet-0a1b2c3d4e5f60711', 'subnet-0a1b2c3d4e5f60712'],
     });
+  });
+});
+
+describe('the network a created VPC gets, and what an existing one must say', () => {
+  const base = () =>
+    JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown> & { vpc: Record<string, Record<string, unknown>> };
+
+  it('puts an S3 gateway endpoint on the node subnets’ route tables and a NAT gateway in every zone', () => {
+    const { template } = synth(example());
+    const zones = (base().vpc.create!.zones as string[]).length;
+    template.resourceCountIs('AWS::EC2::NatGateway', zones);
+    const endpoints = Object.values(template.findResources('AWS::EC2::VPCEndpoint')).map(
+      (r) => (r as { Properties: { VpcEndpointType?: string; RouteTableIds?: unknown[]; ServiceName: unknown } }).Properties,
+    );
+    const s3 = endpoints.filter((e) => JSON.stringify(e.ServiceName).includes('.s3'));
+    expect(s3).toHaveLength(1);
+    expect(s3[0]!.VpcEndpointType).toBe('Gateway');
+    // One route table per private (node) subnet, each with its own NAT route; the endpoint is on every one of them.
+    const privateTables = Object.entries(template.findResources('AWS::EC2::Route'))
+      .filter(([, r]) => (r as { Properties: { NatGatewayId?: unknown } }).Properties.NatGatewayId !== undefined)
+      .map(([, r]) => JSON.stringify((r as { Properties: { RouteTableId: unknown } }).Properties.RouteTableId));
+    expect(privateTables).toHaveLength(zones);
+    expect(s3[0]!.RouteTableIds!.map((t) => JSON.stringify(t)).sort()).toEqual([...new Set(privateTables)].sort());
+    // No interface endpoint unless asked for (each costs $0.01 an hour per zone).
+    expect(endpoints.filter((e) => e.VpcEndpointType === 'Interface')).toHaveLength(0);
+  });
+
+  it('takes fewer NAT gateways when the config says so, and interface endpoints for ECR and CloudWatch on request', () => {
+    const c = base();
+    c.vpc.create = { ...c.vpc.create, natGateways: 1, interfaceEndpoints: ['ecr', 'monitoring'] };
+    const { app, stack } = build(parseConfig(c), { nag: true });
+    expect(() => app.synth()).not.toThrow(); // cdk-nag finds nothing in the endpoints either
+    const template = Template.fromStack(stack);
+    template.resourceCountIs('AWS::EC2::NatGateway', 1);
+    const endpoints = Object.values(template.findResources('AWS::EC2::VPCEndpoint')).map(
+      (r) => (r as { Properties: { VpcEndpointType?: string; ServiceName: unknown } }).Properties,
+    );
+    const names = endpoints.filter((e) => e.VpcEndpointType === 'Interface').map((e) => JSON.stringify(e.ServiceName));
+    expect(names).toHaveLength(3);
+    for (const svc of ['ecr.api', 'ecr.dkr', 'monitoring']) expect(names.some((n) => n.includes(svc))).toBe(true);
+    const tooMany = base();
+    tooMany.vpc.create = { ...tooMany.vpc.create, natGateways: 5 };
+    expect(() => parseConfig(tooMany)).toThrow(/vpc\.create\.natGateways: at most one NAT gateway per zone \(3 zones\)/);
+  });
+
+  it('refuses an existing VPC that does not say how S3 is reached, or names a gateway endpoint without its id', () => {
+    const existing = (extra: Record<string, unknown>) => {
+      const c = base();
+      c.vpc = {
+        existing: {
+          vpcId: 'vpc-0a1b2c3d4e5f60718',
+          privateSubnetIds: ['subnet-0a1b2c3d4e5f60711'],
+          zones: ['us-east-1a'],
+          ...extra,
+        },
+      };
+      c.nodeGroups = [
+        { name: 'l4-spot', instanceTypes: ['g6.xlarge'], capacityType: 'spot', subnetIds: ['subnet-0a1b2c3d4e5f60711'], maxSize: 8 },
+      ];
+      return c;
+    };
+    expect(() => parseConfig(existing({}))).toThrow(
+      /vpc: existing\.s3Path: say how the machines reach S3 .*"nat" \(NAT data processing, \$0\.045\/GB/,
+    );
+    expect(() => parseConfig(existing({ s3Path: 'gateway-endpoint' }))).toThrow(
+      /vpc\.existing\.s3EndpointId: name the S3 gateway-endpoint the subnets' route tables use/,
+    );
+    expect(() => parseConfig(existing({ s3Path: 'nat', s3EndpointId: 'vpce-0a1b2c3d4e5f60719' }))).toThrow(/not "nat"/);
+    const { template } = synth(parseConfig(existing({ s3Path: 'nat' })));
+    template.resourceCountIs('AWS::EC2::VPCEndpoint', 0);
   });
 });
 
