@@ -1,7 +1,7 @@
 // The checkpoint sweep's pace against a large fleet's save rate: the real sweep (S3CheckpointSweep)
 // over a local S3-compatible server (s3rver) and the real index and job records on dynalite.
 //
-//   npm run bench:sweep -- [--jobs 600] [--latency-ms 25] [--json]
+//   npm run bench:sweep -- [--jobs 600] [--latency-ms 25] [--concurrency 16] [--json]
 //
 // Each job folder holds what a live job has between two sweeps at the cadence of the built-in
 // trace (a save every 600 s): a superseded save, the save before the newest and the newest (two
@@ -68,15 +68,16 @@ async function main(): Promise<void> {
   const flags = new Command()
     .option('--jobs <n>', 'job folders to sweep', wholeNumber('--jobs', 1, 100_000), 600)
     .option('--latency-ms <ms>', 'delay added to every S3 and DynamoDB call', decimalNumber('--latency-ms', 0, 1000), 25)
+    .option('--concurrency <n>', 'folders at once in the second run (default SWEEP_CONCURRENCY)', wholeNumber('--concurrency', 1, 256))
     .option('--json', 'print JSON')
     .parse()
-    .opts<{ jobs: number; latencyMs: number; json?: boolean }>();
+    .opts<{ jobs: number; latencyMs: number; concurrency?: number; json?: boolean }>();
   const dir = mkdtempSync(join(tmpdir(), 'sweep-bench-'));
   const s3server = await startS3rverProcess(dir);
   const db = await startDynaliteProcess();
   try {
     const rows: Row[] = [];
-    for (const concurrency of [1, SWEEP_CONCURRENCY]) {
+    for (const concurrency of [1, flags.concurrency ?? SWEEP_CONCURRENCY]) {
       const tables = await db.createTables();
       const clock = { ms: Date.now(), nowMs: () => clock.ms };
       const s3 = new S3Client({

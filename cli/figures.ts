@@ -11,7 +11,7 @@ export function serviceCostMicroUsd(s: SimulationSummary): number {
 }
 
 /**
- * The cost of the batch work: the total less the services' replicas and the warm pools kept for their
+ * The cost of the batch work: the GPU machines less the services' replicas and the warm pools kept for their
  * fallback (the lower bound and the spot floor price batch work only).
  */
 export function batchCostMicroUsd(s: SimulationSummary): number {

@@ -342,7 +342,7 @@ export function renderReport(run: SimulateRun): string {
             ...(s.warmPoolMicroUsd !== undefined
               ? [['of it, warm pools (machines prepared ahead)', money(s.warmPoolMicroUsd)] as [string, string]]
               : []),
-            ['batch work (total less the services)', money(batchCostMicroUsd(s))] as [string, string],
+            ['batch work (GPU machines less the services)', money(batchCostMicroUsd(s))] as [string, string],
           ]
         : []),
       [`${s.services ? 'batch ' : ''}cost ÷ lower bound`, ratio(batchCostMicroUsd(s), s.lowerBoundCostMicroUsd)],

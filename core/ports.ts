@@ -418,8 +418,12 @@ export interface CheckpointStore {
 export interface CheckpointHistory {
   /** The job's retained saves; `NO_SAVES` for a job with none. */
   retained(jobId: string): Promise<RetainedSaves>;
-  /** Drops `locations` from the job's superseded list once their objects are deleted. Idempotent; a location not listed is ignored. */
-  forgetSuperseded(jobId: string, locations: readonly string[]): Promise<void>;
+  /**
+   * Drops `locations` from the job's superseded list once their objects are deleted. Idempotent; a
+   * location not listed is ignored. `read`: what the caller read with `retained`, tried first (a
+   * store may then skip a read; a newer save since is never lost).
+   */
+  forgetSuperseded(jobId: string, locations: readonly string[], read?: RetainedSaves): Promise<void>;
 }
 
 /**

@@ -8,7 +8,7 @@ import { translateAwsError } from './errors.ts';
 
 const DAY_MS = 86_400_000;
 /** Job folders a sweep works on at once: each is a few calls (two reads, a listing, a delete, a write), mostly waiting on the network. */
-export const SWEEP_CONCURRENCY = 16;
+export const SWEEP_CONCURRENCY = 32;
 
 /**
  * The checkpoint bucket's retention, derived from the index (`checkpointObjectExpired`): the
@@ -131,7 +131,7 @@ export class S3CheckpointSweep implements CheckpointSweep {
     } while (token);
     // The superseded saves of which no object is left: the index forgets them.
     const gone = forgettable(saves, kept);
-    if (gone.length > 0) await this.deps.checkpoints.forgetSuperseded(jobId, gone);
+    if (gone.length > 0) await this.deps.checkpoints.forgetSuperseded(jobId, gone, saves);
     return deleted;
   }
 

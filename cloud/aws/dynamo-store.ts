@@ -1071,12 +1071,14 @@ export class DynamoCheckpointIndex implements CheckpointStore, CheckpointHistory
 
   /**
    * Drops deleted locations from the superseded list, conditional on the newest save it was read
-   * with: a save completing meanwhile re-reads and drops them from what it wrote.
+   * with (the caller's read, when given, saves a read): a save completing meanwhile re-reads and
+   * drops them from what it wrote.
    */
-  async forgetSuperseded(jobId: string, locations: readonly string[]): Promise<void> {
+  async forgetSuperseded(jobId: string, locations: readonly string[], read?: RetainedSaves): Promise<void> {
     if (locations.length === 0) return;
     for (let tries = 0; ; tries++) {
-      const held = await this.retained(jobId);
+      // What the caller read is tried first (the write is conditional on it); a lost race reads again.
+      const held = tries === 0 && read ? read : await this.retained(jobId);
       const next = afterSweep(held, locations);
       if (!held.newest || next.superseded.length === held.superseded.length) return;
       try {

@@ -47,7 +47,7 @@ describe('the figures of one simulation agree wherever they are shown', () => {
   }, 180_000);
 
   const ratio = (a: number, b: number) => `${(a / b).toFixed(3)}×`;
-  // The batch work: the total less the services' replicas and the warm pools kept for their fallback (docs/figures.md).
+  // The batch work: the GPU machines less the services' replicas and the warm pools kept for their fallback (docs/figures.md).
   const batch = (s: Summary) => s.costMicroUsd - (s.services ?? []).reduce((n, x) => n + x.costMicroUsd, 0) - (s.warmPoolMicroUsd ?? 0);
 
   it('the cost ratios of every policy: the terminal, the HTML report and summary.json', () => {

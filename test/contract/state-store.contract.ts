@@ -326,6 +326,16 @@ export function checkpointStoreContract(name: string, make: (clock: ContractCloc
       await s.forgetSuperseded('nlp.h', [a.location]);
       expect((await s.retained('nlp.h')).superseded).toEqual([]);
       expect(await s.latest('nlp.h')).toEqual(c2);
+      // A sweep's read gone stale (a newer save completed since): what the newer save wrote is kept, and the swept location forgotten.
+      const stale = await s.retained('nlp.h');
+      const d = saveAt(4);
+      clock.ms += 1000;
+      await s.markComplete(d);
+      const e = saveAt(5);
+      await s.markComplete(e);
+      expect((await s.retained('nlp.h')).superseded).toEqual([b.location, c.location]);
+      await s.forgetSuperseded('nlp.h', [b.location], { ...stale, superseded: [b.location] });
+      expect(await s.retained('nlp.h')).toEqual({ newest: e, previous: d, replacedAtMs: clock.ms, superseded: [c.location] });
       await s.forgetSuperseded('nlp.none', [a.location]); // a job with no saves: nothing to forget
       expect(await s.retained('nlp.none')).toEqual({ superseded: [] });
     });
