@@ -18,6 +18,7 @@ import {
 } from '../cloud/sim/defaults.ts';
 import { faultProfile } from '../cloud/sim/faults.ts';
 import {
+  awsZonesOf,
   DEFAULT_SIM_START_MS,
   RESERVATION_POLICIES,
   runSimulation,
@@ -434,12 +435,9 @@ function spreadOf(x: Spread, f: (v: number) => string): string {
 }
 
 /** The deployment's network from `--s3-path` and `--nat-gateways`, over the AWS groups' zones; undefined: the stack's own VPC. */
-function networkFlags(
-  flags: SimulateFlags,
-  groups: readonly { readonly cloud?: Cloud; readonly zones: readonly string[] }[],
-): NetworkLayout | undefined {
+function networkFlags(flags: SimulateFlags, groups: Parameters<typeof awsZonesOf>[0]): NetworkLayout | undefined {
   if (flags.s3Path === undefined && flags.natGateways === undefined) return undefined;
-  const zones = [...new Set(groups.filter((g) => (g.cloud ?? 'aws') === 'aws').flatMap((g) => g.zones))].sort();
+  const zones = awsZonesOf(groups);
   const base = defaultNetworkLayout(zones);
   return {
     s3Path: flags.s3Path ?? base.s3Path,

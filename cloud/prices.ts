@@ -123,13 +123,11 @@ export function siteRates(
     const rate = dataRate(find(records, cloud, region, wanted));
     if (rate) transfer[charge] = rate;
   }
-  const used = [storage, write, read];
   return {
     storagePerMonth: dataRate(storage)!,
     writeRequestsPer1000MicroUsd: microUsdFromUsd(write.usd),
     readRequestsPer1000MicroUsd: microUsdFromUsd(read.usd),
     transfer,
-    source: `list prices as of ${CLOUD_SERVICE_PRICES.asOf} (data/prices/cloud-services.json; ${used.filter((r) => r.confidence === 'assumed').length > 0 ? 'some figures assumed' : 'confirmed figures'})`,
   };
 }
 

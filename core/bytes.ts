@@ -1,5 +1,5 @@
-import { GpuFleetError } from './errors.ts';
 import type { MicroUsd } from './money.ts';
+import { HOURS_PER_MONTH } from './period.ts';
 
 /**
  * The bytes gpu-fleet moves and keeps for the teams (checkpoints), and what they cost: storage
@@ -173,43 +173,32 @@ export function downloadRequests(bytes: number): number {
   return Math.ceil(bytes / partBytesFor(bytes));
 }
 
-function withTransfer(usage: Record<string, SiteUsage>, charges: readonly TransferCharge[], bytes: number): void {
-  for (const c of charges) {
-    const x = usage[c.billedBy] ?? NO_USE;
-    usage[c.billedBy] = { ...x, transferBytes: { ...x.transferBytes, [c.charge]: (x.transferBytes[c.charge] ?? 0) + bytes * c.times } };
-  }
-}
-
-/** A save (or one rank's part of it) uploaded from `machine` to `store`: its bytes, the store's requests, the path's charges. */
-export function uploadUsage(input: {
+/** A save's files (or one rank's part of them) moved between a machine and its store. */
+export interface Transfer {
   readonly machine: Site;
   readonly store: Site;
   readonly layout: NetworkLayout;
   /** Each file's size, bytes (a checkpoint folder's files). */
   readonly fileBytes: readonly number[];
-}): ByteUsage {
-  const bytes = input.fileBytes.reduce((a, b) => a + b, 0);
-  const key = siteKey(input.store);
-  const usage: Record<string, SiteUsage> = {
-    [key]: { ...NO_USE, bytesUploaded: bytes, writeRequests: input.fileBytes.reduce((n, b) => n + uploadRequests(b), 0) },
-  };
-  withTransfer(usage, transferCharges({ ...input, direction: 'up' }), bytes);
-  return usage;
 }
 
-/** A save (or one rank's part) read back from `store` onto `machine`, to resume from. */
-export function downloadUsage(input: {
-  readonly machine: Site;
-  readonly store: Site;
-  readonly layout: NetworkLayout;
-  readonly fileBytes: readonly number[];
-}): ByteUsage {
-  const bytes = input.fileBytes.reduce((a, b) => a + b, 0);
-  const key = siteKey(input.store);
+/**
+ * A transfer's usage: `up`, a save uploaded (its bytes, a PUT per file or per part), `down`, one
+ * read back to resume from (a GET per part); and either way the path's charges.
+ */
+export function transferUsage(t: Transfer, direction: 'up' | 'down'): ByteUsage {
+  const bytes = t.fileBytes.reduce((a, b) => a + b, 0);
+  const requests = t.fileBytes.reduce((n, b) => n + (direction === 'up' ? uploadRequests(b) : downloadRequests(b)), 0);
   const usage: Record<string, SiteUsage> = {
-    [key]: { ...NO_USE, bytesDownloaded: bytes, readRequests: input.fileBytes.reduce((n, b) => n + downloadRequests(b), 0) },
+    [siteKey(t.store)]:
+      direction === 'up'
+        ? { ...NO_USE, bytesUploaded: bytes, writeRequests: requests }
+        : { ...NO_USE, bytesDownloaded: bytes, readRequests: requests },
   };
-  withTransfer(usage, transferCharges({ ...input, direction: 'down' }), bytes);
+  for (const c of transferCharges({ ...t, direction })) {
+    const x = usage[c.billedBy] ?? NO_USE;
+    usage[c.billedBy] = { ...x, transferBytes: { ...x.transferBytes, [c.charge]: (x.transferBytes[c.charge] ?? 0) + bytes * c.times } };
+  }
   return usage;
 }
 
@@ -234,15 +223,10 @@ export interface SiteRates {
   readonly writeRequestsPer1000MicroUsd: number;
   readonly readRequestsPer1000MicroUsd: number;
   readonly transfer: Readonly<Partial<Record<ByteCharge, DataRate>>>;
-  /** Where the figures come from (the price table's `asOf` and sources), for whoever reads the bill. */
-  readonly source: string;
 }
 
 /** Rates per site key. */
 export type ByteRates = ReadonlyMap<string, SiteRates>;
-
-/** Hours in a billing month, as AWS and GCP prorate monthly storage prices. */
-export const HOURS_PER_MONTH = 730;
 
 /** Part of a byte bill: what, and the usage nothing in the table prices (site and item). */
 export interface ByteBill {
@@ -293,12 +277,4 @@ export function priceBytes(usage: ByteUsage, rates: ByteRates): ByteBill {
     totalMicroUsd: storage + requests + network,
     unpriced,
   };
-}
-
-/** An empty bill. */
-export const NO_BYTE_BILL: ByteBill = { storageMicroUsd: 0, requestsMicroUsd: 0, networkMicroUsd: 0, totalMicroUsd: 0, unpriced: [] };
-
-/** The price table has no rates for a site a deployment uses. */
-export class UnknownPrice extends GpuFleetError {
-  override name = 'UnknownPrice';
 }

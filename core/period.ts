@@ -1,5 +1,8 @@
 import type { BudgetPeriod } from './team.ts';
 
+/** Hours in a billing month, as AWS and GCP prorate monthly prices (and AWS's Spot Advisor states its monthly rates). */
+export const HOURS_PER_MONTH = 730;
+
 /**
  * Calendar periods in UTC, for budgets (a team's budget is per month, ISO week or day), the
  * spend ledger (which also counts per day, for trends) and reports (a month, a day, or the

@@ -1,3 +1,4 @@
+import { HOURS_PER_MONTH } from './period.ts';
 /**
  * Interruption risk of a spot pool, learned from what gpu-fleet observed with a prior from the
  * AWS Spot Instance Advisor's interruption-frequency band.
@@ -8,8 +9,6 @@
  * is Gamma–Poisson: with prior weight H0 instance-hours, k interruptions observed over E
  * instance-hours give λ = (λ0·H0 + k) / (H0 + E).
  */
-
-const HOURS_PER_MONTH = 730;
 
 /** Monthly interruption probability for each Advisor band (the band's middle; ">20%" read as 25%). */
 export const ADVISOR_BAND_MONTHLY: Readonly<Record<string, number>> = {

@@ -1,9 +1,8 @@
 import {
   addUsage,
-  downloadUsage,
   priceBytes,
   storageUsage,
-  uploadUsage,
+  transferUsage,
   type ByteBill,
   type ByteRates,
   type ByteUsage,
@@ -11,9 +10,8 @@ import {
   type Site,
 } from '../../core/bytes.ts';
 import { checkpointObjectExpired, forgettable } from '../../core/job.ts';
+import { DAY_MS } from '../../core/period.ts';
 import type { CheckpointHistory, CheckpointSweep, Clock, JobStore } from '../../core/ports.ts';
-
-const DAY_MS = 86_400_000;
 
 /** One object of the simulated bucket: a rank's part of a save, written whole (the simulated job writes one file). */
 interface SimObject {
@@ -65,13 +63,16 @@ export class SimCheckpointBucket implements CheckpointSweep {
     const before = this.objects.get(o.objectUri);
     if (before) this.held(o.objectUri, before, now);
     this.objects.set(o.objectUri, { jobId: o.jobId, team: o.team, bytes: o.bytes, writtenAtMs: now });
-    this.count(o.team, uploadUsage({ machine: o.machine, store: this.deps.store, layout: this.deps.layout, fileBytes: [o.bytes] }));
+    this.count(o.team, transferUsage({ machine: o.machine, store: this.deps.store, layout: this.deps.layout, fileBytes: [o.bytes] }, 'up'));
     this.uploads++;
   }
 
   /** A rank's part of a save read back onto a machine at `machine`, to resume from. */
   get(o: { readonly team: string; readonly bytes: number; readonly machine: Site }): void {
-    this.count(o.team, downloadUsage({ machine: o.machine, store: this.deps.store, layout: this.deps.layout, fileBytes: [o.bytes] }));
+    this.count(
+      o.team,
+      transferUsage({ machine: o.machine, store: this.deps.store, layout: this.deps.layout, fileBytes: [o.bytes] }, 'down'),
+    );
     this.downloads++;
   }
 

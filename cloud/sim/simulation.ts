@@ -330,6 +330,11 @@ const NOTICE_MS = 120_000;
 const SERVICE_GRACE_SEC = 900;
 
 /** The fleet without warm pools: the baselines stand for systems that have none (Karpenter has none). */
+/** The zones of a fleet's AWS groups, sorted: where the stack's VPC has subnets (and, by default, a NAT gateway each). */
+export function awsZonesOf(groups: readonly Pick<SimGroupConfig, 'cloud' | 'zones'>[]): string[] {
+  return [...new Set(groups.filter((g) => (g.cloud ?? 'aws') === 'aws').flatMap((g) => g.zones))].sort();
+}
+
 function withoutWarmPools(groups: readonly SimGroupConfig[]): readonly SimGroupConfig[] {
   return groups.map(({ warmPool: _none, ...g }) => g);
 }
@@ -533,7 +538,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   );
   const startupByImage = new Map((options.services ?? []).flatMap((s) => (s.startup ? [[s.spec.image, s.startup] as const] : [])));
   // The checkpoint bucket: the world's store and its bill; its sweep is reconcile's (the production rule).
-  const awsZones = [...new Set(setup.groups.filter((g) => (g.cloud ?? 'aws') === 'aws').flatMap((g) => g.zones))].sort();
+  const awsZones = awsZonesOf(setup.groups);
   const storeSite: Site = { cloud: 'aws', region: awsZones[0] ? regionOfZone('aws', awsZones[0]) : SIM_STACK_REGION };
   const network = options.network ?? defaultNetworkLayout(awsZones);
   const bucket = new SimCheckpointBucket({

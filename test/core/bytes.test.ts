@@ -3,7 +3,6 @@ import { describe, expect, it } from 'vitest';
 import {
   addUsage,
   defaultNetworkLayout,
-  downloadUsage,
   MAX_PARTS,
   MIN_PART_BYTES,
   partBytesFor,
@@ -11,7 +10,7 @@ import {
   storageUsage,
   transferCharges,
   uploadRequests,
-  uploadUsage,
+  transferUsage,
   type ByteUsage,
   type NetworkLayout,
   type Site,
@@ -87,7 +86,7 @@ describe('requests an upload makes', () => {
 describe('the bill of a usage, at the shipped list prices', () => {
   it('prices a GB through NAT at $0.045, a thousand PUTs at $0.005 and a GB-month of S3 at $0.023 (us-east-1)', () => {
     const natGb: ByteUsage = {
-      'aws:us-east-1': { ...uploadUsage({ machine: inA, store: s3, layout: oneNat, fileBytes: [1e9] })['aws:us-east-1']! },
+      'aws:us-east-1': { ...transferUsage({ machine: inA, store: s3, layout: oneNat, fileBytes: [1e9] }, 'up')['aws:us-east-1']! },
     };
     const bill = priceBytes(natGb, rates);
     expect(bill.networkMicroUsd).toBe(45_000);
@@ -104,7 +103,7 @@ describe('the bill of a usage, at the shipped list prices', () => {
   it('counts, but never prices, usage on a site the table does not cover', () => {
     const elsewhere: Site = { cloud: 'gcp', region: 'us-west1', zone: 'us-west1-b' };
     const bill = priceBytes(
-      uploadUsage({ machine: elsewhere, store: { cloud: 'gcp', region: 'us-west1' }, layout: gateway, fileBytes: [GIB] }),
+      transferUsage({ machine: elsewhere, store: { cloud: 'gcp', region: 'us-west1' }, layout: gateway, fileBytes: [GIB] }, 'up'),
       rates,
     );
     expect(bill).toEqual({
@@ -129,7 +128,7 @@ describe('the bill of a usage, at the shipped list prices', () => {
       fc.property(fc.array(use, { minLength: 1, maxLength: 20 }), (uses) => {
         const parts = uses.map((u) =>
           addUsage(
-            (u.down ? downloadUsage : uploadUsage)({ machine: inB, store: s3, layout: u.nat ? oneNat : gateway, fileBytes: [u.bytes] }),
+            transferUsage({ machine: inB, store: s3, layout: u.nat ? oneNat : gateway, fileBytes: [u.bytes] }, u.down ? 'down' : 'up'),
             storageUsage(s3, u.bytes, u.hours * 3_600_000),
           ),
         );
