@@ -86,8 +86,11 @@ export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
 
 /** Where checkpoints are kept between attempts (and machines). */
 export interface CheckpointBlobs {
-  /** Copies a local folder to `location` (a folder URI ending in "/"). Idempotent: copying again overwrites. */
-  upload(localDir: string, location: string): Promise<void>;
+  /**
+   * Copies a local folder to `location` (a folder URI ending in "/"). Idempotent: copying again
+   * overwrites. Resolves the sizes of the files it copied: the save's size the index bills.
+   */
+  upload(localDir: string, location: string): Promise<readonly number[]>;
   /** Copies `location` into a local folder; false when nothing is there. */
   download(location: string, localDir: string): Promise<boolean>;
 }
@@ -119,13 +122,14 @@ export class DirectoryBlobs implements CheckpointBlobs {
     return p;
   }
 
-  async upload(localDir: string, location: string): Promise<void> {
+  async upload(localDir: string, location: string): Promise<readonly number[]> {
     await refuseLink(localDir);
     const target = this.pathOf(location);
     await rm(target, { recursive: true, force: true });
     await mkdir(dirname(target), { recursive: true });
     // Regular files and folders only: a link the job left is not followed, nor copied.
     await cp(localDir, target, { recursive: true, filter: async (src) => src === localDir || !(await lstat(src)).isSymbolicLink() });
+    return Promise.all((await filesUnder(target)).map(async (f) => (await stat(f)).size));
   }
 
   async download(location: string, localDir: string): Promise<boolean> {
@@ -149,19 +153,23 @@ export class S3Blobs implements CheckpointBlobs {
     return parseS3Location(location);
   }
 
-  async upload(localDir: string, location: string): Promise<void> {
+  async upload(localDir: string, location: string): Promise<readonly number[]> {
     await refuseLink(localDir);
     const { bucket, prefix } = this.parse(location);
+    const sizes: number[] = [];
     for (const file of await filesUnder(localDir)) {
       const key = prefix + relative(localDir, file).split(sep).join('/');
+      const bytes = (await stat(file)).size;
       // The bucket's default encryption (KMS) applies; large files go up in parts as large as through the agent API (each part is a billed PUT).
       await new Upload({
         client: this.s3,
         params: { Bucket: bucket, Key: key, Body: createReadStream(file) },
         queueSize: 4,
-        partSize: partBytesFor((await stat(file)).size),
+        partSize: partBytesFor(bytes),
       }).done();
+      sizes.push(bytes);
     }
+    return sizes;
   }
 
   async download(location: string, localDir: string): Promise<boolean> {
@@ -206,7 +214,7 @@ export class AgentApiBlobs implements CheckpointBlobs {
     return jobId;
   }
 
-  async upload(localDir: string, location: string): Promise<void> {
+  async upload(localDir: string, location: string): Promise<readonly number[]> {
     await refuseLink(localDir);
     const jobId = this.jobOf(location);
     const files = await Promise.all(
@@ -252,6 +260,7 @@ export class AgentApiBlobs implements CheckpointBlobs {
         await this.api.call('checkpoint/finish-upload', { jobId, location, path: t.path, uploadId: t.uploadId, parts });
       }
     }
+    return files.map((f) => f.bytes);
   }
 
   async download(location: string, localDir: string): Promise<boolean> {

@@ -5,7 +5,8 @@ import { uploadRetryDelayMs } from '../core/services/node-rules.ts';
 import type { CheckpointBlobs } from './checkpoint-files.ts';
 
 export type UploadResult =
-  { readonly ok: true; readonly tries: number } | { readonly ok: false; readonly tries: number; readonly error: string };
+  | { readonly ok: true; readonly tries: number; readonly fileBytes: readonly number[] }
+  | { readonly ok: false; readonly tries: number; readonly error: string };
 
 /**
  * Checkpoint uploads, in their own worker: at most `concurrency` at a time, each retried with
@@ -53,8 +54,8 @@ export class UploadWorker {
       for (;;) {
         tries++;
         try {
-          await this.blobs.upload(localDir, location);
-          return { ok: true, tries };
+          const fileBytes = await this.blobs.upload(localDir, location);
+          return { ok: true, tries, fileBytes };
         } catch (error) {
           last = messageOf(error);
         }

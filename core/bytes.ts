@@ -1,3 +1,4 @@
+import { regionOfZone } from './catalog.ts';
 import type { MicroUsd } from './money.ts';
 import { HOURS_PER_MONTH } from './period.ts';
 
@@ -189,17 +190,7 @@ export interface Transfer {
 export function transferUsage(t: Transfer, direction: 'up' | 'down'): ByteUsage {
   const bytes = t.fileBytes.reduce((a, b) => a + b, 0);
   const requests = t.fileBytes.reduce((n, b) => n + (direction === 'up' ? uploadRequests(b) : downloadRequests(b)), 0);
-  const usage: Record<string, SiteUsage> = {
-    [siteKey(t.store)]:
-      direction === 'up'
-        ? { ...NO_USE, bytesUploaded: bytes, writeRequests: requests }
-        : { ...NO_USE, bytesDownloaded: bytes, readRequests: requests },
-  };
-  for (const c of transferCharges({ ...t, direction })) {
-    const x = usage[c.billedBy] ?? NO_USE;
-    usage[c.billedBy] = { ...x, transferBytes: { ...x.transferBytes, [c.charge]: (x.transferBytes[c.charge] ?? 0) + bytes * c.times } };
-  }
-  return usage;
+  return movedUsage({ ...t, bytes, requests, direction });
 }
 
 /** `bytes` kept in `store` for `durationMs`. */
@@ -277,4 +268,249 @@ export function priceBytes(usage: ByteUsage, rates: ByteRates): ByteBill {
     totalMicroUsd: storage + requests + network,
     unpriced,
   };
+}
+
+// ---- the deployed record: each save's bytes, from its upload to its deletion ----------------
+
+/**
+ * A save's size as the machine that wrote it measured it (one rank's part of it): its bytes, the
+ * PUT-class requests its upload made and the GET-class requests a read of it back makes (by the
+ * part sizes of {@link uploadRequests} and {@link downloadRequests}).
+ */
+export interface SaveSize {
+  readonly bytes: number;
+  readonly writeRequests: number;
+  readonly readRequests: number;
+}
+
+/** The size of a save made of files of these sizes. */
+export function saveSizeOf(fileBytes: readonly number[]): SaveSize {
+  return {
+    bytes: fileBytes.reduce((a, b) => a + b, 0),
+    writeRequests: fileBytes.reduce((n, b) => n + uploadRequests(b), 0),
+    readRequests: fileBytes.reduce((n, b) => n + downloadRequests(b), 0),
+  };
+}
+
+/** The most one machine's part of a save may be said to hold: 1 PiB, and ten million requests (S3: 10,000 parts of each of 1,000 files). */
+export const SAVE_PART_MAX_BYTES = 2 ** 50;
+export const SAVE_PART_MAX_REQUESTS = 10_000_000;
+
+/** Why a reported size cannot be taken, or undefined: whole numbers, 0 or more, within what one save can hold. */
+export function saveSizeProblem(size: SaveSize): string | undefined {
+  for (const k of ['bytes', 'writeRequests', 'readRequests'] as const) {
+    const v: unknown = size?.[k];
+    const max = k === 'bytes' ? SAVE_PART_MAX_BYTES : SAVE_PART_MAX_REQUESTS;
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0 || v > max)
+      return `size.${k} is ${JSON.stringify(v)}; it must be a whole number from 0 to ${max}`;
+  }
+  return undefined;
+}
+
+/** Who a job's saves are charged to: stamped by the control plane from the job's record, never taken from a machine. */
+export interface SaveOwner {
+  readonly jobId: string;
+  readonly team: string;
+  readonly project?: string;
+}
+
+/** A save read back onto a machine to resume from: once per attempt and rank (`key`, `<attempt>/<rank>`). */
+export interface SaveRead {
+  readonly key: string;
+  readonly atMs: number;
+  readonly bytes: number;
+  readonly readRequests: number;
+  readonly machine?: Site;
+}
+
+/** One save as the index bills it: its bytes in the store from its upload until its deletion, and its reads. */
+export interface SaveRecord {
+  readonly location: string;
+  readonly bytes: number;
+  readonly writeRequests: number;
+  /** GET requests one read of the whole save makes. */
+  readonly readRequests: number;
+  /** The parts it is made of (a gang's ranks each write and read their own); 1 when absent. */
+  readonly parts?: number;
+  /** When the upload was recorded complete (the store's clock): the upload is charged then, and storage from then. */
+  readonly savedAtMs: number;
+  /** The machine that wrote it (its transfer path); absent when its site was not known yet. */
+  readonly machine?: Site;
+  /** When the sweep deleted its objects, or a save of the same location overwrote them. */
+  readonly deletedAtMs?: number;
+  readonly reads?: readonly SaveRead[];
+}
+
+/** A job's byte log: whose it is, and its saves held now or deleted within {@link SAVE_LOG_KEPT_MS}. */
+export interface ByteLog {
+  readonly owner: SaveOwner;
+  readonly saves: readonly SaveRecord[];
+}
+
+/**
+ * How long a deleted save stays in its job's log: spend accrual charges its storage up to its
+ * deletion from there, so a gap between reconciles up to this long is still charged in full (as
+ * finished attempts' holdings are, core/job.ts HELD_ATTEMPTS_KEPT_MS).
+ */
+export const SAVE_LOG_KEPT_MS = 48 * 3_600_000;
+/** At most this many saves a log keeps (the oldest deleted ones go first): it lives on one index item. */
+export const SAVE_LOG_MAX = 400;
+
+function pruned(saves: readonly SaveRecord[], nowMs: number): SaveRecord[] {
+  const kept = saves.filter((s) => s.deletedAtMs === undefined || s.deletedAtMs > nowMs - SAVE_LOG_KEPT_MS);
+  let over = kept.length - SAVE_LOG_MAX;
+  return over <= 0 ? kept : kept.filter((s) => s.deletedAtMs === undefined || over-- <= 0);
+}
+
+/**
+ * The log once a save lands at `nowMs`: a new record; a live record of the same location is closed
+ * then (its objects were overwritten). Records deleted longer ago than {@link SAVE_LOG_KEPT_MS} go.
+ */
+export function logSave(log: ByteLog | undefined, owner: SaveOwner, save: SaveRecord, nowMs: number): ByteLog {
+  const saves = (log?.saves ?? []).map((s) =>
+    s.location === save.location && s.deletedAtMs === undefined ? { ...s, deletedAtMs: save.savedAtMs } : s,
+  );
+  return { owner, saves: pruned([...saves, save], nowMs) };
+}
+
+/** The log once the sweep deleted the objects of `locations` at `nowMs`. */
+export function logDeleted(log: ByteLog, locations: readonly string[], nowMs: number): ByteLog {
+  const gone = new Set(locations);
+  if (!log.saves.some((s) => gone.has(s.location) && s.deletedAtMs === undefined)) return log;
+  const saves = log.saves.map((s) => (gone.has(s.location) && s.deletedAtMs === undefined ? { ...s, deletedAtMs: nowMs } : s));
+  return { ...log, saves: pruned(saves, nowMs) };
+}
+
+/** Whether a log has a save held at or after `sinceMs`: what spend accrual from then must read. */
+export function logTouches(log: ByteLog, sinceMs: number): boolean {
+  return log.saves.some((s) => s.deletedAtMs === undefined || s.deletedAtMs > sinceMs);
+}
+
+/** The live record of a location, if the log has one. */
+export function liveSave(log: ByteLog | undefined, location: string): SaveRecord | undefined {
+  return log?.saves.find((s) => s.location === location && s.deletedAtMs === undefined);
+}
+
+/**
+ * The log once a read of the save at `location` (the save's folder, or one part of it) is noted:
+ * the save's bytes and requests, or one part's share of them; undefined when it changes nothing (no
+ * live save there, or this `key` read it already).
+ */
+export function logRead(
+  log: ByteLog | undefined,
+  location: string,
+  read: { readonly key: string; readonly atMs: number; readonly machine?: Site },
+): ByteLog | undefined {
+  const save = log?.saves.find((s) => s.deletedAtMs === undefined && location.startsWith(s.location));
+  if (!log || !save || save.reads?.some((r) => r.key === read.key)) return undefined;
+  const share = location === save.location ? 1 : (save.parts ?? 1);
+  const noted: SaveRead = {
+    ...read,
+    bytes: Math.round(save.bytes / share),
+    readRequests: Math.ceil(save.readRequests / share),
+  };
+  return { ...log, saves: log.saves.map((s) => (s === save ? { ...s, reads: [...(s.reads ?? []), noted] } : s)) };
+}
+
+/** The site of a machine as reconcile stamped its billing facts (its offering, `cloud/zone/type/capacity`); undefined before that. */
+export function siteOfOffering(offeringId: string | undefined): Site | undefined {
+  const [cloud, zone] = offeringId?.split('/') ?? [];
+  return (cloud === 'aws' || cloud === 'gcp' || cloud === 'sim') && zone ? siteOfZone(cloud, zone) : undefined;
+}
+
+/**
+ * A log's usage over [fromMs, toMs): each save's storage over the part of the window it was held,
+ * its upload if it landed in the window, and its reads in the window, on the deployment's path from
+ * the machine (the store's own region when the machine's site is not known).
+ */
+export function logUsage(
+  log: ByteLog,
+  where: { readonly store: Site; readonly layout: NetworkLayout },
+  fromMs: number,
+  toMs: number,
+): ByteUsage {
+  let out: ByteUsage = {};
+  const moved = (machine: Site | undefined, bytes: number, requests: number, direction: 'up' | 'down') =>
+    movedUsage({ machine: machine ?? where.store, store: where.store, layout: where.layout, bytes, requests, direction });
+  for (const s of log.saves) {
+    const start = Math.max(fromMs, s.savedAtMs);
+    const end = Math.min(toMs, s.deletedAtMs ?? toMs);
+    if (end > start) out = addUsage(out, storageUsage(where.store, s.bytes, end - start));
+    if (s.savedAtMs >= fromMs && s.savedAtMs < toMs) out = addUsage(out, moved(s.machine, s.bytes, s.writeRequests, 'up'));
+    for (const r of s.reads ?? [])
+      if (r.atMs >= fromMs && r.atMs < toMs) out = addUsage(out, moved(r.machine, r.bytes, r.readRequests, 'down'));
+  }
+  return out;
+}
+
+/** Bytes and requests moved one way between a machine and a store, and the path's charges on them. */
+export function movedUsage(m: {
+  readonly machine: Site;
+  readonly store: Site;
+  readonly layout: NetworkLayout;
+  readonly bytes: number;
+  readonly requests: number;
+  readonly direction: 'up' | 'down';
+}): ByteUsage {
+  const usage: Record<string, SiteUsage> = {
+    [siteKey(m.store)]:
+      m.direction === 'up'
+        ? { ...NO_USE, bytesUploaded: m.bytes, writeRequests: m.requests }
+        : { ...NO_USE, bytesDownloaded: m.bytes, readRequests: m.requests },
+  };
+  for (const c of transferCharges(m)) {
+    const x = usage[c.billedBy] ?? NO_USE;
+    usage[c.billedBy] = { ...x, transferBytes: { ...x.transferBytes, [c.charge]: (x.transferBytes[c.charge] ?? 0) + m.bytes * c.times } };
+  }
+  return usage;
+}
+
+/** What each team's saves cost over [fromMs, toMs): every log's usage over the window, summed per team and priced once. */
+export function byteCostByTeam(
+  logs: readonly ByteLog[],
+  where: { readonly store: Site; readonly layout: NetworkLayout; readonly rates: ByteRates },
+  fromMs: number,
+  toMs: number,
+): Map<string, MicroUsd> {
+  const byTeam = new Map<string, ByteUsage>();
+  for (const log of logs) byTeam.set(log.owner.team, addUsage(byTeam.get(log.owner.team) ?? {}, logUsage(log, where, fromMs, toMs)));
+  const out = new Map<string, MicroUsd>();
+  for (const [team, usage] of [...byTeam].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    const total = priceBytes(usage, where.rates).totalMicroUsd;
+    if (total > 0) out.set(team, total);
+  }
+  return out;
+}
+
+/** The site of a machine in `zone` of `cloud`: its region is the zone less its last part (`us-east-1a`, `us-central1-a`). */
+export function siteOfZone(cloud: Site['cloud'], zone: string): Site {
+  return { cloud, region: regionOfZone(cloud, zone), zone };
+}
+
+/** One job's checkpoint bytes over a window, priced: its owner, its bill, and what the index counts it holding at the window's end. */
+export interface JobByteBill {
+  readonly owner: SaveOwner;
+  readonly bill: ByteBill;
+  readonly heldBytes: number;
+}
+
+/**
+ * Each job's checkpoint bytes over [fromMs, toMs) from its byte log (what `gpu-fleet report`
+ * charges to a team, project and job), priced apart; jobs with nothing in the window are left out.
+ */
+export function byteBillsByJob(
+  logs: readonly ByteLog[],
+  where: { readonly store: Site; readonly layout: NetworkLayout; readonly rates: ByteRates },
+  fromMs: number,
+  toMs: number,
+): JobByteBill[] {
+  const out: JobByteBill[] = [];
+  for (const log of logs) {
+    const bill = priceBytes(logUsage(log, where, fromMs, toMs), where.rates);
+    const heldBytes = log.saves
+      .filter((s) => s.savedAtMs < toMs && (s.deletedAtMs === undefined || s.deletedAtMs >= toMs))
+      .reduce((n, s) => n + s.bytes, 0);
+    if (bill.totalMicroUsd > 0 || heldBytes > 0) out.push({ owner: log.owner, bill, heldBytes });
+  }
+  return out.sort((a, b) => b.bill.totalMicroUsd - a.bill.totalMicroUsd || (a.owner.jobId < b.owner.jobId ? -1 : 1));
 }

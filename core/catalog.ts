@@ -33,6 +33,12 @@ export interface Offering {
   readonly reservationId?: string;
 }
 
+/** The region of a zone: "us-west-2a" → "us-west-2", "europe-west4-a" → "europe-west4". */
+export function regionOfZone(cloud: Cloud, zone: string): string {
+  if (cloud === 'gcp') return zone.replace(/-[a-z]$/, '');
+  return zone.replace(/[a-z]$/, '');
+}
+
 export function offeringId(o: Omit<Offering, 'id' | 'region'>): string {
   const base = `${o.cloud}/${o.zone}/${o.instanceType}/${o.capacityType}`;
   return o.capacityType === 'reserved' ? `${base}/${o.reservationId ?? '?'}` : base;

@@ -1,3 +1,4 @@
+import { logDeleted, logSave, type ByteLog, type SaveOwner, type SaveRecord, type SaveSize, type Site } from './bytes.ts';
 import type { CapacityType } from './catalog.ts';
 import type { JobSpec } from './job-spec.ts';
 import { milliGpusUsed, type GpuRequest } from './gpu.ts';
@@ -115,6 +116,11 @@ export interface CheckpointRef {
    * `rank-<r>/` of the location); absent or 1 for a single node, whose files are the location itself.
    */
   readonly ranks?: number;
+  /**
+   * The size of the part its machine wrote (a gang rank's shard; the whole save for one node), as
+   * the machine measured it: the index bills the save's bytes by it (all ranks: this part × ranks).
+   */
+  readonly size?: SaveSize;
 }
 
 /** How far a machine's clock may run ahead of the checkpoint store's: a completion dated later than that is refused. */
@@ -173,6 +179,14 @@ export interface RetainedSaves {
   readonly previous?: CheckpointRef;
   readonly replacedAtMs?: number;
   readonly superseded: readonly string[];
+  /** Each save's bytes from its upload to its deletion, for the bill (absent for saves recorded without a size). */
+  readonly bytes?: ByteLog;
+}
+
+/** Whose save is recorded, and where its machine is: the control plane stamps it (core/services/agent-access.ts), never the machine. */
+export interface SaveMeter {
+  readonly owner: SaveOwner;
+  readonly machine?: Site;
 }
 
 export const NO_SAVES: RetainedSaves = { superseded: [] };
@@ -183,28 +197,64 @@ export const NO_SAVES: RetainedSaves = { superseded: [] };
  * superseded (at most {@link SUPERSEDED_KEPT_MAX}, the oldest dropped). A save of the same
  * location with more progress replaces the newest in place and leaves the previous one as it was.
  */
-export function afterNewestSave(held: RetainedSaves, ref: CheckpointRef, nowMs: number): RetainedSaves {
+export function afterNewestSave(held: RetainedSaves, ref: CheckpointRef, nowMs: number, meter?: SaveMeter): RetainedSaves {
   const current = held.newest;
-  if (!current || current.location === ref.location) return { ...held, newest: ref };
+  const bytes = ref.size && meter ? { bytes: logSave(held.bytes, meter.owner, saveRecord(ref, ref.size, meter, nowMs), nowMs) } : {};
+  if (!current || current.location === ref.location) return { ...held, newest: ref, ...bytes };
   const superseded = [...held.superseded];
   if (held.previous && held.previous.location !== ref.location && !superseded.includes(held.previous.location))
     superseded.push(held.previous.location);
-  return { newest: ref, previous: current, replacedAtMs: nowMs, superseded: superseded.slice(-SUPERSEDED_KEPT_MAX) };
+  return {
+    newest: ref,
+    previous: current,
+    replacedAtMs: nowMs,
+    superseded: superseded.slice(-SUPERSEDED_KEPT_MAX),
+    ...(held.bytes ? { bytes: held.bytes } : {}),
+    ...bytes,
+  };
 }
 
-/** What an index keeps once the sweep deleted the objects of `locations`: they leave the superseded list. */
-export function afterSweep(held: RetainedSaves, locations: readonly string[]): RetainedSaves {
-  const gone = new Set(locations);
-  return { ...held, superseded: held.superseded.filter((l) => !gone.has(l)) };
+/** A save's record in the byte log: one rank's measured part stands for each of the save's parts (a gang's shards are alike). */
+function saveRecord(ref: CheckpointRef, size: SaveSize, meter: SaveMeter, nowMs: number): SaveRecord {
+  const ranks = ref.ranks ?? 1;
+  return {
+    location: ref.location,
+    bytes: size.bytes * ranks,
+    writeRequests: size.writeRequests * ranks,
+    readRequests: size.readRequests * ranks,
+    ...(ranks > 1 ? { parts: ranks } : {}),
+    savedAtMs: nowMs,
+    ...(meter.machine ? { machine: meter.machine } : {}),
+  };
 }
 
 /**
- * The superseded saves a sweep tells the index to forget: those it kept no object of (all deleted,
- * or none there). One it kept (the job's record still names it as its resume point) stays listed,
- * so a later sweep deletes it once the record has moved on.
+ * What an index keeps once the sweep deleted the objects of `locations` at `nowMs`: they leave the
+ * superseded list, and their saves' records in the byte log are closed then.
+ */
+export function afterSweep(held: RetainedSaves, locations: readonly string[], nowMs: number): RetainedSaves {
+  const gone = new Set(locations);
+  return {
+    ...held,
+    superseded: held.superseded.filter((l) => !gone.has(l)),
+    ...(held.bytes ? { bytes: logDeleted(held.bytes, locations, nowMs) } : {}),
+  };
+}
+
+/**
+ * The saves a sweep tells the index are gone: the superseded ones it kept no object of (all
+ * deleted, or none there), and any other save the byte log still counts as held (the save before
+ * the newest, an ended job's newest) of which it kept no object. One it kept (the job's record
+ * still names it as its resume point) stays listed, so a later sweep deletes it once the record
+ * has moved on.
  */
 export function forgettable(saves: RetainedSaves, keptObjectUris: readonly string[]): string[] {
-  return saves.superseded.filter((l) => !keptObjectUris.some((u) => u.startsWith(l)));
+  const none = (l: string) => !keptObjectUris.some((u) => u.startsWith(l));
+  const superseded = saves.superseded.filter(none);
+  const logged = (saves.bytes?.saves ?? [])
+    .filter((s) => s.deletedAtMs === undefined && !saves.superseded.includes(s.location) && none(s.location))
+    .map((s) => s.location);
+  return [...superseded, ...new Set(logged)];
 }
 
 /**

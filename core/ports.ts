@@ -1,6 +1,7 @@
 import type { Cloud, InstanceType, InstanceTypeCatalog, Offering, PriceQuote } from './catalog.ts';
 import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord, SilentZone } from './fleet.ts';
-import type { CheckpointRef, Job, JobState, RetainedSaves } from './job.ts';
+import type { CheckpointRef, Job, JobState, RetainedSaves, SaveMeter } from './job.ts';
+import type { ByteLog, Site } from './bytes.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
 import type { GpuRequest } from './gpu.ts';
@@ -402,9 +403,11 @@ export interface CheckpointStore {
    * Records that `rank`'s part of a checkpoint is saved (rank 0 for a single node). The
    * checkpoint is complete once every rank of `ref.ranks` (1 when absent) has recorded its part
    * under the same location; only complete checkpoints are ever `latest`. Resolves true when the
-   * checkpoint is complete (now, or already). Idempotent by (job, location, rank).
+   * checkpoint is complete (now, or already). Idempotent by (job, location, rank). `meter`, set by
+   * the control plane (never a machine): whom the save's bytes (`ref.size`) are charged to, and
+   * where the machine is; a store that keeps a byte log records the save in it.
    */
-  markComplete(ref: CheckpointRef, rank?: number): Promise<boolean>;
+  markComplete(ref: CheckpointRef, rank?: number, meter?: SaveMeter): Promise<boolean>;
   /** The newest complete checkpoint of the job, over all attempts; undefined when there is none. */
   latest(jobId: string): Promise<CheckpointRef | undefined>;
 }
@@ -424,6 +427,14 @@ export interface CheckpointHistory {
    * store may then skip a read; a newer save since is never lost).
    */
   forgetSuperseded(jobId: string, locations: readonly string[], read?: RetainedSaves): Promise<void>;
+  /**
+   * Notes that a save (its folder, or one part of it) was read back onto a machine to resume from,
+   * once per `read.key` (the attempt and machine): its bytes out of the store are billed then
+   * (core/bytes.ts `logRead`). A save with no live record in the byte log is not noted. Idempotent.
+   */
+  noteRead(jobId: string, location: string, read: { readonly key: string; readonly atMs: number; readonly machine?: Site }): Promise<void>;
+  /** Every job's byte log with a save held at or after `sinceMs` (or deleted after it): what spend accrual bills. */
+  byteLogs(sinceMs: number): Promise<ByteLog[]>;
 }
 
 /**

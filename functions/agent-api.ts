@@ -15,7 +15,7 @@ import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
 import type { NodeRecord } from '../core/fleet.ts';
 import { CheckpointRefused, type CheckpointRef, type Job } from '../core/job.ts';
-import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeGroupProvider, NodeStore } from '../core/ports.ts';
+import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeGroupProvider, NodeStore } from '../core/ports.ts';
 import { AgentRefused, agentView, type AgentView, type AgentSources } from '../core/services/agent-access.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
@@ -23,6 +23,8 @@ export interface AgentApiDeps {
   readonly jobs: JobStore;
   readonly nodes: NodeStore;
   readonly checkpoints: CheckpointStore;
+  /** The checkpoint index's history: a machine's reads of saves are noted in it, for the bill (without it, reads are not billed). */
+  readonly history?: Pick<CheckpointHistory, 'noteRead'>;
   readonly urls: CheckpointUrls;
   /** Where attempts' output goes (CloudWatch Logs); without it, `logs/put` is refused as not configured. */
   readonly jobLogs?: JobLogSink;
@@ -147,7 +149,9 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       return {};
     },
     'checkpoint/download': async (view, { jobId, location, after }) => {
-      await view.checkCheckpointRead(jobId, location);
+      // The first page starts a read: it is noted for the bill (once per attempt and machine); later pages only go on with it.
+      if (after === undefined) await view.readCheckpoint(jobId, location);
+      else await view.checkCheckpointRead(jobId, location);
       return deps.urls.downloadUrls(location, after, DOWNLOAD_FILES_PER_CALL);
     },
     // A machine writes only the output of the attempts and ranks it runs (or ran), with the job's team and labels.

@@ -124,12 +124,12 @@ export class S3CheckpointSweep implements CheckpointSweep {
         const objectUri = `s3://${this.bucket}/${o.Key}`;
         if (checkpointObjectExpired({ objectUri, modifiedAtMs: o.LastModified.getTime(), job, saves, nowMs, retentionMs }))
           expired.push(o.Key);
-        else if (saves.superseded.length > 0) kept.push(objectUri);
+        else kept.push(objectUri);
       }
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
       while (expired.length >= 1000 || (token === undefined && expired.length > 0)) deleted += await this.delete(expired.splice(0, 1000));
     } while (token);
-    // The superseded saves of which no object is left: the index forgets them.
+    // The saves of which no object is left (superseded ones, and any the byte log still counts as held): the index forgets them.
     const gone = forgettable(saves, kept);
     if (gone.length > 0) await this.deps.checkpoints.forgetSuperseded(jobId, gone, saves);
     return deleted;

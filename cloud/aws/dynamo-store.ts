@@ -26,7 +26,9 @@ import {
   type Job,
   type JobState,
   type RetainedSaves,
+  type SaveMeter,
 } from '../../core/job.ts';
+import { logRead, logTouches, type ByteLog, type Site } from '../../core/bytes.ts';
 import type { ActionFailure, PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
@@ -957,7 +959,7 @@ export class DynamoCheckpointIndex implements CheckpointStore, CheckpointHistory
    * ordering. The write is conditional on the progress it was judged against, so a racing newer
    * completion is never overwritten; a lost race is judged again on what won it.
    */
-  async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
+  async markComplete(ref: CheckpointRef, rank = 0, meter?: SaveMeter): Promise<boolean> {
     const dated = checkpointCompletion(undefined, ref, this.clock.nowMs());
     if (dated.kind === 'refused') throw new CheckpointRefused(dated.why);
     const ranks = ref.ranks ?? 1;
@@ -969,7 +971,8 @@ export class DynamoCheckpointIndex implements CheckpointStore, CheckpointHistory
       const taken = checkpointCompletion(current, ref, now);
       if (taken.kind === 'refused') throw new CheckpointRefused(taken.why);
       if (taken.kind === 'again') return true;
-      const next = afterNewestSave(held, ref, now);
+      const next = afterNewestSave(held, ref, now, meter);
+      const rev = this.revs.get(held);
       try {
         await this.doc.send(
           new PutCommand({
@@ -980,17 +983,13 @@ export class DynamoCheckpointIndex implements CheckpointStore, CheckpointHistory
               ref,
               ...(next.previous ? { previous: next.previous, replacedAtMs: next.replacedAtMs } : {}),
               ...(next.superseded.length > 0 ? { superseded: next.superseded } : {}),
+              ...(next.bytes ? { bytes: next.bytes } : {}),
+              rev: (rev ?? 0) + 1,
               recordedAtMs: now,
               progressSec: ref.progressSec,
               expiresAt: Math.floor(now / 1000) + 120 * DAY_S,
             },
-            ...(current
-              ? {
-                  ConditionExpression: '#r.#l = :l AND #r.#p = :p',
-                  ExpressionAttributeNames: { '#r': 'ref', '#l': 'location', '#p': 'progressSec' },
-                  ExpressionAttributeValues: { ':l': current.location, ':p': current.progressSec },
-                }
-              : { ConditionExpression: 'attribute_not_exists(sk)' }),
+            ...(current ? this.unchangedSince(held) : { ConditionExpression: 'attribute_not_exists(sk)' }),
           }),
         );
         return true;
@@ -1060,48 +1059,127 @@ export class DynamoCheckpointIndex implements CheckpointStore, CheckpointHistory
     const out = await call('read checkpoint', jobId, () =>
       this.doc.send(new GetCommand({ TableName: this.table, Key: { pk: 'ckpt', sk: jobId }, ConsistentRead: true })),
     );
-    const item = out.Item;
-    if (!item) return NO_SAVES;
-    return {
+    return out.Item ? this.heldOf(out.Item) : NO_SAVES;
+  }
+
+  /** Each record read, and its revision (bumped by every write): the writes after a read are conditional on it. */
+  private readonly revs = new WeakMap<RetainedSaves, number>();
+
+  private heldOf(item: Record<string, unknown>): RetainedSaves {
+    const held: RetainedSaves = {
       newest: item.ref as CheckpointRef,
       ...(item.previous ? { previous: item.previous as CheckpointRef, replacedAtMs: item.replacedAtMs as number } : {}),
       superseded: (item.superseded as string[] | undefined) ?? [],
+      ...(item.bytes ? { bytes: item.bytes as ByteLog } : {}),
     };
+    this.revs.set(held, (item.rev as number | undefined) ?? 0);
+    return held;
   }
 
   /**
-   * Drops deleted locations from the superseded list, conditional on the newest save it was read
-   * with (the caller's read, when given, saves a read): a save completing meanwhile re-reads and
-   * drops them from what it wrote.
+   * The condition that the record is as `held` was read: the same newest save and, for records
+   * written since the index kept revisions, the same revision (a record without one is matched by
+   * its newest save alone, as before).
+   */
+  private unchangedSince(held: RetainedSaves) {
+    const rev = this.revs.get(held) ?? 0;
+    return {
+      ConditionExpression: `#r.#l = :l AND #r.#p = :p AND ${rev > 0 ? 'rev = :rev' : 'attribute_not_exists(rev)'}`,
+      ExpressionAttributeNames: { '#r': 'ref', '#l': 'location', '#p': 'progressSec' },
+      ExpressionAttributeValues: { ':l': held.newest!.location, ':p': held.newest!.progressSec, ...(rev > 0 ? { ':rev': rev } : {}) },
+    };
+  }
+
+  /** Writes what changed of a record read as `held` (its superseded list and byte log), conditional on it being unchanged since. */
+  private async rewrite(jobId: string, held: RetainedSaves, next: RetainedSaves): Promise<void> {
+    const cond = this.unchangedSince(held);
+    const set = ['rev = :next'];
+    const remove: string[] = [];
+    const values: Record<string, unknown> = { ...cond.ExpressionAttributeValues, ':next': (this.revs.get(held) ?? 0) + 1 };
+    if (next.superseded.length > 0) {
+      set.push('superseded = :s');
+      values[':s'] = next.superseded;
+    } else remove.push('superseded');
+    if (next.bytes) {
+      set.push('bytes = :b');
+      values[':b'] = next.bytes;
+    }
+    await this.doc.send(
+      new UpdateCommand({
+        TableName: this.table,
+        Key: { pk: 'ckpt', sk: jobId },
+        UpdateExpression: `SET ${set.join(', ')}${remove.length > 0 ? ` REMOVE ${remove.join(', ')}` : ''}`,
+        ConditionExpression: cond.ConditionExpression,
+        ExpressionAttributeNames: cond.ExpressionAttributeNames,
+        ExpressionAttributeValues: values,
+      }),
+    );
+  }
+
+  /**
+   * Drops deleted locations from the superseded list and closes their saves in the byte log,
+   * conditional on the record being as it was read (the caller's read, when given, saves a read):
+   * a write meanwhile (a save completing, a read noted) re-reads and applies the sweep to it.
    */
   async forgetSuperseded(jobId: string, locations: readonly string[], read?: RetainedSaves): Promise<void> {
     if (locations.length === 0) return;
+    await this.change(jobId, 'forget swept checkpoints', read, (held) => {
+      const next = afterSweep(held, locations, this.clock.nowMs());
+      return next.superseded.length === held.superseded.length && next.bytes === held.bytes ? undefined : next;
+    });
+  }
+
+  async noteRead(
+    jobId: string,
+    location: string,
+    read: { readonly key: string; readonly atMs: number; readonly machine?: Site },
+  ): Promise<void> {
+    await this.change(jobId, 'note a checkpoint read', undefined, (held) => {
+      const bytes = logRead(held.bytes, location, read);
+      return bytes ? { ...held, bytes } : undefined;
+    });
+  }
+
+  /** One conditional change of a job's record: `f` gives the record it becomes (undefined: nothing to write); a lost race reads again. */
+  private async change(
+    jobId: string,
+    operation: string,
+    read: RetainedSaves | undefined,
+    f: (held: RetainedSaves) => RetainedSaves | undefined,
+  ): Promise<void> {
     for (let tries = 0; ; tries++) {
-      // What the caller read is tried first (the write is conditional on it); a lost race reads again.
-      const held = tries === 0 && read ? read : await this.retained(jobId);
-      const next = afterSweep(held, locations);
-      if (!held.newest || next.superseded.length === held.superseded.length) return;
+      const held = tries === 0 && read && this.revs.has(read) ? read : await this.retained(jobId);
+      const next = held.newest ? f(held) : undefined;
+      if (!next) return;
       try {
-        await this.doc.send(
-          new UpdateCommand({
-            TableName: this.table,
-            Key: { pk: 'ckpt', sk: jobId },
-            UpdateExpression: next.superseded.length > 0 ? 'SET superseded = :s' : 'REMOVE superseded',
-            ConditionExpression: '#r.#l = :l AND #r.#p = :p',
-            ExpressionAttributeNames: { '#r': 'ref', '#l': 'location', '#p': 'progressSec' },
-            ExpressionAttributeValues: {
-              ':l': held.newest.location,
-              ':p': held.newest.progressSec,
-              ...(next.superseded.length > 0 ? { ':s': next.superseded } : {}),
-            },
-          }),
-        );
+        await this.rewrite(jobId, held, next);
         return;
       } catch (error) {
-        if (!isConditionFailure(error) || tries >= 4)
-          throw translateAwsError(error, { operation: 'forget swept checkpoints', resource: jobId });
+        if (!isConditionFailure(error) || tries >= 4) throw translateAwsError(error, { operation, resource: jobId });
       }
     }
+  }
+
+  /**
+   * The byte logs of every job with a save held at or after `sinceMs`: every record of the index is
+   * read (its byte log only), a page at a time.
+   */
+  async byteLogs(sinceMs: number): Promise<ByteLog[]> {
+    const items = await queryAll(
+      this.doc,
+      {
+        TableName: this.table,
+        KeyConditionExpression: 'pk = :p',
+        ExpressionAttributeValues: { ':p': 'ckpt' },
+        ProjectionExpression: 'bytes',
+        ConsistentRead: true,
+      },
+      'read checkpoint byte logs',
+    );
+    return items.flatMap((i) => {
+      const log = i.bytes as ByteLog | undefined;
+      return log && logTouches(log, sinceMs) ? [log] : [];
+    });
   }
 }
 

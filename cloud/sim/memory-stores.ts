@@ -11,7 +11,9 @@ import {
   type Job,
   type JobState,
   type RetainedSaves,
+  type SaveMeter,
 } from '../../core/job.ts';
+import { logRead, logTouches, type ByteLog, type Site } from '../../core/bytes.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
@@ -374,7 +376,7 @@ export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory
   }
   /** Per checkpoint location: the parts of the save under way, and of the last complete one (rank → completion time). */
   private readonly parts = new Map<string, { saving: Map<number, number>; done?: Map<number, number> }>();
-  async markComplete(ref: CheckpointRef, rank = 0): Promise<boolean> {
+  async markComplete(ref: CheckpointRef, rank = 0, meter?: SaveMeter): Promise<boolean> {
     const now = this.clock.nowMs();
     // A part dated in the future is refused before it counts towards a gang's save.
     const dated = checkpointCompletion(undefined, ref, now);
@@ -396,7 +398,7 @@ export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory
     const held = this.saves.get(ref.jobId) ?? NO_SAVES;
     const taken = checkpointCompletion(held.newest, ref, now);
     if (taken.kind === 'refused') throw new CheckpointRefused(taken.why);
-    if (taken.kind === 'newest') this.saves.set(ref.jobId, afterNewestSave(held, Object.freeze({ ...ref }), now));
+    if (taken.kind === 'newest') this.saves.set(ref.jobId, afterNewestSave(held, Object.freeze({ ...ref }), now, meter));
     return true;
   }
   async latest(jobId: string): Promise<CheckpointRef | undefined> {
@@ -407,7 +409,19 @@ export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory
   }
   async forgetSuperseded(jobId: string, locations: readonly string[]): Promise<void> {
     const held = this.saves.get(jobId);
-    if (held) this.saves.set(jobId, afterSweep(held, locations));
+    if (held) this.saves.set(jobId, afterSweep(held, locations, this.clock.nowMs()));
+  }
+  async noteRead(
+    jobId: string,
+    location: string,
+    read: { readonly key: string; readonly atMs: number; readonly machine?: Site },
+  ): Promise<void> {
+    const held = this.saves.get(jobId);
+    const bytes = held && logRead(held.bytes, location, read);
+    if (held && bytes) this.saves.set(jobId, { ...held, bytes });
+  }
+  async byteLogs(sinceMs: number): Promise<ByteLog[]> {
+    return [...this.saves.values()].flatMap((h) => (h.bytes && logTouches(h.bytes, sinceMs) ? [h.bytes] : []));
   }
 
   dump(): RetainedSaves[] {

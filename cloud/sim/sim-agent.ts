@@ -12,10 +12,10 @@ import {
   type DeviceReading,
   type GpuUseTally,
 } from '../../core/gpu-use.ts';
-import type { Site } from '../../core/bytes.ts';
+import { saveSizeOf, type Site } from '../../core/bytes.ts';
 import { checkpointPartLocation, CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
 import { agentLeavesFrontDoorNow, SERVICE_LABEL } from '../../core/serving/service.ts';
-import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
+import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
 import { AgentRefused, agentView, type AgentView, type AgentSources } from '../../core/services/agent-access.ts';
 import { applyJobEvent, attachWhileHeld, finishCancelled } from '../../core/services/job-updates.ts';
@@ -61,6 +61,8 @@ export interface SimAgentOptions {
   readonly jobs: JobStore;
   readonly nodes: NodeStore;
   readonly checkpoints: CheckpointStore;
+  /** The control plane's checkpoint history: a machine's reads of saves are noted in it for the bill, as through the agent API. */
+  readonly history?: Pick<CheckpointHistory, 'noteRead'>;
   readonly instanceTypes: ReadonlyMap<string, InstanceType>;
   /** How many seconds of work the job really needs (the simulated process knows; the planner only has estimates). */
   readonly workSecOf: (job: Job) => number;
@@ -886,7 +888,11 @@ export class SimAgents {
     if (rank === 0 && newest && (latest?.progressSec ?? 0) < newest.progressSec)
       this.staleResumes.push({ jobId: job.id, attempt: job.attempt, resumedSec: latest?.progressSec ?? 0, newestSec: newest.progressSec });
     const sizeMiB = checkpointSizeMiB(job, gpus, rank);
-    if (latest) this.options.bucket?.get({ team: job.team, bytes: sizeMiB * MIB, machine: m.instance });
+    if (latest) {
+      // The read starts as through the agent API (checked, and noted for the bill); the bucket counts the bytes it serves.
+      await this.as(m).readCheckpoint(job.id, checkpointPartLocation(latest, rank));
+      this.options.bucket?.get({ team: job.team, bytes: sizeMiB * MIB, machine: m.instance });
+    }
     // Downloading this rank's part of the checkpoint, then restoring it, before any progress.
     const restoreMs = latest ? Math.round((sizeMiB / this.bandwidth) * 1000) + (this.options.restoreSec ?? 0) * 1000 : 0;
     const cp = job.spec.checkpoint;
@@ -949,6 +955,8 @@ export class SimAgents {
         completedAtMs: now,
         progressSec: marker.progressSec,
         ...(p.size > 1 ? { ranks: p.size } : {}),
+        // The simulated job writes its part as one file.
+        size: saveSizeOf([p.sizeMiB * MIB]),
       },
       deadlineMs: now + uploadAllowanceSec(p.sizeMiB, this.timing) * 1000,
       durationMs,

@@ -1,7 +1,8 @@
 import { GpuFleetError } from '../errors.ts';
 import { gpuUseProblem } from '../gpu-use.ts';
-import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../job.ts';
-import type { CheckpointStore, Clock, FrontDoor, JobStore, NodeStore, ServiceStore } from '../ports.ts';
+import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent, type SaveMeter } from '../job.ts';
+import { saveSizeProblem, siteOfOffering } from '../bytes.ts';
+import type { CheckpointHistory, CheckpointStore, Clock, FrontDoor, JobStore, NodeStore, ServiceStore } from '../ports.ts';
 import { SERVICE_LABEL } from '../serving/service.ts';
 import type { InstanceTypeCatalog } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
@@ -218,7 +219,13 @@ export class AgentRefused extends GpuFleetError {
   }
 }
 
-type AgentStores = { readonly jobs: JobStore; readonly nodes: NodeStore; readonly checkpoints: CheckpointStore };
+type AgentStores = {
+  readonly jobs: JobStore;
+  readonly nodes: NodeStore;
+  readonly checkpoints: CheckpointStore;
+  /** The index's history, where the control plane keeps one: reads of saves are noted in it for the bill. */
+  readonly history?: Pick<CheckpointHistory, 'noteRead'>;
+};
 
 /** A machine being prepared in its group's warm pool, as its agent describes it (its metadata and GPUs). */
 export type PreparingMachine = Pick<Instance, 'cloud' | 'region' | 'zone' | 'instanceType' | 'capacityType'> & {
@@ -244,6 +251,11 @@ export interface AgentView extends AgentStores {
   checkCheckpointWrite(jobId: string, location: string): Promise<void>;
   /** Throws {@link AgentRefused} unless the machine may read the checkpoint folder `location` of job `jobId`. */
   checkCheckpointRead(jobId: string, location: string): Promise<void>;
+  /**
+   * As {@link checkCheckpointRead}, for a read that starts (the first page of a download): it is
+   * noted in the job's byte log (once per attempt and machine), which bills its bytes to the job's team.
+   */
+  readCheckpoint(jobId: string, location: string): Promise<void>;
   /**
    * Throws {@link AgentRefused} unless the machine may write the output of this attempt and rank: it
    * holds (or held) that rank of the attempt. Gives the job's team and labels, which go with the lines.
@@ -363,6 +375,14 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
     assign: async () => notForAgents('placing work on a node'),
   };
 
+  const checkRead = async (jobId: string, location: string): Promise<Job> => {
+    const job = await jobOf(jobId);
+    const record = mayReadJob(job, nodeId, undefined) ? undefined : await stores.nodes.get(nodeId);
+    const problem = agentCheckpointReadProblem(job, nodeId, record, location, folder);
+    if (problem !== undefined) refuse(problem);
+    return job;
+  };
+
   const checkpoints: CheckpointStore = {
     locationFor: (jobId, attempt) => stores.checkpoints.locationFor(jobId, attempt),
     async latest(jobId) {
@@ -394,7 +414,16 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
         refuse(
           `attempt ${attempt} of job ${job.id} ran on ${held.length} machines; its checkpoints have that many parts, not ${ref.ranks ?? 1}`,
         );
-      return stores.checkpoints.markComplete(ref, rank);
+      const sizeProblem = ref.size ? saveSizeProblem(ref.size) : undefined;
+      if (sizeProblem !== undefined) refuse(`the checkpoint at ${ref.location}: ${sizeProblem}`);
+      // Whom the save's bytes are charged to, and where it was written from: the job's record and this machine's, never the call's.
+      const machine = siteOfOffering((await stores.nodes.get(nodeId))?.meter?.offeringId);
+      const project = job.spec.labels?.project;
+      const meter: SaveMeter = {
+        owner: { jobId: job.id, team: job.team, ...(project !== undefined ? { project } : {}) },
+        ...(machine ? { machine } : {}),
+      };
+      return stores.checkpoints.markComplete(ref, rank, meter);
     },
   };
 
@@ -440,11 +469,16 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
       if (!record.address) return refuse(`machine ${nodeId} registered no address, so none of its replicas is a target`);
       await sources.frontDoor.deregister(service, [{ ip: record.address, port: job.spec.service.port }]);
     },
-    async checkCheckpointRead(jobId, location) {
-      const job = await jobOf(jobId);
-      const record = mayReadJob(job, nodeId, undefined) ? undefined : await stores.nodes.get(nodeId);
-      const problem = agentCheckpointReadProblem(job, nodeId, record, location, folder);
-      if (problem !== undefined) refuse(problem);
+    checkCheckpointRead: async (jobId, location) => void (await checkRead(jobId, location)),
+    async readCheckpoint(jobId, location) {
+      const job = await checkRead(jobId, location);
+      if (!stores.history) return;
+      const machine = siteOfOffering((await stores.nodes.get(nodeId))?.meter?.offeringId);
+      await stores.history.noteRead(jobId, location, {
+        key: `${job.attempt}/${nodeId}`,
+        atMs: clock.nowMs(),
+        ...(machine ? { machine } : {}),
+      });
     },
   };
 }

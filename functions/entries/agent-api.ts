@@ -32,6 +32,7 @@ export const handler = createAgentApiHandler({
   jobs: stores.jobs,
   nodes: stores.nodes,
   checkpoints: stores.checkpoints,
+  history: stores.checkpoints,
   urls: new S3CheckpointUrls(new S3Client(common)),
   ...(config.jobLogGroup ? { jobLogs: new CloudWatchJobLogs(new CloudWatchLogsClient(common), config.jobLogGroup) } : {}),
   clock: systemClock,

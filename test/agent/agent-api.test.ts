@@ -1,6 +1,7 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentApiBlobs } from '../../agent/checkpoint-files.ts';
 import { AgentApiClient } from '../../cloud/aws/agent-api-client.ts';
@@ -110,6 +111,19 @@ describe('node agent through the agent API', () => {
     expect(await startOf(workB)).toMatchObject({ rank: '0', resumedRank: '0' });
     expect(await startOf(workA)).toMatchObject({ rank: '1', resumedRank: '1' });
     expect((await startOf(workB))!.step).toBeGreaterThan(0);
+    // The save's bytes as the agents measured them, billed to the job's team; each rank's read back of its part billed once.
+    const location = requeued.checkpoint!.location;
+    const onDisk = readdirSync(fileURLToPath(location), { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .reduce((n, e) => n + statSync(join(e.parentPath, e.name)).size, 0);
+    const log = (await w.checkpoints.byteLogs(0)).find((l) => l.owner.jobId === 'nlp.fsdp')!;
+    expect(log.owner.team).toBe('nlp');
+    const saved = log.saves.find((r) => r.location === location)!;
+    expect(saved).toMatchObject({ bytes: onDisk, parts: 2 });
+    expect(saved.reads?.map((r) => [r.key, r.bytes]).sort()).toEqual([
+      [`2/${A}`, onDisk / 2],
+      [`2/${B}`, onDisk / 2],
+    ]);
     // Nothing the agents did was refused: the API carries all of it.
     expect(api.calls.filter((c) => c.status !== 200)).toEqual([]);
   }, 30_000);

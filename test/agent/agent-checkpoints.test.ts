@@ -35,7 +35,7 @@ function stalledBlobs(inner: CheckpointBlobs) {
     upload: async (localDir, location) => {
       started.push(Date.now());
       await gate;
-      await inner.upload(localDir, location);
+      return inner.upload(localDir, location);
     },
     download: (location, localDir) => inner.download(location, localDir),
   };

@@ -18,7 +18,11 @@ import {
   type CheckpointRef,
   type Job,
   type RetainedSaves,
+  type SaveMeter,
 } from '../../core/job.ts';
+import { SAVE_LOG_MAX, saveSizeOf } from '../../core/bytes.ts';
+
+const GIB = 2 ** 30;
 import { resumePoint } from '../../core/services/node-rules.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { CloudError } from '../../core/errors.ts';
@@ -105,7 +109,7 @@ describe('the retention the checkpoint index derives (checkpointObjectExpired)',
     expect(gone(31)).toBe(true);
   });
 
-  it('over random save, complete, attach, resume, sweep and end sequences: a resume point is never deleted, and a live job holds at most two complete saves after a sweep (three while its record lags the index)', async () => {
+  it('over random save, complete, attach, resume, sweep and end sequences: a resume point is never deleted, and a live job holds at most two complete saves after a sweep (three while its record lags the index), and the byte log bills just the saves the bucket holds', async () => {
     type Step =
       | { kind: 'write'; ranks: 1 | 2 }
       | { kind: 'complete'; which: number; rank: 0 | 1 }
@@ -131,6 +135,7 @@ describe('the retention the checkpoint index derives (checkpointObjectExpired)',
         const index = new MemoryCheckpointStore(clock, ROOT);
         const bucket = new Map<string, number>(); // object → when written
         let job: Job = { ...aJob({ id: 'nlp.j', state: 'running' }), updatedAtMs: clock.ms };
+        const meter: SaveMeter = { owner: { jobId: job.id, team: job.team } };
         const written: { ref: CheckpointRef; objects: string[]; complete: boolean }[] = [];
         const has = (location: string) => [...bucket.keys()].some((k) => k.startsWith(location));
         for (const s of steps) {
@@ -152,7 +157,8 @@ describe('the retention the checkpoint index derives (checkpointObjectExpired)',
             const w = written[s.which >= 4 ? written.length - 1 : s.which % written.length]!;
             if (s.rank >= (w.ref.ranks ?? 1) || !w.objects.every((o) => bucket.has(o))) continue;
             try {
-              if (await index.markComplete({ ...w.ref, completedAtMs: clock.ms }, s.rank)) w.complete = true;
+              const size = saveSizeOf([GIB]);
+              if (await index.markComplete({ ...w.ref, completedAtMs: clock.ms, size }, s.rank, meter)) w.complete = true;
             } catch (error) {
               if (!(error instanceof CheckpointRefused)) throw error;
             }
@@ -167,6 +173,13 @@ describe('the retention the checkpoint index derives (checkpointObjectExpired)',
               if (checkpointObjectExpired({ objectUri, modifiedAtMs, job, saves, nowMs: clock.ms, retentionMs: 30 * DAY }))
                 bucket.delete(objectUri);
             await index.forgetSuperseded(job.id, forgettable(saves, [...bucket.keys()]));
+            // The byte log bills what the bucket holds: after a sweep, its live saves are the complete ones whose objects are there.
+            const logged = (await index.byteLogs(clock.ms))[0]?.saves ?? [];
+            const billed = logged.filter((r) => r.deletedAtMs === undefined);
+            const inBucket = written.filter((w) => w.complete && w.objects.every((o) => bucket.has(o)));
+            expect(billed.map((r) => r.location).sort()).toEqual(inBucket.map((w) => w.ref.location).sort());
+            expect(billed.reduce((n, r) => n + r.bytes, 0)).toBe(inBucket.reduce((n, w) => n + w.objects.length * GIB, 0));
+            expect(logged.length).toBeLessThanOrEqual(SAVE_LOG_MAX);
             if (!isTerminal(job.state)) {
               // What a live job holds after a sweep: its newest save, the one before it, and the one its record names (which
               // lags the index only until the agent attaches the newest): at most two once the record names the newest.
@@ -231,13 +244,23 @@ describe('the checkpoint sweep on an S3-compatible server (s3rver) and the index
       progressSec,
     });
     const [first, second, newest] = [liveSave('latest', 300), liveSave('latest@2', 600), liveSave('latest@3', 900)];
-    for (const s of [first, second, newest]) await stores.checkpoints.markComplete(s);
-    expect(await stores.checkpoints.retained(live.id)).toEqual({
-      newest,
-      previous: second,
+    const meterOf = (job: Job): SaveMeter => ({ owner: { jobId: job.id, team: job.team } });
+    for (const s of [first, second, newest]) await stores.checkpoints.markComplete({ ...s, size: saveSizeOf([GIB]) }, 0, meterOf(live));
+    expect(await stores.checkpoints.retained(live.id)).toMatchObject({
+      newest: { ...newest, size: saveSizeOf([GIB]) },
+      previous: { ...second, size: saveSizeOf([GIB]) },
       replacedAtMs: writtenAt,
       superseded: [first.location],
     });
+    // Each save's bytes are billed from its completion until the sweep deletes it (the byte log, on the index's item).
+    const deletedAt = async (job: Job) =>
+      Object.fromEntries(
+        ((await stores.checkpoints.byteLogs(writtenAt)).find((l) => l.owner.jobId === job.id)?.saves ?? []).map((r) => [
+          r.location,
+          r.deletedAtMs,
+        ]),
+      );
+    expect(await deletedAt(live)).toEqual({ [first.location]: undefined, [second.location]: undefined, [newest.location]: undefined });
     await put(`${keyOf(first.location)}model.pt`);
     await put(`${keyOf(second.location)}model.pt`);
     await put(`${keyOf(newest.location)}model.pt`);
@@ -247,7 +270,7 @@ describe('the checkpoint sweep on an S3-compatible server (s3rver) and the index
     const done = aJob({ id: 'cv.done', attempt: 1 });
     await stores.jobs.create(done);
     const doneNewest = { jobId: done.id, attempt: 1, location: `${folder(done.id, 1)}step-9/`, completedAtMs: writtenAt, progressSec: 60 };
-    await stores.checkpoints.markComplete(doneNewest);
+    await stores.checkpoints.markComplete({ ...doneNewest, size: saveSizeOf([GIB]) }, 0, meterOf(done));
     await applyJobEvent(stores.jobs, done.id, { type: 'cancel' }, writtenAt);
     expect(isTerminal((await stores.jobs.get(done.id))!.state)).toBe(true);
     await put(`${keyOf(doneNewest.location)}model.pt`);
@@ -295,16 +318,21 @@ describe('the checkpoint sweep on an S3-compatible server (s3rver) and the index
       ].sort(),
     );
     expect((await stores.checkpoints.retained(live.id)).superseded).toEqual([]);
+    const halfHour = writtenAt + 30 * 60_000;
+    expect(await deletedAt(live)).toEqual({ [first.location]: halfHour, [second.location]: undefined, [newest.location]: undefined });
 
     // Two hours on: the save before the newest and the torn upload go.
     clock.ms = writtenAt + 2 * 3_600_000;
     expect(await round()).toBe(2);
+    expect(await deletedAt(live)).toEqual({ [first.location]: halfHour, [second.location]: clock.ms, [newest.location]: undefined });
+    expect(await deletedAt(done)).toEqual({ [doneNewest.location]: undefined });
     // 40 days on: the ended job's newest and the unknown job's folder go; the held job's newest stays.
     clock.ms = writtenAt + 40 * DAY;
     expect(await round()).toBe(2);
     expect(await keys()).toEqual(
       ['checkpoints/%E0%A4%A/x', `${keyOf(newest.location)}model.pt`, `${keyOf(newest.location)}sub/optim.pt`].sort(),
     );
+    expect(await deletedAt(done)).toEqual({ [doneNewest.location]: clock.ms });
   });
 });
 

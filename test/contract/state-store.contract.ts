@@ -14,6 +14,8 @@ import type {
   SpendLedger,
 } from '../../core/ports.ts';
 import { aRightsizeRun, T0 } from '../builders.ts';
+import type { CheckpointRef, SaveMeter } from '../../core/job.ts';
+import { saveSizeOf } from '../../core/bytes.ts';
 import { sharedEventMarks, permutations } from '../support/shared-events.ts';
 
 const record = (id: string, at = T0): NodeRecord => ({
@@ -338,6 +340,77 @@ export function checkpointStoreContract(name: string, make: (clock: ContractCloc
       expect(await s.retained('nlp.h')).toEqual({ newest: e, previous: d, replacedAtMs: clock.ms, superseded: [c.location] });
       await s.forgetSuperseded('nlp.none', [a.location]); // a job with no saves: nothing to forget
       expect(await s.retained('nlp.none')).toEqual({ superseded: [] });
+    });
+
+    it('keeps each save’s bytes from its completion to its deletion in a byte log, with each read once per key', async () => {
+      const clock = new ContractClock(T0 + 10);
+      const s = await make(clock);
+      const loc = s.locationFor('nlp.b', 1);
+      const meter: SaveMeter = {
+        owner: { jobId: 'nlp.b', team: 'nlp', project: 'p1' },
+        machine: { cloud: 'aws', region: 'us-east-1', zone: 'us-east-1a' },
+      };
+      const size = saveSizeOf([3 * 2 ** 30]);
+      const saveAt = (n: number, ranks = 1) => ({
+        jobId: 'nlp.b',
+        attempt: 1,
+        location: `${loc}s${n}/`,
+        completedAtMs: clock.ms,
+        progressSec: n * 600,
+        size,
+        ...(ranks > 1 ? { ranks } : {}),
+      });
+      expect(await s.byteLogs(T0)).toEqual([]);
+      // No size, or no meter: nothing is logged (a save from an agent that does not measure it).
+      await s.markComplete({ ...saveAt(1), size: undefined } as CheckpointRef, 0, meter);
+      await s.markComplete(saveAt(2));
+      expect(await s.byteLogs(T0)).toEqual([]);
+      const t3 = (clock.ms += 1000);
+      const [a, b] = [saveAt(3), saveAt(4, 2)];
+      await s.markComplete(a, 0, meter);
+      await s.markComplete(a, 0, meter); // a retried call logs nothing more
+      const t4 = (clock.ms += 1000);
+      await s.markComplete(b, 0, meter);
+      expect(await s.markComplete(b, 1, meter)).toBe(true);
+      const [log] = await s.byteLogs(T0);
+      expect(log!.owner).toEqual(meter.owner);
+      expect(log!.saves).toEqual([
+        { location: a.location, ...size, savedAtMs: t3, machine: meter.machine },
+        {
+          location: b.location,
+          bytes: 2 * size.bytes,
+          writeRequests: 2 * size.writeRequests,
+          readRequests: 2 * size.readRequests,
+          parts: 2,
+          savedAtMs: t4,
+          machine: meter.machine,
+        },
+      ]);
+      // A read of one rank's part is its share; the same attempt and machine reading again is not billed twice.
+      const t5 = (clock.ms += 1000);
+      await s.noteRead('nlp.b', `${b.location}rank-1/`, { key: '2/i-1', atMs: t5 });
+      await s.noteRead('nlp.b', `${b.location}rank-1/`, { key: '2/i-1', atMs: t5 + 5 });
+      await s.noteRead('nlp.b', `${loc}nothing-here/`, { key: '2/i-1', atMs: t5 });
+      await s.noteRead('nlp.none', `${loc}s3/`, { key: '2/i-1', atMs: t5 });
+      expect((await s.byteLogs(T0))[0]!.saves[1]!.reads).toEqual([
+        { key: '2/i-1', atMs: t5, bytes: size.bytes, readRequests: size.readRequests },
+      ]);
+      // The sweep deleting saves closes their records then, from a read that may have gone stale: a save completed
+      // after the read stays billed.
+      const stale = await s.retained('nlp.b');
+      clock.ms += 1000;
+      const c = saveAt(5);
+      await s.markComplete(c, 0, meter);
+      const t6 = (clock.ms += 1000);
+      await s.forgetSuperseded('nlp.b', [a.location, b.location], stale);
+      const deletedAt = async () => Object.fromEntries((await s.byteLogs(T0))[0]!.saves.map((r) => [r.location, r.deletedAtMs]));
+      expect(await deletedAt()).toEqual({ [a.location]: t6, [b.location]: t6, [c.location]: undefined });
+      // A log whose saves were all deleted before `since` is not listed.
+      const t7 = (clock.ms += 1000);
+      await s.forgetSuperseded('nlp.b', [c.location]);
+      expect((await deletedAt())[c.location]).toBe(t7);
+      expect(await s.byteLogs(t7 - 1)).toHaveLength(1);
+      expect(await s.byteLogs(t7)).toEqual([]);
     });
 
     it('gives each attempt its own location and keeps only the newest complete checkpoint', async () => {

@@ -1,6 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { checkpointFolder, finishCancel, transition, type CheckpointRef, type Job, type JobEvent } from '../../core/job.ts';
+import { checkpointFolder, finishCancel, transition, type CheckpointRef, type Job, type JobEvent, type SaveMeter } from '../../core/job.ts';
+import { SAVE_PART_MAX_REQUESTS, saveSizeOf } from '../../core/bytes.ts';
+import type { CheckpointStore } from '../../core/ports.ts';
 import { reason } from '../../core/reason.ts';
 import type { AttemptGpuUse } from '../../core/gpu-use.ts';
 import {
@@ -268,14 +270,15 @@ describe('what an agent may read, and which checkpoint folders it may write', ()
 });
 
 describe('the stores as one machine’s agent sees them (agentView)', () => {
-  async function world() {
+  async function world(labels?: Record<string, string>) {
     const { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } = await import('../../cloud/sim/memory-stores.ts');
     const stores = {
       jobs: new MemoryJobStore(),
       nodes: new MemoryNodeStore(),
       checkpoints: new MemoryCheckpointStore({ nowMs: () => T }, ROOT),
     };
-    const job = placedJob('running');
+    const placed = placedJob('running');
+    const job = labels ? { ...placed, spec: { ...placed.spec, labels } } : placed;
     await stores.jobs.create(job);
     for (const n of [N0, N1, OTHER]) {
       await stores.nodes.register({ instanceId: n, groupId: 'g', registeredAtMs: 0, lastHeartbeatAtMs: 0, gpus: [], healthy: true });
@@ -283,7 +286,7 @@ describe('the stores as one machine’s agent sees them (agentView)', () => {
     await stores.nodes.assign(N0, job.id, job.attempt);
     await stores.nodes.assign(N1, job.id, job.attempt);
     const clock = { nowMs: () => T };
-    return { stores, job, as: (n: string) => agentView(stores, n, clock) };
+    return { stores, job, as: (n: string) => agentView({ ...stores, history: stores.checkpoints }, n, clock) };
   }
 
   it('records a checkpoint part only for the machine’s own rank, with as many parts as the attempt has machines', async () => {
@@ -301,6 +304,62 @@ describe('the stores as one machine’s agent sees them (agentView)', () => {
     expect(await as(N0).checkpoints.markComplete(part, 0)).toBe(false);
     expect(await as(N1).checkpoints.markComplete(part, 1)).toBe(true);
     expect(await stores.checkpoints.latest('nlp.j1')).toEqual(part);
+  });
+
+  it('bills a save’s bytes to the job’s team and project from the records, from the machine’s site, never from the call', async () => {
+    const { as, stores } = await world({ project: 'llm-7b' });
+    for (const [n, zone] of [
+      [N0, 'us-east-1a'],
+      [N1, 'us-east-1b'],
+    ] as const)
+      await stores.nodes.noteMeter(n, {
+        offeringId: `aws/${zone}/p4d.24xlarge/spot`,
+        priceMicroUsdPerHour: 1,
+        launchedAtMs: 0,
+        gpuCount: 8,
+      });
+    const size = saveSizeOf([10 * 2 ** 30, 4096]);
+    const part: CheckpointRef = { ...cp(2, T - 100), size };
+    for (const bad of [
+      { ...size, bytes: -1 },
+      { ...size, bytes: 1.5 },
+      { ...size, writeRequests: SAVE_PART_MAX_REQUESTS + 1 },
+      { ...size, bytes: '10' as unknown as number },
+    ])
+      await expect(as(N0).checkpoints.markComplete({ ...part, size: bad }, 0)).rejects.toThrow(
+        /size\.\w+ is .*; it must be a whole number from 0 to/,
+      );
+    expect(await as(N0).checkpoints.markComplete(part, 0)).toBe(false);
+    // A meter passed by the caller is no part of what the machine may say.
+    const forged: SaveMeter = { owner: { jobId: 'cv.x', team: 'cv' } };
+    expect(await (as(N1).checkpoints.markComplete as CheckpointStore['markComplete'])(part, 1, forged)).toBe(true);
+    const [log] = await stores.checkpoints.byteLogs(0);
+    expect(log!.owner).toEqual({ jobId: 'nlp.j1', team: 'nlp', project: 'llm-7b' });
+    expect(log!.saves).toEqual([
+      {
+        location: part.location,
+        bytes: 2 * size.bytes,
+        writeRequests: 2 * size.writeRequests,
+        readRequests: 2 * size.readRequests,
+        parts: 2,
+        savedAtMs: T,
+        machine: { cloud: 'aws', region: 'us-east-1', zone: 'us-east-1b' },
+      },
+    ]);
+    // A read back is noted once per attempt and machine, a rank's part as its share; a refused read is not noted.
+    await expect(as(OTHER).readCheckpoint('nlp.j1', `${part.location}rank-0/`)).rejects.toThrow(AgentRefused);
+    await as(N0).readCheckpoint('nlp.j1', `${part.location}rank-0/`);
+    await as(N0).readCheckpoint('nlp.j1', `${part.location}rank-0/`);
+    const reads = (await stores.checkpoints.byteLogs(0))[0]!.saves[0]!.reads;
+    expect(reads).toEqual([
+      {
+        key: `2/${N0}`,
+        atMs: T,
+        bytes: size.bytes,
+        readRequests: size.readRequests,
+        machine: { cloud: 'aws', region: 'us-east-1', zone: 'us-east-1a' },
+      },
+    ]);
   });
 
   it('never lets a machine write into the newest complete checkpoint: each save takes a folder of its own', async () => {

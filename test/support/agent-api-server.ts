@@ -13,7 +13,7 @@ import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import type { UploadTarget } from '../../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
 import { CloudError } from '../../core/errors.ts';
-import type { CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
+import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
@@ -31,6 +31,8 @@ export async function startAgentApi(o: {
   jobs: JobStore;
   nodes: NodeStore;
   checkpoints: CheckpointStore;
+  /** The index's history, where reads of saves are noted for the bill (as the deployed API has it). */
+  history?: Pick<CheckpointHistory, 'noteRead'>;
   clock: Clock;
   /** The folder of `file://` checkpoint locations (the checkpoint store's root). */
   storeRoot: string;
@@ -117,6 +119,7 @@ export async function startAgentApi(o: {
     jobs: o.jobs,
     nodes: o.nodes,
     checkpoints: o.checkpoints,
+    ...(o.history ? { history: o.history } : {}),
     urls,
     ...(o.jobLogs ? { jobLogs: o.jobLogs } : {}),
     clock: o.clock,
