@@ -1,6 +1,7 @@
 import type { ReservationSelectorTerm } from './aws/ec2-reservations.ts';
 import type { DiscountPlan } from '../core/discounts.ts';
 import { parseUsd } from '../core/money.ts';
+import { S3_PATHS, type NetworkLayout, type S3Path } from '../core/bytes.ts';
 import { ConfigError } from '../core/errors.ts';
 import '../core/schema.ts';
 import * as z from 'zod/mini';
@@ -41,7 +42,16 @@ export interface FleetConfig {
   readonly discounts?: readonly DiscountPlan[];
   /** The CloudWatch Logs group of the jobs' output; undefined: output stays on the machines. */
   readonly jobLogGroup?: string;
+  /**
+   * How the machines reach the checkpoint bucket (its path's price: core/bytes.ts); the stack sets
+   * it from its VPC. Unset: a NAT gateway the fleet does not know the zones of (the dearer path,
+   * so a fleet that did not say is not billed too little).
+   */
+  readonly network: NetworkLayout;
 }
+
+/** The network of a fleet that does not say what it has: S3 through a NAT gateway. */
+export const UNSTATED_NETWORK: NetworkLayout = { s3Path: 'nat', natZones: [] };
 
 /** The variables, each with what is allowed, for messages and docs/operations.md. */
 export const FLEET_VARIABLES = {
@@ -63,6 +73,8 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
   GPU_FLEET_SERVICE_TARGET_GROUPS: 'services and their target groups, JSON: {"team.name": "arn:aws:elasticloadbalancing:…:targetgroup/…"}',
   GPU_FLEET_JOB_LOG_GROUP: "the CloudWatch Logs group of the jobs' output (a stream per attempt and rank)",
+  GPU_FLEET_NETWORK:
+    'how machines reach the checkpoint bucket, JSON: {"s3Path": "gateway-endpoint" | "nat" | "interface-endpoint", "natZones": ["us-east-1a", …]} (default: nat)',
   GPU_FLEET_DISCOUNTS:
     'Savings Plans / RIs per instance family, JSON: [{"family": "p4d", "discountPct": 40, "commitmentUsdPerHour": 30, "name": "sp-…"}]',
   GPU_FLEET_RESERVATION_SELECTOR:
@@ -168,6 +180,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
   const targetGroups = readTargetGroups(present, problems);
   const reservationSelector = readReservationSelector(present, problems);
   const discounts = readDiscounts(present, problems);
+  const network = readNetwork(present, problems);
   if (problems.length > 0) throw new ConfigError('the environment', problems, { what: 'gpu-fleet environment' });
   const e = parsed.data!;
   const num = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Number(v));
@@ -197,6 +210,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
       ? { gcp: { projects: gcp, ...(e.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: e.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}) } }
       : {}),
     ...(targetGroups ? { services: { targetGroups } } : {}),
+    network,
     ...(reservationSelector ? { reservationSelector } : {}),
     ...(discounts ? { discounts } : {}),
     ...(e.GPU_FLEET_JOB_LOG_GROUP ? { jobLogGroup: e.GPU_FLEET_JOB_LOG_GROUP } : {}),
@@ -296,6 +310,30 @@ const SERVICE_ID_RE = /^[a-z0-9][a-z0-9-]{0,31}\.[A-Za-z0-9][A-Za-z0-9._-]{0,127
 const TARGET_GROUP_ARN_RE = /^arn:aws[a-z-]*:elasticloadbalancing:[a-z0-9-]+:\d{12}:targetgroup\/[A-Za-z0-9-]{1,32}\/[0-9a-f]{16}$/;
 
 /** Service id → target group ARN, each checked; a bad entry is named with what is allowed. */
+function readNetwork(present: Record<string, string>, problems: string[]): NetworkLayout {
+  const raw = present.GPU_FLEET_NETWORK;
+  if (raw === undefined) return UNSTATED_NETWORK;
+  const example = 'e.g. {"s3Path":"gateway-endpoint","natZones":["us-east-1a","us-east-1b"]}';
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    problems.push(`GPU_FLEET_NETWORK="${raw.slice(0, 80)}" is not JSON; ${example}`);
+    return UNSTATED_NETWORK;
+  }
+  const o = json && typeof json === 'object' && !Array.isArray(json) ? (json as Record<string, unknown>) : {};
+  const s3Path = o.s3Path;
+  const natZones = o.natZones ?? [];
+  const extra = Object.keys(o).filter((k) => k !== 's3Path' && k !== 'natZones');
+  if (typeof s3Path !== 'string' || !S3_PATHS.includes(s3Path as S3Path))
+    problems.push(`GPU_FLEET_NETWORK: "s3Path" must be one of ${S3_PATHS.join(', ')}; got ${JSON.stringify(s3Path)} (${example})`);
+  else if (!Array.isArray(natZones) || !natZones.every((z) => typeof z === 'string' && /^[a-z]{2}-[a-z]+-\d[a-z]$/.test(z)))
+    problems.push(`GPU_FLEET_NETWORK: "natZones" must be a list of AWS zones like "us-east-1a"; got ${JSON.stringify(natZones)}`);
+  else if (extra.length > 0) problems.push(`GPU_FLEET_NETWORK: unknown key(s) ${extra.join(', ')}; allowed: s3Path, natZones`);
+  else return { s3Path: s3Path as S3Path, natZones: natZones as string[] };
+  return UNSTATED_NETWORK;
+}
+
 function readTargetGroups(present: Record<string, string>, problems: string[]): Record<string, string> | undefined {
   const raw = present.GPU_FLEET_SERVICE_TARGET_GROUPS;
   if (raw === undefined) return undefined;

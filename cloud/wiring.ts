@@ -45,6 +45,7 @@ import { fleetConfigFromEnv, type Environment, type FleetConfig } from './env.ts
 import type { GcpClients } from './gcp/mig-node-groups.ts';
 import type * as GcpRuntime from './gcp/runtime.ts';
 import { MultiCloudCatalog, MultiCloudPrices } from './multi-cloud.ts';
+import { shippedByteRates } from './prices.ts';
 
 /**
  * The one place gpu-fleet's ports are built from the environment. Every entry point uses it:
@@ -207,6 +208,13 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     reservations: [reservations, ...(gcpReservations ? [gcpReservations] : [])],
     ...(config.discounts ? { discounts: config.discounts } : {}),
     ...services,
+    // Checkpoint bytes on the bill: each save's size as its agent reported it, kept in the checkpoint index.
+    bytes: {
+      logs: (sinceMs) => stores.checkpoints.byteLogs(sinceMs),
+      store: { cloud: 'aws', region: config.region },
+      layout: config.network,
+      rates: shippedByteRates(),
+    },
   };
   const interruption: InterruptionPorts = {
     clock,

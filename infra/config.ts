@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import awsRegionsJson from 'aws-regions/regions.json' with { type: 'json' };
 import { z } from 'zod';
 import { ConfigError, messageOf, parseJson } from '../core/errors.ts';
-import { S3_PATHS } from '../core/bytes.ts';
+import { S3_PATHS, type NetworkLayout } from '../core/bytes.ts';
 import { MIG_GPUS } from '../core/mig.ts';
 import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from '../core/schema.ts';
 import { awsShippedCatalog } from '../cloud/catalog/shipped.ts';
@@ -808,4 +808,16 @@ function pathOf(path: readonly PropertyKey[], input: unknown): string {
 function short(value: unknown): string {
   const t = JSON.stringify(value) ?? String(value);
   return t.length > 80 ? `${t.slice(0, 77)}...` : t;
+}
+
+/**
+ * The network a config's deployment has, as the bill prices its bytes (core/bytes.ts): a created
+ * VPC reaches S3 through its gateway endpoint and has a NAT gateway in each of its first
+ * `natGateways` zones (where CDK puts them); an existing VPC takes the path its config names, its
+ * NAT gateways' zones unknown (no zone crossing is counted).
+ */
+export function networkLayoutOf(config: Pick<GpuFleetConfig, 'vpc'>): NetworkLayout {
+  if ('existing' in config.vpc) return { s3Path: config.vpc.existing.s3Path, natZones: [] };
+  const { zones, natGateways } = config.vpc.create;
+  return { s3Path: 'gateway-endpoint', natZones: zones.slice(0, natGateways ?? zones.length) };
 }

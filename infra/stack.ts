@@ -31,7 +31,7 @@ import { DEFAULT_POLICY } from '../core/snapshot.ts';
 import { SERVICE_DEREGISTRATION_DELAY_SEC } from '../core/serving/service.ts';
 import { bundleAgentSync } from './agent-bundle.ts';
 import { agentUserData } from './node-setup.ts';
-import type { GpuFleetConfig, NodeGroupConfig } from './config.ts';
+import { networkLayoutOf, type GpuFleetConfig, type NodeGroupConfig } from './config.ts';
 import { FUNCTION_ENTRIES, type FunctionName } from './bundling.ts';
 
 /**
@@ -205,6 +205,8 @@ export class GpuFleetStack extends Stack {
       GPU_FLEET_IDLE_COOLDOWN_SEC: String(config.policy.idleCooldownSec),
       GPU_FLEET_NOTICE_MARGIN_SEC: String(config.policy.noticeMarginSec),
       GPU_FLEET_CHECKPOINT_RETENTION_DAYS: String(config.checkpoints.expireAfterDays),
+      // The checkpoint bytes' path, priced on the bill: what network() builds, or what an existing VPC's config says.
+      GPU_FLEET_NETWORK: JSON.stringify(networkLayoutOf(config)),
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
     };
     // ---- network and node groups ------------------------------------------------------------

@@ -29,6 +29,7 @@ export const STACK_OUTPUT_VARIABLES = {
   ReservationSelector: 'GPU_FLEET_RESERVATION_SELECTOR',
   Discounts: 'GPU_FLEET_DISCOUNTS',
   JobLogGroup: 'GPU_FLEET_JOB_LOG_GROUP',
+  Network: 'GPU_FLEET_NETWORK',
 } as const satisfies Readonly<Record<string, FleetVariable>>;
 
 /** Outputs that name things a person may want but no command variable stands for. */

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { parseCsv } from '../csv.ts';
-import type { Cloud, InstanceType, Offering, PriceQuote } from '../../core/catalog.ts';
+import type { InstanceType, Offering, PriceQuote } from '../../core/catalog.ts';
 import { normalizeGpuModel, type GpuModel } from '../../core/gpu.ts';
 import type { GpuOffer, GpuOffers } from '../../core/rightsizing.ts';
 import { microUsdFromUsd } from '../../core/money.ts';
@@ -121,11 +121,8 @@ export function gpuOffers(catalog: ShippedCatalog): GpuOffers {
   return out;
 }
 
-/** The region of a zone: "us-west-2a" → "us-west-2", "europe-west4-a" → "europe-west4". */
-export function regionOfZone(cloud: Cloud, zone: string): string {
-  if (cloud === 'gcp') return zone.replace(/-[a-z]$/, '');
-  return zone.replace(/[a-z]$/, '');
-}
+// The region of a zone is core's (siteOfZone prices a machine's bytes by it).
+export { regionOfZone } from '../../core/catalog.ts';
 
 /** On-demand price of a type in a region (or GCP zone), in µUSD per hour. */
 export function onDemandPrice(

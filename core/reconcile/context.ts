@@ -18,6 +18,7 @@ import type {
   ServiceLoadSource,
   ServiceStore,
 } from '../ports.ts';
+import type { ByteMeter } from '../services/accrual.ts';
 import type { NoticeSource } from '../services/interruption.ts';
 import type { ServiceStepResult } from '../services/serving.ts';
 import { buildSnapshot, readWorld, type SnapshotPorts, type TeamMemory, type WorldView } from '../services/snapshot-reader.ts';
@@ -45,6 +46,8 @@ export interface ReconcilePorts extends SnapshotPorts {
   readonly families?: FamilyRunStore;
   /** The checkpoint store's retention: each reconcile sweeps a share of it (absent: nothing is deleted). */
   readonly checkpointSweep?: CheckpointSweep;
+  /** The checkpoint bytes' bill (the index's byte logs, the store's site and path): spend accrual adds it per team. */
+  readonly bytes?: ByteMeter;
 }
 
 export interface ReconcileOptions {

@@ -48,6 +48,7 @@ export async function countSpend(ctx: ReconcileContext): Promise<void> {
       }),
       ...unusedReservationMeters(snapshot.reservations, world.instances, sinceMs),
     ],
+    ...(ports.bytes ? { bytes: ports.bytes } : {}),
   });
 }
 

@@ -1,3 +1,4 @@
+import { byteCostByTeam, type ByteLog, type ByteRates, type NetworkLayout, type Site } from '../bytes.ts';
 import { billedPrice, offeringId, type PriceQuote } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, type Job } from '../job.ts';
@@ -197,8 +198,26 @@ export function costByTeam(machines: readonly MachineMeter[], fromMs: number, to
   return out;
 }
 
+/**
+ * Where the checkpoint bytes' bill comes from: every job's byte log from a time on (the checkpoint
+ * index: core/ports.ts `CheckpointHistory.byteLogs`), the store's site, the deployment's network
+ * path and the byte price table.
+ */
+export interface ByteMeter {
+  readonly logs: (sinceMs: number) => Promise<readonly ByteLog[]>;
+  readonly store: Site;
+  readonly layout: NetworkLayout;
+  readonly rates: ByteRates;
+}
+
 /** Prefix of the ledger's day periods (`day:2026-11-30`): spend per team and UTC day, for reports' trends. */
 export const DAY_PERIOD_PREFIX = 'day:';
+/**
+ * Prefix of the ledger's byte day periods (`bytes:day:2026-11-30`): of a team's spend that day, its
+ * checkpoint bytes (storage, requests, transfer), for reports. Counted apart, never added again to
+ * the team's spend: its day and budget periods hold it already.
+ */
+export const BYTES_DAY_PERIOD_PREFIX = 'bytes:day:';
 
 /** One ledger window to count: a team's period (its budget's, or a UTC day) from its cursor to `toMs`. */
 interface Window {
@@ -221,7 +240,9 @@ interface Window {
  *
  * `machines(sinceMs)` gives the meters over [sinceMs, nowMs) (the caller reads the jobs that
  * ended since then); it is asked once, for the oldest window (again if a team seen only in the
- * holdings has an older cursor).
+ * holdings has an older cursor). `bytes`, when given, adds each team's checkpoint bytes over each
+ * window (storage while held, uploads and reads on the deployment's path: core/bytes.ts
+ * `byteCostByTeam`), read once the same way, so budgets count them.
  */
 export async function accrueSpend(
   ledger: SpendLedger,
@@ -230,6 +251,7 @@ export async function accrueSpend(
     nowMs: number;
     maxWindowMs: number;
     machines: (sinceMs: number) => Promise<readonly MachineMeter[]>;
+    bytes?: ByteMeter;
   },
 ): Promise<Map<string, MicroUsd>> {
   const periodOf = new Map(input.teams.map((t) => [t.id, t.budget?.period ?? 'monthly'] as const));
@@ -238,6 +260,7 @@ export async function accrueSpend(
     return [
       ...(await windowsFor(ledger, team, period, '', input.nowMs, input.maxWindowMs)),
       ...(await windowsFor(ledger, team, 'daily', DAY_PERIOD_PREFIX, input.nowMs, input.maxWindowMs)),
+      ...(input.bytes ? await windowsFor(ledger, team, 'daily', BYTES_DAY_PERIOD_PREFIX, input.nowMs, input.maxWindowMs) : []),
     ];
   };
   const known = [...new Set([...input.teams.map((t) => t.id), IDLE_TEAM])].sort();
@@ -245,23 +268,32 @@ export async function accrueSpend(
   for (const team of known) windows.push(...(await windowsOf(team)));
   const oldest = (ws: readonly Window[]) => Math.min(input.nowMs, ...ws.map((w) => w.fromMs));
   let sinceMs = oldest(windows);
-  let machines = await input.machines(sinceMs);
-  const extra = [...new Set(machines.flatMap((m) => m.holdings.map((h) => h.team)))].filter((t) => !known.includes(t)).sort();
+  const read = async (since: number) => [await input.machines(since), input.bytes ? await input.bytes.logs(since) : []] as const;
+  let [machines, logs] = await read(sinceMs);
+  const extra = [...new Set([...machines.flatMap((m) => m.holdings.map((h) => h.team)), ...logs.map((l) => l.owner.team)])]
+    .filter((t) => !known.includes(t))
+    .sort();
   for (const team of extra) windows.push(...(await windowsOf(team)));
   if (oldest(windows) < sinceMs) {
     sinceMs = oldest(windows);
-    machines = await input.machines(sinceMs);
+    [machines, logs] = await read(sinceMs);
   }
-  const costs = new Map<string, Map<string, MicroUsd>>();
+  const costs = new Map<string, { all: Map<string, MicroUsd>; bytes: ReadonlyMap<string, MicroUsd> }>();
   const costOver = (fromMs: number, toMs: number) => {
     const k = `${fromMs}/${toMs}`;
     let c = costs.get(k);
-    if (!c) costs.set(k, (c = costByTeam(machines, fromMs, toMs)));
+    if (!c) {
+      const all = costByTeam(machines, fromMs, toMs);
+      const bytes = input.bytes && logs.length > 0 ? byteCostByTeam(logs, input.bytes, fromMs, toMs) : new Map<string, MicroUsd>();
+      for (const [team, amount] of bytes) all.set(team, (all.get(team) ?? 0) + amount);
+      costs.set(k, (c = { all, bytes }));
+    }
     return c;
   };
   const accrued = new Map<string, MicroUsd>();
   for (const w of windows) {
-    const amount = costOver(w.fromMs, w.toMs).get(w.team) ?? 0;
+    const c = costOver(w.fromMs, w.toMs);
+    const amount = (w.key.startsWith(BYTES_DAY_PERIOD_PREFIX) ? c.bytes : c.all).get(w.team) ?? 0;
     const counted = await ledger.accrue({
       team: w.team,
       period: w.key,
@@ -269,7 +301,8 @@ export async function accrueSpend(
       toMs: w.toMs,
       amountMicroUsd: amount,
     });
-    if (counted && !w.key.startsWith(DAY_PERIOD_PREFIX) && w.toMs === input.nowMs) accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
+    if (counted && !w.key.startsWith(DAY_PERIOD_PREFIX) && !w.key.startsWith(BYTES_DAY_PERIOD_PREFIX) && w.toMs === input.nowMs)
+      accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
   }
   return accrued;
 }

@@ -3,7 +3,7 @@ import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-sec
 import { mockClient } from 'aws-sdk-client-mock';
 import { ConfigError, isCloudError } from '../../core/errors.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
-import { DEFAULT_NAMES, fleetConfigFromEnv } from '../../cloud/env.ts';
+import { DEFAULT_NAMES, fleetConfigFromEnv, UNSTATED_NETWORK } from '../../cloud/env.ts';
 import { fleetPorts } from '../../cloud/wiring.ts';
 
 describe('the environment, read by one schema', () => {
@@ -21,7 +21,27 @@ describe('the environment, read by one schema', () => {
       teamQueuePrefix: 'gpufleet-team-',
       lifecycleTimeoutSec: 300,
       policy: DEFAULT_POLICY,
+      network: UNSTATED_NETWORK,
     });
+  });
+
+  it('reads the network the checkpoint bytes take, refusing what is not a path; the reconcile ports bill bytes on it', async () => {
+    const c = fleetConfigFromEnv({
+      AWS_REGION: 'us-west-2',
+      GPU_FLEET_NETWORK: JSON.stringify({ s3Path: 'gateway-endpoint', natZones: ['us-west-2a', 'us-west-2b'] }),
+    });
+    expect(c.network).toEqual({ s3Path: 'gateway-endpoint', natZones: ['us-west-2a', 'us-west-2b'] });
+    const bytes = (await fleetPorts(c)).reconcile.bytes!;
+    expect(bytes.layout).toEqual(c.network);
+    expect(bytes.store).toEqual({ cloud: 'aws', region: 'us-west-2' });
+    expect(bytes.rates.get('aws:us-west-2')?.storagePerMonth.microUsd).toBeGreaterThan(0);
+    // Unset, the fleet is billed as if its bytes went through a NAT gateway: never less than it may pay.
+    expect(fleetConfigFromEnv({}).network).toEqual({ s3Path: 'nat', natZones: [] });
+    const bad = (v: unknown) => () => fleetConfigFromEnv({ GPU_FLEET_NETWORK: typeof v === 'string' ? v : JSON.stringify(v) });
+    expect(bad('{oops')).toThrow(/GPU_FLEET_NETWORK="\{oops" is not JSON/);
+    expect(bad({ s3Path: 'vpn' })).toThrow(/"s3Path" must be one of gateway-endpoint, nat, interface-endpoint; got "vpn"/);
+    expect(bad({ s3Path: 'nat', natZones: ['a'] })).toThrow(/"natZones" must be a list of AWS zones like "us-east-1a"; got \["a"\]/);
+    expect(bad({ s3Path: 'nat', nat: 2 })).toThrow(/unknown key\(s\) nat; allowed: s3Path, natZones/);
   });
 
   it('reads the services and their target groups, naming each bad entry; with them the ports run services', async () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Instance, NodeRecord } from '../../core/fleet.ts';
 import {
+  BYTES_DAY_PERIOD_PREFIX,
   DAY_PERIOD_PREFIX,
   IDLE_TEAM,
   RESERVED_UNUSED_PREFIX,
@@ -8,8 +9,11 @@ import {
   costByTeam,
   machineMeters,
   unusedReservationMeters,
+  type ByteMeter,
   type MachineMeter,
 } from '../../core/services/accrual.ts';
+import { logRead, saveSizeOf, type ByteLog, type Site } from '../../core/bytes.ts';
+import { shippedByteRates } from '../../cloud/prices.ts';
 import type { SpendAccrual, SpendLedger } from '../../core/ports.ts';
 import { MemorySpendLedger } from '../../cloud/sim/memory-stores.ts';
 import { aJob, aReservation, aTeam, T0 } from '../builders.ts';
@@ -233,6 +237,37 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
     const out = await accrueSpend(ledger, { teams: [], machines: meters({ speech: 8000 }), nowMs: now, maxWindowMs });
     expect(Object.fromEntries(out)).toEqual({ speech: 266_667, [IDLE_TEAM]: 0 });
     expect((await ledger.read('speech', '2026-11')).spentMicroUsd).toBe(266_667);
+  });
+
+  it('adds each team’s checkpoint bytes (their uploads and reads on the path, and storage while held), once', async () => {
+    const ledger = new MemorySpendLedger();
+    const machine: Site = { cloud: 'aws', region: 'us-east-1', zone: 'us-east-1a' };
+    // 100 GB saved 30 s before the reconcile and read back 10 s before it, through a NAT gateway ($0.045/GB each way).
+    const log: ByteLog = {
+      owner: { jobId: 'speech.asr', team: 'speech', project: 'asr' },
+      saves: [{ location: 's3://b/checkpoints/speech.asr/attempt-1/s1/', ...saveSizeOf([100e9]), savedAtMs: now - 30_000, machine }],
+    };
+    const read = logRead(log, log.saves[0]!.location, { key: '2/i-2', atMs: now - 10_000, machine })!;
+    const bytes: ByteMeter = {
+      logs: async () => [read],
+      store: { cloud: 'aws', region: 'us-east-1' },
+      layout: { s3Path: 'nat', natZones: ['us-east-1a'] },
+      rates: shippedByteRates(),
+    };
+    const first = await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), bytes, nowMs: now, maxWindowMs });
+    // A team seen only in the byte logs is counted too; NAT processing both ways is $9 of it, the requests and 30 s of storage the rest.
+    const nat = 2 * 100 * 45_000;
+    const requests = Math.round((saveSizeOf([100e9]).writeRequests * 5_000 + saveSizeOf([100e9]).readRequests * 400) / 1000);
+    const storage = Math.round((100 * 23_000 * 30) / 3600 / 730);
+    expect(first.get('speech')).toBe(nat + requests + storage);
+    expect(first.get('nlp')).toBe(266_667);
+    expect((await ledger.read('speech', '2026-11')).spentMicroUsd).toBe(nat + requests + storage);
+    // Counted apart per day too (for reports): the bytes alone, never added again to the team's spend.
+    expect((await ledger.read('speech', `${BYTES_DAY_PERIOD_PREFIX}2026-11-02`)).spentMicroUsd).toBe(nat + requests + storage);
+    expect((await ledger.read('nlp', `${BYTES_DAY_PERIOD_PREFIX}2026-11-02`)).spentMicroUsd).toBe(0);
+    // A minute later: a minute of storage, and nothing moved twice.
+    const second = await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), bytes, nowMs: now + 60_000, maxWindowMs });
+    expect(second.get('speech')).toBe(Math.round((100 * 23_000 * 60) / 3600 / 730));
   });
 
   it('never reaches back before the period began, and counts nothing twice at the same instant', async () => {

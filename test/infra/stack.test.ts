@@ -942,6 +942,17 @@ describe('the config', () => {
 describe('the network a created VPC gets, and what an existing one must say', () => {
   const base = () =>
     JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown> & { vpc: Record<string, Record<string, unknown>> };
+  /** The path every function bills checkpoint bytes on (GPU_FLEET_NETWORK): the same on each, and parsed back. */
+  const billedNetwork = (template: Template) => {
+    const values = new Set(
+      Object.values(template.findResources('AWS::Lambda::Function')).flatMap((f) => {
+        const v = (f as { Properties: { Environment?: { Variables?: Record<string, unknown> } } }).Properties.Environment?.Variables;
+        return v?.GPU_FLEET_NETWORK !== undefined ? [String(v.GPU_FLEET_NETWORK)] : [];
+      }),
+    );
+    expect(values.size).toBe(1);
+    return fleetConfigFromEnv({ GPU_FLEET_NETWORK: [...values][0] }).network;
+  };
 
   it('puts an S3 gateway endpoint on the node subnets’ route tables and a NAT gateway in every zone', () => {
     const { template } = synth(example());
@@ -961,6 +972,8 @@ describe('the network a created VPC gets, and what an existing one must say', ()
     expect(s3[0]!.RouteTableIds!.map((t) => JSON.stringify(t)).sort()).toEqual([...new Set(privateTables)].sort());
     // No interface endpoint unless asked for (each costs $0.01 an hour per zone).
     expect(endpoints.filter((e) => e.VpcEndpointType === 'Interface')).toHaveLength(0);
+    // The bill prices the bytes on this path: free to S3, a NAT gateway in each zone.
+    expect(billedNetwork(template)).toEqual({ s3Path: 'gateway-endpoint', natZones: base().vpc.create!.zones });
   });
 
   it('takes fewer NAT gateways when the config says so, and interface endpoints for ECR and CloudWatch on request', () => {
@@ -970,6 +983,8 @@ describe('the network a created VPC gets, and what an existing one must say', ()
     expect(() => app.synth()).not.toThrow(); // cdk-nag finds nothing in the endpoints either
     const template = Template.fromStack(stack);
     template.resourceCountIs('AWS::EC2::NatGateway', 1);
+    // One NAT gateway, in the first zone: the other zones' machines cross a zone to reach it, and the bill says so.
+    expect(billedNetwork(template)).toEqual({ s3Path: 'gateway-endpoint', natZones: [(base().vpc.create!.zones as string[])[0]] });
     const endpoints = Object.values(template.findResources('AWS::EC2::VPCEndpoint')).map(
       (r) => (r as { Properties: { VpcEndpointType?: string; ServiceName: unknown } }).Properties,
     );
@@ -1006,6 +1021,7 @@ describe('the network a created VPC gets, and what an existing one must say', ()
     expect(() => parseConfig(existing({ s3Path: 'nat', s3EndpointId: 'vpce-0a1b2c3d4e5f60719' }))).toThrow(/not "nat"/);
     const { template } = synth(parseConfig(existing({ s3Path: 'nat' })));
     template.resourceCountIs('AWS::EC2::VPCEndpoint', 0);
+    expect(billedNetwork(template)).toEqual({ s3Path: 'nat', natZones: [] });
   });
 });
 
