@@ -5,7 +5,8 @@ import { JOB_STATES, ACTIVE_STATES, requeueCounts, reworkGpuHours, usageSoFar, t
 import { SERVICE_LABEL } from '../core/serving/service.ts';
 import { formatUsd } from '../core/money.ts';
 import { dayStartMs, reportPeriod, type ReportPeriod } from '../core/period.ts';
-import { DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
+import { BYTES_DAY_PERIOD_PREFIX, DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
+import { byteBillsByJob, type ByteBill } from '../core/bytes.ts';
 import { stringify } from 'csv-stringify/sync';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
@@ -76,8 +77,11 @@ export interface FinOpsReport {
   readonly team?: string;
   readonly totals: {
     readonly paidMicroUsd: number;
+    /** Machines' GPUs the jobs held (paid less idle capacity, unused reservations and checkpoint bytes). */
     readonly heldByJobsMicroUsd: number;
     readonly idleMicroUsd: number;
+    /** Checkpoint storage, requests and transfer, charged to the teams whose jobs saved and read them. */
+    readonly checkpointBytesMicroUsd: number;
     readonly gpuHoursUsed: number;
     readonly spotSavingsMicroUsd: number;
     readonly onDemandEquivalentMicroUsd: number;
@@ -88,8 +92,21 @@ export interface FinOpsReport {
     readonly reworkMicroUsd: number;
     readonly replicaLosses: number;
   };
-  /** Paid per team, and what its running work will still cost (as reconcile counts it against hold, spot-only and stop). */
-  readonly byTeam: readonly { readonly team: string; readonly costMicroUsd: number; readonly committedMicroUsd: number }[];
+  /**
+   * Paid per team (machines and checkpoint bytes), of it its checkpoint bytes, and what its running
+   * work will still cost (as reconcile counts it against hold, spot-only and stop).
+   */
+  readonly byTeam: readonly {
+    readonly team: string;
+    readonly costMicroUsd: number;
+    readonly bytesMicroUsd: number;
+    readonly committedMicroUsd: number;
+  }[];
+  /**
+   * Checkpoint bytes charged to the jobs and projects that caused them (from each save's size as its
+   * agent reported it), and how close the index's count of what is held is to the bucket's own.
+   */
+  readonly checkpointBytes?: CheckpointBytesReport;
   readonly byProject: readonly {
     readonly project: string;
     readonly costMicroUsd: number;
@@ -117,6 +134,30 @@ export interface FinOpsReport {
    */
   readonly rightsizing: readonly RightsizingRow[];
   readonly notes: readonly string[];
+}
+
+export interface ByteBillRow {
+  readonly storageMicroUsd: number;
+  readonly requestsMicroUsd: number;
+  readonly networkMicroUsd: number;
+  readonly totalMicroUsd: number;
+}
+
+export interface CheckpointBytesReport {
+  /** Charged in the period by the ledger (its `bytes:day:` rows): what the teams' spend and budgets hold. */
+  readonly chargedMicroUsd: number;
+  /** Of that, what the index's byte logs still attribute to jobs (a deleted save stays in them 48 hours). */
+  readonly attributedMicroUsd: number;
+  readonly byProject: readonly ({ readonly project: string; readonly jobs: number } & ByteBillRow)[];
+  readonly byJob: readonly ({
+    readonly job: string;
+    readonly team: string;
+    readonly project: string;
+    readonly heldGiB: number;
+  } & ByteBillRow)[];
+  /** What the index counts held now, and what the bucket says it holds (its daily metric), where it says. */
+  readonly heldGiBByIndex: number;
+  readonly bucket?: { readonly heldGiB: number; readonly atMs: number; readonly source: string; readonly indexLessBucketPct: number };
 }
 
 /** One right-sizing finding: a family of recurring jobs (2 runs or more) or one job. */
@@ -161,9 +202,18 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
   const notes: string[] = [];
   const lowUtil = flags.lowUtil ?? 30;
 
-  // Paid: the per-day spend ledger.
+  // Paid: the per-day spend ledger; of it, checkpoint bytes (counted apart per day as well).
   const days = new Map<string, Record<string, number>>();
-  for (const row of await fleet.ledger.list()) {
+  const bytesByTeam = new Map<string, number>();
+  const ledgerRows = await fleet.ledger.list();
+  for (const row of ledgerRows) {
+    if (!row.period.startsWith(BYTES_DAY_PERIOD_PREFIX) || (team && row.team !== team)) continue;
+    const at = dayStartMs(row.period.slice(BYTES_DAY_PERIOD_PREFIX.length));
+    if (at !== undefined && at >= period.startMs && at < period.endMs)
+      bytesByTeam.set(row.team, (bytesByTeam.get(row.team) ?? 0) + row.spentMicroUsd);
+  }
+  const bytesCharged = [...bytesByTeam.values()].reduce((a, b) => a + b, 0);
+  for (const row of ledgerRows) {
     if (!row.period.startsWith(DAY_PERIOD_PREFIX)) continue;
     const day = row.period.slice(DAY_PERIOD_PREFIX.length);
     const at = dayStartMs(day);
@@ -238,6 +288,9 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
           unusedByReservation,
         }
       : undefined;
+  const checkpointBytes = fleet.checkpointBytes
+    ? await checkpointBytesReport(fleet.checkpointBytes, { ...period, endMs: Math.min(period.endMs, now) }, team, bytesCharged, notes)
+    : undefined;
   const rightsizing = rightsizingRows(jobs, gpuOffers(shippedCatalog()));
   if (rightsizing.length === 0 && jobs.some((j) => j.usage?.gpuUse === undefined && j.state === 'succeeded'))
     notes.push('no right-sizing: finished jobs here carry no measured GPU use (their agents report it at each attempt end)');
@@ -247,7 +300,8 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
     ...(team ? { team } : {}),
     totals: {
       paidMicroUsd: paid,
-      heldByJobsMicroUsd: paid - (teamTotals.get(IDLE_TEAM) ?? 0) - unusedReserved,
+      heldByJobsMicroUsd: paid - (teamTotals.get(IDLE_TEAM) ?? 0) - unusedReserved - bytesCharged,
+      checkpointBytesMicroUsd: bytesCharged,
       // Idle: machines' GPUs no job held, and reservations no machine ran in (paid all the same).
       idleMicroUsd: (teamTotals.get(IDLE_TEAM) ?? 0) + unusedReserved,
       gpuHoursUsed: sum((r) => r.gpuHours),
@@ -262,14 +316,83 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
     },
     byTeam: [...teamTotals.entries()]
       .sort((a, b) => b[1] - a[1])
-      .map(([t, c]) => ({ team: t, costMicroUsd: c, committedMicroUsd: committed.get(t) ?? 0 })),
+      .map(([t, c]) => ({ team: t, costMicroUsd: c, bytesMicroUsd: bytesByTeam.get(t) ?? 0, committedMicroUsd: committed.get(t) ?? 0 })),
     byProject: [...byProjectMap.entries()].sort((a, b) => b[1].costMicroUsd - a[1].costMicroUsd).map(([project, v]) => ({ project, ...v })),
     byDay,
     jobs: rows.sort((a, b) => b.costMicroUsd - a.costMicroUsd),
     lowUtilization: lowUtilization.sort((a, b) => (a.utilizationPct ?? 0) - (b.utilizationPct ?? 0)),
     ...(reserved ? { reserved } : {}),
+    ...(checkpointBytes ? { checkpointBytes } : {}),
     rightsizing,
     notes,
+  };
+}
+
+const GIB = 2 ** 30;
+const billRow = (b: ByteBill): ByteBillRow => ({
+  storageMicroUsd: b.storageMicroUsd,
+  requestsMicroUsd: b.requestsMicroUsd,
+  networkMicroUsd: b.networkMicroUsd,
+  totalMicroUsd: b.totalMicroUsd,
+});
+
+/** The period's checkpoint bytes per job and project (the index's byte logs), and the index's count of what is held beside the bucket's. */
+async function checkpointBytesReport(
+  source: NonNullable<Fleet['checkpointBytes']>,
+  period: { readonly startMs: number; readonly endMs: number },
+  team: string | undefined,
+  chargedMicroUsd: number,
+  notes: string[],
+): Promise<CheckpointBytesReport> {
+  const logs = (await source.logs(period.startMs)).filter((l) => !team || l.owner.team === team);
+  const jobs = byteBillsByJob(logs, source, period.startMs, period.endMs);
+  const projects = new Map<string, { jobs: number; bills: ByteBill[] }>();
+  for (const j of jobs) {
+    const p = projects.get(j.owner.project ?? '(none)') ?? { jobs: 0, bills: [] };
+    projects.set(j.owner.project ?? '(none)', { jobs: p.jobs + 1, bills: [...p.bills, j.bill] });
+  }
+  const sumBills = (bills: readonly ByteBill[]): ByteBillRow => ({
+    storageMicroUsd: bills.reduce((n, b) => n + b.storageMicroUsd, 0),
+    requestsMicroUsd: bills.reduce((n, b) => n + b.requestsMicroUsd, 0),
+    networkMicroUsd: bills.reduce((n, b) => n + b.networkMicroUsd, 0),
+    totalMicroUsd: bills.reduce((n, b) => n + b.totalMicroUsd, 0),
+  });
+  const attributed = sumBills(jobs.map((j) => j.bill)).totalMicroUsd;
+  if (attributed < chargedMicroUsd)
+    notes.push(
+      `checkpoint bytes: ${money(attributed)} of the ${money(chargedMicroUsd)} charged is attributed to jobs (the index keeps a deleted save's record 48 hours; the teams' totals hold all of it)`,
+    );
+  // What is held now by the index's count (every team's: the bucket's metric is the whole bucket's).
+  const everyone = team ? await source.logs(period.endMs) : logs;
+  const heldBytes = byteBillsByJob(everyone, source, period.endMs, period.endMs + 1).reduce((n, j) => n + j.heldBytes, 0);
+  let bucket: CheckpointBytesReport['bucket'];
+  try {
+    const b = await source.bucketBytes?.();
+    if (b)
+      bucket = {
+        heldGiB: b.bytes / GIB,
+        atMs: b.atMs,
+        source: b.source,
+        indexLessBucketPct: b.bytes > 0 ? (100 * (heldBytes - b.bytes)) / b.bytes : 0,
+      };
+  } catch (error) {
+    notes.push(`the checkpoint bucket's own size is not known: ${messageOf(error)}`);
+  }
+  return {
+    chargedMicroUsd,
+    attributedMicroUsd: attributed,
+    byProject: [...projects.entries()]
+      .map(([project, p]) => ({ project, jobs: p.jobs, ...sumBills(p.bills) }))
+      .sort((a, b) => b.totalMicroUsd - a.totalMicroUsd),
+    byJob: jobs.map((j) => ({
+      job: j.owner.jobId,
+      team: j.owner.team,
+      project: j.owner.project ?? '(none)',
+      heldGiB: j.heldBytes / GIB,
+      ...billRow(j.bill),
+    })),
+    heldGiBByIndex: heldBytes / GIB,
+    ...(bucket ? { bucket } : {}),
   };
 }
 
@@ -365,7 +488,13 @@ export function reportCsv(r: FinOpsReport): string {
   const row = (kind: string, fields: Partial<Record<(typeof CSV_COLUMNS)[number], string | number>>) =>
     rows.push([kind, ...CSV_COLUMNS.slice(1).map((c) => fields[c] ?? '')]);
   for (const t of r.byTeam)
-    row('team', { name: t.team, team: t.team, cost_usd: usd(t.costMicroUsd), committed_usd: usd(t.committedMicroUsd) });
+    row('team', {
+      name: t.team,
+      team: t.team,
+      cost_usd: usd(t.costMicroUsd),
+      committed_usd: usd(t.committedMicroUsd),
+      bytes_usd: usd(t.bytesMicroUsd),
+    });
   for (const d of r.byDay) for (const [t, v] of Object.entries(d.byTeam)) row('day', { name: d.day, team: t, cost_usd: usd(v) });
   for (const p of r.byProject)
     row('project', { name: p.project, project: p.project, cost_usd: usd(p.costMicroUsd), gpu_hours: p.gpuHours.toFixed(3) });
@@ -407,6 +536,15 @@ export function reportCsv(r: FinOpsReport): string {
     for (const x of r.reserved.usedByTeam) row('reserved-used', { name: x.team, team: x.team, cost_usd: usd(x.costMicroUsd) });
     for (const x of r.reserved.unusedByReservation) row('reserved-unused', { name: x.reservation, cost_usd: usd(x.costMicroUsd) });
   }
+  const parts = (b: ByteBillRow) => ({
+    cost_usd: usd(b.totalMicroUsd),
+    storage_usd: usd(b.storageMicroUsd),
+    requests_usd: usd(b.requestsMicroUsd),
+    network_usd: usd(b.networkMicroUsd),
+  });
+  for (const p of r.checkpointBytes?.byProject ?? []) row('bytes-project', { name: p.project, project: p.project, ...parts(p) });
+  for (const j of r.checkpointBytes?.byJob ?? [])
+    row('bytes-job', { name: j.job, team: j.team, project: j.project, ...parts(j), held_gib: j.heldGiB.toFixed(3) });
   return stringify(rows, { header: true, columns: [...CSV_COLUMNS], record_delimiter: 'unix' });
 }
 
@@ -439,6 +577,12 @@ const CSV_COLUMNS = [
   'peak_memory_mib',
   'p95_utilization_pct',
   'confidence',
+  /** Team rows: of cost_usd, checkpoint bytes; `bytes-project` and `bytes-job` rows: checkpoint bytes by part (cost_usd is their sum). */
+  'bytes_usd',
+  'storage_usd',
+  'requests_usd',
+  'network_usd',
+  'held_gib',
 ] as const;
 
 export function reportText(r: FinOpsReport): string {
@@ -451,7 +595,11 @@ export function reportText(r: FinOpsReport): string {
     table(
       ['measure', 'value'],
       [
-        ['paid (all machines)', money(t.paidMicroUsd)],
+        ['paid (machines and checkpoint bytes)', money(t.paidMicroUsd)],
+        [
+          'checkpoint bytes (storage, requests, network)',
+          `${money(t.checkpointBytesMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.checkpointBytesMicroUsd) / t.paidMicroUsd)})` : ''}`,
+        ],
         [
           'held by jobs',
           `${money(t.heldByJobsMicroUsd)}${t.paidMicroUsd > 0 ? ` (${pct((100 * t.heldByJobsMicroUsd) / t.paidMicroUsd)})` : ''}`,
@@ -473,8 +621,8 @@ export function reportText(r: FinOpsReport): string {
     'Cost by team',
     r.byTeam.length
       ? table(
-          ['team', 'cost', 'committed'],
-          r.byTeam.map((x) => [x.team, money(x.costMicroUsd), money(x.committedMicroUsd)]),
+          ['team', 'cost', 'of it bytes', 'committed'],
+          r.byTeam.map((x) => [x.team, money(x.costMicroUsd), money(x.bytesMicroUsd), money(x.committedMicroUsd)]),
         )
       : '  (none)',
   );
@@ -524,6 +672,49 @@ export function reportText(r: FinOpsReport): string {
         )
       : '  (none)',
   );
+  if (r.checkpointBytes) {
+    const b = r.checkpointBytes;
+    const gib = (x: number) => `${x.toFixed(1)} GiB`;
+    out.push(
+      '',
+      `Checkpoint bytes: ${money(b.chargedMicroUsd)} charged, ${money(b.attributedMicroUsd)} of it to the jobs below`,
+      b.byProject.length
+        ? table(
+            ['project', 'jobs', 'storage', 'requests', 'network', 'bytes'],
+            b.byProject.map((p) => [
+              p.project,
+              p.jobs,
+              money(p.storageMicroUsd),
+              money(p.requestsMicroUsd),
+              money(p.networkMicroUsd),
+              money(p.totalMicroUsd),
+            ]),
+          )
+        : '  (none)',
+    );
+    if (b.byJob.length > 0)
+      out.push(
+        table(
+          ['job', 'team', 'held now', 'storage', 'requests', 'network', 'bytes'],
+          b.byJob
+            .slice(0, 10)
+            .map((j) => [
+              j.job,
+              j.team,
+              gib(j.heldGiB),
+              money(j.storageMicroUsd),
+              money(j.requestsMicroUsd),
+              money(j.networkMicroUsd),
+              money(j.totalMicroUsd),
+            ]),
+        ),
+      );
+    out.push(
+      b.bucket
+        ? `held: ${gib(b.heldGiBByIndex)} by the index (the agents' reports), ${gib(b.bucket.heldGiB)} by the bucket (${b.bucket.source}, ${new Date(b.bucket.atMs).toISOString().slice(0, 10)}): ${b.bucket.indexLessBucketPct >= 0 ? '+' : ''}${b.bucket.indexLessBucketPct.toFixed(1)}%`
+        : `held: ${gib(b.heldGiBByIndex)} by the index (the agents' reports); no bucket metric to compare it with here`,
+    );
+  }
   if (r.rightsizing.length > 0) {
     const saving = r.rightsizing.reduce((a, x) => a + x.savingMicroUsd, 0);
     out.push(
@@ -618,7 +809,7 @@ svg text{font-size:11px;fill:#3c464d}.legend span{margin-right:12px}.legend i{di
 </style></head><body>
 <h1>gpu-fleet FinOps report: ${esc(r.period.label)}${r.team ? `, team ${esc(r.team)}` : ''}</h1>
 <p>${esc(r.source)}; ${new Date(r.period.startMs).toISOString().slice(0, 10)} to ${new Date(r.period.endMs - 1).toISOString().slice(0, 10)}.</p>
-<div class="cards">${card('paid', formatUsd(t.paidMicroUsd))}${card('idle capacity', formatUsd(t.idleMicroUsd))}${card('spot savings', formatUsd(t.spotSavingsMicroUsd))}${card('GPU-hours held', gpuHours(t.gpuHoursUsed))}${card('interruptions', formatNumber(t.interruptions))}${card('moves', formatNumber(t.moves))}${card('rework', gpuHours(t.reworkGpuHours))}${card('rework cost', formatUsd(t.reworkMicroUsd))}${card('held by jobs', formatUsd(t.heldByJobsMicroUsd))}</div>
+<div class="cards">${card('paid', formatUsd(t.paidMicroUsd))}${card('idle capacity', formatUsd(t.idleMicroUsd))}${card('checkpoint bytes', formatUsd(t.checkpointBytesMicroUsd))}${card('spot savings', formatUsd(t.spotSavingsMicroUsd))}${card('GPU-hours held', gpuHours(t.gpuHoursUsed))}${card('interruptions', formatNumber(t.interruptions))}${card('moves', formatNumber(t.moves))}${card('rework', gpuHours(t.reworkGpuHours))}${card('rework cost', formatUsd(t.reworkMicroUsd))}${card('held by jobs', formatUsd(t.heldByJobsMicroUsd))}</div>
 <h2>Trend</h2>${r.byDay.length ? daily : '<p>No spend counted in this period.</p>'}
 <h2>Cost by team</h2>${bars(
     'teams',

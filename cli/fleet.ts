@@ -2,6 +2,10 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { jobIdFor } from '../core/job.ts';
+import type { ByteMeter } from '../core/services/accrual.ts';
+import { defaultNetworkLayout } from '../core/bytes.ts';
+import { regionOfZone } from '../core/catalog.ts';
+import { shippedByteRates } from '../cloud/prices.ts';
 import type {
   Clock,
   DecisionLog,
@@ -22,7 +26,7 @@ import { applyJobEvent } from '../core/services/job-updates.ts';
 import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
 import { DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../cloud/sim/environment.ts';
-import { DEFAULT_SIM_START_MS } from '../cloud/sim/simulation.ts';
+import { awsZonesOf, DEFAULT_SIM_START_MS, SIM_STACK_REGION } from '../cloud/sim/simulation.ts';
 import { loadSimState, savedSimGroups, saveSimState, STATE_FILE } from '../cloud/sim/state.ts';
 import { GpuFleetError, UsageError } from '../core/errors.ts';
 import { cancelledService, type ServiceRecord } from '../core/serving/service.ts';
@@ -50,10 +54,23 @@ export interface Fleet {
   readonly services?: ServiceStore;
   /** The jobs' output (a simulation's processes; a deployed fleet's CloudWatch Logs group, when the stack keeps one). */
   readonly jobLogs?: JobLogSource;
+  /**
+   * The checkpoint bytes per job (the index's byte logs), where they are kept and their path's
+   * prices, and the bucket's own count of what it holds where there is one: `report` charges them
+   * to jobs and projects and says how close the index is to the bucket.
+   */
+  readonly checkpointBytes?: ByteMeter & { readonly bucketBytes?: () => Promise<BucketBytes | undefined> };
   /** Sends a spec to the team's queue (a simulation takes it in at once); the job id follows from team and token. */
   submit(team: string, body: string, token?: string): Promise<{ jobId: string; token: string; note: string }>;
   /** Saves what changed (a simulation's world); a deployed fleet has nothing to save. */
   close(): Promise<void>;
+}
+
+/** What a checkpoint bucket holds by its own count (S3's daily storage metric), and when it was measured. */
+export interface BucketBytes {
+  readonly bytes: number;
+  readonly atMs: number;
+  readonly source: string;
 }
 
 export interface FleetFlags {
@@ -104,6 +121,16 @@ function openSimFleet(dir: string): Fleet {
     providers: env.ports.providers,
     services: savedOnWrite(env.services, ['create', 'update']),
     jobLogs: env.jobLogs,
+    // As the simulation billed them: its bucket in the region of its first AWS zone, on the stack's default network.
+    checkpointBytes: (() => {
+      const zones = awsZonesOf(savedSimGroups(folder) ?? DEFAULT_SIM_GROUPS);
+      return {
+        logs: (sinceMs: number) => env.checkpoints.byteLogs(sinceMs),
+        store: { cloud: 'aws' as const, region: zones[0] ? regionOfZone('aws', zones[0]) : SIM_STACK_REGION },
+        layout: defaultNetworkLayout(zones),
+        rates: shippedByteRates(),
+      };
+    })(),
     async submit(team, body, token = randomUUID()) {
       if (!(await env.queue.teams()).includes(team))
         throw new UsageError(`--team ${team}: the simulation has no queue for it; its teams are ${(await env.queue.teams()).join(', ')}`);
@@ -142,6 +169,7 @@ function openSimFleet(dir: string): Fleet {
 
 async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
   const { openAwsPorts } = await import('./aws.ts');
+  const { s3BucketBytes } = await import('../cloud/aws/cloudwatch-metrics.ts');
   const ports = await openAwsPorts(flags);
   const { config } = ports;
   return {
@@ -159,6 +187,14 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
     gpuMetrics: ports.gpuMetrics,
     ...(ports.services ? { services: ports.services } : {}),
     ...(ports.jobLogs ? { jobLogs: ports.jobLogs } : {}),
+    ...(ports.reconcile.bytes
+      ? {
+          checkpointBytes: {
+            ...ports.reconcile.bytes,
+            bucketBytes: () => s3BucketBytes(ports.clients.cloudwatch, config.checkpointBucket, ports.clock),
+          },
+        }
+      : {}),
     async submit(team, body, token = randomUUID()) {
       // Intake would not take a reused token with another spec: say so now, before the message is sent.
       const stored = await ports.stores.jobs.get(jobIdFor(team, token));

@@ -351,10 +351,16 @@ export function renderReport(run: SimulateRun): string {
       ...Object.entries(s.costByTeamMicroUsd)
         .sort(([a], [b]) => a.localeCompare(b))
         .map(([team, amount]) => [`team ${team}`, money(amount)] as [string, string]),
-      // Each team's checkpoint bytes, beside what its machines cost (the ledger that budgets read counts machines only so far).
-      ...Object.entries(s.checkpointBytes.billByTeam)
+      // Of each team's charge (the ledger budgets read), its checkpoint bytes, as a deployment counts them: from the agents' reports.
+      ...Object.entries(s.checkpointBytes.chargedByTeam)
         .sort(([a], [b]) => a.localeCompare(b))
-        .map(([team, bill]) => [`team ${team}, checkpoint bytes`, money(bill.totalMicroUsd)] as [string, string]),
+        .map(([team, c]) => [`team ${team}, of it checkpoint bytes`, money(c)] as [string, string]),
+      [
+        "checkpoint bytes charged to teams (agents' reports) ÷ the bucket's bill",
+        s.checkpointBytes.bill.totalMicroUsd > 0
+          ? `${money(s.checkpointBytes.chargedMicroUsd)} ÷ ${money(s.checkpointBytes.bill.totalMicroUsd)} = ${pct((100 * s.checkpointBytes.chargedMicroUsd) / s.checkpointBytes.bill.totalMicroUsd)}`
+          : '-',
+      ],
     ],
   );
   const all = [run.main, ...run.baselines];

@@ -1,5 +1,6 @@
 import {
   GetMetricDataCommand,
+  GetMetricStatisticsCommand,
   PutMetricDataCommand,
   type CloudWatchClient,
   type MetricDatum,
@@ -192,5 +193,44 @@ export class CloudWatchServiceMetricSink implements ServiceMetricSink {
         throw translateAwsError(error, { operation: 'put service metrics', resource: this.namespace });
       }
     }
+  }
+}
+
+/**
+ * What the checkpoint bucket holds by S3's own count: the newest daily `BucketSizeBytes` of its
+ * Standard storage in the last three days (S3 publishes it once a day, for the whole bucket).
+ * Undefined when the root is no S3 bucket or S3 has published nothing yet.
+ */
+export async function s3BucketBytes(
+  cloudwatch: CloudWatchClient,
+  checkpointRoot: string,
+  clock: Clock,
+): Promise<{ bytes: number; atMs: number; source: string } | undefined> {
+  const bucket = /^s3:\/\/([^/]+)/.exec(checkpointRoot)?.[1] ?? (/^[a-z0-9][a-z0-9.-]+$/.test(checkpointRoot) ? checkpointRoot : undefined);
+  if (!bucket) return undefined;
+  const now = clock.nowMs();
+  try {
+    const out = await cloudwatch.send(
+      new GetMetricStatisticsCommand({
+        Namespace: 'AWS/S3',
+        MetricName: 'BucketSizeBytes',
+        Dimensions: [
+          { Name: 'BucketName', Value: bucket },
+          { Name: 'StorageType', Value: 'StandardStorage' },
+        ],
+        StartTime: new Date(now - 3 * 86_400_000),
+        EndTime: new Date(now),
+        Period: 86_400,
+        Statistics: ['Average'],
+      }),
+    );
+    const newest = (out.Datapoints ?? [])
+      .filter((d) => d.Timestamp && d.Average !== undefined)
+      .sort((a, b) => b.Timestamp!.getTime() - a.Timestamp!.getTime())[0];
+    return newest
+      ? { bytes: newest.Average!, atMs: newest.Timestamp!.getTime(), source: `CloudWatch AWS/S3 BucketSizeBytes of ${bucket}` }
+      : undefined;
+  } catch (error) {
+    throw translateAwsError(error, { operation: 'get the checkpoint bucket size', resource: bucket });
   }
 }

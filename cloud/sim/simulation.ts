@@ -2,6 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { QueuedMessage } from './memory-stores.ts';
 import {
   costByTeam as exactCostByTeam,
+  BYTES_DAY_PERIOD_PREFIX,
   DAY_PERIOD_PREFIX,
   RESERVED_UNUSED_PREFIX,
   type Holding,
@@ -133,6 +134,14 @@ export interface CheckpointBytes {
   readonly heldGiBAtEnd: number;
   readonly bill: ByteBill;
   readonly billByTeam: Readonly<Record<string, ByteBill>>;
+  /**
+   * What the spend ledger charged the teams for checkpoint bytes (its `bytes:day:` rows), as a
+   * deployment counts them: from each save's size as its agent reported it, kept in the checkpoint
+   * index. Beside `bill` (the bucket's own account) it shows how close the deployed count is: it
+   * misses uploads that never completed, and the minutes after the last reconcile.
+   */
+  readonly chargedMicroUsd: MicroUsd;
+  readonly chargedByTeam: Readonly<Record<string, MicroUsd>>;
   /** Where the checkpoints are kept, and the network path to them. */
   readonly store: string;
   readonly network: NetworkLayout;
@@ -322,7 +331,7 @@ export interface SimulationResult {
 
 export const DEFAULT_SIM_START_MS = Date.UTC(2026, 10, 2, 0, 0, 0);
 /** The region of the simulated stack (and its checkpoint bucket) when the fleet has no AWS group: the shipped AWS fleet's. */
-const SIM_STACK_REGION = 'us-west-2';
+export const SIM_STACK_REGION = 'us-west-2';
 /** The byte prices every simulation bills with: the shipped list prices (data/prices). */
 const BYTE_RATES = shippedByteRates();
 const NOTICE_MS = 120_000;
@@ -549,13 +558,19 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     layout: network,
     retentionDays: options.checkpointRetentionDays ?? 30,
   });
-  ports = { ...ports, checkpointSweep: bucket };
+  // Budgets count the bytes as a deployment's do: from the index's byte logs, as the agents reported each save.
+  ports = {
+    ...ports,
+    checkpointSweep: bucket,
+    bytes: { logs: (sinceMs) => env.checkpoints.byteLogs(sinceMs), store: storeSite, layout: network, rates: BYTE_RATES },
+  };
   const agents = new SimAgents({
     clock: env.clock,
     jobs: jobStore,
     bucket,
     nodes: env.nodes,
     checkpoints: env.checkpoints,
+    history: env.checkpoints,
     instanceTypes: env.catalog.instanceTypes,
     // A service replica serves until it is cancelled.
     workSecOf: (job) => (job.spec.service ? Infinity : (workOf(job)?.workSec ?? job.spec.expectedRuntimeSec ?? 3600)),
@@ -1054,13 +1069,21 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       : undefined;
   const costByTeam: Record<string, MicroUsd> = {};
   const countedUntil = new Map<string, number>();
+  const bytesChargedByTeam: Record<string, MicroUsd> = {};
   for (const row of await env.ledger.list())
-    if (!row.period.startsWith(DAY_PERIOD_PREFIX)) {
+    if (row.period.startsWith(BYTES_DAY_PERIOD_PREFIX))
+      bytesChargedByTeam[row.team] = (bytesChargedByTeam[row.team] ?? 0) + row.spentMicroUsd;
+    else if (!row.period.startsWith(DAY_PERIOD_PREFIX)) {
       costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
       countedUntil.set(row.team, Math.max(countedUntil.get(row.team) ?? 0, row.accruedUntilMs ?? 0));
     }
-  // The unused part of reservations is in the ledger too (paid whatever runs); the exact costs it is checked against are the machines'.
-  const machineSpend = Object.fromEntries(Object.entries(costByTeam).filter(([t]) => !t.startsWith(RESERVED_UNUSED_PREFIX)));
+  // The unused part of reservations is in the ledger too (paid whatever runs), and so are the checkpoint bytes: the
+  // exact costs the ledger is checked against are the machines'.
+  const machineSpend = Object.fromEntries(
+    Object.entries(costByTeam)
+      .filter(([t]) => !t.startsWith(RESERVED_UNUSED_PREFIX))
+      .map(([t, c]) => [t, c - (bytesChargedByTeam[t] ?? 0)]),
+  );
   const spend = spendAccuracy(machineSpend, countedUntil, lives, [...heldLog.values()], everything, startMs);
   const useful = usefulWork(jobs, agents, workOf, endMs);
   const reworkTotal = jobs.reduce((sum, j) => sum + reworkGpuHours(j), 0);
@@ -1085,6 +1108,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     heldGiBAtEnd: round2(byteAccount.heldBytes / 2 ** 30),
     bill: byteBill.total,
     billByTeam: Object.fromEntries(byteBill.byTeam),
+    chargedMicroUsd: Object.values(bytesChargedByTeam).reduce((a, b) => a + b, 0),
+    chargedByTeam: Object.fromEntries(Object.entries(bytesChargedByTeam).filter(([, c]) => c > 0)),
     store: siteKey(storeSite),
     network,
   };
@@ -1232,7 +1257,8 @@ async function sample(
   const running = await env.jobs.listByState(['running', 'checkpointing', 'placed']);
   const spendByTeamMicroUsd: Record<string, number> = {};
   for (const row of await env.ledger.list())
-    if (!row.period.startsWith(DAY_PERIOD_PREFIX)) spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
+    if (!row.period.startsWith(DAY_PERIOD_PREFIX) && !row.period.startsWith(BYTES_DAY_PERIOD_PREFIX))
+      spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
   return {
     tSec: Math.round(tMs / 1000),
     machinesByGroup,

@@ -20,7 +20,12 @@ interface Summary {
   policy: string;
   costMicroUsd: number;
   wholeBillMicroUsd: number;
-  checkpointBytes: { bill: { totalMicroUsd: number }; billByTeam: Record<string, { totalMicroUsd: number }> };
+  checkpointBytes: {
+    bill: { totalMicroUsd: number };
+    billByTeam: Record<string, { totalMicroUsd: number }>;
+    chargedMicroUsd: number;
+    chargedByTeam: Record<string, number>;
+  };
   warmPoolMicroUsd?: number;
   onDemandCostMicroUsd: number;
   onDemandWholeBillMicroUsd: number;
@@ -131,12 +136,12 @@ describe('the figures of one simulation agree wherever they are shown', () => {
         team,
         terminal: dollars(spent),
       });
-      // Its checkpoint bytes, on a line of their own, as summary.json has them.
-      const bytes = summary.checkpointBytes.billByTeam[team];
+      // Of it, its checkpoint bytes, on a line of their own, as summary.json has them.
+      const bytes = summary.checkpointBytes.chargedByTeam[team];
       if (bytes)
-        expect({ team, bytes: new RegExp(`^team ${team}, checkpoint bytes\\s+(\\S+)$`, 'm').exec(terminal)?.[1] }).toEqual({
+        expect({ team, bytes: new RegExp(`^team ${team}, of it checkpoint bytes\\s+(\\S+)$`, 'm').exec(terminal)?.[1] }).toEqual({
           team,
-          bytes: dollars(bytes.totalMicroUsd),
+          bytes: dollars(bytes),
         });
       expect({ team, report: inReport?.costMicroUsd, budget: inBudget?.spentMicroUsd }).toEqual({ team, report: spent, budget: spent });
       expect({ team, committed: inBudget?.committedMicroUsd }).toEqual({ team, committed: inReport?.committedMicroUsd });

@@ -88,7 +88,7 @@ describe('reserved capacity, against a simulation with an ODCR and a Capacity Bl
 
   it('report: the reservations paid in full, the part each team ran in, the unused part by reservation; budget and explain say so too', async () => {
     const r = json<{
-      totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number };
+      totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number; checkpointBytesMicroUsd: number };
       reserved: {
         paidMicroUsd: number;
         usedMicroUsd: number;
@@ -108,7 +108,7 @@ describe('reserved capacity, against a simulation with an ODCR and a Capacity Bl
       expect.arrayContaining([expect.stringMatching(/^cr-0(a0d0c0000000a001|b10c0000000b0001)$/)]),
     );
     // Unused reserved capacity is idle capacity, paid all the same.
-    expect(r.totals.paidMicroUsd).toBe(r.totals.heldByJobsMicroUsd + r.totals.idleMicroUsd);
+    expect(r.totals.paidMicroUsd).toBe(r.totals.heldByJobsMicroUsd + r.totals.idleMicroUsd + r.totals.checkpointBytesMicroUsd);
     expect(r.totals.idleMicroUsd).toBeGreaterThanOrEqual(x.unusedMicroUsd);
     const human = await cli(['report', '--sim', dir]);
     expect(human.stdout).toMatch(/Reserved capacity: paid \$[\d,.]+, used [\d.]+%/);
@@ -393,12 +393,13 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
       costMicroUsd: number;
       warmPoolMicroUsd?: number;
       costByTeamMicroUsd: Record<string, number>;
+      checkpointBytes: { chargedMicroUsd: number; chargedByTeam: Record<string, number> };
       completed: number;
       jobTimes: { totalWaitSec: { max: number } };
     };
     const report = json<{
-      totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number };
-      byTeam: { team: string; costMicroUsd: number }[];
+      totals: { paidMicroUsd: number; heldByJobsMicroUsd: number; idleMicroUsd: number; checkpointBytesMicroUsd: number };
+      byTeam: { team: string; costMicroUsd: number; bytesMicroUsd: number }[];
       byProject: { costMicroUsd: number }[];
       jobs: { costMicroUsd: number }[];
     }>(await cli(['report', '--sim', dir, '--json']));
@@ -410,14 +411,22 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     // What was paid: the simulation's bill, the report's ledger, each team's budget spend. The ledger counts the machines
     // reconcile lists; a warm pool's machines are not listed until started, so their cost before that is the bill's alone.
     expect(sim.warmPoolMicroUsd).toBeGreaterThan(0);
-    expect(report.totals.paidMicroUsd + sim.warmPoolMicroUsd!).toBe(sim.costMicroUsd);
+    // The ledger charges the teams their checkpoint bytes too (from the agents' reports), counted apart.
+    expect(sim.checkpointBytes.chargedMicroUsd).toBeGreaterThan(0);
+    expect(report.totals.checkpointBytesMicroUsd).toBe(sim.checkpointBytes.chargedMicroUsd);
+    expect(report.totals.paidMicroUsd + sim.warmPoolMicroUsd!).toBe(sim.costMicroUsd + sim.checkpointBytes.chargedMicroUsd);
     expect(Object.fromEntries(report.byTeam.map((t) => [t.team, t.costMicroUsd]))).toEqual(sim.costByTeamMicroUsd);
+    expect(Object.fromEntries(report.byTeam.filter((t) => t.bytesMicroUsd > 0).map((t) => [t.team, t.bytesMicroUsd]))).toEqual(
+      sim.checkpointBytes.chargedByTeam,
+    );
     expect(budget.length).toBeGreaterThan(0);
     for (const b of budget) expect(b.spentMicroUsd).toBe(sim.costByTeamMicroUsd[b.team]);
     // What jobs held: projects and jobs add up to it, and with idle capacity to what was paid.
     expect(sum(report.byProject)).toBe(report.totals.heldByJobsMicroUsd);
     expect(sum(report.jobs)).toBe(report.totals.heldByJobsMicroUsd);
-    expect(report.totals.heldByJobsMicroUsd + report.totals.idleMicroUsd).toBe(report.totals.paidMicroUsd);
+    expect(report.totals.heldByJobsMicroUsd + report.totals.idleMicroUsd + report.totals.checkpointBytesMicroUsd).toBe(
+      report.totals.paidMicroUsd,
+    );
     // Jobs and waits: status counts the jobs simulate finished, and the longest total wait is the same one.
     expect(status.jobs.find((j) => j.state === 'succeeded')?.jobs).toBe(sim.completed);
     expect(Math.max(...status.jobs.map((j) => j.longestTotalWaitSec))).toBe(Math.round(sim.jobTimes.totalWaitSec.max));
@@ -509,6 +518,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
         paidMicroUsd: number;
         heldByJobsMicroUsd: number;
         idleMicroUsd: number;
+        checkpointBytesMicroUsd: number;
         spotSavingsMicroUsd: number;
       };
       byTeam: { team: string; costMicroUsd: number; committedMicroUsd: number }[];
@@ -518,7 +528,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     }>(await cli(['report', '--sim', dir, '--period', '2026-11', '--json']));
     const paid = r.byTeam.reduce((a, t) => a + t.costMicroUsd, 0);
     expect(r.totals.paidMicroUsd).toBe(paid);
-    expect(r.totals.paidMicroUsd).toBe(r.totals.heldByJobsMicroUsd + r.totals.idleMicroUsd);
+    expect(r.totals.paidMicroUsd).toBe(r.totals.heldByJobsMicroUsd + r.totals.idleMicroUsd + r.totals.checkpointBytesMicroUsd);
     expect(r.byTeam.map((t) => t.team)).toContain('(idle)');
     expect(r.byDay.length).toBeGreaterThan(0);
     expect(r.byProject.length).toBeGreaterThan(3);
@@ -528,7 +538,7 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     expect(r.totals.spotSavingsMicroUsd).toBeGreaterThan(0);
     const csv = await cli(['report', '--sim', dir, '--csv']);
     expect(csv.stdout.split('\n')[0]).toBe(
-      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,replica_losses,utilization_pct,reserved_usd,runs,rightsize_from,rightsize_to,saving_usd,peak_memory_mib,p95_utilization_pct,confidence',
+      'kind,name,team,project,state,cost_usd,committed_usd,on_demand_usd,gpu_hours,spot_share,requeues,interruptions,moves,rework_gpu_hours,rework_usd,replica_losses,utilization_pct,reserved_usd,runs,rightsize_from,rightsize_to,saving_usd,peak_memory_mib,p95_utilization_pct,confidence,bytes_usd,storage_usd,requests_usd,network_usd,held_gib',
     );
     // Requeues (interruptions and moves) and rework mean what the simulation's summary means by them.
     const sim = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as { requeues: number; moves: number; reworkGpuHours: number };
@@ -545,7 +555,11 @@ describe('gpu-fleet for people, against a simulation (--sim DIR)', () => {
     const out = dir;
     const simReport = readFileSync(join(dir, 'report.html'), 'utf8');
     const human = await cli(['report', '--sim', dir, '--out', out]);
-    expect(human.stdout).toMatch(/paid \(all machines\)\s+\$[\d,]+\.\d\d/);
+    expect(human.stdout).toMatch(/paid \(machines and checkpoint bytes\)\s+\$[\d,]+\.\d\d/);
+    // Checkpoint bytes charged to the projects and jobs that saved them, and the index's count of what is held.
+    expect(human.stdout).toMatch(/Checkpoint bytes: \$[\d,.]+ charged, \$[\d,.]+ of it to the jobs below/);
+    expect(human.stdout).toMatch(/held: [\d.]+ GiB by the index \(the agents' reports\)/);
+    expect(csv.stdout).toMatch(/\nbytes-job,[^,]+,\w+,/);
     expect(human.stdout).toMatch(/written: .*finops\.html, finops\.csv, finops\.json/);
     expect(readFileSync(join(dir, 'report.html'), 'utf8')).toBe(simReport);
     const html = readFileSync(join(out, 'finops.html'), 'utf8');

@@ -96,6 +96,13 @@ describe('a simulation bills the checkpoint bytes of gpu-fleet and of every base
       const teams = Object.values(s.checkpointBytes.billByTeam).reduce((a, b) => a + b.totalMicroUsd, 0);
       expect(teams).toBe(s.checkpointBytes.bill.totalMicroUsd);
     }
+    // The teams are charged for their bytes as a deployment charges them (the agents' reported sizes, in the index's byte
+    // logs, through spend accrual): within half a percent of the bucket's own account, team by team, on either path.
+    for (const b of [g, n])
+      for (const [team, bill] of Object.entries(b.billByTeam)) {
+        const charged = b.chargedByTeam[team] ?? 0;
+        expect({ team, off: Math.abs(charged - bill.totalMicroUsd) / bill.totalMicroUsd < 0.005 }).toEqual({ team, off: true });
+      }
     // A baseline's checkpoints are billed the same way.
     expect(onDemand.summary.checkpointBytes.bytesUploaded).toBeGreaterThan(0);
     expect(onDemand.summary.checkpointBytes.bill.totalMicroUsd).toBeGreaterThan(0);
