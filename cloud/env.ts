@@ -217,18 +217,24 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
   };
 }
 
-/** Discount plans, each checked: an instance family, a discount under 100%, a commitment in dollars per hour. */
-function readDiscounts(present: Record<string, string>, problems: string[]): DiscountPlan[] | undefined {
-  const raw = present.GPU_FLEET_DISCOUNTS;
+/** A variable holding JSON, parsed; undefined when it is unset, or when it is not JSON (the problem noted with `hint`, what to give). */
+function readJsonVar(present: Record<string, string>, name: string, hint: string, problems: string[]): { json: unknown } | undefined {
+  const raw = present[name];
   if (raw === undefined) return undefined;
-  const example = 'e.g. [{"family":"p4d","discountPct":40,"commitmentUsdPerHour":30}]';
-  let json: unknown;
   try {
-    json = JSON.parse(raw);
+    return { json: JSON.parse(raw) as unknown };
   } catch {
-    problems.push(`GPU_FLEET_DISCOUNTS="${raw.slice(0, 80)}" is not JSON; ${example}`);
+    problems.push(`${name}="${raw.slice(0, 80)}" is not JSON; ${hint}`);
     return undefined;
   }
+}
+
+/** Discount plans, each checked: an instance family, a discount under 100%, a commitment in dollars per hour. */
+function readDiscounts(present: Record<string, string>, problems: string[]): DiscountPlan[] | undefined {
+  const example = 'e.g. [{"family":"p4d","discountPct":40,"commitmentUsdPerHour":30}]';
+  const read = readJsonVar(present, 'GPU_FLEET_DISCOUNTS', example, problems);
+  if (!read) return undefined;
+  const json = read.json;
   if (!Array.isArray(json)) {
     problems.push(`GPU_FLEET_DISCOUNTS must be a JSON list of plans, ${example}`);
     return undefined;
@@ -269,16 +275,10 @@ const RESERVATION_ID_RE = /^cr-[0-9a-f]{8,17}$/;
 
 /** The reservation selector terms, each checked: a reservation id, or tags (every one must match). */
 function readReservationSelector(present: Record<string, string>, problems: string[]): ReservationSelectorTerm[] | undefined {
-  const raw = present.GPU_FLEET_RESERVATION_SELECTOR;
-  if (raw === undefined) return undefined;
   const example = 'e.g. [{"id":"cr-0123456789abcdef0"},{"tags":{"gpu-fleet:managed":"true"}}]';
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    problems.push(`GPU_FLEET_RESERVATION_SELECTOR="${raw.slice(0, 80)}" is not JSON; ${example}`);
-    return undefined;
-  }
+  const read = readJsonVar(present, 'GPU_FLEET_RESERVATION_SELECTOR', example, problems);
+  if (!read) return undefined;
+  const json = read.json;
   if (!Array.isArray(json) || json.length === 0) {
     problems.push(`GPU_FLEET_RESERVATION_SELECTOR must be a non-empty JSON list of terms, ${example}`);
     return undefined;
@@ -309,18 +309,12 @@ function readReservationSelector(present: Record<string, string>, problems: stri
 const SERVICE_ID_RE = /^[a-z0-9][a-z0-9-]{0,31}\.[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const TARGET_GROUP_ARN_RE = /^arn:aws[a-z-]*:elasticloadbalancing:[a-z0-9-]+:\d{12}:targetgroup\/[A-Za-z0-9-]{1,32}\/[0-9a-f]{16}$/;
 
-/** Service id → target group ARN, each checked; a bad entry is named with what is allowed. */
+/** The deployment's network path for checkpoint bytes (written by the stack); unset → unstated, priced as NAT. */
 function readNetwork(present: Record<string, string>, problems: string[]): NetworkLayout {
-  const raw = present.GPU_FLEET_NETWORK;
-  if (raw === undefined) return UNSTATED_NETWORK;
   const example = 'e.g. {"s3Path":"gateway-endpoint","natZones":["us-east-1a","us-east-1b"]}';
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    problems.push(`GPU_FLEET_NETWORK="${raw.slice(0, 80)}" is not JSON; ${example}`);
-    return UNSTATED_NETWORK;
-  }
+  const read = readJsonVar(present, 'GPU_FLEET_NETWORK', example, problems);
+  if (!read) return UNSTATED_NETWORK;
+  const json = read.json;
   const o = json && typeof json === 'object' && !Array.isArray(json) ? (json as Record<string, unknown>) : {};
   const s3Path = o.s3Path;
   const natZones = o.natZones ?? [];
@@ -334,17 +328,12 @@ function readNetwork(present: Record<string, string>, problems: string[]): Netwo
   return UNSTATED_NETWORK;
 }
 
+/** Service id → target group ARN, each checked; a bad entry is named with what is allowed. */
 function readTargetGroups(present: Record<string, string>, problems: string[]): Record<string, string> | undefined {
-  const raw = present.GPU_FLEET_SERVICE_TARGET_GROUPS;
-  if (raw === undefined) return undefined;
   const example = 'e.g. {"nlp.chat":"arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188"}';
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    problems.push(`GPU_FLEET_SERVICE_TARGET_GROUPS="${raw.slice(0, 80)}" is not JSON; give each service's target group, ${example}`);
-    return undefined;
-  }
+  const read = readJsonVar(present, 'GPU_FLEET_SERVICE_TARGET_GROUPS', `give each service's target group, ${example}`, problems);
+  if (!read) return undefined;
+  const json = read.json;
   if (!json || typeof json !== 'object' || Array.isArray(json)) {
     problems.push(`GPU_FLEET_SERVICE_TARGET_GROUPS must be a JSON object of service id → target group ARN, ${example}`);
     return undefined;
@@ -360,20 +349,14 @@ function readTargetGroups(present: Record<string, string>, problems: string[]): 
 }
 
 function readGcp(present: Record<string, string>, problems: string[]): GcpScope[] | undefined {
-  const raw = present.GPU_FLEET_GCP_PROJECTS;
-  if (raw === undefined) return undefined;
   const example = 'e.g. [{"projectId":"my-project","zones":["us-central1-a"]}]';
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    problems.push(`GPU_FLEET_GCP_PROJECTS="${raw.slice(0, 80)}" is not JSON; give the projects and their zones, ${example}`);
-    return undefined;
-  }
+  const read = readJsonVar(present, 'GPU_FLEET_GCP_PROJECTS', `give the projects and their zones, ${example}`, problems);
+  if (!read) return undefined;
+  const json = read.json;
   const parsed = GcpProjects.safeParse(json);
   if (!parsed.success) {
     const why = parsed.error.issues.map((i) => `${i.path.join('.') || '(top)'}: ${i.message}`).join('; ');
-    problems.push(`GPU_FLEET_GCP_PROJECTS="${raw.slice(0, 80)}" ${why}; ${example}`);
+    problems.push(`GPU_FLEET_GCP_PROJECTS="${present.GPU_FLEET_GCP_PROJECTS!.slice(0, 80)}" ${why}; ${example}`);
     return undefined;
   }
   return parsed.data;
