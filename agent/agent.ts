@@ -37,6 +37,7 @@ import {
   onMachineNotice,
   replicaHealthReport,
   resumePoint,
+  saveEverySec,
   saveLocation,
   startFailure,
   uploadAllowanceSec,
@@ -586,7 +587,7 @@ export class NodeAgent {
       GPU_FLEET_NODE_RANK: String(rank),
       GPU_FLEET_NUM_NODES: String(size),
       GPU_FLEET_CHECKPOINT_LOCATION: this.ports.checkpoints.locationFor(job.id, job.attempt),
-      ...(cp ? { GPU_FLEET_CHECKPOINT_SIGNAL: cp.signal, GPU_FLEET_CHECKPOINT_INTERVAL_SEC: String(cp.intervalSec) } : {}),
+      ...(cp ? { GPU_FLEET_CHECKPOINT_SIGNAL: cp.signal, GPU_FLEET_CHECKPOINT_INTERVAL_SEC: String(saveEverySec(job) ?? cp.intervalSec) } : {}),
       ...(resumed && latest
         ? { GPU_FLEET_RESUME_FROM: checkpointPartLocation(latest, rank), GPU_FLEET_RESUME_PROGRESS_SEC: String(latest.progressSec) }
         : {}),

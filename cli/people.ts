@@ -24,6 +24,7 @@ import { agentFoundAnswering, replicaReady, SERVICE_LABEL, type ServiceRecord } 
 import { committedCostMicroUsd } from '../core/cost-model.ts';
 import { DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
 import type { Team } from '../core/team.ts';
+import { usdString } from '../core/money.ts';
 import { messageOf, parseJson, UsageError } from '../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
 import { cancelJob, openFleet, type Fleet, type FleetFlags } from './fleet.ts';
@@ -657,6 +658,13 @@ export function explainJob(
   if (job.placement?.priceMicroUsdPerHour !== undefined)
     details.push(
       `its share costs ${money(job.placement.priceMicroUsdPerHour)}/h (on-demand would be ${money(job.placement.onDemandMicroUsdPerHour ?? job.placement.priceMicroUsdPerHour)}/h)`,
+    );
+  const saves = job.placement?.saves;
+  if (saves)
+    details.push(
+      saves.by === 'longest'
+        ? `asked to save every ${duration(saves.everySec)}, the spec's interval (${saves.hazardPerHour > 0 ? `${saves.hazardPerHour.toFixed(2)} take-backs/h` : 'no take-backs expected'}; a save costs $${usdString(saves.savePriceMicroUsd)})`
+        : `asked to save every ${duration(saves.everySec)}: ${saves.hazardPerHour.toFixed(2)} take-backs/h expected here, a save costs $${usdString(saves.savePriceMicroUsd)} (stall and bytes)${saves.by === 'shortest' ? ', held at the shortest allowed' : ''}`,
     );
   if (job.requeueReason) details.push(`earlier attempt ended: ${job.requeueReason.message}`);
   if (job.checkpointReason && job.state === 'checkpointing') details.push(`checkpointing: ${job.checkpointReason.message}`);

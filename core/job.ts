@@ -3,6 +3,7 @@ import type { CapacityType } from './catalog.ts';
 import type { JobSpec } from './job-spec.ts';
 import { milliGpusUsed, type GpuRequest } from './gpu.ts';
 import { GPU_USE_KEPT, type AttemptGpuUse } from './gpu-use.ts';
+import type { SaveCadence } from './save-price.ts';
 import { GpuFleetError } from './errors.ts';
 import { costForDuration } from './money.ts';
 import type { Reason, ReasonCode } from './reason.ts';
@@ -64,6 +65,8 @@ export interface Placement {
   /** What the attempt's share of its machines costs per hour when placed (µUSD), and the same share on on-demand. */
   readonly priceMicroUsdPerHour?: number;
   readonly onDemandMicroUsdPerHour?: number;
+  /** How often the attempt is asked to save, and the take-back rate and save price that decided it (absent: the spec's interval). */
+  readonly saves?: SaveCadence;
 }
 
 /**

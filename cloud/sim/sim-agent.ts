@@ -33,6 +33,7 @@ import {
   onMachineNotice,
   replicaHealthReport,
   resumePoint,
+  saveEverySec,
   saveLocation,
   startFailure,
   uploadAllowanceSec,
@@ -594,7 +595,7 @@ export class SimAgents {
       }
       if (cp && now >= p.nextPeriodicAtMs) {
         this.write(p, now);
-        p.nextPeriodicAtMs = now + cp.intervalSec * 1000;
+        p.nextPeriodicAtMs = now + (saveEverySec(p.job) ?? cp.intervalSec) * 1000;
       }
     }
   }
@@ -915,7 +916,7 @@ export class SimAgents {
       sizeMiB,
       collectedAtMs: 0,
       savedTo: new Set(latest?.attempt === job.attempt ? [latest.location] : []),
-      nextPeriodicAtMs: cp ? now + restoreMs + cp.intervalSec * 1000 : Number.POSITIVE_INFINITY,
+      nextPeriodicAtMs: cp ? now + restoreMs + (saveEverySec(job) ?? cp.intervalSec) * 1000 : Number.POSITIVE_INFINITY,
     };
     // Out of GPU memory: it fails a minute after it starts, once it has allocated what it holds.
     if (script && devices && script.peakMemoryMiB > devices.memoryMiB) p.exit = { atMs: now + 60_000, code: OUT_OF_MEMORY_EXIT_CODE };
@@ -1136,7 +1137,7 @@ export class SimAgents {
       jobId: p.jobId,
       attempt: p.attempt,
       lostSec,
-      ...(cp ? { allowedSec: cp.intervalSec + cp.gracePeriodSec + this.saveLagSec(p.sizeMiB) } : {}),
+      ...(cp ? { allowedSec: (saveEverySec(p.job) ?? cp.intervalSec) + cp.gracePeriodSec + this.saveLagSec(p.sizeMiB) } : {}),
       checkpointFailed: this.failedCheckpointJobs.has(p.jobId),
     });
   }

@@ -131,6 +131,7 @@ export function planBaseline(snapshot: Snapshot): Plan {
             job.spec.nodes,
             fits.map((f) => f.assignment),
             reservationOf(node.offeringId),
+            job.spec,
           ),
           reason: reason('placed-on-free-capacity', `first node that fits: ${node.id}`),
         });

@@ -173,6 +173,7 @@ function placementOf(st: PlanningState, e: Entry, fits: readonly Fit[]): Placeme
     e.cls.nodes,
     fits.map((f) => f.assignment),
     reservationId,
+    e.job.spec,
   );
 }
 

@@ -11,7 +11,6 @@ import { milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
 import { hostPortsOf } from '../job-spec.ts';
 import { placementMask } from '../mig.ts';
-import { priorRatePerHour } from '../risk.ts';
 import { reservationRoom, reservationTerminationMs } from '../reservation.ts';
 import type { Snapshot } from '../snapshot.ts';
 import {
@@ -24,7 +23,7 @@ import {
   type NodeCapacity,
   type NodeKind,
 } from './capacity.ts';
-import type { Fit, GroupState, OfferingInfo, PlanningState } from './state.ts';
+import { riskOf, type Fit, type GroupState, type OfferingInfo, type PlanningState } from './state.ts';
 
 /** Takes the room of each fit on its machine (re-filing it in its index) and, for a job that holds it, records the holder. */
 export function commitPlacement(st: PlanningState, fits: readonly Fit[], holder: Job | undefined): void {
@@ -85,14 +84,6 @@ export function indexOfferings(st: PlanningState): void {
 
 /** A reserved machine that stays up this long after boot is worth launching into a reservation that ends. */
 const RESERVED_MIN_RUN_SEC = 600;
-
-/** Interruptions per hour expected of an offering: spot pools and interruptible reservations carry a risk, the rest none. */
-function riskOf(s: Snapshot, offeringId: string, capacityType: string, reservationId: string | undefined): number {
-  if (capacityType === 'spot') return s.poolRiskPerHour.get(offeringId) ?? priorRatePerHour(undefined);
-  if (capacityType === 'reserved' && reservationId !== undefined && s.reservations?.get(reservationId)?.interruptible)
-    return s.poolRiskPerHour.get(offeringId) ?? priorRatePerHour(undefined);
-  return 0;
-}
 
 /** When a reservation takes its machines away, and whether its owner may take them back, for a reserved offering. */
 function reservationFacts(s: Snapshot, reservationId: string | undefined): { terminationMs?: number; interruptible?: boolean } {

@@ -12,6 +12,11 @@ import { remainingWorkSec } from '../cost-model.ts';
 import type { NodeGroup } from '../fleet.ts';
 import type { GpuRequest } from '../gpu.ts';
 import type { Job, NodeAssignment, Placement } from '../job.ts';
+import type { JobSpec } from '../job-spec.ts';
+import { priorRatePerHour } from '../risk.ts';
+import { SAVE_MIB_PER_SEC, saveCadence, type SaveCadence } from '../save-price.ts';
+import { checkpointSizeMiB } from '../services/node-rules.ts';
+import { defaultNetworkLayout, saveSizeOf, siteOfOffering } from '../bytes.ts';
 import type { PlanAction, WaitingJob } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import type { Snapshot } from '../snapshot.ts';
@@ -207,6 +212,14 @@ export function shareOf(node: NodeCapacity, milli: number, nodes: number): numbe
   return (node.priceMicroUsdPerHour * milli * nodes) / Math.max(1, node.gpus.length * 1000);
 }
 
+/** Interruptions per hour expected of an offering: spot pools and interruptible reservations carry a risk, the rest none. */
+export function riskOf(s: Snapshot, offeringId: string, capacityType: string, reservationId: string | undefined): number {
+  if (capacityType === 'spot') return s.poolRiskPerHour.get(offeringId) ?? priorRatePerHour(undefined);
+  if (capacityType === 'reserved' && reservationId !== undefined && s.reservations?.get(reservationId)?.interruptible)
+    return s.poolRiskPerHour.get(offeringId) ?? priorRatePerHour(undefined);
+  return 0;
+}
+
 /**
  * A placement with what it holds and costs, for per-job accounting (the planner's and the
  * baseline's alike): the job's GPU-thousandths and its share of its machine's price, billed at a
@@ -219,6 +232,7 @@ export function pricedPlacement(
   nodes: number,
   assignments: readonly NodeAssignment[],
   reservationId: string | undefined,
+  spec?: JobSpec,
 ): Placement {
   const quote = s.prices.get(node.offeringId);
   const od = quote?.onDemandMicroUsdPerHour;
@@ -228,6 +242,7 @@ export function pricedPlacement(
     quote?.billedMicroUsdPerHour !== undefined
       ? Math.round(quote.billedMicroUsdPerHour * fraction)
       : Math.round(shareOf(node, milli, nodes));
+  const saves = spec ? placedCadence(s, node, spec, assignments, price, reservationId) : undefined;
   return {
     nodes: [...assignments],
     capacityType: node.capacityType,
@@ -235,7 +250,38 @@ export function pricedPlacement(
     milliGpu: milli * nodes,
     priceMicroUsdPerHour: price,
     onDemandMicroUsdPerHour: od !== undefined ? Math.round(od * fraction) : price,
+    ...(saves ? { saves } : {}),
   };
+}
+
+/**
+ * How often a checkpointing job placed on `node` is asked to save (core/save-price.ts): its save's
+ * price there (the stall at the assumed write speed, on its share of the machines; its bytes on the
+ * deployment's path, when the snapshot has the price table) against the take-backs the capacity
+ * expects. Undefined for a job that does not checkpoint.
+ */
+function placedCadence(
+  s: Snapshot,
+  node: NodeCapacity,
+  spec: JobSpec,
+  assignments: readonly NodeAssignment[],
+  priceMicroUsdPerHour: number,
+  reservationId: string | undefined,
+): SaveCadence | undefined {
+  if (!spec.checkpoint) return undefined;
+  const perNodeMiB = checkpointSizeMiB({ spec, placement: { nodes: assignments } }, node.gpus);
+  const files = perNodeMiB > 0 ? Array.from({ length: spec.nodes }, () => perNodeMiB * 2 ** 20) : [];
+  const machine = siteOfOffering(node.offeringId) ?? { cloud: 'sim' as const, region: 'sim' };
+  const where = s.saveBytes ?? { store: machine, layout: defaultNetworkLayout([]), rates: new Map() };
+  return saveCadence({
+    size: saveSizeOf(files),
+    stallSec: perNodeMiB / SAVE_MIB_PER_SEC,
+    gpuMicroUsdPerHour: priceMicroUsdPerHour,
+    machine,
+    ...where,
+    hazardPerHour: riskOf(s, node.offeringId, node.capacityType, reservationId),
+    longestSec: spec.checkpoint.intervalSec,
+  });
 }
 
 /** Seconds of work a running job would lose if stopped now: since its newest checkpoint of this attempt (or its start). */

@@ -46,7 +46,7 @@ export interface ReconcilePorts extends SnapshotPorts {
   readonly families?: FamilyRunStore;
   /** The checkpoint store's retention: each reconcile sweeps a share of it (absent: nothing is deleted). */
   readonly checkpointSweep?: CheckpointSweep;
-  /** The checkpoint bytes' bill (the index's byte logs, the store's site and path): spend accrual adds it per team. */
+  /** The checkpoint bytes' bill (the index's byte logs, the store's site and path): spend accrual adds it per team, and the planner prices each save with it for the cadence. */
   readonly bytes?: ByteMeter;
 }
 

@@ -1,7 +1,8 @@
 import type { GpuDevice } from '../gpu.ts';
-import { ACTIVE_STATES, type CheckpointRef, type Job } from '../job.ts';
+import { ACTIVE_STATES, type CheckpointRef, type Job, type Placement } from '../job.ts';
 import { migProfile } from '../mig.ts';
 import { reason, type Reason } from '../reason.ts';
+import { SAVE_MIB_PER_SEC } from '../save-price.ts';
 
 /**
  * The node-side rules: what a machine does with each entry of its work list, decided here once
@@ -200,7 +201,7 @@ export function afterCheckpoint(job: Job, then: 'requeue' | 'cancel', why: Reaso
 // ---- how long a checkpoint may take -------------------------------------------------------
 
 /** Upload speed assumed for a checkpoint, MiB/s per machine, when nothing better is known. */
-export const DEFAULT_UPLOAD_MIB_PER_SEC = 500;
+export const DEFAULT_UPLOAD_MIB_PER_SEC = SAVE_MIB_PER_SEC;
 /** Extra time an upload gets beyond size ÷ bandwidth. */
 export const DEFAULT_UPLOAD_MARGIN_SEC = 120;
 /** Extra time the control plane waits beyond the grace and the upload allowance before it gives up on a checkpoint. */
@@ -221,7 +222,11 @@ export const DEFAULT_CHECKPOINT_TIMING: CheckpointTiming = {
  * GPU memory the attempt holds on that node (a checkpoint of the model and optimiser state that
  * fill it), from the node's GPUs: whole GPUs' memory, a share's memory, or a MIG slice's.
  */
-export function checkpointSizeMiB(job: Job, gpus: readonly GpuDevice[] | undefined, nodeIndex = 0): number {
+export function checkpointSizeMiB(
+  job: Pick<Job, 'spec'> & { readonly placement?: Pick<Placement, 'nodes'> },
+  gpus: readonly Pick<GpuDevice, 'index' | 'model' | 'memoryMiB'>[] | undefined,
+  nodeIndex = 0,
+): number {
   const given = job.spec.checkpoint?.sizeGiB;
   if (given !== undefined) return Math.round(given * 1024);
   const a = job.placement?.nodes[nodeIndex];
@@ -232,6 +237,19 @@ export function checkpointSizeMiB(job: Job, gpus: readonly GpuDevice[] | undefin
     return (model ? migProfile(model, a.mig.profile)?.memoryMiB : undefined) ?? Number(/\.(\d+)gb/.exec(a.mig.profile)?.[1] ?? 0) * 1024;
   }
   return a.gpuIndices.reduce((sum, i) => sum + (gpus?.find((g) => g.index === i)?.memoryMiB ?? 16_384), 0);
+}
+
+/**
+ * Seconds between the saves a job is asked to make of its own accord on this attempt: the cadence
+ * the planner chose where it placed the attempt (its save's price against the capacity's take-backs,
+ * core/save-price.ts), else the spec's `checkpoint.intervalSec`; undefined for a job that does not
+ * checkpoint. The real agent hands it to the job (GPU_FLEET_CHECKPOINT_INTERVAL_SEC); the simulated
+ * agents save on it.
+ */
+export function saveEverySec(job: Pick<Job, 'spec' | 'placement'>): number | undefined {
+  const longest = job.spec.checkpoint?.intervalSec;
+  if (longest === undefined) return undefined;
+  return Math.min(longest, job.placement?.saves?.everySec ?? longest);
 }
 
 /** Seconds an upload of `sizeMiB` is allowed: its size over the bandwidth, plus the margin. */

@@ -42,6 +42,8 @@ export interface SnapshotPorts {
   readonly reservations?: readonly ReservationSource[];
   /** Savings Plans and Reserved Instances the operator declares, per instance family (core/discounts.ts). */
   readonly discounts?: readonly DiscountPlan[];
+  /** Where checkpoints are kept, the network path and the byte prices: the planner prices a save's bytes for its cadence. */
+  readonly bytes?: NonNullable<Snapshot['saveBytes']>;
 }
 
 /** How far back observed interruptions count towards a pool's risk. */
@@ -287,6 +289,7 @@ export async function buildSnapshot(
     spendMicroUsd: spend,
     committedMicroUsd: committedCostMicroUsd(world.activeJobs, nowMs, policy, policy.reconcileIntervalSec),
     policy,
+    ...(ports.bytes ? { saveBytes: { store: ports.bytes.store, layout: ports.bytes.layout, rates: ports.bytes.rates } } : {}),
   };
 }
 

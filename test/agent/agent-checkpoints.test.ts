@@ -314,3 +314,39 @@ describe('node agent: which checkpoint a new attempt resumes from', () => {
     expect(start).toMatchObject({ event: 'start', step: 20 });
   });
 });
+
+describe('node agent: how often a job is asked to save', () => {
+  it('hands the job the cadence its placement chose (the save price against the pool’s take-backs), not the spec’s longest gap', async () => {
+    const w = world();
+    const work = dir('agent-cadence');
+    const workB = dir('agent-cadence-b');
+    const a = w.agent('i-a', { workDir: work });
+    const b = w.agent('i-b', { workDir: workB });
+    await a.heartbeat();
+    await b.heartbeat();
+    await w.submit('nlp.risky', {
+      command: ['node', COUNTER_JOB, '100000', '20', '20'],
+      checkpoint: { intervalSec: 1800, gracePeriodSec: 10 },
+    });
+    await w.place('nlp.risky', ['i-a'], [0], [], {
+      saves: { everySec: 420, hazardPerHour: 2.5, savePriceMicroUsd: 1_234_567, by: 'price' },
+    });
+    await w.submit('nlp.steady', {
+      command: ['node', COUNTER_JOB, '100000', '20', '20'],
+      checkpoint: { intervalSec: 1800, gracePeriodSec: 10 },
+    });
+    await w.place('nlp.steady', ['i-b']);
+    await a.heartbeat();
+    await b.heartbeat();
+    const startOf = (jobId: string, workDir: string) =>
+      waitFor(`${jobId} to start`, () => {
+        try {
+          return w.output(workDir, jobId, 1).find((l) => l.event === 'start');
+        } catch {
+          return undefined;
+        }
+      });
+    expect((await startOf('nlp.risky', work)).saveEverySec).toBe('420');
+    expect((await startOf('nlp.steady', workB)).saveEverySec).toBe('1800');
+  });
+});

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { NodeGroup } from '../../core/fleet.ts';
-import type { Job } from '../../core/job.ts';
+import type { Job, Placement } from '../../core/job.ts';
 import { BUILT_IN_SPOT, BUILT_IN_TRACE, DEFAULT_SIM_GROUPS, defaultTeamTags } from '../../cloud/sim/defaults.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { intake } from '../../core/services/intake.ts';
@@ -43,7 +43,7 @@ function world(over: Partial<InvariantInput> = {}): InvariantInput {
 const names = async (x: InvariantInput) => (await checkInvariants(x, { upTo: 0 })).map((v) => v.invariant);
 
 /** One spot machine running job nlp.a (placed, its agent registered): a world for an agent's write races. */
-async function oneJobOnOneMachine(spec: Record<string, unknown> = {}) {
+async function oneJobOnOneMachine(spec: Record<string, unknown> = {}, placed: Pick<Placement, 'saves'> = {}) {
   const env = createSimEnvironment({
     startMs: T0,
     seed: 1,
@@ -73,11 +73,35 @@ async function oneJobOnOneMachine(spec: Record<string, unknown> = {}) {
   await applyJobEvent(
     env.jobs,
     'nlp.a',
-    { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot' } },
+    { type: 'place', attempt: 1, placement: { nodes: [{ nodeId: inst!.id, gpuIndices: [0] }], capacityType: 'spot', ...placed } },
     T0,
   );
   return env;
 }
+
+describe('simulated agents: how often a job saves', () => {
+  it('saves at the cadence its placement chose, as the real agent asks the job to, not at the spec’s longest gap', async () => {
+    const saved = async (placed: Pick<Placement, 'saves'>) => {
+      const env = await oneJobOnOneMachine({ checkpoint: { intervalSec: 1800 } }, placed);
+      const agents = new SimAgents({
+        clock: env.clock,
+        jobs: env.jobs,
+        nodes: env.nodes,
+        checkpoints: env.checkpoints,
+        instanceTypes: env.catalog.instanceTypes,
+        workSecOf: () => 4 * 3600,
+      });
+      for (let k = 0; k < 4 * 40; k++) {
+        await agents.tick(await env.cloud.listInstances());
+        env.clock.advanceBy(15_000);
+      }
+      return (await env.checkpoints.byteLogs(0)).flatMap((l) => l.saves).length;
+    };
+    // 40 minutes of work: every 5 minutes is 7 or 8 saves; every 30 minutes, 1.
+    expect(await saved({ saves: { everySec: 300, hazardPerHour: 3, savePriceMicroUsd: 50_000, by: 'price' } })).toBeGreaterThanOrEqual(7);
+    expect(await saved({})).toBe(1);
+  });
+});
 
 describe('invariants', () => {
   it('hold in a sound world', async () => {

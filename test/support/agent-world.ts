@@ -9,7 +9,7 @@ import { readGpuInventory } from '../../agent/nvidia-smi.ts';
 import { ProcessRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
 import { checkJobSpec, type JobSpecInput } from '../../core/job-spec.ts';
 import type { GpuMetricSample, GpuMetricSink, JobLogSink, ServiceMetricSample, ServiceMetricSink } from '../../core/ports.ts';
-import { newPendingJob, type Job } from '../../core/job.ts';
+import { newPendingJob, type Job, type Placement } from '../../core/job.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
 import {
@@ -147,6 +147,7 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
     nodeIds: readonly string[],
     gpuIndices: readonly number[] = [0],
     ports: readonly (readonly number[] | undefined)[] = [],
+    extra: Pick<Placement, 'saves'> = {},
   ): Promise<Job> {
     const job = (await jobs.get(jobId))!;
     for (const n of nodeIds) if (!(await nodes.assign(n, jobId, job.attempt))) throw new Error(`node ${n} has no record`);
@@ -159,6 +160,7 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
         placement: {
           capacityType: 'spot',
           nodes: nodeIds.map((nodeId, i) => ({ nodeId, gpuIndices, ...(ports[i] ? { ports: ports[i] } : {}) })),
+          ...extra,
         },
       },
       clock.nowMs(),

@@ -81,3 +81,41 @@ describe('planner phase: existing capacity', () => {
     expect(freeWhole(st.ready.allNodes())).toEqual({ 'i-1': 4 });
   });
 });
+
+describe('the cadence a placement asks of a checkpointing job (core/save-price.ts)', () => {
+  const checkpointing = (id: string) =>
+    aJob({ id, spec: { gpu: { kind: 'whole', count: 8 }, checkpoint: { signal: 'SIGUSR1', intervalSec: 3600, gracePeriodSec: 60 } } });
+
+  it('asks for saves more often on a spot pool that takes machines back often, with the rate and the save price that decided it', () => {
+    const spot = aGroup({ instanceType: 'p4d.24xlarge', capacityType: 'spot' });
+    const od = aGroup({ instanceType: 'p4d.24xlarge', capacityType: 'on-demand' });
+    const pool = spot.offerings[0]!.id;
+    const { st, entries } = classified({
+      groups: [spot, od],
+      nodes: [aNode('i-spot', { group: spot }), aNode('i-od', { group: od })],
+      pendingJobs: [checkpointing('team-a.on-spot')],
+      poolRiskPerHour: new Map([[pool, 1]]),
+    });
+    useExistingCapacity(st, entries);
+    const placed = st.actions.find((a) => a.kind === 'place');
+    expect(placed?.kind === 'place' && placed.placement.nodes[0]!.nodeId).toBe('i-spot');
+    const saves = placed?.kind === 'place' ? placed.placement.saves : undefined;
+    expect(saves).toMatchObject({ by: 'price', hazardPerHour: 1 });
+    expect(saves!.everySec).toBeLessThan(3600);
+    expect(saves!.savePriceMicroUsd).toBeGreaterThan(0);
+  });
+
+  it('keeps the job’s own interval on on-demand capacity, and sets none for a job that does not checkpoint', () => {
+    const od = aGroup({ instanceType: 'p4d.24xlarge' });
+    const { st, entries } = classified({
+      groups: [od],
+      nodes: [aNode('i-od', { group: od }), aNode('i-od2', { group: od })],
+      pendingJobs: [checkpointing('team-a.saves'), aJob({ id: 'team-a.plain', spec: { gpu: { kind: 'whole', count: 8 } } })],
+    });
+    useExistingCapacity(st, entries);
+    const byJob = new Map(st.actions.flatMap((a) => (a.kind === 'place' ? [[a.jobId, a.placement.saves]] : [])));
+    expect(byJob.get('team-a.saves')).toMatchObject({ everySec: 3600, by: 'longest', hazardPerHour: 0 });
+    expect(byJob.has('team-a.plain')).toBe(true);
+    expect(byJob.get('team-a.plain')).toBeUndefined();
+  });
+});

@@ -28,6 +28,8 @@ console.log(
     step,
     devices: process.env.CUDA_VISIBLE_DEVICES,
     rank,
+    // How often the product asks it to save of its own accord (seconds).
+    saveEverySec: process.env.GPU_FLEET_CHECKPOINT_INTERVAL_SEC,
     // Which rank wrote the checkpoint part this rank resumed from (sharded checkpoints: each rank its own).
     resumedRank,
   }),
