@@ -587,7 +587,9 @@ export class NodeAgent {
       GPU_FLEET_NODE_RANK: String(rank),
       GPU_FLEET_NUM_NODES: String(size),
       GPU_FLEET_CHECKPOINT_LOCATION: this.ports.checkpoints.locationFor(job.id, job.attempt),
-      ...(cp ? { GPU_FLEET_CHECKPOINT_SIGNAL: cp.signal, GPU_FLEET_CHECKPOINT_INTERVAL_SEC: String(saveEverySec(job) ?? cp.intervalSec) } : {}),
+      ...(cp
+        ? { GPU_FLEET_CHECKPOINT_SIGNAL: cp.signal, GPU_FLEET_CHECKPOINT_INTERVAL_SEC: String(saveEverySec(job) ?? cp.intervalSec) }
+        : {}),
       ...(resumed && latest
         ? { GPU_FLEET_RESUME_FROM: checkpointPartLocation(latest, rank), GPU_FLEET_RESUME_PROGRESS_SEC: String(latest.progressSec) }
         : {}),
@@ -753,7 +755,12 @@ export class NodeAgent {
     };
     const deadlineMs = startedAt + uploadAllowanceSec(checkpointSizeMiB(l.job, this.lastGpus, l.rank), this.timing) * 1000;
     const done = (async (): Promise<SaveResult> => {
-      const up = await this.uploads.upload(join(l.dirs.checkpoint, marker.path), checkpointPartLocation(ref, l.rank), deadlineMs);
+      const up = await this.uploads.upload(
+        join(l.dirs.checkpoint, marker.path),
+        checkpointPartLocation(ref, l.rank),
+        deadlineMs,
+        l.dirs.checkpoint,
+      );
       if (!up.ok) {
         this.ports.log.warn('could not save a checkpoint; the job resumes from an earlier one if it is moved', {
           job: l.jobId,

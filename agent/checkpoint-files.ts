@@ -1,6 +1,6 @@
-import { createReadStream, createWriteStream } from 'node:fs';
-import { cp, lstat, mkdir, readdir, readFile, realpath, rm, stat } from 'node:fs/promises';
-import { dirname, join, relative, resolve, sep } from 'node:path';
+import { createWriteStream } from 'node:fs';
+import { cp, mkdir, realpath, rm, stat } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
 import { partBytesFor } from '../core/bytes.ts';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
@@ -12,6 +12,7 @@ import { jobOfLocation, type AgentApiClient } from '../cloud/aws/agent-api-clien
 import { PART_URLS_PER_CALL, UPLOAD_FILES_PER_CALL } from '../cloud/aws/agent-api-protocol.ts';
 import { parseS3Location } from '../cloud/aws/checkpoint-urls.ts';
 import { CloudError, GpuFleetError, messageOf } from '../core/errors.ts';
+import { closeAll, openJobFile, openJobFolder, readSmall, readStream, type JobFile } from './job-files.ts';
 
 /**
  * Checkpoint files: the protocol between a job and its agent, and the store the agent copies
@@ -40,19 +41,26 @@ export interface CheckpointMarker {
 export type MarkerRead =
   { readonly ok: true; readonly marker: CheckpointMarker } | { readonly ok: false; readonly problem: string } | undefined;
 
+/** The most a marker may hold: it names a folder and a number. */
+export const MARKER_MAX_BYTES = 64 * 1024;
+
 /** The job's newest marker; undefined when it wrote none yet; a problem when it is unusable. */
 export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
   const file = join(checkpointDir, MARKER_FILE);
   let body: string;
   let modifiedAtMs: number;
   try {
-    // The job owns this folder: the marker must be a file of it, not a link the agent would follow elsewhere on the host.
-    const info = await lstat(file);
-    if (!info.isFile()) return { ok: false, problem: `${file} must be a regular file (not a link or a folder)` };
-    [body, modifiedAtMs] = [await readFile(file, 'utf8'), info.mtimeMs];
+    // The job owns this folder: the marker is opened without following a link or waiting on a FIFO, judged by its
+    // handle (a regular file of the folder, small) and read from that handle, so no swap after a look can redirect it.
+    const opened = await openJobFile(file, await realpath(checkpointDir), MARKER_MAX_BYTES);
+    try {
+      [body, modifiedAtMs] = [await readSmall(opened, MARKER_MAX_BYTES), (await opened.handle.stat()).mtimeMs];
+    } finally {
+      await opened.handle.close();
+    }
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    return { ok: false, problem: `cannot read ${file}: ${messageOf(error)}` };
+    return { ok: false, problem: messageOf(error) };
   }
   let parsed: unknown;
   try {
@@ -89,24 +97,12 @@ export interface CheckpointBlobs {
   /**
    * Copies a local folder to `location` (a folder URI ending in "/"). Idempotent: copying again
    * overwrites. Resolves the sizes of the files it copied: the save's size the index bills.
+   * `within` is the job's folder (the agent's, default `localDir`): every file is opened and read
+   * as agent/job-files.ts does, and one that leads outside it is refused.
    */
-  upload(localDir: string, location: string): Promise<readonly number[]>;
+  upload(localDir: string, location: string, within?: string): Promise<readonly number[]>;
   /** Copies `location` into a local folder; false when nothing is there. */
   download(location: string, localDir: string): Promise<boolean>;
-}
-
-/** A checkpoint folder the job swapped for a link (after its marker was read) is not uploaded. */
-async function refuseLink(dir: string): Promise<void> {
-  if ((await lstat(dir)).isSymbolicLink())
-    throw new GpuFleetError(`${dir} is a link; a checkpoint folder must be a folder of the job's own`);
-}
-
-async function filesUnder(dir: string): Promise<string[]> {
-  const out: string[] = [];
-  for (const entry of await readdir(dir, { withFileTypes: true, recursive: true })) {
-    if (entry.isFile()) out.push(join(entry.parentPath, entry.name));
-  }
-  return out.sort();
 }
 
 /** A folder on this machine (or a mounted file system) as the checkpoint store: `file:///…/` locations. */
@@ -122,14 +118,22 @@ export class DirectoryBlobs implements CheckpointBlobs {
     return p;
   }
 
-  async upload(localDir: string, location: string): Promise<readonly number[]> {
-    await refuseLink(localDir);
+  async upload(localDir: string, location: string, within = localDir): Promise<readonly number[]> {
     const target = this.pathOf(location);
-    await rm(target, { recursive: true, force: true });
-    await mkdir(dirname(target), { recursive: true });
-    // Regular files and folders only: a link the job left is not followed, nor copied.
-    await cp(localDir, target, { recursive: true, filter: async (src) => src === localDir || !(await lstat(src)).isSymbolicLink() });
-    return Promise.all((await filesUnder(target)).map(async (f) => (await stat(f)).size));
+    const files = await openJobFolder(localDir, within);
+    try {
+      await rm(target, { recursive: true, force: true });
+      await mkdir(target, { recursive: true });
+      // Regular files only, each read from the handle it was judged by: a link the job left is not followed, nor copied.
+      for (const f of files) {
+        const to = join(target, ...f.path.split('/'));
+        await mkdir(dirname(to), { recursive: true });
+        await pipeline(readStream(f), createWriteStream(to));
+      }
+      return files.map((f) => f.bytes);
+    } finally {
+      await closeAll(files);
+    }
   }
 
   async download(location: string, localDir: string): Promise<boolean> {
@@ -153,23 +157,23 @@ export class S3Blobs implements CheckpointBlobs {
     return parseS3Location(location);
   }
 
-  async upload(localDir: string, location: string): Promise<readonly number[]> {
-    await refuseLink(localDir);
+  async upload(localDir: string, location: string, within = localDir): Promise<readonly number[]> {
     const { bucket, prefix } = this.parse(location);
-    const sizes: number[] = [];
-    for (const file of await filesUnder(localDir)) {
-      const key = prefix + relative(localDir, file).split(sep).join('/');
-      const bytes = (await stat(file)).size;
-      // The bucket's default encryption (KMS) applies; large files go up in parts as large as through the agent API (each part is a billed PUT).
-      await new Upload({
-        client: this.s3,
-        params: { Bucket: bucket, Key: key, Body: createReadStream(file) },
-        queueSize: 4,
-        partSize: partBytesFor(bytes),
-      }).done();
-      sizes.push(bytes);
+    const files = await openJobFolder(localDir, within);
+    try {
+      for (const f of files) {
+        // The bucket's default encryption (KMS) applies; large files go up in parts as large as through the agent API (each part is a billed PUT).
+        await new Upload({
+          client: this.s3,
+          params: { Bucket: bucket, Key: prefix + f.path, Body: readStream(f) },
+          queueSize: 4,
+          partSize: partBytesFor(f.bytes),
+        }).done();
+      }
+      return files.map((f) => f.bytes);
+    } finally {
+      await closeAll(files);
     }
-    return sizes;
   }
 
   async download(location: string, localDir: string): Promise<boolean> {
@@ -214,16 +218,18 @@ export class AgentApiBlobs implements CheckpointBlobs {
     return jobId;
   }
 
-  async upload(localDir: string, location: string): Promise<readonly number[]> {
-    await refuseLink(localDir);
+  async upload(localDir: string, location: string, within = localDir): Promise<readonly number[]> {
     const jobId = this.jobOf(location);
-    const files = await Promise.all(
-      (await filesUnder(localDir)).map(async (file) => ({
-        file,
-        path: relative(localDir, file).split(sep).join('/'),
-        bytes: (await stat(file)).size,
-      })),
-    );
+    const files = await openJobFolder(localDir, within);
+    try {
+      await this.send(jobId, location, files);
+    } finally {
+      await closeAll(files);
+    }
+    return files.map((f) => f.bytes);
+  }
+
+  private async send(jobId: string, location: string, files: readonly JobFile[]): Promise<void> {
     // Pages of files, then of part URLs, asked for as the upload goes: every answer stays far under the function
     // URL's 6 MB limit, and no URL is handed out long before it is used (they expire).
     for (let i = 0; i < files.length; i += UPLOAD_FILES_PER_CALL) {
@@ -236,7 +242,7 @@ export class AgentApiBlobs implements CheckpointBlobs {
       for (const t of targets) {
         const f = batch.find((b) => b.path === t.path)!;
         if ('url' in t) {
-          await transfer('PUT', t.url, { file: f.file, start: 0, bytes: f.bytes });
+          await transfer('PUT', t.url, { file: f, start: 0, bytes: f.bytes });
           continue;
         }
         const parts: { partNumber: number; etag: string }[] = [];
@@ -253,14 +259,13 @@ export class AgentApiBlobs implements CheckpointBlobs {
           for (let k = 0; k < urls.length; k++) {
             const n = first + k;
             const start = (n - 1) * t.partBytes;
-            const etag = await transfer('PUT', urls[k]!, { file: f.file, start, bytes: Math.min(t.partBytes, f.bytes - start) });
+            const etag = await transfer('PUT', urls[k]!, { file: f, start, bytes: Math.min(t.partBytes, f.bytes - start) });
             parts.push({ partNumber: n, etag: etag ?? '' });
           }
         }
         await this.api.call('checkpoint/finish-upload', { jobId, location, path: t.path, uploadId: t.uploadId, parts });
       }
     }
-    return files.map((f) => f.bytes);
   }
 
   async download(location: string, localDir: string): Promise<boolean> {
@@ -294,7 +299,7 @@ export class AgentApiBlobs implements CheckpointBlobs {
 function transfer(
   method: 'PUT' | 'GET',
   url: string,
-  body: { file: string; start: number; bytes: number } | { into: string },
+  body: { file: JobFile; start: number; bytes: number } | { into: string },
 ): Promise<string | undefined> {
   const where = new URL(url);
   const send = where.protocol === 'https:' ? httpsRequest : httpRequest;
@@ -330,8 +335,7 @@ function transfer(
       req.destroy(new CloudError('unavailable', `${method} ${where.host} timed out`, { operation: `checkpoint ${method}` })),
     );
     req.on('error', reject);
-    if ('file' in body && body.bytes > 0)
-      pipeline(createReadStream(body.file, { start: body.start, end: body.start + body.bytes - 1 }), req).catch(reject);
+    if ('file' in body && body.bytes > 0) pipeline(readStream(body.file, body.start, body.bytes), req).catch(reject);
     else req.end();
   });
 }

@@ -24,9 +24,12 @@ export class UploadWorker {
     private readonly concurrency = 2,
   ) {}
 
-  /** Copies `localDir` to `location`, retrying until `deadlineMs`. Never rejects: a failure is a result. */
-  upload(localDir: string, location: string, deadlineMs: number): Promise<UploadResult> {
-    const task = this.run(localDir, location, deadlineMs);
+  /**
+   * Copies `localDir` to `location`, retrying until `deadlineMs`; every file read must lie within
+   * `within` (the job's checkpoint folder). Never rejects: a failure is a result.
+   */
+  upload(localDir: string, location: string, deadlineMs: number, within = localDir): Promise<UploadResult> {
+    const task = this.run(localDir, location, deadlineMs, within);
     this.inFlight.add(task);
     void task.finally(() => this.inFlight.delete(task));
     return task;
@@ -45,7 +48,7 @@ export class UploadWorker {
     await Promise.all([...this.inFlight]);
   }
 
-  private async run(localDir: string, location: string, deadlineMs: number): Promise<UploadResult> {
+  private async run(localDir: string, location: string, deadlineMs: number, within: string): Promise<UploadResult> {
     await this.slot();
     const startedMs = this.clock.nowMs();
     let tries = 0;
@@ -54,7 +57,7 @@ export class UploadWorker {
       for (;;) {
         tries++;
         try {
-          const fileBytes = await this.blobs.upload(localDir, location);
+          const fileBytes = await this.blobs.upload(localDir, location, within);
           return { ok: true, tries, fileBytes };
         } catch (error) {
           last = messageOf(error);

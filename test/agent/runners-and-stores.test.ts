@@ -525,7 +525,7 @@ describe('checkpoint files', () => {
     writeFileSync(join(host, 'marker.json'), JSON.stringify({ path: 'step-2' }));
     mkdirSync(join(dir, 'step-2'));
     symlinkSync(join(host, 'marker.json'), join(dir, 'checkpoint.json'));
-    expect(await readMarker(dir)).toMatchObject({ ok: false, problem: expect.stringContaining('must be a regular file') });
+    expect(await readMarker(dir)).toMatchObject({ ok: false, problem: expect.stringContaining('checkpoint.json is a link') });
     // A link inside a real checkpoint folder is neither followed nor copied.
     writeFileSync(join(dir, 'step-2', 'weights.bin'), 'w');
     symlinkSync(join(host, 'id_rsa'), join(dir, 'step-2', 'key'));
