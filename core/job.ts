@@ -165,6 +165,17 @@ export function checkpointCompletion(
   return { kind: 'newest' };
 }
 
+/**
+ * The most progress a save of an attempt can believably hold: the progress the attempt resumed
+ * from at most (`resumedAtMostSec`, the newest complete save's), plus the seconds the attempt has
+ * held its machines since `attemptFromMs`, plus the clock skew allowed. A machine that claims more
+ * (a hostile one's 2^53 − 1 seconds) would make its save the newest for good, and every honest save
+ * after it would be refused as behind.
+ */
+export function progressCeilingSec(resumedAtMostSec: number, attemptFromMs: number, nowMs: number): number {
+  return Math.floor(resumedAtMostSec + Math.max(0, nowMs - attemptFromMs + CHECKPOINT_CLOCK_SKEW_MS) / 1000);
+}
+
 /** How long a live job keeps the save its newest one replaced (a second resume point, should the newest prove bad). */
 export const PREVIOUS_SAVE_KEPT_MS = 3_600_000;
 /** How long an object of no save recorded complete is kept: a save under way, or one whose completion is not recorded yet. */

@@ -1,6 +1,6 @@
 import { GpuFleetError } from '../errors.ts';
 import { gpuUseProblem } from '../gpu-use.ts';
-import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent, type SaveMeter } from '../job.ts';
+import { finishCancel, progressCeilingSec, transition, type CheckpointRef, type Job, type JobEvent, type SaveMeter } from '../job.ts';
 import { saveSizeProblem, siteOfOffering } from '../bytes.ts';
 import type { CheckpointHistory, CheckpointStore, Clock, FrontDoor, JobStore, NodeStore, ServiceStore } from '../ports.ts';
 import { SERVICE_LABEL } from '../serving/service.ts';
@@ -405,10 +405,20 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
       if (!Number.isSafeInteger(ref.progressSec) || ref.progressSec < 0)
         refuse(`the checkpoint at ${ref.location} gives progress ${ref.progressSec}; it must be a whole number of seconds, 0 or more`);
       // The attempt's machines in rank order: its placement now, or its holding once it ended.
-      const held =
-        job.attempt === attempt && job.placement
-          ? job.placement.nodes.map((n) => n.nodeId)
-          : (job.heldAttempts ?? []).find((h) => h.attempt === attempt)!.nodes.map((n) => n.nodeId);
+      const ended = (job.heldAttempts ?? []).find((h) => h.attempt === attempt);
+      const live = job.attempt === attempt && job.placement !== undefined;
+      const held = live ? job.placement!.nodes.map((n) => n.nodeId) : ended!.nodes.map((n) => n.nodeId);
+      // Progress no attempt could have made is refused, and the newest honest save stays the newest.
+      const newest = await stores.checkpoints.latest(job.id);
+      const ceiling = progressCeilingSec(
+        Math.max(newest?.progressSec ?? 0, job.checkpoint?.progressSec ?? 0),
+        (live ? (job.placedAtMs ?? job.startedAtMs) : ended?.fromMs) ?? job.submittedAtMs,
+        now,
+      );
+      if (ref.progressSec > ceiling)
+        refuse(
+          `the checkpoint at ${ref.location} claims ${ref.progressSec} s of progress; attempt ${attempt} can have made at most ${ceiling} s (its newest complete save's, plus the time it has run)`,
+        );
       if (held[rank] !== nodeId) refuse(`machine ${nodeId} is not rank ${rank} of attempt ${attempt} of job ${job.id}`);
       if ((ref.ranks ?? 1) !== held.length)
         refuse(

@@ -306,6 +306,26 @@ describe('the stores as one machine’s agent sees them (agentView)', () => {
     expect(await stores.checkpoints.latest('nlp.j1')).toEqual(part);
   });
 
+  it('refuses progress the attempt cannot have made, and the newest honest save stays the newest', async () => {
+    const { as, stores } = await world();
+    // Placed 600 s ago, resumed from nothing: at most 600 s of work, plus the 300 s of clock skew allowed.
+    const part = cp(2, T - 100);
+    for (const progressSec of [Number.MAX_SAFE_INTEGER, 901])
+      await expect(
+        as(N0).checkpoints.markComplete({ ...part, location: `${folder('nlp.j1', 2)}lie-${progressSec}/`, progressSec }, 0),
+      ).rejects.toThrow(`claims ${progressSec} s of progress; attempt 2 can have made at most 900 s`);
+    expect(await stores.checkpoints.latest('nlp.j1')).toBeUndefined();
+    expect(await as(N0).checkpoints.markComplete(part, 0)).toBe(false);
+    expect(await as(N1).checkpoints.markComplete(part, 1)).toBe(true);
+    // The honest save (900 s) is the newest; a later claim is bounded from it: 900 + 600 + 300.
+    const later = { ...part, location: `${folder('nlp.j1', 2)}step-10/` };
+    await expect(as(N0).checkpoints.markComplete({ ...later, progressSec: 1801 }, 0)).rejects.toThrow(/at most 1800 s/);
+    expect(await stores.checkpoints.latest('nlp.j1')).toEqual(part);
+    expect(await as(N0).checkpoints.markComplete({ ...later, progressSec: 1500 }, 0)).toBe(false);
+    expect(await as(N1).checkpoints.markComplete({ ...later, progressSec: 1500 }, 1)).toBe(true);
+    expect((await stores.checkpoints.latest('nlp.j1'))!.progressSec).toBe(1500);
+  });
+
   it('bills a save’s bytes to the job’s team and project from the records, from the machine’s site, never from the call', async () => {
     const { as, stores } = await world({ project: 'llm-7b' });
     for (const [n, zone] of [
