@@ -1,3 +1,4 @@
+import { parseTree, type Node as JsonNode } from 'jsonc-parser';
 import * as z from 'zod/mini';
 import { GPU_MODELS, modelsNamedBy } from './gpu.ts';
 import { migProfileProblem } from './mig.ts';
@@ -399,8 +400,34 @@ function describeIssue(issue: z.core.$ZodIssue, input: unknown): string {
   } else if (issue.code === 'invalid_type' && issue.input === undefined) {
     message = `is required; ${issue.message}`;
   }
-  const got = 'input' in issue && issue.input !== undefined && issue.code !== 'unrecognized_keys' ? `; got ${shortJson(issue.input)}` : '';
+  // An environment value may be a secret: an error names where it is wrong, never what it holds (names are not secret).
+  const secret = issue.path[0] === 'env' && issue.code !== 'invalid_key';
+  const got =
+    'input' in issue && issue.input !== undefined && issue.code !== 'unrecognized_keys' && !secret ? `; got ${shortJson(issue.input)}` : '';
   return `${where}: ${message}${got}`;
+}
+
+/** The most of a rejected submission's body its record keeps. */
+export const REJECTED_BODY_KEPT = 16_384;
+
+/**
+ * A submitted body as a rejected job's record keeps it: every value under a top-level `env`
+ * replaced by how long it was (the names stay), found by a tolerant parse so a body that is not
+ * quite JSON is redacted too, then cut at {@link REJECTED_BODY_KEPT} characters. The same body
+ * always gives the same text, so a repeated submission is recognised by it.
+ */
+export function rejectedBody(body: string): string {
+  const root = parseTree(body, [], { allowTrailingComma: true, disallowComments: false });
+  const env = root?.type === 'object' ? root.children?.find((p) => p.children?.[0]?.value === 'env')?.children?.[1] : undefined;
+  const spans: JsonNode[] = [];
+  if (env?.type === 'object') for (const p of env.children ?? []) if (p.children?.[1]) spans.push(p.children[1]);
+  if (env && env.type !== 'object') spans.push(env);
+  let out = body;
+  for (const v of spans.sort((a, b) => b.offset - a.offset)) {
+    const n = typeof v.value === 'string' ? v.value.length : v.length;
+    out = `${out.slice(0, v.offset)}"(${n} character${n === 1 ? '' : 's'}, not kept)"${out.slice(v.offset + v.length)}`;
+  }
+  return out.length > REJECTED_BODY_KEPT ? `${out.slice(0, REJECTED_BODY_KEPT)}…` : out;
 }
 
 function shortJson(value: unknown): string {

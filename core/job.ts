@@ -1,11 +1,10 @@
 import { logDeleted, logSave, type ByteLog, type SaveOwner, type SaveRecord, type SaveSize, type Site } from './bytes.ts';
 import type { CapacityType } from './catalog.ts';
-import type { JobSpec } from './job-spec.ts';
+import { rejectedBody, type JobSpec } from './job-spec.ts';
 import { milliGpusUsed, type GpuRequest } from './gpu.ts';
 import { GPU_USE_KEPT, type AttemptGpuUse } from './gpu-use.ts';
-import type { SaveCadence } from './save-price.ts';
 import { GpuFleetError } from './errors.ts';
-import { costForDuration } from './money.ts';
+import { costForDuration, type MicroUsd } from './money.ts';
 import type { Reason, ReasonCode } from './reason.ts';
 
 /**
@@ -52,6 +51,17 @@ export function assignmentMilliGpu(a: NodeAssignment): number {
   if (a.share) return a.share.milliGpu;
   if (a.mig) return milliGpusUsed({ kind: 'mig', profile: a.mig.profile });
   return a.gpuIndices.length * 1000;
+}
+
+/** How often an attempt is asked to save, as the planner chose it where it placed the attempt (core/save-price.ts). */
+export interface SaveCadence {
+  /** Seconds between saves asked of the job. */
+  readonly everySec: number;
+  /** What the decision used: take-backs per hour on the attempt's capacity, and a save's price at the cadence chosen. */
+  readonly hazardPerHour: number;
+  readonly savePriceMicroUsd: MicroUsd;
+  /** Why this cadence: the job's own longest gap, the best trade of save price against lost work, or the shortest allowed. */
+  readonly by: 'longest' | 'price' | 'shortest';
 }
 
 export interface Placement {
@@ -654,7 +664,7 @@ export function newRejectedJob(input: Omit<NewJob, 'spec'> & { errors: readonly 
     queuedAtMs: input.submittedAtMs,
     waitedMs: 0,
     interruptions: 0,
-    rejection: { errors: input.errors, body: input.body.length > 16_384 ? `${input.body.slice(0, 16_384)}…` : input.body },
+    rejection: { errors: input.errors, body: rejectedBody(input.body) },
     endedAtMs: input.submittedAtMs,
   };
 }

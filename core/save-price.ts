@@ -9,7 +9,9 @@ import {
   type SaveSize,
   type Site,
 } from './bytes.ts';
-import { PREVIOUS_SAVE_KEPT_MS } from './job.ts';
+import { PREVIOUS_SAVE_KEPT_MS, type SaveCadence } from './job.ts';
+
+export type { SaveCadence };
 import type { MicroUsd } from './money.ts';
 
 /**
@@ -91,16 +93,6 @@ export function savePrice(i: SavePriceInput): SavePrice {
   const bytes = priceBytes(usage, i.rates);
   const stallMicroUsd = Math.round((Math.max(0, i.stallSec) * Math.max(0, i.gpuMicroUsdPerHour)) / 3600);
   return { stallMicroUsd, bytes, keptSec, totalMicroUsd: stallMicroUsd + bytes.totalMicroUsd };
-}
-
-export interface SaveCadence {
-  /** Seconds between saves asked of the job. */
-  readonly everySec: number;
-  /** What the decision used: take-backs per hour on the attempt's capacity, and a save's price at the cadence chosen. */
-  readonly hazardPerHour: number;
-  readonly savePriceMicroUsd: MicroUsd;
-  /** Why this cadence: the job's own longest gap, the best trade of save price against lost work, or the shortest allowed. */
-  readonly by: 'longest' | 'price' | 'shortest';
 }
 
 /**

@@ -1,6 +1,6 @@
 import { isValidTeamId } from '../budget.ts';
 import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
-import { checkJobSpec, type JobSpec } from '../job-spec.ts';
+import { checkJobSpec, rejectedBody, type JobSpec } from '../job-spec.ts';
 import type { Clock, FleetShape, JobStore, NodeGroupProvider, ServiceStore } from '../ports.ts';
 import { ConflictError, messageOf, parseJson } from '../errors.ts';
 import { newServiceRecord, type ServiceRecord } from '../serving/service.ts';
@@ -142,7 +142,9 @@ export function repeated(stored: Job, message: IntakeMessage, spec: JobSpec | un
   // A job right-sizing gave another shape is compared with what was submitted.
   const submitted = stored.rightsize?.applied ? { ...stored.spec, gpu: stored.rightsize.from } : stored.spec;
   const same =
-    stored.state === 'rejected' ? stored.rejection?.body === message.body : spec !== undefined && canonical(submitted) === canonical(spec);
+    stored.state === 'rejected'
+      ? stored.rejection?.body === rejectedBody(message.body)
+      : spec !== undefined && canonical(submitted) === canonical(spec);
   if (same) return { outcome: 'duplicate', job: stored };
   return {
     outcome: 'token-reused',

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { checkJobSpec } from '../../core/job-spec.ts';
+import { checkJobSpec, REJECTED_BODY_KEPT, rejectedBody } from '../../core/job-spec.ts';
 
 const valid = {
   image: 'pytorch/pytorch:2.3.0-cuda12.1',
@@ -182,5 +182,24 @@ describe('a service in the spec', () => {
     );
     // A service scaled on another figure may state any throughput.
     expect(withObjective({ waitSec: 1, replicaRps: 1 }, [{ metric: 'waiting-requests', perReplica: 6 }]).ok).toBe(true);
+  });
+});
+
+describe('the body a rejected job keeps (rejectedBody)', () => {
+  it('keeps the names of the environment, never its values, also in a body that is not quite JSON', () => {
+    expect(rejectedBody('{"image":"x","env":{"TOKEN":"hunter2","N":12345}}')).toBe(
+      '{"image":"x","env":{"TOKEN":"(7 characters, not kept)","N":"(5 characters, not kept)"}}',
+    );
+    // A missing brace and a trailing comma: the tolerant parse still finds the values.
+    expect(rejectedBody('{"env": {"TOKEN": "hunter2",}, "gpu": ')).toBe('{"env": {"TOKEN": "(7 characters, not kept)",}, "gpu": ');
+    expect(rejectedBody('{"env": "TOKEN=hunter2"}')).toBe('{"env": "(13 characters, not kept)"}');
+    expect(rejectedBody('not json at all')).toBe('not json at all');
+  });
+
+  it('cuts a long body the same way every time, so a redelivery is known as the same submission', () => {
+    const long = JSON.stringify({ image: 'x', command: ['a'.repeat(20_000)], env: { K: 'secret' } });
+    expect(rejectedBody(long)).toHaveLength(REJECTED_BODY_KEPT + 1);
+    expect(rejectedBody(long)).toBe(rejectedBody(long));
+    expect(rejectedBody(long)).not.toContain('secret');
   });
 });

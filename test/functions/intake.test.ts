@@ -1,3 +1,4 @@
+import { Logger } from '@aws-lambda-powertools/logger';
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
 import { CloudError } from '../../core/errors.ts';
@@ -27,7 +28,7 @@ function record(id: string, body: string, extra: Partial<SQSRecord> = {}): SQSRe
   };
 }
 
-function setup(jobs: JobStore = new MemoryJobStore(), services?: MemoryServiceStore) {
+function setup(jobs: JobStore = new MemoryJobStore(), services?: MemoryServiceStore, obs = observability('intake-test')) {
   const dead: Parameters<DeadLetter['send']>[0][] = [];
   const handler = createIntakeHandler({
     jobs,
@@ -35,7 +36,7 @@ function setup(jobs: JobStore = new MemoryJobStore(), services?: MemoryServiceSt
     clock: new VirtualClock(T0),
     deadLetter: { send: async (m) => void dead.push(m) },
     teamOfQueue: teamFromQueueArn('gpu-fleet-team-'),
-    obs: observability('intake-test'),
+    obs,
     timeoutEarlyInMillis: 0,
   });
   return { handler, dead, jobs };
@@ -52,6 +53,49 @@ describe('intake function', () => {
       rejection: { errors: expect.arrayContaining([expect.stringContaining('command: is required')]) },
     });
     expect((await jobs.get('nlp.m3'))!.rejection!.errors[0]).toContain('not valid JSON');
+  });
+
+  it('echoes no environment value of a bad spec: not in its errors, its stored record or the log (the names may)', async () => {
+    // The function's own logger, at every level (the suite silences logs otherwise).
+    const { handler, jobs } = setup(new MemoryJobStore(), undefined, {
+      ...observability('intake-test'),
+      logger: new Logger({ serviceName: 'intake-test', logLevel: 'DEBUG' }),
+    });
+    const body = JSON.stringify({
+      image: 'pytorch/pytorch:2.3.0',
+      command: ['python', 'train.py'],
+      gpu: { kind: 'whole', count: 1 },
+      env: { API_TOKEN: 'sk-live-S3CRET-ONE\nmore', '1BAD_NAME': 'sk-live-S3CRET-TWO', NUMBER: 987654321, GOOD: 'sk-live-S3CRET-THREE' },
+    });
+    // Everything the process writes while the function runs (its log lines), kept here instead of printed.
+    const written: string[] = [];
+    const [out, err] = [process.stdout.write, process.stderr.write];
+    const capture = ((chunk: string | Uint8Array) => written.push(String(chunk)) > 0) as typeof process.stdout.write;
+    process.stdout.write = capture;
+    process.stderr.write = capture;
+    try {
+      await handler({ Records: [record('m1', body)] }, lambdaContext());
+      // Delivered again: still recognised as the same submission, though its record keeps no values.
+      await handler({ Records: [record('m1', body)] }, lambdaContext());
+    } finally {
+      process.stdout.write = out;
+      process.stderr.write = err;
+    }
+    const job = (await jobs.get('nlp.m1'))!;
+    expect(job.state).toBe('rejected');
+    expect(job.rejection!.errors).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^env\.API_TOKEN: environment values may not contain line breaks/),
+        expect.stringMatching(/^env\.1BAD_NAME: environment variable names are letters/),
+        expect.stringMatching(/^env\.NUMBER: /),
+      ]),
+    );
+    expect(job.rejection!.body).toContain('"API_TOKEN":"(23 characters, not kept)"');
+    expect(job.version).toBe(1);
+    const everything = JSON.stringify(job) + written.join('');
+    expect(written.join('')).toContain('job rejected');
+    for (const secret of ['S3CRET', '987654321']) expect(everything).not.toContain(secret);
+    expect(everything).toContain('API_TOKEN');
   });
 
   it('makes one job of a message delivered twice, and of two messages with the same idempotency token', async () => {
