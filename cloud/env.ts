@@ -1,6 +1,7 @@
 import type { ReservationSelectorTerm } from './aws/ec2-reservations.ts';
 import type { DiscountPlan } from '../core/discounts.ts';
 import { parseUsd } from '../core/money.ts';
+import { isValidTeamId } from '../core/budget.ts';
 import { S3_PATHS, type NetworkLayout, type S3Path } from '../core/bytes.ts';
 import { ConfigError } from '../core/errors.ts';
 import '../core/schema.ts';
@@ -77,6 +78,7 @@ export const FLEET_VARIABLES = {
     'how machines reach the checkpoint bucket, JSON: {"s3Path": "gateway-endpoint" | "nat" | "interface-endpoint", "natZones": ["us-east-1a", …]} (default: nat)',
   GPU_FLEET_DISCOUNTS:
     'Savings Plans / RIs per instance family, JSON: [{"family": "p4d", "discountPct": 40, "commitmentUsdPerHour": 30, "name": "sp-…"}]',
+  GPU_FLEET_HOST_NETWORK_SHARING: 'pairs of teams whose host-network work may share a machine, JSON: [["nlp", "speech"]] (default: none)',
   GPU_FLEET_RESERVATION_SELECTOR:
     'capacity reservations gpu-fleet may use, JSON: [{"id": "cr-…"}, {"tags": {"team": "nlp"}}] (default: tagged gpu-fleet:managed=true)',
 } as const;
@@ -181,6 +183,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
   const reservationSelector = readReservationSelector(present, problems);
   const discounts = readDiscounts(present, problems);
   const network = readNetwork(present, problems);
+  const hostNetworkSharing = readHostNetworkSharing(present, problems);
   if (problems.length > 0) throw new ConfigError('the environment', problems, { what: 'gpu-fleet environment' });
   const e = parsed.data!;
   const num = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Number(v));
@@ -205,6 +208,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
       idleCooldownSec: num(e.GPU_FLEET_IDLE_COOLDOWN_SEC, DEFAULT_POLICY.idleCooldownSec),
       noticeMarginSec: num(e.GPU_FLEET_NOTICE_MARGIN_SEC, DEFAULT_POLICY.noticeMarginSec),
       spotPatienceSec: num(e.GPU_FLEET_SPOT_PATIENCE_SEC, DEFAULT_POLICY.spotPatienceSec),
+      ...(hostNetworkSharing ? { hostNetworkSharing } : {}),
     },
     ...(gcp
       ? { gcp: { projects: gcp, ...(e.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: e.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}) } }
@@ -326,6 +330,20 @@ function readNetwork(present: Record<string, string>, problems: string[]): Netwo
   else if (extra.length > 0) problems.push(`GPU_FLEET_NETWORK: unknown key(s) ${extra.join(', ')}; allowed: s3Path, natZones`);
   else return { s3Path: s3Path as S3Path, natZones: natZones as string[] };
   return UNSTATED_NETWORK;
+}
+
+/** Pairs of teams whose host-network work may share a machine, each a pair of two different team ids. */
+function readHostNetworkSharing(present: Record<string, string>, problems: string[]): [string, string][] | undefined {
+  const example = 'e.g. [["nlp","speech"]]';
+  const read = readJsonVar(present, 'GPU_FLEET_HOST_NETWORK_SHARING', example, problems);
+  if (!read) return undefined;
+  const ok = (p: unknown): p is [string, string] =>
+    Array.isArray(p) && p.length === 2 && p.every((x) => typeof x === 'string' && isValidTeamId(x)) && p[0] !== p[1];
+  if (!Array.isArray(read.json) || !read.json.every(ok)) {
+    problems.push(`GPU_FLEET_HOST_NETWORK_SHARING must be a JSON list of pairs of two different team ids, ${example}`);
+    return undefined;
+  }
+  return read.json;
 }
 
 /** Service id → target group ARN, each checked; a bad entry is named with what is allowed. */

@@ -75,6 +75,12 @@ export interface Policy {
    */
   readonly drainHookName: string;
   readonly drainHookTimeoutSec: number;
+  /**
+   * Pairs of teams whose host-network work may share a machine (the fleet config's
+   * `hostNetworkSharing`). Any other two teams' host-network jobs never do: a container on the
+   * machine's own network reaches what the machine reaches and listens where it listens.
+   */
+  readonly hostNetworkSharing?: readonly (readonly [string, string])[];
 }
 
 export const DEFAULT_POLICY: Policy = {

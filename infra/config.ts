@@ -384,6 +384,15 @@ export const ConfigSchema = z
       .refine((ds) => new Set(ds.map((d) => d.family)).size === ds.length, { error: 'give one plan per instance family' })
       .optional(),
     /**
+     * Pairs of teams whose host-network work (gang ranks, service replicas) may share a machine.
+     * Any other two teams' host-network jobs never do: a container on the machine's own network
+     * reaches what the machine reaches. Default: none.
+     */
+    hostNetworkSharing: z
+      .array(z.tuple([z.string(), z.string()]), { error: 'must be a list of team pairs, e.g. [["nlp", "speech"]]' })
+      .max(200)
+      .optional(),
+    /**
      * Which capacity reservations gpu-fleet reads (beside those its reserved groups launch into), as
      * Karpenter's capacityReservationSelectorTerms: any term matches, a reservation id or every tag
      * of a term. Default: those tagged gpu-fleet:managed=true.
@@ -567,6 +576,19 @@ export const ConfigSchema = z
         ctx.addIssue({ code: 'custom', path: ['teams', i, 'name'], message: 'team names must be unique', input: t.name });
       teams.add(t.name);
     });
+    // A pair of teams sharing host-network machines names two different teams the config has.
+    (c.hostNetworkSharing ?? []).forEach(([a, b], i) => {
+      for (const [k, team] of [a, b].entries())
+        if (!teams.has(team))
+          ctx.addIssue({
+            code: 'custom',
+            path: ['hostNetworkSharing', i, k],
+            message: `team "${team}" is not in teams (${[...teams].join(', ')})`,
+            input: team,
+          });
+      if (a === b)
+        ctx.addIssue({ code: 'custom', path: ['hostNetworkSharing', i], message: 'a pair names two different teams', input: [a, b] });
+    });
     // A service belongs to a team (team.name): one the config does not have has no queue to take its spec, and no budget.
     const known = [...teams].join(', ');
     const teamOf = (id: string) => id.split('.')[0]!;
@@ -654,6 +676,8 @@ describeFields(ConfigSchema, {
   dcgmExporterUrl: "the machines' own dcgm-exporter, read for the utilisation of MIG slices",
   jobLogs: "the jobs' output in CloudWatch Logs",
   'jobLogs.retentionDays': 'how long it is kept',
+  hostNetworkSharing:
+    "pairs of teams whose host-network work (gang ranks, service replicas) may share a machine (default: none; each team's alone)",
   discounts: 'Savings Plans and Reserved Instances, declared per instance family (not read from the account)',
   'discounts[].family': 'the instance family (the part of the type before the dot)',
   'discounts[].discountPct': 'the discount on the on-demand price',

@@ -257,6 +257,7 @@ export class GpuFleetStack extends Stack {
       ...(config.reservations ? { GPU_FLEET_RESERVATION_SELECTOR: JSON.stringify(config.reservations.selector) } : {}),
       // Savings Plans and RIs as declared: reconcile prices on-demand usage with them.
       ...(config.discounts ? { GPU_FLEET_DISCOUNTS: JSON.stringify(config.discounts) } : {}),
+      ...(config.hostNetworkSharing?.length ? { GPU_FLEET_HOST_NETWORK_SHARING: JSON.stringify(config.hostNetworkSharing) } : {}),
     };
     const reconcile = this.fn('reconcile', {
       memoryMb: 1769,

@@ -78,7 +78,7 @@ export function landMovesToSpot(st: PlanningState, removed: ReadonlySet<string>)
       left.push(c);
       continue;
     }
-    commitFit(ready.node, ready.assignment);
+    commitFit(ready.node, ready.assignment, entry.cls.wall?.team);
     st.ready.update(ready.node);
     actions.push({
       kind: 'preempt',
@@ -107,7 +107,7 @@ export function prepareMovesToSpot(st: PlanningState, left: readonly Candidate[]
     const machine = newMachine(info, gs.group.id, `planned:${gs.group.id}:${st.plannedCount++}`, 'planned');
     const assignment = tryFit(machine, c.entry.cls.request, c.entry.cls.ports);
     if (!assignment) continue;
-    commitFit(machine, assignment);
+    commitFit(machine, assignment, c.entry.cls.wall?.team);
     gs.added.push(machine);
     gs.room--;
     st.planned.add(machine);
@@ -123,7 +123,7 @@ function counted(st: PlanningState, entry: Entry): boolean {
   for (const index of [st.booting, st.planned]) {
     const fit = findFits(st, index, entry, undefined, isSpot)?.[0];
     if (!fit) continue;
-    commitFit(fit.node, fit.assignment);
+    commitFit(fit.node, fit.assignment, entry.cls.wall?.team);
     index.update(fit.node);
     return true;
   }

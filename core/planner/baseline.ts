@@ -9,8 +9,10 @@ import { reason } from '../reason.ts';
 import { earlierAttemptsOnMachines } from './classification.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { reservationRoom } from '../reservation.ts';
-import type { Snapshot } from '../snapshot.ts';
+import type { Policy, Snapshot } from '../snapshot.ts';
 import {
+  hostNetTeamOf,
+  hostNetWall,
   commitFit,
   countFreeWhole,
   isEmpty,
@@ -67,7 +69,7 @@ export function planBaseline(snapshot: Snapshot): Plan {
   }
   for (const job of s.activeJobs)
     for (const a of job.placement?.nodes ?? [])
-      if (byId.has(a.nodeId)) commitFit(byId.get(a.nodeId)!, a.ports ? a : { ...a, ports: hostPortsOf(job.spec) });
+      if (byId.has(a.nodeId)) commitFit(byId.get(a.nodeId)!, a.ports ? a : { ...a, ports: hostPortsOf(job.spec) }, hostNetTeamOf(job));
 
   const reservationByOffering = new Map(s.groups.flatMap((g) => g.offerings.map((o) => [offeringId(o), o.reservationId] as const)));
   const reservationOf = (id: string) => reservationByOffering.get(id);
@@ -108,10 +110,10 @@ export function planBaseline(snapshot: Snapshot): Plan {
       );
     };
     const usable = (n: NodeCapacity) => capacityOk(n.capacityType) && placementOk(n);
-    const found = firstFit(nodes, job, usable);
+    const found = firstFit(nodes, job, usable, s.policy.hostNetworkSharing);
     if (found) {
       const fits = withRendezvousPort(found);
-      fits.forEach((f) => commitFit(f.node, f.assignment));
+      fits.forEach((f) => commitFit(f.node, f.assignment, hostNetTeamOf(job)));
       const node = fits[0]!.node;
       if (node.kind === 'planned') {
         expectedExtra += extraFor(node, job);
@@ -181,8 +183,9 @@ export function planBaseline(snapshot: Snapshot): Plan {
         gpus,
         freeWhole: countFreeWhole(gpus),
         ports: [],
+        hostNetTeams: [],
       };
-      commitFit(node, tryFit(node, job.spec.gpu, hostPortsOf(job.spec))!);
+      commitFit(node, tryFit(node, job.spec.gpu, hostPortsOf(job.spec))!, hostNetTeamOf(job));
       nodes.push(node);
       opened.push(node);
       expectedExtra += extraFor(node, job, 1 / job.spec.nodes);
@@ -245,14 +248,17 @@ function firstFit(
   nodes: readonly NodeCapacity[],
   job: Job,
   usable: (n: NodeCapacity) => boolean,
+  hostNetworkSharing: Policy['hostNetworkSharing'],
 ): { node: NodeCapacity; assignment: NodeAssignment }[] | undefined {
   const g = job.spec.gpu;
   const ports = hostPortsOf(job.spec);
+  const team = hostNetTeamOf(job);
+  const wall = team !== undefined ? hostNetWall(team, hostNetworkSharing) : undefined;
   const mightFit = (n: NodeCapacity) => (g.kind === 'whole' ? n.freeWhole >= g.count : !isFull(n)) && usable(n);
   if (job.spec.nodes === 1) {
     for (const node of nodes) {
       if (!mightFit(node)) continue;
-      const assignment = tryFit(node, g, ports);
+      const assignment = tryFit(node, g, ports, wall);
       if (assignment) return [{ node, assignment }];
     }
     return undefined;
@@ -260,7 +266,7 @@ function firstFit(
   const byZone = new Map<string, { node: NodeCapacity; assignment: NodeAssignment }[]>();
   for (const node of nodes) {
     if (!mightFit(node)) continue;
-    const assignment = tryFit(node, g, ports);
+    const assignment = tryFit(node, g, ports, wall);
     if (!assignment) continue;
     const list = byZone.get(node.zone) ?? [];
     list.push({ node, assignment });

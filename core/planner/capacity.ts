@@ -1,8 +1,8 @@
 import type { InstanceType, InstanceTypeCatalog, Offering } from '../catalog.ts';
 import type { Instance, NodeGroup } from '../fleet.ts';
-import type { JobSpec } from '../job-spec.ts';
+import { containerSettings, type JobSpec } from '../job-spec.ts';
 import { gpuModelMatches, type GpuModel, type GpuRequest } from '../gpu.ts';
-import type { NodeAssignment } from '../job.ts';
+import type { Job, NodeAssignment } from '../job.ts';
 import { bestStart, MIG_GPUS, migProfile, placementMask, type MigState } from '../mig.ts';
 
 /**
@@ -40,6 +40,8 @@ export interface NodeCapacity extends Pick<Instance, 'id' | 'groupId' | 'cloud' 
    * gang leaders' rendezvous ports): a job that needs one of them does not fit here. Kept by {@link commitFit}.
    */
   readonly ports: number[];
+  /** Teams whose work runs here on the machine's own network (a service replica, a gang rank). Kept by {@link commitFit}. */
+  readonly hostNetTeams: string[];
   /** Container images its agent says it holds (a live machine's, as reported); a replica of one starts here without its pull. */
   readonly images?: readonly string[];
 }
@@ -47,6 +49,38 @@ export interface NodeCapacity extends Pick<Instance, 'id' | 'groupId' | 'cloud' 
 /** The first rendezvous port a gang leader's machine gives (torch.distributed's default MASTER_PORT), and how many follow it. */
 export const RENDEZVOUS_PORT_BASE = 29_500;
 export const RENDEZVOUS_PORTS = 500;
+
+/**
+ * The wall between teams' host-network work: a job on the machine's own network, of `team`, goes
+ * only where every other host-network job is its own team's or of a team in `sharesWith` (the
+ * pairs the fleet config allows).
+ */
+export interface HostNetWall {
+  readonly team: string;
+  readonly sharesWith: ReadonlySet<string>;
+}
+
+/** The wall of a job of `team` on the host's network, from the policy's pairs. */
+export function hostNetWall(team: string, pairs: readonly (readonly [string, string])[] = []): HostNetWall {
+  const sharesWith = new Set<string>();
+  for (const [a, b] of pairs) {
+    if (a === team) sharesWith.add(b);
+    if (b === team) sharesWith.add(a);
+  }
+  return { team, sharesWith };
+}
+
+/** The team whose side of the wall a job is on: its own when it runs on the host's network (a service, a gang), else none. */
+export function hostNetTeamOf(job: Pick<Job, 'team' | 'spec'>): string | undefined {
+  return containerSettings(job.spec).network === 'host' ? job.team : undefined;
+}
+
+/** Whether a job behind `wall` (none: it is not on the host's network) may share the node with its host-network work. */
+export function wallAllows(node: Pick<NodeCapacity, 'hostNetTeams'>, wall: HostNetWall | undefined): boolean {
+  if (!wall) return true;
+  for (const t of node.hostNetTeams) if (t !== wall.team && !wall.sharesWith.has(t)) return false;
+  return true;
+}
 
 /** Whether none of `ports` is taken on the node. */
 export function portsFree(node: Pick<NodeCapacity, 'ports'>, ports: readonly number[]): boolean {
@@ -239,7 +273,13 @@ function unmetRequirements(
  * free indices; a share takes the GPU it fills best; a MIG slice takes the GPU already most used,
  * at the placement that keeps the most room for later slices.
  */
-export function tryFit(node: NodeCapacity, request: GpuRequest, ports: readonly number[] = NO_PORTS): NodeAssignment | undefined {
+export function tryFit(
+  node: NodeCapacity,
+  request: GpuRequest,
+  ports: readonly number[] = NO_PORTS,
+  wall?: HostNetWall,
+): NodeAssignment | undefined {
+  if (!wallAllows(node, wall)) return undefined;
   if (ports.length === 0) return fitGpus(node, request);
   if (!portsFree(node, ports)) return undefined;
   const a = fitGpus(node, request);
@@ -289,9 +329,13 @@ function fitGpus(node: NodeCapacity, request: GpuRequest): NodeAssignment | unde
   }
 }
 
-/** Takes the capacity an assignment from {@link tryFit} (or an existing placement) uses: its GPUs, and its ports. */
-export function commitFit(node: NodeCapacity, assignment: NodeAssignment): void {
+/**
+ * Takes the capacity an assignment from {@link tryFit} (or an existing placement) uses: its GPUs,
+ * its ports, and, for work on the host's network, its team's side of the wall.
+ */
+export function commitFit(node: NodeCapacity, assignment: NodeAssignment, hostNetTeam?: string): void {
   if (assignment.ports) node.ports.push(...assignment.ports);
+  if (hostNetTeam !== undefined && !node.hostNetTeams.includes(hostNetTeam)) node.hostNetTeams.push(hostNetTeam);
   for (const index of assignment.gpuIndices) {
     const g = node.gpus[index]?.index === index ? node.gpus[index] : node.gpus.find((s) => s.index === index);
     if (!g) continue;

@@ -12,7 +12,7 @@ import { milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
 import { hostPortsOf } from '../job-spec.ts';
 import { reason, type Reason } from '../reason.ts';
-import { placementAllowed, typeCanHold, usedMilli, whyNoGroupHolds } from './capacity.ts';
+import { hostNetTeamOf, hostNetWall, placementAllowed, typeCanHold, usedMilli, whyNoGroupHolds } from './capacity.ts';
 import { budgetMessage, teamBudget } from './limits.ts';
 import { fairShareOrder } from './ordering.ts';
 import { budgetHeld, noGroupOffers, noOfferingFits, previousAttemptStillRuns, providerDegraded, spotOnlyBudget } from './reasons.ts';
@@ -153,7 +153,9 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
     ? `${spec.placement.clouds?.join('+') ?? ''}/${spec.placement.regions?.join('+') ?? ''}/${spec.placement.zones?.join('+') ?? ''}`
     : '';
   const ports = hostPortsOf(spec);
-  const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}${spec.service ? '|service' : ''}${ports.length > 0 ? `|ports:${ports.join('+')}` : ''}`;
+  // Work on the host's network is its team's class: the wall between teams depends on the team.
+  const wallTeam = hostNetTeamOf(job);
+  const key = `${shape}|${g.models?.join('+') ?? ''}|${spec.nodes}|${capacity}|${where}|${spec.checkpoint?.intervalSec ?? 0}|${workBucket}${spec.service ? '|service' : ''}${ports.length > 0 ? `|ports:${ports.join('+')}` : ''}${wallTeam !== undefined ? `|hostnet:${wallTeam}` : ''}`;
   const cached = st.classes.get(key);
   if (cached) return cached;
   const eligible = new Map<string, number>();
@@ -225,6 +227,7 @@ export function classOf(st: PlanningState, job: Job, capacity: CapacityChoice): 
     nodes: spec.nodes,
     milli: milliGpusUsed(spec.gpu),
     ports,
+    ...(wallTeam !== undefined ? { wall: hostNetWall(wallTeam, s.policy.hostNetworkSharing) } : {}),
     eligible,
     ...(noFit ? { noFit } : {}),
   };

@@ -9,7 +9,7 @@
 import { hostPortsOf } from '../job-spec.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { PlanAction } from '../plan.ts';
-import { commitFit, isEmpty, tryFit, usedMilli, type NodeCapacity } from './capacity.ts';
+import { commitFit, hostNetTeamOf, hostNetWall, isEmpty, tryFit, usedMilli, type NodeCapacity } from './capacity.ts';
 import { consolidated } from './reasons.ts';
 import { lostWorkSec, shareOf, workLeftSec, type PlanningState } from './state.ts';
 
@@ -37,12 +37,14 @@ export function consolidate(st: PlanningState, removed: ReadonlySet<string>): Pl
     let allFit = true;
     for (const h of holders) {
       const ports = hostPortsOf(h.job.spec);
-      const target = trial.find((t) => tryFit(t, h.job.spec.gpu, ports));
+      const team = hostNetTeamOf(h.job);
+      const wall = team !== undefined ? hostNetWall(team, s.policy.hostNetworkSharing) : undefined;
+      const target = trial.find((t) => tryFit(t, h.job.spec.gpu, ports, wall));
       if (!target) {
         allFit = false;
         break;
       }
-      commitFit(target, tryFit(target, h.job.spec.gpu, ports)!);
+      commitFit(target, tryFit(target, h.job.spec.gpu, ports, wall)!, team);
     }
     if (!allFit) continue;
     // The machine is freed when its shortest job would have ended anyway.
@@ -64,6 +66,7 @@ function cloneNode(node: NodeCapacity): NodeCapacity {
   return {
     ...node,
     ports: [...node.ports],
+    hostNetTeams: [...node.hostNetTeams],
     gpus: node.gpus.map((g) => ({ ...g, ...(g.mig ? { mig: { mask: g.mig.mask, counts: new Map(g.mig.counts) } } : {}) })),
   };
 }

@@ -83,7 +83,7 @@ export function claim(
   if (!found || found === 'held') return found === 'held';
   const { fits, share, factor } = found;
   const node = fits[0]!.node;
-  commitPlacement(st, fits, undefined);
+  commitPlacement(st, fits, undefined, e.cls.wall?.team);
   commitLimits(st, e, share, factor);
   const planned = node.kind === 'planned';
   if (planned) addExpected(st, node, e, factor);

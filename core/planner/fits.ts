@@ -8,7 +8,7 @@
 import type { GpuRequest } from '../gpu.ts';
 import type { NodeAssignment } from '../job.ts';
 import { migProfile } from '../mig.ts';
-import { portsFree, tryFit, usedMilli, type CapacityIndex, type NodeCapacity, type PoolNodes } from './capacity.ts';
+import { portsFree, tryFit, usedMilli, wallAllows, type CapacityIndex, type NodeCapacity, type PoolNodes } from './capacity.ts';
 import { perMilli, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
 
 export function findFits(
@@ -38,11 +38,13 @@ function bestFits(
   only?: ReadonlySet<string>,
   acceptNode?: (node: NodeCapacity) => boolean,
 ): Fit[] | undefined {
-  const { request, ports } = e.cls;
+  const { request, ports, wall } = e.cls;
   const need = e.cls.nodes;
-  // A machine that holds one of the class's ports is no fit, whatever room its GPUs have.
+  // A machine that holds one of the class's ports, or another team's host-network work, is no fit, whatever room its GPUs have.
   const accept =
-    ports.length === 0 ? acceptNode : (node: NodeCapacity) => portsFree(node, ports) && (acceptNode === undefined || acceptNode(node));
+    ports.length === 0 && !wall
+      ? acceptNode
+      : (node: NodeCapacity) => portsFree(node, ports) && wallAllows(node, wall) && (acceptNode === undefined || acceptNode(node));
   if (need === 1) {
     let best: { fit?: Fit; node: NodeCapacity; free: number; price: number } | undefined;
     for (const poolId of poolsToSearch(st, index, e.cls.eligible)) {
@@ -70,7 +72,7 @@ function bestFits(
     }
     if (!best) return undefined;
     if (best.fit) return [best.fit];
-    const assignment = tryFit(best.node, request, ports);
+    const assignment = tryFit(best.node, request, ports, wall);
     return assignment ? [{ node: best.node, assignment }] : undefined;
   }
   // Gangs: per zone, collect nodes that each hold one member; take the fullest ones.
@@ -81,7 +83,7 @@ function bestFits(
     const list = byZone.get(pool.zone) ?? [];
     for (const node of pool.withFree(request.kind === 'whole' ? request.count : 1)) {
       if (accept && !accept(node)) continue;
-      const assignment = tryFit(node, request, ports);
+      const assignment = tryFit(node, request, ports, wall);
       if (assignment) list.push({ node, assignment });
     }
     byZone.set(pool.zone, list);

@@ -16,6 +16,7 @@ import type { Snapshot } from '../snapshot.ts';
 import {
   commitFit,
   countFreeWhole,
+  hostNetTeamOf,
   isMigModel,
   machineInMigMode,
   makeGpus,
@@ -26,9 +27,14 @@ import {
 import { riskOf, type Fit, type GroupState, type OfferingInfo, type PlanningState } from './state.ts';
 
 /** Takes the room of each fit on its machine (re-filing it in its index) and, for a job that holds it, records the holder. */
-export function commitPlacement(st: PlanningState, fits: readonly Fit[], holder: Job | undefined): void {
+export function commitPlacement(
+  st: PlanningState,
+  fits: readonly Fit[],
+  holder: Job | undefined,
+  hostNetTeam = holder ? hostNetTeamOf(holder) : undefined,
+): void {
   for (const f of fits) {
-    commitFit(f.node, f.assignment);
+    commitFit(f.node, f.assignment, hostNetTeam);
     st.indexOf(f.node.kind).update(f.node);
     if (!holder) continue;
     const list = st.holders.get(f.node.id) ?? [];
@@ -163,6 +169,7 @@ export function machineCapacity(s: Snapshot, fleetNode: FleetNode, groupMigEnabl
     gpus,
     freeWhole: countFreeWhole(gpus),
     ports: [],
+    hostNetTeams: [],
     ...(fleetNode.record?.images ? { images: fleetNode.record.images } : {}),
   };
 }
@@ -244,6 +251,7 @@ export function newMachine(o: OfferingInfo, groupId: string, id: string, kind: N
     gpus,
     freeWhole: countFreeWhole(gpus),
     ports: [],
+    hostNetTeams: [],
   };
 }
 

@@ -73,7 +73,7 @@ function buy(st: PlanningState, e: Entry, demand: Demand): Reason | undefined {
     const node = newMachine(info, gs.group.id, `planned:${gs.group.id}:${st.plannedCount++}`, 'planned');
     const assignment = tryFit(node, e.cls.request, e.cls.ports);
     if (!assignment) break;
-    commitFit(node, assignment); // before it is filed: a new machine
+    commitFit(node, assignment, e.cls.wall?.team); // before it is filed: a new machine
     gs.added.push(node);
     gs.room--;
     st.planned.add(node);

@@ -9,7 +9,7 @@
 import type { GpuRequest } from '../gpu.ts';
 import type { Job, NodeAssignment } from '../job.ts';
 import type { PlanAction } from '../plan.ts';
-import { commitFit, countFreeWhole, makeGpus, tryFit, type NodeCapacity } from './capacity.ts';
+import { commitFit, countFreeWhole, hostNetTeamOf, makeGpus, tryFit, type HostNetWall, type NodeCapacity } from './capacity.ts';
 import { commitPlacement } from './indexing.ts';
 import type { Stuck } from './new-capacity.ts';
 import { preemptedFor, roomBeingFreed } from './reasons.ts';
@@ -46,7 +46,7 @@ function preemptFor(st: PlanningState, { entry: e, why }: Stuck): void {
         .map((h) => ({ h, lost: lostWorkSec(st.s, h.job) }))
         .sort((a, b) => a.lost - b.lost || (a.h.job.id < b.h.job.id ? -1 : 1));
       const chosen: typeof candidates = [];
-      let fit = fitWithout(st, node, holders, [...leaving.map((h) => h.job.id)], e.cls.request, e.cls.ports);
+      let fit = fitWithout(st, node, holders, [...leaving.map((h) => h.job.id)], e.cls.request, e.cls.ports, e.cls.wall);
       for (const c of candidates) {
         if (fit) break;
         chosen.push(c);
@@ -57,6 +57,7 @@ function preemptFor(st: PlanningState, { entry: e, why }: Stuck): void {
           [...leaving.map((h) => h.job.id), ...chosen.map((x) => x.h.job.id)],
           e.cls.request,
           e.cls.ports,
+          e.cls.wall,
         );
       }
       if (!fit) continue;
@@ -100,6 +101,7 @@ function preemptFor(st: PlanningState, { entry: e, why }: Stuck): void {
     st,
     picked.map((c) => ({ node: c.node, assignment: c.assignment })),
     undefined,
+    e.cls.wall?.team,
   );
   const last = st.waitingAt.get(e.job.id) ?? -1;
   if (last >= 0) st.waiting[last] = { jobId: e.job.id, reason: roomBeingFreed(victims.length) };
@@ -113,6 +115,7 @@ function fitWithout(
   without: readonly string[],
   request: GpuRequest,
   ports: readonly number[],
+  wall: HostNetWall | undefined,
 ): NodeAssignment | undefined {
   if (without.length === 0) return undefined;
   const type = st.s.instanceTypes.get(node.instanceType);
@@ -121,7 +124,7 @@ function fitWithout(
     type,
     node.gpus.some((g) => g.mig !== undefined),
   );
-  const clone: NodeCapacity = { ...node, gpus, freeWhole: countFreeWhole(gpus), ports: [] };
-  for (const h of holders) if (!without.includes(h.job.id)) commitFit(clone, h.assignment);
-  return tryFit(clone, request, ports);
+  const clone: NodeCapacity = { ...node, gpus, freeWhole: countFreeWhole(gpus), ports: [], hostNetTeams: [] };
+  for (const h of holders) if (!without.includes(h.job.id)) commitFit(clone, h.assignment, hostNetTeamOf(h.job));
+  return tryFit(clone, request, ports, wall);
 }

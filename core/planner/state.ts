@@ -21,7 +21,7 @@ import type { PlanAction, WaitingJob } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import type { Snapshot } from '../snapshot.ts';
 import type { BudgetState, Team } from '../team.ts';
-import { CapacityIndex, type NodeCapacity, type NodeKind } from './capacity.ts';
+import { CapacityIndex, type HostNetWall, type NodeCapacity, type NodeKind } from './capacity.ts';
 
 export interface OfferingInfo {
   /** Offering id plus GPU mode (see poolKeyOf). */
@@ -57,6 +57,8 @@ export interface JobClass {
   readonly milli: number;
   /** Ports of the machine its members listen on (a service's port): a machine that holds one cannot take them. */
   readonly ports: readonly number[];
+  /** For work on the host's network, its team's side of the wall (capacity.ts `HostNetWall`); the class is that team's alone. */
+  readonly wall?: HostNetWall;
   /** Offerings that may hold this class, with the expected cost factor on each. */
   readonly eligible: Map<string, number>;
   /** Why no offering is eligible, when none is. */

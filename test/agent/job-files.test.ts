@@ -66,6 +66,7 @@ describe('reading a job’s files: nothing the job swaps leads the agent out of 
     const blobs = new DirectoryBlobs(store);
     let copied = 0;
     let refused = 0;
+    let seen = 0;
     for (let i = 0; i < 400; i++) {
       const location = `${pathToFileURL(join(store, `try-${i}`)).href}/`;
       try {
@@ -77,10 +78,13 @@ describe('reading a job’s files: nothing the job swaps leads the agent out of 
       }
       const out = join(store, `try-${i}`);
       const files = readdirSync(out, { recursive: true, withFileTypes: true }).filter((e) => e.isFile());
-      for (const f of files) expect(readFileSync(join(f.parentPath, f.name), 'utf8')).toBe('MINE');
+      // The job's own files (its swapper's temporary files among them, caught half-written): never the host's.
+      for (const f of files) expect(readFileSync(join(f.parentPath, f.name), 'utf8')).not.toContain('SECRET');
+      if (files.length > 0) seen++;
     }
     // Both outcomes happened: the race was run, not dodged.
     expect(copied).toBeGreaterThan(0);
+    expect(seen).toBeGreaterThan(0);
     expect(refused).toBeGreaterThan(0);
   });
 

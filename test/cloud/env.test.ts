@@ -44,6 +44,17 @@ describe('the environment, read by one schema', () => {
     expect(bad({ s3Path: 'nat', nat: 2 })).toThrow(/unknown key\(s\) nat; allowed: s3Path, natZones/);
   });
 
+  it('reads which teams’ host-network work may share a machine into the policy, refusing what is not a pair of teams', () => {
+    expect(fleetConfigFromEnv({ GPU_FLEET_HOST_NETWORK_SHARING: '[["nlp","speech"]]' }).policy.hostNetworkSharing).toEqual([
+      ['nlp', 'speech'],
+    ]);
+    expect(fleetConfigFromEnv({}).policy.hostNetworkSharing).toBeUndefined();
+    for (const bad of ['[["nlp"]]', '[["nlp","nlp"]]', '[["nlp","Speech!"]]', '{"nlp":"speech"}'])
+      expect(() => fleetConfigFromEnv({ GPU_FLEET_HOST_NETWORK_SHARING: bad })).toThrow(
+        /GPU_FLEET_HOST_NETWORK_SHARING must be a JSON list of pairs of two different team ids, e\.g\. \[\["nlp","speech"\]\]/,
+      );
+  });
+
   it('reads the services and their target groups, naming each bad entry; with them the ports run services', async () => {
     const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
     const c = fleetConfigFromEnv({ GPU_FLEET_SERVICE_TARGET_GROUPS: JSON.stringify({ 'nlp.chat': arn }) });

@@ -709,6 +709,35 @@ function overcommitted(snapshot: Snapshot, p: Plan): string | undefined {
 }
 
 describe('planner properties', () => {
+  it('never puts two teams’ host-network work (gang ranks, service replicas) on one machine, unless the config pairs them', () => {
+    /** Teams with work on the host's network per machine, after the plan: what ran there plus what it placed there. */
+    const hostNetTeams = (s: Snapshot, p: Plan) => {
+      const byNode = new Map<string, Set<string>>();
+      const note = (job: { team: string; spec: { nodes: number; service?: unknown } }, nodeId: string) => {
+        if (job.spec.nodes < 2 && !job.spec.service) return;
+        byNode.set(nodeId, (byNode.get(nodeId) ?? new Set()).add(job.team));
+      };
+      for (const j of s.activeJobs) j.placement?.nodes.forEach((n) => note(j, n.nodeId));
+      for (const a of placements(p))
+        a.placement.nodes.forEach((n) =>
+          note(
+            s.pendingJobs.find((j) => j.id === a.jobId)!,
+            n.nodeId,
+          ),
+        );
+      return [...byNode.values()].map((teams) => [...teams].sort());
+    };
+    fc.assert(
+      fc.property(arbitraryWorld, fc.boolean(), (s, paired) => {
+        const world = paired ? { ...s, policy: { ...s.policy, hostNetworkSharing: [['t1', 't2'] as const] } } : s;
+        for (const teams of hostNetTeams(world, plan(world)))
+          if (paired) expect(teams.filter((t) => t !== 't1' && t !== 't2').length === 0 || teams.length === 1).toBe(true);
+          else expect(teams).toHaveLength(1);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it('never over-commits a GPU, a MIG slice or GPU memory', () => {
     fc.assert(
       fc.property(arbitraryWorld, (s) => {

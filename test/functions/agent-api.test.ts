@@ -121,9 +121,10 @@ describe('agent API: who may call, and what a malformed call gets back', () => {
       ...job,
       state: 'running',
       placement: { capacityType: 'spot', nodes: [{ nodeId: me, gpuIndices: [0] }] },
-      placedAtMs: now - 60_000,
-      startedAtMs: now - 50_000,
-      updatedAtMs: now - 50_000,
+      // Placed ten minutes ago: 600 s of progress is believable.
+      placedAtMs: now - 600_000,
+      startedAtMs: now - 590_000,
+      updatedAtMs: now - 590_000,
     });
     const { call } = setup(jobs);
     const ref = (dir: string, progressSec: number) => ({

@@ -619,6 +619,26 @@ describe('cdk-nag', () => {
     expect(refused({ ...warm, warmPool: { size: 7 } })).toThrow(/warmPool\.size: must be at most maxSize \(6\)/);
   });
 
+  it('hands reconcile the team pairs whose host-network work may share a machine, and refuses a pair of unknown or equal teams', () => {
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const template = synth(parseConfig({ ...raw, hostNetworkSharing: [['nlp', 'vision']] })).template;
+    const fns = Object.values(template.findResources('AWS::Lambda::Function')) as {
+      Properties: { Environment?: { Variables?: Record<string, unknown> } };
+    }[];
+    const given = fns.map((f) => f.Properties.Environment?.Variables?.GPU_FLEET_HOST_NETWORK_SHARING).filter((v) => v !== undefined);
+    expect(given.length).toBeGreaterThan(0);
+    expect(fleetConfigFromEnv({ GPU_FLEET_HOST_NETWORK_SHARING: given[0] as string }).policy.hostNetworkSharing).toEqual([
+      ['nlp', 'vision'],
+    ]);
+    expect(JSON.stringify(synth(example()).template.toJSON())).not.toContain('GPU_FLEET_HOST_NETWORK_SHARING');
+    expect(() => parseConfig({ ...raw, hostNetworkSharing: [['nlp', 'nobody']] })).toThrow(
+      /hostNetworkSharing\[0\]\[1\]: team "nobody" is not in teams \(nlp, vision, research\)/,
+    );
+    expect(() => parseConfig({ ...raw, hostNetworkSharing: [['nlp', 'nlp']] })).toThrow(
+      /hostNetworkSharing\[0\]: a pair names two different teams/,
+    );
+  });
+
   it('with prometheus: the agents serve /metrics on the port, and the nodes’ security group lets in only the configured scrapers; cdk-nag clean', () => {
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
     const { app, stack } = build(
@@ -877,7 +897,7 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, prometheus, dcgmExporterUrl, jobLogs, discounts, reservations, services, gcp',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, prometheus, dcgmExporterUrl, jobLogs, hostNetworkSharing, discounts, reservations, services, gcp',
         // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
           /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
