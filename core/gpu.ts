@@ -1,3 +1,4 @@
+import * as z from 'zod/mini';
 /**
  * GPU models and the shapes of GPU a job can ask for.
  *
@@ -150,6 +151,50 @@ export interface GpuDevice {
   readonly migEnabled?: boolean;
   /** The MIG devices that exist on the GPU now (MIG mode on). */
   readonly migDevices?: readonly MigDevice[];
+}
+
+/**
+ * The GPUs a machine reports (its node record's `gpus`: {@link GpuDevice}), every field checked.
+ * The planner reads them for every machine on every plan, so the agent API refuses a malformed
+ * report at the door, and the planner leaves out a machine whose stored report does not pass.
+ */
+const whole = (min: number, max: number) => z.number().check(z.int(), z.gte(min), z.lte(max));
+const label = (max: number) => z.string().check(z.minLength(1), z.maxLength(max));
+const MIG_DEVICE = z.strictObject({
+  index: whole(0, 63),
+  gpuInstanceId: whole(0, 63),
+  computeInstanceId: whole(0, 63),
+  profile: z.optional(label(32)),
+  uuid: z.optional(label(128)),
+  memoryMiB: whole(0, 4 * 1024 * 1024),
+  startSlice: z.optional(whole(0, 7)),
+  slices: z.optional(whole(1, 8)),
+});
+const GPU_DEVICE = z
+  .strictObject({
+    index: whole(0, 63),
+    model: z.enum(GPU_MODELS),
+    memoryMiB: whole(1, 4 * 1024 * 1024),
+    uuid: z.optional(label(128)),
+    migEnabled: z.optional(z.boolean()),
+    migDevices: z.optional(z.array(MIG_DEVICE).check(z.maxLength(56))),
+  })
+  .check(
+    z.refine((g) => g.migDevices === undefined || g.migEnabled === true, { error: 'migDevices are reported only with migEnabled: true' }),
+  );
+export const GPU_REPORT = z.array(GPU_DEVICE).check(
+  z.maxLength(64),
+  z.refine((gs) => new Set(gs.map((g) => g.index)).size === gs.length, { error: 'each GPU index is reported once' }),
+);
+
+/** Why a stored GPU report cannot be read (the first problems, with where), or undefined when it can. */
+export function gpuReportProblem(gpus: unknown): string | undefined {
+  const r = GPU_REPORT.safeParse(gpus);
+  if (r.success) return undefined;
+  return r.error.issues
+    .slice(0, 3)
+    .map((i) => `gpus${i.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('')}: ${i.message}`)
+    .join('; ');
 }
 
 /**

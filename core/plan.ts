@@ -82,6 +82,8 @@ export interface Plan {
    * expected rework of the jobs it is bought for (µUSD/h). The measure benchmarks compare.
    */
   readonly addedExpectedCostMicroUsdPerHour: number;
+  /** Machines left out of this plan because their stored GPU report cannot be read: no work goes to them until their agent registers again. */
+  readonly unreadableNodes?: readonly { readonly nodeId: string; readonly problem: string }[];
 }
 
 /** A short human line for an action, for logs, `explain` and the decision record. */

@@ -13,7 +13,6 @@ import {
 } from '../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
-import type { NodeRecord } from '../core/fleet.ts';
 import { CheckpointRefused, type CheckpointRef, type Job } from '../core/job.ts';
 import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeGroupProvider, NodeStore } from '../core/ports.ts';
 import { AgentRefused, agentView, type AgentView, type AgentSources } from '../core/services/agent-access.ts';
@@ -78,7 +77,6 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
     'node/register': async (view, { record }) => {
       await view.nodes.register({
         ...record,
-        gpus: record.gpus as unknown as NodeRecord['gpus'],
         instanceId: view.nodeId,
         registeredAtMs: 0,
         lastHeartbeatAtMs: 0,

@@ -1285,6 +1285,15 @@ export class GpuFleetStack extends Stack {
       datapointsToAlarm: 2,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
+    add('UnreadableNodeRecords', {
+      alarmDescription:
+        "A machine's stored GPU report cannot be read, so the planner leaves the machine out (no work goes to it); the decision record's plan names the machine and what is wrong. Its agent's next registration replaces the record.",
+      metric: reconcileGauge('UnreadableNodeRecords'),
+      threshold: 0,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
     add('ReconcileNotRunning', {
       alarmDescription: 'Reconcile has not run for 5 minutes: nothing scales, nothing is placed.',
       metric: this.functions.reconcile.metricInvocations({ period: Duration.minutes(5), statistic: 'Sum' }),

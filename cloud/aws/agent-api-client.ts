@@ -127,7 +127,7 @@ export class AgentApiNodeStore implements NodeStore {
     await this.api.call('node/register', {
       record: {
         groupId: record.groupId,
-        gpus: record.gpus as unknown as Record<string, unknown>[],
+        gpus: record.gpus.map(({ migDevices, ...g }) => ({ ...g, ...(migDevices ? { migDevices: [...migDevices] } : {}) })),
         ...(record.address !== undefined ? { address: record.address } : {}),
         healthy: record.healthy,
         ...(record.healthProblem !== undefined ? { healthProblem: record.healthProblem } : {}),

@@ -1,6 +1,7 @@
 import '../../core/schema.ts';
 import * as z from 'zod/mini';
 import type { Draining, NodeRecord } from '../../core/fleet.ts';
+import { GPU_REPORT } from '../../core/gpu.ts';
 import type { CheckpointRef, Job } from '../../core/job.ts';
 import type { WriteResult } from '../../core/ports.ts';
 
@@ -49,7 +50,7 @@ export const AGENT_API = {
   'node/register': z.object({
     record: z.object({
       groupId: text(1, 256),
-      gpus: z.array(object).check(z.maxLength(64)),
+      gpus: GPU_REPORT,
       address: z.optional(text(0, 64)),
       healthy: z.boolean(),
       healthProblem: z.optional(text(0, 2000)),

@@ -1,7 +1,7 @@
 import { budgetStatus } from '../budget.ts';
 import { offeringId, type CapacityType, type Offering } from '../catalog.ts';
 import { jobSpotFactor } from '../cost-model.ts';
-import { milliGpusUsed } from '../gpu.ts';
+import { gpuReportProblem, milliGpusUsed } from '../gpu.ts';
 import { inService, type NodeGroup } from '../fleet.ts';
 import type { Job, NodeAssignment } from '../job.ts';
 import type { Plan, PlanAction, WaitingJob } from '../plan.ts';
@@ -62,6 +62,7 @@ export function planBaseline(snapshot: Snapshot): Plan {
     const inst = f.instance;
     if (!inService(inst.state) || f.record?.draining) continue;
     const group = s.groups.find((g) => g.id === inst.groupId);
+    if (f.record && gpuReportProblem(f.record.gpus) !== undefined) continue; // unreadable: left out, as the planner does
     const node = machineCapacity(s, f, group?.migEnabled ?? false, f.schedulable ? 'ready' : 'booting');
     if (!node) continue;
     nodes.push(node);

@@ -7,7 +7,7 @@
  */
 import { offeringId, type Offering } from '../catalog.ts';
 import { inService, type FleetNode, type NodeGroup } from '../fleet.ts';
-import { milliGpusUsed } from '../gpu.ts';
+import { gpuReportProblem, milliGpusUsed } from '../gpu.ts';
 import type { Job } from '../job.ts';
 import { hostPortsOf } from '../job-spec.ts';
 import { placementMask } from '../mig.ts';
@@ -118,6 +118,13 @@ export function indexNodes(st: PlanningState): void {
     // Ready: schedulable now. Booting: launching, or up but its agent not registered yet.
     // A registered node that is unhealthy or silent is neither: it takes no work and is not counted on.
     const kind = fleetNode.schedulable ? 'ready' : inst.state === 'pending' || !fleetNode.record ? 'booting' : undefined;
+    // A record whose GPU report cannot be read (stored before the agent API checked it, or by a hostile machine) is left
+    // out, named in the plan: one such record must not stop the plan for the whole fleet.
+    const problem = fleetNode.record ? gpuReportProblem(fleetNode.record.gpus) : undefined;
+    if (problem !== undefined) {
+      st.unreadable.push({ nodeId: inst.id, problem });
+      continue;
+    }
     const node = machineCapacity(s, fleetNode, groupOf.get(inst.groupId)?.migEnabled ?? false, kind ?? 'booting');
     if (!node) continue;
     st.nodeById.set(node.id, node);

@@ -46,6 +46,7 @@ export function plan(snapshot: Snapshot): Plan {
     waiting: st.waiting,
     addedCostMicroUsdPerHour: [...st.groups.values()].reduce((sum, g) => sum + g.added.reduce((a, n) => a + n.priceMicroUsdPerHour, 0), 0),
     addedExpectedCostMicroUsdPerHour: Math.round(st.addedExpected),
+    ...(st.unreadable.length > 0 ? { unreadableNodes: st.unreadable } : {}),
   };
 }
 

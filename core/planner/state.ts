@@ -121,6 +121,8 @@ export class PlanningState {
   // ---- the plan being written
   readonly actions: PlanAction[] = [];
   readonly waiting: WaitingJob[] = [];
+  /** Machines whose stored GPU report cannot be read: left out of the plan, and named in it. */
+  readonly unreadable: { nodeId: string; problem: string }[] = [];
   /** Where each waiting job's entry is in `waiting` (the last one written for it); a job is waiting when it has one. */
   readonly waitingAt = new Map<string, number>();
   readonly preempted = new Set<string>();

@@ -32,6 +32,8 @@ export function reconcileMetrics(snapshot: Snapshot, decision: DecisionRecord, d
     value: snapshot.pendingJobs.reduce((s, j) => s + (milliGpusUsed(j.spec.gpu) * j.spec.nodes) / 1000, 0),
   });
   out.push({ name: 'RunningJobs', unit: 'Count', value: snapshot.activeJobs.length });
+  // Machines the plan left out because their GPU report cannot be read: an alarm's input.
+  out.push({ name: 'UnreadableNodeRecords', unit: 'Count', value: decision.plan.unreadableNodes?.length ?? 0 });
   const fleet = new Map<string, number>();
   let spendRate = 0;
   for (const n of snapshot.nodes) {

@@ -97,6 +97,36 @@ describe('agent API: who may call, and what a malformed call gets back', () => {
     expect(await nodes.list()).toEqual([]);
   });
 
+  it('refuses a GPU report the planner could not read, naming each field, and stores nothing (issue 63: one such register stopped planning)', async () => {
+    const { call, nodes } = setup();
+    const me = ARN('i-0aaaaaaaa1');
+    const register = (gpus: unknown) =>
+      call({ path: '/v1/node/register', userArn: me, body: JSON.stringify({ record: { groupId: 'g', gpus, healthy: true } }) });
+    const gpu = { index: 0, model: 'A100-80GB', memoryMiB: 81_920, migEnabled: true };
+    for (const [gpus, named] of [
+      [[{ ...gpu, migDevices: 7 }], /record\.gpus\.0\.migDevices: /],
+      [[{ ...gpu, model: 'X100' }], /record\.gpus\.0\.model: /],
+      [[{ ...gpu, index: '0' }], /record\.gpus\.0\.index: /],
+      [[{ ...gpu, memoryMiB: -1 }], /record\.gpus\.0\.memoryMiB: /],
+      [[{ ...gpu, cores: 5 }], /record\.gpus\.0: .*cores/],
+      [[gpu, gpu], /record\.gpus: each GPU index is reported once/],
+      [[{ ...gpu, migEnabled: undefined, migDevices: [] }], /migDevices are reported only with migEnabled: true/],
+    ] as const) {
+      const out = await register(gpus);
+      expect(out.status).toBe(400);
+      expect(out.body.error).toMatch(named);
+    }
+    expect(await nodes.list()).toEqual([]);
+    const good = await register([
+      {
+        ...gpu,
+        migDevices: [{ index: 0, gpuInstanceId: 1, computeInstanceId: 0, memoryMiB: 9728, profile: '1g.10gb', startSlice: 0, slices: 1 }],
+      },
+    ]);
+    expect(good.status).toBe(200);
+    expect((await nodes.list())[0]!.gpus[0]!.migDevices).toHaveLength(1);
+  });
+
   it('registers the caller under its own id and the API’s clock, whatever the body says', async () => {
     const { call, nodes } = setup();
     const out = await call({

@@ -433,6 +433,7 @@ describe('the CDK stack, synthesised from the example config', () => {
     expect(alarms.some((a) => /dead-letter queue/.test(a.AlarmDescription))).toBe(true);
     expect(alarms.some((a) => /^Reconcile has failed/.test(a.AlarmDescription))).toBe(true);
     expect(alarms.some((a) => /^Reconcile has not run/.test(a.AlarmDescription))).toBe(true);
+    expect(alarms.some((a) => /stored GPU report cannot be read/.test(a.AlarmDescription))).toBe(true);
     const budget = alarms.filter((a) => /^Team /.test(a.AlarmDescription));
     // nlp 50/80/100, vision 80/100, research the default 80/100.
     expect(budget.map((a) => a.Threshold).sort((x, y) => x - y)).toEqual([50, 80, 80, 80, 100, 100, 100]);

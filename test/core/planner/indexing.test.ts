@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { planBaseline } from '../../../core/planner/baseline.ts';
 import { commitPlacement } from '../../../core/planner/indexing.ts';
-import { aGroup, aNode, anOffering, T0 } from '../../builders.ts';
+import { plan } from '../../../core/planner/planner.ts';
+import { aGroup, aJob, aNode, anOffering, aSnapshot, T0 } from '../../builders.ts';
 import { freeWhole, indexed, running } from './support.ts';
 
 describe('planner phase: indexing', () => {
@@ -61,5 +63,27 @@ describe('planner phase: indexing', () => {
     expect(st.ready.pool(n1.poolKey)!.fullestWithFree(1)?.id).toBe('i-1');
     expect(st.holders.get('i-1')!.map((h) => h.job.id)).toEqual(['team-a.x']);
     expect(st.holders.has('i-2')).toBe(false);
+  });
+});
+
+describe('a machine whose stored GPU report cannot be read', () => {
+  it('is left out of the plan and named in it; the rest of the fleet is planned (issue 63: one bad record stopped every plan)', () => {
+    const g = aGroup({ instanceType: 'g5.12xlarge' });
+    const mig = { ...aGroup({ instanceType: 'p4d.24xlarge' }), id: 'a100-mig', migEnabled: true };
+    const bad = aNode('i-bad', { group: mig });
+    // A MIG machine's report with `migDevices: 7`, as a malformed register stored it.
+    const gpus = [{ index: 0, model: 'A100-40GB', memoryMiB: 40_960, migEnabled: true, migDevices: 7 }] as never;
+    const broken = { ...bad, record: { ...bad.record!, gpus } };
+    const s = aSnapshot({ groups: [g, mig], nodes: [broken, aNode('i-good', { group: g })], pendingJobs: [aJob({ id: 'team-a.j' })] });
+    const p = plan(s);
+    expect(p.unreadableNodes).toEqual([{ nodeId: 'i-bad', problem: expect.stringMatching(/^gpus\[0\]\.migDevices: /) }]);
+    expect(p.actions).toContainEqual(
+      expect.objectContaining({
+        kind: 'place',
+        jobId: 'team-a.j',
+        placement: expect.objectContaining({ nodes: [expect.objectContaining({ nodeId: 'i-good' })] }),
+      }),
+    );
+    expect(planBaseline(s).actions.some((a) => a.kind === 'place' && a.placement.nodes[0]!.nodeId === 'i-bad')).toBe(false);
   });
 });
