@@ -650,6 +650,22 @@ export function newPendingJob(input: NewJob): Job {
   };
 }
 
+/**
+ * The most a job's stored form may hold, bytes of its JSON: DynamoDB refuses an item over 400 KB
+ * (names and values together), and a job grows as it runs (its attempts' holdings, its GPU use),
+ * so intake refuses a spec whose new record would already pass this.
+ */
+export const MAX_STORED_JOB_BYTES = 350_000;
+/** The most problems a rejected job's record keeps; the rest are counted. */
+export const REJECTION_ERRORS_KEPT = 50;
+/** The most characters of one problem a rejected job's record keeps. */
+const REJECTION_ERROR_CHARS = 1000;
+
+/** The bytes of a job's stored form (its JSON, UTF-8): what {@link MAX_STORED_JOB_BYTES} bounds. */
+export function storedJobBytes(job: Job): number {
+  return new TextEncoder().encode(JSON.stringify(job)).length;
+}
+
 /** A rejected job keeps the raw body and every reason, so nothing submitted is lost. */
 export function newRejectedJob(input: Omit<NewJob, 'spec'> & { errors: readonly string[]; body: string }): Job {
   return {
@@ -664,7 +680,16 @@ export function newRejectedJob(input: Omit<NewJob, 'spec'> & { errors: readonly 
     queuedAtMs: input.submittedAtMs,
     waitedMs: 0,
     interruptions: 0,
-    rejection: { errors: input.errors, body: rejectedBody(input.body) },
+    rejection: {
+      // However many problems a body has (20,000 bad label keys), its record stays small enough to store.
+      errors: [
+        ...input.errors
+          .slice(0, REJECTION_ERRORS_KEPT)
+          .map((e) => (e.length > REJECTION_ERROR_CHARS ? `${e.slice(0, REJECTION_ERROR_CHARS)}…` : e)),
+        ...(input.errors.length > REJECTION_ERRORS_KEPT ? [`… and ${input.errors.length - REJECTION_ERRORS_KEPT} more problems`] : []),
+      ],
+      body: rejectedBody(input.body),
+    },
     endedAtMs: input.submittedAtMs,
   };
 }

@@ -58,6 +58,17 @@ const ENDED_STATES: readonly JobState[] = ['succeeded', 'failed', 'cancelled'];
  * that code which passes against them passes against DynamoDB too (test/contract/ checks both).
  * Stored values are frozen: callers get the stored object and cannot change it behind the store.
  */
+/** DynamoDB's item limit (400 KB, names and values): the memory stores refuse what DynamoDB would, as its ValidationException. */
+const DYNAMO_ITEM_MAX_BYTES = 400 * 1024;
+function refuseOversized(what: string, id: string, value: unknown): void {
+  const bytes = new TextEncoder().encode(JSON.stringify(value)).length;
+  if (bytes > DYNAMO_ITEM_MAX_BYTES)
+    throw new CloudError('invalid-request', `${what} ${id}: Item size has exceeded the maximum allowed size (${bytes} bytes)`, {
+      operation: `write ${what}`,
+      resource: id,
+    });
+}
+
 export class MemoryJobStore implements JobStore {
   private readonly byId = new Map<string, Job>();
   private readonly byState = new Map<JobState, Map<string, Job>>();
@@ -65,6 +76,7 @@ export class MemoryJobStore implements JobStore {
   async create(job: Job): Promise<{ created: boolean; job: Job }> {
     const existing = this.byId.get(job.id);
     if (existing) return { created: false, job: existing };
+    refuseOversized('job', job.id, job);
     this.put(Object.freeze({ ...job }));
     return { created: true, job: this.byId.get(job.id)! };
   }
@@ -76,6 +88,7 @@ export class MemoryJobStore implements JobStore {
   async update(next: Job, expectedVersion: number): Promise<WriteResult> {
     const current = this.byId.get(next.id);
     if (!current || current.version !== expectedVersion || next.version !== expectedVersion + 1) return { ok: false, current };
+    refuseOversized('job', next.id, next);
     this.byState.get(current.state)?.delete(current.id);
     this.put(Object.freeze({ ...next }));
     return { ok: true, job: this.byId.get(next.id)! };

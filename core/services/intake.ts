@@ -1,5 +1,13 @@
 import { isValidTeamId } from '../budget.ts';
-import { jobIdFor, MAX_IDEMPOTENCY_TOKEN_LENGTH, newPendingJob, newRejectedJob, type Job } from '../job.ts';
+import {
+  jobIdFor,
+  MAX_IDEMPOTENCY_TOKEN_LENGTH,
+  MAX_STORED_JOB_BYTES,
+  newPendingJob,
+  newRejectedJob,
+  storedJobBytes,
+  type Job,
+} from '../job.ts';
 import { checkJobSpec, rejectedBody, type JobSpec } from '../job-spec.ts';
 import type { Clock, FleetShape, JobStore, NodeGroupProvider, ServiceStore } from '../ports.ts';
 import { ConflictError, messageOf, parseJson } from '../errors.ts';
@@ -80,10 +88,17 @@ export async function intake(
   if (!errors) {
     const check = checkJobSpec(parsed);
     if (check.ok && check.spec.service) {
-      if (ports.services) return takeService(ports.services, message, check.spec, nowMs);
-      errors = [
-        'service: the service is valid, but this deployment runs no services: give the stack its services and their load balancer target groups (GPU_FLEET_SERVICE_TARGET_GROUPS); nothing was started',
-      ];
+      // A service's record holds its spec as a job's does: the same bound.
+      const bytes = new TextEncoder().encode(JSON.stringify(check.spec)).length;
+      if (bytes > MAX_STORED_JOB_BYTES)
+        errors = [
+          `(spec): the service's spec holds ${bytes} bytes, over the ${MAX_STORED_JOB_BYTES} a record may; keep large values out of env, labels and command`,
+        ];
+      else if (ports.services) return takeService(ports.services, message, check.spec, nowMs);
+      else
+        errors = [
+          'service: the service is valid, but this deployment runs no services: give the stack its services and their load balancer target groups (GPU_FLEET_SERVICE_TARGET_GROUPS); nothing was started',
+        ];
     } else if (check.ok) {
       // With `gpu.rightsize`, the family's measured use may give the job a smaller shape (kept on the job with why).
       const sized =
@@ -98,12 +113,18 @@ export async function intake(
       // A spec no node group can ever hold is refused now, with the requirement no group meets, rather
       // than waiting for ever; when the groups cannot all be known here, reconcile says the same.
       const why = await unschedulable(ports.fleetShape, sized.spec);
+      const pending: Job = {
+        ...newPendingJob({ id, team: message.team, spec: sized.spec, submittedAtMs: nowMs }),
+        ...(sized.decision ? { rightsize: sized.decision } : {}),
+      };
+      const bytes = storedJobBytes(pending);
       if (why) errors = [`(spec): ${why}; change the spec, or add a node group that can hold it`];
+      else if (bytes > MAX_STORED_JOB_BYTES)
+        errors = [
+          `(spec): its record would hold ${bytes} bytes, over the ${MAX_STORED_JOB_BYTES} a job may (the store takes 400 KB an item, and a job grows as it runs); keep large values out of env, labels and command (put them in the image or a file the job reads)`,
+        ];
       else {
-        const { created, job } = await ports.jobs.create({
-          ...newPendingJob({ id, team: message.team, spec: sized.spec, submittedAtMs: nowMs }),
-          ...(sized.decision ? { rightsize: sized.decision } : {}),
-        });
+        const { created, job } = await ports.jobs.create(pending);
         return created ? { outcome: 'accepted', job } : repeated(job, message, check.spec);
       }
     } else errors = check.errors;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { newPendingJob, transition, type Job } from '../../core/job.ts';
+import { MAX_STORED_JOB_BYTES, newPendingJob, storedJobBytes, transition, type Job } from '../../core/job.ts';
 import type { JobStore } from '../../core/ports.ts';
 import { aSpec, T0 } from '../builders.ts';
 
@@ -14,6 +14,23 @@ export function jobStoreContract(name: string, make: () => Promise<JobStore>): v
       const again = await store.create({ ...job('nlp.a'), spec: aSpec({ priority: 999 }) });
       expect(again.created).toBe(false);
       expect(again.job.spec.priority).toBe(100);
+    });
+
+    it('refuses an item over DynamoDB’s 400 KB, as DynamoDB does, and keeps nothing of it', async () => {
+      const store = await make();
+      const big = {
+        ...job('nlp.big'),
+        spec: aSpec({ env: Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`V${i}`, 'x'.repeat(30_000)])) }),
+      };
+      await expect(store.create(big)).rejects.toMatchObject({ code: 'invalid-request' });
+      expect(await store.get('nlp.big')).toBeUndefined();
+      // A job at the bound intake keeps (350,000 bytes of JSON) fits.
+      const near = {
+        ...job('nlp.near'),
+        spec: aSpec({ env: Object.fromEntries(Array.from({ length: 11 }, (_, i) => [`V${i}`, 'x'.repeat(30_000)])) }),
+      };
+      expect(storedJobBytes(near)).toBeLessThan(MAX_STORED_JOB_BYTES);
+      expect((await store.create(near)).created).toBe(true);
     });
 
     it('returns undefined for a job that does not exist', async () => {

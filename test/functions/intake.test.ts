@@ -2,6 +2,8 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import type { SQSEvent, SQSRecord } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
 import { CloudError } from '../../core/errors.ts';
+import { intake } from '../../core/services/intake.ts';
+import { MAX_STORED_JOB_BYTES, REJECTION_ERRORS_KEPT, storedJobBytes } from '../../core/job.ts';
 import type { JobStore } from '../../core/ports.ts';
 import { createIntakeHandler, teamFromQueueArn, TOKEN_ATTRIBUTE, type DeadLetter } from '../../functions/intake.ts';
 import { observability } from '../../functions/observability.ts';
@@ -96,6 +98,37 @@ describe('intake function', () => {
     expect(written.join('')).toContain('job rejected');
     for (const secret of ['S3CRET', '987654321']) expect(everything).not.toContain(secret);
     expect(everything).toContain('API_TOKEN');
+  });
+
+  it('refuses oversized submissions at the door with a record that fits the store, and fails none of the batch (issue 63)', async () => {
+    const { handler, jobs, dead } = setup();
+    // 20,000 bad label keys: a 209 KB body whose every key is a problem.
+    const labels = Object.fromEntries(Array.from({ length: 20_000 }, (_, i) => [`Bad Key ${i}`, 'v']));
+    const noisy = JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 }, labels });
+    // A spec valid field by field whose record would be 780 KB: 26 variables of 30,000 characters.
+    const env = Object.fromEntries(Array.from({ length: 26 }, (_, i) => [`V${i}`, 'x'.repeat(30_000)]));
+    const huge = JSON.stringify({ image: 'x/y:1', command: ['run'], gpu: { kind: 'whole', count: 1 }, env });
+    expect(noisy.length).toBeGreaterThan(200_000);
+    expect(huge.length).toBeGreaterThan(780_000);
+    expect(await handler({ Records: [record('m1', noisy), record('m2', huge)] }, lambdaContext())).toEqual({ batchItemFailures: [] });
+    expect(dead).toEqual([]);
+    const a = (await jobs.get('nlp.m1'))!;
+    expect(a.state).toBe('rejected');
+    expect(a.rejection!.errors).toHaveLength(REJECTION_ERRORS_KEPT + 1);
+    expect(a.rejection!.errors.at(-1)).toMatch(/^… and \d+ more problems$/);
+    expect(storedJobBytes(a)).toBeLessThan(MAX_STORED_JOB_BYTES);
+    const b = (await jobs.get('nlp.m2'))!;
+    expect(b.state).toBe('rejected');
+    expect(b.rejection!.errors).toEqual([expect.stringMatching(/^\(spec\): its record would hold \d+ bytes, over the 350000 a job may/)]);
+    expect(storedJobBytes(b)).toBeLessThan(MAX_STORED_JOB_BYTES);
+  });
+
+  it('knows a bad body over 16 KiB delivered again as the same submission, not a reused token', async () => {
+    const jobs = new MemoryJobStore();
+    const body = JSON.stringify({ image: 'x/y:1', command: ['run', 'a'.repeat(20_000)], gpu: { kind: 'whole', count: 0 } });
+    const take = () => intake({ jobs, clock: new VirtualClock(T0) }, { team: 'nlp', token: 'tok', body });
+    expect((await take()).outcome).toBe('rejected');
+    expect((await take()).outcome).toBe('duplicate');
   });
 
   it('makes one job of a message delivered twice, and of two messages with the same idempotency token', async () => {
