@@ -79,18 +79,28 @@ async function oneJobOnOneMachine(spec: Record<string, unknown> = {}, placed: Pi
   return env;
 }
 
+/** Simulated agents over one world's stores, each job `workSec` of work; `over` replaces any option (a store, a fault). */
+function agentsOver(
+  env: Awaited<ReturnType<typeof oneJobOnOneMachine>>,
+  workSec: number,
+  over: Partial<ConstructorParameters<typeof SimAgents>[0]> = {},
+): SimAgents {
+  return new SimAgents({
+    clock: env.clock,
+    jobs: env.jobs,
+    nodes: env.nodes,
+    checkpoints: env.checkpoints,
+    instanceTypes: env.catalog.instanceTypes,
+    workSecOf: () => workSec,
+    ...over,
+  });
+}
+
 describe('simulated agents: how often a job saves', () => {
   it('saves at the cadence its placement chose, as the real agent asks the job to, not at the spec’s longest gap', async () => {
     const saved = async (placed: Pick<Placement, 'saves'>) => {
       const env = await oneJobOnOneMachine({ checkpoint: { intervalSec: 1800 } }, placed);
-      const agents = new SimAgents({
-        clock: env.clock,
-        jobs: env.jobs,
-        nodes: env.nodes,
-        checkpoints: env.checkpoints,
-        instanceTypes: env.catalog.instanceTypes,
-        workSecOf: () => 4 * 3600,
-      });
+      const agents = agentsOver(env, 4 * 3600);
       for (let k = 0; k < 4 * 40; k++) {
         await agents.tick(await env.cloud.listInstances());
         env.clock.advanceBy(15_000);
@@ -239,27 +249,13 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
   it('an agent that loses the same write race again and again tries again at its next tick instead of dying', async () => {
     const env = await oneJobOnOneMachine();
     const counts = { injected: 0 };
-    const agents = new SimAgents({
-      clock: env.clock,
-      jobs: conflictingJobs(env.jobs, new SeededRandom(1), 1, counts),
-      nodes: env.nodes,
-      checkpoints: env.checkpoints,
-      instanceTypes: env.catalog.instanceTypes,
-      workSecOf: () => 60,
-    });
+    const agents = agentsOver(env, 60, { jobs: conflictingJobs(env.jobs, new SeededRandom(1), 1, counts) });
     await expect(agents.tick(await env.cloud.listInstances())).resolves.toBeUndefined();
     expect(agents.stats.writeRetries).toBe(1);
     expect(counts.injected).toBe(5);
     expect((await env.jobs.get('nlp.a'))!.state).toBe('placed');
     // Once the race is won, the job starts.
-    const fair = new SimAgents({
-      clock: env.clock,
-      jobs: env.jobs,
-      nodes: env.nodes,
-      checkpoints: env.checkpoints,
-      instanceTypes: env.catalog.instanceTypes,
-      workSecOf: () => 60,
-    });
+    const fair = agentsOver(env, 60);
     await fair.tick(await env.cloud.listInstances());
     expect((await env.jobs.get('nlp.a'))!.state).toBe('running');
   });
@@ -280,14 +276,7 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
       },
     });
-    const agents = new SimAgents({
-      clock: env.clock,
-      jobs,
-      nodes: env.nodes,
-      checkpoints: env.checkpoints,
-      instanceTypes: env.catalog.instanceTypes,
-      workSecOf: () => 3600,
-    });
+    const agents = agentsOver(env, 3600, { jobs });
     // Run until the first checkpoint is complete in the index while the job's write of it keeps losing.
     for (let k = 0; k < 40 && !(await env.checkpoints.latest('nlp.a')); k++) {
       await agents.tick(await env.cloud.listInstances());
@@ -306,15 +295,7 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
   it('a checkpoint whose upload completes after reconcile gave up on it and requeued the job is kept in the index, and the agent writes nothing to the job it no longer holds (not refused)', async () => {
     const env = await oneJobOnOneMachine({ checkpoint: { intervalSec: 600 } });
     // The first two tries of every upload fail: the save is still under way when reconcile gives up on it.
-    const agents = new SimAgents({
-      clock: env.clock,
-      jobs: env.jobs,
-      nodes: env.nodes,
-      checkpoints: env.checkpoints,
-      instanceTypes: env.catalog.instanceTypes,
-      workSecOf: () => 3600,
-      uploadFails: ({ tries }) => tries < 3,
-    });
+    const agents = agentsOver(env, 3600, { uploadFails: ({ tries }) => tries < 3 });
     const tick = async () => {
       await agents.tick(await env.cloud.listInstances());
       env.clock.advanceBy(15_000);
