@@ -391,7 +391,9 @@ export function checkJobSpec(input: unknown): SpecCheck {
 }
 
 function describeIssue(issue: z.core.$ZodIssue, input: unknown): string {
-  const where = issue.path.length > 0 ? issue.path.map(String).join('.') : '(spec)';
+  // A path names keys the body chose (a label key of 10,000 characters): cut, so every problem stays "where: what".
+  const path = issue.path.length > 0 ? issue.path.map(String).join('.') : '(spec)';
+  const where = path.length > 200 ? `${path.slice(0, 199)}…` : path;
   let message = issue.message;
   if (issue.code === 'unrecognized_keys') {
     message = unknownFieldsMessage(issue.keys, fieldsAt(JobSpecObject, issue.path, input));

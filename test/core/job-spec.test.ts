@@ -203,3 +203,14 @@ describe('the body a rejected job keeps (rejectedBody)', () => {
     expect(rejectedBody(long)).not.toContain('secret');
   });
 });
+
+describe('a problem under a key the body chose', () => {
+  it('cuts a long path and keeps what is wrong, so every problem reads "where: what"', () => {
+    const key = 'k'.repeat(5000);
+    const check = checkJobSpec({ ...valid, env: { [key]: 'v\n' } });
+    expect(check.ok).toBe(false);
+    const [problem] = check.ok ? [] : check.errors;
+    expect(problem).toMatch(/^env\.k{195}…: environment variable names are /);
+    expect(problem!.length).toBeLessThan(400);
+  });
+});
