@@ -54,7 +54,7 @@ export async function readMarker(checkpointDir: string): Promise<MarkerRead> {
     // handle (a regular file of the folder, small) and read from that handle, so no swap after a look can redirect it.
     const opened = await openJobFile(file, await realpath(checkpointDir), MARKER_MAX_BYTES);
     try {
-      [body, modifiedAtMs] = [await readSmall(opened, MARKER_MAX_BYTES), (await opened.handle.stat()).mtimeMs];
+      [body, modifiedAtMs] = [await readSmall(opened, MARKER_MAX_BYTES), opened.modifiedAtMs];
     } finally {
       await opened.handle.close();
     }
@@ -97,8 +97,9 @@ export interface CheckpointBlobs {
   /**
    * Copies a local folder to `location` (a folder URI ending in "/"). Idempotent: copying again
    * overwrites. Resolves the sizes of the files it copied: the save's size the index bills.
-   * `within` is the job's folder (the agent's, default `localDir`): every file is opened and read
-   * as agent/job-files.ts does, and one that leads outside it is refused.
+   * `within` is the folder every file read must lie in (agent/job-files.ts): the job's checkpoint
+   * folder, which the agent made and the job cannot swap. Left out, it is `localDir` itself, safe
+   * only when no folder from `within` down is the job's to swap (tests, a store of the agent's own).
    */
   upload(localDir: string, location: string, within?: string): Promise<readonly number[]>;
   /** Copies `location` into a local folder; false when nothing is there. */

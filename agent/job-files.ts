@@ -24,6 +24,8 @@ export const MAX_SAVE_FILES = 10_000;
 export interface JobFile {
   readonly handle: FileHandle;
   readonly bytes: number;
+  /** Its modification time when judged. */
+  readonly modifiedAtMs: number;
   readonly path: string;
 }
 
@@ -70,7 +72,7 @@ export async function openJobFile(path: string, within: string, maxBytes = Numbe
     const real = await openedPath(handle);
     if (!inside(real, within)) throw new GpuFleetError(`${path} leads outside the job's folder (to ${real}); it is not read`);
     if (info.size > maxBytes) throw new GpuFleetError(`${path} is ${info.size} bytes; at most ${maxBytes} are read`);
-    return { handle, bytes: info.size, path: relative(within, real) };
+    return { handle, bytes: info.size, modifiedAtMs: Math.floor(info.mtimeMs), path: relative(within, real) };
   } catch (error) {
     await handle.close();
     throw error;

@@ -6,10 +6,10 @@ import { SERVICE_LABEL } from '../core/serving/service.ts';
 import { formatUsd } from '../core/money.ts';
 import { dayStartMs, reportPeriod, type ReportPeriod } from '../core/period.ts';
 import { BYTES_DAY_PERIOD_PREFIX, DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
-import { byteBillsByJob, type ByteBill } from '../core/bytes.ts';
+import { byteBillsByJob, heldBytesAt, type ByteBill, type ByteLog } from '../core/bytes.ts';
 import { stringify } from 'csv-stringify/sync';
 import { messageOf, UsageError } from '../core/errors.ts';
-import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
+import { openFleet, type BucketBytes, type Fleet, type FleetFlags } from './fleet.ts';
 import { formatNumber, gpuHours, money, pct, table } from './format.ts';
 import type { Io } from './people.ts';
 import { colorsByName, esc, palette, stackedChart } from './charts.ts';
@@ -336,6 +336,21 @@ const billRow = (b: ByteBill): ByteBillRow => ({
   totalMicroUsd: b.totalMicroUsd,
 });
 
+/**
+ * The bucket's own count of what it holds beside the index's count at the same moment (the
+ * metric's): how far the agents' reported sizes, kept in the byte logs, are from the bucket.
+ * `logs` must hold every save held at or after `bucket.atMs`.
+ */
+export function againstBucket(logs: readonly ByteLog[], bucket: BucketBytes): NonNullable<CheckpointBytesReport['bucket']> {
+  const index = heldBytesAt(logs, bucket.atMs);
+  return {
+    heldGiB: bucket.bytes / GIB,
+    atMs: bucket.atMs,
+    source: bucket.source,
+    indexLessBucketPct: bucket.bytes > 0 ? (100 * (index - bucket.bytes)) / bucket.bytes : 0,
+  };
+}
+
 /** The period's checkpoint bytes per job and project (the index's byte logs), and the index's count of what is held beside the bucket's. */
 async function checkpointBytesReport(
   source: NonNullable<Fleet['checkpointBytes']>,
@@ -362,19 +377,13 @@ async function checkpointBytesReport(
     notes.push(
       `checkpoint bytes: ${money(attributed)} of the ${money(chargedMicroUsd)} charged is attributed to jobs (the index keeps a deleted save's record 48 hours; the teams' totals hold all of it)`,
     );
-  // What is held now by the index's count (every team's: the bucket's metric is the whole bucket's).
-  const everyone = team ? await source.logs(period.endMs) : logs;
-  const heldBytes = byteBillsByJob(everyone, source, period.endMs, period.endMs + 1).reduce((n, j) => n + j.heldBytes, 0);
+  // What is held now by the index's count (every team's: the bucket's metric is the whole bucket's), and what it counted
+  // held when the bucket last measured itself: the two compared at the same moment.
+  const heldBytes = heldBytesAt(team ? await source.logs(period.endMs) : logs, period.endMs);
   let bucket: CheckpointBytesReport['bucket'];
   try {
     const b = await source.bucketBytes?.();
-    if (b)
-      bucket = {
-        heldGiB: b.bytes / GIB,
-        atMs: b.atMs,
-        source: b.source,
-        indexLessBucketPct: b.bytes > 0 ? (100 * (heldBytes - b.bytes)) / b.bytes : 0,
-      };
+    if (b) bucket = againstBucket(await source.logs(b.atMs), b);
   } catch (error) {
     notes.push(`the checkpoint bucket's own size is not known: ${messageOf(error)}`);
   }

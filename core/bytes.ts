@@ -487,6 +487,14 @@ export function siteOfZone(cloud: Site['cloud'], zone: string): Site {
   return { cloud, region: regionOfZone(cloud, zone), zone };
 }
 
+/** The bytes the logs count held in the store at `atMs`: every save saved before then and not deleted by then. */
+export function heldBytesAt(logs: readonly ByteLog[], atMs: number): number {
+  let n = 0;
+  for (const log of logs)
+    for (const s of log.saves) if (s.savedAtMs < atMs && (s.deletedAtMs === undefined || s.deletedAtMs >= atMs)) n += s.bytes;
+  return n;
+}
+
 /** One job's checkpoint bytes over a window, priced: its owner, its bill, and what the index counts it holding at the window's end. */
 export interface JobByteBill {
   readonly owner: SaveOwner;
@@ -507,9 +515,7 @@ export function byteBillsByJob(
   const out: JobByteBill[] = [];
   for (const log of logs) {
     const bill = priceBytes(logUsage(log, where, fromMs, toMs), where.rates);
-    const heldBytes = log.saves
-      .filter((s) => s.savedAtMs < toMs && (s.deletedAtMs === undefined || s.deletedAtMs >= toMs))
-      .reduce((n, s) => n + s.bytes, 0);
+    const heldBytes = heldBytesAt([log], toMs);
     if (bill.totalMicroUsd > 0 || heldBytes > 0) out.push({ owner: log.owner, bill, heldBytes });
   }
   return out.sort((a, b) => b.bill.totalMicroUsd - a.bill.totalMicroUsd || (a.owner.jobId < b.owner.jobId ? -1 : 1));

@@ -661,12 +661,16 @@ export const REJECTION_ERRORS_KEPT = 50;
 /** The most characters of one problem a rejected job's record keeps. */
 const REJECTION_ERROR_CHARS = 1000;
 
-/** The bytes of a job's stored form (its JSON, UTF-8): what {@link MAX_STORED_JOB_BYTES} bounds. */
-export function storedJobBytes(job: Job): number {
-  return new TextEncoder().encode(JSON.stringify(job)).length;
+/** The bytes of a record's stored form (its JSON, UTF-8): what {@link MAX_STORED_JOB_BYTES} bounds, and near what DynamoDB counts. */
+export function storedBytes(record: unknown): number {
+  return new TextEncoder().encode(JSON.stringify(record)).length;
 }
 
-/** A rejected job keeps the raw body and every reason, so nothing submitted is lost. */
+/**
+ * A rejected job keeps the body it was sent (every `env` value replaced by its length, cut at 16
+ * KiB: core/job-spec.ts `rejectedBody`) and its reasons (the first {@link REJECTION_ERRORS_KEPT},
+ * the rest counted), so what was wrong is on record and the record always fits the store.
+ */
 export function newRejectedJob(input: Omit<NewJob, 'spec'> & { errors: readonly string[]; body: string }): Job {
   return {
     id: input.id,

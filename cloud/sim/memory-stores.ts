@@ -7,6 +7,7 @@ import {
   checkpointFolder,
   CheckpointRefused,
   NO_SAVES,
+  storedBytes,
   type CheckpointRef,
   type Job,
   type JobState,
@@ -61,7 +62,7 @@ const ENDED_STATES: readonly JobState[] = ['succeeded', 'failed', 'cancelled'];
 /** DynamoDB's item limit (400 KB, names and values): the memory stores refuse what DynamoDB would, as its ValidationException. */
 const DYNAMO_ITEM_MAX_BYTES = 400 * 1024;
 function refuseOversized(what: string, id: string, value: unknown): void {
-  const bytes = new TextEncoder().encode(JSON.stringify(value)).length;
+  const bytes = storedBytes(value);
   if (bytes > DYNAMO_ITEM_MAX_BYTES)
     throw new CloudError('invalid-request', `${what} ${id}: Item size has exceeded the maximum allowed size (${bytes} bytes)`, {
       operation: `write ${what}`,

@@ -3,7 +3,7 @@ import type { QueuedMessage } from './memory-stores.ts';
 import {
   costByTeam as exactCostByTeam,
   BYTES_DAY_PERIOD_PREFIX,
-  DAY_PERIOD_PREFIX,
+  isBudgetPeriod,
   RESERVED_UNUSED_PREFIX,
   type Holding,
   type MachineMeter,
@@ -1073,7 +1073,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   for (const row of await env.ledger.list())
     if (row.period.startsWith(BYTES_DAY_PERIOD_PREFIX))
       bytesChargedByTeam[row.team] = (bytesChargedByTeam[row.team] ?? 0) + row.spentMicroUsd;
-    else if (!row.period.startsWith(DAY_PERIOD_PREFIX)) {
+    else if (isBudgetPeriod(row.period)) {
       costByTeam[row.team] = (costByTeam[row.team] ?? 0) + row.spentMicroUsd;
       countedUntil.set(row.team, Math.max(countedUntil.get(row.team) ?? 0, row.accruedUntilMs ?? 0));
     }
@@ -1257,8 +1257,7 @@ async function sample(
   const running = await env.jobs.listByState(['running', 'checkpointing', 'placed']);
   const spendByTeamMicroUsd: Record<string, number> = {};
   for (const row of await env.ledger.list())
-    if (!row.period.startsWith(DAY_PERIOD_PREFIX) && !row.period.startsWith(BYTES_DAY_PERIOD_PREFIX))
-      spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
+    if (isBudgetPeriod(row.period)) spendByTeamMicroUsd[row.team] = (spendByTeamMicroUsd[row.team] ?? 0) + row.spentMicroUsd;
   return {
     tSec: Math.round(tMs / 1000),
     machinesByGroup,

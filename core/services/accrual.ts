@@ -219,6 +219,11 @@ export const DAY_PERIOD_PREFIX = 'day:';
  */
 export const BYTES_DAY_PERIOD_PREFIX = 'bytes:day:';
 
+/** Whether a ledger row's period is a team's budget period (what its spend and budget hold), not one of the day rows beside it. */
+export function isBudgetPeriod(period: string): boolean {
+  return !period.startsWith(DAY_PERIOD_PREFIX) && !period.startsWith(BYTES_DAY_PERIOD_PREFIX);
+}
+
 /** One ledger window to count: a team's period (its budget's, or a UTC day) from its cursor to `toMs`. */
 interface Window {
   readonly team: string;
@@ -301,8 +306,7 @@ export async function accrueSpend(
       toMs: w.toMs,
       amountMicroUsd: amount,
     });
-    if (counted && !w.key.startsWith(DAY_PERIOD_PREFIX) && !w.key.startsWith(BYTES_DAY_PERIOD_PREFIX) && w.toMs === input.nowMs)
-      accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
+    if (counted && isBudgetPeriod(w.key) && w.toMs === input.nowMs) accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
   }
   return accrued;
 }

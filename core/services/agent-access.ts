@@ -375,6 +375,9 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
     assign: async () => notForAgents('placing work on a node'),
   };
 
+  /** This machine's site as reconcile stamped its billing facts: where its saves are written from and read to. */
+  const machineSite = async () => siteOfOffering((await stores.nodes.get(nodeId))?.meter?.offeringId);
+
   const checkRead = async (jobId: string, location: string): Promise<Job> => {
     const job = await jobOf(jobId);
     const record = mayReadJob(job, nodeId, undefined) ? undefined : await stores.nodes.get(nodeId);
@@ -408,13 +411,16 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
       const ended = (job.heldAttempts ?? []).find((h) => h.attempt === attempt);
       const live = job.attempt === attempt && job.placement !== undefined;
       const held = live ? job.placement!.nodes.map((n) => n.nodeId) : ended!.nodes.map((n) => n.nodeId);
-      // Progress no attempt could have made is refused, and the newest honest save stays the newest.
-      const newest = await stores.checkpoints.latest(job.id);
-      const ceiling = progressCeilingSec(
-        Math.max(newest?.progressSec ?? 0, job.checkpoint?.progressSec ?? 0),
-        (live ? (job.placedAtMs ?? job.startedAtMs) : ended?.fromMs) ?? job.submittedAtMs,
-        now,
-      );
+      // Progress no attempt could have made is refused, and the newest honest save stays the newest. The job's record
+      // names its newest save; the index (read only when the claim passes what the record allows) may know a newer one.
+      const attemptFromMs = (live ? (job.placedAtMs ?? job.startedAtMs) : ended?.fromMs) ?? job.submittedAtMs;
+      let ceiling = progressCeilingSec(job.checkpoint?.progressSec ?? 0, attemptFromMs, now);
+      if (ref.progressSec > ceiling)
+        ceiling = progressCeilingSec(
+          Math.max((await stores.checkpoints.latest(job.id))?.progressSec ?? 0, job.checkpoint?.progressSec ?? 0),
+          attemptFromMs,
+          now,
+        );
       if (ref.progressSec > ceiling)
         refuse(
           `the checkpoint at ${ref.location} claims ${ref.progressSec} s of progress; attempt ${attempt} can have made at most ${ceiling} s (its newest complete save's, plus the time it has run)`,
@@ -427,7 +433,7 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
       const sizeProblem = ref.size ? saveSizeProblem(ref.size) : undefined;
       if (sizeProblem !== undefined) refuse(`the checkpoint at ${ref.location}: ${sizeProblem}`);
       // Whom the save's bytes are charged to, and where it was written from: the job's record and this machine's, never the call's.
-      const machine = siteOfOffering((await stores.nodes.get(nodeId))?.meter?.offeringId);
+      const machine = await machineSite();
       const project = job.spec.labels?.project;
       const meter: SaveMeter = {
         owner: { jobId: job.id, team: job.team, ...(project !== undefined ? { project } : {}) },
@@ -483,7 +489,7 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
     async readCheckpoint(jobId, location) {
       const job = await checkRead(jobId, location);
       if (!stores.history) return;
-      const machine = siteOfOffering((await stores.nodes.get(nodeId))?.meter?.offeringId);
+      const machine = await machineSite();
       await stores.history.noteRead(jobId, location, {
         key: `${job.attempt}/${nodeId}`,
         atMs: clock.nowMs(),

@@ -5,7 +5,7 @@ import {
   MAX_STORED_JOB_BYTES,
   newPendingJob,
   newRejectedJob,
-  storedJobBytes,
+  storedBytes,
   type Job,
 } from '../job.ts';
 import { checkJobSpec, rejectedBody, type JobSpec } from '../job-spec.ts';
@@ -89,7 +89,7 @@ export async function intake(
     const check = checkJobSpec(parsed);
     if (check.ok && check.spec.service) {
       // A service's record holds its spec as a job's does: the same bound.
-      const bytes = new TextEncoder().encode(JSON.stringify(check.spec)).length;
+      const bytes = storedBytes(check.spec);
       if (bytes > MAX_STORED_JOB_BYTES)
         errors = [
           `(spec): the service's spec holds ${bytes} bytes, over the ${MAX_STORED_JOB_BYTES} a record may; keep large values out of env, labels and command`,
@@ -117,7 +117,7 @@ export async function intake(
         ...newPendingJob({ id, team: message.team, spec: sized.spec, submittedAtMs: nowMs }),
         ...(sized.decision ? { rightsize: sized.decision } : {}),
       };
-      const bytes = storedJobBytes(pending);
+      const bytes = storedBytes(pending);
       if (why) errors = [`(spec): ${why}; change the spec, or add a node group that can hold it`];
       else if (bytes > MAX_STORED_JOB_BYTES)
         errors = [

@@ -3,6 +3,7 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
 import { s3BucketBytes } from '../../cloud/aws/cloudwatch-metrics.ts';
 import { isCloudError } from '../../core/errors.ts';
+import { againstBucket } from '../../cli/finops.ts';
 
 /** The checkpoint bucket's own count of what it holds: S3's daily storage metric, which `report` sets beside the index's. */
 describe('the checkpoint bucket size from CloudWatch (s3BucketBytes)', () => {
@@ -41,5 +42,38 @@ describe('the checkpoint bucket size from CloudWatch (s3BucketBytes)', () => {
     cw.on(GetMetricStatisticsCommand).rejects(Object.assign(new Error('not authorized'), { name: 'AccessDenied', $metadata: {} }));
     const err = await s3BucketBytes(cw as unknown as CloudWatchClient, 'fleet-ckpt', clock).catch((e: unknown) => e);
     expect(isCloudError(err, 'access-denied')).toBe(true);
+  });
+});
+
+describe("report: the index's count beside the bucket's (againstBucket)", () => {
+  it('counts what the index held when the bucket measured itself, not what it holds now', () => {
+    const day = Date.UTC(2026, 11, 5);
+    const owner = { jobId: 'nlp.a', team: 'nlp' };
+    const save = (location: string, bytes: number, savedAtMs: number, deletedAtMs?: number) => ({
+      location,
+      bytes,
+      writeRequests: 1,
+      readRequests: 1,
+      savedAtMs,
+      ...(deletedAtMs !== undefined ? { deletedAtMs } : {}),
+    });
+    // Held at the metric's time: s1 (deleted since) and s2; s3 came after it; s0 was gone before it.
+    const logs = [
+      {
+        owner,
+        saves: [
+          save('s0', 7e9, day - 7_200_000, day - 3_600_000),
+          save('s1', 4e9, day - 3_600_000, day + 3_600_000),
+          save('s2', 5e9, day - 60_000),
+          save('s3', 9e9, day + 60_000),
+        ],
+      },
+    ];
+    expect(againstBucket(logs, { bytes: 10e9, atMs: day, source: 'S3' })).toEqual({
+      heldGiB: 10e9 / 2 ** 30,
+      atMs: day,
+      source: 'S3',
+      indexLessBucketPct: -10,
+    });
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_STORED_JOB_BYTES, newPendingJob, storedJobBytes, transition, type Job } from '../../core/job.ts';
+import { MAX_STORED_JOB_BYTES, newPendingJob, storedBytes, transition, type Job } from '../../core/job.ts';
 import type { JobStore } from '../../core/ports.ts';
 import { aSpec, T0 } from '../builders.ts';
 
@@ -29,7 +29,7 @@ export function jobStoreContract(name: string, make: () => Promise<JobStore>): v
         ...job('nlp.near'),
         spec: aSpec({ env: Object.fromEntries(Array.from({ length: 11 }, (_, i) => [`V${i}`, 'x'.repeat(30_000)])) }),
       };
-      expect(storedJobBytes(near)).toBeLessThan(MAX_STORED_JOB_BYTES);
+      expect(storedBytes(near)).toBeLessThan(MAX_STORED_JOB_BYTES);
       expect((await store.create(near)).created).toBe(true);
     });
 

@@ -3,7 +3,7 @@ import type { SQSEvent, SQSRecord } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
 import { CloudError } from '../../core/errors.ts';
 import { intake } from '../../core/services/intake.ts';
-import { MAX_STORED_JOB_BYTES, REJECTION_ERRORS_KEPT, storedJobBytes } from '../../core/job.ts';
+import { MAX_STORED_JOB_BYTES, REJECTION_ERRORS_KEPT, storedBytes } from '../../core/job.ts';
 import type { JobStore } from '../../core/ports.ts';
 import { createIntakeHandler, teamFromQueueArn, TOKEN_ATTRIBUTE, type DeadLetter } from '../../functions/intake.ts';
 import { observability } from '../../functions/observability.ts';
@@ -116,11 +116,11 @@ describe('intake function', () => {
     expect(a.state).toBe('rejected');
     expect(a.rejection!.errors).toHaveLength(REJECTION_ERRORS_KEPT + 1);
     expect(a.rejection!.errors.at(-1)).toMatch(/^… and \d+ more problems$/);
-    expect(storedJobBytes(a)).toBeLessThan(MAX_STORED_JOB_BYTES);
+    expect(storedBytes(a)).toBeLessThan(MAX_STORED_JOB_BYTES);
     const b = (await jobs.get('nlp.m2'))!;
     expect(b.state).toBe('rejected');
     expect(b.rejection!.errors).toEqual([expect.stringMatching(/^\(spec\): its record would hold \d+ bytes, over the 350000 a job may/)]);
-    expect(storedJobBytes(b)).toBeLessThan(MAX_STORED_JOB_BYTES);
+    expect(storedBytes(b)).toBeLessThan(MAX_STORED_JOB_BYTES);
   });
 
   it('knows a bad body over 16 KiB delivered again as the same submission, not a reused token', async () => {
