@@ -26,6 +26,33 @@ export function siteKey(site: Pick<Site, 'cloud' | 'region'>): string {
   return `${site.cloud}:${site.region}`;
 }
 
+/** A checkpoint root (`s3://bucket/prefix/`, `gs://bucket/prefix/`) and the site of its bucket. */
+export interface StoreRoot {
+  readonly root: string;
+  readonly site: Site;
+}
+
+/**
+ * Where a fleet keeps checkpoints, as far as their price goes: `store`, the site of its own bucket
+ * (in the control plane's region), and `roots`, the buckets kept for other sites (a GCP region's
+ * machines save into a bucket in that region). Absent roots: every save is in `store`.
+ */
+export interface StoreSites {
+  readonly store: Site;
+  readonly roots?: readonly StoreRoot[];
+}
+
+/** The site of the bucket a location is in: the root it is under, else the fleet's own bucket. */
+export function storeSiteOf(where: StoreSites, location: string): Site {
+  return where.roots?.find((r) => location.startsWith(r.root))?.site ?? where.store;
+}
+
+/** The bucket a machine at `machine` saves into: its own site's root when the fleet keeps one there, else the fleet's own bucket. */
+export function storeSiteFor(where: StoreSites, machine: Site | undefined): Site {
+  if (!machine) return where.store;
+  return where.roots?.find((r) => r.site.cloud === machine.cloud && r.site.region === machine.region)?.site ?? where.store;
+}
+
 /** How machines in the stack's VPC reach S3 in their own region. */
 export type S3Path = 'gateway-endpoint' | 'nat' | 'interface-endpoint';
 export const S3_PATHS: readonly S3Path[] = ['gateway-endpoint', 'nat', 'interface-endpoint'];
@@ -160,17 +187,28 @@ export function partBytesFor(bytes: number): number {
 }
 
 /**
- * PUT-class requests an upload of one file of `bytes` makes: one PUT up to {@link SINGLE_PUT_MAX_BYTES};
- * else a multipart upload (initiate, one per part, complete).
+ * The kind of object store a checkpoint location is in: `gs://` is Cloud Storage, where an upload
+ * of any size is one billed operation; anything else (`s3://`, and `file://` for local use, priced
+ * as S3) is S3, where each part of a multipart upload is a billed PUT.
  */
-export function uploadRequests(bytes: number): number {
-  if (bytes <= SINGLE_PUT_MAX_BYTES) return 1;
+export type StoreKind = 's3' | 'gcs';
+export function storeKindOf(location: string): StoreKind {
+  return location.startsWith('gs://') ? 'gcs' : 's3';
+}
+
+/**
+ * Write-class requests an upload of one file of `bytes` makes. S3: one PUT up to
+ * {@link SINGLE_PUT_MAX_BYTES}, else a multipart upload (initiate, one per part, complete). Cloud
+ * Storage: one Class A operation, whatever the size (a completed resumable upload is one operation).
+ */
+export function uploadRequests(bytes: number, kind: StoreKind = 's3'): number {
+  if (kind === 'gcs' || bytes <= SINGLE_PUT_MAX_BYTES) return 1;
   return Math.ceil(bytes / partBytesFor(bytes)) + 2;
 }
 
-/** GET requests a download of one file of `bytes` makes: one ranged GET per part as it was uploaded. */
-export function downloadRequests(bytes: number): number {
-  if (bytes <= SINGLE_PUT_MAX_BYTES) return 1;
+/** Read-class requests a download of one file of `bytes` makes: S3, one ranged GET per part as it was uploaded; Cloud Storage, one GET. */
+export function downloadRequests(bytes: number, kind: StoreKind = 's3'): number {
+  if (kind === 'gcs' || bytes <= SINGLE_PUT_MAX_BYTES) return 1;
   return Math.ceil(bytes / partBytesFor(bytes));
 }
 
@@ -189,7 +227,8 @@ export interface Transfer {
  */
 export function transferUsage(t: Transfer, direction: 'up' | 'down'): ByteUsage {
   const bytes = t.fileBytes.reduce((a, b) => a + b, 0);
-  const requests = t.fileBytes.reduce((n, b) => n + (direction === 'up' ? uploadRequests(b) : downloadRequests(b)), 0);
+  const kind: StoreKind = t.store.cloud === 'gcp' ? 'gcs' : 's3';
+  const requests = t.fileBytes.reduce((n, b) => n + (direction === 'up' ? uploadRequests(b, kind) : downloadRequests(b, kind)), 0);
   return movedUsage({ ...t, bytes, requests, direction });
 }
 
@@ -283,12 +322,12 @@ export interface SaveSize {
   readonly readRequests: number;
 }
 
-/** The size of a save made of files of these sizes. */
-export function saveSizeOf(fileBytes: readonly number[]): SaveSize {
+/** The size of a save made of files of these sizes, in a store of this kind. */
+export function saveSizeOf(fileBytes: readonly number[], kind: StoreKind = 's3'): SaveSize {
   return {
     bytes: fileBytes.reduce((a, b) => a + b, 0),
-    writeRequests: fileBytes.reduce((n, b) => n + uploadRequests(b), 0),
-    readRequests: fileBytes.reduce((n, b) => n + downloadRequests(b), 0),
+    writeRequests: fileBytes.reduce((n, b) => n + uploadRequests(b, kind), 0),
+    readRequests: fileBytes.reduce((n, b) => n + downloadRequests(b, kind), 0),
   };
 }
 
@@ -421,21 +460,22 @@ export function siteOfOffering(offeringId: string | undefined): Site | undefined
 /**
  * A log's usage over [fromMs, toMs): each save's storage over the part of the window it was held,
  * its upload if it landed in the window, and its reads in the window, on the deployment's path from
- * the machine (the store's own region when the machine's site is not known).
+ * the machine to the bucket the save is in (the bucket's own region when the machine's site is not known).
  */
 export function logUsage(
   log: ByteLog,
-  where: { readonly store: Site; readonly layout: NetworkLayout },
+  where: StoreSites & { readonly layout: NetworkLayout },
   fromMs: number,
   toMs: number,
 ): ByteUsage {
   let out: ByteUsage = {};
-  const moved = (machine: Site | undefined, bytes: number, requests: number, direction: 'up' | 'down') =>
-    movedUsage({ machine: machine ?? where.store, store: where.store, layout: where.layout, bytes, requests, direction });
   for (const s of log.saves) {
+    const store = storeSiteOf(where, s.location);
+    const moved = (machine: Site | undefined, bytes: number, requests: number, direction: 'up' | 'down') =>
+      movedUsage({ machine: machine ?? store, store, layout: where.layout, bytes, requests, direction });
     const start = Math.max(fromMs, s.savedAtMs);
     const end = Math.min(toMs, s.deletedAtMs ?? toMs);
-    if (end > start) out = addUsage(out, storageUsage(where.store, s.bytes, end - start));
+    if (end > start) out = addUsage(out, storageUsage(store, s.bytes, end - start));
     if (s.savedAtMs >= fromMs && s.savedAtMs < toMs) out = addUsage(out, moved(s.machine, s.bytes, s.writeRequests, 'up'));
     for (const r of s.reads ?? [])
       if (r.atMs >= fromMs && r.atMs < toMs) out = addUsage(out, moved(r.machine, r.bytes, r.readRequests, 'down'));
@@ -468,7 +508,7 @@ export function movedUsage(m: {
 /** What each team's saves cost over [fromMs, toMs): every log's usage over the window, summed per team and priced once. */
 export function byteCostByTeam(
   logs: readonly ByteLog[],
-  where: { readonly store: Site; readonly layout: NetworkLayout; readonly rates: ByteRates },
+  where: StoreSites & { readonly layout: NetworkLayout; readonly rates: ByteRates },
   fromMs: number,
   toMs: number,
 ): Map<string, MicroUsd> {
@@ -508,7 +548,7 @@ export interface JobByteBill {
  */
 export function byteBillsByJob(
   logs: readonly ByteLog[],
-  where: { readonly store: Site; readonly layout: NetworkLayout; readonly rates: ByteRates },
+  where: StoreSites & { readonly layout: NetworkLayout; readonly rates: ByteRates },
   fromMs: number,
   toMs: number,
 ): JobByteBill[] {

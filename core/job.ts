@@ -270,10 +270,11 @@ export function afterSweep(held: RetainedSaves, locations: readonly string[], no
  * deleted, or none there), and any other save the byte log still counts as held (the save before
  * the newest, an ended job's newest) of which it kept no object. One it kept (the job's record
  * still names it as its resume point) stays listed, so a later sweep deletes it once the record
- * has moved on.
+ * has moved on. `root` is the swept bucket's root: saves elsewhere are another sweep's to judge.
  */
-export function forgettable(saves: RetainedSaves, keptObjectUris: readonly string[]): string[] {
-  const none = (l: string) => !keptObjectUris.some((u) => u.startsWith(l));
+export function forgettable(saves: RetainedSaves, keptObjectUris: readonly string[], root = ''): string[] {
+  // Only saves under the swept root: one kept in another bucket (another cloud's) has objects this listing cannot see.
+  const none = (l: string) => l.startsWith(root) && !keptObjectUris.some((u) => u.startsWith(l));
   const superseded = saves.superseded.filter(none);
   const logged = (saves.bytes?.saves ?? [])
     .filter((s) => s.deletedAtMs === undefined && !saves.superseded.includes(s.location) && none(s.location))
