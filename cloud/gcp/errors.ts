@@ -64,19 +64,29 @@ export function gcpErrorCode(e: { reason?: string; httpStatusCode?: number; code
   if (/rate ?limit|Quota exceeded for quota (group|metric) '.*(Read|Write|Operation)/i.test(text)) return 'throttled';
   if (/QUOTA_EXCEEDED|Quota '.*' exceeded/i.test(text)) return 'quota-exceeded';
   if (/STOCKOUT|RESOURCE_POOL_EXHAUSTED|does not have enough resources available/i.test(text)) return 'insufficient-capacity';
-  const status = e.httpStatusCode;
+  // Cloud Storage's ApiError carries the HTTP status in `code` (gRPC codes stop at 16).
+  const status = e.httpStatusCode ?? (typeof e.code === 'number' && e.code >= 100 ? e.code : undefined);
   const byStatus = status === undefined ? undefined : (HTTP[status] ?? (status >= 500 ? 'unavailable' : undefined));
   if (byStatus) return byStatus;
   return (typeof e.code === 'number' ? GRPC[e.code] : undefined) ?? 'invalid-request';
 }
 
 /**
- * Translates a google-gax (or operation) error into the port's vocabulary, keeping Google's
+ * Translates a google-gax, Cloud Storage (or operation) error into the port's vocabulary, keeping Google's
  * reason and message and the call's context. No SDK error type leaves an adapter.
  */
 export function translateGcpError(error: unknown, context: { operation: string; resource?: string }): CloudError {
   if (error instanceof CloudError) return error;
-  const e = (error ?? {}) as { reason?: string; httpStatusCode?: number; code?: number | string; message?: string };
+  const raw = (error ?? {}) as {
+    reason?: string;
+    httpStatusCode?: number;
+    code?: number | string;
+    message?: string;
+    errors?: readonly { reason?: string }[];
+  };
+  // Cloud Storage's ApiError names its reason in errors[0].reason.
+  const reason = raw.reason ?? (Array.isArray(raw.errors) ? raw.errors[0]?.reason : undefined);
+  const e = { ...raw, ...(reason ? { reason } : {}) };
   const code = gcpErrorCode(e);
   const where = context.resource ? ` on ${context.resource}` : '';
   const why = e.reason ? ` (${e.reason})` : '';
