@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
 import { checkpointPartLocation, rendezvousPortOf, type CheckpointRef, type Job } from '../core/job.ts';
-import { saveSizeOf } from '../core/bytes.ts';
+import { saveSizeOf, storeKindOf } from '../core/bytes.ts';
 import { containerSettings } from '../core/job-spec.ts';
 import type {
   CheckpointStore,
@@ -770,7 +770,7 @@ export class NodeAgent {
         return up;
       }
       // The part's size as uploaded: the index bills the save's storage and transfer by it.
-      const saved: CheckpointRef = { ...ref, completedAtMs: this.ports.clock.nowMs(), size: saveSizeOf(up.fileBytes) };
+      const saved: CheckpointRef = { ...ref, completedAtMs: this.ports.clock.nowMs(), size: saveSizeOf(up.fileBytes, storeKindOf(ref.location)) };
       const complete = await this.ports.checkpoints.markComplete(saved, l.rank);
       // The job names the index's newest complete checkpoint: this save as the index recorded it (one marked complete
       // again, after an earlier try's job write failed, keeps its first completion time there), or a newer one.

@@ -167,8 +167,10 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
   const storeUri =
     flags.checkpointStore ??
     (/^(s3|file):\/\//.test(base.checkpointBucket) ? base.checkpointBucket : `s3://${base.checkpointBucket}/checkpoints/`);
-  if (!/^(s3|file):\/\//.test(storeUri))
-    throw new UsageError(`--checkpoint-store must be s3://bucket/prefix/ or file:///path/; got "${storeUri}"`);
+  if (!/^(s3|gs|file):\/\//.test(storeUri))
+    throw new UsageError(
+      `--checkpoint-store must be s3://bucket/prefix/, gs://bucket/prefix/ (a GCP machine) or file:///path/; got "${storeUri}"`,
+    );
   // The same wiring as every other entry point, with the checkpoint root this agent was given.
   const ports = await fleetPorts({ ...base, checkpointBucket: storeUri });
   const { config } = ports;
@@ -192,7 +194,16 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
     jobLogs = new AgentApiJobLogs(api);
   } else {
     stores = ports.stores;
-    blobs = storeUri.startsWith('s3://') ? new S3Blobs(new S3Client({ region: base.region })) : new DirectoryBlobs(fileURLToPath(storeUri));
+    if (storeUri.startsWith('gs://')) {
+      // A GCP machine: it saves into its region's bucket with its own service account, and reads a save from S3 (a job
+      // moved from AWS) with the AWS credentials it reaches the tables with.
+      const { GcsBlobs, BlobsByScheme } = await import('./gcs-blobs.ts');
+      const { gcsStorage } = await import('../cloud/gcp/storage.ts');
+      blobs = new BlobsByScheme({ gs: new GcsBlobs(gcsStorage()), s3: new S3Blobs(new S3Client({ region: base.region })) });
+    } else
+      blobs = storeUri.startsWith('s3://')
+        ? new S3Blobs(new S3Client({ region: base.region }))
+        : new DirectoryBlobs(fileURLToPath(storeUri));
   }
   // The launch hook of a group with a warm pool (infra/stack.ts): each launch waits in it until this agent lets it go.
   const launchHook = env.GPU_FLEET_LAUNCH_HOOK ? identity.groupId : undefined;

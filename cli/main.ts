@@ -84,6 +84,11 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       wholeNumber('--nat-gateways', 1, 16),
     )
     .option(
+      '--gcp-checkpoints <where>',
+      "where GCP machines save: regional (a Cloud Storage bucket in each GCP region, the config's gcp.checkpointRoots; default) | s3 (the fleet's S3 bucket, internet egress both ways)",
+      oneOf('--gcp-checkpoints', ['regional', 's3'] as const),
+    )
+    .option(
       '--upload-mibps <n>',
       "the simulated machines' checkpoint upload and download speed, MiB/s (a fault profile may lower it)",
       decimalNumber('--upload-mibps', 1, 100_000),

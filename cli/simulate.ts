@@ -74,6 +74,8 @@ export interface SimulateFlags {
   /** The network path to the checkpoint bucket and the NAT gateways of the AWS fleet's VPC (default: the stack's own VPC). */
   readonly s3Path?: S3Path;
   readonly natGateways?: number;
+  /** Where GCP machines save: a bucket in their region (default), or the S3 bucket across clouds. */
+  readonly gcpCheckpoints?: 'regional' | 's3';
   readonly clouds?: readonly Cloud[];
   /** false: leave out the built-in services (`--no-services`). */
   readonly services?: boolean;
@@ -186,6 +188,7 @@ export async function simulateCommand(
         ...(faults ? { faults } : {}),
         ...(flags.uploadMibps !== undefined ? { uploadMiBPerSec: flags.uploadMibps } : {}),
         ...(network ? { network } : {}),
+        ...(flags.gcpCheckpoints ? { gcpCheckpoints: flags.gcpCheckpoints } : {}),
         onProgress: (sec) => {
           const h = Math.floor(sec / 3600);
           if (h !== shown) {

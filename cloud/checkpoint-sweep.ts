@@ -142,3 +142,32 @@ export class BucketSweep implements CheckpointSweep {
     return deleted;
   }
 }
+
+/**
+ * Several buckets' sweeps as one (the fleet's S3 bucket and each GCP region's bucket), run in
+ * turn; one that fails does not stop the others, and the first failure is thrown once all ran.
+ */
+export function sweepsInTurn(sweeps: readonly CheckpointSweep[]): CheckpointSweep | undefined {
+  if (sweeps.length <= 1) return sweeps[0];
+  return {
+    async sweep() {
+      let jobs = 0;
+      let deleted = 0;
+      let wrapped = true;
+      let failed: unknown;
+      for (const s of sweeps) {
+        try {
+          const out = await s.sweep();
+          jobs += out.jobs;
+          deleted += out.deleted;
+          wrapped &&= out.wrapped;
+        } catch (error) {
+          failed ??= error;
+          wrapped = false;
+        }
+      }
+      if (failed !== undefined) throw failed;
+      return { jobs, deleted, wrapped };
+    },
+  };
+}

@@ -2,7 +2,7 @@ import type { ReservationSelectorTerm } from './aws/ec2-reservations.ts';
 import type { DiscountPlan } from '../core/discounts.ts';
 import { parseUsd } from '../core/money.ts';
 import { isValidTeamId } from '../core/budget.ts';
-import { S3_PATHS, type NetworkLayout, type S3Path } from '../core/bytes.ts';
+import { S3_PATHS, type NetworkLayout, type S3Path, type StoreRoot } from '../core/bytes.ts';
 import { ConfigError } from '../core/errors.ts';
 import '../core/schema.ts';
 import * as z from 'zod/mini';
@@ -34,7 +34,16 @@ export interface FleetConfig {
   readonly lifecycleTimeoutSec: number;
   readonly policy: Policy;
   /** GCP managed instance groups beside the Auto Scaling groups; undefined when GCP is not configured. */
-  readonly gcp?: { readonly projects: readonly GcpScope[]; readonly credentialsSecret?: string };
+  readonly gcp?: {
+    readonly projects: readonly GcpScope[];
+    readonly credentialsSecret?: string;
+    /**
+     * A Cloud Storage checkpoint root per GCP region (`us-central1` → `gs://bucket/prefix/`): that
+     * region's machines save there, so their bytes stay in the region. Absent: GCP machines save
+     * into the fleet's S3 bucket (internet egress both ways).
+     */
+    readonly checkpointRoots?: Readonly<Record<string, string>>;
+  };
   /** Services and their load balancer target groups (service id → ARN); undefined: the fleet runs no services. */
   readonly services?: { readonly targetGroups: Readonly<Record<string, string>> };
   /** Which capacity reservations gpu-fleet may use (ids or tags); undefined: those tagged gpu-fleet:managed=true. */
@@ -72,6 +81,7 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_SPOT_PATIENCE_SEC: 'how long interruptible work waits for spot',
   GPU_FLEET_GCP_PROJECTS: 'GCP projects and zones, JSON',
   GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
+  GPU_FLEET_GCP_CHECKPOINT_ROOTS: 'a Cloud Storage checkpoint root per GCP region, JSON ({"us-central1":"gs://bucket/checkpoints/"})',
   GPU_FLEET_SERVICE_TARGET_GROUPS: 'services and their target groups, JSON: {"team.name": "arn:aws:elasticloadbalancing:…:targetgroup/…"}',
   GPU_FLEET_JOB_LOG_GROUP: "the CloudWatch Logs group of the jobs' output (a stream per attempt and rank)",
   GPU_FLEET_NETWORK:
@@ -141,6 +151,7 @@ const EnvSchema = z.object({
   ),
   GPU_FLEET_SPOT_PATIENCE_SEC: seconds(0, 86_400),
   GPU_FLEET_GCP_PROJECTS: z.optional(z.string()),
+  GPU_FLEET_GCP_CHECKPOINT_ROOTS: z.optional(z.string()),
   GPU_FLEET_SERVICE_TARGET_GROUPS: z.optional(z.string()),
   GPU_FLEET_JOB_LOG_GROUP: z.optional(
     z.string().check(z.regex(/^[A-Za-z0-9_\-/.#]{1,512}$/, { error: 'must be a CloudWatch Logs group name (letters, digits, _ - / . #)' })),
@@ -179,6 +190,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
     }
   }
   const gcp = readGcp(present, problems);
+  const gcpRoots = readGcpCheckpointRoots(present, gcp, problems);
   const targetGroups = readTargetGroups(present, problems);
   const reservationSelector = readReservationSelector(present, problems);
   const discounts = readDiscounts(present, problems);
@@ -211,7 +223,13 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
       ...(hostNetworkSharing ? { hostNetworkSharing } : {}),
     },
     ...(gcp
-      ? { gcp: { projects: gcp, ...(e.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: e.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}) } }
+      ? {
+          gcp: {
+            projects: gcp,
+            ...(e.GPU_FLEET_GCP_CREDENTIALS_SECRET ? { credentialsSecret: e.GPU_FLEET_GCP_CREDENTIALS_SECRET } : {}),
+            ...(gcpRoots ? { checkpointRoots: gcpRoots } : {}),
+          },
+        }
       : {}),
     ...(targetGroups ? { services: { targetGroups } } : {}),
     network,
@@ -366,6 +384,42 @@ function readTargetGroups(present: Record<string, string>, problems: string[]): 
   return out;
 }
 
+const GCS_ROOT_RE = /^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\/([^\s]*\/)?$/;
+
+/** GPU_FLEET_GCP_CHECKPOINT_ROOTS: a `gs://bucket/prefix/` root per GCP region the projects have zones in. */
+function readGcpCheckpointRoots(
+  present: Record<string, string>,
+  projects: readonly GcpScope[] | undefined,
+  problems: string[],
+): Record<string, string> | undefined {
+  const example = 'e.g. {"us-central1":"gs://my-fleet-checkpoints-us-central1/checkpoints/"}';
+  const read = readJsonVar(present, 'GPU_FLEET_GCP_CHECKPOINT_ROOTS', `give a Cloud Storage root per GCP region, ${example}`, problems);
+  if (!read) return undefined;
+  const json = read.json;
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+    problems.push(`GPU_FLEET_GCP_CHECKPOINT_ROOTS must be an object of GCP region → gs:// root; ${example}`);
+    return undefined;
+  }
+  if (!projects) {
+    problems.push('GPU_FLEET_GCP_CHECKPOINT_ROOTS is set, but GPU_FLEET_GCP_PROJECTS is not: a root is for the machines of a GCP region');
+    return undefined;
+  }
+  const regions = new Set(projects.flatMap((p) => p.zones.map((z) => z.replace(/-[a-z]$/, ''))));
+  const out: Record<string, string> = {};
+  for (const [region, root] of Object.entries(json as Record<string, unknown>)) {
+    if (!regions.has(region))
+      problems.push(
+        `GPU_FLEET_GCP_CHECKPOINT_ROOTS: "${region}" is no region of the zones in GPU_FLEET_GCP_PROJECTS (${[...regions].join(', ')})`,
+      );
+    else if (typeof root !== 'string' || !GCS_ROOT_RE.test(root))
+      problems.push(
+        `GPU_FLEET_GCP_CHECKPOINT_ROOTS.${region}: ${JSON.stringify(root)} is not a Cloud Storage root gs://bucket/prefix/ (ending in "/")`,
+      );
+    else out[region] = root;
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
 function readGcp(present: Record<string, string>, problems: string[]): GcpScope[] | undefined {
   const example = 'e.g. [{"projectId":"my-project","zones":["us-central1-a"]}]';
   const read = readJsonVar(present, 'GPU_FLEET_GCP_PROJECTS', `give the projects and their zones, ${example}`, problems);
@@ -378,4 +432,9 @@ function readGcp(present: Record<string, string>, problems: string[]): GcpScope[
     return undefined;
   }
   return parsed.data;
+}
+
+/** The Cloud Storage roots of the fleet's GCP regions, each with its bucket's site (what a save there is priced at). */
+export function gcpStoreRoots(config: Pick<FleetConfig, 'gcp'>): StoreRoot[] {
+  return Object.entries(config.gcp?.checkpointRoots ?? {}).map(([region, root]) => ({ root, site: { cloud: 'gcp' as const, region } }));
 }

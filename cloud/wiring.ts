@@ -41,7 +41,7 @@ import { SpotPlacementScores } from './aws/spot-placement-scores.ts';
 import { deadLetterFor, SqsJobQueue } from './aws/sqs-queue.ts';
 import { TaggingBudgetSource } from './aws/tagging-budgets.ts';
 import { reconcileTrigger } from './aws/trigger.ts';
-import { fleetConfigFromEnv, type Environment, type FleetConfig } from './env.ts';
+import { fleetConfigFromEnv, gcpStoreRoots, type Environment, type FleetConfig } from './env.ts';
 import type { GcpClients } from './gcp/mig-node-groups.ts';
 import type * as GcpRuntime from './gcp/runtime.ts';
 import { MultiCloudCatalog, MultiCloudPrices } from './multi-cloud.ts';
@@ -212,6 +212,7 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     bytes: {
       logs: (sinceMs) => stores.checkpoints.byteLogs(sinceMs),
       store: { cloud: 'aws', region: config.region },
+      roots: gcpStoreRoots(config),
       layout: config.network,
       rates: shippedByteRates(),
     },

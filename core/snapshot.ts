@@ -1,4 +1,4 @@
-import type { ByteRates, NetworkLayout, Site } from './bytes.ts';
+import type { ByteRates, NetworkLayout, Site, StoreSites } from './bytes.ts';
 import type { InstanceTypeCatalog, PriceQuote } from './catalog.ts';
 import type { FleetNode, NodeGroup } from './fleet.ts';
 import type { Job } from './job.ts';
@@ -139,7 +139,7 @@ export interface Snapshot {
   /** Capacity reservations the reserved offerings launch into (and the others found), by reservation id. */
   readonly reservations?: ReadonlyMap<string, Reservation>;
   /** Where checkpoints are kept, the deployment's network path and the byte price table: a save's price for the cadence (absent: stall only). */
-  readonly saveBytes?: { readonly store: Site; readonly layout: NetworkLayout; readonly rates: ByteRates };
+  readonly saveBytes?: StoreSites & { readonly layout: NetworkLayout; readonly rates: ByteRates };
   /** Providers (a cloud's region or projects) or single groups left out because their calls fail: their groups are not here, so work only they could run waits. */
   readonly degraded?: readonly { readonly cloud: string; readonly scope?: string; readonly error: string }[];
 }

@@ -25,6 +25,13 @@ export interface AgentApiDeps {
   /** The checkpoint index's history: a machine's reads of saves are noted in it, for the bill (without it, reads are not billed). */
   readonly history?: Pick<CheckpointHistory, 'noteRead'>;
   readonly urls: CheckpointUrls;
+  /**
+   * Read URLs for saves kept in Cloud Storage (`gs://`, a GCP region's bucket: cloud/gcp/checkpoint-store.ts), for a
+   * machine that resumes a job moved from GCP; without it, such a read is refused as not configured.
+   */
+  readonly gcsUrls?: CheckpointUrls;
+  /** The other sites' checkpoint roots a machine may read from (the GCP regions' buckets). */
+  readonly otherRoots?: readonly string[];
   /** Where attempts' output goes (CloudWatch Logs); without it, `logs/put` is refused as not configured. */
   readonly jobLogs?: JobLogSink;
   readonly clock: Clock;
@@ -43,6 +50,12 @@ export interface AgentApiDeps {
   /** The node agent's instance role: only its sessions (one per machine, named by the instance id) may call. */
   readonly agentRoleName: string;
   readonly obs: Observability;
+}
+
+/** A save through the API goes to the fleet's own bucket: a GCP machine writes its region's bucket itself, never through here. */
+function awsSave(location: string): void {
+  if (location.startsWith('gs://'))
+    throw new Refused(400, `${location}: a machine saves through the agent API into the fleet's S3 bucket (s3://…), never another cloud's`);
 }
 
 /** A call the caller may not make (403), or that is malformed (400): said back to it, and logged. */
@@ -134,14 +147,17 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       return { complete: await view.checkpoints.markComplete(ref as unknown as CheckpointRef, rank) };
     },
     'checkpoint/upload': async (view, { jobId, location, files }) => {
+      awsSave(location);
       await view.checkCheckpointWrite(jobId, location);
       return { files: await deps.urls.uploadTargets(location, files) };
     },
     'checkpoint/upload-parts': async (view, { jobId, location, path, uploadId, firstPart, count }) => {
+      awsSave(location);
       await view.checkCheckpointWrite(jobId, location);
       return { urls: await deps.urls.partUrls(location, path, uploadId, firstPart, count) };
     },
     'checkpoint/finish-upload': async (view, { jobId, location, path, uploadId, parts }) => {
+      awsSave(location);
       await view.checkCheckpointWrite(jobId, location);
       await deps.urls.finishUpload(location, path, uploadId, parts);
       return {};
@@ -150,7 +166,10 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       // The first page starts a read: it is noted for the bill (once per attempt and machine); later pages only go on with it.
       if (after === undefined) await view.readCheckpoint(jobId, location);
       else await view.checkCheckpointRead(jobId, location);
-      return deps.urls.downloadUrls(location, after, DOWNLOAD_FILES_PER_CALL);
+      if (!location.startsWith('gs://')) return deps.urls.downloadUrls(location, after, DOWNLOAD_FILES_PER_CALL);
+      if (!deps.gcsUrls)
+        throw new Refused(400, `${location} is in Cloud Storage, and this fleet has no GCP credentials to sign reads of it`);
+      return deps.gcsUrls.downloadUrls(location, after, DOWNLOAD_FILES_PER_CALL);
     },
     // A machine writes only the output of the attempts and ranks it runs (or ran), with the job's team and labels.
     'logs/put': async (view, { jobId, attempt, rank, lines }) => {

@@ -11,7 +11,10 @@ import { GpuFleetStack } from './stack.ts';
 export async function buildApp(app: App, configPath: string): Promise<GpuFleetStack> {
   const config = loadConfig(configPath);
   // The functions are bundled first (esbuild's plugins run only in its asynchronous API).
-  const functionBundles = await bundleFunctions(resolve(import.meta.dirname, '../cdk.out-functions'), { gcp: config.gcp !== undefined });
+  const functionBundles = await bundleFunctions(resolve(import.meta.dirname, '../cdk.out-functions'), {
+    gcp: config.gcp !== undefined,
+    gcs: config.gcp?.checkpointRoots !== undefined,
+  });
   const agent = await bundleAgent(resolve(import.meta.dirname, '../cdk.out-agent'));
   const stack = new GpuFleetStack(app, config.stackName, {
     config,

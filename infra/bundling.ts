@@ -18,13 +18,24 @@ export const LAMBDA_BUNDLE_TARGET_KIB = 1024;
  * client's API description alone is about 4 MB, and the GCP adapter and its catalogue ~150 KiB.
  * `./gcp/runtime.ts` is matched as the wiring writes the import.
  */
-export const GCP_ONLY_MODULES: readonly string[] = [
-  '@google-cloud/compute',
-  'google-gax',
+/**
+ * What the Cloud Storage checkpoint store loads (a GCP region's bucket: the agent on a GCP machine
+ * writes it, reconcile sweeps it, the agent API signs reads of it), matched as its importers write
+ * the imports. Kept apart from the Compute side, so a bundle that needs only Cloud Storage carries
+ * no Compute client.
+ */
+export const GCS_MODULES: readonly string[] = [
+  '@google-cloud/storage',
   'google-auth-library',
   '@aws-sdk/client-secrets-manager',
-  './gcp/runtime.ts',
+  '../../cloud/gcp/checkpoint-store.ts',
+  '../../cloud/gcp/storage.ts',
+  '../../cloud/gcp/credentials.ts',
+  './gcs-blobs.ts',
+  '../cloud/gcp/storage.ts',
 ];
+
+export const GCP_ONLY_MODULES: readonly string[] = ['@google-cloud/compute', 'google-gax', './gcp/runtime.ts', ...GCS_MODULES];
 
 // Some dependencies are CommonJS and call require(): give the ES module one.
 const REQUIRE_BANNER =
@@ -51,7 +62,9 @@ export const literalSchemaKeys: Plugin = {
 };
 
 /** esbuild options for one bundle. */
-export function bundleOptions(entry: string, options: { gcp: boolean; target?: string }): BuildOptions {
+export function bundleOptions(entry: string, options: { gcp: boolean; gcs?: boolean; target?: string }): BuildOptions {
+  // gcp: the whole GCP side; gcs: only the Cloud Storage checkpoint store.
+  const external = options.gcp ? [] : GCP_ONLY_MODULES.filter((m) => !(options.gcs && GCS_MODULES.includes(m)));
   return {
     entryPoints: [entry],
     bundle: true,
@@ -62,7 +75,7 @@ export function bundleOptions(entry: string, options: { gcp: boolean; target?: s
     legalComments: 'none',
     mainFields: ['module', 'main'],
     banner: { js: REQUIRE_BANNER },
-    external: options.gcp ? [] : [...GCP_ONLY_MODULES],
+    external,
     plugins: [literalSchemaKeys],
     logLevel: 'error',
   };
@@ -78,7 +91,11 @@ export const FUNCTION_ENTRIES = {
 export type FunctionName = keyof typeof FUNCTION_ENTRIES;
 
 /** Bundles a Lambda entry into `outDir/index.mjs` (the handler is `index.handler`), with its source map. */
-export async function bundleFunction(entry: string, outDir: string, options: { gcp: boolean }): Promise<{ file: string; bytes: number }> {
+export async function bundleFunction(
+  entry: string,
+  outDir: string,
+  options: { gcp: boolean; gcs?: boolean },
+): Promise<{ file: string; bytes: number }> {
   mkdirSync(outDir, { recursive: true });
   const file = join(outDir, 'index.mjs');
   await build({ ...bundleOptions(entry, options), outfile: file, sourcemap: 'linked' });
@@ -88,13 +105,14 @@ export async function bundleFunction(entry: string, outDir: string, options: { g
 /**
  * Every function's bundle, each in its own folder under `outDir` (the CDK app builds them before
  * the stack: esbuild runs plugins only in its asynchronous API). Only the reconcile function ever
- * loads the GCP adapter, and only when GCP is configured.
+ * loads the GCP adapter, and only when GCP is configured; the agent API loads the Cloud Storage
+ * store when GCP regions keep their own checkpoint buckets (`gcs`).
  */
-export async function bundleFunctions(outDir: string, options: { gcp: boolean }): Promise<Record<FunctionName, string>> {
+export async function bundleFunctions(outDir: string, options: { gcp: boolean; gcs?: boolean }): Promise<Record<FunctionName, string>> {
   const out = {} as Record<FunctionName, string>;
   for (const [name, entry] of Object.entries(FUNCTION_ENTRIES) as [FunctionName, string][]) {
     const dir = join(outDir, name);
-    await bundleFunction(entry, dir, { gcp: options.gcp && name === 'reconcile' });
+    await bundleFunction(entry, dir, { gcp: options.gcp && name === 'reconcile', gcs: !!options.gcs && name === 'agentApi' });
     out[name] = dir;
   }
   return out;

@@ -514,6 +514,25 @@ export const ConfigSchema = z
           )
           .min(1),
         credentialsSecretName: z.string().regex(/^[A-Za-z0-9/_+=.@-]{1,512}$/, { error: 'a Secrets Manager secret name' }),
+        checkpointRoots: z
+          .record(
+            z.string().regex(/^[a-z]+-[a-z]+\d$/, { error: 'GCP regions look like "us-central1"' }),
+            z.string().regex(/^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\/(\S*\/)?$/, {
+              error: 'a Cloud Storage checkpoint root is gs://bucket/prefix/ (ending in "/")',
+            }),
+          )
+          .optional(),
+      })
+      .superRefine((g, ctx) => {
+        const regions = new Set(g.projects.flatMap((p) => p.zones.map((z) => z.replace(/-[a-z]$/, ''))));
+        for (const region of Object.keys(g.checkpointRoots ?? {}))
+          if (!regions.has(region))
+            ctx.addIssue({
+              code: 'custom',
+              path: ['checkpointRoots', region],
+              message: `no project has a zone in ${region} (${[...regions].join(', ')}): a root is for the machines of a region the fleet uses`,
+              input: region,
+            });
       })
       .optional(),
   })
@@ -704,6 +723,8 @@ describeFields(ConfigSchema, {
   'gcp.projects[].projectId': "the project's id",
   'gcp.projects[].zones': 'the zones its groups are in',
   'gcp.credentialsSecretName': "the Secrets Manager secret holding the service account's JSON key",
+  'gcp.checkpointRoots':
+    'a Cloud Storage checkpoint root per GCP region (`{"us-central1": "gs://bucket/checkpoints/"}`): that region\'s machines save there, so their bytes stay in the region; without it they save into the S3 bucket and pay internet egress both ways',
 });
 
 export type GpuFleetConfig = z.output<typeof ConfigSchema>;

@@ -245,7 +245,12 @@ export class GpuFleetStack extends Stack {
     // ---- functions --------------------------------------------------------------------------
     // Only reconcile works with GCP (it scales the managed instance groups and polls preemptions).
     const gcpEnv: Record<string, string> = config.gcp
-      ? { GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects), GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName }
+      ? {
+          GPU_FLEET_GCP_PROJECTS: JSON.stringify(config.gcp.projects),
+          GPU_FLEET_GCP_CREDENTIALS_SECRET: config.gcp.credentialsSecretName,
+          // Each region's Cloud Storage bucket: reconcile sweeps it, and the agent API signs reads of it.
+          ...(config.gcp.checkpointRoots ? { GPU_FLEET_GCP_CHECKPOINT_ROOTS: JSON.stringify(config.gcp.checkpointRoots) } : {}),
+        }
       : {};
     // Services: reconcile registers their replicas in their target groups and reads their load; intake stores their records.
     const serviceEnv: Record<string, string> =
@@ -763,6 +768,19 @@ export class GpuFleetStack extends Stack {
    */
   private grantAgentApiExtras(agentApi: lambda.Function, config: GpuFleetConfig): void {
     const role = agentApi.role!;
+    // GCP regions' checkpoint buckets: a machine resuming a job moved from GCP reads its save through URLs the API signs
+    // with the control plane's service account key.
+    if (config.gcp?.checkpointRoots) {
+      agentApi.addEnvironment('GPU_FLEET_GCP_PROJECTS', JSON.stringify(config.gcp.projects));
+      agentApi.addEnvironment('GPU_FLEET_GCP_CREDENTIALS_SECRET', config.gcp.credentialsSecretName);
+      agentApi.addEnvironment('GPU_FLEET_GCP_CHECKPOINT_ROOTS', JSON.stringify(config.gcp.checkpointRoots));
+      allow(
+        role,
+        'GcpCredentials',
+        ['secretsmanager:GetSecretValue'],
+        [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:${config.gcp.credentialsSecretName}-??????`],
+      );
+    }
     if (this.serviceTargets.length > 0) {
       agentApi.addEnvironment(
         'GPU_FLEET_SERVICE_TARGET_GROUPS',

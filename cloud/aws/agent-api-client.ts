@@ -195,11 +195,18 @@ export class AgentApiCheckpointStore implements CheckpointStore {
   }
 }
 
-/** The job id a checkpoint folder under `root` belongs to (its first segment), or undefined. */
+/**
+ * The job id a checkpoint folder belongs to, or undefined: under `root`, its first segment; in
+ * another site's store (a `gs://` save of a job moved from GCP), the segment before its
+ * `attempt-N/` folder (the API checks the location is that job's, under a root it knows).
+ */
 export function jobOfLocation(root: string, location: string): string | undefined {
   const base = root.endsWith('/') ? root : `${root}/`;
-  if (!location.startsWith(base)) return undefined;
-  const first = location.slice(base.length).split('/')[0];
+  const first = location.startsWith(base)
+    ? location.slice(base.length).split('/')[0]
+    : location.startsWith('gs://')
+      ? /^gs:\/\/[^/]+\/(?:.*?\/)?([^/]+)\/attempt-[1-9]\d*\//.exec(location)?.[1]
+      : undefined;
   if (!first) return undefined;
   try {
     return decodeURIComponent(first);

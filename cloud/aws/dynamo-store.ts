@@ -945,7 +945,8 @@ export class DynamoCheckpointIndex implements CheckpointStore, CheckpointHistory
     root: string,
     private readonly clock: Clock = wallClock,
   ) {
-    if (!/^(s3|file):\/\/./.test(root)) throw new GpuFleetError(`a checkpoint root is s3://bucket/prefix/ or file:///path/; got "${root}"`);
+    if (!/^(s3|gs|file):\/\/./.test(root))
+      throw new GpuFleetError(`a checkpoint root is s3://bucket/prefix/, gs://bucket/prefix/ or file:///path/; got "${root}"`);
     this.root = root.endsWith('/') ? root : `${root}/`;
   }
 

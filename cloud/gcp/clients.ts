@@ -9,7 +9,6 @@ import { RegionInstanceTemplatesClient } from '@google-cloud/compute/build/src/v
 import { ReservationsClient } from '@google-cloud/compute/build/src/v1/reservations_client.js';
 import { RegionOperationsClient } from '@google-cloud/compute/build/src/v1/region_operations_client.js';
 import { ZoneOperationsClient } from '@google-cloud/compute/build/src/v1/zone_operations_client.js';
-import { Storage } from '@google-cloud/storage';
 import type { GcpClients } from './mig-node-groups.ts';
 
 /**
@@ -40,19 +39,4 @@ export function gcpClients(options: GcpClientOptions = {}): GcpClients {
     machineTypes: new MachineTypesClient(o),
     reservations: new ReservationsClient(o),
   };
-}
-
-/**
- * A Cloud Storage client (JSON API). With a service account key (the control plane's, from the
- * secret the stack names) it signs V4 URLs locally with that key; without one it uses the
- * machine's own service account (a GCP machine's agent, through its metadata server).
- */
-export function gcsStorage(
-  options: { credentials?: { client_email: string; private_key: string }; projectId?: string; apiEndpoint?: string } = {},
-): Storage {
-  return new Storage({
-    ...(options.credentials ? { credentials: options.credentials } : {}),
-    ...(options.projectId ? { projectId: options.projectId } : {}),
-    ...(options.apiEndpoint ? { apiEndpoint: options.apiEndpoint, useAuthWithCustomEndpoint: true } : {}),
-  });
 }

@@ -86,7 +86,8 @@ export function translateGcpError(error: unknown, context: { operation: string; 
   };
   // Cloud Storage's ApiError names its reason in errors[0].reason.
   const reason = raw.reason ?? (Array.isArray(raw.errors) ? raw.errors[0]?.reason : undefined);
-  const e = { ...raw, ...(reason ? { reason } : {}) };
+  // Read field by field: an Error's message is its own property, but not an enumerable one (a spread would drop it).
+  const e = { reason, httpStatusCode: raw.httpStatusCode, code: raw.code, message: raw.message };
   const code = gcpErrorCode(e);
   const where = context.resource ? ` on ${context.resource}` : '';
   const why = e.reason ? ` (${e.reason})` : '';

@@ -2,12 +2,14 @@ import {
   addUsage,
   priceBytes,
   storageUsage,
+  storeSiteOf,
   transferUsage,
   type ByteBill,
   type ByteRates,
   type ByteUsage,
   type NetworkLayout,
   type Site,
+  type StoreRoot,
 } from '../../core/bytes.ts';
 import { checkpointObjectExpired, forgettable } from '../../core/job.ts';
 import { DAY_MS } from '../../core/period.ts';
@@ -22,8 +24,8 @@ interface SimObject {
 }
 
 /**
- * The simulated cloud's checkpoint store and what it bills: each rank's part of a save is one
- * object, held from its upload until the sweep deletes it (by core/job.ts's rule, as the S3 sweep
+ * The simulated cloud's checkpoint stores and what they bill (the fleet's own bucket, and a
+ * bucket per GCP region where the fleet keeps one): each rank's part of a save is one object, held from its upload until the sweep deletes it (by core/job.ts's rule, as the S3 sweep
  * applies it), and every upload, download and byte-hour stored is counted for the team whose job
  * caused it, on the network path the deployment has (core/bytes.ts). The world only: the sweep's
  * decision is the production rule; the bucket counts.
@@ -40,8 +42,10 @@ export class SimCheckpointBucket implements CheckpointSweep {
       readonly clock: Clock;
       readonly jobs: JobStore;
       readonly checkpoints: CheckpointHistory;
-      /** Where the bucket is (one regional bucket for the fleet). */
+      /** Where the fleet's own bucket is (in the control plane's region). */
       readonly store: Site;
+      /** The other sites' buckets (a GCP region's): an object under one of these roots is held and billed there. */
+      readonly roots?: readonly StoreRoot[];
       readonly layout: NetworkLayout;
       readonly retentionDays: number;
     },
@@ -63,15 +67,23 @@ export class SimCheckpointBucket implements CheckpointSweep {
     const before = this.objects.get(o.objectUri);
     if (before) this.held(o.objectUri, before, now);
     this.objects.set(o.objectUri, { jobId: o.jobId, team: o.team, bytes: o.bytes, writtenAtMs: now });
-    this.count(o.team, transferUsage({ machine: o.machine, store: this.deps.store, layout: this.deps.layout, fileBytes: [o.bytes] }, 'up'));
+    this.count(
+      o.team,
+      transferUsage({ machine: o.machine, store: this.storeOf(o.objectUri), layout: this.deps.layout, fileBytes: [o.bytes] }, 'up'),
+    );
     this.uploads++;
   }
 
-  /** A rank's part of a save read back onto a machine at `machine`, to resume from. */
-  get(o: { readonly team: string; readonly bytes: number; readonly machine: Site }): void {
+  /** The site of the bucket an object is in. */
+  private storeOf(objectUri: string): Site {
+    return storeSiteOf(this.deps, objectUri);
+  }
+
+  /** A rank's part of a save (at `objectUri`) read back onto a machine at `machine`, to resume from. */
+  get(o: { readonly objectUri: string; readonly team: string; readonly bytes: number; readonly machine: Site }): void {
     this.count(
       o.team,
-      transferUsage({ machine: o.machine, store: this.deps.store, layout: this.deps.layout, fileBytes: [o.bytes] }, 'down'),
+      transferUsage({ machine: o.machine, store: this.storeOf(o.objectUri), layout: this.deps.layout, fileBytes: [o.bytes] }, 'down'),
     );
     this.downloads++;
   }
@@ -83,7 +95,7 @@ export class SimCheckpointBucket implements CheckpointSweep {
 
   /** The storage an object used from when it was written until `untilMs`. */
   private held(objectUri: string, o: SimObject, untilMs: number): void {
-    this.count(o.team, storageUsage(this.deps.store, o.bytes, Math.max(0, untilMs - o.writtenAtMs)));
+    this.count(o.team, storageUsage(this.storeOf(objectUri), o.bytes, Math.max(0, untilMs - o.writtenAtMs)));
     this.objects.delete(objectUri);
   }
 
@@ -131,9 +143,12 @@ export class SimCheckpointBucket implements CheckpointSweep {
   account(untilMs: number): BucketAccount {
     const byTeam = new Map<string, ByteUsage>(this.usageByTeam);
     let heldBytes = 0;
-    for (const o of this.objects.values()) {
+    for (const [uri, o] of this.objects) {
       heldBytes += o.bytes;
-      byTeam.set(o.team, addUsage(byTeam.get(o.team) ?? {}, storageUsage(this.deps.store, o.bytes, Math.max(0, untilMs - o.writtenAtMs))));
+      byTeam.set(
+        o.team,
+        addUsage(byTeam.get(o.team) ?? {}, storageUsage(this.storeOf(uri), o.bytes, Math.max(0, untilMs - o.writtenAtMs))),
+      );
     }
     const total = [...byTeam.values()].reduce<ByteUsage>((a, b) => addUsage(a, b), {});
     return {

@@ -12,8 +12,8 @@ import {
   type DeviceReading,
   type GpuUseTally,
 } from '../../core/gpu-use.ts';
-import { saveSizeOf, type Site } from '../../core/bytes.ts';
-import { checkpointPartLocation, CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
+import { saveSizeOf, storeKindOf, type Site } from '../../core/bytes.ts';
+import { checkpointFolder, checkpointPartLocation, CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
 import { agentLeavesFrontDoorNow, SERVICE_LABEL } from '../../core/serving/service.ts';
 import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
@@ -133,8 +133,15 @@ export interface SimAgentOptions {
   /** The checkpoint store's objects and bill (the world's): each rank's part of a save lands there, and is read back to resume. */
   readonly bucket?: {
     put(o: { objectUri: string; jobId: string; team: string; bytes: number; machine: Site }): void;
-    get(o: { team: string; bytes: number; machine: Site }): void;
+    get(o: { objectUri: string; team: string; bytes: number; machine: Site }): void;
   };
+  /**
+   * The checkpoint root a machine saves into where its site keeps a bucket of its own (a GCP
+   * region's, `gs://…/`), as a deployed GCP machine's agent is given; elsewhere, the index's root.
+   */
+  readonly rootFor?: (machine: Site) => string | undefined;
+  /** Those sites' roots: a machine may read a save kept there (the agent view's rule, core/services/agent-access.ts). */
+  readonly otherRoots?: readonly string[];
 }
 
 /** A simulated process's use of each of its devices: the memory it fills at its peak, and its work rate (dense FP16 TFLOPS, GPU_SPEED's unit). */
@@ -178,6 +185,8 @@ export interface LiveProcess {
 
 /** A job's process on a simulated machine: its part (rank) of one attempt. */
 interface SimProcess {
+  /** The checkpoint root its machine saves into, when its site keeps its own (else the index's). */
+  readonly saveRoot?: string;
   /** A replica its agent took out of its service's target group (its machine is going). */
   leftFrontDoor?: boolean;
   /** Lines it wrote so far (the next line's number). */
@@ -889,10 +898,16 @@ export class SimAgents {
     if (rank === 0 && newest && (latest?.progressSec ?? 0) < newest.progressSec)
       this.staleResumes.push({ jobId: job.id, attempt: job.attempt, resumedSec: latest?.progressSec ?? 0, newestSec: newest.progressSec });
     const sizeMiB = checkpointSizeMiB(job, gpus, rank);
+    const saveRoot = this.options.rootFor?.(m.instance);
     if (latest) {
       // The read starts as through the agent API (checked, and noted for the bill); the bucket counts the bytes it serves.
       await this.as(m).readCheckpoint(job.id, checkpointPartLocation(latest, rank));
-      this.options.bucket?.get({ team: job.team, bytes: sizeMiB * MIB, machine: m.instance });
+      this.options.bucket?.get({
+        objectUri: checkpointPartLocation(latest, rank),
+        team: job.team,
+        bytes: sizeMiB * MIB,
+        machine: m.instance,
+      });
     }
     // Downloading this rank's part of the checkpoint, then restoring it, before any progress.
     const restoreMs = latest ? Math.round((sizeMiB / this.bandwidth) * 1000) + (this.options.restoreSec ?? 0) * 1000 : 0;
@@ -917,6 +932,7 @@ export class SimAgents {
       collectedAtMs: 0,
       savedTo: new Set(latest?.attempt === job.attempt ? [latest.location] : []),
       nextPeriodicAtMs: cp ? now + restoreMs + (saveEverySec(job) ?? cp.intervalSec) * 1000 : Number.POSITIVE_INFINITY,
+      ...(saveRoot ? { saveRoot } : {}),
     };
     // Out of GPU memory: it fails a minute after it starts, once it has allocated what it holds.
     if (script && devices && script.peakMemoryMiB > devices.memoryMiB) p.exit = { atMs: now + 60_000, code: OUT_OF_MEMORY_EXIT_CODE };
@@ -944,7 +960,8 @@ export class SimAgents {
   }
 
   private startUpload(p: SimProcess, marker: NonNullable<SimProcess['marker']>, now: number): void {
-    const location = saveLocation(this.options.checkpoints.locationFor(p.jobId, p.attempt), marker.path, p.savedTo);
+    const folder = p.saveRoot ? checkpointFolder(p.saveRoot, p.jobId, p.attempt) : this.options.checkpoints.locationFor(p.jobId, p.attempt);
+    const location = saveLocation(folder, marker.path, p.savedTo);
     p.savedTo.add(location);
     const durationMs = Math.max(1, Math.round((p.sizeMiB / this.bandwidth) * 1000));
     p.upload = {
@@ -957,7 +974,7 @@ export class SimAgents {
         progressSec: marker.progressSec,
         ...(p.size > 1 ? { ranks: p.size } : {}),
         // The simulated job writes its part as one file.
-        size: saveSizeOf([p.sizeMiB * MIB]),
+        size: saveSizeOf([p.sizeMiB * MIB], storeKindOf(location)),
       },
       deadlineMs: now + uploadAllowanceSec(p.sizeMiB, this.timing) * 1000,
       durationMs,

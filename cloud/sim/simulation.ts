@@ -26,7 +26,7 @@ import {
   type FaultProfile,
 } from './faults.ts';
 import type { Cloud } from '../../core/catalog.ts';
-import { defaultNetworkLayout, siteKey, type ByteBill, type NetworkLayout, type Site } from '../../core/bytes.ts';
+import { defaultNetworkLayout, siteKey, type ByteBill, type NetworkLayout, type Site, type StoreRoot } from '../../core/bytes.ts';
 import { regionOfZone } from '../catalog/shipped.ts';
 import { shippedByteRates } from '../prices.ts';
 import { billOf, SimCheckpointBucket } from './checkpoint-bucket.ts';
@@ -118,6 +118,16 @@ export interface SimulationOptions {
   readonly network?: NetworkLayout;
   /** How long an ended job's newest checkpoint is kept, days (the config's `checkpoints.expireAfterDays`, default 30). */
   readonly checkpointRetentionDays?: number;
+  /**
+   * Where GCP machines save: `regional` (default), a Cloud Storage bucket in each GCP region the
+   * groups use (the config's `gcp.checkpointRoots`); `s3`, the fleet's S3 bucket, across clouds.
+   */
+  readonly gcpCheckpoints?: 'regional' | 's3';
+}
+
+/** The Cloud Storage root the simulated fleet keeps in a GCP region (what `gcp.checkpointRoots` names deployed). */
+export function simGcsRoot(region: string): string {
+  return `gs://gpu-fleet-sim-${region}/checkpoints/`;
 }
 
 /** What the checkpoints cost beside the machines: bytes moved and kept, and their bill by category (core/bytes.ts). */
@@ -550,11 +560,18 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   const awsZones = awsZonesOf(setup.groups);
   const storeSite: Site = { cloud: 'aws', region: awsZones[0] ? regionOfZone('aws', awsZones[0]) : SIM_STACK_REGION };
   const network = options.network ?? defaultNetworkLayout(awsZones);
+  // A bucket in each GCP region the groups use, unless the run says GCP machines save into the S3 bucket.
+  const gcpRegions = [
+    ...new Set(setup.groups.filter((g) => g.cloud === 'gcp').flatMap((g) => g.zones.map((z) => regionOfZone('gcp', z)))),
+  ].sort();
+  const storeRoots: StoreRoot[] =
+    options.gcpCheckpoints === 's3' ? [] : gcpRegions.map((region) => ({ root: simGcsRoot(region), site: { cloud: 'gcp', region } }));
   const bucket = new SimCheckpointBucket({
     clock: env.clock,
     jobs: env.jobs,
     checkpoints: env.checkpoints,
     store: storeSite,
+    roots: storeRoots,
     layout: network,
     retentionDays: options.checkpointRetentionDays ?? 30,
   });
@@ -562,7 +579,13 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   ports = {
     ...ports,
     checkpointSweep: bucket,
-    bytes: { logs: (sinceMs) => env.checkpoints.byteLogs(sinceMs), store: storeSite, layout: network, rates: BYTE_RATES },
+    bytes: {
+      logs: (sinceMs) => env.checkpoints.byteLogs(sinceMs),
+      store: storeSite,
+      roots: storeRoots,
+      layout: network,
+      rates: BYTE_RATES,
+    },
   };
   const agents = new SimAgents({
     clock: env.clock,
@@ -571,6 +594,9 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     nodes: env.nodes,
     checkpoints: env.checkpoints,
     history: env.checkpoints,
+    // A GCP machine saves into its region's bucket, as its deployed agent is told to.
+    rootFor: (machine: Site) => storeRoots.find((r) => r.site.cloud === machine.cloud && r.site.region === machine.region)?.root,
+    otherRoots: storeRoots.map((r) => r.root),
     instanceTypes: env.catalog.instanceTypes,
     // A service replica serves until it is cancelled.
     workSecOf: (job) => (job.spec.service ? Infinity : (workOf(job)?.workSec ?? job.spec.expectedRuntimeSec ?? 3600)),
@@ -1110,7 +1136,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     billByTeam: Object.fromEntries(byteBill.byTeam),
     chargedMicroUsd: Object.values(bytesChargedByTeam).reduce((a, b) => a + b, 0),
     chargedByTeam: Object.fromEntries(Object.entries(bytesChargedByTeam).filter(([, c]) => c > 0)),
-    store: siteKey(storeSite),
+    store: [storeSite, ...storeRoots.map((r) => r.site)].map(siteKey).join(' + '),
     network,
   };
   const summary: SimulationSummary = {

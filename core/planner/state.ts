@@ -16,7 +16,7 @@ import type { JobSpec } from '../job-spec.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { SAVE_MIB_PER_SEC, saveCadence, type SaveCadence } from '../save-price.ts';
 import { checkpointSizeMiB } from '../services/node-rules.ts';
-import { defaultNetworkLayout, saveSizeOf, siteOfOffering } from '../bytes.ts';
+import { defaultNetworkLayout, saveSizeOf, siteOfOffering, storeSiteFor } from '../bytes.ts';
 import type { PlanAction, WaitingJob } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import type { Snapshot } from '../snapshot.ts';
@@ -277,12 +277,16 @@ function placedCadence(
   const files = perNodeMiB > 0 ? Array.from({ length: spec.nodes }, () => perNodeMiB * 2 ** 20) : [];
   const machine = siteOfOffering(node.offeringId) ?? { cloud: 'sim' as const, region: 'sim' };
   const where = s.saveBytes ?? { store: machine, layout: defaultNetworkLayout([]), rates: new Map() };
+  // The machine saves into its own site's bucket where the fleet keeps one there (a GCP region's), else the fleet's own.
+  const store = storeSiteFor(where, machine);
   return saveCadence({
-    size: saveSizeOf(files),
+    size: saveSizeOf(files, store.cloud === 'gcp' ? 'gcs' : 's3'),
     stallSec: perNodeMiB / SAVE_MIB_PER_SEC,
     gpuMicroUsdPerHour: priceMicroUsdPerHour,
     machine,
-    ...where,
+    layout: where.layout,
+    rates: where.rates,
+    store,
     hazardPerHour: riskOf(s, node.offeringId, node.capacityType, reservationId),
     longestSec: spec.checkpoint.intervalSec,
   });

@@ -1,4 +1,4 @@
-import { byteCostByTeam, type ByteLog, type ByteRates, type NetworkLayout, type Site } from '../bytes.ts';
+import { byteCostByTeam, type ByteLog, type ByteRates, type NetworkLayout, type StoreSites } from '../bytes.ts';
 import { billedPrice, offeringId, type PriceQuote } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, type Job } from '../job.ts';
@@ -200,12 +200,11 @@ export function costByTeam(machines: readonly MachineMeter[], fromMs: number, to
 
 /**
  * Where the checkpoint bytes' bill comes from: every job's byte log from a time on (the checkpoint
- * index: core/ports.ts `CheckpointHistory.byteLogs`), the store's site, the deployment's network
+ * index: core/ports.ts `CheckpointHistory.byteLogs`), the stores' sites, the deployment's network
  * path and the byte price table.
  */
-export interface ByteMeter {
+export interface ByteMeter extends StoreSites {
   readonly logs: (sinceMs: number) => Promise<readonly ByteLog[]>;
-  readonly store: Site;
   readonly layout: NetworkLayout;
   readonly rates: ByteRates;
 }

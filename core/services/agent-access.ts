@@ -1,6 +1,15 @@
 import { GpuFleetError } from '../errors.ts';
 import { gpuUseProblem } from '../gpu-use.ts';
-import { finishCancel, progressCeilingSec, transition, type CheckpointRef, type Job, type JobEvent, type SaveMeter } from '../job.ts';
+import {
+  checkpointFolder,
+  finishCancel,
+  progressCeilingSec,
+  transition,
+  type CheckpointRef,
+  type Job,
+  type JobEvent,
+  type SaveMeter,
+} from '../job.ts';
 import { saveSizeProblem, siteOfOffering } from '../bytes.ts';
 import type { CheckpointHistory, CheckpointStore, Clock, FrontDoor, JobStore, NodeStore, ServiceStore } from '../ports.ts';
 import { SERVICE_LABEL } from '../serving/service.ts';
@@ -225,6 +234,12 @@ type AgentStores = {
   readonly checkpoints: CheckpointStore;
   /** The index's history, where the control plane keeps one: reads of saves are noted in it for the bill. */
   readonly history?: Pick<CheckpointHistory, 'noteRead'>;
+  /**
+   * The checkpoint roots of the fleet's other sites (a GCP region's bucket, `gs://…/`): a job's
+   * attempt folders there are its folders as much as under the index's root (a GCP machine saves
+   * into its region's bucket; a machine of another cloud reads a save kept there to resume).
+   */
+  readonly otherRoots?: readonly string[];
 };
 
 /** A machine being prepared in its group's warm pool, as its agent describes it (its metadata and GPUs). */
@@ -292,6 +307,11 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
     if (instanceId !== nodeId) refuse(`machine ${nodeId} may not ${what} of machine ${instanceId}`);
   };
   const folder = (jobId: string, attempt: number) => stores.checkpoints.locationFor(jobId, attempt);
+  // The attempt folders of the root a location is under: another site's (a GCP region's bucket) when it is there, else the index's.
+  const folderFor = (location: string) => {
+    const other = (stores.otherRoots ?? []).find((root) => location.startsWith(root));
+    return other === undefined ? folder : (jobId: string, attempt: number) => checkpointFolder(other, jobId, attempt);
+  };
   const jobOf = async (jobId: string): Promise<Job> => (await stores.jobs.get(jobId)) ?? refuse(`job ${jobId} does not exist`);
   // The node's record is read only when the job itself does not name the node (most reads are of jobs placed on it).
   const mayRead = async (job: Job): Promise<boolean> =>
@@ -381,7 +401,7 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
   const checkRead = async (jobId: string, location: string): Promise<Job> => {
     const job = await jobOf(jobId);
     const record = mayReadJob(job, nodeId, undefined) ? undefined : await stores.nodes.get(nodeId);
-    const problem = agentCheckpointReadProblem(job, nodeId, record, location, folder);
+    const problem = agentCheckpointReadProblem(job, nodeId, record, location, folderFor(location));
     if (problem !== undefined) refuse(problem);
     return job;
   };
@@ -394,9 +414,9 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
     },
     async markComplete(ref, rank = 0) {
       const job = await jobOf(ref.jobId);
-      const problem = agentCheckpointWriteProblem(job, nodeId, ref.location, folder);
+      const problem = agentCheckpointWriteProblem(job, nodeId, ref.location, folderFor(ref.location));
       if (problem !== undefined) refuse(problem);
-      const attempt = attemptOfLocation(job.id, ref.location, folder)!;
+      const attempt = attemptOfLocation(job.id, ref.location, folderFor(ref.location))!;
       if (ref.attempt !== attempt) refuse(`the checkpoint at ${ref.location} is of attempt ${attempt}, not ${ref.attempt}`);
       // Dated by the machine: within the skew of the API's clock, or a machine whose clock runs ahead (or a hostile one) would
       // make its checkpoint the newest for good, and every later honest one would be dropped as older.
@@ -449,7 +469,7 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
     nodes,
     checkpoints,
     async checkCheckpointWrite(jobId, location) {
-      const problem = agentCheckpointWriteProblem(await jobOf(jobId), nodeId, location, folder);
+      const problem = agentCheckpointWriteProblem(await jobOf(jobId), nodeId, location, folderFor(location));
       if (problem !== undefined) refuse(problem);
       // The newest complete checkpoint is what the next attempt resumes from: nothing is ever written into it again.
       const newest = await stores.checkpoints.latest(jobId);

@@ -289,7 +289,16 @@ export async function buildSnapshot(
     spendMicroUsd: spend,
     committedMicroUsd: committedCostMicroUsd(world.activeJobs, nowMs, policy, policy.reconcileIntervalSec),
     policy,
-    ...(ports.bytes ? { saveBytes: { store: ports.bytes.store, layout: ports.bytes.layout, rates: ports.bytes.rates } } : {}),
+    ...(ports.bytes
+      ? {
+          saveBytes: {
+            store: ports.bytes.store,
+            ...(ports.bytes.roots ? { roots: ports.bytes.roots } : {}),
+            layout: ports.bytes.layout,
+            rates: ports.bytes.rates,
+          },
+        }
+      : {}),
   };
 }
 

@@ -28,12 +28,30 @@ const doc = documentClientFor(new DynamoDBClient(common));
 const stores = dynamoStores(doc, config.tables, config.checkpointBucket, systemClock);
 // Groups with a warm pool: their machines ask, while being prepared, which images to pull, then let their launch hook go.
 const launchHookName = process.env.GPU_FLEET_LAUNCH_HOOK;
+// GCP regions' Cloud Storage buckets: a machine resuming a job moved from GCP reads its save there, through URLs signed with
+// the control plane's service account (the Cloud Storage client is loaded only then).
+const otherRoots = Object.values(config.gcp?.checkpointRoots ?? {});
+const gcsUrls =
+  otherRoots.length > 0
+    ? await (async () => {
+        const [{ GcsCheckpointUrls }, { gcsStorage }, { gcpCredentialsFromSecret }, { SecretsManagerClient }] = await Promise.all([
+          import('../../cloud/gcp/checkpoint-store.ts'),
+          import('../../cloud/gcp/storage.ts'),
+          import('../../cloud/gcp/credentials.ts'),
+          import('@aws-sdk/client-secrets-manager'),
+        ]);
+        const secret = config.gcp?.credentialsSecret;
+        const credentials = secret ? await gcpCredentialsFromSecret(new SecretsManagerClient(common), secret) : undefined;
+        return new GcsCheckpointUrls(gcsStorage(credentials ? { credentials } : {}), 3600, systemClock);
+      })()
+    : undefined;
 export const handler = createAgentApiHandler({
   jobs: stores.jobs,
   nodes: stores.nodes,
   checkpoints: stores.checkpoints,
   history: stores.checkpoints,
   urls: new S3CheckpointUrls(new S3Client(common)),
+  ...(gcsUrls ? { gcsUrls, otherRoots } : {}),
   ...(config.jobLogGroup ? { jobLogs: new CloudWatchJobLogs(new CloudWatchLogsClient(common), config.jobLogGroup) } : {}),
   clock: systemClock,
   // With services: their records and the catalogue (a machine being prepared asks its images), their target groups (a warned

@@ -3,7 +3,7 @@ import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-sec
 import { mockClient } from 'aws-sdk-client-mock';
 import { ConfigError, isCloudError } from '../../core/errors.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
-import { DEFAULT_NAMES, fleetConfigFromEnv, UNSTATED_NETWORK } from '../../cloud/env.ts';
+import { DEFAULT_NAMES, fleetConfigFromEnv, gcpStoreRoots, UNSTATED_NETWORK } from '../../cloud/env.ts';
 import { fleetPorts } from '../../cloud/wiring.ts';
 
 describe('the environment, read by one schema', () => {
@@ -122,6 +122,42 @@ describe('the environment, read by one schema', () => {
       projects: [{ projectId: 'ml-prod', zones: ['us-central1-a', 'us-central1-b'] }],
       credentialsSecret: 'gpu-fleet/gcp-key',
     });
+  });
+
+  it('reads a Cloud Storage checkpoint root per GCP region, only for regions the projects have zones in', () => {
+    const gcp = '[{"projectId":"ml-prod","zones":["us-central1-a","us-west1-b"]}]';
+    const c = fleetConfigFromEnv({
+      GPU_FLEET_GCP_PROJECTS: gcp,
+      GPU_FLEET_GCP_CHECKPOINT_ROOTS: '{"us-central1":"gs://fleet-ckpt-us-central1/checkpoints/","us-west1":"gs://fleet-ckpt-us-west1/"}',
+    });
+    expect(c.gcp?.checkpointRoots).toEqual({
+      'us-central1': 'gs://fleet-ckpt-us-central1/checkpoints/',
+      'us-west1': 'gs://fleet-ckpt-us-west1/',
+    });
+    expect(gcpStoreRoots(c)).toEqual([
+      { root: 'gs://fleet-ckpt-us-central1/checkpoints/', site: { cloud: 'gcp', region: 'us-central1' } },
+      { root: 'gs://fleet-ckpt-us-west1/', site: { cloud: 'gcp', region: 'us-west1' } },
+    ]);
+    const problems = (env: Record<string, string>) => {
+      try {
+        fleetConfigFromEnv(env);
+      } catch (e) {
+        return (e as ConfigError).problems;
+      }
+      return [];
+    };
+    expect(problems({ GPU_FLEET_GCP_PROJECTS: gcp, GPU_FLEET_GCP_CHECKPOINT_ROOTS: '{"europe-west4":"gs://b-eu/c/"}' })).toEqual([
+      'GPU_FLEET_GCP_CHECKPOINT_ROOTS: "europe-west4" is no region of the zones in GPU_FLEET_GCP_PROJECTS (us-central1, us-west1)',
+    ]);
+    expect(problems({ GPU_FLEET_GCP_PROJECTS: gcp, GPU_FLEET_GCP_CHECKPOINT_ROOTS: '{"us-central1":"s3://b/c/"}' })).toEqual([
+      'GPU_FLEET_GCP_CHECKPOINT_ROOTS.us-central1: "s3://b/c/" is not a Cloud Storage root gs://bucket/prefix/ (ending in "/")',
+    ]);
+    expect(problems({ GPU_FLEET_GCP_CHECKPOINT_ROOTS: '{"us-central1":"gs://b-c/c/"}' })).toEqual([
+      'GPU_FLEET_GCP_CHECKPOINT_ROOTS is set, but GPU_FLEET_GCP_PROJECTS is not: a root is for the machines of a GCP region',
+    ]);
+    expect(problems({ GPU_FLEET_GCP_PROJECTS: gcp, GPU_FLEET_GCP_CHECKPOINT_ROOTS: '["gs://b/"]' })).toEqual([
+      expect.stringMatching(/^GPU_FLEET_GCP_CHECKPOINT_ROOTS must be an object of GCP region → gs:\/\/ root/),
+    ]);
   });
 
   it('names every bad variable, its value and what is allowed, in one error', () => {

@@ -393,6 +393,29 @@ describe('the stores as one machine’s agent sees them (agentView)', () => {
     await expect(as(N0).checkCheckpointWrite('nlp.j1', `${folder('nlp.j1', 2)}step-9@2/rank-0/`)).resolves.toBeUndefined();
   });
 
+  it('takes a job’s folders under another site’s root (a GCP region’s bucket) as its own, and no other root', async () => {
+    const { stores } = await world();
+    const GS = 'gs://fleet-us-central1/checkpoints/';
+    const view = (n: string, otherRoots?: readonly string[]) =>
+      agentView({ ...stores, history: stores.checkpoints, ...(otherRoots ? { otherRoots } : {}) }, n, { nowMs: () => T });
+    const there = `${GS}nlp.j1/attempt-2/step-3/`;
+    // Without the root on record, a gs:// folder is no folder of the job's.
+    await expect(view(N0).checkCheckpointWrite('nlp.j1', there)).rejects.toThrow(/is not a checkpoint folder of job nlp.j1/);
+    await expect(view(N0, [GS]).checkCheckpointWrite('nlp.j1', there)).resolves.toBeUndefined();
+    await expect(view(N0, [GS]).checkCheckpointRead('nlp.j1', there)).resolves.toBeUndefined();
+    // The same holding rules as under the index's root: another job's folder there, or a machine with no part in the job.
+    await expect(view(N0, [GS]).checkCheckpointRead('nlp.j1', `${GS}vision.j9/attempt-1/s/`)).rejects.toThrow(/not a checkpoint folder/);
+    await expect(view(OTHER, [GS]).checkCheckpointRead('nlp.j1', there)).rejects.toThrow(/has no part in job nlp.j1/);
+    await expect(view(N0, [GS]).checkCheckpointWrite('nlp.j1', `gs://another-bucket/checkpoints/nlp.j1/attempt-2/s/`)).rejects.toThrow(
+      /is not a checkpoint folder of job nlp.j1/,
+    );
+    // A save there is recorded like one in the index's root.
+    const save = { ...cp(2, T - 100), location: there };
+    expect(await view(N0, [GS]).checkpoints.markComplete(save, 0)).toBe(false);
+    expect(await view(N1, [GS]).checkpoints.markComplete(save, 1)).toBe(true);
+    expect((await stores.checkpoints.latest('nlp.j1'))?.location).toBe(there);
+  });
+
   it('still records a late part of an attempt the machine held, after the job moved on', async () => {
     const { as, stores, job } = await world();
     const moved = transition(job, { type: 'requeue', attempt: 2, reason: reason('interrupted', 'spot') }, T - 10);

@@ -6,8 +6,12 @@ import {
   MAX_PARTS,
   MIN_PART_BYTES,
   partBytesFor,
+  logUsage,
   priceBytes,
+  saveSizeOf,
   storageUsage,
+  storeSiteFor,
+  storeSiteOf,
   transferCharges,
   uploadRequests,
   transferUsage,
@@ -142,5 +146,32 @@ describe('the bill of a usage, at the shipped list prices', () => {
         expect(Math.abs(whole - apart)).toBeLessThanOrEqual(4 * parts.length);
       }),
     );
+  });
+});
+
+describe('saves kept in each site’s own bucket (StoreSites)', () => {
+  const where = { store: s3, roots: [{ root: 'gs://fleet-us-central1/checkpoints/', site: gcs }], layout: gateway };
+  it('prices a save at the bucket it is in: one in the GCP region’s bucket stays in the region, one in S3 crosses clouds', () => {
+    expect(storeSiteOf(where, 'gs://fleet-us-central1/checkpoints/j/attempt-1/s/')).toEqual(gcs);
+    expect(storeSiteOf(where, 's3://fleet/checkpoints/j/attempt-1/s/')).toEqual(s3);
+    expect(storeSiteOf({ store: s3 }, 'gs://fleet-us-central1/checkpoints/j/attempt-1/s/')).toEqual(s3);
+    expect(storeSiteFor(where, gce)).toEqual(gcs);
+    expect(storeSiteFor(where, inA)).toEqual(s3);
+    expect(storeSiteFor(where, { cloud: 'gcp', region: 'us-west1', zone: 'us-west1-b' })).toEqual(s3);
+    const hour = 3_600_000;
+    const save = (location: string) => ({
+      owner: { jobId: 'j', team: 'nlp' },
+      saves: [{ location, ...saveSizeOf([100 * GIB], location.startsWith('gs://') ? 'gcs' : 's3'), savedAtMs: 0, machine: gce }],
+    });
+    const regional = logUsage(save('gs://fleet-us-central1/checkpoints/j/attempt-1/s/'), where, 0, hour);
+    const across = logUsage(save('s3://fleet/checkpoints/j/attempt-1/s/'), where, 0, hour);
+    // In the region: stored and written in GCS (one operation for the file), no transfer charge anywhere.
+    expect(regional['gcp:us-central1']).toMatchObject({ bytesUploaded: 100 * GIB, writeRequests: 1, transferBytes: {} });
+    expect(regional['aws:us-east-1']).toBeUndefined();
+    // Across clouds: S3 holds it (a PUT per part), and GCP bills the machine's egress and its Cloud NAT.
+    expect(across['aws:us-east-1']).toMatchObject({ bytesUploaded: 100 * GIB, writeRequests: saveSizeOf([100 * GIB]).writeRequests });
+    expect(across['gcp:us-central1']!.transferBytes).toEqual({ 'internet-egress': 100 * GIB, nat: 100 * GIB });
+    const bill = (u: ByteUsage) => priceBytes(u, rates).totalMicroUsd;
+    expect(bill(regional)).toBeLessThan(bill(across) / 10);
   });
 });

@@ -8,7 +8,7 @@ import { BlobsByScheme, GcsBlobs } from '../../agent/gcs-blobs.ts';
 import { DirectoryBlobs } from '../../agent/checkpoint-files.ts';
 import { BucketSweep } from '../../cloud/checkpoint-sweep.ts';
 import { GcsCheckpointUrls, GcsSweptBucket, parseGsLocation } from '../../cloud/gcp/checkpoint-store.ts';
-import { gcsStorage } from '../../cloud/gcp/clients.ts';
+import { gcsStorage } from '../../cloud/gcp/storage.ts';
 import { MemoryCheckpointStore, MemoryJobStore } from '../../cloud/sim/memory-stores.ts';
 import { saveSizeOf, storeKindOf } from '../../core/bytes.ts';
 import { CloudError } from '../../core/errors.ts';

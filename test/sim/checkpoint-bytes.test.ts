@@ -44,7 +44,7 @@ describe('the simulated checkpoint bucket: what is kept, for how long, and who p
     expect((await bucket.sweep()).deleted).toBe(1);
     expect(locations.map((l) => bucket.has(l))).toEqual([false, false, true]);
     // A resume reads the newest back.
-    bucket.get({ team: 'nlp', bytes: 10 * GIB, machine });
+    bucket.get({ objectUri: locations[2]!, team: 'nlp', bytes: 10 * GIB, machine });
     const account = bucket.account(clock.nowMs());
     const use = account.byTeam.get('nlp')!['aws:us-west-2']!;
     expect(use.bytesUploaded).toBe(30 * GIB);
