@@ -171,6 +171,7 @@ export function aSnapshot(overrides: Partial<Omit<Snapshot, 'policy'>> & { polic
     ...(overrides.degraded ? { degraded: overrides.degraded } : {}),
     ...(overrides.reservations ? { reservations: overrides.reservations } : {}),
     ...(overrides.spotModel ? { spotModel: overrides.spotModel } : {}),
+    ...(overrides.saveBytes ? { saveBytes: overrides.saveBytes } : {}),
     policy: { ...DEFAULT_POLICY, ...overrides.policy },
   };
 }

@@ -18,8 +18,10 @@ import { addExpected, claim } from './existing-capacity.ts';
 import { newMachine } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';
 import { cheapestPerGpu, groupsAtMax, noGroupLaunches, offeringsAvoided, ordered, scaleUp } from './reasons.ts';
+import { remainingWorkSec } from '../cost-model.ts';
 import {
   perMilli,
+  resumeMoveMicroUsd,
   sharedReason,
   unavailable,
   wait,
@@ -92,6 +94,8 @@ function buy(st: PlanningState, e: Entry, demand: Demand): Reason | undefined {
 }
 
 function chooseOffering(st: PlanningState, e: Entry, demand: Demand): OfferingChoice | { ok: false; reason: Reason } {
+  // A job that would resume from a save of known size is judged on its own: where its save is changes what a pool costs it.
+  if (e.job.checkpoint?.size && st.s.saveBytes) return chooseOfferingNow(st, e, demand);
   // While the demand has not shrunk enough to change any fill, the last choice for this kind stands (if it still has room).
   const cached = st.choiceCache.get(e.cls);
   if (cached && cached.epoch === demand.epoch && cached.choice.gs.room >= e.cls.nodes) return cached.choice;
@@ -101,7 +105,11 @@ function chooseOffering(st: PlanningState, e: Entry, demand: Demand): OfferingCh
 }
 
 function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): OfferingChoice | { ok: false; reason: Reason } {
-  let best: { info: OfferingChoice['info']; gs: OfferingChoice['gs']; factor: number; eff: number; fill: number } | undefined;
+  let best:
+    | { info: OfferingChoice['info']; gs: OfferingChoice['gs']; factor: number; eff: number; fill: number; move: number; from?: string }
+    | undefined;
+  // A job whose newest save is at another site pays to read it across: spread over its work left, per GPU-thousandth it holds.
+  const perMilliHour = 1 / (Math.max(1, remainingWorkSec(e.job, st.s.policy) / 3600) * Math.max(1, e.cls.milli * e.cls.nodes));
   let sawAtMax = false;
   let sawZoneSpan = false;
   const { pools, sawUnavailable } = buyablePools(st, e.cls);
@@ -122,13 +130,16 @@ function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): Offerin
       sawAtMax = true;
       continue;
     }
-    const { eff, fill } = demand.efficiency(info, e, factor);
+    const { eff: machineEff, fill } = demand.efficiency(info, e, factor);
+    // The move's price only adds (it is ≥ 0), so the floor above still bounds what a pool can cost.
+    const moved = e.job.checkpoint ? resumeMoveMicroUsd(st.s, e.job, info.offering.id) : { microUsd: 0 };
+    const eff = machineEff + moved.microUsd * perMilliHour;
     if (
       !best ||
       eff < best.eff - 1e-9 ||
       (Math.abs(eff - best.eff) <= 1e-9 && (info.price < best.info.price || (info.price === best.info.price && key < best.info.key)))
     ) {
-      best = { info, gs, factor, eff, fill };
+      best = { info, gs, factor, eff, fill, move: moved.microUsd, ...(moved.from ? { from: moved.from } : {}) };
     }
   }
   if (!best) {
@@ -145,6 +156,7 @@ function chooseOfferingNow(st: PlanningState, e: Entry, demand: Demand): Offerin
     return { ok: false, reason: noGroupLaunches(e.job) };
   }
   let why = cheapestPerGpu(best.eff, best.factor, best.fill, best.info.type.gpuCount);
+  if (best.move > 0) why += `; counting $${(best.move / 1e6).toFixed(2)} to read its newest save from ${best.from} (another site)`;
   // The decision record says what the spot model made of the pool: the survival it priced the rework from, and why.
   const model = st.s.spotModel;
   if (model && best.info.offering.capacityType === 'spot')

@@ -16,7 +16,7 @@ import type { JobSpec } from '../job-spec.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { SAVE_MIB_PER_SEC, saveCadence, type SaveCadence } from '../save-price.ts';
 import { checkpointSizeMiB } from '../services/node-rules.ts';
-import { defaultNetworkLayout, saveSizeOf, siteOfOffering, storeSiteFor } from '../bytes.ts';
+import { defaultNetworkLayout, movedUsage, priceBytes, saveSizeOf, siteKey, siteOfOffering, storeSiteFor, storeSiteOf } from '../bytes.ts';
 import type { PlanAction, WaitingJob } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import type { Snapshot } from '../snapshot.ts';
@@ -256,6 +256,32 @@ export function pricedPlacement(
     onDemandMicroUsdPerHour: od !== undefined ? Math.round(od * fraction) : price,
     ...(saves ? { saves } : {}),
   };
+}
+
+/**
+ * What resuming a job on a machine of `offeringId` costs in bytes moved, when its newest save is
+ * kept at another site (another cloud, or another region): the save read back across, priced on
+ * the deployment's path (the sender's egress, the machine's NAT). 0 where the save is at the
+ * machine's site, or its size or the price table is not known. The planner counts it when it
+ * buys capacity for a job (a job moved between clouds pays the egress of its newest save).
+ */
+export function resumeMoveMicroUsd(s: Snapshot, job: Job, offeringId: string): { microUsd: number; from?: string } {
+  const save = job.checkpoint;
+  const where = s.saveBytes;
+  const machine = siteOfOffering(offeringId);
+  if (!save?.size || !where || !machine) return { microUsd: 0 };
+  const store = storeSiteOf(where, save.location);
+  if (store.cloud === machine.cloud && store.region === machine.region) return { microUsd: 0 };
+  const parts = save.ranks ?? 1;
+  const usage = movedUsage({
+    machine,
+    store,
+    layout: where.layout,
+    bytes: save.size.bytes * parts,
+    requests: save.size.readRequests * parts,
+    direction: 'down',
+  });
+  return { microUsd: priceBytes(usage, where.rates).totalMicroUsd, from: siteKey(store) };
 }
 
 /**

@@ -1,8 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { useExistingCapacity } from '../../../core/planner/existing-capacity.ts';
 import { buyNewCapacity, scaleUps } from '../../../core/planner/new-capacity.ts';
+import { resumeMoveMicroUsd } from '../../../core/planner/state.ts';
+import { defaultNetworkLayout, saveSizeOf } from '../../../core/bytes.ts';
+import { makeOffering } from '../../../core/catalog.ts';
+import { shippedByteRates } from '../../../cloud/prices.ts';
 import { emptySpotModel, observe } from '../../../core/spot-model.ts';
-import { aGroup, aJob, aNode, T0 } from '../../builders.ts';
+import { aGroup, aJob, aNode, pricesFor, T0 } from '../../builders.ts';
 import { classified } from './support.ts';
 
 function buyFor(over: Parameters<typeof classified>[0]) {
@@ -64,5 +68,72 @@ describe('planner phase: new capacity', () => {
     expect(ups).toEqual([]);
     expect(stuck.map((s) => [s.entry.job.id, s.why.code])).toEqual([['team-a.2', 'group-at-max']]);
     expect(st.actions.map((a) => a.kind)).toEqual(['place']); // the placement is existing capacity's
+  });
+});
+
+describe('a job moved between clouds pays to read its newest save across (resumeMoveMicroUsd)', () => {
+  // The same machine offered in an AWS region and a GCP region, GCP's 5% cheaper: what decides is where the job's save is.
+  const aws = aGroup({ id: 'aws-g5', instanceType: 'g5.xlarge' });
+  const gcpOffering = makeOffering({
+    cloud: 'gcp',
+    region: 'us-central1',
+    zone: 'us-central1-a',
+    instanceType: 'g5.xlarge',
+    capacityType: 'on-demand',
+  });
+  const gcp = {
+    ...aGroup({ id: 'gcp-g5', instanceType: 'g5.xlarge' }),
+    cloud: 'gcp' as const,
+    region: 'us-central1',
+    offerings: [gcpOffering],
+  };
+  const prices = pricesFor([aws, gcp]);
+  const od = prices.get(gcpOffering.id)!;
+  prices.set(gcpOffering.id, { ...od, priceMicroUsdPerHour: Math.round(od.priceMicroUsdPerHour * 0.95) });
+  const saveBytes = {
+    store: { cloud: 'aws' as const, region: 'us-east-1' },
+    roots: [{ root: 'gs://fleet-us-central1/checkpoints/', site: { cloud: 'gcp' as const, region: 'us-central1' } }],
+    layout: defaultNetworkLayout(['us-east-1a']),
+    rates: shippedByteRates(),
+  };
+  const resuming = (location: string) =>
+    aJob({
+      id: 'team-a.moved',
+      spec: { expectedRuntimeSec: 10 * 3600 },
+      checkpoint: {
+        jobId: 'team-a.moved',
+        attempt: 1,
+        location,
+        completedAtMs: T0 - 60_000,
+        progressSec: 3600,
+        size: saveSizeOf([2000e9]),
+      },
+    });
+  const boughtIn = (job: ReturnType<typeof aJob>) => {
+    const { st, ups } = buyFor({ groups: [aws, gcp], prices, pendingJobs: [job], saveBytes });
+    return { group: ups[0]?.kind === 'scale-up' ? ups[0].groupId : undefined, why: st.waiting[0]!.reason.message };
+  };
+
+  it('stays in the cloud its 2 TB save is in when reading it across costs more than the cheaper machines save', () => {
+    const inS3 = boughtIn(resuming('s3://fleet/checkpoints/team-a.moved/attempt-1/s/'));
+    expect(inS3.group).toBe('aws-g5');
+    const inGcs = boughtIn(resuming('gs://fleet-us-central1/checkpoints/team-a.moved/attempt-1/s/'));
+    expect(inGcs.group).toBe('gcp-g5');
+    // With nothing to read back, the cheaper machines win.
+    expect(boughtIn(aJob({ id: 'team-a.fresh', spec: { expectedRuntimeSec: 10 * 3600 } })).group).toBe('gcp-g5');
+  });
+
+  it('prices the read at the sender’s egress and the machine’s NAT, and nothing within the save’s own site', () => {
+    const { st } = classified({ groups: [aws, gcp], prices, saveBytes });
+    const job = resuming('s3://fleet/checkpoints/team-a.moved/attempt-1/s/');
+    const across = resumeMoveMicroUsd(st.s, job, gcpOffering.id);
+    // 2,000 GB out of S3 to the internet ($0.09/GB) and through GCP's Cloud NAT ($0.045/GiB), and the GETs.
+    expect(across.from).toBe('aws:us-east-1');
+    expect(across.microUsd / 1e6).toBeGreaterThan(2000 * 0.09);
+    expect(resumeMoveMicroUsd(st.s, job, aws.offerings[0]!.id)).toEqual({ microUsd: 0 });
+    expect(resumeMoveMicroUsd({ ...st.s, saveBytes: undefined }, job, gcpOffering.id)).toEqual({ microUsd: 0 });
+    // The decision record names the move when it weighed on the choice.
+    const moved = buyFor({ groups: [gcp], prices, pendingJobs: [job], saveBytes });
+    expect(moved.st.waiting[0]!.reason.message).toMatch(/counting \$\d+\.\d\d to read its newest save from aws:us-east-1 \(another site\)/);
   });
 });
