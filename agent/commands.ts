@@ -67,7 +67,10 @@ export function addAgentCommands(
       oneOf('--runner', ['docker', 'process'] as const),
       'docker',
     )
-    .option('--checkpoint-store <uri>', 's3://bucket/ (default: GPU_FLEET_CHECKPOINT_BUCKET) or file:///path/')
+    .option(
+      '--checkpoint-store <uri>',
+      "s3://bucket/ (default: GPU_FLEET_CHECKPOINT_BUCKET), gs://bucket/prefix/ (a GCP machine: its region's bucket) or file:///path/",
+    )
     .option('--api-url <url>', 'the agent API (default: GPU_FLEET_AGENT_API_URL); without one, the tables are written directly')
     .option(
       '--sudo-helper <path>',

@@ -6,7 +6,7 @@ import { SERVICE_LABEL } from '../core/serving/service.ts';
 import { formatUsd } from '../core/money.ts';
 import { dayStartMs, reportPeriod, type ReportPeriod } from '../core/period.ts';
 import { BYTES_DAY_PERIOD_PREFIX, DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../core/services/accrual.ts';
-import { byteBillsByJob, heldBytesAt, type ByteBill, type ByteLog } from '../core/bytes.ts';
+import { byteBillsByJob, heldBytesAt, storeSiteOf, type ByteBill, type ByteLog } from '../core/bytes.ts';
 import { stringify } from 'csv-stringify/sync';
 import { messageOf, UsageError } from '../core/errors.ts';
 import { openFleet, type BucketBytes, type Fleet, type FleetFlags } from './fleet.ts';
@@ -383,7 +383,14 @@ async function checkpointBytesReport(
   let bucket: CheckpointBytesReport['bucket'];
   try {
     const b = await source.bucketBytes?.();
-    if (b) bucket = againstBucket(await source.logs(b.atMs), b);
+    if (b) {
+      // The S3 bucket's metric counts its own objects: saves kept in a GCP region's bucket are left out of the index's side.
+      const inS3 = (await source.logs(b.atMs)).map((l) => ({
+        ...l,
+        saves: l.saves.filter((s) => storeSiteOf(source, s.location) === source.store),
+      }));
+      bucket = againstBucket(inS3, b);
+    }
   } catch (error) {
     notes.push(`the checkpoint bucket's own size is not known: ${messageOf(error)}`);
   }

@@ -25,6 +25,7 @@ export const STACK_OUTPUT_VARIABLES = {
   NoticeMarginSec: 'GPU_FLEET_NOTICE_MARGIN_SEC',
   GcpProjects: 'GPU_FLEET_GCP_PROJECTS',
   GcpCredentialsSecret: 'GPU_FLEET_GCP_CREDENTIALS_SECRET',
+  GcpCheckpointRoots: 'GPU_FLEET_GCP_CHECKPOINT_ROOTS',
   ServiceTargetGroups: 'GPU_FLEET_SERVICE_TARGET_GROUPS',
   ReservationSelector: 'GPU_FLEET_RESERVATION_SELECTOR',
   Discounts: 'GPU_FLEET_DISCOUNTS',

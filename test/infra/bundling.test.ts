@@ -14,6 +14,20 @@ describe('the Lambda bundles', () => {
       expect(inputs.filter((i) => /@google-cloud|google-gax|cloud\/gcp\/|gcp-gpu-machines|client-secrets-manager/.test(i))).toEqual([]);
       expect(inputs.some((i) => i.startsWith('cloud/wiring.ts'))).toBe(true);
     }
+    // The agent API with GCP regions' buckets carries the Cloud Storage store and no Compute client; so does the agent.
+    const gcsOnly = Object.keys(
+      (
+        await build({
+          ...bundleOptions(FUNCTION_ENTRIES.agentApi, { gcp: false, gcs: true }),
+          write: false,
+          metafile: true,
+          outfile: 'x.mjs',
+        })
+      ).metafile.inputs,
+    );
+    expect(gcsOnly).toEqual(expect.arrayContaining(['cloud/gcp/checkpoint-store.ts', 'cloud/gcp/storage.ts', 'cloud/gcp/credentials.ts']));
+    expect(gcsOnly.some((i) => i.includes('@google-cloud/storage'))).toBe(true);
+    expect(gcsOnly.filter((i) => /@google-cloud\/compute|google-gax|cloud\/gcp\/(runtime|mig-node-groups)\.ts/.test(i))).toEqual([]);
     const withGcp = await inputsOf(FUNCTION_ENTRIES.reconcile, true);
     expect(withGcp).toEqual(
       expect.arrayContaining(['cloud/gcp/runtime.ts', 'cloud/gcp/mig-node-groups.ts', 'data/catalog/gcp-gpu-machines.json']),

@@ -674,6 +674,40 @@ describe('cdk-nag', () => {
     );
   });
 
+  it('with GCP regions keeping their own checkpoint buckets: reconcile and the agent API are told the roots, and only they read the GCP key', () => {
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const gcp = {
+      projects: [{ projectId: 'ml-prod', zones: ['us-central1-a', 'us-central1-b'] }],
+      credentialsSecretName: 'gpu-fleet/gcp-key',
+      checkpointRoots: { 'us-central1': 'gs://ml-prod-gpu-fleet-us-central1/checkpoints/' },
+    };
+    const { template } = synth(parseConfig({ ...raw, gcp }));
+    const envOf = (service: string) =>
+      Object.values(template.findResources('AWS::Lambda::Function'))
+        .map(
+          (f) => (f as { Properties: { Environment?: { Variables?: Record<string, unknown> } } }).Properties.Environment?.Variables ?? {},
+        )
+        .find((v) => v.POWERTOOLS_SERVICE_NAME === service)!;
+    const roots = JSON.stringify(gcp.checkpointRoots);
+    expect(envOf('gpu-fleet-reconcile').GPU_FLEET_GCP_CHECKPOINT_ROOTS).toBe(roots);
+    expect(envOf('gpu-fleet-agentApi')).toMatchObject({
+      GPU_FLEET_GCP_CHECKPOINT_ROOTS: roots,
+      GPU_FLEET_GCP_CREDENTIALS_SECRET: 'gpu-fleet/gcp-key',
+    });
+    expect(envOf('gpu-fleet-intake').GPU_FLEET_GCP_CHECKPOINT_ROOTS).toBeUndefined();
+    const apiKey = statements(template, 'agentApiRole').find((x) => x.Sid === 'GcpCredentials')!;
+    expect(actionsOf(apiKey)).toEqual(['secretsmanager:GetSecretValue']);
+    expect(JSON.stringify(apiKey.Resource)).toContain('secret:gpu-fleet/gcp-key-??????');
+    // The machines never hold the control plane's GCP key.
+    expect(statements(template, 'AgentRole').some((x) => actionsOf(x).some((a) => a.startsWith('secretsmanager:')))).toBe(false);
+    expect(() => parseConfig({ ...raw, gcp: { ...gcp, checkpointRoots: { 'europe-west4': 'gs://b-eu/c/' } } })).toThrow(
+      /gcp\.checkpointRoots\.europe-west4.*no project has a zone in europe-west4 \(us-central1\)/,
+    );
+    expect(() => parseConfig({ ...raw, gcp: { ...gcp, checkpointRoots: { 'us-central1': 'gs://b-c/no-slash' } } })).toThrow(
+      /a Cloud Storage checkpoint root is gs:\/\/bucket\/prefix\/ \(ending in "\/"\)/,
+    );
+  });
+
   it('keeps the jobs’ output in a log group of the configured retention that only the agent API writes, stream by stream', () => {
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
     const { template } = synth(parseConfig({ ...raw, jobLogs: { retentionDays: 90 } }));
