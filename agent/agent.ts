@@ -770,7 +770,11 @@ export class NodeAgent {
         return up;
       }
       // The part's size as uploaded: the index bills the save's storage and transfer by it.
-      const saved: CheckpointRef = { ...ref, completedAtMs: this.ports.clock.nowMs(), size: saveSizeOf(up.fileBytes, storeKindOf(ref.location)) };
+      const saved: CheckpointRef = {
+        ...ref,
+        completedAtMs: this.ports.clock.nowMs(),
+        size: saveSizeOf(up.fileBytes, storeKindOf(ref.location)),
+      };
       const complete = await this.ports.checkpoints.markComplete(saved, l.rank);
       // The job names the index's newest complete checkpoint: this save as the index recorded it (one marked complete
       // again, after an earlier try's job write failed, keeps its first completion time there), or a newer one.

@@ -39,8 +39,7 @@ export class GcsBlobs implements CheckpointBlobs {
         const file = this.storage.bucket(bucket).file(name);
         await gcs('upload checkpoint', `gs://${bucket}/${name}`, async () => {
           const options = { validation: 'crc32c' as const, contentType: 'application/octet-stream' };
-          if (f.bytes <= SIMPLE_UPLOAD_MAX_BYTES)
-            return pipeline(readStream(f), file.createWriteStream({ ...options, resumable: false }));
+          if (f.bytes <= SIMPLE_UPLOAD_MAX_BYTES) return pipeline(readStream(f), file.createWriteStream({ ...options, resumable: false }));
           // The session is opened first, with the machine's credentials; its URI then carries the bytes (it needs no others).
           const [uri] = await file.createResumableUpload({ metadata: { contentType: options.contentType } });
           return pipeline(readStream(f), file.createWriteStream({ ...options, resumable: true, uri }));

@@ -462,12 +462,7 @@ export function siteOfOffering(offeringId: string | undefined): Site | undefined
  * its upload if it landed in the window, and its reads in the window, on the deployment's path from
  * the machine to the bucket the save is in (the bucket's own region when the machine's site is not known).
  */
-export function logUsage(
-  log: ByteLog,
-  where: StoreSites & { readonly layout: NetworkLayout },
-  fromMs: number,
-  toMs: number,
-): ByteUsage {
+export function logUsage(log: ByteLog, where: StoreSites & { readonly layout: NetworkLayout }, fromMs: number, toMs: number): ByteUsage {
   let out: ByteUsage = {};
   for (const s of log.saves) {
     const store = storeSiteOf(where, s.location);

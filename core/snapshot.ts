@@ -1,4 +1,4 @@
-import type { ByteRates, NetworkLayout, Site, StoreSites } from './bytes.ts';
+import type { ByteRates, NetworkLayout, StoreSites } from './bytes.ts';
 import type { InstanceTypeCatalog, PriceQuote } from './catalog.ts';
 import type { FleetNode, NodeGroup } from './fleet.ts';
 import type { Job } from './job.ts';

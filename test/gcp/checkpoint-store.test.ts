@@ -9,12 +9,18 @@ import { DirectoryBlobs } from '../../agent/checkpoint-files.ts';
 import { BucketSweep } from '../../cloud/checkpoint-sweep.ts';
 import { GcsCheckpointUrls, GcsSweptBucket, parseGsLocation } from '../../cloud/gcp/checkpoint-store.ts';
 import { gcsStorage } from '../../cloud/gcp/storage.ts';
-import { MemoryCheckpointStore, MemoryJobStore } from '../../cloud/sim/memory-stores.ts';
+import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cloud/sim/memory-stores.ts';
 import { saveSizeOf, storeKindOf } from '../../core/bytes.ts';
 import { CloudError } from '../../core/errors.ts';
 import { checkpointFolder, type CheckpointRef } from '../../core/job.ts';
 import { aJob } from '../builders.ts';
 import { FakeGcs } from '../support/fake-gcs.ts';
+import { S3Client } from '@aws-sdk/client-s3';
+import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
+import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
+import { createAgentApiHandler } from '../../functions/agent-api.ts';
+import { lambdaContext } from '../../functions/context.ts';
+import { observability } from '../../functions/observability.ts';
 
 const BUCKET = 'gpu-fleet-ckpt-us-central1';
 /** The sweep's bucket, holding only what its test puts there. */
@@ -128,6 +134,66 @@ describe('Cloud Storage as a region’s checkpoint store, against a local Cloud 
       gcs.nowMs = clock;
     }
     await expect(urls.uploadTargets(`${ROOT}moved/attempt-3/t/`)).rejects.toThrow(/only GCP machines write there/);
+  });
+
+  it('an AWS machine resuming a job moved from GCP reads its save through the agent API, by URLs the server accepts; it may not write there', async () => {
+    const now = Date.now();
+    const jobs = new MemoryJobStore();
+    const me = 'i-0aaaaaaaa1';
+    await jobs.create({
+      ...aJob({ id: 'nlp.moved', team: 'nlp', attempt: 2 }),
+      state: 'running',
+      placement: { capacityType: 'spot', nodes: [{ nodeId: me, gpuIndices: [0] }] },
+    });
+    const save = `${ROOT}nlp.moved/attempt-1/step-40/`;
+    gcs.put(BUCKET, `${parseGsLocation(save).prefix}weights.bin`, 'moved weights');
+    const handlerWith = (gcsUrls?: GcsCheckpointUrls) =>
+      createAgentApiHandler({
+        jobs,
+        nodes: new MemoryNodeStore(),
+        checkpoints: new MemoryCheckpointStore({ nowMs: () => now }, 's3://ckpt/checkpoints/'),
+        urls: new S3CheckpointUrls(new S3Client({ region: 'us-west-2', credentials: { accessKeyId: 'AKID', secretAccessKey: 's' } })),
+        ...(gcsUrls ? { gcsUrls, otherRoots: [ROOT] } : {}),
+        clock: { nowMs: () => now },
+        agentRoleName: 'AgentRole',
+        obs: observability('agent-api-test'),
+      });
+    const call = async (handler: ReturnType<typeof handlerWith>, path: string, body: unknown) => {
+      const event = {
+        rawPath: path,
+        body: JSON.stringify(body),
+        isBase64Encoded: false,
+        requestContext: {
+          http: { method: 'POST' },
+          authorizer: { iam: { userArn: `arn:aws:sts::123456789012:assumed-role/AgentRole/${me}` } },
+        },
+      } as unknown as LambdaFunctionURLEventWithIAMAuthorizer;
+      const out = (await handler(event, lambdaContext('agent-api'))) as { statusCode: number; body: string };
+      return { status: out.statusCode, body: JSON.parse(out.body) as Record<string, unknown> };
+    };
+    const api = handlerWith(new GcsCheckpointUrls(storage, 600, { nowMs: () => now }));
+    const got = await call(api, '/v1/checkpoint/download', { jobId: 'nlp.moved', location: save });
+    expect(got.status).toBe(200);
+    const files = got.body.files as { path: string; url: string }[];
+    expect(files.map((f) => f.path)).toEqual(['weights.bin']);
+    expect(await (await fetch(files[0]!.url)).text()).toBe('moved weights');
+    // Another job's folder in that bucket is refused, as under the fleet's own root.
+    expect(await call(api, '/v1/checkpoint/download', { jobId: 'nlp.moved', location: `${ROOT}vision.other/attempt-1/s/` })).toMatchObject({
+      status: 403,
+    });
+    // The API never writes into another cloud's bucket.
+    expect(
+      await call(api, '/v1/checkpoint/upload', {
+        jobId: 'nlp.moved',
+        location: `${ROOT}nlp.moved/attempt-2/step-41/`,
+        files: [{ path: 'w.bin', bytes: 10 }],
+      }),
+    ).toMatchObject({ status: 400, body: { error: expect.stringMatching(/never another cloud's/) } });
+    // A fleet without the GCP key says why it cannot sign the read.
+    expect(await call(handlerWith(), '/v1/checkpoint/download', { jobId: 'nlp.moved', location: save })).toMatchObject({
+      status: 403,
+      body: { error: expect.stringMatching(/is not a checkpoint folder of job nlp\.moved/) },
+    });
   });
 
   it('the sweep deletes a live job’s superseded save from the bucket and keeps its resume point; a save in another cloud’s bucket is left to that bucket’s sweep', async () => {
