@@ -135,14 +135,14 @@ export class GcsCheckpointUrls implements CheckpointUrls {
   async downloadUrls(location: string, after?: string, limit = DOWNLOAD_FILES_PER_CALL) {
     const { bucket: name, prefix } = parseGsLocation(location);
     const bucket = this.storage.bucket(name);
-    const [files, next] = await gcs('list checkpoint', location, () =>
-      bucket.getFiles({
-        prefix,
-        maxResults: limit,
-        autoPaginate: false,
-        ...(after !== undefined ? { startOffset: `${prefix}${after}\u0000` } : {}),
-      }),
+    // startOffset includes its own name: one more is asked for, and the object named `after` (the last page's last) left out.
+    const skip = after === undefined ? undefined : `${prefix}${after}`;
+    const [listed, next] = await gcs('list checkpoint', location, () =>
+      bucket.getFiles({ prefix, maxResults: limit + (skip ? 1 : 0), autoPaginate: false, ...(skip ? { startOffset: skip } : {}) }),
     );
+    const page = listed.filter((f) => f.name !== skip);
+    const files = page.slice(0, limit);
+    const more = files.length < page.length || (next as { pageToken?: string } | null | undefined)?.pageToken !== undefined;
     const out: { path: string; url: string }[] = [];
     const expires = this.clock.nowMs() + this.expiresInSec * 1000;
     // A folder's marker object ("…/") is no file; it still moves the page on.
@@ -153,7 +153,6 @@ export class GcsCheckpointUrls implements CheckpointUrls {
           url: (await gcs('sign checkpoint read', f.name, () => f.getSignedUrl({ version: 'v4', action: 'read', expires })))[0],
         });
     const last = files.at(-1)?.name;
-    const more = (next as { pageToken?: string } | null | undefined)?.pageToken !== undefined;
     return { files: out, ...(more && last !== undefined ? { next: last.slice(prefix.length) } : {}) };
   }
 }
