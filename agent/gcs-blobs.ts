@@ -3,22 +3,13 @@ import { mkdir, rm } from 'node:fs/promises';
 import { dirname, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Storage } from '@google-cloud/storage';
-import { parseGsLocation } from '../cloud/gcp/checkpoint-store.ts';
-import { translateGcpError } from '../cloud/gcp/errors.ts';
+import { gcs, parseGsLocation } from '../cloud/gcp/checkpoint-store.ts';
 import { GpuFleetError } from '../core/errors.ts';
 import type { CheckpointBlobs } from './checkpoint-files.ts';
 import { closeAll, openJobFolder, readStream } from './job-files.ts';
 
 /** Files up to this size go up in one request (a multipart upload); larger ones in a resumable upload. */
 const SIMPLE_UPLOAD_MAX_BYTES = 8 * 1024 * 1024;
-
-async function gcs<T>(operation: string, resource: string, f: () => Promise<T>): Promise<T> {
-  try {
-    return await f();
-  } catch (error) {
-    throw translateGcpError(error, { operation, resource });
-  }
-}
 
 /**
  * Cloud Storage as the checkpoint store of a GCP machine (`gs://bucket/prefix/` locations, a bucket

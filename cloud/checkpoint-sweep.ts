@@ -13,8 +13,7 @@ export interface ListedObject {
 
 /**
  * The calls a sweep makes on one bucket (S3, Cloud Storage): list keys under a prefix in key
- * order (from past `startAfter`, or on from a page token), delete keys, and keep where the last
- * sweep stopped.
+ * order (from past `startAfter`, or on from a page token), and delete keys.
  */
 export interface SweptBucket {
   /** The root swept, `s3://bucket/prefix/` or `gs://bucket/prefix/`: what the index's locations start with. */
@@ -33,6 +32,10 @@ export interface SweptBucket {
   }>;
   /** Deletes the keys (at most 1,000); returns how many are gone (a key already gone counts). */
   delete(keys: readonly string[]): Promise<number>;
+}
+
+/** Where the last sweep of a bucket stopped (kept in the control table: cloud/aws/checkpoint-sweep.ts `tablePosition`). */
+export interface SweepPosition {
   position(): Promise<string>;
   keepPosition(after: string): Promise<void>;
 }
@@ -53,6 +56,7 @@ export interface SweptBucket {
 export class BucketSweep implements CheckpointSweep {
   constructor(
     private readonly bucket: SweptBucket,
+    private readonly at: SweepPosition,
     private readonly deps: {
       readonly jobs: JobStore;
       readonly checkpoints: CheckpointHistory;
@@ -70,7 +74,7 @@ export class BucketSweep implements CheckpointSweep {
     const { prefix } = this.bucket;
     const untilMs = clock.nowMs() + (this.deps.budgetMs ?? 10_000);
     const concurrency = this.deps.concurrency ?? SWEEP_CONCURRENCY;
-    let after = await this.bucket.position();
+    let after = await this.at.position();
     let jobs = 0;
     let deleted = 0;
     for (;;) {
@@ -90,7 +94,7 @@ export class BucketSweep implements CheckpointSweep {
       }
       if (folders.length === 0) {
         // The whole root is swept: the next sweep starts again from the first job.
-        await this.bucket.keepPosition('');
+        await this.at.keepPosition('');
         return { jobs, deleted, wrapped: true };
       }
       // A batch of folders at once; the position moves past a batch only once all of it is swept.
@@ -102,7 +106,7 @@ export class BucketSweep implements CheckpointSweep {
         // Past every key of the last folder: "<folder>/" ends in "/", and "0" is the character after it.
         after = `${batch[batch.length - 1]!.slice(0, -1)}0`;
         if (clock.nowMs() >= untilMs) {
-          await this.bucket.keepPosition(after);
+          await this.at.keepPosition(after);
           return { jobs, deleted, wrapped: false };
         }
       }

@@ -1,7 +1,7 @@
 import { DeleteObjectsCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { GetCommand, PutCommand, type DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { CheckpointHistory, Clock, JobStore } from '../../core/ports.ts';
-import { BucketSweep, type ListedObject, type SweptBucket } from '../checkpoint-sweep.ts';
+import { BucketSweep, type ListedObject, type SweepPosition, type SweptBucket } from '../checkpoint-sweep.ts';
 import { parseS3Location } from './checkpoint-urls.ts';
 import { checkpointRoot } from './dynamo-store.ts';
 import { translateAwsError } from './errors.ts';
@@ -12,11 +12,7 @@ export function sweepPositionKey(root: string, home: boolean): { pk: string; sk:
 }
 
 /** The sweep's position for one root, kept in the control table. */
-export function tablePosition(
-  doc: DynamoDBDocumentClient,
-  table: string,
-  key: { pk: string; sk: string },
-): Pick<SweptBucket, 'position' | 'keepPosition'> {
+export function tablePosition(doc: DynamoDBDocumentClient, table: string, key: { pk: string; sk: string }): SweepPosition {
   const call = async <T>(operation: string, f: () => Promise<T>): Promise<T> => {
     try {
       return await f();
@@ -37,19 +33,14 @@ export function tablePosition(
 export class S3SweptBucket implements SweptBucket {
   readonly prefix: string;
   private readonly bucket: string;
-  readonly position: SweptBucket['position'];
-  readonly keepPosition: SweptBucket['keepPosition'];
 
   constructor(
     private readonly s3: S3Client,
     readonly root: string,
-    at: Pick<SweptBucket, 'position' | 'keepPosition'>,
   ) {
     const { bucket, prefix } = parseS3Location(root);
     this.bucket = bucket;
     this.prefix = prefix;
-    this.position = at.position;
-    this.keepPosition = at.keepPosition;
   }
 
   uriOf(key: string): string {
@@ -111,7 +102,7 @@ export class S3CheckpointSweep extends BucketSweep {
     readonly budgetMs?: number;
     readonly concurrency?: number;
   }) {
-    super(new S3SweptBucket(deps.s3, deps.root, tablePosition(deps.doc, deps.table, sweepPositionKey(deps.root, true))), deps);
+    super(new S3SweptBucket(deps.s3, deps.root), tablePosition(deps.doc, deps.table, sweepPositionKey(deps.root, true)), deps);
   }
 }
 

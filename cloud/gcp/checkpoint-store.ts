@@ -3,7 +3,7 @@ import { GpuFleetError } from '../../core/errors.ts';
 import type { CheckpointHistory, Clock, JobStore } from '../../core/ports.ts';
 import { DOWNLOAD_FILES_PER_CALL, type UploadTarget } from '../aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../aws/checkpoint-urls.ts';
-import { BucketSweep, type ListedObject, type SweptBucket } from '../checkpoint-sweep.ts';
+import { BucketSweep, type ListedObject, type SweepPosition, type SweptBucket } from '../checkpoint-sweep.ts';
 import { translateGcpError } from './errors.ts';
 
 /**
@@ -23,7 +23,8 @@ export function parseGsLocation(location: string): { bucket: string; prefix: str
   return { bucket: m[1]!, prefix: prefix === '' || prefix.endsWith('/') ? prefix : `${prefix}/` };
 }
 
-async function gcs<T>(operation: string, resource: string, f: () => Promise<T>): Promise<T> {
+/** A Cloud Storage call, its failure in the port's vocabulary (with the call and the object). */
+export async function gcs<T>(operation: string, resource: string, f: () => Promise<T>): Promise<T> {
   try {
     return await f();
   } catch (error) {
@@ -38,19 +39,14 @@ const DELETES_AT_ONCE = 16;
 export class GcsSweptBucket implements SweptBucket {
   readonly prefix: string;
   private readonly bucket: Bucket;
-  readonly position: SweptBucket['position'];
-  readonly keepPosition: SweptBucket['keepPosition'];
 
   constructor(
     storage: Storage,
     readonly root: string,
-    at: Pick<SweptBucket, 'position' | 'keepPosition'>,
   ) {
     const { bucket, prefix } = parseGsLocation(root);
     this.bucket = storage.bucket(bucket);
     this.prefix = prefix;
-    this.position = at.position;
-    this.keepPosition = at.keepPosition;
   }
 
   uriOf(key: string): string {
@@ -93,14 +89,14 @@ export class GcsSweptBucket implements SweptBucket {
 export function gcsCheckpointSweep(deps: {
   readonly storage: Storage;
   readonly root: string;
-  readonly at: Pick<SweptBucket, 'position' | 'keepPosition'>;
+  readonly at: SweepPosition;
   readonly jobs: JobStore;
   readonly checkpoints: CheckpointHistory;
   readonly clock: Clock;
   readonly retentionDays: number;
   readonly budgetMs?: number;
 }): BucketSweep {
-  return new BucketSweep(new GcsSweptBucket(deps.storage, deps.root, deps.at), deps);
+  return new BucketSweep(new GcsSweptBucket(deps.storage, deps.root), deps.at, deps);
 }
 
 /**

@@ -220,7 +220,8 @@ describe('Cloud Storage as a region’s checkpoint store, against a local Cloud 
     for (const l of [old, mid, newest]) gcs.put(SWEPT, `${parseGsLocation(l).prefix}model.bin`, 'w', now.ms - 120_000);
     const position = { at: '' };
     const sweep = new BucketSweep(
-      new GcsSweptBucket(storage, SWEPT_ROOT, { position: async () => position.at, keepPosition: async (a) => void (position.at = a) }),
+      new GcsSweptBucket(storage, SWEPT_ROOT),
+      { position: async () => position.at, keepPosition: async (a) => void (position.at = a) },
       { jobs, checkpoints: index, clock, retentionDays: 30 },
     );
     const out = await sweep.sweep();
