@@ -2,7 +2,8 @@ import type { ReservationSelectorTerm } from './aws/ec2-reservations.ts';
 import type { DiscountPlan } from '../core/discounts.ts';
 import { parseUsd } from '../core/money.ts';
 import { isValidTeamId } from '../core/budget.ts';
-import { S3_PATHS, type NetworkLayout, type S3Path, type StoreRoot } from '../core/bytes.ts';
+import { GCS_ROOT_RE, S3_PATHS, type NetworkLayout, type S3Path, type StoreRoot } from '../core/bytes.ts';
+import { regionOfZone } from '../core/catalog.ts';
 import { ConfigError } from '../core/errors.ts';
 import '../core/schema.ts';
 import * as z from 'zod/mini';
@@ -384,8 +385,6 @@ function readTargetGroups(present: Record<string, string>, problems: string[]): 
   return out;
 }
 
-const GCS_ROOT_RE = /^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\/([^\s]*\/)?$/;
-
 /** GPU_FLEET_GCP_CHECKPOINT_ROOTS: a `gs://bucket/prefix/` root per GCP region the projects have zones in. */
 function readGcpCheckpointRoots(
   present: Record<string, string>,
@@ -404,7 +403,7 @@ function readGcpCheckpointRoots(
     problems.push('GPU_FLEET_GCP_CHECKPOINT_ROOTS is set, but GPU_FLEET_GCP_PROJECTS is not: a root is for the machines of a GCP region');
     return undefined;
   }
-  const regions = new Set(projects.flatMap((p) => p.zones.map((z) => z.replace(/-[a-z]$/, ''))));
+  const regions = new Set(projects.flatMap((p) => p.zones.map((z) => regionOfZone('gcp', z))));
   const out: Record<string, string> = {};
   for (const [region, root] of Object.entries(json as Record<string, unknown>)) {
     if (!regions.has(region))

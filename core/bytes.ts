@@ -26,6 +26,9 @@ export function siteKey(site: Pick<Site, 'cloud' | 'region'>): string {
   return `${site.cloud}:${site.region}`;
 }
 
+/** A Cloud Storage checkpoint root as a config names one: `gs://bucket/prefix/`, ending in "/". */
+export const GCS_ROOT_RE = /^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\/(\S*\/)?$/;
+
 /** A checkpoint root (`s3://bucket/prefix/`, `gs://bucket/prefix/`) and the site of its bucket. */
 export interface StoreRoot {
   readonly root: string;
@@ -47,10 +50,19 @@ export function storeSiteOf(where: StoreSites, location: string): Site {
   return where.roots?.find((r) => location.startsWith(r.root))?.site ?? where.store;
 }
 
+/** The root kept for a machine's own site (a GCP region's bucket), when the fleet keeps one there. */
+export function storeRootFor(roots: readonly StoreRoot[] | undefined, machine: Site | undefined): StoreRoot | undefined {
+  return machine && roots?.find((r) => r.site.cloud === machine.cloud && r.site.region === machine.region);
+}
+
 /** The bucket a machine at `machine` saves into: its own site's root when the fleet keeps one there, else the fleet's own bucket. */
 export function storeSiteFor(where: StoreSites, machine: Site | undefined): Site {
-  if (!machine) return where.store;
-  return where.roots?.find((r) => r.site.cloud === machine.cloud && r.site.region === machine.region)?.site ?? where.store;
+  return storeRootFor(where.roots, machine)?.site ?? where.store;
+}
+
+/** The kind of store a bucket at `store` is: Cloud Storage in GCP, S3 elsewhere. */
+export function storeKindAt(store: Site): StoreKind {
+  return store.cloud === 'gcp' ? 'gcs' : 's3';
 }
 
 /** How machines in the stack's VPC reach S3 in their own region. */
@@ -227,7 +239,7 @@ export interface Transfer {
  */
 export function transferUsage(t: Transfer, direction: 'up' | 'down'): ByteUsage {
   const bytes = t.fileBytes.reduce((a, b) => a + b, 0);
-  const kind: StoreKind = t.store.cloud === 'gcp' ? 'gcs' : 's3';
+  const kind = storeKindAt(t.store);
   const requests = t.fileBytes.reduce((n, b) => n + (direction === 'up' ? uploadRequests(b, kind) : downloadRequests(b, kind)), 0);
   return movedUsage({ ...t, bytes, requests, direction });
 }

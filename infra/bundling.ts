@@ -29,8 +29,7 @@ export const GCS_MODULES: readonly string[] = [
   'google-auth-library',
   '@aws-sdk/client-secrets-manager',
   '../../cloud/gcp/checkpoint-store.ts',
-  '../../cloud/gcp/storage.ts',
-  '../../cloud/gcp/credentials.ts',
+  '../../cloud/gcp/control-plane-storage.ts',
   './gcs-blobs.ts',
   '../cloud/gcp/storage.ts',
 ];

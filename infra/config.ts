@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import awsRegionsJson from 'aws-regions/regions.json' with { type: 'json' };
 import { z } from 'zod';
 import { ConfigError, messageOf, parseJson } from '../core/errors.ts';
-import { S3_PATHS, type NetworkLayout } from '../core/bytes.ts';
+import { GCS_ROOT_RE, S3_PATHS, type NetworkLayout } from '../core/bytes.ts';
+import { regionOfZone } from '../core/catalog.ts';
 import { MIG_GPUS } from '../core/mig.ts';
 import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from '../core/schema.ts';
 import { awsShippedCatalog } from '../cloud/catalog/shipped.ts';
@@ -517,14 +518,14 @@ export const ConfigSchema = z
         checkpointRoots: z
           .record(
             z.string().regex(/^[a-z]+-[a-z]+\d$/, { error: 'GCP regions look like "us-central1"' }),
-            z.string().regex(/^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\/(\S*\/)?$/, {
+            z.string().regex(GCS_ROOT_RE, {
               error: 'a Cloud Storage checkpoint root is gs://bucket/prefix/ (ending in "/")',
             }),
           )
           .optional(),
       })
       .superRefine((g, ctx) => {
-        const regions = new Set(g.projects.flatMap((p) => p.zones.map((z) => z.replace(/-[a-z]$/, ''))));
+        const regions = new Set(g.projects.flatMap((p) => p.zones.map((z) => regionOfZone('gcp', z))));
         for (const region of Object.keys(g.checkpointRoots ?? {}))
           if (!regions.has(region))
             ctx.addIssue({

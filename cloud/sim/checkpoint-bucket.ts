@@ -25,8 +25,8 @@ interface SimObject {
 
 /**
  * The simulated cloud's checkpoint stores and what they bill (the fleet's own bucket, and a
- * bucket per GCP region where the fleet keeps one): each rank's part of a save is one object, held from its upload until the sweep deletes it (by core/job.ts's rule, as the S3 sweep
- * applies it), and every upload, download and byte-hour stored is counted for the team whose job
+ * bucket per GCP region where the fleet keeps one): each rank's part of a save is one object,
+ * held from its upload until the sweep deletes it (by core/job.ts's rule, as the S3 sweep applies it), and every upload, download and byte-hour stored is counted for the team whose job
  * caused it, on the network path the deployment has (core/bytes.ts). The world only: the sweep's
  * decision is the production rule; the bucket counts.
  */

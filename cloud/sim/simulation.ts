@@ -26,7 +26,15 @@ import {
   type FaultProfile,
 } from './faults.ts';
 import type { Cloud } from '../../core/catalog.ts';
-import { defaultNetworkLayout, siteKey, type ByteBill, type NetworkLayout, type Site, type StoreRoot } from '../../core/bytes.ts';
+import {
+  defaultNetworkLayout,
+  siteKey,
+  storeRootFor,
+  type ByteBill,
+  type NetworkLayout,
+  type Site,
+  type StoreRoot,
+} from '../../core/bytes.ts';
 import { regionOfZone } from '../catalog/shipped.ts';
 import { shippedByteRates } from '../prices.ts';
 import { billOf, SimCheckpointBucket } from './checkpoint-bucket.ts';
@@ -595,7 +603,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     checkpoints: env.checkpoints,
     history: env.checkpoints,
     // A GCP machine saves into its region's bucket, as its deployed agent is told to.
-    rootFor: (machine: Site) => storeRoots.find((r) => r.site.cloud === machine.cloud && r.site.region === machine.region)?.root,
+    rootFor: (machine: Site) => storeRootFor(storeRoots, machine)?.root,
     otherRoots: storeRoots.map((r) => r.root),
     instanceTypes: env.catalog.instanceTypes,
     // A service replica serves until it is cancelled.

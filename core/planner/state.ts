@@ -16,7 +16,17 @@ import type { JobSpec } from '../job-spec.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { SAVE_MIB_PER_SEC, saveCadence, type SaveCadence } from '../save-price.ts';
 import { checkpointSizeMiB } from '../services/node-rules.ts';
-import { defaultNetworkLayout, movedUsage, priceBytes, saveSizeOf, siteKey, siteOfOffering, storeSiteFor, storeSiteOf } from '../bytes.ts';
+import {
+  defaultNetworkLayout,
+  movedUsage,
+  priceBytes,
+  saveSizeOf,
+  siteKey,
+  siteOfOffering,
+  storeKindAt,
+  storeSiteFor,
+  storeSiteOf,
+} from '../bytes.ts';
 import type { PlanAction, WaitingJob } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import type { Snapshot } from '../snapshot.ts';
@@ -306,7 +316,7 @@ function placedCadence(
   // The machine saves into its own site's bucket where the fleet keeps one there (a GCP region's), else the fleet's own.
   const store = storeSiteFor(where, machine);
   return saveCadence({
-    size: saveSizeOf(files, store.cloud === 'gcp' ? 'gcs' : 's3'),
+    size: saveSizeOf(files, storeKindAt(store)),
     stallSec: perNodeMiB / SAVE_MIB_PER_SEC,
     gpuMicroUsdPerHour: priceMicroUsdPerHour,
     machine,

@@ -34,15 +34,11 @@ const otherRoots = Object.values(config.gcp?.checkpointRoots ?? {});
 const gcsUrls =
   otherRoots.length > 0
     ? await (async () => {
-        const [{ GcsCheckpointUrls }, { gcsStorage }, { gcpCredentialsFromSecret }, { SecretsManagerClient }] = await Promise.all([
+        const [{ GcsCheckpointUrls }, { controlPlaneStorage }] = await Promise.all([
           import('../../cloud/gcp/checkpoint-store.ts'),
-          import('../../cloud/gcp/storage.ts'),
-          import('../../cloud/gcp/credentials.ts'),
-          import('@aws-sdk/client-secrets-manager'),
+          import('../../cloud/gcp/control-plane-storage.ts'),
         ]);
-        const secret = config.gcp?.credentialsSecret;
-        const credentials = secret ? await gcpCredentialsFromSecret(new SecretsManagerClient(common), secret) : undefined;
-        return new GcsCheckpointUrls(gcsStorage(credentials ? { credentials } : {}), 3600, systemClock);
+        return new GcsCheckpointUrls(await controlPlaneStorage(config.gcp!, config.region), 3600, systemClock);
       })()
     : undefined;
 export const handler = createAgentApiHandler({

@@ -16,17 +16,11 @@ const retentionDays = ports.config.checkpointRetentionDays;
 const gcsSweeps =
   gcsRoots.length > 0 && retentionDays !== undefined
     ? await (async () => {
-        const [{ gcsCheckpointSweep }, { gcsStorage }, { gcpCredentialsFromSecret }, { SecretsManagerClient }] = await Promise.all([
+        const [{ gcsCheckpointSweep }, { controlPlaneStorage }] = await Promise.all([
           import('../../cloud/gcp/checkpoint-store.ts'),
-          import('../../cloud/gcp/storage.ts'),
-          import('../../cloud/gcp/credentials.ts'),
-          import('@aws-sdk/client-secrets-manager'),
+          import('../../cloud/gcp/control-plane-storage.ts'),
         ]);
-        const secret = ports.config.gcp?.credentialsSecret;
-        const credentials = secret
-          ? await gcpCredentialsFromSecret(new SecretsManagerClient({ region: ports.config.region }), secret)
-          : undefined;
-        const storage = gcsStorage(credentials ? { credentials } : {});
+        const storage = await controlPlaneStorage(ports.config.gcp!, ports.config.region);
         return gcsRoots.map((root) =>
           gcsCheckpointSweep({
             storage,

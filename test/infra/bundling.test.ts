@@ -25,7 +25,14 @@ describe('the Lambda bundles', () => {
         })
       ).metafile.inputs,
     );
-    expect(gcsOnly).toEqual(expect.arrayContaining(['cloud/gcp/checkpoint-store.ts', 'cloud/gcp/storage.ts', 'cloud/gcp/credentials.ts']));
+    expect(gcsOnly).toEqual(
+      expect.arrayContaining([
+        'cloud/gcp/checkpoint-store.ts',
+        'cloud/gcp/storage.ts',
+        'cloud/gcp/credentials.ts',
+        'cloud/gcp/control-plane-storage.ts',
+      ]),
+    );
     expect(gcsOnly.some((i) => i.includes('@google-cloud/storage'))).toBe(true);
     expect(gcsOnly.filter((i) => /@google-cloud\/compute|google-gax|cloud\/gcp\/(runtime|mig-node-groups)\.ts/.test(i))).toEqual([]);
     const withGcp = await inputsOf(FUNCTION_ENTRIES.reconcile, true);
