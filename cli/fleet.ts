@@ -2,8 +2,7 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { jobIdFor } from '../core/job.ts';
-import type { ByteMeter } from '../core/services/accrual.ts';
-import { defaultNetworkLayout } from '../core/bytes.ts';
+import { defaultNetworkLayout, type ByteLog, type ByteRates, type NetworkLayout, type StoreSites } from '../core/bytes.ts';
 import { regionOfZone } from '../core/catalog.ts';
 import { shippedByteRates } from '../cloud/prices.ts';
 import type {
@@ -36,6 +35,14 @@ import { cancelledService, type ServiceRecord } from '../core/serving/service.ts
  * team queues, the node groups, CloudWatch GPU metrics, through the standard AWS configuration),
  * or a simulation's saved world (`--sim DIR`, written by `gpu-fleet simulate --out DIR`).
  */
+/** Every job's byte log from a time on (the checkpoint index's, read whole: for a report), where the bytes are kept, and their path's prices. */
+export interface ByteLogSource extends StoreSites {
+  readonly logs: (sinceMs: number) => Promise<readonly ByteLog[]>;
+  readonly layout: NetworkLayout;
+  readonly rates: ByteRates;
+  readonly bucketBytes?: () => Promise<BucketBytes | undefined>;
+}
+
 export interface Fleet {
   readonly source: string;
   readonly clock: Clock;
@@ -59,7 +66,7 @@ export interface Fleet {
    * prices, and the bucket's own count of what it holds where there is one: `report` charges them
    * to jobs and projects and says how close the index is to the bucket.
    */
-  readonly checkpointBytes?: ByteMeter & { readonly bucketBytes?: () => Promise<BucketBytes | undefined> };
+  readonly checkpointBytes?: ByteLogSource;
   /** Sends a spec to the team's queue (a simulation takes it in at once); the job id follows from team and token. */
   submit(team: string, body: string, token?: string): Promise<{ jobId: string; token: string; note: string }>;
   /** Saves what changed (a simulation's world); a deployed fleet has nothing to save. */
@@ -190,7 +197,11 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
     ...(ports.reconcile.bytes
       ? {
           checkpointBytes: {
-            ...ports.reconcile.bytes,
+            store: ports.reconcile.bytes.store,
+            ...(ports.reconcile.bytes.roots ? { roots: ports.reconcile.bytes.roots } : {}),
+            layout: ports.reconcile.bytes.layout,
+            rates: ports.reconcile.bytes.rates,
+            logs: (sinceMs: number) => ports.stores.checkpoints.byteLogs(sinceMs),
             bucketBytes: () => s3BucketBytes(ports.clients.cloudwatch, config.checkpointBucket, ports.clock),
           },
         }

@@ -208,9 +208,11 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     reservations: [reservations, ...(gcpReservations ? [gcpReservations] : [])],
     ...(config.discounts ? { discounts: config.discounts } : {}),
     ...services,
-    // Checkpoint bytes on the bill: each save's size as its agent reported it, kept in the checkpoint index.
+    // Checkpoint bytes on the bill: each save's size as its agent reported it, from the checkpoint index's byte events.
     bytes: {
-      logs: (sinceMs) => stores.checkpoints.byteLogs(sinceMs),
+      events: () => stores.checkpoints.byteEvents(),
+      forget: (ids) => stores.checkpoints.forgetByteEvents(ids),
+      teams: () => stores.checkpoints.byteTeams(),
       store: { cloud: 'aws', region: config.region },
       roots: gcpStoreRoots(config),
       layout: config.network,

@@ -294,7 +294,7 @@ export function priceBytes(usage: ByteUsage, rates: ByteRates): ByteBill {
   for (const key of Object.keys(usage).sort()) {
     const u = usage[key]!;
     const r = rates.get(key);
-    const used = u.storageGiBHours > 0 || u.writeRequests > 0 || u.readRequests > 0 || Object.values(u.transferBytes).some((n) => n > 0);
+    const used = u.storageGiBHours !== 0 || u.writeRequests > 0 || u.readRequests > 0 || Object.values(u.transferBytes).some((n) => n > 0);
     if (!r) {
       if (used) unpriced.push(`${key} (no prices for this site)`);
       continue;
@@ -566,4 +566,208 @@ export function byteBillsByJob(
     if (bill.totalMicroUsd > 0 || heldBytes > 0) out.push({ owner: log.owner, bill, heldBytes });
   }
   return out.sort((a, b) => b.bill.totalMicroUsd - a.bill.totalMicroUsd || (a.owner.jobId < b.owner.jobId ? -1 : 1));
+}
+
+// ---- byte events: what spend accrual charges, a minute at a time ------------------------------
+
+/** What happened to a save's bytes: it landed (its upload; held from then), was read back onto a machine, or was deleted. */
+export type ByteEventKind = 'save' | 'read' | 'delete';
+
+/**
+ * One change to a job's checkpoint bytes, as its index records it beside the byte log for spend
+ * accrual: accrual charges the events it finds since it last counted (and the storage of what
+ * each team holds) instead of reading every job's log each minute. The same change always has the
+ * same `id`, so putting it again is harmless.
+ */
+export interface ByteEvent {
+  readonly id: string;
+  readonly kind: ByteEventKind;
+  readonly atMs: number;
+  readonly owner: SaveOwner;
+  /** The save's location: its bucket (and so its price and path) is the root it is under. */
+  readonly location: string;
+  readonly bytes: number;
+  /** Requests it made: a save's PUT-class, a read's GET-class; none for a deletion (DELETE is free in S3 and Cloud Storage). */
+  readonly requests: number;
+  /** The machine that wrote or read it (its transfer path); absent for a deletion, and when its site was not known. */
+  readonly machine?: Site;
+}
+
+/**
+ * A call that changes a byte log (a save completing, a read noted, the sweep's deletions) puts the
+ * log's events of this long before it again, when it is a repeat: so an event survives the writer
+ * dying between its index write and its event write, when the call is retried within this time.
+ */
+export const BYTE_EVENT_REPLAY_MS = 90_000;
+/** How long accrual remembers the ids of the events it charged: longer than a repeat can put one again, plus a reconcile. */
+export const BYTE_EVENT_SEEN_MS = 4 * 60_000;
+
+/** A short, stable id for an event: its kind's letter and a 53-bit hash of what it is (cyrb53). */
+function eventId(kind: ByteEventKind, parts: readonly (string | number)[]): string {
+  const s = parts.join('\u0000');
+  let h1 = 0xdeadbeef;
+  let h2 = 0x41c6ce57;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return `${kind[0]}${(4294967296 * (2097151 & h2) + (h1 >>> 0)).toString(36)}`;
+}
+
+/** The events of a log at or after `sinceMs`: each save that landed, each read noted and each deletion, oldest first. */
+export function byteEventsSince(log: ByteLog | undefined, sinceMs: number): ByteEvent[] {
+  if (!log) return [];
+  const out: ByteEvent[] = [];
+  const { owner } = log;
+  for (const s of log.saves) {
+    const of = (kind: ByteEventKind, atMs: number, extra: readonly (string | number)[] = []) =>
+      eventId(kind, [owner.jobId, s.location, s.savedAtMs, ...extra]);
+    if (s.savedAtMs >= sinceMs)
+      out.push({
+        id: of('save', s.savedAtMs),
+        kind: 'save',
+        atMs: s.savedAtMs,
+        owner,
+        location: s.location,
+        bytes: s.bytes,
+        requests: s.writeRequests,
+        ...(s.machine ? { machine: s.machine } : {}),
+      });
+    for (const r of s.reads ?? [])
+      if (r.atMs >= sinceMs)
+        out.push({
+          id: of('read', r.atMs, [r.key]),
+          kind: 'read',
+          atMs: r.atMs,
+          owner,
+          location: s.location,
+          bytes: r.bytes,
+          requests: r.readRequests,
+          ...(r.machine ? { machine: r.machine } : {}),
+        });
+    if (s.deletedAtMs !== undefined && s.deletedAtMs >= sinceMs)
+      out.push({
+        id: of('delete', s.deletedAtMs),
+        kind: 'delete',
+        atMs: s.deletedAtMs,
+        owner,
+        location: s.location,
+        bytes: s.bytes,
+        requests: 0,
+      });
+  }
+  return out.sort((a, b) => a.atMs - b.atMs || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/**
+ * A team's checkpoint bytes as spend accrual carries them from one count to the next (in the
+ * team's budget row, written with the cursor in one conditional write, so the two never part):
+ * the bytes it holds in each bucket (by site key) as of `atMs`, and the events it charged lately.
+ */
+export interface ByteCarry {
+  readonly atMs: number;
+  readonly held: Readonly<Record<string, number>>;
+  readonly seen: readonly { readonly atMs: number; readonly ids: readonly string[] }[];
+}
+
+/** Why a carry read back cannot be taken, or undefined. */
+export function byteCarryProblem(carry: unknown): string | undefined {
+  const c = carry as ByteCarry;
+  if (typeof c !== 'object' || c === null || !Number.isSafeInteger(c.atMs)) return 'atMs must be a whole number of ms';
+  if (typeof c.held !== 'object' || c.held === null || Object.values(c.held).some((b) => !Number.isSafeInteger(b) || b < 0))
+    return 'held must map site keys to whole numbers of bytes';
+  if (!Array.isArray(c.seen) || c.seen.some((s) => !Number.isSafeInteger(s?.atMs) || !Array.isArray(s?.ids)))
+    return 'seen must list {atMs, ids}';
+  return undefined;
+}
+
+/** One window a team's bytes are counted over: [fromMs, toMs). */
+export interface ByteWindow {
+  readonly fromMs: number;
+  readonly toMs: number;
+}
+
+/** Storage of `bytes` over `ms` in the bucket of site key `key`. */
+function storageAt(key: string, bytes: number, ms: number): ByteUsage {
+  return { [key]: { ...NO_USE, storageGiBHours: (bytes / 2 ** 30) * (ms / 3_600_000) } };
+}
+
+const overlap = (a: number, b: number, w: ByteWindow) => Math.max(0, Math.min(b, w.toMs) - Math.max(a, w.fromMs));
+
+/**
+ * A team's byte usage over each of its windows up to `nowMs`, from what it held as of its carry
+ * and the events since (those the carry has not seen), and the carry to keep:
+ * - storage: each bucket's held bytes over the part of the window after the carry's time, plus or
+ *   minus each event's bytes from the event on (a save adds, a deletion takes away);
+ * - uploads and reads: in the window they happened in, on the deployment's path;
+ * - an event dated before the carry (its write was slow) is charged in the window that starts the
+ *   count, storage from its own time: nothing is lost, and nothing is charged twice (its id is
+ *   remembered for {@link BYTE_EVENT_SEEN_MS}).
+ * A window's storage may come out below zero: a deletion found late gives back what was counted
+ * held after it. Held bytes never go below zero.
+ */
+export function teamByteUsage(input: {
+  readonly carry: ByteCarry | undefined;
+  readonly events: readonly ByteEvent[];
+  readonly windows: readonly ByteWindow[];
+  readonly nowMs: number;
+  readonly where: StoreSites & { readonly layout: NetworkLayout };
+}): { usage: ByteUsage[]; fresh: ByteEvent[]; repeats: string[]; next: ByteCarry } {
+  const { carry, windows, nowMs, where } = input;
+  const seen = new Set(carry?.seen.flatMap((s) => s.ids) ?? []);
+  const fresh: ByteEvent[] = [];
+  const repeats: string[] = [];
+  for (const e of input.events) {
+    if (seen.has(e.id)) repeats.push(e.id);
+    else {
+      seen.add(e.id);
+      fresh.push(e);
+    }
+  }
+  const start = carry?.atMs ?? Math.min(nowMs, ...windows.map((w) => w.fromMs));
+  // The window the count starts in takes the late part of an event dated before the start.
+  const first = (w: ByteWindow) => w.fromMs <= start && start < w.toMs;
+  const held: Record<string, number> = { ...carry?.held };
+  const usage = windows.map((w) => {
+    let u: ByteUsage = {};
+    for (const [key, bytes] of Object.entries(carry?.held ?? {})) u = addUsage(u, storageAt(key, bytes, overlap(start, nowMs, w)));
+    for (const e of fresh) {
+      const store = storeSiteOf(where, e.location);
+      const key = siteKey(store);
+      const sign = e.kind === 'save' ? 1 : e.kind === 'delete' ? -1 : 0;
+      const from = Math.max(e.atMs, start);
+      const ms = overlap(from, nowMs, w) + (first(w) ? Math.max(0, start - e.atMs) : 0);
+      if (sign !== 0 && ms > 0) u = addUsage(u, storageAt(key, sign * e.bytes, ms));
+      const at = Math.min(Math.max(e.atMs, start), nowMs - 1);
+      if (e.kind !== 'delete' && at >= w.fromMs && at < w.toMs)
+        u = addUsage(
+          u,
+          movedUsage({
+            machine: e.machine ?? store,
+            store,
+            layout: where.layout,
+            bytes: e.bytes,
+            requests: e.requests,
+            direction: e.kind === 'save' ? 'up' : 'down',
+          }),
+        );
+    }
+    return u;
+  });
+  for (const e of fresh) {
+    const key = siteKey(storeSiteOf(where, e.location));
+    if (e.kind !== 'read') held[key] = Math.max(0, (held[key] ?? 0) + (e.kind === 'save' ? e.bytes : -e.bytes));
+  }
+  for (const k of Object.keys(held)) if (held[k] === 0) delete held[k];
+  const kept = (carry?.seen ?? []).filter((s) => s.atMs > nowMs - BYTE_EVENT_SEEN_MS);
+  const ids = [...fresh.map((e) => e.id), ...repeats];
+  return {
+    usage,
+    fresh,
+    repeats,
+    next: { atMs: nowMs, held, seen: ids.length > 0 ? [...kept, { atMs: nowMs, ids }] : kept },
+  };
 }

@@ -1,7 +1,7 @@
 import type { Cloud, InstanceType, InstanceTypeCatalog, Offering, PriceQuote } from './catalog.ts';
 import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord, SilentZone } from './fleet.ts';
 import type { CheckpointRef, Job, JobState, RetainedSaves, SaveMeter } from './job.ts';
-import type { ByteLog, Site } from './bytes.ts';
+import type { ByteCarry, ByteEvent, ByteLog, Site } from './bytes.ts';
 import type { MicroUsd } from './money.ts';
 import type { ActionFailure, Plan, PlanAction } from './plan.ts';
 import type { GpuRequest } from './gpu.ts';
@@ -433,8 +433,21 @@ export interface CheckpointHistory {
    * (core/bytes.ts `logRead`). A save with no live record in the byte log is not noted. Idempotent.
    */
   noteRead(jobId: string, location: string, read: { readonly key: string; readonly atMs: number; readonly machine?: Site }): Promise<void>;
-  /** Every job's byte log with a save held at or after `sinceMs` (or deleted after it): what spend accrual bills. */
+  /**
+   * Every job's byte log with a save held at or after `sinceMs` (or deleted after it): what `gpu-fleet
+   * report` charges to each job. It reads the whole index: for a person's report, not each minute.
+   */
   byteLogs(sinceMs: number): Promise<ByteLog[]>;
+  /**
+   * The byte events not forgotten yet (core/bytes.ts `ByteEvent`): each change to a byte log puts its
+   * events beside it (again, when a repeat of the call comes within `BYTE_EVENT_REPLAY_MS`), and
+   * spend accrual reads them each minute.
+   */
+  byteEvents(): Promise<ByteEvent[]>;
+  /** Forgets events once counted. Idempotent; an unknown id is ignored. */
+  forgetByteEvents(ids: readonly string[]): Promise<void>;
+  /** Every team an event was ever put for: accrual counts what each still holds, events or not. */
+  byteTeams(): Promise<string[]>;
 }
 
 /**
@@ -498,6 +511,8 @@ export interface SpendCursor {
   readonly spentMicroUsd: MicroUsd;
   /** Spend is counted up to this time; undefined when nothing was counted yet in the period. */
   readonly accruedUntilMs: number | undefined;
+  /** The team's checkpoint bytes as the last count left them (a budget row's), written with the cursor. */
+  readonly carry?: ByteCarry;
 }
 
 export interface SpendAccrual {
@@ -507,6 +522,8 @@ export interface SpendAccrual {
   readonly fromMs: number;
   readonly toMs: number;
   readonly amountMicroUsd: MicroUsd;
+  /** Stored with the cursor in the same write, when given (and only if the window is counted). */
+  readonly carry?: ByteCarry;
 }
 
 /**

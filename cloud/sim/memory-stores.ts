@@ -14,7 +14,16 @@ import {
   type RetainedSaves,
   type SaveMeter,
 } from '../../core/job.ts';
-import { logRead, logTouches, type ByteLog, type Site } from '../../core/bytes.ts';
+import {
+  BYTE_EVENT_REPLAY_MS,
+  byteEventsSince,
+  logRead,
+  logTouches,
+  type ByteCarry,
+  type ByteEvent,
+  type ByteLog,
+  type Site,
+} from '../../core/bytes.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
@@ -328,6 +337,7 @@ interface LedgerRow {
   spentMicroUsd: number;
   accruedUntilMs: number | undefined;
   lastFromMs: number | undefined;
+  carry?: ByteCarry;
 }
 
 export class MemorySpendLedger implements SpendLedger {
@@ -335,7 +345,7 @@ export class MemorySpendLedger implements SpendLedger {
 
   async read(team: string, period: string): Promise<SpendCursor> {
     const r = this.rows.get(`${team}\u0000${period}`);
-    return { spentMicroUsd: r?.spentMicroUsd ?? 0, accruedUntilMs: r?.accruedUntilMs };
+    return { spentMicroUsd: r?.spentMicroUsd ?? 0, accruedUntilMs: r?.accruedUntilMs, ...(r?.carry ? { carry: r.carry } : {}) };
   }
 
   async accrue(entry: SpendAccrual): Promise<boolean> {
@@ -344,7 +354,12 @@ export class MemorySpendLedger implements SpendLedger {
     if (r.accruedUntilMs === entry.toMs && r.lastFromMs === entry.fromMs) return true; // a repeat of the last window
     if (r.accruedUntilMs !== undefined && r.accruedUntilMs !== entry.fromMs) return false;
     if (entry.toMs <= entry.fromMs) return false;
-    this.rows.set(key, { spentMicroUsd: r.spentMicroUsd + entry.amountMicroUsd, accruedUntilMs: entry.toMs, lastFromMs: entry.fromMs });
+    this.rows.set(key, {
+      spentMicroUsd: r.spentMicroUsd + entry.amountMicroUsd,
+      accruedUntilMs: entry.toMs,
+      lastFromMs: entry.fromMs,
+      ...((entry.carry ?? r.carry) ? { carry: entry.carry ?? r.carry } : {}),
+    });
     return true;
   }
 
@@ -379,6 +394,8 @@ export class MemoryLeaseStore implements LeaseStore {
 
 export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory {
   private readonly saves = new Map<string, RetainedSaves>();
+  private readonly events = new Map<string, ByteEvent>();
+  private readonly teams = new Set<string>();
   /** `clock` is the store's own (the server's): it dates what the store records, and judges the machines' dates. */
   constructor(
     private readonly clock: Clock,
@@ -413,7 +430,15 @@ export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory
     const taken = checkpointCompletion(held.newest, ref, now);
     if (taken.kind === 'refused') throw new CheckpointRefused(taken.why);
     if (taken.kind === 'newest') this.saves.set(ref.jobId, afterNewestSave(held, Object.freeze({ ...ref }), now, meter));
+    this.putEvents(ref.jobId);
     return true;
+  }
+  /** The job's recent byte events, put beside its log (again, on a repeat), as the DynamoDB index does. */
+  private putEvents(jobId: string): void {
+    for (const e of byteEventsSince(this.saves.get(jobId)?.bytes, this.clock.nowMs() - BYTE_EVENT_REPLAY_MS)) {
+      this.events.set(e.id, e);
+      this.teams.add(e.owner.team);
+    }
   }
   async latest(jobId: string): Promise<CheckpointRef | undefined> {
     return this.saves.get(jobId)?.newest;
@@ -424,6 +449,7 @@ export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory
   async forgetSuperseded(jobId: string, locations: readonly string[]): Promise<void> {
     const held = this.saves.get(jobId);
     if (held) this.saves.set(jobId, afterSweep(held, locations, this.clock.nowMs()));
+    this.putEvents(jobId);
   }
   async noteRead(
     jobId: string,
@@ -433,6 +459,16 @@ export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory
     const held = this.saves.get(jobId);
     const bytes = held && logRead(held.bytes, location, read);
     if (held && bytes) this.saves.set(jobId, { ...held, bytes });
+    this.putEvents(jobId);
+  }
+  async byteEvents(): Promise<ByteEvent[]> {
+    return [...this.events.values()];
+  }
+  async forgetByteEvents(ids: readonly string[]): Promise<void> {
+    for (const id of ids) this.events.delete(id);
+  }
+  async byteTeams(): Promise<string[]> {
+    return [...this.teams].sort();
   }
   async byteLogs(sinceMs: number): Promise<ByteLog[]> {
     return [...this.saves.values()].flatMap((h) => (h.bytes && logTouches(h.bytes, sinceMs) ? [h.bytes] : []));
@@ -440,6 +476,15 @@ export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory
 
   dump(): RetainedSaves[] {
     return [...this.saves.values()];
+  }
+
+  dumpEvents(): ByteEvent[] {
+    return [...this.events.values()];
+  }
+
+  restoreEvents(events: readonly ByteEvent[]): void {
+    for (const e of events) this.events.set(e.id, e);
+    for (const saves of this.saves.values()) if (saves.bytes) this.teams.add(saves.bytes.owner.team);
   }
 
   /** Restores a dump; a state saved before the index kept its history holds bare newest refs. */

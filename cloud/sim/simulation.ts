@@ -583,12 +583,14 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     layout: network,
     retentionDays: options.checkpointRetentionDays ?? 30,
   });
-  // Budgets count the bytes as a deployment's do: from the index's byte logs, as the agents reported each save.
+  // Budgets count the bytes as a deployment's do: from the index's byte events, as the agents reported each save.
   ports = {
     ...ports,
     checkpointSweep: bucket,
     bytes: {
-      logs: (sinceMs) => env.checkpoints.byteLogs(sinceMs),
+      events: () => env.checkpoints.byteEvents(),
+      forget: (ids) => env.checkpoints.forgetByteEvents(ids),
+      teams: () => env.checkpoints.byteTeams(),
       store: storeSite,
       roots: storeRoots,
       layout: network,

@@ -26,6 +26,8 @@ export interface SavedSimState {
   readonly jobLogs?: ReturnType<SimEnvironment['jobLogs']['dump']>;
   /** Right-sizing's runs per family (absent in states written before they were kept). */
   readonly families?: ReturnType<SimEnvironment['families']['dump']>;
+  /** The checkpoint index's byte events not counted yet (absent in states written before accrual read events). */
+  readonly byteEvents?: ReturnType<SimEnvironment['checkpoints']['dumpEvents']>;
 }
 
 export const STATE_FILE = 'state.json';
@@ -46,6 +48,7 @@ export function saveSimState(env: SimEnvironment, dir: string): void {
     services: env.services.dump(),
     jobLogs: env.jobLogs.dump(),
     families: env.families.dump(),
+    byteEvents: env.checkpoints.dumpEvents(),
   };
   writeFileSync(join(dir, STATE_FILE), JSON.stringify(state));
 }
@@ -74,5 +77,6 @@ export function loadSimState(env: SimEnvironment, dir: string): boolean {
   env.services.restore(state.services ?? []);
   env.jobLogs.restore(state.jobLogs ?? []);
   env.families.restore(state.families ?? []);
+  env.checkpoints.restoreEvents(state.byteEvents ?? []);
   return true;
 }

@@ -1,4 +1,12 @@
-import { byteCostByTeam, type ByteLog, type ByteRates, type NetworkLayout, type StoreSites } from '../bytes.ts';
+import {
+  priceBytes,
+  teamByteUsage,
+  type ByteCarry,
+  type ByteEvent,
+  type ByteRates,
+  type NetworkLayout,
+  type StoreSites,
+} from '../bytes.ts';
 import { billedPrice, offeringId, type PriceQuote } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, type Job } from '../job.ts';
@@ -199,12 +207,17 @@ export function costByTeam(machines: readonly MachineMeter[], fromMs: number, to
 }
 
 /**
- * Where the checkpoint bytes' bill comes from: every job's byte log from a time on (the checkpoint
- * index: core/ports.ts `CheckpointHistory.byteLogs`), the stores' sites, the deployment's network
- * path and the byte price table.
+ * Where the checkpoint bytes' bill comes from: the checkpoint index's byte events not counted yet
+ * (core/ports.ts `CheckpointHistory.byteEvents`), and what to forget once counted; the stores'
+ * sites, the deployment's network path and the byte price table. What each team holds between
+ * events is carried in its budget row (core/bytes.ts `ByteCarry`), so a count reads only what
+ * changed since the last one, whatever the number of saves held.
  */
 export interface ByteMeter extends StoreSites {
-  readonly logs: (sinceMs: number) => Promise<readonly ByteLog[]>;
+  readonly events: () => Promise<readonly ByteEvent[]>;
+  readonly forget: (ids: readonly string[]) => Promise<void>;
+  /** Every team that may hold bytes (its budget row carries them): counted each time, with events or without. */
+  readonly teams: () => Promise<readonly string[]>;
   readonly layout: NetworkLayout;
   readonly rates: ByteRates;
 }
@@ -230,6 +243,8 @@ interface Window {
   readonly cursorMs: number | undefined;
   readonly fromMs: number;
   readonly toMs: number;
+  /** The team's byte carry as its budget row holds it (on the budget period's windows only). */
+  readonly carry?: ByteCarry;
 }
 
 /**
@@ -246,7 +261,9 @@ interface Window {
  * ended since then); it is asked once, for the oldest window (again if a team seen only in the
  * holdings has an older cursor). `bytes`, when given, adds each team's checkpoint bytes over each
  * window (storage while held, uploads and reads on the deployment's path: core/bytes.ts
- * `byteCostByTeam`), read once the same way, so budgets count them.
+ * `teamByteUsage`) from the byte events since the last count and what the team's budget row
+ * carries, so budgets count them; the events are forgotten once the carry that charged them is
+ * written.
  */
 export async function accrueSpend(
   ledger: SpendLedger,
@@ -272,41 +289,65 @@ export async function accrueSpend(
   for (const team of known) windows.push(...(await windowsOf(team)));
   const oldest = (ws: readonly Window[]) => Math.min(input.nowMs, ...ws.map((w) => w.fromMs));
   let sinceMs = oldest(windows);
-  const read = async (since: number) => [await input.machines(since), input.bytes ? await input.bytes.logs(since) : []] as const;
-  let [machines, logs] = await read(sinceMs);
-  const extra = [...new Set([...machines.flatMap((m) => m.holdings.map((h) => h.team)), ...logs.map((l) => l.owner.team)])]
+  let machines = await input.machines(sinceMs);
+  const events = input.bytes ? await input.bytes.events() : [];
+  const byteTeams = input.bytes ? await input.bytes.teams() : [];
+  const extra = [...new Set([...machines.flatMap((m) => m.holdings.map((h) => h.team)), ...events.map((e) => e.owner.team), ...byteTeams])]
     .filter((t) => !known.includes(t))
     .sort();
   for (const team of extra) windows.push(...(await windowsOf(team)));
   if (oldest(windows) < sinceMs) {
     sinceMs = oldest(windows);
-    [machines, logs] = await read(sinceMs);
+    machines = await input.machines(sinceMs);
   }
-  const costs = new Map<string, { all: Map<string, MicroUsd>; bytes: ReadonlyMap<string, MicroUsd> }>();
+  const costs = new Map<string, Map<string, MicroUsd>>();
   const costOver = (fromMs: number, toMs: number) => {
     const k = `${fromMs}/${toMs}`;
     let c = costs.get(k);
-    if (!c) {
-      const all = costByTeam(machines, fromMs, toMs);
-      const bytes = input.bytes && logs.length > 0 ? byteCostByTeam(logs, input.bytes, fromMs, toMs) : new Map<string, MicroUsd>();
-      for (const [team, amount] of bytes) all.set(team, (all.get(team) ?? 0) + amount);
-      costs.set(k, (c = { all, bytes }));
-    }
+    if (!c) costs.set(k, (c = costByTeam(machines, fromMs, toMs)));
     return c;
   };
+  // Each team's bytes, from what its budget row carries and its events since: per window, and the carry to write with its budget row.
+  const bytesOf = new Map<string, { amounts: MicroUsd[]; next: ByteCarry; ids: string[] }>();
+  if (input.bytes) {
+    const meter = input.bytes;
+    const teamsWithWindows = [...new Set(windows.map((w) => w.team))];
+    for (const team of teamsWithWindows) {
+      const own = windows.filter((w) => w.team === team);
+      const carry = own.find((w) => w.carry)?.carry;
+      const mine = events.filter((e) => e.owner.team === team);
+      if (!carry && mine.length === 0) continue;
+      const out = teamByteUsage({ carry, events: mine, windows: own, nowMs: input.nowMs, where: meter });
+      bytesOf.set(team, {
+        amounts: out.usage.map((u) => priceBytes(u, meter.rates).totalMicroUsd),
+        next: out.next,
+        ids: [...out.fresh.map((e) => e.id), ...out.repeats],
+      });
+    }
+  }
   const accrued = new Map<string, MicroUsd>();
+  const carried = new Set<string>();
   for (const w of windows) {
-    const c = costOver(w.fromMs, w.toMs);
-    const amount = (w.key.startsWith(BYTES_DAY_PERIOD_PREFIX) ? c.bytes : c.all).get(w.team) ?? 0;
+    const b = bytesOf.get(w.team);
+    const own = windows.filter((x) => x.team === w.team);
+    const byteAmount = b?.amounts[own.indexOf(w)] ?? 0;
+    const amount = w.key.startsWith(BYTES_DAY_PERIOD_PREFIX) ? byteAmount : (costOver(w.fromMs, w.toMs).get(w.team) ?? 0) + byteAmount;
+    // The carry goes with the team's budget row up to now: the bytes it counted and the events it charged, in one write.
+    const carries = b !== undefined && isBudgetPeriod(w.key) && w.toMs === input.nowMs;
     const counted = await ledger.accrue({
       team: w.team,
       period: w.key,
       fromMs: w.cursorMs ?? w.fromMs,
       toMs: w.toMs,
       amountMicroUsd: amount,
+      ...(carries ? { carry: b!.next } : {}),
     });
+    if (counted && carries) carried.add(w.team);
     if (counted && isBudgetPeriod(w.key) && w.toMs === input.nowMs) accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
   }
+  // The events now charged (or seen charged before) leave the index; a team whose row another writer moved keeps them for the next count.
+  const done = [...carried].flatMap((t) => bytesOf.get(t)!.ids);
+  if (input.bytes && done.length > 0) await input.bytes.forget(done);
   return accrued;
 }
 
@@ -326,11 +367,14 @@ async function windowsFor(
   const { startMs } = periodBounds(period, nowMs);
   const cursor = await ledger.read(team, key);
   const out: Window[] = [];
+  // The budget row carries the team's bytes: this period's row, else (before its first count) the last period's.
+  let carry = prefix === '' ? cursor.carry : undefined;
   let fromMs = Math.max(startMs, cursor.accruedUntilMs ?? nowMs - maxWindowMs);
   if (cursor.accruedUntilMs === undefined) {
     // Nothing counted in this period yet: if the previous one was being counted, end it first and start this one at its start.
     const prevKey = `${prefix}${periodKey(period, startMs - 1)}`;
     const prev = await ledger.read(team, prevKey);
+    if (prefix === '') carry ??= prev.carry;
     if (prev.accruedUntilMs !== undefined) {
       if (prev.accruedUntilMs < startMs)
         out.push({ team, key: prevKey, cursorMs: prev.accruedUntilMs, fromMs: prev.accruedUntilMs, toMs: startMs });
@@ -338,5 +382,5 @@ async function windowsFor(
     }
   }
   if (fromMs < nowMs) out.push({ team, key, cursorMs: cursor.accruedUntilMs, fromMs, toMs: nowMs });
-  return out;
+  return carry ? out.map((w) => ({ ...w, carry })) : out;
 }

@@ -231,6 +231,22 @@ export function spendLedgerContract(name: string, make: () => Promise<SpendLedge
       expect((await l.read('nlp', '2026-11')).spentMicroUsd).toBe(11);
     });
 
+    it('keeps a byte carry with the cursor, written only with a window it counts', async () => {
+      const l = await make();
+      const carry = { atMs: T0 + 60_000, held: { 'aws:us-east-1': 5 * 2 ** 30 }, seen: [{ atMs: T0 + 60_000, ids: ['s1x', 'r2y'] }] };
+      expect(await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0, toMs: T0 + 60_000, amountMicroUsd: 5, carry })).toBe(true);
+      expect(await l.read('nlp', '2026-11')).toEqual({ spentMicroUsd: 5, accruedUntilMs: T0 + 60_000, carry });
+      // A window that is not counted (another writer moved the cursor) leaves the carry as it was.
+      const other = { ...carry, atMs: T0 + 90_000, held: {} };
+      expect(
+        await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0 + 30_000, toMs: T0 + 90_000, amountMicroUsd: 5, carry: other }),
+      ).toBe(false);
+      expect((await l.read('nlp', '2026-11')).carry).toEqual(carry);
+      // A window counted without one keeps it too.
+      await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0 + 60_000, toMs: T0 + 120_000, amountMicroUsd: 1 });
+      expect((await l.read('nlp', '2026-11')).carry).toEqual(carry);
+    });
+
     it('keeps teams and periods apart and lists them', async () => {
       const l = await make();
       await l.accrue({ team: 'nlp', period: '2026-11', fromMs: T0, toMs: T0 + 1, amountMicroUsd: 3 });
@@ -411,6 +427,62 @@ export function checkpointStoreContract(name: string, make: (clock: ContractCloc
       expect((await deletedAt())[c.location]).toBe(t7);
       expect(await s.byteLogs(t7 - 1)).toHaveLength(1);
       expect(await s.byteLogs(t7)).toEqual([]);
+    });
+
+    it('puts each change to a byte log as an event beside it, again on a repeat, until accrual forgets it', async () => {
+      const clock = new ContractClock(T0 + 10);
+      const s = await make(clock);
+      const loc = s.locationFor('nlp.e', 1);
+      const meter: SaveMeter = {
+        owner: { jobId: 'nlp.e', team: 'nlp', project: 'p1' },
+        machine: { cloud: 'aws', region: 'us-east-1', zone: 'us-east-1b' },
+      };
+      const size = saveSizeOf([2 * 2 ** 30]);
+      const save = (n: number) => ({
+        jobId: 'nlp.e',
+        attempt: 1,
+        location: `${loc}s${n}/`,
+        completedAtMs: clock.ms,
+        progressSec: n * 600,
+        size,
+      });
+      expect(await s.byteEvents()).toEqual([]);
+      expect(await s.byteTeams()).toEqual([]);
+      const a = save(1);
+      await s.markComplete(a, 0, meter);
+      const kinds = async () => (await s.byteEvents()).map((e) => `${e.kind} ${e.location.slice(loc.length)} ${e.bytes}`).sort();
+      expect(await kinds()).toEqual([`save s1/ ${size.bytes}`]);
+      const [saved] = await s.byteEvents();
+      expect(saved).toMatchObject({ owner: meter.owner, atMs: clock.ms, requests: size.writeRequests, machine: meter.machine });
+      expect(await s.byteTeams()).toEqual(['nlp']);
+      // Counted and forgotten; a repeat of the call soon after puts the same event again (same id), one later does not.
+      await s.forgetByteEvents([saved!.id, 'no-such-event']);
+      expect(await s.byteEvents()).toEqual([]);
+      clock.ms += 30_000;
+      await s.markComplete(a, 0, meter);
+      expect((await s.byteEvents()).map((e) => e.id)).toEqual([saved!.id]);
+      await s.forgetByteEvents([saved!.id]);
+      clock.ms += 120_000;
+      await s.markComplete(a, 0, meter);
+      expect(await s.byteEvents()).toEqual([]);
+      // A read and the sweep's deletions are events too.
+      const b = save(2);
+      await s.markComplete(b, 0, meter);
+      clock.ms += 1000;
+      await s.noteRead('nlp.e', b.location, { key: '2/i-9', atMs: clock.ms });
+      const c = save(3);
+      await s.markComplete(c, 0, meter);
+      clock.ms += 1000;
+      await s.forgetSuperseded('nlp.e', [a.location]);
+      expect(await kinds()).toEqual([
+        `delete s1/ ${size.bytes}`,
+        `read s2/ ${size.bytes}`,
+        `save s2/ ${size.bytes}`,
+        `save s3/ ${size.bytes}`,
+      ]);
+      await s.forgetByteEvents((await s.byteEvents()).map((e) => e.id));
+      expect(await s.byteEvents()).toEqual([]);
+      expect(await s.byteTeams()).toEqual(['nlp']);
     });
 
     it('gives each attempt its own location and keeps only the newest complete checkpoint', async () => {

@@ -12,7 +12,7 @@ import {
   type ByteMeter,
   type MachineMeter,
 } from '../../core/services/accrual.ts';
-import { logRead, saveSizeOf, type ByteLog, type Site } from '../../core/bytes.ts';
+import { byteEventsSince, logRead, saveSizeOf, type ByteLog, type Site } from '../../core/bytes.ts';
 import { shippedByteRates } from '../../cloud/prices.ts';
 import type { SpendAccrual, SpendLedger } from '../../core/ports.ts';
 import { MemorySpendLedger } from '../../cloud/sim/memory-stores.ts';
@@ -248,8 +248,13 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
       saves: [{ location: 's3://b/checkpoints/speech.asr/attempt-1/s1/', ...saveSizeOf([100e9]), savedAtMs: now - 30_000, machine }],
     };
     const read = logRead(log, log.saves[0]!.location, { key: '2/i-2', atMs: now - 10_000, machine })!;
+    let events = byteEventsSince(read, 0);
     const bytes: ByteMeter = {
-      logs: async () => [read],
+      events: async () => events,
+      forget: async (ids) => {
+        events = events.filter((e) => !ids.includes(e.id));
+      },
+      teams: async () => ['speech'],
       store: { cloud: 'aws', region: 'us-east-1' },
       layout: { s3Path: 'nat', natZones: ['us-east-1a'] },
       rates: shippedByteRates(),
@@ -265,6 +270,9 @@ describe('accrueSpend: counting each team once per window in the ledger', () => 
     // Counted apart per day too (for reports): the bytes alone, never added again to the team's spend.
     expect((await ledger.read('speech', `${BYTES_DAY_PERIOD_PREFIX}2026-11-02`)).spentMicroUsd).toBe(nat + requests + storage);
     expect((await ledger.read('nlp', `${BYTES_DAY_PERIOD_PREFIX}2026-11-02`)).spentMicroUsd).toBe(0);
+    // Counted, the events leave the index; the team's budget row carries what it holds.
+    expect(events).toEqual([]);
+    expect((await ledger.read('speech', '2026-11')).carry).toMatchObject({ atMs: now, held: { 'aws:us-east-1': 100e9 } });
     // A minute later: a minute of storage, and nothing moved twice.
     const second = await accrueSpend(ledger, { teams, machines: meters({ nlp: 8000 }), bytes, nowMs: now + 60_000, maxWindowMs });
     expect(second.get('speech')).toBe(Math.round((100 * 23_000 * 60) / 3600 / 730));
