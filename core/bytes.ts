@@ -599,7 +599,11 @@ export interface ByteEvent {
  * dying between its index write and its event write, when the call is retried within this time.
  */
 export const BYTE_EVENT_REPLAY_MS = 90_000;
-/** How long accrual remembers the ids of the events it charged: longer than a repeat can put one again, plus a reconcile. */
+/**
+ * How long accrual remembers the ids of the events it charged. A repeat puts an event again within
+ * {@link BYTE_EVENT_REPLAY_MS} of it, and its put lands within its function's timeout (the agent
+ * API's is 30 s): this is longer than both, plus a reconcile.
+ */
 export const BYTE_EVENT_SEEN_MS = 4 * 60_000;
 
 /** A short, stable id for an event: its kind's letter and a 53-bit hash of what it is (cyrb53). */
