@@ -23,7 +23,7 @@ import { resolve } from 'node:path';
 import { Command } from 'commander';
 import { decimalNumber, wholeNumber } from '../cloud/flags.ts';
 import { MemoryCheckpointStore } from '../cloud/sim/memory-stores.ts';
-import { BYTE_EVENT_REPLAY_MS, BYTE_EVENT_SEEN_MS, byteEventsSince, saveSizeOf } from '../core/bytes.ts';
+import { BYTE_EVENT_SEEN_MS, byteEventsSince, byteEventsToPut, saveSizeOf } from '../core/bytes.ts';
 import { checkpointFolder, type RetainedSaves } from '../core/job.ts';
 
 const GPUS_PER_JOB = 1.5;
@@ -85,12 +85,13 @@ async function main(): Promise<void> {
   const wru = (bytes: number) => Math.max(1, Math.ceil(bytes / 1024));
   // What the DynamoDB index puts after each write: the log's events of the last 90 s (repeats included) and the team's mark.
   const putEvents = async (t: number) => {
-    const events = byteEventsSince((await index.retained(jobId)).bytes, t - BYTE_EVENT_REPLAY_MS);
-    if (events.length === 0) return;
-    eventPuts += events.length + 1;
-    for (const e of byteEventsSince((await index.retained(jobId)).bytes, t))
-      eventBytes = Math.max(eventBytes, JSON.stringify({ pk: 'bytes-event', sk: e.id, event: e, expiresAt: 0 }).length);
-    eventsMade += byteEventsSince((await index.retained(jobId)).bytes, t).length;
+    const log = (await index.retained(jobId)).bytes;
+    const put = byteEventsToPut(log, t);
+    if (put.length === 0) return;
+    eventPuts += put.length + 1;
+    const made = byteEventsSince(log, t);
+    eventsMade += made.length;
+    for (const e of made) eventBytes = Math.max(eventBytes, JSON.stringify({ pk: 'bytes-event', sk: e.id, event: e, expiresAt: 0 }).length);
   };
   for (let t = start + 60_000; t <= endMs; t += 60_000) {
     clock.ms = t;

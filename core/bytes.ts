@@ -666,6 +666,11 @@ export function byteEventsSince(log: ByteLog | undefined, sinceMs: number): Byte
   return out.sort((a, b) => a.atMs - b.atMs || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
+/** What a call that changed (or would have changed) a byte log at `nowMs` puts beside it: the log's events of the last {@link BYTE_EVENT_REPLAY_MS}. */
+export function byteEventsToPut(log: ByteLog | undefined, nowMs: number): ByteEvent[] {
+  return byteEventsSince(log, nowMs - BYTE_EVENT_REPLAY_MS);
+}
+
 /**
  * A team's checkpoint bytes as spend accrual carries them from one count to the next (in the
  * team's budget row, written with the cursor in one conditional write, so the two never part):

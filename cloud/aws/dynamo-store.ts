@@ -29,8 +29,7 @@ import {
   type SaveMeter,
 } from '../../core/job.ts';
 import {
-  BYTE_EVENT_REPLAY_MS,
-  byteEventsSince,
+  byteEventsToPut,
   byteCarryProblem,
   logRead,
   logTouches,
@@ -1215,14 +1214,14 @@ export class DynamoCheckpointIndex implements CheckpointStore, CheckpointHistory
   }
 
   /**
-   * A log's events of the last {@link BYTE_EVENT_REPLAY_MS}, each an item of its own (pk
+   * A log's recent events (core/bytes.ts `byteEventsToPut`), each an item of its own (pk
    * `bytes-event`, sk its id) beside the index: put after the index write, so an event never
    * stands for a change that did not happen; a repeat of the call puts them again (same keys).
    * They expire after two weeks, should accrual stop reading them.
    */
   private async putEvents(log: ByteLog | undefined): Promise<void> {
     const now = this.clock.nowMs();
-    const events = byteEventsSince(log, now - BYTE_EVENT_REPLAY_MS);
+    const events = byteEventsToPut(log, now);
     if (events.length === 0) return;
     const expiresAt = Math.floor(now / 1000) + 14 * DAY_S;
     // The team's mark (pk `bytes-team`) rides in the first batch: accrual counts what each marked team holds.

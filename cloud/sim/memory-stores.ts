@@ -14,16 +14,7 @@ import {
   type RetainedSaves,
   type SaveMeter,
 } from '../../core/job.ts';
-import {
-  BYTE_EVENT_REPLAY_MS,
-  byteEventsSince,
-  logRead,
-  logTouches,
-  type ByteCarry,
-  type ByteEvent,
-  type ByteLog,
-  type Site,
-} from '../../core/bytes.ts';
+import { byteEventsToPut, logRead, logTouches, type ByteCarry, type ByteEvent, type ByteLog, type Site } from '../../core/bytes.ts';
 import type { PlanAction } from '../../core/plan.ts';
 import { poolStatsOf, type MachineHistory } from '../../core/risk.ts';
 import type { Team } from '../../core/team.ts';
@@ -435,7 +426,7 @@ export class MemoryCheckpointStore implements CheckpointStore, CheckpointHistory
   }
   /** The job's recent byte events, put beside its log (again, on a repeat), as the DynamoDB index does. */
   private putEvents(jobId: string): void {
-    for (const e of byteEventsSince(this.saves.get(jobId)?.bytes, this.clock.nowMs() - BYTE_EVENT_REPLAY_MS)) {
+    for (const e of byteEventsToPut(this.saves.get(jobId)?.bytes, this.clock.nowMs())) {
       this.events.set(e.id, e);
       this.teams.add(e.owner.team);
     }

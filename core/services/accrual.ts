@@ -308,41 +308,35 @@ export async function accrueSpend(
     return c;
   };
   // Each team's bytes, from what its budget row carries and its events since: per window, and the carry to write with its budget row.
-  const bytesOf = new Map<string, { amounts: MicroUsd[]; next: ByteCarry; ids: string[] }>();
+  const byteAmount = new Map<Window, MicroUsd>();
+  const bytesOf = new Map<string, { next: ByteCarry; ids: string[] }>();
   if (input.bytes) {
-    const meter = input.bytes;
-    const teamsWithWindows = [...new Set(windows.map((w) => w.team))];
-    for (const team of teamsWithWindows) {
+    for (const team of new Set(windows.map((w) => w.team))) {
       const own = windows.filter((w) => w.team === team);
       const carry = own.find((w) => w.carry)?.carry;
       const mine = events.filter((e) => e.owner.team === team);
       if (!carry && mine.length === 0) continue;
-      const out = teamByteUsage({ carry, events: mine, windows: own, nowMs: input.nowMs, where: meter });
-      bytesOf.set(team, {
-        amounts: out.usage.map((u) => priceBytes(u, meter.rates).totalMicroUsd),
-        next: out.next,
-        ids: [...out.fresh.map((e) => e.id), ...out.repeats],
-      });
+      const out = teamByteUsage({ carry, events: mine, windows: own, nowMs: input.nowMs, where: input.bytes });
+      own.forEach((w, i) => byteAmount.set(w, priceBytes(out.usage[i]!, input.bytes!.rates).totalMicroUsd));
+      bytesOf.set(team, { next: out.next, ids: [...out.fresh.map((e) => e.id), ...out.repeats] });
     }
   }
   const accrued = new Map<string, MicroUsd>();
   const carried = new Set<string>();
   for (const w of windows) {
-    const b = bytesOf.get(w.team);
-    const own = windows.filter((x) => x.team === w.team);
-    const byteAmount = b?.amounts[own.indexOf(w)] ?? 0;
-    const amount = w.key.startsWith(BYTES_DAY_PERIOD_PREFIX) ? byteAmount : (costOver(w.fromMs, w.toMs).get(w.team) ?? 0) + byteAmount;
+    const bytes = byteAmount.get(w) ?? 0;
+    const amount = w.key.startsWith(BYTES_DAY_PERIOD_PREFIX) ? bytes : (costOver(w.fromMs, w.toMs).get(w.team) ?? 0) + bytes;
     // The carry goes with the team's budget row up to now: the bytes it counted and the events it charged, in one write.
-    const carries = b !== undefined && isBudgetPeriod(w.key) && w.toMs === input.nowMs;
+    const carry = isBudgetPeriod(w.key) && w.toMs === input.nowMs ? bytesOf.get(w.team)?.next : undefined;
     const counted = await ledger.accrue({
       team: w.team,
       period: w.key,
       fromMs: w.cursorMs ?? w.fromMs,
       toMs: w.toMs,
       amountMicroUsd: amount,
-      ...(carries ? { carry: b!.next } : {}),
+      ...(carry ? { carry } : {}),
     });
-    if (counted && carries) carried.add(w.team);
+    if (counted && carry) carried.add(w.team);
     if (counted && isBudgetPeriod(w.key) && w.toMs === input.nowMs) accrued.set(w.team, (accrued.get(w.team) ?? 0) + amount);
   }
   // The events now charged (or seen charged before) leave the index; a team whose row another writer moved keeps them for the next count.
