@@ -26,6 +26,7 @@ import type {
   ServiceStore,
 } from '../core/ports.ts';
 import type { InterruptionPorts, NoticeSource } from '../core/services/interruption.ts';
+import { byteMeterOf } from '../core/services/accrual.ts';
 import type { ReconcilePorts } from '../core/reconcile/reconcile.ts';
 import { AsgNodeGroups } from './aws/asg-node-groups.ts';
 import { Ec2Reservations } from './aws/ec2-reservations.ts';
@@ -209,15 +210,12 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
     ...(config.discounts ? { discounts: config.discounts } : {}),
     ...services,
     // Checkpoint bytes on the bill: each save's size as its agent reported it, from the checkpoint index's byte events.
-    bytes: {
-      events: () => stores.checkpoints.byteEvents(),
-      forget: (ids) => stores.checkpoints.forgetByteEvents(ids),
-      teams: () => stores.checkpoints.byteTeams(),
+    bytes: byteMeterOf(stores.checkpoints, {
       store: { cloud: 'aws', region: config.region },
       roots: gcpStoreRoots(config),
       layout: config.network,
       rates: shippedByteRates(),
-    },
+    }),
   };
   const interruption: InterruptionPorts = {
     clock,

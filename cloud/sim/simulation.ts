@@ -3,6 +3,7 @@ import type { QueuedMessage } from './memory-stores.ts';
 import {
   costByTeam as exactCostByTeam,
   BYTES_DAY_PERIOD_PREFIX,
+  byteMeterOf,
   isBudgetPeriod,
   RESERVED_UNUSED_PREFIX,
   type Holding,
@@ -587,15 +588,7 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
   ports = {
     ...ports,
     checkpointSweep: bucket,
-    bytes: {
-      events: () => env.checkpoints.byteEvents(),
-      forget: (ids) => env.checkpoints.forgetByteEvents(ids),
-      teams: () => env.checkpoints.byteTeams(),
-      store: storeSite,
-      roots: storeRoots,
-      layout: network,
-      rates: BYTE_RATES,
-    },
+    bytes: byteMeterOf(env.checkpoints, { store: storeSite, roots: storeRoots, layout: network, rates: BYTE_RATES }),
   };
   const agents = new SimAgents({
     clock: env.clock,

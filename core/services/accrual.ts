@@ -12,7 +12,7 @@ import type { Instance, NodeRecord } from '../fleet.ts';
 import { ACTIVE_STATES, assignmentMilliGpu, type Job } from '../job.ts';
 import { allocate, costForDuration, type MicroUsd } from '../money.ts';
 import { periodBounds, periodKey } from '../period.ts';
-import type { SpendLedger } from '../ports.ts';
+import type { CheckpointHistory, SpendLedger } from '../ports.ts';
 import type { BudgetPeriod, Team } from '../team.ts';
 import type { Reservation } from '../reservation.ts';
 
@@ -220,6 +220,19 @@ export interface ByteMeter extends StoreSites {
   readonly teams: () => Promise<readonly string[]>;
   readonly layout: NetworkLayout;
   readonly rates: ByteRates;
+}
+
+/** The byte meter over a checkpoint index's events: what a deployment's reconcile and the simulation both count from. */
+export function byteMeterOf(
+  history: Pick<CheckpointHistory, 'byteEvents' | 'forgetByteEvents' | 'byteTeams'>,
+  where: StoreSites & { readonly layout: NetworkLayout; readonly rates: ByteRates },
+): ByteMeter {
+  return {
+    ...where,
+    events: () => history.byteEvents(),
+    forget: (ids) => history.forgetByteEvents(ids),
+    teams: () => history.byteTeams(),
+  };
 }
 
 /** Prefix of the ledger's day periods (`day:2026-11-30`): spend per team and UTC day, for reports' trends. */
