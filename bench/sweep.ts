@@ -5,7 +5,8 @@
 //
 // Each job folder holds what a live job has between two sweeps at the cadence of the built-in
 // trace (a save every 600 s): a superseded save, the save before the newest and the newest (two
-// files each); the sweep deletes the superseded one. The sweep is timed one folder at a time
+// files each, recorded with their sizes as the agent API records them, so forgetting a save also
+// puts its byte event); the sweep deletes the superseded one. The sweep is timed one folder at a time
 // (concurrency 1, as before) and SWEEP_CONCURRENCY folders at once, in the same process, with every
 // S3 and DynamoDB call delayed by `--latency-ms` (a stand-in for the service's round trip, which a
 // local server does not have; 25 ms is a typical S3 LIST or DynamoDB read from Lambda).
@@ -23,6 +24,7 @@ import { S3CheckpointSweep } from '../cloud/aws/checkpoint-sweep.ts';
 import { SWEEP_CONCURRENCY } from '../cloud/checkpoint-sweep.ts';
 import { documentClient, dynamoStores } from '../cloud/aws/dynamo-store.ts';
 import { decimalNumber, wholeNumber } from '../cloud/flags.ts';
+import { saveSizeOf } from '../core/bytes.ts';
 import { checkJobSpec } from '../core/job-spec.ts';
 import { checkpointFolder, newPendingJob } from '../core/job.ts';
 import { startDynaliteProcess } from './support/dynalite.ts';
@@ -101,7 +103,12 @@ async function main(): Promise<void> {
           await Promise.all(
             ['model.pt', 'optim.pt'].map((f) => s3.send(new PutObjectCommand({ Bucket: bucket, Key: `${key}${f}`, Body: f }))),
           );
-          await storesHere.checkpoints.markComplete({ jobId: job.id, attempt: 1, location, completedAtMs: clock.ms, progressSec: k * 600 });
+          // Sized and metered as the agent API records a save, so the index keeps its byte log and puts its byte events.
+          await storesHere.checkpoints.markComplete(
+            { jobId: job.id, attempt: 1, location, completedAtMs: clock.ms, progressSec: k * 600, size: saveSizeOf([2 ** 30, 2 ** 30]) },
+            0,
+            { owner: { jobId: job.id, team: 'nlp' }, machine: { cloud: 'aws', region: 'us-east-1', zone: 'us-east-1a' } },
+          );
         }
       }
       // The sweep's own clients, each call delayed: S3, and the stores on a document client of their own.
