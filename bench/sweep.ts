@@ -52,14 +52,27 @@ interface Row {
   readonly deleted: number;
   readonly wallMs: number;
   readonly foldersPerSec: number;
+  /** S3 and DynamoDB requests the sweep sent, per folder. */
+  readonly s3CallsPerFolder: number;
+  readonly dynamoCallsPerFolder: number;
+  /** The sweep's own CPU time (this process; the servers run in their own), per folder. */
+  readonly cpuMsPerFolder: number;
 }
 
-/** Delays every call of an SDK client by `ms` (before it is sent), as a service's round trip would. */
-function withLatency<T extends { middlewareStack: { add: (...a: never[]) => void } }>(client: T, ms: number): T {
-  if (ms <= 0) return client;
-  (client.middlewareStack as unknown as { add: (mw: unknown, o: unknown) => void }).add(
+/** Delays every call of an SDK client by `ms` (before it is sent), as a service's round trip would, and counts the calls. */
+function withLatency<T extends { middlewareStack: { add: (...a: never[]) => void } }>(client: T, ms: number, calls: { n: number }): T {
+  const stack = client.middlewareStack as unknown as { add: (mw: unknown, o: unknown) => void };
+  // Counted once a call (the initialize step runs once per send), delayed once a request sent.
+  stack.add(
     (next: (args: unknown) => Promise<unknown>) => async (args: unknown) => {
-      await new Promise((r) => setTimeout(r, ms));
+      calls.n++;
+      return next(args);
+    },
+    { step: 'initialize', name: 'benchCalls' },
+  );
+  stack.add(
+    (next: (args: unknown) => Promise<unknown>) => async (args: unknown) => {
+      if (ms > 0) await new Promise((r) => setTimeout(r, ms));
       return next(args);
     },
     { step: 'finalizeRequest', name: 'benchLatency' },
@@ -82,7 +95,8 @@ async function main(): Promise<void> {
     const rows: Row[] = [];
     for (const concurrency of [1, flags.concurrency ?? SWEEP_CONCURRENCY]) {
       const tables = await db.createTables();
-      const clock = { ms: Date.now(), nowMs: () => clock.ms };
+      // The saves were recorded a while ago (they are superseded at the save rate, every 600 s), not in the last minute.
+      const clock = { ms: Date.now() - 20 * 60_000, nowMs: () => clock.ms };
       const s3 = new S3Client({
         region: 'us-east-1',
         endpoint: s3server.endpoint,
@@ -112,9 +126,12 @@ async function main(): Promise<void> {
         }
       }
       // The sweep's own clients, each call delayed: S3, and the stores on a document client of their own.
+      const s3Calls = { n: 0 };
+      const dynamoCalls = { n: 0 };
       const slowDoc = withLatency(
         documentClient({ endpoint: db.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' } }),
         flags.latencyMs,
+        dynamoCalls,
       );
       const slow = dynamoStores(slowDoc, tables, root, clock);
       const sweep = new S3CheckpointSweep({
@@ -126,6 +143,7 @@ async function main(): Promise<void> {
             credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
           }),
           flags.latencyMs,
+          s3Calls,
         ),
         root,
         jobs: slow.jobs,
@@ -138,14 +156,20 @@ async function main(): Promise<void> {
         concurrency,
       });
       const started = performance.now();
+      const cpu = process.cpuUsage();
       const out = await sweep.sweep();
       const wallMs = performance.now() - started;
+      const used = process.cpuUsage(cpu);
+      const perFolder = (n: number) => Math.round((n / out.jobs) * 100) / 100;
       rows.push({
         concurrency,
         folders: out.jobs,
         deleted: out.deleted,
         wallMs: Math.round(wallMs),
         foldersPerSec: Math.round((out.jobs / wallMs) * 10_000) / 10,
+        s3CallsPerFolder: perFolder(s3Calls.n),
+        dynamoCallsPerFolder: perFolder(dynamoCalls.n),
+        cpuMsPerFolder: perFolder((used.user + used.system) / 1000),
       });
       s3.destroy();
     }
@@ -156,10 +180,10 @@ async function main(): Promise<void> {
       return;
     }
     console.log(`sweep of ${flags.jobs} job folders (3 saves each, 1 superseded), every call +${flags.latencyMs} ms`);
-    console.log('concurrency  folders  deleted  wall ms  folders/s of sweep time');
+    console.log('concurrency  folders  deleted  wall ms  folders/s  S3 calls/folder  DynamoDB calls/folder  sweep CPU ms/folder');
     for (const r of rows)
       console.log(
-        `${String(r.concurrency).padStart(11)}  ${String(r.folders).padStart(7)}  ${String(r.deleted).padStart(7)}  ${String(r.wallMs).padStart(7)}  ${String(r.foldersPerSec).padStart(7)}`,
+        `${String(r.concurrency).padStart(11)}  ${String(r.folders).padStart(7)}  ${String(r.deleted).padStart(7)}  ${String(r.wallMs).padStart(7)}  ${String(r.foldersPerSec).padStart(9)}  ${String(r.s3CallsPerFolder).padStart(15)}  ${String(r.dynamoCallsPerFolder).padStart(21)}  ${String(r.cpuMsPerFolder).padStart(19)}`,
       );
     console.log(
       `needed for ${FLEET_GPUS.toLocaleString('en-US')} GPUs (${Math.round(jobs).toLocaleString('en-US')} jobs saving every ${SAVE_EVERY_SEC} s, swept 10 s of every 60 s): ${neededPerSec.toFixed(1)} folders/s`,

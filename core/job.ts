@@ -252,6 +252,9 @@ function saveRecord(ref: CheckpointRef, size: SaveSize, meter: SaveMeter, nowMs:
   };
 }
 
+/** How far a writer's clock (the agent API's, stamping a save's record) may run behind the sweep's. */
+export const LISTING_CLOCK_MARGIN_MS = 60_000;
+
 /**
  * What an index keeps once the sweep deleted the objects of `locations` at `nowMs`: they leave the
  * superseded list, and their saves' records in the byte log are closed then.
@@ -271,10 +274,18 @@ export function afterSweep(held: RetainedSaves, locations: readonly string[], no
  * the newest, an ended job's newest) of which it kept no object. One it kept (the job's record
  * still names it as its resume point) stays listed, so a later sweep deletes it once the record
  * has moved on. `root` is the swept bucket's root: saves elsewhere are another sweep's to judge.
+ * `listedFromMs` is when the listing of the objects began, where it began before the index was
+ * read: a save recorded since may have objects the listing missed, so it is not judged this time.
  */
-export function forgettable(saves: RetainedSaves, keptObjectUris: readonly string[], root = ''): string[] {
+export function forgettable(saves: RetainedSaves, keptObjectUris: readonly string[], root = '', listedFromMs?: number): string[] {
+  // A save recorded after the listing began (less a minute for the writers' clocks) may have objects the listing missed: judged next time.
+  const late = new Set(
+    listedFromMs === undefined
+      ? []
+      : (saves.bytes?.saves ?? []).filter((s) => s.savedAtMs >= listedFromMs - LISTING_CLOCK_MARGIN_MS).map((s) => s.location),
+  );
   // Only saves under the swept root: one kept in another bucket (another cloud's) has objects this listing cannot see.
-  const none = (l: string) => l.startsWith(root) && !keptObjectUris.some((u) => u.startsWith(l));
+  const none = (l: string) => l.startsWith(root) && !late.has(l) && !keptObjectUris.some((u) => u.startsWith(l));
   const superseded = saves.superseded.filter(none);
   const logged = (saves.bytes?.saves ?? [])
     .filter((s) => s.deletedAtMs === undefined && !saves.superseded.includes(s.location) && none(s.location))

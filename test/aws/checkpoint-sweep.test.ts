@@ -334,6 +334,68 @@ describe('the checkpoint sweep on an S3-compatible server (s3rver) and the index
     );
     expect(await deletedAt(done)).toEqual({ [doneNewest.location]: clock.ms });
   });
+
+  it('judges a folder from the page of keys that found it, and leaves a save that lands between that listing and the index read for the next sweep (its objects were not listed)', async () => {
+    const clock = { ms: Date.now(), nowMs: () => clock.ms };
+    const tables = await db.createTables();
+    const stores = dynamoStores(db.doc, tables, ROOT, clock);
+    const bucket = `${BUCKET}-race`;
+    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    const root = `s3://${bucket}/checkpoints/`;
+    const job = aJob({ id: 'nlp.race', state: 'running' });
+    await stores.jobs.create(job);
+    const meter: SaveMeter = { owner: { jobId: job.id, team: job.team } };
+    const saveAt = (n: number): CheckpointRef => ({
+      jobId: job.id,
+      attempt: 1,
+      location: `${checkpointFolder(root, job.id, 1)}step-${n}/`,
+      completedAtMs: clock.ms,
+      progressSec: n * 600,
+    });
+    const land = async (n: number) => {
+      await s3.send(
+        new PutObjectCommand({ Bucket: bucket, Key: `${saveAt(n).location.slice(`s3://${bucket}/`.length)}model.pt`, Body: 'x' }),
+      );
+      await stores.checkpoints.markComplete({ ...saveAt(n), completedAtMs: clock.ms, size: saveSizeOf([GIB]) }, 0, meter);
+    };
+    for (const n of [1, 2, 3]) await land(n);
+    clock.ms += 10 * 60_000;
+    // The save of step 4 lands after the sweep's page of keys was listed and before it reads the index.
+    let raced = false;
+    const checkpoints = Object.create(stores.checkpoints) as typeof stores.checkpoints;
+    checkpoints.retained = async (jobId: string) => {
+      if (!raced) {
+        raced = true;
+        await land(4);
+      }
+      return stores.checkpoints.retained(jobId);
+    };
+    const sweep = new S3CheckpointSweep({
+      s3,
+      root,
+      jobs: stores.jobs,
+      checkpoints,
+      doc: db.doc,
+      table: tables.control,
+      clock,
+      retentionDays: 30,
+    });
+    expect(await sweep.sweep()).toMatchObject({ jobs: 1, deleted: 2, wrapped: true });
+    expect(raced).toBe(true);
+    // Steps 1 and 2 are superseded (step 4 replaced 3): deleted and closed. Step 4 had no object in the listing, yet it is still billed as held.
+    const log = (await stores.checkpoints.byteLogs(clock.ms))[0]!.saves;
+    const open = log.filter((r) => r.deletedAtMs === undefined).map((r) => r.location);
+    expect(open.sort()).toEqual([saveAt(3).location, saveAt(4).location].sort());
+    // The next sweep lists step 4's objects and keeps it.
+    expect(await sweep.sweep()).toMatchObject({ deleted: 0 });
+    const again = (await stores.checkpoints.byteLogs(clock.ms))[0]!.saves;
+    expect(
+      again
+        .filter((r) => r.deletedAtMs === undefined)
+        .map((r) => r.location)
+        .sort(),
+    ).toEqual([saveAt(3).location, saveAt(4).location].sort());
+  });
 });
 
 describe('reconcile and the checkpoint sweep', () => {
