@@ -12,9 +12,14 @@ import { findFits, homes } from './fits.ts';
 import { commitPlacement } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';
 import { placedOnFree, sharesNewMachine, waitsForStarting } from './reasons.ts';
+import { remainingWorkSec } from '../cost-model.ts';
+import type { Reason } from '../reason.ts';
 import {
   perMilli,
   pricedPlacement,
+  resumeMoveMicroUsd,
+  saveSiteToKeep,
+  siteKeyOfOffering,
   shareOf,
   sharedReason,
   wait,
@@ -49,7 +54,7 @@ export function useExistingCapacity(st: PlanningState, entries: readonly Entry[]
 }
 
 function placeOnReady(st: PlanningState, e: Entry, homeOnly = false): boolean {
-  const found = fitWithinLimits(st, st.ready, e, homeOnly);
+  const found = siteFirst(st, st.ready, e, homeOnly);
   if (!found || found === 'held') return found === 'held';
   const { share, factor } = found;
   // A gang's ranks meet at a port of its first machine: the placement names it, and the machine holds it.
@@ -62,9 +67,49 @@ function placeOnReady(st: PlanningState, e: Entry, homeOnly = false): boolean {
     jobId: e.job.id,
     attempt: e.job.attempt,
     placement: placementOf(st, e, fits),
-    reason: placedOnFree(fits.map((f) => f.node)),
+    reason: withMove(st, e, fits[0]!.node, placedOnFree(fits.map((f) => f.node))),
   });
   return true;
+}
+
+/**
+ * The best fit on capacity already paid for, nearest the job's newest save first: where the
+ * fleet spans sites, a job is placed beside its save when a machine there fits (in the pass for
+ * its cheapest kind, only there). Elsewhere only when none does, and only when reading its save
+ * across costs no more than buying its work's hours at the save's site would (the reason names
+ * that price, as a purchase's does); otherwise it is left to be bought for, where the purchase
+ * weighs the same price.
+ */
+function siteFirst(st: PlanningState, index: CapacityIndex, e: Entry, homeOnly: boolean): ReturnType<typeof fitWithinLimits> {
+  const at = saveSiteToKeep(st, e.job);
+  if (at === undefined) return fitWithinLimits(st, index, e, homeOnly);
+  const near = fitWithinLimits(st, index, e, homeOnly, (node) => siteKeyOfOffering(node.offeringId) === at, at);
+  if (near || homeOnly) return near;
+  const buyNear = buyAtSiteMicroUsd(st, e, at);
+  return fitWithinLimits(st, index, e, false, (node) => resumeMoveMicroUsd(st.s, e.job, node.offeringId).microUsd <= buyNear);
+}
+
+/**
+ * What buying for the job's remaining work at `site` is expected to cost: its share of the
+ * cheapest machine there per GPU-thousandth, rework on spot counted, over the hours of work it has
+ * left (Infinity when nothing there may be bought for it).
+ */
+function buyAtSiteMicroUsd(st: PlanningState, e: Entry, site: string): number {
+  let best = Infinity;
+  for (const [key, factor] of e.cls.eligible) {
+    const info = st.offerings.get(key);
+    if (info && info.groups.length > 0 && siteKeyOfOffering(info.offering.id) === site) best = Math.min(best, perMilli(info, factor));
+  }
+  return best * e.cls.milli * e.cls.nodes * Math.max(1, remainingWorkSec(e.job, st.s.policy) / 3600);
+}
+
+/** A reason with the price of reading the job's newest save across to `node`, when that is not nothing. */
+function withMove(st: PlanningState, e: Entry, node: NodeCapacity, why: Reason): Reason {
+  if (!e.job.checkpoint) return why;
+  const moved = resumeMoveMicroUsd(st.s, e.job, node.offeringId);
+  return moved.microUsd > 0
+    ? { ...why, message: `${why.message}; $${(moved.microUsd / 1e6).toFixed(2)} to read its newest save from ${moved.from} (another site)` }
+    : why;
 }
 
 /**
@@ -79,7 +124,7 @@ export function claim(
   homeOnly: boolean,
   accept?: (node: NodeCapacity) => boolean,
 ): boolean {
-  const found = fitWithinLimits(st, index, e, homeOnly, accept);
+  const found = accept ? fitWithinLimits(st, index, e, homeOnly, accept) : siteFirst(st, index, e, homeOnly);
   if (!found || found === 'held') return found === 'held';
   const { fits, share, factor } = found;
   const node = fits[0]!.node;
@@ -94,13 +139,15 @@ export function claim(
           planned,
           fits.map((f) => f.node),
         );
-  wait(st, e.job, why);
+  wait(st, e.job, planned ? why : withMove(st, e, node, why));
   return true;
 }
 
 /**
  * The best fit for the job in the index and what it would cost the team; 'held' (and the job
- * waits held) when a limit refuses it; undefined when nothing fits.
+ * waits held) when a limit refuses it; undefined when nothing fits. `site` names what `accept`
+ * keeps to, when it keeps to one site's machines (the misses are kept per site then); an
+ * `accept` without it is searched afresh each time.
  */
 function fitWithinLimits(
   st: PlanningState,
@@ -108,15 +155,20 @@ function fitWithinLimits(
   e: Entry,
   homeOnly: boolean,
   accept?: (node: NodeCapacity) => boolean,
+  site?: string,
 ): { fits: Fit[]; share: number; factor: number } | 'held' | undefined {
   if (e.cls.eligible.size === 0) return undefined;
   // Machines bought in this plan are added as it goes: only the ready and booting indexes keep the misses.
-  const misses = index === st.planned ? undefined : missesOf(st, index);
-  const key = misses ? searchKey(st, e.cls, homeOnly) : -1;
-  if (misses?.has(key)) return undefined;
+  const cached = index !== st.planned && (accept === undefined || site !== undefined);
+  const key = cached ? searchKey(st, e.cls, homeOnly) : -1;
+  const misses = cached && site === undefined ? missesOf(st.noFitIn, index) : undefined;
+  const siteMisses = cached && site !== undefined ? missesOf(st.noFitAt, index) : undefined;
+  const atKey = siteMisses ? `${key}@${site}` : '';
+  if (misses?.has(key) || siteMisses?.has(atKey)) return undefined;
   const fits = findFits(st, index, e, homeOnly ? homes(st, e.cls) : undefined, accept);
   if (!fits) {
     misses?.add(key);
+    siteMisses?.add(atKey);
     return undefined;
   }
   const node = fits[0]!.node;
@@ -128,11 +180,11 @@ function fitWithinLimits(
   return 'held';
 }
 
-function missesOf(st: PlanningState, index: CapacityIndex): Set<number> {
-  let m = st.noFitIn.get(index);
+function missesOf<K>(byIndex: Map<CapacityIndex, Set<K>>, index: CapacityIndex): Set<K> {
+  let m = byIndex.get(index);
   if (!m) {
     m = new Set();
-    st.noFitIn.set(index, m);
+    byIndex.set(index, m);
   }
   return m;
 }

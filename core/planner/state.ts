@@ -158,6 +158,10 @@ export class PlanningState {
    * indexing, and every later step only takes room), so a class that found none finds none later.
    */
   readonly noFitIn = new Map<CapacityIndex, Set<number>>();
+  /** The same for searches kept to the machines at one site (where a job's newest save is), by "search@site". */
+  readonly noFitAt = new Map<CapacityIndex, Set<string>>();
+  /** How many sites (cloud and region) the fleet's machines and offerings are at (worked out once, see saveSiteToKeep). */
+  siteCount: number | undefined;
   /**
    * Per class, what a fit search depends on (the request and the pools searched), as a number:
    * classes that differ only in cost factors share it. Numbered through `searchIds` so that a
@@ -292,6 +296,24 @@ export function resumeMoveMicroUsd(s: Snapshot, job: Job, offeringId: string): {
     direction: 'down',
   });
   return { microUsd: priceBytes(usage, where.rates).totalMicroUsd, from: siteKey(store) };
+}
+
+/**
+ * The site of a job's newest save, when placing the job elsewhere would read it back across
+ * (the fleet's machines are at more than one site, and the snapshot knows where saves are kept
+ * and the save's size): machines already paid for at that site are tried first.
+ */
+export function saveSiteToKeep(st: PlanningState, job: Job): string | undefined {
+  const where = st.s.saveBytes;
+  if (!job.checkpoint?.size || !where) return undefined;
+  st.siteCount ??= new Set(st.allOfferings.map((o) => siteKeyOfOffering(o.offering.id))).size;
+  return st.siteCount > 1 ? siteKey(storeSiteOf(where, job.checkpoint.location)) : undefined;
+}
+
+/** The site key of an offering's machines ("" when it names none). */
+export function siteKeyOfOffering(offeringId: string): string {
+  const site = siteOfOffering(offeringId);
+  return site ? siteKey(site) : '';
 }
 
 /**

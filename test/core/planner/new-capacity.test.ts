@@ -96,7 +96,7 @@ describe('a job moved between clouds pays to read its newest save across (resume
     layout: defaultNetworkLayout(['us-east-1a']),
     rates: shippedByteRates(),
   };
-  const resuming = (location: string) =>
+  const resuming = (location: string, bytes = 2000e9) =>
     aJob({
       id: 'team-a.moved',
       spec: { expectedRuntimeSec: 10 * 3600 },
@@ -106,7 +106,7 @@ describe('a job moved between clouds pays to read its newest save across (resume
         location,
         completedAtMs: T0 - 60_000,
         progressSec: 3600,
-        size: saveSizeOf([2000e9]),
+        size: saveSizeOf([bytes]),
       },
     });
   const boughtIn = (job: ReturnType<typeof aJob>) => {
@@ -135,5 +135,35 @@ describe('a job moved between clouds pays to read its newest save across (resume
     // The decision record names the move when it weighed on the choice.
     const moved = buyFor({ groups: [gcp], prices, pendingJobs: [job], saveBytes });
     expect(moved.st.waiting[0]!.reason.message).toMatch(/counting \$\d+\.\d\d to read its newest save from aws:us-east-1 \(another site\)/);
+  });
+
+  it('places a resuming job on a machine already paid for beside its save before one elsewhere; elsewhere only when none fits, and the reason prices the read', () => {
+    // One free GPU machine in each cloud; the GCP one is the cheaper kind to buy (the job's home), the AWS one is fuller-fitting.
+    const awsNode = aNode('i-aws', { group: aws });
+    const gcpBase = aNode('gcp-1', { group: gcp });
+    const gcpNode = { ...gcpBase, instance: { ...gcpBase.instance, cloud: 'gcp' as const, region: 'us-central1', zone: 'us-central1-a' } };
+    const placedOn = (job: ReturnType<typeof aJob>, nodes: ReturnType<typeof aNode>[]) => {
+      const { st, entries } = classified({ groups: [aws, gcp], prices, nodes, pendingJobs: [job], saveBytes });
+      useExistingCapacity(st, entries);
+      const place = st.actions.find((a) => a.kind === 'place');
+      return place?.kind === 'place' ? { node: place.placement.nodes[0]!.nodeId, why: place.reason.message } : undefined;
+    };
+    const inS3 = resuming('s3://fleet/checkpoints/team-a.moved/attempt-1/s/');
+    const inGcs = resuming('gs://fleet-us-central1/checkpoints/team-a.moved/attempt-1/s/');
+    expect(placedOn(inS3, [awsNode, gcpNode])).toMatchObject({ node: 'i-aws', why: expect.not.stringMatching(/another site/) });
+    expect(placedOn(inGcs, [awsNode, gcpNode])).toMatchObject({ node: 'gcp-1', why: expect.not.stringMatching(/another site/) });
+    // Only the other cloud has room. A 20 GB save is read across for about $2, less than 10 hours of a machine beside it:
+    // the job goes there (the machine is paid for), and the decision names the read's price.
+    expect(placedOn(resuming('s3://fleet/checkpoints/team-a.moved/attempt-1/s/', 20e9), [gcpNode])).toMatchObject({
+      node: 'gcp-1',
+      why: expect.stringMatching(/; \$\d+\.\d\d to read its newest save from aws:us-east-1 \(another site\)$/),
+    });
+    // Reading a 2 TB save across costs more than buying its 10 hours beside it: it is left to be bought for (in its save's cloud).
+    expect(placedOn(inS3, [gcpNode])).toBeUndefined();
+    const { st, entries } = classified({ groups: [aws, gcp], prices, nodes: [gcpNode], pendingJobs: [inS3], saveBytes });
+    buyNewCapacity(st, useExistingCapacity(st, entries));
+    expect(scaleUps(st)).toEqual([expect.objectContaining({ kind: 'scale-up', groupId: 'aws-g5' })]);
+    // A job with nothing to read back takes the free machine of its cheapest kind, as before.
+    expect(placedOn(aJob({ id: 'team-a.fresh', spec: { expectedRuntimeSec: 10 * 3600 } }), [awsNode, gcpNode])?.node).toBe('gcp-1');
   });
 });
