@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { accessSync, chmodSync, closeSync, constants, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, closeSync, constants, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, isAbsolute, join } from 'node:path';
 import { GpuFleetError } from '../core/errors.ts';
@@ -279,7 +279,12 @@ export function containerName(jobId: string, attempt: number, rank: number): str
  */
 export function dockerRunArgs(
   launch: Launch,
-  options: { extraArgs?: readonly string[]; envFile: string },
+  options: {
+    extraArgs?: readonly string[];
+    envFile: string;
+    /** The group of the job's checkpoint folder: a container run as a uid of its own gets it, to write there. */
+    folderGid?: number;
+  },
 ): { args: string[]; envFileText: string } {
   const env: Record<string, string> = {
     ...launch.env,
@@ -301,7 +306,7 @@ export function dockerRunArgs(
   ];
   // --gpus takes a CSV value; a list of devices must be quoted inside the value.
   if (launch.devices.length > 0) args.push('--gpus', `"device=${launch.devices.join(',')}"`);
-  args.push(...containerSettingArgs(launch.container));
+  args.push(...containerSettingArgs(launch.container, options.folderGid));
   args.push('--mount', `type=bind,source=${launch.checkpointDir},target=${CONTAINER_CHECKPOINT_DIR}`);
   if (launch.resumeDir) args.push('--mount', `type=bind,source=${launch.resumeDir},target=${CONTAINER_RESUME_DIR},readonly`);
   args.push('--env-file', options.envFile);
@@ -322,10 +327,15 @@ export function dockerRunArgs(
  * default, 64 MiB, makes a PyTorch DataLoader with workers die with a bus error); the locked-memory
  * limit NCCL and RDMA need; and the 64 MiB stack NVIDIA's framework containers are run with.
  */
-export function containerSettingArgs(settings: ContainerSettings): string[] {
+export function containerSettingArgs(settings: ContainerSettings, folderGid?: number): string[] {
   const memlock = settings.lockedMemoryMiB === 'unlimited' ? '-1' : String(settings.lockedMemoryMiB * 1024 * 1024);
   return [
     ...(settings.network === 'host' ? ['--network', 'host'] : []),
+    // A fixed non-root uid that cannot gain privileges back (no capabilities, setuid bits ignored); its group is the job
+    // folder's, which it writes through (the runner makes the folder group-writable).
+    ...(settings.runAsUid !== undefined
+      ? ['--user', `${settings.runAsUid}:${folderGid ?? settings.runAsUid}`, '--cap-drop', 'ALL', '--security-opt', 'no-new-privileges']
+      : []),
     '--shm-size',
     `${settings.shmSizeMiB}m`,
     '--ulimit',
@@ -392,7 +402,17 @@ export class DockerRunner implements JobRunner {
   async start(launch: Launch): Promise<JobProcess> {
     const name = containerName(launch.jobId, launch.attempt, launch.rank);
     const envFile = this.envFileOf(name);
-    const { args, envFileText } = dockerRunArgs(launch, { extraArgs: this.extraArgs, envFile });
+    // A container run as a uid of its own writes its folder through the folder's group (setgid: what it writes keeps it).
+    let folderGid: number | undefined;
+    if (launch.container.runAsUid !== undefined) {
+      folderGid = statSync(launch.checkpointDir).gid;
+      chmodSync(launch.checkpointDir, 0o2770);
+    }
+    const { args, envFileText } = dockerRunArgs(launch, {
+      extraArgs: this.extraArgs,
+      envFile,
+      ...(folderGid !== undefined ? { folderGid } : {}),
+    });
     await this.cli(['rm', '--force', name]); // a container of this attempt left by an earlier agent
     mkdirSync(this.envDir, { recursive: true, mode: 0o700 });
     chmodSync(this.envDir, 0o700);

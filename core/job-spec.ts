@@ -349,13 +349,25 @@ export interface ContainerSettings {
   readonly network: 'host' | 'bridge';
   readonly shmSizeMiB: number;
   readonly lockedMemoryMiB: number | 'unlimited';
+  /**
+   * The uid the container runs as, whatever its image says: {@link HOST_NETWORK_JOB_UID} for a
+   * host-network container (it shares the host's network stack, where the node's wall lets only
+   * root and the agent reach a metadata server: infra/node-setup.ts `metadataWallScript`).
+   * Absent: the image's own user (docker's bridge, where the wall drops every container's packets).
+   */
+  readonly runAsUid?: number;
 }
+
+/** The uid of a host-network container: "nobody", neither root nor the agent's user. */
+export const HOST_NETWORK_JOB_UID = 65534;
 
 /** The container settings of a spec: its own `container` section over the defaults. */
 export function containerSettings(spec: JobSpec): ContainerSettings {
   const gpus = spec.gpu.kind === 'whole' ? spec.gpu.count : 1;
+  const host = spec.service !== undefined || spec.nodes > 1;
   return {
-    network: spec.service || spec.nodes > 1 ? 'host' : 'bridge',
+    network: host ? 'host' : 'bridge',
+    ...(host ? { runAsUid: HOST_NETWORK_JOB_UID } : {}),
     shmSizeMiB: spec.container?.shmSizeMiB ?? DEFAULT_SHM_MIB_PER_GPU * gpus,
     lockedMemoryMiB: spec.container?.lockedMemoryMiB ?? 'unlimited',
   };

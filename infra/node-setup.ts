@@ -50,12 +50,88 @@ ${AGENT_USER} ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} 
 `;
 }
 
+/**
+ * The metadata servers no job's container may reach: AWS's instance metadata service (IPv4 and
+ * its IPv6 address on Nitro) and GCE's metadata server (the same IPv4 address). Whoever reaches
+ * one holds the machine's role or service account.
+ */
+export const METADATA_ADDRESSES: { readonly v4: readonly string[]; readonly v6: readonly string[] } = {
+  v4: ['169.254.169.254'],
+  v6: ['fd00:ec2::254'],
+};
+
+export const WALL_CHAIN = 'GPU-FLEET-META';
+export const WALL_SCRIPT = '/usr/local/sbin/gpu-fleet-wall';
+
+/**
+ * The root-run script that walls the metadata servers off from jobs' containers, in both network
+ * modes; idempotent (a rule already there is not added again), so it runs at boot before the agent
+ * and again whenever docker restarts.
+ * - Bridge containers: docker forwards their packets, and `DOCKER-USER` (the chain docker leaves to
+ *   its users, kept across restarts) rejects those to a metadata address, whoever sent them.
+ * - Host-network containers share the host's stack: their packets leave through `OUTPUT`, where
+ *   only root and the agent's user (`allowUids`, each a number or a shell expression such as
+ *   `$(id -u gpu-fleet)`) may send to a metadata address. Such containers run as
+ *   `HOST_NETWORK_JOB_UID` (core/job-spec.ts) with no capabilities and no privilege gain
+ *   (agent/runner.ts), so they cannot become either.
+ */
+export function metadataWallScript(
+  o: { readonly allowUids?: readonly string[]; readonly v4?: readonly string[]; readonly v6?: readonly string[] } = {},
+): string {
+  const allow = o.allowUids ?? ['0', `$(id -u ${AGENT_USER})`];
+  const v4 = o.v4 ?? METADATA_ADDRESSES.v4;
+  const v6 = o.v6 ?? METADATA_ADDRESSES.v6;
+  const quoted = (list: readonly string[]) => list.map((a) => `'${a}'`).join(' ');
+  return `#!/bin/bash
+# gpu-fleet: no job container reaches a metadata server (the machine's credentials).
+set -euo pipefail
+wall() {
+  local ipt=$1; shift
+  # OUTPUT (the host's own packets, host-network containers' included): only the allowed uids pass. The chain is
+  # filled once, when it is made (never flushed while OUTPUT jumps to it: an empty chain lets everything through).
+  if $ipt -w -N ${WALL_CHAIN} 2>/dev/null; then
+${allow.map((u) => `    $ipt -w -A ${WALL_CHAIN} -m owner --uid-owner "${u}" -j RETURN`).join('\n')}
+    $ipt -w -A ${WALL_CHAIN} -j REJECT
+  fi
+  for a in "$@"; do
+    $ipt -w -C OUTPUT -d "$a" -j ${WALL_CHAIN} 2>/dev/null || $ipt -w -I OUTPUT 1 -d "$a" -j ${WALL_CHAIN}
+    # Forwarded from docker's networks (bridge containers): none passes.
+    $ipt -w -N DOCKER-USER 2>/dev/null || true
+    $ipt -w -C DOCKER-USER -d "$a" -j REJECT 2>/dev/null || $ipt -w -I DOCKER-USER 1 -d "$a" -j REJECT
+  done
+}
+wall iptables ${quoted(v4)}
+${v6.length > 0 ? `if command -v ip6tables >/dev/null && ip6tables -w -L OUTPUT >/dev/null 2>&1; then wall ip6tables ${quoted(v6)}; fi\n` : ''}`;
+}
+
+/**
+ * The wall's systemd unit: run once at boot after docker (which makes its chains) and before the
+ * agent, and again each time docker restarts (PartOf: a restart of docker restarts it).
+ */
+export function wallUnit(): string {
+  return `[Unit]
+Description=gpu-fleet: wall the metadata servers off from job containers
+After=docker.service
+PartOf=docker.service
+Before=gpu-fleet-agent.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=${WALL_SCRIPT}
+
+[Install]
+WantedBy=docker.service multi-user.target
+`;
+}
+
 /** The agent's systemd unit (`nodeBin` is the shell variable or path of Node.js). */
 export function agentUnit(nodeBin: string): string {
   return `[Unit]
 Description=gpu-fleet node agent
-After=network-online.target docker.service
+After=network-online.target docker.service gpu-fleet-wall.service
 Wants=network-online.target docker.service
+Requires=gpu-fleet-wall.service
 
 [Service]
 User=${AGENT_USER}
@@ -121,8 +197,13 @@ export function agentUserData(o: {
     `cat > /etc/sudoers.d/gpu-fleet-agent <<'EOF'\n${agentSudoers()}EOF`,
     'chmod 0440 /etc/sudoers.d/gpu-fleet-agent && visudo -cf /etc/sudoers.d/gpu-fleet-agent',
     ...(o.migEnabled ? [`${NVIDIA_SMI} -mig 1 || true  # MIG mode on; instances are created per job by the agent`] : []),
+    // The metadata wall, in place before the agent takes work and again after each docker restart.
+    `cat > ${WALL_SCRIPT} <<'EOF'\n${metadataWallScript()}EOF`,
+    `chown root:root ${WALL_SCRIPT} && chmod 0755 ${WALL_SCRIPT}`,
+    `cat > /etc/systemd/system/gpu-fleet-wall.service <<'EOF'\n${wallUnit()}EOF`,
     `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF\n${agentUnit('${NODE_BIN}')}EOF`,
     'systemctl daemon-reload',
+    'systemctl enable --now gpu-fleet-wall.service',
     'systemctl enable --now gpu-fleet-agent.service',
   ];
 }

@@ -1,5 +1,6 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, statSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +14,8 @@ import { jobIdFor, newPendingJob } from '../../core/job.ts';
 import type { WorldView } from '../../core/services/snapshot-reader.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import type { Reason } from '../../core/reason.ts';
-import { checkJobSpec, type JobSpecInput } from '../../core/job-spec.ts';
+import { checkJobSpec, containerSettings, HOST_NETWORK_JOB_UID, type JobSpecInput } from '../../core/job-spec.ts';
+import { metadataWallScript, WALL_CHAIN } from '../../infra/node-setup.ts';
 import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
 import { MemoryServiceStore } from '../../cloud/sim/memory-stores.ts';
@@ -458,3 +460,175 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
     }
   }, 60_000);
 });
+
+/**
+ * The node's metadata wall (infra/node-setup.ts `metadataWallScript`), installed on this machine
+ * and proven from inside containers the agent's runner starts with its own arguments. The stand-in
+ * metadata server: a network namespace holding a link-local address (169.254.123.254, not the real
+ * one, which a cloud machine running this test may need) behind a veth pair, with a host route to
+ * it. So it is reached as the real one is, by routing off the host: a bridge container's packets
+ * are forwarded (FORWARD, where DOCKER-USER is), a host-network container's and the host's own
+ * leave through OUTPUT. Before the wall every kind of container reaches it, which shows the wall
+ * is what stops them. The last step restarts dockerd, so this runs after the engine tests above.
+ */
+describe.runIf(!problem || dockerRequired)('the metadata wall on a real Docker engine', () => {
+  const STAND_IN = '169.254.123.254';
+  const NS = `gfmeta${process.pid}`;
+  const VETH = `gfm${process.pid % 100_000}`;
+  const asRoot = (cmd: string, args: string[]) =>
+    process.getuid?.() === 0
+      ? execFileSync(cmd, args, { encoding: 'utf8' })
+      : execFileSync('sudo', ['-n', cmd, ...args], { encoding: 'utf8' });
+  const ip = (...args: string[]) => asRoot('ip', args);
+  const inNs = (...args: string[]) => ip('netns', 'exec', NS, ...args);
+  let image: string;
+  let server: ChildProcess | undefined;
+  const script = metadataWallScript({ allowUids: [String(process.getuid?.() ?? 0)], v4: [STAND_IN], v6: [] });
+
+  beforeAll(async () => {
+    if (problem) throw new Error(`GPU_FLEET_DOCKER_TESTS=required, but ${problem}`);
+    image = ensureTestImage();
+    ip('netns', 'add', NS);
+    ip('link', 'add', VETH, 'type', 'veth', 'peer', 'name', `${VETH}p`);
+    ip('link', 'set', `${VETH}p`, 'netns', NS);
+    ip('addr', 'add', '10.254.254.1/30', 'dev', VETH);
+    ip('link', 'set', VETH, 'up');
+    inNs('ip', 'addr', 'add', '10.254.254.2/30', 'dev', `${VETH}p`);
+    inNs('ip', 'addr', 'add', `${STAND_IN}/32`, 'dev', `${VETH}p`);
+    inNs('ip', 'link', 'set', `${VETH}p`, 'up');
+    inNs('ip', 'link', 'set', 'lo', 'up');
+    inNs('ip', 'route', 'add', 'default', 'via', '10.254.254.1');
+    ip('route', 'add', `${STAND_IN}/32`, 'via', '10.254.254.2');
+    const serve = `require('node:http').createServer((q, s) => s.end('stand-in-role')).listen(80, '${STAND_IN}')`;
+    const args = ['netns', 'exec', NS, process.execPath, '-e', serve];
+    server = process.getuid?.() === 0 ? spawn('ip', args, { stdio: 'ignore' }) : spawn('sudo', ['-n', 'ip', ...args], { stdio: 'ignore' });
+    await waitFor('the stand-in metadata server', async () => (await hostReaches()).reached);
+  }, 120_000);
+
+  afterAll(() => {
+    server?.kill();
+    const quiet = (cmd: string, args: string[]) => {
+      try {
+        asRoot(cmd, args);
+      } catch {
+        // already gone
+      }
+    };
+    quiet('iptables', ['-w', '-D', 'OUTPUT', '-d', STAND_IN, '-j', WALL_CHAIN]);
+    quiet('iptables', ['-w', '-D', 'DOCKER-USER', '-d', STAND_IN, '-j', 'REJECT']);
+    quiet('iptables', ['-w', '-F', WALL_CHAIN]);
+    quiet('iptables', ['-w', '-X', WALL_CHAIN]);
+    quiet('ip', ['route', 'del', `${STAND_IN}/32`]);
+    quiet('ip', ['link', 'del', VETH]);
+    quiet('ip', ['netns', 'del', NS]);
+  });
+
+  /** The host's own request to the stand-in (this process: root, or the user the wall lets through). */
+  function hostReaches(): Promise<{ reached: boolean }> {
+    return new Promise((resolve) => {
+      const req = httpRequest({ host: STAND_IN, port: 80, path: '/', timeout: 2000 }, (res) => {
+        res.resume();
+        res.on('end', () => resolve({ reached: true }));
+      });
+      req.on('timeout', () => req.destroy());
+      req.on('error', () => resolve({ reached: false }));
+      req.end();
+    });
+  }
+
+  type Probe = { uid: number; capEff: string; noNewPrivs: string; wrote: boolean; reached: boolean; body?: string; error?: string };
+
+  /** Starts the probe as the agent's runner starts a job of this spec (its container settings), and reads what it found. */
+  async function probe(kind: 'bridge job' | 'service replica' | 'gang rank'): Promise<Probe> {
+    const spec = checkJobSpec({
+      image,
+      command: ['node', `${IMAGE_JOBS_DIR}/probe-metadata.mjs`, STAND_IN],
+      gpu: { kind: 'whole', count: 1 },
+      container: { lockedMemoryMiB: LOCKED_MIB },
+      ...(kind === 'gang rank' ? { nodes: 2 } : {}),
+      ...(kind === 'service replica'
+        ? {
+            name: 'probe',
+            service: { port: 18_080, replicas: { min: 1, max: 1 }, targets: [{ metric: 'waiting-requests', perReplica: 8 }] },
+          }
+        : {}),
+    });
+    if (!spec.ok) throw new Error(spec.errors.join('; '));
+    const dir = tmp('wall');
+    const checkpointDir = join(dir, 'checkpoint');
+    mkdirSync(checkpointDir);
+    const logFile = join(dir, 'output.log');
+    const runner = noGpuRunner(join(dir, 'env'));
+    const proc = await runner.start({
+      jobId: `nlp.wall-${kind.replace(/ /g, '-')}-${Date.now().toString(36)}`,
+      attempt: 1,
+      rank: kind === 'gang rank' ? 1 : 0,
+      image,
+      command: spec.spec.command,
+      env: {},
+      devices: [],
+      checkpointDir,
+      logFile,
+      container: containerSettings(spec.spec),
+    });
+    const exit = await proc.exited;
+    const out = readFileSync(logFile, 'utf8');
+    expect(exit.exitCode, out).toBe(0);
+    const found = JSON.parse(out.trim().split('\n').pop()!) as Probe;
+    // What the job wrote is in its folder, where the agent uploads it from.
+    if (found.wrote) expect(readFileSync(join(checkpointDir, 'probe.txt'), 'utf8')).toBe('written by the job');
+    return found;
+  }
+
+  it('keeps bridge jobs, service replicas and gang ranks from the metadata server the host reaches, and the rules outlive a restart of docker', async () => {
+    // Without the wall, every kind reaches the stand-in (so it is the wall that stops them below).
+    const open = await Promise.all((['bridge job', 'service replica', 'gang rank'] as const).map((k) => probe(k)));
+    expect(open.map((p) => [p.reached, p.body])).toEqual([
+      [true, 'stand-in-role'],
+      [true, 'stand-in-role'],
+      [true, 'stand-in-role'],
+    ]);
+    // Host-network containers run as a uid of their own with no capabilities and no privilege gain, and still write their folder.
+    for (const p of open.slice(1))
+      expect(p).toMatchObject({ uid: HOST_NETWORK_JOB_UID, capEff: '0000000000000000', noNewPrivs: '1', wrote: true });
+    expect(open[0]!.wrote).toBe(true);
+
+    const walled = async () => {
+      const found = await Promise.all((['bridge job', 'service replica', 'gang rank'] as const).map((k) => probe(k)));
+      for (const p of found) expect(p).toMatchObject({ reached: false, error: 'ECONNREFUSED' });
+      expect(await hostReaches()).toEqual({ reached: true });
+    };
+    asRoot('bash', ['-c', script]);
+    await walled();
+    asRoot('bash', ['-c', script]); // idempotent: a second run adds nothing
+    const rules = (chain: string) =>
+      asRoot('iptables', ['-w', '-S', chain])
+        .split('\n')
+        .filter((l) => l.includes(STAND_IN));
+    expect(rules('OUTPUT')).toHaveLength(1);
+    expect(rules('DOCKER-USER')).toHaveLength(1);
+
+    // dockerd restarts (an upgrade, a crash): its own chains are rebuilt; the wall stays.
+    restartDockerd();
+    await walled();
+  }, 240_000);
+});
+
+/** Restarts the Docker engine: through systemd where it runs docker, else dockerd again with the arguments it had. */
+function restartDockerd(): void {
+  const systemd = spawnSync('systemctl', ['is-active', '--quiet', 'docker'], { stdio: 'ignore' });
+  if (systemd.status === 0) execFileSync('systemctl', ['restart', 'docker']);
+  else {
+    const pid = Number(execFileSync('pidof', ['-s', 'dockerd'], { encoding: 'utf8' }).trim());
+    const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+    process.kill(pid, 'SIGTERM');
+    for (let i = 0; i < 300 && existsSync(`/proc/${pid}`); i++) execFileSync('sleep', ['0.1']);
+    const log = openSync(join(tmpdir(), 'gpu-fleet-dockerd-restarted.log'), 'a');
+    spawn(cmdline[0]!, cmdline.slice(1), { detached: true, stdio: ['ignore', log, log] }).unref();
+  }
+  for (let i = 0; i < 600; i++) {
+    if (spawnSync('docker', ['info'], { stdio: 'ignore' }).status === 0) return;
+    execFileSync('sleep', ['0.1']);
+  }
+  throw new Error('dockerd did not answer within 60 s of its restart');
+}

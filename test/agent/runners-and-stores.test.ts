@@ -37,7 +37,7 @@ import {
   ProcessRunner,
   safeJobName,
 } from '../../agent/runner.ts';
-import { checkJobSpec, containerSettings, type JobSpecInput } from '../../core/job-spec.ts';
+import { checkJobSpec, containerSettings, HOST_NETWORK_JOB_UID, type JobSpecInput } from '../../core/job-spec.ts';
 import { jobIdFor } from '../../core/job.ts';
 import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
 import { FAKE_BIN, NVIDIA_SMI_FIXTURES } from '../support/gpu-fixtures.ts';
@@ -119,13 +119,17 @@ describe('docker runner', () => {
     expect(args({ network: 'bridge', shmSizeMiB: 1024, lockedMemoryMiB: 64 })).toBe(
       '--shm-size 1024m --ulimit memlock=67108864:67108864 --ulimit stack=67108864',
     );
+    // A host-network container runs as a uid of its own (in its folder's group), with no capabilities and no privilege gain.
+    expect(containerSettingArgs({ network: 'host', runAsUid: 65534, shmSizeMiB: 64, lockedMemoryMiB: 'unlimited' }, 990).join(' ')).toBe(
+      '--network host --user 65534:990 --cap-drop ALL --security-opt no-new-privileges --shm-size 64m --ulimit memlock=-1:-1 --ulimit stack=67108864',
+    );
     const spec = (over: Partial<JobSpecInput>) => {
       const checked = checkJobSpec({ image: 'x/y:1', command: ['serve'], gpu: { kind: 'whole', count: 4 }, ...over });
       if (!checked.ok) throw new Error(checked.errors.join('; '));
       return containerSettings(checked.spec);
     };
     expect(spec({})).toEqual({ network: 'bridge', shmSizeMiB: 4096, lockedMemoryMiB: 'unlimited' });
-    expect(spec({ nodes: 2 }).network).toBe('host');
+    expect(spec({ nodes: 2 })).toMatchObject({ network: 'host', runAsUid: HOST_NETWORK_JOB_UID });
     expect(
       spec({
         name: 'chat',

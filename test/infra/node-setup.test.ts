@@ -1,11 +1,21 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { sudoRemover } from '../../agent/cli.ts';
-import { agentSudoers, agentUnit, cleanJobDirScript, CLEAN_JOB_DIR_HELPER, NVIDIA_SMI } from '../../infra/node-setup.ts';
+import {
+  agentSudoers,
+  agentUnit,
+  agentUserData,
+  cleanJobDirScript,
+  CLEAN_JOB_DIR_HELPER,
+  metadataWallScript,
+  NVIDIA_SMI,
+  wallUnit,
+  WALL_SCRIPT,
+} from '../../infra/node-setup.ts';
 import { agentWorld, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
 
 const run = promisify(execFile);
@@ -93,5 +103,38 @@ describe('the agent’s service and sudo rules', () => {
       .split('\n')
       .filter((l) => l && !l.startsWith('#') && !l.startsWith('Defaults'));
     expect(rules).toEqual([`gpu-fleet ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} /var/lib/gpu-fleet/jobs/*`]);
+  });
+});
+
+describe('the metadata wall at boot', () => {
+  const userData = agentUserData({
+    assetUrl: 's3://assets/agent.mjs',
+    region: 'us-east-1',
+    agentApiUrl: 'https://api.example/',
+    bucket: 'ckpt',
+    noticeMarginSec: 20,
+    migEnabled: false,
+  });
+
+  it('walls IMDS (IPv4 and IPv6) and GCE metadata for every uid but root and the agent, and for every bridge container', () => {
+    const script = metadataWallScript();
+    expect(script).toContain(`$ipt -w -A GPU-FLEET-META -m owner --uid-owner "0" -j RETURN`);
+    expect(script).toContain(`$ipt -w -A GPU-FLEET-META -m owner --uid-owner "$(id -u gpu-fleet)" -j RETURN`);
+    expect(script).toContain("wall iptables '169.254.169.254'");
+    expect(script).toMatch(/then wall ip6tables 'fd00:ec2::254'; fi/);
+    expect(script).toContain('-I DOCKER-USER 1 -d "$a" -j REJECT');
+    // The script itself is what the container test installs (test/agent/docker-engine.test.ts "the metadata wall…").
+    const parsed = spawnSync('bash', ['-n'], { input: script });
+    expect(parsed.status, parsed.stderr.toString()).toBe(0);
+  });
+
+  it('installs the wall before the agent starts, and again whenever docker restarts; the agent does not start without it', () => {
+    const at = (needle: string) => userData.findIndex((l) => l.includes(needle));
+    expect(at(`cat > ${WALL_SCRIPT}`)).toBeGreaterThan(-1);
+    expect(at('systemctl enable --now gpu-fleet-wall.service')).toBeLessThan(at('systemctl enable --now gpu-fleet-agent.service'));
+    expect(wallUnit()).toMatch(/^PartOf=docker\.service$/m);
+    expect(wallUnit()).toMatch(/^Before=gpu-fleet-agent\.service$/m);
+    expect(wallUnit()).toMatch(/^WantedBy=docker\.service multi-user\.target$/m);
+    expect(agentUnit('/usr/bin/node')).toMatch(/^Requires=gpu-fleet-wall\.service$/m);
   });
 });
