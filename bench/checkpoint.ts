@@ -11,6 +11,7 @@
 //
 // Prints, per shape: the parts planned, the calls made (responses), the largest answer in bytes
 // (maxResponseBytes) against the function URL's 6 MB, and the one-answer design's largest.
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +19,8 @@ import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import { Command } from 'commander';
 import {
+  ATTEMPT_HEADER,
+  claimOf,
   MAX_RESPONSE_BYTES,
   PART_URLS_PER_CALL,
   SINGLE_PUT_MAX_BYTES,
@@ -27,6 +30,7 @@ import {
   type AgentApiResponses,
   type UploadTarget,
 } from '../cloud/aws/agent-api-protocol.ts';
+import { AttemptCredentials } from '../cloud/aws/attempt-credentials.ts';
 import { S3CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { dynamoStores } from '../cloud/aws/dynamo-store.ts';
 import { wholeNumber } from '../cloud/flags.ts';
@@ -100,14 +104,25 @@ async function runShape(o: {
     const clock = { nowMs: () => Date.now() };
     const stores = dynamoStores(dynamo.doc, await dynamo.createTables(), `s3://${BUCKET}/checkpoints/`, clock);
     const urls = new S3CheckpointUrls(s3);
-    const handler = createAgentApiHandler({ ...stores, urls, clock, agentRoleName: ROLE, obs: observability('bench-checkpoint') });
+    const attempts = new AttemptCredentials(randomBytes(32));
+    const handler = createAgentApiHandler({
+      ...stores,
+      urls,
+      clock,
+      agentRoleName: ROLE,
+      attempts,
+      obs: observability('bench-checkpoint'),
+    });
     const byOp: Record<string, number> = {};
     let maxResponseBytes = 0;
     let responses = 0;
     const call = async <Op extends AgentApiOp>(op: Op, body: AgentApiRequest<Op>): Promise<AgentApiResponses[Op]> => {
+      // The machine holds the credential of the job's attempt (handed out with its work list), as the agent's client sends it.
+      const claim = claimOf(op, body);
       const event = {
         rawPath: `/v1/${op}`,
         body: JSON.stringify(body),
+        headers: claim ? { [ATTEMPT_HEADER]: attempts.mint(MACHINE, claim.jobId, claim.attempt ?? 1) } : {},
         isBase64Encoded: false,
         requestContext: {
           http: { method: 'POST' },

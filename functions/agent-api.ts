@@ -3,9 +3,12 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context, LambdaFunctionURLEventWithIAMAuthorizer, LambdaFunctionURLResult } from 'aws-lambda';
 import type * as z from 'zod/mini';
+import type { AttemptCredentials } from '../cloud/aws/attempt-credentials.ts';
 import {
   AGENT_API,
+  ATTEMPT_HEADER,
   callerMachine,
+  claimOf,
   DOWNLOAD_FILES_PER_CALL,
   MAX_RESPONSE_BYTES,
   type AgentApiOp,
@@ -49,6 +52,8 @@ export interface AgentApiDeps {
   readonly launchHook?: { readonly hookName: string; readonly groups: Pick<NodeGroupProvider, 'completeLifecycleAction'> };
   /** The node agent's instance role: only its sessions (one per machine, named by the instance id) may call. */
   readonly agentRoleName: string;
+  /** Mints and checks the attempts' credentials (the key is the stack's secret). */
+  readonly attempts: AttemptCredentials;
   readonly obs: Observability;
 }
 
@@ -97,9 +102,17 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       return {};
     },
     'node/heartbeat': async (view, { health }) => ({ known: await view.nodes.heartbeat(view.nodeId, 0, health) }),
+    // The machine's own record comes with the credentials of the attempts on its work list (minted, not stored).
     'node/get': async (view, { instanceId }) => {
       const record = await view.nodes.get(instanceId);
-      return record ? { record } : {};
+      if (!record) return {};
+      if (instanceId !== view.nodeId) return { record };
+      const credentials = Object.entries(record.assigned ?? {}).map(([jobId, attempt]) => ({
+        jobId,
+        attempt,
+        credential: deps.attempts.mint(view.nodeId, jobId, attempt),
+      }));
+      return { record, credentials };
     },
     'node/images': async (view, { images }) => ({ known: await view.nodes.noteImages(view.nodeId, images) }),
     'node/warm-images': async (view, { machine }) => ({ images: await view.imagesToPrepare(machine) }),
@@ -195,7 +208,6 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       const who = callerMachine(event.requestContext.authorizer?.iam?.userArn, deps.agentRoleName);
       if (typeof who !== 'string') throw new Refused(403, who.error);
       caller = who;
-      const view = agentView(deps, who, deps.clock, deps.sources);
       let raw: unknown;
       try {
         raw = JSON.parse(event.isBase64Encoded ? Buffer.from(event.body ?? '', 'base64').toString('utf8') : (event.body ?? ''));
@@ -208,6 +220,25 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
           400,
           `the body of ${op} is not valid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}`,
         );
+      // A call that acts for a job carries the credential of the attempt it acts for, which only this machine was given.
+      const claim = claimOf(op, parsed.data);
+      let credential: { jobId: string; attempt: number } | undefined;
+      if (claim) {
+        const shown = event.headers?.[ATTEMPT_HEADER];
+        const attempt = shown ? deps.attempts.verify(who, claim.jobId, shown) : undefined;
+        if (attempt === undefined)
+          throw new Refused(
+            403,
+            `${op} acts for job ${claim.jobId}: it needs the credential (${ATTEMPT_HEADER}) of an attempt of it on this machine, which the API hands out with the machine's work list (node/get); ${shown ? 'the one shown is not valid for this machine and job' : 'none was shown'}`,
+          );
+        if (claim.attempt !== undefined && claim.attempt !== attempt)
+          throw new Refused(
+            403,
+            `${op} acts for attempt ${claim.attempt} of job ${claim.jobId}, but its credential is attempt ${attempt}'s`,
+          );
+        credential = { jobId: claim.jobId, attempt };
+      }
+      const view = agentView(deps, who, deps.clock, deps.sources, credential);
       const out = await (ops[op] as (view: AgentView, body: unknown) => Promise<unknown>)(view, parsed.data);
       metrics.addMetric('AgentCalls', MetricUnit.Count, 1);
       const answer = reply(200, out);

@@ -16,6 +16,7 @@ import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as s3assets from 'aws-cdk-lib/aws-s3-assets';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import * as subscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
@@ -216,10 +217,21 @@ export class GpuFleetStack extends Stack {
     });
     this.agentRole = this.agentRoleFor(agentAsset);
     // The one way a machine writes state: a function URL its instance role may call (and nothing else may).
+    // The key of the attempts' credentials (cloud/aws/attempt-credentials.ts): random, made by Secrets Manager, read by the
+    // agent API alone. No rotation: a new key voids every credential the agents hold (each gets new ones with its work list).
+    const attemptKey = new secretsmanager.Secret(this, 'AttemptCredentialKey', {
+      description: "gpu-fleet: the agent API's key for the attempts' credentials",
+      generateSecretString: { passwordLength: 64, excludePunctuation: true },
+    });
     const agentApi = this.fn('agentApi', {
       memoryMb: 512,
       timeout: Duration.seconds(30),
-      env: { ...env, GPU_FLEET_AGENT_ROLE_NAME: this.agentRole.roleName },
+      env: { ...env, GPU_FLEET_AGENT_ROLE_NAME: this.agentRole.roleName, GPU_FLEET_ATTEMPT_KEY_SECRET: attemptKey.secretArn },
+    });
+    attemptKey.grantRead(agentApi);
+    acknowledge(attemptKey, {
+      'AwsSolutions-SMG4':
+        "The key signs the attempts' credentials, which are checked, never stored: a new value voids every credential the agents hold, and each gets new ones with its next read of its work list. Replace it by hand (a new secret value, then a new agent API version) after a suspected leak; a schedule would void them mid-attempt for no threat.",
     });
     this.agentApiUrl = agentApi.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
     agentApi.grantInvokeUrl(this.agentRole);

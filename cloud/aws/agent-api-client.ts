@@ -6,7 +6,14 @@ import { CloudError, GpuFleetError, type CloudErrorCode } from '../../core/error
 import type { Draining, MachineMeterFacts, NodeRecord } from '../../core/fleet.ts';
 import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
 import type { CheckpointStore, JobLogBatch, JobLogSink, JobStore, NodeStore, WriteResult } from '../../core/ports.ts';
-import type { AgentApiOp, AgentApiRequest, AgentApiResponses } from './agent-api-protocol.ts';
+import {
+  ATTEMPT_HEADER,
+  claimOf,
+  type AgentApiOp,
+  type AgentApiRequest,
+  type AgentApiResponses,
+  type AttemptCredential,
+} from './agent-api-protocol.ts';
 
 /**
  * The node agent's side of the agent API: each call a signed POST to the API's function URL (SigV4
@@ -23,9 +30,19 @@ export interface AgentApiClientOptions {
   readonly timeoutMs?: number;
 }
 
+/** Jobs whose attempt credentials an agent keeps (the oldest given go first): far more than a machine runs at once. */
+const CREDENTIAL_JOBS_KEPT = 1000;
+
 export class AgentApiClient {
   private readonly signer: SignatureV4;
   private readonly base: URL;
+  /**
+   * The attempt credentials the API handed this machine with its work list, by job and attempt.
+   * Kept in this process only: never written to a file, never put in a container's environment.
+   */
+  private readonly credentials = new Map<string, Map<number, string>>();
+  /** The attempt each job was at when this agent last read it: a job write acts for that attempt. */
+  private readonly seenAttempt = new Map<string, number>();
 
   constructor(private readonly options: AgentApiClientOptions) {
     this.base = new URL(options.url);
@@ -37,9 +54,34 @@ export class AgentApiClient {
     });
   }
 
+  /** The credential a call for `claim` carries: of its attempt, or (a read, a job write) of the attempt last seen, else the newest. */
+  private credentialFor(op: AgentApiOp, claim: { jobId: string; attempt?: number }): string | undefined {
+    const held = this.credentials.get(claim.jobId);
+    if (!held) return undefined;
+    const attempt = claim.attempt ?? (op === 'job/update' ? this.seenAttempt.get(claim.jobId) : undefined) ?? Math.max(...held.keys());
+    return held.get(attempt);
+  }
+
+  private keep(given: readonly AttemptCredential[]): void {
+    for (const c of given) {
+      const held = this.credentials.get(c.jobId) ?? new Map<number, string>();
+      held.set(c.attempt, c.credential);
+      // Most recently given last, so the oldest go first.
+      this.credentials.delete(c.jobId);
+      this.credentials.set(c.jobId, held);
+    }
+    for (const jobId of this.credentials.keys()) {
+      if (this.credentials.size <= CREDENTIAL_JOBS_KEPT) break;
+      this.credentials.delete(jobId);
+      this.seenAttempt.delete(jobId);
+    }
+  }
+
   async call<Op extends AgentApiOp>(op: Op, body: AgentApiRequest<Op>): Promise<AgentApiResponses[Op]> {
     const url = new URL(`v1/${op}`, this.base.href.endsWith('/') ? this.base : new URL(`${this.base.href}/`));
     const payload = JSON.stringify(body);
+    const claim = claimOf(op, body);
+    const credential = claim ? this.credentialFor(op, claim) : undefined;
     const signed = await this.signer.sign({
       method: 'POST',
       protocol: url.protocol,
@@ -47,7 +89,7 @@ export class AgentApiClient {
       ...(url.port ? { port: Number(url.port) } : {}),
       path: url.pathname,
       query: {},
-      headers: { host: url.host, 'content-type': 'application/json' },
+      headers: { host: url.host, 'content-type': 'application/json', ...(credential ? { [ATTEMPT_HEADER]: credential } : {}) },
       body: payload,
     });
     let response: Response;
@@ -73,7 +115,18 @@ export class AgentApiClient {
     } catch {
       parsed = { error: text.slice(0, 500) };
     }
-    if (response.ok) return parsed as AgentApiResponses[Op];
+    if (response.ok) {
+      const answer = parsed as AgentApiResponses[Op];
+      if (op === 'node/get') this.keep((answer as AgentApiResponses['node/get']).credentials ?? []);
+      const job =
+        op === 'job/get'
+          ? (answer as AgentApiResponses['job/get']).job
+          : op === 'job/update'
+            ? jobOfWrite(answer as WriteResult)
+            : undefined;
+      if (job && this.credentials.has(job.id)) this.seenAttempt.set(job.id, job.attempt);
+      return answer;
+    }
     const said = parsed as { error?: string; code?: string };
     const code: CloudErrorCode =
       response.status === 403
@@ -86,6 +139,10 @@ export class AgentApiClient {
             : 'unavailable';
     throw new CloudError(code, `the agent API refused ${op} (${response.status}): ${said.error ?? text.slice(0, 500)}`, { operation: op });
   }
+}
+
+function jobOfWrite(w: WriteResult): Job | undefined {
+  return w.ok ? w.job : w.current;
 }
 
 function notForAgents(what: string): never {

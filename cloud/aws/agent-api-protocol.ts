@@ -125,7 +125,11 @@ export type UploadTarget =
 export interface AgentApiResponses {
   'node/register': Record<string, never>;
   'node/heartbeat': { known: boolean };
-  'node/get': { record?: NodeRecord };
+  /**
+   * The machine's own record comes with a credential for each attempt on its work list
+   * (cloud/aws/attempt-credentials.ts); another machine's record, with none.
+   */
+  'node/get': { record?: NodeRecord; credentials?: readonly AttemptCredential[] };
   'node/unassign': Record<string, never>;
   'node/images': { known: boolean };
   'node/warm-images': { images: readonly string[] };
@@ -145,6 +149,61 @@ export interface AgentApiResponses {
 }
 
 export type DrainRequest = Draining & { groupId?: string };
+
+/** The request header that carries an attempt's credential (cloud/aws/attempt-credentials.ts) to the agent API. */
+export const ATTEMPT_HEADER = 'x-gpu-fleet-attempt';
+
+/** An attempt's credential, as `node/get` hands it to the machine that runs the attempt. */
+export interface AttemptCredential {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly credential: string;
+}
+
+/**
+ * What a call acts for, and so the attempt credential it must carry (header `x-gpu-fleet-attempt`):
+ * the job, and the attempt where the call names one (an attempt's writes: its checkpoint files by
+ * their folder, `attempt-N/`). A read of the job (its spec and variables, its newest save, a save's
+ * files) takes a credential of any attempt of it the machine was given; `job/update` one of the
+ * attempt the stored job is at (the API checks it against the record). Undefined for the machine's
+ * own calls (its record, its heartbeat, its drain mark, its work list, its launch hook).
+ */
+export function claimOf<Op extends AgentApiOp>(op: Op, body: AgentApiRequest<Op>): { jobId: string; attempt?: number } | undefined {
+  const b = body as Record<string, unknown>;
+  switch (op) {
+    case 'job/get':
+    case 'checkpoint/latest':
+    case 'checkpoint/download':
+      return { jobId: b.jobId as string };
+    case 'job/update': {
+      const next = b.next as { id?: unknown };
+      return { jobId: typeof next.id === 'string' ? next.id : '' };
+    }
+    case 'checkpoint/complete': {
+      const ref = b.ref as { jobId?: unknown; attempt?: unknown };
+      return {
+        jobId: typeof ref.jobId === 'string' ? ref.jobId : '',
+        attempt: typeof ref.attempt === 'number' ? ref.attempt : 0,
+      };
+    }
+    case 'checkpoint/upload':
+    case 'checkpoint/upload-parts':
+    case 'checkpoint/finish-upload':
+      return { jobId: b.jobId as string, attempt: attemptOfFolder(b.location as string) };
+    case 'logs/put':
+    case 'service/leave':
+      return { jobId: b.jobId as string, attempt: b.attempt as number };
+    default:
+      return undefined;
+  }
+}
+
+/** The attempt a checkpoint location's folder names (`…/attempt-N/…`, the last such part), or 0 when it names none. */
+export function attemptOfFolder(location: string): number {
+  const all = [...location.matchAll(/\/attempt-([1-9]\d{0,15})\//g)];
+  const n = Number(all[all.length - 1]?.[1] ?? 0);
+  return Number.isSafeInteger(n) ? n : 0;
+}
 
 // The upload sizes are core's (core/bytes.ts): the simulation bills the same requests the agent makes.
 export { MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, partBytesFor, SINGLE_PUT_MAX_BYTES } from '../../core/bytes.ts';

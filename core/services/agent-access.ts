@@ -31,6 +31,10 @@ import { imagesToPrefetch } from '../serving/prefetch.ts';
  *   priority, usage, holdings) can be set to a value of the agent's choosing;
  * - a checkpoint, to write, only under the job's folder for an attempt it holds or held; to
  *   read, only under a job it may read.
+ * Through the agent API a call that acts for a job also carries the credential of one of its
+ * attempts (minted for this machine, cloud/aws/attempt-credentials.ts), and the API checks the call
+ * is for that attempt (`credential`: a job write, for the attempt the stored job is at). The
+ * machine's own role alone then acts for no job: a container that took it acts for none.
  */
 
 /** How far an agent's clock may be from the API's: the times in a write it makes are checked against this. */
@@ -299,7 +303,13 @@ export interface AgentView extends AgentStores {
  * a job answer as if the job did not exist; writes it may not make throw {@link AgentRefused}.
  * Times of its own record (registration, heartbeats) are the view's clock, never the machine's.
  */
-export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sources: AgentSources = {}): AgentView {
+export function agentView(
+  stores: AgentStores,
+  nodeId: string,
+  clock: Clock,
+  sources: AgentSources = {},
+  credential?: { readonly jobId: string; readonly attempt: number },
+): AgentView {
   const refuse = (message: string): never => {
     throw new AgentRefused(nodeId, message);
   };
@@ -331,6 +341,11 @@ export function agentView(stores: AgentStores, nodeId: string, clock: Clock, sou
     async update(next, expectedVersion) {
       const stored = await readable(next.id);
       if (stored.version !== expectedVersion) return { ok: false, current: stored };
+      // Through the agent API, a write acts for the attempt the job is at: the call's credential must be that attempt's.
+      if (credential && (credential.jobId !== stored.id || credential.attempt !== stored.attempt))
+        refuse(
+          `the write to job ${stored.id} (at attempt ${stored.attempt}) carries the credential of ${credential.jobId === stored.id ? `attempt ${credential.attempt}` : `job ${credential.jobId}`}`,
+        );
       const latest = next.checkpoint ? await stores.checkpoints.latest(stored.id) : undefined;
       const problem = agentJobWriteProblem(stored, next, nodeId, clock.nowMs(), latest);
       if (problem !== undefined) refuse(problem);

@@ -3,6 +3,7 @@ import { AutoScalingClient } from '@aws-sdk/client-auto-scaling';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { S3Client } from '@aws-sdk/client-s3';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
@@ -11,6 +12,7 @@ import { CloudWatchJobLogs } from '../../cloud/aws/cloudwatch-logs.ts';
 import { awsShippedCatalog } from '../../cloud/catalog/shipped.ts';
 import { documentClientFor, DynamoServiceStore, dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
+import { AttemptCredentials, attemptKeyFromSecret } from '../../cloud/aws/attempt-credentials.ts';
 import { systemClock } from '../../cloud/wiring.ts';
 import { fleetConfigFromEnv } from '../../cloud/env.ts';
 import { ConfigError } from '../../core/errors.ts';
@@ -23,7 +25,15 @@ if (!agentRoleName)
   throw new ConfigError('the environment', ['GPU_FLEET_AGENT_ROLE_NAME is not set: it names the node agent role whose sessions may call'], {
     what: 'gpu-fleet environment',
   });
+const attemptKeySecret = process.env.GPU_FLEET_ATTEMPT_KEY_SECRET;
+if (!attemptKeySecret)
+  throw new ConfigError(
+    'the environment',
+    ["GPU_FLEET_ATTEMPT_KEY_SECRET is not set: it names the secret holding the key of the attempts' credentials"],
+    { what: 'gpu-fleet environment' },
+  );
 const common = { region: config.region, retryMode: 'adaptive' as const, maxAttempts: 5 };
+const attempts = new AttemptCredentials(await attemptKeyFromSecret(new SecretsManagerClient(common), attemptKeySecret));
 const doc = documentClientFor(new DynamoDBClient(common));
 const stores = dynamoStores(doc, config.tables, config.checkpointBucket, systemClock);
 // Groups with a warm pool: their machines ask, while being prepared, which images to pull, then let their launch hook go.
@@ -70,5 +80,6 @@ export const handler = createAgentApiHandler({
       }
     : {}),
   agentRoleName,
+  attempts,
   obs: observability('gpu-fleet-agent-api'),
 });

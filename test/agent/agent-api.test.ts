@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentApiBlobs } from '../../agent/checkpoint-files.ts';
+import { ProcessRunner, type JobRunner, type Launch } from '../../agent/runner.ts';
 import { AgentApiClient } from '../../cloud/aws/agent-api-client.ts';
 import { isCloudError } from '../../core/errors.ts';
 import type { Job } from '../../core/job.ts';
@@ -11,6 +12,7 @@ import { reason } from '../../core/reason.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import { credentialsFor, type startAgentApi } from '../support/agent-api-server.ts';
 import { agentWorld, CHATTY_JOB, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
+import { testAttempts } from '../support/attempt-credentials.ts';
 import { MemoryJobLogs } from '../../cloud/sim/memory-stores.ts';
 
 /**
@@ -35,9 +37,15 @@ const B = 'i-0bbbbbbbb2';
 const interrupt = reason('interrupted', 'spot interruption warning');
 
 type Api = Awaited<ReturnType<typeof startAgentApi>>;
-/** What an escaped job on machine `instanceId` can send: the machine's own credentials, any request. */
-function asMachine(api: Api, instanceId: string): AgentApiClient {
-  return new AgentApiClient({ url: api.url, region: api.region, credentials: credentialsFor(instanceId) });
+/**
+ * What an escaped job on machine `instanceId` can send: the machine's own credentials, any request,
+ * and the attempt credentials the API hands that machine with its work list (fetched first, as the
+ * agent fetches them; so these tests show the rules that hold beyond the credentials).
+ */
+async function asMachine(api: Api, instanceId: string): Promise<AgentApiClient> {
+  const client = new AgentApiClient({ url: api.url, region: api.region, credentials: credentialsFor(instanceId) });
+  await client.call('node/get', { instanceId });
+  return client;
 }
 async function refusal(p: Promise<unknown>): Promise<string> {
   try {
@@ -113,20 +121,55 @@ describe('node agent through the agent API', () => {
     expect((await startOf(workB))!.step).toBeGreaterThan(0);
     // The save's bytes as the agents measured them, billed to the job's team; each rank's read back of its part billed once.
     const location = requeued.checkpoint!.location;
-    const onDisk = readdirSync(fileURLToPath(location), { recursive: true, withFileTypes: true })
-      .filter((e) => e.isFile())
-      .reduce((n, e) => n + statSync(join(e.parentPath, e.name)).size, 0);
+    const files = readdirSync(fileURLToPath(location), { recursive: true, withFileTypes: true }).filter((e) => e.isFile());
+    const rankBytes = (rank: number) =>
+      files.filter((e) => e.parentPath.includes(`rank-${rank}`)).reduce((n, e) => n + statSync(join(e.parentPath, e.name)).size, 0);
     const log = (await w.checkpoints.byteLogs(0)).find((l) => l.owner.jobId === 'nlp.fsdp')!;
     expect(log.owner.team).toBe('nlp');
     const saved = log.saves.find((r) => r.location === location)!;
-    expect(saved).toMatchObject({ bytes: onDisk, parts: 2 });
+    // A gang's save is billed as its completing rank's part times its ranks (the ranks' parts may differ by a byte or two:
+    // each writes its own step count).
+    expect(saved.parts).toBe(2);
+    expect([2 * rankBytes(0), 2 * rankBytes(1)]).toContain(saved.bytes);
     expect(saved.reads?.map((r) => [r.key, r.bytes]).sort()).toEqual([
-      [`2/${A}`, onDisk / 2],
-      [`2/${B}`, onDisk / 2],
+      [`2/${A}`, saved.bytes / 2],
+      [`2/${B}`, saved.bytes / 2],
     ]);
     // Nothing the agents did was refused: the API carries all of it.
     expect(api.calls.filter((c) => c.status !== 200)).toEqual([]);
   }, 30_000);
+
+  it('keeps the attempt credentials in the agent: none reaches a job’s environment, its folders or its output', async () => {
+    const w = world();
+    const api = await w.startApi();
+    const launches: Launch[] = [];
+    const inner = new ProcessRunner();
+    const runner: JobRunner = {
+      kind: 'process',
+      start: (l) => (launches.push(l), inner.start(l)),
+      cleanUpLeftovers: () => inner.cleanUpLeftovers(),
+    };
+    const work = dir('agent-cred');
+    const a = w.agent(A, { workDir: work, api, runner });
+    await a.heartbeat();
+    await w.submit('nlp.mine', { command: ['node', COUNTER_JOB, '100000', '20', '5'] });
+    await w.place('nlp.mine', [A]);
+    await a.heartbeat();
+    await waitFor('the job to save', async () => {
+      await a.watch();
+      return (await w.jobs.get('nlp.mine'))!.checkpoint;
+    });
+    const credential = testAttempts().mint(A, 'nlp.mine', 1);
+    // The agent used it (every job call carried it), and the job was given none of it.
+    expect(api.calls.filter((c) => c.op === 'job/update' && c.status === 200).length).toBeGreaterThan(0);
+    expect(launches).toHaveLength(1);
+    expect(JSON.stringify(launches[0]!.env)).not.toContain(credential.split('.')[2]);
+    const written = readdirSync(work, { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .map((e) => readFileSync(join(e.parentPath, e.name), 'latin1'));
+    expect(written.length).toBeGreaterThan(0);
+    for (const text of written) expect(text).not.toContain(credential.split('.')[2]);
+  });
 
   it('moves a checkpoint of many files and many parts a page at a time, each answer small, and reads it back byte for byte', async () => {
     const w = world();
@@ -142,7 +185,7 @@ describe('node agent through the agent API', () => {
     want.set('sub/model.bin', Buffer.alloc(3_600, 7));
     mkdirSync(join(local, 'sub'), { recursive: true });
     for (const [p, b] of want) writeFileSync(join(local, p), b);
-    const blobs = new AgentApiBlobs(asMachine(api, A), w.checkpoints.root);
+    const blobs = new AgentApiBlobs(await asMachine(api, A), w.checkpoints.root);
     const location = `${w.checkpoints.locationFor('nlp.many', 1)}step-1/`;
     await blobs.upload(local, location);
     const back = dir('many-back');
@@ -169,22 +212,25 @@ describe('node agent through the agent API', () => {
     await w.place('cv.theirs', [B]);
     await a.heartbeat();
     await waitFor('output through the API', async () => ((await logs.read('nlp.mine')).length > 5 ? true : undefined));
-    const hostile = asMachine(api, A);
+    const hostile = await asMachine(api, A);
     const line = { atMs: Date.now(), seq: 0, line: 'forged' };
     // Another machine's job, another rank, another attempt: refused.
+    // (It holds no credential of the other machine's job: that refusal comes first.)
     expect(await refusal(hostile.call('logs/put', { jobId: 'cv.theirs', attempt: 1, rank: 0, lines: [line] }))).toMatch(
-      /did not run rank 0 of attempt 1 of job cv\.theirs/,
+      /logs\/put acts for job cv\.theirs: .*none was shown/,
     );
     expect(await refusal(hostile.call('logs/put', { jobId: 'nlp.mine', attempt: 1, rank: 1, lines: [line] }))).toMatch(
       /did not run rank 1/,
     );
-    expect(await refusal(hostile.call('logs/put', { jobId: 'nlp.mine', attempt: 2, rank: 0, lines: [line] }))).toMatch(/of attempt 2/);
+    expect(await refusal(hostile.call('logs/put', { jobId: 'nlp.mine', attempt: 2, rank: 0, lines: [line] }))).toMatch(
+      /acts for job nlp\.mine: .*none was shown/,
+    );
     expect(await logs.read('cv.theirs')).toEqual([]);
     // A machine cannot say which team or labels its lines belong to: the job says.
     const batches: unknown[] = [];
     const spy = { append: async (b: unknown) => void batches.push(b) };
     const api2 = await w.startApi({ jobLogs: spy as never });
-    await asMachine(api2, A).call('logs/put', { jobId: 'nlp.mine', attempt: 1, rank: 0, lines: [{ ...line, seq: 999_999 }] });
+    await (await asMachine(api2, A)).call('logs/put', { jobId: 'nlp.mine', attempt: 1, rank: 0, lines: [{ ...line, seq: 999_999 }] });
     expect(batches).toEqual([expect.objectContaining({ jobId: 'nlp.mine', team: 'nlp', labels: { project: 'ranking' } })]);
   });
 
@@ -205,21 +251,21 @@ describe('node agent through the agent API', () => {
       await b.watch();
       return (await w.jobs.get('cv.theirs'))!.checkpoint;
     });
-    const hostile = asMachine(api, A);
+    const hostile = await asMachine(api, A);
     const theirs = (await w.jobs.get('cv.theirs'))!;
     const mine = (await w.jobs.get('nlp.mine'))!;
     const bBefore = (await w.nodes.get(B))!;
 
-    // Another machine's job: not readable (answered as absent), not writable.
-    expect((await hostile.call('job/get', { jobId: 'cv.theirs' })).job).toBeUndefined();
+    // Another machine's job: not readable, not writable. Its machine holds no credential of it; a credential of its own job
+    // passed off as one for that job is not valid for it; and past the credentials, the machine has no part in it.
+    const noCredential = /acts for job cv\.theirs: .*none was shown/;
+    expect(await refusal(hostile.call('job/get', { jobId: 'cv.theirs' }))).toMatch(noCredential);
     const fail = { ...theirs, state: 'failed', exitCode: 1, version: theirs.version + 1, updatedAtMs: Date.now() } as Job;
-    expect(await refusal(hostile.call('job/update', { next: fail as never, expectedVersion: theirs.version }))).toMatch(
-      /has no part in job cv\.theirs/,
-    );
+    expect(await refusal(hostile.call('job/update', { next: fail as never, expectedVersion: theirs.version }))).toMatch(noCredential);
     // Its checkpoints: neither readable nor writable.
-    expect(await refusal(hostile.call('checkpoint/latest', { jobId: 'cv.theirs' }))).toMatch(/no part in job cv\.theirs/);
+    expect(await refusal(hostile.call('checkpoint/latest', { jobId: 'cv.theirs' }))).toMatch(noCredential);
     expect(await refusal(hostile.call('checkpoint/download', { jobId: 'cv.theirs', location: theirs.checkpoint!.location }))).toMatch(
-      /no part in job cv\.theirs/,
+      noCredential,
     );
     expect(
       await refusal(
@@ -229,7 +275,7 @@ describe('node agent through the agent API', () => {
           files: [{ path: 'x', bytes: 1 }],
         }),
       ),
-    ).toMatch(/did not hold attempt 1 of job cv\.theirs/);
+    ).toMatch(noCredential);
     // A checkpoint folder of its own job that is really the other job's (a path that climbs out) is not its own.
     expect(
       await refusal(

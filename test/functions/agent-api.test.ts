@@ -5,7 +5,7 @@ import { S3Client, CreateMultipartUploadCommand, CompleteMultipartUploadCommand,
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
-import { callerMachine, partBytesFor } from '../../cloud/aws/agent-api-protocol.ts';
+import { ATTEMPT_HEADER, callerMachine, partBytesFor } from '../../cloud/aws/agent-api-protocol.ts';
 import { S3CheckpointUrls, type CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
 import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
 import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
@@ -14,9 +14,12 @@ import { newServiceRecord } from '../../core/serving/service.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { JobStore } from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
+import { AttemptCredentials } from '../../cloud/aws/attempt-credentials.ts';
+import type { Job } from '../../core/job.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
 import { aJob, aSpec, INSTANCE_TYPES } from '../builders.ts';
+import { credentialHeaders, testAttempts } from '../support/attempt-credentials.ts';
 
 const ROLE = 'GpuFleet-AgentRole-1A2B3C';
 const defaultUrls = () =>
@@ -32,12 +35,29 @@ function setup(jobs: JobStore = new MemoryJobStore(), urls: CheckpointUrls = def
     urls,
     clock: { nowMs: () => 1_800_000_000_000 },
     agentRoleName: ROLE,
+    attempts: testAttempts(),
     obs: observability('agent-api-test'),
   });
-  const call = async (o: { path: string; body?: string; userArn?: string; method?: string }) => {
+  /** A raw call; one that acts for a job carries the credential of its attempt (or `attempt`), unless `credential` says otherwise. */
+  const call = async (o: {
+    path: string;
+    body?: string;
+    userArn?: string;
+    method?: string;
+    attempt?: number;
+    credential?: string | false;
+  }) => {
+    const session = /\/(i-[0-9a-f]+)$/.exec(o.userArn ?? '')?.[1] ?? '';
+    const headers =
+      o.credential === false
+        ? {}
+        : o.credential !== undefined
+          ? { [ATTEMPT_HEADER]: o.credential }
+          : credentialHeaders(session, o.path, o.body ?? '{}', o.attempt);
     const event = {
       rawPath: o.path,
       body: o.body ?? '{}',
+      headers,
       isBase64Encoded: false,
       requestContext: {
         http: { method: o.method ?? 'POST' },
@@ -49,6 +69,147 @@ function setup(jobs: JobStore = new MemoryJobStore(), urls: CheckpointUrls = def
   };
   return { call, nodes, jobs };
 }
+
+describe('agent API: each attempt’s own credential (issue 62)', () => {
+  const NOW = 1_800_000_000_000;
+  const me = 'i-0aaaaaaaa1';
+  /** Two teams' jobs on one machine: nlp.x at its attempt 2 (it ran attempt 1 there too), cv.y at attempt 1. */
+  async function twoTenants() {
+    const jobs = new MemoryJobStore();
+    const placed = { capacityType: 'spot' as const, nodes: [{ nodeId: me, gpuIndices: [0] }] };
+    await jobs.create({
+      ...aJob({ id: 'nlp.x', team: 'nlp', attempt: 2 }),
+      state: 'running',
+      placement: placed,
+      heldAttempts: [{ attempt: 1, nodes: [{ nodeId: me, milliGpu: 1000 }], fromMs: NOW - 7_200_000, toMs: NOW - 3_600_000 }],
+      placedAtMs: NOW - 600_000,
+      startedAtMs: NOW - 590_000,
+      updatedAtMs: NOW - 590_000,
+    });
+    await jobs.create({
+      ...aJob({ id: 'cv.y', team: 'cv', attempt: 1 }),
+      state: 'running',
+      placement: { ...placed, nodes: [{ nodeId: me, gpuIndices: [1] }] },
+      placedAtMs: NOW - 600_000,
+      startedAtMs: NOW - 590_000,
+      updatedAtMs: NOW - 590_000,
+    });
+    const t = setup(jobs);
+    await t.nodes.register({ instanceId: me, groupId: 'g', gpus: [], healthy: true, registeredAtMs: NOW, lastHeartbeatAtMs: NOW });
+    await t.nodes.assign(me, 'nlp.x', 2);
+    await t.nodes.assign(me, 'cv.y', 1);
+    return t;
+  }
+
+  it('hands a machine the credentials of the attempts on its work list with its own record, and no other machine any', async () => {
+    const { call, nodes, jobs } = await twoTenants();
+    // A gang of two machines: this one reads its leader's record (for its address).
+    const leader = 'i-0bbbbbbbb2';
+    await jobs.create({
+      ...aJob({ id: 'nlp.gang', team: 'nlp', attempt: 1 }),
+      state: 'placed',
+      placement: {
+        capacityType: 'on-demand',
+        nodes: [
+          { nodeId: leader, gpuIndices: [0] },
+          { nodeId: me, gpuIndices: [2] },
+        ],
+      },
+    });
+    await nodes.assign(me, 'nlp.gang', 1);
+    const own = await call({ path: '/v1/node/get', userArn: ARN(me), body: JSON.stringify({ instanceId: me }) });
+    expect(own.status).toBe(200);
+    expect(own.body.credentials).toEqual([
+      { jobId: 'nlp.x', attempt: 2, credential: testAttempts().mint(me, 'nlp.x', 2) },
+      { jobId: 'cv.y', attempt: 1, credential: testAttempts().mint(me, 'cv.y', 1) },
+      { jobId: 'nlp.gang', attempt: 1, credential: testAttempts().mint(me, 'nlp.gang', 1) },
+    ]);
+    await nodes.register({ instanceId: leader, groupId: 'g', gpus: [], healthy: true, registeredAtMs: NOW, lastHeartbeatAtMs: NOW });
+    await nodes.assign(leader, 'nlp.gang', 1);
+    const other = await call({ path: '/v1/node/get', userArn: ARN(me), body: JSON.stringify({ instanceId: leader }) });
+    expect(other.body.record).toMatchObject({ instanceId: leader });
+    expect(other.status).toBe(200);
+    expect(other.body.credentials).toBeUndefined();
+  });
+
+  it('lets the holder of attempt 2 of nlp.x act for it alone: not for cv.y on the same machine, not for attempt 1 of its own job', async () => {
+    const { call } = await twoTenants();
+    const x2 = testAttempts().mint(me, 'nlp.x', 2);
+    const as = (path: string, body: unknown, credential: string | false = x2) =>
+      call({ path, userArn: ARN(me), body: JSON.stringify(body), credential });
+    const refused = { status: 403, body: { code: 'access-denied' } };
+    // Its own job, its own attempt: read, save, log.
+    expect(await as('/v1/job/get', { jobId: 'nlp.x' })).toMatchObject({ status: 200, body: { job: { id: 'nlp.x' } } });
+    const x2Folder = 's3://ckpt/checkpoints/nlp.x/attempt-2/step-1/';
+    expect((await as('/v1/checkpoint/upload', { jobId: 'nlp.x', location: x2Folder, files: [{ path: 'm.pt', bytes: 10 }] })).status).toBe(
+      200,
+    );
+    expect((await as('/v1/logs/put', { jobId: 'nlp.x', attempt: 2, rank: 0, lines: [{ atMs: NOW, seq: 0, line: 'hi' }] })).status).toBe(
+      400,
+    ); // no log group here: past the credential
+    // The other team's job on the same machine: no read (its HF_TOKEN), no finish, no checkpoint, no log.
+    const cv = await as('/v1/job/get', { jobId: 'cv.y' });
+    expect(cv).toMatchObject(refused);
+    expect(cv.body.error).toMatch(/job\/get acts for job cv\.y: .*the one shown is not valid for this machine and job/);
+    const y = (await as('/v1/job/get', { jobId: 'cv.y' }, testAttempts().mint(me, 'cv.y', 1))).body.job as Job;
+    expect(await as('/v1/job/update', { next: { ...y, state: 'succeeded', updatedAtMs: NOW }, expectedVersion: y.version })).toMatchObject(
+      refused,
+    );
+    expect(
+      await as('/v1/checkpoint/upload', {
+        jobId: 'cv.y',
+        location: 's3://ckpt/checkpoints/cv.y/attempt-1/s/',
+        files: [{ path: 'm.pt', bytes: 10 }],
+      }),
+    ).toMatchObject(refused);
+    expect(
+      await as('/v1/checkpoint/complete', {
+        ref: { jobId: 'cv.y', attempt: 1, location: 's3://ckpt/checkpoints/cv.y/attempt-1/s/', completedAtMs: NOW, progressSec: 60 },
+        rank: 0,
+      }),
+    ).toMatchObject(refused);
+    expect(await as('/v1/logs/put', { jobId: 'cv.y', attempt: 1, rank: 0, lines: [{ atMs: NOW, seq: 0, line: 'x' }] })).toMatchObject(
+      refused,
+    );
+    // Attempt 1 of its own job, which this machine ran: the credential of attempt 2 does not act for it.
+    const older = await as('/v1/checkpoint/complete', {
+      ref: { jobId: 'nlp.x', attempt: 1, location: 's3://ckpt/checkpoints/nlp.x/attempt-1/s/', completedAtMs: NOW, progressSec: 60 },
+      rank: 0,
+    });
+    expect(older).toMatchObject(refused);
+    expect(older.body.error).toMatch(/acts for attempt 1 of job nlp\.x, but its credential is attempt 2's/);
+    expect(
+      await as('/v1/checkpoint/upload', {
+        jobId: 'nlp.x',
+        location: 's3://ckpt/checkpoints/nlp.x/attempt-1/s/',
+        files: [{ path: 'm.pt', bytes: 10 }],
+      }),
+    ).toMatchObject(refused);
+    expect(await as('/v1/logs/put', { jobId: 'nlp.x', attempt: 1, rank: 0, lines: [{ atMs: NOW, seq: 0, line: 'x' }] })).toMatchObject(
+      refused,
+    );
+    // A job write with attempt 1's credential while the job is at attempt 2 (the API checks it against the record).
+    const x = (await as('/v1/job/get', { jobId: 'nlp.x' })).body.job as Job;
+    const stale = await as(
+      '/v1/job/update',
+      { next: { ...x, state: 'succeeded', updatedAtMs: NOW }, expectedVersion: x.version },
+      testAttempts().mint(me, 'nlp.x', 1),
+    );
+    expect(stale).toMatchObject(refused);
+    expect(stale.body.error).toMatch(/job nlp\.x \(at attempt 2\) carries the credential of attempt 1/);
+  });
+
+  it('refuses a call for a job with no credential, one minted for another machine, or one made up, whatever the machine may do', async () => {
+    const { call } = await twoTenants();
+    const get = (credential: string | false) => call({ path: '/v1/job/get', userArn: ARN(me), body: '{"jobId":"nlp.x"}', credential });
+    expect(await get(false)).toMatchObject({ status: 403, body: { error: expect.stringMatching(/none was shown/) } });
+    expect(await get(testAttempts().mint('i-0bbbbbbbb2', 'nlp.x', 2))).toMatchObject({ status: 403 });
+    expect(await get(new AttemptCredentials('another-key-another-key-another-key-!').mint(me, 'nlp.x', 2))).toMatchObject({ status: 403 });
+    expect(await get('v1.2.not-a-mac')).toMatchObject({ status: 403 });
+    // The machine's own calls need none.
+    expect((await call({ path: '/v1/node/heartbeat', userArn: ARN(me), body: '{}', credential: false })).status).toBe(200);
+  });
+});
 
 describe('agent API: who may call, and what a malformed call gets back', () => {
   it('takes the caller’s machine from its instance role session, and refuses any other caller', async () => {
@@ -334,6 +495,7 @@ describe('agent API: a machine being prepared in its group’s warm pool', () =>
       ...(o.services !== false ? { sources: { services, types } } : {}),
       ...(o.hook !== false ? { launchHook: { hookName: 'gpu-fleet-prepare', groups } } : {}),
       agentRoleName: ROLE,
+      attempts: testAttempts(),
       obs: observability('agent-api-test'),
     });
     const call = async (path: string, body: unknown, session = 'i-0aaaaaaaa1') => {
@@ -455,12 +617,14 @@ describe('agent API: a warned machine’s replica leaving its service’s target
       clock: { nowMs: () => NOW },
       sources: { frontDoor: new ElbFrontDoor(elb as unknown as ElasticLoadBalancingV2Client, { 'nlp.chat': TG }) },
       agentRoleName: ROLE,
+      attempts: testAttempts(),
       obs: observability('agent-api-test'),
     });
     const leave = async (body: unknown) => {
       const event = {
         rawPath: '/v1/service/leave',
         body: JSON.stringify(body),
+        headers: credentialHeaders(me, '/v1/service/leave', JSON.stringify(body)),
         isBase64Encoded: false,
         requestContext: { http: { method: 'POST' }, authorizer: { iam: { userArn: ARN(me) } } },
       } as unknown as LambdaFunctionURLEventWithIAMAuthorizer;

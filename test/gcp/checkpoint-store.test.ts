@@ -21,6 +21,7 @@ import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
+import { credentialHeaders, testAttempts } from '../support/attempt-credentials.ts';
 
 const BUCKET = 'gpu-fleet-ckpt-us-central1';
 /** The sweep's bucket, holding only what its test puts there. */
@@ -156,12 +157,14 @@ describe('Cloud Storage as a region’s checkpoint store, against a local Cloud 
         ...(gcsUrls ? { gcsUrls, otherRoots: [ROOT] } : {}),
         clock: { nowMs: () => now },
         agentRoleName: 'AgentRole',
+        attempts: testAttempts(),
         obs: observability('agent-api-test'),
       });
     const call = async (handler: ReturnType<typeof handlerWith>, path: string, body: unknown) => {
       const event = {
         rawPath: path,
         body: JSON.stringify(body),
+        headers: credentialHeaders(me, path, JSON.stringify(body), 2),
         isBase64Encoded: false,
         requestContext: {
           http: { method: 'POST' },

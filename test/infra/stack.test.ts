@@ -387,6 +387,24 @@ describe('the CDK stack, synthesised from the example config', () => {
     });
   });
 
+  it("keeps the key of the attempts' credentials in a random secret that the agent API alone reads", () => {
+    const secrets = Object.entries(t.findResources('AWS::SecretsManager::Secret')).filter(([id]) => id.startsWith('AttemptCredentialKey'));
+    expect(secrets).toHaveLength(1);
+    const [secretId, secret] = secrets[0]! as [string, { Properties: { GenerateSecretString: { PasswordLength: number } } }];
+    expect(secret.Properties.GenerateSecretString.PasswordLength).toBeGreaterThanOrEqual(32);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: {
+        Variables: Match.objectLike({ POWERTOOLS_SERVICE_NAME: 'gpu-fleet-agentApi', GPU_FLEET_ATTEMPT_KEY_SECRET: { Ref: secretId } }),
+      },
+    });
+    // Which roles may read it: the agent API's only (never the machines', whose sessions a job could take).
+    const readers = Object.entries(t.findResources('AWS::IAM::Policy'))
+      .filter(([, p]) => JSON.stringify(p).includes(secretId) && JSON.stringify(p).includes('secretsmanager:GetSecretValue'))
+      .map(([id]) => id);
+    expect(readers.length).toBeGreaterThan(0);
+    for (const id of readers) expect(id).toMatch(/^agentApi/);
+  });
+
   it('lets the agent API write only the tables, keys and prefix an agent’s calls need', () => {
     const api = statements(t, 'agentApiRole');
     const control = api.find((s) => s.Sid === 'CheckpointIndexOnly')!;

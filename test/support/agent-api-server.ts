@@ -17,6 +17,7 @@ import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, N
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
+import { testAttempts } from './attempt-credentials.ts';
 
 export const AGENT_ROLE = 'gpu-fleet-AgentRole1234';
 const REGION = 'us-west-2';
@@ -124,6 +125,7 @@ export async function startAgentApi(o: {
     ...(o.jobLogs ? { jobLogs: o.jobLogs } : {}),
     clock: o.clock,
     agentRoleName: AGENT_ROLE,
+    attempts: testAttempts(),
     obs: observability('agent-api-test'),
   });
 
