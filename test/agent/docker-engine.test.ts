@@ -619,16 +619,26 @@ function restartDockerd(): void {
   const systemd = spawnSync('systemctl', ['is-active', '--quiet', 'docker'], { stdio: 'ignore' });
   if (systemd.status === 0) execFileSync('systemctl', ['restart', 'docker']);
   else {
-    const pid = Number(execFileSync('pidof', ['-s', 'dockerd'], { encoding: 'utf8' }).trim());
+    // The engine's process, found in /proc (no pidof or pgrep needed).
+    const pid = Number(
+      readdirSync('/proc').find(
+        (p) => /^\d+$/.test(p) && existsSync(`/proc/${p}/comm`) && readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'dockerd',
+      ),
+    );
+    if (!pid) throw new Error('no dockerd process to restart');
     const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
     process.kill(pid, 'SIGTERM');
-    for (let i = 0; i < 300 && existsSync(`/proc/${pid}`); i++) execFileSync('sleep', ['0.1']);
+    for (let i = 0; i < 300 && existsSync(`/proc/${pid}`); i++) sleepMs(100);
     const log = openSync(join(tmpdir(), 'gpu-fleet-dockerd-restarted.log'), 'a');
     spawn(cmdline[0]!, cmdline.slice(1), { detached: true, stdio: ['ignore', log, log] }).unref();
   }
   for (let i = 0; i < 600; i++) {
     if (spawnSync('docker', ['info'], { stdio: 'ignore' }).status === 0) return;
-    execFileSync('sleep', ['0.1']);
+    sleepMs(100);
   }
   throw new Error('dockerd did not answer within 60 s of its restart');
+}
+
+function sleepMs(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
