@@ -394,6 +394,21 @@ export const ConfigSchema = z
       .max(200)
       .optional(),
     /**
+     * The ECR repositories of the account the machines may pull job images from, by name or by a
+     * prefix ending in `*` (`ml/*`). The node role names exactly these; without the field it pulls
+     * from none (images from other registries are pulled as before). Default: none.
+     */
+    ecrRepositories: z
+      .array(
+        z.string().regex(/^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*\/)*(?:[a-z0-9]+(?:[._-][a-z0-9]+)*|\*)$/, {
+          error:
+            'must be an ECR repository name (lowercase letters, digits, ".", "_", "-", "/"-separated) or every repository under a path, ending in "*": "ml/trainer", "ml/*"',
+        }),
+        { error: 'must be a list of ECR repository names or prefixes, e.g. ["ml/*"]' },
+      )
+      .max(100)
+      .optional(),
+    /**
      * Which capacity reservations gpu-fleet reads (beside those its reserved groups launch into), as
      * Karpenter's capacityReservationSelectorTerms: any term matches, a reservation id or every tag
      * of a term. Default: those tagged gpu-fleet:managed=true.
@@ -698,6 +713,8 @@ describeFields(ConfigSchema, {
   'jobLogs.retentionDays': 'how long it is kept',
   hostNetworkSharing:
     "pairs of teams whose host-network work (gang ranks, service replicas) may share a machine (default: none; each team's alone)",
+  ecrRepositories:
+    'the ECR repositories of the account the machines may pull job images from, names or prefixes ending in "*" (default: none)',
   discounts: 'Savings Plans and Reserved Instances, declared per instance family (not read from the account)',
   'discounts[].family': 'the instance family (the part of the type before the dot)',
   'discounts[].discountPct': 'the discount on the on-demand price',

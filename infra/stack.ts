@@ -215,7 +215,7 @@ export class GpuFleetStack extends Stack {
     const agentAsset = new s3assets.Asset(this, 'AgentBundle', {
       path: props.agentBundleFile ?? bundleAgentSync(props.agentBundleDir ?? resolve(import.meta.dirname, '../cdk.out-agent')).file,
     });
-    this.agentRole = this.agentRoleFor(agentAsset);
+    this.agentRole = this.agentRoleFor(agentAsset, config.ecrRepositories ?? []);
     // The one way a machine writes state: a function URL its instance role may call (and nothing else may).
     // The key of the attempts' credentials (cloud/aws/attempt-credentials.ts): random, made by Secrets Manager, read by the
     // agent API alone. No rotation: a new key voids every credential the agents hold (each gets new ones with its work list).
@@ -523,7 +523,7 @@ export class GpuFleetStack extends Stack {
    * node's own records), publish its GPU metrics, fetch its bundle, pull job images. No table, no
    * checkpoint object, no key: its state and its jobs' checkpoints go through the API.
    */
-  private agentRoleFor(agentAsset: s3assets.Asset): iam.Role {
+  private agentRoleFor(agentAsset: s3assets.Asset, ecrRepositories: readonly string[]): iam.Role {
     const role = new iam.Role(this, 'AgentRole', {
       assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
       description: 'gpu-fleet node agent',
@@ -536,14 +536,18 @@ export class GpuFleetStack extends Stack {
         conditions: { StringEquals: { 'cloudwatch:namespace': AGENT_METRICS.namespace } },
       }),
     );
-    role.addToPolicy(new iam.PolicyStatement({ sid: 'EcrLogin', actions: ['ecr:GetAuthorizationToken'], resources: ['*'] }));
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        sid: 'EcrPull',
-        actions: ['ecr:BatchGetImage', 'ecr:GetDownloadUrlForLayer', 'ecr:BatchCheckLayerAvailability'],
-        resources: [`arn:${this.partition}:ecr:${this.region}:${this.account}:repository/*`],
-      }),
-    );
+    // Job images from ECR: only the repositories the config names (none without them).
+    const repositories = ecrRepositories.map((r) => `arn:${this.partition}:ecr:${this.region}:${this.account}:repository/${r}`);
+    if (repositories.length > 0) {
+      role.addToPolicy(new iam.PolicyStatement({ sid: 'EcrLogin', actions: ['ecr:GetAuthorizationToken'], resources: ['*'] }));
+      role.addToPolicy(
+        new iam.PolicyStatement({
+          sid: 'EcrPull',
+          actions: ['ecr:BatchGetImage', 'ecr:GetDownloadUrlForLayer', 'ecr:BatchCheckLayerAvailability'],
+          resources: repositories,
+        }),
+      );
+    }
     // Exactly the bundle object, not the whole asset bucket.
     role.addToPolicy(
       new iam.PolicyStatement({
@@ -555,8 +559,14 @@ export class GpuFleetStack extends Stack {
     acknowledge(role, {
       'AwsSolutions-IAM5[Resource::*]':
         'cloudwatch:PutMetricData and ecr:GetAuthorizationToken support no resource-level permissions; PutMetricData is held to the GpuFleet namespace by a condition.',
-      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecr:${nagRegion(this)}:<AWS::AccountId>:repository/*]`]:
-        'Jobs name their own images; the agent may pull (read only) from any ECR repository of the account, none elsewhere.',
+      ...Object.fromEntries(
+        ecrRepositories
+          .filter((r) => r.endsWith('*'))
+          .map((r) => [
+            `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecr:${nagRegion(this)}:<AWS::AccountId>:repository/${r}]`,
+            `The fleet config lets the machines pull (read only) from the ECR repositories under ${r}, as it names them.`,
+          ]),
+      ),
     });
     return role;
   }

@@ -364,6 +364,17 @@ describe('the CDK stack, synthesised from the example config', () => {
         's3:GetObject',
       ].sort(),
     );
+    // Image pulls from the ECR repositories the config names only (the example: ml/*), and none without them.
+    expect(agent.find((s) => s.Sid === 'EcrPull')!.Resource).toEqual({
+      'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':ecr:us-east-1:', { Ref: 'AWS::AccountId' }, ':repository/ml/*']],
+    });
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const { ecrRepositories: _all, ...noEcr } = raw;
+    const none = statements(synth(parseConfig(noEcr)).template, 'AgentRole').flatMap(actionsOf);
+    expect(none.filter((a) => a.startsWith('ecr:'))).toEqual([]);
+    expect(() => parseConfig({ ...raw, ecrRepositories: ['ML/*', 'a/../b', 'ml/train*'] })).toThrow(
+      /ecrRepositories\[0\]: must be an ECR repository name.*got "ML\/\*".*ecrRepositories\[1\].*ecrRepositories\[2\]/s,
+    );
     const apiFn = Object.keys(t.findResources('AWS::Lambda::Function')).find((id) => id.startsWith('agentApiFunction'))!;
     const onApi = { 'Fn::GetAtt': [apiFn, 'Arn'] };
     // Only through the function URL with IAM auth: a direct Invoke (with an event naming any caller) is not allowed.
@@ -953,7 +964,7 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, prometheus, dcgmExporterUrl, jobLogs, discounts, hostNetworkSharing, reservations, services, gcp',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, prometheus, dcgmExporterUrl, jobLogs, discounts, hostNetworkSharing, ecrRepositories, reservations, services, gcp',
         // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
           /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
