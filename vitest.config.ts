@@ -5,9 +5,6 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     environment: 'node',
     pool: 'forks',
-    // Two files at once: vitest's default (CPUs - 1) runs one at a time on a 2-core machine, where most files wait on
-    // processes, servers and timers rather than compute (the suite took 10.4 min of vitest alone that way).
-    maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Powertools: no X-Ray, no EMF or log lines on the test output (tests assert behaviour, not logs).
