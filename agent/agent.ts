@@ -1059,7 +1059,7 @@ export class NodeAgent {
       if (!serviceId || l.rank !== 0) continue;
       const values = await scrapeReplica(l.job.spec);
       for (const [metric, value] of Object.entries(values) as [ServiceMetric, number][])
-        out.push({ serviceId, jobId: l.jobId, metric, value, atMs });
+        out.push({ serviceId, jobId: l.jobId, attempt: l.job.attempt, metric, value, atMs });
     }
     if (out.length > 0) await this.ports.serviceMetrics.put(out);
   }

@@ -18,6 +18,7 @@ import {
   AgentApiCheckpointStore,
   AgentApiClient,
   AgentApiJobLogs,
+  AgentApiServiceMetrics,
   AgentApiJobStore,
   AgentApiNodeStore,
 } from '../cloud/aws/agent-api-client.ts';
@@ -257,7 +258,10 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
         : {}),
       ...(flags.sudoHelper ? { removeFolder: sudoRemover(flags.sudoHelper, env) } : {}),
       ...(metadata ? { metadata } : {}),
-      ...(flags.metrics !== false ? { metrics: ports.metricSink, serviceMetrics: ports.serviceMetricSink } : {}),
+      // A replica's load figures go through the agent API on a fleet machine (its role may not publish them itself).
+      ...(flags.metrics !== false
+        ? { metrics: ports.metricSink, serviceMetrics: api ? new AgentApiServiceMetrics(api) : ports.serviceMetricSink }
+        : {}),
       ...(jobLogs ? { jobLogs } : {}),
       // A warned machine's replicas leave their target groups through the agent API, as late as lets them drain.
       ...(api

@@ -353,6 +353,8 @@ export interface GpuMetricSink {
 export interface ServiceMetricSample {
   readonly serviceId: string;
   readonly jobId: string;
+  /** The replica's attempt that measured it (the agent API publishes a machine's figures for that attempt only). */
+  readonly attempt?: number;
   readonly metric: ServiceMetric;
   readonly value: number;
   readonly atMs: number;

@@ -17,7 +17,16 @@ import {
 import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
 import { CheckpointRefused, type CheckpointRef, type Job } from '../core/job.ts';
-import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeGroupProvider, NodeStore } from '../core/ports.ts';
+import type {
+  CheckpointHistory,
+  CheckpointStore,
+  Clock,
+  JobLogSink,
+  JobStore,
+  NodeGroupProvider,
+  NodeStore,
+  ServiceMetricSink,
+} from '../core/ports.ts';
 import { AgentRefused, agentView, type AgentView, type AgentSources } from '../core/services/agent-access.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
@@ -35,6 +44,8 @@ export interface AgentApiDeps {
   readonly gcsUrls?: CheckpointUrls;
   /** The other sites' checkpoint roots a machine may read from (the GCP regions' buckets). */
   readonly otherRoots?: readonly string[];
+  /** Where replicas' load figures go (CloudWatch, the services' namespace); without it, `service/metrics` is refused as not configured. */
+  readonly serviceMetrics?: ServiceMetricSink;
   /** Where attempts' output goes (CloudWatch Logs); without it, `logs/put` is refused as not configured. */
   readonly jobLogs?: JobLogSink;
   readonly clock: Clock;
@@ -183,6 +194,13 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       if (!deps.gcsUrls)
         throw new Refused(400, `${location} is in Cloud Storage, and this fleet has no GCP credentials to sign reads of it`);
       return deps.gcsUrls.downloadUrls(location, after, DOWNLOAD_FILES_PER_CALL);
+    },
+    // A replica's load figures, published by the API for the machine that serves it, under the service its job names.
+    'service/metrics': async (view, { jobId, attempt, samples }) => {
+      if (!deps.serviceMetrics) throw new Refused(400, 'this fleet publishes no service metrics (it has no services)');
+      const { serviceId } = await view.checkServiceMetrics(jobId, attempt);
+      await deps.serviceMetrics.put(samples.map((s) => ({ serviceId, jobId, metric: s.metric, value: s.value, atMs: s.atMs })));
+      return {};
     },
     // A machine writes only the output of the attempts and ranks it runs (or ran), with the job's team and labels.
     'logs/put': async (view, { jobId, attempt, rank, lines }) => {

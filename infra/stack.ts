@@ -21,7 +21,7 @@ import * as sns from 'aws-cdk-lib/aws-sns';
 import * as subscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import type { Construct } from 'constructs';
-import { AGENT_METRICS } from '../cloud/aws/cloudwatch-metrics.ts';
+import { AGENT_METRICS, SERVICE_METRICS_NAMESPACE } from '../cloud/aws/cloudwatch-metrics.ts';
 import { GROUP_TAGS, MIG_TAG_VALUE } from '../cloud/aws/asg-node-groups.ts';
 import { STACK_OUTPUT_VARIABLES } from '../cloud/aws/stack-outputs.ts';
 import { TABLES, type TableNames } from '../cloud/aws/tables.ts';
@@ -814,6 +814,14 @@ export class GpuFleetStack extends Stack {
         ['elasticloadbalancing:DeregisterTargets'],
         this.serviceTargets.map((t) => t.arn),
       );
+      // Replicas' load figures, which the API publishes for the machine that serves each (the machines may not).
+      allow(role, 'ServiceMetrics', ['cloudwatch:PutMetricData'], ['*'], {
+        StringEquals: { 'cloudwatch:namespace': SERVICE_METRICS_NAMESPACE },
+      });
+      acknowledge(role, {
+        'AwsSolutions-IAM5[Resource::*]':
+          "cloudwatch:PutMetricData supports no resource-level permissions; the agent API's is held to the services' namespace by a condition.",
+      });
     }
     if (!config.nodeGroups.some((g) => g.warmPool)) return;
     agentApi.addEnvironment('GPU_FLEET_LAUNCH_HOOK', LAUNCH_HOOK_NAME);

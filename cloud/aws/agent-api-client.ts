@@ -5,7 +5,16 @@ import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smit
 import { CloudError, GpuFleetError, type CloudErrorCode } from '../../core/errors.ts';
 import type { Draining, MachineMeterFacts, NodeRecord } from '../../core/fleet.ts';
 import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
-import type { CheckpointStore, JobLogBatch, JobLogSink, JobStore, NodeStore, WriteResult } from '../../core/ports.ts';
+import type {
+  CheckpointStore,
+  JobLogBatch,
+  JobLogSink,
+  JobStore,
+  NodeStore,
+  ServiceMetricSample,
+  ServiceMetricSink,
+  WriteResult,
+} from '../../core/ports.ts';
 import {
   ATTEMPT_HEADER,
   claimOf,
@@ -269,6 +278,33 @@ export function jobOfLocation(root: string, location: string): string | undefine
     return decodeURIComponent(first);
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * Replicas' load figures through the agent API, a call per replica: the API publishes them under
+ * the service the replica's job names, for the machine that serves it (the machine's role may not
+ * put metrics in the services' namespace).
+ */
+export class AgentApiServiceMetrics implements ServiceMetricSink {
+  constructor(private readonly client: AgentApiClient) {}
+
+  async put(samples: readonly ServiceMetricSample[]): Promise<void> {
+    const byReplica = new Map<string, ServiceMetricSample[]>();
+    for (const s of samples) {
+      if (s.attempt === undefined || (s.metric !== 'waiting-requests' && s.metric !== 'running-requests')) continue;
+      const key = `${s.jobId}\n${s.attempt}`;
+      byReplica.set(key, [...(byReplica.get(key) ?? []), s]);
+    }
+    for (const group of byReplica.values())
+      for (let i = 0; i < group.length; i += 20)
+        await this.client.call('service/metrics', {
+          jobId: group[0]!.jobId,
+          attempt: group[0]!.attempt!,
+          samples: group
+            .slice(i, i + 20)
+            .map((s) => ({ metric: s.metric as 'waiting-requests' | 'running-requests', value: s.value, atMs: s.atMs })),
+        });
   }
 }
 

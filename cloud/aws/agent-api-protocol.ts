@@ -102,6 +102,19 @@ export const AGENT_API = {
     parts: z.array(z.object({ partNumber: int(1, 10_000), etag: text(1, 256) })).check(z.minLength(1), z.maxLength(10_000)),
   }),
   'checkpoint/download': z.object({ jobId, location, after: z.optional(filePath) }),
+  'service/metrics': z.object({
+    jobId,
+    attempt,
+    samples: z
+      .array(
+        z.object({
+          metric: z.enum(['waiting-requests', 'running-requests']),
+          value: z.number().check(z.gte(0), z.lte(1e9)),
+          atMs: timeMs,
+        }),
+      )
+      .check(z.minLength(1), z.maxLength(20)),
+  }),
   'logs/put': z.object({
     jobId,
     attempt,
@@ -146,6 +159,7 @@ export interface AgentApiResponses {
   /** A page of the folder's files in path order; `next` (the last path) asks for the page after it. */
   'checkpoint/download': { files: readonly { readonly path: string; readonly url: string }[]; next?: string };
   'logs/put': Record<string, never>;
+  'service/metrics': Record<string, never>;
 }
 
 export type DrainRequest = Draining & { groupId?: string };
@@ -192,6 +206,7 @@ export function claimOf<Op extends AgentApiOp>(op: Op, body: AgentApiRequest<Op>
       return { jobId: b.jobId as string, attempt: attemptOfFolder(b.location as string) };
     case 'logs/put':
     case 'service/leave':
+    case 'service/metrics':
       return { jobId: b.jobId as string, attempt: b.attempt as number };
     default:
       return undefined;

@@ -27,7 +27,13 @@ export const AGENT_METRICS = {
   temperature: 'GpuTemperature',
   eccErrors: 'GpuUncorrectableEccErrors',
 } as const;
-/** Replicas' own load figures, by service (each replica publishes its value once a minute: the minute's Sum is the service's total). */
+/**
+ * Replicas' own load figures, by service (each replica publishes its value once a minute: the
+ * minute's Sum is the service's total), in a namespace of their own: the agent API publishes them
+ * for the replica's machine (it checks the machine runs that replica), and the machines' role may
+ * put metrics in the agents' namespace only, so no machine can move another service's replicas.
+ */
+export const SERVICE_METRICS_NAMESPACE = 'GpuFleet/Services';
 export const SERVICE_METRICS = {
   'waiting-requests': 'ServiceWaitingRequests',
   'running-requests': 'ServiceRunningRequests',
@@ -164,11 +170,11 @@ export class CloudWatchGpuMetricSink implements GpuMetricSink {
   }
 }
 
-/** Publishes replicas' load figures in gpu-fleet's namespace, by service. */
+/** Publishes replicas' load figures in the services' namespace, by service. */
 export class CloudWatchServiceMetricSink implements ServiceMetricSink {
   constructor(
     private readonly cw: CloudWatchClient,
-    private readonly namespace: string = AGENT_METRICS.namespace,
+    private readonly namespace: string = SERVICE_METRICS_NAMESPACE,
   ) {}
 
   async put(samples: readonly ServiceMetricSample[]): Promise<void> {

@@ -13,7 +13,7 @@ import { GetMetricDataCommand, type CloudWatchClient } from '@aws-sdk/client-clo
 import type { Clock, FrontDoor, ServiceLoadSource } from '../../core/ports.ts';
 import type { ServiceMetric } from '../../core/serving/autoscale.ts';
 import type { ServiceRecord } from '../../core/serving/service.ts';
-import { AGENT_METRICS, SERVICE_METRICS } from './cloudwatch-metrics.ts';
+import { SERVICE_METRICS, SERVICE_METRICS_NAMESPACE } from './cloudwatch-metrics.ts';
 import { translateAwsError } from './errors.ts';
 
 /** The TargetGroup dimension of a target group's ARN ("targetgroup/name/id"). */
@@ -51,7 +51,7 @@ export class ElbRequestLoad implements ServiceLoadSource {
             ...Object.entries(SERVICE_METRICS).map(([metric, name]) => ({
               Id: metric === 'waiting-requests' ? 'waiting' : 'running',
               MetricStat: {
-                Metric: { Namespace: AGENT_METRICS.namespace, MetricName: name, Dimensions: [{ Name: 'Service', Value: service.id }] },
+                Metric: { Namespace: SERVICE_METRICS_NAMESPACE, MetricName: name, Dimensions: [{ Name: 'Service', Value: service.id }] },
                 Period: 60,
                 Stat: 'Sum',
               },

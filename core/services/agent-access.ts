@@ -294,6 +294,12 @@ export interface AgentView extends AgentStores {
    * says when). Throws {@link AgentRefused} otherwise, or where the view has no load balancer.
    */
   leaveFrontDoor(jobId: string, attempt: number): Promise<void>;
+  /**
+   * The service whose load figures the machine may publish for this attempt: only a replica's
+   * (its service label), only the attempt the job is at, and only from its first rank's machine,
+   * which serves it. Throws {@link AgentRefused} otherwise.
+   */
+  checkServiceMetrics(jobId: string, attempt: number): Promise<{ serviceId: string }>;
 }
 
 /**
@@ -490,6 +496,14 @@ export function agentView(
       const newest = await stores.checkpoints.latest(jobId);
       if (newest && location.startsWith(newest.location))
         refuse(`${location} is in the newest complete checkpoint of job ${jobId}; a save goes to a folder of its own`);
+    },
+    async checkServiceMetrics(jobId, attempt) {
+      const job = await jobOf(jobId);
+      const serviceId = job.spec.labels?.[SERVICE_LABEL];
+      if (!serviceId) return refuse(`job ${jobId} is not a service replica`);
+      if (job.attempt !== attempt || job.placement?.nodes[0]?.nodeId !== nodeId)
+        return refuse(`machine ${nodeId} does not serve attempt ${attempt} of replica ${jobId}`);
+      return { serviceId };
     },
     async checkLogWrite(jobId, attempt, rank) {
       const job = await jobOf(jobId);

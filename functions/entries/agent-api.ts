@@ -4,11 +4,13 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
 import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
 import { CloudWatchJobLogs } from '../../cloud/aws/cloudwatch-logs.ts';
+import { CloudWatchServiceMetricSink } from '../../cloud/aws/cloudwatch-metrics.ts';
 import { awsShippedCatalog } from '../../cloud/catalog/shipped.ts';
 import { documentClientFor, DynamoServiceStore, dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
@@ -64,6 +66,7 @@ export const handler = createAgentApiHandler({
   // machine's replicas leave them).
   ...(config.services
     ? {
+        serviceMetrics: new CloudWatchServiceMetricSink(new CloudWatchClient(common)),
         sources: {
           services: new DynamoServiceStore(doc, config.tables.control),
           types: awsShippedCatalog().instanceTypes,

@@ -5,7 +5,8 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentApiBlobs } from '../../agent/checkpoint-files.ts';
 import { ProcessRunner, type JobRunner, type Launch } from '../../agent/runner.ts';
-import { AgentApiClient } from '../../cloud/aws/agent-api-client.ts';
+import { AgentApiClient, AgentApiServiceMetrics } from '../../cloud/aws/agent-api-client.ts';
+import type { ServiceMetricSample } from '../../core/ports.ts';
 import { isCloudError } from '../../core/errors.ts';
 import type { Job } from '../../core/job.ts';
 import { reason } from '../../core/reason.ts';
@@ -138,6 +139,26 @@ describe('node agent through the agent API', () => {
     // Nothing the agents did was refused: the API carries all of it.
     expect(api.calls.filter((c) => c.status !== 200)).toEqual([]);
   }, 30_000);
+
+  it('sends a replica’s load figures through the API, which publishes them under the service its job names, not one the machine says', async () => {
+    const w = world();
+    const published: ServiceMetricSample[] = [];
+    const api = await w.startApi({ serviceMetrics: { put: async (s) => void published.push(...s) } });
+    const a = w.agent(A, { api });
+    await a.heartbeat();
+    await w.submit('nlp.chat-r1', { command: ['node', COUNTER_JOB, '100000', '20'], labels: { 'gpu-fleet/service': 'nlp.chat' } });
+    await w.place('nlp.chat-r1', [A]);
+    const client = await asMachine(api, A);
+    const atMs = Date.now();
+    await new AgentApiServiceMetrics(client).put([
+      { serviceId: 'cv.other', jobId: 'nlp.chat-r1', attempt: 1, metric: 'waiting-requests', value: 4, atMs },
+      { serviceId: 'cv.other', jobId: 'nlp.chat-r1', attempt: 1, metric: 'running-requests', value: 9, atMs },
+    ]);
+    expect(published).toEqual([
+      { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'waiting-requests', value: 4, atMs },
+      { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'running-requests', value: 9, atMs },
+    ]);
+  });
 
   it('keeps the attempt credentials in the agent: none reaches a job’s environment, its folders or its output', async () => {
     const w = world();

@@ -77,7 +77,7 @@ describe("a replica's own metrics (Prometheus text)", () => {
     expect(await scrapeReplica(spec(port, [{ metric: 'waiting-requests', perReplica: 6 }]), { timeoutMs: 500 })).toEqual({});
   });
 
-  it('publishes each replica’s figure by service in gpu-fleet’s namespace', async () => {
+  it('publishes each replica’s figure by service in the services’ namespace (the machines’ role may not put metrics there)', async () => {
     const cw = new CloudWatchClient({ region: 'us-west-2' });
     const mock = mockClient(cw);
     mock.on(PutMetricDataCommand).resolves({});
@@ -86,7 +86,7 @@ describe("a replica's own metrics (Prometheus text)", () => {
       { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'running-requests', value: 12, atMs: Date.UTC(2026, 11, 2) },
     ]);
     const input = mock.commandCalls(PutMetricDataCommand)[0]!.args[0].input;
-    expect(input.Namespace).toBe('GpuFleet');
+    expect(input.Namespace).toBe('GpuFleet/Services');
     expect(input.MetricData!.map((d) => [d.MetricName, d.Dimensions, d.Value])).toEqual([
       ['ServiceWaitingRequests', [{ Name: 'Service', Value: 'nlp.chat' }], 5],
       ['ServiceRunningRequests', [{ Name: 'Service', Value: 'nlp.chat' }], 12],

@@ -68,7 +68,11 @@ describe('service load from the load balancer (RequestCountPerTarget)', () => {
     expect(await load.read(record)).toEqual({ 'requests-per-second': 7.5, 'waiting-requests': 14 });
     const input = mock.commandCalls(GetMetricDataCommand)[0]!.args[0].input;
     expect(input.MetricDataQueries!.find((q) => q.Id === 'waiting')!.MetricStat).toEqual({
-      Metric: { Namespace: 'GpuFleet', MetricName: 'ServiceWaitingRequests', Dimensions: [{ Name: 'Service', Value: 'nlp.chat' }] },
+      Metric: {
+        Namespace: 'GpuFleet/Services',
+        MetricName: 'ServiceWaitingRequests',
+        Dimensions: [{ Name: 'Service', Value: 'nlp.chat' }],
+      },
       Period: 60,
       Stat: 'Sum',
     });

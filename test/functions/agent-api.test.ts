@@ -12,7 +12,7 @@ import { AsgNodeGroups } from '../../cloud/aws/asg-node-groups.ts';
 import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore, MemoryServiceStore } from '../../cloud/sim/memory-stores.ts';
 import { newServiceRecord } from '../../core/serving/service.ts';
 import { CloudError } from '../../core/errors.ts';
-import type { JobStore } from '../../core/ports.ts';
+import type { JobStore, ServiceMetricSample } from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { AttemptCredentials } from '../../cloud/aws/attempt-credentials.ts';
 import type { Job } from '../../core/job.ts';
@@ -616,23 +616,44 @@ describe('agent API: a warned machine’s replica leaving its service’s target
       urls: defaultUrls(),
       clock: { nowMs: () => NOW },
       sources: { frontDoor: new ElbFrontDoor(elb as unknown as ElasticLoadBalancingV2Client, { 'nlp.chat': TG }) },
+      serviceMetrics: { put: async (s) => void published.push(...s) },
       agentRoleName: ROLE,
       attempts: testAttempts(),
       obs: observability('agent-api-test'),
     });
-    const leave = async (body: unknown) => {
+    const published: ServiceMetricSample[] = [];
+    const post = async (path: string, body: unknown) => {
       const event = {
-        rawPath: '/v1/service/leave',
+        rawPath: path,
         body: JSON.stringify(body),
-        headers: credentialHeaders(me, '/v1/service/leave', JSON.stringify(body)),
+        headers: credentialHeaders(me, path, JSON.stringify(body)),
         isBase64Encoded: false,
         requestContext: { http: { method: 'POST' }, authorizer: { iam: { userArn: ARN(me) } } },
       } as unknown as LambdaFunctionURLEventWithIAMAuthorizer;
       const out = (await handler(event, lambdaContext('agent-api'))) as { statusCode: number; body: string };
       return { status: out.statusCode, body: JSON.parse(out.body) as Record<string, unknown> };
     };
-    return { leave, elb };
+    const leave = (body: unknown) => post('/v1/service/leave', body);
+    const metrics = (body: unknown) => post('/v1/service/metrics', body);
+    return { leave, metrics, published, elb };
   }
+
+  it('publishes a replica’s load figures for the machine that serves it, under the service its job names; none for another job or attempt', async () => {
+    const { metrics, published } = await world({ draining: false });
+    const sample = { metric: 'waiting-requests', value: 7, atMs: NOW - 1_000 };
+    expect(await metrics({ jobId: 'nlp.chat-r1', attempt: 2, samples: [sample] })).toEqual({ status: 200, body: {} });
+    expect(published).toEqual([{ serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', ...sample }]);
+    // Not a replica, not the attempt it runs, not a machine that serves it, not a figure of another kind.
+    expect((await metrics({ jobId: 'nlp.batch', attempt: 1, samples: [sample] })).body.error).toMatch(
+      /nlp\.batch is not a service replica/,
+    );
+    expect((await metrics({ jobId: 'nlp.chat-r1', attempt: 1, samples: [sample] })).status).toBe(403);
+    const elsewhere = await world({ onMachine: 'i-0bbbbbbbb2' });
+    expect((await elsewhere.metrics({ jobId: 'nlp.chat-r1', attempt: 2, samples: [sample] })).status).toBe(403);
+    expect((await metrics({ jobId: 'nlp.chat-r1', attempt: 2, samples: [{ ...sample, metric: 'gpu-utilization' }] })).status).toBe(400);
+    expect(published).toHaveLength(1);
+    expect(elsewhere.published).toEqual([]);
+  });
 
   it('deregisters the replica’s address and port from its service’s target group, and again without harm', async () => {
     const { leave, elb } = await world();

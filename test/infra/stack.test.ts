@@ -364,6 +364,10 @@ describe('the CDK stack, synthesised from the example config', () => {
         's3:GetObject',
       ].sort(),
     );
+    // Its metrics only in the agents' namespace: replicas' load figures (another namespace) go through the agent API.
+    expect(agent.find((s) => actionsOf(s).includes('cloudwatch:PutMetricData'))!.Condition).toEqual({
+      StringEquals: { 'cloudwatch:namespace': 'GpuFleet' },
+    });
     // Image pulls from the ECR repositories the config names only (the example: ml/*), and none without them.
     expect(agent.find((s) => s.Sid === 'EcrPull')!.Resource).toEqual({
       'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':ecr:us-east-1:', { Ref: 'AWS::AccountId' }, ':repository/ml/*']],
@@ -786,6 +790,11 @@ describe('cdk-nag', () => {
     expect(statements(template, 'agentApiRole').find((x) => x.Sid === 'ServiceTargetsLeave')).toMatchObject({
       Action: 'elasticloadbalancing:DeregisterTargets',
       Resource: arn,
+    });
+    // It publishes the replicas' load figures for their machines, in the services' namespace only.
+    expect(statements(template, 'agentApiRole').find((x) => x.Sid === 'ServiceMetrics')).toMatchObject({
+      Action: 'cloudwatch:PutMetricData',
+      Condition: { StringEquals: { 'cloudwatch:namespace': 'GpuFleet/Services' } },
     });
     expect(JSON.parse(withServices[0]!.Properties.Environment!.Variables!.GPU_FLEET_SERVICE_TARGET_GROUPS as string)).toEqual({
       'nlp.chat': arn,

@@ -13,7 +13,7 @@ import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import type { UploadTarget } from '../../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
 import { CloudError } from '../../core/errors.ts';
-import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
+import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeStore, ServiceMetricSink } from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
@@ -41,6 +41,8 @@ export async function startAgentApi(o: {
   partBytes?: number;
   /** Where attempts' output goes (`logs/put`). */
   jobLogs?: JobLogSink;
+  /** Where replicas' load figures go (`service/metrics`). */
+  serviceMetrics?: ServiceMetricSink;
 }) {
   const secret = 'local-url-secret';
   const calls: { op: string; caller: string | undefined; status: number; bytes: number; error?: string }[] = [];
@@ -123,6 +125,7 @@ export async function startAgentApi(o: {
     ...(o.history ? { history: o.history } : {}),
     urls,
     ...(o.jobLogs ? { jobLogs: o.jobLogs } : {}),
+    ...(o.serviceMetrics ? { serviceMetrics: o.serviceMetrics } : {}),
     clock: o.clock,
     agentRoleName: AGENT_ROLE,
     attempts: testAttempts(),

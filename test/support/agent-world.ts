@@ -180,7 +180,9 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
 
   const servers: AgentApi[] = [];
   /** The agent API over this world's stores, on a local port (checked signatures, real handler). */
-  async function startApi(options: { partBytes?: number; jobLogs?: JobLogSink } = {}): Promise<AgentApi> {
+  async function startApi(
+    options: { partBytes?: number; jobLogs?: JobLogSink; serviceMetrics?: ServiceMetricSink } = {},
+  ): Promise<AgentApi> {
     const api = await startAgentApi({ jobs, nodes, checkpoints, history: checkpoints, clock, storeRoot, ...options });
     servers.push(api);
     return api;
