@@ -1,7 +1,9 @@
-// The checkpoint sweep's pace against a large fleet's save rate: the real sweep (S3CheckpointSweep)
-// over a local S3-compatible server (s3rver) and the real index and job records on dynalite.
+// The checkpoint sweep's pace against a large fleet's save rate: the real sweep (BucketSweep) over
+// a local S3-compatible server (s3rver), or with --store gcs over a local Cloud Storage server
+// (bench/support/fake-gcs.ts, through the real @google-cloud/storage client: the JSON API deletes
+// one object a request), and the real index and job records on dynalite.
 //
-//   npm run bench:sweep -- [--jobs 600] [--latency-ms 25] [--concurrency 16] [--json]
+//   npm run bench:sweep -- [--store s3|gcs] [--jobs 600] [--latency-ms 25] [--concurrency 16] [--json]
 //
 // Each job folder holds what a live job has between two sweeps at the cadence of the built-in
 // trace (a save every 600 s): a superseded save, the save before the newest and the newest (two
@@ -15,13 +17,18 @@
 // runs about 6,700 jobs; each saves every 600 s, and each job folder must be swept within one
 // save interval for a live job to hold at most two complete saves between sweeps: 11 folders a
 // second, on average, of the time the sweep is given (10 s of each 60 s reconcile: 67 a second).
+import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CreateBucketCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { Command } from 'commander';
-import { S3CheckpointSweep } from '../cloud/aws/checkpoint-sweep.ts';
-import { SWEEP_CONCURRENCY } from '../cloud/checkpoint-sweep.ts';
+import { S3SweptBucket, sweepPositionKey, tablePosition } from '../cloud/aws/checkpoint-sweep.ts';
+import { BucketSweep, SWEEP_CONCURRENCY, type SweptBucket } from '../cloud/checkpoint-sweep.ts';
+import { GcsSweptBucket } from '../cloud/gcp/checkpoint-store.ts';
+import { gcsStorage } from '../cloud/gcp/storage.ts';
+import { UsageError } from '../core/errors.ts';
+import { FakeGcs } from './support/fake-gcs.ts';
 import { documentClient, dynamoStores } from '../cloud/aws/dynamo-store.ts';
 import { decimalNumber, wholeNumber } from '../cloud/flags.ts';
 import { saveSizeOf } from '../core/bytes.ts';
@@ -52,8 +59,8 @@ interface Row {
   readonly deleted: number;
   readonly wallMs: number;
   readonly foldersPerSec: number;
-  /** S3 and DynamoDB requests the sweep sent, per folder. */
-  readonly s3CallsPerFolder: number;
+  /** Bucket and DynamoDB requests the sweep sent, per folder. */
+  readonly storeCallsPerFolder: number;
   readonly dynamoCallsPerFolder: number;
   /** The sweep's own CPU time (this process; the servers run in their own), per folder. */
   readonly cpuMsPerFolder: number;
@@ -80,16 +87,75 @@ function withLatency<T extends { middlewareStack: { add: (...a: never[]) => void
   return client;
 }
 
+/** The bucket a run sweeps: where its objects are put (as the machines wrote them), and the sweep's view of it. */
+interface BenchBucket {
+  readonly root: string;
+  put(key: string, body: string, updatedMs: number): Promise<void>;
+  /** The sweep's bucket, each call delayed by the round trip and counted. */
+  swept(): SweptBucket;
+  calls(): number;
+  close(): Promise<void>;
+}
+
+async function s3Bucket(endpoint: string, name: string, latencyMs: number): Promise<BenchBucket> {
+  const credentials = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' };
+  const s3 = new S3Client({ region: 'us-east-1', endpoint, forcePathStyle: true, credentials });
+  await s3.send(new CreateBucketCommand({ Bucket: name }));
+  const counted = { n: 0 };
+  const sweeping = withLatency(new S3Client({ region: 'us-east-1', endpoint, forcePathStyle: true, credentials }), latencyMs, counted);
+  const root = `s3://${name}/checkpoints/`;
+  return {
+    root,
+    put: async (key, body) => void (await s3.send(new PutObjectCommand({ Bucket: name, Key: key, Body: body }))),
+    swept: () => new S3SweptBucket(sweeping, root),
+    calls: () => counted.n,
+    close: async () => {
+      s3.destroy();
+      sweeping.destroy();
+    },
+  };
+}
+
+/** A Cloud Storage bucket on the local server (bench/support/fake-gcs.ts, in this process), through the real client. */
+async function gcsBucket(name: string, latencyMs: number): Promise<BenchBucket> {
+  const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const key = privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+  const email = 'gpu-fleet@bench.iam.gserviceaccount.com';
+  const server = new FakeGcs([name]).allowToken('bench-token').allowSigner(email, key);
+  const endpoint = await server.start();
+  const storage = gcsStorage({ credentials: { client_email: email, private_key: key }, projectId: 'bench', apiEndpoint: endpoint });
+  (await storage.authClient.getClient()).setCredentials({
+    access_token: 'bench-token',
+    expiry_date: Date.now() + 3_600_000,
+    token_type: 'Bearer',
+  });
+  const root = `gs://${name}/checkpoints/`;
+  let before = 0;
+  return {
+    root,
+    put: async (k, body, updatedMs) => server.put(name, k, body, updatedMs),
+    swept: () => {
+      server.delayMs = latencyMs;
+      before = server.requests;
+      return new GcsSweptBucket(storage, root);
+    },
+    calls: () => server.requests - before,
+    close: () => server.stop(),
+  };
+}
+
 async function main(): Promise<void> {
   const flags = new Command()
     .option('--jobs <n>', 'job folders to sweep', wholeNumber('--jobs', 1, 100_000), 600)
-    .option('--latency-ms <ms>', 'delay added to every S3 and DynamoDB call', decimalNumber('--latency-ms', 0, 1000), 25)
+    .option('--latency-ms <ms>', 'delay added to every bucket and DynamoDB call', decimalNumber('--latency-ms', 0, 1000), 25)
     .option('--concurrency <n>', 'folders at once in the second run (default SWEEP_CONCURRENCY)', wholeNumber('--concurrency', 1, 256))
+    .option('--store <kind>', 's3 (s3rver) or gcs (a local Cloud Storage server, the real client)', 's3')
     .option('--json', 'print JSON')
     .parse()
-    .opts<{ jobs: number; latencyMs: number; concurrency?: number; json?: boolean }>();
+    .opts<{ jobs: number; latencyMs: number; concurrency?: number; store: string; json?: boolean }>();
+  if (flags.store !== 's3' && flags.store !== 'gcs') throw new UsageError(`--store ${flags.store}: allowed are s3 and gcs`);
   const dir = mkdtempSync(join(tmpdir(), 'sweep-bench-'));
-  const s3server = await startS3rverProcess(dir);
+  const s3server = flags.store === 's3' ? await startS3rverProcess(dir) : undefined;
   const db = await startDynaliteProcess();
   try {
     const rows: Row[] = [];
@@ -97,15 +163,13 @@ async function main(): Promise<void> {
       const tables = await db.createTables();
       // The saves were recorded a while ago (they are superseded at the save rate, every 600 s), not in the last minute.
       const clock = { ms: Date.now() - 20 * 60_000, nowMs: () => clock.ms };
-      const s3 = new S3Client({
-        region: 'us-east-1',
-        endpoint: s3server.endpoint,
-        forcePathStyle: true,
-        credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
-      });
-      const bucket = `${BUCKET}-${concurrency}`;
-      await s3.send(new CreateBucketCommand({ Bucket: bucket }));
-      const root = `s3://${bucket}/checkpoints/`;
+      const name = `${BUCKET}-${concurrency}`;
+      const bucket = s3server ? await s3Bucket(s3server.endpoint, name, flags.latencyMs) : await gcsBucket(name, flags.latencyMs);
+      const root = bucket.root;
+      const machine =
+        flags.store === 'gcs'
+          ? { cloud: 'gcp' as const, region: 'us-central1', zone: 'us-central1-a' }
+          : { cloud: 'aws' as const, region: 'us-east-1', zone: 'us-east-1a' };
       const storesHere = dynamoStores(db.doc, tables, root, clock);
       // The fleet's folders: three saves each, the first superseded by the next two.
       for (let j = 0; j < flags.jobs; j++) {
@@ -113,20 +177,17 @@ async function main(): Promise<void> {
         await storesHere.jobs.create(job);
         for (let k = 1; k <= 3; k++) {
           const location = `${checkpointFolder(root, job.id, 1)}step-${k}/`;
-          const key = location.slice(`s3://${bucket}/`.length);
-          await Promise.all(
-            ['model.pt', 'optim.pt'].map((f) => s3.send(new PutObjectCommand({ Bucket: bucket, Key: `${key}${f}`, Body: f }))),
-          );
+          const key = location.slice(root.indexOf('/', root.indexOf('://') + 3) + 1);
+          await Promise.all(['model.pt', 'optim.pt'].map((f) => bucket.put(`${key}${f}`, f, clock.ms)));
           // Sized and metered as the agent API records a save, so the index keeps its byte log and puts its byte events.
           await storesHere.checkpoints.markComplete(
             { jobId: job.id, attempt: 1, location, completedAtMs: clock.ms, progressSec: k * 600, size: saveSizeOf([2 ** 30, 2 ** 30]) },
             0,
-            { owner: { jobId: job.id, team: 'nlp' }, machine: { cloud: 'aws', region: 'us-east-1', zone: 'us-east-1a' } },
+            { owner: { jobId: job.id, team: 'nlp' }, machine },
           );
         }
       }
-      // The sweep's own clients, each call delayed: S3, and the stores on a document client of their own.
-      const s3Calls = { n: 0 };
+      // The sweep's own clients, each call delayed: the bucket's, and the stores on a document client of their own.
       const dynamoCalls = { n: 0 };
       const slowDoc = withLatency(
         documentClient({ endpoint: db.endpoint, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' } }),
@@ -134,22 +195,9 @@ async function main(): Promise<void> {
         dynamoCalls,
       );
       const slow = dynamoStores(slowDoc, tables, root, clock);
-      const sweep = new S3CheckpointSweep({
-        s3: withLatency(
-          new S3Client({
-            region: 'us-east-1',
-            endpoint: s3server.endpoint,
-            forcePathStyle: true,
-            credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
-          }),
-          flags.latencyMs,
-          s3Calls,
-        ),
-        root,
+      const sweep = new BucketSweep(bucket.swept(), tablePosition(slowDoc, tables.control, sweepPositionKey(root, true)), {
         jobs: slow.jobs,
         checkpoints: slow.checkpoints,
-        doc: slowDoc,
-        table: tables.control,
         clock: { nowMs: () => Date.now() },
         retentionDays: 30,
         budgetMs: 3_600_000,
@@ -167,29 +215,37 @@ async function main(): Promise<void> {
         deleted: out.deleted,
         wallMs: Math.round(wallMs),
         foldersPerSec: Math.round((out.jobs / wallMs) * 10_000) / 10,
-        s3CallsPerFolder: perFolder(s3Calls.n),
+        storeCallsPerFolder: perFolder(bucket.calls()),
         dynamoCallsPerFolder: perFolder(dynamoCalls.n),
         cpuMsPerFolder: perFolder((used.user + used.system) / 1000),
       });
-      s3.destroy();
+      await bucket.close();
     }
     const jobs = FLEET_GPUS / GPUS_PER_JOB;
     const neededPerSec = jobs / SAVE_EVERY_SEC / SWEEP_SHARE;
     if (flags.json) {
-      console.log(JSON.stringify({ latencyMs: flags.latencyMs, neededFoldersPerSec: Math.round(neededPerSec * 10) / 10, rows }, null, 2));
+      console.log(
+        JSON.stringify(
+          { store: flags.store, latencyMs: flags.latencyMs, neededFoldersPerSec: Math.round(neededPerSec * 10) / 10, rows },
+          null,
+          2,
+        ),
+      );
       return;
     }
-    console.log(`sweep of ${flags.jobs} job folders (3 saves each, 1 superseded), every call +${flags.latencyMs} ms`);
-    console.log('concurrency  folders  deleted  wall ms  folders/s  S3 calls/folder  DynamoDB calls/folder  sweep CPU ms/folder');
+    console.log(`sweep of ${flags.jobs} ${flags.store} job folders (3 saves each, 1 superseded), every call +${flags.latencyMs} ms`);
+    console.log(
+      `concurrency  folders  deleted  wall ms  folders/s  ${flags.store === 's3' ? 'S3' : 'GCS'} calls/folder  DynamoDB calls/folder  sweep CPU ms/folder${flags.store === 'gcs' ? ' (with the server)' : ''}`,
+    );
     for (const r of rows)
       console.log(
-        `${String(r.concurrency).padStart(11)}  ${String(r.folders).padStart(7)}  ${String(r.deleted).padStart(7)}  ${String(r.wallMs).padStart(7)}  ${String(r.foldersPerSec).padStart(9)}  ${String(r.s3CallsPerFolder).padStart(15)}  ${String(r.dynamoCallsPerFolder).padStart(21)}  ${String(r.cpuMsPerFolder).padStart(19)}`,
+        `${String(r.concurrency).padStart(11)}  ${String(r.folders).padStart(7)}  ${String(r.deleted).padStart(7)}  ${String(r.wallMs).padStart(7)}  ${String(r.foldersPerSec).padStart(9)}  ${String(r.storeCallsPerFolder).padStart(16)}  ${String(r.dynamoCallsPerFolder).padStart(21)}  ${String(r.cpuMsPerFolder).padStart(19)}`,
       );
     console.log(
       `needed for ${FLEET_GPUS.toLocaleString('en-US')} GPUs (${Math.round(jobs).toLocaleString('en-US')} jobs saving every ${SAVE_EVERY_SEC} s, swept 10 s of every 60 s): ${neededPerSec.toFixed(1)} folders/s`,
     );
   } finally {
-    await s3server.close();
+    await s3server?.close();
     await db.close();
     rmSync(dir, { recursive: true, force: true });
   }

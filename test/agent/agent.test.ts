@@ -272,8 +272,8 @@ describe('node agent: running placed jobs as real processes', () => {
     await a.publishMetrics();
     expect(gpu.samples).toHaveLength(1);
     expect(load.samples).toEqual([
-      { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'waiting-requests', value: 7, atMs: expect.any(Number) },
-      { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', metric: 'running-requests', value: 3, atMs: expect.any(Number) },
+      { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', attempt: 1, metric: 'waiting-requests', value: 7, atMs: expect.any(Number) },
+      { serviceId: 'nlp.chat', jobId: 'nlp.chat-r1', attempt: 1, metric: 'running-requests', value: 3, atMs: expect.any(Number) },
     ]);
   });
 

@@ -14,7 +14,7 @@ import { saveSizeOf, storeKindOf } from '../../core/bytes.ts';
 import { CloudError } from '../../core/errors.ts';
 import { checkpointFolder, type CheckpointRef } from '../../core/job.ts';
 import { aJob } from '../builders.ts';
-import { FakeGcs } from '../support/fake-gcs.ts';
+import { FakeGcs } from '../../bench/support/fake-gcs.ts';
 import { S3Client } from '@aws-sdk/client-s3';
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import { S3CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';

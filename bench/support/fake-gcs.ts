@@ -5,7 +5,7 @@ import { CRC32C } from '@google-cloud/storage';
 
 /**
  * A local Cloud Storage server (JSON API v1, and V4 signed XML-API reads) for the GCS checkpoint
- * store's tests, answering as the Cloud Storage reference documents:
+ * store's tests and the sweep's benchmark, answering as the Cloud Storage reference documents:
  * - every JSON API call needs `Authorization: Bearer <token>` of a token it was given (401 `authError`
  *   otherwise), except the requests that carry a resumable upload's bytes to its session URI;
  * - uploads: `uploadType=media`, `multipart` (multipart/related: metadata, then the bytes) and
@@ -47,6 +47,10 @@ export class FakeGcs {
   readonly operations = { classA: 0, classB: 0, deletes: 0, signedReads: 0 };
   /** Requests refused for their credentials or signature. */
   readonly refused: string[] = [];
+  /** Requests answered, of any kind. */
+  requests = 0;
+  /** A delay before each answer, as a stand-in for the service's round trip (a benchmark's; 0 in tests). */
+  delayMs = 0;
   /** The server's clock (signed URLs' dates and expiry); objects' `updated` comes from it too. */
   nowMs: () => number = () => Date.now();
 
@@ -71,11 +75,16 @@ export class FakeGcs {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
-        try {
-          this.handle(req, Buffer.concat(chunks), res);
-        } catch (error) {
-          json(res, 500, { error: { code: 500, message: String(error), errors: [{ reason: 'backendError' }] } });
-        }
+        this.requests++;
+        const answer = () => {
+          try {
+            this.handle(req, Buffer.concat(chunks), res);
+          } catch (error) {
+            json(res, 500, { error: { code: 500, message: String(error), errors: [{ reason: 'backendError' }] } });
+          }
+        };
+        if (this.delayMs > 0) setTimeout(answer, this.delayMs);
+        else answer();
       });
     });
     await new Promise<void>((r) => this.server!.listen(0, '127.0.0.1', r));
