@@ -294,7 +294,9 @@ export class AgentApiServiceMetrics implements ServiceMetricSink {
     for (const s of samples) {
       if (s.attempt === undefined || (s.metric !== 'waiting-requests' && s.metric !== 'running-requests')) continue;
       const key = `${s.jobId}\n${s.attempt}`;
-      byReplica.set(key, [...(byReplica.get(key) ?? []), s]);
+      const group = byReplica.get(key);
+      if (group) group.push(s);
+      else byReplica.set(key, [s]);
     }
     for (const group of byReplica.values())
       for (let i = 0; i < group.length; i += 20)

@@ -189,16 +189,14 @@ export function claimOf<Op extends AgentApiOp>(op: Op, body: AgentApiRequest<Op>
     case 'checkpoint/latest':
     case 'checkpoint/download':
       return { jobId: b.jobId as string };
+    // A body that names no job is malformed: the call itself says so (400), no credential is asked for.
     case 'job/update': {
       const next = b.next as { id?: unknown };
-      return { jobId: typeof next.id === 'string' ? next.id : '' };
+      return typeof next.id === 'string' ? { jobId: next.id } : undefined;
     }
     case 'checkpoint/complete': {
       const ref = b.ref as { jobId?: unknown; attempt?: unknown };
-      return {
-        jobId: typeof ref.jobId === 'string' ? ref.jobId : '',
-        attempt: typeof ref.attempt === 'number' ? ref.attempt : 0,
-      };
+      return typeof ref.jobId === 'string' ? { jobId: ref.jobId, attempt: typeof ref.attempt === 'number' ? ref.attempt : 0 } : undefined;
     }
     case 'checkpoint/upload':
     case 'checkpoint/upload-parts':

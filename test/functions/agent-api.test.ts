@@ -155,39 +155,20 @@ describe('agent API: each attempt’s own credential (issue 62)', () => {
     expect(await as('/v1/job/update', { next: { ...y, state: 'succeeded', updatedAtMs: NOW }, expectedVersion: y.version })).toMatchObject(
       refused,
     );
-    expect(
-      await as('/v1/checkpoint/upload', {
-        jobId: 'cv.y',
-        location: 's3://ckpt/checkpoints/cv.y/attempt-1/s/',
-        files: [{ path: 'm.pt', bytes: 10 }],
-      }),
-    ).toMatchObject(refused);
-    expect(
-      await as('/v1/checkpoint/complete', {
-        ref: { jobId: 'cv.y', attempt: 1, location: 's3://ckpt/checkpoints/cv.y/attempt-1/s/', completedAtMs: NOW, progressSec: 60 },
-        rank: 0,
-      }),
-    ).toMatchObject(refused);
-    expect(await as('/v1/logs/put', { jobId: 'cv.y', attempt: 1, rank: 0, lines: [{ atMs: NOW, seq: 0, line: 'x' }] })).toMatchObject(
-      refused,
-    );
+    // An attempt's writes: its checkpoint files, its save's completion, its output.
+    const writesFor = (jobId: string, attempt: number) => {
+      const location = `s3://ckpt/checkpoints/${jobId}/attempt-${attempt}/s/`;
+      return Promise.all([
+        as('/v1/checkpoint/upload', { jobId, location, files: [{ path: 'm.pt', bytes: 10 }] }),
+        as('/v1/checkpoint/complete', { ref: { jobId, attempt, location, completedAtMs: NOW, progressSec: 60 }, rank: 0 }),
+        as('/v1/logs/put', { jobId, attempt, rank: 0, lines: [{ atMs: NOW, seq: 0, line: 'x' }] }),
+      ]);
+    };
+    for (const out of await writesFor('cv.y', 1)) expect(out).toMatchObject(refused);
     // Attempt 1 of its own job, which this machine ran: the credential of attempt 2 does not act for it.
-    const older = await as('/v1/checkpoint/complete', {
-      ref: { jobId: 'nlp.x', attempt: 1, location: 's3://ckpt/checkpoints/nlp.x/attempt-1/s/', completedAtMs: NOW, progressSec: 60 },
-      rank: 0,
-    });
-    expect(older).toMatchObject(refused);
-    expect(older.body.error).toMatch(/acts for attempt 1 of job nlp\.x, but its credential is attempt 2's/);
-    expect(
-      await as('/v1/checkpoint/upload', {
-        jobId: 'nlp.x',
-        location: 's3://ckpt/checkpoints/nlp.x/attempt-1/s/',
-        files: [{ path: 'm.pt', bytes: 10 }],
-      }),
-    ).toMatchObject(refused);
-    expect(await as('/v1/logs/put', { jobId: 'nlp.x', attempt: 1, rank: 0, lines: [{ atMs: NOW, seq: 0, line: 'x' }] })).toMatchObject(
-      refused,
-    );
+    const older = await writesFor('nlp.x', 1);
+    for (const out of older) expect(out).toMatchObject(refused);
+    expect(older[1].body.error).toMatch(/acts for attempt 1 of job nlp\.x, but its credential is attempt 2's/);
     // A job write with attempt 1's credential while the job is at attempt 2 (the API checks it against the record).
     const x = (await as('/v1/job/get', { jobId: 'nlp.x' })).body.job as Job;
     const stale = await as(
@@ -206,6 +187,10 @@ describe('agent API: each attempt’s own credential (issue 62)', () => {
     expect(await get(testAttempts().mint('i-0bbbbbbbb2', 'nlp.x', 2))).toMatchObject({ status: 403 });
     expect(await get(new AttemptCredentials('another-key-another-key-another-key-!').mint(me, 'nlp.x', 2))).toMatchObject({ status: 403 });
     expect(await get('v1.2.not-a-mac')).toMatchObject({ status: 403 });
+    // A body that names no job is malformed, and said to be so (no credential could name its job).
+    expect(
+      await call({ path: '/v1/job/update', userArn: ARN(me), body: JSON.stringify({ next: {}, expectedVersion: 1 }), credential: false }),
+    ).toMatchObject({ status: 400, body: { error: expect.stringMatching(/next\.id: the job id is missing/) } });
     // The machine's own calls need none.
     expect((await call({ path: '/v1/node/heartbeat', userArn: ARN(me), body: '{}', credential: false })).status).toBe(200);
   });
