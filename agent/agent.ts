@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
-import { checkpointPartLocation, rendezvousPortOf, type CheckpointRef, type Job } from '../core/job.ts';
+import { assignmentMilliGpu, checkpointPartLocation, rendezvousPortOf, type CheckpointRef, type Job } from '../core/job.ts';
+import { containerLimits, outOfMemory } from '../core/container-limits.ts';
 import { saveSizeOf, storeKindOf } from '../core/bytes.ts';
 import { containerSettings } from '../core/job-spec.ts';
 import type {
@@ -153,6 +154,11 @@ export interface AgentConfig {
   readonly checkpointTiming?: CheckpointTiming;
   /** Uploads at a time (default 2). */
   readonly uploadConcurrency?: number;
+  /**
+   * The memory and CPUs the jobs' limits are shares of (default what the OS reports): set it where
+   * the agent sees more than the jobs may have (a machine that also runs other services).
+   */
+  readonly machine?: { readonly memoryMiB?: number; readonly cpus?: number };
 }
 
 interface LocalAttempt {
@@ -599,6 +605,13 @@ export class NodeAgent {
     let proc: JobProcess;
     try {
       if (this.ports.runner.prefetch) this.ranImages.add(job.spec.image);
+      const container = containerSettings(job.spec);
+      // Its share of the machine's memory, processes and CPUs: the share of the machine's GPUs it holds.
+      const machine = {
+        memoryMiB: this.config.machine?.memoryMiB ?? Math.floor(os.totalmem() / 2 ** 20),
+        cpus: this.config.machine?.cpus ?? os.availableParallelism(),
+        gpus: this.lastReport?.gpus.length ?? 0,
+      };
       proc = await this.ports.runner.start({
         jobId: job.id,
         attempt: job.attempt,
@@ -610,7 +623,8 @@ export class NodeAgent {
         checkpointDir: dirs.checkpoint,
         ...(resumed ? { resumeDir: dirs.resume } : {}),
         logFile: join(root, 'output.log'),
-        container: containerSettings(job.spec),
+        container,
+        limits: containerLimits(assignmentMilliGpu(assignment), machine, container.shmSizeMiB),
       });
       this.shipper?.track(key, join(root, 'output.log'), {
         jobId: job.id,
@@ -676,8 +690,23 @@ export class NodeAgent {
     const now = this.ports.clock.nowMs();
     // The exit decides now: a finished or failed attempt needs no checkpoint, so a save in flight never holds the report.
     const code = exitCode(exit);
-    await recordExit(this.ports.jobs, { jobId: l.jobId, attempt: l.attempt, rank: l.rank, exitCode: code, nowMs: now, ...useOf(l) });
-    this.ports.log.info('job process ended', { job: l.jobId, attempt: l.attempt, exitCode: code, signal: exit.signal });
+    const failure = exit.outOfMemoryMiB !== undefined ? { failure: outOfMemory(exit.outOfMemoryMiB) } : {};
+    await recordExit(this.ports.jobs, {
+      jobId: l.jobId,
+      attempt: l.attempt,
+      rank: l.rank,
+      exitCode: code,
+      nowMs: now,
+      ...useOf(l),
+      ...failure,
+    });
+    this.ports.log.info('job process ended', {
+      job: l.jobId,
+      attempt: l.attempt,
+      exitCode: code,
+      signal: exit.signal,
+      ...(exit.outOfMemoryMiB !== undefined ? { outOfMemoryMiB: exit.outOfMemoryMiB } : {}),
+    });
     await this.forget(l);
   }
 

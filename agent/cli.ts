@@ -1,5 +1,5 @@
 import { createServer, type Server } from 'node:http';
-import { hostname as osHostname } from 'node:os';
+import os, { hostname as osHostname } from 'node:os';
 import { dcgmExposition } from './dcgm-exporter.ts';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -25,6 +25,7 @@ import {
 import { fleetConfigFromEnv } from '../cloud/env.ts';
 import { fleetPorts } from '../cloud/wiring.ts';
 import { GpuFleetError, messageOf, UsageError } from '../core/errors.ts';
+import { jobsRoom, type JobsRoom } from '../core/container-limits.ts';
 import type { CheckpointStore, JobLogSink, JobStore, NodeStore } from '../core/ports.ts';
 
 /** `gpu-fleet agent inspect` and `gpu-fleet agent run`: the node agent from the command line. */
@@ -356,6 +357,44 @@ export async function agentMetricsCommand(
   const text = await dcgmExposition(gpus.value, { hostname, holders: new Map() });
   io.stdout.write(text);
   return text;
+}
+
+/**
+ * The systemd slice every job's container runs under, for this machine: what its jobs may use
+ * together (its memory and CPUs less the reserve the agent, dockerd and the system keep;
+ * processes by its GPUs: core/container-limits.ts `jobsRoom`). The node's setup writes it to
+ * /etc/systemd/system/gpu-fleet-jobs.slice before the agent starts.
+ */
+export async function agentJobsSliceCommand(
+  flags: { nvidiaSmi?: string; memoryMib?: number; cpus?: number },
+  io: { stdout: NodeJS.WritableStream },
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<string> {
+  const gpus = await readGpuInventory({ ...(flags.nvidiaSmi ? { command: flags.nvidiaSmi } : {}), env })
+    .then((r) => r.gpus.length)
+    .catch(() => 0);
+  const text = jobsSliceUnit(
+    jobsRoom({ memoryMiB: flags.memoryMib ?? Math.floor(os.totalmem() / 2 ** 20), cpus: flags.cpus ?? os.availableParallelism(), gpus }),
+  );
+  io.stdout.write(text);
+  return text;
+}
+
+/** The slice unit's text for a room. */
+export function jobsSliceUnit(room: JobsRoom): string {
+  return `[Unit]
+Description=gpu-fleet: every job's container, capped together below the machine
+Before=slices.target
+
+[Slice]
+MemoryAccounting=yes
+MemoryMax=${room.memoryMiB}M
+MemorySwapMax=0
+CPUAccounting=yes
+CPUQuota=${Math.floor(room.milliCpus / 10)}%
+TasksAccounting=yes
+TasksMax=${room.pids}
+`;
 }
 
 /** Job folders removed by the root-owned helper (infra/node-setup.ts), through sudo: the agent is not root, the containers' files are. */

@@ -6,7 +6,10 @@ import { decimalNumber, oneOf, wholeNumber } from '../cloud/flags.ts';
  * The `agent` commands, shared by the gpu-fleet CLI and the agent's own bundle (agent/main.ts,
  * which the node groups' user data runs). The code runs only when a command does.
  */
-export type AgentCli = Pick<typeof AgentCliModule, 'agentInspectCommand' | 'agentRunCommand' | 'agentMetricsCommand'>;
+export type AgentCli = Pick<
+  typeof AgentCliModule,
+  'agentInspectCommand' | 'agentRunCommand' | 'agentMetricsCommand' | 'agentJobsSliceCommand'
+>;
 
 /**
  * `load` gives the commands' code: the gpu-fleet CLI imports it when an agent command runs (so
@@ -55,6 +58,20 @@ export function addAgentCommands(
     .action(async (flags) => {
       const { agentMetricsCommand } = await load();
       await agentMetricsCommand(flags, io);
+    });
+  agent
+    .command('jobs-slice')
+    .description("Print the systemd slice every job's container runs under: this machine less the agent's reserve")
+    .option('--nvidia-smi <path>', 'the nvidia-smi program (its GPUs set the processes jobs may have)', 'nvidia-smi')
+    .option('--memory-mib <n>', "the machine's memory (default what the system reports)", wholeNumber('--memory-mib', 256, 1 << 30, ' MiB'))
+    .option('--cpus <n>', "the machine's CPUs (default what the system reports)", wholeNumber('--cpus', 1, 4096, ''))
+    .addHelpText(
+      'after',
+      "\nThe node's setup writes it to /etc/systemd/system/gpu-fleet-jobs.slice; each container gets its share of it by the GPUs it holds.\n\nExamples:\n  gpu-fleet agent jobs-slice\n  gpu-fleet agent jobs-slice --memory-mib 1966080 --cpus 192",
+    )
+    .action(async (flags) => {
+      const { agentJobsSliceCommand } = await load();
+      await agentJobsSliceCommand(flags, io);
     });
   metadataOptions(
     agent.command('run').description('Run the agent: heartbeats, placed jobs, checkpoints, local interruption notices, GPU metrics'),

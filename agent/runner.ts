@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, isAbsolute, join } from 'node:path';
 import { GpuFleetError } from '../core/errors.ts';
 import type { ContainerSettings } from '../core/job-spec.ts';
+import { JOBS_CGROUP, JOBS_NETWORK, type ContainerLimits } from '../core/container-limits.ts';
 import { setTimeout as delay } from 'node:timers/promises';
 
 /**
@@ -36,11 +37,18 @@ export interface Launch {
   readonly logFile: string;
   /** How a container meets the network, its shared memory and its locked-memory limit (core/job-spec.ts `containerSettings`). */
   readonly container: ContainerSettings;
+  /**
+   * Its memory, processes, CPUs and /dev/shm, by its share of the machine (core/container-limits.ts
+   * `containerLimits`). A container runner applies them; a plain process runs without.
+   */
+  readonly limits?: ContainerLimits;
 }
 
 export interface Exit {
   readonly exitCode: number | null;
   readonly signal: NodeJS.Signals | null;
+  /** The kernel killed it for passing its memory limit (of this many MiB). */
+  readonly outOfMemoryMiB?: number;
 }
 
 export interface JobProcess {
@@ -282,8 +290,12 @@ export function dockerRunArgs(
   options: {
     extraArgs?: readonly string[];
     envFile: string;
-    /** The group of the job's checkpoint folder: a container run as a uid of its own gets it, to write there. */
+    /** The group of the job's checkpoint folder: the container gets it, to write there (it holds no capability that would pass the folder's mode). */
     folderGid?: number;
+    /** The parent cgroup of jobs' containers on this engine (a systemd slice or a cgroupfs path: {@link JOBS_CGROUP}). */
+    cgroupParent?: string;
+    /** Whether the engine pulls the image for this run whatever it has (default) or only when it has none. */
+    pull?: ImagePull;
   },
 ): { args: string[]; envFileText: string } {
   const env: Record<string, string> = {
@@ -293,9 +305,9 @@ export function dockerRunArgs(
   for (const [name, value] of Object.entries(env))
     if (/[\r\n]/.test(value))
       throw new GpuFleetError(`variable ${name} of job ${launch.jobId} holds a line break, which an env file cannot carry`);
+  // Not --rm: the runner reads how the container ended (the kernel's OOM kill) before it removes it.
   const args = [
     'run',
-    '--rm',
     '--init',
     '--name',
     containerName(launch.jobId, launch.attempt, launch.rank),
@@ -303,10 +315,21 @@ export function dockerRunArgs(
     `${LABEL}=${launch.jobId}`,
     '--label',
     `${LABEL}.attempt=${launch.attempt}`,
+    // The registry decides, for each attempt, whether this machine may have the image: an image another team's job
+    // left in the engine's cache never runs on the strength of the cache alone (Kubernetes' AlwaysPullImages).
+    '--pull',
+    options.pull ?? 'always',
   ];
-  // --gpus takes a CSV value; a list of devices must be quoted inside the value.
-  if (launch.devices.length > 0) args.push('--gpus', `"device=${launch.devices.join(',')}"`);
-  args.push(...containerSettingArgs(launch.container, options.folderGid));
+  // --gpus takes a CSV value; a list must be quoted inside the value. Docker hands the capabilities to the NVIDIA
+  // runtime as NVIDIA_DRIVER_CAPABILITIES, over what the image says: compute and nvidia-smi, no graphics or video.
+  if (launch.devices.length > 0) args.push('--gpus', `"device=${launch.devices.join(',')}","capabilities=${GPU_CAPABILITIES}"`);
+  args.push(
+    ...containerSettingArgs(launch.container, {
+      ...(options.folderGid !== undefined ? { folderGid: options.folderGid } : {}),
+      ...(launch.limits ? { limits: launch.limits } : {}),
+    }),
+  );
+  if (launch.limits) args.push(...limitArgs(launch.limits, options.cgroupParent));
   args.push('--mount', `type=bind,source=${launch.checkpointDir},target=${CONTAINER_CHECKPOINT_DIR}`);
   if (launch.resumeDir) args.push('--mount', `type=bind,source=${launch.resumeDir},target=${CONTAINER_RESUME_DIR},readonly`);
   args.push('--env-file', options.envFile);
@@ -320,30 +343,71 @@ export function dockerRunArgs(
 }
 
 /**
- * The docker flags of a job's settings: the host's network for a service (its port is the
- * machine's, where the load balancer and the agent reach it) and for a multi-node gang (the
- * leader's rendezvous port and NCCL's own ports are reached at the machine's address; NCCL also
- * wants the host's interfaces), docker's bridge for the rest; /dev/shm of the given size (docker's
- * default, 64 MiB, makes a PyTorch DataLoader with workers die with a bus error); the locked-memory
- * limit NCCL and RDMA need; and the 64 MiB stack NVIDIA's framework containers are run with.
+ * The docker flags of a job's settings. Every container drops every capability and may not gain
+ * privileges (setuid binaries and file capabilities are ignored), as Kubernetes' "restricted" pod
+ * security asks: no raw sockets (no sniffing or spoofing of a neighbour's traffic), no device
+ * nodes, no mounts, no passing a file's mode. It reaches its folder through the folder's group.
+ * - Network: the host's for a service (its port is the machine's, where the load balancer and the
+ *   agent reach it) and for a multi-node gang (the leader's rendezvous port and NCCL's own ports
+ *   are reached at the machine's address; NCCL also wants the host's interfaces), run as a uid of
+ *   its own ({@link HOST_NETWORK_JOB_UID}) that the node's metadata wall does not let through; the
+ *   jobs' own bridge ({@link JOBS_NETWORK}: no container reaches another, nor the host) for the rest,
+ *   as the image's user.
+ * - /dev/shm of the given size (docker's default, 64 MiB, makes a PyTorch DataLoader with workers
+ *   die with a bus error), bounded by the memory limit when there is one; the locked-memory limit
+ *   NCCL and RDMA need; and the 64 MiB stack NVIDIA's framework containers are run with.
  */
-export function containerSettingArgs(settings: ContainerSettings, folderGid?: number): string[] {
+export function containerSettingArgs(
+  settings: ContainerSettings,
+  options: { readonly folderGid?: number; readonly limits?: ContainerLimits } = {},
+): string[] {
   const memlock = settings.lockedMemoryMiB === 'unlimited' ? '-1' : String(settings.lockedMemoryMiB * 1024 * 1024);
+  const shm = options.limits ? Math.min(settings.shmSizeMiB, options.limits.shmMiB) : settings.shmSizeMiB;
+  const gid = options.folderGid;
   return [
-    ...(settings.network === 'host' ? ['--network', 'host'] : []),
-    // A fixed non-root uid that cannot gain privileges back (no capabilities, setuid bits ignored); its group is the job
-    // folder's, which it writes through (the runner makes the folder group-writable).
+    ...(settings.network === 'host' ? ['--network', 'host'] : ['--network', JOBS_NETWORK.name]),
+    '--cap-drop',
+    'ALL',
+    '--security-opt',
+    'no-new-privileges',
+    // A fixed non-root uid for the host's network; else the image's user, with the folder's group added.
     ...(settings.runAsUid !== undefined
-      ? ['--user', `${settings.runAsUid}:${folderGid ?? settings.runAsUid}`, '--cap-drop', 'ALL', '--security-opt', 'no-new-privileges']
-      : []),
+      ? ['--user', `${settings.runAsUid}:${gid ?? settings.runAsUid}`]
+      : gid !== undefined
+        ? ['--group-add', String(gid)]
+        : []),
     '--shm-size',
-    `${settings.shmSizeMiB}m`,
+    `${shm}m`,
     '--ulimit',
     `memlock=${memlock}:${memlock}`,
     '--ulimit',
     `stack=${CONTAINER_STACK_BYTES}`,
   ];
 }
+
+/**
+ * The docker flags of a container's limits: memory with no swap beyond it (/dev/shm counts within
+ * it), processes, CPUs, and the parent cgroup all jobs share.
+ */
+export function limitArgs(limits: ContainerLimits, cgroupParent?: string): string[] {
+  return [
+    '--memory',
+    `${limits.memoryMiB}m`,
+    '--memory-swap',
+    `${limits.memoryMiB}m`,
+    '--pids-limit',
+    String(limits.pids),
+    '--cpus',
+    (limits.milliCpus / 1000).toFixed(3),
+    ...(cgroupParent ? ['--cgroup-parent', cgroupParent] : []),
+  ];
+}
+
+/** `always`: each run asks the registry (a fleet machine); `missing`: the engine's cache serves (images built on the machine, as in tests). */
+export type ImagePull = 'always' | 'missing';
+
+/** The driver capabilities a job's container gets (what CUDA and nvidia-smi need): never graphics, video or display. */
+export const GPU_CAPABILITIES = 'compute,utility';
 
 /** The stack limit of a job's container: 64 MiB, as NVIDIA runs its PyTorch containers. */
 export const CONTAINER_STACK_BYTES = 64 * 1024 * 1024;
@@ -373,6 +437,7 @@ export class DockerRunner implements JobRunner {
     agentEnv: NodeJS.ProcessEnv = process.env,
     private readonly extraArgs: readonly string[] = [],
     private readonly envDir: string = join(tmpdir(), `gpu-fleet-env-${process.getuid?.() ?? 'user'}`),
+    private readonly pull: ImagePull = 'always',
   ) {
     this.env = hostEnv(agentEnv);
   }
@@ -399,19 +464,65 @@ export class DockerRunner implements JobRunner {
     return join(this.envDir, `${name}.env`);
   }
 
+  /** The engine's cgroup driver decides how the jobs' parent cgroup is named; asked once. */
+  private cgroupParent?: Promise<string>;
+  /** The jobs' network, made once per agent (idempotent: one already there is used). */
+  private network?: Promise<void>;
+
+  private parentCgroup(): Promise<string> {
+    this.cgroupParent ??= this.cli(['info', '--format', '{{.CgroupDriver}}']).then(({ code, output }) => {
+      if (code !== 0) throw new GpuFleetError(`docker info failed: ${output.trim()}`);
+      return output.trim() === 'systemd' ? JOBS_CGROUP.slice : JOBS_CGROUP.path;
+    });
+    return this.cgroupParent.catch((error: unknown) => {
+      this.cgroupParent = undefined;
+      throw error;
+    });
+  }
+
+  /** Makes the jobs' bridge network ({@link JOBS_NETWORK}) unless the engine has it. */
+  private jobsNetwork(): Promise<void> {
+    this.network ??= (async () => {
+      const inspect = () => this.cli(['network', 'inspect', '--format', '{{.Name}}', JOBS_NETWORK.name]);
+      if ((await inspect()).code === 0) return;
+      const made = await this.cli([
+        'network',
+        'create',
+        '--driver',
+        'bridge',
+        '--opt',
+        `com.docker.network.bridge.name=${JOBS_NETWORK.bridge}`,
+        '--opt',
+        'com.docker.network.bridge.enable_icc=false',
+        '--label',
+        `${LABEL}.network=jobs`,
+        JOBS_NETWORK.name,
+      ]);
+      // Another agent (or an earlier start of this one) made it in between: that one serves.
+      if (made.code !== 0 && (await inspect()).code !== 0)
+        throw new GpuFleetError(`could not make the jobs' network ${JOBS_NETWORK.name}: ${made.output.trim()}`);
+    })();
+    return this.network.catch((error: unknown) => {
+      this.network = undefined;
+      throw error;
+    });
+  }
+
   async start(launch: Launch): Promise<JobProcess> {
     const name = containerName(launch.jobId, launch.attempt, launch.rank);
     const envFile = this.envFileOf(name);
-    // A container run as a uid of its own writes its folder through the folder's group (setgid: what it writes keeps it).
-    let folderGid: number | undefined;
-    if (launch.container.runAsUid !== undefined) {
-      folderGid = statSync(launch.checkpointDir).gid;
-      chmodSync(launch.checkpointDir, 0o2770);
-    }
+    // The container holds no capability that passes a file's mode: it writes its folder through the folder's group
+    // (setgid: what it writes keeps that group, so the agent reads it back).
+    const folderGid = statSync(launch.checkpointDir).gid;
+    chmodSync(launch.checkpointDir, 0o2770);
+    if (launch.container.network !== 'host') await this.jobsNetwork();
+    const cgroupParent = launch.limits ? await this.parentCgroup() : undefined;
     const { args, envFileText } = dockerRunArgs(launch, {
       extraArgs: this.extraArgs,
       envFile,
-      ...(folderGid !== undefined ? { folderGid } : {}),
+      folderGid,
+      ...(cgroupParent ? { cgroupParent } : {}),
+      pull: this.pull,
     });
     await this.cli(['rm', '--force', name]); // a container of this attempt left by an earlier agent
     mkdirSync(this.envDir, { recursive: true, mode: 0o700 });
@@ -425,7 +536,15 @@ export class DockerRunner implements JobRunner {
     } finally {
       closeSync(log);
     }
-    const exited = childExit(child);
+    // How the container ended (docker run's exit is its exit code; the engine knows whether the kernel killed it for its
+    // memory), then the container goes.
+    const exited = childExit(child).then(async (exit) => {
+      const state = await this.cli(['container', 'inspect', '--format', '{{.State.OOMKilled}}', name]);
+      await this.cli(['rm', '--force', name]);
+      return state.code === 0 && state.output.trim() === 'true' && launch.limits
+        ? { ...exit, outOfMemoryMiB: launch.limits.memoryMiB }
+        : exit;
+    });
     const forget = () => rmSync(envFile, { force: true });
     void exited.then(forget);
     // The CLI reads the file before it creates the container: once the container exists, the file goes.

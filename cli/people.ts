@@ -519,6 +519,7 @@ function jobLines(job: Job, now: number): [string, string][] {
   if (reworkGpuHours(job) > 0) lines.push(['rework', `${gpuHours(reworkGpuHours(job), 2)} (work lost since the last checkpoint)`]);
   if (job.rejection) lines.push(['rejected', job.rejection.errors.join('; ')]);
   if (job.exitCode !== undefined) lines.push(['exit code', String(job.exitCode)]);
+  if (job.failure) lines.push(['failed because', `${job.failure.code}: ${job.failure.message}`]);
   return lines;
 }
 

@@ -5,6 +5,7 @@ import { isValidTeamId } from '../core/budget.ts';
 import { GCS_ROOT_RE, S3_PATHS, type NetworkLayout, type S3Path, type StoreRoot } from '../core/bytes.ts';
 import { regionOfZone } from '../core/catalog.ts';
 import { ConfigError } from '../core/errors.ts';
+import { ImagePolicySchema, type ImagePolicy } from '../core/images.ts';
 import '../core/schema.ts';
 import * as z from 'zod/mini';
 import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
@@ -53,6 +54,8 @@ export interface FleetConfig {
   readonly discounts?: readonly DiscountPlan[];
   /** The CloudWatch Logs group of the jobs' output; undefined: output stays on the machines. */
   readonly jobLogGroup?: string;
+  /** Which images specs may name (core/images.ts); undefined: any registry named by a DNS name, every repository to every team. */
+  readonly images?: ImagePolicy;
   /**
    * How the machines reach the checkpoint bucket (its path's price: core/bytes.ts); the stack sets
    * it from its VPC. Unset: a NAT gateway the fleet does not know the zones of (the dearer path,
@@ -90,6 +93,8 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_DISCOUNTS:
     'Savings Plans / RIs per instance family, JSON: [{"family": "p4d", "discountPct": 40, "commitmentUsdPerHour": 30, "name": "sp-…"}]',
   GPU_FLEET_HOST_NETWORK_SHARING: 'pairs of teams whose host-network work may share a machine, JSON: [["nlp", "speech"]] (default: none)',
+  GPU_FLEET_IMAGE_POLICY:
+    'the registries specs may name and the repositories only some teams may run, JSON: {"registries": ["docker.io"], "teamRepositories": [{"repositories": "123456789012.dkr.ecr.us-east-1.amazonaws.com/nlp/*", "teams": ["nlp"]}]} (default: any registry named by a DNS name)',
   GPU_FLEET_RESERVATION_SELECTOR:
     'capacity reservations gpu-fleet may use, JSON: [{"id": "cr-…"}, {"tags": {"team": "nlp"}}] (default: tagged gpu-fleet:managed=true)',
 } as const;
@@ -197,6 +202,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
   const discounts = readDiscounts(present, problems);
   const network = readNetwork(present, problems);
   const hostNetworkSharing = readHostNetworkSharing(present, problems);
+  const images = readImagePolicy(present, problems);
   if (problems.length > 0) throw new ConfigError('the environment', problems, { what: 'gpu-fleet environment' });
   const e = parsed.data!;
   const num = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Number(v));
@@ -223,6 +229,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
       spotPatienceSec: num(e.GPU_FLEET_SPOT_PATIENCE_SEC, DEFAULT_POLICY.spotPatienceSec),
       ...(hostNetworkSharing ? { hostNetworkSharing } : {}),
     },
+    ...(images ? { images } : {}),
     ...(gcp
       ? {
           gcp: {
@@ -363,6 +370,22 @@ function readHostNetworkSharing(present: Record<string, string>, problems: strin
     return undefined;
   }
   return read.json;
+}
+
+/** The image rules (core/images.ts), each part checked; a bad one is named with what is allowed. */
+function readImagePolicy(present: Record<string, string>, problems: string[]): ImagePolicy | undefined {
+  const example =
+    'e.g. {"registries": ["docker.io", "nvcr.io"], "teamRepositories": [{"repositories": "nvcr.io/nlp/*", "teams": ["nlp"]}]}';
+  const read = readJsonVar(present, 'GPU_FLEET_IMAGE_POLICY', example, problems);
+  if (!read) return undefined;
+  const parsed = ImagePolicySchema.safeParse(read.json);
+  if (!parsed.success) {
+    problems.push(
+      `GPU_FLEET_IMAGE_POLICY ${parsed.error.issues.map((i) => `${i.path.join('.') || '(value)'}: ${i.message}`).join('; ')}; ${example}`,
+    );
+    return undefined;
+  }
+  return parsed.data;
 }
 
 /** Service id → target group ARN, each checked; a bad entry is named with what is allowed. */

@@ -255,6 +255,11 @@ const JobSpecObject = z.strictObject({
         z.string().check(
           z.regex(ENV_NAME_RE, { error: 'environment variable names are letters, digits and "_", not starting with a digit' }),
           z.refine((k) => !k.startsWith('GPU_FLEET_'), { error: 'GPU_FLEET_* variables are set by gpu-fleet and cannot be given' }),
+          // The NVIDIA container runtime reads these to choose the GPUs, driver libraries and capabilities a container gets.
+          z.refine((k) => !k.startsWith('NVIDIA_'), {
+            error:
+              'NVIDIA_* variables choose what the NVIDIA runtime gives a container (its GPUs, driver capabilities); gpu-fleet sets them from the placement',
+          }),
         ),
         z.string().check(
           z.maxLength(32_768),
@@ -458,7 +463,7 @@ describeFields(JobSpecObject, {
   name: "the job's name: the service's name for a service (known as team.name); for a job, a label for people",
   image: 'the container image the job runs, as docker pulls it: [registry/]repository[:tag][@sha256:digest]',
   command: 'the program and its arguments (argv; no shell stands between the spec and the process)',
-  env: 'environment variables of the process (GPU_FLEET_* are set by gpu-fleet and cannot be given)',
+  env: 'environment variables of the process (GPU_FLEET_* and NVIDIA_* are set by gpu-fleet and cannot be given)',
   gpu: 'the GPUs the job needs on each of its machines: whole GPUs, a share of one, or a MIG slice',
   'gpu.kind': '"whole": whole GPUs; "fraction": a share of one GPU; "mig": a MIG slice',
   'gpu.count': 'whole GPUs on one machine',

@@ -46,6 +46,14 @@ export function rendezvousPortOf(placement: Placement | undefined): number | und
   return placement && placement.nodes.length > 1 ? placement.nodes[0]?.ports?.[0] : undefined;
 }
 
+/**
+ * The failure reasons a node's agent may record with a job's failure (what its machine saw beyond
+ * the exit code); any other it sends is refused by the agent API.
+ */
+export const AGENT_FAILURE_CODES: readonly ReasonCode[] = ['out-of-memory'];
+/** The longest failure message an agent may record. */
+export const AGENT_FAILURE_MESSAGE_MAX = 500;
+
 /** Thousandths of a GPU one node's part of a placement holds (a whole GPU is 1000). */
 export function assignmentMilliGpu(a: NodeAssignment): number {
   if (a.share) return a.share.milliGpu;
@@ -377,6 +385,8 @@ export interface Job {
   readonly moves?: number;
   readonly rejection?: { readonly errors: readonly string[]; readonly body: string };
   readonly exitCode?: number;
+  /** Why it failed, where its machine knew more than the exit code (the kernel killed it for its memory). */
+  readonly failure?: Reason;
   readonly endedAtMs?: number;
   readonly cancelRequested?: boolean;
   /** Finished attempts' use and cost (absent until an attempt ends). */
@@ -429,7 +439,14 @@ export type JobEvent =
   /** Back to pending (attempt + 1) from placed, running or checkpointing: interruption, node lost, preemption. */
   | { readonly type: 'requeue'; readonly attempt: number; readonly reason: Reason; readonly gpuUse?: AttemptGpuUse }
   | { readonly type: 'succeed'; readonly attempt: number; readonly gpuUse?: AttemptGpuUse }
-  | { readonly type: 'fail'; readonly attempt: number; readonly exitCode: number; readonly gpuUse?: AttemptGpuUse }
+  | {
+      readonly type: 'fail';
+      readonly attempt: number;
+      readonly exitCode: number;
+      readonly gpuUse?: AttemptGpuUse;
+      /** What the machine knew of why (see {@link AGENT_FAILURE_CODES}). */
+      readonly failure?: Reason;
+    }
   | { readonly type: 'cancel' }
   | { readonly type: 'hold'; readonly reason: Reason }
   | { readonly type: 'release-hold' }
@@ -543,6 +560,7 @@ export function transition(job: Job, event: JobEvent, nowMs: number): Transition
         ...base,
         state: 'failed',
         exitCode: event.exitCode,
+        ...(event.failure ? { failure: event.failure } : {}),
         endedAtMs: nowMs,
         usage: closeAttempt(job, nowMs, false, event.gpuUse),
         ...closeHolding(job, nowMs),

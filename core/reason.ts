@@ -39,7 +39,9 @@ export type ReasonCode =
   /** The node took longer than the grace period and the upload allowance to save a checkpoint it was asked for. */
   | 'checkpoint-timed-out'
   /** The node's agent could not renew its lease with the control plane: it checkpointed and stopped its work itself. */
-  | 'fenced';
+  | 'fenced'
+  /** The job's container passed its memory limit (its share of the machine) and the kernel killed it, alone. */
+  | 'out-of-memory';
 
 export interface Reason {
   readonly code: ReasonCode;

@@ -1,3 +1,4 @@
+import type { ImagePolicy } from '../core/images.ts';
 import { BatchProcessor, EventType, processPartialResponse } from '@aws-lambda-powertools/batch';
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
@@ -23,6 +24,8 @@ export interface IntakeDeps {
   readonly services?: ServiceStore;
   /** Right-sizing's family runs and the catalogue's GPU models, for specs with `gpu.rightsize`; absent: such specs keep their shape. */
   readonly rightsizing?: RightsizePorts;
+  /** The fleet's rules on images (GPU_FLEET_IMAGE_POLICY); absent: only the rules that always hold. */
+  readonly images?: ImagePolicy;
   readonly obs: Observability;
   readonly timeoutEarlyInMillis?: number;
 }
@@ -71,6 +74,7 @@ export function createIntakeHandler(deps: IntakeDeps) {
           fleetShape: deps.fleetShape,
           ...(deps.services ? { services: deps.services } : {}),
           ...(deps.rightsizing ? { rightsizing: deps.rightsizing } : {}),
+          ...(deps.images ? { images: deps.images } : {}),
         },
         { team, body: r.body, token, ...sentAt(r.attributes?.SentTimestamp) },
       );

@@ -5,6 +5,7 @@ import { ConfigError, messageOf, parseJson } from '../core/errors.ts';
 import { GCS_ROOT_RE, S3_PATHS, type NetworkLayout } from '../core/bytes.ts';
 import { regionOfZone } from '../core/catalog.ts';
 import { MIG_GPUS } from '../core/mig.ts';
+import { ImagePolicySchema } from '../core/images.ts';
 import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from '../core/schema.ts';
 import { awsShippedCatalog } from '../cloud/catalog/shipped.ts';
 import awsCatalogJson from '../data/catalog/aws-gpu-instances.json' with { type: 'json' };
@@ -394,6 +395,12 @@ export const ConfigSchema = z
       .max(200)
       .optional(),
     /**
+     * Which images specs may name: the registries (`host[:port]`, `docker.io` for Docker Hub) and the
+     * repositories only some teams may run. A registry named by an address, loopback or the
+     * machine itself is refused whatever this says. Default: any registry named by a DNS name.
+     */
+    images: z.optional(ImagePolicySchema),
+    /**
      * The ECR repositories of the account the machines may pull job images from, by name or by a
      * prefix ending in `*` (`ml/*`). The node role names exactly these; without the field it pulls
      * from none (images from other registries are pulled as before). Default: none.
@@ -713,6 +720,11 @@ describeFields(ConfigSchema, {
   'jobLogs.retentionDays': 'how long it is kept',
   hostNetworkSharing:
     "pairs of teams whose host-network work (gang ranks, service replicas) may share a machine (default: none; each team's alone)",
+  images: 'which images specs may name (default: any registry named by a DNS name; never an address or the machine itself)',
+  'images.registries': 'the registries specs may name: host[:port], "docker.io" for Docker Hub',
+  'images.teamRepositories': 'repositories only the named teams may run',
+  'images.teamRepositories[].repositories': 'registry/path, a trailing "*" for every repository under a prefix',
+  'images.teamRepositories[].teams': 'the teams that may run them',
   ecrRepositories:
     'the ECR repositories of the account the machines may pull job images from, names or prefixes ending in "*" (default: none)',
   discounts: 'Savings Plans and Reserved Instances, declared per instance family (not read from the account)',

@@ -14,6 +14,8 @@
  * - write under /var/lib/gpu-fleet only (the service's file system is read-only elsewhere).
  */
 
+import { JOBS_CGROUP, JOBS_NETWORK } from '../core/container-limits.ts';
+
 export const AGENT_USER = 'gpu-fleet';
 export const AGENT_HOME = '/var/lib/gpu-fleet';
 export const JOBS_DIR = `${AGENT_HOME}/jobs`;
@@ -42,6 +44,43 @@ rm -rf --one-file-system -- "$target"
 `;
 }
 
+/**
+ * The root-run commands that make the jobs folder a mount of its own with `nosuid,nodev`: what a
+ * container writes into its folder (a setuid-root binary, a device node) is inert on the host and in
+ * every other container that mounts it. A job's folder is bind-mounted into its container from here,
+ * and a bind mount keeps these flags. Idempotent.
+ */
+export function jobFoldersMountScript(dir: string = JOBS_DIR): string {
+  return `#!/bin/bash
+# gpu-fleet: ${dir} holds what jobs write; nothing there runs setuid or opens a device.
+set -euo pipefail
+d=${dir}
+mkdir -p "$d"
+mountpoint -q "$d" || mount --bind "$d" "$d"
+mount -o remount,bind,nosuid,nodev "$d"
+`;
+}
+
+/**
+ * The docker engine settings every job container gets, whatever the agent passes: no privilege
+ * gain, no traffic between containers on docker's default bridge, and bounded json logs (the agent
+ * reads a job's output from its own file). Merged into the machine's /etc/docker/daemon.json
+ * (a GPU image's `runtimes` stay).
+ */
+export const DOCKER_DAEMON_SETTINGS = {
+  'no-new-privileges': true,
+  icc: false,
+  'log-driver': 'json-file',
+  'log-opts': { 'max-size': '50m', 'max-file': '2' },
+} as const;
+
+/**
+ * The systemd slice every job's container runs under (`--cgroup-parent`): the cap on all jobs
+ * together, from `gpu-fleet agent jobs-slice` (what the machine has less the reserve the agent,
+ * dockerd and the system keep: core/container-limits.ts).
+ */
+export const JOBS_SLICE_FILE = `/etc/systemd/system/${JOBS_CGROUP.slice}`;
+
 /** What the agent's user may run as root: MIG changes and the folder helper, nothing else. */
 export function agentSudoers(): string {
   return `# gpu-fleet node agent: MIG instances per job, and removal of its job folders.
@@ -61,6 +100,8 @@ export const METADATA_ADDRESSES: { readonly v4: readonly string[]; readonly v6: 
 };
 
 export const WALL_CHAIN = 'GPU-FLEET-META';
+/** The chain that refuses what the jobs' bridge sends to the host itself. */
+export const BRIDGE_WALL_CHAIN = 'GPU-FLEET-JOBS-IN';
 export const WALL_SCRIPT = '/usr/local/sbin/gpu-fleet-wall';
 
 /**
@@ -76,9 +117,16 @@ export const WALL_SCRIPT = '/usr/local/sbin/gpu-fleet-wall';
  *   (agent/runner.ts), so they cannot become either.
  */
 export function metadataWallScript(
-  o: { readonly allowUids?: readonly string[]; readonly v4?: readonly string[]; readonly v6?: readonly string[] } = {},
+  o: {
+    readonly allowUids?: readonly string[];
+    readonly v4?: readonly string[];
+    readonly v6?: readonly string[];
+    /** The jobs' bridge interface (core/container-limits.ts `JOBS_NETWORK`): nothing it sends reaches the host. */
+    readonly jobsBridge?: string;
+  } = {},
 ): string {
   const allow = o.allowUids ?? ['0', `$(id -u ${AGENT_USER})`];
+  const bridge = o.jobsBridge ?? JOBS_NETWORK.bridge;
   const v4 = o.v4 ?? METADATA_ADDRESSES.v4;
   const v6 = o.v6 ?? METADATA_ADDRESSES.v6;
   const quoted = (list: readonly string[]) => list.map((a) => `'${a}'`).join(' ');
@@ -100,8 +148,18 @@ ${allow.map((u) => `    $ipt -w -A ${WALL_CHAIN} -m owner --uid-owner "${u}" -j 
     $ipt -w -C DOCKER-USER -d "$a" -j REJECT 2>/dev/null || $ipt -w -I DOCKER-USER 1 -d "$a" -j REJECT
   done
 }
+# The jobs' bridge: a container on it reaches no listener of the host (a gang's rendezvous port on the host's
+# network, the agent's /metrics, sshd), at any of the host's addresses. What it sends elsewhere is forwarded.
+host_wall() {
+  local ipt=$1
+  if $ipt -w -N ${BRIDGE_WALL_CHAIN} 2>/dev/null; then
+    $ipt -w -A ${BRIDGE_WALL_CHAIN} -j REJECT
+  fi
+  $ipt -w -C INPUT -i '${bridge}' -j ${BRIDGE_WALL_CHAIN} 2>/dev/null || $ipt -w -I INPUT 1 -i '${bridge}' -j ${BRIDGE_WALL_CHAIN}
+}
 wall iptables ${quoted(v4)}
-${v6.length > 0 ? `if command -v ip6tables >/dev/null && ip6tables -w -L OUTPUT >/dev/null 2>&1; then wall ip6tables ${quoted(v6)}; fi\n` : ''}`;
+host_wall iptables
+${v6.length > 0 ? `if command -v ip6tables >/dev/null && ip6tables -w -L OUTPUT >/dev/null 2>&1; then wall ip6tables ${quoted(v6)}; host_wall ip6tables; fi\n` : ''}`;
 }
 
 /**
@@ -138,6 +196,8 @@ User=${AGENT_USER}
 Group=${AGENT_USER}
 SupplementaryGroups=docker
 AmbientCapabilities=CAP_DAC_READ_SEARCH
+# The kernel's OOM killer takes a job before the agent (jobs are capped below the machine: gpu-fleet-jobs.slice).
+OOMScoreAdjust=-900
 Environment=HOME=${AGENT_HOME}
 EnvironmentFile=/etc/gpu-fleet/agent.env
 ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker --nvidia-smi ${NVIDIA_SMI} --sudo-helper ${CLEAN_JOB_DIR_HELPER}
@@ -189,6 +249,9 @@ export function agentUserData(o: {
     `id -u ${AGENT_USER} >/dev/null 2>&1 || useradd --system --home-dir ${AGENT_HOME} --shell /usr/sbin/nologin --groups docker ${AGENT_USER}`,
     `mkdir -p /opt/gpu-fleet /etc/gpu-fleet ${JOBS_DIR}`,
     `chown -R ${AGENT_USER}:${AGENT_USER} ${AGENT_HOME} && chmod 0750 ${AGENT_HOME}`,
+    // Job folders: nosuid,nodev, now and at every boot.
+    `grep -qs ' ${JOBS_DIR} ' /etc/fstab || echo '${JOBS_DIR} ${JOBS_DIR} none bind,nosuid,nodev 0 0' >> /etc/fstab`,
+    `bash <<'EOF'\n${jobFoldersMountScript()}EOF`,
     `aws s3 cp --region ${o.region} ${o.assetUrl} /opt/gpu-fleet/gpu-fleet-agent.mjs`,
     `cat > /etc/gpu-fleet/agent.env <<'EOF'\n${envFile.join('\n')}\nEOF`,
     `chown root:${AGENT_USER} /etc/gpu-fleet/agent.env && chmod 0640 /etc/gpu-fleet/agent.env`,
@@ -202,6 +265,11 @@ export function agentUserData(o: {
     `chown root:root ${WALL_SCRIPT} && chmod 0755 ${WALL_SCRIPT}`,
     `cat > /etc/systemd/system/gpu-fleet-wall.service <<'EOF'\n${wallUnit()}EOF`,
     `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF\n${agentUnit('${NODE_BIN}')}EOF`,
+    // The engine's own defaults for every container, merged into what the image's daemon.json has (its runtimes stay).
+    `"$NODE_BIN" -e 'const fs=require("fs"),f="/etc/docker/daemon.json";let c={};try{c=JSON.parse(fs.readFileSync(f,"utf8"))}catch{}fs.mkdirSync("/etc/docker",{recursive:true});fs.writeFileSync(f,JSON.stringify({...c,...${JSON.stringify(DOCKER_DAEMON_SETTINGS)}},null,2))'`,
+    'systemctl restart docker',
+    // Every job's container under one slice, capped together below what the machine has.
+    `"$NODE_BIN" /opt/gpu-fleet/gpu-fleet-agent.mjs agent jobs-slice --nvidia-smi ${NVIDIA_SMI} > ${JOBS_SLICE_FILE}`,
     'systemctl daemon-reload',
     'systemctl enable --now gpu-fleet-wall.service',
     'systemctl enable --now gpu-fleet-agent.service',

@@ -282,7 +282,8 @@ export class GpuFleetStack extends Stack {
       env: { ...env, ...gcpEnv, ...serviceEnv, ...reservationEnv },
       reservedConcurrency: 1,
     });
-    const intake = this.fn('intake', { memoryMb: 512, timeout: Duration.seconds(30), env: { ...env, ...serviceEnv } });
+    const imageEnv: Record<string, string> = config.images ? { GPU_FLEET_IMAGE_POLICY: JSON.stringify(config.images) } : {};
+    const intake = this.fn('intake', { memoryMb: 512, timeout: Duration.seconds(30), env: { ...env, ...serviceEnv, ...imageEnv } });
     const interruption = this.fn('interruption', {
       memoryMb: 512,
       timeout: Duration.seconds(60),

@@ -1,6 +1,8 @@
 import { GpuFleetError } from '../errors.ts';
 import { gpuUseProblem } from '../gpu-use.ts';
 import {
+  AGENT_FAILURE_CODES,
+  AGENT_FAILURE_MESSAGE_MAX,
   checkpointFolder,
   finishCancel,
   progressCeilingSec,
@@ -13,6 +15,7 @@ import {
 import { saveSizeProblem, siteOfOffering } from '../bytes.ts';
 import type { CheckpointHistory, CheckpointStore, Clock, FrontDoor, JobStore, NodeStore, ServiceStore } from '../ports.ts';
 import { SERVICE_LABEL } from '../serving/service.ts';
+import type { ReasonCode } from '../reason.ts';
 import type { InstanceTypeCatalog } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { imagesToPrefetch } from '../serving/prefetch.ts';
@@ -85,6 +88,15 @@ export function agentJobWriteProblem(
     if (problem) return problem;
   }
   const gpuUse = use ? { gpuUse: use } : {};
+  if (next.failure && !sameValue(next.failure, stored.failure)) {
+    const f = next.failure as { code?: unknown; message?: unknown };
+    if (
+      !AGENT_FAILURE_CODES.includes(f.code as ReasonCode) ||
+      typeof f.message !== 'string' ||
+      f.message.length > AGENT_FAILURE_MESSAGE_MAX
+    )
+      return `an agent may give a failure only as one of ${AGENT_FAILURE_CODES.join(', ')} with a message of at most ${AGENT_FAILURE_MESSAGE_MAX} characters`;
+  }
   // Each event an agent sends, who may send it, and the state it leads to (only those that reach next's state are tried).
   const candidates: { readonly event: JobEvent | 'finish-cancel'; readonly leaderOnly: boolean; readonly yields: readonly string[] }[] = [
     { event: { type: 'start', attempt: stored.attempt }, leaderOnly: true, yields: ['running'] },
@@ -94,7 +106,17 @@ export function agentJobWriteProblem(
       yields: ['checkpointing'],
     },
     { event: { type: 'succeed', attempt: stored.attempt, ...gpuUse }, leaderOnly: true, yields: ['succeeded'] },
-    { event: { type: 'fail', attempt: stored.attempt, exitCode: next.exitCode ?? 1, ...gpuUse }, leaderOnly: false, yields: ['failed'] },
+    {
+      event: {
+        type: 'fail',
+        attempt: stored.attempt,
+        exitCode: next.exitCode ?? 1,
+        ...gpuUse,
+        ...(next.failure ? { failure: next.failure } : {}),
+      },
+      leaderOnly: false,
+      yields: ['failed'],
+    },
     { event: 'finish-cancel', leaderOnly: true, yields: ['cancelled'] },
     // Any rank that cannot start sends the whole attempt back (node-rules: startFailure); a job whose cancel was
     // asked for ends cancelled instead, whatever the reason given.

@@ -1,3 +1,4 @@
+import { imageProblem, type ImagePolicy } from '../images.ts';
 import { isValidTeamId } from '../budget.ts';
 import {
   jobIdFor,
@@ -61,7 +62,15 @@ export type IntakeOutcome =
  * Store failures propagate (the caller retries them); nothing else throws.
  */
 export async function intake(
-  ports: { jobs: JobStore; clock: Clock; fleetShape?: FleetShape; services?: ServiceStore; rightsizing?: RightsizePorts },
+  ports: {
+    jobs: JobStore;
+    clock: Clock;
+    fleetShape?: FleetShape;
+    services?: ServiceStore;
+    rightsizing?: RightsizePorts;
+    /** The fleet's rules on images (core/images.ts); absent: the rules that always hold (no address, no loopback). */
+    images?: ImagePolicy;
+  },
   message: IntakeMessage,
 ): Promise<IntakeOutcome> {
   if (!isValidTeamId(message.team)) {
@@ -87,7 +96,9 @@ export async function intake(
   }
   if (!errors) {
     const check = checkJobSpec(parsed);
-    if (check.ok && check.spec.service) {
+    const imageWhy = check.ok ? imageProblem(check.spec.image, message.team, ports.images) : undefined;
+    if (imageWhy) errors = [imageWhy];
+    else if (check.ok && check.spec.service) {
       // A service's record holds its spec as a job's does: the same bound.
       const bytes = storedBytes(check.spec);
       if (bytes > MAX_STORED_JOB_BYTES)

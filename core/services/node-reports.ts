@@ -1,4 +1,5 @@
 import type { AttemptGpuUse } from '../gpu-use.ts';
+import type { Reason } from '../reason.ts';
 import type { CheckpointStore, JobStore } from '../ports.ts';
 import { applyJobEvent, finishCancelled, type UpdateOutcome } from './job-updates.ts';
 import { exitReport, type CheckpointResult } from './node-rules.ts';
@@ -37,7 +38,7 @@ export async function recordCheckpointResult(
 /** A process that ended by itself: the leader's success ends the job, any rank's failure fails it (see exitReport). */
 export async function recordExit(
   jobs: JobStore,
-  input: { jobId: string; attempt: number; rank: number; exitCode: number; nowMs: number; gpuUse?: AttemptGpuUse },
+  input: { jobId: string; attempt: number; rank: number; exitCode: number; nowMs: number; gpuUse?: AttemptGpuUse; failure?: Reason },
 ): Promise<UpdateOutcome | undefined> {
   const report = exitReport(input.rank, input.exitCode);
   if (!report) return undefined;
@@ -45,6 +46,12 @@ export async function recordExit(
   const event =
     report.event === 'succeed'
       ? ({ type: 'succeed', attempt: input.attempt, ...gpuUse } as const)
-      : ({ type: 'fail', attempt: input.attempt, exitCode: report.exitCode, ...gpuUse } as const);
+      : ({
+          type: 'fail',
+          attempt: input.attempt,
+          exitCode: report.exitCode,
+          ...gpuUse,
+          ...(input.failure ? { failure: input.failure } : {}),
+        } as const);
   return applyJobEvent(jobs, input.jobId, event, input.nowMs);
 }

@@ -14,6 +14,7 @@ export const handler = createIntakeHandler({
   // AWS groups only: intake has no GCP credentials, and a job is never called unschedulable on half the fleet.
   ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, awsShippedCatalog().instanceTypes, ports.clock) }),
   ...(ports.services ? { services: ports.services } : {}),
+  ...(ports.config.images ? { images: ports.config.images } : {}),
   rightsizing: { families: ports.stores.families, offers: gpuOffers(awsShippedCatalog()) },
   obs: observability('gpu-fleet-intake'),
 });

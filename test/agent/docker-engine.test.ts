@@ -9,13 +9,14 @@ import S3rver from 's3rver';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { S3Blobs } from '../../agent/checkpoint-files.ts';
 import { AwsImds } from '../../agent/metadata.ts';
-import { DockerRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
+import { CONTAINER_CHECKPOINT_DIR, DockerRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
 import { jobIdFor, newPendingJob } from '../../core/job.ts';
 import type { WorldView } from '../../core/services/snapshot-reader.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import type { Reason } from '../../core/reason.ts';
 import { checkJobSpec, containerSettings, HOST_NETWORK_JOB_UID, type JobSpecInput } from '../../core/job-spec.ts';
-import { metadataWallScript, WALL_CHAIN } from '../../infra/node-setup.ts';
+import { BRIDGE_WALL_CHAIN, jobFoldersMountScript, metadataWallScript, WALL_CHAIN } from '../../infra/node-setup.ts';
+import { containerLimits, JOBS_NETWORK, type ContainerLimits } from '../../core/container-limits.ts';
 import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
 import { MemoryServiceStore } from '../../cloud/sim/memory-stores.ts';
@@ -46,7 +47,8 @@ const LABEL = 'io.gpu-fleet.job';
 
 /** The real docker runner, given no GPU device (this machine has none for docker to hand over). */
 function noGpuRunner(envDir: string): JobRunner {
-  const inner = new DockerRunner('docker', process.env, [], envDir);
+  // The test image is built here and no registry has it: the engine's cache serves it.
+  const inner = new DockerRunner('docker', process.env, [], envDir, 'missing');
   return {
     kind: 'docker',
     start: (launch) => inner.start({ ...launch, devices: [] }),
@@ -69,7 +71,18 @@ function containersOf(jobIds: readonly string[]): string[] {
     .map((l) => l.slice(0, l.indexOf(' ')));
 }
 
-function inspect(name: string): { NetworkMode: string; ShmSize: number; Ulimits: { Name: string; Soft: number; Hard: number }[] } {
+function inspect(name: string): {
+  NetworkMode: string;
+  ShmSize: number;
+  Ulimits: { Name: string; Soft: number; Hard: number }[];
+  CapDrop: string[];
+  SecurityOpt: string[];
+  CgroupParent: string;
+  Memory: number;
+  MemorySwap: number;
+  PidsLimit: number;
+  NanoCpus: number;
+} {
   return JSON.parse(docker('container', 'inspect', '--format', '{{json .HostConfig}}', name)) as ReturnType<typeof inspect>;
 }
 
@@ -145,9 +158,15 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
       await a.heartbeat();
       const [name] = await waitFor('the container to run', () => containersOf([id]).at(0) && containersOf([id]));
       expect(name).toBe(`gpu-fleet-${safeJobName(id)}-a1-r0`);
-      // What the engine was told: docker's bridge network for a one-machine job, 1 GiB of /dev/shm per GPU, the limits asked.
+      // What the engine was told: the jobs' bridge network for a one-machine job, no capability and no privilege gain,
+      // 1 GiB of /dev/shm per GPU, the ulimits asked, and its share of the machine under the jobs' parent cgroup.
       const host = inspect(name!);
-      expect(host.NetworkMode === 'default' || host.NetworkMode === 'bridge').toBe(true);
+      expect(host).toMatchObject({ NetworkMode: JOBS_NETWORK.name, CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges'] });
+      expect(host.CgroupParent).toMatch(/gpu-fleet-jobs/);
+      expect(host.Memory).toBeGreaterThan(0);
+      expect(host.MemorySwap).toBe(host.Memory);
+      expect(host.PidsLimit).toBeGreaterThan(0);
+      expect(host.NanoCpus).toBeGreaterThan(0);
       expect(host.ShmSize).toBe(1024 * 1024 * 1024);
       expect(host.Ulimits).toEqual(
         expect.arrayContaining([
@@ -462,6 +481,269 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
 });
 
 /**
+ * The walls' second layer (issue 68), from inside containers the agent's runner starts with its
+ * own arguments: no capability and no privilege gain in any launch kind, job folders mounted
+ * nosuid,nodev as the node's setup mounts them, memory and process limits that stop a job alone,
+ * and the jobs' bridge that reaches neither the host's listeners nor another job. The C probe
+ * (test/support/docker/wall-probe.c) tries what Node.js cannot: raw sockets, mknod, a fork bomb.
+ */
+describe.runIf(!problem || dockerRequired)('the second wall layer on a real Docker engine', () => {
+  let image: string;
+  const asRoot = (cmd: string, args: string[]) =>
+    process.getuid?.() === 0
+      ? execFileSync(cmd, args, { encoding: 'utf8' })
+      : execFileSync('sudo', ['-n', cmd, ...args], { encoding: 'utf8' });
+  const quiet = (cmd: string, args: string[]) => {
+    try {
+      asRoot(cmd, args);
+    } catch {
+      // already gone
+    }
+  };
+  /** Job folders under a root mounted as the node's setup mounts /var/lib/gpu-fleet/jobs. */
+  let jobsRoot: string;
+
+  beforeAll(() => {
+    if (problem) throw new Error(`GPU_FLEET_DOCKER_TESTS=required, but ${problem}`);
+    image = ensureTestImage();
+    jobsRoot = tmp('jobs-root');
+    asRoot('bash', ['-c', jobFoldersMountScript(jobsRoot)]);
+  }, 120_000);
+
+  afterAll(() => {
+    if (jobsRoot) quiet('umount', [jobsRoot]);
+    quiet('iptables', ['-w', '-D', 'INPUT', '-i', JOBS_NETWORK.bridge, '-j', BRIDGE_WALL_CHAIN]);
+    quiet('iptables', ['-w', '-F', BRIDGE_WALL_CHAIN]);
+    quiet('iptables', ['-w', '-X', BRIDGE_WALL_CHAIN]);
+  });
+
+  type Kind = 'bridge job' | 'service replica' | 'gang rank';
+  const KINDS: readonly Kind[] = ['bridge job', 'service replica', 'gang rank'];
+
+  function settingsOf(kind: Kind) {
+    const spec = checkJobSpec({
+      image,
+      command: ['/jobs/wall-probe'],
+      gpu: { kind: 'whole', count: 1 },
+      container: { lockedMemoryMiB: LOCKED_MIB },
+      ...(kind === 'gang rank' ? { nodes: 2 } : {}),
+      ...(kind === 'service replica'
+        ? {
+            name: 'probe',
+            service: { port: 18_081, replicas: { min: 1, max: 1 }, targets: [{ metric: 'waiting-requests', perReplica: 8 }] },
+          }
+        : {}),
+    });
+    if (!spec.ok) throw new Error(spec.errors.join('; '));
+    return containerSettings(spec.spec);
+  }
+
+  /** Runs `command` as the agent's runner runs a job of this kind (its settings and its limits), in a folder under the jobs root. */
+  async function runAs(kind: Kind, command: string[], limits = containerLimits(1000, { memoryMiB: 8192, cpus: 2, gpus: 1 }, 64)) {
+    const dir = mkdtempSync(join(jobsRoot, 'job-'));
+    const checkpointDir = join(dir, 'checkpoint');
+    mkdirSync(checkpointDir);
+    const logFile = join(dir, 'output.log');
+    const runner = new DockerRunner('docker', process.env, [], join(dir, 'env'), 'missing');
+    const proc = await runner.start({
+      jobId: `nlp.layer2-${kind.replace(/ /g, '-')}-${Date.now().toString(36)}`,
+      attempt: 1,
+      rank: 0,
+      image,
+      command,
+      env: {},
+      devices: [],
+      checkpointDir,
+      logFile,
+      container: settingsOf(kind),
+      limits,
+    });
+    return { proc, dir, checkpointDir, logFile, runner };
+  }
+
+  async function lastLine<T>(kind: Kind, command: string[], limits?: ContainerLimits): Promise<T & { exitCode: number | null }> {
+    const { proc, logFile } = await runAs(kind, command, limits);
+    const exit = await proc.exited;
+    const out = readFileSync(logFile, 'utf8');
+    return { ...(JSON.parse(out.trim().split('\n').pop()!) as T), exitCode: exit.exitCode };
+  }
+
+  it('gives no launch kind any capability or privilege gain: a raw socket and mknod are refused, and the folder is nosuid,nodev', async () => {
+    // The host side: the jobs root is a mount of its own with nosuid,nodev (what the node's setup does at boot).
+    const hostMount = readFileSync('/proc/self/mountinfo', 'utf8')
+      .split('\n')
+      .find((l) => l.split(' ')[4] === jobsRoot);
+    expect(hostMount?.split(' ')[5]).toMatch(/(^|,)nosuid(,|$)/);
+    expect(hostMount?.split(' ')[5]).toMatch(/(^|,)nodev(,|$)/);
+    type Powers = {
+      uid: number;
+      capEff: string;
+      noNewPrivs: string;
+      packetSocket: string;
+      rawSocket: string;
+      mknod: string;
+      setuidFile: string;
+      mountOptions: string;
+    };
+    for (const kind of KINDS) {
+      const p = await lastLine<Powers>(kind, ['/jobs/wall-probe', 'powers', CONTAINER_CHECKPOINT_DIR]);
+      expect({ kind, ...p }).toMatchObject({
+        kind,
+        exitCode: 0,
+        capEff: '0000000000000000',
+        noNewPrivs: '1',
+        packetSocket: 'EPERM',
+        rawSocket: 'EPERM',
+        mknod: 'EPERM',
+      });
+      // A setuid file of its own it may make, but on this mount it gives nothing: nosuid (and no device opens: nodev).
+      expect(p.mountOptions.split(','), kind).toEqual(expect.arrayContaining(['nosuid', 'nodev']));
+      if (kind !== 'bridge job') expect(p.uid, kind).toBe(HOST_NETWORK_JOB_UID);
+    }
+  }, 120_000);
+
+  it('kills a container past its memory alone and reports it out of memory; the agent answers and its neighbour runs on', async () => {
+    const w = agentWorld();
+    const work = mkdtempSync(join(jobsRoot, 'agent-oom-'));
+    // A machine of 1 GiB with one GPU: a whole-GPU job may have 668 MiB (1 GiB less the reserve).
+    const a = w.agent('i-oom', {
+      workDir: work,
+      runner: noGpuRunner(join(work, 'env')),
+      config: { machine: { memoryMiB: 1024, cpus: 2 } },
+    });
+    const run = `t${Date.now().toString(36)}`;
+    const hog = jobIdFor('nlp', `hog-${run}`);
+    const neighbour = jobIdFor('cv', `neighbour-${run}`);
+    try {
+      await a.heartbeat();
+      await w.submit(neighbour, {
+        image,
+        command: ['node', `${IMAGE_JOBS_DIR}/counter-job.mjs`, '100000', '20', '25'],
+        container: { lockedMemoryMiB: LOCKED_MIB },
+      });
+      await w.place(neighbour, ['i-oom'], [0]);
+      const neighbourSteps = () => {
+        try {
+          const marker = join(work, 'jobs', safeJobName(neighbour), 'attempt-1', 'checkpoint', 'checkpoint.json');
+          return (JSON.parse(readFileSync(marker, 'utf8')) as { progressSec: number }).progressSec;
+        } catch {
+          return 0;
+        }
+      };
+      await a.heartbeat();
+      await waitFor('the neighbour to count', () => neighbourSteps() > 0);
+      await w.submit(hog, {
+        image,
+        // 1.5 GiB, touched a page at a time (Buffer.alloc fills it), past its 668 MiB.
+        command: [
+          'node',
+          '-e',
+          'const held = []; for (let i = 0; i < 96; i++) held.push(Buffer.alloc(16 << 20, 1)); console.log("survived")',
+        ],
+        container: { lockedMemoryMiB: LOCKED_MIB },
+      });
+      await w.place(hog, ['i-oom'], [0]);
+      await a.heartbeat();
+      await waitFor('the hog to be reported', async () => (await w.jobs.get(hog))?.state === 'failed', 30_000);
+      const failed = await w.jobs.get(hog);
+      expect(failed).toMatchObject({ state: 'failed', exitCode: 137, failure: { code: 'out-of-memory' } });
+      expect(failed?.failure?.message).toContain('668 MiB');
+      // The agent answers at once, and the neighbour's container runs on.
+      const began = Date.now();
+      await a.heartbeat();
+      expect(Date.now() - began).toBeLessThan(5_000);
+      expect(containersOf([neighbour])).toHaveLength(1);
+      expect(await w.jobs.get(neighbour)).toMatchObject({ state: 'running' });
+      const counted = neighbourSteps();
+      await waitFor('the neighbour to count on', () => neighbourSteps() > counted);
+    } finally {
+      await w.shutdown();
+    }
+  }, 90_000);
+
+  it("stops a fork bomb at its container's process limit, and the engine answers the runner's next call at once", async () => {
+    const limits = { ...containerLimits(1000, { memoryMiB: 8192, cpus: 2, gpus: 1 }, 64), pids: 64 };
+    const found = await lastLine<{ children: number; refused: string }>('bridge job', ['/jobs/wall-probe', 'forks', '100000'], limits);
+    expect(found.exitCode).toBe(0);
+    expect(found.refused).toBe('EAGAIN');
+    expect(found.children).toBeLessThan(64);
+    expect(found.children).toBeGreaterThan(10);
+    const began = Date.now();
+    const after = await lastLine<Record<string, string>>('bridge job', ['node', `${IMAGE_JOBS_DIR}/probe-connect.mjs`]);
+    expect(after.exitCode).toBe(0);
+    expect(Date.now() - began).toBeLessThan(15_000);
+  }, 90_000);
+
+  it("asks the registry for each attempt's image: one only the engine's cache holds (another team's job left it) does not run", async () => {
+    const dir = mkdtempSync(join(jobsRoot, 'pull-'));
+    const checkpointDir = join(dir, 'checkpoint');
+    mkdirSync(checkpointDir);
+    const logFile = join(dir, 'output.log');
+    // The runner as the agent makes it on a fleet machine (its default pull), given the cached test image no registry has.
+    expect(docker('image', 'inspect', '--format', '{{.Id}}', image)).toMatch(/^sha256:/);
+    const proc = await new DockerRunner('docker', process.env, [], join(dir, 'env')).start({
+      jobId: `nlp.cached-${Date.now().toString(36)}`,
+      attempt: 1,
+      rank: 0,
+      image,
+      command: ['node', '-e', 'console.log("ran from the cache")'],
+      env: {},
+      devices: [],
+      checkpointDir,
+      logFile,
+      container: settingsOf('bridge job'),
+      limits: containerLimits(1000, { memoryMiB: 8192, cpus: 2, gpus: 1 }, 64),
+    });
+    const exit = await proc.exited;
+    const out = readFileSync(logFile, 'utf8');
+    expect(exit.exitCode, out).toBe(125); // docker's own failure: the container never started
+    expect(out).not.toContain('ran from the cache');
+  }, 60_000);
+
+  it("keeps a bridge job from the host's listeners and from another job's container on the jobs' network", async () => {
+    // A listener of the host on every address (as a gang's rendezvous port on the host's network is), and a second job serving.
+    const hostServer = createServer((socket) => {
+      socket.on('error', () => {}); // the probe closes as soon as it has connected
+      socket.end('host');
+    });
+    await new Promise<void>((resolve) => hostServer.listen(0, '0.0.0.0', resolve));
+    const hostPort = (hostServer.address() as { port: number }).port;
+    const served = await runAs('bridge job', ['node', `${IMAGE_JOBS_DIR}/serve-tcp.mjs`, '8080']);
+    try {
+      await waitFor('the other job to listen', () => readFileSync(served.logFile, 'utf8').includes('listening'));
+      const name = docker('ps', '--filter', 'label=io.gpu-fleet.job', '--format', '{{.Names}}')
+        .split('\n')
+        .find((n) => n.includes('layer2-bridge-job'));
+      const neighbourIp = docker(
+        'container',
+        'inspect',
+        '--format',
+        `{{(index .NetworkSettings.Networks "${JOBS_NETWORK.name}").IPAddress}}`,
+        name!,
+      );
+      const gateway = docker('network', 'inspect', '--format', '{{(index .IPAM.Config 0).Gateway}}', JOBS_NETWORK.name);
+      const targets = [`${gateway}:${hostPort}`, `${hostAddress()}:${hostPort}`, `${neighbourIp}:8080`];
+      // Before the wall the host's listener answers at both its addresses (so the wall is what stops it); the other job never does (no traffic between containers).
+      const open = await lastLine<Record<string, string>>('bridge job', ['node', `${IMAGE_JOBS_DIR}/probe-connect.mjs`, ...targets]);
+      expect(open[targets[0]!]).toBe('open');
+      expect(open[targets[1]!]).toBe('open');
+      expect(open[targets[2]!]).toBe('ETIMEDOUT');
+      asRoot('bash', [
+        '-c',
+        metadataWallScript({ allowUids: [String(process.getuid?.() ?? 0)], v4: [], v6: [], jobsBridge: JOBS_NETWORK.bridge }),
+      ]);
+      const walled = await lastLine<Record<string, string>>('bridge job', ['node', `${IMAGE_JOBS_DIR}/probe-connect.mjs`, ...targets]);
+      expect(walled[targets[0]!]).toBe('ECONNREFUSED');
+      expect(walled[targets[1]!]).toBe('ECONNREFUSED');
+      expect(walled[targets[2]!]).toBe('ETIMEDOUT');
+    } finally {
+      await served.proc.stop(1000);
+      hostServer.close();
+    }
+  }, 90_000);
+});
+
+/**
  * The node's metadata wall (infra/node-setup.ts `metadataWallScript`), installed on this machine
  * and proven from inside containers the agent's runner starts with its own arguments. The stand-in
  * metadata server: a network namespace holding a link-local address (169.254.123.254, not the real
@@ -518,6 +800,9 @@ describe.runIf(!problem || dockerRequired)('the metadata wall on a real Docker e
     quiet('iptables', ['-w', '-D', 'DOCKER-USER', '-d', STAND_IN, '-j', 'REJECT']);
     quiet('iptables', ['-w', '-F', WALL_CHAIN]);
     quiet('iptables', ['-w', '-X', WALL_CHAIN]);
+    quiet('iptables', ['-w', '-D', 'INPUT', '-i', JOBS_NETWORK.bridge, '-j', BRIDGE_WALL_CHAIN]);
+    quiet('iptables', ['-w', '-F', BRIDGE_WALL_CHAIN]);
+    quiet('iptables', ['-w', '-X', BRIDGE_WALL_CHAIN]);
     quiet('ip', ['route', 'del', `${STAND_IN}/32`]);
     quiet('ip', ['link', 'del', VETH]);
     quiet('ip', ['netns', 'del', NS]);

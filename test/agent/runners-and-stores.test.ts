@@ -56,15 +56,19 @@ const launch = (over: Partial<Parameters<typeof dockerRunArgs>[0]> = {}) => ({
   resumeDir: '/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/resume',
   logFile: '/dev/null',
   container: { network: 'bridge' as const, shmSizeMiB: 2048, lockedMemoryMiB: 'unlimited' as const },
+  limits: { memoryMiB: 61_440, milliCpus: 23_500, pids: 8192, shmMiB: 2048 },
   ...over,
 });
 
 describe('docker runner', () => {
-  it('builds docker run with exactly the given GPUs, both folders, variables in an env file only, and the argv untouched', () => {
-    const { args, envFileText } = dockerRunArgs(launch(), { envFile: '/var/lib/gpu-fleet/env/x.env' });
+  it('builds docker run with exactly the given GPUs, both folders, its limits, no power, variables in an env file only, and the argv untouched', () => {
+    const { args, envFileText } = dockerRunArgs(launch(), {
+      envFile: '/var/lib/gpu-fleet/env/x.env',
+      folderGid: 990,
+      cgroupParent: 'gpu-fleet-jobs.slice',
+    });
     expect(args).toEqual([
       'run',
-      '--rm',
       '--init',
       '--name',
       'gpu-fleet-nlp.train-7-a2-r0',
@@ -72,14 +76,34 @@ describe('docker runner', () => {
       'io.gpu-fleet.job=nlp.train-7',
       '--label',
       'io.gpu-fleet.job.attempt=2',
+      '--pull',
+      'always',
       '--gpus',
-      '"device=GPU-aaaa,GPU-bbbb"',
+      '"device=GPU-aaaa,GPU-bbbb","capabilities=compute,utility"',
+      '--network',
+      'gpu-fleet-jobs',
+      '--cap-drop',
+      'ALL',
+      '--security-opt',
+      'no-new-privileges',
+      '--group-add',
+      '990',
       '--shm-size',
       '2048m',
       '--ulimit',
       'memlock=-1:-1',
       '--ulimit',
       'stack=67108864',
+      '--memory',
+      '61440m',
+      '--memory-swap',
+      '61440m',
+      '--pids-limit',
+      '8192',
+      '--cpus',
+      '23.500',
+      '--cgroup-parent',
+      'gpu-fleet-jobs.slice',
       '--mount',
       'type=bind,source=/var/lib/gpu-fleet/jobs/nlp.train-7/attempt-2/checkpoint,target=/gpu-fleet/checkpoint',
       '--mount',
@@ -113,16 +137,26 @@ describe('docker runner', () => {
 
   it("runs a service or a gang on the host network, the rest on docker's bridge, with the shared and locked memory asked", () => {
     const args = (container: Parameters<typeof containerSettingArgs>[0]) => containerSettingArgs(container).join(' ');
+    const powerless = '--cap-drop ALL --security-opt no-new-privileges';
     expect(args({ network: 'host', shmSizeMiB: 8192, lockedMemoryMiB: 'unlimited' })).toBe(
-      '--network host --shm-size 8192m --ulimit memlock=-1:-1 --ulimit stack=67108864',
+      `--network host ${powerless} --shm-size 8192m --ulimit memlock=-1:-1 --ulimit stack=67108864`,
     );
     expect(args({ network: 'bridge', shmSizeMiB: 1024, lockedMemoryMiB: 64 })).toBe(
-      '--shm-size 1024m --ulimit memlock=67108864:67108864 --ulimit stack=67108864',
+      `--network gpu-fleet-jobs ${powerless} --shm-size 1024m --ulimit memlock=67108864:67108864 --ulimit stack=67108864`,
     );
     // A host-network container runs as a uid of its own (in its folder's group), with no capabilities and no privilege gain.
-    expect(containerSettingArgs({ network: 'host', runAsUid: 65534, shmSizeMiB: 64, lockedMemoryMiB: 'unlimited' }, 990).join(' ')).toBe(
-      '--network host --user 65534:990 --cap-drop ALL --security-opt no-new-privileges --shm-size 64m --ulimit memlock=-1:-1 --ulimit stack=67108864',
-    );
+    expect(
+      containerSettingArgs({ network: 'host', runAsUid: 65534, shmSizeMiB: 64, lockedMemoryMiB: 'unlimited' }, { folderGid: 990 }).join(
+        ' ',
+      ),
+    ).toBe(`--network host ${powerless} --user 65534:990 --shm-size 64m --ulimit memlock=-1:-1 --ulimit stack=67108864`);
+    // /dev/shm counts within the memory limit, so it is never more.
+    expect(
+      containerSettingArgs(
+        { network: 'bridge', shmSizeMiB: 1_048_576, lockedMemoryMiB: 'unlimited' },
+        { folderGid: 990, limits: { memoryMiB: 3000, milliCpus: 2000, pids: 512, shmMiB: 3000 } },
+      ).join(' '),
+    ).toContain('--group-add 990 --shm-size 3000m');
     const spec = (over: Partial<JobSpecInput>) => {
       const checked = checkJobSpec({ image: 'x/y:1', command: ['serve'], gpu: { kind: 'whole', count: 4 }, ...over });
       if (!checked.ok) throw new Error(checked.errors.join('; '));
@@ -207,7 +241,7 @@ describe('docker runner', () => {
       const run = calls.find((c) => c.args[0] === 'run')! as (typeof calls)[number] & { envFileMode?: string };
       expect(run.envFileMode).toBe('600');
       expect(readdirSync(join(work, 'env'))).toEqual([]); // each env file is gone once its container exists
-      expect(run.gpus).toBe('"device=GPU-d37e67a5-91dd-3774-a5cb-99096249601a"');
+      expect(run.gpus).toBe('"device=GPU-d37e67a5-91dd-3774-a5cb-99096249601a","capabilities=compute,utility"');
       expect(run.envNames).toEqual(
         expect.arrayContaining([
           'GPU_FLEET_JOB_ID',
@@ -247,7 +281,7 @@ describe('docker runner', () => {
       devices: [],
     });
     const proc = await first.start(noResume);
-    await waitFor('the container to be recorded', () => readdirSync(state).length === 1);
+    await waitFor('the container to be recorded', () => readdirSync(state).filter((f) => f.endsWith('.json')).length === 1);
     const second = new DockerRunner('docker', env, [], envDir);
     expect(await second.cleanUpLeftovers()).toEqual(['gpu-fleet-nlp.train-7-a2-r0']);
     expect((await proc.exited).exitCode).not.toBe(0);

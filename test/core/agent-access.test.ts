@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { checkpointFolder, finishCancel, transition, type CheckpointRef, type Job, type JobEvent, type SaveMeter } from '../../core/job.ts';
 import { SAVE_PART_MAX_REQUESTS, saveSizeOf } from '../../core/bytes.ts';
 import type { CheckpointStore } from '../../core/ports.ts';
-import { reason } from '../../core/reason.ts';
+import { reason, type Reason } from '../../core/reason.ts';
+import { outOfMemory } from '../../core/container-limits.ts';
 import type { AttemptGpuUse } from '../../core/gpu-use.ts';
 import {
   AGENT_CLOCK_SKEW_MS,
@@ -63,6 +64,7 @@ function agentEvents(job: Job): { event: JobEvent | 'finish-cancel'; leaderOnly:
     { event: { type: 'requeue', attempt: a, reason: reason('interrupted', 'spot') }, leaderOnly: false },
     { event: { type: 'succeed', attempt: a }, leaderOnly: true },
     { event: { type: 'fail', attempt: a, exitCode: 3 }, leaderOnly: false },
+    { event: { type: 'fail', attempt: a, exitCode: 137, failure: outOfMemory(668) }, leaderOnly: false },
     { event: 'finish-cancel', leaderOnly: true },
   ];
 }
@@ -105,6 +107,19 @@ describe('what an agent may write to a job', () => {
     );
     const started = wire((transition(placedJob('placed'), { type: 'start', attempt: 2 }, T) as { job: Job }).job);
     expect(agentJobWriteProblem(placedJob('placed'), started, N1, T, undefined)).toMatch(/only the first rank/);
+  });
+
+  it('takes a failure’s reason only as one an agent may know (out of memory), never another code or a long text', () => {
+    const stored = placedJob('running');
+    const failWith = (failure: Reason) =>
+      wire((transition(stored, { type: 'fail', attempt: 2, exitCode: 137, failure }, T) as { job: Job }).job);
+    expect(agentJobWriteProblem(stored, failWith(outOfMemory(512)), N1, T, undefined)).toBeUndefined();
+    expect(agentJobWriteProblem(stored, failWith(reason('budget-stop', 'its team’s budget')), N0, T, undefined)).toMatch(
+      /an agent may give a failure only as one of out-of-memory/,
+    );
+    expect(agentJobWriteProblem(stored, failWith(reason('out-of-memory', 'x'.repeat(501))), N0, T, undefined)).toMatch(
+      /at most 500 characters/,
+    );
   });
 
   it('refuses any change beyond the transition: spec, team, usage, holdings, priority, attempt, placement, or a time far from the API’s', () => {

@@ -169,6 +169,39 @@ describe('intake function', () => {
     expect((await services.get('nlp.chat'))!).toMatchObject({ spec: { image: 'vllm/vllm-openai:2.0' }, specSentAtMs: T0 + 2000 });
   });
 
+  it("refuses an image from a registry the fleet does not allow, named by an address, or another team's private repository (issue 68)", async () => {
+    const jobs = new MemoryJobStore();
+    const ecr = '123456789012.dkr.ecr.us-east-1.amazonaws.com';
+    const handler = createIntakeHandler({
+      jobs,
+      clock: new VirtualClock(T0),
+      deadLetter: { send: async () => {} },
+      teamOfQueue: teamFromQueueArn('gpu-fleet-team-'),
+      images: { registries: ['docker.io', ecr], teamRepositories: [{ repositories: `${ecr}/cv/*`, teams: ['cv'] }] },
+      obs: observability('intake-test'),
+      timeoutEarlyInMillis: 0,
+    });
+    const spec = (image: string) => JSON.stringify({ image, command: ['python', 'train.py'], gpu: { kind: 'whole', count: 1 } });
+    const event: SQSEvent = {
+      Records: [
+        record('ok', spec(`${ecr}/nlp/trainer:3`)),
+        record('theirs', spec(`${ecr}/cv/detector:1`)),
+        record('addr', spec('10.0.7.12:5000/probe:1')),
+        record('other', spec('ghcr.io/someone/x:1')),
+        record('nvidia', JSON.stringify({ ...(JSON.parse(good) as object), env: { NVIDIA_DRIVER_CAPABILITIES: 'all' } })),
+      ],
+    };
+    expect(await handler(event, lambdaContext())).toEqual({ batchItemFailures: [] });
+    expect(await jobs.get('nlp.ok')).toMatchObject({ state: 'pending' });
+    const why = async (id: string) => (await jobs.get(id))!.rejection!.errors;
+    expect(await why('nlp.theirs')).toEqual([`image: ${ecr}/cv/detector is a repository of team cv; team nlp may not run it`]);
+    expect((await why('nlp.addr'))[0]).toMatch(/^image names the registry by the address 10\.0\.7\.12/);
+    expect((await why('nlp.other'))[0]).toBe(`image: registry ghcr.io is not one this fleet allows; allowed: docker.io, ${ecr}`);
+    expect((await why('nlp.nvidia'))[0]).toMatch(
+      /^env\.NVIDIA_DRIVER_CAPABILITIES: NVIDIA_\* variables choose what the NVIDIA runtime gives/,
+    );
+  });
+
   it('takes the team from the queue, never from the body', async () => {
     const { handler, jobs } = setup();
     await handler({ Records: [record('m1', JSON.stringify({ ...JSON.parse(good), team: 'vision' }))] }, lambdaContext());

@@ -11,6 +11,7 @@ import {
   agentUserData,
   cleanJobDirScript,
   CLEAN_JOB_DIR_HELPER,
+  jobFoldersMountScript,
   metadataWallScript,
   NVIDIA_SMI,
   wallUnit,
@@ -121,11 +122,28 @@ describe('the metadata wall at boot', () => {
     expect(script).toContain(`$ipt -w -A GPU-FLEET-META -m owner --uid-owner "0" -j RETURN`);
     expect(script).toContain(`$ipt -w -A GPU-FLEET-META -m owner --uid-owner "$(id -u gpu-fleet)" -j RETURN`);
     expect(script).toContain("wall iptables '169.254.169.254'");
-    expect(script).toMatch(/then wall ip6tables 'fd00:ec2::254'; fi/);
+    expect(script).toMatch(/then wall ip6tables 'fd00:ec2::254'; host_wall ip6tables; fi/);
     expect(script).toContain('-I DOCKER-USER 1 -d "$a" -j REJECT');
+    // The jobs' bridge reaches no listener of the host (proven on a real engine: "keeps a bridge job from the host's listeners…").
+    expect(script).toContain(`$ipt -w -I INPUT 1 -i 'gpufleet0' -j GPU-FLEET-JOBS-IN`);
     // The script itself is what the container test installs (test/agent/docker-engine.test.ts "the metadata wall…").
     const parsed = spawnSync('bash', ['-n'], { input: script });
     expect(parsed.status, parsed.stderr.toString()).toBe(0);
+  });
+
+  it('mounts the job folders nosuid,nodev at every boot, caps every job under one slice, and sets the engine’s defaults before the agent starts', () => {
+    const at = (needle: string) => userData.findIndex((l) => l.includes(needle));
+    expect(userData).toContain(
+      "grep -qs ' /var/lib/gpu-fleet/jobs ' /etc/fstab || echo '/var/lib/gpu-fleet/jobs /var/lib/gpu-fleet/jobs none bind,nosuid,nodev 0 0' >> /etc/fstab",
+    );
+    expect(jobFoldersMountScript()).toContain('mount -o remount,bind,nosuid,nodev "$d"');
+    expect(at('agent jobs-slice')).toBeGreaterThan(at('gpu-fleet-agent.mjs'));
+    expect(userData[at('agent jobs-slice')]).toMatch(/> \/etc\/systemd\/system\/gpu-fleet-jobs\.slice$/);
+    expect(at('systemctl restart docker')).toBeLessThan(at('systemctl enable --now gpu-fleet-agent.service'));
+    expect(userData[at('/etc/docker/daemon.json')]).toContain('"no-new-privileges":true,"icc":false');
+    // The agent outlives a job in the kernel's choice of whom to kill for memory.
+    expect(agentUnit('/usr/bin/node')).toMatch(/^OOMScoreAdjust=-900$/m);
+    for (const script of [jobFoldersMountScript()]) expect(spawnSync('bash', ['-n'], { input: script }).status).toBe(0);
   });
 
   it('installs the wall before the agent starts, and again whenever docker restarts; the agent does not start without it', () => {

@@ -7,12 +7,15 @@ import { dirname, join, resolve } from 'node:path';
 /**
  * The real Docker engine for the container tests: whether one answers here, and the local test
  * image, built with no registry. The image is a root file system assembled from this machine's
- * own Node.js (its binary and the libraries it links) and the test jobs (test/support/jobs), made
+ * own Node.js (its binary and the libraries it links), the test jobs (test/support/jobs) and a
+ * static C probe (wall-probe.c, built with gcc), made
  * an image with `docker import`; its tag is a hash of both, so a changed job script builds anew.
  * `.ci/run` builds it before the tests (build-test-image.ts); a test builds it too when it is missing.
  */
 
 export const JOBS_DIR = resolve(import.meta.dirname, '../jobs');
+/** The C source of the probe of a container's powers, built into the image as `/jobs/wall-probe`. */
+export const WALL_PROBE_SOURCE = resolve(import.meta.dirname, 'wall-probe.c');
 /** Where the test jobs are inside the image. */
 export const IMAGE_JOBS_DIR = '/jobs';
 
@@ -32,6 +35,7 @@ export function testImageName(): string {
   const hash = createHash('sha256');
   hash.update(`${realpathSync(process.execPath)} ${process.version}\n`);
   for (const f of readdirSync(JOBS_DIR).sort()) hash.update(`${f}\n`).update(readFileSync(join(JOBS_DIR, f)));
+  hash.update(readFileSync(WALL_PROBE_SOURCE));
   return `local/gpu-fleet-test-jobs:${hash.digest('hex').slice(0, 12)}`;
 }
 
@@ -55,6 +59,11 @@ export function ensureTestImage(docker = 'docker'): string {
     );
     writeFileSync(join(root, 'etc', 'group'), 'root:x:0:\nnogroup:x:65534:\n');
     for (const f of readdirSync(JOBS_DIR)) put(root, join(JOBS_DIR, f), `${IMAGE_JOBS_DIR}/${f}`);
+    // The probe of a container's powers: C, built static (raw sockets and mknod have no Node.js API).
+    const probe = join(root, IMAGE_JOBS_DIR.slice(1), 'wall-probe');
+    const built = spawnSync('gcc', ['-static', '-O2', '-o', probe, WALL_PROBE_SOURCE], { encoding: 'utf8' });
+    if (built.error || built.status !== 0)
+      throw new Error(`could not build the wall probe (apt-get install gcc libc6-dev): ${built.error?.message ?? built.stderr.trim()}`);
     const tar = spawnSync('tar', ['-C', root, '-c', '.'], { maxBuffer: 1 << 30 });
     if (tar.status !== 0) throw new Error(`tar of the image's root failed: ${tar.stderr.toString()}`);
     const imported = spawnSync(
