@@ -1,4 +1,5 @@
 import { mkdir, rm } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
 import os from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -129,6 +130,28 @@ export interface AgentPorts {
    * removes folders under the jobs folder only does it (see infra/node-setup.ts).
    */
   readonly removeFolder?: (dir: string) => Promise<void>;
+  /**
+   * The machine's own port wall (infra/node-setup.ts `portWallScript`), attempt by attempt: a gang's
+   * other machines may reach this one while the attempt runs here, a replica's port is open while it
+   * serves; without it, nothing is opened or closed (off-cloud, tests without the wall).
+   */
+  readonly peers?: AttemptPorts;
+}
+
+/** What the agent opens in the machine's port wall for one attempt (`key`: {@link wallKey}). */
+export interface AttemptPorts {
+  /** Exactly these addresses may reach the machine for this attempt (what it held before is replaced). */
+  open(key: string, addresses: readonly string[]): Promise<void>;
+  /** This port may be reached by whoever the security group lets through, for this attempt. */
+  openPort(key: string, port: number): Promise<void>;
+  close(key: string): Promise<void>;
+  /** Closes every attempt's (an agent starting knows none of an earlier one's). */
+  reset(): Promise<void>;
+}
+
+/** The port wall's key of one attempt: 16 hex digits of its job and attempt. */
+export function wallKey(jobId: string, attempt: number): string {
+  return createHash('sha256').update(`${jobId}\u0000${attempt}`).digest('hex').slice(0, 16);
 }
 
 export interface AgentConfig {
@@ -268,6 +291,8 @@ export class NodeAgent {
       this.ports.log.warn('stopped job processes a previous agent left running; their jobs restart from their newest checkpoint', {
         leftovers,
       });
+    // What an earlier agent opened in the port wall is its attempts', which are gone with their containers.
+    await this.ports.peers?.reset();
     await this.heartbeat();
     await this.watch();
     // The heartbeat never waits on the work list: a sync still running is not queued twice.
@@ -602,6 +627,13 @@ export class NodeAgent {
       ...(leader?.address ? { GPU_FLEET_LEADER_ADDRESS: leader.address } : {}),
       ...(rendezvousPort !== undefined ? { GPU_FLEET_LEADER_PORT: String(rendezvousPort) } : {}),
     };
+    try {
+      await this.openWall(job, size);
+    } catch (error) {
+      await held.release();
+      await cannotStart(`could not open the machine's port wall for its attempt: ${messageOf(error)}`);
+      return;
+    }
     let proc: JobProcess;
     try {
       if (this.ports.runner.prefetch) this.ranImages.add(job.spec.image);
@@ -680,6 +712,28 @@ export class NodeAgent {
   }
 
   /**
+   * Opens the machine's port wall for an attempt (with a wall to open): a gang's other machines,
+   * at the addresses their agents registered, and a replica's port. What the wall does not open,
+   * no other machine of the fleet reaches.
+   */
+  private async openWall(job: Job, size: number): Promise<void> {
+    const peers = this.ports.peers;
+    if (!peers) return;
+    const key = wallKey(job.id, job.attempt);
+    if (size > 1) {
+      const others = job.placement!.nodes.filter((n) => n.nodeId !== this.instanceId);
+      const records = await Promise.all(others.map((n) => this.ports.nodes.get(n.nodeId)));
+      const missing = others.filter((_, i) => !records[i]?.address).map((n) => n.nodeId);
+      if (missing.length > 0) throw new Error(`machines ${missing.join(', ')} of the gang have registered no address yet`);
+      await peers.open(
+        key,
+        records.map((r) => r!.address!),
+      );
+    }
+    if (job.spec.service) await peers.openPort(key, job.spec.service.port);
+  }
+
+  /**
    * The process ended by itself (the agent did not stop it): report how, then forget it. If the
    * report cannot be written now, the attempt stays known (and is not started again) and the
    * next heartbeat tries again.
@@ -726,6 +780,11 @@ export class NodeAgent {
       .release()
       .catch((error: unknown) => this.ports.log.warn("could not release the job's MIG instance", { job: l.jobId, error: String(error) }));
     await this.ports.nodes.unassign(this.instanceId, l.jobId, l.attempt);
+    await this.ports.peers
+      ?.close(wallKey(l.jobId, l.attempt))
+      .catch((error: unknown) =>
+        this.ports.log.warn("could not close the port wall to the attempt's peers", { job: l.jobId, error: messageOf(error) }),
+      );
     // Keep only the job's log on the machine, once a save still reading the folder has ended (in the background: nothing waits on it).
     const saving = l.saving?.done;
     const cleanup = (async () => {

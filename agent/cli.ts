@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Logger } from '@aws-lambda-powertools/logger';
-import { NodeAgent, type AgentLog } from './agent.ts';
+import { NodeAgent, type AgentLog, type AttemptPorts } from './agent.ts';
 import { AgentApiBlobs, DirectoryBlobs, S3Blobs, type CheckpointBlobs } from './checkpoint-files.ts';
 import { nvidiaSmiMig } from './devices.ts';
 import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, waitOutWarmPool, type Identity, type MetadataClient } from './metadata.ts';
@@ -50,6 +50,8 @@ export interface RunFlags extends AgentCommonFlags {
   readonly apiUrl?: string;
   /** Not root: MIG changes go through sudo, and job folders are removed by this root-owned helper, through sudo. */
   readonly sudoHelper?: string;
+  /** The root-owned helper (through sudo) that opens this machine's ports to each attempt's peers (infra/node-setup.ts). */
+  readonly peersHelper?: string;
   readonly instanceId?: string;
   readonly metrics?: boolean;
   readonly migCreate?: boolean;
@@ -258,6 +260,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
           }
         : {}),
       ...(flags.sudoHelper ? { removeFolder: sudoRemover(flags.sudoHelper, env) } : {}),
+      ...(flags.peersHelper ? { peers: sudoPeers(flags.peersHelper, env) } : {}),
       ...(metadata ? { metadata } : {}),
       // A replica's load figures go through the agent API on a fleet machine (its role may not publish them itself).
       ...(flags.metrics !== false
@@ -401,6 +404,19 @@ TasksMax=${room.pids}
 export function sudoRemover(helper: string, env: NodeJS.ProcessEnv, sudo = 'sudo'): (dir: string) => Promise<void> {
   return async (dir) => {
     await runCli(sudo, ['-n', helper, dir], env);
+  };
+}
+
+/** The machine's port wall, attempt by attempt, through the root-owned peers helper (infra/node-setup.ts), through sudo. */
+export function sudoPeers(helper: string, env: NodeJS.ProcessEnv, sudo = 'sudo'): AttemptPorts {
+  const run = async (...args: string[]) => {
+    await runCli(sudo, ['-n', helper, ...args], env);
+  };
+  return {
+    open: (key, addresses) => run('open', key, ...addresses),
+    openPort: (key, port) => run('open-port', key, String(port)),
+    close: (key) => run('close', key),
+    reset: () => run('reset'),
   };
 }
 

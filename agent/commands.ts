@@ -93,6 +93,10 @@ export function addAgentCommands(
       '--sudo-helper <path>',
       'not running as root: run nvidia-smi mig through sudo, and remove job folders with this root-owned helper (through sudo)',
     )
+    .option(
+      '--peers-helper <path>',
+      "let each gang's other machines (and each replica's clients) reach this one, attempt by attempt, with this root-owned helper (through sudo)",
+    )
     .option('--instance-id <id>', 'off-cloud only: the id to register under')
     .option('--no-metrics', 'do not publish GPU metrics to CloudWatch')
     .option(

@@ -47,6 +47,11 @@ function openProblem(path: string, error: unknown): GpuFleetError {
   if (code === 'ELOOP') return new GpuFleetError(`${path} is a link; the agent reads only the job's own files and folders`);
   if (code === 'ENOTDIR') return new GpuFleetError(`${path} is not a folder (or a folder above it is a link)`);
   if (code === 'ENXIO') return new GpuFleetError(`${path} is a special file (a socket or a device); the agent reads only regular files`);
+  // The agent reads as a member of the job folder's group, with no capability over file modes.
+  if (code === 'EACCES')
+    return new GpuFleetError(
+      `${path} is not readable by the folder's group (its mode shuts the agent out); a save's files and folders must be group-readable (a umask of 022 or 027)`,
+    );
   return new GpuFleetError(`cannot open ${path}: ${(error as Error).message}`);
 }
 

@@ -7,8 +7,10 @@
  * - run `docker` (it is in the docker group: it starts and stops the jobs' containers). The docker
  *   group is root-equivalent (a member can start a privileged container), so this protects against
  *   the agent's own mistakes with files and paths, not against someone who controls the agent;
- * - read any file (CAP_DAC_READ_SEARCH), so that it can upload checkpoint files a container wrote
- *   as root with a private mode; it cannot write files that are not its own;
+ * - read what a job writes through the job folder's group: the folder is the agent's, setgid and
+ *   group-writable, and the container gets that group (it holds no capability that passes a file's
+ *   mode, and neither does the agent). A file a job makes private to itself is one the agent cannot
+ *   upload: that save fails, saying so, and nothing else is read;
  * - through sudo, exactly two commands as root: `nvidia-smi mig …` (MIG instances are created and
  *   destroyed per job) and the helper below that removes one job folder under the jobs folder;
  * - write under /var/lib/gpu-fleet only (the service's file system is read-only elsewhere).
@@ -81,11 +83,11 @@ export const DOCKER_DAEMON_SETTINGS = {
  */
 export const JOBS_SLICE_FILE = `/etc/systemd/system/${JOBS_CGROUP.slice}`;
 
-/** What the agent's user may run as root: MIG changes and the folder helper, nothing else. */
+/** What the agent's user may run as root: MIG changes, the folder helper and the peers helper, nothing else. */
 export function agentSudoers(): string {
   return `# gpu-fleet node agent: MIG instances per job, and removal of its job folders.
 Defaults:${AGENT_USER} !requiretty
-${AGENT_USER} ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} ${JOBS_DIR}/*
+${AGENT_USER} ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} ${JOBS_DIR}/*, ${PEERS_HELPER} *
 `;
 }
 
@@ -162,6 +164,113 @@ host_wall iptables
 ${v6.length > 0 ? `if command -v ip6tables >/dev/null && ip6tables -w -L OUTPUT >/dev/null 2>&1; then wall ip6tables ${quoted(v6)}; host_wall ip6tables; fi\n` : ''}`;
 }
 
+export const PORT_WALL_CHAIN = 'GPU-FLEET-IN';
+export const GANG_PEERS_CHAIN = 'GPU-FLEET-GANGS';
+export const PEERS_HELPER = '/usr/local/sbin/gpu-fleet-peers';
+
+/**
+ * The part of the node's wall that decides who reaches the machine's own ports (what host-network
+ * containers listen on: a gang's rendezvous port and NCCL's ports, a replica's port; and the
+ * agent's /metrics). The security group lets the fleet's machines reach each other on every port
+ * (a gang's ranks need NCCL's ports, chosen at run time), so the machine itself narrows it:
+ * - `openPorts` (the replicas' ports, /metrics) pass: the security group already lets only the
+ *   load balancer, or the scrapers the config names, reach them;
+ * - what the machine's gangs need passes from their other machines only: the agent opens each
+ *   attempt's peers through {@link peersHelperScript} when the attempt starts and closes them when
+ *   it ends;
+ * - replies, loopback and ICMP pass; everything else is refused.
+ * `interfaces`: only packets arriving on these (default every interface) are judged.
+ */
+export function portWallScript(o: { readonly openPorts?: readonly number[]; readonly interfaces?: readonly string[] } = {}): string {
+  const ports = [...new Set(o.openPorts ?? [])].sort((a, b) => a - b);
+  const jumps = o.interfaces?.length ? o.interfaces.map((i) => `-i '${i}' `) : [''];
+  return `#!/bin/bash
+# gpu-fleet: the machine's own ports, from who needs them only.
+set -euo pipefail
+port_wall() {
+  local ipt=$1 icmp=$2
+  $ipt -w -N ${GANG_PEERS_CHAIN} 2>/dev/null || true
+  if $ipt -w -N ${PORT_WALL_CHAIN} 2>/dev/null; then
+    $ipt -w -A ${PORT_WALL_CHAIN} -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+    $ipt -w -A ${PORT_WALL_CHAIN} -i lo -j RETURN
+    $ipt -w -A ${PORT_WALL_CHAIN} -p "$icmp" -j RETURN
+${
+  ports.length > 0
+    ? `    $ipt -w -A ${PORT_WALL_CHAIN} -p tcp -m multiport --dports ${ports.join(',')} -j RETURN
+`
+    : ''
+}    $ipt -w -A ${PORT_WALL_CHAIN} -j ${GANG_PEERS_CHAIN}
+    $ipt -w -A ${PORT_WALL_CHAIN} -j REJECT
+  fi
+${jumps.map((j) => `  $ipt -w -C INPUT ${j}-j ${PORT_WALL_CHAIN} 2>/dev/null || $ipt -w -A INPUT ${j}-j ${PORT_WALL_CHAIN}`).join('\n')}
+}
+port_wall iptables icmp
+if command -v ip6tables >/dev/null && ip6tables -w -L INPUT >/dev/null 2>&1; then port_wall ip6tables ipv6-icmp; fi
+`;
+}
+
+/**
+ * The root-owned helper the agent runs through sudo to let one attempt's other machines reach this
+ * one (`open <key> <address>…`: the attempt's chain holds exactly those addresses, replacing what
+ * it held), to open a replica's port to whoever the security group lets through (`open-port <key>
+ * <port>`), to shut an attempt's out again (`close <key>`), or to drop every attempt's (`reset`,
+ * when the agent starts). Keys are 1 to 16 lower-case hex digits; addresses are IPv4 or IPv6
+ * literals. Anything else is refused.
+ */
+export function peersHelperScript(): string {
+  return `#!/bin/bash
+# gpu-fleet: the machines of this machine's gangs reach it; no other machine does.
+set -euo pipefail
+usage() { echo "usage: $0 open <key> <address>... | open-port <key> <port> | close <key> | reset" >&2; exit 2; }
+ipt_for() { case "$1" in *:*) echo ip6tables ;; *) echo iptables ;; esac; }
+drop() {
+  local ipt=$1 chain=$2
+  while $ipt -w -D ${GANG_PEERS_CHAIN} -j "$chain" 2>/dev/null; do :; done
+  $ipt -w -F "$chain" 2>/dev/null || true
+  $ipt -w -X "$chain" 2>/dev/null || true
+}
+case "\${1:-}" in
+  open)
+    [ "$#" -ge 3 ] || usage
+    key=$2; shift 2
+    [[ "$key" =~ ^[0-9a-f]{1,16}$ ]] || { echo "refused: the key must be 1 to 16 hex digits" >&2; exit 2; }
+    for a in "$@"; do
+      [[ "$a" =~ ^[0-9]{1,3}(\\.[0-9]{1,3}){3}$ || "$a" =~ ^[0-9a-fA-F:]{2,39}$ ]] || { echo "refused: $a is not an address" >&2; exit 2; }
+    done
+    chain="GF-P-$key"
+    for ipt in iptables ip6tables; do
+      command -v $ipt >/dev/null && $ipt -w -L ${GANG_PEERS_CHAIN} >/dev/null 2>&1 || continue
+      $ipt -w -N "$chain" 2>/dev/null || $ipt -w -F "$chain"
+      for a in "$@"; do if [ "$(ipt_for "$a")" = "$ipt" ]; then $ipt -w -A "$chain" -s "$a" -j ACCEPT; fi; done
+      $ipt -w -C ${GANG_PEERS_CHAIN} -j "$chain" 2>/dev/null || $ipt -w -A ${GANG_PEERS_CHAIN} -j "$chain"
+    done
+    ;;
+  open-port)
+    [ "$#" -eq 3 ] && [[ "$2" =~ ^[0-9a-f]{1,16}$ ]] && [[ "$3" =~ ^[0-9]{1,5}$ ]] && [ "$3" -ge 1 ] && [ "$3" -le 65535 ] || usage
+    chain="GF-P-$2"
+    for ipt in iptables ip6tables; do
+      command -v $ipt >/dev/null && $ipt -w -L ${GANG_PEERS_CHAIN} >/dev/null 2>&1 || continue
+      $ipt -w -N "$chain" 2>/dev/null || true
+      $ipt -w -C "$chain" -p tcp --dport "$3" -j ACCEPT 2>/dev/null || $ipt -w -A "$chain" -p tcp --dport "$3" -j ACCEPT
+      $ipt -w -C ${GANG_PEERS_CHAIN} -j "$chain" 2>/dev/null || $ipt -w -A ${GANG_PEERS_CHAIN} -j "$chain"
+    done
+    ;;
+  close)
+    [ "$#" -eq 2 ] && [[ "$2" =~ ^[0-9a-f]{1,16}$ ]] || usage
+    for ipt in iptables ip6tables; do if command -v $ipt >/dev/null; then drop $ipt "GF-P-$2"; fi; done
+    ;;
+  reset)
+    [ "$#" -eq 1 ] || usage
+    for ipt in iptables ip6tables; do
+      command -v $ipt >/dev/null && $ipt -w -L ${GANG_PEERS_CHAIN} >/dev/null 2>&1 || continue
+      for chain in $($ipt -w -S | awk '$1 == "-N" && $2 ~ /^GF-P-/ { print $2 }'); do drop $ipt "$chain"; done
+    done
+    ;;
+  *) usage ;;
+esac
+`;
+}
+
 /**
  * The wall's systemd unit: run once at boot after docker (which makes its chains) and before the
  * agent, and again each time docker restarts (PartOf: a restart of docker restarts it).
@@ -195,12 +304,13 @@ Requires=gpu-fleet-wall.service
 User=${AGENT_USER}
 Group=${AGENT_USER}
 SupplementaryGroups=docker
-AmbientCapabilities=CAP_DAC_READ_SEARCH
+# No ambient capability: it reads a job's files through their folder's group, never past their modes (its two root
+# commands go through sudo, so the bounding set stays).
 # The kernel's OOM killer takes a job before the agent (jobs are capped below the machine: gpu-fleet-jobs.slice).
 OOMScoreAdjust=-900
 Environment=HOME=${AGENT_HOME}
 EnvironmentFile=/etc/gpu-fleet/agent.env
-ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker --nvidia-smi ${NVIDIA_SMI} --sudo-helper ${CLEAN_JOB_DIR_HELPER}
+ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker --nvidia-smi ${NVIDIA_SMI} --sudo-helper ${CLEAN_JOB_DIR_HELPER} --peers-helper ${PEERS_HELPER}
 ProtectSystem=full
 ProtectHome=true
 PrivateTmp=true
@@ -229,6 +339,8 @@ export function agentUserData(o: {
   prometheusPort?: number;
   /** The node's own dcgm-exporter (the config's `dcgmExporterUrl`), read for MIG slices' utilisation. */
   dcgmExporterUrl?: string;
+  /** The machine's ports whoever the security group lets through may reach (the services' ports the stack's load balancer uses). */
+  openPorts?: readonly number[];
 }): string[] {
   const envFile = [
     ...(o.prometheusPort !== undefined ? [`GPU_FLEET_PROMETHEUS_PORT=${o.prometheusPort}`] : []),
@@ -261,7 +373,11 @@ export function agentUserData(o: {
     'chmod 0440 /etc/sudoers.d/gpu-fleet-agent && visudo -cf /etc/sudoers.d/gpu-fleet-agent',
     ...(o.migEnabled ? [`${NVIDIA_SMI} -mig 1 || true  # MIG mode on; instances are created per job by the agent`] : []),
     // The metadata wall, in place before the agent takes work and again after each docker restart.
-    `cat > ${WALL_SCRIPT} <<'EOF'\n${metadataWallScript()}EOF`,
+    // Its second part, the machine's own ports (run by the first, so the one unit installs both).
+    `cat > ${WALL_SCRIPT}-ports <<'EOF'\n${portWallScript({ openPorts: [...(o.prometheusPort !== undefined ? [o.prometheusPort] : []), ...(o.openPorts ?? [])] })}EOF`,
+    `cat > ${WALL_SCRIPT} <<'EOF'\n${metadataWallScript()}${WALL_SCRIPT}-ports\nEOF`,
+    `cat > ${PEERS_HELPER} <<'EOF'\n${peersHelperScript()}EOF`,
+    `chown root:root ${PEERS_HELPER} ${WALL_SCRIPT}-ports && chmod 0755 ${PEERS_HELPER} ${WALL_SCRIPT}-ports`,
     `chown root:root ${WALL_SCRIPT} && chmod 0755 ${WALL_SCRIPT}`,
     `cat > /etc/systemd/system/gpu-fleet-wall.service <<'EOF'\n${wallUnit()}EOF`,
     `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF\n${agentUnit('${NODE_BIN}')}EOF`,

@@ -241,7 +241,21 @@ export class GpuFleetStack extends Stack {
       description: 'gpu-fleet GPU nodes: all egress; nodes of a gang talk to each other',
       allowAllOutbound: true,
     });
-    nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
+    // Machines reach each other (a gang's NCCL and rendezvous ports are chosen at run time; each machine's own wall lets
+    // only the machines of its gangs in), but never /metrics nor a replica's port behind the stack's load balancer:
+    // those only the scrapers and the load balancer reach.
+    const closedToPeers = [
+      ...(config.prometheus ? [config.prometheus.port] : []),
+      ...(config.services?.loadBalancer?.services.map((s) => s.port) ?? []),
+    ];
+    if (closedToPeers.length === 0)
+      nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
+    else {
+      for (const r of tcpRangesWithout(closedToPeers))
+        nodeSg.addIngressRule(nodeSg, ec2.Port.tcpRange(r.from, r.to), 'gang members (NCCL, torch.distributed) reach each other');
+      nodeSg.addIngressRule(nodeSg, ec2.Port.allUdp(), 'gang members reach each other (UDP)');
+      nodeSg.addIngressRule(nodeSg, ec2.Port.allIcmp(), 'gang members reach each other (ICMP)');
+    }
     for (const e of this.interfaceEndpoints) e.connections.allowDefaultPortFrom(nodeSg, 'GPU nodes call the service through its endpoint');
     // Prometheus scrapes of the agents' /metrics: from the configured CIDR or security group only.
     if (config.prometheus) {
@@ -595,6 +609,7 @@ export class GpuFleetStack extends Stack {
         ...(g.warmPool ? { launchHook: LAUNCH_HOOK_NAME } : {}),
         ...(config.prometheus ? { prometheusPort: config.prometheus.port } : {}),
         ...(config.dcgmExporterUrl ? { dcgmExporterUrl: config.dcgmExporterUrl } : {}),
+        openPorts: config.services?.loadBalancer?.services.map((s) => s.port) ?? [],
       }),
     );
     const template = new ec2.LaunchTemplate(this, `LaunchTemplate-${g.name}`, {
@@ -1392,4 +1407,16 @@ function retentionOf(days: number): logs.RetentionDays {
   const found = Object.values(logs.RetentionDays).find((v) => v === days);
   if (found === undefined) throw new Error(`jobLogs.retentionDays ${days} is not a CloudWatch Logs retention`);
   return found as logs.RetentionDays;
+}
+
+/** TCP port ranges covering 1–65535 but the given ports. */
+export function tcpRangesWithout(ports: readonly number[]): { from: number; to: number }[] {
+  const out: { from: number; to: number }[] = [];
+  let from = 1;
+  for (const p of [...new Set(ports)].sort((a, b) => a - b)) {
+    if (p > from) out.push({ from, to: p - 1 });
+    from = Math.max(from, p + 1);
+  }
+  if (from <= 65535) out.push({ from, to: 65535 });
+  return out;
 }

@@ -1,5 +1,16 @@
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
@@ -8,6 +19,7 @@ import { CreateBucketCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/cl
 import S3rver from 's3rver';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { S3Blobs } from '../../agent/checkpoint-files.ts';
+import { wallKey, type AttemptPorts } from '../../agent/agent.ts';
 import { AwsImds } from '../../agent/metadata.ts';
 import { CONTAINER_CHECKPOINT_DIR, DockerRunner, safeJobName, type JobRunner } from '../../agent/runner.ts';
 import { jobIdFor, newPendingJob } from '../../core/job.ts';
@@ -15,7 +27,17 @@ import type { WorldView } from '../../core/services/snapshot-reader.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import type { Reason } from '../../core/reason.ts';
 import { checkJobSpec, containerSettings, HOST_NETWORK_JOB_UID, type JobSpecInput } from '../../core/job-spec.ts';
-import { BRIDGE_WALL_CHAIN, jobFoldersMountScript, metadataWallScript, WALL_CHAIN } from '../../infra/node-setup.ts';
+import {
+  BRIDGE_WALL_CHAIN,
+  GANG_PEERS_CHAIN,
+  jobFoldersMountScript,
+  metadataWallScript,
+  peersHelperScript,
+  PORT_WALL_CHAIN,
+  portWallScript,
+  WALL_CHAIN,
+} from '../../infra/node-setup.ts';
+import { sudoPeers } from '../../agent/cli.ts';
 import { containerLimits, JOBS_NETWORK, type ContainerLimits } from '../../core/container-limits.ts';
 import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
@@ -24,7 +46,7 @@ import { newServiceRecord, replicaSpec } from '../../core/serving/service.ts';
 import { reconcileServices } from '../../core/services/serving.ts';
 import { agentWorld, RecordingServiceSink, RecordingSink, waitFor } from '../support/agent-world.ts';
 import { startFakeElb } from '../support/fake-elb.ts';
-import { dockerProblem, dockerRequired, ensureTestImage, IMAGE_JOBS_DIR } from '../support/docker/engine.ts';
+import { dockerProblem, dockerRequired, ensureTestImage, IMAGE_JOBS_DIR, JOBS_DIR } from '../support/docker/engine.ts';
 import { awsInstance, IMDS_BODIES, startMetadataServer } from '../support/metadata-server.ts';
 
 /**
@@ -295,8 +317,24 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
   it('lets a two-machine gang meet: the follower reaches the leader at GPU_FLEET_LEADER_ADDRESS and its rendezvous port', async () => {
     const w = agentWorld();
     const address = hostAddress();
-    const leader = w.agent('i-g0', { runner: noGpuRunner(join(tmp('agent-g0'), 'env')), identity: { privateIp: address } });
-    const follower = w.agent('i-g1', { runner: noGpuRunner(join(tmp('agent-g1'), 'env')), identity: { privateIp: address } });
+    // What each machine's agent asks of its port wall (the wall itself: "the machine's port wall…" below).
+    const walls = { g0: [] as string[], g1: [] as string[] };
+    const recording = (calls: string[]): AttemptPorts => ({
+      open: async (key, addresses) => void calls.push(`open ${key} ${addresses.join(' ')}`),
+      openPort: async (key, p) => void calls.push(`open-port ${key} ${p}`),
+      close: async (key) => void calls.push(`close ${key}`),
+      reset: async () => void calls.push('reset'),
+    });
+    const leader = w.agent('i-g0', {
+      runner: noGpuRunner(join(tmp('agent-g0'), 'env')),
+      identity: { privateIp: address },
+      peers: recording(walls.g0),
+    });
+    const follower = w.agent('i-g1', {
+      runner: noGpuRunner(join(tmp('agent-g1'), 'env')),
+      identity: { privateIp: address },
+      peers: recording(walls.g1),
+    });
     const dirs = [leader, follower].map((x) => (x as unknown as { config: { workDir: string } }).config.workDir);
     const id = jobIdFor('nlp', `gang-${run}`);
     const port = await freePort();
@@ -314,6 +352,11 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
       expect(met[0]).toMatchObject({ event: 'start', rank: 1, address, port, size: 2 });
       expect(heard.find((l) => l.event === 'heard')).toMatchObject({ line: 'rank 1' });
       expect(met.find((l) => l.event === 'met')).toMatchObject({ reply: 'welcome rank 1, from the leader' });
+      // Each machine let the other in for the attempt before its rank started, and shut it out once it ended.
+      const key = wallKey(id, 1);
+      await waitFor('both walls to close', () => walls.g0.includes(`close ${key}`) && walls.g1.includes(`close ${key}`));
+      expect(walls.g0).toEqual([`open ${key} ${address}`, `close ${key}`]);
+      expect(walls.g1).toEqual([`open ${key} ${address}`, `close ${key}`]);
     } finally {
       await w.shutdown();
     }
@@ -674,6 +717,75 @@ describe.runIf(!problem || dockerRequired)('the second wall layer on a real Dock
     expect(Date.now() - began).toBeLessThan(15_000);
   }, 90_000);
 
+  it("lets the agent read what every launch kind writes through the folder's group, without any capability", async () => {
+    // The agent's user and group as the node's setup makes them (not root: no capability over file modes).
+    const AGENT_UID = 4243;
+    const AGENT_GID = 4242;
+    chmodSync(jobsRoot, 0o711);
+    /** What a process of the agent's uid, in the given group, reads of the folder through the agent's own reader. */
+    const readAs = (folder: string, uid: number, gid: number) => {
+      const script = `
+        const { openJobFolder, readSmall, closeAll } = await import(${JSON.stringify(join(import.meta.dirname, '../../agent/job-files.ts'))});
+        const capEff = (await import('node:fs')).readFileSync('/proc/self/status', 'utf8').match(/^CapEff:\\s*(\\S+)/m)[1];
+        try {
+          const files = await openJobFolder(process.argv[1], process.argv[1]);
+          const read = {};
+          for (const f of files) read[f.path] = await readSmall(f, 1024);
+          await closeAll(files);
+          console.log(JSON.stringify({ capEff, read }));
+        } catch (e) { console.log(JSON.stringify({ capEff, error: e.message })); }`;
+      const out = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script, folder], {
+        uid,
+        gid,
+        encoding: 'utf8',
+        cwd: process.cwd(), // where tsx is found
+        env: { PATH: process.env.PATH, HOME: '/tmp' },
+      });
+      if (out.status !== 0) throw new Error(out.stderr);
+      return JSON.parse(out.stdout.trim().split('\n').pop()!) as { capEff: string; read?: Record<string, string>; error?: string };
+    };
+    for (const kind of KINDS) {
+      const dir = mkdtempSync(join(jobsRoot, 'group-'));
+      chownSync(dir, AGENT_UID, AGENT_GID);
+      const checkpointDir = join(dir, 'checkpoint');
+      mkdirSync(checkpointDir);
+      chownSync(checkpointDir, AGENT_UID, AGENT_GID); // the agent makes the folder: it is the agent's
+      const logFile = join(dir, 'output.log');
+      const write = `const fs = require('node:fs'); const d = process.env.GPU_FLEET_CHECKPOINT_DIR;
+        fs.mkdirSync(d + '/step-1/shard', { recursive: true }); fs.writeFileSync(d + '/step-1/shard/weights.bin', 'weights of ${kind}');
+        fs.writeFileSync(d + '/checkpoint.json', JSON.stringify({ path: 'step-1', progressSec: 1 }));`;
+      const proc = await new DockerRunner('docker', process.env, [], join(dir, 'env'), 'missing').start({
+        jobId: `nlp.group-${kind.replace(/ /g, '-')}-${Date.now().toString(36)}`,
+        attempt: 1,
+        rank: 0,
+        image,
+        command: ['node', '-e', write],
+        env: {},
+        devices: [],
+        checkpointDir,
+        logFile,
+        container: settingsOf(kind),
+        limits: containerLimits(1000, { memoryMiB: 8192, cpus: 2, gpus: 1 }, 64),
+      });
+      expect((await proc.exited).exitCode, readFileSync(logFile, 'utf8')).toBe(0);
+      // Written as the container's user (root, or 65534 on the host's network), in the folder's group.
+      const written = statSync(join(checkpointDir, 'step-1', 'shard', 'weights.bin'));
+      expect({ kind, uid: written.uid, gid: written.gid }).toEqual({
+        kind,
+        uid: kind === 'bridge job' ? 0 : HOST_NETWORK_JOB_UID,
+        gid: AGENT_GID,
+      });
+      // The agent's own folder (it made it), but every file and folder in it the container's.
+      const found = readAs(checkpointDir, AGENT_UID, AGENT_GID);
+      expect(found).toEqual({
+        capEff: '0000000000000000',
+        read: { 'checkpoint.json': '{"path":"step-1","progressSec":1}', 'step-1/shard/weights.bin': `weights of ${kind}` },
+      });
+      // Another uid out of the group reads nothing: the group is what lets a reader in, not a capability.
+      expect(readAs(checkpointDir, AGENT_UID + 1, AGENT_GID + 1).error).toMatch(/not readable by the folder's group|EACCES/);
+    }
+  }, 120_000);
+
   it("asks the registry for each attempt's image: one only the engine's cache holds (another team's job left it) does not run", async () => {
     const dir = mkdtempSync(join(jobsRoot, 'pull-'));
     const checkpointDir = join(dir, 'checkpoint');
@@ -897,6 +1009,161 @@ describe.runIf(!problem || dockerRequired)('the metadata wall on a real Docker e
     restartDockerd();
     await walled();
   }, 240_000);
+});
+
+/**
+ * The machine's own port wall (infra/node-setup.ts `portWallScript` and the peers helper the agent
+ * runs through sudo), installed on this machine for two stand-in machines of the fleet: network
+ * namespaces behind veth pairs, one a machine of the gang ("peer"), one any other machine of the
+ * fleet ("stranger"). The wall judges only what arrives on those two links, so nothing else this
+ * machine serves is touched. A gang rank runs as the agent's runner starts one (the host's network),
+ * listening on its rendezvous port.
+ */
+describe.runIf(!problem || dockerRequired)("the machine's port wall on a real Docker engine", () => {
+  const tag = process.pid % 100_000;
+  const links = {
+    peer: { ns: `gfpeer${process.pid}`, veth: `gfp${tag}`, host: '10.254.251.1', addr: '10.254.251.2' },
+    stranger: { ns: `gfstr${process.pid}`, veth: `gfs${tag}`, host: '10.254.250.1', addr: '10.254.250.2' },
+  } as const;
+  const asRoot = (cmd: string, args: string[]) =>
+    process.getuid?.() === 0
+      ? execFileSync(cmd, args, { encoding: 'utf8' })
+      : execFileSync('sudo', ['-n', cmd, ...args], { encoding: 'utf8' });
+  const quiet = (cmd: string, args: string[]) => {
+    try {
+      asRoot(cmd, args);
+    } catch {
+      // already gone
+    }
+  };
+  let image: string;
+  let helper: string;
+  let ports: AttemptPorts;
+  const dir = tmp('port-wall');
+
+  beforeAll(() => {
+    if (problem) throw new Error(`GPU_FLEET_DOCKER_TESTS=required, but ${problem}`);
+    image = ensureTestImage();
+    for (const l of Object.values(links)) {
+      asRoot('ip', ['netns', 'add', l.ns]);
+      asRoot('ip', ['link', 'add', l.veth, 'type', 'veth', 'peer', 'name', `${l.veth}p`]);
+      asRoot('ip', ['link', 'set', `${l.veth}p`, 'netns', l.ns]);
+      asRoot('ip', ['addr', 'add', `${l.host}/30`, 'dev', l.veth]);
+      asRoot('ip', ['link', 'set', l.veth, 'up']);
+      asRoot('ip', ['netns', 'exec', l.ns, 'ip', 'addr', 'add', `${l.addr}/30`, 'dev', `${l.veth}p`]);
+      asRoot('ip', ['netns', 'exec', l.ns, 'ip', 'link', 'set', `${l.veth}p`, 'up']);
+    }
+    helper = join(dir, 'gpu-fleet-peers');
+    writeFileSync(helper, peersHelperScript(), { mode: 0o755 });
+    // The agent runs the helper through `sudo -n`; this test is root already, so its stand-in for sudo just runs it.
+    const sudo = join(dir, 'sudo');
+    writeFileSync(sudo, '#!/bin/sh\n[ "$1" = "-n" ] && shift\nexec "$@"\n', { mode: 0o755 });
+    ports = sudoPeers(helper, process.env, sudo);
+  }, 120_000);
+
+  afterAll(() => {
+    for (const ipt of ['iptables', 'ip6tables']) {
+      for (const l of Object.values(links)) quiet(ipt, ['-w', '-D', 'INPUT', '-i', l.veth, '-j', PORT_WALL_CHAIN]);
+      quiet('bash', [helper, 'reset']);
+      for (const chain of [PORT_WALL_CHAIN, GANG_PEERS_CHAIN]) {
+        quiet(ipt, ['-w', '-F', chain]);
+        quiet(ipt, ['-w', '-X', chain]);
+      }
+    }
+    for (const l of Object.values(links)) {
+      quiet('ip', ['link', 'del', l.veth]);
+      quiet('ip', ['netns', 'del', l.ns]);
+    }
+  });
+
+  /** What a stand-in machine reaches of this one: each port's answer (open, or the error's code). */
+  function reach(from: keyof typeof links, ...targets: number[]): Record<number, string> {
+    const l = links[from];
+    const out = asRoot('ip', [
+      'netns',
+      'exec',
+      l.ns,
+      process.execPath,
+      join(JOBS_DIR, 'probe-connect.mjs'),
+      ...targets.map((p) => `${l.host}:${p}`),
+    ]);
+    const found = JSON.parse(out.trim()) as Record<string, string>;
+    return Object.fromEntries(targets.map((p) => [p, found[`${l.host}:${p}`]!]));
+  }
+
+  it("lets a gang's machines reach its rank's ports while the attempt runs, and no other machine of the fleet; the scrape port stays the security group's", async () => {
+    const rendezvous = await freePort();
+    const scrape = createServer((socket) => {
+      socket.on('error', () => {});
+      socket.end('metrics');
+    });
+    await new Promise<void>((resolve) => scrape.listen(0, '0.0.0.0', resolve));
+    const scrapePort = (scrape.address() as { port: number }).port;
+    // A gang rank as the runner starts one: the host's network, uid 65534, listening on its rendezvous port.
+    const spec = checkJobSpec({
+      image,
+      command: ['node', `${IMAGE_JOBS_DIR}/serve-tcp.mjs`, String(rendezvous)],
+      gpu: { kind: 'whole', count: 1 },
+      nodes: 2,
+      container: { lockedMemoryMiB: LOCKED_MIB },
+    });
+    if (!spec.ok) throw new Error(spec.errors.join('; '));
+    const checkpointDir = join(dir, 'checkpoint');
+    mkdirSync(checkpointDir);
+    const logFile = join(dir, 'output.log');
+    const jobId = `nlp.port-wall-${Date.now().toString(36)}`;
+    const rank = await new DockerRunner('docker', process.env, [], join(dir, 'env'), 'missing').start({
+      jobId,
+      attempt: 1,
+      rank: 0,
+      image,
+      command: spec.spec.command,
+      env: {},
+      devices: [],
+      checkpointDir,
+      logFile,
+      container: containerSettings(spec.spec),
+      limits: containerLimits(1000, { memoryMiB: 8192, cpus: 2, gpus: 1 }, 64),
+    });
+    try {
+      await waitFor('the rank to listen', () => readFileSync(logFile, 'utf8').includes('listening'));
+      // Without the wall, every machine of the fleet reaches the rank (what the flat security group allows).
+      expect(reach('stranger', rendezvous, scrapePort)).toEqual({ [rendezvous]: 'open', [scrapePort]: 'open' });
+      asRoot('bash', ['-c', portWallScript({ openPorts: [scrapePort], interfaces: [links.peer.veth, links.stranger.veth] })]);
+      asRoot('bash', ['-c', portWallScript({ openPorts: [scrapePort], interfaces: [links.peer.veth, links.stranger.veth] })]); // idempotent
+      expect(
+        asRoot('iptables', ['-w', '-S', 'INPUT'])
+          .split('\n')
+          .filter((r) => r.includes(PORT_WALL_CHAIN)),
+      ).toHaveLength(2);
+      // The wall up, no attempt open: nobody reaches the rank; the scrape port is left to the security group.
+      expect(reach('peer', rendezvous, scrapePort)).toEqual({ [rendezvous]: 'ECONNREFUSED', [scrapePort]: 'open' });
+      // The agent opens the attempt to the gang's other machine: that one reaches it, the stranger still does not.
+      const key = wallKey(jobId, 1);
+      await ports.open(key, [links.peer.addr]);
+      expect(reach('peer', rendezvous)).toEqual({ [rendezvous]: 'open' });
+      expect(reach('stranger', rendezvous)).toEqual({ [rendezvous]: 'ECONNREFUSED' });
+      // A replica's port is opened to whoever the security group lets through (the load balancer).
+      const other = wallKey(jobId, 2);
+      await ports.openPort(other, rendezvous);
+      expect(reach('stranger', rendezvous)).toEqual({ [rendezvous]: 'open' });
+      await ports.close(other);
+      expect(reach('stranger', rendezvous)).toEqual({ [rendezvous]: 'ECONNREFUSED' });
+      // The attempt ends: its peers are shut out again; a restarted agent drops whatever an earlier one left.
+      await ports.close(key);
+      expect(reach('peer', rendezvous)).toEqual({ [rendezvous]: 'ECONNREFUSED' });
+      await ports.open(key, [links.peer.addr]);
+      await ports.reset();
+      expect(reach('peer', rendezvous)).toEqual({ [rendezvous]: 'ECONNREFUSED' });
+      expect(asRoot('iptables', ['-w', '-S']).includes('GF-P-')).toBe(false);
+      // The helper refuses what is not a key or an address.
+      await expect(ports.open('../x', ['10.0.0.1'])).rejects.toThrow(/refused: the key must be 1 to 16 hex digits/);
+      await expect(ports.open(key, ['10.0.0.1; reboot'])).rejects.toThrow(/is not an address/);
+    } finally {
+      await rank.stop(1000);
+      scrape.close();
+    }
+  }, 120_000);
 });
 
 /** Restarts the Docker engine: through systemd where it runs docker, else dockerd again with the arguments it had. */

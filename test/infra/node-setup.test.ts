@@ -14,6 +14,9 @@ import {
   jobFoldersMountScript,
   metadataWallScript,
   NVIDIA_SMI,
+  PEERS_HELPER,
+  peersHelperScript,
+  portWallScript,
   wallUnit,
   WALL_SCRIPT,
 } from '../../infra/node-setup.ts';
@@ -98,12 +101,18 @@ describe('the agent’s service and sudo rules', () => {
     const unit = agentUnit('/usr/bin/node');
     expect(unit).toMatch(/^User=gpu-fleet$/m);
     expect(unit).toMatch(/^SupplementaryGroups=docker$/m);
-    expect(unit).toMatch(/^AmbientCapabilities=CAP_DAC_READ_SEARCH$/m);
-    expect(unit).toMatch(/^ExecStart=\/usr\/bin\/node .* --sudo-helper \/usr\/local\/sbin\/gpu-fleet-clean-job-dir$/m);
+    // No capability over file modes: it reads jobs' files through their folder's group (a real engine shows it can:
+    // test/agent/docker-engine.test.ts "lets the agent read what every launch kind writes… without any capability").
+    expect(unit).not.toMatch(/Capabilit/m);
+    expect(unit).toMatch(
+      /^ExecStart=\/usr\/bin\/node .* --sudo-helper \/usr\/local\/sbin\/gpu-fleet-clean-job-dir --peers-helper \/usr\/local\/sbin\/gpu-fleet-peers$/m,
+    );
     const rules = agentSudoers()
       .split('\n')
       .filter((l) => l && !l.startsWith('#') && !l.startsWith('Defaults'));
-    expect(rules).toEqual([`gpu-fleet ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} /var/lib/gpu-fleet/jobs/*`]);
+    expect(rules).toEqual([
+      `gpu-fleet ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} /var/lib/gpu-fleet/jobs/*, ${PEERS_HELPER} *`,
+    ]);
   });
 });
 
@@ -115,6 +124,7 @@ describe('the metadata wall at boot', () => {
     bucket: 'ckpt',
     noticeMarginSec: 20,
     migEnabled: false,
+    prometheusPort: 9400,
   });
 
   it('walls IMDS (IPv4 and IPv6) and GCE metadata for every uid but root and the agent, and for every bridge container', () => {
@@ -144,6 +154,32 @@ describe('the metadata wall at boot', () => {
     // The agent outlives a job in the kernel's choice of whom to kill for memory.
     expect(agentUnit('/usr/bin/node')).toMatch(/^OOMScoreAdjust=-900$/m);
     for (const script of [jobFoldersMountScript()]) expect(spawnSync('bash', ['-n'], { input: script }).status).toBe(0);
+  });
+
+  it("installs the port wall with the metadata wall, and the peers helper the agent opens each gang's machines with", () => {
+    const at = (needle: string) => userData.findIndex((l) => l.includes(needle));
+    const ports = userData[at(`cat > ${WALL_SCRIPT}-ports`)]!;
+    expect(ports).toContain('-p tcp -m multiport --dports 9400 -j RETURN');
+    expect(ports).toContain('$ipt -w -C INPUT -j GPU-FLEET-IN 2>/dev/null || $ipt -w -A INPUT -j GPU-FLEET-IN');
+    // The metadata wall's script runs the ports' too: one unit installs both, at boot and after each docker restart.
+    expect(userData[at(`cat > ${WALL_SCRIPT} <<`)]).toMatch(new RegExp(`${WALL_SCRIPT}-ports\\nEOF$`));
+    expect(at(`cat > ${PEERS_HELPER}`)).toBeLessThan(at('systemctl enable --now gpu-fleet-agent.service'));
+    expect(agentUnit('/usr/bin/node')).toContain(`--peers-helper ${PEERS_HELPER}`);
+    for (const script of [peersHelperScript(), portWallScript({ openPorts: [9400, 8000] })]) {
+      const parsed = spawnSync('bash', ['-n'], { input: script });
+      expect(parsed.status, parsed.stderr.toString()).toBe(0);
+    }
+    // Refused before iptables is ever run: what is not a key, an address or a port.
+    const helper = join(mkdtempSync(join(tmpdir(), 'peers-')), 'gpu-fleet-peers');
+    writeFileSync(helper, peersHelperScript(), { mode: 0o755 });
+    const run = (...args: string[]) => spawnSync('bash', [helper, ...args], { encoding: 'utf8' });
+    expect(run('open', 'ABC', '10.0.0.1')).toMatchObject({
+      status: 2,
+      stderr: expect.stringContaining('the key must be 1 to 16 hex digits') as string,
+    });
+    expect(run('open', 'abc', '$(reboot)')).toMatchObject({ status: 2, stderr: expect.stringContaining('is not an address') as string });
+    expect(run('open-port', 'abc', '70000')).toMatchObject({ status: 2, stderr: expect.stringContaining('usage:') as string });
+    expect(run('flush')).toMatchObject({ status: 2 });
   });
 
   it('installs the wall before the agent starts, and again whenever docker restarts; the agent does not start without it', () => {

@@ -10,7 +10,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfig, type GpuFleetConfig } from '../../infra/config.ts';
-import { GpuFleetStack, LAUNCH_HOOK_NAME, LIFECYCLE_HOOK_NAME } from '../../infra/stack.ts';
+import { GpuFleetStack, LAUNCH_HOOK_NAME, LIFECYCLE_HOOK_NAME, tcpRangesWithout } from '../../infra/stack.ts';
 import { AutoScalingClient, DescribeAutoScalingGroupsCommand } from '@aws-sdk/client-auto-scaling';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { mockClient } from 'aws-sdk-client-mock';
@@ -848,6 +848,30 @@ describe('cdk-nag', () => {
       ],
     });
     template.hasResourceProperties('AWS::EC2::SecurityGroupIngress', { FromPort: 8000, ToPort: 8000, IpProtocol: 'tcp' });
+    // The machines reach each other on every TCP port but the replicas' (so only the load balancer reaches those), and the
+    // machine's own wall passes the replicas' port (the security group decides who).
+    const selfTcp = Object.values(template.findResources('AWS::EC2::SecurityGroupIngress'))
+      .map(
+        (r) =>
+          (
+            r as {
+              Properties: { IpProtocol: string; FromPort?: number; ToPort?: number; SourceSecurityGroupId?: unknown; GroupId?: unknown };
+            }
+          ).Properties,
+      )
+      .filter((p) => p.IpProtocol === 'tcp' && JSON.stringify(p.SourceSecurityGroupId) === JSON.stringify(p.GroupId))
+      .map((p) => [p.FromPort, p.ToPort]);
+    expect(selfTcp).toEqual([
+      [1, 7999],
+      [8001, 65535],
+    ]);
+    expect(tcpRangesWithout([9400, 8000, 8000, 1, 65535])).toEqual([
+      { from: 2, to: 7999 },
+      { from: 8001, to: 9399 },
+      { from: 9401, to: 65534 },
+    ]);
+    const userData = JSON.stringify(Object.values(template.findResources('AWS::EC2::LaunchTemplate')));
+    expect(userData).toContain('--dports 8000 -j RETURN');
     const reconcile = statements(template, 'reconcileRole').find((x) => x.Sid === 'ServiceTargets')!;
     expect(JSON.stringify(reconcile.Resource)).toMatch(/ServiceTargetGroup0/);
     expect(() =>

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { NodeAgent, type AgentConfig, type AgentLog } from '../../agent/agent.ts';
+import { NodeAgent, type AgentConfig, type AgentLog, type AttemptPorts } from '../../agent/agent.ts';
 import { AgentApiBlobs, DirectoryBlobs, type CheckpointBlobs } from '../../agent/checkpoint-files.ts';
 import type { Identity, MetadataClient } from '../../agent/metadata.ts';
 import { readGpuInventory } from '../../agent/nvidia-smi.ts';
@@ -72,6 +72,8 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
       reachable?: () => boolean;
       /** Where a warned machine's replicas leave their target groups (the agent API's `service/leave`). */
       frontDoor?: { leave(jobId: string, attempt: number): Promise<void> };
+      /** The machine's port wall, attempt by attempt. */
+      peers?: AttemptPorts;
     } = {},
   ): NodeAgent {
     const env = fakeNvidiaSmiEnv(
@@ -109,6 +111,7 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
         ...(options.removeFolder ? { removeFolder: options.removeFolder } : {}),
         ...(options.dcgm ? { dcgm: options.dcgm } : {}),
         ...(options.frontDoor ? { frontDoor: options.frontDoor } : {}),
+        ...(options.peers ? { peers: options.peers } : {}),
         log,
       },
       {
