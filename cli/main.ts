@@ -295,6 +295,31 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       await cancelCommand(id, flags, io);
     });
 
+  program
+    .command('gcp-startup-script')
+    .description('Print the startup script of a GCE instance template for the fleet: the walls every machine gets before its agent')
+    .option(
+      '--prometheus-port <port>',
+      "the agents' /metrics port (the config's prometheus.port), left to the firewall's scrapers",
+      wholeNumber('--prometheus-port', 1024, 65535, ''),
+    )
+    .option('--open-port <port...>', "a replica's port the load balancer reaches (the firewall decides who), one per service")
+    .addHelpText(
+      'after',
+      "\nThe script installs the same walls as an AWS machine's boot (metadata server, jobs' network, the machine's own ports), the job folders' nosuid,nodev mount and the engine's defaults, at every start; the agent itself is the template's to add after it.\n\nExamples:\n  gpu-fleet gcp-startup-script > startup.sh\n  gpu-fleet gcp-startup-script --prometheus-port 9400 --open-port 8000",
+    )
+    .action(async (flags: { prometheusPort?: number; openPort?: string[] }) => {
+      const { gceStartupScript } = await import('../infra/node-setup.ts');
+      const openPorts = (flags.openPort ?? []).map((p) => {
+        const n = Number(p);
+        if (!Number.isInteger(n) || n < 1 || n > 65535) throw new UsageError(`--open-port must be a port from 1 to 65535; got "${p}"`);
+        return n;
+      });
+      io.stdout.write(
+        gceStartupScript({ ...(flags.prometheusPort !== undefined ? { prometheusPort: flags.prometheusPort } : {}), openPorts }),
+      );
+    });
+
   addAgentCommands(program, io, () => import('../agent/cli.ts'));
   program.addHelpText('after', TOP_LEVEL_HELP);
   usageAfterErrors(program, []);

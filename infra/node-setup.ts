@@ -356,6 +356,28 @@ export function agentUserData(o: {
     'set -euo pipefail',
     '(dnf install -y nodejs22 || dnf install -y nodejs20 || dnf install -y nodejs) >/var/log/gpu-fleet-node-install.log 2>&1',
     'NODE_BIN=$(command -v node-22 || command -v node22 || command -v node)',
+    ...nodeWalls(o),
+    `aws s3 cp --region ${o.region} ${o.assetUrl} /opt/gpu-fleet/gpu-fleet-agent.mjs`,
+    `cat > /etc/gpu-fleet/agent.env <<'EOF'\n${envFile.join('\n')}\nEOF`,
+    `chown root:${AGENT_USER} /etc/gpu-fleet/agent.env && chmod 0640 /etc/gpu-fleet/agent.env`,
+    ...(o.migEnabled ? [`${NVIDIA_SMI} -mig 1 || true  # MIG mode on; instances are created per job by the agent`] : []),
+    `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF\n${agentUnit('${NODE_BIN}')}EOF`,
+    // Every job's container under one slice, capped together below what the machine has.
+    `"$NODE_BIN" /opt/gpu-fleet/gpu-fleet-agent.mjs agent jobs-slice --nvidia-smi ${NVIDIA_SMI} > ${JOBS_SLICE_FILE}`,
+    'systemctl daemon-reload',
+    'systemctl enable --now gpu-fleet-wall.service',
+    'systemctl enable --now gpu-fleet-agent.service',
+  ];
+}
+
+/**
+ * What every machine of the fleet gets at boot before its agent, on AWS and GCP alike (`$NODE_BIN`
+ * set): the agent's user, the jobs folder mounted nosuid,nodev, the root helpers and what the agent
+ * may run through sudo, the walls (metadata servers, the jobs' bridge, the machine's own ports) with
+ * their unit, and the engine's defaults for every container. Starts nothing.
+ */
+function nodeWalls(o: { readonly prometheusPort?: number; readonly openPorts?: readonly number[] }): string[] {
+  return [
     // The agent's own user: in the docker group, with its home as the work folder.
     'getent group docker >/dev/null || groupadd --system docker',
     `id -u ${AGENT_USER} >/dev/null 2>&1 || useradd --system --home-dir ${AGENT_HOME} --shell /usr/sbin/nologin --groups docker ${AGENT_USER}`,
@@ -364,14 +386,10 @@ export function agentUserData(o: {
     // Job folders: nosuid,nodev, now and at every boot.
     `grep -qs ' ${JOBS_DIR} ' /etc/fstab || echo '${JOBS_DIR} ${JOBS_DIR} none bind,nosuid,nodev 0 0' >> /etc/fstab`,
     `bash <<'EOF'\n${jobFoldersMountScript()}EOF`,
-    `aws s3 cp --region ${o.region} ${o.assetUrl} /opt/gpu-fleet/gpu-fleet-agent.mjs`,
-    `cat > /etc/gpu-fleet/agent.env <<'EOF'\n${envFile.join('\n')}\nEOF`,
-    `chown root:${AGENT_USER} /etc/gpu-fleet/agent.env && chmod 0640 /etc/gpu-fleet/agent.env`,
     `cat > ${CLEAN_JOB_DIR_HELPER} <<'EOF'\n${cleanJobDirScript()}EOF`,
     `chown root:root ${CLEAN_JOB_DIR_HELPER} && chmod 0755 ${CLEAN_JOB_DIR_HELPER}`,
     `cat > /etc/sudoers.d/gpu-fleet-agent <<'EOF'\n${agentSudoers()}EOF`,
     'chmod 0440 /etc/sudoers.d/gpu-fleet-agent && visudo -cf /etc/sudoers.d/gpu-fleet-agent',
-    ...(o.migEnabled ? [`${NVIDIA_SMI} -mig 1 || true  # MIG mode on; instances are created per job by the agent`] : []),
     // The metadata wall, in place before the agent takes work and again after each docker restart.
     // Its second part, the machine's own ports (run by the first, so the one unit installs both).
     `cat > ${WALL_SCRIPT}-ports <<'EOF'\n${portWallScript({ openPorts: [...(o.prometheusPort !== undefined ? [o.prometheusPort] : []), ...(o.openPorts ?? [])] })}EOF`,
@@ -380,14 +398,34 @@ export function agentUserData(o: {
     `chown root:root ${PEERS_HELPER} ${WALL_SCRIPT}-ports && chmod 0755 ${PEERS_HELPER} ${WALL_SCRIPT}-ports`,
     `chown root:root ${WALL_SCRIPT} && chmod 0755 ${WALL_SCRIPT}`,
     `cat > /etc/systemd/system/gpu-fleet-wall.service <<'EOF'\n${wallUnit()}EOF`,
-    `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF\n${agentUnit('${NODE_BIN}')}EOF`,
     // The engine's own defaults for every container, merged into what the image's daemon.json has (its runtimes stay).
     `"$NODE_BIN" -e 'const fs=require("fs"),f="/etc/docker/daemon.json";let c={};try{c=JSON.parse(fs.readFileSync(f,"utf8"))}catch{}fs.mkdirSync("/etc/docker",{recursive:true});fs.writeFileSync(f,JSON.stringify({...c,...${JSON.stringify(DOCKER_DAEMON_SETTINGS)}},null,2))'`,
     'systemctl restart docker',
-    // Every job's container under one slice, capped together below what the machine has.
-    `"$NODE_BIN" /opt/gpu-fleet/gpu-fleet-agent.mjs agent jobs-slice --nvidia-smi ${NVIDIA_SMI} > ${JOBS_SLICE_FILE}`,
-    'systemctl daemon-reload',
-    'systemctl enable --now gpu-fleet-wall.service',
-    'systemctl enable --now gpu-fleet-agent.service',
   ];
+}
+
+/**
+ * A GCE instance template's startup script (its `startup-script` metadata): the same walls as an
+ * AWS machine's boot (GCE's metadata server sits at 169.254.169.254 too, and has no hop limit, so
+ * without them any container takes the service account's token), installed before anything else and
+ * again at every boot (GCE runs the script at each start). It installs Node.js from the
+ * distribution (apt or dnf) for the engine settings and the agent. The agent itself is the
+ * template's to add after it (its bundle, `/etc/gpu-fleet/agent.env`, and the unit
+ * `gpu-fleet agent` runs under, which requires the wall's): gpu-fleet has no identity for GCP
+ * machines in AWS yet.
+ */
+export function gceStartupScript(o: { readonly prometheusPort?: number; readonly openPorts?: readonly number[] } = {}): string {
+  return [
+    '#!/bin/bash',
+    '# gpu-fleet: the walls of a GCP machine of the fleet (https://cloud.google.com/compute/docs/instances/startup-scripts/linux).',
+    'set -euo pipefail',
+    '(command -v node >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs) || dnf install -y nodejs) >/var/log/gpu-fleet-node-install.log 2>&1',
+    'NODE_BIN=$(command -v node)',
+    ...nodeWalls(o),
+    'systemctl daemon-reload',
+    'systemctl enable gpu-fleet-wall.service',
+    // At every start, not only the first: the rules live in the kernel.
+    'systemctl restart gpu-fleet-wall.service',
+    '',
+  ].join('\n');
 }

@@ -10,6 +10,7 @@ import {
   agentUnit,
   agentUserData,
   cleanJobDirScript,
+  gceStartupScript,
   CLEAN_JOB_DIR_HELPER,
   jobFoldersMountScript,
   metadataWallScript,
@@ -180,6 +181,27 @@ describe('the metadata wall at boot', () => {
     expect(run('open', 'abc', '$(reboot)')).toMatchObject({ status: 2, stderr: expect.stringContaining('is not an address') as string });
     expect(run('open-port', 'abc', '70000')).toMatchObject({ status: 2, stderr: expect.stringContaining('usage:') as string });
     expect(run('flush')).toMatchObject({ status: 2 });
+  });
+
+  it('gives a GCP machine the same walls at every start, from a startup script the product ships', () => {
+    const gce = gceStartupScript({ prometheusPort: 9400, openPorts: [8000] });
+    const parsed = spawnSync('bash', ['-n'], { input: gce });
+    expect(parsed.status, parsed.stderr.toString()).toBe(0);
+    // The same pieces an AWS machine's boot installs, each byte for byte.
+    for (const piece of [
+      metadataWallScript(),
+      portWallScript({ openPorts: [9400, 8000] }),
+      peersHelperScript(),
+      jobFoldersMountScript(),
+      wallUnit(),
+      agentSudoers(),
+    ])
+      expect(gce).toContain(piece);
+    expect(gce).toContain('"no-new-privileges":true,"icc":false');
+    const lines = gce.split('\n');
+    const at = (needle: string) => lines.findIndex((l) => l.includes(needle));
+    expect(at('systemctl restart docker')).toBeLessThan(at('systemctl restart gpu-fleet-wall.service'));
+    expect(lines.at(-2)).toBe('systemctl restart gpu-fleet-wall.service');
   });
 
   it('installs the wall before the agent starts, and again whenever docker restarts; the agent does not start without it', () => {
