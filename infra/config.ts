@@ -255,6 +255,23 @@ const ExistingVpcSchema = z.strictObject({
   }),
 });
 
+/** Who may reach a port of the machines: a CIDR block, or a security group. */
+function allowFromSchema(who: string) {
+  return z.union(
+    [
+      z.strictObject({
+        cidr: z
+          .string()
+          .regex(/^\d{1,3}(\.\d{1,3}){3}\/(8|9|[12]\d|3[0-2])$/, { error: 'a CIDR block no wider than /8, e.g. "10.0.0.0/16"' }),
+      }),
+      z.strictObject({
+        securityGroupId: z.string().regex(/^sg-[0-9a-f]{8,17}$/, { error: 'security group ids look like "sg-0123456789abcdef0"' }),
+      }),
+    ],
+    { error: `must be {"cidr": "10.0.0.0/16"} or {"securityGroupId": "sg-…"}: ${who}` },
+  );
+}
+
 export const ConfigSchema = z
   .strictObject({
     $schema: z.string().optional(),
@@ -324,19 +341,7 @@ export const ConfigSchema = z
     prometheus: z
       .strictObject({
         port: int(1024, 65_535).default(9400),
-        allowFrom: z.union(
-          [
-            z.strictObject({
-              cidr: z
-                .string()
-                .regex(/^\d{1,3}(\.\d{1,3}){3}\/(8|9|[12]\d|3[0-2])$/, { error: 'a CIDR block no wider than /8, e.g. "10.0.0.0/16"' }),
-            }),
-            z.strictObject({
-              securityGroupId: z.string().regex(/^sg-[0-9a-f]{8,17}$/, { error: 'security group ids look like "sg-0123456789abcdef0"' }),
-            }),
-          ],
-          { error: 'must be {"cidr": "10.0.0.0/16"} or {"securityGroupId": "sg-…"}: who may scrape' },
-        ),
+        allowFrom: allowFromSchema('who may scrape'),
       })
       .optional(),
     /**
@@ -467,6 +472,16 @@ export const ConfigSchema = z
                 });
           })
           .default({}),
+        /**
+         * The ports replicas behind `targetGroups` listen on, each with who reaches it (the load
+         * balancer's security group, or its subnets): the machines let only those in on that port,
+         * never the fleet's other machines. Without it, such a port is open to every machine of
+         * the fleet (the security group's rule between machines cannot leave out a port it does not know).
+         */
+        replicaPorts: z
+          .array(z.strictObject({ port: int(1024, 65_535), allowFrom: allowFromSchema('who reaches the replicas (the load balancer)') }))
+          .max(20)
+          .optional(),
         /**
          * A load balancer the stack creates (internal unless `internetFacing`), with a listener per
          * service on its own port (HTTPS with `certificateArn`) forwarding to the service's target
@@ -739,6 +754,11 @@ describeFields(ConfigSchema, {
   'reservations.selector[].tags': 'every reservation with all these tags',
   services: "the services' front door: a load balancer the stack creates, or target groups you have",
   'services.targetGroups': 'service id (team.name) → the ARN of its target group (IP targets on its port)',
+  'services.replicaPorts': 'the ports replicas behind targetGroups listen on, each with who reaches it: no other machine of the fleet does',
+  'services.replicaPorts[].port': "a replica's port (its spec's service.port)",
+  'services.replicaPorts[].allowFrom': "who reaches it: the load balancer's security group, or its subnets",
+  'services.replicaPorts[].allowFrom.cidr': 'the addresses the load balancer comes from',
+  'services.replicaPorts[].allowFrom.securityGroupId': "the load balancer's security group",
   'services.loadBalancer': 'an Application Load Balancer the stack creates, a listener per service',
   'services.loadBalancer.internetFacing': 'internet-facing rather than internal (needs a VPC the stack creates)',
   'services.loadBalancer.allowFrom': 'who may reach the listeners (default: the VPC)',

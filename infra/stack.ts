@@ -244,10 +244,16 @@ export class GpuFleetStack extends Stack {
     // Machines reach each other (a gang's NCCL and rendezvous ports are chosen at run time; each machine's own wall lets
     // only the machines of its gangs in), but never /metrics nor a replica's port behind the stack's load balancer:
     // those only the scrapers and the load balancer reach.
+    const replicaPorts = config.services?.replicaPorts ?? [];
     const closedToPeers = [
       ...(config.prometheus ? [config.prometheus.port] : []),
       ...(config.services?.loadBalancer?.services.map((s) => s.port) ?? []),
+      ...replicaPorts.map((r) => r.port),
     ];
+    for (const r of replicaPorts) {
+      const peer = 'cidr' in r.allowFrom ? ec2.Peer.ipv4(r.allowFrom.cidr) : ec2.Peer.securityGroupId(r.allowFrom.securityGroupId);
+      nodeSg.addIngressRule(peer, ec2.Port.tcp(r.port), 'a load balancer reaches its replicas');
+    }
     if (closedToPeers.length === 0)
       nodeSg.addIngressRule(nodeSg, ec2.Port.allTraffic(), 'gang members (NCCL, torch.distributed) reach each other');
     else {
@@ -609,7 +615,10 @@ export class GpuFleetStack extends Stack {
         ...(g.warmPool ? { launchHook: LAUNCH_HOOK_NAME } : {}),
         ...(config.prometheus ? { prometheusPort: config.prometheus.port } : {}),
         ...(config.dcgmExporterUrl ? { dcgmExporterUrl: config.dcgmExporterUrl } : {}),
-        openPorts: config.services?.loadBalancer?.services.map((s) => s.port) ?? [],
+        openPorts: [
+          ...(config.services?.loadBalancer?.services.map((s) => s.port) ?? []),
+          ...(config.services?.replicaPorts ?? []).map((r) => r.port),
+        ],
       }),
     );
     const template = new ec2.LaunchTemplate(this, `LaunchTemplate-${g.name}`, {

@@ -763,6 +763,39 @@ describe('cdk-nag', () => {
     );
   });
 
+  it("keeps a replica's port behind a target group it did not make to who the config names: never the fleet's other machines", () => {
+    const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
+    const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const config = parseConfig({
+      ...raw,
+      services: {
+        targetGroups: { 'nlp.chat': arn },
+        replicaPorts: [{ port: 8000, allowFrom: { securityGroupId: 'sg-0123456789abcdef0' } }],
+      },
+    });
+    const { template } = synth(config);
+    const ingress = Object.values(template.findResources('AWS::EC2::SecurityGroupIngress')).map(
+      (r) =>
+        (
+          r as {
+            Properties: { IpProtocol: string; FromPort?: number; ToPort?: number; SourceSecurityGroupId?: unknown; GroupId?: unknown };
+          }
+        ).Properties,
+    );
+    const self = ingress.filter((p) => p.IpProtocol === 'tcp' && JSON.stringify(p.SourceSecurityGroupId) === JSON.stringify(p.GroupId));
+    expect(self.map((p) => [p.FromPort, p.ToPort])).toEqual([
+      [1, 7999],
+      [8001, 65535],
+    ]);
+    expect(JSON.stringify(template.toJSON())).toMatch(
+      /"FromPort":8000[^}]*"SourceSecurityGroupId":"sg-0123456789abcdef0"|"SourceSecurityGroupId":"sg-0123456789abcdef0"[^}]*"FromPort":8000/,
+    );
+    expect(JSON.stringify(Object.values(template.findResources('AWS::EC2::LaunchTemplate')))).toContain('--dports 8000 -j RETURN');
+    expect(() => parseConfig({ ...raw, services: { replicaPorts: [{ port: 80, allowFrom: { cidr: '10.0.0.0/16' } }] } })).toThrow(
+      /services\.replicaPorts\[0\]\.port/,
+    );
+  });
+
   it('with services: reconcile may register targets in their own target groups only, the agent API deregister them, intake may write service records only; cdk-nag clean', () => {
     const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
