@@ -1,3 +1,4 @@
+import { statfsSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import os from 'node:os';
@@ -6,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
 import { assignmentMilliGpu, checkpointPartLocation, rendezvousPortOf, type CheckpointRef, type Job } from '../core/job.ts';
-import { containerLimits, outOfMemory } from '../core/container-limits.ts';
+import { containerLimits, diskFull, diskIsFull, jobDiskMiB, outOfMemory } from '../core/container-limits.ts';
 import { saveSizeOf, storeKindOf } from '../core/bytes.ts';
 import { containerSettings } from '../core/job-spec.ts';
 import type {
@@ -136,6 +137,17 @@ export interface AgentPorts {
    * serves; without it, nothing is opened or closed (off-cloud, tests without the wall).
    */
   readonly peers?: AttemptPorts;
+  /**
+   * A disk of its own for each job's folder (a root helper: infra/node-setup.ts `jobDiskScript`),
+   * sized by its share of the machine; without it, job folders share the machine's volume.
+   */
+  readonly jobDisks?: JobDisks;
+}
+
+/** Gives a job folder a disk of its own, and takes it back. */
+export interface JobDisks {
+  make(dir: string, mib: number): Promise<void>;
+  drop(dir: string): Promise<void>;
 }
 
 /** What the agent opens in the machine's port wall for one attempt (`key`: {@link wallKey}). */
@@ -181,7 +193,7 @@ export interface AgentConfig {
    * The memory and CPUs the jobs' limits are shares of (default what the OS reports): set it where
    * the agent sees more than the jobs may have (a machine that also runs other services).
    */
-  readonly machine?: { readonly memoryMiB?: number; readonly cpus?: number };
+  readonly machine?: { readonly memoryMiB?: number; readonly cpus?: number; readonly diskMiB?: number };
 }
 
 interface LocalAttempt {
@@ -198,6 +210,10 @@ interface LocalAttempt {
   readonly baseProgressSec: number;
   /** The modification time of the newest marker seen (its save is started). */
   lastMarkerMs: number;
+  /** Its folder's disk, MiB, when it has one of its own. */
+  readonly diskMiB?: number;
+  /** Its folder's disk taken back (the folder is removed after). */
+  diskDropped?: Promise<void>;
   /** The save in flight (one at a time per attempt). */
   saving?: { readonly markerMs: number; readonly location: string; readonly done: Promise<SaveResult> };
   /** The save of the newest marker started so far (kept after it ends, for a checkpoint that waits on it). */
@@ -584,6 +600,19 @@ export class NodeAgent {
       return;
     }
     await mkdir(dirs.checkpoint, { recursive: true });
+    // Its folder gets a disk of its own, its share of the jobs' volume: filling it fills nothing of its neighbours'.
+    const diskMiB = this.ports.jobDisks
+      ? jobDiskMiB(assignmentMilliGpu(assignment), { gpus: this.lastReport?.gpus.length ?? 0 }, this.jobsVolumeMiB())
+      : undefined;
+    if (diskMiB !== undefined) {
+      try {
+        await this.ports.jobDisks!.make(dirs.checkpoint, diskMiB);
+      } catch (error) {
+        await held.release();
+        await cannotStart(`could not give the job's folder its disk: ${messageOf(error)}`);
+        return;
+      }
+    }
     const indexed = await this.ports.checkpoints.latest(job.id).catch((error: unknown) => {
       this.ports.log.warn("could not read the checkpoint index; resuming from the job's own record of its newest checkpoint", {
         job: job.id,
@@ -671,6 +700,7 @@ export class NodeAgent {
       return;
     }
     const l: LocalAttempt = {
+      ...(diskMiB !== undefined ? { diskMiB } : {}),
       key,
       jobId: job.id,
       attempt: job.attempt,
@@ -711,6 +741,23 @@ export class NodeAgent {
     if (rank === 0 && job.state === 'placed') await applyJobEvent(this.ports.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
   }
 
+  /** The volume the jobs' folders are on, MiB (the config's, else what the file system says). */
+  private jobsVolumeMiB(): number {
+    if (this.config.machine?.diskMiB !== undefined) return this.config.machine.diskMiB;
+    const fs = statfsSync(join(this.config.workDir, 'jobs'));
+    return Math.floor((fs.blocks * fs.bsize) / 2 ** 20);
+  }
+
+  /** Whether a job folder's own disk is full. */
+  private diskFull(dir: string): boolean {
+    try {
+      const fs = statfsSync(dir);
+      return diskIsFull(fs.bavail * fs.bsize, fs.blocks * fs.bsize);
+    } catch {
+      return false;
+    }
+  }
+
   /**
    * Opens the machine's port wall for an attempt (with a wall to open): a gang's other machines,
    * at the addresses their agents registered, and a replica's port. What the wall does not open,
@@ -744,7 +791,12 @@ export class NodeAgent {
     const now = this.ports.clock.nowMs();
     // The exit decides now: a finished or failed attempt needs no checkpoint, so a save in flight never holds the report.
     const code = exitCode(exit);
-    const failure = exit.outOfMemoryMiB !== undefined ? { failure: outOfMemory(exit.outOfMemoryMiB) } : {};
+    const failure =
+      exit.outOfMemoryMiB !== undefined
+        ? { failure: outOfMemory(exit.outOfMemoryMiB) }
+        : code !== 0 && l.diskMiB !== undefined && this.diskFull(l.dirs.checkpoint)
+          ? { failure: diskFull(l.diskMiB) }
+          : {};
     await recordExit(this.ports.jobs, {
       jobId: l.jobId,
       attempt: l.attempt,
@@ -780,6 +832,16 @@ export class NodeAgent {
       .release()
       .catch((error: unknown) => this.ports.log.warn("could not release the job's MIG instance", { job: l.jobId, error: String(error) }));
     await this.ports.nodes.unassign(this.instanceId, l.jobId, l.attempt);
+    // The folder's disk goes before the folder (a save still reading it finishes first).
+    if (l.diskMiB !== undefined) {
+      const disk = (async () => {
+        await l.saving?.done;
+        await this.ports.jobDisks?.drop(l.dirs.checkpoint);
+      })().catch((error: unknown) =>
+        this.ports.log.warn("could not take back the job folder's disk", { job: l.jobId, error: messageOf(error) }),
+      );
+      l.diskDropped = disk;
+    }
     await this.ports.peers
       ?.close(wallKey(l.jobId, l.attempt))
       .catch((error: unknown) =>
@@ -789,6 +851,7 @@ export class NodeAgent {
     const saving = l.saving?.done;
     const cleanup = (async () => {
       await saving;
+      await l.diskDropped;
       const remove = this.ports.removeFolder ?? ((dir: string) => rm(dir, { recursive: true, force: true }));
       await remove(l.dirs.checkpoint);
       if (l.dirs.resume) await remove(l.dirs.resume);

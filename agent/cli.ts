@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Logger } from '@aws-lambda-powertools/logger';
-import { NodeAgent, type AgentLog, type AttemptPorts } from './agent.ts';
+import { NodeAgent, type AgentLog, type AttemptPorts, type JobDisks } from './agent.ts';
 import { AgentApiBlobs, DirectoryBlobs, S3Blobs, type CheckpointBlobs } from './checkpoint-files.ts';
 import { nvidiaSmiMig } from './devices.ts';
 import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, waitOutWarmPool, type Identity, type MetadataClient } from './metadata.ts';
@@ -52,6 +52,8 @@ export interface RunFlags extends AgentCommonFlags {
   readonly sudoHelper?: string;
   /** The root-owned helper (through sudo) that opens this machine's ports to each attempt's peers (infra/node-setup.ts). */
   readonly peersHelper?: string;
+  /** The root-owned helper (through sudo) that gives each job folder a disk of its own (infra/node-setup.ts). */
+  readonly diskHelper?: string;
   readonly instanceId?: string;
   readonly metrics?: boolean;
   readonly migCreate?: boolean;
@@ -261,6 +263,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
         : {}),
       ...(flags.sudoHelper ? { removeFolder: sudoRemover(flags.sudoHelper, env) } : {}),
       ...(flags.peersHelper ? { peers: sudoPeers(flags.peersHelper, env) } : {}),
+      ...(flags.diskHelper ? { jobDisks: sudoJobDisks(flags.diskHelper, env) } : {}),
       ...(metadata ? { metadata } : {}),
       // A replica's load figures go through the agent API on a fleet machine (its role may not publish them itself).
       ...(flags.metrics !== false
@@ -404,6 +407,14 @@ TasksMax=${room.pids}
 export function sudoRemover(helper: string, env: NodeJS.ProcessEnv, sudo = 'sudo'): (dir: string) => Promise<void> {
   return async (dir) => {
     await runCli(sudo, ['-n', helper, dir], env);
+  };
+}
+
+/** Job folders' own disks, through the root-owned job-disk helper (infra/node-setup.ts), through sudo. */
+export function sudoJobDisks(helper: string, env: NodeJS.ProcessEnv, sudo = 'sudo'): JobDisks {
+  return {
+    make: async (dir, mib) => void (await runCli(sudo, ['-n', helper, 'make', dir, String(mib)], env)),
+    drop: async (dir) => void (await runCli(sudo, ['-n', helper, 'drop', dir], env)),
   };
 }
 

@@ -97,6 +97,10 @@ export function addAgentCommands(
       '--peers-helper <path>',
       "let each gang's other machines (and each replica's clients) reach this one, attempt by attempt, with this root-owned helper (through sudo)",
     )
+    .option(
+      '--disk-helper <path>',
+      "give each job's folder a disk of its own, its share of the machine's, with this root-owned helper (through sudo)",
+    )
     .option('--instance-id <id>', 'off-cloud only: the id to register under')
     .option('--no-metrics', 'do not publish GPU metrics to CloudWatch')
     .option(

@@ -134,3 +134,31 @@ export function outOfMemory(limitMiB: number): Reason {
     `its container passed its memory limit of ${limitMiB} MiB (its share of the machine, /dev/shm included) and the kernel stopped it; its neighbours ran on`,
   );
 }
+
+/** The part of the jobs' volume kept free of every job's disk (kubelet's `nodefs.available<10%`). */
+export const DISK_RESERVE_FRACTION = 0.1;
+/** The least disk a job's folder gets. */
+export const MIN_JOB_DISK_MIB = 512;
+
+/**
+ * The disk of a job's folder: its share of the jobs' volume (less the reserve), by the share of
+ * the machine's GPUs it holds, as its memory is.
+ */
+export function jobDiskMiB(milliGpu: number, machine: Pick<MachineSize, 'gpus'>, volumeMiB: number): number {
+  const room = Math.max(0, Math.floor(volumeMiB * (1 - DISK_RESERVE_FRACTION)));
+  const share = machine.gpus > 0 ? Math.min(1, Math.max(0, milliGpu) / (machine.gpus * 1000)) : 0;
+  return Math.max(MIN_JOB_DISK_MIB, Math.floor(room * share));
+}
+
+/** Whether a disk with this much left is full: under 1% of it, or under 1 MiB. */
+export function diskIsFull(freeBytes: number, sizeBytes: number): boolean {
+  return freeBytes < Math.max(2 ** 20, sizeBytes * 0.01);
+}
+
+/** Why a job failed when it had filled its folder's disk. */
+export function diskFull(limitMiB: number): Reason {
+  return reason(
+    'disk-full',
+    `it filled its folder's disk of ${limitMiB} MiB (its share of the machine's) and ended failing; its neighbours' disks kept their room`,
+  );
+}

@@ -50,7 +50,7 @@ export function rendezvousPortOf(placement: Placement | undefined): number | und
  * The failure reasons a node's agent may record with a job's failure (what its machine saw beyond
  * the exit code); any other it sends is refused by the agent API.
  */
-export const AGENT_FAILURE_CODES: readonly ReasonCode[] = ['out-of-memory'];
+export const AGENT_FAILURE_CODES: readonly ReasonCode[] = ['out-of-memory', 'disk-full'];
 /** The longest failure message an agent may record. */
 export const AGENT_FAILURE_MESSAGE_MAX = 500;
 

@@ -41,7 +41,9 @@ export type ReasonCode =
   /** The node's agent could not renew its lease with the control plane: it checkpointed and stopped its work itself. */
   | 'fenced'
   /** The job's container passed its memory limit (its share of the machine) and the kernel killed it, alone. */
-  | 'out-of-memory';
+  | 'out-of-memory'
+  /** The job filled its folder's disk (its share of the machine's) and ended failing. */
+  | 'disk-full';
 
 export interface Reason {
   readonly code: ReasonCode;

@@ -83,11 +83,71 @@ export const DOCKER_DAEMON_SETTINGS = {
  */
 export const JOBS_SLICE_FILE = `/etc/systemd/system/${JOBS_CGROUP.slice}`;
 
-/** What the agent's user may run as root: MIG changes, the folder helper and the peers helper, nothing else. */
+export const JOB_DISK_HELPER = '/usr/local/sbin/gpu-fleet-job-disk';
+/** Where each job folder's disk image lives (beside the jobs folder, never inside a job's). */
+export const JOB_DISKS_DIR = `${AGENT_HOME}/disks`;
+
+/**
+ * The root-owned helper the agent runs through sudo to give one job folder under `jobsDir` a disk
+ * of its own (`make <folder> <MiB>`: a sparse file under `disksDir`, ext4 with nothing reserved,
+ * loop-mounted `nosuid,nodev` on the folder, which keeps its owner and mode), or to take it back
+ * (`drop <folder>`). A job that fills its folder fills its own disk only: its neighbours' folders,
+ * Docker's data and the agent's state keep their room. Idempotent; links, folders outside
+ * `jobsDir` and sizes under 16 MiB are refused.
+ */
+export function jobDiskScript(jobsDir: string = JOBS_DIR, disksDir: string = JOB_DISKS_DIR): string {
+  return `#!/bin/bash
+# gpu-fleet: one job folder under ${jobsDir}, one disk of its own.
+set -euo pipefail
+root=${jobsDir}
+disks=${disksDir}
+usage() { echo "usage: $0 make <a folder under $root> <MiB> | drop <a folder under $root>" >&2; exit 2; }
+target() {
+  if [ -L "$1" ]; then echo "refused: $1 is a link" >&2; exit 2; fi
+  local t
+  t=$(realpath -e -- "$1")
+  case "$t" in
+    "$root"/?*) ;;
+    *) echo "refused: $1 is not under $root" >&2; exit 2 ;;
+  esac
+  echo "$t"
+}
+image_of() { echo "$disks/$(printf '%s' "$1" | sha256sum | cut -c1-32).img"; }
+case "\${1:-}" in
+  make)
+    [ "$#" -eq 3 ] && [[ "$3" =~ ^[0-9]{1,9}$ ]] && [ "$3" -ge 16 ] || usage
+    t=$(target "$2")
+    if mountpoint -q "$t"; then exit 0; fi
+    img=$(image_of "$t")
+    mkdir -p "$disks" && chmod 0700 "$disks"
+    owner=$(stat -c %u:%g "$t")
+    mode=$(stat -c %a "$t")
+    rm -f "$img"
+    truncate -s "$3M" "$img"
+    mkfs.ext4 -q -F -m 0 -E lazy_itable_init=1,lazy_journal_init=1 "$img"
+    mount -o loop,nosuid,nodev "$img" "$t"
+    rmdir "$t/lost+found" 2>/dev/null || true
+    chown "$owner" "$t"
+    chmod "$mode" "$t"
+    ;;
+  drop)
+    [ "$#" -eq 2 ] || usage
+    if [ ! -e "$2" ] && [ ! -L "$2" ]; then exit 0; fi
+    t=$(target "$2")
+    img=$(image_of "$t")
+    if mountpoint -q "$t"; then umount "$t" 2>/dev/null || umount -l "$t"; fi
+    rm -f "$img"
+    ;;
+  *) usage ;;
+esac
+`;
+}
+
+/** What the agent's user may run as root: MIG changes and its three helpers (folders, peers, job disks), nothing else. */
 export function agentSudoers(): string {
   return `# gpu-fleet node agent: MIG instances per job, and removal of its job folders.
 Defaults:${AGENT_USER} !requiretty
-${AGENT_USER} ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} ${JOBS_DIR}/*, ${PEERS_HELPER} *
+${AGENT_USER} ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} ${JOBS_DIR}/*, ${PEERS_HELPER} *, ${JOB_DISK_HELPER} *
 `;
 }
 
@@ -310,7 +370,7 @@ SupplementaryGroups=docker
 OOMScoreAdjust=-900
 Environment=HOME=${AGENT_HOME}
 EnvironmentFile=/etc/gpu-fleet/agent.env
-ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker --nvidia-smi ${NVIDIA_SMI} --sudo-helper ${CLEAN_JOB_DIR_HELPER} --peers-helper ${PEERS_HELPER}
+ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker --nvidia-smi ${NVIDIA_SMI} --sudo-helper ${CLEAN_JOB_DIR_HELPER} --peers-helper ${PEERS_HELPER} --disk-helper ${JOB_DISK_HELPER}
 ProtectSystem=full
 ProtectHome=true
 PrivateTmp=true
@@ -395,6 +455,8 @@ function nodeWalls(o: { readonly prometheusPort?: number; readonly openPorts?: r
     `cat > ${WALL_SCRIPT}-ports <<'EOF'\n${portWallScript({ openPorts: [...(o.prometheusPort !== undefined ? [o.prometheusPort] : []), ...(o.openPorts ?? [])] })}EOF`,
     `cat > ${WALL_SCRIPT} <<'EOF'\n${metadataWallScript()}${WALL_SCRIPT}-ports\nEOF`,
     `cat > ${PEERS_HELPER} <<'EOF'\n${peersHelperScript()}EOF`,
+    `cat > ${JOB_DISK_HELPER} <<'EOF'\n${jobDiskScript()}EOF`,
+    `chown root:root ${JOB_DISK_HELPER} && chmod 0755 ${JOB_DISK_HELPER}`,
     `chown root:root ${PEERS_HELPER} ${WALL_SCRIPT}-ports && chmod 0755 ${PEERS_HELPER} ${WALL_SCRIPT}-ports`,
     `chown root:root ${WALL_SCRIPT} && chmod 0755 ${WALL_SCRIPT}`,
     `cat > /etc/systemd/system/gpu-fleet-wall.service <<'EOF'\n${wallUnit()}EOF`,

@@ -3,9 +3,13 @@ import { describe, expect, it } from 'vitest';
 import {
   containerLimits,
   cpuReserveMilli,
+  diskFull,
+  diskIsFull,
+  jobDiskMiB,
   jobsRoom,
   memoryReserveMiB,
   MIN_CONTAINER_LIMITS,
+  MIN_JOB_DISK_MIB,
   outOfMemory,
 } from '../../core/container-limits.ts';
 
@@ -67,6 +71,17 @@ describe("a container's share of its machine", () => {
         },
       ),
     );
+  });
+
+  it("gives a job's folder its share of the jobs' volume, less kubelet's 10% reserve, and knows a full one", () => {
+    const volume = 3_500 * 1024; // a 3.5 TiB NVMe of a p4d
+    expect(jobDiskMiB(8000, { gpus: 8 }, volume)).toBe(Math.floor(volume * 0.9));
+    expect(jobDiskMiB(1000, { gpus: 8 }, volume)).toBe(Math.floor((Math.floor(volume * 0.9) * 1000) / 8000));
+    expect(jobDiskMiB(1000, { gpus: 1 }, 400)).toBe(MIN_JOB_DISK_MIB);
+    expect(diskIsFull(2 ** 19, 2 ** 30)).toBe(true);
+    expect(diskIsFull(2 ** 30 * 0.005, 2 ** 30)).toBe(true);
+    expect(diskIsFull(2 ** 30 * 0.2, 2 ** 30)).toBe(false);
+    expect(diskFull(512)).toMatchObject({ code: 'disk-full', message: expect.stringContaining('512 MiB') as string });
   });
 
   it('says why a job the kernel stopped for its memory failed', () => {

@@ -15,6 +15,8 @@ import {
   jobFoldersMountScript,
   metadataWallScript,
   NVIDIA_SMI,
+  JOB_DISK_HELPER,
+  jobDiskScript,
   PEERS_HELPER,
   peersHelperScript,
   portWallScript,
@@ -106,13 +108,13 @@ describe('the agent’s service and sudo rules', () => {
     // test/agent/docker-engine.test.ts "lets the agent read what every launch kind writes… without any capability").
     expect(unit).not.toMatch(/Capabilit/m);
     expect(unit).toMatch(
-      /^ExecStart=\/usr\/bin\/node .* --sudo-helper \/usr\/local\/sbin\/gpu-fleet-clean-job-dir --peers-helper \/usr\/local\/sbin\/gpu-fleet-peers$/m,
+      /^ExecStart=\/usr\/bin\/node .* --sudo-helper \/usr\/local\/sbin\/gpu-fleet-clean-job-dir --peers-helper \/usr\/local\/sbin\/gpu-fleet-peers --disk-helper \/usr\/local\/sbin\/gpu-fleet-job-disk$/m,
     );
     const rules = agentSudoers()
       .split('\n')
       .filter((l) => l && !l.startsWith('#') && !l.startsWith('Defaults'));
     expect(rules).toEqual([
-      `gpu-fleet ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} /var/lib/gpu-fleet/jobs/*, ${PEERS_HELPER} *`,
+      `gpu-fleet ALL=(root) NOPASSWD: ${NVIDIA_SMI} mig *, ${CLEAN_JOB_DIR_HELPER} /var/lib/gpu-fleet/jobs/*, ${PEERS_HELPER} *, ${JOB_DISK_HELPER} *`,
     ]);
   });
 });
@@ -192,6 +194,7 @@ describe('the metadata wall at boot', () => {
       metadataWallScript(),
       portWallScript({ openPorts: [9400, 8000] }),
       peersHelperScript(),
+      jobDiskScript(),
       jobFoldersMountScript(),
       wallUnit(),
       agentSudoers(),

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { NodeAgent, type AgentConfig, type AgentLog, type AttemptPorts } from '../../agent/agent.ts';
+import { NodeAgent, type AgentConfig, type AgentLog, type AttemptPorts, type JobDisks } from '../../agent/agent.ts';
 import { AgentApiBlobs, DirectoryBlobs, type CheckpointBlobs } from '../../agent/checkpoint-files.ts';
 import type { Identity, MetadataClient } from '../../agent/metadata.ts';
 import { readGpuInventory } from '../../agent/nvidia-smi.ts';
@@ -74,6 +74,8 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
       frontDoor?: { leave(jobId: string, attempt: number): Promise<void> };
       /** The machine's port wall, attempt by attempt. */
       peers?: AttemptPorts;
+      /** Job folders' own disks. */
+      jobDisks?: JobDisks;
     } = {},
   ): NodeAgent {
     const env = fakeNvidiaSmiEnv(
@@ -112,6 +114,7 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
         ...(options.dcgm ? { dcgm: options.dcgm } : {}),
         ...(options.frontDoor ? { frontDoor: options.frontDoor } : {}),
         ...(options.peers ? { peers: options.peers } : {}),
+        ...(options.jobDisks ? { jobDisks: options.jobDisks } : {}),
         log,
       },
       {
