@@ -47,7 +47,11 @@ export interface FleetConfig {
     readonly checkpointRoots?: Readonly<Record<string, string>>;
   };
   /** Services and their load balancer target groups (service id → ARN); undefined: the fleet runs no services. */
-  readonly services?: { readonly targetGroups: Readonly<Record<string, string>> };
+  readonly services?: {
+    readonly targetGroups: Readonly<Record<string, string>>;
+    /** The ports the machines let only the load balancers reach; a service on another is refused at intake. Undefined: not checked. */
+    readonly ports?: readonly number[];
+  };
   /** Which capacity reservations gpu-fleet may use (ids or tags); undefined: those tagged gpu-fleet:managed=true. */
   readonly reservationSelector?: readonly ReservationSelectorTerm[];
   /** Savings Plans and Reserved Instances declared per instance family; undefined: none. */
@@ -87,6 +91,8 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_GCP_CREDENTIALS_SECRET: 'Secrets Manager secret with the GCP service account key',
   GPU_FLEET_GCP_CHECKPOINT_ROOTS: 'a Cloud Storage checkpoint root per GCP region, JSON ({"us-central1":"gs://bucket/checkpoints/"})',
   GPU_FLEET_SERVICE_TARGET_GROUPS: 'services and their target groups, JSON: {"team.name": "arn:aws:elasticloadbalancing:…:targetgroup/…"}',
+  GPU_FLEET_SERVICE_PORTS:
+    'the ports the machines let only the load balancers reach, JSON: [8000] (a service on another is refused; default: not checked)',
   GPU_FLEET_JOB_LOG_GROUP: "the CloudWatch Logs group of the jobs' output (a stream per attempt and rank)",
   GPU_FLEET_NETWORK:
     'how machines reach the checkpoint bucket, JSON: {"s3Path": "gateway-endpoint" | "nat" | "interface-endpoint", "natZones": ["us-east-1a", …]} (default: nat)',
@@ -198,6 +204,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
   const gcp = readGcp(present, problems);
   const gcpRoots = readGcpCheckpointRoots(present, gcp, problems);
   const targetGroups = readTargetGroups(present, problems);
+  const servicePorts = readServicePorts(present, problems);
   const reservationSelector = readReservationSelector(present, problems);
   const discounts = readDiscounts(present, problems);
   const network = readNetwork(present, problems);
@@ -239,7 +246,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
           },
         }
       : {}),
-    ...(targetGroups ? { services: { targetGroups } } : {}),
+    ...(targetGroups ? { services: { targetGroups, ...(servicePorts ? { ports: servicePorts } : {}) } } : {}),
     network,
     ...(reservationSelector ? { reservationSelector } : {}),
     ...(discounts ? { discounts } : {}),
@@ -386,6 +393,17 @@ function readImagePolicy(present: Record<string, string>, problems: string[]): I
     return undefined;
   }
   return parsed.data;
+}
+
+/** The ports the machines let only the load balancers reach (a JSON list of ports). */
+function readServicePorts(present: Record<string, string>, problems: string[]): number[] | undefined {
+  const read = readJsonVar(present, 'GPU_FLEET_SERVICE_PORTS', 'e.g. [8000, 8080]', problems);
+  if (!read) return undefined;
+  if (!Array.isArray(read.json) || !read.json.every((p) => Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535)) {
+    problems.push('GPU_FLEET_SERVICE_PORTS must be a JSON list of ports from 1 to 65535, e.g. [8000, 8080]');
+    return undefined;
+  }
+  return read.json as number[];
 }
 
 /** Service id → target group ARN, each checked; a bad entry is named with what is allowed. */

@@ -26,6 +26,8 @@ export interface IntakeDeps {
   readonly rightsizing?: RightsizePorts;
   /** The fleet's rules on images (GPU_FLEET_IMAGE_POLICY); absent: only the rules that always hold. */
   readonly images?: ImagePolicy;
+  /** The ports the machines keep to the load balancers (GPU_FLEET_SERVICE_PORTS); absent: not checked. */
+  readonly servicePorts?: readonly number[];
   readonly obs: Observability;
   readonly timeoutEarlyInMillis?: number;
 }
@@ -75,6 +77,7 @@ export function createIntakeHandler(deps: IntakeDeps) {
           ...(deps.services ? { services: deps.services } : {}),
           ...(deps.rightsizing ? { rightsizing: deps.rightsizing } : {}),
           ...(deps.images ? { images: deps.images } : {}),
+          ...(deps.servicePorts ? { servicePorts: deps.servicePorts } : {}),
         },
         { team, body: r.body, token, ...sentAt(r.attributes?.SentTimestamp) },
       );

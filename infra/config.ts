@@ -519,6 +519,14 @@ export const ConfigSchema = z
           .optional(),
       })
       .superRefine((svc, ctx) => {
+        if (Object.keys(svc.targetGroups).length > 0 && !svc.replicaPorts?.length)
+          ctx.addIssue({
+            code: 'custom',
+            path: ['replicaPorts'],
+            message:
+              'give the ports the replicas behind targetGroups listen on, each with who reaches it (your load balancer\'s security group or subnets), e.g. [{"port": 8000, "allowFrom": {"securityGroupId": "sg-…"}}]: the machines let only those in, and never the fleet\'s other machines',
+            input: svc.replicaPorts,
+          });
         const ports = new Set<number>();
         (svc.loadBalancer?.services ?? []).forEach((x, i) => {
           if (svc.targetGroups[x.id])

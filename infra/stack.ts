@@ -287,7 +287,16 @@ export class GpuFleetStack extends Stack {
     // Services: reconcile registers their replicas in their target groups and reads their load; intake stores their records.
     const serviceEnv: Record<string, string> =
       this.serviceTargets.length > 0
-        ? { GPU_FLEET_SERVICE_TARGET_GROUPS: this.toJsonString(Object.fromEntries(this.serviceTargets.map((t) => [t.id, t.arn]))) }
+        ? {
+            GPU_FLEET_SERVICE_TARGET_GROUPS: this.toJsonString(Object.fromEntries(this.serviceTargets.map((t) => [t.id, t.arn]))),
+            // The ports the machines let the load balancers (and only them) reach: intake refuses a service on another.
+            GPU_FLEET_SERVICE_PORTS: JSON.stringify([
+              ...new Set([
+                ...(config.services?.loadBalancer?.services.map((s) => s.port) ?? []),
+                ...(config.services?.replicaPorts ?? []).map((r) => r.port),
+              ]),
+            ]),
+          }
         : {};
     // Which capacity reservations reconcile reads, beside those the reserved groups launch into.
     const reservationEnv: Record<string, string> = {

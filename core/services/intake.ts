@@ -70,6 +70,8 @@ export async function intake(
     rightsizing?: RightsizePorts;
     /** The fleet's rules on images (core/images.ts); absent: the rules that always hold (no address, no loopback). */
     images?: ImagePolicy;
+    /** The ports the machines let only the load balancers reach: a service on another is refused. Absent: not checked. */
+    servicePorts?: readonly number[];
   },
   message: IntakeMessage,
 ): Promise<IntakeOutcome> {
@@ -97,7 +99,12 @@ export async function intake(
   if (!errors) {
     const check = checkJobSpec(parsed);
     const imageWhy = check.ok ? imageProblem(check.spec.image, message.team, ports.images) : undefined;
+    const service = check.ok ? check.spec.service : undefined;
     if (imageWhy) errors = [imageWhy];
+    else if (service && ports.servicePorts && !ports.servicePorts.includes(service.port))
+      errors = [
+        `service.port: ${service.port} is not a port this fleet's machines keep to its load balancers (${ports.servicePorts.join(', ') || 'none'}: the config's services.replicaPorts and load balancer services); any other would be open to every machine of the fleet`,
+      ];
     else if (check.ok && check.spec.service) {
       // A service's record holds its spec as a job's does: the same bound.
       const bytes = storedBytes(check.spec);

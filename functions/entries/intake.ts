@@ -15,6 +15,7 @@ export const handler = createIntakeHandler({
   ...(ports.config.gcp ? {} : { fleetShape: fleetShapeFrom(ports.providers, awsShippedCatalog().instanceTypes, ports.clock) }),
   ...(ports.services ? { services: ports.services } : {}),
   ...(ports.config.images ? { images: ports.config.images } : {}),
+  ...(ports.config.services?.ports ? { servicePorts: ports.config.services.ports } : {}),
   rightsizing: { families: ports.stores.families, offers: gpuOffers(awsShippedCatalog()) },
   obs: observability('gpu-fleet-intake'),
 });

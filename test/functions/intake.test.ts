@@ -202,6 +202,36 @@ describe('intake function', () => {
     );
   });
 
+  it("refuses a service on a port the fleet's machines do not keep to its load balancers", async () => {
+    const jobs = new MemoryJobStore();
+    const services = new MemoryServiceStore();
+    const handler = createIntakeHandler({
+      jobs,
+      services,
+      clock: new VirtualClock(T0),
+      deadLetter: { send: async () => {} },
+      teamOfQueue: teamFromQueueArn('gpu-fleet-team-'),
+      servicePorts: [8000],
+      obs: observability('intake-test'),
+      timeoutEarlyInMillis: 0,
+    });
+    const service = (port: number) =>
+      JSON.stringify({
+        name: `chat-${port}`,
+        image: 'vllm/vllm-openai:v0.6.3',
+        command: ['serve'],
+        gpu: { kind: 'whole', count: 1 },
+        service: { port, replicas: { min: 1, max: 2 }, targets: [{ metric: 'waiting-requests', perReplica: 8 }] },
+      });
+    expect(await handler({ Records: [record('s1', service(8000)), record('s2', service(9000))] }, lambdaContext())).toEqual({
+      batchItemFailures: [],
+    });
+    expect(await services.get('nlp.chat-8000')).toMatchObject({ state: 'active' });
+    expect((await jobs.get('nlp.s2'))!.rejection!.errors).toEqual([
+      "service.port: 9000 is not a port this fleet's machines keep to its load balancers (8000: the config's services.replicaPorts and load balancer services); any other would be open to every machine of the fleet",
+    ]);
+  });
+
   it('takes the team from the queue, never from the body', async () => {
     const { handler, jobs } = setup();
     await handler({ Records: [record('m1', JSON.stringify({ ...JSON.parse(good), team: 'vision' }))] }, lambdaContext());

@@ -799,7 +799,17 @@ describe('cdk-nag', () => {
   it('with services: reconcile may register targets in their own target groups only, the agent API deregister them, intake may write service records only; cdk-nag clean', () => {
     const arn = 'arn:aws:elasticloadbalancing:us-west-2:123456789012:targetgroup/gf-nlp-chat/50dc6c495c0c9188';
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
-    const config = parseConfig({ ...raw, services: { targetGroups: { 'nlp.chat': arn } } });
+    const config = parseConfig({
+      ...raw,
+      services: {
+        targetGroups: { 'nlp.chat': arn },
+        replicaPorts: [{ port: 8000, allowFrom: { securityGroupId: 'sg-0123456789abcdef0' } }],
+      },
+    });
+    // Without the replicas' ports the machines could not keep them from each other: the config says what to add.
+    expect(() => parseConfig({ ...raw, services: { targetGroups: { 'nlp.chat': arn } } })).toThrow(
+      /services\.replicaPorts: give the ports the replicas behind targetGroups listen on/,
+    );
     const { app, stack } = build(config, { nag: true });
     expect(() => app.synth()).not.toThrow();
     const template = Template.fromStack(stack);
@@ -818,6 +828,9 @@ describe('cdk-nag', () => {
       Properties: { Environment?: { Variables?: Record<string, unknown> } };
     }[];
     const withServices = fns.filter((f) => f.Properties.Environment?.Variables?.GPU_FLEET_SERVICE_TARGET_GROUPS !== undefined);
+    // Intake is told the ports the machines keep to the load balancers: it refuses a service on another.
+    const intakeFn = withServices.find((f) => JSON.stringify((f.Properties as { Role?: unknown }).Role).includes('intake'));
+    expect(intakeFn?.Properties.Environment?.Variables?.GPU_FLEET_SERVICE_PORTS).toBe('[8000]');
     // Reconcile, intake, and the agent API: a warned machine's replicas leave their target groups through it, deregistering only.
     expect(withServices).toHaveLength(3);
     expect(statements(template, 'agentApiRole').find((x) => x.Sid === 'ServiceTargetsLeave')).toMatchObject({
