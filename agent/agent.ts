@@ -7,7 +7,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../core/errors.ts';
 import type { GpuDevice } from '../core/gpu.ts';
 import { assignmentMilliGpu, checkpointPartLocation, rendezvousPortOf, type CheckpointRef, type Job } from '../core/job.ts';
-import { containerLimits, diskFull, diskIsFull, jobDiskMiB, outOfMemory } from '../core/container-limits.ts';
+import {
+  containerLimits,
+  diskFull,
+  diskIsFull,
+  jobDiskMiB,
+  layerFull,
+  layerIsOver,
+  outOfMemory,
+  writableLayerMiB,
+} from '../core/container-limits.ts';
 import { saveSizeOf, storeKindOf } from '../core/bytes.ts';
 import { containerSettings } from '../core/job-spec.ts';
 import type {
@@ -55,7 +64,7 @@ import { readMarker, type CheckpointBlobs, type CheckpointMarker } from './check
 import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts';
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { deviceReadings, gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
-import { safeJobName, type Exit, type JobProcess, type JobRunner } from './runner.ts';
+import { launchKey, safeJobName, type Exit, type JobProcess, type JobRunner } from './runner.ts';
 import { ImagePrefetcher } from './prefetch.ts';
 import { prefetchChanged } from '../core/serving/prefetch.ts';
 import { LogShipper } from './log-shipper.ts';
@@ -193,7 +202,13 @@ export interface AgentConfig {
    * The memory and CPUs the jobs' limits are shares of (default what the OS reports): set it where
    * the agent sees more than the jobs may have (a machine that also runs other services).
    */
-  readonly machine?: { readonly memoryMiB?: number; readonly cpus?: number; readonly diskMiB?: number };
+  readonly machine?: {
+    readonly memoryMiB?: number;
+    readonly cpus?: number;
+    readonly diskMiB?: number;
+    /** What all jobs may write outside their folders together, MiB (core/container-limits.ts `writableLayerMiB`'s default: 10 GiB a GPU). */
+    readonly writableLayerMiB?: number;
+  };
 }
 
 interface LocalAttempt {
@@ -222,6 +237,10 @@ interface LocalAttempt {
   nextMarker?: CheckpointMarker;
   /** The folders this rank's saves of the attempt took (each save has its own: node-rules' saveLocation). */
   readonly savedTo: Set<string>;
+  /** What its container may write outside its folders, MiB, where the runner can tell what it wrote. */
+  readonly layerMiB?: number;
+  /** Why the agent stopped it as a failure (it wrote past {@link layerMiB}): reported when it has exited. */
+  evicted?: Reason;
   /** Set while the agent stops the process on purpose. */
   stopping: boolean;
   /** Its devices' readings, one look per heartbeat: reported with the event that ends the attempt. */
@@ -376,6 +395,39 @@ export class NodeAgent {
   async heartbeat(): Promise<void> {
     await this.beat();
     await this.serial(() => this.syncWork());
+    await this.evictOverwriters();
+  }
+
+  /**
+   * Stops each container that has written past its limit outside its folders (kubelet's eviction
+   * for ephemeral storage): Docker's data volume, which holds every container's files and the
+   * images, stays free for its neighbours. The attempt fails with the reason once it has exited.
+   */
+  private async evictOverwriters(): Promise<void> {
+    const runner = this.ports.runner;
+    const watched = [...this.local.values()].filter((l) => l.layerMiB !== undefined && !l.exit && !l.stopping && !l.evicted);
+    if (!runner.writtenOutside || watched.length === 0) return;
+    let written: Map<string, number>;
+    try {
+      written = await runner.writtenOutside(watched);
+    } catch (error) {
+      this.ports.log.warn('could not read what the containers wrote outside their folders', { error: messageOf(error) });
+      return;
+    }
+    for (const l of watched) {
+      const bytes = written.get(launchKey(l));
+      if (bytes === undefined || !layerIsOver(bytes, l.layerMiB!) || l.exit || l.stopping) continue;
+      l.evicted = layerFull(Math.round(bytes / 2 ** 20), l.layerMiB!);
+      this.ports.log.warn('stopping a job that wrote past its limit outside its folders', {
+        job: l.jobId,
+        attempt: l.attempt,
+        rank: l.rank,
+        writtenMiB: Math.round(bytes / 2 ** 20),
+        limitMiB: l.layerMiB,
+      });
+      // Not "stopping": the attempt ended by its own doing, and its exit is reported as a failure (reportExit).
+      void l.proc.stop(this.stopGraceMs);
+    }
   }
 
   /** The heartbeat itself: GPUs and health, written to the node's record. Waits on no job. */
@@ -664,9 +716,17 @@ export class NodeAgent {
       return;
     }
     let proc: JobProcess;
+    let layerMiB: number | undefined;
     try {
       if (this.ports.runner.prefetch) this.ranImages.add(job.spec.image);
       const container = containerSettings(job.spec);
+      layerMiB = this.ports.runner.writtenOutside
+        ? writableLayerMiB(
+            assignmentMilliGpu(assignment),
+            { gpus: this.lastReport?.gpus.length ?? 0 },
+            this.config.machine?.writableLayerMiB,
+          )
+        : undefined;
       // Its share of the machine's memory, processes and CPUs: the share of the machine's GPUs it holds.
       const machine = {
         memoryMiB: this.config.machine?.memoryMiB ?? Math.floor(os.totalmem() / 2 ** 20),
@@ -686,6 +746,7 @@ export class NodeAgent {
         logFile: join(root, 'output.log'),
         container,
         limits: containerLimits(assignmentMilliGpu(assignment), machine, container.shmSizeMiB),
+        ...(layerMiB !== undefined ? { layerMiB } : {}),
       });
       this.shipper?.track(key, join(root, 'output.log'), {
         jobId: job.id,
@@ -701,6 +762,7 @@ export class NodeAgent {
     }
     const l: LocalAttempt = {
       ...(diskMiB !== undefined ? { diskMiB } : {}),
+      ...(layerMiB !== undefined ? { layerMiB } : {}),
       key,
       jobId: job.id,
       attempt: job.attempt,
@@ -791,8 +853,9 @@ export class NodeAgent {
     const now = this.ports.clock.nowMs();
     // The exit decides now: a finished or failed attempt needs no checkpoint, so a save in flight never holds the report.
     const code = exitCode(exit);
-    const failure =
-      exit.outOfMemoryMiB !== undefined
+    const failure = l.evicted
+      ? { failure: l.evicted }
+      : exit.outOfMemoryMiB !== undefined
         ? { failure: outOfMemory(exit.outOfMemoryMiB) }
         : code !== 0 && l.diskMiB !== undefined && this.diskFull(l.dirs.checkpoint)
           ? { failure: diskFull(l.diskMiB) }

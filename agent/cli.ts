@@ -168,7 +168,8 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
   const runnerKind = flags.runner ?? 'docker';
   const runner =
     runnerKind === 'docker'
-      ? new DockerRunner('docker', env, [], join(workDir, 'env'))
+      ? // The node's data volume script says whether the engine can hold each container's own files to a size.
+        new DockerRunner('docker', env, [], join(workDir, 'env'), 'always', env.GPU_FLEET_LAYER_QUOTA === '1')
       : new ProcessRunner({ baseEnv: env, stateFile: join(workDir, 'processes.json') });
   const storeUri =
     flags.checkpointStore ??

@@ -4,7 +4,7 @@ import { accessSync, chmodSync, closeSync, constants, mkdirSync, openSync, readF
 import { tmpdir } from 'node:os';
 import { delimiter, isAbsolute, join } from 'node:path';
 import { GpuFleetError } from '../core/errors.ts';
-import type { ContainerSettings } from '../core/job-spec.ts';
+import { containerUser, type ContainerSettings } from '../core/job-spec.ts';
 import { JOBS_CGROUP, JOBS_NETWORK, type ContainerLimits } from '../core/container-limits.ts';
 import { setTimeout as delay } from 'node:timers/promises';
 
@@ -42,6 +42,8 @@ export interface Launch {
    * `containerLimits`). A container runner applies them; a plain process runs without.
    */
   readonly limits?: ContainerLimits;
+  /** What it may write outside its folders, MiB (core/container-limits.ts `writableLayerMiB`): held by the engine where it can. */
+  readonly layerMiB?: number;
 }
 
 export interface Exit {
@@ -71,6 +73,17 @@ export interface JobRunner {
    * Absent for a runner without images (plain processes).
    */
   prefetch?(image: string): Promise<'present' | 'pulled'>;
+  /**
+   * What each running launch has written outside its folders (its container's writable layer),
+   * bytes, by `jobId/attempt/rank`. Absent for a runner without containers; a launch the engine does
+   * not answer for (not yet created, or gone) is left out.
+   */
+  writtenOutside?(launches: readonly Pick<Launch, 'jobId' | 'attempt' | 'rank'>[]): Promise<Map<string, number>>;
+}
+
+/** The key of a launch in {@link JobRunner.writtenOutside}'s answer. */
+export function launchKey(l: Pick<Launch, 'jobId' | 'attempt' | 'rank'>): string {
+  return `${l.jobId}/${l.attempt}/${l.rank}`;
 }
 
 /** Where the job sees its checkpoint folders. */
@@ -294,8 +307,14 @@ export function dockerRunArgs(
     folderGid?: number;
     /** The parent cgroup of jobs' containers on this engine (a systemd slice or a cgroupfs path: {@link JOBS_CGROUP}). */
     cgroupParent?: string;
-    /** Whether the engine pulls the image for this run whatever it has (default) or only when it has none. */
-    pull?: ImagePull;
+    /**
+     * The image as the runner pulled and inspected it for this attempt: its id (what runs, so that
+     * the image inspected is the one started) and its user. Absent: the engine pulls the named image
+     * itself (`--pull always`) and runs it as its user, unless that is root.
+     */
+    resolved?: ResolvedImage;
+    /** Hold the container's writable layer to the launch's `layerMiB` (the engine's data root has project quotas). */
+    layerQuota?: boolean;
   },
 ): { args: string[]; envFileText: string } {
   const env: Record<string, string> = {
@@ -318,7 +337,7 @@ export function dockerRunArgs(
     // The registry decides, for each attempt, whether this machine may have the image: an image another team's job
     // left in the engine's cache never runs on the strength of the cache alone (Kubernetes' AlwaysPullImages).
     '--pull',
-    options.pull ?? 'always',
+    options.resolved ? 'never' : 'always',
   ];
   // --gpus takes a CSV value; a list must be quoted inside the value. Docker hands the capabilities to the NVIDIA
   // runtime as NVIDIA_DRIVER_CAPABILITIES, over what the image says: compute and nvidia-smi, no graphics or video.
@@ -327,14 +346,16 @@ export function dockerRunArgs(
     ...containerSettingArgs(launch.container, {
       ...(options.folderGid !== undefined ? { folderGid: options.folderGid } : {}),
       ...(launch.limits ? { limits: launch.limits } : {}),
+      ...(options.resolved ? { imageUser: options.resolved.user } : {}),
     }),
   );
   if (launch.limits) args.push(...limitArgs(launch.limits, options.cgroupParent));
+  if (options.layerQuota && launch.layerMiB !== undefined) args.push('--storage-opt', `size=${launch.layerMiB}m`);
   args.push('--mount', `type=bind,source=${launch.checkpointDir},target=${CONTAINER_CHECKPOINT_DIR}`);
   if (launch.resumeDir) args.push('--mount', `type=bind,source=${launch.resumeDir},target=${CONTAINER_RESUME_DIR},readonly`);
   args.push('--env-file', options.envFile);
   args.push(...(options.extraArgs ?? []));
-  args.push('--', launch.image, ...launch.command);
+  args.push('--', options.resolved?.id ?? launch.image, ...launch.command);
   const envFileText = Object.keys(env)
     .sort()
     .map((name) => `${name}=${env[name]}\n`)
@@ -352,30 +373,33 @@ export function dockerRunArgs(
  *   are reached at the machine's address; NCCL also wants the host's interfaces), run as a uid of
  *   its own ({@link HOST_NETWORK_JOB_UID}) that the node's metadata wall does not let through; the
  *   jobs' own bridge ({@link JOBS_NETWORK}: no container reaches another, nor the host) for the rest,
- *   as the image's user.
+ *   as the image's user, or as {@link JOB_UID} where that is root and the spec was not let run as
+ *   root (core/job-spec.ts `containerUser`).
  * - /dev/shm of the given size (docker's default, 64 MiB, makes a PyTorch DataLoader with workers
  *   die with a bus error), bounded by the memory limit when there is one; the locked-memory limit
  *   NCCL and RDMA need; and the 64 MiB stack NVIDIA's framework containers are run with.
  */
 export function containerSettingArgs(
   settings: ContainerSettings,
-  options: { readonly folderGid?: number; readonly limits?: ContainerLimits } = {},
+  options: {
+    readonly folderGid?: number;
+    readonly limits?: ContainerLimits;
+    /** The image's own user (`Config.User`), as inspected; absent: not known, taken as root. */
+    readonly imageUser?: string;
+  } = {},
 ): string[] {
   const memlock = settings.lockedMemoryMiB === 'unlimited' ? '-1' : String(settings.lockedMemoryMiB * 1024 * 1024);
   const shm = options.limits ? Math.min(settings.shmSizeMiB, options.limits.shmMiB) : settings.shmSizeMiB;
-  const gid = options.folderGid;
+  const who = containerUser(settings, options.imageUser ?? '', options.folderGid);
   return [
     ...(settings.network === 'host' ? ['--network', 'host'] : ['--network', JOBS_NETWORK.name]),
     '--cap-drop',
     'ALL',
     '--security-opt',
     'no-new-privileges',
-    // A fixed non-root uid for the host's network; else the image's user, with the folder's group added.
-    ...(settings.runAsUid !== undefined
-      ? ['--user', `${settings.runAsUid}:${gid ?? settings.runAsUid}`]
-      : gid !== undefined
-        ? ['--group-add', String(gid)]
-        : []),
+    // Never root unless the spec was let: a fixed uid for the host's network or a root image; else the image's user.
+    ...(who.user !== undefined ? ['--user', who.user] : []),
+    ...(who.groupAdd !== undefined ? ['--group-add', String(who.groupAdd)] : []),
     '--shm-size',
     `${shm}m`,
     '--ulimit',
@@ -405,6 +429,15 @@ export function limitArgs(limits: ContainerLimits, cgroupParent?: string): strin
 
 /** `always`: each run asks the registry (a fleet machine); `missing`: the engine's cache serves (images built on the machine, as in tests). */
 export type ImagePull = 'always' | 'missing';
+
+/** An image as the engine holds it once pulled: its id and its own user (`Config.User`, empty for none). */
+export interface ResolvedImage {
+  readonly id: string;
+  readonly user: string;
+}
+
+/** Docker's exit for a run that never started a container (the image could not be had, a bad flag). */
+export const DOCKER_OWN_FAILURE = 125;
 
 /** The driver capabilities a job's container gets (what CUDA and nvidia-smi need): never graphics, video or display. */
 export const GPU_CAPABILITIES = 'compute,utility';
@@ -438,6 +471,8 @@ export class DockerRunner implements JobRunner {
     private readonly extraArgs: readonly string[] = [],
     private readonly envDir: string = join(tmpdir(), `gpu-fleet-env-${process.getuid?.() ?? 'user'}`),
     private readonly pull: ImagePull = 'always',
+    /** The engine's data root is on XFS with project quotas: each container's own files are held to its `layerMiB`. */
+    private readonly layerQuota = false,
   ) {
     this.env = hostEnv(agentEnv);
   }
@@ -449,7 +484,8 @@ export class DockerRunner implements JobRunner {
       child.stdout.on('data', (b: Buffer) => (output += b.toString()));
       child.stderr.on('data', (b: Buffer) => (output += b.toString()));
       child.once('error', (e) => resolve({ code: 127, output: e.message }));
-      child.once('exit', (code) => resolve({ code, output }));
+      // 'close', not 'exit': the output's last bytes may still be in the pipes when the process exits.
+      child.once('close', (code) => resolve({ code, output }));
     });
   }
 
@@ -508,6 +544,37 @@ export class DockerRunner implements JobRunner {
     });
   }
 
+  async writtenOutside(launches: readonly Pick<Launch, 'jobId' | 'attempt' | 'rank'>[]): Promise<Map<string, number>> {
+    const found = new Map<string, number>();
+    if (launches.length === 0) return found;
+    const byName = new Map(launches.map((l) => [containerName(l.jobId, l.attempt, l.rank), launchKey(l)]));
+    // One call for all (the engine walks each container's upper layer, as `docker ps --size` does); a name it does not
+    // know makes it exit 1, but it still answers for the rest.
+    const got = await this.cli(['container', 'inspect', '--size', '--format', '{{.Name}}|{{.SizeRw}}', ...byName.keys()]);
+    for (const line of got.output.split('\n')) {
+      const m = /^\/?([a-zA-Z0-9][a-zA-Z0-9_.-]*)\|(\d+)$/.exec(line.trim());
+      const key = m && byName.get(m[1]!);
+      if (key) found.set(key, Number(m[2]));
+    }
+    return found;
+  }
+
+  /** The image's id and user as the engine holds it, or undefined when it has none of that name. */
+  private async inspectImage(image: string): Promise<ResolvedImage | undefined> {
+    const got = await this.cli(['image', 'inspect', '--format', '{{.Id}}|{{.Config.User}}', image]);
+    if (got.code !== 0) return undefined;
+    const line = got.output.trim();
+    const bar = line.indexOf('|');
+    const id = line.slice(0, bar);
+    return bar > 0 && /^sha256:[0-9a-f]{64}$/.test(id) ? { id, user: line.slice(bar + 1) } : undefined;
+  }
+
+  /**
+   * Starts a launch: the image is pulled for this attempt (on a fleet machine the registry decides,
+   * each time, whether this machine may have it; the pull's progress goes to the job's log), then
+   * inspected for its user, and the container runs the very image inspected, by its id. A stop that
+   * comes during the pull ends the pull, and nothing starts.
+   */
   async start(launch: Launch): Promise<JobProcess> {
     const name = containerName(launch.jobId, launch.attempt, launch.rank);
     const envFile = this.envFileOf(name);
@@ -517,49 +584,70 @@ export class DockerRunner implements JobRunner {
     chmodSync(launch.checkpointDir, 0o2770);
     if (launch.container.network !== 'host') await this.jobsNetwork();
     const cgroupParent = launch.limits ? await this.parentCgroup() : undefined;
-    const { args, envFileText } = dockerRunArgs(launch, {
+    const options = {
       extraArgs: this.extraArgs,
       envFile,
       folderGid,
+      layerQuota: this.layerQuota,
       ...(cgroupParent ? { cgroupParent } : {}),
-      pull: this.pull,
-    });
+    };
+    const { envFileText } = dockerRunArgs(launch, options); // checks the variables before anything is pulled
     await this.cli(['rm', '--force', name]); // a container of this attempt left by an earlier agent
     mkdirSync(this.envDir, { recursive: true, mode: 0o700 });
     chmodSync(this.envDir, 0o700);
     rmSync(envFile, { force: true });
     writeFileSync(envFile, envFileText, { mode: 0o600, flag: 'wx' });
-    const log = openSync(launch.logFile, 'a');
-    let child: ChildProcess;
-    try {
-      child = spawn(this.docker, args, { env: this.env, stdio: ['ignore', log, log], shell: false });
-    } finally {
-      closeSync(log);
-    }
-    // How the container ended (docker run's exit is its exit code; the engine knows whether the kernel killed it for its
-    // memory), then the container goes.
-    const exited = childExit(child).then(async (exit) => {
+    closeSync(openSync(launch.logFile, 'a')); // the job's log exists from its start (the pull's lines come first)
+
+    let child: ChildProcess | undefined;
+    let stopping = false;
+    const runChild = (args: readonly string[]): ChildProcess => {
+      const log = openSync(launch.logFile, 'a');
+      try {
+        return (child = spawn(this.docker, args, { env: this.env, stdio: ['ignore', log, log], shell: false }));
+      } finally {
+        closeSync(log);
+      }
+    };
+    const stopped: Exit = { exitCode: null, signal: 'SIGTERM' };
+    const exited = (async (): Promise<Exit> => {
+      let image = this.pull === 'always' ? undefined : await this.inspectImage(launch.image);
+      if (!image) {
+        const pulled = await childExit(runChild(['pull', launch.image]));
+        if (stopping) return stopped;
+        if (pulled.exitCode !== 0) return { exitCode: DOCKER_OWN_FAILURE, signal: null };
+        image = await this.inspectImage(launch.image);
+        if (!image) return { exitCode: DOCKER_OWN_FAILURE, signal: null };
+      }
+      if (stopping) return stopped;
+      const exit = await childExit(runChild(dockerRunArgs(launch, { ...options, resolved: image }).args));
+      // How the container ended (docker run's exit is its exit code; the engine knows whether the kernel killed it for
+      // its memory), then the container goes.
       const state = await this.cli(['container', 'inspect', '--format', '{{.State.OOMKilled}}', name]);
       await this.cli(['rm', '--force', name]);
       return state.code === 0 && state.output.trim() === 'true' && launch.limits
         ? { ...exit, outOfMemoryMiB: launch.limits.memoryMiB }
         : exit;
-    });
+    })();
     const forget = () => rmSync(envFile, { force: true });
     void exited.then(forget);
     // The CLI reads the file before it creates the container: once the container exists, the file goes.
     void this.whenCreated(name, exited).then(forget);
     return {
-      pid: child.pid,
+      get pid() {
+        return child?.pid;
+      },
       exited,
       signal: async (sig) => {
         await this.cli(['kill', '--signal', sig, name]);
       },
       stop: async (graceMs) => {
-        await this.cli(['stop', '--time', String(Math.max(1, Math.ceil(graceMs / 1000))), name]);
+        stopping = true;
+        if (child?.spawnargs[1] === 'pull') child.kill('SIGTERM');
+        else await this.cli(['stop', '--time', String(Math.max(1, Math.ceil(graceMs / 1000))), name]);
         const done = await Promise.race([exited, delay(5000, undefined, { ref: false })]);
         if (done) return done;
-        child.kill('SIGKILL');
+        child?.kill('SIGKILL');
         return exited;
       },
     };

@@ -162,3 +162,36 @@ export function diskFull(limitMiB: number): Reason {
     `it filled its folder's disk of ${limitMiB} MiB (its share of the machine's) and ended failing; its neighbours' disks kept their room`,
   );
 }
+
+/**
+ * What all jobs of a machine may write outside their folders (their containers' writable layers),
+ * by default: 10 GiB a GPU, as Fargate gives a task 20 GiB of ephemeral storage by default. It sits
+ * on Docker's data volume beside the images, which the machine's disk must hold too.
+ */
+export const WRITABLE_LAYER_MIB_PER_GPU = 10 * MIB_PER_GIB;
+/** The least a container may write outside its folders. */
+export const MIN_WRITABLE_LAYER_MIB = 64;
+
+/**
+ * What one container may write outside its folders (kubelet's ephemeral-storage limit): its share
+ * of `totalMiB` (default {@link WRITABLE_LAYER_MIB_PER_GPU} per GPU of the machine) by the share of
+ * the machine's GPUs it holds. Past it the agent stops the container, as kubelet evicts a pod.
+ */
+export function writableLayerMiB(milliGpu: number, machine: Pick<MachineSize, 'gpus'>, totalMiB?: number): number {
+  const total = totalMiB ?? WRITABLE_LAYER_MIB_PER_GPU * Math.max(1, machine.gpus);
+  const share = machine.gpus > 0 ? Math.min(1, Math.max(0, milliGpu) / (machine.gpus * 1000)) : 0;
+  return Math.max(MIN_WRITABLE_LAYER_MIB, Math.floor(total * share));
+}
+
+/** Whether a container that wrote `writtenBytes` outside its folders is past its limit. */
+export function layerIsOver(writtenBytes: number, limitMiB: number): boolean {
+  return writtenBytes > limitMiB * 2 ** 20;
+}
+
+/** Why a job failed when the agent stopped it for what it wrote outside its folders. */
+export function layerFull(writtenMiB: number, limitMiB: number): Reason {
+  return reason(
+    'disk-full',
+    `it wrote ${writtenMiB} MiB outside its folders (its container's own files, /tmp included), past its ${limitMiB} MiB, and was stopped, as kubelet evicts a pod past its ephemeral storage; write big files to its checkpoint folder`,
+  );
+}

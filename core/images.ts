@@ -29,6 +29,11 @@ export interface ImagePolicy {
    * repository under a prefix (`123456789012.dkr.ecr.us-east-1.amazonaws.com/nlp/*`).
    */
   readonly teamRepositories?: readonly { readonly repositories: string; readonly teams: readonly string[] }[];
+  /**
+   * The teams whose specs may ask to run a root image as root (`container.runAsRoot`); absent: none.
+   * Every other container whose image names root runs as uid 65534 (core/job-spec.ts `containerUser`).
+   */
+  readonly rootTeams?: readonly string[];
 }
 
 export const DOCKER_HUB = 'docker.io';
@@ -66,8 +71,12 @@ function matches(pattern: string, name: string): boolean {
   return pattern.endsWith('*') ? name.startsWith(pattern.slice(0, -1)) : name === pattern;
 }
 
-/** Why `team` may not run `image` under `policy`, or undefined. */
-export function imageProblem(image: string, team: string, policy: ImagePolicy = {}): string | undefined {
+/** Why `team` may not run `image` (as root, when `asRoot`) under `policy`, or undefined. */
+export function imageProblem(image: string, team: string, policy: ImagePolicy = {}, asRoot = false): string | undefined {
+  if (asRoot && !policy.rootTeams?.includes(team))
+    return `container.runAsRoot: team ${team} may not run a container as root (the fleet config's images.rootTeams ${
+      policy.rootTeams?.length ? `names ${policy.rootTeams.join(', ')}` : 'names no team'
+    }); leave it out, and an image whose user is root runs as uid 65534`;
   const { registry, repository } = imageName(image);
   const host = registryHostProblem(registry);
   if (host) return `image ${host}`;
@@ -116,5 +125,10 @@ export const ImagePolicySchema = z.strictObject({
         }),
       )
       .check(z.maxLength(200)),
+  ),
+  rootTeams: z.optional(
+    z
+      .array(z.string().check(z.refine(isValidTeamId, { error: 'a team id is lower-case letters, digits and "-", at most 32 characters' })))
+      .check(z.maxLength(100)),
   ),
 });

@@ -225,6 +225,12 @@ const ContainerSpecSchema = z.strictObject({
   shmSizeMiB: z.optional(int(64, 1_048_576, ' MiB')),
   /** The locked-memory limit, MiB (default unlimited, as NCCL and RDMA need). */
   lockedMemoryMiB: z.optional(int(1, 1_048_576, ' MiB')),
+  /**
+   * Run as the image's root user when the image names no other (default false: such an image runs
+   * as {@link JOB_UID}). Only for teams the fleet config lets (`images.rootTeams`), on docker's
+   * bridge; the container still holds no capability and gains no privilege.
+   */
+  runAsRoot: z.optional(z.boolean({ error: 'must be true or false' })),
 });
 
 /** /dev/shm per GPU a job holds on a machine, by default: a DataLoader's workers pass their batches through it. */
@@ -328,6 +334,13 @@ export const JobSpecSchema = JobSpecObject.check(
       if (spec.service.onDemandBase > spec.service.replicas.max)
         problem(['service', 'onDemandBase'], `must be at most replicas.max (${spec.service.replicas.max})`, spec.service.onDemandBase);
     }
+    if (spec.container?.runAsRoot && (spec.service !== undefined || spec.nodes > 1))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['container', 'runAsRoot'],
+        message: `a service or a multi-node gang runs on the machine's network as uid ${JOB_UID}, never as root: the node's metadata wall tells containers from the host by that uid`,
+        input: true,
+      });
     if (spec.nodes > 1 && spec.gpu.kind !== 'whole') {
       ctx.addIssue({
         code: 'custom',
@@ -358,13 +371,41 @@ export interface ContainerSettings {
    * The uid the container runs as, whatever its image says: {@link HOST_NETWORK_JOB_UID} for a
    * host-network container (it shares the host's network stack, where the node's wall lets only
    * root and the agent reach a metadata server: infra/node-setup.ts `metadataWallScript`).
-   * Absent: the image's own user (docker's bridge, where the wall drops every container's packets).
+   * Absent: the image's own user unless that is root ({@link containerUser}).
    */
   readonly runAsUid?: number;
+  /** The spec asked for the image's root user (admitted by intake for the teams the config names): docker's bridge only. */
+  readonly runAsRoot?: true;
 }
 
-/** The uid of a host-network container: "nobody", neither root nor the agent's user. */
-export const HOST_NETWORK_JOB_UID = 65534;
+/** The uid a job runs as where its image would run it as root: "nobody", neither root nor the agent's user. */
+export const JOB_UID = 65534;
+
+/** The uid of a host-network container: {@link JOB_UID}, whatever the image says. */
+export const HOST_NETWORK_JOB_UID = JOB_UID;
+
+/** Whether an image's `USER` (docker's `Config.User`: `name|uid[:group|gid]`, empty for none) runs as root. */
+export function isRootUser(imageUser: string): boolean {
+  const user = imageUser.trim().split(':')[0]!;
+  return user === '' || user === 'root' || /^0+$/.test(user);
+}
+
+/**
+ * Who a container runs as, as Kubernetes' "restricted" pod security has it (non-root): the uid its
+ * settings fix (a host-network container), else the image's own user when that is not root (a
+ * name is the image's to resolve; the container holds no capability whoever it is), else
+ * {@link JOB_UID} unless the spec was let run as root. It reaches its folder through the folder's
+ * group: the primary group of a uid the product gives, an added one for the image's own user.
+ */
+export function containerUser(
+  settings: Pick<ContainerSettings, 'runAsUid' | 'runAsRoot'>,
+  imageUser: string,
+  folderGid?: number,
+): { readonly user?: string; readonly groupAdd?: number } {
+  const uid = settings.runAsUid ?? (isRootUser(imageUser) && !settings.runAsRoot ? JOB_UID : undefined);
+  if (uid !== undefined) return { user: `${uid}:${folderGid ?? uid}` };
+  return folderGid !== undefined ? { groupAdd: folderGid } : {};
+}
 
 /** The container settings of a spec: its own `container` section over the defaults. */
 export function containerSettings(spec: JobSpec): ContainerSettings {
@@ -372,7 +413,7 @@ export function containerSettings(spec: JobSpec): ContainerSettings {
   const host = spec.service !== undefined || spec.nodes > 1;
   return {
     network: host ? 'host' : 'bridge',
-    ...(host ? { runAsUid: HOST_NETWORK_JOB_UID } : {}),
+    ...(host ? { runAsUid: HOST_NETWORK_JOB_UID } : spec.container?.runAsRoot ? { runAsRoot: true as const } : {}),
     shmSizeMiB: spec.container?.shmSizeMiB ?? DEFAULT_SHM_MIB_PER_GPU * gpus,
     lockedMemoryMiB: spec.container?.lockedMemoryMiB ?? 'unlimited',
   };
@@ -508,9 +549,10 @@ describeFields(JobSpecObject, {
   'service.objective.waitSec': 'how long a request may wait for a free slot of a ready replica',
   'service.objective.replicaRps': "requests per second one replica serves at full load (measure it, e.g. with the engine's benchmark)",
   'service.objective.concurrency': "requests one replica serves at once (an LLM engine's batch slots, e.g. vLLM's max_num_seqs)",
-  container: 'how the container runs (Docker): shared memory and the locked-memory limit',
+  container: 'how the container runs (Docker): shared memory, the locked-memory limit, and whether a root image keeps its root user',
   'container.shmSizeMiB': 'the size of /dev/shm (default 1024 MiB per GPU the job holds on a machine)',
   'container.lockedMemoryMiB': 'the locked-memory limit (default unlimited, as NCCL and RDMA need)',
+  'container.runAsRoot': 'run an image whose user is root as root (teams the config lets only; default: as uid 65534)',
   placement: 'where the job may run (any cloud, region and zone of the fleet when left out)',
   'placement.clouds': 'the clouds it may run on',
   'placement.regions': 'the regions it may run in',

@@ -119,6 +119,14 @@ const NodeGroupSchema = z
       )
       .default({ ssmParameter: DLAMI_AL2023_PARAMETER }),
     diskGiB: int(50, 16_384, ' GiB').default(200),
+    /**
+     * A second volume for Docker's data (images and every container's own files) and the job
+     * folders' disks, XFS with project quotas: what jobs write never fills the root volume the agent
+     * and the system live on, and the engine holds each container's own files to its share
+     * (infra/node-setup.ts `dataVolumeScript`). Absent: all on the root volume, and the agent stops a
+     * container that writes past its share.
+     */
+    dataDiskGiB: int(50, 16_384, ' GiB').optional(),
     migEnabled: z.boolean({ error: 'must be true or false' }).default(false),
     /**
      * An EC2 Auto Scaling warm pool beside the group: `size` machines launched ahead, booted once
@@ -711,6 +719,8 @@ describeFields(ConfigSchema, {
   'nodeGroups[].ami.ssmParameter': 'an SSM parameter holding the AMI id, read at deploy',
   'nodeGroups[].ami.amiId': 'an AMI id',
   'nodeGroups[].diskGiB': "each machine's root volume (encrypted)",
+  'nodeGroups[].dataDiskGiB':
+    "a second volume (encrypted) for Docker's data and the jobs' folders, with a size limit on each container's own files (none by default)",
   'nodeGroups[].migEnabled': 'runs the GPUs in MIG mode (only GPUs that have MIG: A100, H100, H200, B200)',
   'nodeGroups[].warmPool':
     "machines prepared ahead (booted once, the services' images pulled) and kept stopped beside the group (on-demand groups of one type only)",
@@ -748,6 +758,8 @@ describeFields(ConfigSchema, {
   'images.teamRepositories': 'repositories only the named teams may run',
   'images.teamRepositories[].repositories': 'registry/path, a trailing "*" for every repository under a prefix',
   'images.teamRepositories[].teams': 'the teams that may run them',
+  'images.rootTeams':
+    'teams whose specs may run an image whose user is root as root (container.runAsRoot); others run such images as uid 65534',
   ecrRepositories:
     'the ECR repositories of the account the machines may pull job images from, names or prefixes ending in "*" (default: none)',
   discounts: 'Savings Plans and Reserved Instances, declared per instance family (not read from the account)',

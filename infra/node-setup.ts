@@ -76,6 +76,68 @@ export const DOCKER_DAEMON_SETTINGS = {
   'log-opts': { 'max-size': '50m', 'max-file': '2' },
 } as const;
 
+/** The device name the launch template gives the data volume (a Nitro machine links it to its NVMe device). */
+export const DATA_VOLUME_DEVICE = '/dev/sdf';
+/** Where the data volume is mounted: Docker's data root and the job folders' disks live on it. */
+export const DATA_VOLUME_DIR = '/var/lib/gpu-fleet-data';
+/** What the data volume script tells the agent: whether the engine can hold each container's own files to a size. */
+export const DATA_VOLUME_ENV = '/etc/gpu-fleet/data-volume.env';
+export const DATA_VOLUME_HELPER = '/usr/local/sbin/gpu-fleet-data-volume';
+
+/**
+ * The machine's data volume, at every boot: XFS, mounted with project quotas on `dir`, holding
+ * Docker's data root (images and every container's own files) and the job folders' disks (bound
+ * onto `disksDir`), so nothing a job writes fills the root volume the agent, its state and the
+ * system live on. Where the kernel mounts it with project quotas, the engine holds each
+ * container's writable layer to a size (`--storage-opt size=`), and the script says so to the
+ * agent (`GPU_FLEET_LAYER_QUOTA=1` in `envFile`); elsewhere the agent stops a container that writes
+ * past its share (core/container-limits.ts `writableLayerMiB`). Without the device, nothing changes.
+ * Idempotent: a volume with a file system is never formatted again.
+ */
+export function dataVolumeScript(
+  o: {
+    readonly device?: string;
+    readonly dir?: string;
+    readonly disksDir?: string;
+    readonly envFile?: string;
+    readonly fstab?: string;
+  } = {},
+): string {
+  const dir = o.dir ?? DATA_VOLUME_DIR;
+  return `#!/bin/bash
+# gpu-fleet: Docker's data and the job folders' disks on a volume of their own.
+set -euo pipefail
+dev=$(readlink -f ${o.device ?? DATA_VOLUME_DEVICE} || true)
+dir=${dir}
+disks=${o.disksDir ?? JOB_DISKS_DIR}
+env_file=${o.envFile ?? DATA_VOLUME_ENV}
+fstab=${o.fstab ?? '/etc/fstab'}
+mkdir -p "$(dirname "$env_file")"
+if [ -z "$dev" ] || [ ! -b "$dev" ]; then
+  echo "gpu-fleet: no data volume at ${o.device ?? DATA_VOLUME_DEVICE}; Docker's data stays on the root volume" >&2
+  echo GPU_FLEET_LAYER_QUOTA=0 > "$env_file"
+  exit 0
+fi
+blkid "$dev" >/dev/null 2>&1 || mkfs.xfs -q "$dev"
+uuid=$(blkid -o value -s UUID "$dev")
+mkdir -p "$dir"
+if ! mountpoint -q "$dir"; then
+  mount -o prjquota "$dev" "$dir" 2>/dev/null || mount "$dev" "$dir"
+fi
+grep -qs " $dir " "$fstab" || echo "UUID=$uuid $dir xfs defaults,nofail,prjquota 0 2" >> "$fstab"
+mkdir -p "$dir/docker" "$dir/disks" "$disks"
+grep -qs " $disks " "$fstab" || echo "$dir/disks $disks none bind,nofail 0 0" >> "$fstab"
+chmod 0700 "$dir/disks"
+mountpoint -q "$disks" || mount --bind "$dir/disks" "$disks"
+if findmnt -no OPTIONS --mountpoint "$dir" | grep -Eq '(^|,)(prjquota|pquota)(,|$)'; then
+  echo GPU_FLEET_LAYER_QUOTA=1 > "$env_file"
+else
+  echo "gpu-fleet: $dir has no project quotas here; the agent stops a container past its share instead" >&2
+  echo GPU_FLEET_LAYER_QUOTA=0 > "$env_file"
+fi
+`;
+}
+
 /**
  * The systemd slice every job's container runs under (`--cgroup-parent`): the cap on all jobs
  * together, from `gpu-fleet agent jobs-slice` (what the machine has less the reserve the agent,
@@ -370,6 +432,7 @@ SupplementaryGroups=docker
 OOMScoreAdjust=-900
 Environment=HOME=${AGENT_HOME}
 EnvironmentFile=/etc/gpu-fleet/agent.env
+EnvironmentFile=-${DATA_VOLUME_ENV}
 ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker --nvidia-smi ${NVIDIA_SMI} --sudo-helper ${CLEAN_JOB_DIR_HELPER} --peers-helper ${PEERS_HELPER} --disk-helper ${JOB_DISK_HELPER}
 ProtectSystem=full
 ProtectHome=true
@@ -460,8 +523,12 @@ function nodeWalls(o: { readonly prometheusPort?: number; readonly openPorts?: r
     `chown root:root ${PEERS_HELPER} ${WALL_SCRIPT}-ports && chmod 0755 ${PEERS_HELPER} ${WALL_SCRIPT}-ports`,
     `chown root:root ${WALL_SCRIPT} && chmod 0755 ${WALL_SCRIPT}`,
     `cat > /etc/systemd/system/gpu-fleet-wall.service <<'EOF'\n${wallUnit()}EOF`,
-    // The engine's own defaults for every container, merged into what the image's daemon.json has (its runtimes stay).
-    `"$NODE_BIN" -e 'const fs=require("fs"),f="/etc/docker/daemon.json";let c={};try{c=JSON.parse(fs.readFileSync(f,"utf8"))}catch{}fs.mkdirSync("/etc/docker",{recursive:true});fs.writeFileSync(f,JSON.stringify({...c,...${JSON.stringify(DOCKER_DAEMON_SETTINGS)}},null,2))'`,
+    // Docker's data and the job folders' disks on the data volume, where the machine has one (before the engine starts again).
+    `cat > ${DATA_VOLUME_HELPER} <<'EOF'\n${dataVolumeScript()}EOF`,
+    `chown root:root ${DATA_VOLUME_HELPER} && chmod 0755 ${DATA_VOLUME_HELPER} && ${DATA_VOLUME_HELPER}`,
+    // The engine's own defaults for every container, merged into what the image's daemon.json has (its runtimes stay),
+    // and its data root on the data volume when that is mounted.
+    `DATA_ROOT=$(mountpoint -q ${DATA_VOLUME_DIR} && echo ${DATA_VOLUME_DIR}/docker || true) "$NODE_BIN" -e 'const fs=require("fs"),f="/etc/docker/daemon.json";let c={};try{c=JSON.parse(fs.readFileSync(f,"utf8"))}catch{}fs.mkdirSync("/etc/docker",{recursive:true});fs.writeFileSync(f,JSON.stringify({...c,...${JSON.stringify(DOCKER_DAEMON_SETTINGS)},...(process.env.DATA_ROOT?{"data-root":process.env.DATA_ROOT}:{})},null,2))'`,
     'systemctl restart docker',
   ];
 }

@@ -31,7 +31,7 @@ import { METRICS_NAMESPACE } from '../functions/observability.ts';
 import { DEFAULT_POLICY } from '../core/snapshot.ts';
 import { SERVICE_DEREGISTRATION_DELAY_SEC } from '../core/serving/service.ts';
 import { bundleAgentSync } from './agent-bundle.ts';
-import { agentUserData } from './node-setup.ts';
+import { agentUserData, DATA_VOLUME_DEVICE } from './node-setup.ts';
 import { networkLayoutOf, type GpuFleetConfig, type NodeGroupConfig } from './config.ts';
 import { FUNCTION_ENTRIES, type FunctionName } from './bundling.ts';
 
@@ -647,6 +647,19 @@ export class GpuFleetStack extends Stack {
             deleteOnTermination: true,
           }),
         },
+        // Docker's data and the job folders' disks, apart from the root volume (the node's boot mounts it: dataVolumeScript).
+        ...(g.dataDiskGiB !== undefined
+          ? [
+              {
+                deviceName: DATA_VOLUME_DEVICE,
+                volume: ec2.BlockDeviceVolume.ebs(g.dataDiskGiB, {
+                  volumeType: ec2.EbsDeviceVolumeType.GP3,
+                  encrypted: true,
+                  deleteOnTermination: true,
+                }),
+              },
+            ]
+          : []),
       ],
       detailedMonitoring: true,
       // A reserved group launches its one type into its reservation (the template names both); a group with a warm

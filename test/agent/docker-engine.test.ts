@@ -26,9 +26,17 @@ import { jobIdFor, newPendingJob } from '../../core/job.ts';
 import type { WorldView } from '../../core/services/snapshot-reader.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';
 import type { Reason } from '../../core/reason.ts';
-import { checkJobSpec, containerSettings, HOST_NETWORK_JOB_UID, type JobSpecInput } from '../../core/job-spec.ts';
+import {
+  checkJobSpec,
+  containerSettings,
+  HOST_NETWORK_JOB_UID,
+  JOB_UID,
+  type ContainerSettings,
+  type JobSpecInput,
+} from '../../core/job-spec.ts';
 import {
   BRIDGE_WALL_CHAIN,
+  dataVolumeScript,
   GANG_PEERS_CHAIN,
   jobDiskScript,
   jobFoldersMountScript,
@@ -77,6 +85,7 @@ function noGpuRunner(envDir: string): JobRunner {
     start: (launch) => inner.start({ ...launch, devices: [] }),
     cleanUpLeftovers: () => inner.cleanUpLeftovers(),
     prefetch: (image) => inner.prefetch(image),
+    writtenOutside: (launches) => inner.writtenOutside(launches),
   };
 }
 
@@ -163,7 +172,7 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
     ...over,
   });
 
-  it('runs a job in a container that checkpoints as root to S3 and on its signal, stops, and resumes in a second container', async () => {
+  it('runs a job in a container that checkpoints (as uid 65534: the image names root) to S3 and on its signal, stops, and resumes in a second container', async () => {
     const w = agentWorld({ checkpointRoot: `s3://${BUCKET}/checkpoints/` });
     const imds = await startMetadataServer('aws', awsInstance('i-c1'));
     const work = tmp('agent-c1');
@@ -206,9 +215,9 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
         20_000,
       );
       expect(periodic.location).toMatch(new RegExp(`^s3://${BUCKET}/checkpoints/`));
-      // The container wrote its folder as root (the agent read it and uploaded it).
+      // The container wrote its folder as uid 65534, not root (the agent read it through the group and uploaded it).
       const folder = join(work, 'jobs', safeJobName(id), 'attempt-1', 'checkpoint');
-      expect(statSync(join(folder, 'checkpoint.json')).uid).toBe(0);
+      expect(statSync(join(folder, 'checkpoint.json')).uid).toBe(JOB_UID);
 
       // A spot interruption notice: the agent signals the container, it saves and exits, the save goes to S3, the attempt is requeued.
       imds.values.set('meta-data/spot/instance-action', IMDS_BODIES.terminate);
@@ -583,7 +592,12 @@ describe.runIf(!problem || dockerRequired)('the second wall layer on a real Dock
   }
 
   /** Runs `command` as the agent's runner runs a job of this kind (its settings and its limits), in a folder under the jobs root. */
-  async function runAs(kind: Kind, command: string[], limits = containerLimits(1000, { memoryMiB: 8192, cpus: 2, gpus: 1 }, 64)) {
+  async function runAs(
+    kind: Kind,
+    command: string[],
+    limits = containerLimits(1000, { memoryMiB: 8192, cpus: 2, gpus: 1 }, 64),
+    over: { readonly image?: string; readonly container?: ContainerSettings } = {},
+  ) {
     const dir = mkdtempSync(join(jobsRoot, 'job-'));
     const checkpointDir = join(dir, 'checkpoint');
     mkdirSync(checkpointDir);
@@ -593,20 +607,25 @@ describe.runIf(!problem || dockerRequired)('the second wall layer on a real Dock
       jobId: `nlp.layer2-${kind.replace(/ /g, '-')}-${Date.now().toString(36)}`,
       attempt: 1,
       rank: 0,
-      image,
+      image: over.image ?? image,
       command,
       env: {},
       devices: [],
       checkpointDir,
       logFile,
-      container: settingsOf(kind),
+      container: over.container ?? settingsOf(kind),
       limits,
     });
     return { proc, dir, checkpointDir, logFile, runner };
   }
 
-  async function lastLine<T>(kind: Kind, command: string[], limits?: ContainerLimits): Promise<T & { exitCode: number | null }> {
-    const { proc, logFile } = await runAs(kind, command, limits);
+  async function lastLine<T>(
+    kind: Kind,
+    command: string[],
+    limits?: ContainerLimits,
+    over?: Parameters<typeof runAs>[3],
+  ): Promise<T & { exitCode: number | null }> {
+    const { proc, logFile } = await runAs(kind, command, limits, over);
     const exit = await proc.exited;
     const out = readFileSync(logFile, 'utf8');
     return { ...(JSON.parse(out.trim().split('\n').pop()!) as T), exitCode: exit.exitCode };
@@ -642,8 +661,32 @@ describe.runIf(!problem || dockerRequired)('the second wall layer on a real Dock
       });
       // A setuid file of its own it may make, but on this mount it gives nothing: nosuid (and no device opens: nodev).
       expect(p.mountOptions.split(','), kind).toEqual(expect.arrayContaining(['nosuid', 'nodev']));
-      if (kind !== 'bridge job') expect(p.uid, kind).toBe(HOST_NETWORK_JOB_UID);
+      // The test image names no user (root): no launch kind runs it as root.
+      expect(p.uid, kind).toBe(JOB_UID);
+      expect(p.setuidFile, kind).toBe('ok'); // it wrote its folder, through the folder's group
     }
+  }, 120_000);
+
+  it("runs an image's own user as that user, a root image as uid 65534, and as root only a spec let do so: never with power", async () => {
+    // An image that names a user of its own (USER 1000:1000), made from the test image.
+    const ownUser = `${image}-user1000`;
+    if (spawnSync('docker', ['image', 'inspect', ownUser], { stdio: 'ignore' }).status !== 0) {
+      const made = docker('create', image, 'true').trim();
+      docker('commit', '--change', 'USER 1000:1000', made, ownUser);
+      docker('rm', made);
+    }
+    type Who = { uid: number; capEff: string; noNewPrivs: string; mknod: string; setuidFile: string };
+    const probe = ['/jobs/wall-probe', 'powers', CONTAINER_CHECKPOINT_DIR];
+    const theirs = await lastLine<Who>('bridge job', probe, undefined, { image: ownUser });
+    expect(theirs).toMatchObject({ exitCode: 0, uid: 1000, capEff: '0000000000000000', noNewPrivs: '1', setuidFile: 'ok' });
+    const rooted = await lastLine<Who>('bridge job', probe, undefined, { container: { ...settingsOf('bridge job'), runAsRoot: true } });
+    expect(rooted).toMatchObject({ exitCode: 0, uid: 0, capEff: '0000000000000000', noNewPrivs: '1', mknod: 'EPERM', setuidFile: 'ok' });
+    // Let run as root, an image's own user still counts: root is what the image names, never more.
+    const stillTheirs = await lastLine<Who>('bridge job', probe, undefined, {
+      image: ownUser,
+      container: { ...settingsOf('bridge job'), runAsRoot: true },
+    });
+    expect(stillTheirs.uid).toBe(1000);
   }, 120_000);
 
   it('kills a container past its memory alone and reports it out of memory; the agent answers and its neighbour runs on', async () => {
@@ -703,6 +746,113 @@ describe.runIf(!problem || dockerRequired)('the second wall layer on a real Dock
       await w.shutdown();
     }
   }, 90_000);
+
+  it("puts Docker's data and the job folders' disks on the machine's data volume, formatted once, and tells the agent whether the engine can hold a container's own files to a size", () => {
+    const top = tmp('data-volume');
+    const file = join(top, 'volume.img');
+    asRoot('truncate', ['-s', '512M', file]);
+    const dev = asRoot('losetup', ['--find', '--show', file]).trim();
+    const o = {
+      device: dev,
+      dir: join(top, 'data'),
+      disksDir: join(top, 'disks'),
+      envFile: join(top, 'etc', 'data-volume.env'),
+      fstab: join(top, 'fstab'),
+    };
+    writeFileSync(o.fstab, '');
+    const script = join(top, 'gpu-fleet-data-volume');
+    writeFileSync(script, dataVolumeScript(o), { mode: 0o755 });
+    const runIt = () =>
+      spawnSync(process.getuid?.() === 0 ? 'bash' : 'sudo', process.getuid?.() === 0 ? [script] : ['-n', 'bash', script], {
+        encoding: 'utf8',
+      });
+    try {
+      const first = runIt();
+      expect(first.status, first.stderr).toBe(0);
+      expect(asRoot('findmnt', ['-no', 'FSTYPE', '--mountpoint', o.dir]).trim()).toBe('xfs');
+      expect(existsSync(join(o.dir, 'docker'))).toBe(true);
+      // The job folders' disks are the data volume's: what goes in the one is in the other.
+      asRoot('bash', ['-c', `echo kept > ${o.disksDir}/marker`]);
+      expect(readFileSync(join(o.dir, 'disks', 'marker'), 'utf8')).toBe('kept\n');
+      // Whether the engine can hold each container to a size is what the kernel mounted: project quotas or not.
+      const quotas = /(^|,)(prjquota|pquota)(,|$)/.test(asRoot('findmnt', ['-no', 'OPTIONS', '--mountpoint', o.dir]));
+      expect(readFileSync(o.envFile, 'utf8')).toBe(`GPU_FLEET_LAYER_QUOTA=${quotas ? 1 : 0}\n`);
+      if (!quotas) expect(first.stderr).toContain('has no project quotas here; the agent stops a container past its share instead');
+      // At every boot: mounted by its UUID, and its disks folder bound again.
+      const fstab = readFileSync(o.fstab, 'utf8').trim().split('\n');
+      expect(fstab).toEqual([
+        expect.stringMatching(new RegExp(`^UUID=[0-9a-f-]+ ${o.dir} xfs defaults,nofail,prjquota 0 2$`)),
+        `${o.dir}/disks ${o.disksDir} none bind,nofail 0 0`,
+      ]);
+      // Run again (the next boot): the volume is not formatted again, and nothing is added twice.
+      const second = runIt();
+      expect(second.status, second.stderr).toBe(0);
+      expect(readFileSync(join(o.dir, 'disks', 'marker'), 'utf8')).toBe('kept\n');
+      expect(readFileSync(o.fstab, 'utf8').trim().split('\n')).toHaveLength(2);
+      // A machine without the volume: nothing changes, and the agent is told there is no quota.
+      const none = join(top, 'none');
+      writeFileSync(none, dataVolumeScript({ ...o, device: join(top, 'no-such-device'), envFile: join(top, 'none.env') }), { mode: 0o755 });
+      const without = spawnSync('bash', [none], { encoding: 'utf8' });
+      expect(without.status).toBe(0);
+      expect(without.stderr).toContain('no data volume at');
+      expect(readFileSync(join(top, 'none.env'), 'utf8')).toBe('GPU_FLEET_LAYER_QUOTA=0\n');
+    } finally {
+      quiet('umount', [o.disksDir]);
+      quiet('umount', [o.dir]);
+      quiet('losetup', ['-d', dev]);
+    }
+  }, 60_000);
+
+  it('stops a container that writes past its limit outside its folders, and records it disk-full; its neighbour runs on', async () => {
+    const w = agentWorld();
+    const work = mkdtempSync(join(jobsRoot, 'agent-layer-'));
+    // Its jobs may write 100 MiB outside their folders together; a whole-GPU job on a one-GPU machine gets all of it.
+    const a = w.agent('i-layer', { workDir: work, runner: noGpuRunner(join(work, 'env')), config: { machine: { writableLayerMiB: 100 } } });
+    const run = `t${Date.now().toString(36)}`;
+    const writer = jobIdFor('nlp', `writer-${run}`);
+    const neighbour = jobIdFor('cv', `quiet-${run}`);
+    try {
+      await a.heartbeat();
+      await w.submit(neighbour, {
+        image,
+        // 40 MiB in its /tmp (within its 100 MiB), then it sleeps.
+        command: ['node', '-e', 'require("fs").writeFileSync("/tmp/small", Buffer.alloc(40 << 20, 1)); setInterval(() => {}, 1000)'],
+        container: { lockedMemoryMiB: LOCKED_MIB },
+      });
+      await w.place(neighbour, ['i-layer'], [0]);
+      await a.heartbeat();
+      await w.submit(writer, {
+        image,
+        // 16 MiB a second into /tmp (the container's own layer, not its folder), up to 2 GiB.
+        command: [
+          'node',
+          '-e',
+          'const fs = require("fs"); let n = 0; setInterval(() => { if (n++ < 128) fs.writeFileSync("/tmp/big-" + n, Buffer.alloc(16 << 20, 1)); }, 1000)',
+        ],
+        container: { lockedMemoryMiB: LOCKED_MIB },
+      });
+      await w.place(writer, ['i-layer'], [0]);
+      await a.heartbeat();
+      await waitFor(
+        'the writer to be stopped',
+        async () => {
+          await a.heartbeat();
+          return (await w.jobs.get(writer))?.state === 'failed';
+        },
+        60_000,
+      );
+      const failed = await w.jobs.get(writer);
+      expect(failed).toMatchObject({ state: 'failed', failure: { code: 'disk-full' } });
+      expect(failed?.failure?.message).toMatch(/wrote \d+ MiB outside its folders .*past its 100 MiB/);
+      expect(containersOf([writer])).toHaveLength(0);
+      // The neighbour wrote within its limit: it runs on.
+      await a.heartbeat();
+      expect(await w.jobs.get(neighbour)).toMatchObject({ state: 'running' });
+      expect(containersOf([neighbour])).toHaveLength(1);
+    } finally {
+      await w.shutdown();
+    }
+  }, 120_000);
 
   it("gives each job's folder a disk of its own: a job that fills it fails alone, recorded disk-full, and its neighbour writes on", async () => {
     const w = agentWorld();
@@ -840,11 +990,11 @@ describe.runIf(!problem || dockerRequired)('the second wall layer on a real Dock
         limits: containerLimits(1000, { memoryMiB: 8192, cpus: 2, gpus: 1 }, 64),
       });
       expect((await proc.exited).exitCode, readFileSync(logFile, 'utf8')).toBe(0);
-      // Written as the container's user (root, or 65534 on the host's network), in the folder's group.
+      // Written as the container's user (the test image names root, so 65534 for every kind), in the folder's group.
       const written = statSync(join(checkpointDir, 'step-1', 'shard', 'weights.bin'));
       expect({ kind, uid: written.uid, gid: written.gid }).toEqual({
         kind,
-        uid: kind === 'bridge job' ? 0 : HOST_NETWORK_JOB_UID,
+        uid: JOB_UID,
         gid: AGENT_GID,
       });
       // The agent's own folder (it made it), but every file and folder in it the container's.

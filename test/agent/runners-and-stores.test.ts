@@ -62,10 +62,13 @@ const launch = (over: Partial<Parameters<typeof dockerRunArgs>[0]> = {}) => ({
 
 describe('docker runner', () => {
   it('builds docker run with exactly the given GPUs, both folders, its limits, no power, variables in an env file only, and the argv untouched', () => {
+    const imageId = `sha256:${'ab'.repeat(32)}`;
     const { args, envFileText } = dockerRunArgs(launch(), {
       envFile: '/var/lib/gpu-fleet/env/x.env',
       folderGid: 990,
       cgroupParent: 'gpu-fleet-jobs.slice',
+      // The image as pulled for this attempt: its user is root (the image names none).
+      resolved: { id: imageId, user: '' },
     });
     expect(args).toEqual([
       'run',
@@ -77,7 +80,7 @@ describe('docker runner', () => {
       '--label',
       'io.gpu-fleet.job.attempt=2',
       '--pull',
-      'always',
+      'never', // the runner pulled it for this attempt, and runs the very image it inspected
       '--gpus',
       '"device=GPU-aaaa,GPU-bbbb","capabilities=compute,utility"',
       '--network',
@@ -86,8 +89,8 @@ describe('docker runner', () => {
       'ALL',
       '--security-opt',
       'no-new-privileges',
-      '--group-add',
-      '990',
+      '--user', // not root: the image names none, and the spec was not let run as root
+      '65534:990',
       '--shm-size',
       '2048m',
       '--ulimit',
@@ -111,7 +114,7 @@ describe('docker runner', () => {
       '--env-file',
       '/var/lib/gpu-fleet/env/x.env',
       '--',
-      'pytorch/pytorch:2.3.0-cuda12.1',
+      imageId,
       'python',
       'train.py',
       '--lr',
@@ -132,17 +135,26 @@ describe('docker runner', () => {
     );
     expect(() => dockerRunArgs(launch({ env: { MULTI: 'line one\nline two' } }), { envFile: '/x.env' })).toThrow(/MULTI .* line break/);
     expect(dockerRunArgs(launch({ devices: [] }), { envFile: '/x.env' }).args).not.toContain('--gpus');
+    // On a data root with project quotas, the engine holds its own files to its share.
+    expect(dockerRunArgs(launch({ layerMiB: 10240 }), { envFile: '/x.env', layerQuota: true }).args.join(' ')).toContain(
+      '--cpus 23.500 --storage-opt size=10240m --mount',
+    );
+    expect(dockerRunArgs(launch({ layerMiB: 10240 }), { envFile: '/x.env' }).args).not.toContain('--storage-opt');
+    // Not resolved first: the engine pulls the named image itself.
+    expect(dockerRunArgs(launch(), { envFile: '/x.env' }).args.join(' ')).toContain('--pull always');
+    expect(dockerRunArgs(launch(), { envFile: '/x.env' }).args).toContain('pytorch/pytorch:2.3.0-cuda12.1');
     expect(containerName('nlp.odd/id~7e', 3, 1)).toBe('gpu-fleet-nlp.odd_2fid_7e7e-a3-r1');
   });
 
   it("runs a service or a gang on the host network, the rest on docker's bridge, with the shared and locked memory asked", () => {
     const args = (container: Parameters<typeof containerSettingArgs>[0]) => containerSettingArgs(container).join(' ');
     const powerless = '--cap-drop ALL --security-opt no-new-privileges';
+    // An image whose user is not known is taken as root, and runs as uid 65534.
     expect(args({ network: 'host', shmSizeMiB: 8192, lockedMemoryMiB: 'unlimited' })).toBe(
-      `--network host ${powerless} --shm-size 8192m --ulimit memlock=-1:-1 --ulimit stack=67108864`,
+      `--network host ${powerless} --user 65534:65534 --shm-size 8192m --ulimit memlock=-1:-1 --ulimit stack=67108864`,
     );
     expect(args({ network: 'bridge', shmSizeMiB: 1024, lockedMemoryMiB: 64 })).toBe(
-      `--network gpu-fleet-jobs ${powerless} --shm-size 1024m --ulimit memlock=67108864:67108864 --ulimit stack=67108864`,
+      `--network gpu-fleet-jobs ${powerless} --user 65534:65534 --shm-size 1024m --ulimit memlock=67108864:67108864 --ulimit stack=67108864`,
     );
     // A host-network container runs as a uid of its own (in its folder's group), with no capabilities and no privilege gain.
     expect(
@@ -156,7 +168,29 @@ describe('docker runner', () => {
         { network: 'bridge', shmSizeMiB: 1_048_576, lockedMemoryMiB: 'unlimited' },
         { folderGid: 990, limits: { memoryMiB: 3000, milliCpus: 2000, pids: 512, shmMiB: 3000 } },
       ).join(' '),
-    ).toContain('--group-add 990 --shm-size 3000m');
+    ).toContain('--user 65534:990 --shm-size 3000m');
+    // The image's own user, when it is not root, is kept, and gets the folder's group.
+    const bridge = { network: 'bridge', shmSizeMiB: 64, lockedMemoryMiB: 'unlimited' } as const;
+    expect(containerSettingArgs(bridge, { folderGid: 990, imageUser: 'appuser' }).join(' ')).toContain(
+      `${powerless} --group-add 990 --shm-size`,
+    );
+    expect(containerSettingArgs(bridge, { folderGid: 990, imageUser: '1000:1000' }).join(' ')).toContain(
+      `${powerless} --group-add 990 --shm-size`,
+    );
+    for (const root of ['', 'root', '0', '0:0', 'root:wheel', '000'])
+      expect(containerSettingArgs(bridge, { folderGid: 990, imageUser: root }).join(' ')).toContain(
+        `${powerless} --user 65534:990 --shm-size`,
+      );
+    // Let run as root (intake admits it for the teams the config names): the image's root, still without power.
+    expect(containerSettingArgs({ ...bridge, runAsRoot: true }, { folderGid: 990, imageUser: '' }).join(' ')).toContain(
+      `${powerless} --group-add 990 --shm-size`,
+    );
+    // The host's network is never the image's user: the metadata wall tells containers from the host by uid 65534.
+    expect(
+      containerSettingArgs({ ...bridge, network: 'host', runAsUid: 65534, runAsRoot: true }, { folderGid: 990, imageUser: 'appuser' }).join(
+        ' ',
+      ),
+    ).toContain('--user 65534:990');
     const spec = (over: Partial<JobSpecInput>) => {
       const checked = checkJobSpec({ image: 'x/y:1', command: ['serve'], gpu: { kind: 'whole', count: 4 }, ...over });
       if (!checked.ok) throw new Error(checked.errors.join('; '));
@@ -164,6 +198,16 @@ describe('docker runner', () => {
     };
     expect(spec({})).toEqual({ network: 'bridge', shmSizeMiB: 4096, lockedMemoryMiB: 'unlimited' });
     expect(spec({ nodes: 2 })).toMatchObject({ network: 'host', runAsUid: HOST_NETWORK_JOB_UID });
+    expect(spec({ container: { runAsRoot: true } })).toMatchObject({ network: 'bridge', runAsRoot: true });
+    // Never on the host's network.
+    expect(
+      checkJobSpec({ image: 'x/y:1', command: ['a'], gpu: { kind: 'whole', count: 1 }, nodes: 2, container: { runAsRoot: true } }),
+    ).toEqual({
+      ok: false,
+      errors: [
+        "container.runAsRoot: a service or a multi-node gang runs on the machine's network as uid 65534, never as root: the node's metadata wall tells containers from the host by that uid; got true",
+      ],
+    });
     expect(
       spec({
         name: 'chat',

@@ -48,6 +48,17 @@ describe('which images a spec may name', () => {
     );
   });
 
+  it('lets a spec run a root image as root only for the teams the config names', () => {
+    expect(imageProblem('pytorch/pytorch:2.3.0', 'nlp', {}, true)).toBe(
+      "container.runAsRoot: team nlp may not run a container as root (the fleet config's images.rootTeams names no team); leave it out, and an image whose user is root runs as uid 65534",
+    );
+    const policy = ImagePolicySchema.parse({ rootTeams: ['cv'] });
+    expect(imageProblem('pytorch/pytorch:2.3.0', 'cv', policy, true)).toBeUndefined();
+    expect(imageProblem('pytorch/pytorch:2.3.0', 'nlp', policy, true)).toMatch(/images.rootTeams names cv\)/);
+    expect(imageProblem('pytorch/pytorch:2.3.0', 'nlp', policy, false)).toBeUndefined();
+    expect(ImagePolicySchema.safeParse({ rootTeams: ['CV'] }).success).toBe(false);
+  });
+
   it('refuses a config that names a registry by its address', () => {
     const bad = ImagePolicySchema.safeParse({ registries: ['10.0.0.5:5000'] });
     expect(bad.success).toBe(false);

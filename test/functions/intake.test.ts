@@ -189,6 +189,7 @@ describe('intake function', () => {
         record('addr', spec('10.0.7.12:5000/probe:1')),
         record('other', spec('ghcr.io/someone/x:1')),
         record('nvidia', JSON.stringify({ ...(JSON.parse(good) as object), env: { NVIDIA_DRIVER_CAPABILITIES: 'all' } })),
+        record('root', JSON.stringify({ ...(JSON.parse(spec(`${ecr}/nlp/trainer:3`)) as object), container: { runAsRoot: true } })),
       ],
     };
     expect(await handler(event, lambdaContext())).toEqual({ batchItemFailures: [] });
@@ -200,6 +201,8 @@ describe('intake function', () => {
     expect((await why('nlp.nvidia'))[0]).toMatch(
       /^env\.NVIDIA_DRIVER_CAPABILITIES: NVIDIA_\* variables choose what the NVIDIA runtime gives/,
     );
+    // Root in its container only for the teams the config names (none here).
+    expect((await why('nlp.root'))[0]).toMatch(/^container\.runAsRoot: team nlp may not run a container as root/);
   });
 
   it("refuses a service on a port the fleet's machines do not keep to its load balancers", async () => {

@@ -17,6 +17,10 @@ import {
   NVIDIA_SMI,
   JOB_DISK_HELPER,
   jobDiskScript,
+  dataVolumeScript,
+  DATA_VOLUME_DIR,
+  DATA_VOLUME_ENV,
+  DATA_VOLUME_HELPER,
   PEERS_HELPER,
   peersHelperScript,
   portWallScript,
@@ -156,7 +160,16 @@ describe('the metadata wall at boot', () => {
     expect(userData[at('/etc/docker/daemon.json')]).toContain('"no-new-privileges":true,"icc":false');
     // The agent outlives a job in the kernel's choice of whom to kill for memory.
     expect(agentUnit('/usr/bin/node')).toMatch(/^OOMScoreAdjust=-900$/m);
-    for (const script of [jobFoldersMountScript()]) expect(spawnSync('bash', ['-n'], { input: script }).status).toBe(0);
+    for (const script of [jobFoldersMountScript(), dataVolumeScript()]) expect(spawnSync('bash', ['-n'], { input: script }).status).toBe(0);
+    // Docker's data moves to the data volume before the engine starts again, where the machine has one; the agent learns
+    // from the volume's script whether the engine can hold a container's own files to a size.
+    expect(at(DATA_VOLUME_HELPER)).toBeGreaterThan(-1);
+    expect(at(DATA_VOLUME_HELPER)).toBeLessThan(at('/etc/docker/daemon.json'));
+    expect(userData[at('/etc/docker/daemon.json')]).toContain(
+      `DATA_ROOT=$(mountpoint -q ${DATA_VOLUME_DIR} && echo ${DATA_VOLUME_DIR}/docker || true)`,
+    );
+    expect(userData[at('/etc/docker/daemon.json')]).toContain('"data-root":process.env.DATA_ROOT');
+    expect(agentUnit('/usr/bin/node')).toMatch(new RegExp(`^EnvironmentFile=-${DATA_VOLUME_ENV}$`, 'm'));
   });
 
   it("installs the port wall with the metadata wall, and the peers helper the agent opens each gang's machines with", () => {

@@ -10,6 +10,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfig, type GpuFleetConfig } from '../../infra/config.ts';
+import { DATA_VOLUME_DEVICE } from '../../infra/node-setup.ts';
 import { GpuFleetStack, LAUNCH_HOOK_NAME, LIFECYCLE_HOOK_NAME, tcpRangesWithout } from '../../infra/stack.ts';
 import { AutoScalingClient, DescribeAutoScalingGroupsCommand } from '@aws-sdk/client-auto-scaling';
 import { EC2Client } from '@aws-sdk/client-ec2';
@@ -609,7 +610,8 @@ describe('cdk-nag', () => {
   it('with a warm pool on an on-demand group of one type: its template names the type, no mixed instances, the pool an absolute size; refused on spot and mixed groups with the API’s reason; cdk-nag clean', () => {
     const raw = JSON.parse(readFileSync(EXAMPLE, 'utf8')) as { nodeGroups: Record<string, unknown>[] } & Record<string, unknown>;
     const warm = { name: 'l4-serve-od', instanceTypes: ['g6.xlarge'], capacityType: 'on-demand', zones: ['us-east-1a'], maxSize: 6 };
-    const config = parseConfig({ ...raw, nodeGroups: [...raw.nodeGroups, { ...warm, warmPool: { size: 2 } }] });
+    // This group's machines also keep Docker's data and the job folders' disks on a volume of their own.
+    const config = parseConfig({ ...raw, nodeGroups: [...raw.nodeGroups, { ...warm, warmPool: { size: 2 }, dataDiskGiB: 400 }] });
     expect(config.nodeGroups.at(-1)!.warmPool).toEqual({ size: 2, state: 'Stopped' });
     const { app, stack } = build(config, { nag: true });
     expect(() => app.synth()).not.toThrow();
@@ -636,6 +638,18 @@ describe('cdk-nag', () => {
     });
     const userData = (Object.values(template.findResources('AWS::EC2::LaunchTemplate')) as unknown[]).map((t) => JSON.stringify(t));
     expect(userData.filter((u) => u.includes(`GPU_FLEET_LAUNCH_HOOK=${LAUNCH_HOOK_NAME}`))).toHaveLength(1);
+    const volumes = (
+      Object.values(template.findResources('AWS::EC2::LaunchTemplate')) as {
+        Properties: { LaunchTemplateData: { BlockDeviceMappings: { DeviceName: string; Ebs: Record<string, unknown> }[] } };
+      }[]
+    ).map((t) => t.Properties.LaunchTemplateData.BlockDeviceMappings);
+    expect(volumes.filter((v) => v.length === 2)).toEqual([
+      [
+        { DeviceName: '/dev/xvda', Ebs: { Encrypted: true, VolumeSize: 200, VolumeType: 'gp3', DeleteOnTermination: true } },
+        { DeviceName: DATA_VOLUME_DEVICE, Ebs: { Encrypted: true, VolumeSize: 400, VolumeType: 'gp3', DeleteOnTermination: true } },
+      ],
+    ]);
+    expect(volumes.filter((v) => v.length === 1)).toHaveLength(raw.nodeGroups.length); // the others: the root volume only
     const agentApi = Object.values(template.findResources('AWS::Lambda::Function')).find((f) =>
       JSON.stringify(f).includes('GPU_FLEET_AGENT_ROLE_NAME'),
     ) as { Properties: { Environment: { Variables: Record<string, unknown> } } };
@@ -966,7 +980,7 @@ describe('the config', () => {
     bad.nodeGroups[0] = { ...bad.nodeGroups[0], maxsize: 4, instanceTypes: ['g6.xlarg'] };
     bad.policy = { idleCoolDownSec: 60 };
     expect(() => parseConfig(bad)).toThrow(
-      /nodeGroups\["l4-spot"\]: unknown field "maxsize" \(did you mean "maxSize"\?\); allowed: name, instanceTypes, capacityType, reservation, zones, subnetIds, minSize, maxSize, ami, diskGiB, migEnabled/,
+      /nodeGroups\["l4-spot"\]: unknown field "maxsize" \(did you mean "maxSize"\?\); allowed: name, instanceTypes, capacityType, reservation, zones, subnetIds, minSize, maxSize, ami, diskGiB, dataDiskGiB, migEnabled/,
     );
     expect(() => parseConfig(bad)).toThrow(/policy: unknown field "idleCoolDownSec" \(did you mean "idleCooldownSec"\?\)/);
     expect(() => parseConfig(bad)).toThrow(/instanceTypes\[0\]: not a GPU instance type .* \(did you mean "g6\.xlarge"\?\)/);
