@@ -10,7 +10,15 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { NodeAgent, type AgentLog, type AttemptPorts, type JobDisks } from './agent.ts';
 import { AgentApiBlobs, DirectoryBlobs, S3Blobs, type CheckpointBlobs } from './checkpoint-files.ts';
 import { nvidiaSmiMig } from './devices.ts';
-import { AWS_IMDS_URL, detectMetadata, GCE_METADATA_URL, waitOutWarmPool, type Identity, type MetadataClient } from './metadata.ts';
+import {
+  AWS_IMDS_URL,
+  detectMetadata,
+  GCE_METADATA_URL,
+  GceMetadata,
+  waitOutWarmPool,
+  type Identity,
+  type MetadataClient,
+} from './metadata.ts';
 import { GpuInventoryError, gpuProblems, readGpuInventory, toGpuDevices } from './nvidia-smi.ts';
 import { prepareForWarmPool } from './prefetch.ts';
 import { DockerRunner, ProcessRunner } from './runner.ts';
@@ -186,7 +194,16 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
   let stores: { jobs: JobStore; nodes: NodeStore; checkpoints: CheckpointStore };
   let blobs: CheckpointBlobs;
   let jobLogs: JobLogSink | undefined = ports.jobLogs;
-  const api = apiUrl ? new AgentApiClient({ url: apiUrl, region: base.region }) : undefined;
+  // A GCP machine has no instance role: it calls the API's unsigned URL with its instance identity token.
+  const gce = identity.cloud === 'gcp' && metadata instanceof GceMetadata ? metadata : undefined;
+  const audience = env.GPU_FLEET_AGENT_API_AUDIENCE;
+  if (apiUrl && gce && !audience)
+    throw new UsageError(
+      "on a GCP machine the agent API needs GPU_FLEET_AGENT_API_AUDIENCE (the stack's GceAgentApiAudience output), the audience its identity token is asked for",
+    );
+  const api = apiUrl
+    ? new AgentApiClient({ url: apiUrl, region: base.region, ...(gce && audience ? { bearer: () => gce.identityToken(audience) } : {}) })
+    : undefined;
   if (api) {
     // On a fleet machine: every write goes through the agent API, which checks it against this machine's records.
     stores = {
@@ -194,9 +211,18 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       nodes: new AgentApiNodeStore(api, identity.instanceId),
       checkpoints: new AgentApiCheckpointStore(api, storeUri),
     };
-    if (!storeUri.startsWith('s3://'))
-      throw new UsageError(`with the agent API, checkpoints are kept in S3 (s3://bucket/prefix/); got "${storeUri}"`);
-    blobs = new AgentApiBlobs(api, storeUri);
+    if (storeUri.startsWith('gs://') && gce) {
+      // A GCP machine saves into its region's bucket with its service account, records each save through the API, and
+      // reads a save kept in S3 (a job moved from AWS) through the URLs the API signs.
+      const { GcsBlobs, BlobsByScheme } = await import('./gcs-blobs.ts');
+      const { gcsStorage } = await import('../cloud/gcp/storage.ts');
+      const s3Root = /^s3:\/\//.test(base.checkpointBucket) ? base.checkpointBucket : `s3://${base.checkpointBucket}/checkpoints/`;
+      blobs = new BlobsByScheme({ gs: new GcsBlobs(gcsStorage()), s3: new AgentApiBlobs(api, s3Root) });
+    } else if (!storeUri.startsWith('s3://'))
+      throw new UsageError(
+        `with the agent API, checkpoints are kept in S3 (s3://bucket/prefix/), or on a GCP machine in its region's bucket (gs://bucket/prefix/); got "${storeUri}"`,
+      );
+    else blobs = new AgentApiBlobs(api, storeUri);
     // The attempts' output goes through the API too, which checks this machine ran them (no CloudWatch Logs rights on the machine).
     jobLogs = new AgentApiJobLogs(api);
   } else {

@@ -235,6 +235,24 @@ export class GceMetadata implements MetadataClient {
     return (await res.text()).trim();
   }
 
+  private token?: { readonly audience: string; readonly value: string; readonly expiresAtMs: number };
+
+  /**
+   * This machine's instance identity token for `audience`, with the instance named in it
+   * (`format=full`), as the agent API's unsigned URL takes it (cloud/gcp/identity-token.ts): kept
+   * until five minutes before it expires (Google's last an hour), then asked for again.
+   */
+  async identityToken(audience: string, nowMs: number = Date.now()): Promise<string> {
+    if (this.token && this.token.audience === audience && nowMs < this.token.expiresAtMs - 5 * 60_000) return this.token.value;
+    const value = await this.get(`instance/service-accounts/default/identity?audience=${encodeURIComponent(audience)}&format=full`);
+    if (!value)
+      throw new MetadataError(`the GCE metadata server at ${this.baseUrl} gave no identity token: is a service account attached?`);
+    const exp = (parseJson(Buffer.from(value.split('.')[1] ?? '', 'base64url').toString('utf8')) as { exp?: unknown } | undefined)?.exp;
+    if (typeof exp !== 'number') throw new MetadataError('the identity token the GCE metadata server gave is not a JWT with an expiry');
+    this.token = { audience, value, expiresAtMs: exp * 1000 };
+    return value;
+  }
+
   async identity(): Promise<Identity> {
     const [name, zonePath, machinePath, provisioning, preemptible, createdBy, ip] = await Promise.all([
       this.get('instance/name'),

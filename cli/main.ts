@@ -1,3 +1,4 @@
+import type { GceAgentSetup } from '../infra/node-setup.ts';
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { collect, decimalNumber, listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
@@ -304,21 +305,79 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       wholeNumber('--prometheus-port', 1024, 65535, ''),
     )
     .option('--open-port <port...>', "a replica's port the load balancer reaches (the firewall decides who), one per service")
+    .option('--agent-bundle <gs-url>', 'also install the agent: its bundle in Cloud Storage (gs://…/gpu-fleet-agent.mjs)')
+    .option('--api-url <url>', "the agent API's URL for GCP machines (the stack's GceAgentApiUrl output)")
+    .option('--audience <audience>', "the audience of the machines' identity tokens (the stack's GceAgentApiAudience output)")
+    .option('--region <region>', "the control plane's AWS region")
+    .option('--checkpoint-bucket <name>', "the fleet's S3 checkpoint bucket (GPU_FLEET_CHECKPOINT_BUCKET)")
+    .option(
+      '--checkpoint-store <gs-root>',
+      "this region's Cloud Storage checkpoint root (gs://bucket/prefix/, the config's gcp.checkpointRoots)",
+    )
     .addHelpText(
       'after',
-      "\nThe script installs the same walls as an AWS machine's boot (metadata server, jobs' network, the machine's own ports), the job folders' nosuid,nodev mount and the engine's defaults, at every start; the agent itself is the template's to add after it.\n\nExamples:\n  gpu-fleet gcp-startup-script > startup.sh\n  gpu-fleet gcp-startup-script --prometheus-port 9400 --open-port 8000",
+      "\nThe script installs the same walls as an AWS machine's boot (metadata server, jobs' network, the machine's own ports), the job folders' nosuid,nodev mount and the engine's defaults, at every start. With --agent-bundle (and the five options after it), it also installs the agent, which calls the agent API with the machine's instance identity token: no AWS key goes on the disk.\n\nExamples:\n  gpu-fleet gcp-startup-script > startup.sh\n  gpu-fleet gcp-startup-script --prometheus-port 9400 --open-port 8000\n  gpu-fleet gcp-startup-script --agent-bundle gs://ml-prod-fleet/agent/gpu-fleet-agent.mjs --api-url https://abc.lambda-url.us-west-2.on.aws/ --audience gpu-fleet/GpuFleet/agent-api --region us-west-2 --checkpoint-bucket gpu-fleet-checkpoints-123 --checkpoint-store gs://ml-prod-fleet-us-central1/checkpoints/",
     )
-    .action(async (flags: { prometheusPort?: number; openPort?: string[] }) => {
-      const { gceStartupScript } = await import('../infra/node-setup.ts');
-      const openPorts = (flags.openPort ?? []).map((p) => {
-        const n = Number(p);
-        if (!Number.isInteger(n) || n < 1 || n > 65535) throw new UsageError(`--open-port must be a port from 1 to 65535; got "${p}"`);
-        return n;
-      });
-      io.stdout.write(
-        gceStartupScript({ ...(flags.prometheusPort !== undefined ? { prometheusPort: flags.prometheusPort } : {}), openPorts }),
-      );
-    });
+    .action(
+      async (flags: {
+        prometheusPort?: number;
+        openPort?: string[];
+        agentBundle?: string;
+        apiUrl?: string;
+        audience?: string;
+        region?: string;
+        checkpointBucket?: string;
+        checkpointStore?: string;
+      }) => {
+        const { gceStartupScript } = await import('../infra/node-setup.ts');
+        const openPorts = (flags.openPort ?? []).map((p) => {
+          const n = Number(p);
+          if (!Number.isInteger(n) || n < 1 || n > 65535) throw new UsageError(`--open-port must be a port from 1 to 65535; got "${p}"`);
+          return n;
+        });
+        const agentFlags = {
+          apiUrl: flags.apiUrl,
+          audience: flags.audience,
+          region: flags.region,
+          checkpointBucket: flags.checkpointBucket,
+          checkpointStore: flags.checkpointStore,
+        };
+        let agent: GceAgentSetup | undefined;
+        if (flags.agentBundle !== undefined || Object.values(agentFlags).some((v) => v !== undefined)) {
+          const missing = Object.entries({ agentBundle: flags.agentBundle, ...agentFlags })
+            .filter(([, v]) => v === undefined)
+            .map(([k]) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
+          if (missing.length > 0) throw new UsageError(`to install the agent, also give ${missing.join(', ')}`);
+          if (!/^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}\/\S+$/.test(flags.agentBundle!))
+            throw new UsageError(`--agent-bundle must be gs://bucket/path; got "${flags.agentBundle}"`);
+          if (!/^https:\/\/\S+\/$/.test(flags.apiUrl!))
+            throw new UsageError(`--api-url must be an https URL ending in "/"; got "${flags.apiUrl}"`);
+          if (!/^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}\/(\S*\/)?$/.test(flags.checkpointStore!))
+            throw new UsageError(`--checkpoint-store must be gs://bucket/prefix/ (ending in "/"); got "${flags.checkpointStore}"`);
+          for (const [name, value] of Object.entries({
+            audience: flags.audience!,
+            region: flags.region!,
+            'checkpoint-bucket': flags.checkpointBucket!,
+          }))
+            if (!/^[A-Za-z0-9./:_-]{1,256}$/.test(value)) throw new UsageError(`--${name} holds characters a setting cannot: "${value}"`);
+          agent = {
+            bundleUrl: flags.agentBundle!,
+            apiUrl: flags.apiUrl!,
+            audience: flags.audience!,
+            region: flags.region!,
+            checkpointBucket: flags.checkpointBucket!,
+            checkpointStore: flags.checkpointStore!,
+          };
+        }
+        io.stdout.write(
+          gceStartupScript({
+            ...(flags.prometheusPort !== undefined ? { prometheusPort: flags.prometheusPort } : {}),
+            openPorts,
+            ...(agent ? { agent } : {}),
+          }),
+        );
+      },
+    );
 
   addAgentCommands(program, io, () => import('../agent/cli.ts'));
   program.addHelpText('after', TOP_LEVEL_HELP);

@@ -15,6 +15,8 @@ import {
   type AgentApiResponses,
 } from '../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../cloud/aws/checkpoint-urls.ts';
+import type { GceAgents } from '../cloud/gcp/identity-token.ts';
+import type { Certificates } from 'google-auth-library';
 import { GpuFleetError, isCloudError, messageOf } from '../core/errors.ts';
 import { CheckpointRefused, type CheckpointRef, type Job } from '../core/job.ts';
 import type {
@@ -63,6 +65,12 @@ export interface AgentApiDeps {
   readonly launchHook?: { readonly hookName: string; readonly groups: Pick<NodeGroupProvider, 'completeLifecycleAction'> };
   /** The node agent's instance role: only its sessions (one per machine, named by the instance id) may call. */
   readonly agentRoleName: string;
+  /**
+   * The fleet's GCP machines, which call with their instance identity token (`Authorization:
+   * Bearer`, through the API's second, unsigned URL): the rules the token must meet, and Google's
+   * signing keys (fetched from Google by default). Without it, only instance-role sessions may call.
+   */
+  readonly gceAgents?: { readonly rules: GceAgents; readonly certs?: () => Promise<Certificates> };
   /** Mints and checks the attempts' credentials (the key is the stack's secret). */
   readonly attempts: AttemptCredentials;
   readonly obs: Observability;
@@ -211,6 +219,27 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
     },
   };
 
+  /**
+   * The calling machine: an EC2 instance's role session (the URL with IAM auth signed it), or a GCE
+   * machine's identity token (the unsigned URL; the token is checked here), never both kinds at once.
+   */
+  const callerOf = async (event: LambdaFunctionURLEventWithIAMAuthorizer): Promise<string | { error: string }> => {
+    const arn = event.requestContext.authorizer?.iam?.userArn;
+    const bearer = /^Bearer ([A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+)$/.exec(event.headers?.authorization ?? '')?.[1];
+    if (arn !== undefined || !deps.gceAgents) return callerMachine(arn, deps.agentRoleName);
+    if (!bearer)
+      return {
+        error:
+          "an unsigned call must carry a GCE machine's identity token (Authorization: Bearer, audience " +
+          deps.gceAgents.rules.audience +
+          ')',
+      };
+    // Google's token library is loaded only for a GCE caller: the instance-role path stays as small as it was.
+    const { verifyGceIdentityToken } = await import('../cloud/gcp/identity-token.ts');
+    const machine = await verifyGceIdentityToken(bearer, deps.gceAgents.rules, deps.gceAgents.certs);
+    return 'error' in machine ? machine : machine.instanceName;
+  };
+
   const handle = async (event: LambdaFunctionURLEventWithIAMAuthorizer): Promise<LambdaFunctionURLResult> => {
     const op = /^\/v1\/([a-z]+\/[a-z-]+)$/.exec(event.rawPath ?? '')?.[1] as AgentApiOp | undefined;
     let caller: string | undefined;
@@ -223,7 +252,7 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
             .map((k) => `/v1/${k}`)
             .join(', ')}`,
         );
-      const who = callerMachine(event.requestContext.authorizer?.iam?.userArn, deps.agentRoleName);
+      const who = await callerOf(event);
       if (typeof who !== 'string') throw new Refused(403, who.error);
       caller = who;
       let raw: unknown;

@@ -13,7 +13,7 @@ export async function buildApp(app: App, configPath: string): Promise<GpuFleetSt
   // The functions are bundled first (esbuild's plugins run only in its asynchronous API).
   const functionBundles = await bundleFunctions(resolve(import.meta.dirname, '../cdk.out-functions'), {
     gcp: config.gcp !== undefined,
-    gcs: config.gcp?.checkpointRoots !== undefined,
+    gcs: config.gcp?.checkpointRoots !== undefined || config.gcp?.agentServiceAccounts !== undefined,
   });
   const agent = await bundleAgent(resolve(import.meta.dirname, '../cdk.out-agent'));
   const stack = new GpuFleetStack(app, config.stackName, {

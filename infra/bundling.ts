@@ -22,7 +22,8 @@ export const LAMBDA_BUNDLE_TARGET_KIB = 1024;
  * What the Cloud Storage checkpoint store loads (a GCP region's bucket: the agent on a GCP machine
  * writes it, reconcile sweeps it, the agent API signs reads of it), matched as its importers write
  * the imports. Kept apart from the Compute side, so a bundle that needs only Cloud Storage carries
- * no Compute client.
+ * no Compute client. The agent API's check of GCP machines' identity tokens goes with it (the same
+ * Google library).
  */
 export const GCS_MODULES: readonly string[] = [
   '@google-cloud/storage',
@@ -32,6 +33,9 @@ export const GCS_MODULES: readonly string[] = [
   '../../cloud/gcp/control-plane-storage.ts',
   './gcs-blobs.ts',
   '../cloud/gcp/storage.ts',
+  // The check of GCP machines' identity tokens (the agent API, with gcp.agentServiceAccounts): Google's token library.
+  '../cloud/gcp/identity-token.ts',
+  '../../cloud/gcp/identity-token.ts',
 ];
 
 export const GCP_ONLY_MODULES: readonly string[] = ['@google-cloud/compute', 'google-gax', './gcp/runtime.ts', ...GCS_MODULES];

@@ -568,6 +568,20 @@ export const ConfigSchema = z
           )
           .min(1),
         credentialsSecretName: z.string().regex(/^[A-Za-z0-9/_+=.@-]{1,512}$/, { error: 'a Secrets Manager secret name' }),
+        /**
+         * The service accounts the fleet's GCP machines run as (e-mail addresses). With them, the
+         * agent API takes calls from GCP machines on a second URL, each identified by its instance
+         * identity token (cloud/gcp/identity-token.ts): no AWS key on a GCP machine's disk.
+         */
+        agentServiceAccounts: z
+          .array(
+            z.string().regex(/^[a-z0-9-]+@[a-z0-9-]+\.iam\.gserviceaccount\.com$/, {
+              error: 'a service account e-mail address, e.g. "gpu-fleet-node@my-project.iam.gserviceaccount.com"',
+            }),
+          )
+          .min(1)
+          .max(20)
+          .optional(),
         checkpointRoots: z
           .record(
             z.string().regex(/^[a-z]+-[a-z]+\d$/, { error: 'GCP regions look like "us-central1"' }),
@@ -793,6 +807,8 @@ describeFields(ConfigSchema, {
   'gcp.projects[].projectId': "the project's id",
   'gcp.projects[].zones': 'the zones its groups are in',
   'gcp.credentialsSecretName': "the Secrets Manager secret holding the service account's JSON key",
+  'gcp.agentServiceAccounts':
+    'the service accounts the GCP machines run as: their agents call the agent API with their instance identity tokens (none: GCP agents need AWS credentials of their own)',
   'gcp.checkpointRoots':
     'a Cloud Storage checkpoint root per GCP region (`{"us-central1": "gs://bucket/checkpoints/"}`): that region\'s machines save there, so their bytes stay in the region; without it they save into the S3 bucket and pay internet egress both ways',
 });

@@ -415,7 +415,7 @@ WantedBy=docker.service multi-user.target
 }
 
 /** The agent's systemd unit (`nodeBin` is the shell variable or path of Node.js). */
-export function agentUnit(nodeBin: string): string {
+export function agentUnit(nodeBin: string, extraArgs = ''): string {
   return `[Unit]
 Description=gpu-fleet node agent
 After=network-online.target docker.service gpu-fleet-wall.service
@@ -433,7 +433,7 @@ OOMScoreAdjust=-900
 Environment=HOME=${AGENT_HOME}
 EnvironmentFile=/etc/gpu-fleet/agent.env
 EnvironmentFile=-${DATA_VOLUME_ENV}
-ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker --nvidia-smi ${NVIDIA_SMI} --sudo-helper ${CLEAN_JOB_DIR_HELPER} --peers-helper ${PEERS_HELPER} --disk-helper ${JOB_DISK_HELPER}
+ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent run --runner docker --nvidia-smi ${NVIDIA_SMI} --sudo-helper ${CLEAN_JOB_DIR_HELPER} --peers-helper ${PEERS_HELPER} --disk-helper ${JOB_DISK_HELPER}${extraArgs}
 ProtectSystem=full
 ProtectHome=true
 PrivateTmp=true
@@ -533,17 +533,49 @@ function nodeWalls(o: { readonly prometheusPort?: number; readonly openPorts?: r
   ];
 }
 
+/** What a GCP machine's agent needs to run: where its bundle is, and how it reaches the control plane. */
+export interface GceAgentSetup {
+  /** The agent bundle in Cloud Storage (gs://…/gpu-fleet-agent.mjs), readable by the machines' service account. */
+  readonly bundleUrl: string;
+  /** The agent API's URL for GCP machines (the stack's GceAgentApiUrl output). */
+  readonly apiUrl: string;
+  /** The audience of the machines' identity tokens (the stack's GceAgentApiAudience output). */
+  readonly audience: string;
+  /** The control plane's AWS region. */
+  readonly region: string;
+  /** The fleet's S3 checkpoint bucket (a job moved from AWS resumes from it, through the API). */
+  readonly checkpointBucket: string;
+  /** This region's Cloud Storage checkpoint root (gs://bucket/prefix/), where the machine saves. */
+  readonly checkpointStore: string;
+  readonly noticeMarginSec?: number;
+}
+
 /**
  * A GCE instance template's startup script (its `startup-script` metadata): the same walls as an
  * AWS machine's boot (GCE's metadata server sits at 169.254.169.254 too, and has no hop limit, so
  * without them any container takes the service account's token), installed before anything else and
  * again at every boot (GCE runs the script at each start). It installs Node.js from the
- * distribution (apt or dnf) for the engine settings and the agent. The agent itself is the
- * template's to add after it (its bundle, `/etc/gpu-fleet/agent.env`, and the unit
- * `gpu-fleet agent` runs under, which requires the wall's): gpu-fleet has no identity for GCP
- * machines in AWS yet.
+ * distribution (apt or dnf) for the engine settings and the agent. With `agent`, it also installs
+ * the agent: its bundle from Cloud Storage, its settings, and its unit, which calls the agent API's
+ * unsigned URL with the machine's instance identity token (cloud/gcp/identity-token.ts). No AWS
+ * key is written to the disk: the token, which only this machine's metadata server issues (and only
+ * root and the agent may ask it), is its identity.
  */
-export function gceStartupScript(o: { readonly prometheusPort?: number; readonly openPorts?: readonly number[] } = {}): string {
+export function gceStartupScript(
+  o: { readonly prometheusPort?: number; readonly openPorts?: readonly number[]; readonly agent?: GceAgentSetup } = {},
+): string {
+  const a = o.agent;
+  const envFile = a
+    ? [
+        ...(o.prometheusPort !== undefined ? [`GPU_FLEET_PROMETHEUS_PORT=${o.prometheusPort}`] : []),
+        `AWS_REGION=${a.region}`,
+        `GPU_FLEET_AGENT_API_URL=${a.apiUrl}`,
+        `GPU_FLEET_AGENT_API_AUDIENCE=${a.audience}`,
+        `GPU_FLEET_CHECKPOINT_BUCKET=${a.checkpointBucket}`,
+        `GPU_FLEET_NOTICE_MARGIN_SEC=${a.noticeMarginSec ?? 30}`,
+        `GPU_FLEET_AGENT_DIR=${AGENT_HOME}`,
+      ]
+    : [];
   return [
     '#!/bin/bash',
     '# gpu-fleet: the walls of a GCP machine of the fleet (https://cloud.google.com/compute/docs/instances/startup-scripts/linux).',
@@ -555,6 +587,19 @@ export function gceStartupScript(o: { readonly prometheusPort?: number; readonly
     'systemctl enable gpu-fleet-wall.service',
     // At every start, not only the first: the rules live in the kernel.
     'systemctl restart gpu-fleet-wall.service',
+    ...(a
+      ? [
+          // The bundle, with the machine's service account (gcloud is on Google's images).
+          `gcloud storage cp ${a.bundleUrl} /opt/gpu-fleet/gpu-fleet-agent.mjs`,
+          `cat > /etc/gpu-fleet/agent.env <<'EOF'\n${envFile.join('\n')}\nEOF`,
+          `chown root:${AGENT_USER} /etc/gpu-fleet/agent.env && chmod 0640 /etc/gpu-fleet/agent.env`,
+          `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF\n${agentUnit('${NODE_BIN}', ` --checkpoint-store ${a.checkpointStore}`)}EOF`,
+          `"$NODE_BIN" /opt/gpu-fleet/gpu-fleet-agent.mjs agent jobs-slice --nvidia-smi ${NVIDIA_SMI} > ${JOBS_SLICE_FILE}`,
+          'systemctl daemon-reload',
+          'systemctl enable gpu-fleet-agent.service',
+          'systemctl restart gpu-fleet-agent.service',
+        ]
+      : []),
     '',
   ].join('\n');
 }

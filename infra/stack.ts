@@ -75,6 +75,8 @@ export class GpuFleetStack extends Stack {
   readonly groups: Map<string, autoscaling.AutoScalingGroup>;
   readonly agentRole: iam.Role;
   readonly agentApiUrl: lambda.FunctionUrl;
+  /** The agent API's URL for GCP machines (unsigned; a GCE identity token identifies the caller), where the config names their accounts. */
+  gceAgentApiUrl?: lambda.FunctionUrl;
   /** The interface endpoints a created VPC has (config `vpc.create.interfaceEndpoints`). */
   private readonly interfaceEndpoints: ec2.InterfaceVpcEndpoint[] = [];
   readonly jobLogs: logs.LogGroup;
@@ -234,6 +236,27 @@ export class GpuFleetStack extends Stack {
         "The key signs the attempts' credentials, which are checked, never stored: a new value voids every credential the agents hold, and each gets new ones with its next read of its work list. Replace it by hand (a new secret value, then a new agent API version) after a suspected leak; a schedule would void them mid-attempt for no threat.",
     });
     this.agentApiUrl = agentApi.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
+    // The fleet's GCP machines have no instance role: they call a second URL, unsigned, on an alias of the same function,
+    // each with its instance identity token, which the function checks (signature, audience, account, project) before
+    // it takes the machine's name as the caller (functions/agent-api.ts).
+    if (config.gcp?.agentServiceAccounts) {
+      const audience = `gpu-fleet/${this.stackName}/agent-api`;
+      agentApi.addEnvironment(
+        'GPU_FLEET_GCE_AGENTS',
+        JSON.stringify({
+          audience,
+          serviceAccounts: config.gcp.agentServiceAccounts,
+          projects: config.gcp.projects.map((p) => p.projectId),
+        }),
+      );
+      const gcp = new lambda.Alias(this, 'AgentApiGcp', { aliasName: 'gcp', version: agentApi.currentVersion });
+      this.gceAgentApiUrl = gcp.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.NONE });
+      new CfnOutput(this, 'GceAgentApiUrl', {
+        value: this.gceAgentApiUrl.url,
+        description: `the agent API for GCP machines (each call carries the machine's identity token for the audience ${audience})`,
+      });
+      new CfnOutput(this, 'GceAgentApiAudience', { value: audience });
+    }
     agentApi.grantInvokeUrl(this.agentRole);
     this.grantAgentApi(agentApi.role!);
     const nodeSg = new ec2.SecurityGroup(this, 'NodeSecurityGroup', {

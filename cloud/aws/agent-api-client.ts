@@ -36,6 +36,11 @@ export interface AgentApiClientOptions {
   readonly region: string;
   /** The machine's credentials (default: the AWS SDK's chain, which finds the instance role). */
   readonly credentials?: AwsCredentialIdentity | AwsCredentialIdentityProvider;
+  /**
+   * A GCP machine's instance identity token, for the API's unsigned URL (agent/metadata.ts
+   * `GcpMetadata.identityToken`): sent as `Authorization: Bearer` in place of a signature.
+   */
+  readonly bearer?: () => Promise<string>;
   readonly timeoutMs?: number;
 }
 
@@ -91,16 +96,19 @@ export class AgentApiClient {
     const payload = JSON.stringify(body);
     const claim = claimOf(op, body);
     const credential = claim ? this.credentialFor(op, claim) : undefined;
-    const signed = await this.signer.sign({
-      method: 'POST',
-      protocol: url.protocol,
-      hostname: url.hostname,
-      ...(url.port ? { port: Number(url.port) } : {}),
-      path: url.pathname,
-      query: {},
-      headers: { host: url.host, 'content-type': 'application/json', ...(credential ? { [ATTEMPT_HEADER]: credential } : {}) },
-      body: payload,
-    });
+    const headers = { host: url.host, 'content-type': 'application/json', ...(credential ? { [ATTEMPT_HEADER]: credential } : {}) };
+    const signed = this.options.bearer
+      ? { headers: { ...headers, authorization: `Bearer ${await this.options.bearer()}` } }
+      : await this.signer.sign({
+          method: 'POST',
+          protocol: url.protocol,
+          hostname: url.hostname,
+          ...(url.port ? { port: Number(url.port) } : {}),
+          path: url.pathname,
+          query: {},
+          headers,
+          body: payload,
+        });
     let response: Response;
     try {
       response = await fetch(url, {

@@ -98,7 +98,9 @@ export async function intake(
   }
   if (!errors) {
     const check = checkJobSpec(parsed);
-    const imageWhy = check.ok ? imageProblem(check.spec.image, message.team, ports.images, check.spec.container?.runAsRoot === true) : undefined;
+    const imageWhy = check.ok
+      ? imageProblem(check.spec.image, message.team, ports.images, check.spec.container?.runAsRoot === true)
+      : undefined;
     const service = check.ok ? check.spec.service : undefined;
     if (imageWhy) errors = [imageWhy];
     else if (service && ports.servicePorts && !ports.servicePorts.includes(service.port))

@@ -53,7 +53,20 @@ const gcsUrls =
         return new GcsCheckpointUrls(await controlPlaneStorage(config.gcp!, config.region), 3600, systemClock);
       })()
     : undefined;
+// The fleet's GCP machines call the API's unsigned URL with their instance identity tokens (infra/stack.ts).
+const gceAgents = process.env.GPU_FLEET_GCE_AGENTS
+  ? await (async () => {
+      const { GceAgentsSchema } = await import('../../cloud/gcp/identity-token.ts');
+      const parsed = GceAgentsSchema.safeParse(JSON.parse(process.env.GPU_FLEET_GCE_AGENTS!));
+      if (!parsed.success)
+        throw new ConfigError('the environment', [`GPU_FLEET_GCE_AGENTS is not valid: ${parsed.error.message}`], {
+          what: 'gpu-fleet environment',
+        });
+      return { rules: parsed.data };
+    })()
+  : undefined;
 export const handler = createAgentApiHandler({
+  ...(gceAgents ? { gceAgents } : {}),
   jobs: stores.jobs,
   nodes: stores.nodes,
   checkpoints: stores.checkpoints,

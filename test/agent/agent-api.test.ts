@@ -15,6 +15,9 @@ import { credentialsFor, type startAgentApi } from '../support/agent-api-server.
 import { agentWorld, CHATTY_JOB, COUNTER_JOB, waitFor } from '../support/agent-world.ts';
 import { testAttempts } from '../support/attempt-credentials.ts';
 import { MemoryJobLogs } from '../../cloud/sim/memory-stores.ts';
+import { GceMetadata } from '../../agent/metadata.ts';
+import { gceTokenSigner } from '../support/gce-identity.ts';
+import { gceInstance, startMetadataServer } from '../support/metadata-server.ts';
 
 /**
  * The node agent on a fleet machine: no table and no bucket of its own, every read and write
@@ -57,6 +60,59 @@ async function refusal(p: Promise<unknown>): Promise<string> {
   }
   throw new Error('the call was not refused');
 }
+
+describe('a GCP machine through the agent API, with its instance identity token (issue 68)', () => {
+  it('registers, takes its work and reports it as the machine its token names, with no AWS credentials; another machine is not its to touch', async () => {
+    const w = world();
+    const google = gceTokenSigner();
+    const rules = {
+      audience: 'gpu-fleet/GpuFleet/agent-api',
+      serviceAccounts: ['gpu-fleet-node@ml-prod.iam.gserviceaccount.com'],
+      projects: ['ml-prod'],
+    };
+    const api = await w.startApi({ gceAgents: { rules, certs: google.certs } });
+    // The machine's own metadata server issues its tokens (asked for with format=full, the instance named in them).
+    const asked: string[] = [];
+    const gceServer = await startMetadataServer('gce', gceInstance('gf-l4-spot-x7k2'), (audience, format) => {
+      asked.push(`${audience} ${format}`);
+      return format === 'full'
+        ? google.token({ audience, instance: 'gf-l4-spot-x7k2' })
+        : google.token({ audience, instance: 'gf-l4-spot-x7k2', full: false });
+    });
+    cleanups.push(() => gceServer.close());
+    const metadata = new GceMetadata(gceServer.url);
+    const name = (await metadata.identity()).instanceId;
+    const a = w.agent(name, { workDir: dir('agent-gce'), api, gceToken: () => metadata.identityToken(rules.audience) });
+    await a.heartbeat();
+    expect(await w.nodes.get('gf-l4-spot-x7k2')).toMatchObject({ groupId: 'g4dn-spot', healthy: true });
+    await w.submit('nlp.on-gcp', { command: ['node', COUNTER_JOB, '3', '10', '5'] });
+    await w.place('nlp.on-gcp', ['gf-l4-spot-x7k2']);
+    await a.heartbeat();
+    await waitFor('the job to finish', async () => {
+      await a.heartbeat();
+      return (await w.jobs.get('nlp.on-gcp'))?.state === 'succeeded';
+    });
+    // Every call went to the unsigned URL as that machine; one token served them all (it lasts an hour).
+    expect(new Set(api.calls.map((c) => c.status < 400))).toEqual(new Set([true]));
+    expect(asked).toEqual([`${rules.audience} full`]);
+    // A token of this machine does not act for another machine's record.
+    const hostile = new AgentApiClient({ url: api.gceUrl, region: api.region, bearer: () => metadata.identityToken(rules.audience) });
+    await w.nodes.register({
+      instanceId: 'gf-l4-spot-other',
+      groupId: 'g',
+      registeredAtMs: 1,
+      lastHeartbeatAtMs: 1,
+      gpus: [],
+      healthy: true,
+    });
+    await expect(hostile.call('node/get', { instanceId: 'gf-l4-spot-other' })).rejects.toThrow(
+      /shares no job with machine gf-l4-spot-other/,
+    );
+    // Without a token, the unsigned URL answers nothing.
+    const unsigned = new AgentApiClient({ url: api.gceUrl, region: api.region, bearer: async () => 'x.y.z' });
+    await expect(unsigned.call('node/heartbeat', { health: { healthy: true } })).rejects.toThrow(/GCE identity token is not valid/);
+  });
+});
 
 describe('node agent through the agent API', () => {
   it('runs a gang, saves each rank’s part of a sharded checkpoint (in parts, by presigned URLs), and resumes each rank from its own part', async () => {

@@ -108,6 +108,35 @@ describe('gpu-fleet command', () => {
     expect(s.faults.storeConflicts).toBeGreaterThan(0);
   });
 
+  it('prints a GCE startup script that installs the agent only when given all it needs, saying what is missing', async () => {
+    const agent = [
+      '--agent-bundle',
+      'gs://ml-prod-fleet/agent/gpu-fleet-agent.mjs',
+      '--api-url',
+      'https://abc123.lambda-url.us-west-2.on.aws/',
+      '--audience',
+      'gpu-fleet/GpuFleet/agent-api',
+      '--region',
+      'us-west-2',
+      '--checkpoint-bucket',
+      'gpu-fleet-checkpoints-123',
+      '--checkpoint-store',
+      'gs://ml-prod-fleet-us-central1/checkpoints/',
+    ];
+    const full = await cli(['gcp-startup-script', ...agent]);
+    expect(full.code, full.stderr).toBe(0);
+    expect(full.stdout).toContain('GPU_FLEET_AGENT_API_AUDIENCE=gpu-fleet/GpuFleet/agent-api');
+    expect(full.stdout).toContain('--checkpoint-store gs://ml-prod-fleet-us-central1/checkpoints/');
+    const walls = await cli(['gcp-startup-script']);
+    expect(walls.code).toBe(0);
+    expect(walls.stdout).not.toContain('systemctl restart gpu-fleet-agent.service');
+    const partial = await cli(['gcp-startup-script', ...agent.slice(0, 4)]);
+    expect(partial.code).not.toBe(0);
+    expect(partial.stderr).toContain('to install the agent, also give --audience, --region, --checkpoint-bucket, --checkpoint-store');
+    const bad = await cli(['gcp-startup-script', ...agent.slice(0, -1), 'gs://no-slash']);
+    expect(bad.stderr).toContain('--checkpoint-store must be gs://bucket/prefix/ (ending in "/"); got "gs://no-slash"');
+  });
+
   it('prints its version with --version (and -V)', async () => {
     const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
     for (const flag of ['--version', '-V']) expect(await cli([flag])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });

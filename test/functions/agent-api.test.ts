@@ -20,15 +20,21 @@ import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
 import { aJob, aSpec, INSTANCE_TYPES } from '../builders.ts';
 import { credentialHeaders, testAttempts } from '../support/attempt-credentials.ts';
+import { gceTokenSigner } from '../support/gce-identity.ts';
 
 const ROLE = 'GpuFleet-AgentRole-1A2B3C';
 const defaultUrls = () =>
   new S3CheckpointUrls(new S3Client({ region: 'us-west-2', credentials: { accessKeyId: 'AKID', secretAccessKey: 's' } }));
 const ARN = (session: string, role = ROLE) => `arn:aws:sts::123456789012:assumed-role/${role}/${session}`;
 
-function setup(jobs: JobStore = new MemoryJobStore(), urls: CheckpointUrls = defaultUrls()) {
+function setup(
+  jobs: JobStore = new MemoryJobStore(),
+  urls: CheckpointUrls = defaultUrls(),
+  more: Partial<Parameters<typeof createAgentApiHandler>[0]> = {},
+) {
   const nodes = new MemoryNodeStore();
   const handler = createAgentApiHandler({
+    ...more,
     jobs,
     nodes,
     checkpoints: new MemoryCheckpointStore({ nowMs: () => 1_800_000_000_000 }, 's3://ckpt/checkpoints/'),
@@ -43,6 +49,8 @@ function setup(jobs: JobStore = new MemoryJobStore(), urls: CheckpointUrls = def
     path: string;
     body?: string;
     userArn?: string;
+    /** The Authorization header (a GCE machine's identity token). */
+    authorization?: string;
     method?: string;
     attempt?: number;
     credential?: string | false;
@@ -57,7 +65,7 @@ function setup(jobs: JobStore = new MemoryJobStore(), urls: CheckpointUrls = def
     const event = {
       rawPath: o.path,
       body: o.body ?? '{}',
-      headers,
+      headers: { ...headers, ...(o.authorization ? { authorization: o.authorization } : {}) },
       isBase64Encoded: false,
       requestContext: {
         http: { method: o.method ?? 'POST' },
@@ -271,6 +279,52 @@ describe('agent API: who may call, and what a malformed call gets back', () => {
     ]);
     expect(good.status).toBe(200);
     expect((await nodes.list())[0]!.gpus[0]!.migDevices).toHaveLength(1);
+  });
+
+  it('takes a GCP machine from its instance identity token (the unsigned URL), and refuses an unsigned call without a good one', async () => {
+    const google = gceTokenSigner();
+    const rules = {
+      audience: 'gpu-fleet/GpuFleet/agent-api',
+      serviceAccounts: ['gpu-fleet-node@ml-prod.iam.gserviceaccount.com'],
+      projects: ['ml-prod'],
+    };
+    const { call, nodes } = setup(undefined, undefined, { gceAgents: { rules, certs: google.certs } });
+    const bearer = (instance: string, o: Partial<Parameters<typeof google.token>[0]> = {}) =>
+      `Bearer ${google.token({ audience: rules.audience, instance, ...o })}`;
+    const record = { instanceId: 'anything', groupId: 'gf-l4-spot', gpus: [], healthy: true };
+    const register = (authorization?: string) =>
+      call({ path: '/v1/node/register', body: JSON.stringify({ record }), ...(authorization ? { authorization } : {}) });
+    expect(await register(bearer('gf-l4-spot-x7k2'))).toMatchObject({ status: 200 });
+    expect((await nodes.list()).map((n) => n.instanceId)).toEqual(['gf-l4-spot-x7k2']);
+    // It acts as that machine alone: another machine's record is not its to read.
+    expect(
+      await call({
+        path: '/v1/node/get',
+        body: JSON.stringify({ instanceId: 'gf-l4-spot-other' }),
+        authorization: bearer('gf-l4-spot-x7k2'),
+      }),
+    ).toMatchObject({ status: 403, body: { error: 'machine gf-l4-spot-x7k2 shares no job with machine gf-l4-spot-other' } });
+    // Unsigned and without a token, a token for another audience, of another account, or one passing for an EC2 machine.
+    const refused = [
+      await register(),
+      await register(bearer('gf-l4-spot-x7k2', { audience: 'https://elsewhere.example' })),
+      await register(bearer('gf-l4-spot-x7k2', { email: 'someone@other-proj.iam.gserviceaccount.com' })),
+      await register(bearer('i-0123456789abcdef0')),
+      await register('Bearer not-a-token'),
+    ];
+    expect(refused.map((r) => r.status)).toEqual([403, 403, 403, 403, 403]);
+    expect(refused[0]!.body.error).toMatch(/an unsigned call must carry a GCE machine's identity token/);
+    expect((await nodes.list()).map((n) => n.instanceId)).toEqual(['gf-l4-spot-x7k2']);
+    // An instance role session still calls as before, and a token beside it changes nothing.
+    expect(
+      await call({
+        path: '/v1/node/register',
+        body: JSON.stringify({ record }),
+        userArn: ARN('i-0aaaaaaaa1'),
+        authorization: bearer('gf-l4-spot-y'),
+      }),
+    ).toMatchObject({ status: 200 });
+    expect((await nodes.list()).map((n) => n.instanceId).sort()).toEqual(['gf-l4-spot-x7k2', 'i-0aaaaaaaa1']);
   });
 
   it('registers the caller under its own id and the API’s clock, whatever the body says', async () => {

@@ -31,6 +31,7 @@ describe('the Lambda bundles', () => {
         'cloud/gcp/storage.ts',
         'cloud/gcp/credentials.ts',
         'cloud/gcp/control-plane-storage.ts',
+        'cloud/gcp/identity-token.ts',
       ]),
     );
     expect(gcsOnly.some((i) => i.includes('@google-cloud/storage'))).toBe(true);

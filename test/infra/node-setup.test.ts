@@ -220,6 +220,30 @@ describe('the metadata wall at boot', () => {
     expect(lines.at(-2)).toBe('systemctl restart gpu-fleet-wall.service');
   });
 
+  it("installs a GCP machine's agent with its identity token as its only credential: no AWS key on the disk", () => {
+    const agent = {
+      bundleUrl: 'gs://ml-prod-gpu-fleet/agent/gpu-fleet-agent.mjs',
+      apiUrl: 'https://abc123.lambda-url.us-west-2.on.aws/',
+      audience: 'gpu-fleet/GpuFleet/agent-api',
+      region: 'us-west-2',
+      checkpointBucket: 'gpu-fleet-checkpoints-123',
+      checkpointStore: 'gs://ml-prod-gpu-fleet-us-central1/checkpoints/',
+    };
+    const gce = gceStartupScript({ prometheusPort: 9400, agent });
+    const parsed = spawnSync('bash', ['-n'], { input: gce });
+    expect(parsed.status, parsed.stderr.toString()).toBe(0);
+    const lines = gce.split('\n');
+    const at = (needle: string) => lines.findIndex((l) => l.includes(needle));
+    expect(at('gcloud storage cp gs://ml-prod-gpu-fleet/agent/gpu-fleet-agent.mjs /opt/gpu-fleet/gpu-fleet-agent.mjs')).toBeGreaterThan(-1);
+    // The agent's settings: the unsigned URL and the audience its token is asked for; never a key.
+    expect(gce).toContain(`GPU_FLEET_AGENT_API_URL=${agent.apiUrl}\nGPU_FLEET_AGENT_API_AUDIENCE=${agent.audience}`);
+    expect(gce).not.toMatch(/AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY|AWS_SESSION_TOKEN/);
+    expect(gce).toContain(agentUnit('${NODE_BIN}', ` --checkpoint-store ${agent.checkpointStore}`));
+    // The walls first, at every start; then the agent, which requires them.
+    expect(at('systemctl restart gpu-fleet-wall.service')).toBeLessThan(at('systemctl restart gpu-fleet-agent.service'));
+    expect(lines.at(-2)).toBe('systemctl restart gpu-fleet-agent.service');
+  });
+
   it('installs the wall before the agent starts, and again whenever docker restarts; the agent does not start without it', () => {
     const at = (needle: string) => userData.findIndex((l) => l.includes(needle));
     expect(at(`cat > ${WALL_SCRIPT}`)).toBeGreaterThan(-1);

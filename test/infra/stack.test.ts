@@ -727,8 +727,11 @@ describe('cdk-nag', () => {
       projects: [{ projectId: 'ml-prod', zones: ['us-central1-a', 'us-central1-b'] }],
       credentialsSecretName: 'gpu-fleet/gcp-key',
       checkpointRoots: { 'us-central1': 'gs://ml-prod-gpu-fleet-us-central1/checkpoints/' },
+      agentServiceAccounts: ['gpu-fleet-node@ml-prod.iam.gserviceaccount.com'],
     };
-    const { template } = synth(parseConfig({ ...raw, gcp }));
+    const { app, stack } = build(parseConfig({ ...raw, gcp }), { nag: true });
+    expect(() => app.synth()).not.toThrow(); // cdk-nag clean, the unsigned URL included
+    const template = Template.fromStack(stack);
     const envOf = (service: string) =>
       Object.values(template.findResources('AWS::Lambda::Function'))
         .map(
@@ -742,6 +745,20 @@ describe('cdk-nag', () => {
       GPU_FLEET_GCP_CREDENTIALS_SECRET: 'gpu-fleet/gcp-key',
     });
     expect(envOf('gpu-fleet-intake').GPU_FLEET_GCP_CHECKPOINT_ROOTS).toBeUndefined();
+    // GCP machines call a second URL, unsigned, on an alias of the same function, which checks their identity tokens.
+    expect(JSON.parse(envOf('gpu-fleet-agentApi').GPU_FLEET_GCE_AGENTS as string)).toEqual({
+      audience: expect.stringMatching(/^gpu-fleet\/.+\/agent-api$/) as unknown,
+      serviceAccounts: ['gpu-fleet-node@ml-prod.iam.gserviceaccount.com'],
+      projects: ['ml-prod'],
+    });
+    const urls = Object.values(template.findResources('AWS::Lambda::Url')) as { Properties: { AuthType: string; Qualifier?: unknown } }[];
+    expect(urls.map((u) => u.Properties.AuthType).sort()).toEqual(['AWS_IAM', 'NONE']);
+    expect(urls.find((u) => u.Properties.AuthType === 'NONE')!.Properties.Qualifier).toBeDefined();
+    expect(template.findOutputs('GceAgentApiUrl')).not.toEqual({});
+    // An address that is not a service account's is refused.
+    expect(() => parseConfig({ ...raw, gcp: { ...gcp, agentServiceAccounts: ['alice@example.com'] } })).toThrow(
+      /a service account e-mail address/,
+    );
     const apiKey = statements(template, 'agentApiRole').find((x) => x.Sid === 'GcpCredentials')!;
     expect(actionsOf(apiKey)).toEqual(['secretsmanager:GetSecretValue']);
     expect(JSON.stringify(apiKey.Resource)).toContain('secret:gpu-fleet/gcp-key-??????');

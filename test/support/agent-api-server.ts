@@ -43,6 +43,8 @@ export async function startAgentApi(o: {
   jobLogs?: JobLogSink;
   /** Where replicas' load figures go (`service/metrics`). */
   serviceMetrics?: ServiceMetricSink;
+  /** The fleet's GCP machines, which call the unsigned URL (`/gce/…` here) with their identity tokens. */
+  gceAgents?: Parameters<typeof createAgentApiHandler>[0]['gceAgents'];
 }) {
   const secret = 'local-url-secret';
   const calls: { op: string; caller: string | undefined; status: number; bytes: number; error?: string }[] = [];
@@ -127,6 +129,7 @@ export async function startAgentApi(o: {
     ...(o.jobLogs ? { jobLogs: o.jobLogs } : {}),
     ...(o.serviceMetrics ? { serviceMetrics: o.serviceMetrics } : {}),
     clock: o.clock,
+    ...(o.gceAgents ? { gceAgents: o.gceAgents } : {}),
     agentRoleName: AGENT_ROLE,
     attempts: testAttempts(),
     obs: observability('agent-api-test'),
@@ -164,25 +167,30 @@ export async function startAgentApi(o: {
         return;
       }
       const body = await readBody(req);
-      const caller = await verify(req, url, body);
-      if (typeof caller !== 'string') {
-        res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ message: caller.error }));
+      // The unsigned URL: no IAM check in front; the handler takes the caller from the identity token itself.
+      const unsigned = url.pathname.startsWith('/gce/');
+      const path = unsigned ? url.pathname.slice('/gce'.length) : url.pathname;
+      const caller = unsigned ? undefined : await verify(req, url, body);
+      if (!unsigned && typeof caller !== 'string') {
+        res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ message: (caller as { error: string }).error }));
         return;
       }
       const event = {
-        rawPath: url.pathname,
+        rawPath: path,
         body,
         isBase64Encoded: false,
         headers: req.headers,
         requestContext: {
-          http: { method: req.method ?? 'GET', path: url.pathname },
-          authorizer: { iam: { userArn: `arn:aws:sts::123456789012:assumed-role/${AGENT_ROLE}/${caller}` } },
+          http: { method: req.method ?? 'GET', path },
+          ...(typeof caller === 'string'
+            ? { authorizer: { iam: { userArn: `arn:aws:sts::123456789012:assumed-role/${AGENT_ROLE}/${caller}` } } }
+            : {}),
         },
       } as unknown as LambdaFunctionURLEventWithIAMAuthorizer;
       const out = (await handler(event, lambdaContext('agent-api'))) as { statusCode: number; body: string };
       calls.push({
-        op: url.pathname.replace(/^\/v1\//, ''),
-        caller,
+        op: path.replace(/^\/v1\//, ''),
+        caller: typeof caller === 'string' ? caller : undefined,
         status: out.statusCode,
         bytes: Buffer.byteLength(out.body),
         ...(out.statusCode >= 400 ? { error: (JSON.parse(out.body) as { error: string }).error } : {}),
@@ -222,6 +230,8 @@ export async function startAgentApi(o: {
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
     url: `${base}/`,
+    /** The unsigned URL of GCP machines. */
+    gceUrl: `${base}/gce/`,
     region: REGION,
     calls,
     credentialsFor,

@@ -65,6 +65,8 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
       config?: Partial<AgentConfig>;
       /** Reach the state and the checkpoints through this agent API (as a fleet machine does), not directly. */
       api?: AgentApi;
+      /** With `api`: a GCP machine, which calls the API's unsigned URL with the identity tokens this gives (no signature). */
+      gceToken?: () => Promise<string>;
       removeFolder?: (dir: string) => Promise<void>;
       /** The node's dcgm-exporter scrape. */
       dcgm?: () => Promise<string>;
@@ -83,7 +85,9 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
       options.nvidiaSmiMode ? { FAKE_NVIDIA_SMI_MODE: options.nvidiaSmiMode } : {},
     );
     const client = options.api
-      ? new AgentApiClient({ url: options.api.url, region: options.api.region, credentials: credentialsFor(instanceId) })
+      ? options.gceToken
+        ? new AgentApiClient({ url: options.api.gceUrl, region: options.api.region, bearer: options.gceToken })
+        : new AgentApiClient({ url: options.api.url, region: options.api.region, credentials: credentialsFor(instanceId) })
       : undefined;
     const state = client
       ? {
@@ -187,7 +191,7 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
   const servers: AgentApi[] = [];
   /** The agent API over this world's stores, on a local port (checked signatures, real handler). */
   async function startApi(
-    options: { partBytes?: number; jobLogs?: JobLogSink; serviceMetrics?: ServiceMetricSink } = {},
+    options: Pick<Parameters<typeof startAgentApi>[0], 'partBytes' | 'jobLogs' | 'serviceMetrics' | 'gceAgents'> = {},
   ): Promise<AgentApi> {
     const api = await startAgentApi({ jobs, nodes, checkpoints, history: checkpoints, clock, storeRoot, ...options });
     servers.push(api);

@@ -27,7 +27,12 @@ export interface MetadataServer {
   close(): Promise<void>;
 }
 
-export async function startMetadataServer(kind: 'aws' | 'gce', values: Record<string, string> = {}): Promise<MetadataServer> {
+export async function startMetadataServer(
+  kind: 'aws' | 'gce',
+  values: Record<string, string> = {},
+  /** GCE: the instance identity token for an audience and format (`instance/service-accounts/default/identity`). */
+  identity?: (audience: string, format: string) => string,
+): Promise<MetadataServer> {
   const map = new Map(Object.entries(values));
   const requests: MetadataServer['requests'] = [];
   const tokens = new Set<string>();
@@ -62,6 +67,11 @@ export async function startMetadataServer(kind: 'aws' | 'gce', values: Record<st
     const ok = req.headers['metadata-flavor'] === 'Google';
     requests.push({ method: req.method ?? 'GET', path, authorised: ok });
     if (!ok) return send(403, 'Missing Metadata-Flavor:Google header.');
+    if (path === 'instance/service-accounts/default/identity' && identity) {
+      const audience = url.searchParams.get('audience');
+      if (!audience) return send(400, 'non-empty audience parameter required', { 'metadata-flavor': 'Google' });
+      return send(200, identity(audience, url.searchParams.get('format') ?? 'standard'), { 'metadata-flavor': 'Google' });
+    }
     const body = map.get(path);
     return body === undefined ? send(404, 'Not Found', { 'metadata-flavor': 'Google' }) : send(200, body, { 'metadata-flavor': 'Google' });
   };
