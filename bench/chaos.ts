@@ -303,7 +303,9 @@ if (invokedDirectly) {
         (r.profile === 'agent-api-outage' && r.wrongfulRequeues > 0),
     );
     process.stdout.write(
-      `${head}\n${lines.join('\n')}\n\n${bad.length === 0 ? 'no job lost, none run twice, no invariant broken under any profile' : `BROKEN under ${bad.map((r) => r.profile).join(', ')}: ${bad.flatMap((r) => [...(r.wrongfulRequeues > 0 ? [`${r.wrongfulRequeues} wrongful requeues`] : []), ...summaries[r.profile]!.violationMessages.slice(0, 3)]).join(' | ')}`}\n(${((performance.now() - started) / 1000).toFixed(1)} s, ${o.hours} virtual h each, seed ${o.seed})\n`,
+      `${head}\n${lines.join('\n')}\n\n${bad.length === 0 ? 'no job lost, none run twice, no invariant broken under any profile' : `BROKEN under ${bad.map((r) => r.profile).join(', ')}: ${bad.flatMap((r) => [...(r.wrongfulRequeues > 0 ? [`${r.wrongfulRequeues} wrongful requeues`] : []), ...summaries[r.profile]!.violationMessages.slice(0, 3)]).join(' | ')}`}\n(${o.hours} virtual h each, seed ${o.seed})\n`,
     );
+    // The wall time on stderr: the same seed prints the same table, byte for byte.
+    process.stderr.write(`${((performance.now() - started) / 1000).toFixed(1)} s\n`);
   }
 }

@@ -218,6 +218,13 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
     expect(summary.accepted).toBe(summary.completed + summary.failed + summary.cancelled + summary.runningAtEnd + summary.pendingAtEnd);
   }, 120_000);
 
+  it('prints the same rows for the same seed: every fault and the services at once, run twice (issue 63)', async () => {
+    const options = { hours: 2, seed: 1, profiles: ['all'], services: true };
+    const [one, two] = [await benchChaos(options), await benchChaos(options)];
+    expect(two.rows).toEqual(one.rows);
+    expect(one.rows[0]!.services).toBeDefined();
+  }, 120_000);
+
   it('an outage of the agent API requeues nothing as lost while its machines run it: the agents fence themselves, and their work resumes', async () => {
     const profile = FAULT_PROFILES['agent-api-outage']!;
     const { summary } = await runSimulation({ ...base, hours: 17, faults: profile, invariants: 'stop' });
