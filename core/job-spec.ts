@@ -2,6 +2,7 @@ import { parseTree, type Node as JsonNode } from 'jsonc-parser';
 import * as z from 'zod/mini';
 import { GPU_MODELS, modelsNamedBy } from './gpu.ts';
 import { migProfileProblem } from './mig.ts';
+import { textDigest } from './digest.ts';
 // schema.ts first sets zod's English messages (see there).
 import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from './schema.ts';
 
@@ -477,6 +478,12 @@ export const REJECTED_BODY_KEPT = 16_384;
  * always gives the same text, so a repeated submission is recognised by it.
  */
 export function rejectedBody(body: string): string {
+  const out = redactedBody(body);
+  return out.length > REJECTED_BODY_KEPT ? `${out.slice(0, REJECTED_BODY_KEPT)}…` : out;
+}
+
+/** A body with every value under a top-level `env` replaced by how long it was. */
+function redactedBody(body: string): string {
   const root = parseTree(body, [], { allowTrailingComma: true, disallowComments: false });
   const env = root?.type === 'object' ? root.children?.find((p) => p.children?.[0]?.value === 'env')?.children?.[1] : undefined;
   const spans: JsonNode[] = [];
@@ -487,7 +494,16 @@ export function rejectedBody(body: string): string {
     const n = typeof v.value === 'string' ? v.value.length : v.length;
     out = `${out.slice(0, v.offset)}"(${n} character${n === 1 ? '' : 's'}, not kept)"${out.slice(v.offset + v.length)}`;
   }
-  return out.length > REJECTED_BODY_KEPT ? `${out.slice(0, REJECTED_BODY_KEPT)}…` : out;
+  return out;
+}
+
+/**
+ * The digest of a whole submitted body, its `env` values redacted as {@link rejectedBody} does but
+ * not cut: a rejected record keeps it, so that a body sent again under the same token is told from
+ * another that only shares its first {@link REJECTED_BODY_KEPT} characters.
+ */
+export function rejectedBodyDigest(body: string): string {
+  return textDigest(redactedBody(body));
 }
 
 function shortJson(value: unknown): string {

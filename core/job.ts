@@ -1,6 +1,6 @@
 import { logDeleted, logSave, type ByteLog, type SaveOwner, type SaveRecord, type SaveSize, type Site } from './bytes.ts';
 import type { CapacityType } from './catalog.ts';
-import { rejectedBody, type JobSpec } from './job-spec.ts';
+import { rejectedBody, rejectedBodyDigest, type JobSpec } from './job-spec.ts';
 import { milliGpusUsed, type GpuRequest } from './gpu.ts';
 import { GPU_USE_KEPT, type AttemptGpuUse } from './gpu-use.ts';
 import { GpuFleetError } from './errors.ts';
@@ -383,7 +383,12 @@ export interface Job {
   readonly interruptions: number;
   /** Of those, the moves gpu-fleet decided itself (see isMove); absent on records written before it was counted. */
   readonly moves?: number;
-  readonly rejection?: { readonly errors: readonly string[]; readonly body: string };
+  readonly rejection?: {
+    readonly errors: readonly string[];
+    readonly body: string;
+    /** The digest of the whole body, `env` values redacted (the body kept is cut at 16 KiB): core/job-spec.ts `rejectedBodyDigest`. */
+    readonly bodyDigest?: string;
+  };
   readonly exitCode?: number;
   /** Why it failed, where its machine knew more than the exit code (the kernel killed it for its memory). */
   readonly failure?: Reason;
@@ -723,6 +728,7 @@ export function newRejectedJob(input: Omit<NewJob, 'spec'> & { errors: readonly 
         ...(input.errors.length > REJECTION_ERRORS_KEPT ? [`… and ${input.errors.length - REJECTION_ERRORS_KEPT} more problems`] : []),
       ],
       body: rejectedBody(input.body),
+      bodyDigest: rejectedBodyDigest(input.body),
     },
     endedAtMs: input.submittedAtMs,
   };

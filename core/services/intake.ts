@@ -9,7 +9,7 @@ import {
   storedBytes,
   type Job,
 } from '../job.ts';
-import { checkJobSpec, rejectedBody, type JobSpec } from '../job-spec.ts';
+import { checkJobSpec, rejectedBody, rejectedBodyDigest, type JobSpec } from '../job-spec.ts';
 import type { Clock, FleetShape, JobStore, NodeGroupProvider, ServiceStore } from '../ports.ts';
 import { ConflictError, messageOf, parseJson } from '../errors.ts';
 import { newServiceRecord, type ServiceRecord } from '../serving/service.ts';
@@ -184,7 +184,10 @@ export function repeated(stored: Job, message: IntakeMessage, spec: JobSpec | un
   const submitted = stored.rightsize?.applied ? { ...stored.spec, gpu: stored.rightsize.from } : stored.spec;
   const same =
     stored.state === 'rejected'
-      ? stored.rejection?.body === rejectedBody(message.body)
+      ? // The whole body's digest; a record made before it was kept has only the body, cut at 16 KiB.
+        stored.rejection?.bodyDigest !== undefined
+        ? stored.rejection.bodyDigest === rejectedBodyDigest(message.body)
+        : stored.rejection?.body === rejectedBody(message.body)
       : spec !== undefined && canonical(submitted) === canonical(spec);
   if (same) return { outcome: 'duplicate', job: stored };
   return {

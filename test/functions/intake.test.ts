@@ -129,6 +129,14 @@ describe('intake function', () => {
     const take = () => intake({ jobs, clock: new VirtualClock(T0) }, { team: 'nlp', token: 'tok', body });
     expect((await take()).outcome).toBe('rejected');
     expect((await take()).outcome).toBe('duplicate');
+    // Another bad body under the same token, the same as the first for its first 16 KiB (all the record keeps of it):
+    // a reused token, not the same submission.
+    const other = body.replace(/a"\]/, 'b"]');
+    expect(other).not.toBe(body);
+    expect(other.slice(0, 16_384)).toBe(body.slice(0, 16_384));
+    expect(await intake({ jobs, clock: new VirtualClock(T0) }, { team: 'nlp', token: 'tok', body: other })).toMatchObject({
+      outcome: 'token-reused',
+    });
   });
 
   it('makes one job of a message delivered twice, and of two messages with the same idempotency token', async () => {
