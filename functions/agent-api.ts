@@ -306,6 +306,11 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
         logger.warn('checkpoint completion refused', { op, caller, reason: error.message });
         return reply(409, { error: error.message, code: 'conflict' });
       }
+      // What the store says of the request itself (an upload it never began, a key it does not have): final, the caller's.
+      if (isCloudError(error) && (error.code === 'not-found' || error.code === 'invalid-request')) {
+        logger.warn('agent call answered by the store as final', { op, caller, code: error.code, reason: error.message });
+        return reply(error.code === 'not-found' ? 404 : 400, { error: error.message, code: error.code });
+      }
       const retryable = isCloudError(error) && error.retryable;
       logger.error('agent call failed', { op, caller, error: messageOf(error), retryable });
       return reply(retryable ? 503 : 500, { error: messageOf(error), code: isCloudError(error) ? error.code : 'unavailable' });

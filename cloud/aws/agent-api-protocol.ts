@@ -22,7 +22,7 @@ const jobId = text(1, 256);
 const attempt = int(1);
 const timeMs = int(0);
 const location = text(1, 2048);
-const health = z.object({ healthy: z.boolean(), problem: z.optional(text(0, 2000)) });
+const health = z.strictObject({ healthy: z.boolean(), problem: z.optional(text(0, 2000)) });
 
 /** A checkpoint file, named by its path under the folder ("/"-separated, no "." or ".." parts). */
 const filePath = text(1, 1024).check(
@@ -47,8 +47,8 @@ export const PART_URLS_PER_CALL = 200;
 export const DOWNLOAD_FILES_PER_CALL = 200;
 
 export const AGENT_API = {
-  'node/register': z.object({
-    record: z.object({
+  'node/register': z.strictObject({
+    record: z.strictObject({
       groupId: text(1, 256),
       gpus: GPU_REPORT,
       address: z.optional(text(0, 64)),
@@ -56,13 +56,13 @@ export const AGENT_API = {
       healthProblem: z.optional(text(0, 2000)),
     }),
   }),
-  'node/heartbeat': z.object({ health: z.optional(health) }),
-  'node/get': z.object({ instanceId: text(1, 128) }),
-  'node/unassign': z.object({ jobId, attempt }),
-  'node/images': z.object({ images: z.array(text(1, 512)).check(z.maxLength(64)) }),
+  'node/heartbeat': z.strictObject({ health: z.optional(health) }),
+  'node/get': z.strictObject({ instanceId: text(1, 128) }),
+  'node/unassign': z.strictObject({ jobId, attempt }),
+  'node/images': z.strictObject({ images: z.array(text(1, 512)).check(z.maxLength(64)) }),
   // A machine being prepared in its group's warm pool: what it pulls before it is stopped, then its launch hook let go.
-  'node/warm-images': z.object({
-    machine: z.object({
+  'node/warm-images': z.strictObject({
+    machine: z.strictObject({
       cloud: z.enum(['aws', 'gcp']),
       region: text(1, 64),
       zone: text(1, 64),
@@ -71,22 +71,22 @@ export const AGENT_API = {
       migMode: z.boolean(),
     }),
   }),
-  'node/launch-ready': z.object({ groupName: text(1, 255) }),
+  'node/launch-ready': z.strictObject({ groupName: text(1, 255) }),
   // A warned machine's replica leaving its service's target group, as late as lets it drain before the machine stops.
-  'service/leave': z.object({ jobId, attempt }),
-  'node/drain': z.object({
-    drain: z.object({ sinceMs: timeMs, reason: text(1, 2000), deadlineMs: timeMs, groupId: z.optional(text(0, 256)) }),
+  'service/leave': z.strictObject({ jobId, attempt }),
+  'node/drain': z.strictObject({
+    drain: z.strictObject({ sinceMs: timeMs, reason: text(1, 2000), deadlineMs: timeMs, groupId: z.optional(text(0, 256)) }),
   }),
-  'job/get': z.object({ jobId }),
-  'job/update': z.object({ next: object, expectedVersion: int(0) }),
-  'checkpoint/latest': z.object({ jobId }),
-  'checkpoint/complete': z.object({ ref: object, rank: int(0, 4096) }),
-  'checkpoint/upload': z.object({
+  'job/get': z.strictObject({ jobId }),
+  'job/update': z.strictObject({ next: object, expectedVersion: int(0) }),
+  'checkpoint/latest': z.strictObject({ jobId }),
+  'checkpoint/complete': z.strictObject({ ref: object, rank: int(0, 4096) }),
+  'checkpoint/upload': z.strictObject({
     jobId,
     location,
-    files: z.array(z.object({ path: filePath, bytes: int(0) })).check(z.minLength(1), z.maxLength(UPLOAD_FILES_PER_CALL)),
+    files: z.array(z.strictObject({ path: filePath, bytes: int(0) })).check(z.minLength(1), z.maxLength(UPLOAD_FILES_PER_CALL)),
   }),
-  'checkpoint/upload-parts': z.object({
+  'checkpoint/upload-parts': z.strictObject({
     jobId,
     location,
     path: filePath,
@@ -94,20 +94,20 @@ export const AGENT_API = {
     firstPart: int(1, 10_000),
     count: int(1, PART_URLS_PER_CALL),
   }),
-  'checkpoint/finish-upload': z.object({
+  'checkpoint/finish-upload': z.strictObject({
     jobId,
     location,
     path: filePath,
     uploadId: text(1, 1024),
-    parts: z.array(z.object({ partNumber: int(1, 10_000), etag: text(1, 256) })).check(z.minLength(1), z.maxLength(10_000)),
+    parts: z.array(z.strictObject({ partNumber: int(1, 10_000), etag: text(1, 256) })).check(z.minLength(1), z.maxLength(10_000)),
   }),
-  'checkpoint/download': z.object({ jobId, location, after: z.optional(filePath) }),
-  'service/metrics': z.object({
+  'checkpoint/download': z.strictObject({ jobId, location, after: z.optional(filePath) }),
+  'service/metrics': z.strictObject({
     jobId,
     attempt,
     samples: z
       .array(
-        z.object({
+        z.strictObject({
           metric: z.enum(['waiting-requests', 'running-requests']),
           value: z.number().check(z.gte(0), z.lte(1e9)),
           atMs: timeMs,
@@ -115,11 +115,11 @@ export const AGENT_API = {
       )
       .check(z.minLength(1), z.maxLength(20)),
   }),
-  'logs/put': z.object({
+  'logs/put': z.strictObject({
     jobId,
     attempt,
     rank: int(0, 4096),
-    lines: z.array(z.object({ atMs: timeMs, seq: int(0), line: text(0, 16 * 1024) })).check(z.minLength(1), z.maxLength(1000)),
+    lines: z.array(z.strictObject({ atMs: timeMs, seq: int(0), line: text(0, 16 * 1024) })).check(z.minLength(1), z.maxLength(1000)),
   }),
 } as const;
 

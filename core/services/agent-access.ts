@@ -57,6 +57,18 @@ export function mayReadJob(job: Job, nodeId: string, record: NodeRecord | undefi
 }
 
 /** The rank the node holds in the job's current placement, or undefined. */
+/** Whether a value an agent wrote as a reason has a reason's shape. */
+function isReasonShaped(r: unknown): boolean {
+  const { code, message, ...rest } = (r ?? {}) as { code?: unknown; message?: unknown };
+  return (
+    typeof code === 'string' &&
+    /^[a-z][a-z0-9-]{0,63}$/.test(code) &&
+    typeof message === 'string' &&
+    message.length <= AGENT_FAILURE_MESSAGE_MAX &&
+    Object.keys(rest).length === 0
+  );
+}
+
 function rankOf(job: Job, nodeId: string): number | undefined {
   const i = job.placement?.nodes.findIndex((n) => n.nodeId === nodeId) ?? -1;
   return i < 0 ? undefined : i;
@@ -97,6 +109,15 @@ export function agentJobWriteProblem(
     )
       return `an agent may give a failure only as one of ${AGENT_FAILURE_CODES.join(', ')} with a message of at most ${AGENT_FAILURE_MESSAGE_MAX} characters`;
   }
+  // What the write says in its own words is checked for shape: the transitions below copy it as given.
+  if (next.exitCode !== stored.exitCode && !(Number.isSafeInteger(next.exitCode) && Math.abs(next.exitCode!) < 2 ** 31))
+    return `an exit code is a whole number (a 32-bit status); got ${JSON.stringify(next.exitCode)?.slice(0, 40)}`;
+  for (const [field, given, before] of [
+    ['requeueReason', next.requeueReason, stored.requeueReason],
+    ['checkpointReason', next.checkpointReason, stored.checkpointReason],
+  ] as const)
+    if (given !== undefined && !sameValue(given, before) && !isReasonShaped(given))
+      return `${field}: a reason is {"code", "message"}: a code of lower-case letters, digits and "-", and a message of at most ${AGENT_FAILURE_MESSAGE_MAX} characters`;
   // Each event an agent sends, who may send it, and the state it leads to (only those that reach next's state are tried).
   const candidates: { readonly event: JobEvent | 'finish-cancel'; readonly leaderOnly: boolean; readonly yields: readonly string[] }[] = [
     { event: { type: 'start', attempt: stored.attempt }, leaderOnly: true, yields: ['running'] },

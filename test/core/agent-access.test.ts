@@ -122,6 +122,23 @@ describe('what an agent may write to a job', () => {
     );
   });
 
+  it('refuses an exit code or a reason of the wrong shape, which the transition would store as given (issue 63: found by the API fuzz test)', () => {
+    const stored = placedJob('running');
+    const failed = wire((transition(stored, { type: 'fail', attempt: 2, exitCode: 3 }, T) as { job: Job }).job);
+    for (const exitCode of ['', '3', 1.5, 2 ** 40, null] as unknown as number[])
+      expect(agentJobWriteProblem(stored, { ...failed, exitCode }, N0, T, undefined), String(exitCode)).toMatch(
+        /^an exit code is a whole number/,
+      );
+    const requeued = wire(
+      (transition(stored, { type: 'requeue', attempt: 2, reason: reason('interrupted', 'spot') }, T) as { job: Job }).job,
+    );
+    expect(agentJobWriteProblem(stored, requeued, N0, T, undefined)).toBeUndefined();
+    for (const bad of [{ code: 7, message: 'x' }, { code: 'interrupted' }, { code: 'Interrupted!', message: 'x' }, 'spot'])
+      expect(agentJobWriteProblem(stored, { ...requeued, requeueReason: bad as never }, N0, T, undefined), JSON.stringify(bad)).toMatch(
+        /^requeueReason: a reason is/,
+      );
+  });
+
   it('refuses any change beyond the transition: spec, team, usage, holdings, priority, attempt, placement, or a time far from the API’s', () => {
     const stored = placedJob('running');
     const ok = wire((transition(stored, { type: 'fail', attempt: 2, exitCode: 3 }, T) as { job: Job }).job);

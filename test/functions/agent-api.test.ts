@@ -291,7 +291,7 @@ describe('agent API: who may call, and what a malformed call gets back', () => {
     const { call, nodes } = setup(undefined, undefined, { gceAgents: { rules, certs: google.certs } });
     const bearer = (instance: string, o: Partial<Parameters<typeof google.token>[0]> = {}) =>
       `Bearer ${google.token({ audience: rules.audience, instance, ...o })}`;
-    const record = { instanceId: 'anything', groupId: 'gf-l4-spot', gpus: [], healthy: true };
+    const record = { groupId: 'gf-l4-spot', gpus: [], healthy: true };
     const register = (authorization?: string) =>
       call({ path: '/v1/node/register', body: JSON.stringify({ record }), ...(authorization ? { authorization } : {}) });
     expect(await register(bearer('gf-l4-spot-x7k2'))).toMatchObject({ status: 200 });
@@ -327,14 +327,22 @@ describe('agent API: who may call, and what a malformed call gets back', () => {
     expect((await nodes.list()).map((n) => n.instanceId).sort()).toEqual(['gf-l4-spot-x7k2', 'i-0aaaaaaaa1']);
   });
 
-  it('registers the caller under its own id and the API’s clock, whatever the body says', async () => {
+  it('registers the caller under its own id and the API’s clock; a body that names an id, a time or a drain is refused, naming them', async () => {
     const { call, nodes } = setup();
-    const out = await call({
+    const claimed = await call({
       path: '/v1/node/register',
       userArn: ARN('i-0aaaaaaaa1'),
       body: JSON.stringify({
         record: { instanceId: 'i-0bbbbbbbb2', groupId: 'g', gpus: [], healthy: true, registeredAtMs: 9e15, draining: { reason: 'x' } },
       }),
+    });
+    expect(claimed).toMatchObject({ status: 400, body: { code: 'invalid-request' } });
+    for (const key of ['instanceId', 'registeredAtMs', 'draining']) expect(claimed.body.error).toContain(`"${key}"`);
+    expect(await nodes.list()).toEqual([]);
+    const out = await call({
+      path: '/v1/node/register',
+      userArn: ARN('i-0aaaaaaaa1'),
+      body: JSON.stringify({ record: { groupId: 'g', gpus: [], healthy: true } }),
     });
     expect(out.status).toBe(200);
     expect((await nodes.list()).map((n) => [n.instanceId, n.registeredAtMs, n.lastHeartbeatAtMs, n.draining])).toEqual([
@@ -579,10 +587,12 @@ describe('agent API: a machine being prepared in its group’s warm pool', () =>
           $metadata: { httpStatusCode: 400 },
         }),
       );
+    // The body cannot name another machine: a field the call does not take is refused, naming it (issue 63).
     expect(await call('/v1/node/launch-ready', { groupName: 'gpu-fleet-a10g-od', instanceId: 'i-0bbbbbbbb2' })).toEqual({
-      status: 200,
-      body: {},
+      status: 400,
+      body: { code: 'invalid-request', error: 'the body of node/launch-ready is not valid: (body): Unrecognized key: "instanceId"' },
     });
+    expect(await call('/v1/node/launch-ready', { groupName: 'gpu-fleet-a10g-od' })).toEqual({ status: 200, body: {} });
     expect(await call('/v1/node/launch-ready', { groupName: 'gpu-fleet-a10g-od' })).toEqual({ status: 200, body: {} });
     const sent = asg.commandCalls(CompleteLifecycleActionCommand).map((c) => c.args[0].input);
     expect(sent).toEqual([
