@@ -395,8 +395,15 @@ export class NodeAgent {
   async heartbeat(): Promise<void> {
     await this.beat();
     await this.serial(() => this.syncWork());
-    await this.evictOverwriters();
+    // Off the heartbeat's path: the engine walks each container's files to size them, which may take a while on a big
+    // layer, and the next heartbeat (the node's lease) must not wait on it. One look at a time.
+    this.evicting ??= this.evictOverwriters()
+      .catch((error: unknown) => this.ports.log.error('the look at what containers wrote failed', { error: messageOf(error) }))
+      .finally(() => (this.evicting = undefined));
   }
+
+  /** The look at what the containers wrote outside their folders, while one is under way. */
+  private evicting?: Promise<void>;
 
   /**
    * Stops each container that has written past its limit outside its folders (kubelet's eviction
@@ -720,19 +727,15 @@ export class NodeAgent {
     try {
       if (this.ports.runner.prefetch) this.ranImages.add(job.spec.image);
       const container = containerSettings(job.spec);
-      layerMiB = this.ports.runner.writtenOutside
-        ? writableLayerMiB(
-            assignmentMilliGpu(assignment),
-            { gpus: this.lastReport?.gpus.length ?? 0 },
-            this.config.machine?.writableLayerMiB,
-          )
-        : undefined;
-      // Its share of the machine's memory, processes and CPUs: the share of the machine's GPUs it holds.
+      // Its share of the machine's memory, processes, CPUs and writable layer: the share of the machine's GPUs it holds.
       const machine = {
         memoryMiB: this.config.machine?.memoryMiB ?? Math.floor(os.totalmem() / 2 ** 20),
         cpus: this.config.machine?.cpus ?? os.availableParallelism(),
         gpus: this.lastReport?.gpus.length ?? 0,
       };
+      layerMiB = this.ports.runner.writtenOutside
+        ? writableLayerMiB(assignmentMilliGpu(assignment), machine, this.config.machine?.writableLayerMiB)
+        : undefined;
       proc = await this.ports.runner.start({
         jobId: job.id,
         attempt: job.attempt,
@@ -1316,6 +1319,7 @@ export class NodeAgent {
     await this.uploads.idle();
     await this.queue;
     await Promise.all([...this.cleanups]);
+    await this.evicting;
   }
 
   get lastInventory(): NvidiaSmiReport | undefined {

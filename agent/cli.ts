@@ -179,9 +179,9 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       ? // The node's data volume script says whether the engine can hold each container's own files to a size.
         new DockerRunner('docker', env, [], join(workDir, 'env'), 'always', env.GPU_FLEET_LAYER_QUOTA === '1')
       : new ProcessRunner({ baseEnv: env, stateFile: join(workDir, 'processes.json') });
-  const storeUri =
-    flags.checkpointStore ??
-    (/^(s3|file):\/\//.test(base.checkpointBucket) ? base.checkpointBucket : `s3://${base.checkpointBucket}/checkpoints/`);
+  // The fleet's own checkpoint root (the bucket's, or a local folder off-cloud); a GCP machine saves in its region's instead.
+  const fleetRoot = /^(s3|file):\/\//.test(base.checkpointBucket) ? base.checkpointBucket : `s3://${base.checkpointBucket}/checkpoints/`;
+  const storeUri = flags.checkpointStore ?? fleetRoot;
   if (!/^(s3|gs|file):\/\//.test(storeUri))
     throw new UsageError(
       `--checkpoint-store must be s3://bucket/prefix/, gs://bucket/prefix/ (a GCP machine) or file:///path/; got "${storeUri}"`,
@@ -216,8 +216,7 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       // reads a save kept in S3 (a job moved from AWS) through the URLs the API signs.
       const { GcsBlobs, BlobsByScheme } = await import('./gcs-blobs.ts');
       const { gcsStorage } = await import('../cloud/gcp/storage.ts');
-      const s3Root = /^s3:\/\//.test(base.checkpointBucket) ? base.checkpointBucket : `s3://${base.checkpointBucket}/checkpoints/`;
-      blobs = new BlobsByScheme({ gs: new GcsBlobs(gcsStorage()), s3: new AgentApiBlobs(api, s3Root) });
+      blobs = new BlobsByScheme({ gs: new GcsBlobs(gcsStorage()), s3: new AgentApiBlobs(api, fleetRoot) });
     } else if (!storeUri.startsWith('s3://'))
       throw new UsageError(
         `with the agent API, checkpoints are kept in S3 (s3://bucket/prefix/), or on a GCP machine in its region's bucket (gs://bucket/prefix/); got "${storeUri}"`,

@@ -490,7 +490,7 @@ export class DockerRunner implements JobRunner {
   }
 
   async prefetch(image: string): Promise<'present' | 'pulled'> {
-    if ((await this.cli(['image', 'inspect', '--format', '{{.Id}}', image])).code === 0) return 'present';
+    if (await this.inspectImage(image)) return 'present';
     const pull = await this.cli(['pull', '--quiet', image]);
     if (pull.code !== 0) throw new Error(`docker pull ${image} failed (exit ${pull.code}): ${pull.output.trim().slice(-500)}`);
     return 'pulled';
@@ -600,6 +600,7 @@ export class DockerRunner implements JobRunner {
     closeSync(openSync(launch.logFile, 'a')); // the job's log exists from its start (the pull's lines come first)
 
     let child: ChildProcess | undefined;
+    let pulling = false;
     let stopping = false;
     const runChild = (args: readonly string[]): ChildProcess => {
       const log = openSync(launch.logFile, 'a');
@@ -613,7 +614,9 @@ export class DockerRunner implements JobRunner {
     const exited = (async (): Promise<Exit> => {
       let image = this.pull === 'always' ? undefined : await this.inspectImage(launch.image);
       if (!image) {
+        pulling = true;
         const pulled = await childExit(runChild(['pull', launch.image]));
+        pulling = false;
         if (stopping) return stopped;
         if (pulled.exitCode !== 0) return { exitCode: DOCKER_OWN_FAILURE, signal: null };
         image = await this.inspectImage(launch.image);
@@ -643,7 +646,7 @@ export class DockerRunner implements JobRunner {
       },
       stop: async (graceMs) => {
         stopping = true;
-        if (child?.spawnargs[1] === 'pull') child.kill('SIGTERM');
+        if (pulling) child?.kill('SIGTERM');
         else await this.cli(['stop', '--time', String(Math.max(1, Math.ceil(graceMs / 1000))), name]);
         const done = await Promise.race([exited, delay(5000, undefined, { ref: false })]);
         if (done) return done;

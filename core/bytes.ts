@@ -1,3 +1,4 @@
+import { cyrb53 } from './digest.ts';
 import { regionOfZone } from './catalog.ts';
 import type { MicroUsd } from './money.ts';
 import { HOURS_PER_MONTH } from './period.ts';
@@ -608,17 +609,7 @@ export const BYTE_EVENT_SEEN_MS = 4 * 60_000;
 
 /** A short, stable id for an event: its kind's letter and a 53-bit hash of what it is (cyrb53). */
 function eventId(kind: ByteEventKind, parts: readonly (string | number)[]): string {
-  const s = parts.join('\u0000');
-  let h1 = 0xdeadbeef;
-  let h2 = 0x41c6ce57;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    h1 = Math.imul(h1 ^ c, 2654435761);
-    h2 = Math.imul(h2 ^ c, 1597334677);
-  }
-  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
-  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
-  return `${kind[0]}${(4294967296 * (2097151 & h2) + (h1 >>> 0)).toString(36)}`;
+  return `${kind[0]}${cyrb53(parts.join('\u0000'), 0).toString(36)}`;
 }
 
 /** The events of a log at or after `sinceMs`: each save that landed, each read noted and each deletion, oldest first. */

@@ -9,7 +9,7 @@ export function textDigest(text: string): string {
 }
 
 /** cyrb53 (public domain, bryc): a fast 53-bit string hash with good spread. */
-function cyrb53(s: string, seed: number): number {
+export function cyrb53(s: string, seed: number): number {
   let h1 = 0xdeadbeef ^ seed;
   let h2 = 0x41c6ce57 ^ seed;
   for (let i = 0; i < s.length; i++) {

@@ -225,8 +225,8 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
    */
   const callerOf = async (event: LambdaFunctionURLEventWithIAMAuthorizer): Promise<string | { error: string }> => {
     const arn = event.requestContext.authorizer?.iam?.userArn;
-    const bearer = /^Bearer ([A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+)$/.exec(event.headers?.authorization ?? '')?.[1];
     if (arn !== undefined || !deps.gceAgents) return callerMachine(arn, deps.agentRoleName);
+    const bearer = /^Bearer ([A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+)$/.exec(event.headers?.authorization ?? '')?.[1];
     if (!bearer)
       return {
         error:

@@ -1,5 +1,6 @@
 import { OAuth2Client, type Certificates } from 'google-auth-library';
-import * as z from 'zod';
+import '../../core/schema.ts';
+import * as z from 'zod/mini';
 
 /**
  * A GCE machine's identity, as the agent API knows it: the instance identity token its metadata
@@ -15,11 +16,11 @@ import * as z from 'zod';
 /** The fleet's rules on GCE callers (the fleet config's `gcp`, through `GPU_FLEET_GCE_AGENTS`). */
 export const GceAgentsSchema = z.strictObject({
   /** The audience the agents ask their tokens for: the API's own name, never another service's. */
-  audience: z.string().min(1).max(256),
+  audience: z.string().check(z.minLength(1), z.maxLength(256)),
   /** The service accounts the fleet's GCP machines run as (their e-mail addresses). */
-  serviceAccounts: z.array(z.string().regex(/^[a-z0-9-]+@[a-z0-9-]+\.iam\.gserviceaccount\.com$/)).min(1),
+  serviceAccounts: z.array(z.string().check(z.regex(/^[a-z0-9-]+@[a-z0-9-]+\.iam\.gserviceaccount\.com$/))).check(z.minLength(1)),
   /** The projects the fleet's GCP machines are in. */
-  projects: z.array(z.string()).min(1),
+  projects: z.array(z.string()).check(z.minLength(1)),
 });
 export type GceAgents = z.infer<typeof GceAgentsSchema>;
 
@@ -40,7 +41,7 @@ const ComputeEngineClaims = z.object({
   project_id: z.string(),
   zone: z.string(),
   instance_id: z.string(),
-  instance_name: z.string().regex(/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/),
+  instance_name: z.string().check(z.regex(/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/)),
 });
 
 /** The shape of an EC2 instance id: a GCE machine named so would pass for an AWS one. */

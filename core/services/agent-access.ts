@@ -15,7 +15,6 @@ import {
 import { saveSizeProblem, siteOfOffering } from '../bytes.ts';
 import type { CheckpointHistory, CheckpointStore, Clock, FrontDoor, JobStore, NodeStore, ServiceStore } from '../ports.ts';
 import { SERVICE_LABEL } from '../serving/service.ts';
-import type { ReasonCode } from '../reason.ts';
 import type { InstanceTypeCatalog } from '../catalog.ts';
 import type { Instance, NodeRecord } from '../fleet.ts';
 import { imagesToPrefetch } from '../serving/prefetch.ts';
@@ -101,12 +100,7 @@ export function agentJobWriteProblem(
   }
   const gpuUse = use ? { gpuUse: use } : {};
   if (next.failure && !sameValue(next.failure, stored.failure)) {
-    const f = next.failure as { code?: unknown; message?: unknown };
-    if (
-      !AGENT_FAILURE_CODES.includes(f.code as ReasonCode) ||
-      typeof f.message !== 'string' ||
-      f.message.length > AGENT_FAILURE_MESSAGE_MAX
-    )
+    if (!isReasonShaped(next.failure) || !AGENT_FAILURE_CODES.includes(next.failure.code))
       return `an agent may give a failure only as one of ${AGENT_FAILURE_CODES.join(', ')} with a message of at most ${AGENT_FAILURE_MESSAGE_MAX} characters`;
   }
   // What the write says in its own words is checked for shape: the transitions below copy it as given.
