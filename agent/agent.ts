@@ -1,4 +1,4 @@
-import { statfsSync } from 'node:fs';
+import { readFileSync, statfsSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import os from 'node:os';
@@ -64,7 +64,7 @@ import { readMarker, type CheckpointBlobs, type CheckpointMarker } from './check
 import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts';
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { deviceReadings, gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
-import { launchKey, safeJobName, type Exit, type JobProcess, type JobRunner } from './runner.ts';
+import { launchKey, safeJobName, type Exit, type JobProcess, type JobRunner, type LeftLaunch } from './runner.ts';
 import { ImagePrefetcher } from './prefetch.ts';
 import { prefetchChanged } from '../core/serving/prefetch.ts';
 import { LogShipper } from './log-shipper.ts';
@@ -252,6 +252,18 @@ interface LocalAttempt {
   exit?: Exit;
 }
 
+/** The attempt's note beside its folders (`attempt.json`): what an agent that starts again needs to take the attempt back. */
+const ATTEMPT_NOTE = 'attempt.json';
+interface AttemptNote {
+  readonly startedAtMs: number;
+  readonly baseProgressSec: number;
+  /** It started from a checkpoint, in its resume folder. */
+  readonly resumed: boolean;
+  readonly devices: readonly string[];
+  readonly diskMiB?: number;
+  readonly layerMiB?: number;
+}
+
 type SaveResult = UploadResult & { readonly complete?: boolean; readonly ref?: CheckpointRef };
 
 export class NodeAgent {
@@ -321,13 +333,14 @@ export class NodeAgent {
 
   /** Starts the loops (after one full pass, so a caller can await a registered node). */
   async start(): Promise<void> {
-    const leftovers = await this.ports.runner.cleanUpLeftovers();
+    // What an earlier agent opened in the port wall is its attempts': those it adopts open theirs again.
+    await this.ports.peers?.reset();
+    const adopted = await this.adoptLeftovers();
+    const leftovers = await this.ports.runner.cleanUpLeftovers(adopted);
     if (leftovers.length > 0)
-      this.ports.log.warn('stopped job processes a previous agent left running; their jobs restart from their newest checkpoint', {
+      this.ports.log.warn('stopped job processes a previous agent left running that are no longer this machine’s to run', {
         leftovers,
       });
-    // What an earlier agent opened in the port wall is its attempts', which are gone with their containers.
-    await this.ports.peers?.reset();
     await this.heartbeat();
     await this.watch();
     // The heartbeat never waits on the work list: a sync still running is not queued twice.
@@ -361,6 +374,22 @@ export class NodeAgent {
         await l.held.release().catch(() => {});
       }),
     );
+    this.local.clear();
+  }
+
+  /**
+   * Stops the loops and leaves the jobs' containers running, for the agent that starts after this
+   * one to adopt (an upgrade of the agent, or a test of what a crash leaves). Nothing is reported:
+   * the attempts stay this node's in the store. A runner whose launches cannot outlive the agent
+   * (plain processes) has them stopped, as {@link stop} does.
+   */
+  async leave(): Promise<void> {
+    if (!this.ports.runner.detach) return this.stop();
+    this.stopped = true;
+    for (const t of this.timers) clearTimeout(t);
+    this.timers = [];
+    await this.queue.catch(() => {});
+    this.ports.runner.detach();
     this.local.clear();
   }
 
@@ -728,14 +757,12 @@ export class NodeAgent {
       if (this.ports.runner.prefetch) this.ranImages.add(job.spec.image);
       const container = containerSettings(job.spec);
       // Its share of the machine's memory, processes, CPUs and writable layer: the share of the machine's GPUs it holds.
-      const machine = {
-        memoryMiB: this.config.machine?.memoryMiB ?? Math.floor(os.totalmem() / 2 ** 20),
-        cpus: this.config.machine?.cpus ?? os.availableParallelism(),
-        gpus: this.lastReport?.gpus.length ?? 0,
-      };
+      const machine = this.machineSize();
       layerMiB = this.ports.runner.writtenOutside
         ? writableLayerMiB(assignmentMilliGpu(assignment), machine, this.config.machine?.writableLayerMiB)
         : undefined;
+      // Followed before it starts: the image pull's lines are the job's first.
+      this.shipper?.track(key, { jobId: job.id, attempt: job.attempt, rank, team: job.team, labels: job.spec.labels ?? {} });
       proc = await this.ports.runner.start({
         jobId: job.id,
         attempt: job.attempt,
@@ -747,23 +774,34 @@ export class NodeAgent {
         checkpointDir: dirs.checkpoint,
         ...(resumed ? { resumeDir: dirs.resume } : {}),
         logFile: join(root, 'output.log'),
+        ...(this.shipper ? { onLine: (line: Buffer) => this.shipper!.line(key, line) } : {}),
         container,
         limits: containerLimits(assignmentMilliGpu(assignment), machine, container.shmSizeMiB),
         ...(layerMiB !== undefined ? { layerMiB } : {}),
       });
-      this.shipper?.track(key, join(root, 'output.log'), {
-        jobId: job.id,
-        attempt: job.attempt,
-        rank,
-        team: job.team,
-        labels: job.spec.labels ?? {},
-      });
     } catch (error) {
+      void this.shipper?.finish(key);
       await held.release();
       await cannotStart(messageOf(error));
       return;
     }
-    const l: LocalAttempt = {
+    const note: AttemptNote = {
+      startedAtMs: now,
+      baseProgressSec: resumed && latest ? latest.progressSec : 0,
+      resumed,
+      devices: held.devices,
+      ...(diskMiB !== undefined ? { diskMiB } : {}),
+      ...(layerMiB !== undefined ? { layerMiB } : {}),
+    };
+    try {
+      writeFileSync(join(root, ATTEMPT_NOTE), JSON.stringify(note));
+    } catch (error) {
+      this.ports.log.warn('could not write the attempt’s note; an agent that starts again stops it rather than adopt it', {
+        job: job.id,
+        error: messageOf(error),
+      });
+    }
+    this.follow({
       ...(diskMiB !== undefined ? { diskMiB } : {}),
       ...(layerMiB !== undefined ? { layerMiB } : {}),
       key,
@@ -776,15 +814,28 @@ export class NodeAgent {
       held,
       dirs: resumed ? dirs : { root, checkpoint: dirs.checkpoint },
       startedAtMs: now,
-      baseProgressSec: resumed && latest ? latest.progressSec : 0,
+      baseProgressSec: note.baseProgressSec,
       lastMarkerMs: 0,
       // A save of this attempt the index already holds (an agent restarted mid-attempt) is never written again.
       savedTo: new Set(latest?.attempt === job.attempt ? [latest.location] : []),
       stopping: false,
       use: newGpuUseTally(),
-    };
+    });
+    this.ports.log.info('job started', {
+      job: job.id,
+      attempt: job.attempt,
+      rank,
+      devices: held.devices,
+      resumedFrom: resumed && latest ? checkpointPartLocation(latest, rank) : undefined,
+    });
+    if (rank === 0 && job.state === 'placed') await applyJobEvent(this.ports.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
+  }
+
+  /** Follows an attempt the agent runs (started or adopted) to its end, which it reports. */
+  private follow(l: LocalAttempt): void {
+    const key = l.key;
     this.local.set(key, l);
-    void proc.exited.then(async (exit) => {
+    void l.proc.exited.then(async (exit) => {
       l.exit = exit;
       // What it wrote up to its end (a kill included) goes out first; a send that fails is retried by the next flush.
       await this.shipper
@@ -796,14 +847,108 @@ export class NodeAgent {
         this.ports.log.warn("could not report the job's end; trying again at the next heartbeat", { job: l.jobId, error: String(error) }),
       );
     });
-    this.ports.log.info('job started', {
-      job: job.id,
-      attempt: job.attempt,
-      rank,
-      devices: held.devices,
-      resumedFrom: resumed && latest ? checkpointPartLocation(latest, rank) : undefined,
+  }
+
+  /** The machine's size, as the containers' shares are cut from it. */
+  private machineSize(): { memoryMiB: number; cpus: number; gpus: number } {
+    return {
+      memoryMiB: this.config.machine?.memoryMiB ?? Math.floor(os.totalmem() / 2 ** 20),
+      cpus: this.config.machine?.cpus ?? os.availableParallelism(),
+      gpus: this.lastReport?.gpus.length ?? 0,
+    };
+  }
+
+  /**
+   * Takes back what an earlier run of this agent left running (kubelet and the ECS agent do the
+   * same after a restart): each container whose attempt the node's record still assigns here, that
+   * the work list would launch here now, is followed again as if this agent had started it, on the
+   * same devices, with its output picked up where the earlier agent's copy ends. The rest are
+   * stopped by the caller; a container that is not gpu-fleet's is never listed.
+   */
+  private async adoptLeftovers(): Promise<Set<string>> {
+    const kept = new Set<string>();
+    const runner = this.ports.runner;
+    if (!runner.findLeftovers || !runner.adopt) return kept;
+    const found = await runner.findLeftovers();
+    if (found.length === 0) return kept;
+    await this.inventory();
+    const record = await this.ports.nodes.get(this.instanceId);
+    for (const left of found) {
+      if (record?.assigned?.[left.jobId] !== left.attempt || this.local.has(keyOf(left.jobId, left.attempt))) continue;
+      const job = await this.ports.jobs.get(left.jobId);
+      const step = nextNodeStep(job, this.instanceId, left.attempt, this.view(undefined));
+      if (step.kind !== 'launch' || step.rank !== left.rank || !job) continue;
+      if (await this.adopt(left, job, step.rank, step.size)) kept.add(left.name);
+    }
+    if (kept.size > 0) this.ports.log.info('adopted the job containers an earlier agent left running', { adopted: [...kept] });
+    return kept;
+  }
+
+  /** Follows one container an earlier agent started; false (it is to be stopped) when it cannot be taken back as it was. */
+  private async adopt(left: LeftLaunch, job: Job, rank: number, size: number): Promise<boolean> {
+    const key = keyOf(job.id, job.attempt);
+    const root = join(this.config.workDir, 'jobs', safeJobName(job.id), `attempt-${job.attempt}`);
+    const refuse = (why: string) => {
+      this.ports.log.warn('cannot adopt a job container an earlier agent left; it is stopped and its attempt handled as lost', {
+        job: job.id,
+        attempt: job.attempt,
+        rank,
+        why,
+      });
+      return false;
+    };
+    let note: AttemptNote;
+    try {
+      note = JSON.parse(readFileSync(join(root, ATTEMPT_NOTE), 'utf8')) as AttemptNote;
+    } catch (error) {
+      return refuse(`its note is unreadable: ${messageOf(error)}`);
+    }
+    const assignment = job.placement!.nodes[rank]!;
+    let held: HeldDevices;
+    try {
+      held = await this.devices.acquire(assignment, key);
+    } catch (error) {
+      return refuse(messageOf(error));
+    }
+    if (held.devices.join(',') !== note.devices.join(',')) {
+      await held.release();
+      return refuse(`it ran on devices ${note.devices.join(',')}, its placement now gives ${held.devices.join(',')}`);
+    }
+    try {
+      await this.openWall(job, size);
+    } catch (error) {
+      await held.release();
+      return refuse(`could not open the machine's port wall for it: ${messageOf(error)}`);
+    }
+    const container = containerSettings(job.spec);
+    this.shipper?.track(key, { jobId: job.id, attempt: job.attempt, rank, team: job.team, labels: job.spec.labels ?? {} });
+    const proc = this.ports.runner.adopt!(left, {
+      logFile: join(root, 'output.log'),
+      ...(this.shipper ? { onLine: (line: Buffer) => this.shipper!.line(key, line) } : {}),
+      limits: containerLimits(assignmentMilliGpu(assignment), this.machineSize(), container.shmSizeMiB),
     });
-    if (rank === 0 && job.state === 'placed') await applyJobEvent(this.ports.jobs, job.id, { type: 'start', attempt: job.attempt }, now);
+    const indexed = await this.ports.checkpoints.latest(job.id).catch(() => undefined);
+    const checkpoint = join(root, 'checkpoint');
+    this.follow({
+      ...(note.diskMiB !== undefined ? { diskMiB: note.diskMiB } : {}),
+      ...(note.layerMiB !== undefined ? { layerMiB: note.layerMiB } : {}),
+      key,
+      jobId: job.id,
+      attempt: job.attempt,
+      job,
+      rank,
+      size,
+      proc,
+      held,
+      dirs: note.resumed ? { root, checkpoint, resume: join(root, 'resume') } : { root, checkpoint },
+      startedAtMs: note.startedAtMs,
+      baseProgressSec: note.baseProgressSec,
+      lastMarkerMs: 0,
+      savedTo: new Set(indexed?.attempt === job.attempt ? [indexed.location] : []),
+      stopping: false,
+      use: newGpuUseTally(),
+    });
+    return true;
   }
 
   /** The volume the jobs' folders are on, MiB (the config's, else what the file system says). */

@@ -1,9 +1,8 @@
-import { open } from 'node:fs/promises';
 import { isCloudError, messageOf } from '../core/errors.ts';
 import type { Clock, JobLogBatch, JobLogSink, LogLine } from '../core/ports.ts';
+import { MAX_LINE_BYTES } from './job-output.ts';
 
-/** A line longer than this is cut, saying so (CloudWatch Logs takes events up to 256 KiB; a log is for reading). */
-export const MAX_LINE_BYTES = 16 * 1024;
+export { MAX_LINE_BYTES };
 /** At most this many lines go in one batch. */
 export const MAX_BATCH_LINES = 1000;
 /**
@@ -12,116 +11,176 @@ export const MAX_BATCH_LINES = 1000;
  * CloudWatch Logs PutLogEvents call (1 MiB), whatever the job prints. One line always fits.
  */
 export const MAX_BATCH_BYTES = 512 * 1024;
+/** What one attempt may have waiting to be sent: ten batches' lines, four batches' bytes. */
+export const MAX_PENDING_LINES = 10 * MAX_BATCH_LINES;
+export const MAX_PENDING_BYTES = 4 * MAX_BATCH_BYTES;
+/** What all the machine's attempts together may have waiting (a machine runs tens of attempts on MIG slices). */
+export const MAX_HELD_LINES = 4 * MAX_PENDING_LINES;
+export const MAX_HELD_BYTES = 4 * MAX_PENDING_BYTES;
+/** A waiting line's cost besides its text: the object, its number and time. */
+const LINE_OVERHEAD_BYTES = 64;
+
+/** What the shipper has done since the agent started, for the agent's metrics and the operator. */
+export interface ShipperCounts {
+  /** Lines the log store took. */
+  shipped: number;
+  /** Lines dropped because the log store was throttled or behind, and their bytes. */
+  dropped: number;
+  droppedBytes: number;
+  /** Lines the log store refused for good (malformed, or no longer this machine's to write). */
+  refused: number;
+  /** Sends that failed for now (throttled, unreachable): their lines waited for the next flush. */
+  retried: number;
+}
 
 interface Tracked {
-  readonly file: string;
   readonly meta: Omit<JobLogBatch, 'lines'>;
-  /** Bytes of the file already read, the unfinished last line, and the next line's number. */
-  offset: number;
-  partial: Buffer;
+  /** The next line's number: a dropped line takes its number too, so a reader sees where lines are missing. */
   seq: number;
-  /** Lines read but not yet accepted by the sink (sent again at the next flush). */
+  /** Lines not yet taken by the sink, and what they hold. */
   pending: LogLine[];
-  /** The flush in progress: flushes of one attempt never overlap. */
+  /** What each waiting line counts against the bounds, in order, and their sum. */
+  costs: number[];
+  pendingBytes: number;
+  /** Lines dropped since the last marker line. */
+  dropped: number;
+  droppedBytes: number;
+  /** The attempt has ended: nothing more comes. */
+  ended: boolean;
+  /** The send in progress: sends of one attempt never overlap. */
   busy: Promise<void>;
 }
 
 /**
- * Ships what each attempt writes to its output file to the log sink as it is written: every flush
- * reads the bytes added since the last, cuts them into lines and sends them; the last unfinished
- * line goes once the process has ended. The same path for plain processes and containers (both
- * write to the file), and the file stays on the machine as before. A batch the sink refuses is
- * kept and sent again at the next flush, so a line is lost only with the machine itself, and lines
- * written up to a kill go once the agent sees the process end.
+ * Ships each attempt's output lines to the log sink (CloudWatch Logs, through the agent API) in
+ * batches within the store's limits, holding a bounded number of them. Lines come as the job
+ * prints them ({@link JobOutput} hands them over); each flush sends what waits. When the store is
+ * throttled or unreachable, what waits is sent again at the next flush; when more arrives than may
+ * wait ({@link MAX_PENDING_LINES}/{@link MAX_PENDING_BYTES} an attempt, {@link MAX_HELD_LINES}/
+ * {@link MAX_HELD_BYTES} the machine), new lines are dropped and counted, and once there is room
+ * a marker line says how many went missing there. The agent's memory stays the same whatever a
+ * job prints; the machine's `output.log` still holds every line until it rotates.
  */
 export class LogShipper {
   private readonly tracked = new Map<string, Tracked>();
+  private heldLines = 0;
+  private heldBytes = 0;
+  readonly counts: ShipperCounts = { shipped: 0, dropped: 0, droppedBytes: 0, refused: 0, retried: 0 };
+  private failing = false;
 
   constructor(
     private readonly sink: JobLogSink,
     private readonly clock: Clock,
-    /** Told of a batch the sink refused for good (it is dropped, not sent again). */
+    /** Told of lines dropped or refused, and of a log store that stopped taking lines. */
     private readonly warn: (message: string, extra: Record<string, unknown>) => void = () => undefined,
   ) {}
 
-  track(key: string, file: string, meta: Omit<JobLogBatch, 'lines'>): void {
+  track(key: string, meta: Omit<JobLogBatch, 'lines'>): void {
     if (this.tracked.has(key)) return;
-    this.tracked.set(key, { file, meta, offset: 0, partial: Buffer.alloc(0), seq: 0, pending: [], busy: Promise.resolve() });
+    this.tracked.set(key, {
+      meta,
+      seq: 0,
+      pending: [],
+      costs: [],
+      pendingBytes: 0,
+      dropped: 0,
+      droppedBytes: 0,
+      ended: false,
+      busy: Promise.resolve(),
+    });
   }
 
-  /** Reads and sends what every attempt wrote since the last flush. */
-  async flushAll(): Promise<void> {
-    await Promise.all([...this.tracked.keys()].map((k) => this.flush(k, false)));
-  }
-
-  /** The attempt's process has ended: send everything, its last unfinished line too, and stop following it. */
-  async finish(key: string): Promise<void> {
-    await this.flush(key, true);
+  /** One line the attempt printed (without its newline, at most {@link MAX_LINE_BYTES}). */
+  line(key: string, bytes: Buffer): void {
     const t = this.tracked.get(key);
-    if (t && t.pending.length === 0) this.tracked.delete(key);
+    if (!t || t.ended) return;
+    const cost = bytes.length + LINE_OVERHEAD_BYTES;
+    if (t.dropped > 0 || !this.room(t, cost)) {
+      // Dropped lines are only counted: dropping holds nothing. The marker comes once the sink has caught up.
+      if (t.dropped === 0 || !this.room(t, cost + MARKER_COST)) {
+        t.dropped++;
+        t.droppedBytes += bytes.length;
+        this.counts.dropped++;
+        this.counts.droppedBytes += bytes.length;
+        t.seq++;
+        return;
+      }
+      this.mark(t);
+    }
+    this.hold(t, { atMs: this.clock.nowMs(), seq: t.seq++, line: bytes.toString('utf8') }, cost);
   }
 
-  private flush(key: string, final: boolean): Promise<void> {
+  /** Sends what waits for every attempt. A send that fails for now leaves its lines for the next flush. */
+  async flushAll(): Promise<void> {
+    await Promise.all([...this.tracked.keys()].map((k) => this.flush(k)));
+  }
+
+  /** The attempt's output has ended: send what waits (saying what was dropped), and stop following it once all is sent. */
+  async finish(key: string): Promise<void> {
+    const t = this.tracked.get(key);
+    if (!t) return;
+    t.ended = true;
+    await this.flush(key);
+  }
+
+  /** Whether the attempt has lines waiting (or a marker still to send). */
+  waiting(key: string): boolean {
+    const t = this.tracked.get(key);
+    return !!t && (t.pending.length > 0 || t.dropped > 0);
+  }
+
+  private room(t: Tracked, cost: number): boolean {
+    return (
+      t.pending.length < MAX_PENDING_LINES &&
+      t.pendingBytes + cost <= MAX_PENDING_BYTES &&
+      this.heldLines < MAX_HELD_LINES &&
+      this.heldBytes + cost <= MAX_HELD_BYTES
+    );
+  }
+
+  private hold(t: Tracked, line: LogLine, cost: number): void {
+    t.pending.push(line);
+    t.costs.push(cost);
+    t.pendingBytes += cost;
+    this.heldLines++;
+    this.heldBytes += cost;
+  }
+
+  /** The line that stands where lines were dropped. */
+  private mark(t: Tracked): void {
+    const text =
+      `[gpu-fleet] ${t.dropped} line(s) of output (${t.droppedBytes} bytes) were not shipped here: the log store was ` +
+      "throttled or behind. The machine's output.log for this attempt holds them until it rotates.";
+    this.warn("dropped job output the log store could not take in time; a marker line stands in the job's log", {
+      job: t.meta.jobId,
+      attempt: t.meta.attempt,
+      rank: t.meta.rank,
+      lines: t.dropped,
+      bytes: t.droppedBytes,
+    });
+    t.dropped = 0;
+    t.droppedBytes = 0;
+    this.hold(t, { atMs: this.clock.nowMs(), seq: t.seq++, line: text }, MARKER_COST);
+  }
+
+  private flush(key: string): Promise<void> {
     const t = this.tracked.get(key);
     if (!t) return Promise.resolve();
-    // A failed send leaves its lines pending: the next flush (of this chain) sends them again.
     t.busy = t.busy
       .catch(() => undefined)
-      .then(() => this.read(t, final))
-      .then(() => this.send(t));
+      .then(() => this.send(t))
+      .then(() => {
+        // An ended attempt with nothing left to send is followed no more (one the store could not take waits for the next flush).
+        if (t.ended && t.pending.length === 0 && t.dropped === 0) this.tracked.delete(key);
+      });
     return t.busy;
   }
 
-  private async read(t: Tracked, final: boolean): Promise<void> {
-    let fh;
-    try {
-      fh = await open(t.file, 'r');
-    } catch {
-      return; // not created yet
-    }
-    try {
-      for (;;) {
-        const buf = Buffer.alloc(256 * 1024);
-        const { bytesRead } = await fh.read(buf, 0, buf.length, t.offset);
-        if (bytesRead === 0) break;
-        t.offset += bytesRead;
-        this.cut(t, Buffer.concat([t.partial, buf.subarray(0, bytesRead)]));
-      }
-    } finally {
-      await fh.close();
-    }
-    if (final && t.partial.length > 0) {
-      this.push(t, t.partial);
-      t.partial = Buffer.alloc(0);
-    }
-  }
-
-  private cut(t: Tracked, data: Buffer): void {
-    let start = 0;
-    for (let i = data.indexOf(10); i >= 0; i = data.indexOf(10, start)) {
-      this.push(t, data.subarray(start, i));
-      start = i + 1;
-    }
-    t.partial = Buffer.from(data.subarray(start));
-    // A line that never ends is shipped in pieces of the longest a line may be.
-    while (t.partial.length > MAX_LINE_BYTES) {
-      this.push(t, t.partial.subarray(0, MAX_LINE_BYTES));
-      t.partial = Buffer.from(t.partial.subarray(MAX_LINE_BYTES));
-    }
-  }
-
-  private push(t: Tracked, bytes: Buffer): void {
-    let text: string;
-    if (bytes.length <= MAX_LINE_BYTES) text = bytes.toString('utf8').replace(/\r$/, '');
-    else {
-      const note = ` … [cut: the line was ${bytes.length} bytes]`;
-      text = bytes.subarray(0, MAX_LINE_BYTES - Buffer.byteLength(note)).toString('utf8') + note;
-    }
-    t.pending.push({ atMs: this.clock.nowMs(), seq: t.seq++, line: text });
-  }
-
   private async send(t: Tracked): Promise<void> {
-    while (t.pending.length > 0) {
+    for (;;) {
+      // Lines were dropped and there is room now (or the attempt ended): the marker goes next.
+      if (t.dropped > 0 && (t.ended || this.room(t, MARKER_COST))) this.mark(t);
+      if (t.pending.length === 0) return;
       let bytes = 0;
       let n = 0;
       while (n < t.pending.length && n < MAX_BATCH_LINES) {
@@ -133,9 +192,23 @@ export class LogShipper {
       const lines = t.pending.slice(0, n);
       try {
         await this.sink.append({ ...t.meta, lines });
+        this.counts.shipped += lines.length;
+        if (this.failing) this.warn('the log store takes job output again', {});
+        this.failing = false;
       } catch (error) {
+        if (!isCloudError(error) || error.retryable) {
+          // Throttled or unreachable: the lines wait (within the bounds) for the next flush.
+          this.counts.retried++;
+          if (!this.failing)
+            this.warn('the log store did not take job output for now; sending it again at the next flush', {
+              job: t.meta.jobId,
+              error: messageOf(error),
+            });
+          this.failing = true;
+          return;
+        }
         // Refused for good (malformed, or no longer this machine's to write): sending it again would never end.
-        if (!isCloudError(error) || error.retryable) throw error;
+        this.counts.refused += lines.length;
         this.warn('job output refused by the log store; those lines are dropped', {
           job: t.meta.jobId,
           attempt: t.meta.attempt,
@@ -144,6 +217,13 @@ export class LogShipper {
         });
       }
       t.pending.splice(0, lines.length);
+      const freed = t.costs.splice(0, lines.length).reduce((sum, c) => sum + c, 0);
+      t.pendingBytes -= freed;
+      this.heldLines -= lines.length;
+      this.heldBytes -= freed;
     }
   }
 }
+
+/** What a marker line holds at most (its text and overhead). */
+const MARKER_COST = 256 + LINE_OVERHEAD_BYTES;

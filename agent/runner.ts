@@ -1,12 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { accessSync, chmodSync, closeSync, constants, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, constants, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, isAbsolute, join } from 'node:path';
 import { GpuFleetError } from '../core/errors.ts';
 import { containerUser, type ContainerSettings } from '../core/job-spec.ts';
 import { JOBS_CGROUP, JOBS_NETWORK, type ContainerLimits } from '../core/container-limits.ts';
 import { setTimeout as delay } from 'node:timers/promises';
+import { JobOutput } from './job-output.ts';
 
 /**
  * How the agent starts a job's process: a container (`docker run --gpus`) in production, or a
@@ -33,8 +34,10 @@ export interface Launch {
   readonly checkpointDir: string;
   /** Host folder holding the checkpoint to resume from, when there is one. */
   readonly resumeDir?: string;
-  /** The job's stdout and stderr go to this file. */
+  /** The job's stdout and stderr go to this file, line by line, rotated ({@link JobOutput}). */
   readonly logFile: string;
+  /** Told of each line the job prints (the log shipper), as it is written to {@link logFile}. */
+  readonly onLine?: (line: Buffer) => void;
   /** How a container meets the network, its shared memory and its locked-memory limit (core/job-spec.ts `containerSettings`). */
   readonly container: ContainerSettings;
   /**
@@ -65,8 +68,26 @@ export interface JobProcess {
 export interface JobRunner {
   readonly kind: 'process' | 'docker';
   start(launch: Launch): Promise<JobProcess>;
-  /** Stops what a previous run of the agent left behind (after a crash or restart). */
-  cleanUpLeftovers(): Promise<string[]>;
+  /**
+   * Stops what a previous run of the agent left behind (after a crash or restart), but the
+   * launches named in `keep` (adopted: {@link adopt}). Returns what it stopped.
+   */
+  cleanUpLeftovers(keep?: ReadonlySet<string>): Promise<string[]>;
+  /**
+   * The launches a previous run of the agent left running, each by the attempt it is (its
+   * labels); absent for a runner whose launches do not outlive the agent (plain processes).
+   */
+  findLeftovers?(): Promise<LeftLaunch[]>;
+  /**
+   * Follows a launch a previous run of the agent started, as {@link start} follows its own: its
+   * output into the job's log from where that agent's copy ends, its end, its stop.
+   */
+  adopt?(left: LeftLaunch, launch: Pick<Launch, 'logFile' | 'onLine' | 'limits'>): JobProcess;
+  /**
+   * Lets go of every launch without stopping it (the agent leaves, for one that starts after it to
+   * adopt): the runner stops following them, and their handles never report an end.
+   */
+  detach?(): void;
   /**
    * Puts a container image on this machine ahead of any job that runs it: 'present' when it was
    * there already, 'pulled' once pulled; throws (with the engine's words) when it cannot be had.
@@ -79,6 +100,15 @@ export interface JobRunner {
    * not answer for (not yet created, or gone) is left out.
    */
   writtenOutside?(launches: readonly Pick<Launch, 'jobId' | 'attempt' | 'rank'>[]): Promise<Map<string, number>>;
+}
+
+/** A launch found running when the agent starts, as its labels name it. */
+export interface LeftLaunch {
+  /** What the runner knows it by (a container's name). */
+  readonly name: string;
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly rank: number;
 }
 
 /** The key of a launch in {@link JobRunner.writtenOutside}'s answer. */
@@ -146,14 +176,20 @@ export class ProcessRunner implements JobRunner {
       ...directoryEnv({ checkpointDir: launch.checkpointDir, ...(launch.resumeDir ? { resumeDir: launch.resumeDir } : {}) }),
       CUDA_VISIBLE_DEVICES: launch.devices.join(','),
     };
-    const log = openSync(launch.logFile, 'a');
-    let child: ChildProcess;
-    try {
-      child = spawn(program, args, { env, stdio: ['ignore', log, log], detached: true, shell: false });
-    } finally {
-      closeSync(log);
-    }
-    const exited = childExit(child);
+    // The agent reads the job's output from its pipes and writes the job's log (rotated); a job that prints faster than
+    // the agent reads waits on its pipe, and never on the agent's memory.
+    const output = new JobOutput(launch.logFile, launch.onLine);
+    const child = spawn(program, args, { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true, shell: false });
+    const read = Promise.all([output.follow(child.stdout, 'out'), output.follow(child.stderr, 'err')]);
+    const exited = childExit(child).then(async (exit) => {
+      // What it printed up to its end; a process it left behind that holds the pipes open is not waited for long.
+      if (!(await Promise.race([read.then(() => true), delay(2000, false, { ref: false })]))) {
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+      }
+      output.end();
+      return exit;
+    });
     const pid = child.pid;
     if (pid !== undefined) {
       this.live.set(pid, processStartTime(pid));
@@ -258,6 +294,12 @@ function processStartTime(pid: number): string | undefined {
 export const CONTAINER_CHECKPOINT_DIR = '/gpu-fleet/checkpoint';
 export const CONTAINER_RESUME_DIR = '/gpu-fleet/resume';
 const LABEL = 'io.gpu-fleet.job';
+/**
+ * The engine's own copy of a container's output (what `docker logs` reads, and what the agent
+ * follows): at most three files of 10 MiB, the oldest dropped first. The agent's copy is the job's
+ * `output.log`, rotated on its own.
+ */
+export const CONTAINER_LOG = { maxSizeMiB: 10, maxFiles: 3 } as const;
 
 /**
  * A job id as one name made of `[A-Za-z0-9_.-]` (a container name, a folder name), distinct for
@@ -324,9 +366,12 @@ export function dockerRunArgs(
   for (const [name, value] of Object.entries(env))
     if (/[\r\n]/.test(value))
       throw new GpuFleetError(`variable ${name} of job ${launch.jobId} holds a line break, which an env file cannot carry`);
-  // Not --rm: the runner reads how the container ended (the kernel's OOM kill) before it removes it.
+  // Not --rm: the runner reads how the container ended (the kernel's OOM kill) before it removes it. Detached: the
+  // container lives apart from the agent (an agent that restarts finds it and follows it again), and the agent reads
+  // its output from the engine's log, so a job that prints faster than the agent reads never waits on the agent.
   const args = [
     'run',
+    '--detach',
     '--init',
     '--name',
     containerName(launch.jobId, launch.attempt, launch.rank),
@@ -334,6 +379,15 @@ export function dockerRunArgs(
     `${LABEL}=${launch.jobId}`,
     '--label',
     `${LABEL}.attempt=${launch.attempt}`,
+    '--label',
+    `${LABEL}.rank=${launch.rank}`,
+    // The engine's copy of the output, which the agent follows, is bounded whatever the engine's defaults.
+    '--log-driver',
+    'json-file',
+    '--log-opt',
+    `max-size=${CONTAINER_LOG.maxSizeMiB}m`,
+    '--log-opt',
+    `max-file=${CONTAINER_LOG.maxFiles}`,
     // The registry decides, for each attempt, whether this machine may have the image: an image another team's job
     // left in the engine's cache never runs on the strength of the cache alone (Kubernetes' AlwaysPullImages).
     '--pull',
@@ -480,6 +534,10 @@ export class DockerRunner implements JobRunner {
   private cli(args: readonly string[]): Promise<{ code: number | null; output: string }> {
     return new Promise((resolve) => {
       const child = spawn(this.docker, args, { stdio: ['ignore', 'pipe', 'pipe'], env: this.env, shell: false });
+      if (args[0] === 'wait') {
+        this.followers.add(child);
+        child.once('close', () => this.followers.delete(child));
+      }
       let output = '';
       child.stdout.on('data', (b: Buffer) => (output += b.toString()));
       child.stderr.on('data', (b: Buffer) => (output += b.toString()));
@@ -597,82 +655,141 @@ export class DockerRunner implements JobRunner {
     chmodSync(this.envDir, 0o700);
     rmSync(envFile, { force: true });
     writeFileSync(envFile, envFileText, { mode: 0o600, flag: 'wx' });
-    closeSync(openSync(launch.logFile, 'a')); // the job's log exists from its start (the pull's lines come first)
+    const output = new JobOutput(launch.logFile, launch.onLine); // the job's log exists from its start (the pull's lines come first)
+    const forget = () => rmSync(envFile, { force: true });
 
-    let child: ChildProcess | undefined;
-    let pulling = false;
+    let pull: ChildProcess | undefined;
     let stopping = false;
-    const runChild = (args: readonly string[]): ChildProcess => {
-      const log = openSync(launch.logFile, 'a');
-      try {
-        return (child = spawn(this.docker, args, { env: this.env, stdio: ['ignore', log, log], shell: false }));
-      } finally {
-        closeSync(log);
-      }
-    };
     const stopped: Exit = { exitCode: null, signal: 'SIGTERM' };
+    const grace = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
+    let graceMs = 10_000;
     const exited = (async (): Promise<Exit> => {
       let image = this.pull === 'always' ? undefined : await this.inspectImage(launch.image);
       if (!image) {
-        pulling = true;
-        const pulled = await childExit(runChild(['pull', launch.image]));
-        pulling = false;
+        pull = spawn(this.docker, ['pull', launch.image], { env: this.env, stdio: ['ignore', 'pipe', 'pipe'], shell: false });
+        const read = Promise.all([output.follow(pull.stdout, 'out'), output.follow(pull.stderr, 'err')]);
+        const pulled = await childExit(pull);
+        await read;
+        pull = undefined;
         if (stopping) return stopped;
         if (pulled.exitCode !== 0) return { exitCode: DOCKER_OWN_FAILURE, signal: null };
         image = await this.inspectImage(launch.image);
         if (!image) return { exitCode: DOCKER_OWN_FAILURE, signal: null };
       }
       if (stopping) return stopped;
-      const exit = await childExit(runChild(dockerRunArgs(launch, { ...options, resolved: image }).args));
-      // How the container ended (docker run's exit is its exit code; the engine knows whether the kernel killed it for
-      // its memory), then the container goes.
-      const state = await this.cli(['container', 'inspect', '--format', '{{.State.OOMKilled}}', name]);
-      await this.cli(['rm', '--force', name]);
-      return state.code === 0 && state.output.trim() === 'true' && launch.limits
-        ? { ...exit, outOfMemoryMiB: launch.limits.memoryMiB }
-        : exit;
-    })();
-    const forget = () => rmSync(envFile, { force: true });
+      const made = await this.cli(dockerRunArgs(launch, { ...options, resolved: image }).args);
+      forget(); // the CLI has read it: the container exists, or never will
+      if (made.code !== 0) {
+        // The engine could not make or start it (125), or its program cannot run (126, 127): the job's log says why.
+        output.write(Buffer.from(made.output.replace(/^[0-9a-f]{64}\n/m, ''))); // the id of a container that never ran says nothing
+        await this.cli(['rm', '--force', name]);
+        return { exitCode: made.code, signal: null };
+      }
+      if (stopping) await this.cli(['stop', '--time', grace(graceMs), name]);
+      return this.followContainer(name, output, launch.limits?.memoryMiB);
+    })().finally(() => output.end());
     void exited.then(forget);
-    // The CLI reads the file before it creates the container: once the container exists, the file goes.
-    void this.whenCreated(name, exited).then(forget);
-    return {
-      get pid() {
-        return child?.pid;
+    return this.handle(name, exited, {
+      beforeStop: (ms) => {
+        stopping = true;
+        graceMs = ms;
+        if (pull) {
+          pull.kill('SIGTERM');
+          return true;
+        }
+        return false;
       },
+    });
+  }
+
+  /**
+   * Follows a started container to its end: its output from the engine's log into the job's log
+   * (from `sinceSec` on, for a container an earlier agent started), its exit code from `docker
+   * wait`, whether the kernel killed it for its memory; then the container goes.
+   */
+  private async followContainer(name: string, output: JobOutput, memoryMiB: number | undefined, sinceSec?: number): Promise<Exit> {
+    const logs = spawn(this.docker, ['logs', '--follow', ...(sinceSec !== undefined ? ['--since', sinceSec.toFixed(3)] : []), name], {
+      env: this.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      shell: false,
+    });
+    this.followers.add(logs);
+    void childExit(logs).then(() => this.followers.delete(logs));
+    const read = Promise.all([output.follow(logs.stdout, 'out'), output.follow(logs.stderr, 'err')]);
+    const waited = await this.cli(['wait', name]);
+    // Let go of (the agent left): the container runs on for the next agent, and this handle never ends.
+    if (this.detached) return new Promise<Exit>(() => undefined);
+    // The engine's log ends with the container: what follows it ends soon after (it is stopped if it does not).
+    if (!(await Promise.race([read.then(() => true), delay(5000, false, { ref: false })]))) logs.kill('SIGKILL');
+    await read;
+    const code = waited.code === 0 ? Number.parseInt(waited.output.trim(), 10) : Number.NaN;
+    const exit: Exit = Number.isInteger(code) ? { exitCode: code, signal: null } : { exitCode: DOCKER_OWN_FAILURE, signal: null };
+    const state = await this.cli(['container', 'inspect', '--format', '{{.State.OOMKilled}}', name]);
+    await this.cli(['rm', '--force', name]);
+    return state.code === 0 && state.output.trim() === 'true' && memoryMiB !== undefined ? { ...exit, outOfMemoryMiB: memoryMiB } : exit;
+  }
+
+  /** The handle on a container: signals and stops go to the engine by the container's name. */
+  private handle(name: string, exited: Promise<Exit>, hooks: { beforeStop?: (graceMs: number) => boolean } = {}): JobProcess {
+    return {
+      pid: undefined,
       exited,
       signal: async (sig) => {
         await this.cli(['kill', '--signal', sig, name]);
       },
       stop: async (graceMs) => {
-        stopping = true;
-        if (pulling) child?.kill('SIGTERM');
-        else await this.cli(['stop', '--time', String(Math.max(1, Math.ceil(graceMs / 1000))), name]);
+        if (!hooks.beforeStop?.(graceMs)) await this.cli(['stop', '--time', String(Math.max(1, Math.ceil(graceMs / 1000))), name]);
         const done = await Promise.race([exited, delay(5000, undefined, { ref: false })]);
         if (done) return done;
-        child?.kill('SIGKILL');
+        await this.cli(['kill', '--signal', 'SIGKILL', name]);
         return exited;
       },
     };
   }
 
-  /**
-   * Resolves once `docker container inspect` finds the container, looking every second (an image
-   * pull comes first and may take minutes); or when its `docker run` has exited, or after 30 minutes.
-   */
-  private async whenCreated(name: string, exited: Promise<Exit>): Promise<void> {
-    let gone = false;
-    void exited.then(() => (gone = true));
-    for (let waited = 0; !gone && waited < 30 * 60_000; waited += 1000) {
-      if ((await this.cli(['container', 'inspect', '--format', '{{.Id}}', name])).code === 0) return;
-      await delay(1000, undefined, { ref: false });
-    }
+  detach(): void {
+    this.detached = true;
+    for (const child of this.followers) child.kill('SIGKILL');
   }
 
-  async cleanUpLeftovers(): Promise<string[]> {
-    const listed = await this.cli(['ps', '--all', '--filter', `label=${LABEL}`, '--format', '{{.Names}}']);
+  /** The CLI processes following containers (`docker logs --follow`, `docker wait`), stopped when the agent lets go. */
+  private readonly followers = new Set<ChildProcess>();
+  private detached = false;
+
+  /** The containers of gpu-fleet's jobs on this engine (by their label: no other container is ever listed), running or not. */
+  async findLeftovers(): Promise<LeftLaunch[]> {
+    const format = ['{{.Names}}', ...['', '.attempt', '.rank'].map((k) => `{{.Label "${LABEL}${k}"}}`)].join('\t');
+    const listed = await this.cli(['ps', '--all', '--filter', `label=${LABEL}`, '--format', format]);
     if (listed.code !== 0) throw new GpuFleetError(`docker ps failed: ${listed.output.trim()}`);
-    const names = listed.output.split(/\s+/).filter((s) => /^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/.test(s));
+    const found: LeftLaunch[] = [];
+    for (const line of listed.output.split('\n')) {
+      const [name, jobId, attempt, rank] = line.split('\t');
+      if (!name || !/^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/.test(name)) continue;
+      // A container an older agent labelled without its rank is its rank 0 (it ran one rank a machine).
+      const a = Number(attempt);
+      const r = rank === undefined || rank === '' ? 0 : Number(rank);
+      found.push({ name, jobId: jobId ?? '', attempt: Number.isSafeInteger(a) ? a : -1, rank: Number.isSafeInteger(r) ? r : -1 });
+    }
+    return found;
+  }
+
+  adopt(left: LeftLaunch, launch: Pick<Launch, 'logFile' | 'onLine' | 'limits'>): JobProcess {
+    // The earlier agent's copy of the output ends when it last wrote the file: the engine's log gives what came after.
+    // (The file's time is the kernel's coarse clock, up to a tick early: the last line written may come again, never
+    // one be lost.)
+    let sinceSec: number | undefined;
+    try {
+      sinceSec = statSync(launch.logFile).mtimeMs / 1000;
+    } catch {
+      sinceSec = undefined; // no copy at all: the engine's log from the start
+    }
+    const output = new JobOutput(launch.logFile, launch.onLine);
+    const exited = this.followContainer(left.name, output, launch.limits?.memoryMiB, sinceSec).finally(() => output.end());
+    return this.handle(left.name, exited);
+  }
+
+  async cleanUpLeftovers(keep: ReadonlySet<string> = new Set()): Promise<string[]> {
+    const names = (await this.findLeftovers()).map((l) => l.name).filter((n) => !keep.has(n));
     if (names.length > 0) await this.cli(['rm', '--force', ...names]);
     // Env files an earlier agent left (it crashed before its containers were created).
     rmSync(this.envDir, { recursive: true, force: true });

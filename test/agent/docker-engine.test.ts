@@ -83,7 +83,10 @@ function noGpuRunner(envDir: string): JobRunner {
   return {
     kind: 'docker',
     start: (launch) => inner.start({ ...launch, devices: [] }),
-    cleanUpLeftovers: () => inner.cleanUpLeftovers(),
+    cleanUpLeftovers: (keep) => inner.cleanUpLeftovers(keep),
+    findLeftovers: () => inner.findLeftovers(),
+    adopt: (left, launch) => inner.adopt(left, launch),
+    detach: () => inner.detach(),
     prefetch: (image) => inner.prefetch(image),
     writtenOutside: (launches) => inner.writtenOutside(launches),
   };
@@ -323,6 +326,54 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
       await w.shutdown();
     }
   }, 60_000);
+
+  it('adopts on restart: an agent that starts again follows the containers still its node’s, stops the one whose attempt moved on, and never touches a stranger', async () => {
+    const w = agentWorld();
+    const work = tmp('agent-r');
+    const a = w.agent('i-r', { workDir: work, runner: noGpuRunner(join(work, 'env')) });
+    const kept = jobIdFor('nlp', `kept-${run}`);
+    const moved = jobIdFor('nlp', `moved-${run}`);
+    // A container that is not gpu-fleet's (no label): whatever the agents do, it runs on.
+    const stranger = `stranger-${run}`;
+    docker('run', '--detach', '--name', stranger, image, 'node', '-e', 'setTimeout(() => {}, 600000)');
+    const keptName = () => containersOf([kept])[0]!;
+    try {
+      await a.heartbeat();
+      await w.submit(kept, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '120', '100', '0']));
+      await w.submit(moved, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '100000', '20', '0']));
+      await w.place(kept, ['i-r'], [0]);
+      await w.place(moved, ['i-r'], [0]);
+      await a.heartbeat();
+      await waitFor('both containers to run', () => containersOf([kept, moved]).length === 2);
+      await waitFor('the kept job to start counting', () => w.output(work, kept, 1).length > 0);
+      const before = docker('container', 'inspect', '--format', '{{.Id}} {{.State.StartedAt}}', keptName());
+
+      // The agent goes (a crash, an upgrade): its containers run on. While it is away, one attempt stops being this node's.
+      await a.leave();
+      await w.nodes.unassign('i-r', moved, 1);
+      const b = w.agent('i-r', { workDir: work, runner: noGpuRunner(join(work, 'env')) });
+      await b.start();
+      expect(containersOf([kept, moved])).toEqual([keptName()]);
+      // The very container, never restarted; the stranger untouched.
+      expect(docker('container', 'inspect', '--format', '{{.Id}} {{.State.StartedAt}}', keptName())).toBe(before);
+      expect(docker('container', 'inspect', '--format', '{{.State.Running}}', stranger)).toBe('true');
+      expect(w.logs.some((l) => l.message === 'adopted the job containers an earlier agent left running')).toBe(true);
+
+      // Its end is the new agent's to see and report; its output goes on in the same log, from where the first agent's copy ended.
+      await waitFor('the adopted job to finish', async () => (await w.jobs.get(kept))?.state === 'succeeded', 30_000);
+      // (The line the first agent wrote last may come twice: the file's time is the kernel's coarse clock, and a line
+      // is better twice than lost.)
+      const out = w.output(work, kept, 1);
+      expect(out[0]).toMatchObject({ event: 'start', step: 0 });
+      expect(out.filter((l) => l.event === 'done')).toEqual([{ event: 'done', step: 120, ranSteps: 120 }]);
+      expect(out.at(-1)).toMatchObject({ event: 'done' });
+      await waitFor('the adopted container to be removed', () => containersOf([kept]).length === 0);
+      await b.stop();
+    } finally {
+      spawnSync('docker', ['rm', '--force', stranger]);
+      await w.shutdown();
+    }
+  }, 90_000);
 
   it('lets a two-machine gang meet: the follower reaches the leader at GPU_FLEET_LEADER_ADDRESS and its rendezvous port', async () => {
     const w = agentWorld();

@@ -72,6 +72,7 @@ describe('docker runner', () => {
     });
     expect(args).toEqual([
       'run',
+      '--detach', // the container lives apart from the agent; the agent follows its output and its end
       '--init',
       '--name',
       'gpu-fleet-nlp.train-7-a2-r0',
@@ -79,6 +80,14 @@ describe('docker runner', () => {
       'io.gpu-fleet.job=nlp.train-7',
       '--label',
       'io.gpu-fleet.job.attempt=2',
+      '--label',
+      'io.gpu-fleet.job.rank=0',
+      '--log-driver', // the engine's copy of the output is bounded whatever its defaults
+      'json-file',
+      '--log-opt',
+      'max-size=10m',
+      '--log-opt',
+      'max-file=3',
       '--pull',
       'never', // the runner pulled it for this attempt, and runs the very image it inspected
       '--gpus',
