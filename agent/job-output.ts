@@ -5,6 +5,7 @@ import type { Readable } from 'node:stream';
 export const MAX_LINE_BYTES = 16 * 1024;
 /** `output.log` is rotated once it passes this size: it becomes `output.log.1` (the one before goes), and a new one starts. */
 export const OUTPUT_LOG_MAX_BYTES = 64 * 1024 * 1024;
+const NEWLINE = Buffer.from('\n');
 
 /**
  * What one attempt prints, as the agent receives it from the job's pipes: cut into lines (each
@@ -34,16 +35,22 @@ export class JobOutput {
   write(chunk: Buffer, stream = 'out'): void {
     if (this.closed || chunk.length === 0) return;
     let data = this.partial.has(stream) ? Buffer.concat([this.partial.get(stream)!, chunk]) : chunk;
-    let start = 0;
-    for (let i = data.indexOf(10); i >= 0; i = data.indexOf(10, start)) {
-      this.line(data.subarray(start, i));
-      start = i + 1;
+    const last = data.lastIndexOf(10);
+    if (last >= 0) {
+      // The whole lines go to the file in one write (as printed), then one by one to the shipper.
+      this.append(data.subarray(0, last + 1));
+      let start = 0;
+      for (let i = data.indexOf(10); i >= 0 && i <= last; i = data.indexOf(10, start)) {
+        this.hand(data.subarray(start, i));
+        start = i + 1;
+      }
+      data = data.subarray(last + 1);
     }
-    data = data.subarray(start);
     // A line that never ends goes in pieces of the longest a line may be.
     while (data.length >= MAX_LINE_BYTES) {
       const cut = pieceEnd(data);
-      this.line(data.subarray(0, cut));
+      this.append(Buffer.concat([data.subarray(0, cut), NEWLINE]));
+      this.hand(data.subarray(0, cut));
       data = data.subarray(cut);
     }
     if (data.length > 0) this.partial.set(stream, Buffer.from(data));
@@ -63,27 +70,30 @@ export class JobOutput {
   /** The job has ended: each stream's unfinished last line goes as a line, and the file is closed. */
   end(): void {
     if (this.closed) return;
-    for (const rest of this.partial.values()) this.line(rest);
+    for (const rest of this.partial.values()) {
+      this.append(Buffer.concat([rest, NEWLINE]));
+      this.hand(rest);
+    }
     this.partial.clear();
     this.closed = true;
     closeSync(this.fd);
   }
 
-  private line(bytes: Buffer): void {
-    // A long line goes in pieces of the longest a line may be, each cut between characters.
+  /** Whole lines to the file, which is rotated first when they would take it past its size. */
+  private append(lines: Buffer): void {
+    if (this.size > 0 && this.size + lines.length > this.maxBytes) this.rotate();
+    writeSync(this.fd, lines);
+    this.size += lines.length;
+  }
+
+  /** One line to the shipper: without its carriage return, in pieces of at most {@link MAX_LINE_BYTES}. */
+  private hand(bytes: Buffer): void {
     while (bytes.length > MAX_LINE_BYTES) {
       const cut = pieceEnd(bytes);
-      this.line(bytes.subarray(0, cut));
+      this.onLine(bytes.subarray(0, cut));
       bytes = bytes.subarray(cut);
     }
-    const text = bytes.at(-1) === 13 ? bytes.subarray(0, -1) : bytes;
-    if (this.size > 0 && this.size + text.length + 1 > this.maxBytes) this.rotate();
-    const out = Buffer.allocUnsafe(text.length + 1);
-    text.copy(out);
-    out[text.length] = 10;
-    writeSync(this.fd, out);
-    this.size += out.length;
-    this.onLine(text);
+    this.onLine(bytes.at(-1) === 13 ? bytes.subarray(0, -1) : bytes);
   }
 
   private rotate(): void {

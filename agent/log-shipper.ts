@@ -31,6 +31,8 @@ export interface ShipperCounts {
   refused: number;
   /** Sends that failed for now (throttled, unreachable): their lines waited for the next flush. */
   retried: number;
+  /** Marker lines put where lines were dropped. */
+  markers: number;
 }
 
 interface Tracked {
@@ -49,6 +51,9 @@ interface Tracked {
   ended: boolean;
   /** The send in progress: sends of one attempt never overlap. */
   busy: Promise<void>;
+  sending: boolean;
+  /** After a send that failed for now, no send before this time but the flushes' own (the store is not hammered). */
+  quietUntilMs: number;
 }
 
 /**
@@ -65,7 +70,7 @@ export class LogShipper {
   private readonly tracked = new Map<string, Tracked>();
   private heldLines = 0;
   private heldBytes = 0;
-  readonly counts: ShipperCounts = { shipped: 0, dropped: 0, droppedBytes: 0, refused: 0, retried: 0 };
+  readonly counts: ShipperCounts = { shipped: 0, dropped: 0, droppedBytes: 0, refused: 0, retried: 0, markers: 0 };
   private failing = false;
 
   constructor(
@@ -87,6 +92,8 @@ export class LogShipper {
       droppedBytes: 0,
       ended: false,
       busy: Promise.resolve(),
+      sending: false,
+      quietUntilMs: 0,
     });
   }
 
@@ -108,6 +115,8 @@ export class LogShipper {
       this.mark(t);
     }
     this.hold(t, { atMs: this.clock.nowMs(), seq: t.seq++, line: bytes.toString('utf8') }, cost);
+    // A batch's worth waits: it goes now, not at the next flush (a job that prints fast is shipped as fast as the store takes it).
+    if (!t.sending && t.pending.length >= MAX_BATCH_LINES && this.clock.nowMs() >= t.quietUntilMs) void this.flush(key);
   }
 
   /** Sends what waits for every attempt. A send that fails for now leaves its lines for the next flush. */
@@ -160,15 +169,18 @@ export class LogShipper {
     });
     t.dropped = 0;
     t.droppedBytes = 0;
+    this.counts.markers++;
     this.hold(t, { atMs: this.clock.nowMs(), seq: t.seq++, line: text }, MARKER_COST);
   }
 
   private flush(key: string): Promise<void> {
     const t = this.tracked.get(key);
     if (!t) return Promise.resolve();
+    t.sending = true;
     t.busy = t.busy
       .catch(() => undefined)
       .then(() => this.send(t))
+      .finally(() => (t.sending = false))
       .then(() => {
         // An ended attempt with nothing left to send is followed no more (one the store could not take waits for the next flush).
         if (t.ended && t.pending.length === 0 && t.dropped === 0) this.tracked.delete(key);
@@ -199,6 +211,7 @@ export class LogShipper {
         if (!isCloudError(error) || error.retryable) {
           // Throttled or unreachable: the lines wait (within the bounds) for the next flush.
           this.counts.retried++;
+          t.quietUntilMs = this.clock.nowMs() + QUIET_AFTER_FAILURE_MS;
           if (!this.failing)
             this.warn('the log store did not take job output for now; sending it again at the next flush', {
               job: t.meta.jobId,
@@ -224,6 +237,9 @@ export class LogShipper {
     }
   }
 }
+
+/** How long after a send that failed for now a full batch waits for the next flush rather than going at once. */
+const QUIET_AFTER_FAILURE_MS = 1000;
 
 /** What a marker line holds at most (its text and overhead). */
 const MARKER_COST = 256 + LINE_OVERHEAD_BYTES;

@@ -7,7 +7,7 @@ import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { serveMetrics } from '../../agent/cli.ts';
 import { AwsImds } from '../../agent/metadata.ts';
 import { CloudWatchJobLogs } from '../../cloud/aws/cloudwatch-logs.ts';
-import { FakeCloudWatchLogs } from '../support/fake-logs.ts';
+import { FakeCloudWatchLogs } from '../../bench/support/fake-logs.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';
 import { handleNotice } from '../../core/services/interruption.ts';
 import { applyJobEvent } from '../../core/services/job-updates.ts';

@@ -4,7 +4,7 @@ import { CloudWatchJobLogs, logStreamName } from '../../cloud/aws/cloudwatch-log
 import { MemoryJobLogs } from '../../cloud/sim/memory-stores.ts';
 import { isCloudError } from '../../core/errors.ts';
 import { jobLogsContract } from '../contract/job-logs.contract.ts';
-import { FakeCloudWatchLogs } from '../support/fake-logs.ts';
+import { FakeCloudWatchLogs } from '../../bench/support/fake-logs.ts';
 
 /** Line times an hour ago: CloudWatch Logs leaves out events over 14 days old or 2 hours ahead, as the fake does. */
 const T = Date.now() - 3_600_000;

@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { fakeAutoScaling } from '../support/fake-aws.ts';
 import { startFakeElb } from '../support/fake-elb.ts';
 import { FakeGce } from '../support/fake-gce.ts';
-import { FakeCloudWatchLogs } from '../support/fake-logs.ts';
+import { FakeCloudWatchLogs } from '../../bench/support/fake-logs.ts';
 import { startMetadataServer } from '../support/metadata-server.ts';
 
 // Issue 48: every fake in test/support that stands for an AWS or GCP API, checked against what the
@@ -205,7 +205,7 @@ describe('fake Elastic Load Balancing v2 (test/support/fake-elb.ts)', () => {
   });
 });
 
-describe('fake CloudWatch Logs (test/support/fake-logs.ts)', () => {
+describe('fake CloudWatch Logs (bench/support/fake-logs.ts)', () => {
   async function logs() {
     const f = await new FakeCloudWatchLogs(['/gpu-fleet/jobs']).start();
     cleanups.push(() => f.stop());
@@ -242,6 +242,35 @@ describe('fake CloudWatch Logs (test/support/fake-logs.ts)', () => {
     expect((await call('CreateLogStream', { logGroupName: '/gpu-fleet/jobs', logStreamName: 's' })).json.__type).toBe(
       'ResourceAlreadyExistsException',
     );
+  });
+
+  it('PutLogEvents past its call rate is 400 ThrottlingException "Rate exceeded", takes nothing of that call, and takes calls again as the rate allows', async () => {
+    const f = await new FakeCloudWatchLogs(['/g'], { throttle: { callsPerSec: 2 } }).start();
+    cleanups.push(() => f.stop());
+    const call = (op: string, body: Record<string, unknown>) =>
+      fetch(f.endpoint, {
+        method: 'POST',
+        headers: { 'x-amz-target': `Logs_20140328.${op}`, 'content-type': 'application/x-amz-json-1.1' },
+        body: JSON.stringify(body),
+      });
+    await call('CreateLogStream', { logGroupName: '/g', logStreamName: 's' });
+    const put = async (message: string) => {
+      const res = await call('PutLogEvents', { logGroupName: '/g', logStreamName: 's', logEvents: [{ timestamp: now, message }] });
+      return { status: res.status, type: ((await res.json()) as { __type?: string }).__type };
+    };
+    expect(await put('one')).toEqual({ status: 200, type: undefined });
+    expect(await put('two')).toEqual({ status: 200, type: undefined });
+    expect(await put('three')).toEqual({ status: 400, type: 'ThrottlingException' });
+    await new Promise((r) => setTimeout(r, 700));
+    expect(await put('four')).toEqual({ status: 200, type: undefined });
+    expect(
+      f.groups
+        .get('/g')!
+        .get('s')!
+        .map((e) => e.message),
+    ).toEqual(['one', 'two', 'four']);
+    expect(f.stats).toEqual({ events: 3, bytes: 10, throttled: 1 });
+    expect(await (await fetch(`${f.endpoint}/__stats`)).json()).toEqual(f.stats);
   });
 
   it('PutLogEvents refuses a batch out of time order, over 10,000 events, over 1,048,576 bytes (26 per event), spanning over 24 h, or with an event over 256 KiB', async () => {

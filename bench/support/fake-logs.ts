@@ -11,6 +11,10 @@ import type { AddressInfo } from 'node:net';
  * otherwise); events over 14 days old or 2 hours ahead left out and reported in
  * `rejectedLogEventsInfo`; pages of `pageSize`
  * with the forward token returned unchanged at a stream's end.
+ * With `throttle`, PutLogEvents calls past that many a second (a token bucket, one second's worth
+ * deep) are refused as the service refuses them, 400 ThrottlingException "Rate exceeded", and
+ * counted; with `keepEvents: false` the events taken are counted, not kept (a benchmark's gigabyte).
+ * `GET /__stats` (not an AWS call) answers those counts, for a double run in another process.
  */
 export class FakeCloudWatchLogs {
   private server: Server | undefined;
@@ -19,9 +23,29 @@ export class FakeCloudWatchLogs {
   readonly groups = new Map<string, Map<string, { timestamp: number; message: string; ingestionTime: number }[]>>();
   /** Every call, as its operation name. */
   readonly calls: string[] = [];
+  /** Events taken, their messages' bytes, and the PutLogEvents calls refused as throttled. */
+  readonly stats = { events: 0, bytes: 0, throttled: 0 };
+  private tokens: number;
+  private tokensAtMs = Date.now();
 
-  constructor(groupNames: readonly string[]) {
+  constructor(
+    groupNames: readonly string[],
+    private readonly options: { throttle?: { callsPerSec: number }; keepEvents?: boolean } = {},
+  ) {
     for (const g of groupNames) this.groups.set(g, new Map());
+    this.tokens = options.throttle?.callsPerSec ?? 0;
+  }
+
+  /** Takes one PutLogEvents call from the bucket; false when it is empty (throttled). */
+  private take(): boolean {
+    const rate = this.options.throttle?.callsPerSec;
+    if (rate === undefined) return true;
+    const now = Date.now();
+    this.tokens = Math.min(rate, this.tokens + ((now - this.tokensAtMs) / 1000) * rate);
+    this.tokensAtMs = now;
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
   }
 
   async start(): Promise<this> {
@@ -42,6 +66,11 @@ export class FakeCloudWatchLogs {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
+    if (req.method === 'GET' && req.url === '/__stats') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(this.stats));
+      return;
+    }
     const target = String(req.headers['x-amz-target'] ?? '');
     const op = target.replace(/^Logs_20140328\./, '');
     this.calls.push(op);
@@ -60,6 +89,10 @@ export class FakeCloudWatchLogs {
         group.set(streamName, []);
         return send(200, {});
       case 'PutLogEvents': {
+        if (!this.take()) {
+          this.stats.throttled++;
+          return fail('ThrottlingException', 'Rate exceeded');
+        }
         const stream = group.get(streamName);
         if (!stream) return fail('ResourceNotFoundException', 'The specified log stream does not exist.');
         const events = (body.logEvents ?? []) as { timestamp: number; message: string }[];
@@ -83,7 +116,11 @@ export class FakeCloudWatchLogs {
         while (oldEnd < events.length && events[oldEnd]!.timestamp < now - 14 * 86_400_000) oldEnd++;
         let newStart = events.length;
         while (newStart > oldEnd && events[newStart - 1]!.timestamp > now + 2 * 3_600_000) newStart--;
-        for (const e of events.slice(oldEnd, newStart)) stream.push({ ...e, ingestionTime: now });
+        for (const e of events.slice(oldEnd, newStart)) {
+          if (this.options.keepEvents !== false) stream.push({ ...e, ingestionTime: now });
+          this.stats.events++;
+          this.stats.bytes += Buffer.byteLength(e.message, 'utf8');
+        }
         const rejected = {
           ...(oldEnd > 0 ? { tooOldLogEventEndIndex: oldEnd } : {}),
           ...(newStart < events.length ? { tooNewLogEventStartIndex: newStart } : {}),
