@@ -1,4 +1,4 @@
-import { readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, statfsSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import os from 'node:os';
@@ -68,6 +68,7 @@ import { launchKey, safeJobName, type Exit, type JobProcess, type JobRunner, typ
 import { ImagePrefetcher } from './prefetch.ts';
 import { prefetchChanged } from '../core/serving/prefetch.ts';
 import { LogShipper } from './log-shipper.ts';
+import { leaseMark } from './watchdog.ts';
 import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
 import { probeReadiness, scrapeReplica } from './prometheus.ts';
@@ -190,6 +191,11 @@ export interface AgentConfig {
   readonly stopGraceSec?: number;
   /** The lease the heartbeats renew, and the fence's length once it lapses (default node-rules DEFAULT_AGENT_LEASE). */
   readonly lease?: AgentLease;
+  /**
+   * Where the agent writes each renewal of its lease (and the lease's terms), for the machine's
+   * watchdog (agent/watchdog.ts), which stops the job containers once it is past the lease and fence.
+   */
+  readonly leaseFile?: string;
   /** Checkpoints must be safe this long before the machine goes. */
   readonly noticeMarginSec?: number;
   /** How often the agent looks for the job's marker while it waits for a checkpoint it asked for. */
@@ -466,6 +472,19 @@ export class NodeAgent {
     }
   }
 
+  /** Writes the renewal for the watchdog: the whole file at once (a rename), never half of one. */
+  private markLease(renewedAtMs: number): void {
+    const file = this.config.leaseFile;
+    if (!file) return;
+    try {
+      writeFileSync(`${file}.tmp`, JSON.stringify(leaseMark(renewedAtMs, this.lease)));
+      renameSync(`${file}.tmp`, file);
+    } catch (error) {
+      // The watchdog then stops the containers at the lease's end, as it would for a dead agent: loud, not silent.
+      this.ports.log.error('could not write the lease file the watchdog reads', { file, error: messageOf(error) });
+    }
+  }
+
   /** The heartbeat itself: GPUs and health, written to the node's record. Waits on no job. */
   async beat(): Promise<void> {
     const now = this.ports.clock.nowMs();
@@ -487,6 +506,7 @@ export class NodeAgent {
     const gpuKey = gpus ? JSON.stringify(gpus) : this.registeredGpus;
     const known = gpuKey === this.registeredGpus && (await this.ports.nodes.heartbeat(this.instanceId, now, this.health));
     this.lastBeatAtMs = now;
+    this.markLease(now);
     if (this.fence) {
       this.ports.log.info('the control plane takes heartbeats again: the lease is renewed, and new work may start', {
         fencedForSec: Math.round((now - this.fence.sinceMs) / 1000),
@@ -874,7 +894,7 @@ export class NodeAgent {
     await this.inventory();
     const record = await this.ports.nodes.get(this.instanceId);
     for (const left of found) {
-      if (record?.assigned?.[left.jobId] !== left.attempt || this.local.has(keyOf(left.jobId, left.attempt))) continue;
+      if (!left.running || record?.assigned?.[left.jobId] !== left.attempt || this.local.has(keyOf(left.jobId, left.attempt))) continue;
       const job = await this.ports.jobs.get(left.jobId);
       const step = nextNodeStep(job, this.instanceId, left.attempt, this.view(undefined));
       if (step.kind !== 'launch' || step.rank !== left.rank || !job) continue;

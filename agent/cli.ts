@@ -1,9 +1,10 @@
 import { createServer, type Server } from 'node:http';
-import os, { hostname as osHostname } from 'node:os';
+import os, { hostname as osHostname, tmpdir } from 'node:os';
 import { dcgmExposition } from './dcgm-exporter.ts';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { watchdogLook, type WatchdogLook } from './watchdog.ts';
 import { fileURLToPath } from 'node:url';
 import { S3Client } from '@aws-sdk/client-s3';
 import { Logger } from '@aws-lambda-powertools/logger';
@@ -307,6 +308,8 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       identity,
       ...(flags.group ? { groupId: flags.group } : {}),
       workDir,
+      // Read by the machine's watchdog (gpu-fleet-watchdog.timer), which stops the job containers if the lease runs out.
+      leaseFile: join(workDir, 'lease.json'),
       noticeMarginSec: config.policy.noticeMarginSec,
       checkpointTiming: { uploadMiBPerSec: config.policy.uploadMiBPerSec, uploadMarginSec: config.policy.uploadMarginSec },
       heartbeatSec: flags.heartbeatSec ?? 15,
@@ -410,6 +413,23 @@ export async function agentJobsSliceCommand(
   );
   io.stdout.write(text);
   return text;
+}
+
+/** One look of the machine's watchdog (agent/watchdog.ts), printed as one JSON line for the journal. */
+export async function agentWatchdogCommand(
+  flags: { leaseFile: string; stopGraceSec?: number; docker?: string },
+  io: { stdout: NodeJS.WritableStream },
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<WatchdogLook> {
+  const docker = new DockerRunner(flags.docker ?? 'docker', env, [], join(tmpdir(), 'gpu-fleet-watchdog-env'));
+  const look = await watchdogLook({
+    leaseFile: flags.leaseFile,
+    nowMs: Date.now(),
+    ...(flags.stopGraceSec !== undefined ? { stopGraceSec: flags.stopGraceSec } : {}),
+    stopJobContainers: (graceSec) => docker.stopJobContainers(graceSec),
+  });
+  io.stdout.write(`${JSON.stringify(look)}\n`);
+  return look;
 }
 
 /** The slice unit's text for a room. */

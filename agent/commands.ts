@@ -8,7 +8,7 @@ import { decimalNumber, oneOf, wholeNumber } from '../cloud/flags.ts';
  */
 export type AgentCli = Pick<
   typeof AgentCliModule,
-  'agentInspectCommand' | 'agentRunCommand' | 'agentMetricsCommand' | 'agentJobsSliceCommand'
+  'agentInspectCommand' | 'agentRunCommand' | 'agentMetricsCommand' | 'agentJobsSliceCommand' | 'agentWatchdogCommand'
 >;
 
 /**
@@ -72,6 +72,25 @@ export function addAgentCommands(
     .action(async (flags) => {
       const { agentJobsSliceCommand } = await load();
       await agentJobsSliceCommand(flags, io);
+    });
+  agent
+    .command('watchdog')
+    .description("One look of the machine's watchdog: stop every job container once the agent's lease is past its lease and fence")
+    .option('--lease-file <path>', 'the lease file the agent writes at each renewal', '/var/lib/gpu-fleet/lease.json')
+    .option(
+      '--stop-grace-sec <n>',
+      'seconds each container gets between SIGTERM and SIGKILL',
+      wholeNumber('--stop-grace-sec', 1, 3600, ' s'),
+      30,
+    )
+    .option('--docker <path>', 'the docker CLI', 'docker')
+    .addHelpText(
+      'after',
+      "\nRun by root every 15 s (gpu-fleet-watchdog.timer). A dead, hung or cut-off agent cannot stop its jobs; this does, by gpu-fleet's container label only, before the control plane may run their attempts elsewhere. Prints what it decided and what it stopped.\n\nExamples:\n  gpu-fleet agent watchdog\n  gpu-fleet agent watchdog --lease-file /var/lib/gpu-fleet/lease.json --stop-grace-sec 30",
+    )
+    .action(async (flags) => {
+      const { agentWatchdogCommand } = await load();
+      await agentWatchdogCommand(flags, io);
     });
   metadataOptions(
     agent.command('run').description('Run the agent: heartbeats, placed jobs, checkpoints, local interruption notices, GPU metrics'),

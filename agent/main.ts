@@ -1,7 +1,7 @@
 // The node agent's own entry point: what the node groups' user data runs, bundled into one file
 // (infra/agent-bundle.ts). It takes the same `agent …` commands as the gpu-fleet CLI.
 import { Command, CommanderError } from 'commander';
-import { agentInspectCommand, agentJobsSliceCommand, agentMetricsCommand, agentRunCommand } from './cli.ts';
+import { agentInspectCommand, agentJobsSliceCommand, agentMetricsCommand, agentRunCommand, agentWatchdogCommand } from './cli.ts';
 import { addAgentCommands } from './commands.ts';
 import { messageOf, UsageError } from '../core/errors.ts';
 
@@ -11,6 +11,7 @@ addAgentCommands(program, { stdout: process.stdout, stderr: process.stderr }, as
   agentRunCommand,
   agentMetricsCommand,
   agentJobsSliceCommand,
+  agentWatchdogCommand,
 }));
 try {
   await program.parseAsync(process.argv);

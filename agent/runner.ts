@@ -109,6 +109,8 @@ export interface LeftLaunch {
   readonly jobId: string;
   readonly attempt: number;
   readonly rank: number;
+  /** It runs still (a container the watchdog or the job itself ended is not taken back). */
+  readonly running: boolean;
 }
 
 /** The key of a launch in {@link JobRunner.writtenOutside}'s answer. */
@@ -747,6 +749,21 @@ export class DockerRunner implements JobRunner {
     };
   }
 
+  /**
+   * Stops every running container of gpu-fleet's jobs on this engine (by their label: no other is
+   * touched), each within `graceSec` (SIGTERM, then SIGKILL); returns their names. For the machine's
+   * watchdog: the agent that would have stopped them is gone.
+   */
+  async stopJobContainers(graceSec: number): Promise<string[]> {
+    const listed = await this.cli(['ps', '--filter', `label=${LABEL}`, '--filter', 'status=running', '--format', '{{.Names}}']);
+    if (listed.code !== 0) throw new GpuFleetError(`docker ps failed: ${listed.output.trim()}`);
+    const names = listed.output.split(/\s+/).filter((n) => /^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/.test(n));
+    if (names.length === 0) return [];
+    const stopped = await this.cli(['stop', '--time', String(graceSec), ...names]);
+    if (stopped.code !== 0) throw new GpuFleetError(`docker stop failed: ${stopped.output.trim()}`);
+    return names;
+  }
+
   detach(): void {
     this.detached = true;
     for (const child of this.followers) child.kill('SIGKILL');
@@ -758,17 +775,23 @@ export class DockerRunner implements JobRunner {
 
   /** The containers of gpu-fleet's jobs on this engine (by their label: no other container is ever listed), running or not. */
   async findLeftovers(): Promise<LeftLaunch[]> {
-    const format = ['{{.Names}}', ...['', '.attempt', '.rank'].map((k) => `{{.Label "${LABEL}${k}"}}`)].join('\t');
+    const format = ['{{.Names}}', ...['', '.attempt', '.rank'].map((k) => `{{.Label "${LABEL}${k}"}}`), '{{.State}}'].join('\t');
     const listed = await this.cli(['ps', '--all', '--filter', `label=${LABEL}`, '--format', format]);
     if (listed.code !== 0) throw new GpuFleetError(`docker ps failed: ${listed.output.trim()}`);
     const found: LeftLaunch[] = [];
     for (const line of listed.output.split('\n')) {
-      const [name, jobId, attempt, rank] = line.split('\t');
+      const [name, jobId, attempt, rank, state] = line.split('\t');
       if (!name || !/^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/.test(name)) continue;
       // A container an older agent labelled without its rank is its rank 0 (it ran one rank a machine).
       const a = Number(attempt);
       const r = rank === undefined || rank === '' ? 0 : Number(rank);
-      found.push({ name, jobId: jobId ?? '', attempt: Number.isSafeInteger(a) ? a : -1, rank: Number.isSafeInteger(r) ? r : -1 });
+      found.push({
+        name,
+        jobId: jobId ?? '',
+        attempt: Number.isSafeInteger(a) ? a : -1,
+        rank: Number.isSafeInteger(r) ? r : -1,
+        running: state === 'running',
+      });
     }
     return found;
   }

@@ -448,6 +448,51 @@ WantedBy=multi-user.target
 `;
 }
 
+/** The lease file the agent writes at each renewal (its work folder's `lease.json`), which the watchdog reads. */
+export const LEASE_FILE = `${AGENT_HOME}/lease.json`;
+
+/**
+ * The machine's watchdog: a root service a timer runs every 15 s, outside the agent, that stops
+ * every job container once the agent's lease file is past the lease and the fence (agent/watchdog.ts,
+ * core node-rules `watchdogStops`). The agent's own fence covers an agent that lives but is cut off;
+ * this covers one that died, hung, or cannot write: its containers are stopped before the control
+ * plane may run their attempts elsewhere.
+ */
+export function watchdogUnits(nodeBin: string): { service: string; timer: string } {
+  return {
+    service: `[Unit]
+Description=gpu-fleet watchdog: stop the job containers when the agent's lease has run out
+After=docker.service
+Requires=docker.service
+
+[Service]
+Type=oneshot
+ExecStart=${nodeBin} /opt/gpu-fleet/gpu-fleet-agent.mjs agent watchdog --lease-file ${LEASE_FILE} --stop-grace-sec 30
+TimeoutStartSec=120
+`,
+    timer: `[Unit]
+Description=gpu-fleet watchdog, every 15 s
+
+[Timer]
+OnBootSec=60
+OnUnitActiveSec=15
+AccuracySec=1s
+
+[Install]
+WantedBy=timers.target
+`,
+  };
+}
+
+/** The commands that install the watchdog's two units and start its timer ($NODE_BIN set). */
+function watchdogSetup(): string[] {
+  const units = watchdogUnits('${NODE_BIN}');
+  return [
+    `cat > /etc/systemd/system/gpu-fleet-watchdog.service <<EOF\n${units.service}EOF`,
+    `cat > /etc/systemd/system/gpu-fleet-watchdog.timer <<EOF\n${units.timer}EOF`,
+  ];
+}
+
 /** The node's boot script, as user-data commands. */
 export function agentUserData(o: {
   assetUrl: string;
@@ -485,11 +530,13 @@ export function agentUserData(o: {
     `chown root:${AGENT_USER} /etc/gpu-fleet/agent.env && chmod 0640 /etc/gpu-fleet/agent.env`,
     ...(o.migEnabled ? [`${NVIDIA_SMI} -mig 1 || true  # MIG mode on; instances are created per job by the agent`] : []),
     `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF\n${agentUnit('${NODE_BIN}')}EOF`,
+    ...watchdogSetup(),
     // Every job's container under one slice, capped together below what the machine has.
     `"$NODE_BIN" /opt/gpu-fleet/gpu-fleet-agent.mjs agent jobs-slice --nvidia-smi ${NVIDIA_SMI} > ${JOBS_SLICE_FILE}`,
     'systemctl daemon-reload',
     'systemctl enable --now gpu-fleet-wall.service',
     'systemctl enable --now gpu-fleet-agent.service',
+    'systemctl enable --now gpu-fleet-watchdog.timer',
   ];
 }
 
@@ -594,10 +641,13 @@ export function gceStartupScript(
           `cat > /etc/gpu-fleet/agent.env <<'EOF'\n${envFile.join('\n')}\nEOF`,
           `chown root:${AGENT_USER} /etc/gpu-fleet/agent.env && chmod 0640 /etc/gpu-fleet/agent.env`,
           `cat > /etc/systemd/system/gpu-fleet-agent.service <<EOF\n${agentUnit('${NODE_BIN}', ` --checkpoint-store ${a.checkpointStore}`)}EOF`,
+          ...watchdogSetup(),
           `"$NODE_BIN" /opt/gpu-fleet/gpu-fleet-agent.mjs agent jobs-slice --nvidia-smi ${NVIDIA_SMI} > ${JOBS_SLICE_FILE}`,
           'systemctl daemon-reload',
           'systemctl enable gpu-fleet-agent.service',
           'systemctl restart gpu-fleet-agent.service',
+          'systemctl enable gpu-fleet-watchdog.timer',
+          'systemctl restart gpu-fleet-watchdog.timer',
         ]
       : []),
     '',

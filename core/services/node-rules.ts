@@ -317,6 +317,19 @@ export function fencedBySec(lease: AgentLease = DEFAULT_AGENT_LEASE, stopGraceSe
   return lease.leaseSec + lease.fenceGraceSec + stopGraceSec;
 }
 
+/**
+ * The machine's watchdog (a root timer beside the agent, infra/node-setup.ts) stops every job
+ * container once the lease the agent last renewed (its lease file, written at each renewal) is past
+ * the lease and the fence: an agent that lives has stopped its work itself by then; one that died,
+ * hung, or never renewed has not, and its containers must not run on into the time the control
+ * plane may place their attempts elsewhere (Policy `silentRequeueSec`). The stop takes at most the
+ * stop grace, so every container is gone by {@link fencedBySec} after the last renewal.
+ * `renewedAtMs` undefined: no renewal on record (no lease file, or one unreadable) — stop.
+ */
+export function watchdogStops(renewedAtMs: number | undefined, nowMs: number, lease: AgentLease = DEFAULT_AGENT_LEASE): boolean {
+  return renewedAtMs === undefined || nowMs - renewedAtMs > (lease.leaseSec + lease.fenceGraceSec) * 1000;
+}
+
 /** The lease has lapsed: nothing renewed it for longer than `leaseSec`. */
 export function leaseLapsed(lastRenewedMs: number, nowMs: number, lease: AgentLease = DEFAULT_AGENT_LEASE): boolean {
   return nowMs - lastRenewedMs > lease.leaseSec * 1000;

@@ -46,7 +46,7 @@ import {
   portWallScript,
   WALL_CHAIN,
 } from '../../infra/node-setup.ts';
-import { sudoJobDisks, sudoPeers } from '../../agent/cli.ts';
+import { agentWatchdogCommand, sudoJobDisks, sudoPeers } from '../../agent/cli.ts';
 import { containerLimits, JOBS_NETWORK, type ContainerLimits } from '../../core/container-limits.ts';
 import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
 import { ElbFrontDoor } from '../../cloud/aws/elb-front-door.ts';
@@ -368,6 +368,59 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
       expect(out.filter((l) => l.event === 'done')).toEqual([{ event: 'done', step: 120, ranSteps: 120 }]);
       expect(out.at(-1)).toMatchObject({ event: 'done' });
       await waitFor('the adopted container to be removed', () => containersOf([kept]).length === 0);
+      await b.stop();
+    } finally {
+      spawnSync('docker', ['rm', '--force', stranger]);
+      await w.shutdown();
+    }
+  }, 90_000);
+
+  it("has the machine's watchdog stop the job containers once the dead agent's lease is past its lease and fence, and no other container", async () => {
+    const w = agentWorld();
+    const work = tmp('agent-wd');
+    const leaseFile = join(work, 'lease.json');
+    const a = w.agent('i-wd', { workDir: work, runner: noGpuRunner(join(work, 'env')), config: { leaseFile } });
+    const id = jobIdFor('nlp', `watched-${run}`);
+    const stranger = `stranger-wd-${run}`;
+    docker('run', '--detach', '--name', stranger, image, 'node', '-e', 'setTimeout(() => {}, 600000)');
+    const io = { stdout: { write: () => true } as unknown as NodeJS.WritableStream };
+    try {
+      const before = Date.now();
+      await a.heartbeat();
+      // Each renewal is written for the watchdog, with the lease's terms.
+      const mark = JSON.parse(readFileSync(leaseFile, 'utf8')) as { renewedAtMs: number; leaseSec: number; fenceGraceSec: number };
+      expect(mark).toMatchObject({ leaseSec: 180, fenceGraceSec: 60 });
+      expect(mark.renewedAtMs).toBeGreaterThanOrEqual(before);
+      await w.submit(id, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '100000', '20', '0']));
+      await w.place(id, ['i-wd'], [0]);
+      await a.heartbeat();
+      await waitFor('the container to run', () => containersOf([id]).length === 1);
+      const first = docker('container', 'inspect', '--format', '{{.Id}}', containersOf([id])[0]!);
+
+      // The agent dies: nothing renews its lease, nothing of it stops the container.
+      await a.leave();
+      expect(await agentWatchdogCommand({ leaseFile }, io)).toMatchObject({ verdict: 'keep', stopped: [] });
+      expect(docker('container', 'inspect', '--format', '{{.State.Running}}', first)).toBe('true');
+      // Past the lease and the fence (the file as the dead agent left it, 241 s on): the watchdog stops it, and only it.
+      writeFileSync(leaseFile, JSON.stringify({ ...mark, renewedAtMs: Date.now() - 241_000 }));
+      const late = await agentWatchdogCommand({ leaseFile, stopGraceSec: 2 }, io);
+      expect(late).toMatchObject({ verdict: 'stop', stopped: containersOf([id]) });
+      expect(late.why).toMatch(/past its lease \(180 s\) and fence \(60 s\)/);
+      expect(docker('container', 'inspect', '--format', '{{.State.Running}}', first)).toBe('false');
+      expect(docker('container', 'inspect', '--format', '{{.State.Running}}', stranger)).toBe('true');
+      // A lease file that is not one stops them too: nothing vouches for them.
+      writeFileSync(leaseFile, '{"renewedAtMs": "soon"}');
+      expect((await agentWatchdogCommand({ leaseFile }, io)).verdict).toBe('stop');
+
+      // The agent back before reconcile gave the attempt up: the stopped container is not adopted but removed, and the
+      // attempt, still this node's, starts again in a new container (from its newest checkpoint).
+      const b = w.agent('i-wd', { workDir: work, runner: noGpuRunner(join(work, 'env')), config: { leaseFile } });
+      await b.start();
+      await waitFor('the attempt to run again', () => {
+        const now = containersOf([id]);
+        return now.length === 1 && docker('container', 'inspect', '--format', '{{.State.Running}} {{.Id}}', now[0]!).startsWith('true ');
+      });
+      expect(docker('container', 'inspect', '--format', '{{.Id}}', containersOf([id])[0]!)).not.toBe(first);
       await b.stop();
     } finally {
       spawnSync('docker', ['rm', '--force', stranger]);

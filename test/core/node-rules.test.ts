@@ -10,6 +10,8 @@ import {
   gangRank,
   judgeWorkEntry,
   leaseLapsed,
+  watchdogStops,
+  fencedBySec,
   nextNodeStep,
   onLeaseLapsed,
   onMachineNotice,
@@ -224,6 +226,14 @@ describe("the agent's lease", () => {
   it('lapses only once nothing renewed it for the whole lease', () => {
     expect(leaseLapsed(0, 180_000, lease)).toBe(false);
     expect(leaseLapsed(0, 180_001, lease)).toBe(true);
+  });
+
+  it("has the machine's watchdog stop the containers only past the lease and the fence, so all are gone by the fence's end, before reconcile requeues", () => {
+    expect(watchdogStops(0, 240_000, lease)).toBe(false); // the agent's own fence may still be saving
+    expect(watchdogStops(0, 240_001, lease)).toBe(true);
+    expect(watchdogStops(undefined, 0, lease)).toBe(true); // no renewal on record: nothing of an agent vouches for them
+    // Stopped within the stop grace: gone by fencedBySec, which is inside reconcile's patience with a margin for clocks.
+    expect(fencedBySec(lease, 30)).toBe(270);
   });
 
   it('fences every attempt: checkpoint by the end of the fence, stop at once what cannot checkpoint, leave what is already stopping', () => {

@@ -8,6 +8,8 @@ import { sudoRemover } from '../../agent/cli.ts';
 import {
   agentSudoers,
   agentUnit,
+  LEASE_FILE,
+  watchdogUnits,
   agentUserData,
   cleanJobDirScript,
   gceStartupScript,
@@ -241,7 +243,27 @@ describe('the metadata wall at boot', () => {
     expect(gce).toContain(agentUnit('${NODE_BIN}', ` --checkpoint-store ${agent.checkpointStore}`));
     // The walls first, at every start; then the agent, which requires them.
     expect(at('systemctl restart gpu-fleet-wall.service')).toBeLessThan(at('systemctl restart gpu-fleet-agent.service'));
-    expect(lines.at(-2)).toBe('systemctl restart gpu-fleet-agent.service');
+    expect(lines.at(-2)).toBe('systemctl restart gpu-fleet-watchdog.timer');
+    // The watchdog on GCP too, started with the agent.
+    expect(gce).toContain(watchdogUnits('${NODE_BIN}').service);
+    expect(at('systemctl restart gpu-fleet-agent.service')).toBeLessThan(at('systemctl restart gpu-fleet-watchdog.timer'));
+  });
+
+  it("runs the machine's watchdog as root every 15 s from boot, outside the agent, on the agent's lease file", () => {
+    const { service, timer } = watchdogUnits('/usr/bin/node');
+    // Root: no User= (it stops containers whatever became of the agent's user and its sudo rules).
+    expect(service).not.toMatch(/^User=/m);
+    expect(service).toMatch(
+      /^ExecStart=\/usr\/bin\/node \/opt\/gpu-fleet\/gpu-fleet-agent\.mjs agent watchdog --lease-file \/var\/lib\/gpu-fleet\/lease\.json --stop-grace-sec 30$/m,
+    );
+    expect(service).toMatch(/^Type=oneshot$/m);
+    expect(timer).toMatch(/^OnUnitActiveSec=15$/m);
+    expect(timer).toMatch(/^OnBootSec=60$/m);
+    const at = (needle: string) => userData.findIndex((l) => l.includes(needle));
+    expect(at('cat > /etc/systemd/system/gpu-fleet-watchdog.timer')).toBeGreaterThan(-1);
+    expect(at('systemctl enable --now gpu-fleet-agent.service')).toBeLessThan(at('systemctl enable --now gpu-fleet-watchdog.timer'));
+    // The file it reads is the one the agent writes: its work folder's lease.json (agent/cli.ts).
+    expect(LEASE_FILE).toBe('/var/lib/gpu-fleet/lease.json');
   });
 
   it('installs the wall before the agent starts, and again whenever docker restarts; the agent does not start without it', () => {
