@@ -140,10 +140,10 @@ export const roomBeingFreed = (victims: number): Reason =>
 export const drainedEmpty = (instanceId: string, drainReason: string): Reason =>
   reason('scale-in-idle', `${instanceId} is draining (${drainReason}) and has no work left`);
 
-export const silentMachine = (instanceId: string, registered: boolean, silentMs: number): Reason =>
+export const silentMachine = (instanceId: string, registered: boolean, silentMs: number, atMinimum = false): Reason =>
   reason(
     'scale-in-unhealthy',
-    `${instanceId}: ${registered ? `its agent has sent no heartbeat for ${Math.round(silentMs / 1000)} s` : `its agent never registered in the ${Math.round(silentMs / 60_000)} min since it launched`}; it holds no work and is let go`,
+    `${instanceId}: ${registered ? `its agent has sent no heartbeat for ${Math.round(silentMs / 1000)} s` : `its agent never registered in the ${Math.round(silentMs / 60_000)} min since it launched`}; it holds no work and is let go${atMinimum ? ' (its group is at its minimum, so the group launches a machine in its place)' : ''}`,
   );
 
 export const idleMachine = (w: Where & { id: string }, emptyMs: number, cooldownSec: number): Reason =>

@@ -2,7 +2,9 @@
  * Scale-in, the first disruption step: lets go of machines that cost money and will run nothing.
  * Draining machines with no work left, at once; machines whose agent went silent (or never
  * registered) and hold no work; and ready machines empty for the cool-down, oldest idle first.
- * Never below a group's minimum (counted from what a launch cancellation left it); never an idle
+ * Never below a group's minimum (counted from what a launch cancellation left it), but a silent
+ * machine goes at the minimum too: the group then launches one in its place (a machine whose
+ * agent is dead is no capacity, and would hold the minimum forever); never an idle
  * reserved machine (it is paid for anyway). Returns
  * scale-in actions only; it must not move work (consolidation does that, with its own rules).
  */
@@ -20,10 +22,11 @@ export function scaleIn(st: PlanningState): PlanAction[] {
   const removable = new Map<string, number>();
   for (const g of s.groups) removable.set(g.id, (st.cancelled.get(g.id) ?? g.desiredCapacity) - g.minSize);
   const removed = new Set<string>();
-  const letGo = (groupId: string, instanceId: string, why: Reason) => {
+  const letGo = (groupId: string, instanceId: string, why: Reason | ((atMinimum: boolean) => Reason), evenAtMinimum = false) => {
     const left = removable.get(groupId) ?? 0;
-    if (left <= 0) return;
-    removable.set(groupId, left - 1);
+    if (left <= 0 && !evenAtMinimum) return;
+    removable.set(groupId, Math.max(0, left - 1));
+    if (typeof why === 'function') why = why(left <= 0);
     removed.add(instanceId);
     actions.push({ kind: 'scale-in', groupId, instanceId, reason: why });
   };
@@ -52,7 +55,7 @@ export function scaleIn(st: PlanningState): PlanAction[] {
     if (silentTogether.has(f.instance.id)) continue;
     const silentMs = f.record ? s.nowMs - f.record.lastHeartbeatAtMs : s.nowMs - f.instance.launchedAtMs;
     if (silentMs <= (f.record ? s.policy.heartbeatTimeoutSec * 1000 : registerLimitMs)) continue;
-    letGo(f.instance.groupId, f.instance.id, silentMachine(f.instance.id, f.record !== undefined, silentMs));
+    letGo(f.instance.groupId, f.instance.id, (atMinimum) => silentMachine(f.instance.id, f.record !== undefined, silentMs, atMinimum), true);
   }
   for (const { node, since } of idle) {
     // A reserved machine is paid for whether it runs or not: letting it go saves nothing (its idle reservation is shown as waste).

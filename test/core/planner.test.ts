@@ -562,6 +562,18 @@ describe('planner: scale-in', () => {
     expect(plan(aSnapshot({ groups: [g], nodes: [silent], activeJobs: [busy] })).actions.filter((a) => a.kind === 'scale-in')).toEqual([]);
   });
 
+  it('replaces a silent machine at its group’s minimum (a dead agent would hold the minimum forever), but keeps an idle one there', () => {
+    const g = aGroup({ desiredCapacity: 1, minSize: 1 });
+    const silent = aNode('i-silent', { group: g, record: { lastHeartbeatAtMs: T0 - 5 * 60_000 } });
+    const ins = plan(aSnapshot({ groups: [g], nodes: [silent] })).actions.filter(
+      (a): a is Extract<PlanAction, { kind: 'scale-in' }> => a.kind === 'scale-in',
+    );
+    expect(ins.map((a) => a.instanceId)).toEqual(['i-silent']);
+    expect(ins[0]!.reason.message).toMatch(/its group is at its minimum, so the group launches a machine in its place/);
+    const idle = aNode('i-idle', { group: g, record: { idleSinceMs: T0 - 86_400_000 } });
+    expect(plan(aSnapshot({ groups: [g], nodes: [idle] })).actions.filter((a) => a.kind === 'scale-in')).toEqual([]);
+  });
+
   it('moves checkpointable work off an underused node when the saving beats the restart cost, and says so', () => {
     const g = aGroup({ instanceType: 'g5.12xlarge', desiredCapacity: 2 });
     const nodes = [aNode('i-busy', { group: g }), aNode('i-light', { group: g })];
