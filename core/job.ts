@@ -408,10 +408,16 @@ export interface Job {
   readonly replicaHealth?: { readonly attempt: number; readonly answering: boolean; readonly sinceMs: number };
 }
 
-/** One finished attempt's hold on its machines: its GPUs on each node, from placement to end. */
+/**
+ * One finished attempt's hold on its machines: its GPUs on each node, from placement to end. Each
+ * node's entry names the GPUs themselves (records written before it did not): until that node's
+ * agent reports the attempt stopped, they are not free (core/planner/indexing.ts `indexStaleHolds`).
+ */
 export interface HeldAttempt {
   readonly attempt: number;
-  readonly nodes: readonly { readonly nodeId: string; readonly milliGpu: number }[];
+  readonly nodes: readonly ({ readonly nodeId: string; readonly milliGpu: number } & Partial<
+    Pick<NodeAssignment, 'gpuIndices' | 'mig' | 'share'>
+  >)[];
   readonly fromMs: number;
   readonly toMs: number;
 }
@@ -430,7 +436,20 @@ export function closeHolding(job: Job, nowMs: number): { heldAttempts?: readonly
   const fromMs = job.placedAtMs ?? job.startedAtMs;
   const current: HeldAttempt[] =
     p && fromMs !== undefined
-      ? [{ attempt: job.attempt, nodes: p.nodes.map((a) => ({ nodeId: a.nodeId, milliGpu: assignmentMilliGpu(a) })), fromMs, toMs: nowMs }]
+      ? [
+          {
+            attempt: job.attempt,
+            nodes: p.nodes.map((a) => ({
+              nodeId: a.nodeId,
+              milliGpu: assignmentMilliGpu(a),
+              gpuIndices: a.gpuIndices,
+              ...(a.mig ? { mig: a.mig } : {}),
+              ...(a.share ? { share: a.share } : {}),
+            })),
+            fromMs,
+            toMs: nowMs,
+          },
+        ]
       : [];
   const all = [...kept.filter((h) => h.attempt !== job.attempt), ...current];
   return all.length > 0 ? { heldAttempts: all } : {};

@@ -138,6 +138,41 @@ export function indexNodes(st: PlanningState): void {
     }
     st.teamUsedMilli.set(job.team, (st.teamUsedMilli.get(job.team) ?? 0) + milliGpusUsed(job.spec.gpu) * job.spec.nodes);
   }
+  indexStaleHolds(st);
+}
+
+/**
+ * GPUs an attempt the job has moved on from may still hold: its node's record still assigns it
+ * (the agent unassigns an attempt only once its process is gone), so its GPUs are not free until
+ * that node reports it stopped, its lease has certainly lapsed (silent past Policy
+ * `silentRequeueSec`: the agent's fence or the machine's watchdog has stopped it), or the machine
+ * is gone. Otherwise a requeued attempt, a gang's above all, could be placed on GPUs its previous
+ * attempt still runs on. The GPUs come from the job's record of its ended attempts (`heldAttempts`).
+ */
+export function indexStaleHolds(st: PlanningState): void {
+  const s = st.s;
+  const jobs = new Map([...s.pendingJobs, ...s.activeJobs].map((j) => [j.id, j]));
+  for (const fleetNode of s.nodes) {
+    const record = fleetNode.record;
+    const node = st.nodeById.get(fleetNode.instance.id);
+    if (!record?.assigned || !node) continue;
+    if (s.nowMs - record.lastHeartbeatAtMs > s.policy.silentRequeueSec * 1000) continue;
+    for (const [jobId, attempt] of Object.entries(record.assigned)) {
+      const job = jobs.get(jobId);
+      if (!job || (job.attempt === attempt && job.placement?.nodes.some((n) => n.nodeId === node.id))) continue;
+      const held = job.heldAttempts?.find((h) => h.attempt === attempt)?.nodes.filter((n) => n.nodeId === node.id) ?? [];
+      for (const h of held) {
+        if (!h.gpuIndices) continue; // a record from before holdings named their GPUs
+        commitFit(node, {
+          nodeId: node.id,
+          gpuIndices: h.gpuIndices,
+          ...(h.mig ? { mig: h.mig } : {}),
+          ...(h.share ? { share: h.share } : {}),
+        });
+        st.staleHolds.push({ nodeId: node.id, jobId, attempt });
+      }
+    }
+  }
 }
 
 /**

@@ -55,7 +55,12 @@ export function scaleIn(st: PlanningState): PlanAction[] {
     if (silentTogether.has(f.instance.id)) continue;
     const silentMs = f.record ? s.nowMs - f.record.lastHeartbeatAtMs : s.nowMs - f.instance.launchedAtMs;
     if (silentMs <= (f.record ? s.policy.heartbeatTimeoutSec * 1000 : registerLimitMs)) continue;
-    letGo(f.instance.groupId, f.instance.id, (atMinimum) => silentMachine(f.instance.id, f.record !== undefined, silentMs, atMinimum), true);
+    letGo(
+      f.instance.groupId,
+      f.instance.id,
+      (atMinimum) => silentMachine(f.instance.id, f.record !== undefined, silentMs, atMinimum),
+      true,
+    );
   }
   for (const { node, since } of idle) {
     // A reserved machine is paid for whether it runs or not: letting it go saves nothing (its idle reservation is shown as waste).

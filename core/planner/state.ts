@@ -133,6 +133,8 @@ export class PlanningState {
   readonly waiting: WaitingJob[] = [];
   /** Machines whose stored GPU report cannot be read: left out of the plan, and named in it. */
   readonly unreadable: { nodeId: string; problem: string }[] = [];
+  /** Attempts a job moved on from whose GPUs their node still holds (indexing.ts `indexStaleHolds`). */
+  readonly staleHolds: { nodeId: string; jobId: string; attempt: number }[] = [];
   /** Where each waiting job's entry is in `waiting` (the last one written for it); a job is waiting when it has one. */
   readonly waitingAt = new Map<string, number>();
   readonly preempted = new Set<string>();

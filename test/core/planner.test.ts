@@ -759,6 +759,37 @@ describe('planner properties', () => {
     );
   });
 
+  it('keeps other work off the GPUs an attempt its job moved on from still holds, until its node reports it stopped or is fenced for certain', () => {
+    const g = aGroup({ desiredCapacity: 2, maxSize: 2 });
+    // The gang's attempt 1 ran on both machines' one GPU; it was requeued, and its agents have not yet stopped it.
+    const gang = aJob({
+      id: 'team-a.gang',
+      spec: { nodes: 2, gpu: { kind: 'whole', count: 1 } },
+      attempt: 2,
+      heldAttempts: [
+        {
+          attempt: 1,
+          nodes: ['i-1', 'i-2'].map((nodeId) => ({ nodeId, milliGpu: 1000, gpuIndices: [0] })),
+          fromMs: T0 - 3_600_000,
+          toMs: T0 - 60_000,
+        },
+      ],
+    });
+    const other = aJob({ id: 'team-a.other', spec: { gpu: { kind: 'whole', count: 1 } }, submittedAtMs: T0 - 600_000 });
+    const nodes = (assigned: Record<string, number>, lastHeartbeatAtMs = T0) =>
+      ['i-1', 'i-2'].map((id) => aNode(id, { group: g, record: { assigned, lastHeartbeatAtMs } }));
+    const placed = (ns: ReturnType<typeof nodes>) =>
+      placements(plan(aSnapshot({ groups: [g], nodes: ns, pendingJobs: [gang, other] })))
+        .map((a) => a.jobId)
+        .sort();
+    // Their records still assign attempt 1: its processes may run there yet. Neither the gang nor anything else goes on those GPUs.
+    expect(placed(nodes({ 'team-a.gang': 1 }))).toEqual([]);
+    // Reported stopped (the agents unassigned it): the GPUs are free again (the older job goes first).
+    expect(placed(nodes({}))).toEqual(['team-a.other']);
+    // Silent past reconcile's patience (its lease has certainly lapsed: fenced, or stopped by the watchdog): free too.
+    expect(placed(nodes({ 'team-a.gang': 1 }, T0 - 301_000))).toEqual(['team-a.other']);
+  });
+
   it('places gangs all or nothing, in one zone', () => {
     fc.assert(
       fc.property(arbitraryWorld, (s) => {
