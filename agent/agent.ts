@@ -1,4 +1,4 @@
-import { readFileSync, renameSync, statfsSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import os from 'node:os';
@@ -45,6 +45,7 @@ import {
   gangRank,
   leaseLapsed,
   nextNodeStep,
+  adoptsLeftover,
   onLeaseLapsed,
   onMachineNotice,
   replicaHealthReport,
@@ -68,7 +69,7 @@ import { launchKey, safeJobName, type Exit, type JobProcess, type JobRunner, typ
 import { ImagePrefetcher } from './prefetch.ts';
 import { prefetchChanged } from '../core/serving/prefetch.ts';
 import { LogShipper } from './log-shipper.ts';
-import { leaseMark } from './watchdog.ts';
+import { leaseMark, stoppedByWatchdog, stoppedFileOf } from './watchdog.ts';
 import { dcgmExposition, type GpuHolder } from './dcgm-exporter.ts';
 import { UploadWorker, type UploadResult } from './uploads.ts';
 import { probeReadiness, scrapeReplica } from './prometheus.ts';
@@ -343,6 +344,8 @@ export class NodeAgent {
     await this.ports.peers?.reset();
     const adopted = await this.adoptLeftovers();
     const leftovers = await this.ports.runner.cleanUpLeftovers(adopted);
+    // What the watchdog stopped is gone now: its names are of no use to the next agent.
+    if (this.config.leaseFile) rmSync(stoppedFileOf(this.config.leaseFile), { force: true });
     if (leftovers.length > 0)
       this.ports.log.warn('stopped job processes a previous agent left running that are no longer this machine’s to run', {
         leftovers,
@@ -893,11 +896,14 @@ export class NodeAgent {
     if (found.length === 0) return kept;
     await this.inventory();
     const record = await this.ports.nodes.get(this.instanceId);
+    const stopped = new Set(this.config.leaseFile ? stoppedByWatchdog(this.config.leaseFile) : []);
     for (const left of found) {
-      if (!left.running || record?.assigned?.[left.jobId] !== left.attempt || this.local.has(keyOf(left.jobId, left.attempt))) continue;
-      const job = await this.ports.jobs.get(left.jobId);
+      if (this.local.has(keyOf(left.jobId, left.attempt))) continue;
+      const assigned = record?.assigned?.[left.jobId] === left.attempt;
+      const job = assigned ? await this.ports.jobs.get(left.jobId) : undefined;
       const step = nextNodeStep(job, this.instanceId, left.attempt, this.view(undefined));
-      if (step.kind !== 'launch' || step.rank !== left.rank || !job) continue;
+      if (!job || step.kind !== 'launch' || !adoptsLeftover({ assigned, stoppedByWatchdog: stopped.has(left.name), rank: left.rank, step }))
+        continue;
       if (await this.adopt(left, job, step.rank, step.size)) kept.add(left.name);
     }
     if (kept.size > 0) this.ports.log.info('adopted the job containers an earlier agent left running', { adopted: [...kept] });

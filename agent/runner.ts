@@ -109,7 +109,7 @@ export interface LeftLaunch {
   readonly jobId: string;
   readonly attempt: number;
   readonly rank: number;
-  /** It runs still (a container the watchdog or the job itself ended is not taken back). */
+  /** It runs still (one that ended while no agent followed it is adopted to have its end reported, unless the watchdog stopped it). */
   readonly running: boolean;
 }
 

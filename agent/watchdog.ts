@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { DEFAULT_AGENT_LEASE, DEFAULT_STOP_GRACE_SEC, watchdogStops, type AgentLease } from '../core/services/node-rules.ts';
 import { messageOf } from '../core/errors.ts';
 
@@ -61,5 +61,23 @@ export async function watchdogLook(o: {
     problem ??
     `the agent last renewed its lease ${Math.round((o.nowMs - mark!.renewedAtMs) / 1000)} s ago, past its lease (${lease.leaseSec} s) and fence (${lease.fenceGraceSec} s)`;
   const stopped = await o.stopJobContainers(o.stopGraceSec ?? DEFAULT_STOP_GRACE_SEC);
+  // Named for the agent that starts after: a container the watchdog stopped is not one whose job ended (agent adoption).
+  if (stopped.length > 0)
+    writeFileSync(stoppedFileOf(o.leaseFile), JSON.stringify([...new Set([...stoppedByWatchdog(o.leaseFile), ...stopped])]));
   return { verdict: 'stop', why, stopped };
+}
+
+/** Where the watchdog names the containers it stopped: beside the lease file. */
+export function stoppedFileOf(leaseFile: string): string {
+  return `${leaseFile}.stopped`;
+}
+
+/** The containers the watchdog stopped since the agent last started (none when it stopped none, or the file is unreadable). */
+export function stoppedByWatchdog(leaseFile: string): string[] {
+  try {
+    const names: unknown = JSON.parse(readFileSync(stoppedFileOf(leaseFile), 'utf8'));
+    return Array.isArray(names) ? names.filter((n): n is string => typeof n === 'string') : [];
+  } catch {
+    return [];
+  }
 }

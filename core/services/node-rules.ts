@@ -101,6 +101,24 @@ export function nextNodeStep(job: Job | undefined, nodeId: string, attempt: numb
   return { kind: 'run' };
 }
 
+/**
+ * What an agent that starts again does with one launch an earlier run of it left (a container that
+ * outlived it): follow it again ("adopt") when its attempt is still assigned to this node, the work
+ * list would launch that very rank here now (the job has not moved on, ended or been asked to
+ * checkpoint), and the machine's watchdog did not stop it. One that runs is followed to its end;
+ * one that ended on its own is followed to have its end reported (it must not run again). Else it
+ * is stopped and removed: one the watchdog stopped starts again, as a new process, if its attempt is
+ * still the node's. The same rule for the real agent and the simulated ones.
+ */
+export function adoptsLeftover(o: {
+  readonly assigned: boolean;
+  readonly stoppedByWatchdog: boolean;
+  readonly rank: number;
+  readonly step: NodeStep;
+}): boolean {
+  return o.assigned && !o.stoppedByWatchdog && o.step.kind === 'launch' && o.step.rank === o.rank;
+}
+
 /** How a process that ended by itself is reported: the leader's success ends the job; any rank's failure fails it. */
 export function exitReport(rank: number, exitCode: number): { readonly event: 'succeed' | 'fail'; readonly exitCode: number } | undefined {
   if (exitCode === 0) return rank === 0 ? { event: 'succeed', exitCode } : undefined; // a follower waits for its leader

@@ -333,6 +333,7 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
     const a = w.agent('i-r', { workDir: work, runner: noGpuRunner(join(work, 'env')) });
     const kept = jobIdFor('nlp', `kept-${run}`);
     const moved = jobIdFor('nlp', `moved-${run}`);
+    const quick = jobIdFor('nlp', `quick-${run}`);
     // A container that is not gpu-fleet's (no label): whatever the agents do, it runs on.
     const stranger = `stranger-${run}`;
     docker('run', '--detach', '--name', stranger, image, 'node', '-e', 'setTimeout(() => {}, 600000)');
@@ -341,19 +342,28 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
       await a.heartbeat();
       await w.submit(kept, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '120', '100', '0']));
       await w.submit(moved, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '100000', '20', '0']));
+      await w.submit(quick, spec([`${IMAGE_JOBS_DIR}/counter-job.mjs`, '60', '50', '0']));
       await w.place(kept, ['i-r'], [0]);
       await w.place(moved, ['i-r'], [0]);
+      await w.place(quick, ['i-r'], [0]);
       await a.heartbeat();
-      await waitFor('both containers to run', () => containersOf([kept, moved]).length === 2);
+      await waitFor('the three containers to run', () => containersOf([kept, moved, quick]).length === 3);
       await waitFor('the kept job to start counting', () => w.output(work, kept, 1).length > 0);
       const before = docker('container', 'inspect', '--format', '{{.Id}} {{.State.StartedAt}}', keptName());
 
       // The agent goes (a crash, an upgrade): its containers run on. While it is away, one attempt stops being this node's.
       await a.leave();
       await w.nodes.unassign('i-r', moved, 1);
+      // One ends on its own while no agent follows it: it must be reported, not run again.
+      await waitFor('the quick job to end while the agent is away', () => {
+        const name = containersOf([quick])[0];
+        return name !== undefined && docker('container', 'inspect', '--format', '{{.State.Running}}', name) === 'false';
+      });
       const b = w.agent('i-r', { workDir: work, runner: noGpuRunner(join(work, 'env')) });
       await b.start();
       expect(containersOf([kept, moved])).toEqual([keptName()]);
+      await waitFor('the quick job’s end to be reported', async () => (await w.jobs.get(quick))?.state === 'succeeded');
+      expect(w.output(work, quick, 1).filter((l) => l.event === 'start')).toHaveLength(1);
       // The very container, never restarted; the stranger untouched.
       expect(docker('container', 'inspect', '--format', '{{.Id}} {{.State.StartedAt}}', keptName())).toBe(before);
       expect(docker('container', 'inspect', '--format', '{{.State.Running}}', stranger)).toBe('true');
