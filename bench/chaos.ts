@@ -265,6 +265,8 @@ if (invokedDirectly) {
         f.duplicateEvents && `${f.duplicateEvents} duplicate events`,
         f.stormInterruptions && `${f.stormInterruptions} storm interruptions`,
         f.deadAgents && `${f.deadAgents} dead agents`,
+        f.agentsDown &&
+          `${f.agentsDown} agents died (${f.agentRestarts} started again, adopting ${f.adopted}; ${f.watchdogStopped} stopped by watchdogs)`,
         f.checkpointFailures && `${f.checkpointFailures} failed checkpoints`,
         f.uploadFailures && `${f.uploadFailures} failed uploads (${f.uploadsGivenUp} given up)`,
         f.rankStartFailures && `${f.rankStartFailures} ranks that could not start`,

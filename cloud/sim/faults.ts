@@ -35,6 +35,15 @@ export interface FaultProfile {
   readonly stormAtHour?: number;
   /** Share of machines whose agent dies (stops heartbeating) at some point of their life. */
   readonly deadAgentRate?: number;
+  /**
+   * Share of machines whose agent process dies mid-life while their jobs' containers run on (they
+   * outlive it); `restartShare` of those agents start again after 30 s to 5 min (systemd restarts
+   * them) and adopt what they may, the rest never do (the machine's watchdog stops the containers
+   * once the lease runs out; reconcile requeues the work and replaces the machine).
+   */
+  readonly agentDies?: { readonly rate: number; readonly restartShare: number };
+  /** The machines lack the watchdog (as before it existed): a dead agent's containers run on until the machine goes. */
+  readonly noWatchdog?: boolean;
   /** Share of checkpoints that fail (nothing is saved; the job carries on or is requeued from its older checkpoint). */
   readonly checkpointFailRate?: number;
   /** Share of job-store writes that lose a conditional-write race. */
@@ -114,6 +123,12 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     description: '10% of machines lose their agent (no heartbeats; the jobs it ran stop with it)',
     deadAgentRate: 0.1,
   },
+  'agent-dies': {
+    name: 'agent-dies',
+    description:
+      "20% of machines' agents die mid-life while their containers run on: half start again 30 s to 5 min later and adopt what is still theirs, half never (the watchdog stops the containers at the lease's end)",
+    agentDies: { rate: 0.2, restartShare: 0.5 },
+  },
   'checkpoint-failures': { name: 'checkpoint-failures', description: '30% of checkpoints fail', checkpointFailRate: 0.3 },
   'store-conflicts': { name: 'store-conflicts', description: '10% of job writes lose a conditional-write race', storeConflictRate: 0.1 },
   'slow-uploads': {
@@ -182,6 +197,7 @@ export const FAULT_PROFILES: Readonly<Record<string, FaultProfile>> = {
     reorderEvents: true,
     stormAtHour: 18,
     deadAgentRate: 0.1,
+    agentDies: { rate: 0.1, restartShare: 0.5 },
     checkpointFailRate: 0.3,
     storeConflictRate: 0.1,
     uploadMiBPerSec: 10,

@@ -24,8 +24,10 @@ import {
   afterCheckpoint,
   checkpointLimits,
   checkpointSizeMiB,
+  adoptsLeftover,
   DEFAULT_AGENT_LEASE,
   DEFAULT_CHECKPOINT_TIMING,
+  DEFAULT_STOP_GRACE_SEC,
   gangRank,
   leaseLapsed,
   nextNodeStep,
@@ -38,6 +40,7 @@ import {
   startFailure,
   uploadAllowanceSec,
   uploadRetryDelayMs,
+  watchdogStops,
   type CheckpointOutcome,
   type CheckpointTiming,
   type LocalAttempt as LocalView,
@@ -78,6 +81,14 @@ export interface SimAgentOptions {
   readonly writeSec?: number;
   /** Fault injection: the machine's agent (and the jobs it runs) is dead at this time. */
   readonly agentDead?: (inst: Instance, nowMs: number) => boolean;
+  /**
+   * Fault injection: the machine's agent process is down at this time, and its jobs' containers
+   * run on without it (they outlive it); the machine's watchdog stops them once its lease is past
+   * the lease and fence. When it is up again it adopts what it may (core node-rules `adoptsLeftover`).
+   */
+  readonly agentDown?: (inst: Instance, nowMs: number) => boolean;
+  /** The machines lack the watchdog (the world as it was before it): a dead agent's containers run on until the machine goes. */
+  readonly noWatchdog?: boolean;
   /**
    * Fault injection: whether the agent API answers this machine's heartbeat, or its look at its
    * work list (everything else it writes goes with that look), now. Unanswered, the agent does
@@ -235,6 +246,8 @@ interface SimProcess {
   requeueAt?: { readonly atMs: number; readonly why: Reason };
   /** Its agent fenced itself (its lease lapsed): whatever still runs is stopped at this time. */
   fenceStopAtMs?: number;
+  /** The machine's watchdog stopped it (its agent's lease ran out). */
+  watchdogStopped?: boolean;
   /** The save in flight, and a newer marker queued behind it. */
   upload?: SimUpload;
   /** The folders this rank's saves of the attempt took (each save has its own: node-rules' saveLocation). */
@@ -272,6 +285,8 @@ interface SimMachine {
   renewedAtMs: number;
   /** Set while its lease has lapsed: its attempts are stopped and nothing starts. */
   fencedSinceMs?: number;
+  /** Set while its agent process is down (its containers run on). */
+  agentDownSinceMs?: number;
   /** The container images on its disk: pulled by a replica that ran here, or ahead (its record's list). */
   readonly images: Set<string>;
   /** The image being pulled ahead, one at a time as the real agent does, and when its pull ends. */
@@ -307,6 +322,13 @@ export interface AgentStats {
   unansweredCalls: number;
   /** Attempts agents stopped themselves when their lease lapsed (node-rules onLeaseLapsed). */
   fencedAttempts: number;
+  /** Agents that went down (their containers running on), started again, and what they adopted or stopped on starting. */
+  agentsDown: number;
+  agentRestarts: number;
+  adopted: number;
+  leftoversStopped: number;
+  /** Processes the machines' watchdogs stopped (their agents' leases ran out). */
+  watchdogStopped: number;
 }
 
 /**
@@ -339,6 +361,11 @@ export class SimAgents {
     refusedCalls: 0,
     unansweredCalls: 0,
     fencedAttempts: 0,
+    agentsDown: 0,
+    agentRestarts: 0,
+    adopted: 0,
+    leftoversStopped: 0,
+    watchdogStopped: 0,
   };
   /** The first calls refused, with why (kept to 20). */
   readonly refusals: string[] = [];
@@ -462,7 +489,17 @@ export class SimAgents {
         this.machines.set(inst.id, m);
       }
       m.inHook = inst.state === 'terminating-wait';
+      if (this.options.agentDown?.(inst, now)) {
+        // No agent: no heartbeat, no look, nothing reported; its containers run on, until the watchdog stops them.
+        if (m.agentDownSinceMs === undefined) this.stats.agentsDown++;
+        m.agentDownSinceMs ??= now;
+        this.world(m, now);
+        this.watchdog(m, now);
+        continue;
+      }
+      if (m.agentDownSinceMs !== undefined) await this.agentStartsAgain(m, now);
       this.world(m, now);
+      this.watchdog(m, now);
       this.look(m, now);
       if (this.answered(m, now, 'heartbeat')) {
         await this.beat(m, now).then(
@@ -478,7 +515,7 @@ export class SimAgents {
     // Each agent reads its own work list, as the real agent does (one read of every record stands for each).
     for (const record of await this.options.nodes.list()) {
       const m = this.machines.get(record.instanceId);
-      if (!m || !live.has(record.instanceId) || !this.answered(m, now, 'work')) continue;
+      if (!m || !live.has(record.instanceId) || m.agentDownSinceMs !== undefined || !this.answered(m, now, 'work')) continue;
       this.pullAhead(m, record.prefetchImages ?? [], now);
       try {
         const held = [...m.images].sort();
@@ -515,6 +552,54 @@ export class SimAgents {
     if (this.options.agentApiAnswers?.(m.instance.id, now, call) ?? true) return true;
     this.stats.unansweredCalls++;
     return false;
+  }
+
+  /**
+   * The machine's watchdog (a root timer beside the agent: agent/watchdog.ts): once the lease its
+   * agent last renewed is past the lease and fence (core `watchdogStops`), every job process still
+   * running is stopped within the stop grace.
+   */
+  private watchdog(m: SimMachine, now: number): void {
+    if (this.options.noWatchdog) return;
+    if (!watchdogStops(m.renewedAtMs, now, DEFAULT_AGENT_LEASE)) return;
+    for (const p of m.processes.values()) {
+      if (p.exit && p.exit.atMs <= now) continue;
+      if (!p.watchdogStopped) this.stats.watchdogStopped++;
+      p.watchdogStopped = true;
+      // SIGTERM, then SIGKILL at the stop grace: at the latest then.
+      const by = now + DEFAULT_STOP_GRACE_SEC * 1000;
+      if (!p.exit || p.exit.atMs > by) p.exit = { atMs: by, code: 143 };
+    }
+  }
+
+  /**
+   * The agent process starts again on a machine whose containers ran on without it: each is
+   * adopted or stopped by the rule the real agent follows (core node-rules `adoptsLeftover`). What
+   * lived only in the dead agent (a save in flight, a checkpoint it was taking, a stop it planned)
+   * is gone; what the store says is read again at the next look.
+   */
+  private async agentStartsAgain(m: SimMachine, now: number): Promise<void> {
+    m.agentDownSinceMs = undefined;
+    m.fencedSinceMs = undefined;
+    this.stats.agentRestarts++;
+    const record = await this.options.nodes.get(m.instance.id);
+    for (const [key, p] of [...m.processes]) {
+      const assigned = record?.assigned?.[p.jobId] === p.attempt;
+      const job = assigned ? await this.options.jobs.get(p.jobId) : undefined;
+      const step = nextNodeStep(job, m.instance.id, p.attempt, undefined);
+      if (job && adoptsLeftover({ assigned, stoppedByWatchdog: p.watchdogStopped === true, rank: p.rank, step })) {
+        this.stats.adopted++;
+        p.upload = undefined;
+        p.queued = undefined;
+        p.checkpointing = undefined;
+        p.requeueAt = undefined;
+        p.fenceStopAtMs = undefined;
+        continue;
+      }
+      // Removed (docker rm --force): its attempt, if still this node's, starts again as a new process at the next look.
+      if (!p.exit || p.exit.atMs > now) this.stats.leftoversStopped++;
+      m.processes.delete(key);
+    }
   }
 
   private renewed(m: SimMachine, now: number): void {

@@ -262,6 +262,11 @@ export interface SimulationSummary {
     readonly crashes: number;
     readonly duplicateEvents: number;
     readonly deadAgents: number;
+    /** Agents that died with their containers running on, those that started again, what they adopted, and what the watchdogs stopped. */
+    readonly agentsDown: number;
+    readonly agentRestarts: number;
+    readonly adopted: number;
+    readonly watchdogStopped: number;
     readonly checkpointFailures: number;
     /** Upload tries that failed, uploads given up after their allowance, and ranks that could not start. */
     readonly uploadFailures: number;
@@ -512,6 +517,20 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
         return nowMs >= dies;
       }
     : undefined;
+  // Agents whose process dies while their containers run on: between 5 and 65 minutes into the machine's life; some
+  // start again 30 s to 5 min later (systemd starts the machine's agent again, which adopts what is still its), the rest never do.
+  const agentDown = faults.agentDies
+    ? (inst: Instance, nowMs: number) => {
+        const f = faults.agentDies!;
+        const draw = hash01(`${options.seed}/agent-dies/${inst.id}`);
+        if (draw >= f.rate) return false;
+        const dies = inst.launchedAtMs + 300_000 + hash01(`${options.seed}/agent-dies-when/${inst.id}`) * 3_600_000;
+        // The lower part of the draw's range starts again (one draw: two of this hash's draws on near names are not independent).
+        const restarts = draw < f.rate * f.restartShare;
+        const back = dies + 30_000 + hash01(`${options.seed}/agent-back/${inst.id}`) * 270_000;
+        return nowMs >= dies && (!restarts || nowMs < back);
+      }
+    : undefined;
   const checkpointFails = faults.checkpointFailRate ? () => faultRandom.next() < faults.checkpointFailRate! : undefined;
   // The agent API's own faults: an outage window (every agent call unanswered), or a share of calls throttled.
   const apiOutage = faults.agentApi?.outage;
@@ -618,6 +637,8 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
     uploadMiBPerSec: faults.uploadMiBPerSec ?? options.uploadMiBPerSec ?? control.uploadMiBPerSec,
     timing: { uploadMiBPerSec: control.uploadMiBPerSec, uploadMarginSec: control.uploadMarginSec },
     ...(agentDead ? { agentDead } : {}),
+    ...(agentDown ? { agentDown } : {}),
+    ...(faults.noWatchdog ? { noWatchdog: true } : {}),
     ...(agentApiAnswers ? { agentApiAnswers } : {}),
     ...(checkpointFails ? { checkpointFails } : {}),
     ...(faults.uploadFailRate || faults.stubbornUploadRate
@@ -1192,6 +1213,10 @@ export async function runSimulation(options: SimulationOptions): Promise<Simulat
       crashes: crash.crashes,
       duplicateEvents: injected.duplicates,
       deadAgents: deadAgents.size,
+      agentsDown: agents.stats.agentsDown,
+      agentRestarts: agents.stats.agentRestarts,
+      adopted: agents.stats.adopted,
+      watchdogStopped: agents.stats.watchdogStopped,
       checkpointFailures: agents.stats.checkpointFailures,
       uploadFailures: agents.stats.uploadFailures,
       uploadsGivenUp: agents.stats.uploadsGivenUp,

@@ -204,6 +204,8 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
       'duplicateEvents',
       'stormInterruptions',
       'deadAgents',
+      'agentsDown',
+      'watchdogStopped',
       'checkpointFailures',
       'uploadFailures',
       'uploadsGivenUp',
@@ -216,6 +218,22 @@ describe('the control loop under faults (simulated cloud, invariants checked eve
     // The simulated agents go through the agent API's rules, and through every fault none of their calls is refused.
     expect(f.agentCallsRefused).toBe(0);
     expect(summary.accepted).toBe(summary.completed + summary.failed + summary.cancelled + summary.runningAtEnd + summary.pendingAtEnd);
+  }, 120_000);
+
+  it("agents that die while their containers run on: none lost, none run twice, nothing requeued wrongly; without the machines' watchdog, broken", async () => {
+    const profile = FAULT_PROFILES['agent-dies']!;
+    const { summary } = await runSimulation({ ...base, faults: profile, invariants: 'stop' });
+    expect(summary).toMatchObject({ lost: 0, duplicated: 0, violations: 0 });
+    const f = summary.faults;
+    expect(f.wrongfulRequeues).toBe(0);
+    // Some agents came back and adopted their containers; the others' containers were stopped by the watchdog.
+    expect(f.agentsDown).toBeGreaterThan(0);
+    expect(f.agentRestarts).toBeGreaterThan(0);
+    expect(f.adopted).toBeGreaterThan(0);
+    expect(f.watchdogStopped).toBeGreaterThan(0);
+    // The same world without the watchdog: a dead agent's containers run on past the point where their work is requeued.
+    const bare = await runSimulation({ ...base, faults: { ...profile, noWatchdog: true }, invariants: 'count' });
+    expect(bare.summary.faults.wrongfulRequeues + bare.summary.violations).toBeGreaterThan(0);
   }, 120_000);
 
   it('prints the same rows for the same seed: every fault and the services at once, run twice (issue 63)', async () => {
