@@ -86,7 +86,7 @@ describe('gpu-fleet command', () => {
     const faults = await cli(['simulate', '--faults', 'meteor']);
     expect(faults.code).toBe(2);
     expect(faults.stderr).toContain(
-      '--faults: unknown fault profile "meteor"; profiles: none, api-errors, cloud-outage, spot-stockout, crash-mid-apply, duplicate-reorder, interruption-storm, dead-agents, checkpoint-failures, store-conflicts, slow-uploads, upload-failures, agent-api-outage, agent-api-throttling, eventual-consistency, redelivery, asg-terminations, gang-rank-failure, hung-replicas, all',
+      '--faults: unknown fault profile "meteor"; profiles: none, api-errors, cloud-outage, spot-stockout, crash-mid-apply, duplicate-reorder, interruption-storm, dead-agents, agent-dies, checkpoint-failures, store-conflicts, slow-uploads, upload-failures, agent-api-outage, agent-api-throttling, eventual-consistency, redelivery, asg-terminations, gang-rank-failure, hung-replicas, all',
     );
   });
 
