@@ -46,6 +46,7 @@ import {
   leaseLapsed,
   nextNodeStep,
   adoptsLeftover,
+  WATCHDOG_STOPPED,
   onLeaseLapsed,
   onMachineNotice,
   replicaHealthReport,
@@ -65,7 +66,7 @@ import { readMarker, type CheckpointBlobs, type CheckpointMarker } from './check
 import { DeviceAllocator, type HeldDevices, type MigControl } from './devices.ts';
 import type { Identity, LocalNotice, MetadataClient } from './metadata.ts';
 import { deviceReadings, gpuProblems, toGpuDevices, type NvidiaSmiReport } from './nvidia-smi.ts';
-import { launchKey, safeJobName, type Exit, type JobProcess, type JobRunner, type LeftLaunch } from './runner.ts';
+import { containerName, launchKey, safeJobName, type Exit, type JobProcess, type JobRunner, type LeftLaunch } from './runner.ts';
 import { ImagePrefetcher } from './prefetch.ts';
 import { prefetchChanged } from '../core/serving/prefetch.ts';
 import { LogShipper } from './log-shipper.ts';
@@ -269,6 +270,8 @@ interface AttemptNote {
   readonly devices: readonly string[];
   readonly diskMiB?: number;
   readonly layerMiB?: number;
+  /** The agent signalled or stopped it on purpose (noted before it did). */
+  readonly stoppedByAgent?: boolean;
 }
 
 type SaveResult = UploadResult & { readonly complete?: boolean; readonly ref?: CheckpointRef };
@@ -342,6 +345,8 @@ export class NodeAgent {
   async start(): Promise<void> {
     // What an earlier agent opened in the port wall is its attempts': those it adopts open theirs again.
     await this.ports.peers?.reset();
+    // The lease renewed first: the watchdog must not stop what this agent is about to adopt.
+    await this.beat();
     const adopted = await this.adoptLeftovers();
     const leftovers = await this.ports.runner.cleanUpLeftovers(adopted);
     // What the watchdog stopped is gone now: its names are of no use to the next agent.
@@ -855,8 +860,27 @@ export class NodeAgent {
   }
 
   /** Follows an attempt the agent runs (started or adopted) to its end, which it reports. */
-  private follow(l: LocalAttempt): void {
-    const key = l.key;
+  private follow(attempt: LocalAttempt): void {
+    const key = attempt.key;
+    // Every signal and stop the agent sends is noted first (noteStopping).
+    const proc = attempt.proc;
+    const l: LocalAttempt = {
+      ...attempt,
+      proc: {
+        get pid() {
+          return proc.pid;
+        },
+        exited: proc.exited,
+        signal: (sig) => {
+          this.noteStopping(l);
+          return proc.signal(sig);
+        },
+        stop: (graceMs) => {
+          this.noteStopping(l);
+          return proc.stop(graceMs);
+        },
+      },
+    };
     this.local.set(key, l);
     void l.proc.exited.then(async (exit) => {
       l.exit = exit;
@@ -902,12 +926,44 @@ export class NodeAgent {
       const assigned = record?.assigned?.[left.jobId] === left.attempt;
       const job = assigned ? await this.ports.jobs.get(left.jobId) : undefined;
       const step = nextNodeStep(job, this.instanceId, left.attempt, this.view(undefined));
-      if (!job || step.kind !== 'launch' || !adoptsLeftover({ assigned, stoppedByWatchdog: stopped.has(left.name), rank: left.rank, step }))
-        continue;
+      // Stopped on purpose: by the watchdog, or by the earlier agent (a fence, a notice, a checkpoint it asked for) before it could report it.
+      const stoppedOnPurpose = stopped.has(left.name) || this.noteOf(left.jobId, left.attempt)?.stoppedByAgent === true;
+      if (!job || step.kind !== 'launch' || !adoptsLeftover({ assigned, stoppedOnPurpose, rank: left.rank, step })) continue;
       if (await this.adopt(left, job, step.rank, step.size)) kept.add(left.name);
     }
     if (kept.size > 0) this.ports.log.info('adopted the job containers an earlier agent left running', { adopted: [...kept] });
     return kept;
+  }
+
+  /** The attempt's folder on this machine. */
+  private attemptRoot(jobId: string, attempt: number): string {
+    return join(this.config.workDir, 'jobs', safeJobName(jobId), `attempt-${attempt}`);
+  }
+
+  /** The attempt's note, as the agent that started it wrote it (undefined: none, or unreadable). */
+  private noteOf(jobId: string, attempt: number): AttemptNote | undefined {
+    try {
+      return JSON.parse(readFileSync(join(this.attemptRoot(jobId, attempt), ATTEMPT_NOTE), 'utf8')) as AttemptNote;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * Notes, before the agent signals or stops an attempt's process, that it does so on purpose: an
+   * agent that starts after this one finds the process ended and must not take that for the job's
+   * own end (core node-rules `adoptsLeftover`).
+   */
+  private noteStopping(l: LocalAttempt): void {
+    const file = join(l.dirs.root, ATTEMPT_NOTE);
+    const note = this.noteOf(l.jobId, l.attempt);
+    if (!note || note.stoppedByAgent) return;
+    try {
+      writeFileSync(`${file}.tmp`, JSON.stringify({ ...note, stoppedByAgent: true }));
+      renameSync(`${file}.tmp`, file);
+    } catch (error) {
+      this.ports.log.warn('could not note a stop in the attempt’s note', { job: l.jobId, error: messageOf(error) });
+    }
   }
 
   /** Follows one container an earlier agent started; false (it is to be stopped) when it cannot be taken back as it was. */
@@ -923,12 +979,8 @@ export class NodeAgent {
       });
       return false;
     };
-    let note: AttemptNote;
-    try {
-      note = JSON.parse(readFileSync(join(root, ATTEMPT_NOTE), 'utf8')) as AttemptNote;
-    } catch (error) {
-      return refuse(`its note is unreadable: ${messageOf(error)}`);
-    }
+    const note = this.noteOf(job.id, job.attempt);
+    if (!note) return refuse(`its note (${join(root, ATTEMPT_NOTE)}) is missing or unreadable`);
     const assignment = job.placement!.nodes[rank]!;
     let held: HeldDevices;
     try {
@@ -1025,6 +1077,16 @@ export class NodeAgent {
     const exit = l.exit;
     if (!exit || l.stopping || l.checkpointing || this.local.get(l.key) !== l) return; // the path that stopped it (or is checkpointing it) reports
     const now = this.ports.clock.nowMs();
+    if (this.config.leaseFile && stoppedByWatchdog(this.config.leaseFile).includes(containerName(l.jobId, l.attempt, l.rank))) {
+      // The watchdog stopped it (this agent adopted it just as the watchdog acted, or hung): not the job's end.
+      await requeueAttempt(this.ports, { jobId: l.jobId, attempt: l.attempt, reason: WATCHDOG_STOPPED, nowMs: now });
+      this.ports.log.warn("the machine's watchdog stopped a job; it goes back to the queue from its newest checkpoint", {
+        job: l.jobId,
+        attempt: l.attempt,
+      });
+      await this.forget(l);
+      return;
+    }
     // The exit decides now: a finished or failed attempt needs no checkpoint, so a save in flight never holds the report.
     const code = exitCode(exit);
     const failure = l.evicted

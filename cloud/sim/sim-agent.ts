@@ -40,6 +40,7 @@ import {
   startFailure,
   uploadAllowanceSec,
   uploadRetryDelayMs,
+  WATCHDOG_STOPPED,
   watchdogStops,
   type CheckpointOutcome,
   type CheckpointTiming,
@@ -248,6 +249,8 @@ interface SimProcess {
   fenceStopAtMs?: number;
   /** The machine's watchdog stopped it (its agent's lease ran out). */
   watchdogStopped?: boolean;
+  /** Its agent signalled or stopped it on purpose (what the real agent notes in the attempt's note before it does). */
+  stoppedByAgent?: boolean;
   /** The save in flight, and a newer marker queued behind it. */
   upload?: SimUpload;
   /** The folders this rank's saves of the attempt took (each save has its own: node-rules' saveLocation). */
@@ -497,7 +500,26 @@ export class SimAgents {
         this.watchdog(m, now);
         continue;
       }
-      if (m.agentDownSinceMs !== undefined) await this.agentStartsAgain(m, now);
+      if (m.agentDownSinceMs !== undefined) {
+        // As the real agent starts: its lease renewed first, and no start at all (systemd tries again) while the API does not answer.
+        let started = false;
+        if (this.answered(m, now, 'heartbeat'))
+          await this.beat(m, now).then(
+            () => {
+              this.renewed(m, now);
+              started = true;
+            },
+            (error: unknown) => {
+              if (!this.refused(error)) throw error;
+            },
+          );
+        if (!started) {
+          this.world(m, now);
+          this.watchdog(m, now);
+          continue;
+        }
+        await this.agentStartsAgain(m, now);
+      }
       this.world(m, now);
       this.watchdog(m, now);
       this.look(m, now);
@@ -587,7 +609,8 @@ export class SimAgents {
       const assigned = record?.assigned?.[p.jobId] === p.attempt;
       const job = assigned ? await this.options.jobs.get(p.jobId) : undefined;
       const step = nextNodeStep(job, m.instance.id, p.attempt, undefined);
-      if (job && adoptsLeftover({ assigned, stoppedByWatchdog: p.watchdogStopped === true, rank: p.rank, step })) {
+      const stoppedOnPurpose = p.watchdogStopped === true || p.stoppedByAgent === true;
+      if (job && adoptsLeftover({ assigned, stoppedOnPurpose, rank: p.rank, step })) {
         this.stats.adopted++;
         p.upload = undefined;
         p.queued = undefined;
@@ -617,6 +640,7 @@ export class SimAgents {
       const p = procs.find((x) => noticeAttempt(x).key === step.key)!;
       this.stats.fencedAttempts++;
       p.fenceStopAtMs = rule.stopByMs;
+      p.stoppedByAgent = true;
       if (step.kind === 'checkpoint') this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
       else if (step.kind === 'requeue-at') {
         this.beginCheckpoint(p, 'requeue', rule.reason, now);
@@ -658,7 +682,10 @@ export class SimAgents {
           );
         this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
         if (reachable) await this.advanceCheckpoint(m, p, now);
-      } else if (step.kind === 'requeue-at') p.requeueAt = { atMs: step.atMs, why: step.reason };
+      } else if (step.kind === 'requeue-at') {
+        p.requeueAt = { atMs: step.atMs, why: step.reason };
+        p.stoppedByAgent = true;
+      }
     }
   }
 
@@ -949,6 +976,12 @@ export class SimAgents {
           if (p!.rank === 0) await this.finishCancelled(m, jobId, now, useOf(p!).gpuUse);
           break;
         case 'report-exit': {
+          if (p!.watchdogStopped) {
+            // Not the job's own end: back to the queue from its newest checkpoint (WATCHDOG_STOPPED), as the real agent does.
+            await requeueAttempt(this.as(m), { jobId, attempt, reason: WATCHDOG_STOPPED, nowMs: now });
+            await this.end(m, p!, now, false);
+            break;
+          }
           const done = await recordExit(jobs, { jobId, attempt, rank: p!.rank, exitCode: p!.exit!.code, nowMs: now, ...useOf(p!) });
           if (done?.status === 'changed' && done.job.state === 'succeeded') this.stats.succeeded++;
           await this.end(m, p!, now, false);
@@ -1146,6 +1179,7 @@ export class SimAgents {
       ...limits,
       ...(endedBefore !== undefined ? { endedBefore } : {}),
     };
+    p.stoppedByAgent = true;
     // The job writes its checkpoint a little after the signal (within its grace), then exits.
     if (cp && endedBefore === undefined && !p.exit)
       p.signalWriteAtMs = now + Math.min(cp.gracePeriodSec, this.options.writeSec ?? 10) * 1000;

@@ -105,18 +105,20 @@ export function nextNodeStep(job: Job | undefined, nodeId: string, attempt: numb
  * What an agent that starts again does with one launch an earlier run of it left (a container that
  * outlived it): follow it again ("adopt") when its attempt is still assigned to this node, the work
  * list would launch that very rank here now (the job has not moved on, ended or been asked to
- * checkpoint), and the machine's watchdog did not stop it. One that runs is followed to its end;
- * one that ended on its own is followed to have its end reported (it must not run again). Else it
- * is stopped and removed: one the watchdog stopped starts again, as a new process, if its attempt is
- * still the node's. The same rule for the real agent and the simulated ones.
+ * checkpoint), and nobody stopped it on purpose: neither the machine's watchdog nor the earlier
+ * agent (which notes each stop and each checkpoint signal it sends before sending it: a fence, a
+ * notice, a stop whose end it did not live to report). One that runs is followed to its end; one
+ * that ended on its own is followed to have its end reported (it must not run again). Else it is
+ * stopped and removed, and its attempt, if still the node's, starts again as a new process from its
+ * newest checkpoint. The same rule for the real agent and the simulated ones.
  */
 export function adoptsLeftover(o: {
   readonly assigned: boolean;
-  readonly stoppedByWatchdog: boolean;
+  readonly stoppedOnPurpose: boolean;
   readonly rank: number;
   readonly step: NodeStep;
 }): boolean {
-  return o.assigned && !o.stoppedByWatchdog && o.step.kind === 'launch' && o.step.rank === o.rank;
+  return o.assigned && !o.stoppedOnPurpose && o.step.kind === 'launch' && o.step.rank === o.rank;
 }
 
 /** How a process that ended by itself is reported: the leader's success ends the job; any rank's failure fails it. */
@@ -347,6 +349,16 @@ export function fencedBySec(lease: AgentLease = DEFAULT_AGENT_LEASE, stopGraceSe
 export function watchdogStops(renewedAtMs: number | undefined, nowMs: number, lease: AgentLease = DEFAULT_AGENT_LEASE): boolean {
   return renewedAtMs === undefined || nowMs - renewedAtMs > (lease.leaseSec + lease.fenceGraceSec) * 1000;
 }
+
+/**
+ * Why an attempt whose process the machine's watchdog stopped goes back to the queue: its end is no
+ * end of the job's (an agent that adopted it just as the watchdog acted, or one that hung, sees it
+ * exit 143), so it is requeued from its newest checkpoint, never reported failed.
+ */
+export const WATCHDOG_STOPPED: Reason = reason(
+  'fenced',
+  "its machine's watchdog stopped it: its agent's lease had run out (the agent had died, hung or could not renew it); requeued from its newest checkpoint",
+);
 
 /** The lease has lapsed: nothing renewed it for longer than `leaseSec`. */
 export function leaseLapsed(lastRenewedMs: number, nowMs: number, lease: AgentLease = DEFAULT_AGENT_LEASE): boolean {

@@ -431,6 +431,13 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
         return now.length === 1 && docker('container', 'inspect', '--format', '{{.State.Running}} {{.Id}}', now[0]!).startsWith('true ');
       });
       expect(docker('container', 'inspect', '--format', '{{.Id}}', containersOf([id])[0]!)).not.toBe(first);
+      // The watchdog acting while an agent follows the container (it adopted it just then, or it hangs): its end is no
+      // end of the job's; the attempt goes back to the queue from its newest checkpoint, never failed.
+      writeFileSync(leaseFile, JSON.stringify({ ...mark, renewedAtMs: Date.now() - 241_000 }));
+      expect((await agentWatchdogCommand({ leaseFile, stopGraceSec: 2 }, io)).stopped).toHaveLength(1);
+      await waitFor('the attempt to be requeued', async () => (await w.jobs.get(id))?.attempt === 2);
+      expect(await w.jobs.get(id)).toMatchObject({ state: 'pending', requeueReason: { code: 'fenced' } });
+      expect((await w.jobs.get(id))?.requeueReason?.message).toMatch(/watchdog stopped it/);
       await b.stop();
     } finally {
       spawnSync('docker', ['rm', '--force', stranger]);
