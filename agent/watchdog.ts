@@ -1,4 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs';
+import * as z from 'zod/mini';
 import { DEFAULT_AGENT_LEASE, DEFAULT_STOP_GRACE_SEC, watchdogStops, type AgentLease } from '../core/services/node-rules.ts';
 import { messageOf } from '../core/errors.ts';
 
@@ -13,6 +14,12 @@ export function leaseMark(renewedAtMs: number, lease: AgentLease): LeaseMark {
   return { renewedAtMs, leaseSec: lease.leaseSec, fenceGraceSec: lease.fenceGraceSec };
 }
 
+const LeaseMarkSchema = z.object({
+  renewedAtMs: z.int().check(z.nonnegative()),
+  leaseSec: z.int().check(z.positive()),
+  fenceGraceSec: z.int().check(z.nonnegative()),
+});
+
 /** The lease file as written, or undefined (with why) when there is none or it cannot be read as one. */
 export function readLeaseMark(file: string): { mark?: LeaseMark; problem?: string } {
   let raw: unknown;
@@ -21,11 +28,9 @@ export function readLeaseMark(file: string): { mark?: LeaseMark; problem?: strin
   } catch (error) {
     return { problem: `no lease file readable at ${file}: ${messageOf(error)}` };
   }
-  const m = raw as Partial<LeaseMark>;
-  const whole = (x: unknown, min: number) => typeof x === 'number' && Number.isSafeInteger(x) && x >= min;
-  if (!whole(m.renewedAtMs, 0) || !whole(m.leaseSec, 1) || !whole(m.fenceGraceSec, 0))
-    return { problem: `the lease file ${file} is not {renewedAtMs, leaseSec, fenceGraceSec} as whole numbers` };
-  return { mark: { renewedAtMs: m.renewedAtMs!, leaseSec: m.leaseSec!, fenceGraceSec: m.fenceGraceSec! } };
+  const parsed = LeaseMarkSchema.safeParse(raw);
+  if (!parsed.success) return { problem: `the lease file ${file} is not {renewedAtMs, leaseSec, fenceGraceSec} as whole numbers` };
+  return { mark: parsed.data };
 }
 
 export interface WatchdogLook {
