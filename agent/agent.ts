@@ -696,7 +696,7 @@ export class NodeAgent {
     const now = this.ports.clock.nowMs();
     const key = keyOf(job.id, job.attempt);
     const assignment = job.placement!.nodes[rank]!;
-    const root = join(this.config.workDir, 'jobs', safeJobName(job.id), `attempt-${job.attempt}`);
+    const root = this.attemptRoot(job.id, job.attempt);
     const dirs = { root, checkpoint: join(root, 'checkpoint'), resume: join(root, 'resume') };
     const cannotStart = async (why: string) => {
       this.ports.log.error('cannot start job here; its attempt goes back to the queue', {
@@ -926,10 +926,11 @@ export class NodeAgent {
       const assigned = record?.assigned?.[left.jobId] === left.attempt;
       const job = assigned ? await this.ports.jobs.get(left.jobId) : undefined;
       const step = nextNodeStep(job, this.instanceId, left.attempt, this.view(undefined));
+      const note = this.noteOf(left.jobId, left.attempt);
       // Stopped on purpose: by the watchdog, or by the earlier agent (a fence, a notice, a checkpoint it asked for) before it could report it.
-      const stoppedOnPurpose = stopped.has(left.name) || this.noteOf(left.jobId, left.attempt)?.stoppedByAgent === true;
+      const stoppedOnPurpose = stopped.has(left.name) || note?.stoppedByAgent === true;
       if (!job || step.kind !== 'launch' || !adoptsLeftover({ assigned, stoppedOnPurpose, rank: left.rank, step })) continue;
-      if (await this.adopt(left, job, step.rank, step.size)) kept.add(left.name);
+      if (await this.adopt(left, job, step.rank, step.size, note)) kept.add(left.name);
     }
     if (kept.size > 0) this.ports.log.info('adopted the job containers an earlier agent left running', { adopted: [...kept] });
     return kept;
@@ -967,9 +968,9 @@ export class NodeAgent {
   }
 
   /** Follows one container an earlier agent started; false (it is to be stopped) when it cannot be taken back as it was. */
-  private async adopt(left: LeftLaunch, job: Job, rank: number, size: number): Promise<boolean> {
+  private async adopt(left: LeftLaunch, job: Job, rank: number, size: number, note: AttemptNote | undefined): Promise<boolean> {
     const key = keyOf(job.id, job.attempt);
-    const root = join(this.config.workDir, 'jobs', safeJobName(job.id), `attempt-${job.attempt}`);
+    const root = this.attemptRoot(job.id, job.attempt);
     const refuse = (why: string) => {
       this.ports.log.warn('cannot adopt a job container an earlier agent left; it is stopped and its attempt handled as lost', {
         job: job.id,
@@ -979,7 +980,6 @@ export class NodeAgent {
       });
       return false;
     };
-    const note = this.noteOf(job.id, job.attempt);
     if (!note) return refuse(`its note (${join(root, ATTEMPT_NOTE)}) is missing or unreadable`);
     const assignment = job.placement!.nodes[rank]!;
     let held: HeldDevices;
@@ -1535,6 +1535,7 @@ export class NodeAgent {
         ...(this.uploads.lastUploadSec !== undefined ? { lastCheckpointUploadSec: this.uploads.lastUploadSec } : {}),
         uploadsInFlight: this.uploads.uploading,
         attemptsRunning: this.local.size,
+        ...(this.shipper ? { logLinesDropped: this.shipper.counts.dropped, logBytesDropped: this.shipper.counts.droppedBytes } : {}),
       },
     });
   }

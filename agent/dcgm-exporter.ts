@@ -17,6 +17,9 @@ export interface AgentFigures {
   readonly lastCheckpointUploadSec?: number;
   readonly uploadsInFlight: number;
   readonly attemptsRunning: number;
+  /** Job output lines the log shipper dropped since the agent started (the log store throttled or behind), and their bytes. */
+  readonly logLinesDropped?: number;
+  readonly logBytesDropped?: number;
 }
 
 /**
@@ -124,6 +127,15 @@ export async function dcgmExposition(
     own('gpu_fleet_agent_checkpoint_upload_seconds', 'How long the newest checkpoint took to upload.', a.lastCheckpointUploadSec);
     own('gpu_fleet_agent_uploads_in_flight', 'Checkpoint uploads under way.', a.uploadsInFlight);
     own('gpu_fleet_agent_attempts_running', 'Job attempts running on this machine.', a.attemptsRunning);
+    const counted = (name: string, help: string, v: number | undefined) => {
+      if (v !== undefined) new Counter({ name, help, registers: [registry] }).inc(v);
+    };
+    counted(
+      'gpu_fleet_agent_log_lines_dropped_total',
+      'Job output lines not shipped (the log store throttled or behind); a marker line in the job’s log says where.',
+      a.logLinesDropped,
+    );
+    counted('gpu_fleet_agent_log_bytes_dropped_total', 'Bytes of the job output lines not shipped.', a.logBytesDropped);
   }
   return registry.metrics();
 }

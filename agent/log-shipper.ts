@@ -51,7 +51,8 @@ interface Tracked {
   ended: boolean;
   /** The send in progress: sends of one attempt never overlap. */
   busy: Promise<void>;
-  sending: boolean;
+  /** Flushes queued or under way for it: a full batch starts one only when none is. */
+  flushes: number;
   /** After a send that failed for now, no send before this time but the flushes' own (the store is not hammered). */
   quietUntilMs: number;
 }
@@ -92,7 +93,7 @@ export class LogShipper {
       droppedBytes: 0,
       ended: false,
       busy: Promise.resolve(),
-      sending: false,
+      flushes: 0,
       quietUntilMs: 0,
     });
   }
@@ -116,7 +117,7 @@ export class LogShipper {
     }
     this.hold(t, { atMs: this.clock.nowMs(), seq: t.seq++, line: bytes.toString('utf8') }, cost);
     // A batch's worth waits: it goes now, not at the next flush (a job that prints fast is shipped as fast as the store takes it).
-    if (!t.sending && t.pending.length >= MAX_BATCH_LINES && this.clock.nowMs() >= t.quietUntilMs) void this.flush(key);
+    if (t.flushes === 0 && t.pending.length >= MAX_BATCH_LINES && this.clock.nowMs() >= t.quietUntilMs) void this.flush(key);
   }
 
   /** Sends what waits for every attempt. A send that fails for now leaves its lines for the next flush. */
@@ -176,11 +177,11 @@ export class LogShipper {
   private flush(key: string): Promise<void> {
     const t = this.tracked.get(key);
     if (!t) return Promise.resolve();
-    t.sending = true;
+    t.flushes++;
     t.busy = t.busy
       .catch(() => undefined)
       .then(() => this.send(t))
-      .finally(() => (t.sending = false))
+      .finally(() => t.flushes--)
       .then(() => {
         // An ended attempt with nothing left to send is followed no more (one the store could not take waits for the next flush).
         if (t.ended && t.pending.length === 0 && t.dropped === 0) this.tracked.delete(key);

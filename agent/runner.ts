@@ -303,6 +303,11 @@ const LABEL = 'io.gpu-fleet.job';
  */
 export const CONTAINER_LOG = { maxSizeMiB: 10, maxFiles: 3 } as const;
 
+/** `docker stop --time`: whole seconds, at least one. */
+function stopTimeArg(graceMs: number): string {
+  return String(Math.max(1, Math.ceil(graceMs / 1000)));
+}
+
 /**
  * A job id as one name made of `[A-Za-z0-9_.-]` (a container name, a folder name), distinct for
  * distinct ids: letters, digits, "-" and "." (not leading) stay as they are, and every other
@@ -663,7 +668,6 @@ export class DockerRunner implements JobRunner {
     let pull: ChildProcess | undefined;
     let stopping = false;
     const stopped: Exit = { exitCode: null, signal: 'SIGTERM' };
-    const grace = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
     let graceMs = 10_000;
     const exited = (async (): Promise<Exit> => {
       let image = this.pull === 'always' ? undefined : await this.inspectImage(launch.image);
@@ -687,7 +691,7 @@ export class DockerRunner implements JobRunner {
         await this.cli(['rm', '--force', name]);
         return { exitCode: made.code, signal: null };
       }
-      if (stopping) await this.cli(['stop', '--time', grace(graceMs), name]);
+      if (stopping) await this.cli(['stop', '--time', stopTimeArg(graceMs), name]);
       return this.followContainer(name, output, launch.limits?.memoryMiB);
     })().finally(() => output.end());
     void exited.then(forget);
@@ -740,7 +744,7 @@ export class DockerRunner implements JobRunner {
         await this.cli(['kill', '--signal', sig, name]);
       },
       stop: async (graceMs) => {
-        if (!hooks.beforeStop?.(graceMs)) await this.cli(['stop', '--time', String(Math.max(1, Math.ceil(graceMs / 1000))), name]);
+        if (!hooks.beforeStop?.(graceMs)) await this.cli(['stop', '--time', stopTimeArg(graceMs), name]);
         const done = await Promise.race([exited, delay(5000, undefined, { ref: false })]);
         if (done) return done;
         await this.cli(['kill', '--signal', 'SIGKILL', name]);
@@ -755,9 +759,7 @@ export class DockerRunner implements JobRunner {
    * watchdog: the agent that would have stopped them is gone.
    */
   async stopJobContainers(graceSec: number): Promise<string[]> {
-    const listed = await this.cli(['ps', '--filter', `label=${LABEL}`, '--filter', 'status=running', '--format', '{{.Names}}']);
-    if (listed.code !== 0) throw new GpuFleetError(`docker ps failed: ${listed.output.trim()}`);
-    const names = listed.output.split(/\s+/).filter((n) => /^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/.test(n));
+    const names = (await this.findLeftovers()).filter((l) => l.running).map((l) => l.name);
     if (names.length === 0) return [];
     const stopped = await this.cli(['stop', '--time', String(graceSec), ...names]);
     if (stopped.code !== 0) throw new GpuFleetError(`docker stop failed: ${stopped.output.trim()}`);

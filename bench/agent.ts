@@ -106,7 +106,7 @@ export async function benchAgent(store: AgentStore, options: { mib: number; putP
       }
     })();
     const started = performance.now();
-    const proc = await new ProcessRunner({ baseEnv: { ...process.env, BENCH_BYTES: String(options.mib * MiB) } }).start({
+    const proc = await new ProcessRunner().start({
       jobId: 'bench.flood',
       attempt: 1,
       rank: 0,

@@ -66,7 +66,14 @@ describe('the DCGM exporter’s names, from nvidia-smi', () => {
     const text = await dcgmExposition(report, {
       hostname: 'i-0mig',
       holders: new Map([[d.uuid!, { job: 'cv.slice', team: 'cv', attempt: 1 }]]),
-      agent: { heartbeatAgeSec: 4, uploadsInFlight: 1, attemptsRunning: 2, lastCheckpointUploadSec: 12.5 },
+      agent: {
+        heartbeatAgeSec: 4,
+        uploadsInFlight: 1,
+        attemptsRunning: 2,
+        lastCheckpointUploadSec: 12.5,
+        logLinesDropped: 9_949_811,
+        logBytesDropped: 1_000_000_000,
+      },
     });
     const used = families(text).find((f) => f.name === 'DCGM_FI_DEV_FB_USED')!;
     const slice = used.metrics.find((m) => m.labels!.GPU_I_ID === String(d.gpuInstanceId) && m.labels!.gpu === String(g.index))!;
@@ -81,7 +88,11 @@ describe('the DCGM exporter’s names, from nvidia-smi', () => {
       gpu_fleet_agent_uploads_in_flight: 1,
       gpu_fleet_agent_attempts_running: 2,
       gpu_fleet_agent_checkpoint_upload_seconds: 12.5,
+      // The shipper's drops, as counters: an operator alarms on their rate.
+      gpu_fleet_agent_log_lines_dropped_total: 9_949_811,
+      gpu_fleet_agent_log_bytes_dropped_total: 1_000_000_000,
     });
+    expect(families(text).find((f) => f.name === 'gpu_fleet_agent_log_lines_dropped_total')!.type).toBe('COUNTER');
   });
 });
 
