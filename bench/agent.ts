@@ -9,7 +9,6 @@
 // is the agent API, which calls the same adapter; here the adapter is called directly.
 //
 //   npm run bench:agent -- [--mib 1024] [--put-per-sec 5] [--store open|throttled|both] [--json]
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,7 +19,7 @@ import { LogShipper } from '../agent/log-shipper.ts';
 import { ProcessRunner } from '../agent/runner.ts';
 import { CloudWatchJobLogs } from '../cloud/aws/cloudwatch-logs.ts';
 import { oneOf, wholeNumber } from '../cloud/flags.ts';
-import { listenInChild } from './support/child-server.ts';
+import { listenInChild, rowsFromChild } from './support/child-server.ts';
 
 export type AgentStore = 'open' | 'throttled';
 
@@ -174,26 +173,14 @@ if (invokedDirectly) {
   const f = program.opts<{ store: AgentStore | 'both'; mib: number; putPerSec: number; json?: boolean }>();
   const rows: AgentRow[] = [];
   if (f.store === 'both') {
-    for (const store of ['open', 'throttled'] as const) {
-      const args = [
-        ...process.execArgv,
-        '--expose-gc',
-        fileURLToPath(import.meta.url),
-        '--store',
-        store,
-        '--mib',
-        String(f.mib),
-        '--put-per-sec',
-        String(f.putPerSec),
-        '--json',
-      ];
-      const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-      let out = '';
-      child.stdout.on('data', (d: Buffer) => (out += String(d)));
-      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-      if (code !== 0) throw new Error(`bench:agent --store ${store} exited with code ${String(code)}`);
-      rows.push(...(JSON.parse(out) as AgentRow[]));
-    }
+    for (const store of ['open', 'throttled'] as const)
+      rows.push(
+        ...(await rowsFromChild<AgentRow>(
+          import.meta.url,
+          ['--store', store, '--mib', String(f.mib), '--put-per-sec', String(f.putPerSec)],
+          ['--expose-gc'],
+        )),
+      );
   } else rows.push(await benchAgent(f.store, { mib: f.mib, putPerSec: f.putPerSec }));
   if (f.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   else {

@@ -7,8 +7,6 @@
 // reconcile a minute; and the peak memory, against the reconcile function's Lambda limits.
 //
 //   npm run bench:load -- [--store memory|dynalite|both] [--jobs N] [--nodes N] [--teams N] [--json]
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { oneOf, wholeNumber } from '../cloud/flags.ts';
 import type { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
@@ -23,6 +21,7 @@ import { defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../cloud/sim/environment.ts';
 import type { SimGroupConfig } from '../cloud/sim/sim-cloud.ts';
 import { startDynaliteProcess } from './support/dynalite.ts';
+import { rowsFromChild } from './support/child-server.ts';
 
 const LAMBDA_MB = 1769;
 const LAMBDA_TIMEOUT_SEC = 60;
@@ -288,27 +287,19 @@ if (invokedDirectly) {
   const f = program.opts<{ store: LoadStore | 'both'; jobs: number; nodes: number; teams: number; json?: boolean }>();
   const rows: LoadRow[] = [];
   if (f.store === 'both') {
-    for (const store of ['memory', 'dynalite'] as const) {
-      const args = [
-        ...process.execArgv,
-        fileURLToPath(import.meta.url),
-        '--store',
-        store,
-        '--jobs',
-        String(f.jobs),
-        '--nodes',
-        String(f.nodes),
-        '--teams',
-        String(f.teams),
-        '--json',
-      ];
-      const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-      let out = '';
-      child.stdout.on('data', (d: Buffer) => (out += String(d)));
-      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-      if (code !== 0) throw new Error(`bench:load --store ${store} exited with code ${String(code)}`);
-      rows.push(...(JSON.parse(out) as LoadRow[]));
-    }
+    for (const store of ['memory', 'dynalite'] as const)
+      rows.push(
+        ...(await rowsFromChild<LoadRow>(import.meta.url, [
+          '--store',
+          store,
+          '--jobs',
+          String(f.jobs),
+          '--nodes',
+          String(f.nodes),
+          '--teams',
+          String(f.teams),
+        ])),
+      );
   } else rows.push(...(await benchLoad({ jobs: f.jobs, nodes: f.nodes, teams: f.teams, store: f.store })));
   if (f.json) process.stdout.write(`${JSON.stringify(rows, null, 2)}\n`);
   else {

@@ -27,3 +27,20 @@ export async function listenInChild(script: string, nodeArgs: readonly string[] 
     },
   };
 }
+
+/**
+ * Runs a bench script again in a child Node.js process (with the loader this one was started
+ * with, and `nodeArgs`), `args` and `--json` on its command line, and parses the JSON rows it
+ * prints: each run's memory is its own. Throws with the script's name when the child fails.
+ */
+export async function rowsFromChild<R>(scriptUrl: string, args: readonly string[], nodeArgs: readonly string[] = []): Promise<R[]> {
+  const script = fileURLToPath(scriptUrl);
+  const child = spawn(process.execPath, [...process.execArgv, ...nodeArgs, script, ...args, '--json'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += String(d)));
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  if (code !== 0) throw new Error(`${script} ${args.join(' ')} exited with code ${String(code)}`);
+  return JSON.parse(out) as R[];
+}
