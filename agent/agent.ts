@@ -136,6 +136,13 @@ export interface AgentPorts {
    * `service/leave`); without it, reconcile alone takes a warned machine's replicas out.
    */
   readonly frontDoor?: { leave(jobId: string, attempt: number): Promise<void> };
+  /**
+   * The values of the secrets an attempt's job names by reference (core/secrets.ts), resolved by
+   * the agent API under the attempt's credential. They go into the container's env file only (0600,
+   * removed once the container has started), never into a log, a record or the job's folder.
+   * Without it, a job that names secrets cannot start on this machine and says so.
+   */
+  readonly secrets?: { resolve(jobId: string, attempt: number): Promise<Readonly<Record<string, string>>> };
   readonly log: AgentLog;
   /**
    * Removes a job's folder once its attempt is over (default: the agent removes it itself). On a
@@ -755,8 +762,25 @@ export class NodeAgent {
     const leader = size > 1 ? await this.ports.nodes.get(job.placement!.nodes[0]!.nodeId) : undefined;
     const rendezvousPort = rendezvousPortOf(job.placement);
     const cp = job.spec.checkpoint;
+    let secretValues: Readonly<Record<string, string>> = {};
+    if ((job.spec.secrets ?? []).length > 0) {
+      if (!this.ports.secrets) {
+        await held.release();
+        await cannotStart('the job names secrets by reference, and this machine has no agent API to resolve them');
+        return;
+      }
+      try {
+        secretValues = await this.ports.secrets.resolve(job.id, job.attempt);
+      } catch (error) {
+        await held.release();
+        // The error names the reference and why (not found, refused), never a value.
+        await cannotStart(`could not resolve its secrets: ${messageOf(error)}`);
+        return;
+      }
+    }
     const env: Record<string, string> = {
       ...job.spec.env,
+      ...secretValues,
       GPU_FLEET_JOB_ID: job.id,
       GPU_FLEET_ATTEMPT: String(job.attempt),
       GPU_FLEET_TEAM: job.team,

@@ -27,6 +27,7 @@ import {
   AgentApiCheckpointStore,
   AgentApiClient,
   AgentApiJobLogs,
+  AgentApiSecrets,
   AgentApiServiceMetrics,
   AgentApiJobStore,
   AgentApiNodeStore,
@@ -301,6 +302,8 @@ export async function agentRunCommand(flags: RunFlags, env: NodeJS.ProcessEnv = 
       ...(api
         ? { frontDoor: { leave: (jobId: string, attempt: number) => api.call('service/leave', { jobId, attempt }).then(() => undefined) } }
         : {}),
+      // The secrets a job names by reference: resolved for each attempt through the agent API, under its credential.
+      ...(api ? { secrets: new AgentApiSecrets(api) } : {}),
       ...(dcgmUrl ? { dcgm: () => fetchText(dcgmUrl, 2000) } : {}),
       log,
     },

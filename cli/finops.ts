@@ -201,6 +201,10 @@ export async function buildReport(fleet: Fleet, flags: ReportFlags): Promise<Fin
   const team = flags.team;
   const notes: string[] = [];
   const lowUtil = flags.lowUtil ?? 30;
+  if (fleet.viewer.kind === 'team')
+    notes.push(
+      `team ${fleet.viewer.team}'s view: its own jobs, spend and checkpoint bytes; other teams' rows, the idle machines' cost and the fleet's totals are out of view (the platform's admin role sees them)`,
+    );
 
   // Paid: the per-day spend ledger; of it, checkpoint bytes (counted apart per day as well).
   const days = new Map<string, Record<string, number>>();

@@ -5,30 +5,19 @@ import { jobIdFor } from '../core/job.ts';
 import { defaultNetworkLayout, type ByteLog, type ByteRates, type NetworkLayout, type StoreSites } from '../core/bytes.ts';
 import { regionOfZone } from '../core/catalog.ts';
 import { shippedByteRates } from '../cloud/prices.ts';
-import type {
-  Clock,
-  DecisionLog,
-  GpuMetricsSource,
-  JobQueue,
-  JobStore,
-  NodeGroupProvider,
-  NodeStore,
-  SpendLedger,
-  BudgetTagSource,
-  BudgetMemory,
-  JobLogSource,
-  ServiceStore,
-} from '../core/ports.ts';
+import type { Clock, GpuMetricsSource, NodeGroupProvider, BudgetTagSource, BudgetMemory, JobLogSource } from '../core/ports.ts';
 import { fleetShapeFrom, intake, repeated } from '../core/services/intake.ts';
 import { checkJobSpec, type JobSpec } from '../core/job-spec.ts';
-import { applyJobEvent } from '../core/services/job-updates.ts';
 import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
 import { DEFAULT_SIM_GROUPS, defaultTeamTags } from '../cloud/sim/defaults.ts';
 import { createSimEnvironment } from '../cloud/sim/environment.ts';
 import { awsZonesOf, DEFAULT_SIM_START_MS, SIM_STACK_REGION } from '../cloud/sim/simulation.ts';
 import { loadSimState, savedSimGroups, saveSimState, STATE_FILE } from '../cloud/sim/state.ts';
-import { GpuFleetError, UsageError } from '../core/errors.ts';
-import { cancelledService, type ServiceRecord } from '../core/serving/service.ts';
+import { isCloudError, OutOfViewError, UsageError } from '../core/errors.ts';
+import { cancelForPerson, type CancelOutcome } from '../core/services/cancel.ts';
+import { ADMIN, viewOf, type PeoplePorts, type Viewer } from '../core/services/team-view.ts';
+import type { PeopleWhoami } from '../cloud/aws/people-api-protocol.ts';
+import type { SqsJobQueue } from '../cloud/aws/sqs-queue.ts';
 
 /**
  * What the people-facing commands read and change: a deployed fleet (the DynamoDB stores, the
@@ -46,19 +35,23 @@ export interface ByteLogSource extends StoreSites {
 export interface Fleet {
   readonly source: string;
   readonly clock: Clock;
-  readonly policy: Policy;
-  readonly jobs: JobStore;
-  readonly nodes: NodeStore;
-  readonly decisions: DecisionLog;
-  readonly ledger: SpendLedger;
-  readonly queue: JobQueue;
+  readonly policy: Pick<Policy, 'reconcileIntervalSec' | 'defaultRuntimeSec'>;
+  /** Who is looking: the admin sees every team; a team's role sees its own (core/services/team-view.ts). */
+  readonly viewer: Viewer;
+  /** The role a deployed fleet's people API saw the caller as (absent for a simulation, or tables read directly). */
+  readonly role?: string;
+  readonly jobs: PeoplePorts['jobs'];
+  readonly nodes: PeoplePorts['nodes'];
+  readonly decisions: PeoplePorts['decisions'];
+  readonly ledger: PeoplePorts['ledger'];
+  readonly queue: PeoplePorts['queue'];
   readonly budgets: BudgetTagSource;
   /** The last valid budget values reconcile keeps (a deployed fleet's control table); what is in force is read with them. */
-  readonly budgetMemory?: BudgetMemory;
-  readonly providers: readonly NodeGroupProvider[];
+  readonly budgetMemory?: Pick<BudgetMemory, 'load'>;
+  readonly providers: readonly Pick<NodeGroupProvider, 'cloud' | 'scope' | 'listGroups' | 'listInstances'>[];
   readonly gpuMetrics?: GpuMetricsSource;
   /** Service records, where the fleet has them (a simulation; a deployed fleet gets its table with the load balancer). */
-  readonly services?: ServiceStore;
+  readonly services?: PeoplePorts['services'];
   /** The jobs' output (a simulation's processes; a deployed fleet's CloudWatch Logs group, when the stack keeps one). */
   readonly jobLogs?: JobLogSource;
   /**
@@ -69,6 +62,10 @@ export interface Fleet {
   readonly checkpointBytes?: ByteLogSource;
   /** Sends a spec to the team's queue (a simulation takes it in at once); the job id follows from team and token. */
   submit(team: string, body: string, token?: string): Promise<{ jobId: string; token: string; note: string }>;
+  /** Cancels a job or service (the viewer's own team's, for a team's role). */
+  cancel(jobId: string): Promise<CancelOutcome>;
+  /** Sets `gpu-fleet:*` budget tags on a team's queue; refused (with why) where the caller's role may not. */
+  setBudgetTags(team: string, tags: Readonly<Record<string, string>>): Promise<void>;
   /** Saves what changed (a simulation's world); a deployed fleet has nothing to save. */
   close(): Promise<void>;
 }
@@ -115,19 +112,37 @@ function openSimFleet(dir: string): Fleet {
         return (v as (...a: unknown[]) => unknown).bind(target);
       },
     });
+  const jobs = savedOnWrite(env.jobs, ['create', 'update', 'put']);
+  const services = savedOnWrite(env.services, ['create', 'update']);
+  // A saved simulation is looked at as the admin sees a fleet: every team, inline environment values hidden.
+  const seen = viewOf(
+    {
+      jobs,
+      nodes: env.nodes,
+      decisions: env.decisions,
+      ledger: env.ledger,
+      queue: env.queue,
+      budgets: env.budgets,
+      services,
+      jobLogs: env.jobLogs,
+    },
+    ADMIN,
+    teams,
+  );
   return {
     source: `simulation in ${dir}`,
     clock: env.clock,
     policy: DEFAULT_POLICY,
-    jobs: savedOnWrite(env.jobs, ['create', 'update', 'put']),
-    nodes: env.nodes,
-    decisions: env.decisions,
-    ledger: env.ledger,
-    queue: env.queue,
-    budgets: env.budgets,
+    viewer: ADMIN,
+    ...seen,
     providers: env.ports.providers,
-    services: savedOnWrite(env.services, ['create', 'update']),
-    jobLogs: env.jobLogs,
+    cancel: (jobId) => cancelForPerson({ jobs, services }, ADMIN, jobId, env.clock.nowMs()),
+    async setBudgetTags(team, tags) {
+      const set = (await env.budgets.readTeamTags()).find((t) => t.team === team);
+      if (!set) throw new UsageError(`--team ${team}: the simulation has no such team; its teams are ${teams.join(', ')}`);
+      env.budgets.setTags(team, { ...set.tags, ...tags });
+      dirty = true;
+    },
     // As the simulation billed them: its bucket in the region of its first AWS zone, on the stack's default network.
     checkpointBytes: (() => {
       const zones = awsZonesOf(savedSimGroups(folder) ?? DEFAULT_SIM_GROUPS);
@@ -176,24 +191,103 @@ function openSimFleet(dir: string): Fleet {
 
 async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
   const { openAwsPorts } = await import('./aws.ts');
-  const { s3BucketBytes } = await import('../cloud/aws/cloudwatch-metrics.ts');
   const ports = await openAwsPorts(flags);
   const { config } = ports;
+  const source = `AWS ${config.region}${ports.stackName ? `, stack ${ports.stackName}` : ''}`;
+  const tagTeam = async (team: string, tags: Readonly<Record<string, string>>, who?: PeopleWhoami) => {
+    try {
+      await (ports.queue as SqsJobQueue).tagTeam(team, tags);
+    } catch (error) {
+      if (isCloudError(error, 'access-denied')) {
+        const { budgetRefused } = await import('../cloud/aws/people-api-client.ts');
+        throw budgetRefused(team, who, error);
+      }
+      throw error;
+    }
+  };
+  // A deployed stack with a people API: the person's role decides what they see, and their credentials read no table.
+  if (config.peopleApiUrl) {
+    const { PeopleApiClient } = await import('../cloud/aws/people-api-client.ts');
+    const api = new PeopleApiClient({ url: config.peopleApiUrl, region: config.region });
+    const who = await api.whoami();
+    const p = api.ports(who);
+    const bytes = who.bytes as Omit<ByteLogSource, 'logs' | 'bucketBytes'> | undefined;
+    return {
+      source: `${source}, as ${who.view.kind === 'admin' ? 'the admin role' : `team ${who.view.team}'s role`} (${who.role})`,
+      clock: ports.clock,
+      policy: who.policy,
+      viewer: who.view,
+      role: who.role,
+      jobs: p.jobs,
+      nodes: p.nodes,
+      decisions: p.decisions,
+      ledger: p.ledger,
+      queue: p.queue,
+      budgets: p.budgets,
+      ...(p.budgetMemory ? { budgetMemory: p.budgetMemory } : {}),
+      providers: p.providers,
+      ...(p.gpuMetrics ? { gpuMetrics: p.gpuMetrics } : {}),
+      ...(p.services ? { services: p.services } : {}),
+      ...(p.jobLogs ? { jobLogs: p.jobLogs } : {}),
+      ...(bytes && p.byteLogs
+        ? {
+            checkpointBytes: {
+              ...bytes,
+              logs: p.byteLogs,
+              bucketBytes: () => p.bucketBytes() as Promise<BucketBytes | undefined>,
+            },
+          }
+        : {}),
+      async submit(team, body, token = randomUUID()) {
+        if (who.view.kind === 'team' && who.view.team !== team)
+          throw new OutOfViewError(
+            who.view.team,
+            `--team ${team}: this role is team ${who.view.team}'s and sends to its own queue only (the platform's admin role may send to any)`,
+          );
+        const stored = await p.jobs.get(jobIdFor(team, token));
+        if (stored) {
+          const again = repeated(stored, { team, body, token }, checkedSpec(body));
+          if (again.outcome === 'token-reused') throw new UsageError(`--token: ${again.error}`);
+        }
+        const { messageId } = await ports.queue.send(team, body, token);
+        return {
+          jobId: jobIdFor(team, token),
+          token,
+          note: `sent to the team's queue (message ${messageId}); intake stores it within seconds`,
+        };
+      },
+      cancel: (jobId) => api.cancel(jobId),
+      setBudgetTags: (team, tags) => tagTeam(team, tags, who),
+      async close() {},
+    };
+  }
+  // No people API named: the tables are read with the caller's own credentials (an operator's break-glass path; a team's role
+  // has no access to them), as the admin sees the fleet.
+  const { s3BucketBytes } = await import('../cloud/aws/cloudwatch-metrics.ts');
+  const teams = await ports.queue.teams().catch(() => [] as string[]);
+  const seen = viewOf(
+    {
+      jobs: ports.stores.jobs,
+      nodes: ports.stores.nodes,
+      decisions: ports.stores.decisions,
+      ledger: ports.stores.ledger,
+      queue: ports.queue,
+      budgets: ports.reconcile.budgets,
+      ...(ports.reconcile.budgetMemory ? { budgetMemory: ports.reconcile.budgetMemory } : {}),
+      gpuMetrics: ports.gpuMetrics,
+      ...(ports.services ? { services: ports.services } : {}),
+      ...(ports.jobLogs ? { jobLogs: ports.jobLogs } : {}),
+    },
+    ADMIN,
+    teams,
+  );
   return {
-    source: `AWS ${config.region}${ports.stackName ? `, stack ${ports.stackName}` : ''}`,
+    source,
     clock: ports.clock,
     policy: config.policy,
-    jobs: ports.stores.jobs,
-    nodes: ports.stores.nodes,
-    decisions: ports.stores.decisions,
-    ledger: ports.stores.ledger,
-    queue: ports.queue,
-    budgets: ports.reconcile.budgets,
-    ...(ports.reconcile.budgetMemory ? { budgetMemory: ports.reconcile.budgetMemory } : {}),
+    viewer: ADMIN,
+    ...seen,
     providers: ports.reconcile.providers,
-    gpuMetrics: ports.gpuMetrics,
-    ...(ports.services ? { services: ports.services } : {}),
-    ...(ports.jobLogs ? { jobLogs: ports.jobLogs } : {}),
     ...(ports.reconcile.bytes
       ? {
           checkpointBytes: {
@@ -220,45 +314,16 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
         note: `sent to the team's queue (message ${messageId}); intake stores it within seconds`,
       };
     },
+    cancel: (jobId) =>
+      cancelForPerson(
+        { jobs: ports.stores.jobs, ...(ports.services ? { services: ports.services } : {}) },
+        ADMIN,
+        jobId,
+        ports.clock.nowMs(),
+      ),
+    setBudgetTags: (team, tags) => tagTeam(team, tags),
     async close() {},
   };
-}
-
-/** Cancels a job: a pending one at once; a running one is checkpointed (if it can) and stopped by its node's agent. */
-export async function cancelJob(fleet: Fleet, jobId: string): Promise<{ status: string; message: string }> {
-  const job = await fleet.jobs.get(jobId);
-  // A service is cancelled by its id too (TEAM.NAME): its replicas are drained and stopped by the next reconciles.
-  if (!job && fleet.services) {
-    const service = await fleet.services.get(jobId);
-    if (service) return cancelService(fleet.services, service, fleet.clock.nowMs());
-  }
-  if (!job) throw new UsageError(`no job or service ${jobId}; see gpu-fleet status for the jobs and services there are`);
-  if (job.state === 'cancelled') return { status: 'cancelled', message: `${jobId} was already cancelled` };
-  if (['succeeded', 'failed', 'rejected'].includes(job.state))
-    return { status: job.state, message: `${jobId} already ended (${job.state}); nothing to cancel` };
-  const out = await applyJobEvent(fleet.jobs, jobId, { type: 'cancel' }, fleet.clock.nowMs());
-  if (out.status === 'refused') throw new GpuFleetError(out.error);
-  const now = await fleet.jobs.get(jobId);
-  if (now?.state === 'cancelled') return { status: 'cancelled', message: `${jobId} cancelled (it had not started)` };
-  return {
-    status: 'cancel-requested',
-    message: `${jobId}: ${job.spec?.checkpoint ? 'asked to checkpoint, then ' : ''}its node's agent stops it and reports it cancelled`,
-  };
-}
-
-async function cancelService(services: ServiceStore, record: ServiceRecord, nowMs: number): Promise<{ status: string; message: string }> {
-  for (let current: ServiceRecord | undefined = record, tries = 0; current && tries < 5; tries++) {
-    const next = cancelledService(current, nowMs);
-    if (!next) return { status: 'cancelled', message: `service ${record.id} was already cancelled` };
-    const out = await services.update(next, current.version);
-    if (out.ok)
-      return {
-        status: 'cancel-requested',
-        message: `service ${record.id} cancelled: each replica leaves the load balancer, drains (its deregistration delay) and stops at the next reconciles`,
-      };
-    current = out.current;
-  }
-  throw new GpuFleetError(`service ${record.id}: its record kept changing; try again`);
 }
 
 /** The validated spec of a body the command wrote (JSON), or undefined when it is not a valid spec. */

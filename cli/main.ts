@@ -170,7 +170,12 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       .option('--runtime <sec>', 'expected run time, seconds')
       .option('--deadline <iso>', 'finish by, e.g. 2026-12-04T17:00:00Z')
       .option('--label <k=v>', 'label (repeatable), e.g. project=llm-eval', collect)
-      .option('--env <NAME=value>', 'environment variable (repeatable)', collect)
+      .option('--env <NAME=value>', 'environment variable, kept in the job record: not for secrets (repeatable)', collect)
+      .option(
+        '--secret <NAME=ARN>',
+        'environment variable from an SSM parameter or Secrets Manager secret under gpu-fleet/<team>/, resolved on the machine (repeatable)',
+        collect,
+      )
       .option('--name <name>', 'a name for people')
       .option('--token <token>', 'idempotency token: the same token makes one job however often it is sent (default: random)')
       .option('--dry-run', 'validate only; send nothing'),
@@ -222,16 +227,39 @@ export function buildProgram(io = { stdout: process.stdout, stderr: process.stde
       await explainCommand(withJobId('explain', jobId, flags, io), io);
     });
 
-  sim(
+  const budget = sim(
     program
       .command('budget')
       .description("Spend this period against budget, the forecast to the period's end, the state and any tag problems")
-      .option('--team <team>', 'only this team'),
+      .option('--team <team>', 'only this team (with set: the team whose budget to set)'),
   )
-    .addHelpText('after', `\nExamples:\n  gpu-fleet budget\n  gpu-fleet budget --team nlp --json\n${awsNote}`)
+    .addHelpText(
+      'after',
+      `\nExamples:\n  gpu-fleet budget\n  gpu-fleet budget --team nlp --json\n  gpu-fleet budget set --team nlp --usd 30000 --action spot-only\n${awsNote}`,
+    )
     .action(async (flags) => {
       const { budgetCommand } = await import('./people.ts');
       await budgetCommand(flags, io);
+    });
+  budget
+    .command('set')
+    .description(
+      "Set a team's budget: gpu-fleet:* tags on its queue (the admin role may; a team's role only on its own queue, where the fleet config lets it)",
+    )
+    .option('--usd <amount>', 'the budget per period, in dollars (e.g. 30000 or 2500.50)')
+    .option('--period <period>', 'monthly, weekly or daily')
+    .option('--action <action>', 'what happens when it is spent: alert, spot-only, hold or stop')
+    .option('--alert-at <pcts>', 'alert thresholds, whole percentages separated by "/" (e.g. 50/80/100)')
+    .option('--max-gpus <n>', 'most GPUs the team holds at once')
+    .option('--weight <n>', "the team's share under contention, relative to the others")
+    .addHelpText(
+      'after',
+      `\nExamples:\n  gpu-fleet budget --team nlp set --usd 30000\n  gpu-fleet budget set --team vision --action hold --sim ./sim\n${awsNote}`,
+    )
+    .action(async (flags, cmd: Command) => {
+      const { budgetSetCommand } = await import('./people.ts');
+      // --team, --sim, --stack and --json are the budget command's options, given before or after "set".
+      await budgetSetCommand({ ...cmd.optsWithGlobals(), ...flags }, io);
     });
 
   sim(

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { budgetStatus, isValidTeamId } from '../core/budget.ts';
+import { BUDGET_TAGS, budgetStatus, isValidTeamId, teamFromTags } from '../core/budget.ts';
 import { dayStartMs, forecastSpend, periodBounds, periodKey } from '../core/period.ts';
 import {
   ACTIVE_STATES,
@@ -27,7 +27,7 @@ import type { Team } from '../core/team.ts';
 import { usdString } from '../core/money.ts';
 import { messageOf, parseJson, UsageError } from '../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../core/plan.ts';
-import { cancelJob, openFleet, type Fleet, type FleetFlags } from './fleet.ts';
+import { openFleet, type Fleet, type FleetFlags } from './fleet.ts';
 import { count, duration, formatNumber, gpuHours, keyValues, money, paragraph, pct, table } from './format.ts';
 
 export interface Io {
@@ -36,8 +36,13 @@ export interface Io {
 }
 
 /** Opens the fleet, runs the command, saves what changed. */
-async function withFleet<T>(flags: FleetFlags, f: (fleet: Fleet) => Promise<T>): Promise<T> {
+async function withFleet<T>(flags: FleetFlags, io: Io, f: (fleet: Fleet) => Promise<T>): Promise<T> {
   const fleet = await openFleet(flags);
+  // Said once, on stderr (a script's JSON on stdout stays as it is): what this role sees, and that the rest is out of view.
+  if (fleet.viewer.kind === 'team')
+    io.stderr.write(
+      `gpu-fleet: as team ${fleet.viewer.team}'s role${fleet.role ? ` (${fleet.role})` : ''}: this shows team ${fleet.viewer.team}'s jobs, services, spend and output; other teams are out of view\n`,
+    );
   try {
     return await f(fleet);
   } finally {
@@ -78,6 +83,8 @@ export interface SubmitFlags extends FleetFlags {
   readonly deadline?: string;
   readonly label?: string[];
   readonly env?: string[];
+  /** NAME=ARN: secrets by reference. */
+  readonly secret?: string[];
   readonly name?: string;
   readonly token?: string;
   readonly dryRun?: boolean;
@@ -125,6 +132,8 @@ export function specFromFlags(flags: SubmitFlags): unknown {
   if (flags.deadline) spec.deadline = flags.deadline;
   if (flags.label?.length) spec.labels = pairs(flags.label, '--label');
   if (flags.env?.length) spec.env = pairs(flags.env, '--env');
+  if (flags.secret?.length)
+    spec.secrets = Object.entries(pairs(flags.secret, '--secret')).map(([name, valueFrom]) => ({ name, valueFrom }));
   return spec satisfies Partial<Record<keyof JobSpecInput, unknown>>;
 }
 
@@ -135,6 +144,12 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
   if (!check.ok) throw new UsageError(`the job spec is not valid:\n${check.errors.map((e) => `  - ${e}`).join('\n')}`);
   if (flags.token !== undefined && (flags.token.length === 0 || flags.token.length > 128))
     throw new UsageError('--token must be 1 to 128 characters (the same token always makes the same job)');
+  // Inline values are kept in the job record (hidden from status, explain and logs, but stored): secrets go by reference.
+  const inline = Object.keys(check.spec.env);
+  if (inline.length > 0)
+    io.stderr.write(
+      `gpu-fleet: warning: ${inline.join(', ')} ${inline.length === 1 ? 'is' : 'are'} given inline (env): the job record keeps the value. If it is a secret, pass it by reference instead: --secret NAME=arn:aws:ssm:REGION:ACCOUNT:parameter/gpu-fleet/${team}/NAME (or "secrets": [{"name", "valueFrom"}] in the spec)\n`,
+    );
   if (flags.dryRun) {
     // A dry run needs no fleet, but checks the spec against the node groups when it can reach them.
     const fit = await openFleet(flags)
@@ -155,7 +170,7 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
     );
     return;
   }
-  const { out, fit } = await withFleet(flags, async (fleet) => {
+  const { out, fit } = await withFleet(flags, io, async (fleet) => {
     const fit = await holdable(fleet, check.spec);
     // Intake would reject it: said here, and nothing is sent.
     if (fit.checked && !fit.canHold) throw new UsageError(`the job cannot run on this fleet: ${fit.why}; nothing was sent`);
@@ -224,7 +239,7 @@ function heldMilli(job: Job, nodeId: string): number {
 
 export async function statusCommand(flags: StatusFlags, io: Io): Promise<void> {
   const team = teamFlag(flags.team);
-  await withFleet(flags, async (fleet) => {
+  await withFleet(flags, io, async (fleet) => {
     const now = fleet.clock.nowMs();
     if (flags.job) {
       const job = await fleet.jobs.get(flags.job);
@@ -538,7 +553,7 @@ export async function explainCommand(flags: ExplainFlags, io: Io): Promise<void>
     throw new UsageError(
       'give one of --job ID (why a job waits, or where and why it runs), --decision latest|last-change|ID (why the fleet changed) or --service TEAM.NAME (why a service has its replicas, and where they are)',
     );
-  await withFleet(flags, async (fleet) => {
+  await withFleet(flags, io, async (fleet) => {
     const now = fleet.clock.nowMs();
     if (flags.service) {
       const view = await serviceView(fleet, flags.service);
@@ -754,7 +769,7 @@ interface BudgetRow {
 
 export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
   const only = teamFlag(flags.team);
-  await withFleet(flags, async (fleet) => {
+  await withFleet(flags, io, async (fleet) => {
     const now = fleet.clock.nowMs();
     // The same reader reconcile uses, with the last valid values it keeps: what is shown is what is enforced.
     const tagSets = await fleet.budgets.readTeamTags();
@@ -852,10 +867,57 @@ export async function budgetCommand(flags: BudgetFlags, io: Io): Promise<void> {
   });
 }
 
+// ---- budget set -------------------------------------------------------------------------------
+
+export interface BudgetSetFlags extends FleetFlags {
+  readonly team?: string;
+  readonly usd?: string;
+  readonly period?: string;
+  readonly action?: string;
+  readonly alertAt?: string;
+  readonly maxGpus?: string;
+  readonly weight?: string;
+  readonly json?: boolean;
+}
+
+/**
+ * Sets a team's budget: `gpu-fleet:*` tags on its queue, checked first as reconcile reads them (a
+ * bad value is refused here, and never written). Whether the caller may is the platform's choice:
+ * the admin role may always; a team's role only on its own queue, and only where the fleet config
+ * lets the team set its own budget (`teams[].setsOwnBudget`). A refusal says which it is.
+ */
+export async function budgetSetCommand(flags: BudgetSetFlags, io: Io): Promise<void> {
+  const team = teamFlag(flags.team, true)!;
+  const given: Record<string, string> = {};
+  const put = (key: string, value: string | undefined) => {
+    if (value !== undefined) given[key] = value.trim();
+  };
+  put(BUDGET_TAGS.amount, flags.usd);
+  put(BUDGET_TAGS.period, flags.period);
+  put(BUDGET_TAGS.action, flags.action);
+  put(BUDGET_TAGS.alertAt, flags.alertAt);
+  put(BUDGET_TAGS.maxGpus, flags.maxGpus);
+  put(BUDGET_TAGS.weight, flags.weight);
+  if (Object.keys(given).length === 0)
+    throw new UsageError('budget set: give at least one of --usd, --period, --action, --alert-at, --max-gpus, --weight');
+  // The same reading reconcile makes: a value it would refuse is refused now, before anything is written.
+  const problems = teamFromTags(team, given).tagProblems.filter((p) => Object.keys(given).some((k) => p.startsWith(`${k}=`)));
+  if (problems.length > 0) throw new UsageError(`budget set --team ${team}: ${problems.join('; ')}`);
+  await withFleet(flags, io, async (fleet) => {
+    if (fleet.viewer.kind === 'team' && fleet.viewer.team !== team)
+      throw new UsageError(
+        `budget set --team ${team}: refused: this role is team ${fleet.viewer.team}'s and may never tag another team's queue`,
+      );
+    await fleet.setBudgetTags(team, given);
+  });
+  const set = Object.entries(given).map(([k, v]) => `${k}=${v}`);
+  print(io, flags.json, { team, tags: given }, () => `team ${team}'s queue tagged: ${set.join(', ')}; reconcile reads it within a minute`);
+}
+
 // ---- cancel -----------------------------------------------------------------------------------
 
 export async function cancelCommand(jobId: string, flags: FleetFlags & { json?: boolean }, io: Io): Promise<void> {
-  const out = await withFleet(flags, (fleet) => cancelJob(fleet, jobId));
+  const out = await withFleet(flags, io, (fleet) => fleet.cancel(jobId));
   print(io, flags.json, { jobId, ...out }, () => out.message);
 }
 
@@ -944,7 +1006,7 @@ export function parseSince(since: string, nowMs: number): number {
  */
 export async function logsCommand(jobId: string, flags: LogsFlags, io: Io): Promise<void> {
   const attempt = flags.attempt;
-  await withFleet(flags, async (fleet) => {
+  await withFleet(flags, io, async (fleet) => {
     if (!fleet.jobLogs)
       throw new UsageError(
         `${fleet.source} keeps no job output: deploy the stack (it creates the log group and sets GPU_FLEET_JOB_LOG_GROUP), or read the output file on the machine`,

@@ -58,6 +58,8 @@ export interface FleetConfig {
   readonly discounts?: readonly DiscountPlan[];
   /** The CloudWatch Logs group of the jobs' output; undefined: output stays on the machines. */
   readonly jobLogGroup?: string;
+  /** The people API's function URL (the stack's PeopleApiUrl): the CLI's people commands go through it when set. */
+  readonly peopleApiUrl?: string;
   /** Which images specs may name (core/images.ts); undefined: any registry named by a DNS name, every repository to every team. */
   readonly images?: ImagePolicy;
   /**
@@ -94,6 +96,8 @@ export const FLEET_VARIABLES = {
   GPU_FLEET_SERVICE_PORTS:
     'the ports the machines let only the load balancers reach, JSON: [8000] (a service on another is refused; default: not checked)',
   GPU_FLEET_JOB_LOG_GROUP: "the CloudWatch Logs group of the jobs' output (a stream per attempt and rank)",
+  GPU_FLEET_PEOPLE_API_URL:
+    "the people API's function URL: the CLI's status, explain, logs, cancel, budget and report go through it, under the caller's team or admin role",
   GPU_FLEET_NETWORK:
     'how machines reach the checkpoint bucket, JSON: {"s3Path": "gateway-endpoint" | "nat" | "interface-endpoint", "natZones": ["us-east-1a", …]} (default: nat)',
   GPU_FLEET_DISCOUNTS:
@@ -171,6 +175,7 @@ const EnvSchema = z.object({
   GPU_FLEET_GCP_CREDENTIALS_SECRET: z.optional(
     z.string().check(z.regex(/^[A-Za-z0-9/_+=.@-]{1,512}$/, { error: 'must be a Secrets Manager secret name or ARN' })),
   ),
+  GPU_FLEET_PEOPLE_API_URL: z.optional(z.url({ protocol: /^https?$/, error: 'must be the people API function URL (https://…)' })),
 });
 
 /** Defaults for a fleet that is not the stack's (local runs against an AWS-compatible endpoint). */
@@ -251,6 +256,7 @@ export function fleetConfigFromEnv(env: Environment = process.env): FleetConfig 
     ...(reservationSelector ? { reservationSelector } : {}),
     ...(discounts ? { discounts } : {}),
     ...(e.GPU_FLEET_JOB_LOG_GROUP ? { jobLogGroup: e.GPU_FLEET_JOB_LOG_GROUP } : {}),
+    ...(e.GPU_FLEET_PEOPLE_API_URL ? { peopleApiUrl: e.GPU_FLEET_PEOPLE_API_URL } : {}),
   };
 }
 

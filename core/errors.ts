@@ -187,3 +187,19 @@ const JSON_MISTAKES: Readonly<Record<string, string>> = {
   InvalidEscapeCharacter: 'not a JSON escape (\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)',
   InvalidCharacter: 'a control character (such as a tab or line break) inside a string',
 };
+
+/**
+ * A person's role sees one team, and the request was about another (or about the whole fleet).
+ * Decided from the ids asked for, never from what is stored: it says nothing of whether the
+ * other team's job exists.
+ */
+export class OutOfViewError extends GpuFleetError {
+  override name = 'OutOfViewError';
+
+  constructor(
+    readonly team: string,
+    message: string,
+  ) {
+    super(message, { context: { team } });
+  }
+}

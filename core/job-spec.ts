@@ -1,3 +1,4 @@
+import { parseSecretRef, SECRET_REF_FORMS } from './secrets.ts';
 import { parseTree, type Node as JsonNode } from 'jsonc-parser';
 import * as z from 'zod/mini';
 import { GPU_MODELS, modelsNamedBy } from './gpu.ts';
@@ -278,6 +279,26 @@ const JobSpecObject = z.strictObject({
       .check(z.refine((e) => Object.keys(e).length <= 128, { error: 'at most 128 environment variables' })),
     {},
   ),
+  // Secrets by reference (core/secrets.ts): the record keeps the ARN; the agent resolves it into the container's env file.
+  secrets: z._default(
+    z
+      .array(
+        z.strictObject({
+          name: z.string().check(
+            z.regex(ENV_NAME_RE, { error: 'environment variable names are letters, digits and "_", not starting with a digit' }),
+            z.refine((k) => !k.startsWith('GPU_FLEET_') && !k.startsWith('NVIDIA_'), {
+              error: 'GPU_FLEET_* and NVIDIA_* variables are set by gpu-fleet and cannot be given',
+            }),
+          ),
+          valueFrom: z.string().check(z.refine((v) => parseSecretRef(v) !== undefined, { error: `must be ${SECRET_REF_FORMS}` })),
+        }),
+      )
+      .check(
+        z.maxLength(64, { error: 'at most 64 secrets' }),
+        z.refine((list) => new Set(list.map((s) => s.name)).size === list.length, { error: 'each secret name at most once' }),
+      ),
+    [],
+  ),
   gpu: GpuRequestSchema,
   nodes: z._default(int(1, 64), 1),
   priority: z._default(int(0, 1000), 100),
@@ -342,6 +363,14 @@ export const JobSpecSchema = JobSpecObject.check(
         message: `a service or a multi-node gang runs on the machine's network as uid ${JOB_UID}, never as root: the node's metadata wall tells containers from the host by that uid`,
         input: true,
       });
+    for (const [i, s] of spec.secrets.entries())
+      if (Object.hasOwn(spec.env, s.name))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['secrets', i, 'name'],
+          message: `${s.name} is also in env: give a variable once, inline or by reference`,
+          input: s.name,
+        });
     if (spec.nodes > 1 && spec.gpu.kind !== 'whole') {
       ctx.addIssue({
         code: 'custom',
@@ -520,7 +549,9 @@ describeFields(JobSpecObject, {
   name: "the job's name: the service's name for a service (known as team.name); for a job, a label for people",
   image: 'the container image the job runs, as docker pulls it: [registry/]repository[:tag][@sha256:digest]',
   command: 'the program and its arguments (argv; no shell stands between the spec and the process)',
-  env: 'environment variables of the process (GPU_FLEET_* and NVIDIA_* are set by gpu-fleet and cannot be given)',
+  env: 'environment variables of the process (GPU_FLEET_* and NVIDIA_* are set by gpu-fleet and cannot be given); values here are stored in the job record: pass secrets by reference (secrets)',
+  secrets:
+    "variables whose values are secrets, by reference as ECS takes them: [{name, valueFrom}], valueFrom an SSM parameter or Secrets Manager secret ARN under gpu-fleet/<team>/; the record keeps the reference, the machine's agent resolves it for the attempt into the container's environment",
   gpu: 'the GPUs the job needs on each of its machines: whole GPUs, a share of one, or a MIG slice',
   'gpu.kind': '"whole": whole GPUs; "fraction": a share of one GPU; "mig": a MIG slice',
   'gpu.count': 'whole GPUs on one machine',

@@ -758,6 +758,7 @@ const REJECTED_PLACEHOLDER_SPEC: JobSpec = {
   image: 'rejected',
   command: ['false'],
   env: {},
+  secrets: [],
   gpu: { kind: 'whole', count: 1 },
   nodes: 1,
   priority: 0,

@@ -1,3 +1,4 @@
+import type { SecretRef } from './secrets.ts';
 import type { Cloud, InstanceType, InstanceTypeCatalog, Offering, PriceQuote } from './catalog.ts';
 import type { Draining, Instance, MachineMeterFacts, NodeGroup, NodeRecord, SilentZone } from './fleet.ts';
 import type { CheckpointRef, Job, JobState, RetainedSaves, SaveMeter } from './job.ts';
@@ -389,6 +390,11 @@ export interface BudgetMemory {
   load(): Promise<Map<string, Team>>;
   /** Remembers a team's settings as the last valid ones. Idempotent. */
   save(team: Team): Promise<void>;
+}
+
+/** Reads a secret a job names by reference (core/secrets.ts): SSM parameters and Secrets Manager secrets on AWS. */
+export interface SecretReader {
+  read(ref: SecretRef): Promise<string>;
 }
 
 /** Budget tags, read live (no redeploy to change a budget). */

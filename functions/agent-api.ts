@@ -27,8 +27,10 @@ import type {
   JobStore,
   NodeGroupProvider,
   NodeStore,
+  SecretReader,
   ServiceMetricSink,
 } from '../core/ports.ts';
+import { parseSecretRef, secretProblems } from '../core/secrets.ts';
 import { AgentRefused, agentView, type AgentView, type AgentSources } from '../core/services/agent-access.ts';
 import { MetricUnit, type Observability } from './observability.ts';
 
@@ -50,6 +52,8 @@ export interface AgentApiDeps {
   readonly serviceMetrics?: ServiceMetricSink;
   /** Where attempts' output goes (CloudWatch Logs); without it, `logs/put` is refused as not configured. */
   readonly jobLogs?: JobLogSink;
+  /** Reads the secrets jobs name by reference (SSM, Secrets Manager); without it, `attempt/secrets` is refused as not configured. */
+  readonly secrets?: SecretReader;
   readonly clock: Clock;
   /**
    * The services and instance types a machine being prepared in a warm pool is answered from
@@ -209,6 +213,19 @@ export function createAgentApiHandler(deps: AgentApiDeps) {
       const { serviceId } = await view.checkServiceMetrics(jobId, attempt);
       await deps.serviceMetrics.put(samples.map((s) => ({ serviceId, jobId, metric: s.metric, value: s.value, atMs: s.atMs })));
       return {};
+    },
+    // The secrets the attempt's job names, for the machine that starts it, under the attempt's credential: each is read
+    // again under the job's own team's prefix (a record that names another's is refused), and the values go back in the
+    // answer only (never logged, never stored).
+    'attempt/secrets': async (view, { jobId, attempt }) => {
+      const { team, secrets } = await view.checkSecretsRead(jobId, attempt);
+      if (secrets.length === 0) return { values: {} };
+      if (!deps.secrets) throw new Refused(400, 'this fleet resolves no secrets (its agent API has no secret reader)');
+      const problems = secretProblems(secrets, team);
+      if (problems.length > 0) throw new Refused(403, problems.join('; '));
+      const values: Record<string, string> = {};
+      for (const s of secrets) values[s.name] = await deps.secrets.read(parseSecretRef(s.valueFrom)!);
+      return { values };
     },
     // A machine writes only the output of the attempts and ranks it runs (or ran), with the job's team and labels.
     'logs/put': async (view, { jobId, attempt, rank, lines }) => {

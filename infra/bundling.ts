@@ -90,6 +90,7 @@ export const FUNCTION_ENTRIES = {
   reconcile: resolve(import.meta.dirname, '../functions/entries/reconcile.ts'),
   interruption: resolve(import.meta.dirname, '../functions/entries/interruption.ts'),
   agentApi: resolve(import.meta.dirname, '../functions/entries/agent-api.ts'),
+  peopleApi: resolve(import.meta.dirname, '../functions/entries/people-api.ts'),
 } as const;
 export type FunctionName = keyof typeof FUNCTION_ENTRIES;
 

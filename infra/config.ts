@@ -242,6 +242,11 @@ const TeamSchema = z.strictObject({
     .positive({ error: 'must be more than 0' })
     .max(1000, { error: 'must be at most 1000' })
     .default(1),
+  /**
+   * Whether the team's own role may tag its queue, i.e. set its own budget, GPU cap and weight.
+   * Default false: the platform keeps the purse, and only the admin role tags the team's queue.
+   */
+  setsOwnBudget: z.boolean({ error: 'must be true (the team sets its own budget) or false (only the admin role does)' }).default(false),
 });
 
 const ExistingVpcSchema = z.strictObject({
@@ -323,6 +328,23 @@ export const ConfigSchema = z
     ),
     nodeGroups: z.array(NodeGroupSchema).min(1, { error: 'give at least one node group' }).max(50),
     teams: z.array(TeamSchema).min(1, { error: 'give at least one team' }).max(200),
+    /**
+     * People and their roles: who may assume the team roles and the admin role the stack makes.
+     * Default: the stack's own account, whose IAM policies (or SSO permission sets) then say which
+     * person assumes which role.
+     */
+    people: z
+      .strictObject({
+        assumeRoleFrom: z
+          .array(
+            z.string().regex(/^(\d{12}|arn:aws[a-z-]*:(iam|sts)::\d{12}:[\w+=,.@/-]+)$/, {
+              error: 'must be an AWS account id (12 digits) or an IAM principal ARN',
+            }),
+          )
+          .max(20)
+          .default([]),
+      })
+      .default({ assumeRoleFrom: [] }),
     policy: z
       .strictObject({
         reconcileIntervalSec: int(60, 3600, ' s')

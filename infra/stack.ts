@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { CfnOutput, Duration, RemovalPolicy, Stack, Tags, Validations, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, Duration, RemovalPolicy, Stack, Tags, Token, Validations, type StackProps } from 'aws-cdk-lib';
 import * as autoscaling from 'aws-cdk-lib/aws-autoscaling';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
@@ -75,6 +75,11 @@ export class GpuFleetStack extends Stack {
   readonly groups: Map<string, autoscaling.AutoScalingGroup>;
   readonly agentRole: iam.Role;
   readonly agentApiUrl: lambda.FunctionUrl;
+  /** The people API's URL: the CLI's people commands, under a team role or the admin role. */
+  readonly peopleApiUrl: lambda.FunctionUrl;
+  /** Each team's role (what its people assume), and the platform's admin role. */
+  readonly teamRoles = new Map<string, iam.Role>();
+  adminRole!: iam.Role;
   /** The agent API's URL for GCP machines (unsigned; a GCE identity token identifies the caller), where the config names their accounts. */
   gceAgentApiUrl?: lambda.FunctionUrl;
   /** The interface endpoints a created VPC has (config `vpc.create.interfaceEndpoints`). */
@@ -341,7 +346,25 @@ export class GpuFleetStack extends Stack {
       timeout: Duration.seconds(60),
       env: { ...env, GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName },
     });
-    this.functions = { reconcile, intake, interruption, agentApi };
+    // The people API: people's commands (status, explain, logs, cancel, budget, report) under a team's role or the admin's.
+    const peopleApi = this.fn('peopleApi', {
+      memoryMb: 1024,
+      timeout: Duration.seconds(30),
+      env: {
+        ...env,
+        ...gcpEnv,
+        ...serviceEnv,
+        GPU_FLEET_PEOPLE_ROLES: JSON.stringify({
+          ...Object.fromEntries(config.teams.map((t) => [this.teamRoleName(t.name), t.name])),
+          [this.adminRoleName()]: '*',
+        }),
+        GPU_FLEET_PEOPLE_TEAMS: JSON.stringify(Object.fromEntries(config.teams.map((t) => [t.name, { setsOwnBudget: t.setsOwnBudget }]))),
+      },
+    });
+    this.peopleApiUrl = peopleApi.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
+    this.grantPeopleApi(peopleApi.role!, config);
+    this.functions = { reconcile, intake, interruption, agentApi, peopleApi };
+    this.peopleRoles(config, peopleApi);
     this.grantReconcile(reconcile.role!, config);
     this.grantIntake(intake, config);
     this.grantInterruption(interruption.role!, reconcile);
@@ -424,6 +447,7 @@ export class GpuFleetStack extends Stack {
       ...serviceEnv,
       ...reservationEnv,
       GPU_FLEET_RECONCILE_FUNCTION: reconcile.functionName,
+      GPU_FLEET_PEOPLE_API_URL: this.peopleApiUrl.url,
     };
     for (const [key, variable] of Object.entries(STACK_OUTPUT_VARIABLES)) {
       const value = values[variable];
@@ -793,7 +817,10 @@ export class GpuFleetStack extends Stack {
       tracing: lambda.Tracing.ACTIVE,
       environment: { ...o.env, POWERTOOLS_SERVICE_NAME: `gpu-fleet-${name}`, NODE_OPTIONS: '--enable-source-maps' },
       ...(o.reservedConcurrency !== undefined ? { reservedConcurrentExecutions: o.reservedConcurrency } : {}),
-      ...(name === 'intake' || name === 'agentApi' ? {} : { onFailure: new destinations.SqsDestination(this.failures), retryAttempts: 2 }),
+      // Called synchronously (an SQS batch, a function URL): the caller sees a failure and retries; no failure destination.
+      ...(name === 'intake' || name === 'agentApi' || name === 'peopleApi'
+        ? {}
+        : { onFailure: new destinations.SqsDestination(this.failures), retryAttempts: 2 }),
     });
     acknowledge(role, {
       'AwsSolutions-IAM5[Resource::*]':
@@ -941,11 +968,226 @@ export class GpuFleetStack extends Stack {
     );
     allow(role, 'ListCheckpoints', ['s3:ListBucket'], [this.bucket.bucketArn], { StringLike: { 's3:prefix': ['checkpoints/*'] } });
     this.allowKey(role);
+    // Secrets by reference (core/secrets.ts): only under the teams' gpu-fleet/ prefixes; which team's a machine gets is checked
+    // per call (the attempt's credential, its job's team).
+    allow(
+      role,
+      'TeamSecretsParameters',
+      ['ssm:GetParameter'],
+      [`arn:${this.partition}:ssm:${this.region}:${this.account}:parameter/gpu-fleet/*`],
+    );
+    allow(
+      role,
+      'TeamSecrets',
+      ['secretsmanager:GetSecretValue'],
+      [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:gpu-fleet/*`],
+    );
+    const nagRegion = Token.isUnresolved(this.region) ? '<AWS::Region>' : this.region;
+    acknowledge(role, {
+      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:${nagRegion}:<AWS::AccountId>:parameter/gpu-fleet/*]`]:
+        "The teams' secrets, which jobs name by reference: a machine is given only its attempt's job's own team's, checked per call.",
+      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:${nagRegion}:<AWS::AccountId>:secret:gpu-fleet/*]`]:
+        "The teams' secrets, which jobs name by reference: a machine is given only its attempt's job's own team's, checked per call.",
+    });
     acknowledge(role, {
       [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/checkpoints/*]`]:
         'The agent API signs URLs for the checkpoints of whichever jobs the calling machine holds (checked per call): every key under the checkpoints/ prefix, nothing else in the bucket.',
       [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.jobLogs.node.defaultChild as logs.CfnLogGroup)}.Arn>:log-stream:*]`]:
         "The jobs' output has a stream per attempt and rank, created as jobs run: any stream of the jobs' log group, nothing else; which attempt a machine may write is checked per call.",
+    });
+  }
+
+  private teamRoleName(team: string): string {
+    return `${this.stackName}-team-${team}`.slice(0, 64);
+  }
+
+  private adminRoleName(): string {
+    return `${this.stackName}-admin`.slice(0, 64);
+  }
+
+  /** What the people API reads to answer (the tables, queues, groups, metrics, job output) and writes (a cancel). */
+  private grantPeopleApi(role: iam.IRole, config: GpuFleetConfig): void {
+    const jobs = this.tables.jobs;
+    allow(
+      role,
+      'ReadJobs',
+      ['dynamodb:GetItem', 'dynamodb:Query'],
+      [jobs.tableArn, ...TABLES.jobs.indexes.map((ix) => `${jobs.tableArn}/index/${ix.name}`)],
+    );
+    // A cancel: the job's conditional write (and a service's record, which lives in the control table).
+    allow(role, 'CancelJobs', ['dynamodb:PutItem'], [jobs.tableArn]);
+    allow(role, 'ReadNodes', ['dynamodb:GetItem', 'dynamodb:Scan'], [this.tables.nodes.tableArn]);
+    allow(role, 'Control', ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem'], [this.tables.control.tableArn]);
+    this.allowKey(role);
+    allow(
+      role,
+      'Describe',
+      [
+        'autoscaling:DescribeAutoScalingGroups',
+        'autoscaling:DescribeScalingActivities',
+        'autoscaling:DescribeWarmPool',
+        'ec2:DescribeInstances',
+        'ec2:DescribeInstanceTypes',
+        'ec2:DescribeLaunchTemplateVersions',
+        'tag:GetResources',
+        'cloudwatch:GetMetricData',
+        'sqs:ListQueues',
+      ],
+      ['*'],
+    );
+    allow(
+      role,
+      'QueueDepth',
+      ['sqs:GetQueueAttributes'],
+      [...this.teamQueues.values()].map((q) => q.queueArn),
+    );
+    allow(role, 'ReadJobOutput', ['logs:GetLogEvents', 'logs:FilterLogEvents', 'logs:DescribeLogStreams'], [this.jobLogs.logGroupArn]);
+    if (config.gcp)
+      allow(
+        role,
+        'GcpCredentials',
+        ['secretsmanager:GetSecretValue'],
+        [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:${config.gcp.credentialsSecretName}-??????`],
+      );
+  }
+
+  /**
+   * A role per team and the platform's admin role. A team's role calls the people API (which
+   * answers for its team only), sends to its own queue, keeps its own secrets under
+   * gpu-fleet/<team>/, and tags its own queue (sets its budget) only where the config says so;
+   * it is denied the state, the output and the bucket outright, and tagging any other queue.
+   * Who may assume them is the account's to grant (an IAM policy or an SSO permission set).
+   */
+  private peopleRoles(config: GpuFleetConfig, peopleApi: lambda.Function): void {
+    const assumedBy = () =>
+      config.people.assumeRoleFrom.length > 0
+        ? new iam.CompositePrincipal(
+            ...config.people.assumeRoleFrom.map((p) => (/^\d{12}$/.test(p) ? new iam.AccountPrincipal(p) : new iam.ArnPrincipal(p))),
+          )
+        : new iam.AccountRootPrincipal();
+    const stackArn = `arn:${this.partition}:cloudformation:${this.region}:${this.account}:stack/${this.stackName}/*`;
+    // How cdk-nag writes this stack's region in a resource it names (the region itself, when the stack is given one).
+    const nagRegion = Token.isUnresolved(this.region) ? '<AWS::Region>' : this.region;
+    const sqsViaService = { StringEquals: { 'kms:ViaService': `sqs.${this.region}.amazonaws.com` } };
+    const queueArns = [...this.teamQueues.values()].map((q) => q.queueArn);
+    const tagActions = ['sqs:TagQueue', 'sqs:UntagQueue'];
+    const common = (role: iam.Role) => {
+      role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'PeopleApi',
+          actions: ['lambda:InvokeFunctionUrl'],
+          resources: [peopleApi.functionArn],
+          conditions: { StringEquals: { 'lambda:FunctionUrlAuthType': 'AWS_IAM' } },
+        }),
+      );
+      allow(role, 'FindTheFleet', ['cloudformation:DescribeStacks'], [stackArn]);
+      allow(role, 'FindQueues', ['sqs:ListQueues'], ['*']);
+      allow(role, 'QueueKey', ['kms:GenerateDataKey', 'kms:Decrypt'], [this.key.keyArn], sqsViaService);
+    };
+    for (const team of config.teams) {
+      const queue = this.teamQueues.get(team.name)!;
+      const role = new iam.Role(this, `TeamRole-${team.name}`, {
+        roleName: this.teamRoleName(team.name),
+        assumedBy: assumedBy(),
+        description: `gpu-fleet: team ${team.name}'s people (its queue, jobs, output, spend${team.setsOwnBudget ? ' and budget' : ''})`,
+        maxSessionDuration: Duration.hours(12),
+      });
+      common(role);
+      allow(role, 'Submit', ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:GetQueueAttributes'], [queue.queueArn]);
+      if (team.setsOwnBudget) allow(role, 'SetOwnBudget', [...tagActions, 'sqs:ListQueueTags'], [queue.queueArn]);
+      // Secrets by reference: the team keeps its own under gpu-fleet/<team>/; the agent API resolves them for its attempts.
+      allow(
+        role,
+        'OwnSecrets',
+        ['ssm:PutParameter', 'ssm:GetParameter', 'ssm:DeleteParameter', 'ssm:AddTagsToResource'],
+        [`arn:${this.partition}:ssm:${this.region}:${this.account}:parameter/gpu-fleet/${team.name}/*`],
+      );
+      allow(
+        role,
+        'OwnSecretsManager',
+        [
+          'secretsmanager:CreateSecret',
+          'secretsmanager:PutSecretValue',
+          'secretsmanager:DeleteSecret',
+          'secretsmanager:TagResource',
+          'secretsmanager:DescribeSecret',
+        ],
+        [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:gpu-fleet/${team.name}/*`],
+      );
+      // Whatever else the account attaches to the role, it never tags another team's queue (nor its own where the platform
+      // keeps the budget), and never reads the state, the output or the checkpoints itself: those go through the people API.
+      const others = queueArns.filter((a) => a !== queue.queueArn);
+      role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'NeverOtherBudgets',
+          effect: iam.Effect.DENY,
+          actions: tagActions,
+          resources: team.setsOwnBudget ? others : queueArns,
+        }),
+      );
+      role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'NeverOtherQueues',
+          effect: iam.Effect.DENY,
+          actions: ['sqs:SendMessage', 'sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:PurgeQueue', 'sqs:SetQueueAttributes'],
+          resources: others.length > 0 ? others : [this.deadLetters.queueArn],
+        }),
+      );
+      role.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          sid: 'NeverTheStateDirectly',
+          effect: iam.Effect.DENY,
+          actions: ['dynamodb:*', 'logs:GetLogEvents', 'logs:FilterLogEvents', 'logs:StartQuery', 's3:GetObject', 's3:ListBucket'],
+          resources: [
+            ...Object.values(this.tables).flatMap((t) => [t.tableArn, `${t.tableArn}/index/*`]),
+            this.jobLogs.logGroupArn,
+            this.bucket.bucketArn,
+            this.bucket.arnForObjects('*'),
+          ],
+        }),
+      );
+      acknowledge(role, {
+        'AwsSolutions-IAM5[Resource::*]': 'sqs:ListQueues takes no resource: it finds the team queue by its prefix.',
+        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:${nagRegion}:<AWS::AccountId>:stack/${this.stackName}/*]`]:
+          "DescribeStacks of this stack alone (its id is the wildcard part): the CLI finds the fleet's names in its outputs.",
+        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:${nagRegion}:<AWS::AccountId>:parameter/gpu-fleet/${team.name}/*]`]:
+          "The team's own secrets, under its own prefix: no other team's.",
+        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:${nagRegion}:<AWS::AccountId>:secret:gpu-fleet/${team.name}/*]`]:
+          "The team's own secrets, under its own prefix: no other team's.",
+        'AwsSolutions-IAM5[Action::dynamodb:*]': 'A Deny: the team role reaches the state only through the people API.',
+        [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/*]`]:
+          'A Deny: the team role reads no checkpoint itself.',
+        ...Object.fromEntries(
+          Object.values(this.tables).map((t) => [
+            `AwsSolutions-IAM5[Resource::<${this.getLogicalId(t.node.defaultChild as dynamodb.CfnTable)}.Arn>/index/*]`,
+            'A Deny: the team role queries no index itself.',
+          ]),
+        ),
+      });
+      this.teamRoles.set(team.name, role);
+    }
+    this.adminRole = new iam.Role(this, 'AdminRole', {
+      roleName: this.adminRoleName(),
+      assumedBy: assumedBy(),
+      description: "gpu-fleet: the platform's admin (every team's jobs, output and spend; every team's budget)",
+      maxSessionDuration: Duration.hours(12),
+    });
+    common(this.adminRole);
+    allow(this.adminRole, 'SubmitAny', ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sqs:GetQueueAttributes'], queueArns);
+    allow(this.adminRole, 'SetBudgets', [...tagActions, 'sqs:ListQueueTags'], queueArns);
+    acknowledge(this.adminRole, {
+      'AwsSolutions-IAM5[Resource::*]': 'sqs:ListQueues takes no resource: it finds the team queues by their prefix.',
+      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:${nagRegion}:<AWS::AccountId>:stack/${this.stackName}/*]`]:
+        "DescribeStacks of this stack alone (its id is the wildcard part): the CLI finds the fleet's names in its outputs.",
+    });
+    new CfnOutput(this, 'TeamRoleArns', {
+      value: this.toJsonString(Object.fromEntries([...this.teamRoles].map(([t, r]) => [t, r.roleArn]))),
+      description:
+        "each team's role: its people assume it to submit to, see and cancel the team's own work (docs/concepts.md, People and roles)",
+    });
+    new CfnOutput(this, 'AdminRoleArn', {
+      value: this.adminRole.roleArn,
+      description: "the platform's admin role: every team, every budget",
     });
   }
 

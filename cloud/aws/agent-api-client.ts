@@ -330,3 +330,12 @@ export class AgentApiJobLogs implements JobLogSink {
     await this.client.call('logs/put', { jobId: batch.jobId, attempt: batch.attempt, rank: batch.rank, lines: [...batch.lines] });
   }
 }
+
+/** The values of the secrets an attempt's job names by reference, through the API under the attempt's credential. */
+export class AgentApiSecrets {
+  constructor(private readonly client: AgentApiClient) {}
+
+  async resolve(jobId: string, attempt: number): Promise<Readonly<Record<string, string>>> {
+    return (await this.client.call('attempt/secrets', { jobId, attempt })).values;
+  }
+}

@@ -74,6 +74,8 @@ export const AGENT_API = {
   'node/launch-ready': z.strictObject({ groupName: text(1, 255) }),
   // A warned machine's replica leaving its service's target group, as late as lets it drain before the machine stops.
   'service/leave': z.strictObject({ jobId, attempt }),
+  // The values of the secrets the attempt's job names by reference (core/secrets.ts), for its container's env file only.
+  'attempt/secrets': z.strictObject({ jobId, attempt }),
   'node/drain': z.strictObject({
     drain: z.strictObject({ sinceMs: timeMs, reason: text(1, 2000), deadlineMs: timeMs, groupId: z.optional(text(0, 256)) }),
   }),
@@ -148,6 +150,7 @@ export interface AgentApiResponses {
   'node/warm-images': { images: readonly string[] };
   'node/launch-ready': Record<string, never>;
   'service/leave': Record<string, never>;
+  'attempt/secrets': { values: Record<string, string> };
   'node/drain': { record: NodeRecord };
   'job/get': { job?: Job };
   'job/update': WriteResult;
@@ -203,6 +206,7 @@ export function claimOf<Op extends AgentApiOp>(op: Op, body: AgentApiRequest<Op>
     case 'checkpoint/finish-upload':
       return { jobId: b.jobId as string, attempt: attemptOfFolder(b.location as string) };
     case 'logs/put':
+    case 'attempt/secrets':
     case 'service/leave':
     case 'service/metrics':
       return { jobId: b.jobId as string, attempt: b.attempt as number };

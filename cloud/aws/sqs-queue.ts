@@ -1,4 +1,4 @@
-import { GetQueueAttributesCommand, ListQueuesCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { GetQueueAttributesCommand, ListQueuesCommand, SendMessageCommand, TagQueueCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { CloudError } from '../../core/errors.ts';
 import type { Clock, JobQueue, QueueDepth } from '../../core/ports.ts';
 import { translateAwsError } from './errors.ts';
@@ -93,6 +93,16 @@ export class SqsJobQueue implements JobQueue {
       inFlight: Number(a.ApproximateNumberOfMessagesNotVisible ?? 0),
       delayed: Number(a.ApproximateNumberOfMessagesDelayed ?? 0),
     };
+  }
+
+  /**
+   * Sets `gpu-fleet:*` budget tags on a team's queue (TagQueue: the named keys change, the rest
+   * stay). Whether the caller may is IAM's to say: a team's role may tag its own queue only where
+   * the fleet config lets the team set its own budget; the admin role may tag every team's.
+   */
+  async tagTeam(team: string, tags: Readonly<Record<string, string>>): Promise<void> {
+    const QueueUrl = await this.url(team, 'tag team queue');
+    await this.call('tag team queue', team, () => this.sqs.send(new TagQueueCommand({ QueueUrl, Tags: { ...tags } })));
   }
 
   private async call<T>(operation: string, resource: string, f: () => Promise<T>): Promise<T> {

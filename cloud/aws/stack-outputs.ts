@@ -31,10 +31,18 @@ export const STACK_OUTPUT_VARIABLES = {
   Discounts: 'GPU_FLEET_DISCOUNTS',
   JobLogGroup: 'GPU_FLEET_JOB_LOG_GROUP',
   Network: 'GPU_FLEET_NETWORK',
+  PeopleApiUrl: 'GPU_FLEET_PEOPLE_API_URL',
 } as const satisfies Readonly<Record<string, FleetVariable>>;
 
 /** Outputs that name things a person may want but no command variable stands for. */
-export const STACK_INFO_OUTPUTS = ['IntakeFunctionName', 'InterruptionFunctionName', 'TeamQueueUrls', 'DashboardName'] as const;
+export const STACK_INFO_OUTPUTS = [
+  'IntakeFunctionName',
+  'InterruptionFunctionName',
+  'TeamQueueUrls',
+  'DashboardName',
+  'TeamRoleArns',
+  'AdminRoleArn',
+] as const;
 
 /** The stack name the CLI looks for when none is given (`--stack`, `GPU_FLEET_STACK`). */
 export const DEFAULT_STACK_NAME = 'GpuFleet';

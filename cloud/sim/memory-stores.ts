@@ -556,6 +556,12 @@ export class StaticBudgetTags implements BudgetTagSource {
   setTags(team: string, tags: Record<string, string>): void {
     this.sets = [...this.sets.filter((s) => s.team !== team), { team, resource: `sim:queue/${team}`, tags }];
   }
+  dump(): TeamTagSet[] {
+    return this.sets.map((s) => ({ ...s, tags: { ...s.tags } }));
+  }
+  restore(sets: readonly TeamTagSet[]): void {
+    this.sets = sets.map((s) => ({ ...s, tags: { ...s.tags } }));
+  }
 }
 
 export class MemoryPoolHistory implements PoolHistory {

@@ -28,6 +28,7 @@ export interface SavedSimState {
   readonly families?: ReturnType<SimEnvironment['families']['dump']>;
   /** The checkpoint index's byte events not counted yet (absent in states written before accrual read events). */
   readonly byteEvents?: ReturnType<SimEnvironment['checkpoints']['dumpEvents']>;
+  readonly teamTags?: ReturnType<SimEnvironment['budgets']['dump']>;
 }
 
 export const STATE_FILE = 'state.json';
@@ -49,6 +50,7 @@ export function saveSimState(env: SimEnvironment, dir: string): void {
     jobLogs: env.jobLogs.dump(),
     families: env.families.dump(),
     byteEvents: env.checkpoints.dumpEvents(),
+    teamTags: env.budgets.dump(),
   };
   writeFileSync(join(dir, STATE_FILE), JSON.stringify(state));
 }
@@ -78,5 +80,7 @@ export function loadSimState(env: SimEnvironment, dir: string): boolean {
   env.jobLogs.restore(state.jobLogs ?? []);
   env.families.restore(state.families ?? []);
   env.checkpoints.restoreEvents(state.byteEvents ?? []);
+  // Tags set with \`budget set --sim\` (absent in a state saved before: the fleet's defaults stand).
+  if (state.teamTags) env.budgets.restore(state.teamTags);
   return true;
 }

@@ -337,6 +337,15 @@ export interface AgentView extends AgentStores {
    * which serves it. Throws {@link AgentRefused} otherwise.
    */
   checkServiceMetrics(jobId: string, attempt: number): Promise<{ serviceId: string }>;
+  /**
+   * The secrets an attempt's job names by reference, for the machine that starts it: only the
+   * attempt the job is at, only while it is placed or running, and only on a machine of its
+   * placement (or whose work list names it). Throws {@link AgentRefused} otherwise.
+   */
+  checkSecretsRead(
+    jobId: string,
+    attempt: number,
+  ): Promise<{ team: string; secrets: readonly { readonly name: string; readonly valueFrom: string }[] }>;
 }
 
 /**
@@ -552,6 +561,15 @@ export function agentView(
       const listed = machines.length === 0 && (await stores.nodes.get(nodeId))?.assigned?.[jobId] === attempt;
       if (machines[rank] !== nodeId && !listed) refuse(`machine ${nodeId} did not run rank ${rank} of attempt ${attempt} of job ${jobId}`);
       return { team: job.team, labels: job.spec.labels ?? {} };
+    },
+    async checkSecretsRead(jobId, attempt) {
+      const job = await jobOf(jobId);
+      if (job.attempt !== attempt || (job.state !== 'placed' && job.state !== 'running'))
+        refuse(`job ${jobId} is at attempt ${job.attempt} (${job.state}): the secrets of attempt ${attempt} are not given`);
+      const here =
+        (job.placement?.nodes.some((n) => n.nodeId === nodeId) ?? false) || (await stores.nodes.get(nodeId))?.assigned?.[jobId] === attempt;
+      if (!here) refuse(`machine ${nodeId} does not run attempt ${attempt} of job ${jobId}: its secrets are not given`);
+      return { team: job.team, secrets: job.spec.secrets ?? [] };
     },
     async imagesToPrepare(machine) {
       if (!sources.services || !sources.types)

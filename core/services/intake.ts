@@ -10,6 +10,7 @@ import {
   type Job,
 } from '../job.ts';
 import { checkJobSpec, rejectedBody, rejectedBodyDigest, type JobSpec } from '../job-spec.ts';
+import { secretProblems } from '../secrets.ts';
 import type { Clock, FleetShape, JobStore, NodeGroupProvider, ServiceStore } from '../ports.ts';
 import { ConflictError, messageOf, parseJson } from '../errors.ts';
 import { newServiceRecord, type ServiceRecord } from '../serving/service.ts';
@@ -102,7 +103,10 @@ export async function intake(
       ? imageProblem(check.spec.image, message.team, ports.images, check.spec.container?.runAsRoot === true)
       : undefined;
     const service = check.ok ? check.spec.service : undefined;
+    // A job uses only its own team's secrets: a reference to another's is refused here, and again when resolved.
+    const secretWhy = check.ok ? secretProblems(check.spec.secrets, message.team) : [];
     if (imageWhy) errors = [imageWhy];
+    else if (secretWhy.length > 0) errors = secretWhy;
     else if (service && ports.servicePorts && !ports.servicePorts.includes(service.port))
       errors = [
         `service.port: ${service.port} is not a port this fleet's machines keep to its load balancers (${ports.servicePorts.join(', ') || 'none'}: the config's services.replicaPorts and load balancer services); any other would be open to every machine of the fleet`,
@@ -169,7 +173,7 @@ async function takeService(services: ServiceStore, message: IntakeMessage, spec:
     const heldSinceMs = record.state === 'cancelled' ? record.updatedAtMs : record.specSentAtMs;
     if (message.sentAtMs !== undefined && heldSinceMs !== undefined && message.sentAtMs < heldSinceMs)
       return { outcome: 'service', service: record, created: false, stale: true };
-    if (canonical(record.spec) === canonical(spec) && record.state === 'active')
+    if (canonical(withDefaults(record.spec)) === canonical(withDefaults(spec)) && record.state === 'active')
       return { outcome: 'service', service: record, created: false };
     const next: ServiceRecord = { ...record, spec, ...sent, state: 'active', version: record.version + 1, updatedAtMs: nowMs };
     const out = await services.update(next, record.version);
@@ -188,13 +192,21 @@ export function repeated(stored: Job, message: IntakeMessage, spec: JobSpec | un
         stored.rejection?.bodyDigest !== undefined
         ? stored.rejection.bodyDigest === rejectedBodyDigest(message.body)
         : stored.rejection?.body === rejectedBody(message.body)
-      : spec !== undefined && canonical(submitted) === canonical(spec);
+      : spec !== undefined && canonical(withDefaults(submitted)) === canonical(withDefaults(spec));
   if (same) return { outcome: 'duplicate', job: stored };
   return {
     outcome: 'token-reused',
     job: stored,
     error: `token "${message.token}" was already used for ${stored.id} with a different spec; submit with a new token (or none) for a new job`,
   };
+}
+
+/**
+ * A spec with the fields added since it may have been stored, at their defaults: a record written
+ * before `secrets` existed is the same submission as the same body parsed now.
+ */
+function withDefaults<S extends Pick<JobSpec, 'secrets'>>(spec: S): S {
+  return { ...spec, secrets: spec.secrets ?? [] };
 }
 
 /** JSON with every object's keys sorted, so two specs compare equal however a store ordered them. */

@@ -4,6 +4,8 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { EC2Client } from '@aws-sdk/client-ec2';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { AwsSecretReader } from '../../cloud/aws/secret-reader.ts';
 import { CloudWatchClient } from '@aws-sdk/client-cloudwatch';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { ElasticLoadBalancingV2Client } from '@aws-sdk/client-elastic-load-balancing-v2';
@@ -75,6 +77,8 @@ export const handler = createAgentApiHandler({
   ...(gcsUrls ? { gcsUrls, otherRoots } : {}),
   ...(config.jobLogGroup ? { jobLogs: new CloudWatchJobLogs(new CloudWatchLogsClient(common), config.jobLogGroup) } : {}),
   clock: systemClock,
+  // The secrets jobs name by reference: SSM parameters and Secrets Manager secrets under gpu-fleet/<team>/.
+  secrets: new AwsSecretReader(new SSMClient(common), new SecretsManagerClient(common)),
   // With services: their records and the catalogue (a machine being prepared asks its images), their target groups (a warned
   // machine's replicas leave them).
   ...(config.services

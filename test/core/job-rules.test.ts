@@ -251,6 +251,7 @@ describe('records of a job', () => {
     expect(short.spec).toEqual({
       image: 'rejected',
       command: ['false'],
+      secrets: [],
       env: {},
       gpu: { kind: 'whole', count: 1 },
       nodes: 1,

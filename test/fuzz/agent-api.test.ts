@@ -53,6 +53,7 @@ const VALID: { readonly [Op in AgentApiOp]: unknown } = {
   },
   'node/launch-ready': { groupName: 'g5.xlarge-on-demand' },
   'service/leave': { jobId: JOB, attempt: 1 },
+  'attempt/secrets': { jobId: JOB, attempt: 1 },
   'node/drain': { drain: { sinceMs: T0, reason: 'spot interruption notice', deadlineMs: T0 + 120_000 } },
   'job/get': { jobId: JOB },
   // The attempt failing out of memory, as the agent writes it.

@@ -195,7 +195,7 @@ describe('the CDK stack, synthesised from the example config', () => {
           'gpu-fleet-',
         ),
       );
-    expect(fns).toHaveLength(4); // reconcile, intake, interruption, the agent API
+    expect(fns).toHaveLength(5); // reconcile, intake, interruption, the agent API, the people API
     for (const f of fns) expect(f).toMatchObject({ Runtime: 'nodejs22.x', Architectures: ['arm64'], TracingConfig: { Mode: 'Active' } });
     t.hasResourceProperties('AWS::Lambda::Function', {
       Environment: { Variables: Match.objectLike({ POWERTOOLS_SERVICE_NAME: 'gpu-fleet-reconcile' }) },
@@ -287,10 +287,11 @@ describe('the CDK stack, synthesised from the example config', () => {
     const all = Object.values(t.findResources('AWS::IAM::Policy')).flatMap(
       (p) => (p as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties.PolicyDocument.Statement,
     );
-    for (const s of all) for (const a of actionsOf(s)) expect(a, JSON.stringify(s)).not.toMatch(/\*/);
+    // A wildcard in a Deny only takes more away (the team roles' "no table, ever"); every Allow names its actions.
+    for (const s of all.filter((x) => x.Effect !== 'Deny')) for (const a of actionsOf(s)) expect(a, JSON.stringify(s)).not.toMatch(/\*/);
     const noResourceLevel =
       /^(autoscaling:Describe|ec2:Describe|ec2:GetSpotPlacementScores$|tag:GetResources$|cloudwatch:GetMetricData$|cloudwatch:PutMetricData$|sqs:ListQueues$|ecr:GetAuthorizationToken$|xray:)/;
-    for (const s of all.filter((x) => x.Resource === '*'))
+    for (const s of all.filter((x) => x.Resource === '*' && x.Effect !== 'Deny'))
       for (const a of actionsOf(s)) expect(a, JSON.stringify(s)).toMatch(noResourceLevel);
     // The agent publishes metrics only under gpu-fleet's namespace.
     const put = statements(t, 'AgentRole').find((s) => actionsOf(s).includes('cloudwatch:PutMetricData'))!;
@@ -752,7 +753,8 @@ describe('cdk-nag', () => {
       projects: ['ml-prod'],
     });
     const urls = Object.values(template.findResources('AWS::Lambda::Url')) as { Properties: { AuthType: string; Qualifier?: unknown } }[];
-    expect(urls.map((u) => u.Properties.AuthType).sort()).toEqual(['AWS_IAM', 'NONE']);
+    // The agent API's two (signed, and unsigned for GCE machines on an alias) and the people API's, signed.
+    expect(urls.map((u) => u.Properties.AuthType).sort()).toEqual(['AWS_IAM', 'AWS_IAM', 'NONE']);
     expect(urls.find((u) => u.Properties.AuthType === 'NONE')!.Properties.Qualifier).toBeDefined();
     expect(template.findOutputs('GceAgentApiUrl')).not.toEqual({});
     // An address that is not a service account's is refused.
@@ -862,8 +864,9 @@ describe('cdk-nag', () => {
     // Intake is told the ports the machines keep to the load balancers: it refuses a service on another.
     const intakeFn = withServices.find((f) => JSON.stringify((f.Properties as { Role?: unknown }).Role).includes('intake'));
     expect(intakeFn?.Properties.Environment?.Variables?.GPU_FLEET_SERVICE_PORTS).toBe('[8000]');
-    // Reconcile, intake, and the agent API: a warned machine's replicas leave their target groups through it, deregistering only.
-    expect(withServices).toHaveLength(3);
+    // Reconcile, intake, the agent API (a warned machine's replicas leave their target groups through it, deregistering only)
+    // and the people API (which reads the services' records).
+    expect(withServices).toHaveLength(4);
     expect(statements(template, 'agentApiRole').find((x) => x.Sid === 'ServiceTargetsLeave')).toMatchObject({
       Action: 'elasticloadbalancing:DeregisterTargets',
       Resource: arn,
@@ -1074,7 +1077,7 @@ describe('the config', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(error!.problems).toEqual(
       expect.arrayContaining([
-        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, policy, checkpoints, alarmEmail, prometheus, dcgmExporterUrl, jobLogs, discounts, hostNetworkSharing, images, ecrRepositories, reservations, services, gcp',
+        '(config): unknown field "extra"; allowed: $schema, stackName, region, account, vpc, nodeGroups, teams, people, policy, checkpoints, alarmEmail, prometheus, dcgmExporterUrl, jobLogs, discounts, hostNetworkSharing, images, ecrRepositories, reservations, services, gcp',
         // Every allowed type, by family; the path names the group, not its index.
         expect.stringMatching(
           /^nodeGroups\["l4-spot"\]\.instanceTypes\[1\]: not a GPU instance type in the shipped catalogue \(data\/catalog\/aws-gpu-instances\.json\); allowed: g4dn \(xlarge, 2xlarge, .*, metal\); g5 \(.*\); p5en \(48xlarge\); got "m5\.large"$/,
@@ -1246,7 +1249,7 @@ describe('npm run synth', () => {
     const bundles = readdirSync(out)
       .filter((d) => existsSync(join(out, d, 'index.mjs')))
       .map((d) => statSync(join(out, d, 'index.mjs')).size);
-    expect(bundles).toHaveLength(4);
+    expect(bundles).toHaveLength(5);
     for (const size of bundles) expect(size).toBeLessThan(3 * 1024 * 1024);
     expect(readdirSync(out).some((f) => f.endsWith('.mjs'))).toBe(true); // the agent bundle asset
   }, 300_000);

@@ -13,7 +13,16 @@ import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import type { UploadTarget } from '../../cloud/aws/agent-api-protocol.ts';
 import type { CheckpointUrls } from '../../cloud/aws/checkpoint-urls.ts';
 import { CloudError } from '../../core/errors.ts';
-import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeStore, ServiceMetricSink } from '../../core/ports.ts';
+import type {
+  CheckpointHistory,
+  CheckpointStore,
+  Clock,
+  JobLogSink,
+  JobStore,
+  NodeStore,
+  SecretReader,
+  ServiceMetricSink,
+} from '../../core/ports.ts';
 import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
@@ -45,6 +54,8 @@ export async function startAgentApi(o: {
   serviceMetrics?: ServiceMetricSink;
   /** The fleet's GCP machines, which call the unsigned URL (`/gce/…` here) with their identity tokens. */
   gceAgents?: Parameters<typeof createAgentApiHandler>[0]['gceAgents'];
+  /** Reads the secrets jobs name by reference (`attempt/secrets`). */
+  secrets?: SecretReader;
 }) {
   const secret = 'local-url-secret';
   const calls: { op: string; caller: string | undefined; status: number; bytes: number; error?: string }[] = [];
@@ -130,6 +141,7 @@ export async function startAgentApi(o: {
     ...(o.serviceMetrics ? { serviceMetrics: o.serviceMetrics } : {}),
     clock: o.clock,
     ...(o.gceAgents ? { gceAgents: o.gceAgents } : {}),
+    ...(o.secrets ? { secrets: o.secrets } : {}),
     agentRoleName: AGENT_ROLE,
     attempts: testAttempts(),
     obs: observability('agent-api-test'),

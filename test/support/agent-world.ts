@@ -15,6 +15,7 @@ import { MemoryCheckpointStore, MemoryJobStore, MemoryNodeStore } from '../../cl
 import {
   AgentApiCheckpointStore,
   AgentApiClient,
+  AgentApiSecrets,
   AgentApiJobLogs,
   AgentApiJobStore,
   AgentApiNodeStore,
@@ -117,6 +118,8 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
         ...(options.removeFolder ? { removeFolder: options.removeFolder } : {}),
         ...(options.dcgm ? { dcgm: options.dcgm } : {}),
         ...(options.frontDoor ? { frontDoor: options.frontDoor } : {}),
+        // The secrets a job names by reference, through the agent API (as a fleet machine resolves them).
+        ...(client ? { secrets: new AgentApiSecrets(client) } : {}),
         ...(options.peers ? { peers: options.peers } : {}),
         ...(options.jobDisks ? { jobDisks: options.jobDisks } : {}),
         log,
@@ -191,7 +194,7 @@ export function agentWorld(options: { checkpointRoot?: string } = {}) {
   const servers: AgentApi[] = [];
   /** The agent API over this world's stores, on a local port (checked signatures, real handler). */
   async function startApi(
-    options: Pick<Parameters<typeof startAgentApi>[0], 'partBytes' | 'jobLogs' | 'serviceMetrics' | 'gceAgents'> = {},
+    options: Pick<Parameters<typeof startAgentApi>[0], 'partBytes' | 'jobLogs' | 'serviceMetrics' | 'gceAgents' | 'secrets'> = {},
   ): Promise<AgentApi> {
     const api = await startAgentApi({ jobs, nodes, checkpoints, history: checkpoints, clock, storeRoot, ...options });
     servers.push(api);
