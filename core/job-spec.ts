@@ -552,6 +552,9 @@ describeFields(JobSpecObject, {
   env: 'environment variables of the process (GPU_FLEET_* and NVIDIA_* are set by gpu-fleet and cannot be given); values here are stored in the job record: pass secrets by reference (secrets)',
   secrets:
     "variables whose values are secrets, by reference as ECS takes them: [{name, valueFrom}], valueFrom an SSM parameter or Secrets Manager secret ARN under gpu-fleet/<team>/; the record keeps the reference, the machine's agent resolves it for the attempt into the container's environment",
+  'secrets[].name': 'the environment variable the value is given as',
+  'secrets[].valueFrom':
+    "the ARN of an SSM SecureString parameter (/gpu-fleet/<team>/…) or a Secrets Manager secret (gpu-fleet/<team>/…) of the job's own team",
   gpu: 'the GPUs the job needs on each of its machines: whole GPUs, a share of one, or a MIG slice',
   'gpu.kind': '"whole": whole GPUs; "fraction": a share of one GPU; "mig": a MIG slice',
   'gpu.count': 'whole GPUs on one machine',

@@ -771,6 +771,11 @@ describeFields(ConfigSchema, {
   'teams[].alertAtPct': 'alert at these percentages of the budget',
   'teams[].maxGpus': 'the most GPUs the team may hold at once',
   'teams[].weight': "the team's share of GPUs when teams compete",
+  'teams[].setsOwnBudget':
+    "whether the team's own role may tag its queue, i.e. set its own budget, GPU cap and weight (default false: only the stack's admin role does)",
+  people: "who may assume the stack's team roles and its admin role (docs/concepts.md, People and roles)",
+  'people.assumeRoleFrom':
+    "AWS account ids or IAM principal ARNs trusted to assume the roles (default: the stack's own account, whose IAM policies or SSO permission sets then grant it)",
   policy: "the control loop's timing",
   'policy.reconcileIntervalSec': 'how often reconcile runs (it also runs soon after new work or lost capacity)',
   'policy.idleCooldownSec': 'how long an empty machine is kept before it is let go',

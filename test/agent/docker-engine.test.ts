@@ -289,6 +289,45 @@ describe.runIf(!problem || dockerRequired)('the agent on a real Docker engine', 
     }
   }, 60_000);
 
+  it("gives a container the secrets its job names by reference through its env file alone: gone once it starts, never in the record or the agent's log", async () => {
+    const w = agentWorld();
+    const work = tmp('agent-secret');
+    const envDir = join(work, 'env');
+    const value = `hf_${run}_value`;
+    // The SSM side is test/agent/secrets.test.ts's; here the reader answers as it would for the team's own parameter.
+    const api = await w.startApi({
+      secrets: { read: async (ref) => (ref.id === '/gpu-fleet/nlp/hf-token' ? value : Promise.reject(new Error(`no ${ref.id}`))) },
+    });
+    const a = w.agent('i-0dec0de5ec', { workDir: work, runner: noGpuRunner(envDir), api });
+    const id = jobIdFor('nlp', `${run}-secret`);
+    try {
+      await a.heartbeat();
+      await w.submit(
+        id,
+        spec(['-e', 'console.log(JSON.stringify({ event: "env", hf: process.env.HF_TOKEN }))'], {
+          secrets: [{ name: 'HF_TOKEN', valueFrom: 'arn:aws:ssm:us-west-2:123456789012:parameter/gpu-fleet/nlp/hf-token' }],
+        }),
+      );
+      await w.place(id, ['i-0dec0de5ec'], [0]);
+      await a.heartbeat();
+      const line = await waitFor('the container to print its environment', () => {
+        try {
+          return w.output(work, id, 1).find((l) => l.event === 'env');
+        } catch {
+          return undefined;
+        }
+      });
+      expect(line).toEqual({ event: 'env', hf: value });
+      await a.settled();
+      // The env file (0600) is removed once the container has started.
+      expect(readdirSync(envDir)).toEqual([]);
+      expect(JSON.stringify(await w.jobs.get(id))).not.toContain(value);
+      expect(JSON.stringify(w.logs)).not.toContain(value);
+    } finally {
+      await w.shutdown();
+    }
+  }, 60_000);
+
   it('kills a container that ignores its checkpoint signal and SIGTERM at its grace, and leaves nothing running when the agent stops', async () => {
     const w = agentWorld();
     const work = tmp('agent-k');

@@ -172,7 +172,7 @@ async function decide(
   resource: string,
   context: Record<string, string> = {},
 ): Promise<Outcome> {
-  const role = f.roleId(roleName);
+  const role = f.t.Resources[roleName]?.Type === 'AWS::IAM::Role' ? roleName : f.roleId(roleName);
   const resourcePolicy = f.resourcePolicyOf(resource);
   const simulation: Simulation = {
     request: {
@@ -282,6 +282,20 @@ describe("people's roles in the synthesised template, evaluated as IAM would", (
     expect(await decide(sets, 'GpuFleet-team-vision', 'sqs:TagQueue', sets.queue('nlp'))).toBe('ExplicitlyDenied');
     expect(await decide(sets, 'GpuFleet-team-nlp', 'sqs:TagQueue', sets.queue('nlp'))).toBe('ExplicitlyDenied');
     expect(await decide(sets, 'GpuFleet-team-nlp', 'sqs:TagQueue', sets.queue('vision'))).toBe('ExplicitlyDenied');
+  });
+
+  it("the people API's own role reads what it answers from and writes only a cancel: no tag, no message, no checkpoint", async () => {
+    const role = Object.keys(keeps.t.Resources).find((id) => id.startsWith('peopleApiRole'))!;
+    expect(await decide(keeps, role, 'dynamodb:Query', `${keeps.table('jobs')}/index/byTeamState`)).toBe('Allowed');
+    expect(await decide(keeps, role, 'dynamodb:PutItem', keeps.table('jobs'))).toBe('Allowed');
+    expect(await decide(keeps, role, 'logs:FilterLogEvents', keeps.jobLogs)).toBe('Allowed');
+    expect(allowed(await decide(keeps, role, 'dynamodb:DeleteItem', keeps.table('jobs')))).toBe(false);
+    expect(allowed(await decide(keeps, role, 'dynamodb:PutItem', keeps.table('nodes')))).toBe(false);
+    for (const team of teams) {
+      expect(allowed(await decide(keeps, role, 'sqs:TagQueue', keeps.queue(team)))).toBe(false);
+      expect(allowed(await decide(keeps, role, 'sqs:SendMessage', keeps.queue(team)))).toBe(false);
+    }
+    expect(allowed(await decide(keeps, role, 's3:GetObject', `${keeps.bucket}/checkpoints/nlp.a/1/model.pt`))).toBe(false);
   });
 
   it('the admin role calls the people API and sends to any queue; it too reads no table itself', async () => {
