@@ -1,3 +1,4 @@
+import { DEFAULT_POLICY } from '../core/snapshot.ts';
 import { readFileSync, renameSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
@@ -33,7 +34,7 @@ import type {
 import type { ServiceMetric } from '../core/serving/autoscale.ts';
 import { agentLeavesFrontDoorNow, SERVICE_DEREGISTRATION_DELAY_SEC, SERVICE_LABEL } from '../core/serving/service.ts';
 import type { Reason } from '../core/reason.ts';
-import { applyJobEvent, attachWhileHeld, finishCancelled } from '../core/services/job-updates.ts';
+import { applyJobEvent, finishCancelled, recordLandedSave } from '../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../core/services/node-reports.ts';
 import {
   afterCheckpoint,
@@ -49,6 +50,8 @@ import {
   WATCHDOG_STOPPED,
   onLeaseLapsed,
   onMachineNotice,
+  noticeAttemptOf,
+  graceSecOf,
   replicaHealthReport,
   resumePoint,
   saveEverySec,
@@ -1249,13 +1252,18 @@ export class NodeAgent {
         completedAtMs: this.ports.clock.nowMs(),
         size: saveSizeOf(up.fileBytes, storeKindOf(ref.location)),
       };
-      const complete = await this.ports.checkpoints.markComplete(saved, l.rank);
-      // The job names the index's newest complete checkpoint: this save as the index recorded it (one marked complete
-      // again, after an earlier try's job write failed, keeps its first completion time there), or a newer one.
-      if (complete) {
-        const newest = (await this.ports.checkpoints.latest(l.jobId)) ?? saved;
-        await applyJobEvent(this.ports.jobs, l.jobId, attachWhileHeld(l.attempt, this.instanceId, newest), saved.completedAtMs);
+      // The index is told; a complete save is attached to the job (core: the one verdict after an upload).
+      const landed = await recordLandedSave(
+        this.ports,
+        saved,
+        { rank: l.rank, attempt: l.attempt, nodeId: this.instanceId },
+        saved.completedAtMs,
+      );
+      if (landed.kind === 'refused') {
+        this.ports.log.warn('checkpoint not taken by the index; the job resumes from an earlier one', { job: l.jobId, error: landed.why });
+        return { ok: false, tries: up.tries, error: landed.why };
       }
+      const complete = landed.complete;
       this.ports.log.info('checkpoint saved', {
         job: l.jobId,
         attempt: l.attempt,
@@ -1285,13 +1293,12 @@ export class NodeAgent {
    */
   private beginCheckpoint(l: LocalAttempt, then: 'requeue' | 'cancel', why: Reason, hardDeadlineMs?: number): void {
     const task = (async () => {
-      const cp = l.job.spec.checkpoint;
       const requestedAtMs = this.ports.clock.nowMs();
       // A process that ended before it was asked ended on its own: its exit decides, not the request.
       const endedBefore = l.exit;
       const markerBefore = l.lastMarkerMs;
       const limits = checkpointLimits({
-        graceSec: cp?.gracePeriodSec ?? 30,
+        graceSec: graceSecOf(l.job),
         sizeMiB: checkpointSizeMiB(l.job, this.lastGpus, l.rank),
         requestedAtMs,
         ...(hardDeadlineMs !== undefined ? { hardDeadlineMs } : {}),
@@ -1413,13 +1420,8 @@ export class NodeAgent {
     const rule = onMachineNotice(
       n.kind === 'interruption' ? { kind: 'interruption', actionAtMs: n.actionAtMs, what } : { kind: 'rebalance', what },
       now,
-      this.config.noticeMarginSec ?? 20,
-      locals.map((l) => ({
-        key: l.key,
-        checkpointable: l.job.spec.checkpoint !== undefined,
-        busy: l.stopping || l.checkpointing !== undefined,
-        gracePeriodSec: l.job.spec.checkpoint?.gracePeriodSec ?? 30,
-      })),
+      this.config.noticeMarginSec ?? DEFAULT_POLICY.noticeMarginSec,
+      locals.map((l) => noticeAttemptOf(l.key, l.job, l.stopping || l.checkpointing !== undefined)),
     );
     this.ports.log.warn(`the cloud says this machine is at risk: ${what}; draining and checkpointing now`, {
       deadline: new Date(rule.deadlineMs).toISOString(),
@@ -1463,12 +1465,7 @@ export class NodeAgent {
     const rule = onLeaseLapsed(
       last,
       now,
-      live.map((l) => ({
-        key: l.key,
-        checkpointable: l.job.spec.checkpoint !== undefined,
-        busy: l.checkpointing !== undefined || l.stopping,
-        gracePeriodSec: l.job.spec.checkpoint?.gracePeriodSec ?? 30,
-      })),
+      live.map((l) => noticeAttemptOf(l.key, l.job, l.checkpointing !== undefined || l.stopping)),
       this.lease,
     );
     this.fence = { sinceMs: now, stopByMs: rule.stopByMs };

@@ -1,3 +1,4 @@
+import { GCE_PREEMPTION_NOTICE_MS } from '../cloud/gcp/preemptions.ts';
 import { GpuFleetError, messageOf } from '../core/errors.ts';
 import type { CapacityType, Cloud } from '../core/catalog.ts';
 
@@ -198,9 +199,6 @@ export class AwsImds implements MetadataClient {
 }
 
 // ---- GCE ----------------------------------------------------------------------------------
-
-/** GCE gives a preempted (spot) VM about 30 s; the agent assumes that from the moment it sees it. */
-export const GCE_PREEMPTION_NOTICE_MS = 30_000;
 
 export class GceMetadata implements MetadataClient {
   readonly cloud = 'gcp' as const;

@@ -26,6 +26,7 @@ const BUNDLES: readonly { name: string; entry: string; gcp: boolean; target: str
   { name: 'reconcile', entry: FUNCTION_ENTRIES.reconcile, gcp: false, target: 'node22', targetKib: LAMBDA_BUNDLE_TARGET_KIB },
   { name: 'interruption', entry: FUNCTION_ENTRIES.interruption, gcp: false, target: 'node22', targetKib: LAMBDA_BUNDLE_TARGET_KIB },
   { name: 'agent-api', entry: FUNCTION_ENTRIES.agentApi, gcp: false, target: 'node22', targetKib: LAMBDA_BUNDLE_TARGET_KIB },
+  { name: 'people-api', entry: FUNCTION_ENTRIES.peopleApi, gcp: false, target: 'node22', targetKib: LAMBDA_BUNDLE_TARGET_KIB },
   { name: 'reconcile+gcp', entry: FUNCTION_ENTRIES.reconcile, gcp: true, target: 'node22' },
   { name: 'agent', entry: AGENT_ENTRY, gcp: false, target: 'node20' },
 ];

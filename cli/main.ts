@@ -13,7 +13,9 @@ import { translateAwsError } from '../cloud/aws/errors.ts';
 // (the simulator never loads an SDK client, the people commands never load the planner).
 
 /** Builds the `gpu-fleet` command. Exported so tests can run it in-process as well as as a child process. */
-export function buildProgram(io = { stdout: process.stdout, stderr: process.stderr }): Command {
+export function buildProgram(
+  io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WritableStream } = { stdout: process.stdout, stderr: process.stderr },
+): Command {
   const program = new Command('gpu-fleet')
     .description('Serverless control plane for GPU work on spot and on-demand capacity')
     .version(VERSION, '-V, --version', 'print the version of gpu-fleet')
@@ -487,8 +489,11 @@ export function failureLine(error: unknown): string | undefined {
   return line;
 }
 
-export async function main(argv: readonly string[]): Promise<number> {
-  const program = buildProgram();
+export async function main(
+  argv: readonly string[],
+  io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WritableStream } = { stdout: process.stdout, stderr: process.stderr },
+): Promise<number> {
+  const program = buildProgram(io);
   try {
     await program.parseAsync(argv as string[], { from: 'user' });
     return 0;
@@ -497,12 +502,12 @@ export async function main(argv: readonly string[]): Promise<number> {
       return error.exitCode === 0 ? 0 : 2;
     }
     if (error instanceof UsageError) {
-      process.stderr.write(`gpu-fleet: ${error.message}\n`);
+      io.stderr.write(`gpu-fleet: ${error.message}\n`);
       return 2;
     }
     const failure = failureLine(error);
     // A failure of the world (credentials, a missing stack or table, a config) is one line; a bug keeps its stack.
-    process.stderr.write(`gpu-fleet: ${failure ?? ((error instanceof Error && error.stack) || messageOf(error))}\n`);
+    io.stderr.write(`gpu-fleet: ${failure ?? ((error instanceof Error && error.stack) || messageOf(error))}\n`);
     return 1;
   }
 }

@@ -107,7 +107,7 @@ export function jsonSummary(run: SimulateRun): SimulationSummary & {
 
 export async function simulateCommand(
   flags: SimulateFlags,
-  io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WriteStream },
+  io: { stdout: NodeJS.WritableStream; stderr: NodeJS.WritableStream & { isTTY?: boolean } },
 ): Promise<SimulateRun> {
   const wallStart = performance.now();
   const seed = flags.seed ?? 1;

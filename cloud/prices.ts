@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod/mini';
 import { siteKey, type ByteCharge, type ByteRates, type DataRate, type SiteRates } from '../core/bytes.ts';
 import { GpuFleetError } from '../core/errors.ts';
 import { microUsdFromUsd } from '../core/money.ts';
@@ -16,14 +16,15 @@ import pricesJson from '../data/prices/cloud-services.json' with { type: 'json' 
  * them with. So the bill shown is at most what the table says, never less.
  */
 
+// zod/mini, as everywhere the functions bundle: the full zod adds 448 KiB to each Lambda bundle.
 const record = z.object({
   cloud: z.enum(['aws', 'gcp']),
   service: z.string(),
   item: z.string(),
   region: z.string(),
-  usd: z.number().nonnegative(),
+  usd: z.number().check(z.nonnegative()),
   per: z.string(),
-  tier: z.string().optional(),
+  tier: z.optional(z.string()),
   source: z.string(),
   sourceDate: z.string(),
   confidence: z.enum(['confirmed', 'assumed']),

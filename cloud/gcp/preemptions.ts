@@ -5,6 +5,9 @@ import type { NodeNotice, NoticeSource } from '../../core/services/interruption.
 import { translateGcpError } from './errors.ts';
 import type { GcpScope } from './mig-node-groups.ts';
 
+/** GCE gives a preempted (spot) VM about 30 s; the agent assumes that from the moment it sees it. */
+export const GCE_PREEMPTION_NOTICE_MS = 30_000;
+
 type Operation = protos.google.cloud.compute.v1.IOperation;
 
 /** The one call of the zone operations API this needs (`ZoneOperationsClient` has it; the simulator's GCP has it too). */

@@ -13,12 +13,12 @@ import {
   type GpuUseTally,
 } from '../../core/gpu-use.ts';
 import { saveSizeOf, storeKindOf, type Site } from '../../core/bytes.ts';
-import { checkpointFolder, checkpointPartLocation, CheckpointRefused, type CheckpointRef, type Job } from '../../core/job.ts';
+import { checkpointFolder, checkpointPartLocation, type CheckpointRef, type Job } from '../../core/job.ts';
 import { agentLeavesFrontDoorNow, SERVICE_LABEL } from '../../core/serving/service.ts';
 import type { CheckpointHistory, CheckpointStore, Clock, JobLogSink, JobStore, NodeStore } from '../../core/ports.ts';
 import type { Reason } from '../../core/reason.ts';
 import { AgentRefused, agentView, type AgentView, type AgentSources } from '../../core/services/agent-access.ts';
-import { applyJobEvent, attachWhileHeld, finishCancelled } from '../../core/services/job-updates.ts';
+import { applyJobEvent, finishCancelled, recordLandedSave } from '../../core/services/job-updates.ts';
 import { recordCheckpointResult, recordExit } from '../../core/services/node-reports.ts';
 import {
   afterCheckpoint,
@@ -33,6 +33,8 @@ import {
   nextNodeStep,
   onLeaseLapsed,
   onMachineNotice,
+  noticeAttemptOf,
+  graceSecOf,
   replicaHealthReport,
   resumePoint,
   saveEverySec,
@@ -1126,25 +1128,21 @@ export class SimAgents {
         bytes: p.sizeMiB * MIB,
         machine: m.instance,
       });
-      let complete: boolean;
-      try {
-        complete = await this.as(m).checkpoints.markComplete(saved, p.rank);
-      } catch (error) {
-        // The index refused it (its progress is behind the newest complete checkpoint): saved, but never resumed from.
-        if (!(error instanceof CheckpointRefused)) throw error;
+      // The index is told; a complete save is attached to the job (core: the one verdict after an upload, the real agent's too).
+      const landed = await recordLandedSave(this.as(m), saved, { rank: p.rank, attempt: p.attempt, nodeId: m.instance.id }, now);
+      if (landed.kind === 'refused') {
+        // Its progress is behind the newest complete checkpoint: saved, but never resumed from.
         this.stats.checkpointsRefused++;
-        await this.say(p, now, `checkpoint not taken by the index: ${error.message}`);
-        p.lastSave = { markerAtMs: u.markerAtMs, ok: false, complete: false, location: u.ref.location, error: error.message };
+        await this.say(p, now, `checkpoint not taken by the index: ${landed.why}`);
+        p.lastSave = { markerAtMs: u.markerAtMs, ok: false, complete: false, location: u.ref.location, error: landed.why };
         this.finishUpload(m, p, now);
         return;
       }
+      const complete = landed.complete;
       if (complete) {
+        // The world's own record of the newest complete save (for the invariants), beside the index's.
         const before = this.newestComplete.get(p.jobId);
         if (!before || saved.progressSec >= before.progressSec) this.newestComplete.set(p.jobId, saved);
-        // The job names the index's newest complete checkpoint: this save as the index recorded it (a completion marked
-        // again, after the job's write failed, is dated again here but not in the index), or a newer one.
-        const newest = (await this.as(m).checkpoints.latest(p.jobId)) ?? saved;
-        await applyJobEvent(this.as(m).jobs, p.jobId, attachWhileHeld(p.attempt, m.instance.id, newest), now);
         this.stats.checkpoints++;
       }
       await this.say(p, now, `checkpoint saved at ${Math.round(u.ref.progressSec)} s of work: ${u.ref.location}`);
@@ -1164,7 +1162,7 @@ export class SimAgents {
   private beginCheckpoint(p: SimProcess, then: 'requeue' | 'cancel', why: Reason, now: number, hardDeadlineMs?: number): void {
     const cp = p.job.spec.checkpoint;
     const limits = checkpointLimits({
-      graceSec: cp?.gracePeriodSec ?? 30,
+      graceSec: graceSecOf(p.job),
       sizeMiB: p.sizeMiB,
       requestedAtMs: now,
       timing: this.timing,
@@ -1300,12 +1298,7 @@ export class SimAgents {
 
 /** A live process as the notice and lease rules see it (node-rules NoticeAttempt). */
 function noticeAttempt(p: SimProcess): NoticeAttempt {
-  return {
-    key: `${p.jobId}#${p.attempt}#${p.rank}`,
-    checkpointable: p.job.spec.checkpoint !== undefined,
-    busy: p.checkpointing !== undefined,
-    gracePeriodSec: p.job.spec.checkpoint?.gracePeriodSec ?? 30,
-  };
+  return noticeAttemptOf(`${p.jobId}#${p.attempt}#${p.rank}`, p.job, p.checkpointing !== undefined);
 }
 
 /** A machine's private address in the simulated VPC (10.0.0.0/16), fixed by its id, as the real agent reports the instance's. */

@@ -39,7 +39,7 @@ import {
 import { regionOfZone } from '../catalog/shipped.ts';
 import { shippedByteRates } from '../prices.ts';
 import { billOf, SimCheckpointBucket } from './checkpoint-bucket.ts';
-import { GCE_PREEMPTION_NOTICE_MS } from '../../agent/metadata.ts';
+import { GCE_PREEMPTION_NOTICE_MS } from '../gcp/preemptions.ts';
 import { checkInvariants, fromMachines, InvariantViolation } from './invariants.ts';
 import { budgetStatus, teamFromTags } from '../../core/budget.ts';
 import { periodKey } from '../../core/period.ts';

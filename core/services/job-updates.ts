@@ -1,7 +1,7 @@
 import { ConflictError } from '../errors.ts';
-import { finishCancel, transition, type CheckpointRef, type Job, type JobEvent, type TransitionResult } from '../job.ts';
+import { CheckpointRefused, finishCancel, transition, type CheckpointRef, type Job, type JobEvent, type TransitionResult } from '../job.ts';
 import type { AttemptGpuUse } from '../gpu-use.ts';
-import type { JobStore } from '../ports.ts';
+import type { CheckpointStore, JobStore } from '../ports.ts';
 
 export type UpdateOutcome =
   | { readonly status: 'changed'; readonly job: Job }
@@ -41,6 +41,39 @@ export async function applyJobEvent(
 export function attachWhileHeld(attempt: number, nodeId: string, checkpoint: CheckpointRef): (job: Job) => JobEvent | undefined {
   return (job) =>
     job.attempt === attempt && job.placement?.nodes.some((n) => n.nodeId === nodeId) ? { type: 'checkpoint-done', checkpoint } : undefined;
+}
+
+/** What became of a save whose part is in the store. */
+export type LandedSave =
+  /** The index took it; `complete` once every rank's part is in (the job then names the index's newest). */
+  | { readonly kind: 'recorded'; readonly complete: boolean }
+  /** The index refused it (its progress is behind the newest complete one): saved, never resumed from. */
+  | { readonly kind: 'refused'; readonly why: string };
+
+/**
+ * A save's part landed in the store: the index is told (a gang's save is complete with its last
+ * rank's part), and a complete save is attached to the job while this attempt holds it, as the
+ * index's newest complete checkpoint (this save as the index recorded it, or a newer one). The
+ * one verdict after an upload, for the real agent and the simulated machines alike.
+ */
+export async function recordLandedSave(
+  ports: { readonly checkpoints: Pick<CheckpointStore, 'markComplete' | 'latest'>; readonly jobs: JobStore },
+  saved: CheckpointRef,
+  where: { readonly rank: number; readonly attempt: number; readonly nodeId: string },
+  nowMs: number,
+): Promise<LandedSave> {
+  let complete: boolean;
+  try {
+    complete = await ports.checkpoints.markComplete(saved, where.rank);
+  } catch (error) {
+    if (error instanceof CheckpointRefused) return { kind: 'refused', why: error.message };
+    throw error;
+  }
+  if (complete) {
+    const newest = (await ports.checkpoints.latest(saved.jobId)) ?? saved;
+    await applyJobEvent(ports.jobs, saved.jobId, attachWhileHeld(where.attempt, where.nodeId, newest), nowMs);
+  }
+  return { kind: 'recorded', complete };
 }
 
 /** Records a job whose cancel was asked for as cancelled, once its process is gone (the leader's report). */

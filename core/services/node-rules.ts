@@ -300,7 +300,7 @@ export function checkpointLimits(input: {
  * node and requeues it from its newest checkpoint: grace + upload allowance + a margin.
  */
 export function checkpointTimeoutSec(job: Job, sizeMiB: number, timing: CheckpointTiming = DEFAULT_CHECKPOINT_TIMING): number {
-  const grace = job.spec.checkpoint?.gracePeriodSec ?? 30;
+  const grace = graceSecOf(job);
   return grace + uploadAllowanceSec(sizeMiB, timing) + CHECKPOINT_TIMEOUT_MARGIN_SEC;
 }
 
@@ -407,6 +407,25 @@ export interface NoticeAttempt {
   /** A checkpoint is being taken or the process is being stopped already. */
   readonly busy: boolean;
   readonly gracePeriodSec: number;
+}
+
+/**
+ * The grace a job without a checkpoint spec gets to end when it is stopped (a spec's own
+ * `checkpoint.gracePeriodSec` defaults to 90 s in the schema).
+ */
+export const NO_CHECKPOINT_GRACE_SEC = 30;
+
+/** How long a job may take to write a checkpoint (or, without checkpoints, to end) when asked. */
+export function graceSecOf(job: Pick<Job, 'spec'>): number {
+  return job.spec.checkpoint?.gracePeriodSec ?? NO_CHECKPOINT_GRACE_SEC;
+}
+
+/**
+ * An attempt running on a machine, as the notice and lease rules see it: the one builder both
+ * agents use (the real one's local attempts, the simulated machines' processes).
+ */
+export function noticeAttemptOf(key: string, job: Pick<Job, 'spec'>, busy: boolean): NoticeAttempt {
+  return { key, checkpointable: job.spec.checkpoint !== undefined, busy, gracePeriodSec: graceSecOf(job) };
 }
 
 export type NoticeStep =

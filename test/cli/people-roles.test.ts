@@ -1,10 +1,9 @@
-import { execFile } from 'node:child_process';
 import { createServer, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+import { Writable } from 'node:stream';
 import { CreateQueueCommand, GetQueueUrlCommand, ListQueueTagsCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { main } from '../../cli/main.ts';
 import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { SqsJobQueue } from '../../cloud/aws/sqs-queue.ts';
 import type { TableNames } from '../../cloud/aws/tables.ts';
@@ -14,17 +13,24 @@ import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 import { startSqs } from '../support/fauxqs.ts';
 import { principal, startPeopleApi, type LocalPrincipal } from '../support/people-api-server.ts';
 
-const run = promisify(execFile);
-const root = fileURLToPath(new URL('../..', import.meta.url));
-const bin = fileURLToPath(new URL('../../bin/gpu-fleet.js', import.meta.url));
-
+/**
+ * The CLI run in-process (cli/main.ts `main`, what bin/gpu-fleet.js runs), with the person's
+ * environment for the one call: each command builds its AWS clients then, so they take these
+ * credentials and endpoints. In-process, because each child process would spend seconds starting.
+ */
 async function cli(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const sink = (to: string[]) => new Writable({ write: (chunk, _enc, done) => (to.push(String(chunk)), done()) });
+  const before = { ...process.env };
+  for (const k of Object.keys(process.env)) if (!(k in env)) delete process.env[k];
+  Object.assign(process.env, env);
   try {
-    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { cwd: root, timeout: 60_000, env });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+    const code = await main(args, { stdout: sink(out), stderr: sink(err) });
+    return { code, stdout: out.join(''), stderr: err.join('') };
+  } finally {
+    for (const k of Object.keys(process.env)) if (!(k in before)) delete process.env[k];
+    Object.assign(process.env, before);
   }
 }
 
