@@ -18,6 +18,9 @@ export default defineConfig({
       AWS_REGION: 'us-east-1',
       // Node 20 is supported here (package.json engines); the SDK's notice about its future releases is not for test output.
       AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+      // The suite already keeps both cores busy: \`simulate\` replays its baselines one after another here (one test runs them on
+      // worker threads and checks the figures are the same).
+      GPU_FLEET_SIM_THREADS: '1',
     },
   },
 });

@@ -6,7 +6,7 @@ import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 import { isMainThread } from 'node:worker_threads';
 import { Command } from 'commander';
-import { inWorkers } from './parallel.ts';
+import { inWorkers } from '../cloud/sim/parallel.ts';
 import { listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
 import type { Cloud } from '../core/catalog.ts';
 import {

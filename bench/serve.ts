@@ -20,7 +20,7 @@ import { latencyPercentiles, type QueueModel } from './serve/latency.ts';
 import { shareWithinObjective } from '../core/serving/latency.ts';
 import { type ServingRun } from './serve/world.ts';
 import { replayWindows, type WindowResult } from './serve/windows.ts';
-import { inWorkers } from './parallel.ts';
+import { inWorkers } from '../cloud/sim/parallel.ts';
 import { WARM_VOLUME_MICRO_USD_PER_HOUR } from '../cloud/sim/sim-cloud.ts';
 
 const TICK_SEC = 30;

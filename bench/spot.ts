@@ -12,7 +12,7 @@ import { SeededRandom } from '../cloud/sim/clock.ts';
 import { omniscient } from './spot/omniscient.ts';
 import { fitHazards, runSemiMarkov, SEMI_MARKOV_AGES, solveSemiMarkov } from './spot/semi-markov.ts';
 import { runPolicy, type JobSetup, type RunResult } from './spot/sim.ts';
-import { inWorkers } from './parallel.ts';
+import { inWorkers } from '../cloud/sim/parallel.ts';
 import { availableParallelism } from 'node:os';
 import { isMainThread } from 'node:worker_threads';
 

@@ -26,10 +26,14 @@ import { CHART_WIDTH, colorFor, esc, lineChart, palette, stackedChart } from './
  * network, opens from disk. Charts: fleet size by group and capacity type over time, queue
  * depth, cumulative cost against the baselines, and spend against budget per team.
  */
+/** What a policy's replay gives back without its world (a worker thread's answer). */
+export type PolicyRun = Omit<SimulationResult, 'env' | 'frontDoor'>;
+
 /** A simulation and the baselines replayed beside it, as `gpu-fleet simulate` ran them. */
 export interface SimulateRun {
   readonly main: SimulationResult;
-  readonly baselines: readonly SimulationResult[];
+  /** The baselines' runs, without their worlds (they may come back from worker threads). */
+  readonly baselines: readonly PolicyRun[];
   /** Wall time of the whole command: every policy's replay, loading and reports (absent for a run put together elsewhere). */
   readonly wallMs?: number;
 }

@@ -39,6 +39,18 @@ describe('gpu-fleet command', () => {
     expect(summary.baselines['on-demand']).not.toHaveProperty('slowdownVsOnDemand');
   });
 
+  it('replays the baselines on worker threads with the same figures as one after another', async () => {
+    const args = ['simulate', '--hours', '2', '--max-jobs', '30', '--seed', '2', '--json'];
+    const apart = await cli(args, { ...process.env, GPU_FLEET_SIM_THREADS: '4' });
+    const inTurn = await cli(args, { ...process.env, GPU_FLEET_SIM_THREADS: '1' });
+    expect([apart.code, inTurn.code]).toEqual([0, 0]);
+    // Everything but the wall times.
+    const figures = (out: string) => JSON.stringify(JSON.parse(out), (key, v: unknown) => (key === 'wallMs' ? undefined : v));
+    const a = JSON.parse(apart.stdout) as { baselines: Record<string, unknown> };
+    expect(Object.keys(a.baselines).sort()).toEqual(['cheapest-fit', 'on-demand', 'spot-greedy']);
+    expect(figures(apart.stdout)).toBe(figures(inTurn.stdout));
+  }, 60_000);
+
   it('prints a table for people', async () => {
     const { code, stdout } = await cli(['simulate', '--hours', '1', '--max-jobs', '10']);
     expect(code).toBe(0);

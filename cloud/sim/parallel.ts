@@ -1,4 +1,4 @@
-// Runs a bench's independent pieces (its traces, its windows) on worker threads, every core used.
+// Runs independent simulations (a bench's traces and windows, `simulate`'s baselines) on worker threads, every core used.
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 
