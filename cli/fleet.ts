@@ -5,7 +5,16 @@ import { jobIdFor } from '../core/job.ts';
 import { defaultNetworkLayout, type ByteLog, type ByteRates, type NetworkLayout, type StoreSites } from '../core/bytes.ts';
 import { regionOfZone } from '../core/catalog.ts';
 import { shippedByteRates } from '../cloud/prices.ts';
-import type { Clock, GpuMetricsSource, NodeGroupProvider, BudgetTagSource, BudgetMemory, JobLogSource } from '../core/ports.ts';
+import type {
+  Clock,
+  GpuMetricsSource,
+  NodeGroupProvider,
+  BudgetTagSource,
+  BudgetMemory,
+  JobLogSource,
+  JobQueue,
+  JobStore,
+} from '../core/ports.ts';
 import { fleetShapeFrom, intake, repeated } from '../core/services/intake.ts';
 import { checkJobSpec, type JobSpec } from '../core/job-spec.ts';
 import { DEFAULT_POLICY, type Policy } from '../core/snapshot.ts';
@@ -190,7 +199,7 @@ function openSimFleet(dir: string): Fleet {
 }
 
 async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
-  const { openAwsPorts } = await import('./aws.ts');
+  const [{ openAwsPorts }, { peoplePortsOf }] = await Promise.all([import('./aws.ts'), import('../cloud/wiring.ts')]);
   const ports = await openAwsPorts(flags);
   const { config } = ports;
   const source = `AWS ${config.region}${ports.stackName ? `, stack ${ports.stackName}` : ''}`;
@@ -238,23 +247,13 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
             },
           }
         : {}),
-      async submit(team, body, token = randomUUID()) {
+      async submit(team, body, token) {
         if (who.view.kind === 'team' && who.view.team !== team)
           throw new OutOfViewError(
             who.view.team,
             `--team ${team}: this role is team ${who.view.team}'s and sends to its own queue only (the platform's admin role may send to any)`,
           );
-        const stored = await p.jobs.get(jobIdFor(team, token));
-        if (stored) {
-          const again = repeated(stored, { team, body, token }, checkedSpec(body));
-          if (again.outcome === 'token-reused') throw new UsageError(`--token: ${again.error}`);
-        }
-        const { messageId } = await ports.queue.send(team, body, token);
-        return {
-          jobId: jobIdFor(team, token),
-          token,
-          note: `sent to the team's queue (message ${messageId}); intake stores it within seconds`,
-        };
+        return sendChecked(p.jobs, ports.queue, team, body, token);
       },
       cancel: (jobId) => api.cancel(jobId),
       setBudgetTags: (team, tags) => tagTeam(team, tags, who),
@@ -262,58 +261,17 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
     };
   }
   // No people API named: the tables are read with the caller's own credentials (an operator's break-glass path; a team's role
-  // has no access to them), as the admin sees the fleet.
-  const { s3BucketBytes } = await import('../cloud/aws/cloudwatch-metrics.ts');
-  const teams = await ports.queue.teams().catch(() => [] as string[]);
-  const seen = viewOf(
-    {
-      jobs: ports.stores.jobs,
-      nodes: ports.stores.nodes,
-      decisions: ports.stores.decisions,
-      ledger: ports.stores.ledger,
-      queue: ports.queue,
-      budgets: ports.reconcile.budgets,
-      ...(ports.reconcile.budgetMemory ? { budgetMemory: ports.reconcile.budgetMemory } : {}),
-      gpuMetrics: ports.gpuMetrics,
-      ...(ports.services ? { services: ports.services } : {}),
-      ...(ports.jobLogs ? { jobLogs: ports.jobLogs } : {}),
-    },
-    ADMIN,
-    teams,
-  );
+  // has no access to them), as the admin sees the fleet (no team's ids to put out of view, so no list of teams is read).
+  const { bytes, bucketBytes, ...people } = peoplePortsOf(ports);
   return {
     source,
     clock: ports.clock,
     policy: config.policy,
     viewer: ADMIN,
-    ...seen,
+    ...viewOf(people, ADMIN, []),
     providers: ports.reconcile.providers,
-    ...(ports.reconcile.bytes
-      ? {
-          checkpointBytes: {
-            store: ports.reconcile.bytes.store,
-            ...(ports.reconcile.bytes.roots ? { roots: ports.reconcile.bytes.roots } : {}),
-            layout: ports.reconcile.bytes.layout,
-            rates: ports.reconcile.bytes.rates,
-            logs: (sinceMs: number) => ports.stores.checkpoints.byteLogs(sinceMs),
-            bucketBytes: () => s3BucketBytes(ports.clients.cloudwatch, config.checkpointBucket, ports.clock),
-          },
-        }
-      : {}),
-    async submit(team, body, token = randomUUID()) {
-      // Intake would not take a reused token with another spec: say so now, before the message is sent.
-      const stored = await ports.stores.jobs.get(jobIdFor(team, token));
-      if (stored) {
-        const again = repeated(stored, { team, body, token }, checkedSpec(body));
-        if (again.outcome === 'token-reused') throw new UsageError(`--token: ${again.error}`);
-      }
-      const { messageId } = await ports.queue.send(team, body, token);
-      return {
-        jobId: jobIdFor(team, token),
-        token,
-        note: `sent to the team's queue (message ${messageId}); intake stores it within seconds`,
-      };
-    },
+    ...(bytes && people.byteLogs && bucketBytes ? { checkpointBytes: { ...bytes, logs: people.byteLogs, bucketBytes } } : {}),
+    submit: (team, body, token) => sendChecked(ports.stores.jobs, ports.queue, team, body, token),
     cancel: (jobId) =>
       cancelForPerson(
         { jobs: ports.stores.jobs, ...(ports.services ? { services: ports.services } : {}) },
@@ -324,6 +282,27 @@ async function openAwsFleet(flags: FleetFlags): Promise<Fleet> {
     setBudgetTags: (team, tags) => tagTeam(team, tags),
     async close() {},
   };
+}
+
+/**
+ * Sends a spec to the team's queue with its token. Intake would not take a reused token with
+ * another spec: said now, before the message is sent.
+ */
+async function sendChecked(
+  jobs: Pick<JobStore, 'get'>,
+  queue: Pick<JobQueue, 'send'>,
+  team: string,
+  body: string,
+  token: string = randomUUID(),
+): Promise<{ jobId: string; token: string; note: string }> {
+  const jobId = jobIdFor(team, token);
+  const stored = await jobs.get(jobId);
+  if (stored) {
+    const again = repeated(stored, { team, body, token }, checkedSpec(body));
+    if (again.outcome === 'token-reused') throw new UsageError(`--token: ${again.error}`);
+  }
+  const { messageId } = await queue.send(team, body, token);
+  return { jobId, token, note: `sent to the team's queue (message ${messageId}); intake stores it within seconds` };
 }
 
 /** The validated spec of a body the command wrote (JSON), or undefined when it is not a valid spec. */

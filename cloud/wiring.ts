@@ -28,12 +28,13 @@ import type {
 import type { InterruptionPorts, NoticeSource } from '../core/services/interruption.ts';
 import { byteMeterOf } from '../core/services/accrual.ts';
 import type { ReconcilePorts } from '../core/reconcile/reconcile.ts';
+import type { PeoplePorts } from '../core/services/team-view.ts';
 import { AsgNodeGroups } from './aws/asg-node-groups.ts';
 import { Ec2Reservations } from './aws/ec2-reservations.ts';
 import { CloudWatchJobLogs } from './aws/cloudwatch-logs.ts';
 import { CloudWatchLogsClient } from '@aws-sdk/client-cloudwatch-logs';
 import { awsShippedCatalog, onDemandPrice } from './catalog/shipped.ts';
-import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink, CloudWatchServiceMetricSink } from './aws/cloudwatch-metrics.ts';
+import { CloudWatchGpuMetrics, CloudWatchGpuMetricSink, CloudWatchServiceMetricSink, s3BucketBytes } from './aws/cloudwatch-metrics.ts';
 import { documentClientFor, DynamoServiceStore, dynamoStores } from './aws/dynamo-store.ts';
 import { ElbFrontDoor } from './aws/elb-front-door.ts';
 import { ElbRequestLoad } from './aws/elb-load.ts';
@@ -251,6 +252,39 @@ export async function fleetPorts(config: FleetConfig, options: WiringOptions = {
       ...reservations.problems,
       ...((gcpReservations as { problems?: string[] } | undefined)?.problems ?? []),
     ],
+  };
+}
+
+/** Where the checkpoint bytes are kept and their path's prices, as `report` charges them. */
+export type ByteSites = Pick<NonNullable<ReconcilePorts['bytes']>, 'store' | 'roots' | 'layout' | 'rates'>;
+
+/**
+ * The read side people use (core/services/team-view.ts `PeoplePorts`) from the fleet's ports, with
+ * the checkpoint bytes' sites and the bucket's own count where the fleet meters bytes: what the
+ * people API answers from, and the CLI's direct path (an operator's credentials) reads.
+ */
+export function peoplePortsOf(
+  ports: FleetPorts,
+): PeoplePorts & { readonly bytes?: ByteSites; readonly bucketBytes?: () => ReturnType<typeof s3BucketBytes> } {
+  const bytes = ports.reconcile.bytes;
+  return {
+    jobs: ports.stores.jobs,
+    nodes: ports.stores.nodes,
+    decisions: ports.stores.decisions,
+    ledger: ports.stores.ledger,
+    queue: ports.queue,
+    budgets: ports.reconcile.budgets,
+    ...(ports.reconcile.budgetMemory ? { budgetMemory: ports.reconcile.budgetMemory } : {}),
+    gpuMetrics: ports.gpuMetrics,
+    ...(ports.services ? { services: ports.services } : {}),
+    ...(ports.jobLogs ? { jobLogs: ports.jobLogs } : {}),
+    ...(bytes
+      ? {
+          byteLogs: (sinceMs: number) => ports.stores.checkpoints.byteLogs(sinceMs),
+          bytes: { store: bytes.store, ...(bytes.roots ? { roots: bytes.roots } : {}), layout: bytes.layout, rates: bytes.rates },
+          bucketBytes: () => s3BucketBytes(ports.clients.cloudwatch, ports.config.checkpointBucket, ports.clock),
+        }
+      : {}),
   };
 }
 

@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { CfnOutput, Duration, RemovalPolicy, Stack, Tags, Token, Validations, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, Duration, RemovalPolicy, Stack, Tags, Validations, type StackProps } from 'aws-cdk-lib';
 import * as autoscaling from 'aws-cdk-lib/aws-autoscaling';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
@@ -893,12 +893,7 @@ export class GpuFleetStack extends Stack {
       agentApi.addEnvironment('GPU_FLEET_GCP_PROJECTS', JSON.stringify(config.gcp.projects));
       agentApi.addEnvironment('GPU_FLEET_GCP_CREDENTIALS_SECRET', config.gcp.credentialsSecretName);
       agentApi.addEnvironment('GPU_FLEET_GCP_CHECKPOINT_ROOTS', JSON.stringify(config.gcp.checkpointRoots));
-      allow(
-        role,
-        'GcpCredentials',
-        ['secretsmanager:GetSecretValue'],
-        [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:${config.gcp.credentialsSecretName}-??????`],
-      );
+      this.allowGcpCredentials(role, config.gcp);
     }
     if (this.serviceTargets.length > 0) {
       agentApi.addEnvironment(
@@ -982,11 +977,10 @@ export class GpuFleetStack extends Stack {
       ['secretsmanager:GetSecretValue'],
       [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:gpu-fleet/*`],
     );
-    const nagRegion = Token.isUnresolved(this.region) ? '<AWS::Region>' : this.region;
     acknowledge(role, {
-      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:${nagRegion}:<AWS::AccountId>:parameter/gpu-fleet/*]`]:
+      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:${nagRegion(this)}:<AWS::AccountId>:parameter/gpu-fleet/*]`]:
         "The teams' secrets, which jobs name by reference: a machine is given only its attempt's job's own team's, checked per call.",
-      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:${nagRegion}:<AWS::AccountId>:secret:gpu-fleet/*]`]:
+      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:${nagRegion(this)}:<AWS::AccountId>:secret:gpu-fleet/*]`]:
         "The teams' secrets, which jobs name by reference: a machine is given only its attempt's job's own team's, checked per call.",
     });
     acknowledge(role, {
@@ -1042,13 +1036,7 @@ export class GpuFleetStack extends Stack {
       [...this.teamQueues.values()].map((q) => q.queueArn),
     );
     allow(role, 'ReadJobOutput', ['logs:GetLogEvents', 'logs:FilterLogEvents', 'logs:DescribeLogStreams'], [this.jobLogs.logGroupArn]);
-    if (config.gcp)
-      allow(
-        role,
-        'GcpCredentials',
-        ['secretsmanager:GetSecretValue'],
-        [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:${config.gcp.credentialsSecretName}-??????`],
-      );
+    if (config.gcp) this.allowGcpCredentials(role, config.gcp);
   }
 
   /**
@@ -1066,8 +1054,6 @@ export class GpuFleetStack extends Stack {
           )
         : new iam.AccountRootPrincipal();
     const stackArn = `arn:${this.partition}:cloudformation:${this.region}:${this.account}:stack/${this.stackName}/*`;
-    // How cdk-nag writes this stack's region in a resource it names (the region itself, when the stack is given one).
-    const nagRegion = Token.isUnresolved(this.region) ? '<AWS::Region>' : this.region;
     const sqsViaService = { StringEquals: { 'kms:ViaService': `sqs.${this.region}.amazonaws.com` } };
     const queueArns = [...this.teamQueues.values()].map((q) => q.queueArn);
     const tagActions = ['sqs:TagQueue', 'sqs:UntagQueue'];
@@ -1148,11 +1134,11 @@ export class GpuFleetStack extends Stack {
       );
       acknowledge(role, {
         'AwsSolutions-IAM5[Resource::*]': 'sqs:ListQueues takes no resource: it finds the team queue by its prefix.',
-        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:${nagRegion}:<AWS::AccountId>:stack/${this.stackName}/*]`]:
+        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:${nagRegion(this)}:<AWS::AccountId>:stack/${this.stackName}/*]`]:
           "DescribeStacks of this stack alone (its id is the wildcard part): the CLI finds the fleet's names in its outputs.",
-        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:${nagRegion}:<AWS::AccountId>:parameter/gpu-fleet/${team.name}/*]`]:
+        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ssm:${nagRegion(this)}:<AWS::AccountId>:parameter/gpu-fleet/${team.name}/*]`]:
           "The team's own secrets, under its own prefix: no other team's.",
-        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:${nagRegion}:<AWS::AccountId>:secret:gpu-fleet/${team.name}/*]`]:
+        [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:${nagRegion(this)}:<AWS::AccountId>:secret:gpu-fleet/${team.name}/*]`]:
           "The team's own secrets, under its own prefix: no other team's.",
         'AwsSolutions-IAM5[Action::dynamodb:*]': 'A Deny: the team role reaches the state only through the people API.',
         [`AwsSolutions-IAM5[Resource::<${this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket)}.Arn>/*]`]:
@@ -1177,7 +1163,7 @@ export class GpuFleetStack extends Stack {
     allow(this.adminRole, 'SetBudgets', [...tagActions, 'sqs:ListQueueTags'], queueArns);
     acknowledge(this.adminRole, {
       'AwsSolutions-IAM5[Resource::*]': 'sqs:ListQueues takes no resource: it finds the team queues by their prefix.',
-      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:${nagRegion}:<AWS::AccountId>:stack/${this.stackName}/*]`]:
+      [`AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:${nagRegion(this)}:<AWS::AccountId>:stack/${this.stackName}/*]`]:
         "DescribeStacks of this stack alone (its id is the wildcard part): the CLI finds the fleet's names in its outputs.",
     });
     new CfnOutput(this, 'TeamRoleArns', {
@@ -1263,16 +1249,18 @@ export class GpuFleetStack extends Stack {
       allow(role, 'ServiceTargetHealth', ['elasticloadbalancing:DescribeTargetHealth'], ['*']);
     }
     if (config.gcp) {
-      role.addToPrincipalPolicy(
-        new iam.PolicyStatement({
-          sid: 'GcpCredentials',
-          actions: ['secretsmanager:GetSecretValue'],
-          resources: [
-            `arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:${config.gcp.credentialsSecretName}-??????`,
-          ],
-        }),
-      );
+      this.allowGcpCredentials(role, config.gcp);
     }
+  }
+
+  /** The control plane's GCP service account key, for a function that calls GCP (its secret's ARN ends in six random characters). */
+  private allowGcpCredentials(role: iam.IRole, gcp: NonNullable<GpuFleetConfig['gcp']>): void {
+    allow(
+      role,
+      'GcpCredentials',
+      ['secretsmanager:GetSecretValue'],
+      [`arn:${this.partition}:secretsmanager:${this.region}:${this.account}:secret:${gcp.credentialsSecretName}-??????`],
+    );
   }
 
   private grantIntake(intake: lambda.Function, config: GpuFleetConfig): void {

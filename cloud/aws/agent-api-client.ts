@@ -1,7 +1,6 @@
-import { defaultProvider } from '@aws-sdk/credential-provider-node';
-import { Sha256 } from '@smithy/core/checksum';
-import { SignatureV4 } from '@smithy/signature-v4';
+import { type SignatureV4 } from '@smithy/signature-v4';
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
+import { functionUrlSigner, postToFunctionUrl } from './function-url.ts';
 import { CloudError, GpuFleetError, type CloudErrorCode } from '../../core/errors.ts';
 import type { Draining, MachineMeterFacts, NodeRecord } from '../../core/fleet.ts';
 import { checkpointFolder, type CheckpointRef, type Job, type JobState } from '../../core/job.ts';
@@ -60,12 +59,7 @@ export class AgentApiClient {
 
   constructor(private readonly options: AgentApiClientOptions) {
     this.base = new URL(options.url);
-    this.signer = new SignatureV4({
-      service: 'lambda',
-      region: options.region,
-      credentials: options.credentials ?? defaultProvider(),
-      sha256: Sha256,
-    });
+    this.signer = functionUrlSigner(options.region, options.credentials);
   }
 
   /** The credential a call for `claim` carries: of its attempt, or (a read, a job write) of the attempt last seen, else the newest. */
@@ -96,42 +90,16 @@ export class AgentApiClient {
     const payload = JSON.stringify(body);
     const claim = claimOf(op, body);
     const credential = claim ? this.credentialFor(op, claim) : undefined;
-    const headers = { host: url.host, 'content-type': 'application/json', ...(credential ? { [ATTEMPT_HEADER]: credential } : {}) };
-    const signed = this.options.bearer
-      ? { headers: { ...headers, authorization: `Bearer ${await this.options.bearer()}` } }
-      : await this.signer.sign({
-          method: 'POST',
-          protocol: url.protocol,
-          hostname: url.hostname,
-          ...(url.port ? { port: Number(url.port) } : {}),
-          path: url.pathname,
-          query: {},
-          headers,
-          body: payload,
-        });
-    let response: Response;
-    try {
-      response = await fetch(url, {
-        method: 'POST',
-        headers: signed.headers,
-        body: payload,
-        signal: AbortSignal.timeout(this.options.timeoutMs ?? 15_000),
-      });
-    } catch (error) {
-      throw new CloudError(
-        'unavailable',
-        `the agent API (${url.host}) did not answer ${op}: ${(error as Error).message}`,
-        { operation: op },
-        { cause: error },
-      );
-    }
-    const text = await response.text();
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = { error: text.slice(0, 500) };
-    }
+    const bearer = this.options.bearer;
+    const response = await postToFunctionUrl(url, payload, {
+      signer: this.signer,
+      ...(bearer ? { authorization: async () => `Bearer ${await bearer()}` } : {}),
+      headers: credential ? { [ATTEMPT_HEADER]: credential } : {},
+      timeoutMs: this.options.timeoutMs ?? 15_000,
+      api: 'agent API',
+      op,
+    });
+    const parsed = response.body;
     if (response.ok) {
       const answer = parsed as AgentApiResponses[Op];
       if (op === 'node/get') this.keep((answer as AgentApiResponses['node/get']).credentials ?? []);
@@ -154,7 +122,9 @@ export class AgentApiClient {
           : response.status === 429
             ? 'throttled'
             : 'unavailable';
-    throw new CloudError(code, `the agent API refused ${op} (${response.status}): ${said.error ?? text.slice(0, 500)}`, { operation: op });
+    throw new CloudError(code, `the agent API refused ${op} (${response.status}): ${said.error ?? JSON.stringify(parsed).slice(0, 500)}`, {
+      operation: op,
+    });
   }
 }
 

@@ -1,7 +1,6 @@
-import { defaultProvider } from '@aws-sdk/credential-provider-node';
-import { Sha256 } from '@smithy/core/checksum';
-import { SignatureV4 } from '@smithy/signature-v4';
+import type { SignatureV4 } from '@smithy/signature-v4';
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
+import { functionUrlSigner, postToFunctionUrl } from './function-url.ts';
 import { CloudError, type GpuFleetError, OutOfViewError, UsageError, type CloudErrorCode } from '../../core/errors.ts';
 import type { NodeGroupProvider } from '../../core/ports.ts';
 import type { CancelOutcome } from '../../core/services/cancel.ts';
@@ -31,48 +30,19 @@ export class PeopleApiClient {
   constructor(private readonly options: PeopleApiClientOptions) {
     const base = options.url.endsWith('/') ? options.url : `${options.url}/`;
     this.url = new URL('v1/call', base);
-    this.signer = new SignatureV4({
-      service: 'lambda',
-      region: options.region,
-      credentials: options.credentials ?? defaultProvider(),
-      sha256: Sha256,
-    });
+    this.signer = functionUrlSigner(options.region, options.credentials);
   }
 
   async call<T>(call: PeopleCall, ...args: unknown[]): Promise<T> {
     const payload = JSON.stringify({ call, args });
-    const url = this.url;
-    const signed = await this.signer.sign({
-      method: 'POST',
-      protocol: url.protocol,
-      hostname: url.hostname,
-      ...(url.port ? { port: Number(url.port) } : {}),
-      path: url.pathname,
-      query: {},
-      headers: { host: url.host, 'content-type': 'application/json' },
-      body: payload,
+    const response = await postToFunctionUrl(this.url, payload, {
+      signer: this.signer,
+      timeoutMs: this.options.timeoutMs ?? 30_000,
+      api: 'people API',
+      op: call,
     });
-    let response: Response;
-    try {
-      response = await fetch(url, {
-        method: 'POST',
-        headers: signed.headers,
-        body: payload,
-        signal: AbortSignal.timeout(this.options.timeoutMs ?? 30_000),
-      });
-    } catch (error) {
-      throw new CloudError('unavailable', `the people API (${url.host}) did not answer ${call}: ${(error as Error).message}`, {
-        operation: call,
-      });
-    }
-    const text = await response.text();
     // The handler's refusals are { error, code }; the function URL's own (IAM said no) are { Message }.
-    let parsed: { value?: unknown; error?: string; code?: string; message?: string; Message?: string };
-    try {
-      parsed = JSON.parse(text) as typeof parsed;
-    } catch {
-      parsed = { error: text.slice(0, 500) };
-    }
+    const parsed = response.body as { value?: unknown; error?: string; code?: string; message?: string; Message?: string };
     if (response.ok) return fromWire(parsed.value) as T;
     const message = parsed.error ?? parsed.message ?? parsed.Message ?? `HTTP ${response.status}`;
     if (parsed.code === 'out-of-view') throw new OutOfViewError('', message);

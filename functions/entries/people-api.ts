@@ -1,8 +1,7 @@
 // Lambda entry: the people API (a function URL with IAM auth, called by people under a team role or the admin role).
 import * as z from 'zod/mini';
-import { s3BucketBytes } from '../../cloud/aws/cloudwatch-metrics.ts';
 import { PeopleRolesSchema } from '../../cloud/aws/people-api-protocol.ts';
-import { fleetPortsFromEnv } from '../../cloud/wiring.ts';
+import { fleetPortsFromEnv, peoplePortsOf } from '../../cloud/wiring.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { observability } from '../observability.ts';
 import { createPeopleApiHandler } from '../people-api.ts';
@@ -31,32 +30,16 @@ const teams = jsonVar(
   'the teams: {"<team>": {"setsOwnBudget": false}}',
 );
 const ports = await fleetPortsFromEnv();
-const bytes = ports.reconcile.bytes;
+const { bytes, bucketBytes, ...people } = peoplePortsOf(ports);
 export const handler = createPeopleApiHandler({
-  ports: {
-    jobs: ports.stores.jobs,
-    nodes: ports.stores.nodes,
-    decisions: ports.stores.decisions,
-    ledger: ports.stores.ledger,
-    queue: ports.queue,
-    budgets: ports.reconcile.budgets,
-    ...(ports.reconcile.budgetMemory ? { budgetMemory: ports.reconcile.budgetMemory } : {}),
-    gpuMetrics: ports.gpuMetrics,
-    ...(ports.services ? { services: ports.services } : {}),
-    ...(ports.jobLogs ? { jobLogs: ports.jobLogs } : {}),
-    ...(bytes ? { byteLogs: (sinceMs: number) => ports.stores.checkpoints.byteLogs(sinceMs) } : {}),
-  },
+  ports: people,
   stores: { jobs: ports.stores.jobs, ...(ports.services ? { services: ports.services } : {}) },
   providers: ports.reconcile.providers,
   roles,
   teams,
   policy: ports.config.policy,
-  ...(bytes
-    ? {
-        bytes: { store: bytes.store, ...(bytes.roots ? { roots: bytes.roots } : {}), layout: bytes.layout, rates: bytes.rates },
-        bucketBytes: () => s3BucketBytes(ports.clients.cloudwatch, ports.config.checkpointBucket, ports.clock),
-      }
-    : {}),
+  ...(bytes ? { bytes } : {}),
+  ...(bucketBytes ? { bucketBytes } : {}),
   clock: ports.clock,
   obs: observability('gpu-fleet-people-api'),
 });

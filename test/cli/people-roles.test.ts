@@ -7,11 +7,11 @@ import { main } from '../../cli/main.ts';
 import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { SqsJobQueue } from '../../cloud/aws/sqs-queue.ts';
 import type { TableNames } from '../../cloud/aws/tables.ts';
-import { MemoryJobLogs, StaticBudgetTags } from '../../cloud/sim/memory-stores.ts';
+import { MemoryJobLogs } from '../../cloud/sim/memory-stores.ts';
 import { intake } from '../../core/services/intake.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 import { startSqs } from '../support/fauxqs.ts';
-import { principal, startPeopleApi, type LocalPrincipal } from '../support/people-api-server.ts';
+import { principal, startPeopleApi, TWO_TEAMS, twoTeamBudgets, type LocalPrincipal } from '../support/people-api-server.ts';
 
 /**
  * The CLI run in-process (cli/main.ts `main`, what bin/gpu-fleet.js runs), with the person's
@@ -117,21 +117,11 @@ describe('gpu-fleet under a team role and under the admin role (people API, SQS 
           decisions: stores.decisions,
           ledger: stores.ledger,
           queue,
-          budgets: new StaticBudgetTags([
-            { team: 'nlp', resource: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp', tags: { 'gpu-fleet:budget-usd': '2500' } },
-            {
-              team: 'vision',
-              resource: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-vision',
-              tags: { 'gpu-fleet:budget-usd': '900' },
-            },
-          ]),
+          budgets: twoTeamBudgets(),
           jobLogs: logs,
         },
         stores: { jobs: stores.jobs },
-        providers: [],
-        roles: { 'GpuFleet-team-nlp': 'nlp', 'GpuFleet-team-vision': 'vision', 'GpuFleet-admin': '*' },
-        teams: { nlp: { setsOwnBudget: false }, vision: { setsOwnBudget: true } },
-        policy: { reconcileIntervalSec: 60, defaultRuntimeSec: 3600 },
+        ...TWO_TEAMS,
         clock: { nowMs: () => Date.now() },
       },
       [nlp, vision, admin],

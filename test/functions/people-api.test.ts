@@ -2,12 +2,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { PeopleApiClient } from '../../cloud/aws/people-api-client.ts';
 import type { TableNames } from '../../cloud/aws/tables.ts';
-import { MemoryJobLogs, MemoryJobQueue, StaticBudgetTags } from '../../cloud/sim/memory-stores.ts';
+import { MemoryJobLogs, MemoryJobQueue } from '../../cloud/sim/memory-stores.ts';
 import { CloudError, OutOfViewError } from '../../core/errors.ts';
 import type { DecisionRecord } from '../../core/ports.ts';
 import { aJob, T0 } from '../builders.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
-import { principal, startPeopleApi } from '../support/people-api-server.ts';
+import { principal, startPeopleApi, TWO_TEAMS, twoTeamBudgets } from '../support/people-api-server.ts';
 
 /**
  * The people API's matrix, end to end: the real client signs each call, the local function URL
@@ -83,21 +83,11 @@ describe('the people API answers each role for its own team (signed calls, Dynam
           decisions: stores.decisions,
           ledger: stores.ledger,
           queue: new MemoryJobQueue(['nlp', 'vision']),
-          budgets: new StaticBudgetTags([
-            { team: 'nlp', resource: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-nlp', tags: { 'gpu-fleet:budget-usd': '2500' } },
-            {
-              team: 'vision',
-              resource: 'arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-vision',
-              tags: { 'gpu-fleet:budget-usd': '900' },
-            },
-          ]),
+          budgets: twoTeamBudgets(),
           jobLogs: logs,
         },
         stores: { jobs: stores.jobs },
-        providers: [],
-        roles: { 'GpuFleet-team-nlp': 'nlp', 'GpuFleet-team-vision': 'vision', 'GpuFleet-admin': '*' },
-        teams: { nlp: { setsOwnBudget: false }, vision: { setsOwnBudget: true } },
-        policy: { reconcileIntervalSec: 60, defaultRuntimeSec: 3600 },
+        ...TWO_TEAMS,
         clock: { nowMs: () => T0 + 120_000 },
       },
       [nlp, vision, admin, stranger, noInvoke],

@@ -6,8 +6,6 @@ import type { AddressInfo } from 'node:net';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
-import { Sha256 } from '@smithy/core/checksum';
-import { SignatureV4 } from '@smithy/signature-v4';
 import type { AwsCredentialIdentity } from '@smithy/types';
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
 import type { UploadTarget } from '../../cloud/aws/agent-api-protocol.ts';
@@ -27,6 +25,7 @@ import { createAgentApiHandler } from '../../functions/agent-api.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
 import { testAttempts } from './attempt-credentials.ts';
+import { checkSigV4, readBody } from './sigv4.ts';
 
 export const AGENT_ROLE = 'gpu-fleet-AgentRole1234';
 const REGION = 'us-west-2';
@@ -213,29 +212,11 @@ export async function startAgentApi(o: {
 
   /** The caller's machine, when the request's SigV4 signature is right for its credentials. */
   async function verify(req: IncomingMessage, url: URL, body: string): Promise<string | { error: string }> {
-    const auth = req.headers.authorization ?? '';
-    const m =
-      /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/lambda\/aws4_request, SignedHeaders=([^,]+), Signature=([0-9a-f]{64})$/.exec(
-        auth,
-      );
-    if (!m) return { error: 'missing or malformed SigV4 authorization' };
-    const [, accessKeyId, , region, signedHeaders, signature] = m;
-    const instanceId = /^AKIDLOCAL(i-[0-9a-f]+)$/.exec(accessKeyId!)?.[1];
-    if (!instanceId) return { error: `unknown access key ${accessKeyId}` };
-    const headers: Record<string, string> = {};
-    for (const h of signedHeaders!.split(';')) headers[h] = String(req.headers[h] ?? '');
-    const date = String(req.headers['x-amz-date'] ?? '');
-    const signingDate = new Date(
-      `${date.slice(0, 4)}-${date.slice(4, 6)}-${date.slice(6, 8)}T${date.slice(9, 11)}:${date.slice(11, 13)}:${date.slice(13, 15)}Z`,
-    );
-    const signer = new SignatureV4({ service: 'lambda', region: region!, credentials: credentialsFor(instanceId), sha256: Sha256 });
-    const again = await signer.sign(
-      { method: req.method ?? 'POST', protocol: 'http:', hostname: url.hostname, path: url.pathname, query: {}, headers, body },
-      { signingDate },
-    );
-    const got = /Signature=([0-9a-f]{64})/.exec(String(again.headers.authorization))?.[1];
-    if (got !== signature) return { error: 'The request signature we calculated does not match the signature you provided' };
-    return instanceId;
+    const out = await checkSigV4(req, url, body, (key) => {
+      const machine = /^AKIDLOCAL(i-[0-9a-f]+)$/.exec(key)?.[1];
+      return machine ? credentialsFor(machine) : undefined;
+    });
+    return 'error' in out ? out : /^AKIDLOCAL(i-[0-9a-f]+)$/.exec(out.accessKeyId)![1]!;
   }
 
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -258,14 +239,4 @@ export function credentialsFor(instanceId: string): AwsCredentialIdentity {
 
 function etagOf(body: Buffer): string {
   return `"${createHmac('md5', '').update(body).digest('hex')}"`;
-}
-
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolveBody, reject) => {
-    let text = '';
-    req.setEncoding('utf8');
-    req.on('data', (c: string) => (text += c));
-    req.on('end', () => resolveBody(text));
-    req.on('error', reject);
-  });
 }

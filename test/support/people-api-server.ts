@@ -1,14 +1,36 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Sha256 } from '@smithy/core/checksum';
-import { SignatureV4 } from '@smithy/signature-v4';
 import type { AwsCredentialIdentity } from '@smithy/types';
 import type { LambdaFunctionURLEventWithIAMAuthorizer } from 'aws-lambda';
+import { StaticBudgetTags } from '../../cloud/sim/memory-stores.ts';
 import { lambdaContext } from '../../functions/context.ts';
 import { observability } from '../../functions/observability.ts';
 import { createPeopleApiHandler, type PeopleApiDeps } from '../../functions/people-api.ts';
+import { checkSigV4, readBody } from './sigv4.ts';
 
 const ACCOUNT = '123456789012';
+
+/**
+ * A fleet of two teams as the people API is told it: nlp (whose budget the platform keeps) and
+ * vision (which sets its own), their roles and the admin role, as infra/stack.ts names them.
+ */
+export const TWO_TEAMS = {
+  providers: [],
+  roles: { 'GpuFleet-team-nlp': 'nlp', 'GpuFleet-team-vision': 'vision', 'GpuFleet-admin': '*' },
+  teams: { nlp: { setsOwnBudget: false }, vision: { setsOwnBudget: true } },
+  policy: { reconcileIntervalSec: 60, defaultRuntimeSec: 3600 },
+} as const satisfies Pick<PeopleApiDeps, 'providers' | 'roles' | 'teams' | 'policy'>;
+
+/** The two teams' budget tags on their queues (nlp $2,500, vision $900). */
+export function twoTeamBudgets(): StaticBudgetTags {
+  return new StaticBudgetTags(
+    (['nlp', 'vision'] as const).map((team) => ({
+      team,
+      resource: `arn:aws:sqs:us-east-1:123456789012:gpu-fleet-team-${team}`,
+      tags: { 'gpu-fleet:budget-usd': team === 'nlp' ? '2500' : '900' },
+    })),
+  );
+}
 
 /** A person's credentials under one role: the access key names the session, for the local IAM in front of the URL. */
 export interface LocalPrincipal {
@@ -75,36 +97,8 @@ export async function startPeopleApi(deps: Omit<PeopleApiDeps, 'obs'>, principal
   });
 
   async function verify(req: IncomingMessage, url: URL, body: string): Promise<LocalPrincipal | string> {
-    const m =
-      /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/lambda\/aws4_request, SignedHeaders=([^,]+), Signature=([0-9a-f]{64})$/.exec(
-        req.headers.authorization ?? '',
-      );
-    if (!m) return 'Forbidden: missing or malformed SigV4 authorization';
-    const [, accessKeyId, , region, signedHeaders, signature] = m;
-    const p = byKey.get(accessKeyId!);
-    if (!p) return `The security token included in the request is invalid (${accessKeyId})`;
-    const headers: Record<string, string> = {};
-    for (const h of signedHeaders!.split(';')) headers[h] = String(req.headers[h] ?? '');
-    const date = String(req.headers['x-amz-date'] ?? '');
-    const signingDate = new Date(
-      `${date.slice(0, 4)}-${date.slice(4, 6)}-${date.slice(6, 8)}T${date.slice(9, 11)}:${date.slice(11, 13)}:${date.slice(13, 15)}Z`,
-    );
-    const signer = new SignatureV4({ service: 'lambda', region: region!, credentials: p.credentials, sha256: Sha256 });
-    const again = await signer.sign(
-      {
-        method: req.method ?? 'POST',
-        protocol: 'http:',
-        hostname: url.hostname,
-        port: Number(url.port) || undefined,
-        path: url.pathname,
-        query: {},
-        headers,
-        body,
-      },
-      { signingDate },
-    );
-    const got = /Signature=([0-9a-f]{64})/.exec(String(again.headers.authorization))?.[1];
-    return got === signature ? p : 'The request signature we calculated does not match the signature you provided';
+    const out = await checkSigV4(req, url, body, (key) => byKey.get(key)?.credentials);
+    return 'error' in out ? `Forbidden: ${out.error}` : byKey.get(out.accessKeyId)!;
   }
 
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -113,14 +107,4 @@ export async function startPeopleApi(deps: Omit<PeopleApiDeps, 'obs'>, principal
     calls,
     close: () => new Promise<void>((r) => server.close(() => r())),
   };
-}
-
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((done, reject) => {
-    let text = '';
-    req.setEncoding('utf8');
-    req.on('data', (c: string) => (text += c));
-    req.on('end', () => done(text));
-    req.on('error', reject);
-  });
 }
