@@ -334,7 +334,9 @@ describe('docker runner', () => {
       devices: [],
     });
     const proc = await first.start(noResume);
-    await waitFor('the container to be recorded', () => readdirSync(state).filter((f) => f.endsWith('.json')).length === 1);
+    // The container's record (its pid, labels), not the spec the CLI writes before the supervisor starts it: waiting on
+    // any `.json` let `ps` run in the moment between the two, and find nothing.
+    await waitFor('the container to be recorded', () => existsSync(join(state, 'gpu-fleet-nlp.train-7-a2-r0.json')));
     const second = new DockerRunner('docker', env, [], envDir);
     expect(await second.cleanUpLeftovers()).toEqual(['gpu-fleet-nlp.train-7-a2-r0']);
     expect((await proc.exited).exitCode).not.toBe(0);
