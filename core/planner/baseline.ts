@@ -10,19 +10,8 @@ import { earlierAttemptsOnMachines } from './classification.ts';
 import { priorRatePerHour } from '../risk.ts';
 import { reservationRoom } from '../reservation.ts';
 import type { Policy, Snapshot } from '../snapshot.ts';
-import {
-  hostNetTeamOf,
-  hostNetWall,
-  commitFit,
-  countFreeWhole,
-  isEmpty,
-  makeGpus,
-  poolKeyOf,
-  tryFit,
-  typeCanHold,
-  withRendezvousPort,
-  type NodeCapacity,
-} from './capacity.ts';
+import { commitFit, countFreeWhole, isEmpty, makeGpus, poolKeyOf, tryFit, typeCanHold, type NodeCapacity } from './capacity.ts';
+import { hostNetTeamOf, hostNetWall, withRendezvousPort } from './host-net.ts';
 import { hostPortsOf } from '../job-spec.ts';
 import { machineCapacity } from './indexing.ts';
 import { describeRequest, previousAttemptStillRuns } from './reasons.ts';

@@ -9,7 +9,8 @@
 import { hostPortsOf } from '../job-spec.ts';
 import { milliGpusUsed } from '../gpu.ts';
 import type { PlanAction } from '../plan.ts';
-import { commitFit, hostNetTeamOf, hostNetWall, isEmpty, tryFit, usedMilli, type NodeCapacity } from './capacity.ts';
+import { commitFit, isEmpty, tryFit, usedMilli, type NodeCapacity } from './capacity.ts';
+import { hostNetTeamOf, hostNetWall } from './host-net.ts';
 import { consolidated } from './reasons.ts';
 import { lostWorkSec, shareOf, workLeftSec, type PlanningState } from './state.ts';
 

@@ -8,7 +8,9 @@
 import type { GpuRequest } from '../gpu.ts';
 import type { NodeAssignment } from '../job.ts';
 import { migProfile } from '../mig.ts';
-import { portsFree, tryFit, usedMilli, wallAllows, type CapacityIndex, type NodeCapacity, type PoolNodes } from './capacity.ts';
+import { tryFit, usedMilli, type NodeCapacity } from './capacity.ts';
+import { portsFree, wallAllows } from './host-net.ts';
+import { type CapacityIndex, type PoolNodes } from './capacity-index.ts';
 import { perMilli, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
 
 export function findFits(

@@ -16,7 +16,6 @@ import type { Snapshot } from '../snapshot.ts';
 import {
   commitFit,
   countFreeWhole,
-  hostNetTeamOf,
   isMigModel,
   machineInMigMode,
   makeGpus,
@@ -24,6 +23,7 @@ import {
   type NodeCapacity,
   type NodeKind,
 } from './capacity.ts';
+import { hostNetTeamOf } from './host-net.ts';
 import { riskOf, type Fit, type GroupState, type OfferingInfo, type PlanningState } from './state.ts';
 
 /** Takes the room of each fit on its machine (re-filing it in its index) and, for a job that holds it, records the holder. */

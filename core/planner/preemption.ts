@@ -9,7 +9,8 @@
 import type { GpuRequest } from '../gpu.ts';
 import type { Job, NodeAssignment } from '../job.ts';
 import type { PlanAction } from '../plan.ts';
-import { commitFit, countFreeWhole, hostNetTeamOf, makeGpus, tryFit, type HostNetWall, type NodeCapacity } from './capacity.ts';
+import { commitFit, countFreeWhole, makeGpus, tryFit, type NodeCapacity } from './capacity.ts';
+import { hostNetTeamOf, type HostNetWall } from './host-net.ts';
 import { commitPlacement } from './indexing.ts';
 import type { Stuck } from './new-capacity.ts';
 import { preemptedFor, roomBeingFreed } from './reasons.ts';

@@ -31,7 +31,9 @@ import type { PlanAction, WaitingJob } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import type { Snapshot } from '../snapshot.ts';
 import type { BudgetState, Team } from '../team.ts';
-import { CapacityIndex, type HostNetWall, type NodeCapacity, type NodeKind } from './capacity.ts';
+import { type NodeCapacity, type NodeKind } from './capacity.ts';
+import { type HostNetWall } from './host-net.ts';
+import { CapacityIndex } from './capacity-index.ts';
 
 export interface OfferingInfo {
   /** Offering id plus GPU mode (see poolKeyOf). */

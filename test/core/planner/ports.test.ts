@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { rendezvousPortOf, type Placement } from '../../../core/job.ts';
 import type { JobSpecInput } from '../../../core/job-spec.ts';
 import { planBaseline } from '../../../core/planner/baseline.ts';
-import { RENDEZVOUS_PORT_BASE } from '../../../core/planner/capacity.ts';
+import { RENDEZVOUS_PORT_BASE } from '../../../core/planner/host-net.ts';
 import { plan } from '../../../core/planner/planner.ts';
 import type { Plan } from '../../../core/plan.ts';
 import { SERVICE_LABEL } from '../../../core/serving/service.ts';
