@@ -5,7 +5,7 @@ import { GPU_MODELS, modelsNamedBy } from './gpu.ts';
 import { migProfileProblem } from './mig.ts';
 import { textDigest } from './digest.ts';
 // schema.ts first sets zod's English messages (see there).
-import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from './schema.ts';
+import { describeFields, didYouMean, fieldsAt, trueOrFalse, unknownFieldsMessage, wholeNumber } from './schema.ts';
 
 /**
  * The job spec: what a person submits to a team queue. One schema, used by intake, by
@@ -53,14 +53,7 @@ function modelProblem(name: string): string {
   return `unknown GPU model${didYouMean(name, ACCEPTED_MODELS)}; allowed: ${ACCEPTED_MODELS.join(', ')}`;
 }
 
-const int = (min: number, max: number, unit = '') =>
-  z
-    .number({ error: `must be a number from ${min} to ${max}${unit}` })
-    .check(
-      z.int({ error: `must be a whole number from ${min} to ${max}${unit}` }),
-      z.gte(min, { error: `must be at least ${min}${unit}` }),
-      z.lte(max, { error: `must be at most ${max}${unit}` }),
-    );
+const int = wholeNumber;
 
 const rightsize = z.optional(
   z.enum(['suggest', 'auto'], {
@@ -202,7 +195,7 @@ const ServiceSpecSchema = z.strictObject({
    * on npm start's noisy per-minute chat load it held 10-18% more replica-hours for a point of tick
    * availability (docs/benchmarks.md).
    */
-  scaleAhead: z._default(z.boolean({ error: 'must be true or false' }), false),
+  scaleAhead: z._default(trueOrFalse(), false),
   /**
    * What a request may expect: to wait at most `waitSec` for a free slot of a ready replica (a
    * time-to-first-token objective is this plus the prefill). With what one replica serves, it
@@ -232,7 +225,7 @@ const ContainerSpecSchema = z.strictObject({
    * as {@link JOB_UID}). Only for teams the fleet config lets (`images.rootTeams`), on docker's
    * bridge; the container still holds no capability and gains no privilege.
    */
-  runAsRoot: z.optional(z.boolean({ error: 'must be true or false' })),
+  runAsRoot: z.optional(trueOrFalse()),
 });
 
 /** /dev/shm per GPU a job holds on a machine, by default: a DataLoader's workers pass their batches through it. */
@@ -302,7 +295,7 @@ const JobSpecObject = z.strictObject({
   gpu: GpuRequestSchema,
   nodes: z._default(int(1, 64), 1),
   priority: z._default(int(0, 1000), 100),
-  interruptible: z._default(z.boolean({ error: 'must be true or false' }), true),
+  interruptible: z._default(trueOrFalse(), true),
   checkpoint: z.optional(CheckpointSpecSchema),
   expectedRuntimeSec: z.optional(int(1, 90 * 86_400)),
   deadline: z.optional(z.iso.datetime({ error: 'must be an ISO 8601 date-time with a zone, e.g. "2026-12-04T17:00:00Z"', offset: true })),

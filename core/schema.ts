@@ -1,4 +1,5 @@
 import { closest, distance } from 'fastest-levenshtein';
+import * as z from 'zod/mini';
 import { config, globalRegistry } from 'zod/mini';
 import en from 'zod/v4/locales/en.js';
 
@@ -9,6 +10,25 @@ import en from 'zod/v4/locales/en.js';
  * API gives by default. A module with a schema imports this one first, for that setting.
  */
 config(en());
+
+/**
+ * A whole number from `min` to `max`, each way of missing it said in the words the job spec and the
+ * deployment config share (`unit` follows each bound: " s", " GiB").
+ */
+export function wholeNumber(min: number, max: number, unit = '') {
+  return z
+    .number({ error: `must be a number from ${min} to ${max}${unit}` })
+    .check(
+      z.int({ error: `must be a whole number from ${min} to ${max}${unit}` }),
+      z.gte(min, { error: `must be at least ${min}${unit}` }),
+      z.lte(max, { error: `must be at most ${max}${unit}` }),
+    );
+}
+
+/** A yes or no, as the job spec and the deployment config both ask it. */
+export function trueOrFalse() {
+  return z.boolean({ error: 'must be true or false' });
+}
 
 /** What zod keeps of a schema's definition, as both its APIs (classic and mini) lay it out. */
 interface Def {

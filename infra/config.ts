@@ -6,7 +6,7 @@ import { GCS_ROOT_RE, S3_PATHS, type NetworkLayout } from '../core/bytes.ts';
 import { regionOfZone } from '../core/catalog.ts';
 import { MIG_GPUS } from '../core/mig.ts';
 import { ImagePolicySchema } from '../core/images.ts';
-import { describeFields, didYouMean, fieldsAt, unknownFieldsMessage } from '../core/schema.ts';
+import { describeFields, didYouMean, fieldsAt, trueOrFalse, unknownFieldsMessage, wholeNumber } from '../core/schema.ts';
 import { awsShippedCatalog } from '../cloud/catalog/shipped.ts';
 import awsCatalogJson from '../data/catalog/aws-gpu-instances.json' with { type: 'json' };
 import exampleConfigJson from './config.example.json' with { type: 'json' };
@@ -61,12 +61,7 @@ const ZONE_RE = /^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$/;
 export const INTERFACE_ENDPOINTS = ['ecr', 'monitoring'] as const;
 const REGION_RE = /^[a-z]{2}(-gov)?-[a-z]+-\d$/;
 
-const int = (min: number, max: number, unit = '') =>
-  z
-    .number({ error: `must be a number from ${min} to ${max}${unit}` })
-    .int({ error: `must be a whole number from ${min} to ${max}${unit}` })
-    .min(min, { error: `must be at least ${min}${unit}` })
-    .max(max, { error: `must be at most ${max}${unit}` });
+const int = wholeNumber;
 
 /** The retentions CloudWatch Logs takes, in days. */
 const LOG_RETENTION_DAYS = [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653];
@@ -105,7 +100,7 @@ const NodeGroupSchema = z
       .array(z.string().regex(/^subnet-[0-9a-f]{8,17}$/, { error: 'subnet ids look like "subnet-0123456789abcdef0"' }))
       .min(1)
       .optional(),
-    minSize: int(0, 1000).default(0),
+    minSize: z._default(int(0, 1000), 0),
     maxSize: int(1, 1000),
     ami: z
       .union(
@@ -118,7 +113,7 @@ const NodeGroupSchema = z
         },
       )
       .default({ ssmParameter: DLAMI_AL2023_PARAMETER }),
-    diskGiB: int(50, 16_384, ' GiB').default(200),
+    diskGiB: z._default(int(50, 16_384, ' GiB'), 200),
     /**
      * A second volume for Docker's data (images and every container's own files) and the job
      * folders' disks, XFS with project quotas: what jobs write never fills the root volume the agent
@@ -126,8 +121,8 @@ const NodeGroupSchema = z
      * (infra/node-setup.ts `dataVolumeScript`). Absent: all on the root volume, and the agent stops a
      * container that writes past its share.
      */
-    dataDiskGiB: int(50, 16_384, ' GiB').optional(),
-    migEnabled: z.boolean({ error: 'must be true or false' }).default(false),
+    dataDiskGiB: z.optional(int(50, 16_384, ' GiB')),
+    migEnabled: z._default(trueOrFalse(), false),
     /**
      * An EC2 Auto Scaling warm pool beside the group: `size` machines launched ahead, booted once
      * and kept Stopped (or Hibernated), so a scale-out starts one of them instead of a new machine;
@@ -236,7 +231,7 @@ const TeamSchema = z.strictObject({
     .min(1)
     .max(10)
     .default([80, 100]),
-  maxGpus: int(1, 100_000).optional(),
+  maxGpus: z.optional(int(1, 100_000)),
   weight: z
     .number({ error: 'must be a number above 0 and at most 1000 (a share relative to the other teams, e.g. 2)' })
     .positive({ error: 'must be more than 0' })
@@ -308,7 +303,7 @@ export const ConfigSchema = z
               .array(z.string().regex(ZONE_RE, { error: 'zones look like "us-east-1a"' }))
               .min(1)
               .max(6),
-            natGateways: int(1, 6, ' NAT gateways').optional(),
+            natGateways: z.optional(int(1, 6, ' NAT gateways')),
             interfaceEndpoints: z.array(z.enum(INTERFACE_ENDPOINTS)).max(INTERFACE_ENDPOINTS.length).optional(),
           }),
         }),
@@ -347,11 +342,16 @@ export const ConfigSchema = z
       .default({ assumeRoleFrom: [] }),
     policy: z
       .strictObject({
-        reconcileIntervalSec: int(60, 3600, ' s')
-          .refine((s) => s % 60 === 0, { error: 'must be a whole number of minutes (a multiple of 60): the schedule runs by the minute' })
-          .default(60),
-        idleCooldownSec: int(0, 86_400, ' s').default(180),
-        noticeMarginSec: int(0, 110, ' s').default(20),
+        reconcileIntervalSec: z._default(
+          int(60, 3600, ' s').check(
+            z.refine((s) => s % 60 === 0, {
+              error: 'must be a whole number of minutes (a multiple of 60): the schedule runs by the minute',
+            }),
+          ),
+          60,
+        ),
+        idleCooldownSec: z._default(int(0, 86_400, ' s'), 180),
+        noticeMarginSec: z._default(int(0, 110, ' s'), 20),
       })
       .default({ reconcileIntervalSec: 60, idleCooldownSec: 180, noticeMarginSec: 20 }),
     checkpoints: z
@@ -360,7 +360,7 @@ export const ConfigSchema = z
           .string()
           .regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, { error: 'S3 bucket names are 3-63 lower-case letters, digits, "." or "-"' })
           .optional(),
-        expireAfterDays: int(1, 3650, ' days').default(30),
+        expireAfterDays: z._default(int(1, 3650, ' days'), 30),
       })
       .default({ expireAfterDays: 30 }),
     alarmEmail: z.email({ error: 'must be an e-mail address' }).optional(),
@@ -370,7 +370,7 @@ export const ConfigSchema = z
      */
     prometheus: z
       .strictObject({
-        port: int(1024, 65_535).default(9400),
+        port: z._default(int(1024, 65_535), 9400),
         allowFrom: allowFromSchema('who may scrape'),
       })
       .optional(),
