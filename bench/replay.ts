@@ -39,7 +39,7 @@ import {
 import { shippedCatalog } from '../cloud/catalog/all-shipped.ts';
 import { gpuOffers } from '../cloud/catalog/shipped.ts';
 import { usageSoFar, type Job } from '../core/job.ts';
-import { rightsizingRows } from '../cli/finops.ts';
+import { rightsizingRows } from '../cli/finops/report.ts';
 import { withSlowdowns } from '../cloud/sim/job-times.ts';
 import { DEFAULT_SIM_START_MS, RESERVATION_POLICIES, runSimulation, SIM_POLICIES } from '../cloud/sim/simulation.ts';
 import { loadWorkload } from '../cloud/sim/workload.ts';

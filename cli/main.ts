@@ -1,4 +1,3 @@
-import type { GceAgentSetup } from '../infra/node-setup.ts';
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { collect, decimalNumber, listOf, oneOf, wholeNumber } from '../cloud/flags.ts';
@@ -103,7 +102,7 @@ export function buildProgram(
       '\nExamples:\n  gpu-fleet simulate\n  gpu-fleet simulate --seed 7 --json\n  gpu-fleet simulate --out ./sim-report --hours 48\n  gpu-fleet simulate --trace ./my-trace.csv --policy cheapest-fit --no-baselines\n  gpu-fleet simulate --faults all --no-baselines\n  gpu-fleet simulate --clouds aws,gcp --faults cloud-outage:gcp --no-baselines',
     )
     .action(async (flags) => {
-      const { simulateCommand } = await import('./simulate.ts');
+      const { simulateCommand } = await import('./commands/simulate.ts');
       await simulateCommand(flags, io);
     });
 
@@ -119,7 +118,7 @@ export function buildProgram(
       `${AWS_NOTE}\n\nExamples:\n  gpu-fleet reconcile --dry-run\n  AWS_REGION=us-west-2 gpu-fleet reconcile --stack MyFleet --json`,
     )
     .action(async (flags) => {
-      const { reconcileCommand } = await import('./reconcile.ts');
+      const { reconcileCommand } = await import('./commands/reconcile.ts');
       await reconcileCommand(flags, io);
     });
 
@@ -142,7 +141,7 @@ export function buildProgram(
       '\nExamples:\n  gpu-fleet invoke interruption --event test/fixtures/events/nth-ec2-spot-instance-interruption-warning.json\n  gpu-fleet invoke reconcile --sim ./world\n  gpu-fleet invoke intake --event sqs-event.json --aws',
     )
     .action(async (fn, flags) => {
-      const { invokeCommand } = await import('./invoke.ts');
+      const { invokeCommand } = await import('./commands/invoke.ts');
       await invokeCommand(fn, flags, io);
     });
 
@@ -187,7 +186,7 @@ export function buildProgram(
       `\nExamples:\n  gpu-fleet submit --team nlp --file job.json\n  gpu-fleet submit --team nlp --image pytorch/pytorch:2.3.0 --gpus 1 --checkpoint-interval 600 --label project=llm-eval -- python train.py --epochs 3\n  gpu-fleet submit --team vision --mig 1g.10gb --image nvcr.io/nvidia/pytorch:24.05-py3 --sim ./sim -- python infer.py\n${awsNote}`,
     )
     .action(async (argv: string[], flags) => {
-      const { submitCommand } = await import('./people.ts');
+      const { submitCommand } = await import('./commands/submit.ts');
       await submitCommand({ ...flags, ...(argv.length > 0 ? { command: argv } : {}) }, io);
     });
 
@@ -204,7 +203,7 @@ export function buildProgram(
       `\nExamples:\n  gpu-fleet status\n  gpu-fleet status --team nlp --json\n  gpu-fleet status nlp.3f2a --sim ./sim\n${awsNote}`,
     )
     .action(async (jobId: string | undefined, flags) => {
-      const { statusCommand } = await import('./people.ts');
+      const { statusCommand } = await import('./commands/status.ts');
       await statusCommand(withJobId('status', jobId, flags, io), io);
     });
 
@@ -225,7 +224,7 @@ export function buildProgram(
       `\nExamples:\n  gpu-fleet explain nlp.3f2a\n  gpu-fleet explain --decision latest\n  gpu-fleet explain --decision last-change --sim ./sim --json\n  gpu-fleet explain --service nlp.chat --sim ./sim\n${awsNote}`,
     )
     .action(async (jobId: string | undefined, flags) => {
-      const { explainCommand } = await import('./people.ts');
+      const { explainCommand } = await import('./commands/explain.ts');
       await explainCommand(withJobId('explain', jobId, flags, io), io);
     });
 
@@ -240,7 +239,7 @@ export function buildProgram(
       `\nExamples:\n  gpu-fleet budget\n  gpu-fleet budget --team nlp --json\n  gpu-fleet budget set --team nlp --usd 30000 --action spot-only\n${awsNote}`,
     )
     .action(async (flags) => {
-      const { budgetCommand } = await import('./people.ts');
+      const { budgetCommand } = await import('./commands/budget.ts');
       await budgetCommand(flags, io);
     });
   budget
@@ -259,7 +258,7 @@ export function buildProgram(
       `\nExamples:\n  gpu-fleet budget --team nlp set --usd 30000\n  gpu-fleet budget set --team vision --action hold --sim ./sim\n${awsNote}`,
     )
     .action(async (flags, cmd: Command) => {
-      const { budgetSetCommand } = await import('./people.ts');
+      const { budgetSetCommand } = await import('./commands/budget.ts');
       // --team, --sim, --stack and --json are the budget command's options, given before or after "set".
       await budgetSetCommand({ ...cmd.optsWithGlobals(), ...flags }, io);
     });
@@ -285,7 +284,7 @@ export function buildProgram(
       `\nExamples:\n  gpu-fleet report --period 2026-11\n  gpu-fleet report --team nlp --period last-7d --csv > nlp.csv\n  gpu-fleet report --sim ./sim --out ./finops\n${awsNote}`,
     )
     .action(async (flags) => {
-      const { reportCommand } = await import('./finops.ts');
+      const { reportCommand } = await import('./commands/report.ts');
       await reportCommand(flags, io);
     });
 
@@ -305,7 +304,7 @@ export function buildProgram(
       `\nExamples:\n  gpu-fleet logs nlp.3f2a\n  gpu-fleet logs nlp.3f2a --attempt 2 --since 10m\n  gpu-fleet logs nlp.3f2a --follow\n  gpu-fleet logs nlp.3f2a --sim ./sim --json\n${awsNote}`,
     )
     .action(async (id, flags) => {
-      const { logsCommand } = await import('./people.ts');
+      const { logsCommand } = await import('./commands/logs.ts');
       await logsCommand(id, flags, io);
     });
 
@@ -322,7 +321,7 @@ export function buildProgram(
       `\nExamples:\n  gpu-fleet cancel nlp.3f2a\n  gpu-fleet cancel nlp.3f2a --sim ./sim --json\n  gpu-fleet cancel nlp.chat --sim ./sim\n${awsNote}`,
     )
     .action(async (id, flags) => {
-      const { cancelCommand } = await import('./people.ts');
+      const { cancelCommand } = await import('./commands/cancel.ts');
       await cancelCommand(id, flags, io);
     });
 
@@ -348,66 +347,10 @@ export function buildProgram(
       'after',
       "\nThe script installs the same walls as an AWS machine's boot (metadata server, jobs' network, the machine's own ports), the job folders' nosuid,nodev mount and the engine's defaults, at every start. With --agent-bundle (and the five options after it), it also installs the agent, which calls the agent API with the machine's instance identity token: no AWS key goes on the disk.\n\nExamples:\n  gpu-fleet gcp-startup-script > startup.sh\n  gpu-fleet gcp-startup-script --prometheus-port 9400 --open-port 8000\n  gpu-fleet gcp-startup-script --agent-bundle gs://ml-prod-fleet/agent/gpu-fleet-agent.mjs --api-url https://abc.lambda-url.us-west-2.on.aws/ --audience gpu-fleet/GpuFleet/agent-api --region us-west-2 --checkpoint-bucket gpu-fleet-checkpoints-123 --checkpoint-store gs://ml-prod-fleet-us-central1/checkpoints/",
     )
-    .action(
-      async (flags: {
-        prometheusPort?: number;
-        openPort?: string[];
-        agentBundle?: string;
-        apiUrl?: string;
-        audience?: string;
-        region?: string;
-        checkpointBucket?: string;
-        checkpointStore?: string;
-      }) => {
-        const { gceStartupScript } = await import('../infra/node-setup.ts');
-        const openPorts = (flags.openPort ?? []).map((p) => {
-          const n = Number(p);
-          if (!Number.isInteger(n) || n < 1 || n > 65535) throw new UsageError(`--open-port must be a port from 1 to 65535; got "${p}"`);
-          return n;
-        });
-        const agentFlags = {
-          apiUrl: flags.apiUrl,
-          audience: flags.audience,
-          region: flags.region,
-          checkpointBucket: flags.checkpointBucket,
-          checkpointStore: flags.checkpointStore,
-        };
-        let agent: GceAgentSetup | undefined;
-        if (flags.agentBundle !== undefined || Object.values(agentFlags).some((v) => v !== undefined)) {
-          const missing = Object.entries({ agentBundle: flags.agentBundle, ...agentFlags })
-            .filter(([, v]) => v === undefined)
-            .map(([k]) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
-          if (missing.length > 0) throw new UsageError(`to install the agent, also give ${missing.join(', ')}`);
-          if (!/^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}\/\S+$/.test(flags.agentBundle!))
-            throw new UsageError(`--agent-bundle must be gs://bucket/path; got "${flags.agentBundle}"`);
-          if (!/^https:\/\/\S+\/$/.test(flags.apiUrl!))
-            throw new UsageError(`--api-url must be an https URL ending in "/"; got "${flags.apiUrl}"`);
-          if (!/^gs:\/\/[a-z0-9][a-z0-9._-]{1,220}\/(\S*\/)?$/.test(flags.checkpointStore!))
-            throw new UsageError(`--checkpoint-store must be gs://bucket/prefix/ (ending in "/"); got "${flags.checkpointStore}"`);
-          for (const [name, value] of Object.entries({
-            audience: flags.audience!,
-            region: flags.region!,
-            'checkpoint-bucket': flags.checkpointBucket!,
-          }))
-            if (!/^[A-Za-z0-9./:_-]{1,256}$/.test(value)) throw new UsageError(`--${name} holds characters a setting cannot: "${value}"`);
-          agent = {
-            bundleUrl: flags.agentBundle!,
-            apiUrl: flags.apiUrl!,
-            audience: flags.audience!,
-            region: flags.region!,
-            checkpointBucket: flags.checkpointBucket!,
-            checkpointStore: flags.checkpointStore!,
-          };
-        }
-        io.stdout.write(
-          gceStartupScript({
-            ...(flags.prometheusPort !== undefined ? { prometheusPort: flags.prometheusPort } : {}),
-            openPorts,
-            ...(agent ? { agent } : {}),
-          }),
-        );
-      },
-    );
+    .action(async (flags) => {
+      const { gcpStartupScriptCommand } = await import('./commands/gcp-startup-script.ts');
+      await gcpStartupScriptCommand(flags, io);
+    });
 
   addAgentCommands(program, io, () => import('../agent/cli.ts'));
   program.addHelpText('after', TOP_LEVEL_HELP);

@@ -3,7 +3,7 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
 import { s3BucketBytes } from '../../cloud/aws/cloudwatch-metrics.ts';
 import { isCloudError } from '../../core/errors.ts';
-import { againstBucket } from '../../cli/finops.ts';
+import { againstBucket } from '../../cli/finops/report.ts';
 
 /** The checkpoint bucket's own count of what it holds: S3's daily storage metric, which `report` sets beside the index's. */
 describe('the checkpoint bucket size from CloudWatch (s3BucketBytes)', () => {

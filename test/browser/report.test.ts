@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { simulateCommand } from '../../cli/simulate.ts';
+import { simulateCommand } from '../../cli/commands/simulate.ts';
 
 /**
  * Opens the HTML report of a real simulation in headless Chromium (Debian's package, which

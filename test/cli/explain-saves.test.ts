@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { explainJob } from '../../cli/people.ts';
+import { explainJob } from '../../cli/commands/explain.ts';
 import { aJob, T0 } from '../builders.ts';
 
 describe('explain: how often a running job is asked to save, and why', () => {

@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { reconcileCommand } from '../../cli/reconcile.ts';
+import { reconcileCommand } from '../../cli/commands/reconcile.ts';
 import { CloudError } from '../../core/errors.ts';
 import type { NodeGroupProvider } from '../../core/ports.ts';
 import { DEFAULT_POLICY } from '../../core/snapshot.ts';

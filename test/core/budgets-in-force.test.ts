@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { explainJob } from '../../cli/people.ts';
+import { explainJob } from '../../cli/commands/explain.ts';
 import { BUDGET_TAGS } from '../../core/budget.ts';
 import { plan } from '../../core/planner/planner.ts';
 import type { TeamTagSet } from '../../core/ports.ts';

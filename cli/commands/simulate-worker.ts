@@ -1,7 +1,7 @@
-// One baseline's replay on a worker thread (cli/simulate.ts): the options rebuilt from the same flags, the world left here.
+// One baseline's replay on a worker thread (cli/commands/simulate.ts): the options rebuilt from the same flags, the world left here.
 import { parentPort, workerData } from 'node:worker_threads';
-import { runSimulation, type SimPolicyName } from '../cloud/sim/simulation.ts';
-import type { PolicyRun } from './report-html.ts';
+import { runSimulation, type SimPolicyName } from '../../cloud/sim/simulation.ts';
+import type { PolicyRun } from '../report-html.ts';
 import { simulateSetup, type SimulateFlags } from './simulate.ts';
 
 const { flags, policy } = (workerData as { input: { flags: SimulateFlags; policy: SimPolicyName } }).input;

@@ -2,9 +2,9 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
-import type { Cloud } from '../core/catalog.ts';
-import { defaultNetworkLayout, type NetworkLayout, type S3Path } from '../core/bytes.ts';
-import type { RightsizeMode } from '../core/gpu.ts';
+import type { Cloud } from '../../core/catalog.ts';
+import { defaultNetworkLayout, type NetworkLayout, type S3Path } from '../../core/bytes.ts';
+import type { RightsizeMode } from '../../core/gpu.ts';
 import {
   acrossClouds,
   BUILT_IN_SPOT,
@@ -16,8 +16,8 @@ import {
   rightsizingScenario,
   SHIPPED_TRACES,
   simGroupsFor,
-} from '../cloud/sim/defaults.ts';
-import { faultProfile } from '../cloud/sim/faults.ts';
+} from '../../cloud/sim/defaults.ts';
+import { faultProfile } from '../../cloud/sim/faults.ts';
 import {
   awsZonesOf,
   DEFAULT_SIM_START_MS,
@@ -29,13 +29,13 @@ import {
   type SimulationResult,
   type SimulationSummary,
   type SpotSetup,
-} from '../cloud/sim/simulation.ts';
-import { inWorkers } from '../cloud/sim/parallel.ts';
-import { saveSimState } from '../cloud/sim/state.ts';
-import { loadWorkload, type Workload } from '../cloud/sim/workload.ts';
-import { withSlowdowns, type Spread } from '../cloud/sim/job-times.ts';
-import { UsageError } from '../core/errors.ts';
-import { count, duration, formatNumber, gpuHours, keyValues, money, paragraph, pct, table } from './format.ts';
+} from '../../cloud/sim/simulation.ts';
+import { inWorkers } from '../../cloud/sim/parallel.ts';
+import { saveSimState } from '../../cloud/sim/state.ts';
+import { loadWorkload, type Workload } from '../../cloud/sim/workload.ts';
+import { withSlowdowns, type Spread } from '../../cloud/sim/job-times.ts';
+import { UsageError } from '../../core/errors.ts';
+import { count, duration, formatNumber, gpuHours, keyValues, money, paragraph, pct, table } from '../format.ts';
 import {
   batchCostMicroUsd,
   billParts,
@@ -55,8 +55,8 @@ import {
   servicesByPolicy,
   USED_LABEL,
   serviceCostMicroUsd,
-} from './figures.ts';
-import { renderHtmlReport, type PolicyRun, type SimulateRun } from './report-html.ts';
+} from '../figures.ts';
+import { renderHtmlReport, type PolicyRun, type SimulateRun } from '../report-html.ts';
 
 export type { SimulateRun };
 

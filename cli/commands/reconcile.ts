@@ -1,9 +1,9 @@
-import { describeAction, describeFailure } from '../core/plan.ts';
-import { plan } from '../core/planner/planner.ts';
-import { reconcile, type ReconcilePorts } from '../core/reconcile/reconcile.ts';
-import type { Policy, Snapshot } from '../core/snapshot.ts';
-import { openAwsPorts, type StackFlags } from './aws.ts';
-import { degradedName } from '../core/ports.ts';
+import { describeAction, describeFailure } from '../../core/plan.ts';
+import { plan } from '../../core/planner/planner.ts';
+import { reconcile, type ReconcilePorts } from '../../core/reconcile/reconcile.ts';
+import type { Policy, Snapshot } from '../../core/snapshot.ts';
+import { openAwsPorts, type StackFlags } from '../aws.ts';
+import { degradedName } from '../../core/ports.ts';
 
 /** What one reconcile needs: the ports, the policy, and the problems the wiring found. */
 export interface ReconcileTarget {
