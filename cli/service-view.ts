@@ -1,7 +1,7 @@
 import { JOB_STATES, type Job } from '../core/job.ts';
 import { agentFoundAnswering, replicaReady, SERVICE_LABEL, type ServiceRecord } from '../core/serving/service.ts';
 import { UsageError } from '../core/errors.ts';
-import { type Fleet } from './fleet.ts';
+import type { Fleet } from './fleet.ts';
 
 /** A service as `explain --service` shows it: its target, its replicas and where they are, and why. */
 export async function serviceView(fleet: Fleet, id: string) {

@@ -6,7 +6,7 @@ import { committedCostMicroUsd } from '../../core/cost-model.ts';
 import { DAY_PERIOD_PREFIX, RESERVED_UNUSED_PREFIX } from '../../core/services/accrual.ts';
 import type { Team } from '../../core/team.ts';
 import { UsageError } from '../../core/errors.ts';
-import { type FleetFlags } from '../fleet.ts';
+import type { FleetFlags } from '../fleet.ts';
 import { money, pct, table } from '../format.ts';
 import { print, teamFlag, withFleet, type Io } from './shared.ts';
 

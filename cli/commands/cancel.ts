@@ -1,4 +1,4 @@
-import { type FleetFlags } from '../fleet.ts';
+import type { FleetFlags } from '../fleet.ts';
 import { print, withFleet, type Io } from './shared.ts';
 
 export async function cancelCommand(jobId: string, flags: FleetFlags & { json?: boolean }, io: Io): Promise<void> {

@@ -1,10 +1,10 @@
-import { type Job } from '../../core/job.ts';
-import { type DecisionRecord } from '../../core/ports.ts';
+import type { Job } from '../../core/job.ts';
+import type { DecisionRecord } from '../../core/ports.ts';
 import { describeShape } from '../../core/rightsizing.ts';
 import { usdString } from '../../core/money.ts';
 import { UsageError } from '../../core/errors.ts';
 import { describeAction, describeFailure, type PlanAction } from '../../core/plan.ts';
-import { type FleetFlags } from '../fleet.ts';
+import type { FleetFlags } from '../fleet.ts';
 import { count, duration, formatNumber, money, table } from '../format.ts';
 import { onMachines, serviceView } from '../service-view.ts';
 import { print, withFleet, type Io } from './shared.ts';

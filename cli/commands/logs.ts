@@ -1,5 +1,5 @@
 import { UsageError } from '../../core/errors.ts';
-import { type FleetFlags } from '../fleet.ts';
+import type { FleetFlags } from '../fleet.ts';
 import { withFleet, type Io } from './shared.ts';
 
 export interface LogsFlags extends FleetFlags {

@@ -14,7 +14,7 @@ import { milliGpusUsed } from '../../core/gpu.ts';
 import { degradedName, type QueueDepth } from '../../core/ports.ts';
 import { SERVICE_LABEL } from '../../core/serving/service.ts';
 import { messageOf, UsageError } from '../../core/errors.ts';
-import { type Fleet, type FleetFlags } from '../fleet.ts';
+import type { Fleet, FleetFlags } from '../fleet.ts';
 import { count, duration, gpuHours, keyValues, money, pct, table } from '../format.ts';
 import { onMachines, summarizeService } from '../service-view.ts';
 import { print, teamFlag, withFleet, type Io } from './shared.ts';

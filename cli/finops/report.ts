@@ -5,7 +5,7 @@ import { dayStartMs, reportPeriod, type ReportPeriod } from '../../core/period.t
 import { BYTES_DAY_PERIOD_PREFIX, DAY_PERIOD_PREFIX, IDLE_TEAM, RESERVED_UNUSED_PREFIX } from '../../core/services/accrual.ts';
 import { byteBillsByJob, heldBytesAt, storeSiteOf, type ByteBill, type ByteLog } from '../../core/bytes.ts';
 import { messageOf, UsageError } from '../../core/errors.ts';
-import { type BucketBytes, type Fleet, type FleetFlags } from '../fleet.ts';
+import type { BucketBytes, Fleet, FleetFlags } from '../fleet.ts';
 import { money } from '../format.ts';
 import type { GpuRequest } from '../../core/gpu.ts';
 import {

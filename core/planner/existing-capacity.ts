@@ -7,9 +7,9 @@
  * existing machines; it must not buy, preempt or scale anything.
  */
 import type { Placement } from '../job.ts';
-import { type NodeCapacity } from './capacity.ts';
+import type { NodeCapacity } from './capacity.ts';
 import { withRendezvousPort } from './host-net.ts';
-import { type CapacityIndex } from './capacity-index.ts';
+import type { CapacityIndex } from './capacity-index.ts';
 import { findFits, homes } from './fits.ts';
 import { commitPlacement } from './indexing.ts';
 import { commitLimits, limitProblem } from './limits.ts';

@@ -10,7 +10,7 @@ import type { NodeAssignment } from '../job.ts';
 import { migProfile } from '../mig.ts';
 import { tryFit, usedMilli, type NodeCapacity } from './capacity.ts';
 import { portsFree, wallAllows } from './host-net.ts';
-import { type CapacityIndex, type PoolNodes } from './capacity-index.ts';
+import type { CapacityIndex, PoolNodes } from './capacity-index.ts';
 import { perMilli, type Entry, type Fit, type JobClass, type PlanningState } from './state.ts';
 
 export function findFits(

@@ -31,8 +31,8 @@ import type { PlanAction, WaitingJob } from '../plan.ts';
 import type { Reason } from '../reason.ts';
 import type { Snapshot } from '../snapshot.ts';
 import type { BudgetState, Team } from '../team.ts';
-import { type NodeCapacity, type NodeKind } from './capacity.ts';
-import { type HostNetWall } from './host-net.ts';
+import type { NodeCapacity, NodeKind } from './capacity.ts';
+import type { HostNetWall } from './host-net.ts';
 import { CapacityIndex } from './capacity-index.ts';
 
 export interface OfferingInfo {
