@@ -25,12 +25,47 @@ const record = z.object({
   usd: z.number().check(z.nonnegative()),
   per: z.string(),
   tier: z.optional(z.string()),
-  source: z.string(),
-  sourceDate: z.string(),
-  confidence: z.enum(['confirmed', 'assumed']),
 });
 const table = z.object({ currency: z.literal('USD'), asOf: z.string(), prices: z.array(record) });
 type PriceRecord = z.infer<typeof record>;
+
+/**
+ * What every record of the shipped table must also say, for people (data/PROVENANCE.md): where
+ * the price comes from, as of when, and whether it was confirmed or assumed. Checked by the
+ * data's own test; the code reads none of it, and a deployed bundle leaves it out.
+ */
+export const PRICE_TABLE_WITH_PROVENANCE = z.object({
+  currency: z.literal('USD'),
+  asOf: z.string(),
+  prices: z.array(
+    z.extend(record, {
+      source: z.string().check(z.regex(/^https?:\/\/\S+$/)),
+      // A date as precise as the source gives it (2024, 2026-06, 2022-07-07), or "undated".
+      sourceDate: z.string().check(z.regex(/^(\d{4}(-\d{2}(-\d{2})?)?|undated)$/)),
+      confidence: z.enum(['confirmed', 'assumed']),
+    }),
+  ),
+});
+
+/**
+ * The fields of data/prices/cloud-services.json this module reads (its provenance is for people:
+ * {@link PRICE_TABLE_WITH_PROVENANCE}): what a deployed bundle keeps of the file (infra/bundling.ts `shippedDataAsRead`).
+ */
+export const PRICE_FIELDS_READ = {
+  currency: true,
+  asOf: true,
+  prices: [
+    {
+      cloud: true,
+      service: true,
+      item: true,
+      region: true,
+      usd: true,
+      per: true,
+      tier: true,
+    } as const satisfies Record<keyof PriceRecord, true>,
+  ],
+} as const;
 
 /** The price table as shipped: its month, and every record. */
 export const CLOUD_SERVICE_PRICES = table.parse(pricesJson);

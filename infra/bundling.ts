@@ -2,6 +2,8 @@ import { mkdirSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { build, type BuildOptions, type Plugin } from 'esbuild';
+import { AWS_CATALOG_FIELDS_READ } from '../cloud/catalog/shipped.ts';
+import { PRICE_FIELDS_READ } from '../cloud/prices.ts';
 
 /**
  * How gpu-fleet's Lambda functions and node agent are bundled: one ES module file each, minified,
@@ -64,6 +66,47 @@ export const literalSchemaKeys: Plugin = {
   },
 };
 
+/**
+ * Which fields of a JSON value to keep: `true`, all of it; `[shape]`, each element of an array by
+ * that shape; an object, the keys it names, each by its shape (`'*'`: every key the value has).
+ */
+export type FieldShape = true | readonly [FieldShape] | { readonly [key: string]: FieldShape };
+
+/** A JSON value with only the fields `shape` names (a field the value lacks stays absent). */
+export function projectFields(value: unknown, shape: FieldShape): unknown {
+  if (shape === true || value === null || typeof value !== 'object') return value;
+  if (Array.isArray(shape)) return Array.isArray(value) ? value.map((v: unknown) => projectFields(v, shape[0]!)) : value;
+  const fields = shape as { readonly [key: string]: FieldShape };
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) {
+    const sub = fields[k] ?? fields['*'];
+    if (sub !== undefined) out[k] = projectFields(v, sub);
+  }
+  return out;
+}
+
+/** The shipped data files the functions import, each with the fields their readers use. */
+const SHIPPED_DATA_READ: readonly { readonly file: RegExp; readonly shape: FieldShape }[] = [
+  { file: /[\\/]data[\\/]catalog[\\/]aws-gpu-instances\.json$/, shape: AWS_CATALOG_FIELDS_READ },
+  { file: /[\\/]data[\\/]prices[\\/]cloud-services\.json$/, shape: PRICE_FIELDS_READ },
+];
+
+/**
+ * A deployed bundle carries of each shipped data file only the fields the code reads: the
+ * provenance (sources, titles, notes: half of the AWS catalogue and of the price table) stays in
+ * data/ for people, and 60 KiB less is parsed at every cold start.
+ */
+export const shippedDataAsRead: Plugin = {
+  name: 'gpu-fleet-shipped-data-as-read',
+  setup(b) {
+    for (const { file, shape } of SHIPPED_DATA_READ)
+      b.onLoad({ filter: file }, async (args) => ({
+        contents: JSON.stringify(projectFields(JSON.parse(await readFile(args.path, 'utf8')), shape)),
+        loader: 'json',
+      }));
+  },
+};
+
 /** esbuild options for one bundle. */
 export function bundleOptions(entry: string, options: { gcp: boolean; gcs?: boolean; target?: string }): BuildOptions {
   // gcp: the whole GCP side; gcs: only the Cloud Storage checkpoint store.
@@ -79,7 +122,7 @@ export function bundleOptions(entry: string, options: { gcp: boolean; gcs?: bool
     mainFields: ['module', 'main'],
     banner: { js: REQUIRE_BANNER },
     external,
-    plugins: [literalSchemaKeys],
+    plugins: [literalSchemaKeys, shippedDataAsRead],
     logLevel: 'error',
   };
 }

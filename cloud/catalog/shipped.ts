@@ -45,6 +45,31 @@ interface AwsCatalogFile {
 
 const awsCatalog = awsCatalogJson as unknown as AwsCatalogFile;
 
+/**
+ * The fields of data/catalog/aws-gpu-instances.json this module reads (the rest is provenance:
+ * sources, Karpenter's names, EKS allocatable): what a deployed bundle keeps of the file
+ * (infra/bundling.ts `shippedDataAsRead`).
+ */
+export const AWS_CATALOG_FIELDS_READ = {
+  instances: [
+    {
+      instance_type: true,
+      gpu_count: true,
+      gpu_model: true,
+      gpu_memory_gib_per_gpu: true,
+      vcpus: true,
+      memory_gib: true,
+      pricing: {
+        '*': {
+          ondemand_usd_per_hour: true,
+          snapshot_2024_04: { ondemand_usd_per_hour: true, spot_avg_usd_per_hour: true },
+          spot_advisor_2025_06: { savings_vs_ondemand_pct: true, interruption_freq_bucket: true },
+        },
+      },
+    } as const satisfies Record<keyof AwsCatalogFile['instances'][number], unknown>,
+  ],
+} as const;
+
 let cachedAws: ShippedCatalog | undefined;
 
 /**

@@ -1,6 +1,12 @@
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 import { describe, expect, it } from 'vitest';
-import { bundleOptions, FUNCTION_ENTRIES } from '../../infra/bundling.ts';
+import { bundleOptions, FUNCTION_ENTRIES, projectFields } from '../../infra/bundling.ts';
+import { PRICE_TABLE_WITH_PROVENANCE, shippedByteRates } from '../../cloud/prices.ts';
+import { awsShippedCatalog } from '../../cloud/catalog/shipped.ts';
 
 const inputsOf = async (entry: string, gcp: boolean) => {
   const out = await build({ ...bundleOptions(entry, { gcp }), write: false, metafile: true, outfile: 'x.mjs' });
@@ -58,4 +64,54 @@ describe('the Lambda bundles', () => {
     expect(code).not.toContain('AcceptAddressTransferRequest');
     expect(ec2.bytesInOutput).toBeLessThan(120 * 1024);
   }, 60_000);
+});
+
+describe('the shipped data in a bundle', () => {
+  const ROOT = resolve(import.meta.dirname, '../..');
+
+  it('keeps every field its readers use: the catalogue and the byte rates read from a built bundle are those read from data/', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'shipped-data-'));
+    const entry = join(dir, 'entry.ts');
+    writeFileSync(
+      entry,
+      `export { shippedByteRates } from ${JSON.stringify(join(ROOT, 'cloud/prices.ts'))};\n` +
+        `export { awsShippedCatalog } from ${JSON.stringify(join(ROOT, 'cloud/catalog/shipped.ts'))};\n`,
+    );
+    const outfile = join(dir, 'bundle.mjs');
+    await build({ ...bundleOptions(entry, { gcp: false }), outfile });
+    const bundled = (await import(pathToFileURL(outfile).href)) as {
+      shippedByteRates: typeof shippedByteRates;
+      awsShippedCatalog: typeof awsShippedCatalog;
+    };
+    expect(bundled.shippedByteRates()).toEqual(shippedByteRates());
+    expect(bundled.awsShippedCatalog()).toEqual(awsShippedCatalog());
+    expect(awsShippedCatalog().instanceTypes.size).toBeGreaterThan(20);
+    // What it leaves out is the provenance: the bundle holds neither a source's title nor its note.
+    const text = readFileSync(outfile, 'utf8');
+    expect(text).not.toContain('sourceTitle');
+    expect(text).not.toContain('allocatable_eks');
+    expect(statSync(outfile).size).toBeLessThan(
+      statSync(join(ROOT, 'data/prices/cloud-services.json')).size + statSync(join(ROOT, 'data/catalog/aws-gpu-instances.json')).size,
+    );
+  });
+
+  it('projects a value to the fields a shape names, every key under "*", each element of an array', () => {
+    expect(
+      projectFields(
+        { a: 1, b: { c: 2, d: 3 }, e: [{ f: 1, g: 2 }], h: { x: { k: 1, l: 2 }, y: { k: 3 } } },
+        {
+          b: { c: true },
+          e: [{ g: true }],
+          h: { '*': { k: true } },
+        },
+      ),
+    ).toEqual({ b: { c: 2 }, e: [{ g: 2 }], h: { x: { k: 1 }, y: { k: 3 } } });
+  });
+
+  it('the price table in data/ says where each price comes from, as of when, and how sure it is (a record without a source is refused)', () => {
+    const table = JSON.parse(readFileSync(join(ROOT, 'data/prices/cloud-services.json'), 'utf8')) as { prices: Record<string, unknown>[] };
+    expect(() => PRICE_TABLE_WITH_PROVENANCE.parse(table)).not.toThrow();
+    const { source: _gone, ...unsourced } = table.prices[0]!;
+    expect(() => PRICE_TABLE_WITH_PROVENANCE.parse({ ...table, prices: [unsourced, ...table.prices.slice(1)] })).toThrow(/source/);
+  });
 });
