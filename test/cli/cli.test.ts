@@ -5,12 +5,14 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { cliInProcess } from '../support/cli-in-process.ts';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = fileURLToPath(new URL('../../bin/gpu-fleet.js', import.meta.url));
 
-async function cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number; stdout: string; stderr: string }> {
+/** The installed command, a child process: what a person runs (bin/gpu-fleet.js), for the tests about the process itself. */
+async function binCli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
     const { stdout, stderr } = await run(process.execPath, [bin, ...args], { cwd: root, timeout: 60_000, env });
     return { code: 0, stdout, stderr };
@@ -19,6 +21,9 @@ async function cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promis
     return { code: e.code, stdout: e.stdout, stderr: e.stderr };
   }
 }
+
+/** The rest in-process (test/support/cli-in-process.ts): each child process spends seconds starting. */
+const cli = (args: string[], env?: NodeJS.ProcessEnv) => cliInProcess(args, env);
 
 describe('gpu-fleet command', () => {
   it('simulates the built-in trace and prints a JSON summary', async () => {
@@ -151,7 +156,7 @@ describe('gpu-fleet command', () => {
 
   it('prints its version with --version (and -V)', async () => {
     const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-    for (const flag of ['--version', '-V']) expect(await cli([flag])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
+    for (const flag of ['--version', '-V']) expect(await binCli([flag])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
   });
 
   it('lists every command with --help', async () => {
@@ -176,26 +181,27 @@ describe('gpu-fleet command', () => {
     };
     // The child sees the environment a user has: without the test runner's switch.
     delete env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED;
-    const out = await cli(['status'], env);
+    const out = await binCli(['status'], env);
     expect(out.code).toBe(1);
     expect(out.stderr).not.toMatch(/NodeVersionSupportWarning/);
     expect(out.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^gpu-fleet: describe stack on GpuFleet failed: .*ECONNREFUSED/)]);
   });
 
+  // A child process: the handler's log and metric lines are Powertools', written to the process's own stdout and stderr.
   it("invoke prints only the result; the handler's own log and metric lines only with --verbose (on stderr); --state still works, with a notice", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gpu-fleet-invoke-'));
     // The child as a user runs it: Powertools' metrics on, as in a deployment.
     const env: NodeJS.ProcessEnv = { ...process.env };
     delete env.POWERTOOLS_METRICS_DISABLED;
     delete env.POWERTOOLS_LOG_LEVEL;
-    const quiet = await cli(['invoke', 'reconcile', '--sim', dir, '--json'], env);
+    const quiet = await binCli(['invoke', 'reconcile', '--sim', dir, '--json'], env);
     expect(quiet.code).toBe(0);
     expect(quiet.stderr).toBe('');
     expect(JSON.parse(quiet.stdout)).toMatchObject({ result: { status: 'done' }, notes: [`simulated world saved to ${dir}`] });
-    const verbose = await cli(['invoke', 'reconcile', '--sim', dir, '--json', '--verbose'], env);
+    const verbose = await binCli(['invoke', 'reconcile', '--sim', dir, '--json', '--verbose'], env);
     expect(JSON.parse(verbose.stdout)).toMatchObject({ result: { status: 'done' } });
     expect(verbose.stderr).toMatch(/"CloudWatchMetrics"/);
-    const old = await cli(['invoke', 'reconcile', '--state', dir, '--json'], env);
+    const old = await binCli(['invoke', 'reconcile', '--state', dir, '--json'], env);
     expect(old.code).toBe(0);
     expect(old.stderr).toBe('gpu-fleet: --state is now --sim, as in every other command; --state goes in the next release\n');
     expect(JSON.parse(old.stdout)).toMatchObject({ notes: [`simulated world loaded from ${dir}`, `simulated world saved to ${dir}`] });

@@ -1,20 +1,20 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { cliInProcess } from '../support/cli-in-process.ts';
 
 // Issue 49: every place that shows a simulation's figures (the terminal summary, summary.json, the
 // HTML report, `report` as text, JSON and CSV) shows the same figure for the same thing, for every
 // policy the run compared. Replica run time is never rework; requeues of jobs and losses of
 // replicas are counted apart; the batch ratios have the batch cost above the line everywhere.
 
-const run = promisify(execFile);
-const root = fileURLToPath(new URL('../..', import.meta.url));
-const bin = fileURLToPath(new URL('../../bin/gpu-fleet.js', import.meta.url));
-const cli = async (args: string[]) => (await run(process.execPath, [bin, ...args], { cwd: root, timeout: 120_000 })).stdout;
+/** Each command in-process (test/support/cli-in-process.ts); a command that fails fails the test with its words. */
+const cli = async (args: string[]) => {
+  const out = await cliInProcess(args);
+  if (out.code !== 0) throw new Error(`gpu-fleet ${args.join(' ')} exited ${out.code}: ${out.stderr}`);
+  return out.stdout;
+};
 
 interface Summary {
   policy: string;

@@ -1,11 +1,10 @@
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { CreateQueueCommand, GetQueueUrlCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { intake } from '../../core/services/intake.ts';
@@ -14,20 +13,13 @@ import type { TableNames } from '../../cloud/aws/tables.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 import { startSqs } from '../support/fauxqs.ts';
 import { money } from '../../cli/format.ts';
+import { cliInProcess } from '../support/cli-in-process.ts';
 
-const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = fileURLToPath(new URL('../../bin/gpu-fleet.js', import.meta.url));
 
-async function cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { cwd: root, timeout: 60_000, env });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-}
+/** Each command in-process (test/support/cli-in-process.ts): 85 child processes cost this file two minutes of starting. */
+const cli = (args: string[], env?: NodeJS.ProcessEnv) => cliInProcess(args, env);
 const json = <T = Record<string, unknown>>(out: { stdout: string }) => JSON.parse(out.stdout) as T;
 
 describe('gpu-fleet status on a two-cloud simulation saved while GCP is out', () => {

@@ -1,9 +1,7 @@
 import { createServer, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import { CreateQueueCommand, GetQueueUrlCommand, ListQueueTagsCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { main } from '../../cli/main.ts';
 import { dynamoStores } from '../../cloud/aws/dynamo-store.ts';
 import { SqsJobQueue } from '../../cloud/aws/sqs-queue.ts';
 import type { TableNames } from '../../cloud/aws/tables.ts';
@@ -11,28 +9,10 @@ import { MemoryJobLogs } from '../../cloud/sim/memory-stores.ts';
 import { intake } from '../../core/services/intake.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 import { startSqs } from '../support/fauxqs.ts';
+import { cliInProcess } from '../support/cli-in-process.ts';
 import { principal, startPeopleApi, TWO_TEAMS, twoTeamBudgets, type LocalPrincipal } from '../support/people-api-server.ts';
 
-/**
- * The CLI run in-process (cli/main.ts `main`, what bin/gpu-fleet.js runs), with the person's
- * environment for the one call: each command builds its AWS clients then, so they take these
- * credentials and endpoints. In-process, because each child process would spend seconds starting.
- */
-async function cli(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const sink = (to: string[]) => new Writable({ write: (chunk, _enc, done) => (to.push(String(chunk)), done()) });
-  const before = { ...process.env };
-  for (const k of Object.keys(process.env)) if (!(k in env)) delete process.env[k];
-  Object.assign(process.env, env);
-  try {
-    const code = await main(args, { stdout: sink(out), stderr: sink(err) });
-    return { code, stdout: out.join(''), stderr: err.join('') };
-  } finally {
-    for (const k of Object.keys(process.env)) if (!(k in before)) delete process.env[k];
-    Object.assign(process.env, before);
-  }
-}
+const cli = cliInProcess;
 
 /**
  * The CLI as a team's person and as the platform's admin: every read and the cancel go through the

@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,18 +15,13 @@ import type { TableNames } from '../../cloud/aws/tables.ts';
 import { fleetConfigFromEnv } from '../../cloud/env.ts';
 import { loadConfig } from '../../infra/config.ts';
 import { GpuFleetStack } from '../../infra/stack.ts';
+import { cliInProcess } from '../support/cli-in-process.ts';
 import { startDynalite, type LocalDynamo } from '../support/dynalite.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
-const bin = fileURLToPath(new URL('../../bin/gpu-fleet.js', import.meta.url));
 
-function cli(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    execFile(process.execPath, [bin, ...args], { cwd: root, timeout: 60_000, env }, (error, stdout, stderr) =>
-      done({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
+/** Each command in-process with the given environment (test/support/cli-in-process.ts). */
+const cli = (args: string[], env: NodeJS.ProcessEnv) => cliInProcess(args, env);
 
 /** A stack's outputs in DescribeStacks' response (the Query protocol's XML, as the API reference shows it). */
 function describeStacksXml(name: string, outputs: Readonly<Record<string, string>>): string {
