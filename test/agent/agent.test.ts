@@ -586,7 +586,8 @@ describe('node agent: the GPU use of each attempt, from nvidia-smi, reported at 
     const api = await w.startApi();
     const a = w.agent('i-0aaaa0100', { api, fixture: { capture: 'linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01', phase: 'load' } });
     await a.heartbeat();
-    await w.submit('nlp.measured', { command: ['node', COUNTER_JOB, '40', '50'], checkpoint: undefined });
+    // 4 s of work: long enough to be running at both looks below on a loaded machine (2 s once ended before the second).
+    await w.submit('nlp.measured', { command: ['node', COUNTER_JOB, '40', '100'], checkpoint: undefined });
     await w.place('nlp.measured', ['i-0aaaa0100']);
     await a.heartbeat(); // starts it
     await a.beat(); // two looks while it runs
