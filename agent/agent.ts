@@ -38,14 +38,15 @@ import { applyJobEvent, finishCancelled, recordLandedSave } from '../core/servic
 import { recordCheckpointResult, recordExit } from '../core/services/node-reports.ts';
 import {
   afterCheckpoint,
-  checkpointLimits,
+  checkpointVerdict,
+  checkpointPlan,
   checkpointSizeMiB,
   DEFAULT_AGENT_LEASE,
   DEFAULT_CHECKPOINT_TIMING,
   DEFAULT_STOP_GRACE_SEC,
-  gangRank,
   leaseLapsed,
   nextNodeStep,
+  planWorkList,
   adoptsLeftover,
   WATCHDOG_STOPPED,
   onLeaseLapsed,
@@ -60,6 +61,9 @@ import {
   uploadAllowanceSec,
   type AgentLease,
   type CheckpointOutcome,
+  type CheckpointPlan,
+  type NoticeAttempt,
+  type WorkListEntry,
   type CheckpointTiming,
   type LocalAttempt as LocalView,
   type NodeStep,
@@ -248,9 +252,9 @@ interface LocalAttempt {
   /** Its folder's disk taken back (the folder is removed after). */
   diskDropped?: Promise<void>;
   /** The save in flight (one at a time per attempt). */
-  saving?: { readonly markerMs: number; readonly location: string; readonly done: Promise<SaveResult> };
+  saving?: LocalSave;
   /** The save of the newest marker started so far (kept after it ends, for a checkpoint that waits on it). */
-  newestSave?: { readonly markerMs: number; readonly location: string; readonly done: Promise<SaveResult> };
+  newestSave?: LocalSave;
   /** A marker newer than the one being saved, saved once that ends. */
   nextMarker?: CheckpointMarker;
   /** The folders this rank's saves of the attempt took (each save has its own: node-rules' saveLocation). */
@@ -285,6 +289,14 @@ interface AttemptNote {
 }
 
 type SaveResult = UploadResult & { readonly complete?: boolean; readonly ref?: CheckpointRef };
+
+/** One save of a marker: where it goes, its end to wait on, and that end once it has come. */
+interface LocalSave {
+  readonly markerMs: number;
+  readonly location: string;
+  readonly done: Promise<SaveResult>;
+  result?: SaveResult;
+}
 
 export class NodeAgent {
   private readonly local = new Map<string, LocalAttempt>();
@@ -618,24 +630,21 @@ export class NodeAgent {
     const held = this.prefetcher.images;
     if (record && prefetchChanged(record.images, held)) await this.ports.nodes.noteImages(this.instanceId, held);
     if (record?.draining) await this.leaveFrontDoor(record.draining.deadlineMs);
-    const steps: { jobId: string; attempt: number; job: Job | undefined; step: NodeStep }[] = [];
-    const current = new Set<string>();
+    const entries: WorkListEntry[] = [];
     for (const [jobId, attempt] of Object.entries(record?.assigned ?? {})) {
       const job = await this.ports.jobs.get(jobId);
       const l = this.local.get(keyOf(jobId, attempt));
       if (l && job && job.attempt === l.attempt) l.job = job;
-      const step = nextNodeStep(job, this.instanceId, attempt, this.view(l));
-      if (step.kind !== 'drop' && step.kind !== 'wait') current.add(keyOf(jobId, attempt));
-      steps.push({ jobId, attempt, job, step });
+      entries.push({ jobId, attempt, job, local: this.view(l) });
     }
-    // First stop what is no longer this node's (the attempt moved on), so that two attempts of a job never run at once.
-    for (const l of [...this.local.values()]) {
-      if (!current.has(l.key) && !l.stopping && !l.checkpointing) {
-        this.ports.log.info('the job moved on; stopping its process here', { job: l.jobId, attempt: l.attempt });
-        await this.endLocal(l);
-      }
+    const here = [...this.local.values()].map((l) => ({ l, jobId: l.jobId, attempt: l.attempt, busy: l.stopping || !!l.checkpointing }));
+    const plan = planWorkList(this.instanceId, entries, here);
+    // A save under way for an attempt that moved on (plan.finishing) goes on in its own task, and the process then stops.
+    for (const { l } of plan.stop) {
+      this.ports.log.info('the job moved on; stopping its process here', { job: l.jobId, attempt: l.attempt });
+      await this.endLocal(l);
     }
-    for (const s of steps) await this.perform(s.jobId, s.attempt, s.job, s.step);
+    for (const s of plan.steps) await this.perform(s.jobId, s.attempt, s.job, s.step);
   }
 
   /**
@@ -681,21 +690,30 @@ export class NodeAgent {
         await this.collectCheckpoint(l!);
         return;
       case 'checkpoint':
-        this.beginCheckpoint(l!, step.then, step.reason);
+        this.beginCheckpoint(
+          l!,
+          checkpointPlan({
+            then: step.then,
+            reason: step.reason,
+            graceSec: graceSecOf(l!.job),
+            sizeMiB: this.sizeMiBOf(l!),
+            requestedAtMs: now,
+            timing: this.timing,
+          }),
+        );
         return;
       case 'stop-cancel':
         await this.endLocal(l!);
-        if (l!.rank === 0) await this.finishCancelled(jobId, useOf(l!).gpuUse);
+        if (step.records) await this.finishCancelled(jobId, useOf(l!).gpuUse);
         return;
       case 'report-exit':
         await this.reportExit(l!);
         return;
       case 'requeue-from-store':
-        if (job && gangRank(job, this.instanceId)?.rank === 0)
-          await requeueAttempt(this.ports, { jobId, attempt, reason: step.reason, nowMs: now });
+        if (step.records) await requeueAttempt(this.ports, { jobId, attempt, reason: step.reason, nowMs: now });
         return;
       case 'finish-cancel':
-        if (job && gangRank(job, this.instanceId)?.rank === 0) await this.finishCancelled(jobId);
+        if (step.records) await this.finishCancelled(jobId);
         return;
     }
   }
@@ -1274,9 +1292,11 @@ export class NodeAgent {
       });
       return { ...up, complete, ref: saved };
     })().catch((error: unknown): SaveResult => ({ ok: false, tries: 1, error: messageOf(error) }));
-    l.saving = { markerMs: marker.modifiedAtMs, location, done };
-    l.newestSave = l.saving;
-    void done.then(() => {
+    const save: LocalSave = { markerMs: marker.modifiedAtMs, location, done };
+    l.saving = save;
+    l.newestSave = save;
+    void done.then((result) => {
+      save.result = result;
       if (l.saving?.done !== done) return;
       l.saving = undefined;
       const next = l.nextMarker;
@@ -1285,25 +1305,29 @@ export class NodeAgent {
     });
   }
 
+  /** Its checkpoint's size on this machine, MiB (the upload's allowance). */
+  private sizeMiBOf(l: LocalAttempt): number {
+    return checkpointSizeMiB(l.job, this.lastGpus, l.rank);
+  }
+
+  /** An attempt here as the notice and lease rules see it. */
+  private noticeAttempt(l: LocalAttempt): NoticeAttempt {
+    return noticeAttemptOf(l.key, l.job, l.stopping || l.checkpointing !== undefined, this.sizeMiBOf(l));
+  }
+
   /**
    * A checkpoint asked for: signal the job, wait (within its grace) for the marker, save it
    * (within the upload's allowance; a gang's leader also waits for every rank's part), stop the
    * process, then requeue or cancel the attempt as the rules say. Whatever happens on the way,
    * the attempt ends: a checkpoint that could not be saved in time resumes from an earlier one.
    */
-  private beginCheckpoint(l: LocalAttempt, then: 'requeue' | 'cancel', why: Reason, hardDeadlineMs?: number): void {
+  private beginCheckpoint(l: LocalAttempt, plan: CheckpointPlan): void {
+    const { then, reason: why } = plan;
     const task = (async () => {
-      const requestedAtMs = this.ports.clock.nowMs();
       // A process that ended before it was asked ended on its own: its exit decides, not the request.
       const endedBefore = l.exit;
       const markerBefore = l.lastMarkerMs;
-      const limits = checkpointLimits({
-        graceSec: graceSecOf(l.job),
-        sizeMiB: checkpointSizeMiB(l.job, this.lastGpus, l.rank),
-        requestedAtMs,
-        ...(hardDeadlineMs !== undefined ? { hardDeadlineMs } : {}),
-        timing: this.timing,
-      });
+      const limits = plan;
       let outcome: CheckpointOutcome;
       try {
         outcome = endedBefore
@@ -1343,49 +1367,59 @@ export class NodeAgent {
     l.checkpointing = { then, task };
   }
 
+  /**
+   * Signals the job, then looks (at each marker, upload end or process end, and at least every
+   * poll) until core's {@link checkpointVerdict} says how the checkpoint ended: the agent observes,
+   * the rule decides, as in the simulator.
+   */
   private async takeCheckpoint(
     l: LocalAttempt,
     markerBefore: number,
     limits: { writeByMs: number; uploadByMs: number },
   ): Promise<CheckpointOutcome> {
     const cp = l.job.spec.checkpoint;
-    if (!cp) return { kind: 'not-saved', why: 'no checkpoint support' };
     const signalledAtMs = this.ports.clock.nowMs();
-    await l.proc.signal(cp.signal);
+    if (cp) await l.proc.signal(cp.signal);
     const pollMs = this.config.checkpointPollMs ?? 500;
-    while (!l.exit && l.lastMarkerMs === markerBefore && this.ports.clock.nowMs() < limits.writeByMs && !this.stopped) {
-      await Promise.race([l.proc.exited, sleep(pollMs)]);
+    let timedWrite = false;
+    for (;;) {
       await this.serial(() => this.collectCheckpoint(l));
-    }
-    await this.serial(() => this.collectCheckpoint(l)); // a marker written just before the exit
-    if (l.lastMarkerMs === markerBefore) return { kind: 'not-saved', why: `it wrote none within its ${cp.gracePeriodSec} s grace` };
-    this.lastCheckpointWriteSec = (this.ports.clock.nowMs() - signalledAtMs) / 1000;
-    // The newest marker's save: it may wait behind an older one still uploading.
-    const left = () => Math.max(0, limits.uploadByMs - this.ports.clock.nowMs());
-    while (l.nextMarker || l.newestSave?.markerMs !== l.lastMarkerMs) {
-      const inFlight = l.saving;
-      if (!inFlight) break;
-      if ((await Promise.race([inFlight.done, sleep(left()).then(() => undefined)])) === undefined) {
-        return { kind: 'not-saved', why: 'its upload did not finish within the allowance' };
+      const now = this.ports.clock.nowMs();
+      // A marker it cannot use (-1) is no checkpoint.
+      const wroteNew = l.lastMarkerMs !== markerBefore && l.lastMarkerMs !== -1;
+      if (wroteNew && !timedWrite) {
+        timedWrite = true;
+        this.lastCheckpointWriteSec = (now - signalledAtMs) / 1000;
       }
-      await sleep(0);
+      // The newest marker's save, once it has ended (it may wait behind an older one still uploading).
+      const newest = l.newestSave;
+      const settled = newest && newest.markerMs === l.lastMarkerMs && !l.nextMarker ? newest.result : undefined;
+      const gangSaved =
+        wroteNew && settled?.ok && !settled.complete && l.size > 1 && l.rank === 0
+          ? (await this.ports.checkpoints.latest(l.jobId))?.location === newest!.location
+          : undefined;
+      const verdict = checkpointVerdict({
+        // An agent that is stopping waits for no marker still to come.
+        nowMs: this.stopped && !wroteNew ? Number.POSITIVE_INFINITY : now,
+        writeByMs: limits.writeByMs,
+        uploadByMs: limits.uploadByMs,
+        graceSec: cp?.gracePeriodSec,
+        wroteNew,
+        ended: l.exit !== undefined,
+        ...(settled
+          ? { newestSave: settled.ok ? { ok: true, complete: settled.complete === true } : { ok: false, error: settled.error } }
+          : {}),
+        ...(gangSaved !== undefined ? { gangSaved } : {}),
+      });
+      if (verdict) return verdict;
+      const untilLimit = (wroteNew ? limits.uploadByMs : limits.writeByMs) - now;
+      const inFlight = l.saving && !l.saving.result ? l.saving.done : undefined;
+      await Promise.race([
+        ...(l.exit === undefined ? [l.proc.exited] : []),
+        ...(inFlight ? [inFlight] : []),
+        sleep(Math.max(0, Math.min(pollMs, untilLimit))),
+      ]);
     }
-    const newest = l.newestSave;
-    if (!newest) return { kind: 'not-saved', why: 'its checkpoint was not saved' };
-    const r = await Promise.race([newest.done, sleep(left()).then(() => undefined)]);
-    if (r === undefined) return { kind: 'not-saved', why: 'its upload did not finish within the allowance' };
-    if (!r.ok) return { kind: 'not-saved', why: `its upload failed: ${r.error}` };
-    if (l.size > 1 && l.rank === 0 && !r.complete) return this.awaitGang(l, newest.location, limits.uploadByMs);
-    return { kind: 'saved' };
-  }
-
-  /** The leader waits for every rank's part of the gang's checkpoint, within the allowance. */
-  private async awaitGang(l: LocalAttempt, location: string, byMs: number): Promise<CheckpointOutcome> {
-    while (this.ports.clock.nowMs() < byMs) {
-      if ((await this.ports.checkpoints.latest(l.jobId))?.location === location) return { kind: 'saved' };
-      await sleep(this.config.checkpointPollMs ?? 500);
-    }
-    return { kind: 'not-saved', why: 'the other ranks did not save their parts within the allowance' };
   }
 
   // ---- local notices and checkpoint markers -----------------------------------------------
@@ -1421,7 +1455,8 @@ export class NodeAgent {
       n.kind === 'interruption' ? { kind: 'interruption', actionAtMs: n.actionAtMs, what } : { kind: 'rebalance', what },
       now,
       this.config.noticeMarginSec ?? DEFAULT_POLICY.noticeMarginSec,
-      locals.map((l) => noticeAttemptOf(l.key, l.job, l.stopping || l.checkpointing !== undefined)),
+      locals.map((l) => this.noticeAttempt(l)),
+      this.timing,
     );
     this.ports.log.warn(`the cloud says this machine is at risk: ${what}; draining and checkpointing now`, {
       deadline: new Date(rule.deadlineMs).toISOString(),
@@ -1437,11 +1472,11 @@ export class NodeAgent {
       if (step.kind === 'checkpoint') {
         // Any rank: the whole gang checkpoints (the other ranks see the job checkpointing).
         await applyJobEvent(this.ports.jobs, l.jobId, { type: 'checkpoint-requested', attempt: l.attempt, reason: rule.reason }, now);
-        this.beginCheckpoint(l, 'requeue', rule.reason, step.hardDeadlineMs);
+        this.beginCheckpoint(l, step.plan);
       } else if (step.kind === 'requeue-at') {
         const t = setTimeout(
           () => {
-            if (this.local.get(l.key) === l && !l.exit && !l.checkpointing) this.beginCheckpoint(l, 'requeue', step.reason);
+            if (this.local.get(l.key) === l && !l.exit && !l.checkpointing) this.beginCheckpoint(l, step.plan);
           },
           Math.max(0, step.atMs - now),
         );
@@ -1465,8 +1500,9 @@ export class NodeAgent {
     const rule = onLeaseLapsed(
       last,
       now,
-      live.map((l) => noticeAttemptOf(l.key, l.job, l.checkpointing !== undefined || l.stopping)),
+      live.map((l) => this.noticeAttempt(l)),
       this.lease,
+      this.timing,
     );
     this.fence = { sinceMs: now, stopByMs: rule.stopByMs };
     this.ports.log.error('the control plane has taken no heartbeat for the whole lease: checkpointing and stopping every job here', {
@@ -1476,9 +1512,8 @@ export class NodeAgent {
     });
     for (const step of rule.steps) {
       const l = live.find((x) => x.key === step.key)!;
-      if (step.kind === 'checkpoint') this.beginCheckpoint(l, 'requeue', rule.reason, step.hardDeadlineMs);
-      // Nothing to save: the checkpoint path stops it at once and writes the requeue.
-      else if (step.kind === 'requeue-at') this.beginCheckpoint(l, 'requeue', rule.reason, now);
+      // Nothing to save (requeue-at, now): the checkpoint path stops it at once and writes the requeue.
+      if (step.kind !== 'keep') this.beginCheckpoint(l, step.plan);
     }
     const t = setTimeout(
       () => {

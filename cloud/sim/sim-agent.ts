@@ -22,15 +22,16 @@ import { applyJobEvent, finishCancelled, recordLandedSave } from '../../core/ser
 import { recordCheckpointResult, recordExit } from '../../core/services/node-reports.ts';
 import {
   afterCheckpoint,
-  checkpointLimits,
+  checkpointVerdict,
+  checkpointPlan,
   checkpointSizeMiB,
   adoptsLeftover,
   DEFAULT_AGENT_LEASE,
   DEFAULT_CHECKPOINT_TIMING,
   DEFAULT_STOP_GRACE_SEC,
-  gangRank,
   leaseLapsed,
   nextNodeStep,
+  planWorkList,
   onLeaseLapsed,
   onMachineNotice,
   noticeAttemptOf,
@@ -44,7 +45,8 @@ import {
   uploadRetryDelayMs,
   WATCHDOG_STOPPED,
   watchdogStops,
-  type CheckpointOutcome,
+  type CheckpointPlan,
+  type WorkListEntry,
   type CheckpointTiming,
   type LocalAttempt as LocalView,
   type MachineNotice,
@@ -246,7 +248,7 @@ interface SimProcess {
     readonly endedBefore?: number;
   };
   /** Its machine got a notice and it cannot checkpoint: the agent stops and requeues it at this time. */
-  requeueAt?: { readonly atMs: number; readonly why: Reason };
+  requeueAt?: { readonly atMs: number; readonly plan: CheckpointPlan };
   /** Its agent fenced itself (its lease lapsed): whatever still runs is stopped at this time. */
   fenceStopAtMs?: number;
   /** The machine's watchdog stopped it (its agent's lease ran out). */
@@ -636,16 +638,16 @@ export class SimAgents {
   private checkLease(m: SimMachine, now: number): void {
     if (m.fencedSinceMs !== undefined || !leaseLapsed(m.renewedAtMs, now, DEFAULT_AGENT_LEASE)) return;
     const procs = [...m.processes.values()].filter((p) => !p.exit || p.exit.atMs > now);
-    const rule = onLeaseLapsed(m.renewedAtMs, now, procs.map(noticeAttempt), DEFAULT_AGENT_LEASE);
+    const rule = onLeaseLapsed(m.renewedAtMs, now, procs.map(noticeAttempt), DEFAULT_AGENT_LEASE, this.timing);
     m.fencedSinceMs = now;
     for (const step of rule.steps) {
       const p = procs.find((x) => noticeAttempt(x).key === step.key)!;
       this.stats.fencedAttempts++;
       p.fenceStopAtMs = rule.stopByMs;
       p.stoppedByAgent = true;
-      if (step.kind === 'checkpoint') this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
+      if (step.kind === 'checkpoint') this.beginCheckpoint(p, step.plan, now);
       else if (step.kind === 'requeue-at') {
-        this.beginCheckpoint(p, 'requeue', rule.reason, now);
+        this.beginCheckpoint(p, step.plan, now);
         p.exit = { atMs: now, code: 143 }; // nothing to save: stopped at once
       }
     }
@@ -662,7 +664,7 @@ export class SimAgents {
     const now = this.options.clock.nowMs();
     this.world(m, now);
     const procs = [...m.processes.values()].filter((p) => !p.exit);
-    const rule = onMachineNotice(notice, now, marginSec, procs.map(noticeAttempt));
+    const rule = onMachineNotice(notice, now, marginSec, procs.map(noticeAttempt), this.timing);
     // With the agent API not answering, only what needs no control plane: the checkpoints are taken, their ends written later.
     const reachable = this.answered(m, now, 'work');
     if (reachable)
@@ -682,10 +684,10 @@ export class SimAgents {
             { type: 'checkpoint-requested', attempt: p.attempt, reason: rule.reason },
             now,
           );
-        this.beginCheckpoint(p, 'requeue', rule.reason, now, step.hardDeadlineMs);
+        this.beginCheckpoint(p, step.plan, now);
         if (reachable) await this.advanceCheckpoint(m, p, now);
       } else if (step.kind === 'requeue-at') {
-        p.requeueAt = { atMs: step.atMs, why: step.reason };
+        p.requeueAt = { atMs: step.atMs, plan: step.plan };
         p.stoppedByAgent = true;
       }
     }
@@ -927,28 +929,24 @@ export class SimAgents {
     now: number,
   ): Promise<void> {
     const { jobs, nodes } = this.as(m);
-    const steps: { jobId: string; attempt: number; job: Job | undefined; p: SimProcess | undefined }[] = [];
-    const current = new Set<string>();
+    const entries: (WorkListEntry & { readonly p: SimProcess | undefined })[] = [];
     for (const [jobId, attempt] of Object.entries(assigned)) {
       const job = await jobs.get(jobId);
       const p = m.processes.get(jobId);
       const mine = p && p.attempt === attempt ? p : undefined;
       if (mine && job && job.attempt === mine.attempt) mine.job = job;
-      steps.push({ jobId, attempt, job, p: mine });
-      const kind = nextNodeStep(job, m.instance.id, attempt, this.view(mine, now)).kind;
-      if (kind !== 'drop' && kind !== 'wait') current.add(`${jobId}#${attempt}`);
+      entries.push({ jobId, attempt, job, local: this.view(mine, now), p: mine });
     }
+    const here = [...m.processes.values()].map((p) => ({ p, jobId: p.jobId, attempt: p.attempt, busy: p.checkpointing !== undefined }));
+    const plan = planWorkList(m.instance.id, entries, here);
     // Stop what is no longer this machine's first: two attempts of a job never live at once.
-    for (const p of [...m.processes.values()]) {
-      if (!current.has(`${p.jobId}#${p.attempt}`) && !p.checkpointing) await this.end(m, p, now, true);
-    }
+    for (const { p } of plan.stop) await this.end(m, p, now, true);
     // A save under way for an attempt that moved on (reconcile gave up on it) goes on to its end, as the real agent's
     // does: the index may still take it; then the process stops.
-    for (const p of [...m.processes.values()]) {
-      if (!current.has(`${p.jobId}#${p.attempt}`) && p.checkpointing) await this.advanceCheckpoint(m, p, now);
-    }
-    for (const { jobId, attempt, job, p } of steps) {
+    for (const { p } of plan.finishing) await this.advanceCheckpoint(m, p, now);
+    for (const { jobId, attempt, job, p } of plan.steps) {
       await this.advanceUpload(m, p, now);
+      // Looked at again after the upload moved on (a save that ended may end a checkpoint), by the same rule.
       const step = nextNodeStep(job, m.instance.id, attempt, this.view(p, now));
       switch (step.kind) {
         case 'drop':
@@ -962,7 +960,7 @@ export class SimAgents {
         case 'run':
           this.collect(p!, now);
           if (p!.requeueAt && now >= p!.requeueAt.atMs) {
-            this.beginCheckpoint(p!, 'requeue', p!.requeueAt.why, now);
+            this.beginCheckpoint(p!, p!.requeueAt.plan, now);
             await this.advanceCheckpoint(m, p!, now);
           }
           break;
@@ -970,12 +968,23 @@ export class SimAgents {
           await this.advanceCheckpoint(m, p!, now);
           break;
         case 'checkpoint':
-          this.beginCheckpoint(p!, step.then, step.reason, now);
+          this.beginCheckpoint(
+            p!,
+            checkpointPlan({
+              then: step.then,
+              reason: step.reason,
+              graceSec: graceSecOf(p!.job),
+              sizeMiB: p!.sizeMiB,
+              requestedAtMs: now,
+              timing: this.timing,
+            }),
+            now,
+          );
           await this.advanceCheckpoint(m, p!, now);
           break;
         case 'stop-cancel':
           await this.end(m, p!, now, true);
-          if (p!.rank === 0) await this.finishCancelled(m, jobId, now, useOf(p!).gpuUse);
+          if (step.records) await this.finishCancelled(m, jobId, now, useOf(p!).gpuUse);
           break;
         case 'report-exit': {
           if (p!.watchdogStopped) {
@@ -990,11 +999,10 @@ export class SimAgents {
           break;
         }
         case 'requeue-from-store':
-          if (job && gangRank(job, m.instance.id)?.rank === 0)
-            await requeueAttempt(this.as(m), { jobId, attempt, reason: step.reason, nowMs: now });
+          if (step.records) await requeueAttempt(this.as(m), { jobId, attempt, reason: step.reason, nowMs: now });
           break;
         case 'finish-cancel':
-          if (job && gangRank(job, m.instance.id)?.rank === 0) await this.finishCancelled(m, jobId, now);
+          if (step.records) await this.finishCancelled(m, jobId, now);
           break;
       }
     }
@@ -1159,15 +1167,10 @@ export class SimAgents {
     if (next && m.processes.get(p.jobId) === p) this.startUpload(p, next, now);
   }
 
-  private beginCheckpoint(p: SimProcess, then: 'requeue' | 'cancel', why: Reason, now: number, hardDeadlineMs?: number): void {
+  private beginCheckpoint(p: SimProcess, plan: CheckpointPlan, now: number): void {
     const cp = p.job.spec.checkpoint;
-    const limits = checkpointLimits({
-      graceSec: graceSecOf(p.job),
-      sizeMiB: p.sizeMiB,
-      requestedAtMs: now,
-      timing: this.timing,
-      ...(hardDeadlineMs !== undefined ? { hardDeadlineMs } : {}),
-    });
+    const { then, reason: why, writeByMs, uploadByMs } = plan;
+    const limits = { writeByMs, uploadByMs };
     const endedBefore = p.exit && p.exit.atMs <= now ? p.exit.code : undefined;
     p.checkpointing = {
       then,
@@ -1190,26 +1193,26 @@ export class SimAgents {
     this.world(m, now);
     this.collect(p, now);
     await this.advanceUpload(m, p, now);
-    let outcome: CheckpointOutcome | undefined;
     const cp = p.job.spec.checkpoint;
-    const hasNewMarker = (p.marker?.atMs ?? 0) > c.markerBefore;
-    if (c.endedBefore !== undefined) outcome = { kind: 'exited-before', exitCode: c.endedBefore };
-    else if (!cp) outcome = { kind: 'not-saved', why: 'no checkpoint support' };
-    else if (!hasNewMarker) {
-      if (now >= c.writeByMs || (p.exit && p.exit.atMs <= now))
-        outcome = { kind: 'not-saved', why: `it wrote none within its ${cp.gracePeriodSec} s grace` };
-    } else {
-      const save = p.lastSave;
-      const newest = p.marker!.atMs;
-      if (save && save.markerAtMs === newest && !p.upload) {
-        if (!save.ok) outcome = { kind: 'not-saved', why: `its upload failed: ${save.error ?? 'unknown'}` };
-        else if (p.size > 1 && p.rank === 0 && !save.complete) {
-          if ((await this.as(m).checkpoints.latest(p.jobId))?.location === save.location) outcome = { kind: 'saved' };
-          else if (now >= c.uploadByMs)
-            outcome = { kind: 'not-saved', why: 'the other ranks did not save their parts within the allowance' };
-        } else outcome = { kind: 'saved' };
-      } else if (now >= c.uploadByMs) outcome = { kind: 'not-saved', why: 'its upload did not finish within the allowance' };
-    }
+    const newest = p.marker?.atMs ?? 0;
+    const save = p.lastSave && p.lastSave.markerAtMs === newest && !p.upload ? p.lastSave : undefined;
+    const wroteNew = newest > c.markerBefore;
+    // A gang's leader's part alone: the index says whether every rank's part is in.
+    const gangSaved =
+      wroteNew && save?.ok && !save.complete && p.size > 1 && p.rank === 0
+        ? (await this.as(m).checkpoints.latest(p.jobId))?.location === save.location
+        : undefined;
+    const outcome = checkpointVerdict({
+      nowMs: now,
+      writeByMs: c.writeByMs,
+      uploadByMs: c.uploadByMs,
+      ...(c.endedBefore !== undefined ? { endedBeforeExitCode: c.endedBefore } : {}),
+      graceSec: cp?.gracePeriodSec,
+      wroteNew,
+      ended: p.exit !== undefined && p.exit.atMs <= now,
+      ...(save ? { newestSave: save.ok ? { ok: true, complete: save.complete } : { ok: false, error: save.error ?? 'unknown' } } : {}),
+      ...(gangSaved !== undefined ? { gangSaved } : {}),
+    });
     if (!outcome) return;
     const job = (await this.as(m).jobs.get(p.jobId)) ?? p.job;
     const result = afterCheckpoint(job, c.then, c.why, outcome);
@@ -1298,7 +1301,7 @@ export class SimAgents {
 
 /** A live process as the notice and lease rules see it (node-rules NoticeAttempt). */
 function noticeAttempt(p: SimProcess): NoticeAttempt {
-  return noticeAttemptOf(`${p.jobId}#${p.attempt}#${p.rank}`, p.job, p.checkpointing !== undefined);
+  return noticeAttemptOf(`${p.jobId}#${p.attempt}#${p.rank}`, p.job, p.checkpointing !== undefined, p.sizeMiB);
 }
 
 /** A machine's private address in the simulated VPC (10.0.0.0/16), fixed by its id, as the real agent reports the instance's. */

@@ -60,14 +60,14 @@ export type NodeStep =
   | { readonly kind: 'busy' }
   /** Ask the job for a checkpoint, save it, stop the process, then requeue or cancel the attempt. */
   | { readonly kind: 'checkpoint'; readonly then: 'requeue' | 'cancel'; readonly reason: Reason }
-  /** Stop the process (a cancel of a job that cannot checkpoint); the leader records it cancelled. */
-  | { readonly kind: 'stop-cancel' }
+  /** Stop the process (a cancel of a job that cannot checkpoint); `records`: this node (the leader) records it cancelled. */
+  | { readonly kind: 'stop-cancel'; readonly records: boolean }
   /** The process ended by itself: report how (see {@link exitReport}). */
   | { readonly kind: 'report-exit'; readonly exitCode: number }
-  /** Nothing runs here for an attempt that is checkpointing (the agent restarted): the leader requeues it from the newest checkpoint. */
-  | { readonly kind: 'requeue-from-store'; readonly reason: Reason }
-  /** A job whose cancel was asked for has no process here: the leader records it cancelled. */
-  | { readonly kind: 'finish-cancel' };
+  /** Nothing runs here for an attempt that is checkpointing (the agent restarted): `records`: this node (the leader) requeues it from the newest checkpoint. */
+  | { readonly kind: 'requeue-from-store'; readonly reason: Reason; readonly records: boolean }
+  /** A job whose cancel was asked for has no process here: `records`: this node (the leader) records it cancelled. */
+  | { readonly kind: 'finish-cancel'; readonly records: boolean };
 
 const CHECKPOINTED_ON_REQUEST = reason('preempt-for-priority', 'checkpointed on request and returned to the queue');
 export const CANCELLED = reason('cancelled', 'cancelled: checkpointed, then stopped');
@@ -81,11 +81,13 @@ export function nextNodeStep(job: Job | undefined, nodeId: string, attempt: numb
   if (verdict === 'stale') return { kind: 'drop' };
   if (verdict === 'wait' || !job) return { kind: 'wait' };
   const where = gangRank(job, nodeId)!;
+  // Only the leader writes what becomes of the attempt: the others stop, and forget.
+  const records = where.rank === 0;
   if (local?.stopping || local?.checkpointing) return { kind: 'busy' };
   if (job.cancelRequested) {
     if (local && local.exitCode === undefined && job.spec.checkpoint) return { kind: 'checkpoint', then: 'cancel', reason: CANCELLED };
-    if (local && local.exitCode === undefined) return { kind: 'stop-cancel' };
-    return { kind: 'finish-cancel' };
+    if (local && local.exitCode === undefined) return { kind: 'stop-cancel', records: local.rank === 0 };
+    return { kind: 'finish-cancel', records };
   }
   if (local?.exitCode !== undefined) return { kind: 'report-exit', exitCode: local.exitCode };
   if (job.state === 'checkpointing') {
@@ -95,10 +97,56 @@ export function nextNodeStep(job: Job | undefined, nodeId: string, attempt: numb
       reason:
         job.checkpointReason ??
         reason('preempt-for-priority', 'checkpoint requested while no process ran; requeued from its newest checkpoint'),
+      records,
     };
   }
   if (!local) return { kind: 'launch', rank: where.rank, size: where.size };
   return { kind: 'run' };
+}
+
+/** One entry of a machine's work list as read at a look: the attempt, the job's record, what runs here for it. */
+export interface WorkListEntry {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly job: Job | undefined;
+  readonly local: LocalAttempt | undefined;
+}
+
+/** An attempt that runs here, as the work-list plan sees it; `busy`: saving a checkpoint asked for, or being stopped. */
+export interface AttemptHere {
+  readonly jobId: string;
+  readonly attempt: number;
+  readonly busy: boolean;
+}
+
+/** What a machine does at one look at its work list, in this order. */
+export interface WorkListPlan<E extends WorkListEntry, L extends AttemptHere> {
+  /** Attempts here that are no longer this machine's (the job moved on): stop them first, so two attempts of a job never run at once. */
+  readonly stop: readonly L[];
+  /** Attempts no longer this machine's whose save is under way: let it end (the index may still take it), then they stop. */
+  readonly finishing: readonly L[];
+  /** Each entry's step ({@link nextNodeStep}), in the list's order. */
+  readonly steps: readonly (E & { readonly step: NodeStep })[];
+}
+
+/**
+ * The plan for one look at the work list: each entry's step, and what of what runs here is no
+ * longer this machine's. The one loop both agents carry out (the real agent at each heartbeat, the
+ * simulated machines at each tick).
+ */
+export function planWorkList<E extends WorkListEntry, L extends AttemptHere>(
+  nodeId: string,
+  entries: readonly E[],
+  here: readonly L[],
+): WorkListPlan<E, L> {
+  const current = new Set<string>();
+  const steps = entries.map((e) => {
+    const step = nextNodeStep(e.job, nodeId, e.attempt, e.local);
+    if (step.kind !== 'drop' && step.kind !== 'wait') current.add(`${e.jobId}\u0000${e.attempt}`);
+    return { ...e, step };
+  });
+  const gone = here.filter((l) => !current.has(`${l.jobId}\u0000${l.attempt}`));
+  return { stop: gone.filter((l) => !l.busy), finishing: gone.filter((l) => l.busy), steps };
 }
 
 /**
@@ -190,6 +238,50 @@ export type CheckpointOutcome =
   | { readonly kind: 'saved' }
   /** No checkpoint in time: the job wrote none within its grace, or the upload failed or ran out of time; it resumes from the newest one saved earlier. */
   | { readonly kind: 'not-saved'; readonly why: string };
+
+/**
+ * What the node sees, at one look, of a checkpoint it asked for (its process, the job's markers,
+ * the saves of them): the one description both agents give {@link checkpointVerdict}.
+ */
+export interface SaveWatch {
+  readonly nowMs: number;
+  /** The limits the checkpoint was asked under ({@link checkpointLimits}). */
+  readonly writeByMs: number;
+  readonly uploadByMs: number;
+  /** The process had ended before it was asked, with this exit code: its own end decides. */
+  readonly endedBeforeExitCode?: number;
+  /** The job's grace to write one, seconds; undefined: the job declares no checkpoint support. */
+  readonly graceSec: number | undefined;
+  /** The job wrote a marker newer than the newest it had written when asked. */
+  readonly wroteNew: boolean;
+  /** The process has ended since it was asked. */
+  readonly ended: boolean;
+  /**
+   * How the save of the newest marker ended, once it has (and no newer marker waits behind it);
+   * undefined while it is queued or uploading.
+   */
+  readonly newestSave?: { readonly ok: true; readonly complete: boolean } | { readonly ok: false; readonly error: string };
+  /** A gang's leader, whose save is one part: whether the index holds the newest save complete (every rank's part). */
+  readonly gangSaved?: boolean;
+}
+
+/**
+ * How a checkpoint asked for has ended, from what the node sees now; undefined while it is still
+ * under way (the node looks again when something changes or a limit passes). Both agents ask this
+ * at each look: the real one as its process, markers and uploads change, the simulated ones at each
+ * tick; neither decides the outcome itself.
+ */
+export function checkpointVerdict(w: SaveWatch): CheckpointOutcome | undefined {
+  if (w.endedBeforeExitCode !== undefined) return { kind: 'exited-before', exitCode: w.endedBeforeExitCode };
+  if (w.graceSec === undefined) return { kind: 'not-saved', why: 'no checkpoint support' };
+  if (!w.wroteNew)
+    return w.ended || w.nowMs >= w.writeByMs ? { kind: 'not-saved', why: `it wrote none within its ${w.graceSec} s grace` } : undefined;
+  const save = w.newestSave;
+  if (!save) return w.nowMs >= w.uploadByMs ? { kind: 'not-saved', why: 'its upload did not finish within the allowance' } : undefined;
+  if (!save.ok) return { kind: 'not-saved', why: `its upload failed: ${save.error}` };
+  if (save.complete || w.gangSaved === undefined || w.gangSaved) return { kind: 'saved' };
+  return w.nowMs >= w.uploadByMs ? { kind: 'not-saved', why: 'the other ranks did not save their parts within the allowance' } : undefined;
+}
 
 export type CheckpointResult =
   | { readonly event: 'succeed' }
@@ -295,6 +387,27 @@ export function checkpointLimits(input: {
   return { writeByMs, uploadByMs };
 }
 
+/** A checkpoint to take: what becomes of the attempt after it, why, and the limits it is taken within. */
+export interface CheckpointPlan {
+  readonly then: 'requeue' | 'cancel';
+  readonly reason: Reason;
+  readonly writeByMs: number;
+  readonly uploadByMs: number;
+}
+
+/** The plan of a checkpoint asked for at `requestedAtMs` ({@link checkpointLimits} with what follows it). */
+export function checkpointPlan(input: {
+  readonly then: 'requeue' | 'cancel';
+  readonly reason: Reason;
+  readonly graceSec: number;
+  readonly sizeMiB: number;
+  readonly requestedAtMs: number;
+  readonly hardDeadlineMs?: number;
+  readonly timing?: CheckpointTiming;
+}): CheckpointPlan {
+  return { then: input.then, reason: input.reason, ...checkpointLimits(input) };
+}
+
 /**
  * How long the control plane lets a job stay `checkpointing` before it stops waiting for the
  * node and requeues it from its newest checkpoint: grace + upload allowance + a margin.
@@ -376,6 +489,7 @@ export function onLeaseLapsed(
   nowMs: number,
   attempts: readonly NoticeAttempt[],
   lease: AgentLease = DEFAULT_AGENT_LEASE,
+  timing: CheckpointTiming = DEFAULT_CHECKPOINT_TIMING,
 ): { readonly stopByMs: number; readonly reason: Reason; readonly steps: readonly NoticeStep[] } {
   const stopByMs = nowMs + lease.fenceGraceSec * 1000;
   const silentSec = Math.round((nowMs - lastRenewedMs) / 1000);
@@ -383,10 +497,20 @@ export function onLeaseLapsed(
     'fenced',
     `its machine's agent could not renew its lease with the control plane for ${silentSec} s (lease ${lease.leaseSec} s), so it stopped its work`,
   );
+  const plan = (a: NoticeAttempt, atMs: number, hardDeadlineMs: number) =>
+    checkpointPlan({
+      then: 'requeue',
+      reason: why,
+      graceSec: a.gracePeriodSec,
+      sizeMiB: a.sizeMiB,
+      requestedAtMs: atMs,
+      hardDeadlineMs,
+      timing,
+    });
   const steps = attempts.map<NoticeStep>((a) => {
     if (a.busy) return { key: a.key, kind: 'keep' };
-    if (a.checkpointable) return { key: a.key, kind: 'checkpoint', hardDeadlineMs: stopByMs };
-    return { key: a.key, kind: 'requeue-at', atMs: nowMs, reason: why };
+    if (a.checkpointable) return { key: a.key, kind: 'checkpoint', plan: plan(a, nowMs, stopByMs) };
+    return { key: a.key, kind: 'requeue-at', atMs: nowMs, plan: plan(a, nowMs, nowMs) };
   });
   return { stopByMs, reason: why, steps };
 }
@@ -407,6 +531,8 @@ export interface NoticeAttempt {
   /** A checkpoint is being taken or the process is being stopped already. */
   readonly busy: boolean;
   readonly gracePeriodSec: number;
+  /** Its checkpoint's size here, MiB ({@link checkpointSizeMiB}): the upload's allowance. */
+  readonly sizeMiB: number;
 }
 
 /**
@@ -424,15 +550,15 @@ export function graceSecOf(job: Pick<Job, 'spec'>): number {
  * An attempt running on a machine, as the notice and lease rules see it: the one builder both
  * agents use (the real one's local attempts, the simulated machines' processes).
  */
-export function noticeAttemptOf(key: string, job: Pick<Job, 'spec'>, busy: boolean): NoticeAttempt {
-  return { key, checkpointable: job.spec.checkpoint !== undefined, busy, gracePeriodSec: graceSecOf(job) };
+export function noticeAttemptOf(key: string, job: Pick<Job, 'spec'>, busy: boolean, sizeMiB: number): NoticeAttempt {
+  return { key, checkpointable: job.spec.checkpoint !== undefined, busy, gracePeriodSec: graceSecOf(job), sizeMiB };
 }
 
 export type NoticeStep =
-  /** Mark the job checkpointing (`checkpoint-requested`) and take its checkpoint now, saved by `hardDeadlineMs` at the latest. */
-  | { readonly key: string; readonly kind: 'checkpoint'; readonly hardDeadlineMs?: number }
-  /** It cannot keep its work: let it run until `atMs`, then stop it and requeue it from the start. */
-  | { readonly key: string; readonly kind: 'requeue-at'; readonly atMs: number; readonly reason: Reason }
+  /** Mark the job checkpointing (`checkpoint-requested`) and take its checkpoint now, as `plan` says (then requeue it). */
+  | { readonly key: string; readonly kind: 'checkpoint'; readonly plan: CheckpointPlan }
+  /** It cannot keep its work: let it run until `atMs`, then stop it and requeue it from the start (`plan`: nothing to save). */
+  | { readonly key: string; readonly kind: 'requeue-at'; readonly atMs: number; readonly plan: CheckpointPlan }
   /** Leave it: busy already, or a rebalance recommendation with no checkpoint to take (it finishes where it is). */
   | { readonly key: string; readonly kind: 'keep' };
 
@@ -451,24 +577,34 @@ export function onMachineNotice(
   nowMs: number,
   marginSec: number,
   attempts: readonly NoticeAttempt[],
+  timing: CheckpointTiming = DEFAULT_CHECKPOINT_TIMING,
 ): { readonly deadlineMs: number; readonly drainReason: string; readonly reason: Reason; readonly steps: readonly NoticeStep[] } {
   const interruption = notice.kind === 'interruption';
   const deadlineMs = interruption ? Math.max(nowMs, (notice.actionAtMs ?? nowMs) - marginSec * 1000) : nowMs + NOTICE_NO_DEADLINE_MS;
+  const saved = reason('interrupted', `its machine got a ${notice.what}; checkpointed and requeued`);
+  const restarted = reason('interrupted', `its machine got a ${notice.what}`);
   const steps = attempts.map<NoticeStep>((a) => {
     if (a.busy) return { key: a.key, kind: 'keep' };
+    const plan = (why: Reason, atMs: number, hardDeadlineMs?: number) =>
+      checkpointPlan({
+        then: 'requeue',
+        reason: why,
+        graceSec: a.gracePeriodSec,
+        sizeMiB: a.sizeMiB,
+        requestedAtMs: atMs,
+        ...(hardDeadlineMs !== undefined ? { hardDeadlineMs } : {}),
+        timing,
+      });
     if (a.checkpointable)
       // At least its grace period: a notice time in the past (clock skew) must not skip the checkpoint.
-      return interruption
-        ? { key: a.key, kind: 'checkpoint', hardDeadlineMs: Math.max(deadlineMs, nowMs + a.gracePeriodSec * 1000) }
-        : { key: a.key, kind: 'checkpoint' };
+      return {
+        key: a.key,
+        kind: 'checkpoint',
+        plan: interruption ? plan(saved, nowMs, Math.max(deadlineMs, nowMs + a.gracePeriodSec * 1000)) : plan(saved, nowMs),
+      };
     return interruption
-      ? { key: a.key, kind: 'requeue-at', atMs: deadlineMs, reason: reason('interrupted', `its machine got a ${notice.what}`) }
+      ? { key: a.key, kind: 'requeue-at', atMs: deadlineMs, plan: plan(restarted, deadlineMs) }
       : { key: a.key, kind: 'keep' };
   });
-  return {
-    deadlineMs,
-    drainReason: `${notice.what} seen by the node agent`,
-    reason: reason('interrupted', `its machine got a ${notice.what}; checkpointed and requeued`),
-    steps,
-  };
+  return { deadlineMs, drainReason: `${notice.what} seen by the node agent`, reason: saved, steps };
 }

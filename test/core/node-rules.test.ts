@@ -6,6 +6,8 @@ import {
   checkpointLimits,
   checkpointSizeMiB,
   checkpointTimeoutSec,
+  checkpointVerdict,
+  type SaveWatch,
   exitReport,
   gangRank,
   judgeWorkEntry,
@@ -15,6 +17,7 @@ import {
   nextNodeStep,
   onLeaseLapsed,
   onMachineNotice,
+  planWorkList,
   saveLocation,
   uploadAllowanceSec,
   uploadRetryDelayMs,
@@ -73,15 +76,47 @@ describe('the next step for one work-list entry', () => {
   it('every rank checkpoints a job asked to; with nothing running here, the job is requeued from the store', () => {
     const asked = job({ state: 'checkpointing', checkpointReason: why });
     expect(nextNodeStep(asked, 'i-2', 2, { rank: 1 })).toEqual({ kind: 'checkpoint', then: 'requeue', reason: why });
-    expect(nextNodeStep(asked, 'i-1', 2, undefined)).toEqual({ kind: 'requeue-from-store', reason: why });
+    expect(nextNodeStep(asked, 'i-1', 2, undefined)).toEqual({ kind: 'requeue-from-store', reason: why, records: true });
+    // Only the leader writes the requeue: a follower with nothing running has nothing to write.
+    expect(nextNodeStep(asked, 'i-2', 2, undefined)).toEqual({ kind: 'requeue-from-store', reason: why, records: false });
     expect(nextNodeStep(asked, 'i-1', 2, { rank: 0, checkpointing: 'requeue' })).toEqual({ kind: 'busy' });
   });
 
   it('a cancel checkpoints a job that can, stops one that cannot, and records one with nothing running', () => {
     expect(nextNodeStep(job({ cancelRequested: true }), 'i-1', 2, { rank: 0 })).toMatchObject({ kind: 'checkpoint', then: 'cancel' });
     const plain = placedOn(['i-1'], { cancelRequested: true });
-    expect(nextNodeStep(plain, 'i-1', 2, { rank: 0 })).toEqual({ kind: 'stop-cancel' });
-    expect(nextNodeStep(plain, 'i-1', 2, undefined)).toEqual({ kind: 'finish-cancel' });
+    expect(nextNodeStep(plain, 'i-1', 2, { rank: 0 })).toEqual({ kind: 'stop-cancel', records: true });
+    expect(nextNodeStep(plain, 'i-1', 2, undefined)).toEqual({ kind: 'finish-cancel', records: true });
+    const gang = placedOn(['i-1', 'i-2'], { cancelRequested: true });
+    expect(nextNodeStep(gang, 'i-2', 2, { rank: 1 })).toEqual({ kind: 'stop-cancel', records: false });
+  });
+
+  it('plans a look at the whole list: what moved on stops first, a save under way for it ends first, every entry its step', () => {
+    const mine = job();
+    const moved = placedOn(['i-9'], { id: 'nlp.moved' });
+    const plan = planWorkList(
+      'i-1',
+      [
+        { jobId: mine.id, attempt: 2, job: mine, local: { rank: 0 } },
+        { jobId: 'nlp.moved', attempt: 2, job: moved, local: undefined },
+      ],
+      [
+        { jobId: mine.id, attempt: 2, busy: false },
+        { jobId: 'nlp.moved', attempt: 2, busy: false },
+        { jobId: 'nlp.saving', attempt: 1, busy: true },
+        // An older attempt of a job whose newer one is listed: moved on all the same.
+        { jobId: mine.id, attempt: 1, busy: false },
+      ],
+    );
+    expect(plan.stop).toEqual([
+      { jobId: 'nlp.moved', attempt: 2, busy: false },
+      { jobId: mine.id, attempt: 1, busy: false },
+    ]);
+    expect(plan.finishing).toEqual([{ jobId: 'nlp.saving', attempt: 1, busy: true }]);
+    expect(plan.steps.map((s) => [s.jobId, s.step.kind])).toEqual([
+      [mine.id, 'run'],
+      ['nlp.moved', 'drop'],
+    ]);
   });
 
   it("the leader's success ends the job; a follower's does not; any rank's failure fails it", () => {
@@ -105,6 +140,49 @@ describe('how a checkpoint asked for ends', () => {
     expect(afterCheckpoint(job, 'requeue', why, { kind: 'exited-before', exitCode: 0 })).toEqual({ event: 'succeed' });
     expect(afterCheckpoint(job, 'requeue', why, { kind: 'exited-before', exitCode: 9 })).toEqual({ event: 'fail', exitCode: 9 });
     expect(afterCheckpoint(job, 'cancel', why, { kind: 'not-saved', why: 'x' })).toEqual({ event: 'cancel' });
+  });
+});
+
+describe('the verdict on a checkpoint under way, from what the node sees (checkpointVerdict)', () => {
+  const base: SaveWatch = { nowMs: 10_000, writeByMs: 20_000, uploadByMs: 80_000, graceSec: 10, wroteNew: false, ended: false };
+
+  it('waits for the marker within the grace; none by then, or the process gone without one: not saved', () => {
+    expect(checkpointVerdict(base)).toBeUndefined();
+    expect(checkpointVerdict({ ...base, nowMs: 20_000 })).toEqual({ kind: 'not-saved', why: 'it wrote none within its 10 s grace' });
+    expect(checkpointVerdict({ ...base, ended: true })).toEqual({ kind: 'not-saved', why: 'it wrote none within its 10 s grace' });
+  });
+
+  it('once written, waits for its upload within the allowance; a failed or late upload is not saved, a finished one is', () => {
+    const wrote = { ...base, wroteNew: true, nowMs: 30_000 };
+    expect(checkpointVerdict(wrote)).toBeUndefined();
+    // The write limit is past, but the marker came: only the upload's allowance counts now.
+    expect(checkpointVerdict({ ...wrote, ended: true })).toBeUndefined();
+    expect(checkpointVerdict({ ...wrote, nowMs: 80_000 })).toEqual({
+      kind: 'not-saved',
+      why: 'its upload did not finish within the allowance',
+    });
+    expect(checkpointVerdict({ ...wrote, newestSave: { ok: false, error: 'AccessDenied' } })).toEqual({
+      kind: 'not-saved',
+      why: 'its upload failed: AccessDenied',
+    });
+    expect(checkpointVerdict({ ...wrote, newestSave: { ok: true, complete: true } })).toEqual({ kind: 'saved' });
+  });
+
+  it("a gang's leader, its part saved, waits for the index to hold every rank's, within the allowance", () => {
+    const part = { ...base, wroteNew: true, nowMs: 30_000, newestSave: { ok: true, complete: false } as const };
+    expect(checkpointVerdict({ ...part, gangSaved: false })).toBeUndefined();
+    expect(checkpointVerdict({ ...part, gangSaved: true })).toEqual({ kind: 'saved' });
+    expect(checkpointVerdict({ ...part, gangSaved: false, nowMs: 80_000 })).toEqual({
+      kind: 'not-saved',
+      why: 'the other ranks did not save their parts within the allowance',
+    });
+    // A follower (or one machine) whose part is in has done its share.
+    expect(checkpointVerdict(part)).toEqual({ kind: 'saved' });
+  });
+
+  it('a process that had ended before it was asked decides by its exit; a job without checkpoints saves none', () => {
+    expect(checkpointVerdict({ ...base, endedBeforeExitCode: 3, wroteNew: true })).toEqual({ kind: 'exited-before', exitCode: 3 });
+    expect(checkpointVerdict({ ...base, graceSec: undefined })).toEqual({ kind: 'not-saved', why: 'no checkpoint support' });
   });
 });
 
@@ -145,6 +223,7 @@ describe("a machine's own notice (the rule the agent and the simulated machines 
     checkpointable: over.checkpointable ?? true,
     busy: over.busy ?? false,
     gracePeriodSec: over.gracePeriodSec ?? 30,
+    sizeMiB: 1024,
   });
 
   it('on a GCE preemption (30 s ahead): drains with the deadline a margin before, checkpoints what can, lets the rest run until the deadline', () => {
@@ -162,9 +241,17 @@ describe("a machine's own notice (the rule the agent and the simulated machines 
       message: expect.stringMatching(/got a preempted notice .*checkpointed and requeued/),
     });
     expect(out.steps).toEqual([
-      // Its grace (30 s) is longer than the 10 s to the deadline: it gets its grace, not less.
-      { key: 'a', kind: 'checkpoint', hardDeadlineMs: now + 30_000 },
-      { key: 'b', kind: 'requeue-at', atMs: now + 10_000, reason: expect.objectContaining({ code: 'interrupted' }) },
+      // Its grace (30 s) is longer than the 10 s to the deadline: it gets its grace, not less, to write and upload it.
+      { key: 'a', kind: 'checkpoint', plan: { then: 'requeue', reason: out.reason, writeByMs: now + 30_000, uploadByMs: now + 30_000 } },
+      {
+        key: 'b',
+        kind: 'requeue-at',
+        atMs: now + 10_000,
+        plan: expect.objectContaining({
+          then: 'requeue',
+          reason: { code: 'interrupted', message: 'its machine got a preempted notice (instance/preempted)' },
+        }),
+      },
       { key: 'c', kind: 'keep' },
     ]);
   });
@@ -175,14 +262,26 @@ describe("a machine's own notice (the rule the agent and the simulated machines 
       at('a', { gracePeriodSec: 45 }),
     ]);
     expect(late.deadlineMs).toBe(now);
-    expect(late.steps).toEqual([{ key: 'a', kind: 'checkpoint', hardDeadlineMs: now + 45_000 }]);
+    expect(late.steps).toEqual([
+      { key: 'a', kind: 'checkpoint', plan: { then: 'requeue', reason: late.reason, writeByMs: now + 45_000, uploadByMs: now + 45_000 } },
+    ]);
     const rebalance = onMachineNotice({ kind: 'rebalance', what: 'rebalance recommendation' }, now, 20, [
       at('a'),
       at('b', { checkpointable: false }),
     ]);
     expect(rebalance.deadlineMs).toBe(now + 7 * 86_400_000);
+    // No deadline: the grace to write it, then the upload's own allowance (1 GiB at the assumed rate, plus the margin).
     expect(rebalance.steps).toEqual([
-      { key: 'a', kind: 'checkpoint' },
+      {
+        key: 'a',
+        kind: 'checkpoint',
+        plan: {
+          then: 'requeue',
+          reason: rebalance.reason,
+          writeByMs: now + 30_000,
+          uploadByMs: now + 30_000 + uploadAllowanceSec(1024) * 1000,
+        },
+      },
       { key: 'b', kind: 'keep' },
     ]);
   });
@@ -242,17 +341,18 @@ describe("the agent's lease", () => {
       0,
       now,
       [
-        { key: 'cp', checkpointable: true, busy: false, gracePeriodSec: 30 },
-        { key: 'plain', checkpointable: false, busy: false, gracePeriodSec: 30 },
-        { key: 'busy', checkpointable: true, busy: true, gracePeriodSec: 30 },
+        { key: 'cp', checkpointable: true, busy: false, gracePeriodSec: 30, sizeMiB: 1024 },
+        { key: 'plain', checkpointable: false, busy: false, gracePeriodSec: 30, sizeMiB: 1024 },
+        { key: 'busy', checkpointable: true, busy: true, gracePeriodSec: 30, sizeMiB: 1024 },
       ],
       lease,
     );
     expect(out.stopByMs).toBe(now + 60_000);
     expect(out.reason).toMatchObject({ code: 'fenced', message: expect.stringMatching(/for 200 s \(lease 180 s\)/) });
     expect(out.steps).toEqual([
-      { key: 'cp', kind: 'checkpoint', hardDeadlineMs: now + 60_000 },
-      { key: 'plain', kind: 'requeue-at', atMs: now, reason: out.reason },
+      { key: 'cp', kind: 'checkpoint', plan: { then: 'requeue', reason: out.reason, writeByMs: now + 30_000, uploadByMs: now + 60_000 } },
+      // Nothing to save: stopped now, its limits now.
+      { key: 'plain', kind: 'requeue-at', atMs: now, plan: { then: 'requeue', reason: out.reason, writeByMs: now, uploadByMs: now } },
       { key: 'busy', kind: 'keep' },
     ]);
   });
