@@ -497,20 +497,10 @@ export function onLeaseLapsed(
     'fenced',
     `its machine's agent could not renew its lease with the control plane for ${silentSec} s (lease ${lease.leaseSec} s), so it stopped its work`,
   );
-  const plan = (a: NoticeAttempt, atMs: number, hardDeadlineMs: number) =>
-    checkpointPlan({
-      then: 'requeue',
-      reason: why,
-      graceSec: a.gracePeriodSec,
-      sizeMiB: a.sizeMiB,
-      requestedAtMs: atMs,
-      hardDeadlineMs,
-      timing,
-    });
   const steps = attempts.map<NoticeStep>((a) => {
     if (a.busy) return { key: a.key, kind: 'keep' };
-    if (a.checkpointable) return { key: a.key, kind: 'checkpoint', plan: plan(a, nowMs, stopByMs) };
-    return { key: a.key, kind: 'requeue-at', atMs: nowMs, plan: plan(a, nowMs, nowMs) };
+    if (a.checkpointable) return { key: a.key, kind: 'checkpoint', plan: requeuePlan(a, why, nowMs, timing, stopByMs) };
+    return { key: a.key, kind: 'requeue-at', atMs: nowMs, plan: requeuePlan(a, why, nowMs, timing, nowMs) };
   });
   return { stopByMs, reason: why, steps };
 }
@@ -554,6 +544,19 @@ export function noticeAttemptOf(key: string, job: Pick<Job, 'spec'>, busy: boole
   return { key, checkpointable: job.spec.checkpoint !== undefined, busy, gracePeriodSec: graceSecOf(job), sizeMiB };
 }
 
+/** The plan of an attempt's checkpoint, then its requeue, asked for at `atMs` (by a notice or the fence). */
+function requeuePlan(a: NoticeAttempt, why: Reason, atMs: number, timing: CheckpointTiming, hardDeadlineMs?: number): CheckpointPlan {
+  return checkpointPlan({
+    then: 'requeue',
+    reason: why,
+    graceSec: a.gracePeriodSec,
+    sizeMiB: a.sizeMiB,
+    requestedAtMs: atMs,
+    ...(hardDeadlineMs !== undefined ? { hardDeadlineMs } : {}),
+    timing,
+  });
+}
+
 export type NoticeStep =
   /** Mark the job checkpointing (`checkpoint-requested`) and take its checkpoint now, as `plan` says (then requeue it). */
   | { readonly key: string; readonly kind: 'checkpoint'; readonly plan: CheckpointPlan }
@@ -585,16 +588,7 @@ export function onMachineNotice(
   const restarted = reason('interrupted', `its machine got a ${notice.what}`);
   const steps = attempts.map<NoticeStep>((a) => {
     if (a.busy) return { key: a.key, kind: 'keep' };
-    const plan = (why: Reason, atMs: number, hardDeadlineMs?: number) =>
-      checkpointPlan({
-        then: 'requeue',
-        reason: why,
-        graceSec: a.gracePeriodSec,
-        sizeMiB: a.sizeMiB,
-        requestedAtMs: atMs,
-        ...(hardDeadlineMs !== undefined ? { hardDeadlineMs } : {}),
-        timing,
-      });
+    const plan = (why: Reason, atMs: number, hardDeadlineMs?: number) => requeuePlan(a, why, atMs, timing, hardDeadlineMs);
     if (a.checkpointable)
       // At least its grace period: a notice time in the past (clock skew) must not skip the checkpoint.
       return {
