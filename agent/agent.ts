@@ -48,7 +48,7 @@ import {
   nextNodeStep,
   planWorkList,
   adoptsLeftover,
-  WATCHDOG_STOPPED,
+  processEnd,
   onLeaseLapsed,
   onMachineNotice,
   noticeAttemptOf,
@@ -1122,9 +1122,12 @@ export class NodeAgent {
     const exit = l.exit;
     if (!exit || l.stopping || l.checkpointing || this.local.get(l.key) !== l) return; // the path that stopped it (or is checkpointing it) reports
     const now = this.ports.clock.nowMs();
-    if (this.config.leaseFile && stoppedByWatchdog(this.config.leaseFile).includes(containerName(l.jobId, l.attempt, l.rank))) {
-      // The watchdog stopped it (this agent adopted it just as the watchdog acted, or hung): not the job's end.
-      await requeueAttempt(this.ports, { jobId: l.jobId, attempt: l.attempt, reason: WATCHDOG_STOPPED, nowMs: now });
+    const watchdog =
+      this.config.leaseFile !== undefined && stoppedByWatchdog(this.config.leaseFile).includes(containerName(l.jobId, l.attempt, l.rank));
+    const end = processEnd(exitCode(exit), watchdog);
+    if (end.kind === 'requeue') {
+      // The watchdog stopped it (this agent adopted it just as the watchdog acted, or hung).
+      await requeueAttempt(this.ports, { jobId: l.jobId, attempt: l.attempt, reason: end.reason, nowMs: now });
       this.ports.log.warn("the machine's watchdog stopped a job; it goes back to the queue from its newest checkpoint", {
         job: l.jobId,
         attempt: l.attempt,

@@ -43,7 +43,7 @@ import {
   startFailure,
   uploadAllowanceSec,
   uploadRetryDelayMs,
-  WATCHDOG_STOPPED,
+  processEnd,
   watchdogStops,
   type CheckpointPlan,
   type WorkListEntry,
@@ -987,13 +987,13 @@ export class SimAgents {
           if (step.records) await this.finishCancelled(m, jobId, now, useOf(p!).gpuUse);
           break;
         case 'report-exit': {
-          if (p!.watchdogStopped) {
-            // Not the job's own end: back to the queue from its newest checkpoint (WATCHDOG_STOPPED), as the real agent does.
-            await requeueAttempt(this.as(m), { jobId, attempt, reason: WATCHDOG_STOPPED, nowMs: now });
+          const end = processEnd(step.exitCode, p!.watchdogStopped === true);
+          if (end.kind === 'requeue') {
+            await requeueAttempt(this.as(m), { jobId, attempt, reason: end.reason, nowMs: now });
             await this.end(m, p!, now, false);
             break;
           }
-          const done = await recordExit(jobs, { jobId, attempt, rank: p!.rank, exitCode: p!.exit!.code, nowMs: now, ...useOf(p!) });
+          const done = await recordExit(jobs, { jobId, attempt, rank: p!.rank, exitCode: end.exitCode, nowMs: now, ...useOf(p!) });
           if (done?.status === 'changed' && done.job.state === 'succeeded') this.stats.succeeded++;
           await this.end(m, p!, now, false);
           break;

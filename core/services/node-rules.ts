@@ -473,6 +473,19 @@ export const WATCHDOG_STOPPED: Reason = reason(
   "its machine's watchdog stopped it: its agent's lease had run out (the agent had died, hung or could not renew it); requeued from its newest checkpoint",
 );
 
+/**
+ * What a process that ended without its agent stopping it says: the attempt's own end (recorded by
+ * {@link exitReport}), or, when the machine's watchdog stopped it, no end of the job's: the attempt
+ * goes back to the queue from its newest checkpoint ({@link WATCHDOG_STOPPED}). Both agents ask this
+ * before they report an exit.
+ */
+export function processEnd(
+  exitCode: number,
+  stoppedByWatchdog: boolean,
+): { readonly kind: 'exit'; readonly exitCode: number } | { readonly kind: 'requeue'; readonly reason: Reason } {
+  return stoppedByWatchdog ? { kind: 'requeue', reason: WATCHDOG_STOPPED } : { kind: 'exit', exitCode };
+}
+
 /** The lease has lapsed: nothing renewed it for longer than `leaseSec`. */
 export function leaseLapsed(lastRenewedMs: number, nowMs: number, lease: AgentLease = DEFAULT_AGENT_LEASE): boolean {
   return nowMs - lastRenewedMs > lease.leaseSec * 1000;

@@ -18,6 +18,8 @@ import {
   onLeaseLapsed,
   onMachineNotice,
   planWorkList,
+  processEnd,
+  WATCHDOG_STOPPED,
   saveLocation,
   uploadAllowanceSec,
   uploadRetryDelayMs,
@@ -117,6 +119,12 @@ describe('the next step for one work-list entry', () => {
       [mine.id, 'run'],
       ['nlp.moved', 'drop'],
     ]);
+  });
+
+  it("a process the machine's watchdog stopped is no end of the job's: back to the queue from its newest checkpoint", () => {
+    expect(processEnd(143, true)).toEqual({ kind: 'requeue', reason: WATCHDOG_STOPPED });
+    expect(processEnd(143, false)).toEqual({ kind: 'exit', exitCode: 143 });
+    expect(processEnd(0, false)).toEqual({ kind: 'exit', exitCode: 0 });
   });
 
   it("the leader's success ends the job; a follower's does not; any rank's failure fails it", () => {
