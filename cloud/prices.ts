@@ -17,7 +17,8 @@ import pricesJson from '../data/prices/cloud-services.json' with { type: 'json' 
  */
 
 // zod/mini, as everywhere the functions bundle: the full zod adds 448 KiB to each Lambda bundle.
-const record = z.object({
+/** One record of the table, as the code reads it (its provenance is for people, checked by the data's own test). */
+export const PriceRecordSchema = z.object({
   cloud: z.enum(['aws', 'gcp']),
   service: z.string(),
   item: z.string(),
@@ -26,30 +27,12 @@ const record = z.object({
   per: z.string(),
   tier: z.optional(z.string()),
 });
-const table = z.object({ currency: z.literal('USD'), asOf: z.string(), prices: z.array(record) });
-type PriceRecord = z.infer<typeof record>;
+const table = z.object({ currency: z.literal('USD'), asOf: z.string(), prices: z.array(PriceRecordSchema) });
+type PriceRecord = z.infer<typeof PriceRecordSchema>;
 
 /**
- * What every record of the shipped table must also say, for people (data/PROVENANCE.md): where
- * the price comes from, as of when, and whether it was confirmed or assumed. Checked by the
- * data's own test; the code reads none of it, and a deployed bundle leaves it out.
- */
-export const PRICE_TABLE_WITH_PROVENANCE = z.object({
-  currency: z.literal('USD'),
-  asOf: z.string(),
-  prices: z.array(
-    z.extend(record, {
-      source: z.string().check(z.regex(/^https?:\/\/\S+$/)),
-      // A date as precise as the source gives it (2024, 2026-06, 2022-07-07), or "undated".
-      sourceDate: z.string().check(z.regex(/^(\d{4}(-\d{2}(-\d{2})?)?|undated)$/)),
-      confidence: z.enum(['confirmed', 'assumed']),
-    }),
-  ),
-});
-
-/**
- * The fields of data/prices/cloud-services.json this module reads (its provenance is for people:
- * {@link PRICE_TABLE_WITH_PROVENANCE}): what a deployed bundle keeps of the file (infra/bundling.ts `shippedDataAsRead`).
+ * The fields of data/prices/cloud-services.json this module reads (its provenance is for people,
+ * checked by test/infra/bundling.test.ts): what a deployed bundle keeps of the file (infra/bundling.ts `shippedDataAsRead`).
  */
 export const PRICE_FIELDS_READ = {
   currency: true,

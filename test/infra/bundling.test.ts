@@ -5,7 +5,8 @@ import { pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 import { describe, expect, it } from 'vitest';
 import { bundleOptions, FUNCTION_ENTRIES, projectFields } from '../../infra/bundling.ts';
-import { PRICE_TABLE_WITH_PROVENANCE, shippedByteRates } from '../../cloud/prices.ts';
+import * as z from 'zod/mini';
+import { PriceRecordSchema, shippedByteRates } from '../../cloud/prices.ts';
 import { awsShippedCatalog } from '../../cloud/catalog/shipped.ts';
 
 const inputsOf = async (entry: string, gcp: boolean) => {
@@ -64,6 +65,24 @@ describe('the Lambda bundles', () => {
     expect(code).not.toContain('AcceptAddressTransferRequest');
     expect(ec2.bytesInOutput).toBeLessThan(120 * 1024);
   }, 60_000);
+});
+
+/**
+ * What every record of the shipped price table must also say, for people (data/PROVENANCE.md): where
+ * the price comes from, as of when, and whether it was confirmed or assumed. The code reads none of
+ * it, and a deployed bundle leaves it out.
+ */
+const PRICE_TABLE_WITH_PROVENANCE = z.object({
+  currency: z.literal('USD'),
+  asOf: z.string(),
+  prices: z.array(
+    z.extend(PriceRecordSchema, {
+      source: z.string().check(z.regex(/^https?:\/\/\S+$/)),
+      // A date as precise as the source gives it (2024, 2026-06, 2022-07-07), or "undated".
+      sourceDate: z.string().check(z.regex(/^(\d{4}(-\d{2}(-\d{2})?)?|undated)$/)),
+      confidence: z.enum(['confirmed', 'assumed']),
+    }),
+  ),
 });
 
 describe('the shipped data in a bundle', () => {
